@@ -1,0 +1,180 @@
+"""The journal's event vocabulary and the entry value object.
+
+The vocabulary is part of the evidence format: names are hashed into the chain, so an event
+type is never renamed or reused for another meaning (docs/adr/0002-hash-chain.md).
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from sagacity.errors import SerializationError
+
+
+class EventType(enum.StrEnum):
+    """What a journal entry records.
+
+    Tool calls: ``INTENT`` (journaled and acknowledged before the tool runs), then ``EXECUTED``
+    (result) or ``FAILED`` (error).  Gates: ``AWAITING_APPROVAL`` (the exact payload and its
+    SHA-256), ``APPROVED`` / ``REJECTED`` / ``EXPIRED`` (decisions), ``RESUME_REFUSED`` (a
+    resume that failed a check), ``CONSTRAINT_VIOLATED`` (a policy refusal no approval
+    overrides).  Compensation: ``COMPENSATION_REQUESTED`` (hand-off to the compensation
+    service), ``COMPENSATION_INTENT`` (before an undo is called), ``COMPENSATED`` /
+    ``COMPENSATION_FAILED`` (its outcome), ``SUSPECT`` (an ``INTENT`` with no outcome, for a
+    person).  Lifecycle: ``SAGA_OPENED`` (a writer took the saga) and ``SAGA_ENDED`` (final
+    status in ``result``).
+    """
+
+    SAGA_OPENED = "SAGA_OPENED"
+    INTENT = "INTENT"
+    EXECUTED = "EXECUTED"
+    FAILED = "FAILED"
+    AWAITING_APPROVAL = "AWAITING_APPROVAL"
+    APPROVED = "APPROVED"
+    REJECTED = "REJECTED"
+    EXPIRED = "EXPIRED"
+    RESUME_REFUSED = "RESUME_REFUSED"
+    CONSTRAINT_VIOLATED = "CONSTRAINT_VIOLATED"
+    COMPENSATION_REQUESTED = "COMPENSATION_REQUESTED"
+    COMPENSATION_INTENT = "COMPENSATION_INTENT"
+    COMPENSATED = "COMPENSATED"
+    COMPENSATION_FAILED = "COMPENSATION_FAILED"
+    SUSPECT = "SUSPECT"
+    SAGA_ENDED = "SAGA_ENDED"
+
+
+GENESIS_HASH = "0" * 64
+"""The previous hash of every saga's first entry (32 zero bytes, hex)."""
+
+
+def now_micros() -> int:
+    """Wall-clock time in integer microseconds since the Unix epoch (UTC)."""
+    return time.time_ns() // 1_000
+
+
+def _check_text(name: str, value: str | None) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise SerializationError(f"{name} must be a str, got {type(value).__name__}")
+    if "\x00" in value:
+        raise SerializationError(f"{name} must not contain U+0000")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise SerializationError(f"{name} is not valid Unicode text: {exc.reason}") from exc
+
+
+def _freeze(attributes: Mapping[str, str] | None) -> Mapping[str, str]:
+    items = dict(attributes or {})
+    for key, value in items.items():
+        _check_text("attribute key", key)
+        _check_text(f"attribute {key!r}", value)
+    return MappingProxyType(dict(sorted(items.items(), key=lambda kv: kv[0].encode("utf-8"))))
+
+
+@dataclass(frozen=True, kw_only=True)
+class EntryDraft:
+    """An event before the journal places it in a chain (no seq, no hashes yet).
+
+    Args:
+        saga_id: the saga the event belongs to.
+        event_type: what happened.
+        tool: the tool concerned (``None`` for lifecycle and gate-only events).
+        payload: the tool's input, exactly as given (for tools: compact JSON of the arguments).
+        result: the tool's result as text, or a decision's detail.
+        error: the error text for ``FAILED`` / ``COMPENSATION_FAILED`` / refusals.
+        actor: who acted: the approver principal, or the writer's id.
+        attributes: small string facts (``payload_sha256``, ``ref_seq``, ``policy_version`` …).
+        recorded_at_us: event time in microseconds since the epoch; defaults to now.
+    """
+
+    saga_id: str
+    event_type: EventType
+    tool: str | None = None
+    payload: str | None = None
+    result: str | None = None
+    error: str | None = None
+    actor: str | None = None
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    recorded_at_us: int = field(default_factory=now_micros)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.saga_id, str) or not self.saga_id:
+            raise SerializationError("saga_id must be a non-empty str")
+        for name in ("saga_id", "tool", "payload", "result", "error", "actor"):
+            _check_text(name, getattr(self, name))
+        try:
+            object.__setattr__(self, "event_type", EventType(self.event_type))
+        except ValueError as exc:
+            raise SerializationError(f"unknown event type {self.event_type!r}") from exc
+        if not isinstance(self.recorded_at_us, int) or isinstance(self.recorded_at_us, bool):
+            raise SerializationError("recorded_at_us must be an int (microseconds)")
+        object.__setattr__(self, "attributes", _freeze(self.attributes))
+
+
+@dataclass(frozen=True, kw_only=True)
+class JournalEntry(EntryDraft):
+    """One link of a saga's hash chain.
+
+    ``hash = SHA-256(bytes.fromhex(prev_hash) || canonical(entry))``; see
+    :func:`sagacity.chain.canonical_bytes` and docs/adr/0002-hash-chain.md.
+    """
+
+    seq: int
+    prev_hash: str
+    hash: str
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.seq, int) or isinstance(self.seq, bool) or self.seq < 1:
+            raise SerializationError("seq must be an int >= 1")
+
+    @property
+    def ref_seq(self) -> int | None:
+        """The seq this entry refers to (a decision's request, an outcome's intent), if any."""
+        raw = self.attributes.get("ref_seq")
+        return int(raw) if raw is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field (the export and API representation)."""
+        return {
+            "saga_id": self.saga_id,
+            "seq": self.seq,
+            "event_type": self.event_type.value,
+            "tool": self.tool,
+            "payload": self.payload,
+            "result": self.result,
+            "error": self.error,
+            "actor": self.actor,
+            "attributes": dict(self.attributes),
+            "recorded_at_us": self.recorded_at_us,
+            "prev_hash": self.prev_hash,
+            "hash": self.hash,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JournalEntry:
+        """The inverse of :meth:`to_dict`; raises :class:`SerializationError` on bad input."""
+        try:
+            return cls(
+                saga_id=data["saga_id"],
+                seq=data["seq"],
+                event_type=EventType(data["event_type"]),
+                tool=data.get("tool"),
+                payload=data.get("payload"),
+                result=data.get("result"),
+                error=data.get("error"),
+                actor=data.get("actor"),
+                attributes=data.get("attributes") or {},
+                recorded_at_us=data["recorded_at_us"],
+                prev_hash=data["prev_hash"],
+                hash=data["hash"],
+            )
+        except (KeyError, ValueError, TypeError) as exc:
+            raise SerializationError(f"not a journal entry: {exc}") from exc

@@ -1,0 +1,192 @@
+"""The hash chain: canonical bytes, linking, verification.
+
+Specified in docs/adr/0002-hash-chain.md precisely enough to write a verifier in another
+language; ``tests/vectors/chain-v1.json`` holds vectors.  This module has no dependencies beyond
+the standard library so that auditors' tools can reuse it.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from sagacity._events import GENESIS_HASH, EntryDraft, JournalEntry
+from sagacity.errors import SerializationError
+
+CANONICAL_MAGIC = b"SGC1"
+"""Leading bytes of every canonical form; the version of the form itself."""
+
+_NULL = b"\xff\xff\xff\xff"
+
+
+def _field(value: bytes | None) -> bytes:
+    if value is None:
+        return _NULL
+    if len(value) >= 0xFFFFFFFF:
+        raise SerializationError("field too large for the canonical form")
+    return struct.pack(">I", len(value)) + value
+
+
+def _text(value: str | None) -> bytes:
+    return _field(None if value is None else value.encode("utf-8"))
+
+
+def _int(value: int) -> bytes:
+    return _field(struct.pack(">q", value))
+
+
+def _attributes(attributes: Mapping[str, str]) -> bytes:
+    items = sorted((k.encode("utf-8"), v.encode("utf-8")) for k, v in attributes.items())
+    out = [struct.pack(">I", len(items))]
+    for key, value in items:
+        out.append(_field(key))
+        out.append(_field(value))
+    return b"".join(out)
+
+
+def canonical_bytes(entry: EntryDraft, *, seq: int) -> bytes:
+    """The exact bytes hashed for an entry at ``seq`` (docs/adr/0002-hash-chain.md)."""
+    return b"".join(
+        (
+            CANONICAL_MAGIC,
+            _text(entry.saga_id),
+            _int(seq),
+            _text(entry.event_type.value),
+            _text(entry.tool),
+            _text(entry.payload),
+            _text(entry.result),
+            _text(entry.error),
+            _text(entry.actor),
+            _int(entry.recorded_at_us),
+            _attributes(entry.attributes),
+        )
+    )
+
+
+def compute_hash(prev_hash: str, entry: EntryDraft, *, seq: int) -> str:
+    """``SHA-256(bytes.fromhex(prev_hash) || canonical_bytes(entry, seq))`` as lowercase hex."""
+    try:
+        prev = bytes.fromhex(prev_hash)
+    except ValueError as exc:
+        raise SerializationError(f"previous hash is not hex: {prev_hash!r}") from exc
+    if len(prev) != 32:
+        raise SerializationError("previous hash must be 32 bytes")
+    return hashlib.sha256(prev + canonical_bytes(entry, seq=seq)).hexdigest()
+
+
+def link(draft: EntryDraft, *, seq: int, prev_hash: str) -> JournalEntry:
+    """Place ``draft`` at ``seq`` after an entry whose hash is ``prev_hash``."""
+    return JournalEntry(
+        saga_id=draft.saga_id,
+        event_type=draft.event_type,
+        tool=draft.tool,
+        payload=draft.payload,
+        result=draft.result,
+        error=draft.error,
+        actor=draft.actor,
+        attributes=draft.attributes,
+        recorded_at_us=draft.recorded_at_us,
+        seq=seq,
+        prev_hash=prev_hash,
+        hash=compute_hash(prev_hash, draft, seq=seq),
+    )
+
+
+def payload_sha256(payload: str) -> str:
+    """The approval binding: SHA-256 over the payload's UTF-8 bytes, lowercase hex."""
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+class BreakReason(enum.StrEnum):
+    """Why a chain does not verify, at the first bad seq."""
+
+    WRONG_GENESIS = "wrong_genesis"
+    """Seq 1's ``prev_hash`` is not the genesis hash."""
+    GAP = "gap"
+    """A seq is missing (the entry found has a higher seq than expected)."""
+    REORDERED = "reordered"
+    """An entry is out of order (its seq is lower than expected, or repeated)."""
+    BROKEN_LINK = "broken_link"
+    """An entry's ``prev_hash`` is not the previous entry's hash."""
+    EDITED = "edited"
+    """An entry's content does not hash to its recorded hash."""
+    FOREIGN_SAGA = "foreign_saga"
+    """An entry belongs to another saga."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChainVerdict:
+    """The outcome of :func:`verify`.
+
+    Attributes:
+        ok: the whole chain verifies.
+        length: the number of entries examined.
+        head_seq / head_hash: the last verified link (``0`` / genesis when none).
+        bad_seq: the seq at which verification first failed (the position expected there).
+        reason: why it failed.
+        detail: a sentence for people.
+    """
+
+    ok: bool
+    length: int
+    head_seq: int
+    head_hash: str
+    bad_seq: int | None = None
+    reason: BreakReason | None = None
+    detail: str | None = None
+
+
+def verify(entries: Iterable[JournalEntry], *, saga_id: str | None = None) -> ChainVerdict:
+    """Check one saga's entries, given in the order stored, and report the first break.
+
+    Args:
+        entries: the saga's entries in stored order (not re-sorted: order is evidence).
+        saga_id: the saga expected; defaults to the first entry's.
+    """
+    expected_seq = 1
+    prev = GENESIS_HASH
+    count = 0
+
+    def broken(reason: BreakReason, detail: str) -> ChainVerdict:
+        return ChainVerdict(
+            ok=False,
+            length=count,
+            head_seq=expected_seq - 1,
+            head_hash=prev,
+            bad_seq=expected_seq,
+            reason=reason,
+            detail=detail,
+        )
+
+    for entry in entries:
+        count += 1
+        saga = saga_id if saga_id is not None else entry.saga_id
+        saga_id = saga
+        if entry.saga_id != saga:
+            return broken(BreakReason.FOREIGN_SAGA, f"entry belongs to saga {entry.saga_id!r}")
+        if expected_seq == 1 and entry.seq == 1 and entry.prev_hash != GENESIS_HASH:
+            return broken(
+                BreakReason.WRONG_GENESIS,
+                f"seq 1 has previous hash {entry.prev_hash[:16]}…, not the genesis hash",
+            )
+        if entry.seq > expected_seq:
+            return broken(BreakReason.GAP, f"seq {expected_seq} is missing (found {entry.seq})")
+        if entry.seq < expected_seq:
+            return broken(
+                BreakReason.REORDERED,
+                f"seq {entry.seq} found where seq {expected_seq} was expected",
+            )
+        try:
+            recomputed = compute_hash(entry.prev_hash, entry, seq=entry.seq)
+        except SerializationError as exc:
+            return broken(BreakReason.EDITED, f"entry cannot be hashed: {exc}")
+        if recomputed != entry.hash:
+            return broken(BreakReason.EDITED, "content does not match its recorded hash")
+        if entry.prev_hash != prev:
+            return broken(BreakReason.BROKEN_LINK, "previous hash is not the preceding entry's")
+        prev = entry.hash
+        expected_seq += 1
+    return ChainVerdict(ok=True, length=count, head_seq=expected_seq - 1, head_hash=prev)
