@@ -1,0 +1,209 @@
+"""Avro encoding of journal entries, framed as Avro single-object encoding.
+
+The frame is ``C3 01`` (marker), the 8-byte CRC-64-AVRO fingerprint of the writer schema's
+parsing canonical form (little-endian, as the Avro specification writes it), then the entry in
+Avro binary.  See docs/adr/0003-wire-format.md.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import fastavro
+from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+from sagacity._events import EventType, JournalEntry
+from sagacity.errors import SerializationError
+
+MAGIC = b"\xc3\x01"
+"""The Avro single-object encoding marker that starts every journal message value."""
+
+HEADER_SIZE = len(MAGIC) + 8
+"""Bytes before the Avro body: the marker and the schema fingerprint."""
+
+SCHEMA_VERSION = 1
+"""The version of ``journal_event.avsc``; ``released/journal_event.v<N>.avsc`` is its copy."""
+
+_SCHEMA_FILE = "journal_event.avsc"
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriterSchema:
+    """A schema some writer used: its version, parsed form and 8-byte fingerprint."""
+
+    version: int
+    schema: Any
+    fingerprint: bytes
+    canonical_form: str
+
+
+def schema_fingerprint(schema: Any) -> bytes:
+    """The 8 fingerprint bytes of a parsed schema, in single-object-encoding byte order."""
+    return bytes.fromhex(fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO"))
+
+
+def _load(text: str, version: int) -> WriterSchema:
+    parsed = fastavro.parse_schema(json.loads(text), _force=True)
+    return WriterSchema(
+        version=version,
+        schema=parsed,
+        fingerprint=schema_fingerprint(parsed),
+        canonical_form=to_parsing_canonical_form(parsed),
+    )
+
+
+@cache
+def current_schema() -> WriterSchema:
+    """The schema this code writes (and reads every released version into)."""
+    text = resources.files(__package__).joinpath(_SCHEMA_FILE).read_text("utf-8")
+    return _load(text, SCHEMA_VERSION)
+
+
+@cache
+def released_schemas() -> Mapping[int, WriterSchema]:
+    """Every released schema version shipped in ``released/``, by version number."""
+    out: dict[int, WriterSchema] = {}
+    folder = resources.files(__package__).joinpath("released")
+    for item in folder.iterdir():
+        name = item.name
+        if not (name.startswith("journal_event.v") and name.endswith(".avsc")):
+            continue
+        version = int(name.removeprefix("journal_event.v").removesuffix(".avsc"))
+        out[version] = _load(item.read_text("utf-8"), version)
+    return dict(sorted(out.items()))
+
+
+@cache
+def _writers() -> Mapping[bytes, WriterSchema]:
+    known = {w.fingerprint: w for w in released_schemas().values()}
+    known[current_schema().fingerprint] = current_schema()
+    return known
+
+
+def known_fingerprints() -> frozenset[bytes]:
+    """Fingerprints :func:`decode_entry` accepts: the current schema and every released one."""
+    return frozenset(_writers())
+
+
+def entry_record(entry: JournalEntry) -> dict[str, Any]:
+    """The Avro record (a dict) for ``entry`` under the current schema."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "saga_id": entry.saga_id,
+        "seq": entry.seq,
+        "event_type": entry.event_type.value,
+        "tool": entry.tool,
+        "payload": entry.payload,
+        "result": entry.result,
+        "error": entry.error,
+        "actor": entry.actor,
+        "recorded_at_us": entry.recorded_at_us,
+        "attributes": dict(entry.attributes),
+        "prev_hash": entry.prev_hash,
+        "hash": entry.hash,
+    }
+
+
+def encode_entry(entry: JournalEntry) -> bytes:
+    """The message value for ``entry``: header then Avro binary of the current schema.
+
+    Raises:
+        SerializationError: a field does not fit the schema (e.g. a seq beyond 64 bits).
+    """
+    writer = current_schema()
+    buf = io.BytesIO()
+    buf.write(MAGIC)
+    buf.write(writer.fingerprint)
+    try:
+        fastavro.schemaless_writer(buf, writer.schema, entry_record(entry), strict=True)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise SerializationError(f"entry does not fit the journal schema: {exc}") from exc
+    return buf.getvalue()
+
+
+def peek_fingerprint(data: bytes) -> bytes:
+    """The writer-schema fingerprint of a message value, checking only the header.
+
+    Raises:
+        SerializationError: the value is shorter than the header or lacks the marker.
+    """
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise SerializationError(f"a journal message is bytes, got {type(data).__name__}")
+    view = bytes(data[:HEADER_SIZE])
+    if len(view) < HEADER_SIZE:
+        raise SerializationError(f"truncated: {len(data)} bytes, the header alone is {HEADER_SIZE}")
+    if view[: len(MAGIC)] != MAGIC:
+        raise SerializationError(
+            f"not a journal event: starts with {view[:2].hex()}, expected {MAGIC.hex()}"
+        )
+    return view[len(MAGIC) :]
+
+
+def decode_record(data: bytes) -> dict[str, Any]:
+    """The Avro record of a message value, resolved into the current schema.
+
+    Raises:
+        SerializationError: bad header, unknown fingerprint, invalid or truncated Avro, or
+            bytes left over after the record.
+    """
+    fp = peek_fingerprint(data)
+    writer = _writers().get(fp)
+    if writer is None:
+        raise SerializationError(
+            f"unknown schema fingerprint {fp.hex()}: written by a newer or foreign writer"
+        )
+    reader = current_schema()
+    buf = io.BytesIO(bytes(data))
+    buf.seek(HEADER_SIZE)
+    try:
+        record = fastavro.schemaless_reader(
+            buf,
+            writer.schema,
+            None if writer.fingerprint == reader.fingerprint else reader.schema,
+        )
+    except Exception as exc:  # fastavro raises many types on corrupt input; all mean garbage
+        raise SerializationError(
+            f"invalid Avro for schema v{writer.version}: {type(exc).__name__}: {exc}"
+        ) from exc
+    leftover = len(data) - buf.tell()
+    if leftover:
+        raise SerializationError(f"{leftover} unexpected bytes after the Avro record")
+    if not isinstance(record, dict):
+        raise SerializationError("Avro body is not a record")
+    return record
+
+
+def decode_entry(data: bytes) -> JournalEntry:
+    """The :class:`JournalEntry` of a message value, every field exactly as written.
+
+    The hash is not checked here (a verifier reports edited entries); it recomputes exactly
+    for every entry :func:`encode_entry` produced.
+
+    Raises:
+        SerializationError: with the reason, for anything that is not a decodable entry.
+    """
+    record = decode_record(data)
+    try:
+        event_type = EventType(record["event_type"])
+    except ValueError as exc:
+        raise SerializationError(f"unknown event type {record['event_type']!r}") from exc
+    return JournalEntry(
+        saga_id=record["saga_id"],
+        seq=record["seq"],
+        event_type=event_type,
+        tool=record["tool"],
+        payload=record["payload"],
+        result=record["result"],
+        error=record["error"],
+        actor=record["actor"],
+        attributes=record["attributes"],
+        recorded_at_us=record["recorded_at_us"],
+        prev_hash=record["prev_hash"],
+        hash=record["hash"],
+    )

@@ -1,0 +1,203 @@
+"""The journal event codec: exact round trips and typed errors on anything else."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sagacity import EntryDraft, EventType, JournalEntry, verify
+from sagacity.chain import compute_hash, link
+from sagacity.errors import SerializationError
+from sagacity.schemas import (
+    HEADER_SIZE,
+    MAGIC,
+    current_schema,
+    decode_entry,
+    encode_entry,
+    peek_fingerprint,
+)
+
+GENESIS = "0" * 64
+text = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+    max_size=40,
+)
+maybe_text = st.none() | text
+
+
+def _entry(**overrides: object) -> JournalEntry:
+    fields: dict[str, object] = {
+        "saga_id": "saga-1",
+        "event_type": EventType.INTENT,
+        "tool": "refund",
+        "payload": '{"amount":100,"to":"alice"}',
+        "attributes": {"payload_sha256": "ab" * 32, "ref_seq": "3"},
+        "recorded_at_us": 1_764_000_000_123_456,
+    }
+    fields.update(overrides)
+    return link(EntryDraft(**fields), seq=1, prev_hash=GENESIS)  # type: ignore[arg-type]
+
+
+def test_header_is_avro_single_object_encoding() -> None:
+    data = encode_entry(_entry())
+    assert data[:2] == b"\xc3\x01" == MAGIC
+    assert data[2:HEADER_SIZE] == current_schema().fingerprint
+    assert peek_fingerprint(data) == current_schema().fingerprint
+
+
+def test_fingerprint_is_the_crc64_avro_of_the_canonical_form() -> None:
+    # Independent Rabin fingerprint (Avro specification), little-endian as the spec frames it.
+    empty = 0xC15D213AA4D7A795
+    table = []
+    for i in range(256):
+        fp = i
+        for _ in range(8):
+            fp = (fp >> 1) ^ (empty & -(fp & 1))
+        table.append(fp)
+    fp = empty
+    for byte in current_schema().canonical_form.encode("utf-8"):
+        fp = (fp >> 8) ^ table[(fp ^ byte) & 0xFF]
+    assert current_schema().fingerprint == fp.to_bytes(8, "little")
+
+
+def test_round_trip_keeps_every_field_and_the_hash() -> None:
+    entry = _entry(result=None, error="", actor="writer-7")
+    back = decode_entry(encode_entry(entry))
+    assert back == entry
+    assert back.error == ""  # empty string stays distinct from null
+    assert back.result is None
+    assert compute_hash(back.prev_hash, back, seq=back.seq) == entry.hash
+    assert verify([back]).ok
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    saga_id=text.filter(bool),
+    seq=st.integers(min_value=1, max_value=2**63 - 1),
+    event_type=st.sampled_from(list(EventType)),
+    tool=maybe_text,
+    payload=maybe_text,
+    result=maybe_text,
+    error=maybe_text,
+    actor=maybe_text,
+    attributes=st.dictionaries(text, text, max_size=4),
+    recorded_at_us=st.integers(min_value=-(2**63), max_value=2**63 - 1),
+)
+def test_round_trip_is_exact_for_any_entry(
+    saga_id: str,
+    seq: int,
+    event_type: EventType,
+    tool: str | None,
+    payload: str | None,
+    result: str | None,
+    error: str | None,
+    actor: str | None,
+    attributes: dict[str, str],
+    recorded_at_us: int,
+) -> None:
+    draft = EntryDraft(
+        saga_id=saga_id,
+        event_type=event_type,
+        tool=tool,
+        payload=payload,
+        result=result,
+        error=error,
+        actor=actor,
+        attributes=attributes,
+        recorded_at_us=recorded_at_us,
+    )
+    entry = link(draft, seq=seq, prev_hash="ab" * 32)
+    back = decode_entry(encode_entry(entry))
+    assert back.to_dict() == entry.to_dict()
+    assert compute_hash(back.prev_hash, back, seq=seq) == entry.hash
+
+
+def test_seq_beyond_64_bits_is_a_serialization_error() -> None:
+    entry = JournalEntry(
+        saga_id="s", event_type=EventType.INTENT, seq=2**63, prev_hash=GENESIS, hash=GENESIS
+    )
+    with pytest.raises(SerializationError, match="does not fit"):
+        encode_entry(entry)
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"", "truncated"),
+        (b"\xc3\x01\x00", "truncated"),
+        (b'{"saga_id": "s"}', "not a journal event"),
+        (b"\x00\x00\x00\x00\x01" + b"\x00" * 10, "not a journal event"),  # a registry frame
+        (MAGIC + b"\x00" * 8 + b"\x02", "unknown schema fingerprint"),
+    ],
+)
+def test_garbage_is_refused_with_the_reason(data: bytes, reason: str) -> None:
+    with pytest.raises(SerializationError, match=reason):
+        decode_entry(data)
+
+
+def test_not_bytes_is_refused() -> None:
+    with pytest.raises(SerializationError, match="bytes"):
+        decode_entry("hello")  # type: ignore[arg-type]
+
+
+def test_every_truncation_is_refused() -> None:
+    data = encode_entry(_entry(result="r", error="e", actor="a"))
+    for cut in range(len(data)):
+        with pytest.raises(SerializationError):
+            decode_entry(data[:cut])
+
+
+def test_trailing_bytes_are_refused() -> None:
+    with pytest.raises(SerializationError, match="unexpected bytes"):
+        decode_entry(encode_entry(_entry()) + b"\x00")
+
+
+def test_unknown_event_type_is_refused() -> None:
+    import io
+
+    import fastavro
+
+    from sagacity.schemas import entry_record
+
+    record = entry_record(_entry())
+    record["event_type"] = "TELEPORTED"
+    buf = io.BytesIO()
+    buf.write(MAGIC + current_schema().fingerprint)
+    fastavro.schemaless_writer(buf, current_schema().schema, record)
+    with pytest.raises(SerializationError, match="unknown event type 'TELEPORTED'"):
+        decode_entry(buf.getvalue())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_random_bytes_after_a_valid_header_never_escape_as_another_error(body: bytes) -> None:
+    with contextlib.suppress(SerializationError):
+        decode_entry(MAGIC + current_schema().fingerprint + body)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_corrupted_bytes_are_refused_or_fail_verification(data: st.DataObject) -> None:
+    original = encode_entry(_entry(result="ok", actor="w"))
+    position = data.draw(st.integers(min_value=HEADER_SIZE, max_value=len(original) - 1))
+    flip = data.draw(st.integers(min_value=1, max_value=255))
+    corrupted = bytearray(original)
+    corrupted[position] ^= flip
+    try:
+        entry = decode_entry(bytes(corrupted))
+    except SerializationError:
+        return
+    assert not verify([entry]).ok or entry.to_dict() == decode_entry(original).to_dict()
+
+
+def test_schema_file_documents_its_version_default() -> None:
+    schema_dir = Path(__file__).parents[2] / "schemas"
+    doc = json.loads((schema_dir / "journal_event.avsc").read_text("utf-8"))
+    names = [f["name"] for f in doc["fields"]]
+    assert names[0] == "schema_version"
+    assert set(JournalEntry.__dataclass_fields__) <= set(names)
