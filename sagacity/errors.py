@@ -102,3 +102,39 @@ class CompensationError(SagacityError):
 # --- persistence ---------------------------------------------------------------------------
 class PersistenceError(SagacityError):
     """The database could not be reached or refused an operation."""
+
+
+# --- local development stack ---------------------------------------------------------------
+class DevStackError(SagacityError):
+    """The local development stack (Kafka broker, PostgreSQL server) could not be run."""
+
+
+class MissingToolError(DevStackError):
+    """A program the local stack needs (Java, Maven, PostgreSQL) is not installed.
+
+    Attributes:
+        tool: the program looked for (``java``, ``mvn``, ``postgres``).
+        install_hint: how to install it (Debian package names).
+    """
+
+    def __init__(self, tool: str, install_hint: str):
+        super().__init__(f"{tool} is not installed or not on PATH; install it with: {install_hint}")
+        self.tool = tool
+        self.install_hint = install_hint
+
+
+class PortInUseError(DevStackError):
+    """A port the stack was asked to use is already taken by another process."""
+
+    def __init__(self, port: int):
+        super().__init__(f"port {port} on 127.0.0.1 is already in use")
+        self.port = port
+
+
+class ProcessStartError(DevStackError):
+    """A server process exited or did not become ready; ``log_tail`` holds its last log lines."""
+
+    def __init__(self, message: str, *, log_tail: str = ""):
+        full = f"{message}\n--- last lines of the log ---\n{log_tail}" if log_tail else message
+        super().__init__(full)
+        self.log_tail = log_tail

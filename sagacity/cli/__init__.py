@@ -11,7 +11,7 @@ import importlib
 import click
 
 # (module, attribute) of each command or group, registered in this order.
-_GROUPS: tuple[tuple[str, str], ...] = ()
+_GROUPS: tuple[tuple[str, str], ...] = (("sagacity.cli.dev", "dev"),)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -1,0 +1,75 @@
+"""Process helpers: liveness by pid, graceful stop, log tails."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+
+def pid_alive(pid: int | None, *, marker: str | None = None) -> bool:
+    """Whether process ``pid`` runs (not a zombie) and, if given, its command line has ``marker``.
+
+    The marker guards against a recycled pid: a stale state file must never make us adopt (or
+    stop) an unrelated process.
+    """
+    if not pid or pid <= 0:
+        return False
+    proc = Path(f"/proc/{pid}")
+    try:
+        stat = (proc / "stat").read_text()
+        cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    # Field 3 of /proc/<pid>/stat, after the parenthesised command name, is the state.
+    state = stat.rsplit(")", 1)[-1].split()[0]
+    if state in {"Z", "X"}:
+        return False
+    return marker is None or marker in cmdline
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for ``pid`` to exit; return whether it did."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return True
+        _reap(pid)
+        time.sleep(0.1)
+    return not pid_alive(pid)
+
+
+def _reap(pid: int) -> None:
+    # Our own children stay zombies until waited for; reap them so they count as gone.
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def terminate(pid: int, *, timeout: float = 30.0, sig: int = signal.SIGTERM) -> bool:
+    """Send ``sig`` to ``pid``, wait up to ``timeout`` seconds, then SIGKILL it.
+
+    Returns whether the process stopped on the first signal (a clean stop).
+    """
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return True
+    if wait_gone(pid, timeout):
+        return True
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    wait_gone(pid, 10.0)
+    return False
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    """The last ``lines`` lines of the text file at ``path`` ("" if it does not exist)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return "\n".join(data.decode(errors="replace").splitlines()[-lines:])

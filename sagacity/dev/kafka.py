@@ -1,0 +1,362 @@
+"""A single-node Apache Kafka broker (KRaft, combined broker/controller) run from the jar cache.
+
+Tests use :class:`KafkaBroker` directly for a private broker of their own; the
+:class:`~sagacity.dev.stack.Stack` uses it for the checkout's shared one.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from sagacity.dev import _proc
+from sagacity.dev._jars import KAFKA_VERSION, ensure_kafka_jars
+from sagacity.dev._ports import HOST, claim_port, pick_free_port, port_answers, port_is_free
+from sagacity.dev._props import broker_properties, log4j_properties, render_properties
+from sagacity.dev._tools import find_java
+from sagacity.errors import DevStackError, ProcessStartError
+
+JVM_OPTIONS: tuple[str, ...] = (
+    "-Xms64m",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Djava.awt.headless=true",
+)
+"""JVM flags for a small test broker: serial GC and C1 only start fastest on two cores."""
+
+_BIND_FAILURE = ("Address already in use", "BindException")
+_quiet = logging.getLogger("sagacity.dev.kafka.client")
+_quiet.addHandler(logging.NullHandler())
+_quiet.propagate = False
+
+# Broker processes this interpreter launched, by pid. Held here rather than on a broker object
+# so a launched broker may outlive the object (``sagacity dev up`` returns while it runs) and is
+# still waited for (reaped) by whichever object stops it.
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def random_cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding, not starting '-'."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrokerState:
+    """What a running broker's ``state.json`` records."""
+
+    pid: int
+    port: int
+    controller_port: int
+    version: str
+    cluster_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able form."""
+        return {
+            "pid": self.pid,
+            "port": self.port,
+            "controller_port": self.controller_port,
+            "version": self.version,
+            "cluster_id": self.cluster_id,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BrokerState:
+        """Inverse of :meth:`to_dict`; raises ``KeyError``/``TypeError``/``ValueError`` on junk."""
+        return cls(
+            pid=int(data["pid"]),
+            port=int(data["port"]),
+            controller_port=int(data["controller_port"]),
+            version=str(data["version"]),
+            cluster_id=str(data["cluster_id"]),
+        )
+
+
+class KafkaBroker:
+    """One Kafka broker process with its own directory, ports and data.
+
+    The directory ``home`` holds ``server.properties``, ``data/`` (the log and metadata), the
+    logs and ``state.json`` (pid, ports). Stopping keeps the data: a later :meth:`start` on the
+    same ``home`` serves the same topics and messages, on the same ports if they are still free.
+
+    Args:
+        home: the broker's directory (created if missing).
+        version: Apache Kafka release, resolved from Maven Central into the cache.
+        port: client port; default a free one. An explicit port that is taken is refused.
+        controller_port: KRaft controller port; default a free one.
+        heap: maximum Java heap (``-Xmx``).
+        cache: jar cache root (default ``SAGACITY_CACHE_DIR`` or ``~/.cache/sagacity``).
+    """
+
+    def __init__(
+        self,
+        home: Path,
+        *,
+        version: str = KAFKA_VERSION,
+        port: int | None = None,
+        controller_port: int | None = None,
+        heap: str = "512m",
+        cache: Path | None = None,
+    ) -> None:
+        self.home = Path(home).resolve()
+        self.version = version
+        self._explicit = (port, controller_port)
+        self.heap = heap
+        self.cache = cache
+
+    # --- paths and state -------------------------------------------------------------------
+    @property
+    def config_file(self) -> Path:
+        """The broker's ``server.properties``."""
+        return self.home / "server.properties"
+
+    @property
+    def data_dir(self) -> Path:
+        """The broker's log directory (topics and KRaft metadata)."""
+        return self.home / "data"
+
+    @property
+    def log_file(self) -> Path:
+        """The broker's own log (log4j)."""
+        return self.home / "logs" / "server.log"
+
+    @property
+    def stdout_file(self) -> Path:
+        """Where the JVM's standard output and error go."""
+        return self.home / "logs" / "stdout.log"
+
+    @property
+    def state_file(self) -> Path:
+        """The JSON record of the running process."""
+        return self.home / "state.json"
+
+    def state(self) -> BrokerState | None:
+        """The recorded state, or ``None`` when there is none or it is unreadable."""
+        try:
+            return BrokerState.from_dict(json.loads(self.state_file.read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``127.0.0.1:<port>`` of the running broker.
+
+        Raises:
+            DevStackError: the broker has never been started in this directory.
+        """
+        state = self.state()
+        if state is None:
+            raise DevStackError(f"no broker has been started in {self.home}")
+        return f"{HOST}:{state.port}"
+
+    def is_running(self) -> bool:
+        """Whether this directory's broker process is alive and its client port answers."""
+        state = self.state()
+        if state is None or not self._alive(state.pid):
+            return False
+        return port_answers(state.port)
+
+    def _alive(self, pid: int) -> bool:
+        child = _children.get(pid)
+        if child is not None and child.poll() is not None:
+            return False
+        return _proc.pid_alive(pid, marker=str(self.config_file))
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def start(self, *, timeout: float = 120.0) -> str:
+        """Start the broker (formatting its storage the first time) and wait until it serves.
+
+        Returns the bootstrap servers. Idempotent: a broker already running here is reused.
+
+        Raises:
+            MissingToolError: Java (or, on first use, Maven) is missing.
+            PortInUseError: an explicitly requested port is taken.
+            ProcessStartError: the broker exited or did not answer in ``timeout`` seconds;
+                the message ends with its log.
+        """
+        if self.is_running():
+            return self.bootstrap_servers
+        java = find_java()
+        lib = ensure_kafka_jars(self.version, cache=self.cache)
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "logs").mkdir(exist_ok=True)
+        previous = self.state()
+        cluster_id = previous.cluster_id if previous else random_cluster_id()
+        deadline = time.monotonic() + timeout
+        for attempt in range(3):
+            port, controller_port = self._choose_ports(previous if attempt == 0 else None)
+            self._write_config(port, controller_port)
+            if not (self.data_dir / "meta.properties").is_file():
+                self._format(java, lib, cluster_id)
+            try:
+                self._launch(java, lib, port, controller_port, cluster_id, deadline)
+            except ProcessStartError as exc:
+                lost_race = any(marker in exc.log_tail for marker in _BIND_FAILURE)
+                if lost_race and self._explicit == (None, None) and attempt < 2:
+                    continue  # another process bound a picked port first: pick again
+                raise
+            return f"{HOST}:{port}"
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _choose_ports(self, previous: BrokerState | None) -> tuple[int, int]:
+        port, controller_port = self._explicit
+        if port is not None:
+            claim_port(port)
+        if controller_port is not None:
+            claim_port(controller_port)
+        # Reuse the ports of the last run when they are still free, so clients that cached the
+        # address reconnect; a port now taken by someone else is never reused.
+        if previous is not None:
+            if port is None and port_is_free(previous.port):
+                port = previous.port
+            if controller_port is None and port_is_free(previous.controller_port):
+                controller_port = previous.controller_port
+        if port is None:
+            port = pick_free_port(avoid=frozenset({controller_port or 0}))
+        if controller_port is None or controller_port == port:
+            controller_port = pick_free_port(avoid=frozenset({port}))
+        return port, controller_port
+
+    def _write_config(self, port: int, controller_port: int) -> None:
+        props = broker_properties(port=port, controller_port=controller_port, log_dir=self.data_dir)
+        self.config_file.write_text(render_properties(props))
+        (self.home / "log4j2.properties").write_text(log4j_properties(self.log_file))
+
+    def _java_command(self, java: str, lib: Path, main: str, *args: str) -> list[str]:
+        return [
+            java,
+            f"-Xmx{self.heap}",
+            *JVM_OPTIONS,
+            f"-Dlog4j2.configurationFile={self.home / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={self.home / 'logs'}",
+            "-cp",
+            f"{lib}/*",
+            main,
+            *args,
+        ]
+
+    def _format(self, java: str, lib: Path, cluster_id: str) -> None:
+        cmd = self._java_command(
+            java, lib, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c",
+            str(self.config_file), "-g",
+        )  # fmt: skip
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise ProcessStartError(
+                f"formatting Kafka storage in {self.data_dir} failed (exit {result.returncode})",
+                log_tail="\n".join((result.stdout + result.stderr).splitlines()[-40:]),
+            )
+
+    def _launch(
+        self,
+        java: str,
+        lib: Path,
+        port: int,
+        controller_port: int,
+        cluster_id: str,
+        deadline: float,
+    ) -> None:
+        cmd = self._java_command(java, lib, "kafka.Kafka", str(self.config_file))
+        with self.stdout_file.open("ab") as out:
+            # A session of its own: the broker outlives the command that started it and does
+            # not receive the terminal's Ctrl-C meant for that command.
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=self.home,
+            )
+        _children[proc.pid] = proc
+        state = BrokerState(
+            pid=proc.pid,
+            port=port,
+            controller_port=controller_port,
+            version=self.version,
+            cluster_id=cluster_id,
+        )
+        self.state_file.write_text(json.dumps(state.to_dict(), indent=2) + "\n")
+        while True:
+            if proc.poll() is not None:
+                _children.pop(proc.pid, None)
+                raise ProcessStartError(
+                    f"Kafka broker in {self.home} exited with status {proc.returncode}",
+                    log_tail=self._tails(),
+                )
+            if port_answers(port) and _metadata_answers(f"{HOST}:{port}"):
+                return
+            if time.monotonic() > deadline:
+                self._kill(proc.pid)
+                raise ProcessStartError(
+                    f"Kafka broker in {self.home} did not answer on {HOST}:{port} in time",
+                    log_tail=self._tails(),
+                )
+            time.sleep(0.25)
+
+    def _tails(self) -> str:
+        return "\n".join(
+            part
+            for part in (_proc.log_tail(self.log_file), _proc.log_tail(self.stdout_file, 15))
+            if part
+        )
+
+    def _kill(self, pid: int, timeout: float = 10.0) -> None:
+        _proc.terminate(pid, timeout=timeout)
+        child = _children.pop(pid, None)
+        if child is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=5.0)
+
+    def stop(self, *, timeout: float = 30.0) -> bool:
+        """Stop the broker: SIGTERM (a clean, flushed shutdown), SIGKILL after ``timeout`` s.
+
+        Returns whether a broker was running here. Only a process recorded in this
+        directory's state and started with this directory's configuration is signalled.
+        """
+        state = self.state()
+        if state is None or not self._alive(state.pid):
+            if state is not None and (child := _children.pop(state.pid, None)) is not None:
+                child.wait()
+            return False
+        self._kill(state.pid, timeout=timeout)
+        return True
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _metadata_answers(bootstrap: str, timeout: float = 2.0) -> bool:
+    """Whether the broker at ``bootstrap`` answers a metadata request listing itself."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": _quiet}
+    admin = AdminClient(config)
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except KafkaException:
+        return False
+    return bool(metadata.brokers)

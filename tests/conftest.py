@@ -1,0 +1,181 @@
+"""Shared test fixtures: a real Kafka broker and a real PostgreSQL server for the session.
+
+Where the infrastructure comes from, in order:
+
+1. ``SAGACITY_BOOTSTRAP_SERVERS`` / ``SAGACITY_DATABASE_URL`` when set (``deploy/local/test``
+   sets them from ``sagacity dev up``);
+2. otherwise testcontainers, when a Docker engine answers;
+3. otherwise the checkout's local stack (``sagacity.dev.Stack``), started for the session and
+   stopped at its end (a stack that was already running is reused and left running).
+
+Kafka and PostgreSQL are resolved independently and only when a test asks for them. Each test
+gets fresh, uniquely named topics (``make_topic``) and its own schema (``pg_dsn``), so tests
+never see each other's data and run in any order.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import uuid
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack
+from typing import Any
+
+import pytest
+
+KAFKA_IMAGE = "confluentinc/cp-kafka:7.9.0"
+POSTGRES_IMAGE = "postgres:16"
+
+
+def _docker_answers() -> bool:
+    """Whether a Docker engine answers a ping within two seconds."""
+    try:
+        import docker
+    except ImportError:
+        return False
+    # A failed ping leaves an unclosed socket behind; drop its warning, not the answer.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        try:
+            client = docker.from_env(timeout=2)
+            try:
+                return bool(client.ping())
+            finally:
+                client.close()
+        except Exception:
+            return False
+        finally:
+            gc.collect()
+
+
+class _Infrastructure:
+    """Lazily provides each service once per session and tears down what it started."""
+
+    def __init__(self) -> None:
+        self._exit = ExitStack()
+        self._docker: bool | None = None
+        self._bootstrap: str | None = None
+        self._dsn: str | None = None
+
+    def docker(self) -> bool:
+        if self._docker is None:
+            self._docker = _docker_answers()
+        return self._docker
+
+    def bootstrap_servers(self) -> str:
+        if self._bootstrap is None:
+            self._bootstrap = os.environ.get("SAGACITY_BOOTSTRAP_SERVERS") or self._start_kafka()
+        return self._bootstrap
+
+    def database_url(self) -> str:
+        if self._dsn is None:
+            self._dsn = os.environ.get("SAGACITY_DATABASE_URL") or self._start_postgres()
+        return self._dsn
+
+    def _start_kafka(self) -> str:
+        if self.docker():
+            from testcontainers.community.kafka import KafkaContainer
+
+            container = self._exit.enter_context(KafkaContainer(KAFKA_IMAGE).with_kraft())
+            return str(container.get_bootstrap_server())
+        from sagacity.dev import Stack
+
+        stack = Stack()
+        endpoints = stack.up(kafka=True, postgres=False)
+        if "kafka" in endpoints.started:
+            self._exit.callback(stack.down, kafka=True, postgres=False)
+        assert endpoints.bootstrap_servers is not None
+        return endpoints.bootstrap_servers
+
+    def _start_postgres(self) -> str:
+        if self.docker():
+            from testcontainers.community.postgres import PostgresContainer
+
+            container = self._exit.enter_context(
+                PostgresContainer(POSTGRES_IMAGE, dbname="sagacity", driver=None)
+            )
+            return str(container.get_connection_url())
+        from sagacity.dev import Stack
+
+        stack = Stack()
+        endpoints = stack.up(kafka=False, postgres=True)
+        if "postgres" in endpoints.started:
+            self._exit.callback(stack.down, kafka=False, postgres=True)
+        assert endpoints.database_url is not None
+        return endpoints.database_url
+
+    def close(self) -> None:
+        self._exit.close()
+
+
+@pytest.fixture(scope="session")
+def _infrastructure() -> Iterator[_Infrastructure]:
+    infra = _Infrastructure()
+    try:
+        yield infra
+    finally:
+        infra.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(_infrastructure: _Infrastructure) -> str:
+    """Bootstrap servers of a real Apache Kafka broker shared by the session."""
+    return _infrastructure.bootstrap_servers()
+
+
+@pytest.fixture
+def make_topic(kafka_bootstrap: str) -> Iterator[Callable[..., str]]:
+    """Factory creating fresh, uniquely named topics; they are deleted after the test.
+
+    ``make_topic(partitions=3, config=None) -> name``; ``config`` is a mapping of topic
+    configuration (``{"retention.ms": "-1"}``).
+    """
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    created: list[str] = []
+
+    def create(partitions: int = 3, config: Mapping[str, str] | None = None) -> str:
+        name = f"test.{uuid.uuid4().hex[:16]}"
+        topic = NewTopic(
+            name, num_partitions=partitions, replication_factor=1, config=dict(config or {})
+        )
+        admin.create_topics([topic], operation_timeout=30)[name].result(timeout=30)
+        created.append(name)
+        return name
+
+    yield create
+    if created:
+        for future in admin.delete_topics(created, operation_timeout=30).values():
+            try:
+                future.result(timeout=30)
+            except Exception as exc:  # cleanup must not hide the test's own outcome
+                warnings.warn(f"could not delete test topic: {exc}", stacklevel=1)
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn(_infrastructure: _Infrastructure) -> str:
+    """Conninfo URL of a real PostgreSQL database (``sagacity``) shared by the session."""
+    return _infrastructure.database_url()
+
+
+@pytest.fixture
+def pg_dsn(postgres_dsn: str) -> Iterator[str]:
+    """A conninfo whose ``search_path`` is a fresh schema of its own, dropped after the test."""
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    schema = f"test_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    params: dict[str, Any] = conninfo_to_dict(postgres_dsn)
+    options = params.get("options") or ""
+    params["options"] = f"{options} -c search_path={schema}".strip()
+    try:
+        yield make_conninfo(**params)
+    finally:
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
