@@ -1,7 +1,16 @@
 """Sagacity: compensation, human approval gates and a verifiable evidence chain for the tools
 AI agents call."""
 
+from sagacity._compensation import CompensationReport, CompensationRunner
+from sagacity._context import CompensationContext
+from sagacity._decorators import compensable, compensation
 from sagacity._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
+from sagacity._memory import InMemoryJournal
+from sagacity._registry import RegisteredTool, ToolRegistry
+from sagacity._result import SagaResult, SagaStatus, Step
+from sagacity._reversibility import Reversibility
+from sagacity._saga import Sagacity
+from sagacity._undo import Undo
 from sagacity.chain import BreakReason, ChainVerdict, verify
 from sagacity.errors import SagacityError
 from sagacity.journal import ApprovalRequest, Journal
@@ -11,10 +20,24 @@ __all__ = [
     "ApprovalRequest",
     "BreakReason",
     "ChainVerdict",
+    "CompensationContext",
+    "CompensationReport",
+    "CompensationRunner",
     "EntryDraft",
     "EventType",
+    "InMemoryJournal",
     "Journal",
     "JournalEntry",
+    "RegisteredTool",
+    "Reversibility",
+    "SagaResult",
+    "SagaStatus",
+    "Sagacity",
     "SagacityError",
+    "Step",
+    "ToolRegistry",
+    "Undo",
+    "compensable",
+    "compensation",
     "verify",
 ]

@@ -7,6 +7,11 @@ original kept as ``__cause__``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sagacity._result import SagaResult
+
 
 class SagacityError(Exception):
     """Root of every error Sagacity raises.
@@ -21,6 +26,14 @@ class SagacityError(Exception):
         self.message = message
         self.saga_id = saga_id
         self.seq = seq
+
+
+class ConfigurationError(SagacityError):
+    """Sagacity was configured with an invalid option or a missing component."""
+
+
+class InvalidArgumentError(SagacityError):
+    """A caller passed a value of the wrong type or an empty one (an approver, a payload …)."""
 
 
 # --- declarations --------------------------------------------------------------------------
@@ -41,6 +54,22 @@ class UnknownSagaError(SagaError):
     """No journal entries exist for the saga id."""
 
 
+class SagaExistsError(SagaError):
+    """A saga was opened with an id whose chain already exists."""
+
+
+class SagaClosedError(SagaError):
+    """A wrapped tool was called in the context of a saga that has already ended."""
+
+
+class SagaFailedError(SagaError):
+    """A wrapped tool was called after a step of the same saga failed; the tool was not called.
+
+    New side effects after a failure would only be undone again by the compensation that the
+    saga runs on exit, so they are refused.
+    """
+
+
 # --- journal and chain ---------------------------------------------------------------------
 class JournalError(SagacityError):
     """The journal could not record or read an event."""
@@ -57,6 +86,10 @@ class ChainError(JournalError):
     """An event does not extend its saga's chain (wrong previous hash or seq: a fork)."""
 
 
+class ChainIntegrityError(JournalError):
+    """A saga's stored chain does not verify; gate decisions on it are refused."""
+
+
 class WriterConflictError(JournalError):
     """Another live writer owns the saga (see docs/adr/0004-single-writer.md)."""
 
@@ -67,7 +100,23 @@ class SerializationError(SagacityError):
 
 # --- approvals -----------------------------------------------------------------------------
 class ApprovalError(SagacityError):
-    """An approval-gate operation was refused."""
+    """An approval-gate operation was refused.
+
+    Attributes:
+        result: when the refusal ended the saga (a changed payload, an expired request, a
+            constraint), the :class:`~sagacity.SagaResult` of the compensation that followed.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        saga_id: str | None = None,
+        seq: int | None = None,
+        result: SagaResult | None = None,
+    ):
+        super().__init__(message, saga_id=saga_id, seq=seq)
+        self.result = result
 
 
 class ApprovalNotFound(ApprovalError):  # noqa: N818 - public name fixed by the API
@@ -80,6 +129,13 @@ class ApprovalMissingError(ApprovalError):
 
 class PayloadMismatchError(ApprovalError):
     """The live payload's SHA-256 differs from the approved one."""
+
+
+class UnverifiableApprovalError(ApprovalError):
+    """The approval request records no payload hash (or one its own payload does not match).
+
+    An approval that never recorded what it approved cannot be shown to match, so it is refused.
+    """
 
 
 class AlreadyDecidedError(ApprovalError):

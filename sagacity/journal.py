@@ -26,6 +26,8 @@ class ApprovalRequest:
         signatures_required: 1 for ``IRREVERSIBLE``, 2 for ``PRIVILEGED``.
         signed_by: approvers who have signed so far, in order.
         policy_version: the approval policy in force when the request was made.
+        expires_at_us: when the request lapses (``None``: no time limit).
+        reversibility: the gated tool's declared reversibility.
     """
 
     saga_id: str
@@ -37,6 +39,8 @@ class ApprovalRequest:
     signatures_required: int
     signed_by: tuple[str, ...] = ()
     policy_version: str = "1"
+    expires_at_us: int | None = None
+    reversibility: str = "IRREVERSIBLE"
 
     @property
     def approved(self) -> bool:

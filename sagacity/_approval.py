@@ -1,0 +1,446 @@
+"""The approval gate's decisions: approve, reject, resume, expire.
+
+State is read from the saga's chain every time (the ``AWAITING_APPROVAL`` entry is the
+request, decisions refer to it by ``ref_seq``), never from a side table, so what gates
+execution is covered by the same tamper evidence as everything else.  Every check fails
+closed.  Decisions on one request are serialised within the process; a second concurrent
+decision on the same request is refused rather than interleaved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from sagacity import _attributes as attr
+from sagacity._codec import decode_payload
+from sagacity._events import EntryDraft, EventType, JournalEntry
+from sagacity._invoke import call_async, call_blocking
+from sagacity._registry import RegisteredTool
+from sagacity._requests import RequestState, pending_requests, request_state
+from sagacity._result import SagaResult, SagaStatus
+from sagacity._tool import check_constraint, executed_draft, failed_draft, intent_draft
+from sagacity.chain import payload_sha256, verify
+from sagacity.errors import (
+    AlreadyDecidedError,
+    ApprovalError,
+    ApprovalExpiredError,
+    ApprovalMissingError,
+    ApprovalNotFound,
+    ChainIntegrityError,
+    ConstraintViolation,
+    DeclarationError,
+    InvalidArgumentError,
+    PayloadMismatchError,
+    SerializationError,
+    UnknownSagaError,
+    UnverifiableApprovalError,
+)
+from sagacity.journal import ApprovalRequest, Journal
+
+if TYPE_CHECKING:
+    from sagacity._saga import Sagacity
+
+NO_APPROVAL = "no human approval recorded"
+PAYLOAD_CHANGED = "payload changed since approval"
+
+
+def already_signed(approver: str) -> str:
+    """The refusal of a second signature by the same person."""
+    return f"{approver} already signed this request"
+
+
+def load_chain(journal: Journal, saga_id: object) -> Sequence[JournalEntry]:
+    """The saga's verified chain.
+
+    Raises:
+        InvalidArgumentError: ``saga_id`` is not a non-empty str.
+        UnknownSagaError: the saga has no entries.
+        ChainIntegrityError: the chain does not verify (decisions on it are refused).
+    """
+    if not isinstance(saga_id, str) or not saga_id:
+        raise InvalidArgumentError(f"saga_id must be a non-empty str, got {saga_id!r}")
+    entries = journal.entries(saga_id)
+    if not entries:
+        raise UnknownSagaError(f"unknown saga {saga_id!r}", saga_id=saga_id)
+    verdict = verify(entries, saga_id=saga_id)
+    if not verdict.ok:
+        raise ChainIntegrityError(
+            f"the chain of saga {saga_id!r} does not verify at seq {verdict.bad_seq} "
+            f"({verdict.reason}: {verdict.detail}); refusing to decide on it",
+            saga_id=saga_id,
+            seq=verdict.bad_seq,
+        )
+    return entries
+
+
+def _check_seq(seq: object) -> int:
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+        raise InvalidArgumentError(f"seq must be an int >= 1, got {seq!r}")
+    return seq
+
+
+def _check_approver(approver: object) -> str:
+    if not isinstance(approver, str) or not approver.strip():
+        raise InvalidArgumentError(f"approver must be a non-empty str, got {approver!r}")
+    return approver
+
+
+class ApprovalDesk:
+    """Gate decisions for one :class:`~sagacity.Sagacity`."""
+
+    def __init__(self, sagacity: Sagacity) -> None:
+        self._s = sagacity
+        self._claims: set[tuple[str, int]] = set()
+        self._claims_lock = threading.Lock()
+
+    # -- helpers --------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _claim(self, saga_id: str, seq: int) -> Iterator[None]:
+        key = (saga_id, seq)
+        with self._claims_lock:
+            if key in self._claims:
+                raise AlreadyDecidedError(
+                    f"another decision on request {saga_id}/{seq} is in progress; retry",
+                    saga_id=saga_id,
+                    seq=seq,
+                )
+            self._claims.add(key)
+        try:
+            yield
+        finally:
+            with self._claims_lock:
+                self._claims.discard(key)
+
+    def _load(self, saga_id: object, seq: object) -> tuple[Sequence[JournalEntry], RequestState]:
+        position = _check_seq(seq)
+        entries = load_chain(self._s.journal, saga_id)
+        assert isinstance(saga_id, str)
+        state = request_state(entries, position)
+        if state is None:
+            raise ApprovalNotFound(
+                f"saga {saga_id!r} has no approval request at seq {position}",
+                saga_id=saga_id,
+                seq=position,
+            )
+        return entries, state
+
+    def _decision(
+        self, request: ApprovalRequest, event: EventType, actor: str | None, **fields: Any
+    ) -> EntryDraft:
+        attributes = {
+            attr.REF_SEQ: str(request.seq),
+            attr.POLICY_VERSION: self._s.policy_version,
+            **fields.pop("attributes", {}),
+        }
+        return EntryDraft(
+            saga_id=request.saga_id,
+            event_type=event,
+            tool=request.tool,
+            actor=actor if actor is not None else self._s.writer_id,
+            attributes=attributes,
+            recorded_at_us=self._s.now_us(),
+            **fields,
+        )
+
+    def _expired(self, request: ApprovalRequest) -> bool:
+        return request.expires_at_us is not None and self._s.now_us() > request.expires_at_us
+
+    def _close_and_compensate(
+        self,
+        request: ApprovalRequest,
+        draft: EntryDraft,
+        *,
+        cause: EventType,
+        error: str,
+        clean: SagaStatus,
+    ) -> SagaResult:
+        self._s.journal.append(draft, durable=True)
+        report = (
+            None
+            if self._s.compensation_mode == "delegated"
+            else self._s._runner().run(request.saga_id)
+        )
+        return self._s.end_saga(
+            request.saga_id,
+            cause=cause,
+            ref_seq=request.seq,
+            error=error,
+            clean_status=clean,
+            report=report,
+        )
+
+    def _expire(self, request: ApprovalRequest) -> ApprovalExpiredError:
+        message = f"approval request {request.saga_id}/{request.seq} expired"
+        result = self._close_and_compensate(
+            request,
+            self._decision(request, EventType.EXPIRED, None, error=message),
+            cause=EventType.EXPIRED,
+            error=message,
+            clean=SagaStatus.EXPIRED,
+        )
+        return ApprovalExpiredError(
+            message, saga_id=request.saga_id, seq=request.seq, result=result
+        )
+
+    # -- decisions ------------------------------------------------------------------------
+    def approve(self, saga_id: str, seq: int, approver: str) -> ApprovalRequest:
+        """See :meth:`Sagacity.approve`."""
+        person = _check_approver(approver)
+        _entries, state = self._load(saga_id, seq)
+        request = state.request
+        with self._claim(request.saga_id, request.seq):
+            _entries, state = self._load(saga_id, seq)
+            request = state.request
+            if not state.pending:
+                raise AlreadyDecidedError(
+                    f"cannot approve: {state.describe_closure()}", saga_id=saga_id, seq=seq
+                )
+            if self._expired(request):
+                raise self._expire(request)
+            if person in request.signed_by:
+                raise AlreadyDecidedError(already_signed(person), saga_id=saga_id, seq=seq)
+            if request.approved:
+                raise AlreadyDecidedError(
+                    f"the request already has the {request.signatures_required} signature(s) "
+                    "it needs",
+                    saga_id=saga_id,
+                    seq=seq,
+                )
+            attributes = {}
+            if request.payload_sha256 is not None:
+                attributes[attr.PAYLOAD_SHA256] = request.payload_sha256
+            self._s.journal.append(
+                self._decision(request, EventType.APPROVED, person, attributes=attributes),
+                durable=True,
+            )
+            self._s.journal.flush()
+            return ApprovalRequest(
+                saga_id=request.saga_id,
+                seq=request.seq,
+                tool=request.tool,
+                payload=request.payload,
+                payload_sha256=request.payload_sha256,
+                requested_at_us=request.requested_at_us,
+                signatures_required=request.signatures_required,
+                signed_by=(*request.signed_by, person),
+                policy_version=request.policy_version,
+                expires_at_us=request.expires_at_us,
+                reversibility=request.reversibility,
+            )
+
+    def reject(
+        self, saga_id: str, seq: int, approver: str, *, reason: str | None = None
+    ) -> SagaResult:
+        """See :meth:`Sagacity.reject`."""
+        person = _check_approver(approver)
+        if reason is not None and not isinstance(reason, str):
+            raise InvalidArgumentError(f"reason must be a str, got {reason!r}")
+        _entries, state = self._load(saga_id, seq)
+        with self._claim(state.request.saga_id, state.request.seq):
+            _entries, state = self._load(saga_id, seq)
+            request = state.request
+            if not state.pending:
+                raise AlreadyDecidedError(
+                    f"cannot reject: {state.describe_closure()}", saga_id=saga_id, seq=seq
+                )
+            message = f"rejected by {person}" + (f": {reason}" if reason else "")
+            return self._close_and_compensate(
+                request,
+                self._decision(request, EventType.REJECTED, person, error=reason),
+                cause=EventType.REJECTED,
+                error=message,
+                clean=SagaStatus.REJECTED,
+            )
+
+    def _checked_for_resume(
+        self, saga_id: str, seq: int, payload: object
+    ) -> tuple[ApprovalRequest, RegisteredTool, dict[str, Any]]:
+        """Every resume check, in order; refusals that end the saga journal and compensate."""
+        _entries, state = self._load(saga_id, seq)
+        request = state.request
+        if not state.pending:
+            raise ApprovalNotFound(
+                f"no pending approval request at {saga_id}/{seq}: {state.describe_closure()}",
+                saga_id=saga_id,
+                seq=seq,
+            )
+        if self._expired(request):
+            raise self._expire(request)
+        signers = set(request.signed_by)
+        if not signers:
+            raise ApprovalMissingError(NO_APPROVAL, saga_id=saga_id, seq=seq)
+        if len(signers) < request.signatures_required:
+            raise ApprovalMissingError(
+                f"only {len(signers)} of {request.signatures_required} required signatures "
+                "recorded",
+                saga_id=saga_id,
+                seq=seq,
+            )
+        assert isinstance(payload, str)
+        stored = request.payload_sha256
+        if stored is None or stored != payload_sha256(request.payload):
+            message = "the approval request records no payload hash matching what was approved"
+            self._refuse(request, payload, message, UnverifiableApprovalError)
+        if payload_sha256(payload) != stored:
+            self._refuse(request, payload, PAYLOAD_CHANGED, PayloadMismatchError)
+        tool = self._s.registry.get(request.tool)
+        if tool is None:
+            raise DeclarationError(
+                f"tool {request.tool!r} is not registered with this Sagacity; wrap it before "
+                "resuming (the request stays pending)",
+                saga_id=saga_id,
+                seq=seq,
+            )
+        try:
+            arguments = decode_payload(payload)
+        except SerializationError as exc:
+            self._refuse(
+                request,
+                payload,
+                f"approved payload is not replayable: {exc}",
+                UnverifiableApprovalError,
+            )
+        refusal = check_constraint(tool.definition, arguments)
+        if refusal is not None:
+            result = self._close_and_compensate(
+                request,
+                self._decision(
+                    request, EventType.CONSTRAINT_VIOLATED, None, payload=payload, error=refusal
+                ),
+                cause=EventType.CONSTRAINT_VIOLATED,
+                error=refusal,
+                clean=SagaStatus.COMPENSATED,
+            )
+            raise ConstraintViolation(refusal, saga_id=saga_id, seq=seq, result=result)
+        return request, tool, arguments
+
+    def _refuse(
+        self,
+        request: ApprovalRequest,
+        payload: str,
+        message: str,
+        error: type[ApprovalError],
+    ) -> None:
+        draft = self._decision(
+            request,
+            EventType.RESUME_REFUSED,
+            None,
+            payload=payload,
+            error=message,
+            attributes={attr.PAYLOAD_SHA256: payload_sha256(payload)},
+        )
+        result = self._close_and_compensate(
+            request,
+            draft,
+            cause=EventType.RESUME_REFUSED,
+            error=message,
+            clean=SagaStatus.COMPENSATED,
+        )
+        raise error(message, saga_id=request.saga_id, seq=request.seq, result=result)
+
+    def _after_resume(
+        self, request: ApprovalRequest, value: Any, exc: Exception | None
+    ) -> SagaResult:
+        s = self._s
+        if exc is not None:
+            return s.end_saga(
+                request.saga_id,
+                cause=EventType.FAILED,
+                ref_seq=request.seq,
+                error=f"{type(exc).__name__}: {exc}",
+                clean_status=SagaStatus.COMPENSATED,
+                report=None
+                if s.compensation_mode == "delegated"
+                else s._runner().run(request.saga_id),
+                exception=exc,
+            )
+        remaining = pending_requests(s.journal.entries(request.saga_id))
+        status = SagaStatus.AWAITING_APPROVAL if remaining else SagaStatus.COMPLETED
+        s.journal.append(
+            EntryDraft(
+                saga_id=request.saga_id,
+                event_type=EventType.SAGA_ENDED,
+                result=status.value,
+                actor=s.writer_id,
+                recorded_at_us=s.now_us(),
+            )
+        )
+        s.journal.flush()
+        return SagaResult(
+            status=status,
+            saga_id=request.saga_id,
+            value=value,
+            awaiting_tool_name=remaining[0].tool if remaining else None,
+            awaiting_seq=remaining[0].seq if remaining else None,
+        )
+
+    def resume(self, saga_id: str, seq: int, payload: str) -> SagaResult:
+        """See :meth:`Sagacity.resume_saga`."""
+        if not isinstance(payload, str):
+            raise InvalidArgumentError(
+                f"payload must be the approved payload as a str, got {type(payload).__name__}"
+            )
+        _check_seq(seq)
+        with self._claim(str(saga_id), seq):
+            request, tool, arguments = self._checked_for_resume(saga_id, seq, payload)
+            s = self._s
+            intent = s.journal.append(
+                intent_draft(s, tool.definition, request.saga_id, payload, request.seq),
+                durable=True,
+            )
+            try:
+                value = call_blocking(tool.function, **arguments)
+            except Exception as exc:
+                s.journal.append(failed_draft(s, tool.definition, intent, exc))
+                return self._after_resume(request, None, exc)
+            except BaseException as exc:
+                s.journal.append(failed_draft(s, tool.definition, intent, exc))
+                raise
+            s.journal.append(executed_draft(s, tool.definition, intent, value))
+            return self._after_resume(request, value, None)
+
+    async def resume_async(self, saga_id: str, seq: int, payload: str) -> SagaResult:
+        """See :meth:`Sagacity.resume_saga_async`."""
+        if not isinstance(payload, str):
+            raise InvalidArgumentError(
+                f"payload must be the approved payload as a str, got {type(payload).__name__}"
+            )
+        _check_seq(seq)
+        with self._claim(str(saga_id), seq):
+            request, tool, arguments = self._checked_for_resume(saga_id, seq, payload)
+            s = self._s
+            journal = s.journal
+            intent = await journal.append_async(
+                intent_draft(s, tool.definition, request.saga_id, payload, request.seq),
+                durable=True,
+            )
+            try:
+                value = await call_async(tool.function, **arguments)
+            except Exception as exc:
+                await journal.append_async(failed_draft(s, tool.definition, intent, exc))
+                return self._after_resume(request, None, exc)
+            except BaseException as exc:
+                await journal.append_async(failed_draft(s, tool.definition, intent, exc))
+                raise
+            await journal.append_async(executed_draft(s, tool.definition, intent, value))
+            return self._after_resume(request, value, None)
+
+    def expire_overdue(self) -> list[SagaResult]:
+        """See :meth:`Sagacity.expire_overdue`."""
+        results: list[SagaResult] = []
+        for request in self._s.journal.pending_approvals():
+            if not self._expired(request):
+                continue
+            try:
+                with self._claim(request.saga_id, request.seq):
+                    _entries, state = self._load(request.saga_id, request.seq)
+                    if state.pending and self._expired(state.request):
+                        error = self._expire(state.request)
+                        if error.result is not None:
+                            results.append(error.result)
+            except AlreadyDecidedError:
+                continue
+        return results

@@ -1,0 +1,431 @@
+"""The compensation runner: undo a saga's executed steps, working from its chain alone.
+
+It needs the chain, the tool registry and a journal, nothing else, so the compensation
+service runs the same code as the in-process core.  It is safe to run again on a chain it
+(or a crashed predecessor) already worked on:
+
+* only ``EXECUTED`` entries are undone, newest first; ``READ`` steps are skipped;
+* a step whose last compensation event is ``COMPENSATED`` is skipped (no double refund);
+* a ``COMPENSATION_INTENT`` without an outcome means the undo may or may not have happened:
+  it is retried only when the compensation is declared ``idempotent``, else it is ``SUSPECT``;
+* an ``INTENT`` without an outcome is ``SUSPECT`` (journaled once): an effect may exist whose
+  result nobody knows; it is never compensated blindly;
+* a failing compensation is journaled ``COMPENSATION_FAILED`` and the run goes on; a step that
+  failed before (with an error, or because its tool was not registered) is tried again;
+* steps that cannot be undone (irreversible, ``"undo": None``, no compensation declared) are
+  journaled once and reported dirty.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sagacity import _attributes as attr
+from sagacity._codec import decode_payload, decode_result, describe_error, encode_result
+from sagacity._context import CompensationContext
+from sagacity._events import EntryDraft, EventType, JournalEntry, now_micros
+from sagacity._invoke import call_async, call_blocking
+from sagacity._registry import ToolRegistry
+from sagacity._result import SagaStatus, Step
+from sagacity._reversibility import Reversibility
+from sagacity.errors import SerializationError
+from sagacity.journal import Journal
+
+CAUSE_ERROR = "error"
+CAUSE_NO_UNDO = "no_undo"
+CAUSE_UNDECLARED = "undeclared"
+CAUSE_UNREGISTERED = "unregistered"
+_FINAL_CAUSES = frozenset({CAUSE_NO_UNDO, CAUSE_UNDECLARED})
+
+PHASE_CALL = "call"
+PHASE_COMPENSATION = "compensation"
+
+_OUTCOMES = (EventType.EXECUTED, EventType.FAILED)
+_STEP_EVENTS = (
+    EventType.COMPENSATION_INTENT,
+    EventType.COMPENSATED,
+    EventType.COMPENSATION_FAILED,
+    EventType.SUSPECT,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompensationReport:
+    """What a compensation run did.
+
+    Attributes:
+        saga_id: the saga.
+        compensated: ``EXECUTED`` seqs undone in this run, in the order undone.
+        dirty: steps still not undone (with the reason).
+        suspects: ``INTENT`` entries (or in-doubt compensations) needing a person.
+    """
+
+    saga_id: str
+    compensated: tuple[int, ...] = ()
+    dirty: tuple[Step, ...] = ()
+    suspects: tuple[Step, ...] = ()
+
+    @property
+    def status(self) -> SagaStatus:
+        """``COMPENSATED`` when nothing is left dirty or suspect, else ``COMPENSATION_FAILED``."""
+        if self.dirty or self.suspects:
+            return SagaStatus.COMPENSATION_FAILED
+        return SagaStatus.COMPENSATED
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Undo:
+    """A planned undo call."""
+
+    step: JournalEntry
+    target: str
+    call: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    payload: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Note:
+    """A planned journal entry that is not an undo call (a suspect, an impossible undo)."""
+
+    draft: EntryDraft | None
+    dirty: Step | None = None
+    suspect: Step | None = None
+
+
+class CompensationRunner:
+    """Undoes a saga's executed steps; see the module documentation for the rules.
+
+    Args:
+        journal: where the chain is read and the compensation journaled.
+        registry: the tools (and their compensations) by journaled name.
+        actor: recorded as the ``actor`` of the entries the runner writes.
+        clock: microseconds since the epoch, for the entries' time.
+    """
+
+    def __init__(
+        self,
+        journal: Journal,
+        registry: ToolRegistry,
+        *,
+        actor: str | None = None,
+        clock: Callable[[], int] = now_micros,
+    ) -> None:
+        self._journal = journal
+        self._registry = registry
+        self._actor = actor
+        self._clock = clock
+
+    # -- planning (pure) ------------------------------------------------------------------
+    def _draft(self, step: JournalEntry, event: EventType, **fields: Any) -> EntryDraft:
+        attributes = {attr.REF_SEQ: str(step.seq), **fields.pop("attributes", {})}
+        return EntryDraft(
+            saga_id=step.saga_id,
+            event_type=event,
+            tool=step.tool,
+            actor=self._actor,
+            attributes=attributes,
+            recorded_at_us=self._clock(),
+            **fields,
+        )
+
+    def _failed(self, step: JournalEntry, cause: str, error: str) -> _Note:
+        return _Note(
+            draft=self._draft(
+                step, EventType.COMPENSATION_FAILED, error=error, attributes={attr.CAUSE: cause}
+            ),
+            dirty=Step(seq=step.seq, tool=step.tool, reason=error),
+        )
+
+    def plan(self, entries: Sequence[JournalEntry]) -> list[_Undo | _Note]:
+        """What a run would do on ``entries``, newest step first (journals nothing)."""
+        by_seq = {entry.seq: entry for entry in entries}
+        outcome_of: dict[int, JournalEntry] = {}
+        step_events: dict[int, list[JournalEntry]] = {}
+        call_suspects: set[int] = set()
+        for entry in entries:
+            ref = entry.ref_seq
+            if ref is None:
+                continue
+            if entry.event_type in _OUTCOMES:
+                outcome_of[ref] = entry
+            elif entry.event_type is EventType.SUSPECT and (
+                entry.attributes.get(attr.PHASE) == PHASE_CALL
+            ):
+                call_suspects.add(ref)
+            elif entry.event_type in _STEP_EVENTS:
+                step_events.setdefault(ref, []).append(entry)
+
+        actions: list[_Undo | _Note] = []
+        for entry in sorted(entries, key=lambda e: e.seq, reverse=True):
+            if entry.event_type is EventType.INTENT and entry.seq not in outcome_of:
+                reason = "INTENT without an outcome: an effect may exist; needs a person"
+                suspect = Step(seq=entry.seq, tool=entry.tool, reason=reason)
+                draft = None
+                if entry.seq not in call_suspects:
+                    draft = self._draft(
+                        entry,
+                        EventType.SUSPECT,
+                        payload=entry.payload,
+                        error=reason,
+                        attributes={attr.PHASE: PHASE_CALL},
+                    )
+                actions.append(_Note(draft=draft, suspect=suspect))
+            elif entry.event_type is EventType.EXECUTED:
+                intent = by_seq.get(entry.ref_seq or 0)
+                action = self._plan_step(entry, intent, step_events.get(entry.seq, []))
+                if action is not None:
+                    actions.append(action)
+        return actions
+
+    def _plan_step(
+        self, step: JournalEntry, intent: JournalEntry | None, history: list[JournalEntry]
+    ) -> _Undo | _Note | None:
+        registered = self._registry.get(step.tool or "")
+        declared = step.attributes.get(attr.REVERSIBILITY)
+        if declared is None and registered is not None:
+            declared = registered.reversibility.value
+        if declared == Reversibility.READ.value:
+            return None
+        last = history[-1] if history else None
+        if last is not None and last.event_type is EventType.COMPENSATED:
+            return None
+        if (
+            last is not None
+            and last.event_type is EventType.COMPENSATION_FAILED
+            and last.attributes.get(attr.CAUSE) in _FINAL_CAUSES
+        ):
+            return _Note(
+                draft=None,
+                dirty=Step(seq=step.seq, tool=step.tool, reason=last.error or "no undo"),
+            )
+        if last is not None and last.event_type is EventType.SUSPECT:
+            return _Note(
+                draft=None,
+                suspect=Step(seq=step.seq, tool=step.tool, reason=last.error or "in doubt"),
+            )
+        in_doubt = last is not None and last.event_type is EventType.COMPENSATION_INTENT
+
+        if declared in (Reversibility.IRREVERSIBLE.value, Reversibility.PRIVILEGED.value):
+            return self._failed(
+                step, CAUSE_NO_UNDO, f"{declared} tool executed after approval: no undo exists"
+            )
+
+        undo_kind = step.attributes.get(attr.UNDO)
+        undo: _Undo | _Note
+        idempotent = False
+        if registered is not None and registered.compensation is not None:
+            context = self._context(step, intent)
+            idempotent = bool(
+                registered.compensation_definition and registered.compensation_definition.idempotent
+            )
+            undo = _Undo(
+                step=step,
+                target=_name_of(registered.compensation),
+                call=registered.compensation,
+                args=(context,),
+                kwargs={},
+                payload=None,
+            )
+        elif undo_kind == "tool":
+            undo = self._plan_undo_tool(step)
+        elif undo_kind == "none":
+            return self._failed(
+                step, CAUSE_NO_UNDO, "the tool reported that no undo exists for this effect"
+            )
+        elif registered is not None:
+            return self._failed(
+                step,
+                CAUSE_UNDECLARED,
+                "no compensation declared (no by=) and the result carried no undo",
+            )
+        else:
+            return self._failed(
+                step,
+                CAUSE_UNREGISTERED,
+                f"tool {step.tool!r} is not registered here; its compensation is unknown",
+            )
+        if in_doubt and not idempotent and isinstance(undo, _Undo):
+            reason = (
+                "COMPENSATION_INTENT without an outcome and the compensation is not declared "
+                "idempotent: it may have run; needs a person"
+            )
+            return _Note(
+                draft=self._draft(
+                    step,
+                    EventType.SUSPECT,
+                    error=reason,
+                    attributes={attr.PHASE: PHASE_COMPENSATION},
+                ),
+                suspect=Step(seq=step.seq, tool=step.tool, reason=reason),
+            )
+        return undo
+
+    def _plan_undo_tool(self, step: JournalEntry) -> _Undo | _Note:
+        name = step.attributes.get(attr.UNDO_TOOL, "")
+        undo_tool = self._registry.get(name)
+        if undo_tool is None:
+            return self._failed(
+                step,
+                CAUSE_UNREGISTERED,
+                f"undo tool {name!r} named by the result is not registered here",
+            )
+        raw = step.attributes.get(attr.UNDO_ARGUMENTS, "{}")
+        try:
+            arguments = json.loads(raw)
+        except ValueError:
+            arguments = None
+        if not isinstance(arguments, dict):
+            return self._failed(step, CAUSE_ERROR, "undo arguments are not a JSON object")
+        return _Undo(
+            step=step,
+            target=name,
+            call=undo_tool.function,
+            args=(),
+            kwargs=arguments,
+            payload=raw,
+        )
+
+    def _context(self, step: JournalEntry, intent: JournalEntry | None) -> CompensationContext:
+        payload = intent.payload if intent is not None and intent.payload is not None else ""
+        try:
+            arguments: dict[str, Any] = decode_payload(payload) if payload else {}
+        except SerializationError:
+            arguments = {}
+        undo_arguments = None
+        if step.attributes.get(attr.UNDO) == "tool":
+            try:
+                decoded = json.loads(step.attributes.get(attr.UNDO_ARGUMENTS, "{}"))
+            except ValueError:
+                decoded = None
+            undo_arguments = decoded if isinstance(decoded, dict) else None
+        return CompensationContext(
+            saga_id=step.saga_id,
+            seq=step.seq,
+            tool=step.tool or "",
+            arguments=arguments,
+            payload=payload,
+            result=decode_result(step.result, step.attributes.get(attr.RESULT_ENCODING)),
+            result_text=step.result,
+            idempotency_key=f"{step.saga_id}:{step.seq}",
+            undo_arguments=undo_arguments,
+        )
+
+    # -- running --------------------------------------------------------------------------
+    def _intent(self, undo: _Undo) -> EntryDraft:
+        return self._draft(
+            undo.step,
+            EventType.COMPENSATION_INTENT,
+            payload=undo.payload,
+            attributes={attr.COMPENSATION: undo.target},
+        )
+
+    def _outcome(self, undo: _Undo, value: Any) -> EntryDraft:
+        text, encoding = encode_result(value)
+        return self._draft(
+            undo.step,
+            EventType.COMPENSATED,
+            result=text,
+            attributes={attr.RESULT_ENCODING: encoding},
+        )
+
+    def _error(self, undo: _Undo, exc: BaseException) -> EntryDraft:
+        return self._draft(
+            undo.step,
+            EventType.COMPENSATION_FAILED,
+            error=describe_error(exc),
+            attributes={attr.CAUSE: CAUSE_ERROR},
+        )
+
+    def run(
+        self, saga_id: str, entries: Sequence[JournalEntry] | None = None
+    ) -> CompensationReport:
+        """Compensate ``saga_id`` (its chain is read from the journal unless given).
+
+        Raises:
+            JournalError: the journal failed; what was journaled so far stays valid and a
+                later run picks up from it.
+        """
+        chain = list(entries) if entries is not None else list(self._journal.entries(saga_id))
+        report = _Collector(saga_id)
+        for action in self.plan(chain):
+            if isinstance(action, _Note):
+                if action.draft is not None:
+                    self._journal.append(action.draft, durable=True)
+                report.note(action)
+                continue
+            self._journal.append(self._intent(action), durable=True)
+            try:
+                value = call_blocking(action.call, *action.args, **action.kwargs)
+            except Exception as exc:
+                self._journal.append(self._error(action, exc), durable=True)
+                report.failed(action, exc)
+                continue
+            except BaseException as exc:
+                self._journal.append(self._error(action, exc), durable=True)
+                raise
+            self._journal.append(self._outcome(action, value), durable=True)
+            report.done(action)
+        return report.build()
+
+    async def run_async(
+        self, saga_id: str, entries: Sequence[JournalEntry] | None = None
+    ) -> CompensationReport:
+        """:meth:`run` for asyncio: async compensations are awaited on the running loop."""
+        chain = list(entries) if entries is not None else list(self._journal.entries(saga_id))
+        report = _Collector(saga_id)
+        for action in self.plan(chain):
+            if isinstance(action, _Note):
+                if action.draft is not None:
+                    await self._journal.append_async(action.draft, durable=True)
+                report.note(action)
+                continue
+            await self._journal.append_async(self._intent(action), durable=True)
+            try:
+                value = await call_async(action.call, *action.args, **action.kwargs)
+            except Exception as exc:
+                await self._journal.append_async(self._error(action, exc), durable=True)
+                report.failed(action, exc)
+                continue
+            except BaseException as exc:
+                await self._journal.append_async(self._error(action, exc), durable=True)
+                raise
+            await self._journal.append_async(self._outcome(action, value), durable=True)
+            report.done(action)
+        return report.build()
+
+
+class _Collector:
+    def __init__(self, saga_id: str) -> None:
+        self.saga_id = saga_id
+        self.compensated: list[int] = []
+        self.dirty: list[Step] = []
+        self.suspects: list[Step] = []
+
+    def note(self, note: _Note) -> None:
+        if note.dirty is not None:
+            self.dirty.append(note.dirty)
+        if note.suspect is not None:
+            self.suspects.append(note.suspect)
+
+    def failed(self, undo: _Undo, exc: BaseException) -> None:
+        self.dirty.append(Step(seq=undo.step.seq, tool=undo.step.tool, reason=describe_error(exc)))
+
+    def done(self, undo: _Undo) -> None:
+        self.compensated.append(undo.step.seq)
+
+    def build(self) -> CompensationReport:
+        return CompensationReport(
+            saga_id=self.saga_id,
+            compensated=tuple(self.compensated),
+            dirty=tuple(self.dirty),
+            suspects=tuple(self.suspects),
+        )
+
+
+def _name_of(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__name__", None) or repr(fn)

@@ -1,0 +1,188 @@
+"""``@compensable`` and ``@compensation``: declare a tool's reversibility and its undo.
+
+Both validate what they can at decoration time, attach a private frozen definition to the
+function and return the function itself, so it stays an ordinary callable (in tests, outside
+sagas).  What needs the owning object (``by=`` naming a method) is resolved by
+:meth:`Sagacity.wrap <sagacity.Sagacity.wrap>`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar, overload
+
+from sagacity._reversibility import Reversibility
+from sagacity.errors import DeclarationError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+Constraint = Callable[[Mapping[str, Any]], "str | None"]
+"""A policy predicate over a call's arguments: a refusal reason, or ``None`` to allow it."""
+
+TOOL_ATTR = "__sagacity_tool__"
+COMPENSATION_ATTR = "__sagacity_compensation__"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolDefinition:
+    """What ``@compensable`` declared for one tool function."""
+
+    name: str
+    reversibility: Reversibility
+    by: str | Callable[..., Any] | None
+    constraint: Constraint | None
+    function: Callable[..., Any]
+    is_async: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompensationDefinition:
+    """What ``@compensation`` declared for one compensation function."""
+
+    idempotent: bool
+    function: Callable[..., Any]
+    is_async: bool
+
+
+def tool_definition(obj: object) -> ToolDefinition | None:
+    """The ``@compensable`` definition attached to ``obj`` (a function or bound method)."""
+    definition = getattr(obj, TOOL_ATTR, None)
+    return definition if isinstance(definition, ToolDefinition) else None
+
+
+def compensation_definition(obj: object) -> CompensationDefinition | None:
+    """The ``@compensation`` definition attached to ``obj`` (a function or bound method)."""
+    definition = getattr(obj, COMPENSATION_ATTR, None)
+    return definition if isinstance(definition, CompensationDefinition) else None
+
+
+def _check_function(fn: object, decorator: str) -> Callable[..., Any]:
+    if isinstance(fn, staticmethod | classmethod):
+        raise DeclarationError(
+            f"@{decorator} must be applied to the function itself: "
+            f"put it below @{type(fn).__name__}"
+        )
+    if not inspect.isfunction(fn):
+        raise DeclarationError(f"@{decorator} decorates functions, got {type(fn).__name__}")
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        raise DeclarationError(
+            f"@{decorator} cannot decorate generator {fn.__qualname__}: its effect would happen "
+            "after the call returned, outside the journal"
+        )
+    if getattr(fn, TOOL_ATTR, None) is not None or getattr(fn, COMPENSATION_ATTR, None):
+        raise DeclarationError(
+            f"{fn.__qualname__} is already declared; a function is either one tool or one "
+            "compensation, declared once"
+        )
+    return fn
+
+
+def compensable(
+    fn: F | None = None,
+    /,
+    *,
+    by: str | Callable[..., Any] | None = None,
+    reversibility: Reversibility = Reversibility.COMPENSATABLE,
+    name: str | None = None,
+    constraint: Constraint | None = None,
+) -> Any:
+    """Declare a tool: journaled inside sagas, compensated or gated by its reversibility.
+
+    Args:
+        by: the compensation: the name of a ``@compensation`` method of the same object (or,
+            for a module-level tool, a ``@compensation`` function of its module, by name or
+            the function itself).  Resolved by ``Sagacity.wrap()``.  Only for ``REVERSIBLE``
+            and ``COMPENSATABLE`` tools; without it, a tool may return its own undo
+            (``{"undo": {"tool": ..., "arguments": {...}}}`` or an :class:`~sagacity.Undo`).
+        reversibility: see :class:`~sagacity.Reversibility`; ``COMPENSATABLE`` by default.
+        name: the tool's journaled name (defaults to the function's name); unique per
+            ``Sagacity``.
+        constraint: a policy predicate over the call's arguments returning a refusal reason
+            (or ``None``); a refused call is journaled ``CONSTRAINT_VIOLATED`` and never runs,
+            whatever the approvals.
+
+    Raises:
+        DeclarationError: the declaration is malformed (checked now, not at call time).
+    """
+    if not isinstance(reversibility, Reversibility):
+        raise DeclarationError(
+            f"reversibility must be a Reversibility member, got {reversibility!r}"
+        )
+    if by is not None and not (isinstance(by, str) and by) and not callable(by):
+        raise DeclarationError(f"by= must be a method name or a function, got {by!r}")
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise DeclarationError(f"name= must be a non-empty str, got {name!r}")
+    if constraint is not None and not callable(constraint):
+        raise DeclarationError(f"constraint= must be callable, got {constraint!r}")
+
+    def decorate(target: F) -> F:
+        function = _check_function(target, "compensable")
+        for parameter in inspect.signature(function).parameters.values():
+            if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+                raise DeclarationError(
+                    f"tool {function.__qualname__} takes *{parameter.name}: a tool's payload "
+                    "records arguments by name, so *args cannot be replayed; use named "
+                    "parameters"
+                )
+        definition = ToolDefinition(
+            name=name if name is not None else function.__name__,
+            reversibility=reversibility,
+            by=by,
+            constraint=constraint,
+            function=function,
+            is_async=inspect.iscoroutinefunction(function),
+        )
+        setattr(function, TOOL_ATTR, definition)
+        return target
+
+    if fn is not None:
+        return decorate(fn)
+    return decorate
+
+
+@overload
+def compensation(fn: F, /) -> F: ...
+@overload
+def compensation(*, idempotent: bool = False) -> Callable[[F], F]: ...
+def compensation(fn: F | None = None, /, *, idempotent: bool = False) -> Any:
+    """Mark a function as a compensation: it takes exactly one ``CompensationContext``.
+
+    Usable bare (``@compensation``) or with options (``@compensation(idempotent=True)``).
+
+    Args:
+        idempotent: running it twice has the effect of running it once (it keys its work on
+            ``context.idempotency_key``).  Only an idempotent compensation is retried after a
+            crash left its ``COMPENSATION_INTENT`` without an outcome; otherwise the step is
+            reported ``SUSPECT`` for a person.
+
+    Raises:
+        DeclarationError: not a function, or not one that could take a single context.
+    """
+    if not isinstance(idempotent, bool):
+        raise DeclarationError(f"idempotent= must be a bool, got {idempotent!r}")
+
+    def decorate(target: F) -> F:
+        function = _check_function(target, "compensation")
+        required = [
+            p
+            for p in inspect.signature(function).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        if not 1 <= len(required) <= 2:
+            raise DeclarationError(
+                f"compensation {function.__qualname__} must take exactly one "
+                "CompensationContext argument (plus self for a method)"
+            )
+        definition = CompensationDefinition(
+            idempotent=idempotent,
+            function=function,
+            is_async=inspect.iscoroutinefunction(function),
+        )
+        setattr(function, COMPENSATION_ATTR, definition)
+        return target
+
+    if fn is not None:
+        return decorate(fn)
+    return decorate

@@ -1,0 +1,76 @@
+"""A journal held in process memory: for tests, examples and single-process use."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from sagacity._events import GENESIS_HASH, EntryDraft, JournalEntry
+from sagacity._requests import pending_requests
+from sagacity.chain import link
+from sagacity.errors import JournalUnavailableError
+from sagacity.journal import ApprovalRequest
+
+
+class InMemoryJournal:
+    """The :class:`~sagacity.Journal` port in memory; safe under threads and asyncio.
+
+    Appends to every saga are serialised by one lock, so each chain is totally ordered and no
+    append is lost.  Entries are durable as soon as :meth:`append` returns (for the lifetime
+    of the process), so :meth:`flush` has nothing to wait for.
+    """
+
+    def __init__(self) -> None:
+        self._chains: dict[str, list[JournalEntry]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def append(self, draft: EntryDraft, *, durable: bool = True) -> JournalEntry:
+        """Link ``draft`` to the tail of its saga's chain.
+
+        Raises:
+            JournalUnavailableError: the journal was closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise JournalUnavailableError(
+                    "the in-memory journal is closed", saga_id=draft.saga_id
+                )
+            chain = self._chains.setdefault(draft.saga_id, [])
+            prev = chain[-1].hash if chain else GENESIS_HASH
+            entry = link(draft, seq=len(chain) + 1, prev_hash=prev)
+            chain.append(entry)
+            return entry
+
+    async def append_async(self, draft: EntryDraft, *, durable: bool = True) -> JournalEntry:
+        """:meth:`append`; it never waits on I/O, so it does not block the loop."""
+        return self.append(draft, durable=durable)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Nothing to wait for: every append is complete when it returns."""
+
+    def entries(self, saga_id: str) -> Sequence[JournalEntry]:
+        """The saga's chain in seq order (a snapshot; empty when the saga is unknown)."""
+        with self._lock:
+            return tuple(self._chains.get(saga_id, ()))
+
+    def saga_ids(self) -> tuple[str, ...]:
+        """Every saga with at least one entry, sorted."""
+        with self._lock:
+            return tuple(sorted(self._chains))
+
+    def pending_approvals(self, saga_id: str | None = None) -> Sequence[ApprovalRequest]:
+        """Open approval requests derived from the chains, by saga then seq."""
+        with self._lock:
+            chains = (
+                [self._chains.get(saga_id, [])]
+                if saga_id is not None
+                else [self._chains[s] for s in sorted(self._chains)]
+            )
+            snapshot = [tuple(chain) for chain in chains]
+        return [request for chain in snapshot for request in pending_requests(chain)]
+
+    def close(self) -> None:
+        """Refuse further appends; entries stay readable."""
+        with self._lock:
+            self._closed = True

@@ -1,0 +1,93 @@
+"""The tools a ``Sagacity`` knows, by journaled name, and how to undo each."""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from sagacity._decorators import CompensationDefinition, ToolDefinition
+from sagacity._reversibility import Reversibility
+from sagacity.errors import DeclarationError
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegisteredTool:
+    """One wrapped tool.
+
+    Attributes:
+        name: the name journaled for its calls.
+        definition: what ``@compensable`` declared.
+        function: the undecorated callable (bound to its object for methods); calling it
+            journals nothing: resume and compensation call it after journaling themselves.
+        wrapped: the journaling callable handed to the agent.
+        compensation: the resolved ``by=`` compensation (bound), if any.
+        compensation_definition: its ``@compensation`` declaration.
+    """
+
+    name: str
+    definition: ToolDefinition
+    function: Callable[..., Any]
+    wrapped: Callable[..., Any]
+    compensation: Callable[..., Any] | None = None
+    compensation_definition: CompensationDefinition | None = None
+
+    @property
+    def reversibility(self) -> Reversibility:
+        """The declared reversibility."""
+        return self.definition.reversibility
+
+    @property
+    def signature(self) -> inspect.Signature:
+        """The callable's signature as the agent sees it (no ``self``)."""
+        return inspect.signature(self.function)
+
+
+class ToolRegistry:
+    """Registered tools by name; thread-safe.  Services look tools up by journaled name."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, RegisteredTool] = {}
+        self._lock = threading.Lock()
+
+    def register(self, tool: RegisteredTool) -> None:
+        """Add ``tool``; a second object of the same declaration replaces the first.
+
+        Raises:
+            DeclarationError: another, different declaration already uses the name.
+        """
+        with self._lock:
+            existing = self._tools.get(tool.name)
+            if existing is not None and existing.definition.function is not (
+                tool.definition.function
+            ):
+                raise DeclarationError(
+                    f"two different tools are named {tool.name!r} "
+                    f"({existing.definition.function.__qualname__} and "
+                    f"{tool.definition.function.__qualname__}); give one a distinct name= "
+                )
+            self._tools[tool.name] = tool
+
+    def get(self, name: str) -> RegisteredTool | None:
+        """The tool registered under ``name``, if any."""
+        with self._lock:
+            return self._tools.get(name)
+
+    def names(self) -> tuple[str, ...]:
+        """Registered names, sorted."""
+        with self._lock:
+            return tuple(sorted(self._tools))
+
+    def __iter__(self) -> Iterator[RegisteredTool]:
+        with self._lock:
+            return iter(list(self._tools.values()))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        with self._lock:
+            return name in self._tools

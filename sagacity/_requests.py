@@ -1,0 +1,143 @@
+"""Approval requests read from a saga's chain: the chain is the only source of gate state.
+
+The ``AWAITING_APPROVAL`` entry *is* the request; decisions refer to it by ``ref_seq``.  Every
+journal derives :meth:`Journal.pending_approvals` with :func:`pending_requests`, so gate state
+is the same whichever store holds the chain.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sagacity import _attributes as attr
+from sagacity._events import EventType, JournalEntry
+from sagacity.journal import ApprovalRequest
+
+AWAITING_RESULT = "AWAITING_APPROVAL"
+"""``SAGA_ENDED.result`` of a run that left requests open."""
+
+
+class RequestStatus(enum.StrEnum):
+    """Where an approval request stands."""
+
+    PENDING = "pending"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    REFUSED = "refused"
+    RESUMED = "resumed"
+    ENDED = "ended"
+
+
+_CLOSING = {
+    EventType.REJECTED: RequestStatus.REJECTED,
+    EventType.EXPIRED: RequestStatus.EXPIRED,
+    EventType.RESUME_REFUSED: RequestStatus.REFUSED,
+    EventType.CONSTRAINT_VIOLATED: RequestStatus.REFUSED,
+    EventType.INTENT: RequestStatus.RESUMED,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestState:
+    """One request and the decisions the chain holds for it.
+
+    Attributes:
+        request: the request, with the approvers who signed so far.
+        status: pending, or what closed it.
+        closed_by: the entry that closed it.
+    """
+
+    request: ApprovalRequest
+    status: RequestStatus
+    closed_by: JournalEntry | None = None
+
+    @property
+    def pending(self) -> bool:
+        """Still open for decisions and resume."""
+        return self.status is RequestStatus.PENDING
+
+    def describe_closure(self) -> str:
+        """A sentence saying what closed the request."""
+        entry = self.closed_by
+        if entry is None:
+            return "the request is pending"
+        who = f" by {entry.actor}" if entry.actor else ""
+        return {
+            RequestStatus.REJECTED: f"the request was rejected{who} (seq {entry.seq})",
+            RequestStatus.EXPIRED: f"the request expired (seq {entry.seq})",
+            RequestStatus.REFUSED: f"a resume of the request was refused (seq {entry.seq})",
+            RequestStatus.RESUMED: f"the request was already resumed (seq {entry.seq})",
+            RequestStatus.ENDED: f"the saga has ended (seq {entry.seq})",
+            RequestStatus.PENDING: "the request is pending",
+        }[self.status]
+
+
+def _int_attr(entry: JournalEntry, key: str, default: int | None) -> int | None:
+    raw = entry.attributes.get(key)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        return default
+
+
+def _request(entry: JournalEntry, signed_by: tuple[str, ...]) -> ApprovalRequest:
+    return ApprovalRequest(
+        saga_id=entry.saga_id,
+        seq=entry.seq,
+        tool=entry.tool or "",
+        payload=entry.payload or "",
+        payload_sha256=entry.attributes.get(attr.PAYLOAD_SHA256) or None,
+        requested_at_us=entry.recorded_at_us,
+        # A damaged count must not lower the bar: fall back to the strictest.
+        signatures_required=max(1, _int_attr(entry, attr.SIGNATURES_REQUIRED, 2) or 2),
+        signed_by=signed_by,
+        policy_version=entry.attributes.get(attr.POLICY_VERSION, ""),
+        expires_at_us=_int_attr(entry, attr.EXPIRES_AT_US, None),
+        reversibility=entry.attributes.get(attr.REVERSIBILITY, ""),
+    )
+
+
+def request_states(entries: Iterable[JournalEntry]) -> list[RequestState]:
+    """Every approval request of one saga's chain with its current state, in seq order."""
+    chain = list(entries)
+    states: list[RequestState] = []
+    for position, entry in enumerate(chain):
+        if entry.event_type is not EventType.AWAITING_APPROVAL:
+            continue
+        signed: list[str] = []
+        status = RequestStatus.PENDING
+        closed_by: JournalEntry | None = None
+        for later in chain[position + 1 :]:
+            if later.event_type is EventType.COMPENSATION_REQUESTED or (
+                later.event_type is EventType.SAGA_ENDED and later.result != AWAITING_RESULT
+            ):
+                status, closed_by = RequestStatus.ENDED, later
+                break
+            if later.ref_seq != entry.seq:
+                continue
+            if later.event_type is EventType.APPROVED and later.actor:
+                signed.append(later.actor)
+            elif later.event_type in _CLOSING:
+                status, closed_by = _CLOSING[later.event_type], later
+                break
+        states.append(
+            RequestState(request=_request(entry, tuple(signed)), status=status, closed_by=closed_by)
+        )
+    return states
+
+
+def request_state(entries: Sequence[JournalEntry], seq: int) -> RequestState | None:
+    """The request at ``seq`` (``None`` when ``seq`` is not an ``AWAITING_APPROVAL`` entry)."""
+    for state in request_states(entries):
+        if state.request.seq == seq:
+            return state
+    return None
+
+
+def pending_requests(entries: Iterable[JournalEntry]) -> list[ApprovalRequest]:
+    """The open requests of one saga's chain, in seq order."""
+    return [state.request for state in request_states(entries) if state.pending]

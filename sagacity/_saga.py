@@ -1,0 +1,441 @@
+"""``Sagacity``: the facade an application holds: wrap tools, run sagas, decide gates."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
+from typing import Any, Literal
+
+from sagacity import _approval
+from sagacity import _attributes as attr
+from sagacity._codec import describe_error
+from sagacity._compensation import CompensationReport, CompensationRunner
+from sagacity._events import EntryDraft, EventType, JournalEntry, now_micros
+from sagacity._memory import InMemoryJournal
+from sagacity._registry import ToolRegistry
+from sagacity._result import SagaResult, SagaStatus
+from sagacity._scope import SagaScope, ensure_no_active_scope, open_scope
+from sagacity._wrap import wrap
+from sagacity.errors import (
+    ConfigurationError,
+    InvalidArgumentError,
+    SagaExistsError,
+)
+from sagacity.journal import ApprovalRequest, Journal
+
+CompensationMode = Literal["inline", "delegated"]
+_MODES = ("inline", "delegated")
+
+
+def _default_writer_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def check_saga_id(saga_id: object) -> str:
+    """``saga_id`` if it is a non-empty str.
+
+    Raises:
+        InvalidArgumentError: otherwise.
+    """
+    if not isinstance(saga_id, str) or not saga_id.strip():
+        raise InvalidArgumentError(f"saga_id must be a non-empty str, got {saga_id!r}")
+    return saga_id
+
+
+class Sagacity:
+    """Compensation, approval gates and a verifiable journal for an agent's tool calls.
+
+    Args:
+        journal: where every step is recorded (an :class:`InMemoryJournal` when omitted).
+        compensation: ``"inline"`` (default): compensate in this process when a saga fails;
+            ``"delegated"``: journal ``COMPENSATION_REQUESTED`` for the compensation service
+            and report :attr:`SagaStatus.COMPENSATION_PENDING`.
+        approval_ttl: how long an approval request stays open (``None``: no limit); a request
+            past it is journaled ``EXPIRED`` on its next decision and the saga compensated.
+        policy_version: recorded on every request and decision: which approval policy was in
+            force.
+        writer_id: this process's identity on the chain (``SAGA_OPENED.actor``); defaults
+            to ``host:pid:random``.
+        clock: microseconds since the epoch (for tests); defaults to the wall clock.
+
+    Raises:
+        ConfigurationError: an option is invalid.
+    """
+
+    def __init__(
+        self,
+        journal: Journal | None = None,
+        *,
+        compensation: CompensationMode = "inline",
+        approval_ttl: timedelta | float | None = None,
+        policy_version: str = "1",
+        writer_id: str | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        if compensation not in _MODES:
+            raise ConfigurationError(
+                f"compensation must be one of {', '.join(_MODES)}, got {compensation!r}"
+            )
+        if journal is not None and not isinstance(journal, Journal):
+            raise ConfigurationError(f"journal does not implement the Journal port: {journal!r}")
+        if not isinstance(policy_version, str) or not policy_version:
+            raise ConfigurationError("policy_version must be a non-empty str")
+        if writer_id is not None and (not isinstance(writer_id, str) or not writer_id):
+            raise ConfigurationError("writer_id must be a non-empty str")
+        ttl_us: int | None = None
+        if approval_ttl is not None:
+            seconds = (
+                approval_ttl.total_seconds()
+                if isinstance(approval_ttl, timedelta)
+                else float(approval_ttl)
+            )
+            if seconds <= 0:
+                raise ConfigurationError("approval_ttl must be positive")
+            ttl_us = int(seconds * 1_000_000)
+        self._journal: Journal = journal if journal is not None else InMemoryJournal()
+        self._mode: CompensationMode = compensation
+        self._approval_ttl_us = ttl_us
+        self._policy_version = policy_version
+        self._writer_id = writer_id or _default_writer_id()
+        self._clock = clock or now_micros
+        self._registry = ToolRegistry()
+        self._desk = _approval.ApprovalDesk(self)
+
+    @classmethod
+    def from_env(cls, **options: Any) -> Sagacity:
+        """A ``Sagacity`` on the Kafka journal configured by ``SAGACITY_*`` variables.
+
+        Compensation is delegated to the compensation service.  ``options`` are passed to the
+        constructor.
+
+        Raises:
+            ConfigurationError: the Kafka journal is not available in this installation.
+        """
+        try:
+            module = importlib.import_module("sagacity.producer")
+            journal_from_env = module.journal_from_env
+        except (ImportError, AttributeError) as exc:
+            raise ConfigurationError(
+                "Sagacity.from_env() needs the Kafka journal (sagacity.producer."
+                f"journal_from_env), which cannot be imported: {exc}"
+            ) from exc
+        options.setdefault("compensation", "delegated")
+        journal: Journal = journal_from_env()
+        return cls(journal, **options)
+
+    # -- properties -----------------------------------------------------------------------
+    @property
+    def journal(self) -> Journal:
+        """The journal every step is recorded in."""
+        return self._journal
+
+    @property
+    def registry(self) -> ToolRegistry:
+        """Wrapped tools by journaled name."""
+        return self._registry
+
+    @property
+    def compensation_mode(self) -> CompensationMode:
+        """``"inline"`` or ``"delegated"``."""
+        return self._mode
+
+    @property
+    def writer_id(self) -> str:
+        """This process's identity on the chain."""
+        return self._writer_id
+
+    @property
+    def policy_version(self) -> str:
+        """The approval policy recorded on requests and decisions."""
+        return self._policy_version
+
+    @property
+    def approval_ttl_us(self) -> int | None:
+        """The approval time to live in microseconds (``None``: no limit)."""
+        return self._approval_ttl_us
+
+    def now_us(self) -> int:
+        """The current time in microseconds, from the configured clock."""
+        return self._clock()
+
+    # -- tools ----------------------------------------------------------------------------
+    def wrap(self, obj: Any) -> Any:
+        """Validate ``obj``'s declarations and return its journaling version.
+
+        ``obj`` is an instance whose methods carry ``@compensable`` (a proxy exposing the
+        wrapped methods and the object's other attributes is returned) or a ``@compensable``
+        function (a wrapped function is returned).  Each tool is registered by name, for
+        compensation and resume.
+
+        Raises:
+            DeclarationError: nothing is declared, a ``by=`` does not resolve or has the
+                wrong signature, ``by=`` is given to a READ/IRREVERSIBLE/PRIVILEGED tool, or
+                two different tools share a name.
+        """
+        return wrap(self, self._registry, obj)
+
+    # -- sagas ----------------------------------------------------------------------------
+    def _open(self, saga_id: object) -> str:
+        saga = check_saga_id(saga_id)
+        ensure_no_active_scope(saga)
+        if self._journal.entries(saga):
+            raise SagaExistsError(
+                f"saga {saga!r} already exists; a saga id names one unit of work (resume a "
+                "suspended saga with resume_saga)",
+                saga_id=saga,
+            )
+        self._journal.append(
+            self._draft(saga, EventType.SAGA_OPENED, attributes={attr.COMPENSATION: self._mode})
+        )
+        return saga
+
+    def saga(self, saga_id: str, work: Callable[[], Any]) -> SagaResult:
+        """Run ``work`` as a saga: its wrapped tool calls are journaled and, on failure, undone.
+
+        The outcome: ``work`` raised, or a step failed even when the exception was swallowed
+        → the executed steps are compensated (``COMPENSATED`` / ``COMPENSATION_FAILED``, or
+        ``COMPENSATION_PENDING`` when delegated); a gated call is waiting →
+        ``AWAITING_APPROVAL``; else ``COMPLETED``.  ``SAGA_ENDED`` is journaled and the journal
+        flushed before returning.  A ``BaseException`` that is not an ``Exception``
+        (``KeyboardInterrupt``…) propagates without compensation; the chain shows the run
+        unfinished and :meth:`compensate` can finish it.
+
+        Raises:
+            InvalidArgumentError: ``saga_id`` is empty or ``work`` is not callable.
+            NestedSagaError: a saga is already active in this context.
+            SagaExistsError: the saga id is taken.
+            JournalError: the journal could not record the saga.
+        """
+        if not callable(work):
+            raise InvalidArgumentError(f"work must be callable, got {work!r}")
+        saga = self._open(saga_id)
+        value: Any = None
+        error: Exception | None = None
+        with open_scope(saga, self) as scope:
+            try:
+                value = work()
+                if inspect.isawaitable(value):
+                    if inspect.iscoroutine(value):
+                        value.close()
+                    value = None
+                    raise InvalidArgumentError(
+                        "work returned an awaitable: run async work with saga_async"
+                    )
+            except Exception as exc:
+                error = exc
+        if self._needs_compensation(scope, error):
+            report = None if self._mode == "delegated" else self._runner().run(saga)
+            return self._end_failed(scope, value, error, report)
+        return self._end_clean(scope, value)
+
+    async def saga_async(self, saga_id: str, work: Callable[[], Awaitable[Any]]) -> SagaResult:
+        """:meth:`saga` for asyncio: ``work`` is awaited; tasks it creates share the saga."""
+        if not callable(work):
+            raise InvalidArgumentError(f"work must be callable, got {work!r}")
+        saga = self._open(saga_id)
+        value: Any = None
+        error: Exception | None = None
+        with open_scope(saga, self) as scope:
+            try:
+                value = work()
+                if inspect.isawaitable(value):
+                    value = await value
+            except Exception as exc:
+                error = exc
+        if self._needs_compensation(scope, error):
+            report = None if self._mode == "delegated" else await self._runner().run_async(saga)
+            return self._end_failed(scope, value, error, report)
+        return self._end_clean(scope, value)
+
+    @staticmethod
+    def _needs_compensation(scope: SagaScope, error: Exception | None) -> bool:
+        return error is not None or scope.failure is not None
+
+    def _end_clean(self, scope: SagaScope, value: Any) -> SagaResult:
+        gates = scope.gates
+        status = SagaStatus.AWAITING_APPROVAL if gates else SagaStatus.COMPLETED
+        self._journal.append(self._draft(scope.saga_id, EventType.SAGA_ENDED, result=status))
+        self._journal.flush()
+        return SagaResult(
+            status=status,
+            saga_id=scope.saga_id,
+            value=value,
+            awaiting_tool_name=gates[0].tool if gates else None,
+            awaiting_seq=gates[0].seq if gates else None,
+        )
+
+    def _end_failed(
+        self,
+        scope: SagaScope,
+        value: Any,
+        error: Exception | None,
+        report: CompensationReport | None,
+    ) -> SagaResult:
+        failure = scope.failure
+        text = describe_error(error) if error is not None else (failure.error if failure else "")
+        ref = failure.seq if failure is not None else None
+        return self.end_saga(
+            scope.saga_id,
+            cause=EventType.FAILED,
+            ref_seq=ref,
+            error=text,
+            clean_status=SagaStatus.COMPENSATED,
+            report=report,
+            value=value,
+            exception=error,
+        )
+
+    # -- ending a saga (shared with the gate decisions) -----------------------------------
+    def _runner(self) -> CompensationRunner:
+        return CompensationRunner(
+            self._journal, self._registry, actor=self._writer_id, clock=self._clock
+        )
+
+    def _draft(self, saga_id: str, event: EventType, **fields: Any) -> EntryDraft:
+        fields.setdefault("actor", self._writer_id)
+        return EntryDraft(saga_id=saga_id, event_type=event, recorded_at_us=self._clock(), **fields)
+
+    def end_saga(
+        self,
+        saga_id: str,
+        *,
+        cause: EventType,
+        ref_seq: int | None,
+        error: str | None,
+        clean_status: SagaStatus,
+        report: CompensationReport | None,
+        value: Any = None,
+        exception: BaseException | None = None,
+    ) -> SagaResult:
+        """Finish a saga that must be undone: journal the request or the compensation's end.
+
+        ``report`` is the inline compensation's outcome (``None`` in delegated mode, where
+        ``COMPENSATION_REQUESTED`` is journaled instead).  Journals ``SAGA_ENDED`` and flushes.
+        """
+        if report is None:
+            attributes = {attr.REASON: cause.value}
+            if ref_seq is not None:
+                attributes[attr.REF_SEQ] = str(ref_seq)
+            self._journal.append(
+                self._draft(
+                    saga_id, EventType.COMPENSATION_REQUESTED, error=error, attributes=attributes
+                )
+            )
+            status = SagaStatus.COMPENSATION_PENDING
+        else:
+            status = clean_status if report.status is SagaStatus.COMPENSATED else report.status
+        self._journal.append(
+            self._draft(saga_id, EventType.SAGA_ENDED, result=status.value, error=error)
+        )
+        self._journal.flush()
+        return SagaResult(
+            status=status,
+            saga_id=saga_id,
+            value=value,
+            error=error,
+            exception=exception,
+            compensated=report.compensated if report else (),
+            dirty=report.dirty if report else (),
+            suspects=report.suspects if report else (),
+        )
+
+    def compensate(self, saga_id: str, *, reason: EventType = EventType.FAILED) -> SagaResult:
+        """Run compensation for ``saga_id`` from its chain and end it (``SAGA_ENDED``).
+
+        What the compensation service calls on ``COMPENSATION_REQUESTED``, and what a person
+        runs to finish a saga interrupted mid-way.  Safe to repeat: steps already compensated
+        are skipped.
+
+        Raises:
+            UnknownSagaError: the saga has no entries.
+        """
+        entries = _approval.load_chain(self._journal, saga_id)
+        report = self._runner().run(saga_id, entries)
+        clean = {
+            EventType.REJECTED: SagaStatus.REJECTED,
+            EventType.EXPIRED: SagaStatus.EXPIRED,
+        }.get(reason, SagaStatus.COMPENSATED)
+        return self.end_saga(
+            saga_id, cause=reason, ref_seq=None, error=None, clean_status=clean, report=report
+        )
+
+    def compensation_report(self, saga_id: str) -> CompensationReport:
+        """Run the compensation runner only (no ``SAGA_ENDED``); for services and tests."""
+        return self._runner().run(saga_id)
+
+    # -- approval gates -------------------------------------------------------------------
+    def pending_approvals(self, saga_id: str | None = None) -> Sequence[ApprovalRequest]:
+        """Open approval requests (of one saga, or of all)."""
+        return self._journal.pending_approvals(saga_id)
+
+    def approve(self, saga_id: str, seq: int, approver: str) -> ApprovalRequest:
+        """Journal ``APPROVED`` by ``approver`` for the request at ``seq``; nothing runs yet.
+
+        Returns the request with its signatures so far (``request.approved`` says whether
+        enough distinct approvers have signed: one for IRREVERSIBLE, two for PRIVILEGED).
+
+        Raises:
+            InvalidArgumentError: an empty approver, a bad seq.
+            UnknownSagaError / ApprovalNotFound: no such saga / no request at ``seq``.
+            AlreadyDecidedError: the request is closed, fully signed, or ``approver`` signed
+                it already (``"<approver> already signed this request"``).
+            ApprovalExpiredError: the request's time to live has passed (journaled ``EXPIRED``
+                and the saga compensated; the result is on the error).
+            ChainIntegrityError: the saga's chain does not verify.
+        """
+        return self._desk.approve(saga_id, seq, approver)
+
+    def reject(
+        self, saga_id: str, seq: int, approver: str, *, reason: str | None = None
+    ) -> SagaResult:
+        """Journal ``REJECTED`` by ``approver``, close the request and undo the executed steps.
+
+        Raises: as :meth:`approve` (a closed request raises ``AlreadyDecidedError``).
+        """
+        return self._desk.reject(saga_id, seq, approver, reason=reason)
+
+    def resume_saga(self, saga_id: str, seq: int, payload: str) -> SagaResult:
+        """Run the approved call at ``seq`` with ``payload``, if and only if it was approved.
+
+        Fails closed: the request must be pending, approved in the journal by enough distinct
+        people, unexpired, allowed by its policy constraint, and ``payload`` must be
+        byte-identical to the approved one (SHA-256).  Then ``INTENT`` and ``EXECUTED`` (or
+        ``FAILED``, which compensates) are journaled.  The saga completes unless another
+        request is still open.
+
+        Raises:
+            InvalidArgumentError: ``payload`` is not a str, or a bad seq.
+            UnknownSagaError: no such saga.
+            ApprovalNotFound: no pending request at ``seq``.
+            ApprovalMissingError: ``"no human approval recorded"`` (or too few signatures).
+            PayloadMismatchError: ``"payload changed since approval"``: journaled
+                ``RESUME_REFUSED``, prior steps compensated, the tool never called.
+            UnverifiableApprovalError: the request records no usable payload hash (same).
+            ConstraintViolation: the policy refuses the call (journaled, compensated).
+            ApprovalExpiredError: the request lapsed (journaled ``EXPIRED``, compensated).
+            ChainIntegrityError: the saga's chain does not verify.
+        """
+        return self._desk.resume(saga_id, seq, payload)
+
+    async def resume_saga_async(self, saga_id: str, seq: int, payload: str) -> SagaResult:
+        """:meth:`resume_saga` for asyncio (async tools and compensations are awaited)."""
+        return await self._desk.resume_async(saga_id, seq, payload)
+
+    def expire_overdue(self) -> list[SagaResult]:
+        """Expire every pending request past its time to live; returns each saga's result."""
+        return self._desk.expire_overdue()
+
+    def entries(self, saga_id: str) -> Sequence[JournalEntry]:
+        """The saga's chain in seq order (a shortcut for ``journal.entries``)."""
+        return self._journal.entries(saga_id)
+
+    def __repr__(self) -> str:
+        return (
+            f"Sagacity(journal={type(self._journal).__name__}, compensation={self._mode!r}, "
+            f"tools={list(self._registry.names())})"
+        )

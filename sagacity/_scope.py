@@ -1,0 +1,125 @@
+"""The active saga, carried by ``contextvars``.
+
+A ``ContextVar`` follows the code that runs for a saga wherever the interpreter takes its
+context: the opening thread, asyncio tasks (which copy the context when created, so tasks
+spawned inside a saga journal into it), ``asyncio.to_thread`` and ``contextvars.copy_context``.
+A tool called where no saga is active runs straight through, unjournaled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+from sagacity.errors import NestedSagaError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gate:
+    """A call suspended for approval in this run."""
+
+    tool: str
+    seq: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failure:
+    """The first step that failed in this run."""
+
+    tool: str | None
+    seq: int | None
+    error: str
+
+
+@dataclass(eq=False)
+class SagaScope:
+    """One run of a saga: its id and what its tools reported.  Thread-safe.
+
+    Tools may report from several threads (``asyncio.to_thread``) or tasks at once, hence the
+    lock.  ``closed`` is set when the run ends: a task that outlives its saga must not journal
+    into a chain whose outcome is already decided.
+    """
+
+    saga_id: str
+    owner: object
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _gates: list[Gate] = field(default_factory=list)
+    _failure: Failure | None = None
+    _closed: bool = False
+
+    def mark_failed(self, *, tool: str | None, seq: int | None, error: str) -> None:
+        """Record a failed step (the first one is kept)."""
+        with self._lock:
+            if self._failure is None:
+                self._failure = Failure(tool=tool, seq=seq, error=error)
+
+    def mark_awaiting(self, *, tool: str, seq: int) -> None:
+        """Record a call suspended for human approval."""
+        with self._lock:
+            self._gates.append(Gate(tool=tool, seq=seq))
+
+    @property
+    def failure(self) -> Failure | None:
+        """The first failed step, if any."""
+        with self._lock:
+            return self._failure
+
+    @property
+    def gates(self) -> tuple[Gate, ...]:
+        """Calls suspended for approval, in order."""
+        with self._lock:
+            return tuple(self._gates)
+
+    @property
+    def closed(self) -> bool:
+        """The run has ended."""
+        with self._lock:
+            return self._closed
+
+    def close(self) -> None:
+        """End the run."""
+        with self._lock:
+            self._closed = True
+
+
+_current: ContextVar[SagaScope | None] = ContextVar("sagacity_saga_scope", default=None)
+
+
+def current_scope() -> SagaScope | None:
+    """The saga active in this context (possibly already closed), if any."""
+    return _current.get()
+
+
+def ensure_no_active_scope(saga_id: str) -> None:
+    """Refuse to start ``saga_id`` inside another active saga.
+
+    Raises:
+        NestedSagaError: a saga is already active in this context.
+    """
+    active = _current.get()
+    if active is not None and not active.closed:
+        raise NestedSagaError(
+            f"saga {saga_id!r} cannot start inside saga {active.saga_id!r}: sagas do not "
+            "nest; finish the outer saga first",
+            saga_id=saga_id,
+        )
+
+
+@contextlib.contextmanager
+def open_scope(saga_id: str, owner: object) -> Iterator[SagaScope]:
+    """Make a saga active for the duration of the block; always closed on exit.
+
+    Raises:
+        NestedSagaError: a saga is already active in this context.
+    """
+    ensure_no_active_scope(saga_id)
+    scope = SagaScope(saga_id=saga_id, owner=owner)
+    token = _current.set(scope)
+    try:
+        yield scope
+    finally:
+        scope.close()
+        _current.reset(token)

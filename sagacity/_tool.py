@@ -1,0 +1,332 @@
+"""The hot path: what a wrapped tool does when it is called.
+
+Outside any saga the tool runs straight through, unjournaled.  Inside one:
+
+* the arguments become the payload (compact JSON by parameter name);
+* a policy constraint that refuses the arguments journals ``CONSTRAINT_VIOLATED`` and the
+  refusal text is returned instead of calling the tool;
+* an ``IRREVERSIBLE`` / ``PRIVILEGED`` tool journals ``AWAITING_APPROVAL`` (the exact payload
+  and its SHA-256), marks the run awaiting and returns
+  ``[AWAITING_APPROVAL] Tool '<name>' requires human approval``: it is not called;
+* otherwise ``INTENT`` is journaled and acknowledged *before* the call (if the journal cannot
+  take it, the tool is not called and the error propagates); then ``EXECUTED`` (the result) or
+  ``FAILED`` (the error; the run is marked failed and the exception re-raised, including
+  ``BaseException`` subclasses such as ``KeyboardInterrupt``).
+
+After a step of the run failed, further calls are refused with :class:`SagaFailedError`
+without calling the tool or journaling anything: the saga compensates on exit, so new side
+effects would only be undone again.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sagacity import _attributes as attr
+from sagacity._codec import call_arguments, describe_error, dumps, encode_payload, encode_result
+from sagacity._decorators import ToolDefinition
+from sagacity._events import EntryDraft, EventType, JournalEntry
+from sagacity._scope import SagaScope, current_scope
+from sagacity._undo import Undo, extract_undo, undo_declared
+from sagacity.chain import payload_sha256
+from sagacity.errors import SagaClosedError, SagaError, SagaFailedError
+from sagacity.journal import Journal
+
+WRAPPED_ATTR = "__sagacity_wrapped__"
+
+
+class Host(Protocol):
+    """What the hot path needs from its :class:`~sagacity.Sagacity`."""
+
+    @property
+    def journal(self) -> Journal: ...
+    @property
+    def writer_id(self) -> str: ...
+    @property
+    def policy_version(self) -> str: ...
+    @property
+    def approval_ttl_us(self) -> int | None: ...
+    def now_us(self) -> int: ...
+
+
+def awaiting_message(tool: str) -> str:
+    """What a gated call returns to its caller instead of running."""
+    return f"[AWAITING_APPROVAL] Tool '{tool}' requires human approval"
+
+
+def constraint_message(tool: str, reason: str) -> str:
+    """What a call refused by a policy constraint returns (and journals)."""
+    return f"[constraint] {tool}: {reason}"
+
+
+def check_constraint(definition: ToolDefinition, arguments: Mapping[str, Any]) -> str | None:
+    """The constraint's refusal text for ``arguments``, or ``None`` when allowed.
+
+    A constraint that raises refuses: the policy path fails closed.
+    """
+    if definition.constraint is None:
+        return None
+    try:
+        reason = definition.constraint(dict(arguments))
+    except Exception as exc:
+        reason = f"the policy constraint could not be evaluated ({describe_error(exc)})"
+    if reason is None:
+        return None
+    return constraint_message(definition.name, str(reason) or "refused by policy")
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Stop:
+    """The call does not run: journal ``draft`` and return ``value``."""
+
+    draft: EntryDraft
+    value: str
+    gate: bool
+
+
+def executed_draft(
+    host: Host, definition: ToolDefinition, intent: JournalEntry, value: object
+) -> EntryDraft:
+    """The ``EXECUTED`` entry for ``value`` returned by the call journaled as ``intent``."""
+    text, encoding = encode_result(value)
+    attributes = {
+        attr.REF_SEQ: str(intent.seq),
+        attr.REVERSIBILITY: definition.reversibility.value,
+        attr.RESULT_ENCODING: encoding,
+    }
+    if definition.by is None and definition.reversibility.undoable:
+        undo = extract_undo(value)
+        if isinstance(undo, Undo):
+            attributes[attr.UNDO] = "tool"
+            attributes[attr.UNDO_TOOL] = undo.tool
+            try:
+                attributes[attr.UNDO_ARGUMENTS] = dumps(dict(undo.arguments))
+            except (TypeError, ValueError):
+                attributes[attr.UNDO] = "none"
+                del attributes[attr.UNDO_TOOL]
+        elif undo is None and undo_declared(undo):
+            attributes[attr.UNDO] = "none"
+    return EntryDraft(
+        saga_id=intent.saga_id,
+        event_type=EventType.EXECUTED,
+        tool=definition.name,
+        result=text,
+        actor=host.writer_id,
+        attributes=attributes,
+        recorded_at_us=host.now_us(),
+    )
+
+
+def failed_draft(
+    host: Host, definition: ToolDefinition, intent: JournalEntry, exc: BaseException
+) -> EntryDraft:
+    """The ``FAILED`` entry for the call journaled as ``intent``."""
+    return EntryDraft(
+        saga_id=intent.saga_id,
+        event_type=EventType.FAILED,
+        tool=definition.name,
+        error=describe_error(exc),
+        actor=host.writer_id,
+        attributes={
+            attr.REF_SEQ: str(intent.seq),
+            attr.REVERSIBILITY: definition.reversibility.value,
+        },
+        recorded_at_us=host.now_us(),
+    )
+
+
+def intent_draft(
+    host: Host, definition: ToolDefinition, saga_id: str, payload: str, ref_seq: int | None
+) -> EntryDraft:
+    """The ``INTENT`` entry journaled before a call (``ref_seq``: the approved request)."""
+    attributes = {attr.REVERSIBILITY: definition.reversibility.value}
+    if ref_seq is not None:
+        attributes[attr.REF_SEQ] = str(ref_seq)
+    return EntryDraft(
+        saga_id=saga_id,
+        event_type=EventType.INTENT,
+        tool=definition.name,
+        payload=payload,
+        actor=host.writer_id,
+        attributes=attributes,
+        recorded_at_us=host.now_us(),
+    )
+
+
+def _stop_or_intent(
+    host: Host, definition: ToolDefinition, scope: SagaScope, arguments: Mapping[str, Any]
+) -> _Stop | EntryDraft:
+    payload = encode_payload(definition.name, arguments)
+    refusal = check_constraint(definition, arguments)
+    now = host.now_us()
+    if refusal is not None:
+        draft = EntryDraft(
+            saga_id=scope.saga_id,
+            event_type=EventType.CONSTRAINT_VIOLATED,
+            tool=definition.name,
+            payload=payload,
+            error=refusal,
+            actor=host.writer_id,
+            attributes={attr.POLICY_VERSION: host.policy_version},
+            recorded_at_us=now,
+        )
+        return _Stop(draft=draft, value=refusal, gate=False)
+    if definition.reversibility.gated:
+        attributes = {
+            attr.PAYLOAD_SHA256: payload_sha256(payload),
+            attr.SIGNATURES_REQUIRED: str(definition.reversibility.signatures_required),
+            attr.POLICY_VERSION: host.policy_version,
+            attr.REVERSIBILITY: definition.reversibility.value,
+        }
+        if host.approval_ttl_us is not None:
+            attributes[attr.EXPIRES_AT_US] = str(now + host.approval_ttl_us)
+        draft = EntryDraft(
+            saga_id=scope.saga_id,
+            event_type=EventType.AWAITING_APPROVAL,
+            tool=definition.name,
+            payload=payload,
+            actor=host.writer_id,
+            attributes=attributes,
+            recorded_at_us=now,
+        )
+        return _Stop(draft=draft, value=awaiting_message(definition.name), gate=True)
+    return intent_draft(host, definition, scope.saga_id, payload, None)
+
+
+def _active_scope(host: Host, definition: ToolDefinition) -> SagaScope | None:
+    scope = current_scope()
+    if scope is None:
+        return None
+    if scope.owner is not host:
+        raise SagaError(
+            f"tool {definition.name!r} was wrapped by another Sagacity than the one running "
+            f"saga {scope.saga_id!r}; wrap it with the Sagacity that opens the saga",
+            saga_id=scope.saga_id,
+        )
+    if scope.closed:
+        raise SagaClosedError(
+            f"saga {scope.saga_id!r} has ended; tool {definition.name!r} was not called "
+            "(a task outlived its saga?)",
+            saga_id=scope.saga_id,
+        )
+    failure = scope.failure
+    if failure is not None:
+        raise SagaFailedError(
+            f"saga {scope.saga_id!r} already has a failed step "
+            f"({failure.tool} at seq {failure.seq}: {failure.error}); tool "
+            f"{definition.name!r} was not called because the saga will be compensated",
+            saga_id=scope.saga_id,
+            seq=failure.seq,
+        )
+    return scope
+
+
+def _after_stop(scope: SagaScope, stop: _Stop, entry: JournalEntry) -> str:
+    if stop.gate:
+        scope.mark_awaiting(tool=entry.tool or "", seq=entry.seq)
+    return stop.value
+
+
+def _record_failure(scope: SagaScope, intent: JournalEntry, exc: BaseException) -> None:
+    scope.mark_failed(tool=intent.tool, seq=intent.seq, error=describe_error(exc))
+
+
+def wrap_function(
+    host: Host, definition: ToolDefinition, function: Callable[..., Any]
+) -> Callable[..., Any]:
+    """The journaling callable for ``function`` (already bound to its object, if a method)."""
+    signature = inspect.signature(function)
+
+    if definition.is_async:
+
+        @functools.wraps(function)
+        async def async_tool(*args: Any, **kwargs: Any) -> Any:
+            scope = _active_scope(host, definition)
+            if scope is None:
+                return await function(*args, **kwargs)
+            arguments = call_arguments(signature, args, kwargs)
+            step = _stop_or_intent(host, definition, scope, arguments)
+            journal = host.journal
+            if isinstance(step, _Stop):
+                return _after_stop(scope, step, await journal.append_async(step.draft))
+            intent = await journal.append_async(step, durable=True)
+            try:
+                value = await function(*args, **kwargs)
+            except BaseException as exc:
+                failed = await _journal_failed_async(journal, host, definition, intent, exc)
+                _record_failure(scope, failed or intent, exc)
+                raise
+            try:
+                await journal.append_async(
+                    executed_draft(host, definition, intent, value), durable=False
+                )
+            except BaseException as exc:
+                _record_failure(scope, intent, exc)
+                raise
+            return value
+
+        setattr(async_tool, WRAPPED_ATTR, True)
+        return async_tool
+
+    @functools.wraps(function)
+    def tool(*args: Any, **kwargs: Any) -> Any:
+        scope = _active_scope(host, definition)
+        if scope is None:
+            return function(*args, **kwargs)
+        arguments = call_arguments(signature, args, kwargs)
+        step = _stop_or_intent(host, definition, scope, arguments)
+        journal = host.journal
+        if isinstance(step, _Stop):
+            return _after_stop(scope, step, journal.append(step.draft))
+        intent = journal.append(step, durable=True)
+        try:
+            value = function(*args, **kwargs)
+        except BaseException as exc:
+            failed = _journal_failed(journal, host, definition, intent, exc)
+            _record_failure(scope, failed or intent, exc)
+            raise
+        try:
+            journal.append(executed_draft(host, definition, intent, value), durable=False)
+        except BaseException as exc:
+            _record_failure(scope, intent, exc)
+            raise
+        return value
+
+    setattr(tool, WRAPPED_ATTR, True)
+    return tool
+
+
+def _journal_failed(
+    journal: Journal,
+    host: Host,
+    definition: ToolDefinition,
+    intent: JournalEntry,
+    exc: BaseException,
+) -> JournalEntry | None:
+    try:
+        return journal.append(failed_draft(host, definition, intent, exc), durable=False)
+    except Exception as journal_exc:
+        # The tool's own exception matters more to the caller; the INTENT without an outcome
+        # is reported SUSPECT at compensation, so nothing is silently lost.
+        exc.add_note(f"sagacity: FAILED could not be journaled: {describe_error(journal_exc)}")
+        return None
+
+
+async def _journal_failed_async(
+    journal: Journal,
+    host: Host,
+    definition: ToolDefinition,
+    intent: JournalEntry,
+    exc: BaseException,
+) -> JournalEntry | None:
+    try:
+        return await journal.append_async(
+            failed_draft(host, definition, intent, exc), durable=False
+        )
+    except Exception as journal_exc:
+        exc.add_note(f"sagacity: FAILED could not be journaled: {describe_error(journal_exc)}")
+        return None

@@ -1,0 +1,245 @@
+"""The contract every :class:`~sagacity.Journal` adapter meets; subclass it per adapter.
+
+A subclass provides the ``make_journal`` fixture: a factory returning a fresh journal on a
+fresh store for each test (it may request other fixtures, e.g. a broker)::
+
+    class TestKafkaJournal(JournalContract):
+        @pytest.fixture
+        def make_journal(self, kafka_bootstrap, make_topic):
+            return lambda: KafkaJournal(bootstrap=kafka_bootstrap, topic=make_topic())
+
+Journals made by the factory are closed after the test.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import itertools
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from sagacity import GENESIS_HASH, EntryDraft, EventType, Journal, verify
+from sagacity.chain import payload_sha256
+
+E = EventType
+
+
+def _saga() -> str:
+    return f"contract-{uuid.uuid4().hex}"
+
+
+class JournalContract(abc.ABC):
+    """Append, read a chain, derive pending approvals: the port's guarantees."""
+
+    @pytest.fixture
+    @abc.abstractmethod
+    def make_journal(self) -> Callable[[], Journal]:
+        """A factory of journals on a fresh store (override as a fixture)."""
+
+    @pytest.fixture
+    def journal(self, make_journal: Callable[[], Journal]) -> Iterator[Journal]:
+        journal = make_journal()
+        try:
+            yield journal
+        finally:
+            journal.close()
+
+    # -- append and read ------------------------------------------------------------------
+    def test_it_implements_the_protocol(self, journal: Journal) -> None:
+        assert isinstance(journal, Journal)
+
+    def test_first_append_starts_at_seq_1_on_the_genesis_hash(self, journal: Journal) -> None:
+        saga = _saga()
+        entry = journal.append(EntryDraft(saga_id=saga, event_type=E.SAGA_OPENED, actor="w"))
+        assert entry.seq == 1
+        assert entry.prev_hash == GENESIS_HASH
+        assert list(journal.entries(saga)) == [entry]
+
+    def test_appends_link_into_a_chain_that_verifies(self, journal: Journal) -> None:
+        saga = _saga()
+        appended = [
+            journal.append(EntryDraft(saga_id=saga, event_type=E.INTENT, tool="t", payload=str(i)))
+            for i in range(5)
+        ]
+        entries = list(journal.entries(saga))
+        assert entries == appended
+        assert [e.seq for e in entries] == [1, 2, 3, 4, 5]
+        for before, after in itertools.pairwise(entries):
+            assert after.prev_hash == before.hash
+        assert verify(entries).ok
+
+    def test_unknown_saga_reads_empty(self, journal: Journal) -> None:
+        assert list(journal.entries(_saga())) == []
+        assert list(journal.pending_approvals(_saga())) == []
+
+    def test_every_field_round_trips_exactly(self, journal: Journal) -> None:
+        saga = _saga()
+        draft = EntryDraft(
+            saga_id=saga,
+            event_type=E.EXECUTED,
+            tool="tööl",
+            payload='{ "amount": "100", "to": "ålice" }',
+            result="",
+            error=None,
+            actor="manager@company.com",
+            attributes={"ref_seq": "1", "z": "", "é": "ü"},
+            recorded_at_us=1_700_000_000_123_456,
+        )
+        written = journal.append(draft)
+        (read,) = journal.entries(saga)
+        assert read == written
+        assert read.payload == draft.payload
+        assert read.result == ""
+        assert read.error is None
+        assert dict(read.attributes) == {"ref_seq": "1", "z": "", "é": "ü"}
+        assert read.recorded_at_us == 1_700_000_000_123_456
+        assert verify([read]).ok
+
+    def test_sagas_have_independent_chains(self, journal: Journal) -> None:
+        first, second = _saga(), _saga()
+        journal.append(EntryDraft(saga_id=first, event_type=E.SAGA_OPENED))
+        journal.append(EntryDraft(saga_id=second, event_type=E.SAGA_OPENED))
+        journal.append(EntryDraft(saga_id=first, event_type=E.SAGA_ENDED))
+        assert [e.seq for e in journal.entries(first)] == [1, 2]
+        assert [e.seq for e in journal.entries(second)] == [1]
+        assert journal.entries(second)[0].prev_hash == GENESIS_HASH
+
+    def test_buffered_appends_are_readable_after_flush(self, journal: Journal) -> None:
+        saga = _saga()
+        for i in range(10):
+            journal.append(
+                EntryDraft(saga_id=saga, event_type=E.EXECUTED, result=str(i)), durable=False
+            )
+        journal.flush(timeout=30)
+        entries = list(journal.entries(saga))
+        assert [e.result for e in entries] == [str(i) for i in range(10)]
+        assert verify(entries).ok
+
+    def test_concurrent_appends_from_threads_lose_nothing(self, journal: Journal) -> None:
+        sagas = [_saga() for _ in range(3)]
+        threads_per_saga, appends = 4, 25
+        errors: list[BaseException] = []
+        start = threading.Barrier(len(sagas) * threads_per_saga)
+
+        def writer(saga: str, n: int) -> None:
+            try:
+                start.wait()
+                for i in range(appends):
+                    journal.append(
+                        EntryDraft(saga_id=saga, event_type=E.INTENT, payload=f"{n}:{i}")
+                    )
+            except BaseException as exc:  # reported below, never swallowed
+                errors.append(exc)
+
+        threads = [
+            threading.Thread(target=writer, args=(saga, n))
+            for saga in sagas
+            for n in range(threads_per_saga)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        journal.flush(timeout=30)
+        for saga in sagas:
+            entries = list(journal.entries(saga))
+            assert len(entries) == threads_per_saga * appends
+            assert sorted(e.payload or "" for e in entries) == sorted(
+                f"{n}:{i}" for n in range(threads_per_saga) for i in range(appends)
+            )
+            assert verify(entries).ok
+
+    def test_concurrent_async_appends_lose_nothing(self, journal: Journal) -> None:
+        saga = _saga()
+
+        async def main() -> None:
+            await asyncio.gather(
+                *(
+                    journal.append_async(
+                        EntryDraft(saga_id=saga, event_type=E.INTENT, payload=str(i))
+                    )
+                    for i in range(50)
+                )
+            )
+
+        asyncio.run(main())
+        journal.flush(timeout=30)
+        entries = list(journal.entries(saga))
+        assert sorted(int(e.payload or "-1") for e in entries) == list(range(50))
+        assert verify(entries).ok
+
+    # -- pending approvals ----------------------------------------------------------------
+    def _request(self, journal: Journal, saga: str, signatures: int = 1) -> int:
+        payload = '{"amount":"100","to":"alice"}'
+        entry = journal.append(
+            EntryDraft(
+                saga_id=saga,
+                event_type=E.AWAITING_APPROVAL,
+                tool="wire",
+                payload=payload,
+                attributes={
+                    "payload_sha256": payload_sha256(payload),
+                    "signatures_required": str(signatures),
+                    "policy_version": "7",
+                    "reversibility": "IRREVERSIBLE",
+                },
+            )
+        )
+        return entry.seq
+
+    def test_a_request_is_pending_until_decided(self, journal: Journal) -> None:
+        saga = _saga()
+        journal.append(EntryDraft(saga_id=saga, event_type=E.SAGA_OPENED))
+        seq = self._request(journal, saga, signatures=2)
+        journal.append(
+            EntryDraft(saga_id=saga, event_type=E.SAGA_ENDED, result="AWAITING_APPROVAL")
+        )
+        (request,) = journal.pending_approvals(saga)
+        assert (request.saga_id, request.seq, request.tool) == (saga, seq, "wire")
+        assert request.payload == '{"amount":"100","to":"alice"}'
+        assert request.payload_sha256 == payload_sha256(request.payload)
+        assert request.signatures_required == 2
+        assert request.policy_version == "7"
+        assert request.signed_by == ()
+        journal.append(
+            EntryDraft(
+                saga_id=saga,
+                event_type=E.APPROVED,
+                actor="nadia",
+                attributes={"ref_seq": str(seq)},
+            )
+        )
+        (request,) = journal.pending_approvals(saga)
+        assert request.signed_by == ("nadia",)  # approval leaves the request in place
+        assert not request.approved
+        journal.append(
+            EntryDraft(
+                saga_id=saga, event_type=E.REJECTED, actor="omar", attributes={"ref_seq": str(seq)}
+            )
+        )
+        assert list(journal.pending_approvals(saga)) == []
+
+    def test_resumed_and_ended_requests_are_not_pending(self, journal: Journal) -> None:
+        resumed, ended = _saga(), _saga()
+        seq = self._request(journal, resumed)
+        journal.append(
+            EntryDraft(
+                saga_id=resumed, event_type=E.INTENT, tool="wire", attributes={"ref_seq": str(seq)}
+            )
+        )
+        self._request(journal, ended)
+        journal.append(EntryDraft(saga_id=ended, event_type=E.SAGA_ENDED, result="COMPENSATED"))
+        assert list(journal.pending_approvals(resumed)) == []
+        assert list(journal.pending_approvals(ended)) == []
+
+    def test_pending_approvals_across_sagas(self, journal: Journal) -> None:
+        first, second = _saga(), _saga()
+        self._request(journal, first)
+        self._request(journal, second)
+        mine = {(r.saga_id, r.seq) for r in journal.pending_approvals()}
+        assert {(first, 1), (second, 1)} <= mine

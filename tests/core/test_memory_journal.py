@@ -1,0 +1,35 @@
+"""The in-memory journal meets the journal contract."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from sagacity import EntryDraft, EventType, InMemoryJournal, Journal
+from sagacity.errors import JournalUnavailableError
+from tests.contract.journal_contract import JournalContract
+
+
+class TestInMemoryJournal(JournalContract):
+    @pytest.fixture
+    def make_journal(self) -> Callable[[], Journal]:
+        return InMemoryJournal
+
+
+def test_closed_journal_refuses_appends_and_keeps_entries() -> None:
+    journal = InMemoryJournal()
+    journal.append(EntryDraft(saga_id="s", event_type=EventType.SAGA_OPENED))
+    journal.close()
+    with pytest.raises(JournalUnavailableError, match="closed"):
+        journal.append(EntryDraft(saga_id="s", event_type=EventType.SAGA_ENDED))
+    assert len(journal.entries("s")) == 1
+
+
+def test_entries_are_a_snapshot() -> None:
+    journal = InMemoryJournal()
+    journal.append(EntryDraft(saga_id="s", event_type=EventType.SAGA_OPENED))
+    snapshot = journal.entries("s")
+    journal.append(EntryDraft(saga_id="s", event_type=EventType.SAGA_ENDED))
+    assert len(snapshot) == 1
+    assert journal.saga_ids() == ("s",)
