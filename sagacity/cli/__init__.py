@@ -11,7 +11,10 @@ import importlib
 import click
 
 # (module, attribute) of each command or group, registered in this order.
-_GROUPS: tuple[tuple[str, str], ...] = (("sagacity.cli.dev", "dev"),)
+_GROUPS: tuple[tuple[str, str], ...] = (
+    ("sagacity.cli.dev", "dev"),
+    ("sagacity.cli.demo", "demo"),
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -42,13 +42,19 @@ def up(kafka: bool, postgres: bool) -> None:
 
 
 @dev.command("down")
-def down() -> None:
-    """Stop the broker and server this checkout's stack started."""
+@click.option("--kafka/--no-kafka", default=True, help="Stop the Kafka broker.")
+@click.option("--postgres/--no-postgres", default=True, help="Stop the PostgreSQL server.")
+@click.option("--purge", is_flag=True, help="Also delete all data and state of the stack.")
+def down(kafka: bool, postgres: bool, purge: bool) -> None:
+    """Stop the broker and server this checkout's stack started (never anyone else's)."""
     from sagacity.dev import Stack
 
     stack = Stack()
-    stopped = stack.down()
+    stopped = stack.down(kafka=kafka, postgres=postgres)
     click.echo(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}", err=True)
+    if purge:
+        stack.purge()
+        click.echo(f"deleted {stack.home} and its data", err=True)
 
 
 @dev.command("status")

@@ -10,6 +10,7 @@ import base64
 import contextlib
 import json
 import logging
+import shutil
 import subprocess
 import time
 import uuid
@@ -334,6 +335,11 @@ class KafkaBroker:
             return False
         self._kill(state.pid, timeout=timeout)
         return True
+
+    def purge(self) -> None:
+        """Stop the broker if it runs here and delete its directory (data, logs, state)."""
+        self.stop()
+        shutil.rmtree(self.home, ignore_errors=True)
 
     def __enter__(self) -> Self:
         self.start()

@@ -278,6 +278,17 @@ class PostgresServer:
                 os.kill(state.pid, signal.SIGQUIT)
         return True
 
+    def purge(self) -> None:
+        """Stop the server if it runs here and delete its data (also outside ``home``)."""
+        self.stop()
+        state = self.state()
+        roots = {self.home / "server"}
+        if state is not None:
+            roots.add(Path(state.root))
+        for root in roots:
+            shutil.rmtree(root, ignore_errors=True)
+        self.state_file.unlink(missing_ok=True)
+
 
 def _reachable_by(account: pwd.struct_passwd, directory: Path) -> bool:
     """Whether ``account`` can traverse every directory from ``/`` down to ``directory``."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import shlex
+import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -127,6 +128,13 @@ class Stack:
             if postgres and self.postgres.stop():
                 stopped.append("postgres")
         return stopped
+
+    def purge(self) -> None:
+        """Stop both services and delete all their data and state."""
+        with self._locked():
+            self.kafka.purge()
+            self.postgres.purge()
+        shutil.rmtree(self.home, ignore_errors=True)
 
     def status(self) -> list[ServiceStatus]:
         """The recorded state of each service and whether it answers now."""

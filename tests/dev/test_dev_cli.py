@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import psycopg
@@ -61,6 +62,12 @@ def test_up_is_idempotent_status_reports_and_down_stops(
     assert after.exit_code == 1
     assert after.stdout.count("stopped") == 2
 
+    data_root = Path(json.loads((tmp_path / "dev/postgres/state.json").read_text())["root"])
+    purge = runner.invoke(main, ["dev", "down", "--purge"])
+    assert purge.exit_code == 0, purge.output
+    assert not (tmp_path / "dev").exists()
+    assert not data_root.exists()
+
 
 def test_status_of_a_fresh_directory_reports_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -98,6 +105,10 @@ def test_up_stops_the_server_it_started_when_the_other_one_fails(
     result = CliRunner().invoke(main, ["dev", "up"])
     assert result.exit_code == 1
     assert "java" in result.stderr
-    statuses = {s.name: s for s in Stack().status()}
-    assert not statuses["postgres"].running
-    assert not statuses["kafka"].running
+    stack = Stack()
+    try:
+        statuses = {s.name: s for s in stack.status()}
+        assert not statuses["postgres"].running
+        assert not statuses["kafka"].running
+    finally:
+        stack.purge()
