@@ -1,0 +1,73 @@
+# Shared set-up for deploy/local/demo, deploy/local/test and .ci/run (sourced, not run).
+#
+# Functions:
+#   sagacity_system_packages  install Java 17, Maven and PostgreSQL with apt-get when absent
+#   sagacity_venv             create .venv and install the project with its dev extras
+#   sagacity_stack_up         bring the checkout's stack up and export its variables
+#   sagacity_stack_down       stop the services sagacity_stack_up started (none else)
+
+SAGACITY_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+SAGACITY_VENV="$SAGACITY_ROOT/.venv"
+_SAGACITY_STARTED=()
+
+_say() { printf '%s\n' "$*" >&2; }
+
+_have_postgres_server() {
+    compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null \
+        || { [ -n "${SAGACITY_PG_BIN:-}" ] && [ -x "$SAGACITY_PG_BIN/initdb" ]; }
+}
+
+sagacity_system_packages() {
+    local missing=()
+    command -v java >/dev/null || [ -x "${JAVA_HOME:-/nonexistent}/bin/java" ] \
+        || missing+=(openjdk-17-jre-headless)
+    command -v mvn >/dev/null || missing+=(maven)
+    _have_postgres_server || missing+=(postgresql)
+    python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+        _say "missing: ${missing[*]}"
+        _say "install them (Debian/Ubuntu: sudo apt-get install ${missing[*]}) and run again"
+        return 1
+    fi
+    _say "installing ${missing[*]} with apt-get"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    # Debian's postgresql package starts a cluster of its own on 5432; the stack runs its own
+    # server on a free port, so the packaged one is not needed (left as the package set it up).
+}
+
+sagacity_venv() {
+    local stamp="$SAGACITY_VENV/.sagacity-installed"
+    local want
+    want="$(sha256sum "$SAGACITY_ROOT/pyproject.toml" | cut -d' ' -f1)"
+    if [ ! -x "$SAGACITY_VENV/bin/python" ]; then
+        _say "creating $SAGACITY_VENV"
+        python3 -m venv "$SAGACITY_VENV"
+    fi
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+        _say "installing sagacity and its dev dependencies into .venv"
+        "$SAGACITY_VENV/bin/python" -m pip install -q --upgrade pip
+        (cd "$SAGACITY_ROOT" && "$SAGACITY_VENV/bin/python" -m pip install -q -e '.[dev]')
+        printf '%s\n' "$want" >"$stamp"
+    fi
+}
+
+sagacity_stack_up() {
+    local before exports
+    before="$("$SAGACITY_VENV/bin/sagacity" dev status 2>/dev/null || true)"
+    exports="$(cd "$SAGACITY_ROOT" && "$SAGACITY_VENV/bin/sagacity" dev up)"
+    eval "$exports"
+    grep -q '^kafka .*running' <<<"$before" || _SAGACITY_STARTED+=(kafka)
+    grep -q '^postgres .*running' <<<"$before" || _SAGACITY_STARTED+=(postgres)
+}
+
+sagacity_stack_down() {
+    [ ${#_SAGACITY_STARTED[@]} -eq 0 ] && return 0
+    local flags=(--no-kafka --no-postgres) name
+    for name in "${_SAGACITY_STARTED[@]}"; do
+        flags=("${flags[@]/--no-$name/--$name}")
+    done
+    (cd "$SAGACITY_ROOT" && "$SAGACITY_VENV/bin/sagacity" dev down "${flags[@]}") || true
+    _SAGACITY_STARTED=()
+}
