@@ -106,9 +106,11 @@ class BreakReason(enum.StrEnum):
     WRONG_GENESIS = "wrong_genesis"
     """Seq 1's ``prev_hash`` is not the genesis hash."""
     GAP = "gap"
-    """A seq is missing (the entry found has a higher seq than expected)."""
+    """A seq is missing (the entry found has a higher seq than expected and the expected seq
+    appears nowhere later)."""
     REORDERED = "reordered"
-    """An entry is out of order (its seq is lower than expected, or repeated)."""
+    """An entry is out of order: its seq is lower than expected or repeated, or higher while
+    the expected seq is stored later (a swap)."""
     BROKEN_LINK = "broken_link"
     """An entry's ``prev_hash`` is not the previous entry's hash."""
     EDITED = "edited"
@@ -146,6 +148,7 @@ def verify(entries: Iterable[JournalEntry], *, saga_id: str | None = None) -> Ch
         entries: the saga's entries in stored order (not re-sorted: order is evidence).
         saga_id: the saga expected; defaults to the first entry's.
     """
+    stored = list(entries)
     expected_seq = 1
     prev = GENESIS_HASH
     count = 0
@@ -161,7 +164,7 @@ def verify(entries: Iterable[JournalEntry], *, saga_id: str | None = None) -> Ch
             detail=detail,
         )
 
-    for entry in entries:
+    for position, entry in enumerate(stored):
         count += 1
         saga = saga_id if saga_id is not None else entry.saga_id
         saga_id = saga
@@ -173,6 +176,12 @@ def verify(entries: Iterable[JournalEntry], *, saga_id: str | None = None) -> Ch
                 f"seq 1 has previous hash {entry.prev_hash[:16]}…, not the genesis hash",
             )
         if entry.seq > expected_seq:
+            if any(later.seq == expected_seq for later in stored[position + 1 :]):
+                return broken(
+                    BreakReason.REORDERED,
+                    f"seq {entry.seq} found where seq {expected_seq} was expected "
+                    f"(seq {expected_seq} is stored later)",
+                )
             return broken(BreakReason.GAP, f"seq {expected_seq} is missing (found {entry.seq})")
         if entry.seq < expected_seq:
             return broken(
