@@ -79,6 +79,16 @@ def _check_function(fn: object, decorator: str) -> Callable[..., Any]:
     return fn
 
 
+@overload
+def compensable(fn: F, /) -> F: ...
+@overload
+def compensable(
+    *,
+    by: str | Callable[..., Any] | None = None,
+    reversibility: Reversibility = Reversibility.COMPENSATABLE,
+    name: str | None = None,
+    constraint: Constraint | None = None,
+) -> Callable[[F], F]: ...
 def compensable(
     fn: F | None = None,
     /,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import os
@@ -201,9 +202,11 @@ class Sagacity:
         → the executed steps are compensated (``COMPENSATED`` / ``COMPENSATION_FAILED``, or
         ``COMPENSATION_PENDING`` when delegated); a gated call is waiting →
         ``AWAITING_APPROVAL``; else ``COMPLETED``.  ``SAGA_ENDED`` is journaled and the journal
-        flushed before returning.  A ``BaseException`` that is not an ``Exception``
-        (``KeyboardInterrupt``…) propagates without compensation; the chain shows the run
-        unfinished and :meth:`compensate` can finish it.
+        flushed before returning.  Once a step has failed, further wrapped calls in the run
+        raise :class:`~sagacity.errors.SagaFailedError` without running: the saga will be
+        compensated, so new side effects would only be undone again.  A ``BaseException``
+        that is not an ``Exception`` (``KeyboardInterrupt``…) propagates without
+        compensation; the chain shows the run unfinished and :meth:`compensate` finishes it.
 
         Raises:
             InvalidArgumentError: ``saga_id`` is empty or ``work`` is not callable.
@@ -228,6 +231,9 @@ class Sagacity:
                     )
             except Exception as exc:
                 error = exc
+            except BaseException:
+                self._flush_quietly()
+                raise
         if self._needs_compensation(scope, error):
             report = None if self._mode == "delegated" else self._runner().run(saga)
             return self._end_failed(scope, value, error, report)
@@ -247,10 +253,19 @@ class Sagacity:
                     value = await value
             except Exception as exc:
                 error = exc
+            except BaseException:
+                self._flush_quietly()
+                raise
         if self._needs_compensation(scope, error):
             report = None if self._mode == "delegated" else await self._runner().run_async(saga)
             return self._end_failed(scope, value, error, report)
         return self._end_clean(scope, value)
+
+    def _flush_quietly(self) -> None:
+        # On the way out of an interrupted run: make buffered outcomes durable if the journal
+        # can, without masking the interruption itself.
+        with contextlib.suppress(Exception):
+            self._journal.flush()
 
     @staticmethod
     def _needs_compensation(scope: SagaScope, error: Exception | None) -> bool:

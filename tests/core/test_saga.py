@@ -433,3 +433,31 @@ def test_summary_names_dirty_steps(sagacity: Sagacity, tools: Any, order_tools: 
     assert "reserve_inventory" in result.summary()
     assert "inventory service down" in result.summary()
     assert json.loads(json.dumps(result.summary()))
+
+
+@pytest.mark.parametrize(
+    ("status", "fragment"),
+    [
+        (SagaStatus.COMPLETED, "completed"),
+        (SagaStatus.COMPENSATED, "1 step(s) undone"),
+        (SagaStatus.COMPENSATION_PENDING, "compensation service"),
+        (SagaStatus.AWAITING_APPROVAL, "waiting for human approval of tool 'wire' (seq 4)"),
+        (SagaStatus.REJECTED, "rejected"),
+        (SagaStatus.EXPIRED, "expired"),
+        (SagaStatus.COMPENSATION_FAILED, "still dirty: seq 2 charge (declined)"),
+    ],
+)
+def test_summary_for_every_status(status: SagaStatus, fragment: str) -> None:
+    from sagacity import SagaResult, Step
+
+    result = SagaResult(
+        status=status,
+        saga_id="s",
+        error="RuntimeError: x",
+        awaiting_tool_name="wire",
+        awaiting_seq=4,
+        compensated=(3,),
+        dirty=(Step(seq=2, tool="charge", reason="declined"),),
+    )
+    assert fragment in result.summary()
+    assert result.summary().startswith("Saga 's'")
