@@ -1,7 +1,7 @@
 """Sagacity: compensation, human approval gates and a verifiable evidence chain for the tools
 AI agents call."""
 
-from sagacity._compensation import CompensationReport, CompensationRunner
+from sagacity._compensation import CompensationCall, CompensationReport, CompensationRunner
 from sagacity._context import CompensationContext
 from sagacity._decorators import compensable, compensation
 from sagacity._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
@@ -20,6 +20,7 @@ __all__ = [
     "ApprovalRequest",
     "BreakReason",
     "ChainVerdict",
+    "CompensationCall",
     "CompensationContext",
     "CompensationReport",
     "CompensationRunner",

@@ -19,7 +19,7 @@ service runs the same code as the in-process core.  It is safe to run again on a
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,15 +77,50 @@ class CompensationReport:
 
 
 @dataclass(frozen=True, kw_only=True)
-class _Undo:
-    """A planned undo call."""
+class CompensationCall:
+    """One undo the runner is about to make (after journaling its ``COMPENSATION_INTENT``).
+
+    Services wrap :meth:`invoke` to add a timeout or an idempotency claim; see the
+    ``invoke`` hook of :class:`CompensationRunner`.
+
+    Attributes:
+        step: the ``EXECUTED`` entry being undone.
+        target: the compensation (``by=``) or undo tool called.
+        function: the callable; ``args`` / ``kwargs`` its arguments.
+        payload: the undo tool's arguments as journaled (``None`` for a ``by=`` compensation).
+        idempotent: the compensation is declared idempotent.
+    """
 
     step: JournalEntry
     target: str
-    call: Callable[..., Any]
+    function: Callable[..., Any]
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     payload: str | None
+    idempotent: bool = False
+
+    @property
+    def saga_id(self) -> str:
+        """The saga."""
+        return self.step.saga_id
+
+    @property
+    def seq(self) -> int:
+        """The ``EXECUTED`` seq being undone."""
+        return self.step.seq
+
+    @property
+    def idempotency_key(self) -> str:
+        """``"{saga_id}:{seq}"``, the key an external undo should be made idempotent on."""
+        return f"{self.step.saga_id}:{self.step.seq}"
+
+    def invoke(self) -> Any:
+        """Make the call, blocking (an async compensation is run to completion)."""
+        return call_blocking(self.function, *self.args, **self.kwargs)
+
+    async def invoke_async(self) -> Any:
+        """Make the call on the running loop (a sync compensation is called directly)."""
+        return await call_async(self.function, *self.args, **self.kwargs)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,6 +140,10 @@ class CompensationRunner:
         registry: the tools (and their compensations) by journaled name.
         actor: recorded as the ``actor`` of the entries the runner writes.
         clock: microseconds since the epoch, for the entries' time.
+        invoke: makes each call in :meth:`run` (default :meth:`CompensationCall.invoke`);
+            a service passes one that adds a timeout or claims the step first.  Whatever it
+            raises is journaled ``COMPENSATION_FAILED``.
+        invoke_async: the same for :meth:`run_async`.
     """
 
     def __init__(
@@ -114,11 +153,15 @@ class CompensationRunner:
         *,
         actor: str | None = None,
         clock: Callable[[], int] = now_micros,
+        invoke: Callable[[CompensationCall], Any] | None = None,
+        invoke_async: Callable[[CompensationCall], Awaitable[Any]] | None = None,
     ) -> None:
         self._journal = journal
         self._registry = registry
         self._actor = actor
         self._clock = clock
+        self._invoke = invoke or CompensationCall.invoke
+        self._invoke_async = invoke_async or CompensationCall.invoke_async
 
     # -- planning (pure) ------------------------------------------------------------------
     def _draft(self, step: JournalEntry, event: EventType, **fields: Any) -> EntryDraft:
@@ -141,7 +184,7 @@ class CompensationRunner:
             dirty=Step(seq=step.seq, tool=step.tool, reason=error),
         )
 
-    def plan(self, entries: Sequence[JournalEntry]) -> list[_Undo | _Note]:
+    def plan(self, entries: Sequence[JournalEntry]) -> list[CompensationCall | _Note]:
         """What a run would do on ``entries``, newest step first (journals nothing)."""
         by_seq = {entry.seq: entry for entry in entries}
         outcome_of: dict[int, JournalEntry] = {}
@@ -160,7 +203,7 @@ class CompensationRunner:
             elif entry.event_type in _STEP_EVENTS:
                 step_events.setdefault(ref, []).append(entry)
 
-        actions: list[_Undo | _Note] = []
+        actions: list[CompensationCall | _Note] = []
         for entry in sorted(entries, key=lambda e: e.seq, reverse=True):
             if entry.event_type is EventType.INTENT and entry.seq not in outcome_of:
                 reason = "INTENT without an outcome: an effect may exist; needs a person"
@@ -184,7 +227,7 @@ class CompensationRunner:
 
     def _plan_step(
         self, step: JournalEntry, intent: JournalEntry | None, history: list[JournalEntry]
-    ) -> _Undo | _Note | None:
+    ) -> CompensationCall | _Note | None:
         registered = self._registry.get(step.tool or "")
         declared = step.attributes.get(attr.REVERSIBILITY)
         if declared is None and registered is not None:
@@ -216,20 +259,21 @@ class CompensationRunner:
             )
 
         undo_kind = step.attributes.get(attr.UNDO)
-        undo: _Undo | _Note
+        undo: CompensationCall | _Note
         idempotent = False
         if registered is not None and registered.compensation is not None:
             context = self._context(step, intent)
             idempotent = bool(
                 registered.compensation_definition and registered.compensation_definition.idempotent
             )
-            undo = _Undo(
+            undo = CompensationCall(
                 step=step,
                 target=_name_of(registered.compensation),
-                call=registered.compensation,
+                function=registered.compensation,
                 args=(context,),
                 kwargs={},
                 payload=None,
+                idempotent=idempotent,
             )
         elif undo_kind == "tool":
             undo = self._plan_undo_tool(step)
@@ -249,7 +293,7 @@ class CompensationRunner:
                 CAUSE_UNREGISTERED,
                 f"tool {step.tool!r} is not registered here; its compensation is unknown",
             )
-        if in_doubt and not idempotent and isinstance(undo, _Undo):
+        if in_doubt and not idempotent and isinstance(undo, CompensationCall):
             reason = (
                 "COMPENSATION_INTENT without an outcome and the compensation is not declared "
                 "idempotent: it may have run; needs a person"
@@ -265,7 +309,7 @@ class CompensationRunner:
             )
         return undo
 
-    def _plan_undo_tool(self, step: JournalEntry) -> _Undo | _Note:
+    def _plan_undo_tool(self, step: JournalEntry) -> CompensationCall | _Note:
         name = step.attributes.get(attr.UNDO_TOOL, "")
         undo_tool = self._registry.get(name)
         if undo_tool is None:
@@ -281,10 +325,10 @@ class CompensationRunner:
             arguments = None
         if not isinstance(arguments, dict):
             return self._failed(step, CAUSE_ERROR, "undo arguments are not a JSON object")
-        return _Undo(
+        return CompensationCall(
             step=step,
             target=name,
-            call=undo_tool.function,
+            function=undo_tool.function,
             args=(),
             kwargs=arguments,
             payload=raw,
@@ -316,7 +360,7 @@ class CompensationRunner:
         )
 
     # -- running --------------------------------------------------------------------------
-    def _intent(self, undo: _Undo) -> EntryDraft:
+    def _intent(self, undo: CompensationCall) -> EntryDraft:
         return self._draft(
             undo.step,
             EventType.COMPENSATION_INTENT,
@@ -324,7 +368,7 @@ class CompensationRunner:
             attributes={attr.COMPENSATION: undo.target},
         )
 
-    def _outcome(self, undo: _Undo, value: Any) -> EntryDraft:
+    def _outcome(self, undo: CompensationCall, value: Any) -> EntryDraft:
         text, encoding = encode_result(value)
         return self._draft(
             undo.step,
@@ -333,7 +377,7 @@ class CompensationRunner:
             attributes={attr.RESULT_ENCODING: encoding},
         )
 
-    def _error(self, undo: _Undo, exc: BaseException) -> EntryDraft:
+    def _error(self, undo: CompensationCall, exc: BaseException) -> EntryDraft:
         return self._draft(
             undo.step,
             EventType.COMPENSATION_FAILED,
@@ -360,7 +404,7 @@ class CompensationRunner:
                 continue
             self._journal.append(self._intent(action), durable=True)
             try:
-                value = call_blocking(action.call, *action.args, **action.kwargs)
+                value = self._invoke(action)
             except Exception as exc:
                 self._journal.append(self._error(action, exc), durable=True)
                 report.failed(action, exc)
@@ -386,7 +430,7 @@ class CompensationRunner:
                 continue
             await self._journal.append_async(self._intent(action), durable=True)
             try:
-                value = await call_async(action.call, *action.args, **action.kwargs)
+                value = await self._invoke_async(action)
             except Exception as exc:
                 await self._journal.append_async(self._error(action, exc), durable=True)
                 report.failed(action, exc)
@@ -412,10 +456,10 @@ class _Collector:
         if note.suspect is not None:
             self.suspects.append(note.suspect)
 
-    def failed(self, undo: _Undo, exc: BaseException) -> None:
+    def failed(self, undo: CompensationCall, exc: BaseException) -> None:
         self.dirty.append(Step(seq=undo.step.seq, tool=undo.step.tool, reason=describe_error(exc)))
 
-    def done(self, undo: _Undo) -> None:
+    def done(self, undo: CompensationCall) -> None:
         self.compensated.append(undo.step.seq)
 
     def build(self) -> CompensationReport:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import inspect
 import os
 import socket
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
@@ -18,6 +20,7 @@ from sagacity._codec import describe_error
 from sagacity._compensation import CompensationReport, CompensationRunner
 from sagacity._events import EntryDraft, EventType, JournalEntry, now_micros
 from sagacity._memory import InMemoryJournal
+from sagacity._outcome import outcome_from_chain
 from sagacity._registry import ToolRegistry
 from sagacity._result import SagaResult, SagaStatus
 from sagacity._scope import SagaScope, ensure_no_active_scope, open_scope
@@ -25,6 +28,7 @@ from sagacity._wrap import wrap
 from sagacity.errors import (
     ConfigurationError,
     InvalidArgumentError,
+    OutcomeTimeoutError,
     SagaExistsError,
 )
 from sagacity.journal import ApprovalRequest, Journal
@@ -377,6 +381,59 @@ class Sagacity:
         }.get(reason, SagaStatus.COMPENSATED)
         return self.end_saga(
             saga_id, cause=reason, ref_seq=None, error=None, clean_status=clean, report=report
+        )
+
+    def outcome(self, saga_id: str) -> SagaResult | None:
+        """The saga's outcome as its chain records it (``None`` while no run has ended).
+
+        Raises:
+            UnknownSagaError: the saga has no entries.
+        """
+        return outcome_from_chain(_approval.load_chain(self._journal, saga_id))
+
+    def wait_for_outcome(
+        self, saga_id: str, *, timeout: float = 30.0, poll_interval: float = 0.05
+    ) -> SagaResult:
+        """Wait until the saga's outcome is final (not ``COMPENSATION_PENDING``) and return it.
+
+        For callers in delegated mode: the compensation service journals the end.
+
+        Raises:
+            OutcomeTimeoutError: still pending after ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            result = self._final_outcome(saga_id)
+            if result is not None:
+                return result
+            if time.monotonic() >= deadline:
+                raise self._outcome_timeout(saga_id, timeout)
+            time.sleep(poll_interval)
+
+    async def wait_for_outcome_async(
+        self, saga_id: str, *, timeout: float = 30.0, poll_interval: float = 0.05
+    ) -> SagaResult:
+        """:meth:`wait_for_outcome` without blocking the event loop."""
+        deadline = time.monotonic() + timeout
+        while True:
+            result = self._final_outcome(saga_id)
+            if result is not None:
+                return result
+            if time.monotonic() >= deadline:
+                raise self._outcome_timeout(saga_id, timeout)
+            await asyncio.sleep(poll_interval)
+
+    def _final_outcome(self, saga_id: str) -> SagaResult | None:
+        entries = self._journal.entries(saga_id)
+        result = outcome_from_chain(entries) if entries else None
+        if result is None or result.status is SagaStatus.COMPENSATION_PENDING:
+            return None
+        return result
+
+    @staticmethod
+    def _outcome_timeout(saga_id: str, timeout: float) -> OutcomeTimeoutError:
+        return OutcomeTimeoutError(
+            f"saga {saga_id!r} has no final outcome after {timeout:g}s", saga_id=saga_id
         )
 
     def compensation_report(self, saga_id: str) -> CompensationReport:

@@ -62,6 +62,10 @@ class SagaClosedError(SagaError):
     """A wrapped tool was called in the context of a saga that has already ended."""
 
 
+class OutcomeTimeoutError(SagaError, TimeoutError):
+    """A saga's final outcome was not journaled within the time allowed."""
+
+
 class SagaFailedError(SagaError):
     """A wrapped tool was called after a step of the same saga failed; the tool was not called.
 

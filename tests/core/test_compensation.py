@@ -329,3 +329,69 @@ def test_base_exception_in_a_compensation_is_journaled_and_re_raised(
         sagacity.compensate("stubborn")
     failed = only(sagacity.journal.entries("stubborn"), E.COMPENSATION_FAILED)
     assert failed[0].error == "KeyboardInterrupt"
+
+
+def test_invoke_hook_wraps_each_call_and_its_errors_are_journaled(
+    sagacity: Sagacity, tools: Any, ledger: Ledger
+) -> None:
+    from sagacity import CompensationCall
+
+    sagacity_delegated = Sagacity(journal=sagacity.journal, compensation="delegated")
+    wrapped = sagacity_delegated.wrap(OrderTools(ledger))
+    sagacity_delegated.saga(
+        "hook", lambda: (wrapped.reserve_inventory("p", 1), wrapped.charge_card(2), 1 / 0)
+    )
+    seen: list[tuple[str, int, str, bool]] = []
+
+    def invoke(call: CompensationCall) -> Any:
+        seen.append((call.target, call.seq, call.idempotency_key, call.idempotent))
+        if call.target == "release_inventory":
+            raise TimeoutError("compensation took longer than 5s")
+        return call.invoke()
+
+    runner = CompensationRunner(sagacity.journal, sagacity_delegated.registry, invoke=invoke)
+    report = runner.run("hook")
+    executed = only(sagacity.journal.entries("hook"), E.EXECUTED)
+    assert seen == [
+        ("refund", executed[1].seq, f"hook:{executed[1].seq}", True),
+        ("release_inventory", executed[0].seq, f"hook:{executed[0].seq}", False),
+    ]
+    assert report.status is SagaStatus.COMPENSATION_FAILED
+    assert report.dirty[0].reason == "TimeoutError: compensation took longer than 5s"
+
+
+def test_outcome_is_read_back_from_the_chain(ledger: Ledger) -> None:
+    journal = InMemoryJournal()
+    agent_side = Sagacity(journal=journal, compensation="delegated")
+    order_tools = OrderTools(ledger)
+    order_tools.fail_release = True
+    tools = agent_side.wrap(order_tools)
+    pending = agent_side.saga(
+        "readback", lambda: (tools.reserve_inventory("p", 1), tools.charge_card(3), 1 / 0)
+    )
+    assert pending.status is SagaStatus.COMPENSATION_PENDING
+    assert agent_side.outcome("readback") == pending.__class__(
+        status=SagaStatus.COMPENSATION_PENDING,
+        saga_id="readback",
+        error="ZeroDivisionError: division by zero",
+    )
+    from sagacity.errors import OutcomeTimeoutError
+
+    with pytest.raises(OutcomeTimeoutError):
+        agent_side.wait_for_outcome("readback", timeout=0.05, poll_interval=0.01)
+    service = Sagacity(journal=journal, writer_id="compensation-service")
+    service.wrap(order_tools)
+    direct = service.compensate("readback")
+    final = agent_side.wait_for_outcome("readback", timeout=1)
+    assert final.status is SagaStatus.COMPENSATION_FAILED
+    assert final.compensated == direct.compensated
+    assert [d.tool for d in final.dirty] == ["reserve_inventory"]
+    assert "inventory service down" in final.summary()
+
+
+def test_wait_for_outcome_async(sagacity: Sagacity, tools: Any) -> None:
+    import asyncio
+
+    sagacity.saga("async-wait", lambda: tools.reserve_inventory("p", 1))
+    result = asyncio.run(sagacity.wait_for_outcome_async("async-wait", timeout=1))
+    assert result.status is SagaStatus.COMPLETED

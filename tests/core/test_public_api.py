@@ -12,6 +12,7 @@ PINNED = [
     "ApprovalRequest",
     "BreakReason",
     "ChainVerdict",
+    "CompensationCall",
     "CompensationContext",
     "CompensationReport",
     "CompensationRunner",

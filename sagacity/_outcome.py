@@ -1,0 +1,61 @@
+"""A saga's outcome read back from its chain (for callers whose compensation ran elsewhere)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sagacity._events import EventType, JournalEntry
+from sagacity._requests import pending_requests
+from sagacity._result import SagaResult, SagaStatus, Step
+
+_STEP_OUTCOMES = (EventType.COMPENSATED, EventType.COMPENSATION_FAILED, EventType.SUSPECT)
+
+
+def outcome_from_chain(entries: Sequence[JournalEntry]) -> SagaResult | None:
+    """The outcome the chain records: its last ``SAGA_ENDED``, with the compensation's detail.
+
+    Returns ``None`` while no run of the saga has ended.  ``value`` is not journaled, so it is
+    ``None``; ``compensated`` / ``dirty`` / ``suspects`` summarise every compensation event.
+    """
+    ended = [e for e in entries if e.event_type is EventType.SAGA_ENDED]
+    if not ended:
+        return None
+    last = ended[-1]
+    try:
+        status = SagaStatus(last.result or "")
+    except ValueError:
+        status = SagaStatus.COMPENSATION_FAILED
+    latest: dict[int, JournalEntry] = {}
+    call_suspects: list[Step] = []
+    for entry in entries:
+        ref = entry.ref_seq
+        if ref is None or entry.event_type not in _STEP_OUTCOMES:
+            continue
+        if entry.event_type is EventType.SUSPECT and entry.attributes.get("phase") == "call":
+            call_suspects.append(Step(seq=ref, tool=entry.tool, reason=entry.error or "suspect"))
+        else:
+            latest[ref] = entry
+    compensated = tuple(
+        seq for seq, e in sorted(latest.items()) if e.event_type is EventType.COMPENSATED
+    )
+    dirty = tuple(
+        Step(seq=seq, tool=e.tool, reason=e.error or "compensation failed")
+        for seq, e in sorted(latest.items(), reverse=True)
+        if e.event_type is EventType.COMPENSATION_FAILED
+    )
+    suspects = tuple(call_suspects) + tuple(
+        Step(seq=seq, tool=e.tool, reason=e.error or "in doubt")
+        for seq, e in sorted(latest.items(), reverse=True)
+        if e.event_type is EventType.SUSPECT
+    )
+    awaiting = pending_requests(entries) if status is SagaStatus.AWAITING_APPROVAL else []
+    return SagaResult(
+        status=status,
+        saga_id=last.saga_id,
+        error=last.error or None,
+        awaiting_tool_name=awaiting[0].tool if awaiting else None,
+        awaiting_seq=awaiting[0].seq if awaiting else None,
+        compensated=compensated,
+        dirty=dirty,
+        suspects=suspects,
+    )
