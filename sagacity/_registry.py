@@ -58,17 +58,27 @@ class ToolRegistry:
         Raises:
             DeclarationError: another, different declaration already uses the name.
         """
+        self.register_all([tool])
+
+    def register_all(self, tools: list[RegisteredTool]) -> None:
+        """Add every tool or none (a clash leaves the registry unchanged).
+
+        Raises:
+            DeclarationError: a name is used by another, different declaration.
+        """
         with self._lock:
-            existing = self._tools.get(tool.name)
-            if existing is not None and existing.definition.function is not (
-                tool.definition.function
-            ):
-                raise DeclarationError(
-                    f"two different tools are named {tool.name!r} "
-                    f"({existing.definition.function.__qualname__} and "
-                    f"{tool.definition.function.__qualname__}); give one a distinct name= "
-                )
-            self._tools[tool.name] = tool
+            for tool in tools:
+                existing = self._tools.get(tool.name)
+                if existing is not None and existing.definition.function is not (
+                    tool.definition.function
+                ):
+                    raise DeclarationError(
+                        f"two different tools are named {tool.name!r} "
+                        f"({existing.definition.function.__qualname__} and "
+                        f"{tool.definition.function.__qualname__}); give one a distinct name="
+                    )
+            for tool in tools:
+                self._tools[tool.name] = tool
 
     def get(self, name: str) -> RegisteredTool | None:
         """The tool registered under ``name``, if any."""

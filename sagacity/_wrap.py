@@ -207,6 +207,5 @@ def wrap(host: Host, registry: ToolRegistry, obj: object) -> Any:
             "with @compensable(...) (or @compensable(reversibility=Reversibility.READ) for "
             "reads) before wrapping it"
         )
-    for tool in tools.values():
-        registry.register(tool)
+    registry.register_all(list(tools.values()))
     return WrappedTools(obj, tools, by_attribute)

@@ -22,6 +22,7 @@ from sagacity import (
 )
 from sagacity.errors import (
     ConfigurationError,
+    DeclarationError,
     InvalidArgumentError,
     JournalUnavailableError,
     NestedSagaError,
@@ -461,3 +462,69 @@ def test_summary_for_every_status(status: SagaStatus, fragment: str) -> None:
     )
     assert fragment in result.summary()
     assert result.summary().startswith("Saga 's'")
+
+
+def test_sagas_on_many_threads_stay_isolated(sagacity: Sagacity, ledger: Ledger) -> None:
+    import threading
+
+    order_tools = OrderTools(ledger)
+    tools = sagacity.wrap(order_tools)
+    results: dict[str, Any] = {}
+
+    def one(n: int) -> None:
+        def work() -> None:
+            for i in range(20):
+                tools.reserve_inventory(f"t{n}", i)
+
+        results[f"t{n}"] = sagacity.saga(f"t{n}", work)
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(r.status is SagaStatus.COMPLETED for r in results.values())
+    for n in range(8):
+        entries = sagacity.journal.entries(f"t{n}")
+        assert [e.payload for e in only(entries, E.INTENT)] == [
+            f'{{"product_id":"t{n}","quantity":{i}}}' for i in range(20)
+        ]
+        assert verify(entries).ok
+
+
+def test_a_wrong_call_or_unjournalable_arguments_raise_before_anything_is_journaled(
+    sagacity: Sagacity, tools: Any, ledger: Ledger
+) -> None:
+    from sagacity.errors import SerializationError
+
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        for call in (
+            lambda: tools.reserve_inventory("p"),  # missing argument
+            lambda: tools.reserve_inventory("p", object()),  # not JSON
+            lambda: tools.send_confirmation(object()),  # gated, not JSON
+        ):
+            try:
+                call()
+            except (TypeError, SerializationError) as exc:
+                errors.append(exc)
+
+    result = sagacity.saga("bad-calls", work)
+    assert [type(e) for e in errors] == [TypeError, SerializationError, SerializationError]
+    assert ledger.names() == []
+    assert kinds(sagacity.journal.entries("bad-calls")) == [
+        (E.SAGA_OPENED, None),
+        (E.SAGA_ENDED, None),
+    ]
+    assert result.status is SagaStatus.COMPLETED
+
+
+def test_a_name_clash_registers_nothing(sagacity: Sagacity) -> None:
+    @compensable(name="lookup_stock", reversibility=Reversibility.READ)
+    def impostor() -> None: ...
+
+    sagacity.wrap(impostor)
+    with pytest.raises(DeclarationError, match="two different tools"):
+        sagacity.wrap(OrderTools(Ledger()))
+    assert sagacity.registry.names() == ("lookup_stock",)
