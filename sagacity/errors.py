@@ -98,6 +98,42 @@ class WriterConflictError(JournalError):
     """Another live writer owns the saga (see docs/adr/0004-single-writer.md)."""
 
 
+class TopicError(JournalError):
+    """The journal topic is missing or configured in a way that would lose evidence.
+
+    Attributes:
+        topic: the topic concerned.
+    """
+
+    def __init__(self, message: str, *, topic: str):
+        super().__init__(message)
+        self.topic = topic
+
+
+class TopicNotFoundError(TopicError):
+    """The journal topic does not exist (create it with ``sagacity topic create``)."""
+
+
+class TopicConfigError(TopicError):
+    """The journal topic's configuration is unsafe for evidence (e.g. log compaction)."""
+
+
+class EventTooLargeError(JournalError):
+    """An event exceeds the broker's or producer's message size limit; nothing was written.
+
+    Attributes:
+        size: the event's encoded size in bytes.
+        limit: the largest size the topic and producer accept.
+    """
+
+    def __init__(
+        self, message: str, *, size: int, limit: int, saga_id: str | None = None
+    ) -> None:
+        super().__init__(message, saga_id=saga_id)
+        self.size = size
+        self.limit = limit
+
+
 class SerializationError(SagacityError):
     """A value cannot be encoded into, or decoded from, the journal's wire or canonical form."""
 

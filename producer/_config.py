@@ -1,0 +1,107 @@
+"""Typed configuration of the Kafka journal, read from ``SAGACITY_*`` environment variables."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from sagacity.errors import ConfigurationError
+
+DEFAULT_TOPIC = "sagacity.journal"
+_CLIENT_PREFIX = "SAGACITY_KAFKA_"
+
+# Settings the journal's guarantees depend on: a client setting may not weaken them.
+_FIXED = frozenset(
+    {
+        "acks",
+        "request.required.acks",
+        "enable.idempotence",
+        "partitioner",
+        "enable.auto.commit",
+        "max.in.flight.requests.per.connection",
+        "max.in.flight",
+    }
+)
+
+
+class KafkaJournalSettings(BaseModel):
+    """Where the journal lives and how long it waits for the broker.
+
+    Attributes:
+        bootstrap_servers: ``host:port[,host:port…]`` (``SAGACITY_BOOTSTRAP_SERVERS``).
+        topic: the journal topic (``SAGACITY_TOPIC``, default ``sagacity.journal``).
+        ack_timeout_s: the longest a durable append waits for the broker's acknowledgement
+            (``SAGACITY_ACK_TIMEOUT_S``); past it the append fails and the tool is not called.
+        startup_timeout_s: the longest start-up waits to reach the broker and describe the
+            topic (``SAGACITY_STARTUP_TIMEOUT_S``).
+        read_timeout_s: the longest a read of one partition may take
+            (``SAGACITY_READ_TIMEOUT_S``).
+        client: extra librdkafka settings for TLS/SASL and tuning, from
+            ``SAGACITY_KAFKA_<KEY_WITH_UNDERSCORES>`` (``SAGACITY_KAFKA_SECURITY_PROTOCOL`` is
+            ``security.protocol``). Settings the journal's guarantees rest on (``acks``,
+            idempotence, the partitioner) are refused.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bootstrap_servers: str = Field(min_length=1)
+    topic: str = Field(default=DEFAULT_TOPIC, min_length=1, max_length=249)
+    ack_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    startup_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    read_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    client: Mapping[str, str] = Field(default_factory=dict)
+
+    @field_validator("topic")
+    @classmethod
+    def _legal_topic(cls, value: str) -> str:
+        if value in {".", ".."} or not all(c.isascii() and (c.isalnum() or c in "._-") for c in value):
+            raise ValueError("a Kafka topic name uses only ASCII letters, digits, '.', '_' and '-'")
+        return value
+
+    @field_validator("client")
+    @classmethod
+    def _no_unsafe_overrides(cls, value: Mapping[str, str]) -> Mapping[str, str]:
+        unsafe = sorted(set(value) & _FIXED)
+        if unsafe:
+            raise ValueError(
+                f"{', '.join(unsafe)} cannot be set: the journal fixes them for durability"
+            )
+        return dict(value)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> KafkaJournalSettings:
+        """Settings from ``environ`` (default ``os.environ``).
+
+        Raises:
+            ConfigurationError: a variable is missing or invalid; the message names it.
+        """
+        env = os.environ if environ is None else environ
+        if not env.get("SAGACITY_BOOTSTRAP_SERVERS"):
+            raise ConfigurationError(
+                "SAGACITY_BOOTSTRAP_SERVERS is not set: give the Kafka bootstrap servers "
+                "(host:port[,host:port…])"
+            )
+        values: dict[str, object] = {"bootstrap_servers": env["SAGACITY_BOOTSTRAP_SERVERS"]}
+        for key, var in (
+            ("topic", "SAGACITY_TOPIC"),
+            ("ack_timeout_s", "SAGACITY_ACK_TIMEOUT_S"),
+            ("startup_timeout_s", "SAGACITY_STARTUP_TIMEOUT_S"),
+            ("read_timeout_s", "SAGACITY_READ_TIMEOUT_S"),
+        ):
+            if env.get(var):
+                values[key] = env[var]
+        values["client"] = {
+            var.removeprefix(_CLIENT_PREFIX).lower().replace("_", "."): val
+            for var, val in env.items()
+            if var.startswith(_CLIENT_PREFIX) and var != _CLIENT_PREFIX
+        }
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
+                for err in exc.errors()
+            )
+            raise ConfigurationError(f"invalid Kafka journal settings: {problems}") from exc

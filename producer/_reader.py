@@ -1,0 +1,358 @@
+"""Reading sagas back from the journal topic: verified chains, forks and skipped messages.
+
+A reader accepts, per saga and in offset order, only the first event at each seq whose
+``prev_hash`` extends the accepted tail and whose content hashes to its ``hash``.  Anything
+else with the saga's key is reported, never accepted: a *fork* (a second event at a seq, or one
+that does not extend the tail), a *duplicate* (the same event again) or a *skipped* message
+(not decodable).  See docs/adr/0004-single-writer.md.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from sagacity._events import GENESIS_HASH, EventType, JournalEntry
+from sagacity.chain import compute_hash
+from sagacity.errors import JournalUnavailableError, SerializationError
+from sagacity.producer._partition import partition_for
+from sagacity.schemas import decode_entry
+
+HANDOFF_EVENTS = frozenset(
+    {
+        EventType.AWAITING_APPROVAL,
+        EventType.REJECTED,
+        EventType.EXPIRED,
+        EventType.RESUME_REFUSED,
+        EventType.COMPENSATION_REQUESTED,
+        EventType.SAGA_ENDED,
+    }
+)
+"""Events after which the writer that opened the saga no longer owns it."""
+
+
+class ForkKind(enum.StrEnum):
+    """Why an event with a saga's key was not accepted into its chain."""
+
+    FORK = "fork"
+    """A different event at a seq already taken, or one that does not extend the tail."""
+    DUPLICATE = "duplicate"
+    """The same event (same hash) as one already accepted."""
+    EDITED = "edited"
+    """Its content does not hash to its recorded hash."""
+    FOREIGN = "foreign"
+    """Its body names another saga than its key."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rejected:
+    """A decoded event the chain did not accept.
+
+    Attributes:
+        partition / offset: where it is on the topic.
+        entry: the event.
+        kind: why it was not accepted.
+        detail: a sentence for people.
+    """
+
+    partition: int
+    offset: int
+    entry: JournalEntry
+    kind: ForkKind
+    detail: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Skipped:
+    """A message that could not be decoded (never part of any chain).
+
+    Attributes:
+        partition / offset: where it is on the topic.
+        key: its key (the saga id it claims), if any.
+        reason: the decoder's reason.
+    """
+
+    partition: int
+    offset: int
+    key: bytes | None
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ownership:
+    """Who may write a saga, derived from its chain alone.
+
+    Attributes:
+        live: a writer opened the saga and has not handed it off or ended it.
+        writer: that writer's id (the ``SAGA_OPENED`` actor), when live.
+        opened_seq: the seq of that ``SAGA_OPENED``.
+    """
+
+    live: bool
+    writer: str | None = None
+    opened_seq: int | None = None
+
+
+def ownership(entries: tuple[JournalEntry, ...] | list[JournalEntry]) -> Ownership:
+    """The saga's ownership after ``entries`` (its accepted chain)."""
+    state = Ownership(live=False)
+    for entry in entries:
+        if entry.event_type is EventType.SAGA_OPENED:
+            state = Ownership(live=True, writer=entry.actor, opened_seq=entry.seq)
+        elif entry.event_type in HANDOFF_EVENTS:
+            state = Ownership(live=False)
+    return state
+
+
+@dataclass(kw_only=True)
+class SagaRead:
+    """One saga as read from its partition.
+
+    Attributes:
+        saga_id: the saga.
+        partition: its partition.
+        entries: the accepted, verified chain in seq order.
+        offsets: the topic offset of each accepted entry (same order).
+        rejected: events with the saga's key that the chain did not accept.
+        skipped: undecodable messages carrying the saga's key.
+    """
+
+    saga_id: str
+    partition: int
+    entries: list[JournalEntry] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+    @property
+    def tail(self) -> tuple[int, str]:
+        """``(seq, hash)`` a taking-over writer extends (``(0, genesis)`` for a new saga)."""
+        if not self.entries:
+            return 0, GENESIS_HASH
+        return self.entries[-1].seq, self.entries[-1].hash
+
+    @property
+    def ownership(self) -> Ownership:
+        """Who may write the saga now."""
+        return ownership(self.entries)
+
+    @property
+    def forks(self) -> list[Rejected]:
+        """The rejected events that are forks (not duplicates)."""
+        return [r for r in self.rejected if r.kind is not ForkKind.DUPLICATE]
+
+    def accepted_offset(self, seq: int) -> int | None:
+        """The offset of the accepted entry at ``seq``, if any."""
+        if 1 <= seq <= len(self.offsets):
+            return self.offsets[seq - 1]
+        return None
+
+    def feed(self, partition: int, offset: int, entry: JournalEntry) -> None:
+        """Offer the next event with this saga's key (in offset order) to the chain."""
+        seq, prev = self.tail
+        if entry.saga_id != self.saga_id:
+            self._reject(partition, offset, entry, ForkKind.FOREIGN, "body names another saga")
+            return
+        try:
+            intact = compute_hash(entry.prev_hash, entry, seq=entry.seq) == entry.hash
+        except SerializationError:
+            intact = False
+        if not intact:
+            self._reject(partition, offset, entry, ForkKind.EDITED, "content does not hash")
+            return
+        if entry.seq == seq + 1 and entry.prev_hash == prev:
+            self.entries.append(entry)
+            self.offsets.append(offset)
+            return
+        if entry.seq <= seq and self.entries[entry.seq - 1].hash == entry.hash:
+            self._reject(partition, offset, entry, ForkKind.DUPLICATE, "already accepted")
+            return
+        detail = (
+            f"seq {entry.seq} is already taken by offset {self.offsets[entry.seq - 1]}"
+            if 1 <= entry.seq <= seq
+            else f"seq {entry.seq} does not extend the tail at seq {seq}"
+        )
+        self._reject(partition, offset, entry, ForkKind.FORK, detail)
+
+    def _reject(
+        self, partition: int, offset: int, entry: JournalEntry, kind: ForkKind, detail: str
+    ) -> None:
+        self.rejected.append(
+            Rejected(partition=partition, offset=offset, entry=entry, kind=kind, detail=detail)
+        )
+
+
+@dataclass(kw_only=True)
+class PartitionRead:
+    """Every saga of one partition, and what could not be decoded.
+
+    Attributes:
+        partition: the partition.
+        sagas: each saga's read, by saga id.
+        skipped: undecodable messages (any key).
+        end_offset: the offset just past the last message read.
+    """
+
+    partition: int
+    sagas: dict[str, SagaRead] = field(default_factory=dict)
+    skipped: list[Skipped] = field(default_factory=list)
+    end_offset: int = 0
+
+
+class SagaReader:
+    """Reads sagas from the journal topic, one partition at a time; thread-safe.
+
+    A saga lives in the partition Kafka's default partitioner (murmur2 of the saga id) picks,
+    so reading one saga reads one partition, never the whole topic.  Reads stop at the
+    partition's end as of the start of the read: every event acknowledged before the read
+    began is included.
+
+    Args:
+        config: librdkafka settings (``bootstrap.servers`` and any TLS/SASL settings).
+        topic: the journal topic.
+        partitions: its partition count.
+        timeout: the longest one partition read may take.
+    """
+
+    def __init__(
+        self, config: Mapping[str, str], topic: str, *, partitions: int, timeout: float = 30.0
+    ) -> None:
+        self._topic = topic
+        self._partitions = partitions
+        self._timeout = timeout
+        self._bootstrap = config.get("bootstrap.servers", "")
+        self._lock = threading.Lock()
+        self._consumer = Consumer(
+            {
+                **config,
+                "group.id": f"sagacity-reader-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                "enable.partition.eof": False,
+            }
+        )
+
+    @property
+    def partitions(self) -> int:
+        """The topic's partition count."""
+        return self._partitions
+
+    def partition_of(self, saga_id: str) -> int:
+        """The partition holding ``saga_id``'s events."""
+        return partition_for(saga_id.encode("utf-8"), self._partitions)
+
+    def read(self, saga_id: str, *, until_offset: int | None = None) -> SagaRead:
+        """The saga's verified chain, forks and skipped messages.
+
+        Args:
+            saga_id: the saga.
+            until_offset: stop after this offset (used to confirm one's own write); default
+                the partition's end when the read starts.
+
+        Raises:
+            JournalUnavailableError: the partition could not be read within the timeout.
+        """
+        partition = self.partition_of(saga_id)
+        key = saga_id.encode("utf-8")
+        out = SagaRead(saga_id=saga_id, partition=partition)
+        for message in self._scan(partition, until_offset):
+            if message.key() != key:
+                continue
+            offset = message.offset()
+            try:
+                entry = decode_entry(message.value() or b"")
+            except SerializationError as exc:
+                out.skipped.append(
+                    Skipped(partition=partition, offset=offset, key=key, reason=exc.message)
+                )
+                continue
+            out.feed(partition, offset, entry)
+        return out
+
+    def read_partition(self, partition: int) -> PartitionRead:
+        """Every saga in ``partition`` (for scans such as replay and pending approvals).
+
+        Raises:
+            JournalUnavailableError: the partition could not be read within the timeout.
+        """
+        out = PartitionRead(partition=partition)
+        for message in self._scan(partition, None):
+            offset = message.offset()
+            out.end_offset = offset + 1
+            key = message.key()
+            try:
+                entry = decode_entry(message.value() or b"")
+            except SerializationError as exc:
+                out.skipped.append(
+                    Skipped(partition=partition, offset=offset, key=key, reason=exc.message)
+                )
+                continue
+            saga = key.decode("utf-8", "replace") if key is not None else entry.saga_id
+            read = out.sagas.get(saga)
+            if read is None:
+                read = out.sagas[saga] = SagaRead(saga_id=saga, partition=partition)
+            read.feed(partition, offset, entry)
+        return out
+
+    def _unavailable(self, detail: str, exc: BaseException | None = None) -> JournalUnavailableError:
+        error = JournalUnavailableError(
+            f"cannot read topic {self._topic!r} from Kafka at {self._bootstrap}: {detail}"
+        )
+        error.__cause__ = exc
+        return error
+
+    def _scan(self, partition: int, until_offset: int | None) -> Iterator[Message]:
+        deadline = time.monotonic() + self._timeout
+        with self._lock:
+            tp = TopicPartition(self._topic, partition)
+            try:
+                low, high = self._consumer.get_watermark_offsets(
+                    tp, timeout=self._timeout, cached=False
+                )
+            except KafkaException as exc:
+                raise self._unavailable(str(exc), exc) from exc
+            end = high if until_offset is None else min(high, until_offset + 1)
+            if end <= low:
+                return
+            self._consumer.assign([TopicPartition(self._topic, partition, low)])
+            try:
+                position = low
+                while position < end:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise self._unavailable(
+                            f"partition {partition} not read to offset {end} in {self._timeout}s"
+                        )
+                    batch = self._consumer.consume(num_messages=1000, timeout=min(remaining, 1.0))
+                    for message in batch:
+                        error = message.error()
+                        if error is not None:
+                            if error.code() == KafkaError._PARTITION_EOF:
+                                continue
+                            raise self._unavailable(str(error), KafkaException(error))
+                        if message.offset() >= end:
+                            position = end
+                            break
+                        position = message.offset() + 1
+                        yield message
+                    if not batch:
+                        # Control records (transaction markers) occupy offsets without
+                        # messages: trust the consumer's position.
+                        current = self._consumer.position([tp])[0].offset
+                        if current >= 0:
+                            position = max(position, current)
+            finally:
+                self._consumer.unassign()
+
+    def close(self) -> None:
+        """Release the consumer."""
+        with self._lock:
+            self._consumer.close()
