@@ -56,7 +56,9 @@ class KafkaJournalSettings(BaseModel):
     @field_validator("topic")
     @classmethod
     def _legal_topic(cls, value: str) -> str:
-        if value in {".", ".."} or not all(c.isascii() and (c.isalnum() or c in "._-") for c in value):
+        if value in {".", ".."} or not all(
+            c.isascii() and (c.isalnum() or c in "._-") for c in value
+        ):
             raise ValueError("a Kafka topic name uses only ASCII letters, digits, '.', '_' and '-'")
         return value
 

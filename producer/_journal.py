@@ -39,6 +39,7 @@ from sagacity.producer._config import DEFAULT_TOPIC, KafkaJournalSettings
 from sagacity.producer._reader import HANDOFF_EVENTS, SagaRead, SagaReader
 from sagacity.producer._topic import (
     PRODUCER_MAX_MESSAGE_BYTES,
+    ClientConfig,
     TopicInfo,
     compaction_refusal,
     describe,
@@ -168,11 +169,16 @@ class KafkaJournal:
         self._settings = settings
         self._topic = settings.topic
         self._ack_timeout = settings.ack_timeout_s
-        self.writer_id = writer_id or f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:12]}"
-        base = {"bootstrap.servers": settings.bootstrap_servers, **settings.client}
+        self.writer_id = (
+            writer_id or f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:12]}"
+        )
+        base: ClientConfig = {"bootstrap.servers": settings.bootstrap_servers, **settings.client}
         admin = AdminClient(base)
         info = describe(
-            admin, self._topic, bootstrap=settings.bootstrap_servers, timeout=settings.startup_timeout_s
+            admin,
+            self._topic,
+            bootstrap=settings.bootstrap_servers,
+            timeout=settings.startup_timeout_s,
         )
         if info.compacted:
             raise TopicConfigError(compaction_refusal(self._topic), topic=self._topic)
@@ -338,7 +344,7 @@ class KafkaJournal:
         from sagacity._requests import pending_requests
 
         if saga_id is not None:
-            return pending_requests(self.entries(saga_id))
+            return list(pending_requests(self.entries(saga_id)))
         self.flush()
         out: list[ApprovalRequest] = []
         for partition in range(self._reader.partitions):
@@ -387,8 +393,8 @@ class KafkaJournal:
         while not self._stop.is_set():
             self._producer.poll(0.05)
 
-    def _headers(self, entry: JournalEntry) -> list[tuple[str, bytes]]:
-        headers = [
+    def _headers(self, entry: JournalEntry) -> list[tuple[str, str | bytes | None]]:
+        headers: list[tuple[str, str | bytes | None]] = [
             ("event_type", entry.event_type.value.encode()),
             ("saga_id", entry.saga_id.encode("utf-8")),
             ("schema_fingerprint", current_schema().fingerprint.hex().encode()),
@@ -403,7 +409,8 @@ class KafkaJournal:
         key = entry.saga_id.encode("utf-8")
         value = encode_entry(entry)
         headers = self._headers(entry)
-        size = len(key) + len(value) + sum(len(k) + len(v) for k, v in headers) + RECORD_OVERHEAD
+        size = len(key) + len(value) + sum(len(k) + len(v or b"") for k, v in headers)
+        size += RECORD_OVERHEAD
         if size > self.max_event_bytes:
             raise EventTooLargeError(
                 f"the {entry.event_type.value} event of saga {entry.saga_id!r} is {size} bytes; "
@@ -463,7 +470,9 @@ class KafkaJournal:
                 seq=first.entry.seq,
             )
 
-    def _publish_owned(self, state: _SagaState, draft: EntryDraft) -> tuple[JournalEntry, _Delivery]:
+    def _publish_owned(
+        self, state: _SagaState, draft: EntryDraft
+    ) -> tuple[JournalEntry, _Delivery]:
         tail = state.chain[-1]
         entry = link(draft, seq=tail.seq + 1, prev_hash=tail.hash)
         delivery = self._produce(entry)

@@ -205,6 +205,11 @@ class PartitionRead:
     end_offset: int = 0
 
 
+def _offset(message: Message) -> int:
+    offset = message.offset()
+    return -1 if offset is None else offset
+
+
 class SagaReader:
     """Reads sagas from the journal topic, one partition at a time; thread-safe.
 
@@ -221,12 +226,17 @@ class SagaReader:
     """
 
     def __init__(
-        self, config: Mapping[str, str], topic: str, *, partitions: int, timeout: float = 30.0
+        self,
+        config: Mapping[str, str | int | float | bool],
+        topic: str,
+        *,
+        partitions: int,
+        timeout: float = 30.0,
     ) -> None:
         self._topic = topic
         self._partitions = partitions
         self._timeout = timeout
-        self._bootstrap = config.get("bootstrap.servers", "")
+        self._bootstrap = str(config.get("bootstrap.servers", ""))
         self._lock = threading.Lock()
         self._consumer = Consumer(
             {
@@ -237,6 +247,10 @@ class SagaReader:
                 "auto.offset.reset": "earliest",
                 "isolation.level": "read_committed",
                 "enable.partition.eof": False,
+                # A scan reads what is there and stops; a long fetch poll would delay the next
+                # scan's watermark query on the same connection by up to its wait.
+                "fetch.wait.max.ms": 10,
+                **{k: v for k, v in config.items() if k == "fetch.wait.max.ms"},
             }
         )
 
@@ -266,7 +280,7 @@ class SagaReader:
         for message in self._scan(partition, until_offset):
             if message.key() != key:
                 continue
-            offset = message.offset()
+            offset = _offset(message)
             try:
                 entry = decode_entry(message.value() or b"")
             except SerializationError as exc:
@@ -285,7 +299,7 @@ class SagaReader:
         """
         out = PartitionRead(partition=partition)
         for message in self._scan(partition, None):
-            offset = message.offset()
+            offset = _offset(message)
             out.end_offset = offset + 1
             key = message.key()
             try:
@@ -302,7 +316,9 @@ class SagaReader:
             read.feed(partition, offset, entry)
         return out
 
-    def _unavailable(self, detail: str, exc: BaseException | None = None) -> JournalUnavailableError:
+    def _unavailable(
+        self, detail: str, exc: BaseException | None = None
+    ) -> JournalUnavailableError:
         error = JournalUnavailableError(
             f"cannot read topic {self._topic!r} from Kafka at {self._bootstrap}: {detail}"
         )
@@ -331,17 +347,23 @@ class SagaReader:
                         raise self._unavailable(
                             f"partition {partition} not read to offset {end} in {self._timeout}s"
                         )
-                    batch = self._consumer.consume(num_messages=1000, timeout=min(remaining, 1.0))
+                    # consume() returns early only once it has num_messages: ask for exactly
+                    # what is left so a short read does not wait out the timeout.
+                    batch = self._consumer.consume(
+                        num_messages=max(1, min(1000, end - position)),
+                        timeout=min(remaining, 0.5),
+                    )
                     for message in batch:
                         error = message.error()
                         if error is not None:
                             if error.code() == KafkaError._PARTITION_EOF:
                                 continue
                             raise self._unavailable(str(error), KafkaException(error))
-                        if message.offset() >= end:
+                        offset = _offset(message)
+                        if offset >= end:
                             position = end
                             break
-                        position = message.offset() + 1
+                        position = offset + 1
                         yield message
                     if not batch:
                         # Control records (transaction markers) occupy offsets without

@@ -6,13 +6,23 @@ See docs/adr/0005-topic.md for the choices (delete, never compact; retention; re
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+# ConfigResource and NewTopic are re-exported without an __all__, which strict mypy ignores.
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+)
 
 from sagacity.errors import JournalUnavailableError, TopicConfigError, TopicNotFoundError
+
+ClientConfig = dict[str, str | int | float | bool]
+"""librdkafka settings as confluent-kafka's clients take them."""
 
 DAY_MS = 24 * 60 * 60 * 1000
 MIN_RETENTION_MS = 183 * DAY_MS
@@ -20,6 +30,8 @@ MIN_RETENTION_MS = 183 * DAY_MS
 DEFAULT_RETENTION_MS = 400 * DAY_MS
 """An audit year plus margin; the Postgres archive is the long-term store."""
 DEFAULT_PARTITIONS = 12
+MISSING_TOPIC_GRACE_S = 3.0
+"""How long a topic missing from metadata is looked for again (creation propagates)."""
 PRODUCER_MAX_MESSAGE_BYTES = 1_000_000
 """librdkafka's default ``message.max.bytes`` (the producer's own limit)."""
 
@@ -38,9 +50,9 @@ def parse_retention(text: str) -> int:
     if not match:
         raise ValueError(f"not a retention: {text!r} (use e.g. 400d, 13m, 2y or infinite)")
     number, unit = int(match.group(1)), match.group(2) or "ms"
-    return number * {"ms": 1, "d": DAY_MS, "w": 7 * DAY_MS, "m": 30 * DAY_MS, "y": 365 * DAY_MS}[
-        unit
-    ]
+    return (
+        number * {"ms": 1, "d": DAY_MS, "w": 7 * DAY_MS, "m": 30 * DAY_MS, "y": 365 * DAY_MS}[unit]
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -210,11 +222,19 @@ def describe(admin: AdminClient, topic: str, *, bootstrap: str, timeout: float) 
         TopicNotFoundError: the topic does not exist.
         JournalUnavailableError: the cluster did not answer within ``timeout``.
     """
-    try:
-        metadata = admin.list_topics(topic=topic, timeout=timeout)
-    except KafkaException as exc:
-        raise _unavailable(bootstrap, exc) from exc
-    meta = metadata.topics.get(topic)
+    # Asking for one topic by name would let a broker with auto.create.topics.enable create
+    # it with default (unsafe) settings; list all instead.  A topic created a moment ago may
+    # not be in every broker's metadata yet, so a missing one is looked for again briefly.
+    settle = time.monotonic() + min(timeout, MISSING_TOPIC_GRACE_S)
+    while True:
+        try:
+            metadata = admin.list_topics(timeout=timeout)
+        except KafkaException as exc:
+            raise _unavailable(bootstrap, exc) from exc
+        meta = metadata.topics.get(topic)
+        if meta is not None or time.monotonic() >= settle:
+            break
+        time.sleep(0.1)
     if meta is None or (
         meta.error is not None and meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
     ):

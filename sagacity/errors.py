@@ -126,9 +126,7 @@ class EventTooLargeError(JournalError):
         limit: the largest size the topic and producer accept.
     """
 
-    def __init__(
-        self, message: str, *, size: int, limit: int, saga_id: str | None = None
-    ) -> None:
+    def __init__(self, message: str, *, size: int, limit: int, saga_id: str | None = None) -> None:
         super().__init__(message, saga_id=saga_id)
         self.size = size
         self.limit = limit

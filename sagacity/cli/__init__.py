@@ -14,6 +14,7 @@ import click
 _GROUPS: tuple[tuple[str, str], ...] = (
     ("sagacity.cli.dev", "dev"),
     ("sagacity.cli.demo", "demo"),
+    ("sagacity.cli.topic", "topic"),
 )
 
 

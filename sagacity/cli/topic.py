@@ -13,7 +13,7 @@ from sagacity.errors import ConfigurationError, JournalError
 _DEFAULT_TOPIC = "sagacity.journal"
 
 
-def _connection(bootstrap: str | None) -> tuple[str, dict[str, str]]:
+def _connection(bootstrap: str | None) -> tuple[str, dict[str, str | int | float | bool]]:
     from sagacity.producer import KafkaJournalSettings
 
     env = dict(os.environ)
@@ -55,16 +55,36 @@ def topic() -> None:
 @topic.command("create")
 @_bootstrap_option
 @_topic_option
-@click.option("--partitions", type=click.IntRange(1, 10_000), default=12, show_default=True,
-              help="Partitions; fixed for the topic's life (a saga stays in one partition).")
-@click.option("--replication-factor", type=click.IntRange(1, 32), default=None,
-              help="Copies of each partition [default: min(3, brokers)].")
-@click.option("--min-insync-replicas", type=click.IntRange(1, 32), default=None,
-              help="Copies written before an event is acknowledged [default: replicas - 1, ≥ 1].")
-@click.option("--retention", default="400d", show_default=True,
-              help="How long events stay: 400d, 13m, 2y, or infinite.")
-@click.option("--force-short-retention", is_flag=True,
-              help="Allow a retention shorter than six months (not for production).")
+@click.option(
+    "--partitions",
+    type=click.IntRange(1, 10_000),
+    default=12,
+    show_default=True,
+    help="Partitions; fixed for the topic's life (a saga stays in one partition).",
+)
+@click.option(
+    "--replication-factor",
+    type=click.IntRange(1, 32),
+    default=None,
+    help="Copies of each partition [default: min(3, brokers)].",
+)
+@click.option(
+    "--min-insync-replicas",
+    type=click.IntRange(1, 32),
+    default=None,
+    help="Copies written before an event is acknowledged [default: replicas - 1, ≥ 1].",
+)
+@click.option(
+    "--retention",
+    default="400d",
+    show_default=True,
+    help="How long events stay: 400d, 13m, 2y, or infinite.",
+)
+@click.option(
+    "--force-short-retention",
+    is_flag=True,
+    help="Allow a retention shorter than six months (not for production).",
+)
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait.")
 def create_cmd(
     bootstrap: str | None,
@@ -141,8 +161,13 @@ def check_cmd(bootstrap: str | None, topic: str, as_json: bool, timeout: float) 
                     "replication_factor": info.replication_factor,
                     "ok": all(f.ok for f in findings),
                     "findings": [
-                        {"setting": f.setting, "value": f.value, "ok": f.ok, "fatal": f.fatal,
-                         "detail": f.detail}
+                        {
+                            "setting": f.setting,
+                            "value": f.value,
+                            "ok": f.ok,
+                            "fatal": f.fatal,
+                            "detail": f.detail,
+                        }
                         for f in findings
                     ],
                 },

@@ -1,0 +1,154 @@
+"""One writer per saga on a topic without compare-and-set (docs/adr/0004-single-writer.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from sagacity import EntryDraft, EventType, verify
+from sagacity.errors import WriterConflictError
+from sagacity.producer import ForkKind, KafkaJournal
+
+pytestmark = pytest.mark.kafka
+JournalFactory = Callable[..., KafkaJournal]
+WORKER = Path(__file__).with_name("race_writer.py")
+
+
+def test_second_writer_cannot_open_a_live_saga(topic: str, journal_factory: JournalFactory) -> None:
+    first, second = journal_factory(topic), journal_factory(topic)
+    saga = f"saga-{uuid.uuid4().hex}"
+    first.append(EntryDraft(saga_id=saga, event_type=EventType.SAGA_OPENED))
+    with pytest.raises(WriterConflictError, match="is open by writer") as info:
+        second.append(EntryDraft(saga_id=saga, event_type=EventType.SAGA_OPENED))
+    assert first.writer_id in info.value.message
+    with pytest.raises(WriterConflictError):
+        second.append(EntryDraft(saga_id=saga, event_type=EventType.INTENT, payload="{}"))
+    first.append(EntryDraft(saga_id=saga, event_type=EventType.INTENT, payload="{}"))
+    first.flush()
+    read = second.read(saga)
+    assert [e.event_type for e in read.entries] == [EventType.SAGA_OPENED, EventType.INTENT]
+    assert not read.rejected
+
+
+def test_ownership_passes_through_handoff_events(
+    topic: str, journal_factory: JournalFactory
+) -> None:
+    agent, approvals, resumer = (journal_factory(topic) for _ in range(3))
+    saga = f"saga-{uuid.uuid4().hex}"
+    agent.append(EntryDraft(saga_id=saga, event_type=EventType.SAGA_OPENED))
+    request = agent.append(
+        EntryDraft(
+            saga_id=saga,
+            event_type=EventType.AWAITING_APPROVAL,
+            tool="wire",
+            payload='{"amount":100}',
+        )
+    )
+    agent.append(
+        EntryDraft(saga_id=saga, event_type=EventType.SAGA_ENDED, result="AWAITING_APPROVAL")
+    )
+    approvals.append(
+        EntryDraft(
+            saga_id=saga,
+            event_type=EventType.APPROVED,
+            actor="alice",
+            attributes={"ref_seq": str(request.seq)},
+        )
+    )
+    resumer.append(EntryDraft(saga_id=saga, event_type=EventType.SAGA_OPENED))
+    resumer.append(
+        EntryDraft(
+            saga_id=saga, event_type=EventType.INTENT, tool="wire", payload='{"amount":100}'
+        ),
+    )
+    # The resumer owns the saga now: the first writer and the approver are refused.
+    with pytest.raises(WriterConflictError):
+        agent.append(EntryDraft(saga_id=saga, event_type=EventType.INTENT, payload="{}"))
+    with pytest.raises(WriterConflictError):
+        approvals.append(EntryDraft(saga_id=saga, event_type=EventType.REJECTED, actor="bob"))
+    resumer.flush()
+    read = agent.read(saga)
+    assert verify(read.entries).ok
+    assert [e.event_type for e in read.entries] == [
+        EventType.SAGA_OPENED,
+        EventType.AWAITING_APPROVAL,
+        EventType.SAGA_ENDED,
+        EventType.APPROVED,
+        EventType.SAGA_OPENED,
+        EventType.INTENT,
+    ]
+    assert read.entries[4].actor == resumer.writer_id
+    assert read.ownership.writer == resumer.writer_id
+
+
+def test_a_fork_written_behind_the_journal_is_never_accepted(
+    topic: str, journal_factory: JournalFactory
+) -> None:
+    owner = journal_factory(topic)
+    saga = f"saga-{uuid.uuid4().hex}"
+    owner.append(EntryDraft(saga_id=saga, event_type=EventType.SAGA_OPENED))
+    owner.append(EntryDraft(saga_id=saga, event_type=EventType.INTENT, payload="{}"))
+    # A stale writer that still believes the tail is seq 1 publishes its own seq 2.
+    from sagacity.chain import link
+
+    stale_tail = owner.read(saga).entries[0]
+    rival = link(
+        EntryDraft(saga_id=saga, event_type=EventType.INTENT, payload='{"stale":true}'),
+        seq=2,
+        prev_hash=stale_tail.hash,
+    )
+    owner._produce(rival)  # the same wire path any writer uses
+    owner.flush()
+    read = journal_factory(topic).reader.read(saga)
+    assert [e.payload for e in read.entries] == [None, "{}"]
+    assert [r.kind for r in read.rejected] == [ForkKind.FORK]
+    assert read.rejected[0].entry.hash == rival.hash
+    assert "already taken" in read.rejected[0].detail
+
+
+@pytest.mark.slow
+def test_two_processes_race_on_one_saga_and_no_fork_is_accepted(
+    kafka_bootstrap: str, topic: str, journal_factory: JournalFactory
+) -> None:
+    sagas = [f"race-{i}-{uuid.uuid4().hex[:8]}" for i in range(12)]
+    start_at = time.time() + 8
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), kafka_bootstrap, topic, str(start_at), *sagas],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=180)
+        assert proc.returncode == 0
+        outputs.append([json.loads(line) for line in out.splitlines() if line.startswith("{")])
+    assert all(len(o) == len(sagas) for o in outputs)
+    reader = journal_factory(topic).reader
+    forks_seen = 0
+    for index, saga in enumerate(sagas):
+        results = [o[index] for o in outputs]
+        assert sorted(r["status"] for r in results) == ["lost", "won"], results
+        winner = next(r for r in results if r["status"] == "won")
+        loser = next(r for r in results if r["status"] == "lost")
+        read = reader.read(saga)
+        assert verify(read.entries).ok
+        assert len(read.entries) == 7
+        assert read.entries[0].actor == winner["writer"]
+        assert all(e.actor != loser["writer"] for e in read.entries)
+        assert all(e.result in (None, winner["writer"]) for e in read.entries)
+        for rejected in read.rejected:
+            assert rejected.kind is ForkKind.FORK
+            assert rejected.entry.actor == loser["writer"]
+        forks_seen += len(read.rejected)
+    print(f"forks published by losers and rejected by the reader: {forks_seen}")
