@@ -116,10 +116,11 @@ def _resolve(future: asyncio.Future[None]) -> None:
 class _SagaState:
     """Per-saga serialisation, and the chain while this process owns the saga."""
 
-    __slots__ = ("__weakref__", "chain", "lock", "owned", "pending", "poisoned")
+    __slots__ = ("__weakref__", "actor", "chain", "lock", "owned", "pending", "poisoned")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.actor: str | None = None
         self.owned = False
         self.poisoned = False
         self.chain: list[JournalEntry] = []
@@ -485,6 +486,7 @@ class KafkaJournal:
 
     def _release(self, saga_id: str, state: _SagaState) -> None:
         state.owned = False
+        state.actor = None
         state.chain = []
         with self._states_lock:
             self._owned.pop(saga_id, None)
@@ -544,7 +546,9 @@ class KafkaJournal:
         state.pending = []
         current = self._reader.read(saga_id)
         owner = current.ownership
-        mine = owner.writer == self.writer_id
+        mine = owner.writer == self.writer_id or (
+            state.actor is not None and owner.writer == state.actor
+        )
         if owner.live and not mine:
             raise WriterConflictError(
                 f"saga {saga_id!r} is open by writer {owner.writer!r} (SAGA_OPENED at seq "
@@ -571,6 +575,9 @@ class KafkaJournal:
         takes_over = entry.event_type is EventType.SAGA_OPENED or (owner.live and mine)
         if takes_over and entry.event_type not in HANDOFF_EVENTS:
             state.owned = True
+            state.actor = owner.writer if mine and owner.live else entry.actor
+            if entry.event_type is EventType.SAGA_OPENED:
+                state.actor = entry.actor
             state.chain = list(confirm.entries)
             with self._states_lock:
                 self._owned[saga_id] = state

@@ -325,16 +325,34 @@ class SagaReader:
         error.__cause__ = exc
         return error
 
+    def _watermarks(self, tp: TopicPartition, deadline: float) -> tuple[int, int]:
+        while True:
+            try:
+                low, high = self._consumer.get_watermark_offsets(
+                    tp, timeout=max(0.1, deadline - time.monotonic()), cached=False
+                )
+                return int(low), int(high)
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                # Leadership moves (a new topic, a restarted broker) are transient.
+                transient = isinstance(error, KafkaError) and (
+                    error.retriable()
+                    or error.code()
+                    in (
+                        KafkaError.NOT_LEADER_FOR_PARTITION,
+                        KafkaError.LEADER_NOT_AVAILABLE,
+                        KafkaError.UNKNOWN_TOPIC_OR_PART,
+                    )
+                )
+                if not transient or time.monotonic() + 0.1 >= deadline:
+                    raise self._unavailable(str(exc), exc) from exc
+                time.sleep(0.1)
+
     def _scan(self, partition: int, until_offset: int | None) -> Iterator[Message]:
         deadline = time.monotonic() + self._timeout
         with self._lock:
             tp = TopicPartition(self._topic, partition)
-            try:
-                low, high = self._consumer.get_watermark_offsets(
-                    tp, timeout=self._timeout, cached=False
-                )
-            except KafkaException as exc:
-                raise self._unavailable(str(exc), exc) from exc
+            low, high = self._watermarks(tp, deadline)
             end = high if until_offset is None else min(high, until_offset + 1)
             if end <= low:
                 return
