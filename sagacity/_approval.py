@@ -9,10 +9,11 @@ decision on the same request is refused rather than interleaved.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from sagacity import _attributes as attr
 from sagacity._codec import decode_payload
@@ -323,7 +324,7 @@ class ApprovalDesk:
         payload: str,
         message: str,
         error: type[ApprovalError],
-    ) -> None:
+    ) -> NoReturn:
         draft = self._decision(
             request,
             EventType.RESUME_REFUSED,
@@ -410,7 +411,11 @@ class ApprovalDesk:
             )
         _check_seq(seq)
         with self._claim(str(saga_id), seq):
-            request, tool, arguments = self._checked_for_resume(saga_id, seq, payload)
+            # The checks read and verify the chain (and may compensate a refused resume): off
+            # the event loop.
+            request, tool, arguments = await asyncio.to_thread(
+                self._checked_for_resume, saga_id, seq, payload
+            )
             s = self._s
             journal = s.journal
             intent = await journal.append_async(
@@ -421,12 +426,12 @@ class ApprovalDesk:
                 value = await call_async(tool.function, **arguments)
             except Exception as exc:
                 await journal.append_async(failed_draft(s, tool.definition, intent, exc))
-                return self._after_resume(request, None, exc)
+                return await asyncio.to_thread(self._after_resume, request, None, exc)
             except BaseException as exc:
                 await journal.append_async(failed_draft(s, tool.definition, intent, exc))
                 raise
             await journal.append_async(executed_draft(s, tool.definition, intent, value))
-            return self._after_resume(request, value, None)
+            return await asyncio.to_thread(self._after_resume, request, value, None)
 
     def expire_overdue(self) -> list[SagaResult]:
         """See :meth:`Sagacity.expire_overdue`."""

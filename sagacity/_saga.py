@@ -244,10 +244,14 @@ class Sagacity:
         return self._end_clean(scope, value)
 
     async def saga_async(self, saga_id: str, work: Callable[[], Awaitable[Any]]) -> SagaResult:
-        """:meth:`saga` for asyncio: ``work`` is awaited; tasks it creates share the saga."""
+        """:meth:`saga` for asyncio: ``work`` is awaited; tasks it creates share the saga.
+
+        Journal calls that may wait for the store (opening, ending, flushing) run on a worker
+        thread so the event loop is never blocked; compensations run on the loop.
+        """
         if not callable(work):
             raise InvalidArgumentError(f"work must be callable, got {work!r}")
-        saga = self._open(saga_id)
+        saga = await asyncio.to_thread(self._open, saga_id)
         value: Any = None
         error: Exception | None = None
         with open_scope(saga, self) as scope:
@@ -262,8 +266,8 @@ class Sagacity:
                 raise
         if self._needs_compensation(scope, error):
             report = None if self._mode == "delegated" else await self._runner().run_async(saga)
-            return self._end_failed(scope, value, error, report)
-        return self._end_clean(scope, value)
+            return await asyncio.to_thread(self._end_failed, scope, value, error, report)
+        return await asyncio.to_thread(self._end_clean, scope, value)
 
     def _flush_quietly(self) -> None:
         # On the way out of an interrupted run: make buffered outcomes durable if the journal
