@@ -198,6 +198,23 @@ class PersistenceError(SagacityError):
     """The database could not be reached or refused an operation."""
 
 
+class PersistenceUnavailableError(PersistenceError):
+    """The database could not be reached or the connection was lost; retrying may succeed."""
+
+
+class ArchiveSchemaError(PersistenceError):
+    """The database (or schema) reached is not a Sagacity archive, or not a compatible one."""
+
+
+# --- archive and audit ---------------------------------------------------------------------
+class SigningKeyError(SagacityError):
+    """A checkpoint signing key or public key cannot be read or is not an Ed25519 key."""
+
+
+class RetentionError(SagacityError):
+    """A retention run was refused (too short a retention, or an export that failed)."""
+
+
 # --- local development stack ---------------------------------------------------------------
 class DevStackError(SagacityError):
     """The local development stack (Kafka broker, PostgreSQL server) could not be run."""

@@ -1,0 +1,436 @@
+"""Archiving a batch of journal events: verify each against its saga's archived head, write the
+accepted ones with COPY, quarantine the rest, and store the consumer position, all in one
+transaction."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import psycopg
+
+from sagacity._events import GENESIS_HASH, JournalEntry
+from sagacity.chain import compute_hash
+from sagacity.consumers.archive._db import mapped_errors
+from sagacity.errors import PersistenceError, PersistenceUnavailableError, SagacityError
+
+Decoder = Callable[[bytes], JournalEntry]
+"""Turns a Kafka message value into a journal entry; raises on bytes it cannot decode."""
+
+# Event times a monthly partition can hold: 1970-01-01 up to (not including) year 10000.
+_MIN_US = 0
+_MAX_US = 253_402_300_800_000_000
+
+JOURNAL_COLUMNS = (
+    "saga_id",
+    "seq",
+    "event_type",
+    "tool",
+    "payload",
+    "result",
+    "error",
+    "actor",
+    "attributes",
+    "recorded_at_us",
+    "hash",
+    "prev_hash",
+    "topic",
+    "kafka_partition",
+    "kafka_offset",
+)
+"""The columns the archiver writes (the rest are defaults or generated)."""
+
+_COPY_JOURNAL = f"COPY side_effect_journal ({', '.join(JOURNAL_COLUMNS)}) FROM STDIN"
+_COPY_QUARANTINE = (
+    "COPY archive_quarantine (reason, detail, saga_id, seq, topic, kafka_partition,"
+    " kafka_offset, raw_key, raw_value) FROM STDIN"
+)
+
+
+class QuarantineReason(enum.StrEnum):
+    """Why an event was refused on ingest (``archive_quarantine.reason``)."""
+
+    UNDECODABLE = "undecodable"
+    """The bytes are not a journal event (or not a valid one)."""
+    FORK = "fork"
+    """Another event already holds this seq in the saga's archived chain."""
+    GAP = "gap"
+    """The event's seq is beyond the saga's archived head plus one."""
+    WRONG_GENESIS = "wrong_genesis"
+    """A first event whose previous hash is not the genesis hash."""
+    BROKEN_LINK = "broken_link"
+    """The previous hash is not the archived head's hash."""
+    EDITED = "edited"
+    """The content does not hash to the event's recorded hash."""
+    BAD_TIME = "bad_time"
+    """The event time is outside what the archive can partition (before 1970, after 9999)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RawEvent:
+    """A message as read from Kafka, before decoding."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass(kw_only=True)
+class BatchReport:
+    """What one archived batch did."""
+
+    archived: int = 0
+    duplicates: int = 0
+    quarantined: dict[QuarantineReason, int] = field(default_factory=dict)
+    attempts: int = 1
+    seconds: float = 0.0
+
+    @property
+    def quarantined_total(self) -> int:
+        """Events quarantined, whatever the reason."""
+        return sum(self.quarantined.values())
+
+
+class _HeadConflictError(Exception):
+    """Another archiver moved a head we read; the batch is re-classified and retried."""
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    reason: QuarantineReason
+    detail: str
+    event: RawEvent
+    saga_id: str | None = None
+    seq: int | None = None
+
+
+def _month_key(us: int) -> int:
+    t = time.gmtime(us // 1_000_000)
+    return t.tm_year * 100 + t.tm_mon
+
+
+class BatchArchiver:
+    """Archives batches of raw journal events into one Postgres archive.
+
+    Holds one connection (reopened after a loss) and, per batch only, the heads of the sagas
+    in the batch: memory does not grow with the number of sagas.
+
+    Args:
+        conninfo: libpq connection string of the archive (its search_path picks the schema).
+        consumer_group: the name offsets are stored under.
+        decode: bytes to entry; defaults to the journal's Avro wire format.
+        retries: attempts per batch when the database goes away (then the error is raised).
+        retry_delay: seconds between attempts (doubling, capped at 5 s).
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        consumer_group: str,
+        decode: Decoder | None = None,
+        retries: int = 20,
+        retry_delay: float = 0.2,
+    ) -> None:
+        self._conninfo = conninfo
+        self.consumer_group = consumer_group
+        self._decode = decode if decode is not None else _avro_decoder()
+        self._retries = retries
+        self._retry_delay = retry_delay
+        self._conn: psycopg.Connection | None = None
+        self._months: set[int] = set()
+
+    # --- connection ---------------------------------------------------------------------------
+    def connection(self) -> psycopg.Connection:
+        """The open connection, reconnecting if it was lost."""
+        if self._conn is None or self._conn.closed:
+            with mapped_errors("connect to the archive database"):
+                self._conn = psycopg.connect(self._conninfo, connect_timeout=10)
+            self._months.clear()
+        return self._conn
+
+    def close(self) -> None:
+        """Close the connection."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                self._conn.close()
+        self._conn = None
+        self._months.clear()
+
+    # --- offsets ------------------------------------------------------------------------------
+    def stored_offsets(self, topic: str) -> dict[int, int]:
+        """The next offset to read per partition of ``topic``, as stored with the rows."""
+        conn = self.connection()
+        with mapped_errors("read stored offsets"), conn.transaction():
+            rows = conn.execute(
+                "SELECT kafka_partition, next_offset FROM archive_consumer_offset"
+                " WHERE consumer_group = %s AND topic = %s",
+                (self.consumer_group, topic),
+            ).fetchall()
+        return {int(p): int(o) for p, o in rows}
+
+    # --- archiving ----------------------------------------------------------------------------
+    def archive(self, batch: Sequence[RawEvent]) -> BatchReport:
+        """Archive ``batch`` (Kafka order) in one transaction, retrying if the database goes away.
+
+        Raises:
+            PersistenceUnavailableError: the database stayed away for every attempt.
+            PersistenceError: the database refused the batch for another reason.
+        """
+        started = time.perf_counter()
+        decoded = [self._decode_one(ev) for ev in batch]
+        delay = self._retry_delay
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                report = self._archive_once(batch, decoded)
+            except (PersistenceUnavailableError, _HeadConflictError) as exc:
+                self._drop_connection()
+                if attempt >= self._retries:
+                    if isinstance(exc, _HeadConflictError):
+                        raise PersistenceError(
+                            "archive heads kept moving under this batch"
+                        ) from exc
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            except PersistenceError:
+                self._drop_connection()
+                raise
+            report.attempts = attempt
+            report.seconds = time.perf_counter() - started
+            return report
+
+    def _decode_one(self, ev: RawEvent) -> JournalEntry | _Refusal:
+        if ev.value is None:
+            return _Refusal(QuarantineReason.UNDECODABLE, "message has no value (tombstone)", ev)
+        try:
+            entry = self._decode(ev.value)
+        except SagacityError as exc:
+            return _Refusal(QuarantineReason.UNDECODABLE, exc.message, ev)
+        except Exception as exc:
+            return _Refusal(QuarantineReason.UNDECODABLE, f"{type(exc).__name__}: {exc}", ev)
+        if not _MIN_US <= entry.recorded_at_us < _MAX_US:
+            return _Refusal(
+                QuarantineReason.BAD_TIME,
+                f"event time {entry.recorded_at_us} us is outside 1970..9999",
+                ev,
+                entry.saga_id,
+                entry.seq,
+            )
+        return entry
+
+    def _archive_once(
+        self, batch: Sequence[RawEvent], decoded: Sequence[JournalEntry | _Refusal]
+    ) -> BatchReport:
+        conn = self.connection()
+        report = BatchReport()
+        with mapped_errors("archive a batch"), conn.transaction():
+            cur = conn.cursor()
+            saga_ids = sorted({d.saga_id for d in decoded if isinstance(d, JournalEntry)})
+            heads: dict[str, tuple[int, str]] = {}
+            if saga_ids:
+                for saga_id, seq, head_hash in cur.execute(
+                    "SELECT saga_id, head_seq, head_hash FROM archive_saga_head"
+                    " WHERE saga_id = ANY(%s)",
+                    (saga_ids,),
+                ):
+                    heads[saga_id] = (int(seq), head_hash)
+            known = dict(heads)
+            accepted: list[tuple[JournalEntry, RawEvent]] = []
+            in_batch: dict[tuple[str, int], str] = {}
+            refusals: list[_Refusal] = []
+            for ev, item in zip(batch, decoded, strict=True):
+                if isinstance(item, _Refusal):
+                    refusals.append(item)
+                    continue
+                verdict = self._classify(cur, item, heads, in_batch)
+                if verdict is None:
+                    accepted.append((item, ev))
+                    heads[item.saga_id] = (item.seq, item.hash)
+                    in_batch[(item.saga_id, item.seq)] = item.hash
+                elif verdict is _DUPLICATE:
+                    report.duplicates += 1
+                else:
+                    assert isinstance(verdict, tuple)
+                    reason, detail = verdict
+                    refusals.append(_Refusal(reason, detail, ev, item.saga_id, item.seq))
+            if accepted:
+                self._ensure_months(
+                    cur, {_month_key(e.recorded_at_us): e.recorded_at_us for e, _ in accepted}
+                )
+                with cur.copy(_COPY_JOURNAL) as copy:
+                    for e, ev in accepted:
+                        copy.write_row(
+                            (
+                                e.saga_id,
+                                e.seq,
+                                e.event_type.value,
+                                e.tool,
+                                e.payload,
+                                e.result,
+                                e.error,
+                                e.actor,
+                                json.dumps(dict(e.attributes), ensure_ascii=False),
+                                e.recorded_at_us,
+                                e.hash,
+                                e.prev_hash,
+                                ev.topic,
+                                ev.partition,
+                                ev.offset,
+                            )
+                        )
+                self._move_heads(cur, known, heads)
+            if refusals:
+                with cur.copy(_COPY_QUARANTINE) as copy:
+                    for r in refusals:
+                        copy.write_row(
+                            (
+                                r.reason.value,
+                                r.detail,
+                                r.saga_id,
+                                r.seq,
+                                r.event.topic,
+                                r.event.partition,
+                                r.event.offset,
+                                r.event.key,
+                                r.event.value,
+                            )
+                        )
+                        report.quarantined[r.reason] = report.quarantined.get(r.reason, 0) + 1
+            self._store_offsets(cur, batch)
+        report.archived = len(accepted)
+        return report
+
+    def _classify(
+        self,
+        cur: psycopg.Cursor,
+        entry: JournalEntry,
+        heads: dict[str, tuple[int, str]],
+        in_batch: dict[tuple[str, int], str],
+    ) -> tuple[QuarantineReason, str] | object | None:
+        head_seq, head_hash = heads.get(entry.saga_id, (0, GENESIS_HASH))
+        if entry.seq <= head_seq:
+            if entry.seq == head_seq:
+                archived_hash: str | None = head_hash
+            elif (entry.saga_id, entry.seq) in in_batch:
+                archived_hash = in_batch[(entry.saga_id, entry.seq)]
+            else:
+                row = cur.execute(
+                    "SELECT hash FROM side_effect_journal WHERE saga_id = %s AND seq = %s",
+                    (entry.saga_id, entry.seq),
+                ).fetchone()
+                archived_hash = row[0] if row else None
+            if archived_hash == entry.hash:
+                return _DUPLICATE
+            return (
+                QuarantineReason.FORK,
+                f"seq {entry.seq} is already archived with hash "
+                f"{(archived_hash or '?')[:16]}…; this event has {entry.hash[:16]}…",
+            )
+        if entry.seq > head_seq + 1:
+            return (
+                QuarantineReason.GAP,
+                f"archived head is seq {head_seq}; seq {head_seq + 1} has not been seen",
+            )
+        if entry.prev_hash != head_hash:
+            if entry.seq == 1:
+                return (QuarantineReason.WRONG_GENESIS, "seq 1 does not start at the genesis hash")
+            return (
+                QuarantineReason.BROKEN_LINK,
+                f"previous hash {entry.prev_hash[:16]}… is not seq {head_seq}'s {head_hash[:16]}…",
+            )
+        try:
+            recomputed = compute_hash(entry.prev_hash, entry, seq=entry.seq)
+        except SagacityError as exc:
+            return (QuarantineReason.EDITED, f"entry cannot be hashed: {exc.message}")
+        if recomputed != entry.hash:
+            return (QuarantineReason.EDITED, "content does not match its recorded hash")
+        return None
+
+    def _ensure_months(self, cur: psycopg.Cursor, months: dict[int, int]) -> None:
+        """Create the month partitions the batch needs (``months``: month -> a time in it)."""
+        for month, at_us in sorted(months.items()):
+            if month not in self._months:
+                cur.execute("SELECT sgc_ensure_month(%s)", (at_us,))
+        # Trusted only once committed: on any failure the connection and this cache are dropped.
+        self._months |= months.keys()
+
+    def _move_heads(
+        self,
+        cur: psycopg.Cursor,
+        before: dict[str, tuple[int, str]],
+        after: dict[str, tuple[int, str]],
+    ) -> None:
+        moved = [
+            (s, before[s][0], *after[s]) for s in after if s in before and after[s] != before[s]
+        ]
+        new = [(s, *after[s]) for s in after if s not in before]
+        if moved:
+            cur.execute(
+                "UPDATE archive_saga_head h SET head_seq = u.seq, head_hash = u.hash,"
+                " updated_at = now()"
+                " FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::text[])"
+                "   AS u(saga_id, old_seq, seq, hash)"
+                " WHERE h.saga_id = u.saga_id AND h.head_seq = u.old_seq",
+                (
+                    [m[0] for m in moved],
+                    [m[1] for m in moved],
+                    [m[2] for m in moved],
+                    [m[3] for m in moved],
+                ),
+            )
+            if cur.rowcount != len(moved):
+                raise _HeadConflictError
+        if new:
+            cur.execute(
+                "INSERT INTO archive_saga_head (saga_id, head_seq, head_hash)"
+                " SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[])"
+                " ON CONFLICT (saga_id) DO NOTHING",
+                ([n[0] for n in new], [n[1] for n in new], [n[2] for n in new]),
+            )
+            if cur.rowcount != len(new):
+                raise _HeadConflictError
+
+    def _store_offsets(self, cur: psycopg.Cursor, batch: Sequence[RawEvent]) -> None:
+        top: dict[tuple[str, int], int] = {}
+        for ev in batch:
+            key = (ev.topic, ev.partition)
+            top[key] = max(top.get(key, -1), ev.offset)
+        if not top:
+            return
+        cur.execute(
+            "INSERT INTO archive_consumer_offset (consumer_group, topic, kafka_partition,"
+            " next_offset) SELECT %s, * FROM unnest(%s::text[], %s::int[], %s::bigint[])"
+            " ON CONFLICT (consumer_group, topic, kafka_partition) DO UPDATE"
+            " SET next_offset = GREATEST(archive_consumer_offset.next_offset,"
+            " excluded.next_offset), updated_at = now()",
+            (
+                self.consumer_group,
+                [k[0] for k in top],
+                [k[1] for k in top],
+                [o + 1 for o in top.values()],
+            ),
+        )
+
+
+_DUPLICATE = object()
+
+
+def _avro_decoder() -> Decoder:
+    from sagacity.schemas import decode_entry  # type: ignore[attr-defined,unused-ignore]
+
+    return decode_entry  # type: ignore[no-any-return,unused-ignore]

@@ -1,0 +1,95 @@
+"""Helpers shared by the archive tests: chains of entries, raw Kafka-like events."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import psycopg
+
+from sagacity._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
+from sagacity.chain import link
+from sagacity.consumers.archive import RawEvent
+
+# 2026-03-15T12:00:00Z in microseconds.
+BASE_US = 1_773_576_000_000_000
+
+
+def make_chain(
+    saga_id: str, n: int, *, start_us: int = BASE_US, step_us: int = 1_000
+) -> list[JournalEntry]:
+    """A valid chain of ``n`` entries for ``saga_id``."""
+    out: list[JournalEntry] = []
+    prev = GENESIS_HASH
+    for seq in range(1, n + 1):
+        kind = (
+            EventType.SAGA_OPENED
+            if seq == 1
+            else (EventType.INTENT if seq % 2 else EventType.EXECUTED)
+        )
+        draft = EntryDraft(
+            saga_id=saga_id,
+            event_type=kind,
+            tool=None if seq == 1 else "refund",
+            payload=None
+            if seq == 1
+            else json.dumps(
+                {"order": seq, "note": "é ✓"}, separators=(",", ":"), ensure_ascii=False
+            ),
+            result="ok" if kind is EventType.EXECUTED else None,
+            actor="writer-1" if seq == 1 else None,
+            attributes={} if seq < 3 else {"ref_seq": str(seq - 1)},
+            recorded_at_us=start_us + seq * step_us,
+        )
+        entry = link(draft, seq=seq, prev_hash=prev)
+        out.append(entry)
+        prev = entry.hash
+    return out
+
+
+def _json_encode(entry: JournalEntry) -> bytes:
+    return json.dumps(entry.to_dict()).encode()
+
+
+def _json_decode(raw: bytes) -> JournalEntry:
+    return JournalEntry.from_dict(json.loads(raw))
+
+
+try:  # the journal's wire format, once available
+    from sagacity.schemas import decode_entry as _decode  # type: ignore[attr-defined]
+    from sagacity.schemas import encode_entry as _encode  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - until the wire format lands
+    _encode, _decode = _json_encode, _json_decode
+
+encode: Callable[[JournalEntry], bytes] = _encode
+decode: Callable[[bytes], JournalEntry] = _decode
+
+
+def as_raw(
+    entries: list[JournalEntry], *, topic: str = "t", partition: int = 0, first_offset: int = 0
+) -> list[RawEvent]:
+    """Kafka-like messages for ``entries``, at consecutive offsets."""
+    return [
+        RawEvent(
+            topic=topic,
+            partition=partition,
+            offset=first_offset + i,
+            key=e.saga_id.encode(),
+            value=encode(e),
+        )
+        for i, e in enumerate(entries)
+    ]
+
+
+def rows(dsn: str, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def with_option(dsn: str, option: str) -> str:
+    """``dsn`` with one more server option (``-c name=value``) added to its ``options``."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = conninfo_to_dict(dsn)
+    params["options"] = f"{params.get('options', '')} {option}".strip()
+    return make_conninfo(**params)  # type: ignore[arg-type]

@@ -1,0 +1,126 @@
+"""Archiving batches into real Postgres: chain checks on ingest, quarantine, duplicates."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from archive_helpers import as_raw, make_chain, rows
+
+from sagacity.chain import link
+from sagacity.consumers.archive import QuarantineReason, RawEvent
+
+pytestmark = pytest.mark.postgres
+
+
+def test_batch_is_archived_with_offsets_and_heads(archiver, archive_dsn):
+    a, b = make_chain("saga-a", 5), make_chain("saga-b", 3)
+    events = as_raw(a[:3] + b + a[3:])
+    report = archiver.archive(events)
+    assert report.archived == 8
+    assert report.duplicates == 0
+    assert report.quarantined_total == 0
+    got = rows(
+        archive_dsn,
+        "SELECT saga_id, seq, hash, prev_hash, payload, attributes, recorded_at_us,"
+        " kafka_offset FROM side_effect_journal ORDER BY archive_id",
+    )
+    assert [(r[0], r[1]) for r in got] == [(e.saga_id, e.seq) for e in a[:3] + b + a[3:]]
+    first = got[1]
+    assert first[2] == a[1].hash
+    assert first[3] == a[1].prev_hash
+    assert first[4] == a[1].payload
+    assert got[2][5] == {"ref_seq": "2"}
+    assert rows(
+        archive_dsn, "SELECT saga_id, head_seq, head_hash FROM archive_saga_head ORDER BY 1"
+    ) == [("saga-a", 5, a[-1].hash), ("saga-b", 3, b[-1].hash)]
+    assert archiver.stored_offsets("t") == {0: 8}
+    ts = rows(
+        archive_dsn,
+        "SELECT recorded_at = sgc_us_to_timestamptz(recorded_at_us),"
+        " extract(microseconds from recorded_at)::bigint %% 1000000"
+        " FROM side_effect_journal LIMIT 1",
+    )
+    assert ts[0][0] is True
+    assert ts[0][1] == a[0].recorded_at_us % 1_000_000
+
+
+def test_redelivered_events_are_ignored_and_counted(archiver, archive_dsn):
+    chain = make_chain("saga-d", 4)
+    archiver.archive(as_raw(chain[:3]))
+    # Kafka redelivers 2..3 (at new offsets, as a producer retry would) and then 4.
+    report = archiver.archive(as_raw(chain[1:], first_offset=3))
+    assert report.duplicates == 2
+    assert report.archived == 1
+    assert rows(archive_dsn, "SELECT count(*) FROM side_effect_journal") == [(4,)]
+    # The same batch twice, within one batch.
+    report = archiver.archive(as_raw([chain[3], chain[3]], first_offset=6))
+    assert report.duplicates == 2
+    assert report.archived == 0
+    assert archiver.stored_offsets("t") == {0: 8}
+
+
+def test_fork_gap_link_and_edit_go_to_quarantine(archiver, archive_dsn):
+    chain = make_chain("saga-q", 4)
+    archiver.archive(as_raw(chain[:2]))
+    fork = link(dataclasses.replace(chain[1], result="other"), seq=2, prev_hash=chain[0].hash)
+    bad_link = dataclasses.replace(chain[2], prev_hash="ab" * 32)
+    edited = dataclasses.replace(chain[2], payload='{"order":999}')
+    other = make_chain("saga-r", 3)
+    wrong_genesis = link(dataclasses.replace(other[0]), seq=1, prev_hash="cd" * 32)
+    report = archiver.archive(
+        as_raw([fork, chain[3], bad_link, edited, other[1], wrong_genesis], first_offset=2)
+    )
+    assert report.archived == 0
+    assert report.quarantined == {
+        QuarantineReason.FORK: 1,
+        QuarantineReason.GAP: 2,
+        QuarantineReason.BROKEN_LINK: 1,
+        QuarantineReason.EDITED: 1,
+        QuarantineReason.WRONG_GENESIS: 1,
+    }
+    q = rows(
+        archive_dsn,
+        "SELECT reason, saga_id, seq, kafka_offset, raw_value FROM archive_quarantine ORDER BY id",
+    )
+    assert [r[0] for r in q] == ["fork", "gap", "broken_link", "edited", "gap", "wrong_genesis"]
+    assert q[0][1:4] == ("saga-q", 2, 2)
+    assert rows(archive_dsn, "SELECT count(*) FROM side_effect_journal") == [(2,)]
+    # The good continuation is still accepted afterwards.
+    assert archiver.archive(as_raw(chain[2:], first_offset=8)).archived == 2
+
+
+def test_undecodable_bytes_are_quarantined_verbatim(archiver, archive_dsn):
+    good = make_chain("saga-u", 1)
+    junk = b"\x00\xffnot an event\x01"
+    events = [
+        RawEvent(topic="t", partition=1, offset=7, key=b"k", value=junk),
+        RawEvent(topic="t", partition=1, offset=8, key=b"k", value=None),
+        *as_raw(good, partition=1, first_offset=9),
+    ]
+    report = archiver.archive(events)
+    assert report.quarantined == {QuarantineReason.UNDECODABLE: 2}
+    assert report.archived == 1
+    q = rows(
+        archive_dsn,
+        "SELECT reason, detail, raw_key, raw_value, kafka_partition, kafka_offset"
+        " FROM archive_quarantine ORDER BY id",
+    )
+    assert q[0][0] == "undecodable"
+    assert q[0][2] == b"k"
+    assert q[0][3] == junk
+    assert q[0][4:] == (1, 7)
+    assert "tombstone" in q[1][1]
+    assert archiver.stored_offsets("t") == {1: 10}
+
+
+def test_month_partitions_are_created_on_demand(archiver, archive_dsn):
+    jan = make_chain("saga-m", 2, start_us=1_767_225_600_000_000)  # 2026-01-01
+    later = make_chain("saga-n", 1, start_us=1_772_323_200_000_000 - 10_000)  # end of Feb 2026
+    archiver.archive(as_raw(jan + later))
+    names = rows(
+        archive_dsn,
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+        " WHERE i.inhparent = 'side_effect_journal'::regclass ORDER BY 1",
+    )
+    assert names == [("side_effect_journal_p202601",), ("side_effect_journal_p202602",)]
