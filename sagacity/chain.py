@@ -141,16 +141,24 @@ class ChainVerdict:
     detail: str | None = None
 
 
-def verify(entries: Iterable[JournalEntry], *, saga_id: str | None = None) -> ChainVerdict:
+def verify(
+    entries: Iterable[JournalEntry],
+    *,
+    saga_id: str | None = None,
+    after_seq: int = 0,
+    after_hash: str = GENESIS_HASH,
+) -> ChainVerdict:
     """Check one saga's entries, given in the order stored, and report the first break.
 
     Args:
         entries: the saga's entries in stored order (not re-sorted: order is evidence).
         saga_id: the saga expected; defaults to the first entry's.
+        after_seq / after_hash: a trusted link the entries continue from (for a chain whose
+            beginning was removed by retention); by default the chain starts at seq 1.
     """
     stored = list(entries)
-    expected_seq = 1
-    prev = GENESIS_HASH
+    expected_seq = after_seq + 1
+    prev = after_hash
     count = 0
 
     def broken(reason: BreakReason, detail: str) -> ChainVerdict:

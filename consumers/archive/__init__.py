@@ -1,6 +1,19 @@
 """The archive: the journal's hash chains in append-only Postgres, verified on ingest, signed,
 retained and exported for auditors (docs/adr/0006-archive-and-checkpoints.md)."""
 
+from sagacity.consumers.archive._audit import (
+    AuditReason,
+    AuditSummary,
+    SagaAudit,
+    audit,
+    iter_audits,
+)
+from sagacity.consumers.archive._checkpoints import (
+    Checkpoint,
+    Signer,
+    generate_key,
+    sign_pending,
+)
 from sagacity.consumers.archive._db import ARCHIVER_ROLE, check_schema, grant_archiver, migrate
 from sagacity.consumers.archive._ingest import (
     BatchArchiver,
@@ -11,11 +24,20 @@ from sagacity.consumers.archive._ingest import (
 
 __all__ = [
     "ARCHIVER_ROLE",
+    "AuditReason",
+    "AuditSummary",
     "BatchArchiver",
     "BatchReport",
+    "Checkpoint",
     "QuarantineReason",
     "RawEvent",
+    "SagaAudit",
+    "Signer",
+    "audit",
     "check_schema",
+    "generate_key",
     "grant_archiver",
+    "iter_audits",
     "migrate",
+    "sign_pending",
 ]
