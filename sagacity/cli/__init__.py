@@ -15,6 +15,11 @@ _GROUPS: tuple[tuple[str, str], ...] = (
     ("sagacity.cli.dev", "dev"),
     ("sagacity.cli.demo", "demo"),
     ("sagacity.cli.topic", "topic"),
+    ("sagacity.cli.serve", "serve"),
+    ("sagacity.cli.archive", "archive"),
+    ("sagacity.cli.audit", "verify"),
+    ("sagacity.cli.audit", "replay"),
+    ("sagacity.cli.audit", "export"),
 )
 
 

@@ -1,0 +1,150 @@
+"""Audit bundles: one saga's archived chain, its signed checkpoints and a standalone verifier."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+from importlib import resources
+from pathlib import Path
+
+import psycopg
+
+from sagacity.consumers.archive._audit import SagaAudit, iter_audits, trusted_keys
+from sagacity.consumers.archive._db import check_schema, mapped_errors
+from sagacity.errors import UnknownSagaError
+
+BUNDLE_FORMAT = "sagacity-audit-bundle/1"
+
+_README = """\
+# Audit bundle for saga {saga_id}
+
+Exported from a Sagacity archive on {exported_at}.
+
+| file | content |
+| --- | --- |
+| `events.jsonl` | the saga's journal entries, one JSON object per line, in archived order |
+| `manifest.json` | head seq and hash, signed checkpoints, public key(s), SHA-256 of events |
+| `verify_bundle.py` | a verifier using only the Python standard library (3.11 or later) |
+
+## Verify
+
+    python3 -I verify_bundle.py . --public-key <the archive's published public key, hex>
+
+Exit status 0 means: every entry hashes to its recorded hash (canonical form `SGC1`), each links
+to the one before from the genesis hash, the chain ends at the manifest's head, and every signed
+checkpoint verifies under the key and matches the chain at its seq.  Otherwise the first failure
+is printed with its seq and reason (`edited`, `gap`, `reordered`, `broken_link`,
+`wrong_genesis`, `truncated`, `checkpoint_mismatch`, `bad_signature`, `unknown_key`).
+
+Obtain the public key from the archive's operator through a channel other than this bundle:
+without `--public-key` the key in the manifest is used, which shows only that the bundle is
+self-consistent.  The archive's key id(s): {key_ids}.
+
+The canonical form and the checkpoint form are specified in the project's
+docs/adr/0002-hash-chain.md and docs/adr/0006-archive-and-checkpoints.md; the verifier is short
+enough to read in full.
+"""
+
+
+def export_bundle(
+    conn: psycopg.Connection, saga_id: str, out: Path, *, pinned_keys: tuple[bytes, ...] = ()
+) -> SagaAudit:
+    """Write the audit bundle of ``saga_id`` into directory ``out`` (created if missing).
+
+    Returns the archive's own audit of the saga, so a caller can say whether the exported
+    evidence verifies.
+
+    Raises:
+        UnknownSagaError: the archive holds nothing for ``saga_id``.
+        ArchiveSchemaError / PersistenceError: the database is not an archive or failed.
+    """
+    check_schema(conn)
+    with mapped_errors("export a saga"), conn.transaction():
+        rows = conn.execute(
+            "SELECT saga_id, seq, event_type, tool, payload, result, error, actor, attributes,"
+            " recorded_at_us, prev_hash, hash FROM side_effect_journal WHERE saga_id = %s"
+            " ORDER BY archive_id",
+            (saga_id,),
+        ).fetchall()
+        checkpoints = conn.execute(
+            "SELECT seq, hash, signed_at_us, key_id, signature FROM archive_checkpoint"
+            " WHERE saga_id = %s ORDER BY seq, signed_at_us",
+            (saga_id,),
+        ).fetchall()
+        anchor = conn.execute(
+            "SELECT seq, hash FROM archive_retention_anchor WHERE saga_id = %s"
+            " ORDER BY seq DESC LIMIT 1",
+            (saga_id,),
+        ).fetchone()
+    if not rows and not checkpoints:
+        raise UnknownSagaError(
+            f"the archive holds no entries for saga {saga_id!r}", saga_id=saga_id
+        )
+    audits = list(iter_audits(conn, saga_id=saga_id, pinned_keys=pinned_keys))
+    verdict = audits[0]
+    keys = trusted_keys(conn)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for r in rows:
+        lines.append(
+            json.dumps(
+                {
+                    "saga_id": r[0],
+                    "seq": r[1],
+                    "event_type": r[2],
+                    "tool": r[3],
+                    "payload": r[4],
+                    "result": r[5],
+                    "error": r[6],
+                    "actor": r[7],
+                    "attributes": r[8],
+                    "recorded_at_us": r[9],
+                    "prev_hash": r[10],
+                    "hash": r[11],
+                },
+                ensure_ascii=False,
+                sort_keys=True,
+            )
+        )
+    events = ("\n".join(lines) + "\n").encode("utf-8") if lines else b""
+    (out / "events.jsonl").write_bytes(events)
+    head_seq, head_hash = (rows[-1][1], rows[-1][11]) if rows else (0, "0" * 64)
+    exported_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    manifest = {
+        "format": BUNDLE_FORMAT,
+        "saga_id": saga_id,
+        "exported_at": exported_at,
+        "events": len(rows),
+        "events_sha256": hashlib.sha256(events).hexdigest(),
+        "head_seq": head_seq,
+        "head_hash": head_hash,
+        "anchor": {"seq": anchor[0], "hash": anchor[1]} if anchor else None,
+        "canonical_form": "SGC1",
+        "checkpoint_form": "SGCP1",
+        "checkpoints": [
+            {"seq": c[0], "hash": c[1], "signed_at_us": c[2], "key_id": c[3], "signature": c[4]}
+            for c in checkpoints
+        ],
+        "public_keys": {k: v.hex() for k, v in sorted(keys.items())},
+        "archive_verdict": {
+            "ok": verdict.ok,
+            "bad_seq": verdict.bad_seq,
+            "reason": verdict.reason.value if verdict.reason else None,
+            "detail": verdict.detail,
+        },
+    }
+    (out / "manifest.json").write_text(
+        json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    (out / "README.md").write_text(
+        _README.format(
+            saga_id=saga_id,
+            exported_at=exported_at,
+            key_ids=", ".join(sorted(keys)) or "none (no checkpoints signed yet)",
+        ),
+        encoding="utf-8",
+    )
+    verifier = resources.files("sagacity.consumers.archive").joinpath("verify_bundle.py")
+    (out / "verify_bundle.py").write_bytes(verifier.read_bytes())
+    return verdict

@@ -1,0 +1,329 @@
+"""The archiver service: consume the journal topic, archive each batch exactly once, sign heads.
+
+Kafka offsets are never the source of truth: they are stored in Postgres in the transaction
+that writes the rows, and on every assignment the consumer seeks to them.  Offsets are also
+committed to Kafka afterwards, for lag monitoring only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from sagacity.consumers.archive._checkpoints import Signer, sign_pending
+from sagacity.consumers.archive._db import connect, migrate
+from sagacity.consumers.archive._ingest import BatchArchiver, BatchReport, Decoder, RawEvent
+from sagacity.errors import PersistenceError, PersistenceUnavailableError, SagacityError
+
+log = logging.getLogger("sagacity.archive")
+
+DEFAULT_TOPIC = "sagacity.journal"
+DEFAULT_GROUP = "sagacity-archive"
+
+
+def kafka_overrides(env: Mapping[str, str], prefix: str = "SAGACITY_KAFKA_") -> dict[str, str]:
+    """librdkafka settings from ``SAGACITY_KAFKA_<key_with_underscores>`` variables."""
+    return {
+        k[len(prefix) :].lower().replace("_", "."): v
+        for k, v in env.items()
+        if k.startswith(prefix)
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArchiveSettings:
+    """How the archiver runs.
+
+    Attributes:
+        bootstrap_servers / topic / group_id: where to read.
+        database_url: the archive (its search_path picks the schema).
+        batch_size: messages per transaction at most.
+        poll_timeout: seconds to wait for a batch to fill.
+        signing_key: Ed25519 key file for checkpoints; ``None`` disables signing.
+        checkpoint_interval: seconds between checkpoint runs.
+        metrics_port: port for ``/metrics`` and ``/healthz``; ``None`` for none.
+        kafka_config: extra librdkafka settings (TLS, SASL …).
+    """
+
+    bootstrap_servers: str
+    database_url: str
+    topic: str = DEFAULT_TOPIC
+    group_id: str = DEFAULT_GROUP
+    batch_size: int = 2_000
+    poll_timeout: float = 0.5
+    signing_key: Path | None = None
+    checkpoint_interval: float = 60.0
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    kafka_config: Mapping[str, str] = field(default_factory=dict)
+
+
+class ArchiveMetrics:
+    """The archiver's Prometheus metrics, in a registry of their own."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.archived = Counter("sagacity_archive_events", "Events archived", registry=r)
+        self.duplicates = Counter(
+            "sagacity_archive_duplicates", "Redelivered events ignored", registry=r
+        )
+        self.quarantined = Counter(
+            "sagacity_archive_quarantined", "Events quarantined", ["reason"], registry=r
+        )
+        self.batches = Counter("sagacity_archive_batches", "Batches committed", registry=r)
+        self.retries = Counter(
+            "sagacity_archive_batch_retries",
+            "Batch attempts that failed and were retried",
+            registry=r,
+        )
+        self.batch_seconds = Histogram(
+            "sagacity_archive_batch_seconds", "Time to archive one batch", registry=r
+        )
+        self.signed = Counter(
+            "sagacity_archive_checkpoints_signed", "Heads signed in checkpoints", registry=r
+        )
+        self.last_batch = Gauge(
+            "sagacity_archive_last_commit_timestamp_seconds",
+            "When a batch last committed",
+            registry=r,
+        )
+
+    def record(self, report: BatchReport) -> None:
+        """Count one committed batch."""
+        self.archived.inc(report.archived)
+        self.duplicates.inc(report.duplicates)
+        for reason, count in report.quarantined.items():
+            self.quarantined.labels(reason=reason.value).inc(count)
+        self.batches.inc()
+        self.retries.inc(report.attempts - 1)
+        self.batch_seconds.observe(report.seconds)
+        self.last_batch.set_to_current_time()
+
+
+class ArchiveService:
+    """Runs the archive consumer until :meth:`stop` (or a signal handler) is called."""
+
+    def __init__(
+        self,
+        settings: ArchiveSettings,
+        *,
+        decode: Decoder | None = None,
+        metrics: ArchiveMetrics | None = None,
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics if metrics is not None else ArchiveMetrics()
+        self._archiver = BatchArchiver(
+            settings.database_url, consumer_group=settings.group_id, decode=decode
+        )
+        self._signer = Signer.from_file(settings.signing_key) if settings.signing_key else None
+        self._stop = threading.Event()
+        self._alive_at = 0.0
+        self._healthy = False
+        self._http: ThreadingHTTPServer | None = None
+
+    def stop(self) -> None:
+        """Ask the loop to finish its current batch and return."""
+        self._stop.set()
+
+    @property
+    def healthy(self) -> bool:
+        """The loop ran recently and its last database operation succeeded."""
+        return self._healthy and time.monotonic() - self._alive_at < 30.0
+
+    # --- Kafka callbacks ------------------------------------------------------------------------
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        stored: dict[str, dict[int, int]] = {}
+        while True:
+            try:
+                for topic in {p.topic for p in partitions}:
+                    stored[topic] = self._archiver.stored_offsets(topic)
+                break
+            except PersistenceUnavailableError as exc:
+                log.warning("cannot read stored offsets yet: %s", exc.message)
+                if self._stop.wait(1.0):
+                    return
+        for p in partitions:
+            p.offset = stored[p.topic].get(p.partition, OFFSET_BEGINNING)
+        log.info("assigned %s", [(p.topic, p.partition, p.offset) for p in partitions])
+        consumer.assign(partitions)
+
+    # --- the loop ---------------------------------------------------------------------------------
+    def _prepare(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with connect(self.settings.database_url) as conn:
+                    migrate(conn)
+                return
+            except PersistenceUnavailableError as exc:
+                log.warning("archive database unavailable, retrying: %s", exc.message)
+                self._stop.wait(1.0)
+
+    def run(self) -> None:
+        """Consume and archive until stopped.
+
+        Raises:
+            PersistenceError: the database refused a batch for a reason retrying cannot fix.
+            KafkaException: a fatal Kafka error.
+        """
+        if self.settings.metrics_port is not None:
+            self._start_http(self.settings.metrics_port)
+        self._prepare()
+        config: dict[str, Any] = {
+            "bootstrap.servers": self.settings.bootstrap_servers,
+            "group.id": self.settings.group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            **self.settings.kafka_config,
+        }
+        consumer = Consumer(config)
+        last_checkpoint = time.monotonic()
+        try:
+            consumer.subscribe([self.settings.topic], on_assign=self._on_assign)
+            while not self._stop.is_set():
+                self._alive_at = time.monotonic()
+                messages = consumer.consume(
+                    num_messages=self.settings.batch_size, timeout=self.settings.poll_timeout
+                )
+                batch: list[RawEvent] = []
+                for m in messages:
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            continue
+                        if err.fatal():
+                            raise KafkaException(err)
+                        log.warning("kafka: %s", err)
+                        continue
+                    batch.append(
+                        RawEvent(
+                            topic=m.topic() or self.settings.topic,
+                            partition=m.partition() or 0,
+                            offset=m.offset() or 0,
+                            key=m.key(),
+                            value=m.value(),
+                        )
+                    )
+                if batch:
+                    self._archive(consumer, batch)
+                else:
+                    self._healthy = True
+                if self._signer and time.monotonic() - last_checkpoint >= (
+                    self.settings.checkpoint_interval
+                ):
+                    self._checkpoint()
+                    last_checkpoint = time.monotonic()
+            if self._signer:
+                self._checkpoint()
+        finally:
+            consumer.close()
+            self._archiver.close()
+            if self._http is not None:
+                self._http.shutdown()
+                self._http.server_close()
+
+    def _archive(self, consumer: Consumer, batch: list[RawEvent]) -> None:
+        try:
+            report = self._archiver.archive(batch)
+        except PersistenceUnavailableError as exc:
+            # Nothing was committed: read the same messages again once the database is back.
+            self._healthy = False
+            log.error("batch not archived, will re-read it: %s", exc.message)
+            firsts: dict[tuple[str, int], int] = {}
+            for ev in batch:
+                firsts.setdefault((ev.topic, ev.partition), ev.offset)
+            for (topic, partition), offset in firsts.items():
+                consumer.seek(TopicPartition(topic, partition, offset))
+            self._stop.wait(1.0)
+            return
+        self._healthy = True
+        self.metrics.record(report)
+        if report.quarantined_total:
+            log.warning("quarantined %s", {k.value: v for k, v in report.quarantined.items()})
+        nexts: dict[tuple[str, int], int] = {}
+        for ev in batch:
+            nexts[(ev.topic, ev.partition)] = ev.offset + 1
+        try:  # informational only (lag dashboards); Postgres holds the real position
+            consumer.commit(
+                offsets=[TopicPartition(t, p, o) for (t, p), o in nexts.items()], asynchronous=True
+            )
+        except KafkaException as exc:
+            log.debug("offset commit to Kafka failed (harmless): %s", exc)
+
+    def _checkpoint(self) -> None:
+        assert self._signer is not None
+        try:
+            signed = sign_pending(self._archiver.connection(), self._signer)
+        except PersistenceError as exc:
+            log.error("checkpoint not signed this time: %s", exc.message)
+            return
+        self.metrics.signed.inc(signed)
+        if signed:
+            log.info("signed %d head(s)", signed)
+
+    # --- /metrics and /healthz -----------------------------------------------------------------
+    def _start_http(self, port: int) -> None:
+        service = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path == "/healthz":
+                    ok = service.healthy
+                    body = b"ok\n" if ok else b"unhealthy\n"
+                    self.send_response(200 if ok else 503)
+                    self.send_header("Content-Type", "text/plain")
+                elif self.path == "/metrics":
+                    body = generate_latest(service.metrics.registry)
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain; version=0.0.4")
+                else:
+                    body = b"not found\n"
+                    self.send_response(404)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self._http = ThreadingHTTPServer((self.settings.metrics_host, port), Handler)
+        threading.Thread(target=self._http.serve_forever, daemon=True).start()
+
+
+def settings_from_env(env: Mapping[str, str] | None = None, **overrides: Any) -> ArchiveSettings:
+    """Settings from ``SAGACITY_*`` variables; ``SAGACITY_ARCHIVE_*`` ones take precedence.
+
+    Raises:
+        SagacityError: a required setting is missing.
+    """
+    e = dict(os.environ if env is None else env)
+
+    def pick(name: str) -> str | None:
+        return e.get(f"SAGACITY_ARCHIVE_{name}") or e.get(f"SAGACITY_{name}")
+
+    values: dict[str, Any] = {
+        "bootstrap_servers": pick("BOOTSTRAP_SERVERS"),
+        "database_url": pick("DATABASE_URL"),
+        "topic": pick("TOPIC") or DEFAULT_TOPIC,
+        "group_id": e.get("SAGACITY_ARCHIVE_GROUP") or DEFAULT_GROUP,
+        "kafka_config": kafka_overrides(e),
+    }
+    if e.get("SAGACITY_ARCHIVE_SIGNING_KEY"):
+        values["signing_key"] = Path(e["SAGACITY_ARCHIVE_SIGNING_KEY"])
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    for required in ("bootstrap_servers", "database_url"):
+        if not values.get(required):
+            raise SagacityError(f"archiver setting {required} is missing")
+    return ArchiveSettings(**values)

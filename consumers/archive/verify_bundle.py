@@ -1,0 +1,342 @@
+#!/usr/bin/env python3
+"""Verify a Sagacity audit bundle with nothing but the Python standard library.
+
+Usage::
+
+    python3 verify_bundle.py [BUNDLE_DIR] [--public-key HEX]
+
+Checks, in order: the manifest and events files are intact (``events_sha256``); the saga's
+hash chain (docs/adr/0002-hash-chain.md: canonical form ``SGC1``, SHA-256 links from the
+genesis hash); that the manifest's head is the chain's head; and every signed checkpoint
+(Ed25519, RFC 8032, over the ``SGCP1`` form of docs/adr/0006-archive-and-checkpoints.md):
+a valid signature by the trusted key, a hash equal to the chain's at that seq, and a seq the
+chain reaches (a cut tail shows as ``truncated``).
+
+Pass ``--public-key`` with the archive's published key: without it the key in the manifest is
+used, which proves only that the bundle is self-consistent.
+
+Exit status: 0 verified, 1 verification failed (the first failure is printed with its seq and
+reason), 2 the bundle cannot be read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+GENESIS_HASH = "0" * 64
+
+# --- the canonical form (docs/adr/0002-hash-chain.md) -----------------------------------------
+
+
+def _field(value: bytes | None) -> bytes:
+    if value is None:
+        return b"\xff\xff\xff\xff"
+    return struct.pack(">I", len(value)) + value
+
+
+def _text(value: Any) -> bytes:
+    if value is None:
+        return _field(None)
+    if not isinstance(value, str):
+        raise ValueError(f"expected text, got {type(value).__name__}")
+    return _field(value.encode("utf-8"))
+
+
+def _int(value: Any) -> bytes:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError("expected an integer")
+    return _field(struct.pack(">q", value))
+
+
+def canonical(event: dict[str, Any]) -> bytes:
+    """``C(entry)``: magic ``SGC1`` then length-prefixed fields and the sorted attribute map."""
+    attributes = event.get("attributes") or {}
+    if not isinstance(attributes, dict):
+        raise ValueError("attributes must be an object")
+    items = []
+    for key, value in attributes.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise ValueError("attribute keys and values must be text")
+        items.append((key.encode("utf-8"), value.encode("utf-8")))
+    items.sort()
+    out = [
+        b"SGC1",
+        _text(event["saga_id"]),
+        _int(event["seq"]),
+        _text(event["event_type"]),
+        _text(event.get("tool")),
+        _text(event.get("payload")),
+        _text(event.get("result")),
+        _text(event.get("error")),
+        _text(event.get("actor")),
+        _int(event["recorded_at_us"]),
+        struct.pack(">I", len(items)),
+    ]
+    for key, value in items:
+        out.append(_field(key))
+        out.append(_field(value))
+    return b"".join(out)
+
+
+def entry_hash(event: dict[str, Any]) -> str:
+    """``SHA-256(bytes.fromhex(prev_hash) || C(entry))`` as lowercase hex."""
+    prev = bytes.fromhex(event["prev_hash"])
+    if len(prev) != 32:
+        raise ValueError("previous hash must be 32 bytes")
+    return hashlib.sha256(prev + canonical(event)).hexdigest()
+
+
+# --- Ed25519 verification (RFC 8032, section 5.1), written out for auditability ----------------
+
+_P = 2**255 - 19
+_L = 2**252 + 27742317777372353535851937790883648493  # the group order
+_D = (-121665 * pow(121666, _P - 2, _P)) % _P
+_SQRT_M1 = pow(2, (_P - 1) // 4, _P)
+
+Point = tuple[int, int, int, int]  # extended coordinates (X, Y, Z, T), x = X/Z, y = Y/Z, xy = T/Z
+
+
+def _add(a: Point, b: Point) -> Point:
+    # RFC 8032 5.1.4, addition in extended homogeneous coordinates (a = -1 twisted Edwards).
+    x1, y1, z1, t1 = a
+    x2, y2, z2, t2 = b
+    aa = (y1 - x1) * (y2 - x2) % _P
+    bb = (y1 + x1) * (y2 + x2) % _P
+    cc = 2 * t1 * t2 * _D % _P
+    dd = 2 * z1 * z2 % _P
+    e, f, g, h = bb - aa, dd - cc, dd + cc, bb + aa
+    return (e * f % _P, g * h % _P, f * g % _P, e * h % _P)
+
+
+def _scalar_mul(k: int, point: Point) -> Point:
+    result: Point = (0, 1, 1, 0)  # the neutral element
+    while k:
+        if k & 1:
+            result = _add(result, point)
+        point = _add(point, point)
+        k >>= 1
+    return result
+
+
+def _same(a: Point, b: Point) -> bool:
+    # Projective equality: x1/z1 == x2/z2 and y1/z1 == y2/z2.
+    return (a[0] * b[2] - b[0] * a[2]) % _P == 0 and (a[1] * b[2] - b[1] * a[2]) % _P == 0
+
+
+def _recover_x(y: int, sign: int) -> int | None:
+    # RFC 8032 5.1.3: x^2 = (y^2 - 1) / (d y^2 + 1); square root by exponentiation.
+    if y >= _P:
+        return None
+    x2 = (y * y - 1) * pow(_D * y * y + 1, _P - 2, _P) % _P
+    if x2 == 0:
+        return None if sign else 0
+    x = pow(x2, (_P + 3) // 8, _P)
+    if (x * x - x2) % _P:
+        x = x * _SQRT_M1 % _P
+    if (x * x - x2) % _P:
+        return None
+    if x & 1 != sign:
+        x = _P - x
+    return x
+
+
+def _decode_point(data: bytes) -> Point | None:
+    if len(data) != 32:
+        return None
+    y = int.from_bytes(data, "little")
+    sign = y >> 255
+    y &= (1 << 255) - 1
+    x = _recover_x(y, sign)
+    if x is None:
+        return None
+    return (x, y, 1, x * y % _P)
+
+
+_GY = 4 * pow(5, _P - 2, _P) % _P
+_GX = _recover_x(_GY, 0)
+assert _GX is not None
+_BASE: Point = (_GX, _GY, 1, _GX * _GY % _P)
+
+
+def ed25519_verify(public_key: bytes, message: bytes, signature: bytes) -> bool:
+    """RFC 8032 5.1.7: check ``[s]B == R + [SHA-512(R || A || M) mod L]A``."""
+    if len(public_key) != 32 or len(signature) != 64:
+        return False
+    a = _decode_point(public_key)
+    r = _decode_point(signature[:32])
+    if a is None or r is None:
+        return False
+    s = int.from_bytes(signature[32:], "little")
+    if s >= _L:
+        return False
+    k = int.from_bytes(hashlib.sha512(signature[:32] + public_key + message).digest(), "little")
+    return _same(_scalar_mul(s, _BASE), _add(r, _scalar_mul(k % _L, a)))
+
+
+# --- checkpoints (docs/adr/0006-archive-and-checkpoints.md) ------------------------------------
+
+
+def checkpoint_message(cp: dict[str, Any]) -> bytes:
+    """The ``SGCP1`` bytes a checkpoint signature covers."""
+    return b"".join(
+        (
+            b"SGCP1",
+            _field(cp["saga_id"].encode("utf-8")),
+            _field(struct.pack(">q", cp["seq"])),
+            _field(cp["hash"].encode("ascii")),
+            _field(struct.pack(">q", cp["signed_at_us"])),
+            _field(cp["key_id"].encode("ascii")),
+        )
+    )
+
+
+def key_id(public_key: bytes) -> str:
+    """The short id of a raw public key: the first 16 hex characters of its SHA-256."""
+    return hashlib.sha256(public_key).hexdigest()[:16]
+
+
+# --- the bundle ---------------------------------------------------------------------------------
+
+
+class VerificationError(Exception):
+    """Verification failed at ``seq`` for ``reason``."""
+
+    def __init__(self, seq: int | None, reason: str, detail: str) -> None:
+        super().__init__(f"{reason} at seq {seq}: {detail}")
+        self.seq, self.reason, self.detail = seq, reason, detail
+
+
+def verify_chain(
+    saga_id: str, events: list[dict[str, Any]], after_seq: int, after_hash: str
+) -> tuple[int, str]:
+    """Walk ``events`` in file order; return the head (seq, hash); raise on the first failure."""
+    expected, prev = after_seq + 1, after_hash
+    seqs = [e.get("seq") for e in events]
+    for position, event in enumerate(events):
+        seq = event.get("seq")
+        if event.get("saga_id") != saga_id:
+            raise VerificationError(
+                expected, "foreign_saga", f"entry belongs to {event.get('saga_id')!r}"
+            )
+        if not isinstance(seq, int):
+            raise VerificationError(expected, "edited", "seq is not an integer")
+        if expected == 1 and seq == 1 and event.get("prev_hash") != GENESIS_HASH:
+            raise VerificationError(1, "wrong_genesis", "seq 1 does not start at the genesis hash")
+        if seq > expected:
+            if expected in seqs[position + 1 :]:
+                raise VerificationError(
+                    expected, "reordered", f"seq {expected} is stored after seq {seq}"
+                )
+            raise VerificationError(expected, "gap", f"seq {expected} is missing (found {seq})")
+        if seq < expected:
+            raise VerificationError(
+                expected, "reordered", f"seq {seq} found where {expected} was expected"
+            )
+        try:
+            recomputed = entry_hash(event)
+        except (KeyError, ValueError) as exc:
+            raise VerificationError(expected, "edited", f"entry cannot be hashed: {exc}") from exc
+        if recomputed != event.get("hash"):
+            raise VerificationError(expected, "edited", "content does not match its recorded hash")
+        if event.get("prev_hash") != prev:
+            raise VerificationError(
+                expected, "broken_link", "previous hash is not the preceding entry's"
+            )
+        prev = event["hash"]
+        expected += 1
+    return expected - 1, prev
+
+
+def verify_bundle(directory: Path, pinned_key: bytes | None) -> str:
+    """Verify the bundle in ``directory``; return a summary or raise :class:`VerificationError`.
+
+    Raises:
+        VerificationError: the evidence does not verify.
+        OSError / ValueError / KeyError: the bundle cannot be read.
+    """
+    manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+    raw_events = (directory / "events.jsonl").read_bytes()
+    if hashlib.sha256(raw_events).hexdigest() != manifest["events_sha256"]:
+        raise VerificationError(
+            None, "bundle_altered", "events.jsonl does not match the manifest's digest"
+        )
+    events = [json.loads(line) for line in raw_events.decode("utf-8").splitlines() if line]
+    saga_id = manifest["saga_id"]
+    anchor = manifest.get("anchor")
+    after_seq, after_hash = (anchor["seq"], anchor["hash"]) if anchor else (0, GENESIS_HASH)
+    head_seq, head_hash = verify_chain(saga_id, events, after_seq, after_hash)
+    if (head_seq, head_hash) != (manifest["head_seq"], manifest["head_hash"]):
+        raise VerificationError(
+            head_seq + 1,
+            "truncated" if manifest["head_seq"] > head_seq else "head_mismatch",
+            f"manifest head is seq {manifest['head_seq']}, events end at seq {head_seq}",
+        )
+    keys = {k: bytes.fromhex(v) for k, v in manifest.get("public_keys", {}).items()}
+    if pinned_key is not None:
+        keys = {key_id(pinned_key): pinned_key}
+    by_seq = {e["seq"]: e["hash"] for e in events}
+    checked = 0
+    for cp in sorted(manifest.get("checkpoints", []), key=lambda c: (c["seq"], c["signed_at_us"])):
+        seq = cp["seq"]
+        public = keys.get(cp["key_id"])
+        if public is None or key_id(public) != cp["key_id"]:
+            raise VerificationError(seq, "unknown_key", f"signed by untrusted key {cp['key_id']}")
+        message = checkpoint_message({**cp, "saga_id": saga_id})
+        if not ed25519_verify(public, message, bytes.fromhex(cp["signature"])):
+            raise VerificationError(seq, "bad_signature", "checkpoint signature does not verify")
+        checked += 1
+        if seq < after_seq:
+            continue
+        if seq > head_seq:
+            raise VerificationError(
+                head_seq + 1, "truncated", f"seq {seq} was signed but events end at {head_seq}"
+            )
+        expected = after_hash if seq == after_seq else by_seq.get(seq)
+        if expected != cp["hash"]:
+            raise VerificationError(
+                seq, "checkpoint_mismatch", f"seq {seq} was signed with another hash"
+            )
+    return (
+        f"OK: saga {saga_id}: {len(events)} events, head seq {head_seq} ({head_hash[:16]}…), "
+        f"{checked} signed checkpoint(s) verified"
+        + ("" if pinned_key is not None else " (key taken from the manifest: pin it)")
+    )
+
+
+def main(argv: list[str]) -> int:
+    """Command-line entry point; returns the exit status."""
+    args = list(argv)
+    pinned: bytes | None = None
+    if "--public-key" in args:
+        i = args.index("--public-key")
+        try:
+            pinned = bytes.fromhex(args[i + 1])
+        except (IndexError, ValueError):
+            print("error: --public-key needs 64 hex characters", file=sys.stderr)
+            return 2
+        if len(pinned) != 32:
+            print("error: an Ed25519 public key is 32 bytes", file=sys.stderr)
+            return 2
+        del args[i : i + 2]
+    if any(a in ("-h", "--help") for a in args) or len(args) > 1:
+        print(__doc__)
+        return 0 if args and args[0] in ("-h", "--help") else 2
+    directory = Path(args[0]) if args else Path(__file__).resolve().parent
+    try:
+        print(verify_bundle(directory, pinned))
+    except VerificationError as failure:
+        print(f"FAILED: {failure}")
+        return 1
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"error: cannot read the bundle in {directory}: {exc!r}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

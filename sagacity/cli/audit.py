@@ -1,0 +1,212 @@
+"""Auditor commands: ``sagacity verify``, ``sagacity export`` and ``sagacity replay``."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from sagacity.cli._db_options import EXIT_FAILED, conninfo, database_options, fail
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from sagacity.consumers.archive._audit import AuditSummary
+
+
+def _pinned(public_keys: tuple[str, ...]) -> tuple[bytes, ...]:
+    from sagacity.consumers.archive._checkpoints import parse_public_key
+
+    return tuple(parse_public_key(k) for k in public_keys)
+
+
+_KEY_OPTION = click.option(
+    "--public-key",
+    "public_keys",
+    multiple=True,
+    envvar="SAGACITY_ARCHIVE_PUBLIC_KEY",
+    help="Trusted checkpoint public key (hex or file); repeatable.  Default: keys recorded in "
+    "the archive, which do not protect against someone able to write that table.",
+)
+
+
+@click.command()
+@database_options
+@click.option("--saga", "saga_id", default=None, help="Verify one saga.")
+@click.option("--all", "all_sagas", is_flag=True, help="Verify every saga (the default).")
+@_KEY_OPTION
+@click.option("--show", default=20, show_default=True, help="Failures listed in full.")
+def verify(
+    database_url: str,
+    schema: str | None,
+    saga_id: str | None,
+    all_sagas: bool,
+    public_keys: tuple[str, ...],
+    show: int,
+) -> None:
+    """Verify archived hash chains and signed checkpoints; exit 1 if any saga fails."""
+    from sagacity.consumers.archive._audit import AuditSummary, iter_audits
+    from sagacity.consumers.archive._db import connect
+    from sagacity.errors import SagacityError
+
+    if saga_id is not None and all_sagas:
+        fail("--saga and --all exclude each other")
+    summary = AuditSummary()
+    try:
+        pinned = _pinned(public_keys)
+        with connect(conninfo(database_url, schema)) as conn:
+            total = 1 if saga_id is not None else _estimate_sagas(conn)
+            started = time.perf_counter()
+            with click.progressbar(length=total, label="verifying", file=sys.stderr) as bar:
+                for result in iter_audits(conn, saga_id=saga_id, pinned_keys=pinned):
+                    summary.add(result, keep_failures=show)
+                    bar.update(1)
+            summary.seconds = time.perf_counter() - started
+    except SagacityError as exc:
+        fail(exc.message)
+    if saga_id is not None and summary.sagas == 0:
+        fail(f"the archive holds nothing for saga {saga_id!r}")
+    _print_summary(summary, pinned=bool(public_keys))
+    if summary.ok != summary.sagas:
+        raise click.exceptions.Exit(EXIT_FAILED)
+
+
+def _estimate_sagas(conn: psycopg.Connection) -> int:
+    """Sagas in the archive, for the progress bar (the head table has one row per saga)."""
+    from sagacity.consumers.archive._db import check_schema, mapped_errors
+
+    check_schema(conn)
+    with mapped_errors("count sagas"):
+        row = conn.execute("SELECT count(*) FROM archive_saga_head").fetchone()
+    return max(int(row[0]) if row else 0, 1)
+
+
+def _print_summary(summary: AuditSummary, *, pinned: bool) -> None:
+    if summary.failures:
+        click.echo(f"{'saga':<40} {'seq':>8}  {'reason':<20} detail")
+        for f in summary.failures:
+            click.echo(f"{f.saga_id:<40} {f.bad_seq or '-':>8}  {f.reason or '':<20} {f.detail}")
+        click.echo("")
+    rate = summary.events / summary.seconds if summary.seconds else 0.0
+    click.echo(f"{'sagas verified':<22} {summary.sagas:>12,}")
+    click.echo(f"{'sagas ok':<22} {summary.ok:>12,}")
+    click.echo(f"{'sagas failed':<22} {summary.sagas - summary.ok:>12,}")
+    for reason, count in sorted(summary.by_reason.items()):
+        click.echo(f"{'  ' + reason.value:<22} {count:>12,}")
+    click.echo(f"{'events':<22} {summary.events:>12,}")
+    click.echo(f"{'checkpoints verified':<22} {summary.checkpoints:>12,}")
+    click.echo(f"{'seconds':<22} {summary.seconds:>12.2f}")
+    click.echo(f"{'events per second':<22} {rate:>12,.0f}")
+    if not pinned:
+        click.echo("note: checkpoint keys were read from the archive itself; pass --public-key")
+
+
+@click.command()
+@database_options
+@click.option("--saga", "saga_id", required=True, help="The saga to export.")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory to write the bundle into.",
+)
+@_KEY_OPTION
+def export(
+    database_url: str, schema: str | None, saga_id: str, out: Path, public_keys: tuple[str, ...]
+) -> None:
+    """Write an audit bundle: events.jsonl, manifest.json, README.md, verify_bundle.py."""
+    from sagacity.consumers.archive._db import connect
+    from sagacity.consumers.archive._export import export_bundle
+    from sagacity.errors import SagacityError
+
+    try:
+        pinned = _pinned(public_keys)
+        with connect(conninfo(database_url, schema)) as conn:
+            verdict = export_bundle(conn, saga_id, out, pinned_keys=pinned)
+    except SagacityError as exc:
+        fail(exc.message)
+    click.echo(f"wrote {out}/ ({verdict.events} events, head seq {verdict.head_seq})")
+    click.echo(f"check it with: python3 -I {out}/verify_bundle.py {out} --public-key <key>")
+    if not verdict.ok:
+        click.echo(
+            f"warning: the archived chain does not verify: {verdict.reason} at seq "
+            f"{verdict.bad_seq}: {verdict.detail}",
+            err=True,
+        )
+        raise click.exceptions.Exit(EXIT_FAILED)
+
+
+@click.command()
+@database_options
+@click.option(
+    "--bootstrap-servers",
+    envvar=["SAGACITY_ARCHIVE_BOOTSTRAP_SERVERS", "SAGACITY_BOOTSTRAP_SERVERS"],
+    required=True,
+    help="Kafka bootstrap servers.",
+)
+@click.option(
+    "--topic", envvar=["SAGACITY_ARCHIVE_TOPIC", "SAGACITY_TOPIC"], default="sagacity.journal"
+)
+@click.option("--saga", "saga_id", default=None, help="Replay one saga only.")
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds to reach the end.")
+def replay(
+    database_url: str,
+    schema: str | None,
+    bootstrap_servers: str,
+    topic: str,
+    saga_id: str | None,
+    timeout: float,
+) -> None:
+    """Read the topic itself, verify its chains and diff them against the archive."""
+    import os
+
+    from sagacity.consumers.archive._db import connect
+    from sagacity.consumers.archive._replay import diff_with_archive, read_topic
+    from sagacity.consumers.archive._service import kafka_overrides
+    from sagacity.errors import SagacityError
+
+    try:
+        report, chains = read_topic(
+            bootstrap_servers,
+            topic,
+            saga_id=saga_id,
+            kafka_config=kafka_overrides(os.environ),
+            timeout=timeout,
+        )
+        with connect(conninfo(database_url, schema)) as conn:
+            diff_with_archive(conn, report, chains, saga_id=saga_id)
+    except SagacityError as exc:
+        fail(exc.message)
+    bad = [s for s in report.sagas.values() if not s.ok]
+    if bad:
+        click.echo(f"{'saga':<40} {'topic':>7} {'archive':>7}  finding")
+        for s in bad:
+            findings = []
+            if s.verdict is not None and not s.verdict.ok:
+                findings.append(f"topic chain: {s.verdict.reason} at seq {s.verdict.bad_seq}")
+            for label, seqs in (
+                ("missing", s.missing),
+                ("extra", s.extra),
+                ("differing", s.differing),
+            ):
+                if seqs:
+                    shown = ", ".join(map(str, seqs[:10])) + (" …" if len(seqs) > 10 else "")
+                    findings.append(f"{label}: {shown}")
+            click.echo(
+                f"{s.saga_id:<40} {s.topic_events:>7} {s.archive_events:>7}  {'; '.join(findings)}"
+            )
+        click.echo("")
+    for partition, offset, why in report.undecodable[:20]:
+        click.echo(f"undecodable message at partition {partition} offset {offset}: {why}")
+    click.echo(f"{'messages read':<22} {report.messages:>10,}")
+    click.echo(f"{'sagas':<22} {len(report.sagas):>10,}")
+    click.echo(f"{'sagas matching':<22} {len(report.sagas) - len(bad):>10,}")
+    click.echo(f"{'sagas differing':<22} {len(bad):>10,}")
+    click.echo(f"{'undecodable messages':<22} {len(report.undecodable):>10,}")
+    if report.trimmed:
+        click.echo("note: the topic was trimmed by Kafka retention; older events are archive-only")
+    if not report.ok:
+        raise click.exceptions.Exit(EXIT_FAILED)

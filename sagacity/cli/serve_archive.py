@@ -1,0 +1,96 @@
+"""``sagacity serve archive``: the archiver service."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from sagacity.cli._db_options import conninfo, fail
+
+
+@click.command()
+@click.option(
+    "--bootstrap-servers",
+    envvar=["SAGACITY_ARCHIVE_BOOTSTRAP_SERVERS", "SAGACITY_BOOTSTRAP_SERVERS"],
+    required=True,
+    help="Kafka bootstrap servers.",
+)
+@click.option(
+    "--database-url",
+    envvar=["SAGACITY_ARCHIVE_DATABASE_URL", "SAGACITY_DATABASE_URL"],
+    required=True,
+    help="libpq URL or conninfo of the archive database.",
+)
+@click.option("--schema", envvar="SAGACITY_ARCHIVE_SCHEMA", default=None, help="Archive schema.")
+@click.option(
+    "--topic",
+    envvar=["SAGACITY_ARCHIVE_TOPIC", "SAGACITY_TOPIC"],
+    default="sagacity.journal",
+    show_default=True,
+)
+@click.option(
+    "--group", envvar="SAGACITY_ARCHIVE_GROUP", default="sagacity-archive", show_default=True
+)
+@click.option("--batch-size", default=2000, show_default=True, help="Messages per transaction.")
+@click.option(
+    "--signing-key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="SAGACITY_ARCHIVE_SIGNING_KEY",
+    default=None,
+    help="Ed25519 key file for signed checkpoints (see `sagacity archive keygen`).",
+)
+@click.option("--checkpoint-interval", default=60.0, show_default=True, help="Seconds.")
+@click.option(
+    "--metrics-port",
+    type=int,
+    envvar="SAGACITY_ARCHIVE_METRICS_PORT",
+    default=None,
+    help="Serve /metrics and /healthz on this port.",
+)
+def archive(
+    bootstrap_servers: str,
+    database_url: str,
+    schema: str | None,
+    topic: str,
+    group: str,
+    batch_size: int,
+    signing_key: Path | None,
+    checkpoint_interval: float,
+    metrics_port: int | None,
+) -> None:
+    """Archive the journal topic into Postgres, exactly once, verifying every chain."""
+    import logging
+    import os
+    import signal
+
+    from sagacity.consumers.archive._service import (
+        ArchiveService,
+        ArchiveSettings,
+        kafka_overrides,
+    )
+    from sagacity.errors import SagacityError
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        service = ArchiveService(
+            ArchiveSettings(
+                bootstrap_servers=bootstrap_servers,
+                database_url=conninfo(database_url, schema),
+                topic=topic,
+                group_id=group,
+                batch_size=batch_size,
+                signing_key=signing_key,
+                checkpoint_interval=checkpoint_interval,
+                metrics_port=metrics_port,
+                kafka_config=kafka_overrides(os.environ),
+            )
+        )
+    except SagacityError as exc:
+        fail(exc.message)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: service.stop())
+    try:
+        service.run()
+    except SagacityError as exc:
+        fail(exc.message)

@@ -1,0 +1,233 @@
+"""Audit bundles: exported from real Postgres, checked by the standalone verifier in a
+subprocess (``python -I``, standard library only), untouched and tampered."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+from archive_helpers import as_raw, make_chain
+
+from sagacity.chain import link
+from sagacity.consumers.archive import Signer, generate_key, sign_pending
+from sagacity.consumers.archive._export import export_bundle
+from sagacity.consumers.archive.verify_bundle import ed25519_verify
+
+pytestmark = pytest.mark.postgres
+
+
+def check(bundle: Path, public_hex: str | None) -> tuple[int, str]:
+    args = [sys.executable, "-I", str(bundle / "verify_bundle.py"), str(bundle)]
+    if public_hex:
+        args += ["--public-key", public_hex]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=bundle)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def module_tmp(tmp_path_factory):
+    return tmp_path_factory.mktemp("bundles")
+
+
+@pytest.fixture
+def exported(archiver, archive_dsn, tmp_path) -> tuple[Path, Signer, list]:
+    """A bundle for a saga of 6 events with checkpoints at seq 3 and seq 6."""
+    signer = generate_key(tmp_path / "k.pem")
+    chain = make_chain("saga-b", 6)
+    archiver.archive(as_raw(chain[:3]))
+    with psycopg.connect(archive_dsn) as conn:
+        sign_pending(conn, signer)
+        archiver.archive(as_raw(chain[3:], first_offset=3))
+        sign_pending(conn, signer)
+        verdict = export_bundle(conn, "saga-b", tmp_path / "bundle")
+    assert verdict.ok
+    return tmp_path / "bundle", signer, chain
+
+
+def _events(bundle: Path) -> list[dict]:
+    return [json.loads(x) for x in (bundle / "events.jsonl").read_text().splitlines()]
+
+
+def _write(bundle: Path, events: list[dict], *, manifest_edit=None) -> None:
+    import hashlib
+
+    data = (
+        "\n".join(json.dumps(e, ensure_ascii=False, sort_keys=True) for e in events) + "\n"
+    ).encode()
+    (bundle / "events.jsonl").write_bytes(data)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["events_sha256"] = hashlib.sha256(data).hexdigest()
+    if manifest_edit:
+        manifest_edit(manifest)
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_bundle_contents(exported):
+    bundle, signer, chain = exported
+    assert sorted(p.name for p in bundle.iterdir()) == [
+        "README.md",
+        "events.jsonl",
+        "manifest.json",
+        "verify_bundle.py",
+    ]
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert (manifest["head_seq"], manifest["head_hash"]) == (6, chain[-1].hash)
+    assert [c["seq"] for c in manifest["checkpoints"]] == [3, 6]
+    assert manifest["public_keys"] == {signer.key_id: signer.public_hex}
+    assert _events(bundle)[2] == chain[2].to_dict()
+    assert "--public-key" in (bundle / "README.md").read_text()
+
+
+def test_untouched_bundle_verifies_with_the_pinned_key(exported):
+    bundle, signer, _ = exported
+    code, out = check(bundle, signer.public_hex)
+    assert code == 0, out
+    assert "6 events" in out
+    assert "2 signed checkpoint(s)" in out
+
+
+def test_untouched_bundle_verifies_self_consistently_without_a_key(exported):
+    bundle, _, _ = exported
+    code, out = check(bundle, None)
+    assert code == 0, out
+    assert "pin it" in out
+
+
+def _tampered(case: str, bundle: Path, chain) -> None:
+    events = _events(bundle)
+    if case == "flip_payload_byte":
+        events[3]["payload"] = events[3]["payload"].replace("4", "5")
+        _write(bundle, events)
+    elif case == "changed_hash":
+        events[3]["hash"] = "f" * 64
+        _write(bundle, events)
+    elif case == "deleted_row":
+        del events[1]
+        _write(bundle, events)
+    elif case == "reordered_rows":
+        events[2], events[3] = events[3], events[2]
+        _write(bundle, events)
+    elif case == "truncated_tail":
+
+        def head4(m):
+            m["head_seq"], m["head_hash"] = 4, events[3]["hash"]
+
+        _write(bundle, events[:4], manifest_edit=head4)
+    elif case == "rewritten_chain":
+        forged, prev = [], "0" * 64
+        for e in chain:
+            d = dataclasses.replace(e, payload='{"order":1,"note":"x"}') if e.seq == 2 else e
+            f = link(d, seq=e.seq, prev_hash=prev)
+            forged.append(f.to_dict())
+            prev = f.hash
+
+        def head(m):
+            m["head_hash"] = prev
+
+        _write(bundle, forged, manifest_edit=head)
+    elif case == "forged_checkpoint":
+
+        def forge(m):
+            m["checkpoints"][0]["hash"] = "0" * 64
+
+        _write(bundle, events, manifest_edit=forge)
+    elif case == "events_file_altered":
+        (bundle / "events.jsonl").write_text(
+            (bundle / "events.jsonl").read_text().replace("ok", "OK")
+        )
+
+
+@pytest.mark.parametrize(
+    ("case", "seq", "reason"),
+    [
+        ("flip_payload_byte", 4, "edited"),
+        ("changed_hash", 4, "edited"),
+        ("deleted_row", 2, "gap"),
+        ("reordered_rows", 3, "reordered"),
+        ("truncated_tail", 5, "truncated"),
+        ("rewritten_chain", 3, "checkpoint_mismatch"),
+        ("forged_checkpoint", 3, "bad_signature"),
+        ("events_file_altered", None, "bundle_altered"),
+    ],
+)
+def test_tampered_bundle_fails_with_seq_and_reason(exported, case, seq, reason):
+    bundle, signer, chain = exported
+    _tampered(case, bundle, chain)
+    code, out = check(bundle, signer.public_hex)
+    assert code == 1, out
+    assert f"FAILED: {reason} at seq {seq}:" in out
+
+
+def test_bundle_resigned_by_another_key_fails_against_the_pinned_key(exported, tmp_path):
+    bundle, signer, chain = exported
+    attacker = generate_key(tmp_path / "attacker.pem")
+
+    def resign(m):
+        m["checkpoints"] = [
+            dataclasses.asdict(
+                attacker.sign(saga_id="saga-b", seq=6, hash=chain[-1].hash, signed_at_us=1)
+            )
+        ]
+        for c in m["checkpoints"]:
+            del c["saga_id"]
+        m["public_keys"] = {attacker.key_id: attacker.public_hex}
+
+    _write(bundle, _events(bundle), manifest_edit=resign)
+    assert check(bundle, None)[0] == 0  # self-consistent ...
+    code, out = check(bundle, signer.public_hex)  # ... but not signed by the archive's key
+    assert code == 1
+    assert "unknown_key at seq 6" in out
+
+
+def test_unreadable_bundle_exits_2(tmp_path, exported):
+    bundle, _, _ = exported
+    (bundle / "manifest.json").write_text("{not json")
+    code, out = check(bundle, None)
+    assert code == 2
+    assert "cannot read the bundle" in out
+
+
+def test_stdlib_ed25519_matches_rfc8032_and_cryptography(tmp_path):
+    # RFC 8032 section 7.1, test 1 (empty message) and test 2 (one byte).
+    pk1 = bytes.fromhex("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a")
+    sig1 = bytes.fromhex(
+        "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b"
+    )
+    pk2 = bytes.fromhex("3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c")
+    sig2 = bytes.fromhex(
+        "92a009a9f0d4cab8720e820b5f642540a2b27b5416503f8fb3762223ebdb69da085ac1e43e15996e458f3613d0f11d8c387b2eaeb4302aeeb00d291612bb0c00"
+    )
+    assert ed25519_verify(pk1, b"", sig1)
+    assert ed25519_verify(pk2, b"\x72", sig2)
+    assert not ed25519_verify(pk2, b"\x73", sig2)
+    assert not ed25519_verify(
+        pk1,
+        b"",
+        sig1[:32]
+        + (
+            int.from_bytes(sig1[32:], "little") + 2**252 + 27742317777372353535851937790883648493
+        ).to_bytes(33, "little")[:32],
+    )
+    signer = generate_key(tmp_path / "k.pem")
+    for n in range(8):
+        cp = signer.sign(saga_id=f"s{n}", seq=n + 1, hash="ab" * 32, signed_at_us=n)
+        sig = bytes.fromhex(cp.signature)
+        assert ed25519_verify(signer.public_raw, cp.message(), sig)
+        bad = bytearray(sig)
+        bad[n] ^= 0x40
+        assert not ed25519_verify(signer.public_raw, cp.message(), bytes(bad))
+
+
+def test_verifier_imports_only_the_standard_library():
+    source = Path(__file__).parents[2] / "consumers" / "archive" / "verify_bundle.py"
+    imported = {
+        line.split()[1].split(".")[0]
+        for line in source.read_text().splitlines()
+        if line.startswith(("import ", "from "))
+    }
+    assert imported <= {"__future__", "hashlib", "json", "struct", "sys", "pathlib", "typing"}

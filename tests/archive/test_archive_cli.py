@@ -1,0 +1,92 @@
+"""``sagacity verify`` / ``sagacity archive`` against real Postgres, through click's runner."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from archive_helpers import as_raw, make_chain
+from click.testing import CliRunner
+
+from sagacity.cli import main
+
+pytestmark = pytest.mark.postgres
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def key(tmp_path):
+    path = tmp_path / "k.pem"
+    code, out, _ = run("archive", "keygen", "--out", str(path))
+    assert code == 0
+    public = out.split("public key:")[1].strip()
+    return path, public
+
+
+def test_verify_passes_then_fails_with_the_broken_seq(archiver, archive_dsn, key):
+    path, public = key
+    archiver.archive(as_raw(make_chain("saga-ok", 4) + make_chain("saga-bad", 4)))
+    code, out, _ = run(
+        "archive", "checkpoint", "--database-url", archive_dsn, "--signing-key", str(path)
+    )
+    assert code == 0
+    assert "signed 2 head(s)" in out
+    code, out, _ = run("verify", "--database-url", archive_dsn, "--public-key", public)
+    assert code == 0, out
+    assert "sagas ok" in out
+    assert "checkpoints verified" in out
+    with psycopg.connect(archive_dsn) as conn:
+        conn.execute("SET session_replication_role = replica")
+        conn.execute(
+            "UPDATE side_effect_journal SET result = 'no' WHERE saga_id = 'saga-bad' AND seq = 2"
+        )
+    code, out, _ = run("verify", "--all", "--database-url", archive_dsn, "--public-key", public)
+    assert code == 1
+    line = next(x for x in out.splitlines() if x.startswith("saga-bad"))
+    assert line.split()[1:3] == ["2", "edited"]
+    code, out, _ = run("verify", "--saga", "saga-ok", "--database-url", archive_dsn)
+    assert code == 0
+    assert "pass --public-key" in out
+
+
+def test_verify_on_an_empty_schema_says_so(pg_dsn):
+    code, _, err = run("verify", "--database-url", pg_dsn)
+    assert code == 2
+    assert "is not a Sagacity archive" in err
+
+
+def test_verify_on_a_missing_schema_says_so(pg_dsn):
+    code, _, err = run("verify", "--database-url", pg_dsn, "--schema", "no_such_schema")
+    assert code == 2
+    assert "search_path" in err
+
+
+def test_verify_an_unknown_saga_is_an_error(archive_dsn):
+    code, _, err = run("verify", "--saga", "nobody", "--database-url", archive_dsn)
+    assert code == 2
+    assert "nothing for saga 'nobody'" in err
+
+
+def test_verify_unreachable_database(tmp_path):
+    code, _, err = run("verify", "--database-url", "host=127.0.0.1 port=1 connect_timeout=1")
+    assert code == 2
+    assert "unavailable" in err
+
+
+def test_keygen_refuses_to_overwrite(key):
+    path, _ = key
+    code, _, err = run("archive", "keygen", "--out", str(path))
+    assert code == 2
+    assert "refusing to overwrite" in err
+
+
+def test_migrate_command_creates_the_schema(pg_dsn):
+    code, out, _ = run("archive", "migrate", "--database-url", pg_dsn)
+    assert code == 0
+    assert "version 1" in out
+    code, out, _ = run("verify", "--database-url", pg_dsn)
+    assert code == 0
+    assert "sagas verified" in out
