@@ -431,6 +431,6 @@ _DUPLICATE = object()
 
 
 def _avro_decoder() -> Decoder:
-    from sagacity.schemas import decode_entry  # type: ignore[attr-defined,unused-ignore]
+    from sagacity.schemas import decode_entry
 
-    return decode_entry  # type: ignore[no-any-return,unused-ignore]
+    return decode_entry

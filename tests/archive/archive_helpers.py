@@ -10,6 +10,7 @@ import psycopg
 from sagacity._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
 from sagacity.chain import link
 from sagacity.consumers.archive import RawEvent
+from sagacity.schemas import decode_entry, encode_entry
 
 # 2026-03-15T12:00:00Z in microseconds.
 BASE_US = 1_773_576_000_000_000
@@ -47,22 +48,8 @@ def make_chain(
     return out
 
 
-def _json_encode(entry: JournalEntry) -> bytes:
-    return json.dumps(entry.to_dict()).encode()
-
-
-def _json_decode(raw: bytes) -> JournalEntry:
-    return JournalEntry.from_dict(json.loads(raw))
-
-
-try:  # the journal's wire format, once available
-    from sagacity.schemas import decode_entry as _decode  # type: ignore[attr-defined]
-    from sagacity.schemas import encode_entry as _encode  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - until the wire format lands
-    _encode, _decode = _json_encode, _json_decode
-
-encode: Callable[[JournalEntry], bytes] = _encode
-decode: Callable[[bytes], JournalEntry] = _decode
+encode: Callable[[JournalEntry], bytes] = encode_entry
+decode: Callable[[bytes], JournalEntry] = decode_entry
 
 
 def as_raw(
