@@ -5,8 +5,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
+
+# Server processes this interpreter launched, by pid. Held here rather than on a server object
+# so a launched server may outlive the object (``sagacity dev up`` returns while it runs) and is
+# still waited for (reaped) by whichever object stops it.
+launched: dict[int, subprocess.Popen[bytes]] = {}
 
 
 def pid_alive(pid: int | None, *, marker: str | None = None) -> bool:
@@ -26,6 +32,9 @@ def pid_alive(pid: int | None, *, marker: str | None = None) -> bool:
     # Field 3 of /proc/<pid>/stat, after the parenthesised command name, is the state.
     state = stat.rsplit(")", 1)[-1].split()[0]
     if state in {"Z", "X"}:
+        return False
+    child = launched.get(pid)
+    if child is not None and child.poll() is not None:
         return False
     return marker is None or marker in cmdline
 
@@ -57,13 +66,23 @@ def terminate(pid: int, *, timeout: float = 30.0, sig: int = signal.SIGTERM) -> 
     except ProcessLookupError:
         return True
     if wait_gone(pid, timeout):
+        forget(pid)
         return True
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         return False
     wait_gone(pid, 10.0)
+    forget(pid)
     return False
+
+
+def forget(pid: int) -> None:
+    """Wait for a launched child that has exited (or is about to) and drop it."""
+    child = launched.pop(pid, None)
+    if child is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=5.0)
 
 
 def log_tail(path: Path, lines: int = 40) -> str:

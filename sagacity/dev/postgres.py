@@ -15,6 +15,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -152,14 +153,13 @@ class PostgresServer:
         account = _service_account()
         self.home.mkdir(parents=True, exist_ok=True)
         previous = self.state()
+        port = self._choose_port(previous)
         root = Path(previous.root) if previous else self._choose_root(account)
         self._prepare(root, account)
         data = root / "data"
         if not (data / "PG_VERSION").is_file():
             self._initdb(bindir, data, account)
-        port = self._choose_port(previous)
-        self._run_pg_ctl(bindir, root, port, timeout, account)
-        pid = _read_postmaster_pid(data)
+        pid = self._launch(bindir, root, port, timeout, account)
         self.state_file.write_text(
             json.dumps(PostgresState(pid=pid, port=port, root=str(root)).to_dict(), indent=2) + "\n"
         )
@@ -180,8 +180,11 @@ class PostgresServer:
             account is None or _reachable_by(account, self.home)
         ):
             return root
+        return self._fallback_root()
+
+    def _fallback_root(self) -> Path:
         digest = hashlib.sha256(str(self.home).encode()).hexdigest()[:16]
-        base = Path("/var/lib/sagacity") if account is not None else Path(tempfile.gettempdir())
+        base = Path("/var/lib/sagacity") if os.geteuid() == 0 else Path(tempfile.gettempdir())
         return base / "sagacity-postgres" / digest
 
     def _prepare(self, root: Path, account: pwd.struct_passwd | None) -> None:
@@ -210,30 +213,50 @@ class PostgresServer:
                 log_tail="\n".join((result.stdout + result.stderr).splitlines()[-30:]),
             )
 
-    def _run_pg_ctl(
+    def _launch(
         self,
         bindir: Path,
         root: Path,
         port: int,
         timeout: float,
         account: pwd.struct_passwd | None,
-    ) -> None:
+    ) -> int:
         settings = {
             **SERVER_SETTINGS,
             "port": str(port),
             "unix_socket_directories": str(root / "run"),
         }
-        options = " ".join(f"-c {key}={value}" for key, value in settings.items())
+        cmd = [str(bindir / "postgres"), "-D", str(root / "data")]
+        for key, value in settings.items():
+            cmd += ["-c", f"{key}={value}"]
         log = root / "postgres.log"
-        result = _run_as(
-            account,
-            [str(bindir / "pg_ctl"), "start", "-D", str(root / "data"), "-l", str(log), "-w",
-             "-t", str(int(timeout)), "-o", options],
-        )  # fmt: skip
-        if result.returncode != 0 or not port_answers(port):
+        with log.open("ab") as out:
+            # Run directly (not through pg_ctl) so an early exit is seen at once; a session of
+            # its own so the terminal's Ctrl-C for the starting command does not reach it.
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                **_as_account(account),
+            )
+        _proc.launched[proc.pid] = proc
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                _proc.forget(proc.pid)
+                problem = f"exited with status {proc.returncode}"
+            elif time.monotonic() > deadline:
+                _proc.terminate(proc.pid, timeout=10.0, sig=signal.SIGINT)
+                problem = f"did not accept connections in {timeout:.0f}s"
+            elif _accepts_connections(port):
+                return proc.pid
+            else:
+                time.sleep(0.1)
+                continue
             raise ProcessStartError(
-                f"PostgreSQL in {root} did not start on {HOST}:{port} (exit {result.returncode})",
-                log_tail=_proc.log_tail(log) or result.stdout + result.stderr,
+                f"PostgreSQL in {root} on {HOST}:{port} {problem}", log_tail=_proc.log_tail(log)
             )
 
     def _create_database(self, port: int) -> None:
@@ -253,7 +276,7 @@ class PostgresServer:
                             sql.Identifier(self.database)))  # fmt: skip
                 return
             except psycopg.OperationalError as exc:
-                # The server may still be finishing recovery right after pg_ctl returns.
+                # Connections can still be refused for a moment after the first one worked.
                 if time.monotonic() > deadline:
                     raise DevStackError(f"cannot create database {self.database}: {exc}") from exc
                 time.sleep(0.2)
@@ -264,8 +287,6 @@ class PostgresServer:
         Only the process recorded in this directory's state and serving its data directory is
         signalled (SIGINT = fast shutdown, SIGQUIT after ``timeout`` s).
         """
-        import signal
-
         state = self.state()
         if state is None:
             return False
@@ -282,7 +303,7 @@ class PostgresServer:
         """Stop the server if it runs here and delete its data (also outside ``home``)."""
         self.stop()
         state = self.state()
-        roots = {self.home / "server"}
+        roots = {self.home / "server", self._fallback_root()}
         if state is not None:
             roots.add(Path(state.root))
         for root in roots:
@@ -303,30 +324,32 @@ def _reachable_by(account: pwd.struct_passwd, directory: Path) -> bool:
     return result.returncode == 0
 
 
-def _run_as(account: pwd.struct_passwd | None, cmd: list[str]) -> subprocess.CompletedProcess[str]:
+def _as_account(account: pwd.struct_passwd | None) -> dict[str, Any]:
+    """``subprocess`` keyword arguments that run a child as ``account`` (nothing if None)."""
     if account is None:
-        return subprocess.run(cmd, capture_output=True, text=True, check=False)
-    env = {
-        **os.environ,
-        "HOME": account.pw_dir,
-        "USER": account.pw_name,
-        "LOGNAME": account.pw_name,
+        return {}
+    env = {**os.environ, "HOME": account.pw_dir, "USER": account.pw_name}
+    env["LOGNAME"] = account.pw_name
+    return {
+        "user": account.pw_uid,
+        "group": account.pw_gid,
+        "extra_groups": [],
+        "env": env,
+        "cwd": "/",
     }
-    return subprocess.run(
-        cmd,
-        capture_output=True,
-        text=True,
-        check=False,
-        user=account.pw_uid,
-        group=account.pw_gid,
-        extra_groups=[],
-        env=env,
-        cwd="/",
-    )
 
 
-def _read_postmaster_pid(data: Path) -> int:
+def _run_as(account: pwd.struct_passwd | None, cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, check=False, **_as_account(account))
+
+
+def _accepts_connections(port: int) -> bool:
+    import psycopg
+
+    if not port_answers(port, timeout=0.2):
+        return False
     try:
-        return int((data / "postmaster.pid").read_text().splitlines()[0])
-    except (OSError, ValueError, IndexError) as exc:
-        raise DevStackError(f"cannot read the server's pid from {data}/postmaster.pid") from exc
+        with psycopg.connect(f"postgresql://{SUPERUSER}@{HOST}:{port}/postgres", connect_timeout=2):
+            return True
+    except psycopg.OperationalError:
+        return False  # still starting up ("the database system is starting up")

@@ -227,3 +227,12 @@ def test_a_broker_that_fails_to_start_shows_the_tail_of_its_log(tmp_path: Path) 
     assert info.value.log_tail
     assert "Stored node id 7" in info.value.log_tail
     assert not broker.is_running()
+
+
+def test_compose_pins_the_same_kafka_release_as_the_local_stack() -> None:
+    import re
+
+    compose = (Path(__file__).parents[2] / "deploy" / "compose.yaml").read_text()
+    images = re.findall(r"^\s+image:\s*(\S+)\s*$", compose, flags=re.MULTILINE)
+    assert f"apache/kafka:{KAFKA_VERSION}" in images
+    assert "postgres:16" in images
