@@ -65,7 +65,7 @@ class Sagacity:
         policy_version: recorded on every request and decision: which approval policy was in
             force.
         writer_id: this process's identity on the chain (``SAGA_OPENED.actor``); defaults
-            to ``host:pid:random``.
+            to the journal's ``writer_id`` when it has one, else ``host:pid:random``.
         clock: microseconds since the epoch (for tests); defaults to the wall clock.
 
     Raises:
@@ -106,7 +106,12 @@ class Sagacity:
         self._mode: CompensationMode = compensation
         self._approval_ttl_us = ttl_us
         self._policy_version = policy_version
-        self._writer_id = writer_id or _default_writer_id()
+        journal_writer = getattr(journal, "writer_id", None)
+        self._writer_id = (
+            writer_id
+            or (journal_writer if isinstance(journal_writer, str) and journal_writer else None)
+            or _default_writer_id()
+        )
         self._clock = clock or now_micros
         self._registry = ToolRegistry()
         self._desk = _approval.ApprovalDesk(self)
@@ -130,7 +135,10 @@ class Sagacity:
                 f"journal_from_env), which cannot be imported: {exc}"
             ) from exc
         options.setdefault("compensation", "delegated")
-        journal: Journal = journal_from_env()
+        writer_id = options.get("writer_id")
+        journal: Journal = (
+            journal_from_env(writer_id=writer_id) if writer_id else journal_from_env()
+        )
         return cls(journal, **options)
 
     # -- properties -----------------------------------------------------------------------

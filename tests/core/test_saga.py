@@ -416,10 +416,22 @@ def test_from_env_builds_a_delegated_sagacity(monkeypatch: pytest.MonkeyPatch) -
     import sagacity.producer as producer
 
     journal = InMemoryJournal()
-    monkeypatch.setattr(producer, "journal_from_env", lambda: journal, raising=False)
+    journal.writer_id = "host/1/abc"  # type: ignore[attr-defined]
+    asked: list[str | None] = []
+
+    def from_env(*, writer_id: str | None = None) -> InMemoryJournal:
+        asked.append(writer_id)
+        return journal
+
+    monkeypatch.setattr(producer, "journal_from_env", from_env, raising=False)
     built = Sagacity.from_env()
     assert built.journal is journal
     assert built.compensation_mode == "delegated"
+    assert built.writer_id == "host/1/abc"  # one identity for the journal and the chain
+    named = Sagacity.from_env(writer_id="agent-7", compensation="inline")
+    assert asked == [None, "agent-7"]
+    assert named.writer_id == "agent-7"
+    assert named.compensation_mode == "inline"
 
 
 def test_summary_names_dirty_steps(sagacity: Sagacity, tools: Any, order_tools: Any) -> None:
