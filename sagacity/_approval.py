@@ -146,8 +146,22 @@ class ApprovalDesk:
             **fields,
         )
 
+    def deadline_us(self, request: ApprovalRequest) -> int | None:
+        """When ``request`` lapses for this Sagacity (``None``: never).
+
+        The earlier of the request's own ``expires_at_us`` and, when this Sagacity has an
+        approval TTL, ``requested_at_us`` plus that TTL: a deciding service's policy bounds
+        requests made without a limit, and never extends one made with a shorter limit.
+        """
+        deadlines = [request.expires_at_us] if request.expires_at_us is not None else []
+        ttl = self._s.approval_ttl_us
+        if ttl is not None:
+            deadlines.append(request.requested_at_us + ttl)
+        return min(deadlines) if deadlines else None
+
     def _expired(self, request: ApprovalRequest) -> bool:
-        return request.expires_at_us is not None and self._s.now_us() > request.expires_at_us
+        deadline = self.deadline_us(request)
+        return deadline is not None and self._s.now_us() > deadline
 
     def _close_and_compensate(
         self,
@@ -432,6 +446,26 @@ class ApprovalDesk:
                 raise
             await journal.append_async(executed_draft(s, tool.definition, intent, value))
             return await asyncio.to_thread(self._after_resume, request, value, None)
+
+    def expire(self, saga_id: str, seq: int) -> SagaResult:
+        """See :meth:`Sagacity.expire`."""
+        _entries, state = self._load(saga_id, seq)
+        with self._claim(state.request.saga_id, state.request.seq):
+            _entries, state = self._load(saga_id, seq)
+            request = state.request
+            if not state.pending:
+                raise AlreadyDecidedError(
+                    f"cannot expire: {state.describe_closure()}", saga_id=saga_id, seq=seq
+                )
+            if not self._expired(request):
+                raise InvalidArgumentError(
+                    f"approval request {saga_id}/{seq} has not reached its time to live",
+                    saga_id=saga_id,
+                    seq=seq,
+                )
+            error = self._expire(request)
+            assert error.result is not None
+            return error.result
 
     def expire_overdue(self) -> list[SagaResult]:
         """See :meth:`Sagacity.expire_overdue`."""

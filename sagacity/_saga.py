@@ -62,6 +62,8 @@ class Sagacity:
             and report :attr:`SagaStatus.COMPENSATION_PENDING`.
         approval_ttl: how long an approval request stays open (``None``: no limit); a request
             past it is journaled ``EXPIRED`` on its next decision and the saga compensated.
+            It is journaled on the requests this Sagacity makes and bounds the requests it
+            decides on (a deciding service's TTL applies to requests made without one).
         policy_version: recorded on every request and decision: which approval policy was in
             force.
         writer_id: this process's identity on the chain (``SAGA_OPENED.actor``); defaults
@@ -509,6 +511,25 @@ class Sagacity:
     async def resume_saga_async(self, saga_id: str, seq: int, payload: str) -> SagaResult:
         """:meth:`resume_saga` for asyncio (async tools and compensations are awaited)."""
         return await self._desk.resume_async(saga_id, seq, payload)
+
+    def expire(self, saga_id: str, seq: int) -> SagaResult:
+        """Journal ``EXPIRED`` for the request at ``seq`` if it is past its time to live.
+
+        The request lapses at its own ``expires_at_us`` or, when this Sagacity has an
+        ``approval_ttl``, that long after it was requested, whichever is earlier.  The saga is
+        then compensated (or ``COMPENSATION_REQUESTED`` journaled, when delegated) and ended.
+
+        Raises:
+            UnknownSagaError / ApprovalNotFound: no such saga / no request at ``seq``.
+            AlreadyDecidedError: the request is already closed.
+            InvalidArgumentError: the request has not lapsed yet.
+            ChainIntegrityError: the saga's chain does not verify.
+        """
+        return self._desk.expire(saga_id, seq)
+
+    def approval_deadline_us(self, request: ApprovalRequest) -> int | None:
+        """When ``request`` lapses for this Sagacity (``None``: never); see :meth:`expire`."""
+        return self._desk.deadline_us(request)
 
     def expire_overdue(self) -> list[SagaResult]:
         """Expire every pending request past its time to live; returns each saga's result."""

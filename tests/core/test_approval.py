@@ -351,6 +351,42 @@ def test_approve_and_resume_after_ttl_passes_within_it(bank: Bank) -> None:
     assert bank.wires == []
 
 
+def test_deciding_sagacity_ttl_bounds_requests_made_without_one(bank: Bank) -> None:
+    now = [1_000_000_000_000]
+    journal = InMemoryJournal()
+    agent = Sagacity(journal=journal, clock=lambda: now[0])
+    seq = _gate(agent, agent.wrap(bank), "no-ttl")
+    request = only(journal.entries("no-ttl"), E.AWAITING_APPROVAL)[0]
+    assert "expires_at_us" not in request.attributes
+    desk = Sagacity(journal=journal, approval_ttl=30, clock=lambda: now[0], policy_version="p2")
+    desk.wrap(bank)
+    pending = desk.pending_approvals("no-ttl")[0]
+    assert desk.approval_deadline_us(pending) == now[0] + 30_000_000
+    assert agent.approval_deadline_us(pending) is None
+    with pytest.raises(InvalidArgumentError, match="has not reached its time to live"):
+        desk.expire("no-ttl", seq)
+    now[0] += 31_000_000
+    result = desk.expire("no-ttl", seq)
+    assert result.status is SagaStatus.EXPIRED
+    expired = only(journal.entries("no-ttl"), E.EXPIRED)[0]
+    assert expired.ref_seq == seq
+    assert expired.attributes["policy_version"] == "p2"
+    with pytest.raises(AlreadyDecidedError, match="expired"):
+        desk.expire("no-ttl", seq)
+    assert bank.wires == []
+
+
+def test_request_ttl_shorter_than_the_deciders_still_applies(bank: Bank) -> None:
+    now = [1_000_000_000_000]
+    journal = InMemoryJournal()
+    agent = Sagacity(journal=journal, approval_ttl=5, clock=lambda: now[0])
+    seq = _gate(agent, agent.wrap(bank), "short")
+    desk = Sagacity(journal=journal, approval_ttl=3600, clock=lambda: now[0])
+    now[0] += 6_000_000
+    with pytest.raises(ApprovalExpiredError):
+        desk.approve("short", seq, "m")
+
+
 def test_delegated_reject_requests_compensation(journal: InMemoryJournal, bank: Bank) -> None:
     sagacity = Sagacity(journal=journal, compensation="delegated")
     banking = sagacity.wrap(bank)
