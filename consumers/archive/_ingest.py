@@ -207,8 +207,12 @@ class BatchArchiver:
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
                 continue
-            except PersistenceError:
+            except PersistenceError as exc:
                 self._drop_connection()
+                if isinstance(exc.__cause__, psycopg.errors.CheckViolation) and attempt == 1:
+                    # "no partition for row": retention dropped a month this process had
+                    # cached as existing.  The cache is gone with the connection; retry.
+                    continue
                 raise
             report.attempts = attempt
             report.seconds = time.perf_counter() - started

@@ -78,3 +78,54 @@ def checkpoint(database_url: str, schema: str | None, signing_key: Path) -> None
     except SagacityError as exc:
         fail(exc.message)
     click.echo(f"signed {signed} head(s) with key {signer.key_id}")
+
+
+@archive.command()
+@database_options
+@click.option("--keep", required=True, help="How long to keep events: 24m, 2y (at least 6m).")
+@click.option(
+    "--export-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where expired months are exported (JSON lines) before they are dropped.",
+)
+@click.option("--apply", is_flag=True, help="Export and drop; without it, only report.")
+@click.option("--force", is_flag=True, help="Allow a retention shorter than six months.")
+def retention(
+    database_url: str,
+    schema: str | None,
+    keep: str,
+    export_dir: Path | None,
+    apply: bool,
+    force: bool,
+) -> None:
+    """Export, then drop, whole months older than the retention (a dry run by default)."""
+    from sagacity.consumers.archive._db import connect
+    from sagacity.consumers.archive._retention import parse_keep, run_retention
+    from sagacity.errors import SagacityError
+
+    try:
+        months = parse_keep(keep)
+        with connect(conninfo(database_url, schema)) as conn:
+            actions = run_retention(
+                conn, keep_months=months, export_dir=export_dir, apply=apply, force=force
+            )
+    except SagacityError as exc:
+        fail(exc.message)
+    if not actions:
+        click.echo(f"nothing older than {months} months")
+        return
+    import datetime
+
+    def day(us: int) -> str:
+        return datetime.datetime.fromtimestamp(us / 1e6, datetime.UTC).strftime("%Y-%m-%d")
+
+    click.echo(f"{'partition':<30} {'from':<10}  {'to':<10}  {'rows':>10}  action")
+    for a in actions:
+        p = a.partition
+        what = f"exported to {a.export_file} and dropped" if a.dropped else "would export and drop"
+        click.echo(
+            f"{p.name:<30} {day(p.range_from_us)}  {day(p.range_to_us)}  {a.rows:>10,}  {what}"
+        )
+    if not apply:
+        click.echo("dry run: pass --apply --export-dir DIR to export and drop these months")

@@ -1,0 +1,172 @@
+"""Retention on real Postgres: whole expired months exported then dropped, chains that cross
+the boundary still verify, short retentions refused."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import uuid
+
+import psycopg
+import pytest
+from archive_helpers import as_raw, decode, make_chain, rows, with_option
+from click.testing import CliRunner
+
+from sagacity.cli import main
+from sagacity.consumers.archive import BatchArchiver, audit, grant_archiver
+from sagacity.consumers.archive._retention import cutoff_us, parse_keep, run_retention
+from sagacity.errors import PersistenceError, RetentionError
+
+pytestmark = pytest.mark.postgres
+
+OCT_2024 = int(datetime.datetime(2024, 10, 20, tzinfo=datetime.UTC).timestamp()) * 1_000_000
+JUN_2025 = int(datetime.datetime(2025, 6, 5, tzinfo=datetime.UTC).timestamp()) * 1_000_000
+NOW = datetime.datetime(2026, 12, 2, 15, 0, tzinfo=datetime.UTC)
+
+
+def test_parse_keep_and_cutoff():
+    assert parse_keep("24m") == 24
+    assert parse_keep("2y") == 24
+    with pytest.raises(RetentionError):
+        parse_keep("two years")
+    cut = datetime.datetime.fromtimestamp(cutoff_us(24, NOW) / 1e6, datetime.UTC)
+    assert cut == datetime.datetime(2024, 12, 2, 15, 0, tzinfo=datetime.UTC)
+    leap = datetime.datetime(2024, 3, 31, tzinfo=datetime.UTC)
+    assert datetime.datetime.fromtimestamp(cutoff_us(1, leap) / 1e6, datetime.UTC).day == 29
+
+
+@pytest.fixture
+def spanning(archiver, archive_dsn):
+    """saga-span: seq 1..3 in Oct 2024, seq 4..5 in Jun 2025; saga-old: Oct 2024 only."""
+    span = make_chain("saga-span", 5, start_us=OCT_2024)
+    span = span[:3] + list(_retime(span, JUN_2025)[3:])
+    old = make_chain("saga-old", 2, start_us=OCT_2024)
+    assert archiver.archive(as_raw(span + old)).archived == 7
+    return span
+
+
+def _retime(chain, at_us):
+    """The chain with entries from seq 4 on moved to ``at_us`` (links recomputed)."""
+    import dataclasses
+
+    from sagacity.chain import link
+
+    out, prev = [], "0" * 64
+    for e in chain:
+        d = dataclasses.replace(e, recorded_at_us=at_us + e.seq) if e.seq >= 4 else e
+        x = link(d, seq=e.seq, prev_hash=prev)
+        out.append(x)
+        prev = x.hash
+    return out
+
+
+def test_dry_run_reports_without_dropping(spanning, archive_dsn):
+    with psycopg.connect(archive_dsn) as conn:
+        actions = run_retention(conn, keep_months=24, now=NOW)
+    assert [(a.partition.name, a.rows, a.dropped) for a in actions] == [
+        ("side_effect_journal_p202410", 5, False)
+    ]
+    assert rows(archive_dsn, "SELECT count(*) FROM side_effect_journal") == [(7,)]
+
+
+def test_apply_exports_then_drops_and_chains_still_verify(spanning, archive_dsn, tmp_path):
+    with psycopg.connect(archive_dsn) as conn:
+        (action,) = run_retention(conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW)
+    assert action.dropped
+    assert action.rows == 5
+    data = action.export_file.read_bytes()
+    assert hashlib.sha256(data).hexdigest() == action.export_sha256
+    exported = [json.loads(line) for line in data.splitlines()]
+    assert [(e["saga_id"], e["seq"]) for e in exported] == [
+        ("saga-old", 1),
+        ("saga-old", 2),
+        ("saga-span", 1),
+        ("saga-span", 2),
+        ("saga-span", 3),
+    ]
+    assert exported[3]["hash"] == spanning[1].hash
+    assert rows(archive_dsn, "SELECT saga_id, seq FROM side_effect_journal") == [
+        ("saga-span", 4),
+        ("saga-span", 5),
+    ]
+    assert rows(archive_dsn, "SELECT export_sha256, row_count FROM archive_retention") == [
+        (action.export_sha256, 5)
+    ]
+    with psycopg.connect(archive_dsn) as conn:
+        summary = audit(conn)
+    # saga-old survives as anchors only; saga-span verifies from its anchor at seq 3.
+    assert (summary.sagas, summary.ok) == (2, 2), summary.failures
+
+
+def test_deleting_the_rest_of_a_retained_chain_is_still_detected(spanning, archive_dsn, tmp_path):
+    with psycopg.connect(archive_dsn) as conn:
+        run_retention(conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW)
+        conn.execute("SET session_replication_role = replica")
+        conn.execute("DELETE FROM side_effect_journal WHERE seq = 4")
+        conn.commit()
+        summary = audit(conn)
+    (failure,) = summary.failures
+    assert (failure.saga_id, failure.bad_seq, failure.reason) == ("saga-span", 4, "gap")
+
+
+def test_short_retention_is_refused_unless_forced(spanning, archive_dsn, tmp_path):
+    with psycopg.connect(archive_dsn) as conn:
+        with pytest.raises(RetentionError, match="shorter than the 6 months"):
+            run_retention(conn, keep_months=5, now=NOW)
+        assert run_retention(conn, keep_months=5, force=True, now=NOW)[0].dropped is False
+        with pytest.raises(RetentionError, match="--export-dir"):
+            run_retention(conn, keep_months=24, apply=True, now=NOW)
+
+
+def test_archiver_role_cannot_drop_months(spanning, archive_dsn, tmp_path):
+    role = "sgc_test_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(archive_dsn, autocommit=True) as conn:
+        grant_archiver(conn, role)
+        conn.execute(f'GRANT "{role}" TO current_user')
+    try:
+        with (
+            psycopg.connect(with_option(archive_dsn, f"-c role={role}")) as conn,
+            pytest.raises(PersistenceError, match="permission denied"),
+        ):
+            run_retention(conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW)
+        assert rows(archive_dsn, "SELECT count(*) FROM side_effect_journal") == [(7,)]
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        with psycopg.connect(archive_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP OWNED BY "{role}"')
+            conn.execute(f'DROP ROLE "{role}"')
+
+
+def test_archiver_recreates_a_month_dropped_under_it(spanning, archive_dsn, tmp_path):
+    archiver = BatchArchiver(archive_dsn, consumer_group="g2", decode=decode)
+    try:
+        late = make_chain("saga-late", 1, start_us=OCT_2024)
+        archiver.archive(as_raw(late, topic="x"))  # caches October 2024 as existing
+        with psycopg.connect(archive_dsn) as conn:
+            run_retention(conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW)
+        again = make_chain("saga-later", 1, start_us=OCT_2024)
+        assert archiver.archive(as_raw(again, topic="x", first_offset=1)).archived == 1
+    finally:
+        archiver.close()
+
+
+def test_retention_cli(archiver, archive_dsn, tmp_path):
+    archiver.archive(as_raw(make_chain("saga-2020", 2, start_us=1_580_000_000_000_000)))
+    archiver.archive(
+        as_raw(make_chain("saga-now", 2, start_us=int(NOW.timestamp() * 1e6)), first_offset=2)
+    )
+    runner = CliRunner()
+    base = ["archive", "retention", "--database-url", archive_dsn]
+    result = runner.invoke(main, [*base, "--keep", "3m"])
+    assert result.exit_code == 2
+    assert "pass --force" in result.stderr
+    result = runner.invoke(main, [*base, "--keep", "24m"])
+    assert result.exit_code == 0
+    assert "would export and drop" in result.stdout
+    assert "side_effect_journal_p202001" in result.stdout
+    result = runner.invoke(main, [*base, "--keep", "24m", "--apply", "--export-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "dropped" in result.stdout
+    assert (tmp_path / "side_effect_journal_p202001.jsonl").exists()
+    assert rows(archive_dsn, "SELECT DISTINCT saga_id FROM side_effect_journal") == [("saga-now",)]
