@@ -102,28 +102,36 @@ def _request(entry: JournalEntry, signed_by: tuple[str, ...]) -> ApprovalRequest
 
 
 def request_states(entries: Iterable[JournalEntry]) -> list[RequestState]:
-    """Every approval request of one saga's chain with its current state, in seq order."""
-    chain = list(entries)
-    states: list[RequestState] = []
-    for position, entry in enumerate(chain):
-        if entry.event_type is not EventType.AWAITING_APPROVAL:
+    """Every approval request of one saga's chain with its current state, in seq order.
+
+    One pass over the chain: a request is closed by the first later entry that refers to it
+    with a closing event, or by the first later end of the saga (a ``COMPENSATION_REQUESTED``
+    or a ``SAGA_ENDED`` that did not leave requests open); ``APPROVED`` entries before that add
+    signatures.
+    """
+    found: dict[int, tuple[JournalEntry, list[str]]] = {}
+    closed: dict[int, tuple[RequestStatus, JournalEntry]] = {}
+    for entry in entries:
+        if entry.event_type is EventType.AWAITING_APPROVAL:
+            found[entry.seq] = (entry, [])
             continue
-        signed: list[str] = []
-        status = RequestStatus.PENDING
-        closed_by: JournalEntry | None = None
-        for later in chain[position + 1 :]:
-            if later.event_type is EventType.COMPENSATION_REQUESTED or (
-                later.event_type is EventType.SAGA_ENDED and later.result != AWAITING_RESULT
-            ):
-                status, closed_by = RequestStatus.ENDED, later
-                break
-            if later.ref_seq != entry.seq:
-                continue
-            if later.event_type is EventType.APPROVED and later.actor:
-                signed.append(later.actor)
-            elif later.event_type in _CLOSING:
-                status, closed_by = _CLOSING[later.event_type], later
-                break
+        if entry.event_type is EventType.COMPENSATION_REQUESTED or (
+            entry.event_type is EventType.SAGA_ENDED and entry.result != AWAITING_RESULT
+        ):
+            for seq in found:
+                closed.setdefault(seq, (RequestStatus.ENDED, entry))
+            continue
+        ref = entry.ref_seq
+        if ref is None or ref not in found or ref in closed:
+            continue
+        if entry.event_type is EventType.APPROVED and entry.actor:
+            found[ref][1].append(entry.actor)
+        elif entry.event_type in _CLOSING:
+            closed[ref] = (_CLOSING[entry.event_type], entry)
+    states: list[RequestState] = []
+    for seq in sorted(found):
+        entry, signed = found[seq]
+        status, closed_by = closed.get(seq, (RequestStatus.PENDING, None))
         states.append(
             RequestState(request=_request(entry, tuple(signed)), status=status, closed_by=closed_by)
         )
