@@ -23,15 +23,20 @@ sagacity_system_packages() {
         || missing+=(openjdk-17-jre-headless)
     command -v mvn >/dev/null || missing+=(maven)
     _have_postgres_server || missing+=(postgresql)
-    python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
+    command -v python3 >/dev/null || missing+=(python3)
     [ ${#missing[@]} -eq 0 ] && return 0
     if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
         _say "missing: ${missing[*]}"
         _say "install them (Debian/Ubuntu: sudo apt-get install ${missing[*]}) and run again"
         return 1
     fi
-    _say "installing ${missing[*]} with apt-get"
     apt-get update -qq
+    # Java 17 where the distribution has it; otherwise its default Java (any >= 17 runs Kafka 4).
+    if [[ " ${missing[*]} " == *" openjdk-17-jre-headless "* ]] \
+        && ! apt-cache show openjdk-17-jre-headless >/dev/null 2>&1; then
+        missing=("${missing[@]/openjdk-17-jre-headless/default-jre-headless}")
+    fi
+    _say "installing ${missing[*]} with apt-get"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
     # Debian's postgresql package starts a cluster of its own on 5432; the stack runs its own
     # server on a free port, so the packaged one is not needed (left as the package set it up).
@@ -41,9 +46,25 @@ sagacity_venv() {
     local stamp="$SAGACITY_VENV/.sagacity-installed"
     local want
     want="$(sha256sum "$SAGACITY_ROOT/pyproject.toml" | cut -d' ' -f1)"
+    if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+        _say "sagacity needs Python >= 3.11; python3 is $(python3 --version 2>&1)"
+        return 1
+    fi
     if [ ! -x "$SAGACITY_VENV/bin/python" ]; then
         _say "creating $SAGACITY_VENV"
-        python3 -m venv "$SAGACITY_VENV"
+        if ! python3 -m venv "$SAGACITY_VENV" 2>/dev/null; then
+            # Debian's python3 creates venvs only with python3-venv installed.
+            rm -rf "$SAGACITY_VENV"
+            if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+                _say "installing python3-venv with apt-get"
+                apt-get update -qq
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
+                python3 -m venv "$SAGACITY_VENV"
+            else
+                _say "python3 cannot create a virtual environment; install python3-venv"
+                return 1
+            fi
+        fi
     fi
     if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
         _say "installing sagacity and its dev dependencies into .venv"

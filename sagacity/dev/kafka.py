@@ -357,8 +357,14 @@ class KafkaBroker:
 
 
 def _archive_path(java: str, lib: Path) -> Path:
-    # An archive is valid only for the JVM and class path that wrote it.
-    key = hashlib.sha256(f"{Path(java).resolve()}|{lib}".encode()).hexdigest()[:12]
+    # An archive is valid only for the exact JVM build and class path that wrote it; the
+    # runtime's ``release`` file names the build, so a Java update gets a new archive.
+    launcher = Path(java).resolve()
+    try:
+        release = (launcher.parent.parent / "release").read_text()
+    except OSError:
+        release = str(launcher.stat().st_mtime_ns)
+    key = hashlib.sha256(f"{launcher}|{release}|{lib}".encode()).hexdigest()[:12]
     return lib.parent / f"classes-{key}.jsa"
 
 

@@ -236,3 +236,41 @@ def test_compose_pins_the_same_kafka_release_as_the_local_stack() -> None:
     images = re.findall(r"^\s+image:\s*(\S+)\s*$", compose, flags=re.MULTILINE)
     assert f"apache/kafka:{KAFKA_VERSION}" in images
     assert "postgres:16" in images
+
+
+def test_class_data_sharing_writes_once_then_reuses_the_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sagacity.dev.kafka import _class_data_sharing, _install_archive
+
+    monkeypatch.delenv("SAGACITY_DEV_CDS", raising=False)
+    lib = tmp_path / "4.4.0" / "lib"
+    lib.mkdir(parents=True)
+    java = find_java()
+    flag, dump = _class_data_sharing(java, lib)
+    assert flag is not None
+    assert dump is not None
+    assert flag == f"-XX:ArchiveClassesAtExit={dump}"
+    Path(dump).write_bytes(b"archive")
+    _install_archive(dump)
+    assert not Path(dump).exists()
+    flag_again, dump_again = _class_data_sharing(java, lib)
+    assert dump_again is None
+    assert flag_again is not None
+    archive = Path(flag_again.split("=", 1)[1])
+    assert archive.read_bytes() == b"archive"
+    assert archive.parent == lib.parent
+
+    monkeypatch.setenv("SAGACITY_DEV_CDS", "0")
+    assert _class_data_sharing(java, lib) == (None, None)
+
+
+def test_an_empty_or_missing_archive_is_never_installed(tmp_path: Path) -> None:
+    from sagacity.dev.kafka import _install_archive
+
+    dump = tmp_path / "classes-x.jsa.1234abcd.tmp"
+    dump.write_bytes(b"")
+    _install_archive(str(dump))
+    _install_archive(str(tmp_path / "classes-y.jsa.0000.tmp"))
+    _install_archive(None)
+    assert list(tmp_path.iterdir()) == []
