@@ -18,13 +18,15 @@ from sagacity import _approval
 from sagacity import _attributes as attr
 from sagacity._codec import describe_error
 from sagacity._compensation import CompensationReport, CompensationRunner
+from sagacity._decorators import Constraint
 from sagacity._events import EntryDraft, EventType, JournalEntry, now_micros
 from sagacity._memory import InMemoryJournal
 from sagacity._outcome import outcome_from_chain
 from sagacity._registry import ToolRegistry
 from sagacity._result import SagaResult, SagaStatus
+from sagacity._reversibility import Reversibility
 from sagacity._scope import SagaScope, ensure_no_active_scope, open_scope
-from sagacity._wrap import wrap
+from sagacity._wrap import wrap, wrap_callable
 from sagacity.errors import (
     ConfigurationError,
     InvalidArgumentError,
@@ -193,6 +195,35 @@ class Sagacity:
                 two different tools share a name.
         """
         return wrap(self, self._registry, obj)
+
+    def wrap_tool(
+        self,
+        function: Callable[..., Any],
+        *,
+        name: str | None = None,
+        reversibility: Reversibility = Reversibility.COMPENSATABLE,
+        by: Callable[..., Any] | None = None,
+        constraint: Constraint | None = None,
+    ) -> Callable[..., Any]:
+        """Declare and wrap an undecorated callable in one step (for framework adapters).
+
+        The same as decorating ``function`` with ``@compensable(...)`` and wrapping it, without
+        touching ``function``: a framework's tool function or a bound method can be wrapped
+        where it cannot be decorated.  ``by`` is the compensation itself (a callable taking
+        one ``CompensationContext``).
+
+        Raises:
+            DeclarationError: as :meth:`wrap`.
+        """
+        return wrap_callable(
+            self,
+            self._registry,
+            function,
+            name=name,
+            reversibility=reversibility,
+            by=by,
+            constraint=constraint,
+        )
 
     # -- sagas ----------------------------------------------------------------------------
     def _open(self, saga_id: object) -> str:

@@ -13,11 +13,13 @@ from typing import Any
 
 from sagacity._decorators import (
     CompensationDefinition,
+    Constraint,
     ToolDefinition,
     compensation_definition,
     tool_definition,
 )
 from sagacity._registry import RegisteredTool, ToolRegistry
+from sagacity._reversibility import Reversibility
 from sagacity._tool import WRAPPED_ATTR, Host, wrap_function
 from sagacity.errors import DeclarationError
 
@@ -73,9 +75,13 @@ def _members(obj: object) -> Iterator[tuple[str, ToolDefinition]]:
 
 
 def _check_compensation(
-    tool: ToolDefinition, target: Callable[..., Any], where: str
+    tool: ToolDefinition, target: Callable[..., Any], where: str, *, marked: bool = True
 ) -> CompensationDefinition:
     definition = compensation_definition(target)
+    if definition is None and not marked:
+        definition = CompensationDefinition(
+            idempotent=False, function=target, is_async=inspect.iscoroutinefunction(target)
+        )
     if definition is None:
         raise DeclarationError(
             f"tool {tool.name!r}: by= names {where}, which is not marked @compensation"
@@ -103,7 +109,7 @@ def _check_compensation(
 
 
 def _resolve_by(
-    tool: ToolDefinition, owner: object | None
+    tool: ToolDefinition, owner: object | None, *, marked: bool = True
 ) -> tuple[Callable[..., Any] | None, CompensationDefinition | None]:
     by = tool.by
     if by is None:
@@ -120,7 +126,7 @@ def _resolve_by(
         )
     if callable(by):
         where = f"function {getattr(by, '__qualname__', by)!r}"
-        return by, _check_compensation(tool, by, where)
+        return by, _check_compensation(tool, by, where, marked=marked)
     if owner is not None:
         target = getattr(owner, by, None)
         if target is None:
@@ -209,3 +215,66 @@ def wrap(host: Host, registry: ToolRegistry, obj: object) -> Any:
         )
     registry.register_all(list(tools.values()))
     return WrappedTools(obj, tools, by_attribute)
+
+
+def wrap_callable(
+    host: Host,
+    registry: ToolRegistry,
+    function: Callable[..., Any],
+    *,
+    name: str | None,
+    reversibility: Reversibility,
+    by: Callable[..., Any] | None,
+    constraint: Constraint | None,
+) -> Callable[..., Any]:
+    """Declare and wrap an undecorated callable (a framework's tool function) in one step.
+
+    Nothing is set on ``function``.  ``by`` is a callable taking one ``CompensationContext``;
+    unless marked ``@compensation(idempotent=True)`` it is treated as not idempotent.
+
+    Raises:
+        DeclarationError: as :func:`wrap`, or ``function`` is not callable / has no name.
+    """
+    if not callable(function):
+        raise DeclarationError(f"{function!r} is not callable")
+    if getattr(function, WRAPPED_ATTR, False):
+        raise DeclarationError(f"{function!r} is already wrapped")
+    tool_name = name if name is not None else getattr(function, "__name__", None)
+    if not isinstance(tool_name, str) or not tool_name.strip() or tool_name == "<lambda>":
+        raise DeclarationError(f"give {function!r} a tool name: name=...")
+    if not isinstance(reversibility, Reversibility):
+        raise DeclarationError(
+            f"reversibility must be a Reversibility member, got {reversibility!r}"
+        )
+    if by is not None and not callable(by):
+        raise DeclarationError(f"by= must be a function here, got {by!r}")
+    if constraint is not None and not callable(constraint):
+        raise DeclarationError(f"constraint= must be callable, got {constraint!r}")
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError) as exc:
+        raise DeclarationError(f"{function!r} has no signature to journal: {exc}") from exc
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
+        raise DeclarationError(
+            f"tool {tool_name!r} takes *args: a payload records arguments by name"
+        )
+    call = getattr(function, "__call__", None)  # noqa: B004 - async callable objects
+    definition = ToolDefinition(
+        name=tool_name,
+        reversibility=reversibility,
+        by=by,
+        constraint=constraint,
+        function=function,
+        is_async=inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call),
+    )
+    compensation, compensation_def = _resolve_by(definition, None, marked=False)
+    tool = RegisteredTool(
+        name=tool_name,
+        definition=definition,
+        function=function,
+        wrapped=wrap_function(host, definition, function),
+        compensation=compensation,
+        compensation_definition=compensation_def,
+    )
+    registry.register(tool)
+    return tool.wrapped

@@ -190,3 +190,57 @@ def test_wrapping_a_second_instance_of_the_same_class_replaces_the_first(
     registered = sagacity.registry.get("reserve_inventory")
     assert registered is not None
     assert getattr(registered.function, "__self__", None) is second
+
+
+def test_wrap_tool_declares_an_undecorated_callable_without_touching_it(
+    sagacity: Sagacity,
+) -> None:
+    undone: list[CompensationContext] = []
+    effects: list[str] = []
+
+    def framework_tool(city: str, nights: int = 1) -> str:
+        effects.append(city)
+        return f"hotel-{city}"
+
+    def cancel(context: CompensationContext) -> None:
+        undone.append(context)
+
+    wrapped = sagacity.wrap_tool(framework_tool, name="book_hotel", by=cancel)
+    assert not hasattr(framework_tool, "__sagacity_tool__")
+    assert list(inspect.signature(wrapped).parameters) == ["city", "nights"]
+    assert sagacity.registry.get("book_hotel") is not None
+
+    def work() -> None:
+        wrapped("Oslo")
+        raise RuntimeError("stop")
+
+    result = sagacity.saga("framework", work)
+    assert result.status.value == "COMPENSATED"
+    assert [c.arguments for c in undone] == [{"city": "Oslo", "nights": 1}]
+    assert [c.tool for c in undone] == ["book_hotel"]
+
+
+def test_wrap_tool_gates_async_callables_and_validates(sagacity: Sagacity) -> None:
+    import asyncio
+
+    async def send(to: str) -> str:
+        return f"sent {to}"
+
+    gated = sagacity.wrap_tool(send, reversibility=Reversibility.IRREVERSIBLE)
+    assert inspect.iscoroutinefunction(gated)
+
+    async def work() -> str:
+        return str(await gated("bob"))
+
+    result = asyncio.run(sagacity.saga_async("fw-gate", work))
+    assert result.value == "[AWAITING_APPROVAL] Tool 'send' requires human approval"
+    with pytest.raises(DeclarationError, match="name="):
+        sagacity.wrap_tool(lambda x: x)
+    with pytest.raises(DeclarationError, match="READ"):
+        sagacity.wrap_tool(
+            lambda x: x, name="r", reversibility=Reversibility.READ, by=lambda c: None
+        )
+    with pytest.raises(DeclarationError, match="exactly one CompensationContext"):
+        sagacity.wrap_tool(lambda x: x, name="w", by=lambda a, b: None)
+    with pytest.raises(DeclarationError, match="already wrapped"):
+        sagacity.wrap_tool(gated, name="again")
