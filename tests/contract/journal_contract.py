@@ -155,6 +155,35 @@ class JournalContract(abc.ABC):
             )
             assert verify(entries).ok
 
+    def test_eight_threads_times_ten_appends_to_one_saga_lose_nothing(
+        self, journal: Journal
+    ) -> None:
+        # The case an earlier system lost 70 of 80 appends on: first appends racing included.
+        saga = _saga()
+        start = threading.Barrier(8)
+        errors: list[BaseException] = []
+
+        def writer(n: int) -> None:
+            try:
+                start.wait()
+                for i in range(10):
+                    journal.append(
+                        EntryDraft(saga_id=saga, event_type=E.INTENT, payload=f"{n}.{i}")
+                    )
+            except BaseException as exc:  # reported below, never swallowed
+                errors.append(exc)
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        entries = list(journal.entries(saga))
+        assert len(entries) == 80
+        assert len({e.payload for e in entries}) == 80
+        assert verify(entries).ok
+
     def test_concurrent_async_appends_lose_nothing(self, journal: Journal) -> None:
         saga = _saga()
 
