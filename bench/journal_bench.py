@@ -1,0 +1,339 @@
+"""Benchmark: the Kafka journal against raw confluent-kafka on the same broker, same run.
+
+Run ``python -m bench.journal_bench`` (or ``python bench/journal_bench.py``).  It uses
+``SAGACITY_BOOTSTRAP_SERVERS`` when set, otherwise starts this checkout's local stack (and
+stops it again), prints a table and writes it into ``docs/performance.md``.
+
+Measured:
+1. Journaling cost of one tool call: ``INTENT`` appended durably (the tool may not run before
+   the broker acknowledges it) plus ``EXECUTED`` pipelined, on a saga the journal owns —
+   against one raw acknowledged produce of the same ``INTENT`` bytes followed by an
+   unacknowledged produce of the same ``EXECUTED`` bytes, with the same producer settings.
+2. Events per second with 1, 16 and 256 concurrent sagas in one process (asyncio), against
+   the raw producer driven the same way (each saga: produce ``INTENT``, await its ack, produce
+   ``EXECUTED``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import confluent_kafka
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from sagacity import EntryDraft, EventType
+from sagacity.chain import link
+from sagacity.producer import KafkaJournal, partition_for
+from sagacity.schemas import current_schema, encode_entry
+
+ROOT = Path(__file__).resolve().parents[1]
+PERF = ROOT / "docs" / "performance.md"
+START, END = "<!-- journal-bench:start -->", "<!-- journal-bench:end -->"
+PARTITIONS = 12
+PAYLOAD = '{"order_id":"ord-0001","amount":"129.90","currency":"EUR","to":"acct-778812"}'
+RESULT = '{"charge_id":"ch_1M2n3","status":"succeeded"}'
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _drafts(saga: str, n: int) -> tuple[EntryDraft, EntryDraft]:
+    intent = EntryDraft(saga_id=saga, event_type=EventType.INTENT, tool="charge", payload=PAYLOAD)
+    executed = EntryDraft(
+        saga_id=saga,
+        event_type=EventType.EXECUTED,
+        tool="charge",
+        result=RESULT,
+        attributes={"ref_seq": str(n)},
+    )
+    return intent, executed
+
+
+def _sample_bytes(saga: str) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+    intent, executed = _drafts(saga, 2)
+    first = link(intent, seq=2, prev_hash="ab" * 32)
+    second = link(executed, seq=3, prev_hash=first.hash)
+    headers = [
+        ("event_type", b"INTENT"),
+        ("saga_id", saga.encode()),
+        ("schema_fingerprint", current_schema().fingerprint.hex().encode()),
+    ]
+    return encode_entry(first), encode_entry(second), headers
+
+
+class Raw:
+    """The baseline: a bare confluent-kafka producer with the journal's durability settings."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 0,
+                "partitioner": "murmur2_random",
+            }
+        )
+        self._stop = threading.Event()
+        self._poller = threading.Thread(target=self._poll, daemon=True)
+        self._poller.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self.producer.poll(0.05)
+
+    def call(
+        self, key: bytes, partition: int, intent: bytes, executed: bytes, headers: Any
+    ) -> None:
+        done = threading.Event()
+        errors: list[Any] = []
+
+        def ack(err: Any, _msg: Any) -> None:
+            if err is not None:
+                errors.append(err)
+            done.set()
+
+        self.producer.produce(
+            self.topic, value=intent, key=key, partition=partition, headers=headers, on_delivery=ack
+        )
+        if not done.wait(30) or errors:
+            raise RuntimeError(f"raw produce failed: {errors}")
+        self.producer.produce(
+            self.topic, value=executed, key=key, partition=partition, headers=headers
+        )
+
+    async def call_async(
+        self, key: bytes, partition: int, intent: bytes, executed: bytes, headers: Any
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def ack(err: Any, _msg: Any) -> None:
+            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(err))
+
+        self.producer.produce(
+            self.topic, value=intent, key=key, partition=partition, headers=headers, on_delivery=ack
+        )
+        err = await asyncio.wait_for(future, 30)
+        if err is not None:
+            raise RuntimeError(f"raw produce failed: {err}")
+        self.producer.produce(
+            self.topic, value=executed, key=key, partition=partition, headers=headers
+        )
+
+    def close(self) -> None:
+        self.producer.flush(30)
+        self._stop.set()
+        self._poller.join()
+
+
+def latency(journal: KafkaJournal, raw: Raw, calls: int) -> dict[str, float]:
+    """Per-call journaling cost vs one raw acknowledged produce; interleaved to share noise."""
+    saga = f"lat-{uuid.uuid4().hex[:8]}"
+    journal.append(EntryDraft(saga_id=saga, event_type=EventType.SAGA_OPENED))
+    raw_key = f"raw-{uuid.uuid4().hex[:8]}".encode()
+    raw_partition = partition_for(raw_key, PARTITIONS)
+    intent_bytes, executed_bytes, headers = _sample_bytes(saga)
+    j_times: list[float] = []
+    r_times: list[float] = []
+    for i in range(calls + 50):
+        intent, _ = _drafts(saga, 0)
+        began = time.perf_counter()
+        entry = journal.append(intent)
+        journal.append(_drafts(saga, entry.seq)[1], durable=False)
+        j = time.perf_counter() - began
+        began = time.perf_counter()
+        raw.call(raw_key, raw_partition, intent_bytes, executed_bytes, headers)
+        r = time.perf_counter() - began
+        if i >= 50:  # warm-up
+            j_times.append(j)
+            r_times.append(r)
+    journal.flush()
+    return {
+        "calls": calls,
+        "journal_p50_ms": _pct(j_times, 0.5) * 1000,
+        "journal_p99_ms": _pct(j_times, 0.99) * 1000,
+        "raw_p50_ms": _pct(r_times, 0.5) * 1000,
+        "raw_p99_ms": _pct(r_times, 0.99) * 1000,
+        "journal_mean_ms": statistics.fmean(j_times) * 1000,
+        "raw_mean_ms": statistics.fmean(r_times) * 1000,
+    }
+
+
+async def _journal_throughput(journal: KafkaJournal, sagas: list[str], calls: int) -> float:
+    async def run(saga: str) -> None:
+        for _ in range(calls):
+            intent, _ = _drafts(saga, 0)
+            entry = await journal.append_async(intent)
+            await journal.append_async(_drafts(saga, entry.seq)[1], durable=False)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(run(s) for s in sagas))
+    await asyncio.get_running_loop().run_in_executor(None, journal.flush)
+    return time.perf_counter() - began
+
+
+async def _raw_throughput(raw: Raw, sagas: list[str], calls: int) -> float:
+    prepared = []
+    for saga in sagas:
+        key = saga.encode()
+        intent_bytes, executed_bytes, headers = _sample_bytes(saga)
+        prepared.append(
+            (key, partition_for(key, PARTITIONS), intent_bytes, executed_bytes, headers)
+        )
+
+    async def run(item: tuple[Any, ...]) -> None:
+        for _ in range(calls):
+            await raw.call_async(*item)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(run(p) for p in prepared))
+    await asyncio.get_running_loop().run_in_executor(None, raw.producer.flush, 30)
+    return time.perf_counter() - began
+
+
+def throughput(journal: KafkaJournal, raw: Raw, concurrency: int, events: int) -> dict[str, float]:
+    """Events/s with ``concurrency`` sagas in one process, journal vs raw."""
+    calls = max(2, events // (2 * concurrency))
+    sagas = [f"tp{concurrency}-{i}-{uuid.uuid4().hex[:6]}" for i in range(concurrency)]
+    for saga in sagas:  # opening is not part of the steady state measured
+        journal.append(EntryDraft(saga_id=saga, event_type=EventType.SAGA_OPENED))
+    raw_sagas = [f"raw{concurrency}-{i}-{uuid.uuid4().hex[:6]}" for i in range(concurrency)]
+    total = 2 * calls * concurrency
+    j_elapsed = asyncio.run(_journal_throughput(journal, sagas, calls))
+    r_elapsed = asyncio.run(_raw_throughput(raw, raw_sagas, calls))
+    return {
+        "sagas": concurrency,
+        "events": total,
+        "journal_eps": total / j_elapsed,
+        "raw_eps": total / r_elapsed,
+    }
+
+
+def _table(lat: dict[str, float], tps: list[dict[str, float]]) -> str:
+    p50 = lat["journal_p50_ms"] / lat["raw_p50_ms"]
+    p99 = lat["journal_p99_ms"] / lat["raw_p99_ms"]
+    lines = [
+        "| measure | journal | raw confluent-kafka | ratio | target |",
+        "| --- | ---: | ---: | ---: | --- |",
+        f"| one tool call, p50 (ms) | {lat['journal_p50_ms']:.2f} | {lat['raw_p50_ms']:.2f} "
+        f"| {p50:.2f}x | ≤ 1.3x {'✓' if p50 <= 1.3 else '✗'} |",
+        f"| one tool call, p99 (ms) | {lat['journal_p99_ms']:.2f} | {lat['raw_p99_ms']:.2f} "
+        f"| {p99:.2f}x | ≤ 1.3x {'✓' if p99 <= 1.3 else '✗'} |",
+    ]
+    for row in tps:
+        ratio = row["journal_eps"] / row["raw_eps"]
+        lines.append(
+            f"| events/s, {int(row['sagas'])} concurrent saga(s) | {row['journal_eps']:,.0f} "
+            f"| {row['raw_eps']:,.0f} | {ratio:.2f}x | ≥ 0.5x {'✓' if ratio >= 0.5 else '✗'} |"
+        )
+    return "\n".join(lines)
+
+
+def _machine() -> str:
+    return (
+        f"{platform.node()}: {platform.system()} {platform.release()}, {os.cpu_count()} CPU(s) "
+        f"({platform.machine()}), Python {platform.python_version()}, confluent-kafka "
+        f"{confluent_kafka.version()[0]} / librdkafka {confluent_kafka.libversion()[0]}"
+    )
+
+
+def _write(section: str) -> None:
+    text = PERF.read_text("utf-8") if PERF.exists() else "# Performance\n\nMeasured figures.\n"
+    block = f"{START}\n{section}\n{END}"
+    if START in text and END in text:
+        head, rest = text.split(START, 1)
+        _, tail = rest.split(END, 1)
+        text = head + block + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    PERF.parent.mkdir(parents=True, exist_ok=True)
+    PERF.write_text(text, "utf-8")
+
+
+@contextlib.contextmanager
+def _broker() -> Any:
+    bootstrap = os.environ.get("SAGACITY_BOOTSTRAP_SERVERS")
+    if bootstrap:
+        yield bootstrap, "the broker at SAGACITY_BOOTSTRAP_SERVERS"
+        return
+    from sagacity.dev import Stack
+
+    stack = Stack()
+    endpoints = stack.up(kafka=True, postgres=False)
+    try:
+        assert endpoints.bootstrap_servers is not None
+        yield endpoints.bootstrap_servers, "this checkout's local stack (one KRaft broker)"
+    finally:
+        if "kafka" in endpoints.started:
+            stack.down(kafka=True, postgres=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000, help="tool calls for the latency run")
+    parser.add_argument("--events", type=int, default=8000, help="events per throughput run")
+    parser.add_argument("--no-write", action="store_true", help="do not update performance.md")
+    args = parser.parse_args(argv)
+    with _broker() as (bootstrap, where):
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        topics = [f"bench.journal.{uuid.uuid4().hex[:8]}", f"bench.raw.{uuid.uuid4().hex[:8]}"]
+        for name, future in admin.create_topics(
+            [NewTopic(t, num_partitions=PARTITIONS, replication_factor=1) for t in topics]
+        ).items():
+            future.result(30)
+            del name
+        journal = KafkaJournal(bootstrap, topic=topics[0])
+        raw = Raw(bootstrap, topics[1])
+        try:
+            lat = latency(journal, raw, args.calls)
+            tps = [throughput(journal, raw, n, args.events) for n in (1, 16, 256)]
+        finally:
+            journal.close()
+            raw.close()
+            for future in admin.delete_topics(topics).values():
+                with contextlib.suppress(Exception):
+                    future.result(30)
+    table = _table(lat, tps)
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    section = (
+        "## Journal on Kafka (`python -m bench.journal_bench`)\n\n"
+        f"Run {now} on {_machine()}; broker: {where}, topics of {PARTITIONS} partitions, "
+        "replication factor 1. Producer for both sides: idempotent, `acks=all`, `linger.ms=0`.\n"
+        f"Latency: {args.calls} tool calls on one owned saga, journal and raw interleaved call "
+        "by call. A tool call's journaling is the durable `INTENT` (acknowledged before the "
+        "tool may run) plus the pipelined `EXECUTED`; the raw side produces the same bytes and "
+        "waits for the first acknowledgement only. Throughput: asyncio, each saga loops "
+        "(durable `INTENT`, pipelined `EXECUTED`); the raw side does the same with bare "
+        "produce calls. Saga opening (a partition read, a produce, a read-back) is excluded.\n\n"
+        f"{table}\n\n"
+        "The machine is shared with other work, so runs vary; figures are from one run."
+    )
+    print(table)
+    if not args.no_write:
+        _write(section)
+        print(f"written to {PERF.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
