@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from sagacity import _attributes as attr
 from sagacity._codec import decode_payload
@@ -36,10 +36,11 @@ from sagacity.errors import (
     InvalidArgumentError,
     PayloadMismatchError,
     SerializationError,
+    TailMovedError,
     UnknownSagaError,
     UnverifiableApprovalError,
 )
-from sagacity.journal import ApprovalRequest, Journal
+from sagacity.journal import ApprovalRequest, ConditionalJournal, Journal
 
 if TYPE_CHECKING:
     from sagacity._saga import Sagacity
@@ -128,6 +129,18 @@ class ApprovalDesk:
             )
         return entries, state
 
+    def _append_decision(self, draft: EntryDraft, tail: int) -> JournalEntry:
+        """Append the entry that decides a request, only onto the chain the decision read.
+
+        With a journal that supports conditional appends, a decision taken by another process
+        since the chain was read makes this one fail with :class:`TailMovedError` (and the
+        operation is re-checked from the new chain), so concurrent deciders cannot both win.
+        """
+        journal = self._s.journal
+        if isinstance(journal, ConditionalJournal):
+            return journal.append_after(draft, after_seq=tail, durable=True)
+        return journal.append(draft, durable=True)
+
     def _decision(
         self, request: ApprovalRequest, event: EventType, actor: str | None, **fields: Any
     ) -> EntryDraft:
@@ -168,11 +181,12 @@ class ApprovalDesk:
         request: ApprovalRequest,
         draft: EntryDraft,
         *,
+        tail: int,
         cause: EventType,
         error: str,
         clean: SagaStatus,
     ) -> SagaResult:
-        self._s.journal.append(draft, durable=True)
+        self._append_decision(draft, tail)
         report = (
             None
             if self._s.compensation_mode == "delegated"
@@ -187,11 +201,12 @@ class ApprovalDesk:
             report=report,
         )
 
-    def _expire(self, request: ApprovalRequest) -> ApprovalExpiredError:
+    def _expire(self, request: ApprovalRequest, tail: int) -> ApprovalExpiredError:
         message = f"approval request {request.saga_id}/{request.seq} expired"
         result = self._close_and_compensate(
             request,
             self._decision(request, EventType.EXPIRED, None, error=message),
+            tail=tail,
             cause=EventType.EXPIRED,
             error=message,
             clean=SagaStatus.EXPIRED,
@@ -203,18 +218,22 @@ class ApprovalDesk:
     # -- decisions ------------------------------------------------------------------------
     def approve(self, saga_id: str, seq: int, approver: str) -> ApprovalRequest:
         """See :meth:`Sagacity.approve`."""
+        return _retrying(lambda: self._approve(saga_id, seq, approver))
+
+    def _approve(self, saga_id: str, seq: int, approver: str) -> ApprovalRequest:
         person = _check_approver(approver)
         _entries, state = self._load(saga_id, seq)
         request = state.request
         with self._claim(request.saga_id, request.seq):
-            _entries, state = self._load(saga_id, seq)
+            entries, state = self._load(saga_id, seq)
+            tail = entries[-1].seq
             request = state.request
             if not state.pending:
                 raise AlreadyDecidedError(
                     f"cannot approve: {state.describe_closure()}", saga_id=saga_id, seq=seq
                 )
             if self._expired(request):
-                raise self._expire(request)
+                raise self._expire(request, tail)
             if person in request.signed_by:
                 raise AlreadyDecidedError(already_signed(person), saga_id=saga_id, seq=seq)
             if request.approved:
@@ -227,9 +246,8 @@ class ApprovalDesk:
             attributes = {}
             if request.payload_sha256 is not None:
                 attributes[attr.PAYLOAD_SHA256] = request.payload_sha256
-            self._s.journal.append(
-                self._decision(request, EventType.APPROVED, person, attributes=attributes),
-                durable=True,
+            self._append_decision(
+                self._decision(request, EventType.APPROVED, person, attributes=attributes), tail
             )
             self._s.journal.flush()
             return ApprovalRequest(
@@ -250,12 +268,17 @@ class ApprovalDesk:
         self, saga_id: str, seq: int, approver: str, *, reason: str | None = None
     ) -> SagaResult:
         """See :meth:`Sagacity.reject`."""
+        return _retrying(lambda: self._reject(saga_id, seq, approver, reason=reason))
+
+    def _reject(
+        self, saga_id: str, seq: int, approver: str, *, reason: str | None = None
+    ) -> SagaResult:
         person = _check_approver(approver)
         if reason is not None and not isinstance(reason, str):
             raise InvalidArgumentError(f"reason must be a str, got {reason!r}")
         _entries, state = self._load(saga_id, seq)
         with self._claim(state.request.saga_id, state.request.seq):
-            _entries, state = self._load(saga_id, seq)
+            entries, state = self._load(saga_id, seq)
             request = state.request
             if not state.pending:
                 raise AlreadyDecidedError(
@@ -265,6 +288,7 @@ class ApprovalDesk:
             return self._close_and_compensate(
                 request,
                 self._decision(request, EventType.REJECTED, person, error=reason),
+                tail=entries[-1].seq,
                 cause=EventType.REJECTED,
                 error=message,
                 clean=SagaStatus.REJECTED,
@@ -272,9 +296,14 @@ class ApprovalDesk:
 
     def _checked_for_resume(
         self, saga_id: str, seq: int, payload: object
-    ) -> tuple[ApprovalRequest, RegisteredTool, dict[str, Any]]:
-        """Every resume check, in order; refusals that end the saga journal and compensate."""
-        _entries, state = self._load(saga_id, seq)
+    ) -> tuple[ApprovalRequest, RegisteredTool, dict[str, Any], int]:
+        """Every resume check, in order; refusals that end the saga journal and compensate.
+
+        Returns the request, its tool, the decoded arguments and the seq of the chain's tail
+        the checks read.
+        """
+        entries, state = self._load(saga_id, seq)
+        tail = entries[-1].seq
         request = state.request
         if not state.pending:
             raise ApprovalNotFound(
@@ -283,7 +312,7 @@ class ApprovalDesk:
                 seq=seq,
             )
         if self._expired(request):
-            raise self._expire(request)
+            raise self._expire(request, tail)
         signers = set(request.signed_by)
         if not signers:
             raise ApprovalMissingError(NO_APPROVAL, saga_id=saga_id, seq=seq)
@@ -298,9 +327,9 @@ class ApprovalDesk:
         stored = request.payload_sha256
         if stored is None or stored != payload_sha256(request.payload):
             message = "the approval request records no payload hash matching what was approved"
-            self._refuse(request, payload, message, UnverifiableApprovalError)
+            self._refuse(request, payload, message, UnverifiableApprovalError, tail)
         if payload_sha256(payload) != stored:
-            self._refuse(request, payload, PAYLOAD_CHANGED, PayloadMismatchError)
+            self._refuse(request, payload, PAYLOAD_CHANGED, PayloadMismatchError, tail)
         tool = self._s.registry.get(request.tool)
         if tool is None:
             raise DeclarationError(
@@ -317,6 +346,7 @@ class ApprovalDesk:
                 payload,
                 f"approved payload is not replayable: {exc}",
                 UnverifiableApprovalError,
+                tail,
             )
         refusal = check_constraint(tool.definition, arguments)
         if refusal is not None:
@@ -325,12 +355,13 @@ class ApprovalDesk:
                 self._decision(
                     request, EventType.CONSTRAINT_VIOLATED, None, payload=payload, error=refusal
                 ),
+                tail=tail,
                 cause=EventType.CONSTRAINT_VIOLATED,
                 error=refusal,
                 clean=SagaStatus.COMPENSATED,
             )
             raise ConstraintViolation(refusal, saga_id=saga_id, seq=seq, result=result)
-        return request, tool, arguments
+        return request, tool, arguments, tail
 
     def _refuse(
         self,
@@ -338,6 +369,7 @@ class ApprovalDesk:
         payload: str,
         message: str,
         error: type[ApprovalError],
+        tail: int,
     ) -> NoReturn:
         draft = self._decision(
             request,
@@ -350,6 +382,7 @@ class ApprovalDesk:
         result = self._close_and_compensate(
             request,
             draft,
+            tail=tail,
             cause=EventType.RESUME_REFUSED,
             error=message,
             clean=SagaStatus.COMPENSATED,
@@ -392,6 +425,17 @@ class ApprovalDesk:
             awaiting_seq=remaining[0].seq if remaining else None,
         )
 
+    def _check_and_intend(
+        self, saga_id: str, seq: int, payload: str
+    ) -> tuple[ApprovalRequest, RegisteredTool, dict[str, Any], JournalEntry]:
+        """The resume checks, then the ``INTENT`` appended onto the chain they read."""
+        request, tool, arguments, tail = self._checked_for_resume(saga_id, seq, payload)
+        s = self._s
+        intent = self._append_decision(
+            intent_draft(s, tool.definition, request.saga_id, payload, request.seq), tail
+        )
+        return request, tool, arguments, intent
+
     def resume(self, saga_id: str, seq: int, payload: str) -> SagaResult:
         """See :meth:`Sagacity.resume_saga`."""
         if not isinstance(payload, str):
@@ -400,12 +444,10 @@ class ApprovalDesk:
             )
         _check_seq(seq)
         with self._claim(str(saga_id), seq):
-            request, tool, arguments = self._checked_for_resume(saga_id, seq, payload)
-            s = self._s
-            intent = s.journal.append(
-                intent_draft(s, tool.definition, request.saga_id, payload, request.seq),
-                durable=True,
+            request, tool, arguments, intent = _retrying(
+                lambda: self._check_and_intend(saga_id, seq, payload)
             )
+            s = self._s
             try:
                 value = call_blocking(tool.function, **arguments)
             except Exception as exc:
@@ -427,15 +469,11 @@ class ApprovalDesk:
         with self._claim(str(saga_id), seq):
             # The checks read and verify the chain (and may compensate a refused resume): off
             # the event loop.
-            request, tool, arguments = await asyncio.to_thread(
-                self._checked_for_resume, saga_id, seq, payload
+            request, tool, arguments, intent = await asyncio.to_thread(
+                _retrying, lambda: self._check_and_intend(saga_id, seq, payload)
             )
             s = self._s
             journal = s.journal
-            intent = await journal.append_async(
-                intent_draft(s, tool.definition, request.saga_id, payload, request.seq),
-                durable=True,
-            )
             try:
                 value = await call_async(tool.function, **arguments)
             except Exception as exc:
@@ -449,9 +487,12 @@ class ApprovalDesk:
 
     def expire(self, saga_id: str, seq: int) -> SagaResult:
         """See :meth:`Sagacity.expire`."""
+        return _retrying(lambda: self._expire_one(saga_id, seq))
+
+    def _expire_one(self, saga_id: str, seq: int) -> SagaResult:
         _entries, state = self._load(saga_id, seq)
         with self._claim(state.request.saga_id, state.request.seq):
-            _entries, state = self._load(saga_id, seq)
+            entries, state = self._load(saga_id, seq)
             request = state.request
             if not state.pending:
                 raise AlreadyDecidedError(
@@ -463,7 +504,7 @@ class ApprovalDesk:
                     saga_id=saga_id,
                     seq=seq,
                 )
-            error = self._expire(request)
+            error = self._expire(request, entries[-1].seq)
             assert error.result is not None
             return error.result
 
@@ -475,11 +516,26 @@ class ApprovalDesk:
                 continue
             try:
                 with self._claim(request.saga_id, request.seq):
-                    _entries, state = self._load(request.saga_id, request.seq)
+                    entries, state = self._load(request.saga_id, request.seq)
                     if state.pending and self._expired(state.request):
-                        error = self._expire(state.request)
+                        error = self._expire(state.request, entries[-1].seq)
                         if error.result is not None:
                             results.append(error.result)
-            except AlreadyDecidedError:
-                continue
+            except (AlreadyDecidedError, TailMovedError):
+                continue  # decided meanwhile, here or by another process
         return results
+
+
+_ATTEMPTS = 5
+T = TypeVar("T")
+
+
+def _retrying(operation: Callable[[], T]) -> T:
+    """Run a decision, re-checking it from the new chain when another writer moved the tail."""
+    for attempt in range(_ATTEMPTS):
+        try:
+            return operation()
+        except TailMovedError:
+            if attempt == _ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover

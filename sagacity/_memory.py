@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from sagacity._events import GENESIS_HASH, EntryDraft, JournalEntry
 from sagacity._requests import pending_requests
 from sagacity.chain import link
-from sagacity.errors import JournalUnavailableError
+from sagacity.errors import JournalUnavailableError, TailMovedError
 from sagacity.journal import ApprovalRequest
 
 
@@ -22,7 +22,7 @@ class InMemoryJournal:
 
     def __init__(self) -> None:
         self._chains: dict[str, list[JournalEntry]] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._closed = False
 
     def append(self, draft: EntryDraft, *, durable: bool = True) -> JournalEntry:
@@ -41,6 +41,26 @@ class InMemoryJournal:
             entry = link(draft, seq=len(chain) + 1, prev_hash=prev)
             chain.append(entry)
             return entry
+
+    def append_after(
+        self, draft: EntryDraft, *, after_seq: int, durable: bool = True
+    ) -> JournalEntry:
+        """:meth:`append` only if the saga's last seq is ``after_seq`` (compare-and-append).
+
+        Raises:
+            TailMovedError: the chain has grown past ``after_seq``; nothing was appended.
+            JournalUnavailableError: the journal was closed.
+        """
+        with self._lock:
+            current = len(self._chains.get(draft.saga_id, ()))
+            if current != after_seq:
+                raise TailMovedError(
+                    f"saga {draft.saga_id!r} has {current} entries, not {after_seq}: it changed "
+                    "since it was read",
+                    saga_id=draft.saga_id,
+                    seq=current,
+                )
+            return self.append(draft, durable=durable)
 
     async def append_async(self, draft: EntryDraft, *, durable: bool = True) -> JournalEntry:
         """:meth:`append`; it never waits on I/O, so it does not block the loop."""

@@ -90,6 +90,13 @@ class ChainError(JournalError):
     """An event does not extend its saga's chain (wrong previous hash or seq: a fork)."""
 
 
+class TailMovedError(ChainError):
+    """A conditional append found the saga's chain longer than the caller read it.
+
+    Nothing was appended; re-read the chain and decide again.
+    """
+
+
 class ChainIntegrityError(JournalError):
     """A saga's stored chain does not verify; gate decisions on it are refused."""
 

@@ -89,3 +89,24 @@ class Journal(Protocol):
     def close(self) -> None:
         """Flush and release resources."""
         ...
+
+
+@runtime_checkable
+class ConditionalJournal(Journal, Protocol):
+    """A journal that can append only onto the chain a caller read (compare-and-append).
+
+    Gate decisions use it when the journal offers it, so two processes deciding on the same
+    request (a double-clicked approve, approve racing reject, two resumes) cannot both succeed:
+    the second finds the tail moved, re-reads and is refused by the chain's new state.
+    """
+
+    def append_after(
+        self, draft: EntryDraft, *, after_seq: int, durable: bool = True
+    ) -> JournalEntry:
+        """:meth:`append` only if the saga's last seq is ``after_seq`` (0: an empty chain).
+
+        Raises:
+            TailMovedError: the chain has grown past ``after_seq``; nothing was appended.
+            JournalUnavailableError / WriterConflictError: as :meth:`append`.
+        """
+        ...

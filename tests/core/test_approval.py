@@ -571,3 +571,60 @@ def test_resume_of_an_unwrapped_tool_keeps_the_request(journal: InMemoryJournal)
     approvals_service.wrap(bank)
     assert approvals_service.resume_saga("elsewhere", seq, ALICE).status is SagaStatus.COMPLETED
     assert bank.wires == [("100", "alice")]
+
+
+class RacingJournal(InMemoryJournal):
+    """Lets another process decide between this process's read and its append."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.interlude: Any = None
+
+    def append_after(self, draft: Any, *, after_seq: int, durable: bool = True) -> Any:
+        interlude, self.interlude = self.interlude, None
+        if interlude is not None and draft.event_type in (E.APPROVED, E.INTENT, E.REJECTED):
+            interlude()
+        return super().append_after(draft, after_seq=after_seq, durable=durable)
+
+
+def test_two_processes_approving_at_once_record_one_decision() -> None:
+    journal = RacingJournal()
+    agent = Sagacity(journal=journal)
+    seq = _gate(agent, agent.wrap(Bank()), "race")
+    replica_a, replica_b = Sagacity(journal=journal), Sagacity(journal=journal)
+    journal.interlude = lambda: replica_b.approve("race", seq, "bob")
+    with pytest.raises(AlreadyDecidedError, match="already has the 1 signature"):
+        replica_a.approve("race", seq, "alice")
+    approvals = only(journal.entries("race"), E.APPROVED)
+    assert [a.actor for a in approvals] == ["bob"]
+
+
+def test_two_processes_resuming_at_once_execute_once() -> None:
+    journal = RacingJournal()
+    agent = Sagacity(journal=journal)
+    seq = _gate(agent, agent.wrap(Bank()), "race-resume")
+    agent.approve("race-resume", seq, "m")
+    bank_a, bank_b = Bank(), Bank()
+    replica_a, replica_b = Sagacity(journal=journal), Sagacity(journal=journal)
+    replica_a.wrap(bank_a)
+    replica_b.wrap(bank_b)
+    journal.interlude = lambda: replica_b.resume_saga("race-resume", seq, ALICE)
+    with pytest.raises(ApprovalNotFound, match="already resumed"):
+        replica_a.resume_saga("race-resume", seq, ALICE)
+    assert bank_a.wires == []
+    assert bank_b.wires == [("100", "alice")]
+    assert len(only(journal.entries("race-resume"), E.EXECUTED)) == 2  # reserve + the wire
+
+
+def test_reject_racing_a_resume_loses_cleanly() -> None:
+    journal = RacingJournal()
+    agent = Sagacity(journal=journal)
+    seq = _gate(agent, agent.wrap(Bank()), "race-reject")
+    agent.approve("race-reject", seq, "m")
+    resumer, rejecter = Sagacity(journal=journal), Sagacity(journal=journal)
+    resumer.wrap(Bank())
+    rejecter.wrap(Bank())
+    journal.interlude = lambda: resumer.resume_saga("race-reject", seq, ALICE)
+    with pytest.raises(AlreadyDecidedError, match="already resumed"):
+        rejecter.reject("race-reject", seq, "omar")
+    assert only(journal.entries("race-reject"), E.REJECTED) == []
