@@ -16,6 +16,7 @@ never see each other's data and run in any order.
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import uuid
 import warnings
@@ -152,7 +153,7 @@ def make_topic(kafka_bootstrap: str) -> Iterator[Callable[..., str]]:
             try:
                 future.result(timeout=30)
             except Exception as exc:  # cleanup must not hide the test's own outcome
-                warnings.warn(f"could not delete test topic: {exc}", stacklevel=1)
+                logging.getLogger(__name__).warning("could not delete test topic: %s", exc)
 
 
 @pytest.fixture(scope="session")
