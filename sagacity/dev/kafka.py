@@ -186,7 +186,7 @@ class KafkaBroker:
             ProcessStartError: the broker exited or did not answer in ``timeout`` seconds;
                 the message ends with its log.
         """
-        if self.is_running():
+        if self.is_running() or self._await_starting(timeout):
             return self.bootstrap_servers
         java = find_java()
         lib = ensure_kafka_jars(self.version, cache=self.cache)
@@ -209,6 +209,17 @@ class KafkaBroker:
                 raise
             return f"{HOST}:{port}"
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _await_starting(self, timeout: float) -> bool:
+        """Wait for a broker another process is starting here; False if there is none."""
+        deadline = time.monotonic() + timeout
+        while (state := self.state()) is not None and self._alive(state.pid):
+            if port_answers(state.port) and _metadata_answers(f"{HOST}:{state.port}"):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.25)
+        return False
 
     def _choose_ports(self, previous: BrokerState | None) -> tuple[int, int]:
         port, controller_port = self._explicit

@@ -147,7 +147,7 @@ class PostgresServer:
             PortInUseError: an explicitly requested port is taken.
             ProcessStartError: initdb or the server failed; the message ends with its log.
         """
-        if self.is_running():
+        if self.is_running() or self._await_starting(timeout):
             return self.dsn()
         bindir = find_postgres_bin()
         account = _service_account()
@@ -159,12 +159,25 @@ class PostgresServer:
         data = root / "data"
         if not (data / "PG_VERSION").is_file():
             self._initdb(bindir, data, account)
-        pid = self._launch(bindir, root, port, timeout, account)
-        self.state_file.write_text(
-            json.dumps(PostgresState(pid=pid, port=port, root=str(root)).to_dict(), indent=2) + "\n"
-        )
+        self._launch(bindir, root, port, timeout, account)
         self._create_database(port)
         return self.dsn(port)
+
+    def _write_state(self, state: PostgresState) -> None:
+        self.state_file.write_text(json.dumps(state.to_dict(), indent=2) + "\n")
+
+    def _await_starting(self, timeout: float) -> bool:
+        """Wait for a server another process is starting here; False if there is none."""
+        deadline = time.monotonic() + timeout
+        while (state := self.state()) is not None and _proc.pid_alive(
+            state.pid, marker=str(Path(state.root) / "data")
+        ):
+            if _accepts_connections(state.port):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return False
 
     def _choose_port(self, previous: PostgresState | None) -> int:
         if self._explicit_port is not None:
@@ -242,6 +255,7 @@ class PostgresServer:
                 **_as_account(account),
             )
         _proc.launched[proc.pid] = proc
+        self._write_state(PostgresState(pid=proc.pid, port=port, root=str(root)))
         deadline = time.monotonic() + timeout
         while True:
             if proc.poll() is not None:

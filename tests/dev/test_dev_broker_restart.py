@@ -58,3 +58,37 @@ def test_private_broker_survives_a_restart_with_its_data(tmp_path: Path) -> None
     finally:
         broker.stop()
     assert not broker.is_running()
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_two_starts_of_one_directory_share_one_broker(tmp_path: Path) -> None:
+    import threading
+
+    first, second = KafkaBroker(tmp_path / "b"), KafkaBroker(tmp_path / "b")
+    results: dict[str, str] = {}
+    errors: list[BaseException] = []
+
+    def start_first() -> None:
+        try:
+            results["first"] = first.start()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=start_first)
+    thread.start()
+    try:
+        # Start the second while the first is (most likely) still coming up.
+        for _ in range(200):
+            if first.state() is not None:
+                break
+            threading.Event().wait(0.05)
+        results["second"] = second.start()
+        thread.join(120)
+        assert errors == []
+        assert results["first"] == results["second"]
+        assert first.state() == second.state()
+    finally:
+        thread.join(120)
+        first.stop()
+    assert not second.is_running()
