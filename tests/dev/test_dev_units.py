@@ -229,13 +229,15 @@ def test_a_broker_that_fails_to_start_shows_the_tail_of_its_log(tmp_path: Path) 
     assert not broker.is_running()
 
 
-def test_compose_pins_the_same_kafka_release_as_the_local_stack() -> None:
+def test_compose_and_k8s_pin_the_same_kafka_release_as_the_local_stack() -> None:
     import re
 
     compose = (Path(__file__).parents[2] / "deploy" / "compose.yaml").read_text()
     images = re.findall(r"^\s+image:\s*(\S+)\s*$", compose, flags=re.MULTILINE)
     assert f"apache/kafka:{KAFKA_VERSION}" in images
     assert "postgres:16" in images
+    k8s = (Path(__file__).parents[2] / "deploy" / "k8s" / "kafka.yaml").read_text()
+    assert f"image: apache/kafka:{KAFKA_VERSION}" in k8s
 
 
 def test_class_data_sharing_writes_once_then_reuses_the_archive(
