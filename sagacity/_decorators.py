@@ -79,6 +79,63 @@ def _check_function(fn: object, decorator: str) -> Callable[..., Any]:
     return fn
 
 
+def check_declaration(
+    *,
+    by: object,
+    reversibility: object,
+    name: object,
+    constraint: object,
+) -> None:
+    """Check the options of a tool declaration (``@compensable`` or a framework adapter).
+
+    Raises:
+        DeclarationError: an option is malformed.
+    """
+    if not isinstance(reversibility, Reversibility):
+        raise DeclarationError(
+            f"reversibility must be a Reversibility member, got {reversibility!r}"
+        )
+    if by is not None and not (isinstance(by, str) and by) and not callable(by):
+        raise DeclarationError(f"by= must be a method name or a function, got {by!r}")
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise DeclarationError(f"name= must be a non-empty str, got {name!r}")
+    if constraint is not None and not callable(constraint):
+        raise DeclarationError(f"constraint= must be callable, got {constraint!r}")
+
+
+def define_tool(
+    function: Callable[..., Any],
+    *,
+    by: str | Callable[..., Any] | None = None,
+    reversibility: Reversibility = Reversibility.COMPENSATABLE,
+    name: str | None = None,
+    constraint: Constraint | None = None,
+) -> ToolDefinition:
+    """The definition ``@compensable(...)`` would attach to ``function``, without attaching it.
+
+    Framework adapters use it for tools declared by options rather than by the decorator.
+
+    Raises:
+        DeclarationError: an option is malformed, or ``function`` takes ``*args``.
+    """
+    check_declaration(by=by, reversibility=reversibility, name=name, constraint=constraint)
+    for parameter in inspect.signature(function).parameters.values():
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+            raise DeclarationError(
+                f"tool {function.__qualname__} takes *{parameter.name}: a tool's payload "
+                "records arguments by name, so *args cannot be replayed; use named "
+                "parameters"
+            )
+    return ToolDefinition(
+        name=name if name is not None else function.__name__,
+        reversibility=reversibility,
+        by=by,
+        constraint=constraint,
+        function=function,
+        is_async=inspect.iscoroutinefunction(function),
+    )
+
+
 @overload
 def compensable(fn: F, /) -> F: ...
 @overload
@@ -116,33 +173,12 @@ def compensable(
     Raises:
         DeclarationError: the declaration is malformed (checked now, not at call time).
     """
-    if not isinstance(reversibility, Reversibility):
-        raise DeclarationError(
-            f"reversibility must be a Reversibility member, got {reversibility!r}"
-        )
-    if by is not None and not (isinstance(by, str) and by) and not callable(by):
-        raise DeclarationError(f"by= must be a method name or a function, got {by!r}")
-    if name is not None and (not isinstance(name, str) or not name.strip()):
-        raise DeclarationError(f"name= must be a non-empty str, got {name!r}")
-    if constraint is not None and not callable(constraint):
-        raise DeclarationError(f"constraint= must be callable, got {constraint!r}")
+    check_declaration(by=by, reversibility=reversibility, name=name, constraint=constraint)
 
     def decorate(target: F) -> F:
         function = _check_function(target, "compensable")
-        for parameter in inspect.signature(function).parameters.values():
-            if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
-                raise DeclarationError(
-                    f"tool {function.__qualname__} takes *{parameter.name}: a tool's payload "
-                    "records arguments by name, so *args cannot be replayed; use named "
-                    "parameters"
-                )
-        definition = ToolDefinition(
-            name=name if name is not None else function.__name__,
-            reversibility=reversibility,
-            by=by,
-            constraint=constraint,
-            function=function,
-            is_async=inspect.iscoroutinefunction(function),
+        definition = define_tool(
+            function, by=by, reversibility=reversibility, name=name, constraint=constraint
         )
         setattr(function, TOOL_ATTR, definition)
         return target

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -235,6 +235,70 @@ def _record_failure(scope: SagaScope, intent: JournalEntry, exc: BaseException) 
     scope.mark_failed(tool=intent.tool, seq=intent.seq, error=describe_error(exc))
 
 
+def journaled_call(
+    host: Host,
+    definition: ToolDefinition,
+    arguments: Callable[[], Mapping[str, Any]],
+    call: Callable[[], Any],
+) -> Any:
+    """Run ``call()`` as one journaled tool call of ``definition``: the sync hot path.
+
+    ``arguments`` produces the call's arguments by parameter name (evaluated only inside a
+    saga).  Outside a saga ``call()`` runs straight through.  This is what
+    :func:`wrap_function` does for a declared function, and what framework adapters use for
+    a tool whose arguments the framework has already parsed.
+    """
+    scope = _active_scope(host, definition)
+    if scope is None:
+        return call()
+    step = _stop_or_intent(host, definition, scope, arguments())
+    journal = host.journal
+    if isinstance(step, _Stop):
+        return _after_stop(scope, step, journal.append(step.draft))
+    intent = journal.append(step, durable=True)
+    try:
+        value = call()
+    except BaseException as exc:
+        failed = _journal_failed(journal, host, definition, intent, exc)
+        _record_failure(scope, failed or intent, exc)
+        raise
+    try:
+        journal.append(executed_draft(host, definition, intent, value), durable=False)
+    except BaseException as exc:
+        _record_failure(scope, intent, exc)
+        raise
+    return value
+
+
+async def journaled_call_async(
+    host: Host,
+    definition: ToolDefinition,
+    arguments: Callable[[], Mapping[str, Any]],
+    call: Callable[[], Awaitable[Any]],
+) -> Any:
+    """:func:`journaled_call` for asyncio: ``call()`` is awaited, the journal's async API used."""
+    scope = _active_scope(host, definition)
+    if scope is None:
+        return await call()
+    step = _stop_or_intent(host, definition, scope, arguments())
+    journal = host.journal
+    if isinstance(step, _Stop):
+        return _after_stop(scope, step, await journal.append_async(step.draft))
+    intent = await journal.append_async(step, durable=True)
+    try:
+        value = await call()
+    except BaseException as exc:
+        failed = await _journal_failed_async(journal, host, definition, intent, exc)
+        _record_failure(scope, failed or intent, exc)
+        raise
+    try:
+        await journal.append_async(executed_draft(host, definition, intent, value), durable=False)
+    except BaseException as exc:
+        _record_failure(scope, intent, exc)
+        raise
+    return value
+
+
 def wrap_function(
     host: Host, definition: ToolDefinition, function: Callable[..., Any]
 ) -> Callable[..., Any]:
@@ -245,56 +309,24 @@ def wrap_function(
 
         @functools.wraps(function)
         async def async_tool(*args: Any, **kwargs: Any) -> Any:
-            scope = _active_scope(host, definition)
-            if scope is None:
-                return await function(*args, **kwargs)
-            arguments = call_arguments(signature, args, kwargs)
-            step = _stop_or_intent(host, definition, scope, arguments)
-            journal = host.journal
-            if isinstance(step, _Stop):
-                return _after_stop(scope, step, await journal.append_async(step.draft))
-            intent = await journal.append_async(step, durable=True)
-            try:
-                value = await function(*args, **kwargs)
-            except BaseException as exc:
-                failed = await _journal_failed_async(journal, host, definition, intent, exc)
-                _record_failure(scope, failed or intent, exc)
-                raise
-            try:
-                await journal.append_async(
-                    executed_draft(host, definition, intent, value), durable=False
-                )
-            except BaseException as exc:
-                _record_failure(scope, intent, exc)
-                raise
-            return value
+            return await journaled_call_async(
+                host,
+                definition,
+                lambda: call_arguments(signature, args, kwargs),
+                lambda: function(*args, **kwargs),
+            )
 
         setattr(async_tool, WRAPPED_ATTR, True)
         return async_tool
 
     @functools.wraps(function)
     def tool(*args: Any, **kwargs: Any) -> Any:
-        scope = _active_scope(host, definition)
-        if scope is None:
-            return function(*args, **kwargs)
-        arguments = call_arguments(signature, args, kwargs)
-        step = _stop_or_intent(host, definition, scope, arguments)
-        journal = host.journal
-        if isinstance(step, _Stop):
-            return _after_stop(scope, step, journal.append(step.draft))
-        intent = journal.append(step, durable=True)
-        try:
-            value = function(*args, **kwargs)
-        except BaseException as exc:
-            failed = _journal_failed(journal, host, definition, intent, exc)
-            _record_failure(scope, failed or intent, exc)
-            raise
-        try:
-            journal.append(executed_draft(host, definition, intent, value), durable=False)
-        except BaseException as exc:
-            _record_failure(scope, intent, exc)
-            raise
-        return value
+        return journaled_call(
+            host,
+            definition,
+            lambda: call_arguments(signature, args, kwargs),
+            lambda: function(*args, **kwargs),
+        )
 
     setattr(tool, WRAPPED_ATTR, True)
     return tool
