@@ -227,7 +227,11 @@ def bind(
             f"{', '.join(missing)}; give the parameter(s) a default or take them out of the tool"
         )
     owner = getattr(function, "__self__", None)
-    compensation, compensation_definition = _resolve_by(definition, owner)
+    # A compensation given to the adapter need not be marked @compensation, as with
+    # Sagacity.wrap_tool; one named by @compensable must be.
+    compensation, compensation_definition = _resolve_by(
+        definition, owner, marked=tool_definition(function) is not None
+    )
     names = frozenset(p.name for p in payload)
 
     def arguments(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
