@@ -1,0 +1,108 @@
+"""Archive write throughput against a raw COPY of the same rows, in the same run.
+
+    python bench/archive_throughput.py [--events 200000] [--sagas 20000] [--batch 2000]
+
+The archiver's figure covers its whole write path per batch: Avro decode, the chain check of
+every event against its saga's archived head, COPY of the rows, the head compare-and-set and
+the offsets, in one transaction.  The baseline COPYs the same rows, already as tuples, into
+the same table (same indexes, partitions and defaults) in batches of the same size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _archive_common import (
+    Timer,
+    database_url,
+    entries,
+    machine,
+    raw_events,
+    scratch_schema,
+    server_version,
+    table,
+)
+
+from sagacity.consumers.archive import BatchArchiver
+from sagacity.consumers.archive._ingest import _COPY_JOURNAL
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--sagas", type=int, default=20_000)
+    parser.add_argument("--batch", type=int, default=2_000)
+    args = parser.parse_args()
+    dsn = database_url()
+    chain = list(entries(args.events, args.sagas))
+    raw = raw_events(chain)
+    tuples = [
+        (
+            e.saga_id,
+            e.seq,
+            e.event_type.value,
+            e.tool,
+            e.payload,
+            e.result,
+            e.error,
+            e.actor,
+            json.dumps(dict(e.attributes)),
+            e.recorded_at_us,
+            e.hash,
+            e.prev_hash,
+            "bench",
+            0,
+            i,
+        )
+        for i, e in enumerate(chain)
+    ]
+    with scratch_schema(dsn) as scoped, psycopg.connect(scoped) as conn:
+        conn.execute("SELECT sgc_ensure_month(%s)", (chain[0].recorded_at_us,))
+        conn.execute("SELECT sgc_ensure_month(%s)", (chain[-1].recorded_at_us,))
+        conn.commit()
+        with Timer() as copy_time:
+            for i in range(0, len(tuples), args.batch):
+                with conn.cursor().copy(_COPY_JOURNAL) as copy:
+                    for row in tuples[i : i + args.batch]:
+                        copy.write_row(row)
+                conn.commit()
+    with scratch_schema(dsn) as scoped:
+        archiver = BatchArchiver(scoped, consumer_group="bench")
+        with Timer() as archive_time:
+            for i in range(0, len(raw), args.batch):
+                report = archiver.archive(raw[i : i + args.batch])
+                assert report.archived == len(raw[i : i + args.batch])
+        archiver.close()
+    n = len(chain)
+    copy_rate, archive_rate = n / copy_time.seconds, n / archive_time.seconds
+    print(f"{machine()}; {server_version(dsn)}")
+    print(f"{n:,} events over {args.sagas:,} sagas, batches of {args.batch:,}\n")
+    print(
+        table(
+            [
+                ("path", "seconds", "events/s", "vs raw COPY"),
+                (
+                    "raw COPY of the same rows",
+                    f"{copy_time.seconds:.2f}",
+                    f"{copy_rate:,.0f}",
+                    "1.00x",
+                ),
+                (
+                    "archiver (decode + chain check + COPY + heads + offsets)",
+                    f"{archive_time.seconds:.2f}",
+                    f"{archive_rate:,.0f}",
+                    f"{archive_rate / copy_rate:.2f}x",
+                ),
+            ]
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

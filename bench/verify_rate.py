@@ -1,0 +1,90 @@
+"""Archive verification rate against raw SHA-256 over the same bytes, in the same run.
+
+    python bench/verify_rate.py [--events 200000] [--sagas 20000]
+
+The archive is filled, its heads signed, then ``sagacity verify --all``'s engine runs over
+it.  The baseline hashes, with ``hashlib.sha256``, exactly the bytes a verifier must hash
+(``prev_hash || canonical bytes`` of every entry), already in memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+import tempfile
+from pathlib import Path
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _archive_common import (
+    Timer,
+    database_url,
+    entries,
+    machine,
+    raw_events,
+    scratch_schema,
+    server_version,
+    table,
+)
+
+from sagacity.chain import canonical_bytes
+from sagacity.consumers.archive import BatchArchiver, audit, generate_key, sign_pending
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--sagas", type=int, default=20_000)
+    args = parser.parse_args()
+    dsn = database_url()
+    chain = list(entries(args.events, args.sagas))
+    inputs = [bytes.fromhex(e.prev_hash) + canonical_bytes(e, seq=e.seq) for e in chain]
+    total_bytes = sum(map(len, inputs))
+    with Timer() as sha_time:
+        for data in inputs:
+            hashlib.sha256(data).digest()
+    with scratch_schema(dsn) as scoped, tempfile.TemporaryDirectory() as keys:
+        archiver = BatchArchiver(scoped, consumer_group="bench")
+        raw = raw_events(chain)
+        for i in range(0, len(raw), 2_000):
+            archiver.archive(raw[i : i + 2_000])
+        archiver.close()
+        signer = generate_key(Path(keys) / "k.pem")
+        with psycopg.connect(scoped) as conn:
+            signed = sign_pending(conn, signer)
+            with Timer() as verify_time:
+                summary = audit(conn, pinned_keys=[signer.public_raw])
+    assert summary.ok == summary.sagas == args.sagas, summary.failures[:3]
+    assert summary.events == len(chain)
+    n = len(chain)
+    sha_rate, verify_rate = n / sha_time.seconds, n / verify_time.seconds
+    print(f"{machine()}; {server_version(dsn)}")
+    print(
+        f"{n:,} events over {args.sagas:,} sagas ({total_bytes / n:.0f} bytes hashed per event),"
+        f" {signed:,} signed checkpoints\n"
+    )
+    print(
+        table(
+            [
+                ("path", "seconds", "events/s", "vs raw SHA-256"),
+                (
+                    "raw SHA-256 of the same bytes (in memory)",
+                    f"{sha_time.seconds:.2f}",
+                    f"{sha_rate:,.0f}",
+                    "1.00x",
+                ),
+                (
+                    "verify --all (read, rebuild, hash, link, checkpoints)",
+                    f"{verify_time.seconds:.2f}",
+                    f"{verify_rate:,.0f}",
+                    f"{verify_rate / sha_rate:.3f}x",
+                ),
+            ]
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
