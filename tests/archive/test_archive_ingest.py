@@ -64,7 +64,7 @@ def test_fork_gap_link_and_edit_go_to_quarantine(archiver, archive_dsn):
     chain = make_chain("saga-q", 4)
     archiver.archive(as_raw(chain[:2]))
     fork = link(dataclasses.replace(chain[1], result="other"), seq=2, prev_hash=chain[0].hash)
-    bad_link = dataclasses.replace(chain[2], prev_hash="ab" * 32)
+    bad_link = link(chain[2], seq=3, prev_hash="ab" * 32)
     edited = dataclasses.replace(chain[2], payload='{"order":999}')
     other = make_chain("saga-r", 3)
     wrong_genesis = link(dataclasses.replace(other[0]), seq=1, prev_hash="cd" * 32)
