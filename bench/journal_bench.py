@@ -55,22 +55,23 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def _drafts(saga: str, n: int) -> tuple[EntryDraft, EntryDraft]:
-    intent = EntryDraft(saga_id=saga, event_type=EventType.INTENT, tool="charge", payload=PAYLOAD)
-    executed = EntryDraft(
+def _intent(saga: str) -> EntryDraft:
+    return EntryDraft(saga_id=saga, event_type=EventType.INTENT, tool="charge", payload=PAYLOAD)
+
+
+def _executed(saga: str, ref_seq: int) -> EntryDraft:
+    return EntryDraft(
         saga_id=saga,
         event_type=EventType.EXECUTED,
         tool="charge",
         result=RESULT,
-        attributes={"ref_seq": str(n)},
+        attributes={"ref_seq": str(ref_seq)},
     )
-    return intent, executed
 
 
 def _sample_bytes(saga: str) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
-    intent, executed = _drafts(saga, 2)
-    first = link(intent, seq=2, prev_hash="ab" * 32)
-    second = link(executed, seq=3, prev_hash=first.hash)
+    first = link(_intent(saga), seq=2, prev_hash="ab" * 32)
+    second = link(_executed(saga, 2), seq=3, prev_hash=first.hash)
     headers = [
         ("event_type", b"INTENT"),
         ("saga_id", saga.encode()),
@@ -156,10 +157,9 @@ def latency(journal: KafkaJournal, raw: Raw, calls: int) -> dict[str, float]:
     j_times: list[float] = []
     r_times: list[float] = []
     for i in range(calls + 50):
-        intent, _ = _drafts(saga, 0)
         began = time.perf_counter()
-        entry = journal.append(intent)
-        journal.append(_drafts(saga, entry.seq)[1], durable=False)
+        entry = journal.append(_intent(saga))
+        journal.append(_executed(saga, entry.seq), durable=False)
         j = time.perf_counter() - began
         began = time.perf_counter()
         raw.call(raw_key, raw_partition, intent_bytes, executed_bytes, headers)
@@ -182,9 +182,8 @@ def latency(journal: KafkaJournal, raw: Raw, calls: int) -> dict[str, float]:
 async def _journal_throughput(journal: KafkaJournal, sagas: list[str], calls: int) -> float:
     async def run(saga: str) -> None:
         for _ in range(calls):
-            intent, _ = _drafts(saga, 0)
-            entry = await journal.append_async(intent)
-            await journal.append_async(_drafts(saga, entry.seq)[1], durable=False)
+            entry = await journal.append_async(_intent(saga))
+            await journal.append_async(_executed(saga, entry.seq), durable=False)
 
     began = time.perf_counter()
     await asyncio.gather(*(run(s) for s in sagas))
@@ -211,21 +210,30 @@ async def _raw_throughput(raw: Raw, sagas: list[str], calls: int) -> float:
     return time.perf_counter() - began
 
 
-def throughput(journal: KafkaJournal, raw: Raw, concurrency: int, events: int) -> dict[str, float]:
-    """Events/s with ``concurrency`` sagas in one process, journal vs raw."""
+def throughput(
+    journal: KafkaJournal, raw: Raw, concurrency: int, events: int, rounds: int
+) -> dict[str, float]:
+    """Events/s with ``concurrency`` sagas in one process, journal vs raw.
+
+    Journal and raw runs alternate for ``rounds`` rounds and the median of each is reported,
+    so that load from elsewhere on the machine falls on both sides alike.
+    """
     calls = max(2, events // (2 * concurrency))
-    sagas = [f"tp{concurrency}-{i}-{uuid.uuid4().hex[:6]}" for i in range(concurrency)]
-    for saga in sagas:  # opening is not part of the steady state measured
-        journal.append(EntryDraft(saga_id=saga, event_type=EventType.SAGA_OPENED))
-    raw_sagas = [f"raw{concurrency}-{i}-{uuid.uuid4().hex[:6]}" for i in range(concurrency)]
     total = 2 * calls * concurrency
-    j_elapsed = asyncio.run(_journal_throughput(journal, sagas, calls))
-    r_elapsed = asyncio.run(_raw_throughput(raw, raw_sagas, calls))
+    j_rates: list[float] = []
+    r_rates: list[float] = []
+    for _ in range(rounds):
+        sagas = [f"tp{concurrency}-{i}-{uuid.uuid4().hex[:6]}" for i in range(concurrency)]
+        for saga in sagas:  # opening is not part of the steady state measured
+            journal.append(EntryDraft(saga_id=saga, event_type=EventType.SAGA_OPENED))
+        raw_sagas = [f"raw{concurrency}-{i}-{uuid.uuid4().hex[:6]}" for i in range(concurrency)]
+        j_rates.append(total / asyncio.run(_journal_throughput(journal, sagas, calls)))
+        r_rates.append(total / asyncio.run(_raw_throughput(raw, raw_sagas, calls)))
     return {
         "sagas": concurrency,
         "events": total,
-        "journal_eps": total / j_elapsed,
-        "raw_eps": total / r_elapsed,
+        "journal_eps": statistics.median(j_rates),
+        "raw_eps": statistics.median(r_rates),
     }
 
 
@@ -291,7 +299,8 @@ def _broker() -> Any:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000, help="tool calls for the latency run")
-    parser.add_argument("--events", type=int, default=8000, help="events per throughput run")
+    parser.add_argument("--events", type=int, default=6000, help="events per throughput run")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per figure")
     parser.add_argument("--no-write", action="store_true", help="do not update performance.md")
     args = parser.parse_args(argv)
     with _broker() as (bootstrap, where):
@@ -306,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         raw = Raw(bootstrap, topics[1])
         try:
             lat = latency(journal, raw, args.calls)
-            tps = [throughput(journal, raw, n, args.events) for n in (1, 16, 256)]
+            tps = [throughput(journal, raw, n, args.events, args.rounds) for n in (1, 16, 256)]
         finally:
             journal.close()
             raw.close()
@@ -324,7 +333,9 @@ def main(argv: list[str] | None = None) -> int:
         "tool may run) plus the pipelined `EXECUTED`; the raw side produces the same bytes and "
         "waits for the first acknowledgement only. Throughput: asyncio, each saga loops "
         "(durable `INTENT`, pipelined `EXECUTED`); the raw side does the same with bare "
-        "produce calls. Saga opening (a partition read, a produce, a read-back) is excluded.\n\n"
+        f"produce calls; {args.rounds} alternating rounds of {args.events} events per figure, "
+        "medians reported. Saga opening (a partition read, a produce, a read-back) is "
+        "excluded.\n\n"
         f"{table}\n\n"
         "The machine is shared with other work, so runs vary; figures are from one run."
     )

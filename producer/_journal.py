@@ -50,6 +50,7 @@ from sagacity.schemas import current_schema, encode_entry
 RECORD_OVERHEAD = 128
 """Bytes reserved beyond key, value and headers for Kafka's record and batch framing."""
 
+_PARTITION_CACHE = 100_000
 _JSON_PAYLOAD_EVENTS = frozenset({EventType.INTENT, EventType.AWAITING_APPROVAL})
 
 
@@ -75,16 +76,21 @@ def check_json_payload(draft: EntryDraft) -> None:
 
 
 class _Delivery:
-    """One produced event awaiting the broker's acknowledgement."""
+    """One produced event awaiting the broker's acknowledgement.
 
-    __slots__ = ("_lock", "_waiters", "done", "entry", "error", "offset")
+    Waiting objects are made only when someone waits: most pipelined events are never
+    waited on one by one, and a ``threading.Event`` per event is measurable on the hot path.
+    """
+
+    __slots__ = ("_event", "_lock", "_waiters", "done", "entry", "error", "offset")
 
     def __init__(self, entry: JournalEntry) -> None:
         self.entry = entry
-        self.done = threading.Event()
+        self.done = False
         self.error: KafkaError | None = None
         self.offset = -1
         self._lock = threading.Lock()
+        self._event: threading.Event | None = None
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
     def settle(self, error: KafkaError | None, message: Message | None) -> None:
@@ -93,15 +99,28 @@ class _Delivery:
             if error is None and message is not None:
                 offset = message.offset()
                 self.offset = offset if offset is not None else -1
-            self.done.set()
+            self.done = True
+            event = self._event
             waiters, self._waiters = self._waiters, []
+        if event is not None:
+            event.set()
         for loop, future in waiters:
             loop.call_soon_threadsafe(_resolve, future)
+
+    def wait(self, timeout: float) -> bool:
+        """Block until acknowledged or refused; ``False`` when ``timeout`` passed first."""
+        with self._lock:
+            if self.done:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     def async_waiter(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
         future: asyncio.Future[None] = loop.create_future()
         with self._lock:
-            if self.done.is_set():
+            if self.done:
                 future.set_result(None)
             else:
                 self._waiters.append((loop, future))
@@ -111,6 +130,11 @@ class _Delivery:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def _expire(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError())
 
 
 class _SagaState:
@@ -205,6 +229,7 @@ class KafkaJournal:
         )
         self._states: weakref.WeakValueDictionary[str, _SagaState] = weakref.WeakValueDictionary()
         self._owned: dict[str, _SagaState] = {}
+        self._partitions: dict[str, int] = {}
         self._states_lock = threading.Lock()
         self._failures: list[_Delivery] = []
         self._failures_lock = threading.Lock()
@@ -390,6 +415,15 @@ class KafkaJournal:
                 self._states[saga_id] = state
             return state
 
+    def _partition(self, saga_id: str) -> int:
+        partition = self._partitions.get(saga_id)
+        if partition is None:
+            partition = self._reader.partition_of(saga_id)
+            if len(self._partitions) >= _PARTITION_CACHE:
+                self._partitions.clear()
+            self._partitions[saga_id] = partition
+        return partition
+
     def _poll(self) -> None:
         while not self._stop.is_set():
             self._producer.poll(0.05)
@@ -422,7 +456,7 @@ class KafkaJournal:
                 saga_id=entry.saga_id,
             )
         delivery = _Delivery(entry)
-        partition = self._reader.partition_of(entry.saga_id)
+        partition = self._partition(entry.saga_id)
         deadline = time.monotonic() + self._ack_timeout
         while True:
             try:
@@ -478,7 +512,7 @@ class KafkaJournal:
         entry = link(draft, seq=tail.seq + 1, prev_hash=tail.hash)
         delivery = self._produce(entry)
         state.chain.append(entry)
-        state.pending = [d for d in state.pending if not d.done.is_set()]
+        state.pending = [d for d in state.pending if not d.done]
         state.pending.append(delivery)
         if entry.event_type in HANDOFF_EVENTS:
             self._release(draft.saga_id, state)
@@ -493,7 +527,7 @@ class KafkaJournal:
 
     def _wait(self, delivery: _Delivery) -> None:
         entry = delivery.entry
-        if not delivery.done.wait(self._ack_timeout + 0.5):
+        if not delivery.wait(self._ack_timeout + 0.5):
             self._mark_poisoned(entry.saga_id)
             raise JournalUnavailableError(
                 f"Kafka did not acknowledge {entry.event_type.value} seq {entry.seq} of saga "
@@ -505,8 +539,11 @@ class KafkaJournal:
 
     async def _wait_async(self, delivery: _Delivery, loop: asyncio.AbstractEventLoop) -> None:
         entry = delivery.entry
+        future = delivery.async_waiter(loop)
+        # A timer instead of asyncio.wait_for: no extra task per event on the hot path.
+        timer = loop.call_later(self._ack_timeout + 0.5, _expire, future)
         try:
-            await asyncio.wait_for(delivery.async_waiter(loop), self._ack_timeout + 0.5)
+            await future
         except TimeoutError as exc:
             self._mark_poisoned(entry.saga_id)
             raise JournalUnavailableError(
@@ -515,6 +552,8 @@ class KafkaJournal:
                 saga_id=entry.saga_id,
                 seq=entry.seq,
             ) from exc
+        finally:
+            timer.cancel()
         self._check_delivery(delivery)
 
     def _check_delivery(self, delivery: _Delivery) -> None:
@@ -542,7 +581,7 @@ class KafkaJournal:
         saga_id = draft.saga_id
         for delivery in state.pending:
             # Let earlier events settle so the tail read below is final.
-            delivery.done.wait(self._ack_timeout + 0.5)
+            delivery.wait(self._ack_timeout + 0.5)
         state.pending = []
         current = self._reader.read(saga_id)
         owner = current.ownership
