@@ -179,6 +179,55 @@ def _replay(
     return replay
 
 
+def journaling_for(
+    sagacity: Sagacity,
+    definition: ToolDefinition,
+    function: Callable[..., Any],
+    payload_parameters: Collection[str],
+) -> Callable[..., Any]:
+    """A stand-in for ``function`` journaling its calls as ``definition``, unregistered.
+
+    :func:`bind` uses it for the tool's function; an adapter uses it directly for a second
+    function of the same tool (a framework tool with both a sync and an async function).
+    """
+    signature = inspect.signature(function)
+    names = frozenset(payload_parameters)
+
+    def arguments(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        bound = call_arguments(signature, args, kwargs)
+        return {
+            k: _jsonable(v) for k, v in bound.items() if k in names or k not in signature.parameters
+        }
+
+    journaling: Callable[..., Any]
+    if inspect.iscoroutinefunction(function):
+
+        @functools.wraps(function)
+        async def journaling_async(*args: Any, **kwargs: Any) -> Any:
+            return await journaled_call_async(
+                sagacity,
+                definition,
+                lambda: arguments(args, kwargs),
+                lambda: function(*args, **kwargs),
+            )
+
+        journaling = journaling_async
+    else:
+
+        @functools.wraps(function)
+        def journaling_sync(*args: Any, **kwargs: Any) -> Any:
+            return journaled_call(
+                sagacity,
+                definition,
+                lambda: arguments(args, kwargs),
+                lambda: function(*args, **kwargs),
+            )
+
+        journaling = journaling_sync
+    setattr(journaling, WRAPPED_ATTR, True)
+    return journaling
+
+
 def bind(
     sagacity: Sagacity,
     function: Callable[..., Any],
@@ -233,36 +282,7 @@ def bind(
         definition, owner, marked=tool_definition(function) is not None
     )
     names = frozenset(p.name for p in payload)
-
-    def arguments(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        bound = call_arguments(signature, args, kwargs)
-        return {
-            k: _jsonable(v) for k, v in bound.items() if k in names or k not in signature.parameters
-        }
-
-    if inspect.iscoroutinefunction(function):
-
-        @functools.wraps(function)
-        async def journaling(*args: Any, **kwargs: Any) -> Any:
-            return await journaled_call_async(
-                sagacity,
-                definition,
-                lambda: arguments(args, kwargs),
-                lambda: function(*args, **kwargs),
-            )
-
-    else:
-
-        @functools.wraps(function)
-        def journaling(*args: Any, **kwargs: Any) -> Any:
-            return journaled_call(
-                sagacity,
-                definition,
-                lambda: arguments(args, kwargs),
-                lambda: function(*args, **kwargs),
-            )
-
-    setattr(journaling, WRAPPED_ATTR, True)
+    journaling = journaling_for(sagacity, definition, function, names)
     registered = RegisteredTool(
         name=definition.name,
         definition=definition,
