@@ -118,14 +118,15 @@ def run(settings: DemoSettings, *, echo: Callable[[str], None] = print) -> DemoR
         DemoError: a stage failed; ``stage`` names it.
     """
     echo(f"[stack]    kafka {settings.bootstrap_servers} | postgres {settings.database_url}")
-    _ensure_topic(settings)
-    echo(f"[topic]    {settings.topic} ready")
+    partitions, created = _ensure_topic(settings)
+    verb = "created with the journal's settings" if created else "exists"
+    echo(f"[topic]    {settings.topic} {verb} ({partitions} partitions)")
 
     saga_id = f"demo-{uuid.uuid4().hex[:12]}"
     entries = build_saga(saga_id)
     echo(f"[chain]    saga {saga_id}: {len(entries)} entries linked, head {entries[-1].hash[:16]}")
 
-    partition, offsets = _publish(settings, entries)
+    partition, offsets = _publish(settings, entries, partitions)
     echo(
         f"[publish]  {len(entries)} entries to {settings.topic} partition {partition} "
         f"offsets {offsets[0]}-{offsets[-1]} (idempotent, acks=all)"
@@ -161,22 +162,46 @@ def _check(got: Sequence[JournalEntry], expected: Sequence[JournalEntry], stage:
         raise DemoError(stage, "entries differ from those published")
 
 
-def _ensure_topic(settings: DemoSettings) -> None:
-    from confluent_kafka import KafkaError, KafkaException
+def _ensure_topic(settings: DemoSettings) -> tuple[int, bool]:
+    """The topic's partition count, creating it with the journal's settings if missing."""
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
-    from confluent_kafka.cimpl import NewTopic
 
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
-    future = admin.create_topics([NewTopic(settings.topic, num_partitions=3)])[settings.topic]
+    from sagacity.errors import JournalError, TopicConfigError
+    from sagacity.producer._topic import TopicSpec, check, create, describe
+
+    bootstrap = settings.bootstrap_servers
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    refusal: Exception | None = None
     try:
-        future.result(timeout=30)
-    except KafkaException as exc:
-        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise DemoError("topic", f"cannot create {settings.topic}: {exc}") from exc
+        created = settings.topic not in admin.list_topics(timeout=30).topics
+        info = None
+        if created:
+            try:
+                info = create(admin, settings.topic, TopicSpec(), bootstrap=bootstrap, timeout=30)
+            except TopicConfigError as exc:
+                # Created meanwhile, or not yet in the metadata we listed: use it if it exists.
+                refusal = exc
+                created = False
+        if info is None:
+            try:
+                info = describe(admin, settings.topic, bootstrap=bootstrap, timeout=30)
+            except JournalError as exc:
+                raise DemoError("topic", str(refusal or exc)) from exc
+    except (KafkaException, JournalError) as exc:
+        raise DemoError("topic", str(exc)) from exc
+    fatal = [f.detail for f in check(info) if f.fatal]
+    if fatal:
+        raise DemoError("topic", "; ".join(fatal))
+    return info.partitions, created
 
 
-def _publish(settings: DemoSettings, entries: Sequence[JournalEntry]) -> tuple[int, list[int]]:
+def _publish(
+    settings: DemoSettings, entries: Sequence[JournalEntry], partitions: int
+) -> tuple[int, list[int]]:
     from confluent_kafka import KafkaError, Message, Producer
+
+    from sagacity.producer import partition_for
 
     producer = Producer(
         {
@@ -195,18 +220,21 @@ def _publish(settings: DemoSettings, entries: Sequence[JournalEntry]) -> tuple[i
             delivered.append((msg.partition() or 0, msg.offset() or 0))
 
     for entry in entries:
+        key = entry.saga_id.encode()
         producer.produce(
             settings.topic,
-            key=entry.saga_id.encode(),
+            key=key,
             value=encode(entry),
+            # The partition the journal's readers look in for this saga (murmur2 of the key).
+            partition=partition_for(key, partitions),
             on_delivery=on_delivery,
         )
     if producer.flush(30) != 0 or failures or len(delivered) != len(entries):
         raise DemoError("publish", f"not every entry was acknowledged: {failures or 'timeout'}")
-    partitions = {p for p, _ in delivered}
-    if len(partitions) != 1:
-        raise DemoError("publish", f"one saga's entries landed on partitions {partitions}")
-    return partitions.pop(), [offset for _, offset in delivered]
+    landed = {p for p, _ in delivered}
+    if len(landed) != 1:
+        raise DemoError("publish", f"one saga's entries landed on partitions {landed}")
+    return landed.pop(), [offset for _, offset in delivered]
 
 
 def _consume(

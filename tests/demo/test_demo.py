@@ -12,6 +12,7 @@ from sagacity.chain import verify
 from sagacity.cli import main
 from sagacity.demo import TABLE, DemoError, DemoSettings, build_saga, decode, encode, run
 from sagacity.dev import pick_free_port
+from sagacity.producer import partition_for
 
 
 def test_the_demo_saga_is_a_valid_chain_that_survives_the_wire_format() -> None:
@@ -41,6 +42,9 @@ def test_demo_runs_every_stage_and_stores_the_chain(
     expected = ["stack", "topic", "chain", "publish", "consume", "verify", "store", "readback"]
     assert stages == expected * 2
     assert first.saga_id != second.saga_id
+    # Each saga sits in the partition the journal's readers compute for it.
+    for report in (first, second):
+        assert report.partition == partition_for(report.saga_id.encode(), 3)
     with psycopg.connect(pg_dsn) as conn:
         rows = conn.execute(f"SELECT saga_id, seq, entry_hash FROM {TABLE} ORDER BY saga_id, seq")
         stored = rows.fetchall()
