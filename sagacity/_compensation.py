@@ -18,8 +18,11 @@ service runs the same code as the in-process core.  It is safe to run again on a
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from collections.abc import Awaitable, Callable, Sequence
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +34,8 @@ from sagacity._invoke import call_async, call_blocking
 from sagacity._registry import ToolRegistry
 from sagacity._result import SagaStatus, Step
 from sagacity._reversibility import Reversibility
-from sagacity.errors import SerializationError
-from sagacity.journal import Journal
+from sagacity.errors import CompensationConflictError, SerializationError, TailMovedError
+from sagacity.journal import ConditionalJournal, Journal
 
 CAUSE_ERROR = "error"
 CAUSE_NO_UNDO = "no_undo"
@@ -385,62 +388,116 @@ class CompensationRunner:
             attributes={attr.CAUSE: CAUSE_ERROR},
         )
 
+    def _lead(self, draft: EntryDraft, tail: int) -> JournalEntry:
+        """Append an entry that starts an action (an undo, a suspect) onto the chain as read.
+
+        With a journal offering compare-and-append, a chain that another writer extended
+        since (another compensator) stops this run before it acts.  Outcomes of calls already
+        made are appended unconditionally: a losing append must never be dropped.
+        """
+        if isinstance(self._journal, ConditionalJournal):
+            try:
+                return self._journal.append_after(draft, after_seq=tail, durable=True)
+            except TailMovedError as exc:
+                raise CompensationConflictError(
+                    f"saga {draft.saga_id!r} changed while it was being compensated (another "
+                    "compensator?); this run stopped before acting again",
+                    saga_id=draft.saga_id,
+                ) from exc
+        return self._journal.append(draft, durable=True)
+
+    async def _lead_async(self, draft: EntryDraft, tail: int) -> JournalEntry:
+        if isinstance(self._journal, ConditionalJournal):
+            return await asyncio.to_thread(self._lead, draft, tail)
+        return await self._journal.append_async(draft, durable=True)
+
     def run(
         self, saga_id: str, entries: Sequence[JournalEntry] | None = None
     ) -> CompensationReport:
         """Compensate ``saga_id`` (its chain is read from the journal unless given).
 
         Raises:
+            CompensationConflictError: another run of the same saga is in progress in this
+                process, or another writer extended the chain meanwhile.
             JournalError: the journal failed; what was journaled so far stays valid and a
                 later run picks up from it.
         """
-        chain = list(entries) if entries is not None else list(self._journal.entries(saga_id))
-        report = _Collector(saga_id)
-        for action in self.plan(chain):
-            if isinstance(action, _Note):
-                if action.draft is not None:
-                    self._journal.append(action.draft, durable=True)
-                report.note(action)
-                continue
-            self._journal.append(self._intent(action), durable=True)
-            try:
-                value = self._invoke(action)
-            except Exception as exc:
-                self._journal.append(self._error(action, exc), durable=True)
-                report.failed(action, exc)
-                continue
-            except BaseException as exc:
-                self._journal.append(self._error(action, exc), durable=True)
-                raise
-            self._journal.append(self._outcome(action, value), durable=True)
-            report.done(action)
-        return report.build()
+        with _exclusive(self._journal, saga_id):
+            chain = list(entries) if entries is not None else list(self._journal.entries(saga_id))
+            tail = chain[-1].seq if chain else 0
+            report = _Collector(saga_id)
+            for action in self.plan(chain):
+                if isinstance(action, _Note):
+                    if action.draft is not None:
+                        tail = self._lead(action.draft, tail).seq
+                    report.note(action)
+                    continue
+                tail = self._lead(self._intent(action), tail).seq
+                try:
+                    value = self._invoke(action)
+                except Exception as exc:
+                    tail = self._journal.append(self._error(action, exc), durable=True).seq
+                    report.failed(action, exc)
+                    continue
+                except BaseException as exc:
+                    self._journal.append(self._error(action, exc), durable=True)
+                    raise
+                tail = self._journal.append(self._outcome(action, value), durable=True).seq
+                report.done(action)
+            return report.build()
 
     async def run_async(
         self, saga_id: str, entries: Sequence[JournalEntry] | None = None
     ) -> CompensationReport:
         """:meth:`run` for asyncio: async compensations are awaited on the running loop."""
-        chain = list(entries) if entries is not None else list(self._journal.entries(saga_id))
-        report = _Collector(saga_id)
-        for action in self.plan(chain):
-            if isinstance(action, _Note):
-                if action.draft is not None:
-                    await self._journal.append_async(action.draft, durable=True)
-                report.note(action)
-                continue
-            await self._journal.append_async(self._intent(action), durable=True)
-            try:
-                value = await self._invoke_async(action)
-            except Exception as exc:
-                await self._journal.append_async(self._error(action, exc), durable=True)
-                report.failed(action, exc)
-                continue
-            except BaseException as exc:
-                await self._journal.append_async(self._error(action, exc), durable=True)
-                raise
-            await self._journal.append_async(self._outcome(action, value), durable=True)
-            report.done(action)
-        return report.build()
+        journal = self._journal
+        with _exclusive(journal, saga_id):
+            chain = list(entries) if entries is not None else list(journal.entries(saga_id))
+            tail = chain[-1].seq if chain else 0
+            report = _Collector(saga_id)
+            for action in self.plan(chain):
+                if isinstance(action, _Note):
+                    if action.draft is not None:
+                        tail = (await self._lead_async(action.draft, tail)).seq
+                    report.note(action)
+                    continue
+                tail = (await self._lead_async(self._intent(action), tail)).seq
+                try:
+                    value = await self._invoke_async(action)
+                except Exception as exc:
+                    failed = await journal.append_async(self._error(action, exc), durable=True)
+                    tail = failed.seq
+                    report.failed(action, exc)
+                    continue
+                except BaseException as exc:
+                    await journal.append_async(self._error(action, exc), durable=True)
+                    raise
+                done = await journal.append_async(self._outcome(action, value), durable=True)
+                tail = done.seq
+                report.done(action)
+            return report.build()
+
+
+_running: set[tuple[int, str]] = set()
+_running_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _exclusive(journal: Journal, saga_id: str) -> Iterator[None]:
+    """One compensation run per saga and journal at a time in this process."""
+    key = (id(journal), saga_id)
+    with _running_lock:
+        if key in _running:
+            raise CompensationConflictError(
+                f"saga {saga_id!r} is already being compensated in this process",
+                saga_id=saga_id,
+            )
+        _running.add(key)
+    try:
+        yield
+    finally:
+        with _running_lock:
+            _running.discard(key)
 
 
 class _Collector:

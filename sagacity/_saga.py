@@ -417,6 +417,7 @@ class Sagacity:
 
         Raises:
             UnknownSagaError: the saga has no entries.
+            CompensationConflictError: the saga is being compensated elsewhere right now.
         """
         entries = _approval.load_chain(self._journal, saga_id)
         report = self._runner().run(saga_id, entries)

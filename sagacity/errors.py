@@ -200,6 +200,10 @@ class CompensationError(SagacityError):
     """A compensation could not be run or failed."""
 
 
+class CompensationConflictError(CompensationError):
+    """Another run is compensating the same saga; this one stopped before acting."""
+
+
 # --- persistence ---------------------------------------------------------------------------
 class PersistenceError(SagacityError):
     """The database could not be reached or refused an operation."""

@@ -395,3 +395,63 @@ def test_wait_for_outcome_async(sagacity: Sagacity, tools: Any) -> None:
     sagacity.saga("async-wait", lambda: tools.reserve_inventory("p", 1))
     result = asyncio.run(sagacity.wait_for_outcome_async("async-wait", timeout=1))
     assert result.status is SagaStatus.COMPLETED
+
+
+def test_two_compensators_on_one_saga_undo_each_step_once(ledger: Ledger) -> None:
+    from sagacity.errors import CompensationConflictError
+
+    class Racing(InMemoryJournal):
+        interlude: Any = None
+
+        def append_after(self, draft: Any, *, after_seq: int, durable: bool = True) -> Any:
+            interlude, self.interlude = self.interlude, None
+            if interlude is not None:
+                interlude()
+            return super().append_after(draft, after_seq=after_seq, durable=durable)
+
+    journal = Racing()
+    agent = Sagacity(journal=journal, compensation="delegated")
+    tools = agent.wrap(OrderTools(ledger))
+    agent.saga("two-comp", lambda: (tools.reserve_inventory("p", 1), tools.charge_card(4), 1 / 0))
+
+    class OtherProcess:
+        """Another process's connection to the same store (a distinct journal object)."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(journal, name)
+
+        def append_after(self, draft: Any, *, after_seq: int, durable: bool = True) -> Any:
+            return InMemoryJournal.append_after(journal, draft, after_seq=after_seq)
+
+    other: Any = OtherProcess()
+    first, second = Sagacity(journal=journal), Sagacity(journal=journal)
+    first.wrap(OrderTools(ledger))
+    second.wrap(OrderTools(ledger))
+    # The second compensator runs completely between the first one's read and its first act.
+    journal.interlude = lambda: CompensationRunner(other, second.registry).run("two-comp")
+    with pytest.raises(CompensationConflictError, match="changed while it was being compensated"):
+        CompensationRunner(journal, first.registry).run("two-comp")
+    assert ledger.names().count("refund") == 1
+    assert ledger.names().count("release_inventory") == 1
+    assert verify(journal.entries("two-comp")).ok
+    # Afterwards a run finds nothing left to do.
+    assert CompensationRunner(journal, first.registry).run("two-comp").compensated == ()
+
+
+def test_a_second_run_in_the_same_process_is_refused(sagacity: Sagacity, tools: Any) -> None:
+    from sagacity.errors import CompensationConflictError
+
+    class Reentrant:
+        @compensable(by="undo")
+        def act(self) -> str:
+            return "done"
+
+        @compensation
+        def undo(self, context: CompensationContext) -> None:
+            sagacity.compensate(context.saga_id)  # a compensation that recompensates
+
+    wrapped = sagacity.wrap(Reentrant())
+    result = sagacity.saga("reentrant", lambda: (wrapped.act(), 1 / 0))
+    assert result.status is SagaStatus.COMPENSATION_FAILED
+    assert "already being compensated" in result.dirty[0].reason
+    assert isinstance(CompensationConflictError("x"), Exception)
