@@ -53,9 +53,13 @@ class Host(Protocol):
     def now_us(self) -> int: ...
 
 
+AWAITING_PREFIX = "[AWAITING_APPROVAL]"
+"""How the text a gated call returns instead of running begins."""
+
+
 def awaiting_message(tool: str) -> str:
     """What a gated call returns to its caller instead of running."""
-    return f"[AWAITING_APPROVAL] Tool '{tool}' requires human approval"
+    return f"{AWAITING_PREFIX} Tool '{tool}' requires human approval"
 
 
 def constraint_message(tool: str, reason: str) -> str:
