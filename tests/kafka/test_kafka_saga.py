@@ -190,3 +190,36 @@ def test_broker_unreachable_at_start_is_a_clear_error() -> None:
     with pytest.raises(JournalUnavailableError, match=r"cannot reach Kafka at 127\.0\.0\.1:9"):
         Sagacity(journal=KafkaJournal("127.0.0.1:9", topic="t", startup_timeout_s=1.5))
     assert time.monotonic() - began < 8
+
+
+def test_from_env_runs_sagas_on_kafka_and_delegates_compensation(
+    kafka_bootstrap: str, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SAGACITY_BOOTSTRAP_SERVERS", kafka_bootstrap)
+    monkeypatch.setenv("SAGACITY_TOPIC", topic)
+    monkeypatch.setenv("SAGACITY_ACK_TIMEOUT_S", "5")
+    monkeypatch.setenv("SAGACITY_KAFKA_CLIENT_ID", "sagacity-from-env-test")
+    sagacity = Sagacity.from_env()
+    journal = sagacity.journal
+    try:
+        assert isinstance(journal, KafkaJournal)
+        assert journal.topic == topic
+        shop = Shop()
+        tools = sagacity.wrap(shop)
+        saga = f"order-{uuid.uuid4().hex}"
+
+        def work() -> None:
+            tools.charge(30)
+            raise RuntimeError("payment provider timeout")
+
+        result = sagacity.saga(saga, work)
+        assert result.status is SagaStatus.COMPENSATION_PENDING
+        assert shop.calls == ["charge:30"]  # compensation is the service's job
+        read = journal.reader.read(saga)
+        assert verify(read.entries).ok
+        kinds = [e.event_type for e in read.entries]
+        assert E.COMPENSATION_REQUESTED in kinds
+        assert read.entries[0].actor == sagacity.writer_id == journal.writer_id
+        assert not read.ownership.live  # handed off to the compensation service
+    finally:
+        journal.close()

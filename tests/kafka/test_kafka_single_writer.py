@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -152,3 +153,82 @@ def test_two_processes_race_on_one_saga_and_no_fork_is_accepted(
             assert rejected.entry.actor == loser["writer"]
         forks_seen += len(read.rejected)
     print(f"forks published by losers and rejected by the reader: {forks_seen}")
+
+
+def test_two_replicas_deciding_at_once_produce_one_accepted_decision(
+    topic: str, journal_factory: JournalFactory
+) -> None:
+    agent = journal_factory(topic)
+    replicas = [journal_factory(topic), journal_factory(topic)]
+    for replica in replicas:
+        replica.reader.read("warm-up")
+    accepted_total = 0
+    for round_ in range(5):
+        saga = f"decide-{round_}-{uuid.uuid4().hex[:6]}"
+        agent.append(EntryDraft(saga_id=saga, event_type=EventType.SAGA_OPENED))
+        request = agent.append(
+            EntryDraft(saga_id=saga, event_type=EventType.AWAITING_APPROVAL, payload="{}")
+        )
+        agent.append(
+            EntryDraft(saga_id=saga, event_type=EventType.SAGA_ENDED, result="AWAITING_APPROVAL")
+        )
+        barrier = threading.Barrier(2)
+        outcomes: list[str] = []
+
+        threads = [
+            threading.Thread(
+                target=_decide,
+                args=(
+                    replicas[0],
+                    EventType.APPROVED,
+                    "alice",
+                    saga,
+                    request.seq,
+                    barrier,
+                    outcomes,
+                ),
+            ),
+            threading.Thread(
+                target=_decide,
+                args=(replicas[1], EventType.REJECTED, "bob", saga, request.seq, barrier, outcomes),
+            ),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        read = agent.read(saga)
+        decisions = [
+            e for e in read.entries if e.event_type in (EventType.APPROVED, EventType.REJECTED)
+        ]
+        # Each replica learns the truth: an accepted append is on the chain, a conflict is not.
+        assert len(decisions) == outcomes.count("accepted")
+        assert verify(read.entries).ok
+        assert all(r.kind is ForkKind.FORK for r in read.rejected)
+        accepted_total += len(decisions)
+        if outcomes.count("accepted") == 2:
+            # Not concurrent after all: the second replica saw the first decision and
+            # extended it; the chain holds both in order, which the approval logic judges.
+            assert [d.seq for d in decisions] == [4, 5]
+    assert accepted_total >= 5
+
+
+def _decide(
+    journal: KafkaJournal,
+    kind: EventType,
+    who: str,
+    saga: str,
+    ref_seq: int,
+    barrier: threading.Barrier,
+    outcomes: list[str],
+) -> None:
+    barrier.wait()
+    try:
+        journal.append(
+            EntryDraft(
+                saga_id=saga, event_type=kind, actor=who, attributes={"ref_seq": str(ref_seq)}
+            )
+        )
+        outcomes.append("accepted")
+    except WriterConflictError:
+        outcomes.append("conflict")
