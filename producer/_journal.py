@@ -395,6 +395,12 @@ class KafkaJournal:
             self._poller.join(timeout=5)
             self._reader.close()
 
+    def __enter__(self) -> KafkaJournal:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     # --- internals -------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:

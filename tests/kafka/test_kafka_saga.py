@@ -148,7 +148,8 @@ def test_broker_down_mid_saga_the_tool_is_not_called(private_broker: KafkaBroker
         private_broker.start()
         with contextlib.suppress(JournalError):
             journal.close()
-    read = KafkaJournal(private_broker.bootstrap_servers, topic=topic).reader.read(saga)
+    with KafkaJournal(private_broker.bootstrap_servers, topic=topic) as reader:
+        read = reader.read(saga)
     assert verify(read.entries).ok
     assert [e.tool for e in read.entries if e.event_type is E.EXECUTED][:1] == ["reserve"]
     assert "charge" not in [e.tool for e in read.entries if e.event_type is E.EXECUTED]
