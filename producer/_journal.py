@@ -31,6 +31,7 @@ from sagacity.errors import (
     EventTooLargeError,
     JournalUnavailableError,
     SerializationError,
+    TailMovedError,
     TopicConfigError,
     WriterConflictError,
 )
@@ -130,6 +131,15 @@ class _Delivery:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def _tail_moved(saga_id: str, after_seq: int, tail: int) -> TailMovedError:
+    return TailMovedError(
+        f"saga {saga_id!r} is at seq {tail}, not {after_seq}: another writer appended since it "
+        "was read; nothing was appended",
+        saga_id=saga_id,
+        seq=tail,
+    )
 
 
 def _expire(future: asyncio.Future[None]) -> None:
@@ -283,6 +293,36 @@ class KafkaJournal:
         with state.lock:
             if not (state.owned and not state.poisoned):
                 return self._append_confirmed(state, draft)
+            entry, delivery = self._publish_owned(state, draft)
+        if durable:
+            self._wait(delivery)
+        return entry
+
+    def append_after(
+        self, draft: EntryDraft, *, after_seq: int, durable: bool = True
+    ) -> JournalEntry:
+        """:meth:`append` only onto a chain whose last seq is ``after_seq`` (compare-and-append).
+
+        On a saga this journal does not own, the tail is read from the topic, the event
+        published and read back: if another writer appended first — at any seq past
+        ``after_seq`` — nothing of this call is accepted into the chain.
+
+        Raises:
+            TailMovedError: the chain is not at ``after_seq`` (read before publishing, or
+                another writer won the seq); re-read and decide again.
+            JournalUnavailableError / WriterConflictError / EventTooLargeError /
+                SerializationError: as :meth:`append`.
+        """
+        if isinstance(after_seq, bool) or not isinstance(after_seq, int) or after_seq < 0:
+            raise SerializationError(f"after_seq must be an int >= 0, got {after_seq!r}")
+        draft = self._prepare(draft)
+        state = self._state(draft.saga_id)
+        with state.lock:
+            if not (state.owned and not state.poisoned):
+                return self._append_confirmed(state, draft, after_seq=after_seq)
+            tail = state.chain[-1].seq
+            if tail != after_seq:
+                raise _tail_moved(draft.saga_id, after_seq, tail)
             entry, delivery = self._publish_owned(state, draft)
         if durable:
             self._wait(delivery)
@@ -582,7 +622,9 @@ class KafkaJournal:
         if state is not None:
             state.poisoned = True
 
-    def _append_confirmed(self, state: _SagaState, draft: EntryDraft) -> JournalEntry:
+    def _append_confirmed(
+        self, state: _SagaState, draft: EntryDraft, *, after_seq: int | None = None
+    ) -> JournalEntry:
         """Append by reading the tail, publishing durably and confirming; holds the lock."""
         saga_id = draft.saga_id
         for delivery in state.pending:
@@ -602,6 +644,8 @@ class KafkaJournal:
                 saga_id=saga_id,
             )
         seq, prev = current.tail
+        if after_seq is not None and seq != after_seq:
+            raise _tail_moved(saga_id, after_seq, seq)
         entry = link(draft, seq=seq + 1, prev_hash=prev)
         delivery = self._produce(entry)
         self._wait(delivery)
@@ -609,6 +653,13 @@ class KafkaJournal:
         if confirm.accepted_offset(entry.seq) != delivery.offset:
             winner = confirm.entries[entry.seq - 1] if len(confirm.entries) >= entry.seq else None
             who = f"{winner.event_type.value} by {winner.actor!r}" if winner else "another event"
+            if after_seq is not None:
+                raise TailMovedError(
+                    f"another writer appended seq {entry.seq} of saga {saga_id!r} first ({who}); "
+                    "nothing of this append is accepted into the chain: re-read and decide again",
+                    saga_id=saga_id,
+                    seq=entry.seq,
+                )
             raise WriterConflictError(
                 f"another writer appended seq {entry.seq} of saga {saga_id!r} first ({who}); "
                 f"this {entry.event_type.value} is on the topic at offset {delivery.offset} as "

@@ -232,3 +232,95 @@ def _decide(
         outcomes.append("accepted")
     except WriterConflictError:
         outcomes.append("conflict")
+
+
+def test_append_after_is_a_compare_and_append_on_kafka(
+    topic: str, journal_factory: JournalFactory
+) -> None:
+    from sagacity.errors import TailMovedError
+    from sagacity.journal import ConditionalJournal
+
+    owner, other = journal_factory(topic), journal_factory(topic)
+    assert isinstance(owner, ConditionalJournal)
+    saga = f"cas-{uuid.uuid4().hex}"
+    owner.append_after(EntryDraft(saga_id=saga, event_type=EventType.SAGA_OPENED), after_seq=0)
+    with pytest.raises(TailMovedError, match="is at seq 1, not 0"):
+        owner.append_after(EntryDraft(saga_id=saga, event_type=EventType.INTENT), after_seq=0)
+    request = owner.append_after(
+        EntryDraft(saga_id=saga, event_type=EventType.AWAITING_APPROVAL, payload="{}"), after_seq=1
+    )
+    # Not owned by `other`: its conditional appends read the topic's tail.
+    with pytest.raises(TailMovedError):
+        other.append_after(
+            EntryDraft(saga_id=saga, event_type=EventType.APPROVED, actor="a"), after_seq=1
+        )
+    other.append_after(
+        EntryDraft(
+            saga_id=saga,
+            event_type=EventType.APPROVED,
+            actor="a",
+            attributes={"ref_seq": str(request.seq)},
+        ),
+        after_seq=2,
+    )
+    read = owner.read(saga)
+    assert [e.seq for e in read.entries] == [1, 2, 3]
+    assert verify(read.entries).ok
+
+
+def test_concurrent_conditional_decisions_one_wins(
+    topic: str, journal_factory: JournalFactory
+) -> None:
+    agent = journal_factory(topic)
+    replicas = [journal_factory(topic), journal_factory(topic)]
+    for replica in replicas:
+        replica.reader.read("warm-up")
+    for round_ in range(5):
+        saga = f"cas-race-{round_}-{uuid.uuid4().hex[:6]}"
+        agent.append(EntryDraft(saga_id=saga, event_type=EventType.SAGA_OPENED))
+        agent.append(EntryDraft(saga_id=saga, event_type=EventType.AWAITING_APPROVAL, payload="{}"))
+        barrier = threading.Barrier(2)
+        outcomes: list[str] = []
+
+        threads = [
+            threading.Thread(
+                target=_decide_after,
+                args=(replica, kind, saga, barrier, outcomes),
+            )
+            for replica, kind in zip(
+                replicas, (EventType.APPROVED, EventType.REJECTED), strict=True
+            )
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(outcomes) == ["accepted", "tail moved"], outcomes
+        read = agent.read(saga)
+        assert verify(read.entries).ok
+        decisions = [
+            e for e in read.entries if e.event_type in (EventType.APPROVED, EventType.REJECTED)
+        ]
+        assert len(decisions) == 1
+
+
+def _decide_after(
+    journal: KafkaJournal,
+    kind: EventType,
+    saga: str,
+    barrier: threading.Barrier,
+    outcomes: list[str],
+) -> None:
+    from sagacity.errors import TailMovedError
+
+    barrier.wait()
+    try:
+        journal.append_after(
+            EntryDraft(
+                saga_id=saga, event_type=kind, actor=kind.value, attributes={"ref_seq": "2"}
+            ),
+            after_seq=2,
+        )
+        outcomes.append("accepted")
+    except TailMovedError:
+        outcomes.append("tail moved")
