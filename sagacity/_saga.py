@@ -17,7 +17,7 @@ from typing import Any, Literal
 from sagacity import _approval
 from sagacity import _attributes as attr
 from sagacity._codec import describe_error
-from sagacity._compensation import CompensationReport, CompensationRunner
+from sagacity._compensation import CompensationCall, CompensationReport, CompensationRunner
 from sagacity._decorators import Constraint
 from sagacity._events import EntryDraft, EventType, JournalEntry, now_micros
 from sagacity._memory import InMemoryJournal
@@ -355,9 +355,11 @@ class Sagacity:
         )
 
     # -- ending a saga (shared with the gate decisions) -----------------------------------
-    def _runner(self) -> CompensationRunner:
+    def _runner(
+        self, invoke: Callable[[CompensationCall], Any] | None = None
+    ) -> CompensationRunner:
         return CompensationRunner(
-            self._journal, self._registry, actor=self._writer_id, clock=self._clock
+            self._journal, self._registry, actor=self._writer_id, clock=self._clock, invoke=invoke
         )
 
     def _draft(self, saga_id: str, event: EventType, **fields: Any) -> EntryDraft:
@@ -393,8 +395,16 @@ class Sagacity:
             status = SagaStatus.COMPENSATION_PENDING
         else:
             status = clean_status if report.status is SagaStatus.COMPENSATED else report.status
+        ended: dict[str, str] = {}
+        if report is not None and (report.dirty or report.suspects):
+            ended[attr.DIRTY] = "; ".join(
+                [f"seq {s.seq} {s.tool}: {s.reason}" for s in report.dirty]
+                + [f"seq {s.seq} {s.tool}: suspect: {s.reason}" for s in report.suspects]
+            )
         self._journal.append(
-            self._draft(saga_id, EventType.SAGA_ENDED, result=status.value, error=error)
+            self._draft(
+                saga_id, EventType.SAGA_ENDED, result=status.value, error=error, attributes=ended
+            )
         )
         self._journal.flush()
         return SagaResult(
@@ -408,25 +418,41 @@ class Sagacity:
             suspects=report.suspects if report else (),
         )
 
-    def compensate(self, saga_id: str, *, reason: EventType = EventType.FAILED) -> SagaResult:
+    def compensate(
+        self,
+        saga_id: str,
+        *,
+        reason: EventType = EventType.FAILED,
+        error: str | None = None,
+        invoke: Callable[[CompensationCall], Any] | None = None,
+    ) -> SagaResult:
         """Run compensation for ``saga_id`` from its chain and end it (``SAGA_ENDED``).
 
         What the compensation service calls on ``COMPENSATION_REQUESTED``, and what a person
         runs to finish a saga interrupted mid-way.  Safe to repeat: steps already compensated
-        are skipped.
+        are skipped.  When anything is left dirty, ``SAGA_ENDED`` names it in its ``dirty``
+        attribute.
+
+        Args:
+            reason: the event that made compensation necessary (``REJECTED`` / ``EXPIRED``
+                end a clean compensation with that status).
+            error: the failure that caused it, recorded on ``SAGA_ENDED``.
+            invoke: makes each undo call (see :class:`CompensationRunner`); a service passes
+                one that adds a timeout or an idempotency claim.
 
         Raises:
             UnknownSagaError: the saga has no entries.
+            ChainIntegrityError: the chain does not verify.
             CompensationConflictError: the saga is being compensated elsewhere right now.
         """
         entries = _approval.load_chain(self._journal, saga_id)
-        report = self._runner().run(saga_id, entries)
+        report = self._runner(invoke).run(saga_id, entries)
         clean = {
             EventType.REJECTED: SagaStatus.REJECTED,
             EventType.EXPIRED: SagaStatus.EXPIRED,
         }.get(reason, SagaStatus.COMPENSATED)
         return self.end_saga(
-            saga_id, cause=reason, ref_seq=None, error=None, clean_status=clean, report=report
+            saga_id, cause=reason, ref_seq=None, error=error, clean_status=clean, report=report
         )
 
     def outcome(self, saga_id: str) -> SagaResult | None:

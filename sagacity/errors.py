@@ -204,6 +204,21 @@ class CompensationConflictError(CompensationError):
     """Another run is compensating the same saga; this one stopped before acting."""
 
 
+class CompensationTimeoutError(CompensationError, TimeoutError):
+    """A compensation did not return within the time allowed; its effect is in doubt."""
+
+
+class CompensationInDoubtError(CompensationError):
+    """An earlier attempt of a compensation that is not idempotent may have taken effect.
+
+    It is not called again: a person checks the step (its claim records what is known).
+    """
+
+
+class ToolLoadError(ConfigurationError):
+    """A ``package.module:attr`` tools target cannot be imported or declares no tool."""
+
+
 # --- persistence ---------------------------------------------------------------------------
 class PersistenceError(SagacityError):
     """The database could not be reached or refused an operation."""

@@ -1,0 +1,27 @@
+"""The compensation service: ``COMPENSATION_REQUESTED`` on the journal drives compensation.
+
+Run it with ``sagacity serve compensation --tools package.module:attr``; see
+docs/operations/compensation.md and docs/adr/0007-compensation-exactly-once.md.
+"""
+
+from sagacity.consumers.compensation._claims import Claim, ClaimStatus, ClaimStore
+from sagacity.consumers.compensation._invoker import ClaimingInvoker, sanitize_result
+from sagacity.consumers.compensation._service import (
+    CompensationService,
+    CompensationSettings,
+    pending_request,
+)
+from sagacity.consumers.compensation._tools import register_tools, resolve
+
+__all__ = [
+    "Claim",
+    "ClaimStatus",
+    "ClaimStore",
+    "ClaimingInvoker",
+    "CompensationService",
+    "CompensationSettings",
+    "pending_request",
+    "register_tools",
+    "resolve",
+    "sanitize_result",
+]

@@ -1,0 +1,271 @@
+"""Postgres claims: one row per compensated step, written before its undo is called.
+
+The row is the service's memory of what it did to the outside world, independent of Kafka:
+
+* ``UNIQUE (saga_id, step_seq)`` (the primary key): a step is claimed once; a second attempt
+  finds the row and learns what the first one got to;
+* ``status`` ``CLAIMED`` (the call may be in flight, or may have happened), ``COMPENSATED``
+  (the call returned; ``result`` kept), ``FAILED`` (it raised: nothing to undo twice),
+  ``TIMED_OUT`` (it did not return in time: in doubt);
+* a session advisory lock per saga keeps two instances from compensating the same saga at
+  once; Postgres drops it when the holder's connection dies (``kill -9`` included).
+
+See docs/adr/0007-compensation-exactly-once.md.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from sagacity.errors import PersistenceError
+
+TABLE = "sagacity_compensation_claims"
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {TABLE} (
+    saga_id          text        NOT NULL,
+    step_seq         integer     NOT NULL,
+    target           text        NOT NULL,
+    idempotency_key  text        NOT NULL,
+    instance         text        NOT NULL,
+    status           text        NOT NULL,
+    attempts         integer     NOT NULL DEFAULT 1,
+    result           text,
+    result_encoding  text,
+    error            text,
+    claimed_at       timestamptz NOT NULL DEFAULT now(),
+    finished_at      timestamptz,
+    PRIMARY KEY (saga_id, step_seq)
+)
+"""
+
+# One advisory-lock namespace for the service (the first key of the two-int form).
+_LOCK_SPACE = 0x5A6A
+
+
+class ClaimStatus(enum.StrEnum):
+    """Where a claimed step stands."""
+
+    CLAIMED = "CLAIMED"
+    COMPENSATED = "COMPENSATED"
+    FAILED = "FAILED"
+    TIMED_OUT = "TIMED_OUT"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """A step's claim row.
+
+    Attributes:
+        saga_id / step_seq: the step (its ``EXECUTED`` seq).
+        status: see :class:`ClaimStatus`.
+        attempts: how many times the undo was started.
+        result / result_encoding: what the undo returned, once ``COMPENSATED``.
+        fresh: this call created the row (no earlier attempt exists).
+    """
+
+    saga_id: str
+    step_seq: int
+    status: ClaimStatus
+    attempts: int
+    result: str | None = None
+    result_encoding: str | None = None
+    error: str | None = None
+    fresh: bool = False
+
+
+def _persistence(action: str, exc: BaseException) -> PersistenceError:
+    error = PersistenceError(f"claims database: {action} failed: {exc}")
+    error.__cause__ = exc
+    return error
+
+
+class ClaimStore:
+    """Claims and saga locks on one Postgres database; a connection per thread.
+
+    Args:
+        conninfo: libpq URL or conninfo (its ``search_path`` picks the schema).
+        instance: this instance's id, recorded on claims.
+    """
+
+    def __init__(self, conninfo: str, *, instance: str) -> None:
+        self._conninfo = conninfo
+        self._instance = instance
+        self._local = threading.local()
+        self._all: list[psycopg.Connection[tuple[object, ...]]] = []
+        self._all_lock = threading.Lock()
+
+    def _conn(self) -> psycopg.Connection[tuple[object, ...]]:
+        conn: psycopg.Connection[tuple[object, ...]] | None = getattr(self._local, "conn", None)
+        if conn is None or conn.closed or conn.broken:
+            try:
+                conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10)
+            except psycopg.Error as exc:
+                raise _persistence("connect", exc) from exc
+            self._local.conn = conn
+            with self._all_lock:
+                self._all.append(conn)
+        return conn
+
+    def ensure_schema(self) -> None:
+        """Create the claims table if it does not exist.
+
+        Raises:
+            PersistenceError: the database could not be reached or refused.
+        """
+        try:
+            self._conn().execute(sql.SQL(_SCHEMA))  # type: ignore[arg-type]
+        except psycopg.Error as exc:
+            raise _persistence("creating the claims table", exc) from exc
+
+    def ping(self) -> bool:
+        """The database answers (on a short-lived connection of its own)."""
+        try:
+            with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=3) as conn:
+                conn.execute("SELECT 1")
+        except psycopg.Error:
+            return False
+        return True
+
+    # --- saga locks ----------------------------------------------------------------------
+    def try_lock_saga(self, saga_id: str) -> bool:
+        """Take the saga's lock on this thread's session without waiting; ``True`` if held."""
+        try:
+            row = (
+                self._conn()
+                .execute(
+                    "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (_LOCK_SPACE, saga_id)
+                )
+                .fetchone()
+            )
+        except psycopg.Error as exc:
+            raise _persistence("locking a saga", exc) from exc
+        return bool(row and row[0])
+
+    def unlock_saga(self, saga_id: str) -> None:
+        """Release the saga's lock held by this thread's session."""
+        try:
+            self._conn().execute(
+                "SELECT pg_advisory_unlock(%s, hashtext(%s))", (_LOCK_SPACE, saga_id)
+            )
+        except psycopg.Error as exc:
+            raise _persistence("unlocking a saga", exc) from exc
+
+    # --- claims --------------------------------------------------------------------------
+    def claim(self, saga_id: str, step_seq: int, *, target: str, key: str) -> Claim:
+        """Create the step's claim, or return the existing one locked for this attempt.
+
+        A fresh claim (``fresh=True``, status ``CLAIMED``) means no attempt was ever started.
+
+        Raises:
+            PersistenceError: the database failed.
+        """
+        conn = self._conn()
+        try:
+            row = conn.execute(
+                f"INSERT INTO {TABLE} (saga_id, step_seq, target, idempotency_key, instance, "
+                "status) VALUES (%s, %s, %s, %s, %s, 'CLAIMED') "
+                "ON CONFLICT (saga_id, step_seq) DO NOTHING RETURNING attempts",
+                (saga_id, step_seq, target, key, self._instance),
+            ).fetchone()
+            if row is not None:
+                return Claim(
+                    saga_id=saga_id,
+                    step_seq=step_seq,
+                    status=ClaimStatus.CLAIMED,
+                    attempts=1,
+                    fresh=True,
+                )
+            found = conn.execute(
+                f"SELECT status, attempts, result, result_encoding FROM {TABLE} "
+                "WHERE saga_id = %s AND step_seq = %s",
+                (saga_id, step_seq),
+            ).fetchone()
+        except psycopg.Error as exc:
+            raise _persistence("claiming a step", exc) from exc
+        assert found is not None  # rows are never deleted
+        return Claim(
+            saga_id=saga_id,
+            step_seq=step_seq,
+            status=ClaimStatus(str(found[0])),
+            attempts=int(str(found[1])),
+            result=None if found[2] is None else str(found[2]),
+            result_encoding=None if found[3] is None else str(found[3]),
+        )
+
+    def restart(self, saga_id: str, step_seq: int) -> None:
+        """Record that the step's undo is being started again."""
+        self._update(
+            "attempts = attempts + 1, status = 'CLAIMED', instance = %s, error = NULL",
+            (self._instance,),
+            saga_id,
+            step_seq,
+        )
+
+    def record(
+        self,
+        saga_id: str,
+        step_seq: int,
+        status: ClaimStatus,
+        *,
+        result: str | None = None,
+        result_encoding: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Record how the step's undo ended."""
+        self._update(
+            "status = %s, result = %s, result_encoding = %s, error = %s, finished_at = now()",
+            (status.value, result, result_encoding, error),
+            saga_id,
+            step_seq,
+        )
+
+    def _update(
+        self, assignments: str, params: tuple[object, ...], saga_id: str, step_seq: int
+    ) -> None:
+        try:
+            self._conn().execute(
+                f"UPDATE {TABLE} SET {assignments} WHERE saga_id = %s AND step_seq = %s",
+                (*params, saga_id, step_seq),
+            )
+        except psycopg.Error as exc:
+            raise _persistence("recording a step", exc) from exc
+
+    def claims(self, saga_id: str) -> list[Claim]:
+        """Every claim of the saga, by step."""
+        try:
+            rows = (
+                self._conn()
+                .execute(
+                    f"SELECT step_seq, status, attempts, result, result_encoding, error FROM {TABLE} "
+                    "WHERE saga_id = %s ORDER BY step_seq",
+                    (saga_id,),
+                )
+                .fetchall()
+            )
+        except psycopg.Error as exc:
+            raise _persistence("reading claims", exc) from exc
+        return [
+            Claim(
+                saga_id=saga_id,
+                step_seq=int(str(r[0])),
+                status=ClaimStatus(str(r[1])),
+                attempts=int(str(r[2])),
+                result=None if r[3] is None else str(r[3]),
+                result_encoding=None if r[4] is None else str(r[4]),
+                error=None if r[5] is None else str(r[5]),
+            )
+            for r in rows
+        ]
+
+    def close(self) -> None:
+        """Close every connection (their saga locks are released with them)."""
+        with self._all_lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            conn.close()

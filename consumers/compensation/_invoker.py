@@ -1,0 +1,156 @@
+"""The service's ``invoke`` hook for the core's runner: claim, call with a timeout, record.
+
+The runner journals ``COMPENSATION_INTENT`` durably and then hands each undo to
+:class:`ClaimingInvoker`, which
+
+1. claims the step in Postgres (``UNIQUE (saga_id, step_seq)``) before any call;
+2. if an earlier attempt recorded a result, returns it without calling again;
+3. if an earlier attempt may have acted (claimed, or timed out) and the compensation is not
+   idempotent, refuses (``CompensationInDoubtError``: a person checks);
+4. otherwise calls the undo in a worker thread, waiting at most the configured timeout (a hang
+   becomes ``CompensationTimeoutError``, journaled ``COMPENSATION_FAILED``);
+5. records the outcome on the claim before the runner journals it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sagacity._codec import decode_result, describe_error, encode_result
+from sagacity._compensation import CompensationCall
+from sagacity.consumers.compensation import _failpoints
+from sagacity.consumers.compensation._claims import ClaimStatus, ClaimStore
+from sagacity.errors import CompensationInDoubtError, CompensationTimeoutError
+
+log = logging.getLogger("sagacity.compensation")
+
+MAX_RESULT_CHARS = 65_536
+"""A longer undo result is journaled truncated (the undo ran; its result must fit an event)."""
+
+
+def sanitize_result(value: object) -> object:
+    """A value the journal can always record, whatever the undo returned.
+
+    An undo that returned garbage (an object whose ``repr`` raises, a huge value) has still
+    run: its outcome is ``COMPENSATED`` with a description in place of the value.
+    """
+    try:
+        text, _ = encode_result(value)
+    except Exception as exc:
+        return f"<unrepresentable result of type {type(value).__name__}: {describe_error(exc)}>"
+    if len(text) > MAX_RESULT_CHARS:
+        return f"<result of type {type(value).__name__} truncated>{text[:MAX_RESULT_CHARS]}"
+    return value
+
+
+class ClaimingInvoker:
+    """Makes one undo call for the runner: claimed first, bounded in time, recorded.
+
+    Args:
+        claims: the claim store.
+        timeout_s: the longest an undo may run.
+        on_call: told ``(call, seconds, outcome)`` after each call (for metrics).
+        on_start: told when an undo call is about to start (for the latency metric).
+    """
+
+    def __init__(
+        self,
+        claims: ClaimStore,
+        *,
+        timeout_s: float,
+        on_call: Callable[[CompensationCall, float, str], None] | None = None,
+        on_start: Callable[[CompensationCall], None] | None = None,
+    ) -> None:
+        self._claims = claims
+        self._timeout = timeout_s
+        self._on_call = on_call
+        self._on_start = on_start
+
+    def __call__(self, call: CompensationCall) -> Any:
+        _failpoints.reach("after_intent")
+        claim = self._claims.claim(
+            call.saga_id, call.seq, target=call.target, key=call.idempotency_key
+        )
+        if claim.status is ClaimStatus.COMPENSATED:
+            log.info(
+                "step already compensated by an earlier attempt; not called again",
+                extra={"saga_id": call.saga_id, "seq": call.seq},
+            )
+            return decode_result(claim.result, claim.result_encoding)
+        if not claim.fresh:
+            in_doubt = claim.status in (ClaimStatus.CLAIMED, ClaimStatus.TIMED_OUT)
+            if in_doubt and not call.idempotent:
+                raise CompensationInDoubtError(
+                    f"an earlier attempt of {call.target} for step {call.seq} "
+                    f"({claim.status.value.lower()}, attempt {claim.attempts}) may have taken "
+                    "effect and the compensation is not declared idempotent; needs a person",
+                    saga_id=call.saga_id,
+                    seq=call.seq,
+                )
+            self._claims.restart(call.saga_id, call.seq)
+        _failpoints.reach("after_claim")
+        if self._on_start is not None:
+            self._on_start(call)
+        started = time.monotonic()
+        try:
+            value = self._call(call)
+        except CompensationTimeoutError as exc:
+            self._claims.record(
+                call.saga_id, call.seq, ClaimStatus.TIMED_OUT, error=describe_error(exc)
+            )
+            self._report(call, started, "timeout")
+            raise
+        except BaseException as exc:
+            self._claims.record(
+                call.saga_id, call.seq, ClaimStatus.FAILED, error=describe_error(exc)
+            )
+            self._report(call, started, "error")
+            raise
+        _failpoints.reach("after_call")
+        value = sanitize_result(value)
+        text, encoding = encode_result(value)
+        self._claims.record(
+            call.saga_id,
+            call.seq,
+            ClaimStatus.COMPENSATED,
+            result=text,
+            result_encoding=encoding,
+        )
+        self._report(call, started, "compensated")
+        _failpoints.reach("after_record")
+        return value
+
+    def _report(self, call: CompensationCall, started: float, outcome: str) -> None:
+        if self._on_call is not None:
+            self._on_call(call, time.monotonic() - started, outcome)
+
+    def _call(self, call: CompensationCall) -> Any:
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                box["value"] = call.invoke()
+            except BaseException as exc:  # handed to the waiting thread
+                box["error"] = exc
+            finally:
+                done.set()
+
+        # A daemon thread: a hung undo cannot be stopped, only stopped waiting for.
+        worker = threading.Thread(
+            target=run, name=f"undo-{call.idempotency_key}", daemon=True
+        )
+        worker.start()
+        if not done.wait(self._timeout):
+            raise CompensationTimeoutError(
+                f"{call.target} for step {call.seq} did not return within {self._timeout:g}s",
+                saga_id=call.saga_id,
+                seq=call.seq,
+            )
+        if "error" in box:
+            raise box["error"]
+        return box.get("value")
