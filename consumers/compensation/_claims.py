@@ -26,8 +26,8 @@ from sagacity.errors import PersistenceError
 
 TABLE = "sagacity_compensation_claims"
 
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS {TABLE} (
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS {table} (
     saga_id          text        NOT NULL,
     step_seq         integer     NOT NULL,
     target           text        NOT NULL,
@@ -79,6 +79,11 @@ class Claim:
     fresh: bool = False
 
 
+def _q(text: str) -> sql.Composed:
+    """``text`` with ``{table}`` bound to the claims table (an identifier, never a value)."""
+    return sql.SQL(text).format(table=sql.Identifier(TABLE))
+
+
 def _persistence(action: str, exc: BaseException) -> PersistenceError:
     error = PersistenceError(f"claims database: {action} failed: {exc}")
     error.__cause__ = exc
@@ -119,7 +124,7 @@ class ClaimStore:
             PersistenceError: the database could not be reached or refused.
         """
         try:
-            self._conn().execute(sql.SQL(_SCHEMA))  # type: ignore[arg-type]
+            self._conn().execute(_q(_SCHEMA))
         except psycopg.Error as exc:
             raise _persistence("creating the claims table", exc) from exc
 
@@ -138,9 +143,7 @@ class ClaimStore:
         try:
             row = (
                 self._conn()
-                .execute(
-                    "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (_LOCK_SPACE, saga_id)
-                )
+                .execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (_LOCK_SPACE, saga_id))
                 .fetchone()
             )
         except psycopg.Error as exc:
@@ -168,9 +171,11 @@ class ClaimStore:
         conn = self._conn()
         try:
             row = conn.execute(
-                f"INSERT INTO {TABLE} (saga_id, step_seq, target, idempotency_key, instance, "
-                "status) VALUES (%s, %s, %s, %s, %s, 'CLAIMED') "
-                "ON CONFLICT (saga_id, step_seq) DO NOTHING RETURNING attempts",
+                _q(
+                    "INSERT INTO {table} (saga_id, step_seq, target, idempotency_key, instance, "
+                    "status) VALUES (%s, %s, %s, %s, %s, 'CLAIMED') "
+                    "ON CONFLICT (saga_id, step_seq) DO NOTHING RETURNING attempts"
+                ),
                 (saga_id, step_seq, target, key, self._instance),
             ).fetchone()
             if row is not None:
@@ -182,8 +187,10 @@ class ClaimStore:
                     fresh=True,
                 )
             found = conn.execute(
-                f"SELECT status, attempts, result, result_encoding FROM {TABLE} "
-                "WHERE saga_id = %s AND step_seq = %s",
+                _q(
+                    "SELECT status, attempts, result, result_encoding FROM {table} "
+                    "WHERE saga_id = %s AND step_seq = %s"
+                ),
                 (saga_id, step_seq),
             ).fetchone()
         except psycopg.Error as exc:
@@ -200,11 +207,11 @@ class ClaimStore:
 
     def restart(self, saga_id: str, step_seq: int) -> None:
         """Record that the step's undo is being started again."""
-        self._update(
-            "attempts = attempts + 1, status = 'CLAIMED', instance = %s, error = NULL",
-            (self._instance,),
-            saga_id,
-            step_seq,
+        self._execute(
+            "recording a restart",
+            "UPDATE {table} SET attempts = attempts + 1, status = 'CLAIMED', instance = %s, "
+            "error = NULL WHERE saga_id = %s AND step_seq = %s",
+            (self._instance, saga_id, step_seq),
         )
 
     def record(
@@ -218,23 +225,18 @@ class ClaimStore:
         error: str | None = None,
     ) -> None:
         """Record how the step's undo ended."""
-        self._update(
-            "status = %s, result = %s, result_encoding = %s, error = %s, finished_at = now()",
-            (status.value, result, result_encoding, error),
-            saga_id,
-            step_seq,
+        self._execute(
+            "recording an outcome",
+            "UPDATE {table} SET status = %s, result = %s, result_encoding = %s, error = %s, "
+            "finished_at = now() WHERE saga_id = %s AND step_seq = %s",
+            (status.value, result, result_encoding, error, saga_id, step_seq),
         )
 
-    def _update(
-        self, assignments: str, params: tuple[object, ...], saga_id: str, step_seq: int
-    ) -> None:
+    def _execute(self, action: str, query: str, params: tuple[object, ...]) -> None:
         try:
-            self._conn().execute(
-                f"UPDATE {TABLE} SET {assignments} WHERE saga_id = %s AND step_seq = %s",
-                (*params, saga_id, step_seq),
-            )
+            self._conn().execute(_q(query), params)
         except psycopg.Error as exc:
-            raise _persistence("recording a step", exc) from exc
+            raise _persistence(action, exc) from exc
 
     def claims(self, saga_id: str) -> list[Claim]:
         """Every claim of the saga, by step."""
@@ -242,8 +244,10 @@ class ClaimStore:
             rows = (
                 self._conn()
                 .execute(
-                    f"SELECT step_seq, status, attempts, result, result_encoding, error FROM {TABLE} "
-                    "WHERE saga_id = %s ORDER BY step_seq",
+                    _q(
+                        "SELECT step_seq, status, attempts, result, result_encoding, error "
+                        "FROM {table} WHERE saga_id = %s ORDER BY step_seq"
+                    ),
                     (saga_id,),
                 )
                 .fetchall()

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Mapping
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from sagacity.errors import JournalUnavailableError
 
@@ -48,7 +48,9 @@ class DeadLetters:
         timeout_s: the longest one publication waits.
     """
 
-    def __init__(self, config: Mapping[str, str], topic: str, *, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, config: Mapping[str, str | int | float | bool], topic: str, *, timeout_s: float = 10.0
+    ) -> None:
         self.topic = topic
         self._timeout = timeout_s
         self._producer = Producer(
@@ -62,7 +64,9 @@ class DeadLetters:
             JournalUnavailableError: the broker did not acknowledge in time (the caller keeps
                 the message's offset uncommitted and tries again).
         """
-        headers: list[tuple[str, str | bytes | None]] = list(message.headers() or [])
+        original = message.headers() or []
+        items = original.items() if isinstance(original, dict) else original
+        headers: list[tuple[str, str | bytes | None]] = list(items)
         headers += [
             (REASON_HEADER, reason.encode()),
             (DETAIL_HEADER, detail.encode("utf-8", "replace")),

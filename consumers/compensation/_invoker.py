@@ -141,9 +141,7 @@ class ClaimingInvoker:
                 done.set()
 
         # A daemon thread: a hung undo cannot be stopped, only stopped waiting for.
-        worker = threading.Thread(
-            target=run, name=f"undo-{call.idempotency_key}", daemon=True
-        )
+        worker = threading.Thread(target=run, name=f"undo-{call.idempotency_key}", daemon=True)
         worker.start()
         if not done.wait(self._timeout):
             raise CompensationTimeoutError(

@@ -9,6 +9,7 @@ flight is always written: the rebalance waits for it (see the service's ``on_rev
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+
 from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity.consumers.compensation import _failpoints
 from sagacity.journal import ApprovalRequest, Journal
@@ -53,8 +54,10 @@ class ServiceJournal:
 
     def _finishes_step(self, draft: EntryDraft) -> bool:
         ref = draft.attributes.get("ref_seq")
-        return draft.event_type in _OUTCOMES and ref is not None and (
-            self._in_flight.get(draft.saga_id) == int(ref)
+        return (
+            draft.event_type in _OUTCOMES
+            and ref is not None
+            and (self._in_flight.get(draft.saga_id) == int(ref))
         )
 
     def append(self, draft: EntryDraft, *, durable: bool = True) -> JournalEntry:

@@ -101,7 +101,7 @@ class HealthServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: object) -> None:
                 del format, args  # probes every few seconds would drown the service's logs
 
         self._server = ThreadingHTTPServer((host, port), Handler)

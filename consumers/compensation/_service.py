@@ -215,7 +215,7 @@ class CompensationService:
         """Ask the service to stop: the step in flight finishes, then :meth:`run` returns."""
         self._stopping.set()
 
-    def _base_config(self) -> dict[str, str]:
+    def _base_config(self) -> dict[str, str | int | float | bool]:
         return {"bootstrap.servers": self.settings.bootstrap_servers, **self.settings.client}
 
     def start(self) -> None:
@@ -259,7 +259,10 @@ class CompensationService:
         )
         if s.http_port is not None:
             self._http = HealthServer(
-                s.http_host, s.http_port, metrics=self.metrics, healthy=self._healthy,
+                s.http_host,
+                s.http_port,
+                metrics=self.metrics,
+                healthy=self._healthy,
                 ready=self._ready,
             )
             self._http.start()
@@ -406,8 +409,12 @@ class CompensationService:
                 if part.commit_at is not None and part.commit_at != part.committed:
                     offsets.append(TopicPartition(self.settings.topic, part.number, part.commit_at))
                     part.committed = part.commit_at
-        if offsets:
-            consumer.commit(offsets=offsets, asynchronous=asynchronous)
+        if not offsets:
+            return
+        if asynchronous:
+            consumer.commit(offsets=offsets, asynchronous=True)
+        else:
+            consumer.commit(offsets=offsets, asynchronous=False)
 
     def _update_lag(self) -> None:
         consumer = self._consumer
@@ -460,7 +467,9 @@ class CompensationService:
             part.jobs.add(job)
         job.add_done_callback(lambda f: self._finished(work, f))
 
-    def _dead_letter_now(self, message: Message, part: _Partition, reason: str, detail: str) -> None:
+    def _dead_letter_now(
+        self, message: Message, part: _Partition, reason: str, detail: str
+    ) -> None:
         assert self._dead is not None
         offset = message.offset() or 0
         while not self._stopping.is_set():
@@ -613,7 +622,8 @@ class CompensationService:
 
     def _reconcile(self, saga_id: str, entries: Sequence[JournalEntry]) -> Sequence[JournalEntry]:
         """Journal outcomes the claims know of but the chain lacks (a crash in between)."""
-        assert self._journal is not None and self._kafka is not None
+        assert self._journal is not None
+        assert self._kafka is not None
         last: dict[int, JournalEntry] = {}
         for entry in entries:
             if entry.ref_seq is not None and entry.event_type in (
@@ -671,9 +681,7 @@ class CompensationService:
         if requested is not None:
             latency = max(0.0, time.time() - requested / 1_000_000)
             self.metrics.start_latency.observe(latency)
-        log.info(
-            "calling %s", call.target, extra={"saga_id": call.saga_id, "seq": call.seq}
-        )
+        log.info("calling %s", call.target, extra={"saga_id": call.saga_id, "seq": call.seq})
 
     def _called(self, call: CompensationCall, seconds: float, outcome: str) -> None:
         self.metrics.duration.observe(seconds)

@@ -25,8 +25,7 @@ def resolve(target: str) -> Any:
         obj: Any = importlib.import_module(module_name)
     except Exception as exc:  # any import-time error is the target's fault
         raise ToolLoadError(
-            f"tools target {target!r}: cannot import {module_name!r}: "
-            f"{type(exc).__name__}: {exc}"
+            f"tools target {target!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc}"
         ) from exc
     for part in attr_path.split("."):
         try:

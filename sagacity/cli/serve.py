@@ -11,7 +11,10 @@ import importlib
 import click
 
 # (module, attribute) of each service command, registered in this order.
-_SERVICES: tuple[tuple[str, str], ...] = (("sagacity.cli.serve_archive", "archive"),)
+_SERVICES: tuple[tuple[str, str], ...] = (
+    ("sagacity.cli.serve_archive", "archive"),
+    ("sagacity.cli.serve_compensation", "compensation"),
+)
 
 
 @click.group()

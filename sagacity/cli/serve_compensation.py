@@ -1,0 +1,152 @@
+"""``sagacity serve compensation``: the compensation service."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command()
+@click.option(
+    "--tools",
+    "tools",
+    multiple=True,
+    required=True,
+    metavar="package.module:attr",
+    help="Tools (and their compensations) to compensate with; repeat for several.",
+)
+@click.option(
+    "--bootstrap-servers",
+    envvar=["SAGACITY_COMPENSATION_BOOTSTRAP_SERVERS", "SAGACITY_BOOTSTRAP_SERVERS"],
+    required=True,
+    help="Kafka bootstrap servers.",
+)
+@click.option(
+    "--database-url",
+    envvar=["SAGACITY_COMPENSATION_DATABASE_URL", "SAGACITY_DATABASE_URL"],
+    required=True,
+    help="libpq URL or conninfo of the claims database.",
+)
+@click.option(
+    "--topic",
+    envvar=["SAGACITY_COMPENSATION_TOPIC", "SAGACITY_TOPIC"],
+    default="sagacity.journal",
+    show_default=True,
+)
+@click.option(
+    "--group",
+    envvar="SAGACITY_COMPENSATION_GROUP",
+    default="sagacity-compensation",
+    show_default=True,
+    help="Consumer group shared by every instance.",
+)
+@click.option(
+    "--instance-id",
+    envvar="SAGACITY_COMPENSATION_INSTANCE_ID",
+    default=None,
+    help="Stable id of this replica (static group membership).",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=float,
+    envvar="SAGACITY_COMPENSATION_TIMEOUT_S",
+    default=30.0,
+    show_default=True,
+    help="Seconds one compensation may run before it is journaled COMPENSATION_FAILED.",
+)
+@click.option(
+    "--concurrency",
+    type=int,
+    envvar="SAGACITY_COMPENSATION_CONCURRENCY",
+    default=4,
+    show_default=True,
+    help="Sagas compensated at once.",
+)
+@click.option(
+    "--handoff-grace",
+    type=float,
+    envvar="SAGACITY_COMPENSATION_HANDOFF_GRACE_S",
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait for the requesting run's SAGA_ENDED.",
+)
+@click.option(
+    "--http-port",
+    type=int,
+    envvar="SAGACITY_COMPENSATION_HTTP_PORT",
+    default=None,
+    help="Serve /healthz, /readyz and /metrics on this port (0: any free port).",
+)
+@click.option(
+    "--http-host", envvar="SAGACITY_COMPENSATION_HTTP_HOST", default="127.0.0.1", show_default=True
+)
+@click.option("--dlq-topic", envvar="SAGACITY_COMPENSATION_DLQ_TOPIC", default=None)
+@click.option(
+    "--log-level", envvar="SAGACITY_COMPENSATION_LOG_LEVEL", default="INFO", show_default=True
+)
+def compensation(
+    tools: tuple[str, ...],
+    bootstrap_servers: str,
+    database_url: str,
+    topic: str,
+    group: str,
+    instance_id: str | None,
+    timeout_s: float,
+    concurrency: int,
+    handoff_grace: float,
+    http_port: int | None,
+    http_host: str,
+    dlq_topic: str | None,
+    log_level: str,
+) -> None:
+    """Compensate failed, rejected and expired sagas from the journal, exactly once.
+
+    Librdkafka settings come from SAGACITY_KAFKA_<KEY_WITH_UNDERSCORES> variables.
+    """
+    import os
+    import signal
+
+    from pydantic import ValidationError
+
+    from sagacity.consumers.compensation import CompensationService, CompensationSettings
+    from sagacity.consumers.compensation._logging import configure
+    from sagacity.errors import SagacityError
+
+    configure(log_level.upper())
+    client = {
+        var.removeprefix("SAGACITY_KAFKA_").lower().replace("_", "."): value
+        for var, value in os.environ.items()
+        if var.startswith("SAGACITY_KAFKA_") and var != "SAGACITY_KAFKA_"
+    }
+    try:
+        settings = CompensationSettings(
+            bootstrap_servers=bootstrap_servers,
+            database_url=database_url,
+            tools=tools,
+            topic=topic,
+            group_id=group,
+            instance_id=instance_id,
+            compensation_timeout_s=timeout_s,
+            concurrency=concurrency,
+            handoff_grace_s=handoff_grace,
+            http_host=http_host,
+            http_port=http_port,
+            dlq_topic=dlq_topic,
+            client=client,
+        )
+        service = CompensationService(settings)
+    except ValidationError as exc:
+        raise click.ClickException(f"invalid settings: {exc}") from exc
+    except SagacityError as exc:
+        raise click.ClickException(exc.message) from exc
+
+    def stop(signum: int, _frame: object) -> None:
+        del signum
+        service.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        service.run()
+    except SagacityError as exc:
+        raise click.ClickException(exc.message) from exc
