@@ -22,6 +22,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -34,7 +35,7 @@ from sagacity._result import SagaResult, SagaStatus
 from sagacity._saga import Sagacity
 from sagacity.chain import verify
 from sagacity.consumers.compensation import _failpoints
-from sagacity.consumers.compensation._claims import ClaimStatus, ClaimStore
+from sagacity.consumers.compensation._claims import Claim, ClaimStatus, ClaimStore
 from sagacity.consumers.compensation._deadletter import DeadLetters, ensure_topic
 from sagacity.consumers.compensation._invoker import ClaimingInvoker
 from sagacity.consumers.compensation._journal import Revoked, ServiceJournal
@@ -50,6 +51,9 @@ from sagacity.producer import ForkKind, KafkaJournal, SagaRead
 from sagacity.schemas import decode_entry
 
 log = logging.getLogger("sagacity.compensation")
+
+WRITER_PREFIX = "sagacity-compensation/"
+"""Every instance's writer id starts with it (the claim protocol is in force for its events)."""
 
 _FINAL = frozenset(s.value for s in SagaStatus if s is not SagaStatus.COMPENSATION_PENDING)
 _REASONS = frozenset(
@@ -176,7 +180,7 @@ class CompensationService:
     def __init__(self, settings: CompensationSettings) -> None:
         self.settings = settings
         self.instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}"
-        self.writer_id = f"sagacity-compensation/{self.instance}/{uuid.uuid4().hex[:8]}"
+        self.writer_id = f"{WRITER_PREFIX}{self.instance}/{uuid.uuid4().hex[:8]}"
         self.metrics = Metrics()
         self._stopping = threading.Event()
         self._lock = threading.RLock()
@@ -639,41 +643,61 @@ class CompensationService:
         if not open_steps:
             return entries
         wrote = False
-        for claim in self._claims.claims(saga_id):
-            intent = open_steps.get(claim.step_seq)
-            if intent is None or claim.status not in (ClaimStatus.COMPENSATED, ClaimStatus.FAILED):
+        claims = {claim.step_seq: claim for claim in self._claims.claims(saga_id)}
+        for seq, intent in sorted(open_steps.items()):
+            claim = claims.get(seq)
+            draft = self._recorded_outcome(saga_id, seq, intent, claim)
+            if draft is None:
                 continue
-            if claim.status is ClaimStatus.COMPENSATED:
-                draft = EntryDraft(
-                    saga_id=saga_id,
-                    event_type=EventType.COMPENSATED,
-                    tool=intent.tool,
-                    result=claim.result,
-                    actor=self.writer_id,
-                    attributes={
-                        attr.REF_SEQ: str(claim.step_seq),
-                        attr.RESULT_ENCODING: claim.result_encoding or "text",
-                    },
-                )
-            else:
-                draft = EntryDraft(
-                    saga_id=saga_id,
-                    event_type=EventType.COMPENSATION_FAILED,
-                    tool=intent.tool,
-                    error=claim.error or "the compensation failed",
-                    actor=self.writer_id,
-                    attributes={attr.REF_SEQ: str(claim.step_seq), attr.CAUSE: "error"},
-                )
             self._guard(saga_id)
             self._journal.append(draft, durable=True)
             log.info(
-                "journaled the recorded outcome of an interrupted step",
-                extra={"saga_id": saga_id, "seq": claim.step_seq, "status": claim.status.value},
+                "journaled the known outcome of an interrupted step: %s",
+                draft.event_type.value,
+                extra={"saga_id": saga_id, "seq": seq},
             )
             wrote = True
         if not wrote:
             return entries
         return self._kafka.read(saga_id).entries
+
+    def _recorded_outcome(
+        self, saga_id: str, seq: int, intent: JournalEntry, claim: Claim | None
+    ) -> EntryDraft | None:
+        """The outcome the claim proves for a step whose intent has none on the chain."""
+
+        def make(event: EventType, **fields: Any) -> EntryDraft:
+            return EntryDraft(
+                saga_id=saga_id, event_type=event, tool=intent.tool, actor=self.writer_id, **fields
+            )
+
+        if claim is None:
+            if not (intent.actor or "").startswith(WRITER_PREFIX):
+                return None  # not written under the claim protocol: nothing is proven
+            return make(
+                EventType.COMPENSATION_FAILED,
+                error=(
+                    "interrupted after COMPENSATION_INTENT and before the undo was called "
+                    "(no claim was written); it is tried again"
+                ),
+                attributes={attr.REF_SEQ: str(seq), attr.CAUSE: "error"},
+            )
+        if claim.status is ClaimStatus.COMPENSATED:
+            return make(
+                EventType.COMPENSATED,
+                result=claim.result,
+                attributes={
+                    attr.REF_SEQ: str(seq),
+                    attr.RESULT_ENCODING: claim.result_encoding or "text",
+                },
+            )
+        if claim.status is ClaimStatus.FAILED:
+            return make(
+                EventType.COMPENSATION_FAILED,
+                error=claim.error or "the compensation failed",
+                attributes={attr.REF_SEQ: str(seq), attr.CAUSE: "error"},
+            )
+        return None  # CLAIMED / TIMED_OUT: the call may have acted; the runner decides
 
     # --- metrics hooks -------------------------------------------------------------------
     def _starting(self, call: CompensationCall) -> None:

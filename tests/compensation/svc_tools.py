@@ -58,7 +58,9 @@ class Shop:
             )
             with conn.transaction():
                 if idempotent:
-                    conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (ctx.idempotency_key,))
+                    conn.execute(
+                        "SELECT pg_advisory_xact_lock(hashtext(%s))", (ctx.idempotency_key,)
+                    )
                     seen = conn.execute(
                         "SELECT 1 FROM undo_effects WHERE key = %s", (ctx.idempotency_key,)
                     ).fetchone()
@@ -70,7 +72,8 @@ class Shop:
                         )
                 else:
                     conn.execute(
-                        "INSERT INTO undo_effects (saga_id, seq, tool, key) VALUES (%s, %s, %s, %s)",
+                        "INSERT INTO undo_effects (saga_id, seq, tool, key) "
+                        "VALUES (%s, %s, %s, %s)",
                         (ctx.saga_id, ctx.seq, ctx.tool, ctx.idempotency_key),
                     )
         slow = float(os.environ.get("SVC_TOOLS_SLOW_S", "0") or 0)

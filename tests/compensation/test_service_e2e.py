@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from sagacity import EventType, SagaStatus, Sagacity, verify
+from sagacity import EventType, Sagacity, SagaStatus, verify
 from sagacity.producer import KafkaJournal
 from tests.compensation.conftest import Lane
 
