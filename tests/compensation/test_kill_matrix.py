@@ -90,7 +90,9 @@ def _run_lane(lane: Lane, index: int) -> list[str]:
                 if _all_ended(reader, sagas):
                     break
                 time.sleep(0.05)
-            kills.append(f"{point}:{arrival}" if service.marker and service.marker.exists() else "-")
+            kills.append(
+                f"{point}:{arrival}" if service.marker and service.marker.exists() else "-"
+            )
         service.kill()
     final = lane.start("--instance-id", "replica-0")
     deadline = time.monotonic() + 90
