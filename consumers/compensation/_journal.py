@@ -25,14 +25,15 @@ class ServiceJournal:
     """A :class:`~sagacity.Journal` delegating to ``inner``, with the service's guard.
 
     Args:
-        inner: the Kafka journal.
+        inner: returns the journal to write through (the service gives each worker thread a
+            Kafka journal of its own, so partition reads run in parallel).
         may_write: ``may_write(saga_id)`` is ``True`` while this instance may start a step.
         on_append: told about every entry written.
     """
 
     def __init__(
         self,
-        inner: Journal,
+        inner: Callable[[], Journal],
         *,
         may_write: Callable[[str], bool],
         on_append: Callable[[JournalEntry], None] | None = None,
@@ -45,8 +46,8 @@ class ServiceJournal:
 
     @property
     def inner(self) -> Journal:
-        """The journal written through."""
-        return self._inner
+        """The journal this thread writes through."""
+        return self._inner()
 
     def preload(self, saga_id: str, entries: Sequence[JournalEntry]) -> None:
         """Serve ``entries`` for the next :meth:`entries` call on ``saga_id`` (just read)."""
@@ -69,7 +70,7 @@ class ServiceJournal:
         finishing = self._finishes_step(draft)
         if not finishing and not self._may_write(draft.saga_id):
             raise Revoked(f"no longer the owner of saga {draft.saga_id!r}")
-        entry = self._inner.append(draft, durable=True)
+        entry = self._inner().append(draft, durable=True)
         if draft.event_type is EventType.COMPENSATION_INTENT and entry.ref_seq is not None:
             self._in_flight[draft.saga_id] = entry.ref_seq
         elif finishing:
@@ -86,19 +87,18 @@ class ServiceJournal:
 
     def flush(self, timeout: float | None = None) -> None:
         """Flush the inner journal."""
-        self._inner.flush(timeout)
+        self._inner().flush(timeout)
 
     def entries(self, saga_id: str) -> Sequence[JournalEntry]:
         """The preloaded chain once, else the inner journal's."""
         preloaded = self._preloaded.pop(saga_id, None)
         if preloaded is not None:
             return preloaded
-        return self._inner.entries(saga_id)
+        return self._inner().entries(saga_id)
 
     def pending_approvals(self, saga_id: str | None = None) -> Sequence[ApprovalRequest]:
         """The inner journal's."""
-        return self._inner.pending_approvals(saga_id)
+        return self._inner().pending_approvals(saga_id)
 
     def close(self) -> None:
-        """Close the inner journal."""
-        self._inner.close()
+        """Nothing: the service closes the journals it made."""

@@ -130,6 +130,7 @@ class _Work:
     message: Message
     entry: JournalEntry
     partition: _Partition
+    deadline: float
 
     @property
     def offset(self) -> int:
@@ -188,9 +189,12 @@ class CompensationService:
         self._completions: queue.SimpleQueue[tuple[_Partition, int, bool]] = queue.SimpleQueue()
         self._saga_locks: dict[str, threading.Lock] = {}
         self._joined = False
+        self._awaiting: dict[str, _Work] = {}
         self._last_loop = time.monotonic()
         self._first_call: dict[str, int] = {}
         self._kafka: KafkaJournal | None = None
+        self._journals: list[KafkaJournal] = []
+        self._local = threading.local()
         self._journal: ServiceJournal | None = None
         # Tools first: an un-importable target must fail before anything connects.
         self._sagacity = Sagacity(compensation="delegated", writer_id=self.writer_id)
@@ -230,10 +234,8 @@ class CompensationService:
         """
         s = self.settings
         self._claims.ensure_schema()
-        self._kafka = KafkaJournal(
-            s.bootstrap_servers, topic=s.topic, client=dict(s.client), writer_id=self.writer_id
-        )
-        self._journal = ServiceJournal(self._kafka, may_write=self._may_write)
+        self._kafka = self._new_journal()
+        self._journal = ServiceJournal(self._thread_journal, may_write=self._may_write)
         self._sagacity = Sagacity(
             journal=self._journal, compensation="delegated", writer_id=self.writer_id
         )
@@ -275,6 +277,23 @@ class CompensationService:
             extra={"instance": self.instance, "reason": ",".join(self.tool_names)},
         )
 
+    def _new_journal(self) -> KafkaJournal:
+        s = self.settings
+        journal = KafkaJournal(
+            s.bootstrap_servers, topic=s.topic, client=dict(s.client), writer_id=self.writer_id
+        )
+        with self._lock:
+            self._journals.append(journal)
+        return journal
+
+    def _thread_journal(self) -> KafkaJournal:
+        """This worker thread's journal: each has its own reader, so reads run in parallel."""
+        journal: KafkaJournal | None = getattr(self._local, "journal", None)
+        if journal is None:
+            journal = self._new_journal()
+            self._local.journal = journal
+        return journal
+
     def run(self) -> None:
         """Start, then consume until :meth:`stop`; finishes the steps in flight and returns."""
         self.start()
@@ -286,6 +305,7 @@ class CompensationService:
             while not self._stopping.is_set():
                 self._last_loop = time.monotonic()
                 self._drain()
+                self._submit_expired()
                 busy = self._in_flight() >= self.settings.concurrency * 8
                 if busy != paused:
                     assignment = consumer.assignment()
@@ -315,7 +335,7 @@ class CompensationService:
                 self._commit(asynchronous=False)
             consumer.close()
         self._executor.shutdown(wait=True)
-        for closer in (self._dead, self._kafka, self._claims, self._http):
+        for closer in (self._dead, *self._journals, self._claims, self._http):
             if closer is not None:
                 with contextlib.suppress(Exception):
                     if isinstance(closer, HealthServer):
@@ -351,6 +371,9 @@ class CompensationService:
 
     def _release(self, partitions: list[TopicPartition], *, commit: bool) -> None:
         numbers = {tp.partition for tp in partitions}
+        for saga, work in list(self._awaiting.items()):
+            if work.partition.number in numbers:
+                del self._awaiting[saga]  # uncommitted: the next owner sees it again
         with self._lock:
             parts = [self._parts[n] for n in numbers if n in self._parts]
             for part in parts:
@@ -461,13 +484,41 @@ class CompensationService:
         except SerializationError as exc:
             self._dead_letter_now(message, part, "undecodable", exc.message)
             return
+        if entry.event_type is EventType.COMPENSATION_REQUESTED:
+            work = _Work(
+                message=message,
+                entry=entry,
+                partition=part,
+                deadline=time.monotonic() + self.settings.handoff_grace_s,
+            )
+            # Act once the requesting run's SAGA_ENDED follows (its message comes next), so
+            # that run never loses the race for its last seq; or when the grace runs out.
+            replaced = self._awaiting.pop(entry.saga_id, None)
+            if replaced is not None:
+                self._completions.put((replaced.partition, replaced.offset, True))
+            self._awaiting[entry.saga_id] = work
+        elif entry.event_type is EventType.SAGA_ENDED:
+            waiting = self._awaiting.get(entry.saga_id)
+            if waiting is not None and entry.result == SagaStatus.COMPENSATION_PENDING.value:
+                self._submit(self._awaiting.pop(entry.saga_id))
         if entry.event_type is not EventType.COMPENSATION_REQUESTED:
             self._completions.put((part, offset, True))
-            return
-        work = _Work(message=message, entry=entry, partition=part)
-        self.metrics.in_flight.inc()
-        job = self._executor.submit(self._job, work)
+
+    def _submit_expired(self) -> None:
+        now = time.monotonic()
+        for saga, work in list(self._awaiting.items()):
+            if work.deadline <= now:
+                del self._awaiting[saga]
+                self._submit(work)
+
+    def _submit(self, work: _Work) -> None:
+        part = work.partition
         with self._lock:
+            if self._parts.get(part.number) is not part or part.revoking:
+                return
+            self.metrics.in_flight.inc()
+            # Registered before the job can finish, so its completion always finds it.
+            job = self._executor.submit(self._job, work)
             part.jobs.add(job)
         job.add_done_callback(lambda f: self._finished(work, f))
 
@@ -552,8 +603,7 @@ class CompensationService:
 
     def _read(self, work: _Work) -> SagaRead:
         """The saga's chain, refused (``_Poison``) unless the request is on it and it verifies."""
-        assert self._kafka is not None
-        read = self._kafka.read(work.entry.saga_id)
+        read = self._thread_journal().read(work.entry.saga_id)
         for rejected in read.rejected:
             if rejected.kind in (ForkKind.EDITED, ForkKind.FOREIGN):
                 raise _Poison(
@@ -582,28 +632,26 @@ class CompensationService:
 
     def _compensate(self, work: _Work) -> None:
         saga = work.entry.saga_id
-        try:
-            read = self._read(work)
-        except _Duplicate:
-            return
-        if pending_request(read.entries) is None:
-            return
-        # The run that requested compensation ends with SAGA_ENDED right after; writing before
-        # it lands would make that run lose the race for the seq.
-        deadline = time.monotonic() + self.settings.handoff_grace_s
-        while (
-            read.entries[-1].event_type is EventType.COMPENSATION_REQUESTED
-            and time.monotonic() < deadline
-        ):
-            time.sleep(0.005)
-            self._guard(saga)
-            read = self._read(work)
         while not self._claims.try_lock_saga(saga):
             # Another instance is compensating it (a rebalance in progress): wait for it.
             self._guard(saga)
             time.sleep(0.05)
         try:
-            read = self._read(work)
+            try:
+                read = self._read(work)
+            except _Duplicate:
+                return
+            # Normally the requesting run's SAGA_ENDED is on the chain already (the consumer
+            # waits for its message); when that run died before writing it, wait out the grace
+            # so a late SAGA_ENDED cannot lose the race for its seq.
+            deadline = work.deadline
+            while (
+                read.entries[-1].event_type is EventType.COMPENSATION_REQUESTED
+                and time.monotonic() < deadline
+            ):
+                time.sleep(0.01)
+                self._guard(saga)
+                read = self._read(work)
             request = pending_request(read.entries)
             if request is None:
                 return
@@ -627,7 +675,6 @@ class CompensationService:
     def _reconcile(self, saga_id: str, entries: Sequence[JournalEntry]) -> Sequence[JournalEntry]:
         """Journal outcomes the claims know of but the chain lacks (a crash in between)."""
         assert self._journal is not None
-        assert self._kafka is not None
         last: dict[int, JournalEntry] = {}
         for entry in entries:
             if entry.ref_seq is not None and entry.event_type in (
@@ -659,7 +706,7 @@ class CompensationService:
             wrote = True
         if not wrote:
             return entries
-        return self._kafka.read(saga_id).entries
+        return self._thread_journal().read(saga_id).entries
 
     def _recorded_outcome(
         self, saga_id: str, seq: int, intent: JournalEntry, claim: Claim | None
