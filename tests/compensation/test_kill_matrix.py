@@ -127,8 +127,8 @@ def _check_lane(lane: Lane, reader: KafkaJournal, sagas: list[str]) -> None:
             assert effects[step] == 1, (step, effects[step], calls[step])
             assert last[executed[tool]] is E.COMPENSATED
         step = (saga, executed["reserve"], "reserve")
-        assert calls[step] <= 1, (step, calls[step])
-        assert effects[step] == calls[step]
+        # A kill inside the undo may land between its call row and its effect row.
+        assert effects[step] <= calls[step] <= 1, (step, effects[step], calls[step])
         if last[executed["reserve"]] is E.COMPENSATED:
             assert effects[step] == 1
             assert outcome.status is SagaStatus.COMPENSATED

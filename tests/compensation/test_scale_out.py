@@ -31,7 +31,7 @@ def test_a_rebalance_mid_compensation_never_compensates_a_step_twice(
 ) -> None:
     lane = make_lane(partitions=4)
     agent = lane.agent()
-    sagas = [f"rebalance-{n}-{uuid.uuid4().hex[:6]}" for n in range(10)]
+    sagas = [f"rebalance-{n}-{uuid.uuid4().hex[:6]}" for n in range(12)]
     for n, saga in enumerate(sagas):
         fail_after(
             agent,
@@ -40,10 +40,10 @@ def test_a_rebalance_mid_compensation_never_compensates_a_step_twice(
             ("reserve", {"order": f"r{n}", "item": "desk"}),
             ("ship", {"order": f"r{n}"}),
         )
-    first = lane.start("--concurrency", "2", SVC_TOOLS_SLOW_S="0.25")
-    _wait_for_calls(lane, 3)
+    first = lane.start("--concurrency", "1", SVC_TOOLS_SLOW_S="0.5")
+    _wait_for_calls(lane, 2)
     # A second instance joins while the first is in the middle of sagas.
-    second = lane.start("--concurrency", "2", SVC_TOOLS_SLOW_S="0.25")
+    second = lane.start("--concurrency", "1", SVC_TOOLS_SLOW_S="0.5")
     results = [agent.wait_for_outcome(saga, timeout=90) for saga in sagas]
     assert all(r.status is SagaStatus.COMPENSATED for r in results), [r.summary() for r in results]
     calls = Counter(lane.calls())
