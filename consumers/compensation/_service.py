@@ -43,6 +43,7 @@ from sagacity.consumers.compensation._metrics import HealthServer, Metrics
 from sagacity.consumers.compensation._tools import register_tools
 from sagacity.errors import (
     ChainIntegrityError,
+    CompensationConflictError,
     JournalError,
     PersistenceError,
     SerializationError,
@@ -580,13 +581,21 @@ class CompensationService:
                 except _Poison as poison:
                     self._dead_letter_job(work, poison)
                     return
-                except (JournalError, PersistenceError) as exc:
+                except Revoked:
+                    raise
+                except (JournalError, PersistenceError, CompensationConflictError) as exc:
                     # Transient (broker, database, a racing writer): read the chain again.
                     log.warning(
                         "compensation interrupted, retrying: %s", exc, extra={"saga_id": saga}
                     )
-                    time.sleep(delay)
-                    delay = min(delay * 2, 5.0)
+                except Exception:
+                    # Unexpected: keep the offset uncommitted and try again rather than stall
+                    # the partition's commits behind a job that will never finish.
+                    log.exception(
+                        "compensation failed unexpectedly, retrying", extra={"saga_id": saga}
+                    )
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     def _dead_letter_job(self, work: _Work, poison: _Poison) -> None:
         assert self._dead is not None
