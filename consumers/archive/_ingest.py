@@ -218,6 +218,14 @@ class BatchArchiver:
                     # "no partition for row": retention dropped a month this process had
                     # cached as existing.  The cache is gone with the connection; retry.
                     continue
+                if (
+                    isinstance(exc.__cause__, psycopg.errors.UniqueViolation)
+                    and attempt < self._retries
+                ):
+                    # Another archiver committed some of these rows first; re-classifying
+                    # finds them archived (duplicates).
+                    time.sleep(delay)
+                    continue
                 raise
             report.attempts = attempt
             report.seconds = time.perf_counter() - started

@@ -169,6 +169,36 @@ END
 $$;
 """,
     ),
+    (
+        2,
+        r"""
+-- Two archivers reaching a new month together: the second waits for the first to commit,
+-- then finds the partition instead of failing to create it again.
+CREATE OR REPLACE FUNCTION sgc_ensure_month(at_us bigint) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    month_start timestamptz := date_trunc('month', @schema@.sgc_us_to_timestamptz(at_us), 'UTC');
+    lo bigint := (extract(epoch FROM month_start) * 1000000)::bigint;
+    hi bigint := (extract(epoch FROM (month_start AT TIME ZONE 'UTC' + interval '1 month')
+                  AT TIME ZONE 'UTC') * 1000000)::bigint;
+    name text := 'side_effect_journal_p' || to_char(month_start AT TIME ZONE 'UTC', 'YYYYMM');
+BEGIN
+    IF to_regclass('@schema@.' || quote_ident(name)) IS NULL THEN
+        -- A relation lock (unlike an advisory lock) also refreshes the catalog we read next.
+        LOCK TABLE @schema@.side_effect_journal IN SHARE ROW EXCLUSIVE MODE;
+        IF to_regclass('@schema@.' || quote_ident(name)) IS NULL THEN
+            EXECUTE format('CREATE TABLE @schema@.%I PARTITION OF @schema@.side_effect_journal '
+                           'FOR VALUES FROM (%s) TO (%s)', name, lo, hi);
+            EXECUTE format('CREATE TRIGGER sgc_append_only_truncate BEFORE TRUNCATE ON '
+                           '@schema@.%I FOR EACH STATEMENT EXECUTE FUNCTION '
+                           '@schema@.sgc_refuse_change()', name);
+        END IF;
+    END IF;
+    RETURN name;
+END
+$$;
+""",
+    ),
 )
 """(version, SQL) pairs, applied in order; each is re-runnable.  ``@schema@`` stands for the
 quoted name of the archive's schema (SECURITY DEFINER code names every object it uses)."""

@@ -8,7 +8,6 @@ committed to Kafka afterwards, for lag monitoring only.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Mapping
@@ -23,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from sagacity.consumers.archive._checkpoints import Signer, sign_pending
 from sagacity.consumers.archive._db import connect, migrate
 from sagacity.consumers.archive._ingest import BatchArchiver, BatchReport, Decoder, RawEvent
-from sagacity.errors import PersistenceError, PersistenceUnavailableError, SagacityError
+from sagacity.errors import PersistenceError, PersistenceUnavailableError
 
 log = logging.getLogger("sagacity.archive")
 
@@ -300,30 +299,3 @@ class ArchiveService:
 
         self._http = ThreadingHTTPServer((self.settings.metrics_host, port), Handler)
         threading.Thread(target=self._http.serve_forever, daemon=True).start()
-
-
-def settings_from_env(env: Mapping[str, str] | None = None, **overrides: Any) -> ArchiveSettings:
-    """Settings from ``SAGACITY_*`` variables; ``SAGACITY_ARCHIVE_*`` ones take precedence.
-
-    Raises:
-        SagacityError: a required setting is missing.
-    """
-    e = dict(os.environ if env is None else env)
-
-    def pick(name: str) -> str | None:
-        return e.get(f"SAGACITY_ARCHIVE_{name}") or e.get(f"SAGACITY_{name}")
-
-    values: dict[str, Any] = {
-        "bootstrap_servers": pick("BOOTSTRAP_SERVERS"),
-        "database_url": pick("DATABASE_URL"),
-        "topic": pick("TOPIC") or DEFAULT_TOPIC,
-        "group_id": e.get("SAGACITY_ARCHIVE_GROUP") or DEFAULT_GROUP,
-        "kafka_config": kafka_overrides(e),
-    }
-    if e.get("SAGACITY_ARCHIVE_SIGNING_KEY"):
-        values["signing_key"] = Path(e["SAGACITY_ARCHIVE_SIGNING_KEY"])
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    for required in ("bootstrap_servers", "database_url"):
-        if not values.get(required):
-            raise SagacityError(f"archiver setting {required} is missing")
-    return ArchiveSettings(**values)

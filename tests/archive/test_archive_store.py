@@ -16,9 +16,9 @@ pytestmark = pytest.mark.postgres
 
 def test_migrations_are_idempotent(archive_dsn):
     with psycopg.connect(archive_dsn, autocommit=True) as conn:
-        assert migrate(conn) == 1
-        assert migrate(conn) == 1
-        assert check_schema(conn) == 1
+        assert migrate(conn) == 2
+        assert migrate(conn) == 2
+        assert check_schema(conn) == 2
 
 
 def test_check_schema_refuses_a_schema_that_is_not_an_archive(pg_dsn):
@@ -154,3 +154,33 @@ def test_unreachable_database_is_a_persistence_error():
     )
     with pytest.raises(PersistenceError, match="unavailable"):
         archiver.archive(as_raw(make_chain("saga-none", 1)))
+
+
+def test_two_archivers_racing_on_the_same_events_archive_each_once(archive_dsn):
+    import threading
+
+    chains = [make_chain(f"saga-race-{i}", 8) for i in range(20)]
+    events = as_raw([e for c in chains for e in c])
+    archivers = [
+        BatchArchiver(archive_dsn, consumer_group="g", decode=decode, retry_delay=0.01)
+        for _ in range(2)
+    ]
+    reports = []
+
+    def run(a):
+        for i in range(0, len(events), 16):
+            reports.append(a.archive(events[i : i + 16]))
+
+    threads = [threading.Thread(target=run, args=(a,)) for a in archivers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for a in archivers:
+        a.close()
+    assert sum(r.archived for r in reports) == len(events)
+    assert sum(r.duplicates for r in reports) == len(events)
+    assert sum(r.quarantined_total for r in reports) == 0
+    assert rows(
+        archive_dsn, "SELECT count(*), count(DISTINCT (saga_id, seq)) FROM side_effect_journal"
+    ) == [(len(events), len(events))]
