@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import warnings
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -39,23 +38,6 @@ from .shop import SHOP, E, kinds
 
 AWAITING = "[AWAITING_APPROVAL] Tool 'send_confirmation' requires human approval"
 NO_TRACING = RunConfig(tracing_disabled=True)
-
-
-@pytest.fixture(autouse=True)
-def _close_the_sdk_event_loop() -> Iterator[None]:
-    # Runner.run_sync installs the thread's default event loop and keeps it for later runs
-    # (asyncio.run later replaces it without closing it); close it after each test, or it is
-    # reported unclosed at exit.
-    yield
-    policy = asyncio.get_event_loop_policy()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            loop = policy.get_event_loop()
-    except RuntimeError:
-        return
-    loop.close()
-    policy.set_event_loop(None)
 
 
 @pytest.fixture(autouse=True)
