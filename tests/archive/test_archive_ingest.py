@@ -124,3 +124,14 @@ def test_month_partitions_are_created_on_demand(archiver, archive_dsn):
         " WHERE i.inhparent = 'side_effect_journal'::regclass ORDER BY 1",
     )
     assert names == [("side_effect_journal_p202601",), ("side_effect_journal_p202602",)]
+
+
+def test_saga_ids_with_unusual_characters(archiver, archive_dsn):
+    odd = ["saga\x1fwith-separator", "saga,comma", "saga 'quoted' \"twice\"", "σάγκα-✓"]
+    chains = [make_chain(s, 3) for s in odd]
+    assert archiver.archive(as_raw([e for c in chains for e in c[:2]])).archived == 8
+    report = archiver.archive(as_raw([e for c in chains for e in c[1:]], first_offset=8))
+    assert (report.archived, report.duplicates) == (4, 4)
+    assert sorted(rows(archive_dsn, "SELECT saga_id, head_seq FROM archive_saga_head")) == sorted(
+        (s, 3) for s in odd
+    )
