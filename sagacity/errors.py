@@ -195,6 +195,18 @@ class ApprovalExpiredError(ApprovalError):
     """The approval request's time to live has passed."""
 
 
+class AuthenticationError(SagacityError):
+    """A request to the approvals service carried no credentials, or unknown ones."""
+
+
+class PermissionDeniedError(ApprovalError):
+    """The authenticated principal may not decide for the request's tool."""
+
+
+class DecisionInProgressError(AlreadyDecidedError):
+    """Another decision on the same request holds its lock; retry shortly."""
+
+
 # --- compensation --------------------------------------------------------------------------
 class CompensationError(SagacityError):
     """A compensation could not be run or failed."""

@@ -1,0 +1,32 @@
+"""The approvals service: pending requests materialised from the journal topic into
+PostgreSQL, an authenticated HTTP API and gate metrics.
+
+Run it with ``sagacity serve approvals``; see docs/operations/approvals.md.
+"""
+
+from sagacity.consumers.approvals._api import SAGA_ID_PATTERN, create_app
+from sagacity.consumers.approvals._auth import AuthConfig, Principal, auth_entry, token_sha256
+from sagacity.consumers.approvals._consumer import RequestConsumer
+from sagacity.consumers.approvals._server import ApprovalsServer, load_tools
+from sagacity.consumers.approvals._service import ApprovalService, Decided
+from sagacity.consumers.approvals._settings import ApprovalsSettings
+from sagacity.consumers.approvals._store import ApprovalStore, GateStats, RequestRow, RowState
+
+__all__ = [
+    "SAGA_ID_PATTERN",
+    "ApprovalService",
+    "ApprovalStore",
+    "ApprovalsServer",
+    "ApprovalsSettings",
+    "AuthConfig",
+    "Decided",
+    "GateStats",
+    "Principal",
+    "RequestConsumer",
+    "RequestRow",
+    "RowState",
+    "auth_entry",
+    "create_app",
+    "load_tools",
+    "token_sha256",
+]

@@ -1,0 +1,189 @@
+"""One replica of the approvals service: core, working table, consumer, sweep and HTTP API."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from fastapi import FastAPI
+
+from sagacity._saga import Sagacity
+from sagacity.consumers.approvals._api import INSECURE_VALUE, create_app
+from sagacity.consumers.approvals._auth import AuthConfig
+from sagacity.consumers.approvals._consumer import RequestConsumer
+from sagacity.consumers.approvals._metrics import GateCollector, exposition
+from sagacity.consumers.approvals._service import ApprovalService
+from sagacity.consumers.approvals._settings import ApprovalsSettings
+from sagacity.consumers.approvals._store import ApprovalStore
+from sagacity.errors import ConfigurationError, SagacityError
+from sagacity.journal import Journal
+
+log = logging.getLogger("sagacity.approvals")
+
+
+def load_tools(specs: Iterable[str]) -> list[Any]:
+    """Import each ``package.module:attr``; a class is instantiated without arguments.
+
+    Raises:
+        ConfigurationError: a spec is malformed or does not import.
+    """
+    found: list[Any] = []
+    for spec in specs:
+        module_name, sep, attr = spec.partition(":")
+        if not sep or not module_name or not attr:
+            raise ConfigurationError(f"--tools {spec!r}: expected package.module:attr")
+        try:
+            obj: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigurationError(f"--tools {spec!r} does not import: {exc}") from exc
+        if inspect.isclass(obj):
+            obj = obj()
+        found.extend(obj if isinstance(obj, list | tuple) else [obj])
+    return found
+
+
+def journal_for(settings: ApprovalsSettings) -> Journal:
+    """The Kafka journal the settings name.
+
+    Raises:
+        ConfigurationError: no bootstrap servers, or the Kafka journal is not installed.
+    """
+    if not settings.bootstrap_servers:
+        raise ConfigurationError(
+            "the approvals service reads the journal topic: set SAGACITY_BOOTSTRAP_SERVERS"
+        )
+    try:
+        producer = importlib.import_module("sagacity.producer")
+        journal_class = producer.KafkaJournal
+        settings_class = producer.KafkaJournalSettings
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(f"the Kafka journal cannot be imported: {exc}") from exc
+    kafka = settings_class.from_env(
+        {
+            "SAGACITY_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+            "SAGACITY_TOPIC": settings.topic,
+        }
+    )
+    journal: Journal = journal_class.from_settings(kafka)
+    return journal
+
+
+class ApprovalsServer:
+    """Assembles one replica; :attr:`app` is the ASGI application.
+
+    Args:
+        settings: how to run.
+        journal: the shared journal (default: the Kafka journal the settings name).
+        consume: run the consumer group (needs Kafka); off, requests are materialised from the
+            chain on first access only.
+        tools: tool objects to register in addition to ``settings.tools``.
+    """
+
+    def __init__(
+        self,
+        settings: ApprovalsSettings,
+        *,
+        journal: Journal | None = None,
+        consume: bool = True,
+        tools: Iterable[Any] = (),
+    ) -> None:
+        self.settings = settings
+        self.store = ApprovalStore(settings.database_url)
+        self.journal = journal if journal is not None else journal_for(settings)
+        self.sagacity = Sagacity(
+            self.journal,
+            compensation="delegated",
+            approval_ttl=settings.approval_ttl_s,
+            policy_version=settings.policy_version,
+        )
+        for tool in [*load_tools(settings.tools), *tools]:
+            self.sagacity.wrap(tool)
+        self.service = ApprovalService(
+            self.sagacity, self.store, lock_timeout_s=settings.lock_timeout_s
+        )
+        auth = AuthConfig.load(settings.auth_file) if settings.auth_file else None
+        self.consumer = (
+            RequestConsumer(
+                self.store,
+                bootstrap_servers=settings.bootstrap_servers or "",
+                topic=settings.topic,
+                group_id=settings.group_id,
+            )
+            if consume
+            else None
+        )
+        consumer = self.consumer
+        collector = GateCollector(
+            lambda: self.store.stats(
+                now_us=self.sagacity.now_us(), window_s=settings.stats_window_s
+            ),
+            (lambda: (consumer.applied, consumer.skipped)) if consumer is not None else None,
+        )
+        self.app: FastAPI = create_app(
+            self.service,
+            auth=auth,
+            insecure_dev=settings.insecure_dev,
+            max_body=settings.max_body_bytes,
+            metrics=exposition(collector),
+            health=self.health,
+        )
+        self._stop = threading.Event()
+        self._sweeper: threading.Thread | None = None
+        self.app.router.on_startup.append(self.start)
+        self.app.router.on_shutdown.append(self.stop)
+
+    def health(self) -> dict[str, Any]:
+        """Details for ``/healthz``; raises when the database or the consumer is down."""
+        self.store.ping()
+        details: dict[str, Any] = {
+            "policy_version": self.settings.policy_version,
+            "tools": list(self.sagacity.registry.names()),
+        }
+        if self.consumer is not None:
+            if not self.consumer.alive:
+                raise RuntimeError(f"the consumer is not running: {self.consumer.error}")
+            details["partitions"] = list(self.consumer.assigned)
+            details["applied"] = self.consumer.applied
+        return details
+
+    def start(self) -> None:
+        """Create the tables, start the consumer and the expiry sweep."""
+        if self.settings.insecure_dev:
+            banner = "!" * 78
+            log.warning(
+                "%s\nINSECURE DEV MODE: %s.\nNever run this outside a demo.\n%s",
+                banner,
+                INSECURE_VALUE,
+                banner,
+            )
+        self.store.migrate()
+        if self.consumer is not None:
+            self.consumer.start()
+        self._sweeper = threading.Thread(target=self._sweep, name="sagacity-approvals-sweep")
+        self._sweeper.daemon = True
+        self._sweeper.start()
+
+    def stop(self) -> None:
+        """Stop the sweep and the consumer, and close the journal."""
+        self._stop.set()
+        if self._sweeper is not None:
+            self._sweeper.join(10)
+        if self.consumer is not None:
+            self.consumer.stop()
+        try:
+            self.journal.close()
+        except SagacityError as exc:
+            log.warning("closing the journal: %s", exc)
+
+    def _sweep(self) -> None:
+        while not self._stop.wait(self.settings.sweep_interval_s):
+            try:
+                self.service.sweep()
+            except SagacityError as exc:
+                log.warning("expiry sweep failed: %s", exc)

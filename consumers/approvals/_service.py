@@ -1,0 +1,311 @@
+"""Decisions on approval requests, serialised across replicas by the request's row lock.
+
+Each decision runs inside one PostgreSQL transaction that holds the request row's lock
+(``SELECT … FOR UPDATE``) while the core decides from the saga's chain and appends to it; only
+then is the row updated from the chain and the lock released.  Two replicas, or a
+double-clicked button, therefore reach the chain one after the other, and the second sees the
+first's event.  The table says which requests exist and gives replicas something to lock;
+what is allowed is always decided by the core from the chain.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import psycopg
+
+from sagacity._approval import load_chain
+from sagacity._outcome import outcome_from_chain
+from sagacity._requests import request_state
+from sagacity._result import SagaResult
+from sagacity._saga import Sagacity
+from sagacity.chain import verify
+from sagacity.consumers.approvals._auth import Principal
+from sagacity.consumers.approvals._store import ApprovalStore, RequestRow, apply_entry
+from sagacity.errors import (
+    AlreadyDecidedError,
+    ApprovalExpiredError,
+    ApprovalNotFound,
+    PermissionDeniedError,
+    SagacityError,
+    UnknownSagaError,
+    WriterConflictError,
+)
+
+log = logging.getLogger("sagacity.approvals")
+
+T = TypeVar("T")
+
+_WRITE_ATTEMPTS = 3
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decided:
+    """What a decision did: the request's row after it, and the saga's result if it ended."""
+
+    request: RequestRow
+    result: SagaResult | None = None
+
+
+class ApprovalService:
+    """Approve, reject, resume and expire requests for the tools registered on ``sagacity``.
+
+    Args:
+        sagacity: the core, in ``compensation="delegated"`` mode, on the shared journal; its
+            ``policy_version`` and ``approval_ttl`` are the policy in force.
+        store: the working table.
+        lock_timeout_s: how long a decision waits for another one on the same request.
+    """
+
+    def __init__(
+        self, sagacity: Sagacity, store: ApprovalStore, *, lock_timeout_s: float = 30.0
+    ) -> None:
+        self.sagacity = sagacity
+        self.store = store
+        self._lock_timeout_ms = int(lock_timeout_s * 1000)
+
+    # -- reading ----------------------------------------------------------------------------
+    def requests(self, principal: Principal, *, states: Sequence[str]) -> list[RequestRow]:
+        """Requests in ``states`` for the tools ``principal`` may decide on."""
+        return self.store.requests(states=states, tools=principal.visible_tools())
+
+    def get(self, principal: Principal, saga_id: str, seq: int) -> RequestRow:
+        """One request (materialised from the chain if the consumer has not caught up).
+
+        Raises:
+            ApprovalNotFound / UnknownSagaError: no such request.
+            PermissionDeniedError: ``principal`` may not decide for its tool.
+        """
+        row = self.store.get(saga_id, seq)
+        if row is None:
+            with self.store.connect() as conn:
+                row = self._materialise(conn, saga_id, seq)
+        self._authorise(principal, row)
+        return row
+
+    def materialise(self, saga_id: str) -> None:
+        """Fold the saga's chain into the table now (what the consumer does as events arrive).
+
+        Raises:
+            UnknownSagaError: the saga has no entries.
+        """
+        with self.store.connect() as conn:
+            for entry in load_chain(self.sagacity.journal, saga_id):
+                apply_entry(conn, entry)
+
+    def saga(self, saga_id: str) -> dict[str, Any]:
+        """The saga's status, verification verdict, open requests and chain.
+
+        Raises:
+            UnknownSagaError: the saga has no entries.
+        """
+        entries = self.sagacity.entries(saga_id)
+        if not entries:
+            raise UnknownSagaError(f"unknown saga {saga_id!r}", saga_id=saga_id)
+        verdict = verify(entries, saga_id=saga_id)
+        outcome = outcome_from_chain(entries)
+        return {
+            "saga_id": saga_id,
+            "status": outcome.status.value if outcome is not None else "RUNNING",
+            "verified": verdict.ok,
+            "verification": None
+            if verdict.ok
+            else {"bad_seq": verdict.bad_seq, "reason": str(verdict.reason)},
+            "pending": [
+                {"seq": r.seq, "tool": r.tool, "signed_by": list(r.signed_by)}
+                for r in self.sagacity.pending_approvals(saga_id)
+            ],
+            "entries": [entry.to_dict() for entry in entries],
+        }
+
+    # -- deciding ---------------------------------------------------------------------------
+    def approve(self, principal: Principal, saga_id: str, seq: int) -> Decided:
+        """Journal ``APPROVED`` by ``principal`` (through :meth:`Sagacity.approve`).
+
+        Raises:
+            AlreadyDecidedError: closed, fully signed, or already signed by ``principal``.
+            ApprovalExpiredError: past its deadline (journaled ``EXPIRED``, compensation
+                requested).
+            as :meth:`get`.
+        """
+
+        def act(row: RequestRow) -> SagaResult | None:
+            self._retrying(lambda: self.sagacity.approve(saga_id, seq, principal.name))
+            return None
+
+        return self._decide(principal, saga_id, seq, act)
+
+    def reject(
+        self, principal: Principal, saga_id: str, seq: int, *, reason: str | None
+    ) -> Decided:
+        """Journal ``REJECTED`` by ``principal`` and hand the saga to compensation.
+
+        A fully signed request is decided: it can only be resumed (or lapse), so a rejection
+        racing the approval that completed it loses with a 409.  A partially signed
+        ``PRIVILEGED`` request can still be rejected (the second reviewer's veto).
+
+        Raises: as :meth:`approve`.
+        """
+
+        def act(row: RequestRow) -> SagaResult | None:
+            state = request_state(load_chain(self.sagacity.journal, saga_id), seq)
+            if state is None:
+                raise ApprovalNotFound(f"no approval request at {saga_id}/{seq}")
+            if state.pending and self._lapsed(state.request):
+                return self._retrying(lambda: self.sagacity.expire(saga_id, seq))
+            if state.pending and state.request.approved:
+                signers = ", ".join(dict.fromkeys(state.request.signed_by))
+                raise AlreadyDecidedError(
+                    f"cannot reject: the request was approved by {signers}",
+                    saga_id=saga_id,
+                    seq=seq,
+                )
+            return self._retrying(
+                lambda: self.sagacity.reject(saga_id, seq, principal.name, reason=reason)
+            )
+
+        return self._decide(principal, saga_id, seq, act)
+
+    def resume(self, principal: Principal, saga_id: str, seq: int, payload: str) -> Decided:
+        """Run the approved call with ``payload`` (through :meth:`Sagacity.resume_saga`).
+
+        Raises:
+            AlreadyDecidedError: the request is closed (rejected, expired, resumed …).
+            ApprovalMissingError: ``no human approval recorded`` / too few signatures.
+            PayloadMismatchError: ``payload changed since approval`` (journaled, compensation
+                requested, the tool not called).
+            ConstraintViolation / ApprovalExpiredError / DeclarationError: as the core.
+            as :meth:`get`.
+        """
+
+        def act(row: RequestRow) -> SagaResult | None:
+            state = request_state(load_chain(self.sagacity.journal, saga_id), seq)
+            if state is None:
+                raise ApprovalNotFound(f"no approval request at {saga_id}/{seq}")
+            if not state.pending:
+                raise AlreadyDecidedError(
+                    f"cannot resume: {state.describe_closure()}", saga_id=saga_id, seq=seq
+                )
+            return self.sagacity.resume_saga(saga_id, seq, payload)
+
+        return self._decide(principal, saga_id, seq, act)
+
+    def sweep(self) -> list[tuple[str, int]]:
+        """Journal ``EXPIRED`` for every open request past its deadline; returns those expired.
+
+        Rows another replica is deciding on are skipped (``SKIP LOCKED``) and retried on the
+        next sweep.
+        """
+        expired: list[tuple[str, int]] = []
+        now = self.sagacity.now_us()
+        for row in self.store.overdue(now, self.sagacity.approval_ttl_us):
+            try:
+                with self.store.connect() as conn:
+                    locked = conn.execute(
+                        """SELECT 1 FROM sagacity_approval_request
+                           WHERE saga_id = %s AND seq = %s AND state IN ('pending', 'approved')
+                           FOR UPDATE SKIP LOCKED""",
+                        (row.saga_id, row.seq),
+                    ).fetchone()
+                    if locked is None:
+                        continue
+                    try:
+                        self._expire_one(row.saga_id, row.seq)
+                        expired.append((row.saga_id, row.seq))
+                        log.info("expired approval request %s/%s", row.saga_id, row.seq)
+                    except (AlreadyDecidedError, ApprovalNotFound, UnknownSagaError) as exc:
+                        log.info("sweep: %s/%s not expired: %s", row.saga_id, row.seq, exc)
+                    finally:
+                        self._sync(conn, row.saga_id, row.seq)
+            except SagacityError as exc:
+                log.warning("sweep: could not expire %s/%s: %s", row.saga_id, row.seq, exc)
+        return expired
+
+    # -- internals --------------------------------------------------------------------------
+    def _expire_one(self, saga_id: str, seq: int) -> SagaResult:
+        return self._retrying(lambda: self.sagacity.expire(saga_id, seq))
+
+    def _lapsed(self, request: Any) -> bool:
+        deadline = self.sagacity.approval_deadline_us(request)
+        return deadline is not None and self.sagacity.now_us() > deadline
+
+    @staticmethod
+    def _authorise(principal: Principal, row: RequestRow) -> None:
+        if not principal.may_decide(row.tool):
+            raise PermissionDeniedError(
+                f"{principal.name} may not decide requests for tool {row.tool!r}",
+                saga_id=row.saga_id,
+                seq=row.seq,
+            )
+
+    def _retrying(self, write: Callable[[], T]) -> T:
+        """Run a chain write again when another writer took the seq first.
+
+        The core re-reads the chain on every attempt, so a retry decides on the new tail (and
+        refuses if the other write already decided the request).
+        """
+        for attempt in range(1, _WRITE_ATTEMPTS + 1):
+            try:
+                return write()
+            except WriterConflictError:
+                if attempt == _WRITE_ATTEMPTS:
+                    raise
+                log.info("chain write lost a race (attempt %d); retrying", attempt)
+        raise AssertionError("unreachable")
+
+    def _materialise(self, conn: psycopg.Connection[Any], saga_id: str, seq: int) -> RequestRow:
+        """Fold the saga's chain into the table and return the request's row.
+
+        Raises:
+            UnknownSagaError: the saga has no entries.
+            ApprovalNotFound: its chain has no request at ``seq``.
+        """
+        for entry in load_chain(self.sagacity.journal, saga_id):
+            apply_entry(conn, entry)
+        row = self.store.get_in(conn, saga_id, seq)
+        if row is None:
+            raise ApprovalNotFound(
+                f"saga {saga_id!r} has no approval request at seq {seq}", saga_id=saga_id, seq=seq
+            )
+        return row
+
+    def _sync(self, conn: psycopg.Connection[Any], saga_id: str, seq: int) -> None:
+        for entry in self.sagacity.entries(saga_id):
+            if entry.seq >= seq:
+                apply_entry(conn, entry)
+
+    def _decide(
+        self,
+        principal: Principal,
+        saga_id: str,
+        seq: int,
+        act: Callable[[RequestRow], SagaResult | None],
+    ) -> Decided:
+        failure: SagacityError | None = None
+        result: SagaResult | None = None
+        with self.store.connect() as conn:
+            conn.execute(f"SET LOCAL lock_timeout = {self._lock_timeout_ms}")
+            row = self.store.get_in(conn, saga_id, seq, lock=True)
+            if row is None:
+                self._materialise(conn, saga_id, seq)
+                row = self.store.get_in(conn, saga_id, seq, lock=True)
+                assert row is not None
+            self._authorise(principal, row)
+            try:
+                result = act(row)
+            except ApprovalExpiredError as exc:
+                failure, result = exc, exc.result
+            except SagacityError as exc:
+                failure = exc
+            finally:
+                # Whatever the core journaled (a decision, a refusal, an expiry) is folded in
+                # before the lock is released, so the next decider sees the table current.
+                self._sync(conn, saga_id, seq)
+            updated = self.store.get_in(conn, saga_id, seq)
+            assert updated is not None
+        if failure is not None:
+            raise failure
+        return Decided(request=updated, result=result)

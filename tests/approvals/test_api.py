@@ -1,0 +1,420 @@
+"""The HTTP API in process, on the in-memory journal and a real PostgreSQL working table."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from sagacity import EventType, InMemoryJournal, Sagacity, SagaStatus
+from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
+from sagacity.consumers.approvals._api import INSECURE_HEADER
+
+from .conftest import ALICE, MALLORY, bearer
+from .tools import Bank, StrictBank, calls
+
+pytestmark = pytest.mark.postgres
+
+
+def wires(log: Path) -> list[dict[str, str]]:
+    """The wire transfers that ran."""
+    return [c for c in calls(log) if c["tool"] == "send_wire_transfer"]
+
+
+E = EventType
+
+
+class Harness:
+    """An agent and an approvals server sharing one in-memory journal."""
+
+    def __init__(self, pg_dsn: str, auth_file: Path | None, log: Path, **settings: Any) -> None:
+        self.journal = InMemoryJournal()
+        self.log = log
+        self.agent = Sagacity(self.journal, compensation="delegated", writer_id="agent")
+        self.bank = self.agent.wrap(Bank())
+        tools = settings.pop("tools", [Bank()])
+        self.settings = ApprovalsSettings(
+            database_url=pg_dsn,
+            auth_file=str(auth_file) if auth_file else None,
+            insecure_dev=auth_file is None,
+            sweep_interval_s=settings.pop("sweep_interval_s", 3600),
+            **settings,
+        )
+        self.server = ApprovalsServer(
+            self.settings, journal=self.journal, consume=False, tools=tools
+        )
+        self.client = TestClient(self.server.app)
+
+    def gate(self, saga_id: str, *, privileged: bool = False) -> int:
+        def work() -> None:
+            self.bank.reserve_inventory("SKU-9")
+            if privileged:
+                self.bank.grant_agent_access("agent-7", "operator")
+            else:
+                self.bank.send_wire_transfer("100", "alice")
+
+        result = self.agent.saga(saga_id, work)
+        assert result.status is SagaStatus.AWAITING_APPROVAL
+        assert result.awaiting_seq is not None
+        # What the consumer group does on Kafka: fold the new events into the table.
+        self.server.service.materialise(saga_id)
+        return result.awaiting_seq
+
+    def kinds(self, saga_id: str) -> list[str]:
+        return [e.event_type.value for e in self.journal.entries(saga_id)]
+
+    def entries(self, saga_id: str, kind: EventType) -> list[Any]:
+        return [e for e in self.journal.entries(saga_id) if e.event_type is kind]
+
+
+@pytest.fixture
+def harness(
+    pg_dsn: str, auth_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Harness]:
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("SAGACITY_TEST_CALL_LOG", str(log))
+    h = Harness(pg_dsn, auth_file, log)
+    with h.client:
+        yield h
+
+
+def test_three_step_flow_journals_the_authenticated_approver(harness: Harness) -> None:
+    seq = harness.gate("t-77")
+    listed = harness.client.get("/sagacity/approvals", headers=bearer("alice"))
+    assert listed.status_code == 200
+    [request] = listed.json()["requests"]
+    assert (request["saga_id"], request["seq"], request["payload"]) == ("t-77", seq, ALICE)
+    assert request["state"] == "pending"
+    approved = harness.client.post(f"/sagacity/approve/t-77/{seq}", headers=bearer("alice"))
+    assert approved.status_code == 200, approved.text
+    assert approved.json()["request"]["state"] == "approved"
+    [decision] = harness.entries("t-77", E.APPROVED)
+    assert decision.actor == "alice@example.com"
+    assert decision.attributes["policy_version"] == "1"
+    resumed = harness.client.post(
+        f"/sagacity/resume/t-77/{seq}", json={"payload": ALICE}, headers=bearer("alice")
+    )
+    assert resumed.status_code == 200, resumed.text
+    assert resumed.json()["saga_status"] == "COMPLETED"
+    assert resumed.json()["value"] == "transfer-ok"
+    assert resumed.json()["request"]["state"] == "resumed"
+    assert harness.kinds("t-77")[-4:] == ["APPROVED", "INTENT", "EXECUTED", "SAGA_ENDED"]
+    wires = [c for c in calls(harness.log) if c["tool"] == "send_wire_transfer"]
+    assert wires == [{"tool": "send_wire_transfer", "amount": "100", "to": "alice"}]
+    saga = harness.client.get("/sagacity/sagas/t-77", headers=bearer("alice")).json()
+    assert saga["status"] == "COMPLETED"
+    assert saga["verified"] is True
+    assert [e["event_type"] for e in saga["entries"]] == harness.kinds("t-77")
+
+
+def test_stale_approval_attack_is_refused_journaled_and_handed_to_compensation(
+    harness: Harness,
+) -> None:
+    seq = harness.gate("t-stale")
+    assert harness.client.post(
+        f"/sagacity/approve/t-stale/{seq}", headers=bearer("alice")
+    ).is_success
+    refused = harness.client.post(
+        f"/sagacity/resume/t-stale/{seq}", json={"payload": MALLORY}, headers=bearer("alice")
+    )
+    assert refused.status_code == 409
+    assert refused.json()["detail"] == "payload changed since approval"
+    [refusal] = harness.entries("t-stale", E.RESUME_REFUSED)
+    assert refusal.payload == MALLORY
+    [handoff] = harness.entries("t-stale", E.COMPENSATION_REQUESTED)
+    assert handoff.attributes["reason"] == "RESUME_REFUSED"
+    assert wires(harness.log) == []
+    again = harness.client.post(
+        f"/sagacity/resume/t-stale/{seq}", json={"payload": ALICE}, headers=bearer("alice")
+    )
+    assert again.status_code == 409
+    row = harness.client.get(f"/sagacity/approvals/t-stale/{seq}", headers=bearer("alice"))
+    assert row.json()["state"] == "refused"
+
+
+def test_whitespace_reformat_no_approval_and_unknown(harness: Harness) -> None:
+    seq = harness.gate("t-ws")
+    none = harness.client.post(
+        f"/sagacity/resume/t-ws/{seq}", json={"payload": ALICE}, headers=bearer("alice")
+    )
+    assert (none.status_code, none.json()["detail"]) == (409, "no human approval recorded")
+    assert harness.entries("t-ws", E.INTENT)[-1].tool == "reserve_inventory"
+    harness.client.post(f"/sagacity/approve/t-ws/{seq}", headers=bearer("alice"))
+    reformatted = harness.client.post(
+        f"/sagacity/resume/t-ws/{seq}",
+        json={"payload": '{ "amount": "100", "to": "alice" }'},
+        headers=bearer("alice"),
+    )
+    assert (reformatted.status_code, reformatted.json()["detail"]) == (
+        409,
+        "payload changed since approval",
+    )
+    for path in ("/sagacity/approve/nope/3", f"/sagacity/approve/t-ws/{seq + 40}"):
+        assert harness.client.post(path, headers=bearer("alice")).status_code == 404
+    assert (
+        harness.client.get("/sagacity/approvals/nope/1", headers=bearer("alice")).status_code == 404
+    )
+    assert harness.client.get("/sagacity/sagas/nope", headers=bearer("alice")).status_code == 404
+    assert wires(harness.log) == []
+
+
+def test_two_signatures_from_distinct_principals(harness: Harness) -> None:
+    seq = harness.gate("t-priv", privileged=True)
+    first = harness.client.post(f"/sagacity/approve/t-priv/{seq}", headers=bearer("alice"))
+    assert first.status_code == 200
+    assert first.json()["request"]["state"] == "pending"
+    twice = harness.client.post(f"/sagacity/approve/t-priv/{seq}", headers=bearer("alice"))
+    assert twice.status_code == 409
+    assert twice.json()["detail"] == "alice@example.com already signed this request"
+    early = harness.client.post(
+        f"/sagacity/resume/t-priv/{seq}",
+        json={"payload": '{"principal":"agent-7","role":"operator"}'},
+        headers=bearer("alice"),
+    )
+    assert early.status_code == 409
+    assert "only 1 of 2 required signatures" in early.json()["detail"]
+    second = harness.client.post(f"/sagacity/approve/t-priv/{seq}", headers=bearer("carol"))
+    assert second.status_code == 200
+    assert second.json()["request"]["state"] == "approved"
+    assert second.json()["request"]["signed_by"] == ["alice@example.com", "carol@example.com"]
+    third = harness.client.post(f"/sagacity/approve/t-priv/{seq}", headers=bearer("bob"))
+    assert third.status_code == 409
+    assert len(harness.entries("t-priv", E.APPROVED)) == 2
+    done = harness.client.post(
+        f"/sagacity/resume/t-priv/{seq}",
+        json={"payload": '{"principal":"agent-7","role":"operator"}'},
+        headers=bearer("carol"),
+    )
+    assert done.status_code == 200, done.text
+    assert done.json()["value"] == "granted operator"
+
+
+def test_401_without_or_with_a_bad_token_and_403_for_another_tool(harness: Harness) -> None:
+    seq = harness.gate("t-auth")
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic eDp5"}):
+        answer = harness.client.post(f"/sagacity/approve/t-auth/{seq}", headers=headers)
+        assert answer.status_code == 401, headers
+        assert answer.headers["www-authenticate"] == "Bearer"
+    assert harness.client.get("/sagacity/approvals").status_code == 401
+    forbidden = harness.client.post(f"/sagacity/approve/t-auth/{seq}", headers=bearer("eve"))
+    assert forbidden.status_code == 403
+    assert (
+        harness.client.post(f"/sagacity/reject/t-auth/{seq}", headers=bearer("carol")).status_code
+        == 403
+    )
+    assert harness.client.get("/sagacity/approvals", headers=bearer("eve")).json() == {
+        "requests": []
+    }
+    spoofed = harness.client.post(
+        f"/sagacity/approve/t-auth/{seq}",
+        json={"approver": "bob@example.com"},
+        headers=bearer("alice"),
+    )
+    assert spoofed.status_code == 422
+    assert harness.entries("t-auth", E.APPROVED) == []
+
+
+def test_reject_hands_off_and_closes_and_replays_are_409(harness: Harness) -> None:
+    seq = harness.gate("t-rej")
+    rejected = harness.client.post(
+        f"/sagacity/reject/t-rej/{seq}", json={"reason": "wrong account"}, headers=bearer("bob")
+    )
+    assert rejected.status_code == 200, rejected.text
+    assert rejected.json()["saga_status"] == "COMPENSATION_PENDING"
+    [rejection] = harness.entries("t-rej", E.REJECTED)
+    assert (rejection.actor, rejection.error) == ("bob@example.com", "wrong account")
+    assert harness.entries("t-rej", E.COMPENSATION_REQUESTED)[0].attributes["reason"] == "REJECTED"
+    for path in (f"/sagacity/reject/t-rej/{seq}", f"/sagacity/approve/t-rej/{seq}"):
+        assert harness.client.post(path, headers=bearer("bob")).status_code == 409
+    assert len(harness.entries("t-rej", E.REJECTED)) == 1
+    assert harness.client.get("/sagacity/approvals", headers=bearer("bob")).json()["requests"] == []
+
+
+def test_double_click_and_approve_racing_reject_decide_once(harness: Harness) -> None:
+    seqs = {s: harness.gate(s) for s in ("t-dbl", "t-race")}
+    statuses: dict[str, list[int]] = {"t-dbl": [], "t-race": []}
+    barrier = threading.Barrier(4)
+
+    def hit(saga: str, action: str) -> None:
+        barrier.wait()
+        answer = harness.client.post(
+            f"/sagacity/{action}/{saga}/{seqs[saga]}", headers=bearer("bob")
+        )
+        statuses[saga].append(answer.status_code)
+
+    threads = [
+        threading.Thread(target=hit, args=args)
+        for args in (
+            ("t-dbl", "approve"),
+            ("t-dbl", "approve"),
+            ("t-race", "approve"),
+            ("t-race", "reject"),
+        )
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(statuses["t-dbl"]) == [200, 409]
+    assert len(harness.entries("t-dbl", E.APPROVED)) == 1
+    assert sorted(statuses["t-race"]) == [200, 409]
+    decisions = harness.entries("t-race", E.APPROVED) + harness.entries("t-race", E.REJECTED)
+    assert len(decisions) == 1
+
+
+def test_constraint_of_the_policy_in_force_overrides_the_approval(
+    pg_dsn: str, auth_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("SAGACITY_TEST_CALL_LOG", str(log))
+    h = Harness(pg_dsn, auth_file, log, tools=[StrictBank()], policy_version="2")
+    with h.client:
+
+        def work() -> None:
+            h.bank.send_wire_transfer("50000", "alice")
+
+        seq = h.agent.saga("t-policy", work).awaiting_seq
+        assert seq is not None
+        h.server.service.materialise("t-policy")
+        assert h.client.post(f"/sagacity/approve/t-policy/{seq}", headers=bearer("bob")).is_success
+        refused = h.client.post(
+            f"/sagacity/resume/t-policy/{seq}",
+            json={"payload": '{"amount":"50000","to":"alice"}'},
+            headers=bearer("bob"),
+        )
+        assert refused.status_code == 409
+        assert "treasury mandate" in refused.json()["detail"]
+        [request] = h.entries("t-policy", E.AWAITING_APPROVAL)
+        [approval] = h.entries("t-policy", E.APPROVED)
+        [violation] = h.entries("t-policy", E.CONSTRAINT_VIOLATED)
+        assert request.attributes["policy_version"] == "1"
+        assert approval.attributes["policy_version"] == "2"
+        assert violation.attributes["policy_version"] == "2"
+        assert wires(log) == []
+
+
+def test_expiry_sweep_journals_expired_and_hands_off(
+    pg_dsn: str, auth_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "calls.jsonl"
+    h = Harness(pg_dsn, auth_file, log, approval_ttl_s=0.3, sweep_interval_s=0.1)
+    with h.client:
+        seq = h.gate("t-exp")
+        assert h.client.get(f"/sagacity/approvals/t-exp/{seq}", headers=bearer("bob")).is_success
+        deadline = __import__("time").monotonic() + 10
+        while not h.entries("t-exp", E.EXPIRED):
+            assert __import__("time").monotonic() < deadline, "the sweep did not expire"
+            __import__("time").sleep(0.05)
+        [expired] = h.entries("t-exp", E.EXPIRED)
+        assert expired.ref_seq == seq
+        assert h.entries("t-exp", E.COMPENSATION_REQUESTED)[0].attributes["reason"] == "EXPIRED"
+        late = h.client.post(f"/sagacity/approve/t-exp/{seq}", headers=bearer("bob"))
+        assert late.status_code == 409
+        assert len(h.entries("t-exp", E.EXPIRED)) == 1
+        assert (
+            h.client.get(f"/sagacity/approvals/t-exp/{seq}", headers=bearer("bob")).json()["state"]
+            == "expired"
+        )
+
+
+def test_an_expired_request_cannot_be_approved(
+    pg_dsn: str, auth_file: Path, tmp_path: Path
+) -> None:
+    h = Harness(pg_dsn, auth_file, tmp_path / "calls.jsonl", approval_ttl_s=0.2)
+    with h.client:
+        seq = h.gate("t-late")
+        __import__("time").sleep(0.3)
+        late = h.client.post(f"/sagacity/approve/t-late/{seq}", headers=bearer("bob"))
+        assert late.status_code == 409
+        assert "expired" in late.json()["detail"]
+        assert len(h.entries("t-late", E.EXPIRED)) == 1
+        assert h.entries("t-late", E.APPROVED) == []
+
+
+def test_insecure_dev_takes_the_body_name_and_says_so_on_every_response(
+    pg_dsn: str, tmp_path: Path
+) -> None:
+    h = Harness(pg_dsn, None, tmp_path / "calls.jsonl")
+    with h.client:
+        seq = h.gate("t-dev")
+        for answer in (
+            h.client.get("/sagacity/approvals"),
+            h.client.post(f"/sagacity/approve/t-dev/{seq}"),
+            h.client.get("/openapi.json"),
+            h.client.get("/metrics"),
+        ):
+            assert "NOT authenticated" in answer.headers[INSECURE_HEADER]
+        ok = h.client.post(f"/sagacity/approve/t-dev/{seq}", json={"approver": "dana"})
+        assert ok.status_code == 200
+        assert h.entries("t-dev", E.APPROVED)[0].actor == "dana"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "content"),
+    [
+        ("/sagacity/resume/t-bad/{seq}", {"payload": 42}, None),
+        ("/sagacity/resume/t-bad/{seq}", {"payload": None}, None),
+        ("/sagacity/resume/t-bad/{seq}", {}, None),
+        ("/sagacity/resume/t-bad/{seq}", {"payload": ALICE, "extra": 1}, None),
+        ("/sagacity/resume/t-bad/{seq}", None, b'{"payload": "\xff\xfe"}'),
+        ("/sagacity/resume/t-bad/{seq}", None, b'{"payload": "\\ud800"}'),
+        ("/sagacity/resume/t-bad/{seq}", None, b'{"payload": "a\\u0000b"}'),
+        ("/sagacity/resume/t-bad/{seq}", None, b"not json"),
+        ("/sagacity/reject/t-bad/{seq}", {"reason": ["x"]}, None),
+        ("/sagacity/approve/t-bad/{seq}", {"approver": 7}, None),
+        ("/sagacity/approve/t-bad/abc", None, None),
+        ("/sagacity/approve/t-bad/0", None, None),
+        ("/sagacity/approve/t-bad/-1", None, None),
+        ("/sagacity/approve/t-bad/99999999999999", None, None),
+        ("/sagacity/approve/..%2F..%2Fetc/1", None, None),
+        ("/sagacity/approve/.hidden/1", None, None),
+        ("/sagacity/approve/a%20b/1", None, None),
+    ],
+)
+def test_bad_input_is_refused_without_journaling(
+    harness: Harness, path: str, body: Any, content: bytes | None
+) -> None:
+    seq = harness.gate("t-bad")
+    before = harness.kinds("t-bad")
+    url = path.format(seq=seq)
+    headers = {**bearer("bob"), "Content-Type": "application/json"}
+    if content is not None:
+        answer = harness.client.post(url, content=content, headers=headers)
+    else:
+        answer = harness.client.post(url, json=body, headers=headers)
+    assert answer.status_code in (404, 422), answer.text
+    if "%2F" not in path:
+        assert answer.status_code == 422, answer.text
+    assert isinstance(answer.json()["detail"], str)
+    assert harness.kinds("t-bad") == before
+
+
+def test_a_huge_body_is_413(harness: Harness) -> None:
+    seq = harness.gate("t-huge")
+    huge = {"payload": "x" * (300 * 1024)}
+    answer = harness.client.post(f"/sagacity/resume/t-huge/{seq}", json=huge, headers=bearer("bob"))
+    assert answer.status_code == 413
+    assert harness.entries("t-huge", E.RESUME_REFUSED) == []
+
+
+def test_stats_and_metrics_cover_request_to_decision(harness: Harness) -> None:
+    seq = {saga: harness.gate(saga) for saga in ("m-1", "m-2", "m-3")}
+    for action, saga in (("approve", "m-1"), ("approve", "m-2"), ("reject", "m-3")):
+        answer = harness.client.post(
+            f"/sagacity/{action}/{saga}/{seq[saga]}", headers=bearer("bob")
+        )
+        assert answer.status_code == 200
+    stats = harness.client.get("/sagacity/stats", headers=bearer("bob")).json()
+    assert (stats["approved"], stats["rejected"], stats["pending"]) == (2, 1, 2)
+    assert stats["approve_ratio"] == pytest.approx(2 / 3)
+    assert 0 < stats["latency_p50_s"] <= stats["latency_p95_s"] < 60
+    assert "not time to first look" in stats["latency_covers"]
+    metrics = harness.client.get("/metrics").text
+    assert 'sagacity_approvals_decisions{decision="approved"} 2.0' in metrics
+    assert "sagacity_approvals_approve_ratio 0.666" in metrics
+    assert 'sagacity_approvals_decision_latency_seconds{quantile="0.95"}' in metrics
+    assert harness.client.get("/healthz").json()["ok"] is True
