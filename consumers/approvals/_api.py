@@ -53,6 +53,8 @@ MAX_SEQ = 2**31 - 1
 INSECURE_HEADER = "X-Sagacity-Insecure-Dev"
 INSECURE_VALUE = "approver identity is taken from the request body and NOT authenticated"
 DEFAULT_MAX_BODY = 256 * 1024
+_TEXT = r"^[^\x00]*$"
+"""Journal text never holds U+0000 (stated in the schema so clients can know it)."""
 
 SagaId = Annotated[str, Path(pattern=SAGA_ID_PATTERN, max_length=128, description=SAGA_ID_PATTERN)]
 Seq = Annotated[int, Path(ge=1, le=MAX_SEQ, description="the AWAITING_APPROVAL entry's seq")]
@@ -77,8 +79,9 @@ class _Body(BaseModel):
         default=None,
         min_length=1,
         max_length=256,
+        pattern=_TEXT,
         description="only read with --insecure-dev; otherwise it must be absent or equal the "
-        "authenticated principal",
+        "authenticated principal (another name is refused with 403)",
     )
 
     @field_validator("approver")
@@ -94,7 +97,7 @@ class ApproveBody(_Body):
 class RejectBody(_Body):
     """``POST /sagacity/reject/…`` (the body is optional)."""
 
-    reason: str | None = Field(default=None, max_length=4096)
+    reason: str | None = Field(default=None, max_length=4096, pattern=_TEXT)
 
     @field_validator("reason")
     @classmethod
@@ -105,7 +108,9 @@ class RejectBody(_Body):
 class ResumeBody(_Body):
     """``POST /sagacity/resume/…``: the live payload, byte for byte."""
 
-    payload: str = Field(description="the exact payload that was approved (compact JSON)")
+    payload: str = Field(
+        pattern=_TEXT, description="the exact payload that was approved (compact JSON)"
+    )
 
     @field_validator("payload")
     @classmethod
@@ -365,7 +370,7 @@ def create_app(
                 )
             return Principal(name=named, tools=who.tools, authenticated=False)
         if named is not None and named != who.name:
-            raise InvalidArgumentError(
+            raise PermissionDeniedError(
                 f"the approver is the authenticated principal ({who.name}); remove 'approver' "
                 "from the body"
             )

@@ -95,7 +95,7 @@ class ApprovalsSettings:
             "max_body_bytes": number("MAX_BODY_BYTES", int),
             "stats_window_s": number("STATS_WINDOW_S", float),
         }
-        values.update(overrides)
+        values.update({k: v for k, v in overrides.items() if v is not None})
         present = {k: v for k, v in values.items() if v is not None}
         if "database_url" not in present:
             raise ConfigurationError(

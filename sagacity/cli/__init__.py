@@ -17,6 +17,7 @@ _GROUPS: tuple[tuple[str, str], ...] = (
     ("sagacity.cli.topic", "topic"),
     ("sagacity.cli.serve", "serve"),
     ("sagacity.cli.archive", "archive"),
+    ("sagacity.cli.approvals", "approvals"),
     ("sagacity.cli.audit", "verify"),
     ("sagacity.cli.audit", "replay"),
     ("sagacity.cli.audit", "export"),

@@ -14,6 +14,7 @@ import click
 _SERVICES: tuple[tuple[str, str], ...] = (
     ("sagacity.cli.serve_archive", "archive"),
     ("sagacity.cli.serve_compensation", "compensation"),
+    ("sagacity.cli.serve_approvals", "approvals"),
 )
 
 

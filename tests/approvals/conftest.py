@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,3 +39,79 @@ def auth_file(tmp_path: Path) -> Path:
         encoding="utf-8",
     )
     return path
+
+
+class LiveService:
+    """An approvals server on a real TCP port (uvicorn in a thread), with an agent beside it.
+
+    The agent and the server share one in-memory journal; the working table is on a real
+    PostgreSQL schema.  ``gate(saga_id)`` runs a saga to its approval request and folds it
+    into the table, as the consumer group would on Kafka.
+    """
+
+    def __init__(self, dsn: str, auth_file: Path, **settings: object) -> None:
+        import uvicorn
+
+        from sagacity import InMemoryJournal, Sagacity
+        from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
+        from sagacity.dev import pick_free_port
+
+        from .tools import Bank
+
+        self.journal = InMemoryJournal()
+        self.agent = Sagacity(self.journal, compensation="delegated")
+        self.bank = self.agent.wrap(Bank())
+        self.port = pick_free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = ApprovalsServer(
+            ApprovalsSettings(
+                database_url=dsn, auth_file=str(auth_file), port=self.port, **settings
+            ),
+            journal=self.journal,
+            consume=False,
+            tools=[Bank()],
+        )
+        config = uvicorn.Config(
+            self.server.app, host="127.0.0.1", port=self.port, log_level="warning"
+        )
+        self._uvicorn = uvicorn.Server(config)
+        import threading
+
+        self._thread = threading.Thread(target=self._uvicorn.run, daemon=True)
+
+    def __enter__(self) -> LiveService:
+        import time
+
+        self._thread.start()
+        deadline = time.monotonic() + 15
+        while not self._uvicorn.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._uvicorn.should_exit = True
+        self._thread.join(10)
+
+    def gate(self, saga_id: str, *, privileged: bool = False) -> int:
+        from sagacity import SagaStatus
+
+        def work() -> None:
+            self.bank.reserve_inventory("SKU-9")
+            if privileged:
+                self.bank.grant_agent_access("agent-7", "operator")
+            else:
+                self.bank.send_wire_transfer("100", "alice")
+
+        result = self.agent.saga(saga_id, work)
+        assert result.status is SagaStatus.AWAITING_APPROVAL
+        assert result.awaiting_seq is not None
+        self.server.service.materialise(saga_id)
+        return result.awaiting_seq
+
+
+@pytest.fixture
+def live(pg_dsn: str, auth_file: Path) -> Iterator[LiveService]:
+    """A running approvals service (see :class:`LiveService`)."""
+    with LiveService(pg_dsn, auth_file) as service:
+        yield service

@@ -214,7 +214,8 @@ def test_401_without_or_with_a_bad_token_and_403_for_another_tool(harness: Harne
         json={"approver": "bob@example.com"},
         headers=bearer("alice"),
     )
-    assert spoofed.status_code == 422
+    assert spoofed.status_code == 403
+    assert "authenticated principal" in spoofed.json()["detail"]
     assert harness.entries("t-auth", E.APPROVED) == []
 
 

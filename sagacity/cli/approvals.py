@@ -1,0 +1,288 @@
+"""``sagacity approvals``: list, show, decide and resume approval requests over the HTTP API.
+
+The token comes from ``$SAGACITY_APPROVALS_TOKEN`` or ``--token-file``; the service records the
+principal it belongs to as the approver.  Tables for people; ``--json`` for scripts.  Exit
+status: 0 done, 1 the service refused (the reason is printed), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+DEFAULT_URL = "http://127.0.0.1:8085"
+
+
+class _Client:
+    def __init__(self, url: str, token: str | None, as_json: bool, timeout: float) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.as_json = as_json
+        self.timeout = timeout
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        import httpx
+
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        try:
+            response = httpx.request(
+                method, self.url + path, headers=headers, timeout=self.timeout, **kwargs
+            )
+        except httpx.HTTPError as exc:
+            raise click.ClickException(
+                f"cannot reach the approvals service at {self.url}: {exc}"
+            ) from exc
+        try:
+            body = response.json()
+        except ValueError:
+            body = {"detail": response.text}
+        if response.is_success:
+            return body
+        detail = body.get("detail") if isinstance(body, dict) else body
+        if self.as_json:
+            click.echo(json.dumps({"status": response.status_code, "detail": detail}))
+            sys.exit(1)
+        raise click.ClickException(f"HTTP {response.status_code}: {detail}")
+
+
+def _when(micros: int | None) -> str:
+    if micros is None:
+        return "-"
+    return datetime.fromtimestamp(micros / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=True)]
+    lines = [
+        "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
+    return "\n".join(lines)
+
+
+def _emit(client: _Client, data: Any, human: str) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False) if client.as_json else human)
+
+
+def _request_text(r: dict[str, Any]) -> str:
+    signed = ", ".join(r["signed_by"]) or "-"
+    return "\n".join(
+        [
+            f"request     {r['saga_id']}/{r['seq']}",
+            f"tool        {r['tool']} ({r['reversibility']})",
+            f"payload     {r['payload']}",
+            f"sha256      {r['payload_sha256']}",
+            f"state       {r['state']}",
+            f"signatures  {len(r['signed_by'])}/{r['signatures_required']}: {signed}",
+            f"requested   {_when(r['requested_at_us'])} (policy {r['policy_version']})",
+            f"deadline    {_when(r['deadline_us'])}",
+            f"decision    {r['decision'] or '-'} by {r['decided_by'] or '-'} at "
+            f"{_when(r['decided_at_us'])} (policy {r['decision_policy_version'] or '-'})",
+        ]
+    )
+
+
+def _decision_text(d: dict[str, Any]) -> str:
+    lines = [_request_text(d["request"])]
+    if d.get("saga_status"):
+        lines.append(f"saga        {d['saga_status']}")
+    if d.get("value") is not None:
+        lines.append(f"result      {d['value']}")
+    if d.get("error"):
+        lines.append(f"error       {d['error']}")
+    return "\n".join(lines)
+
+
+@click.group("approvals")
+@click.option(
+    "--url",
+    envvar="SAGACITY_APPROVALS_URL",
+    default=DEFAULT_URL,
+    show_default=True,
+    help="The approvals service ($SAGACITY_APPROVALS_URL).",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="File holding the bearer token (default: $SAGACITY_APPROVALS_TOKEN).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
+@click.option("--timeout", default=60.0, show_default=True, help="Seconds per request.")
+@click.pass_context
+def approvals(
+    ctx: click.Context, url: str, token_file: Path | None, as_json: bool, timeout: float
+) -> None:
+    """Approval requests: list, show, approve, reject, resume, stats."""
+    token = (
+        token_file.read_text(encoding="utf-8").strip()
+        if token_file is not None
+        else os.environ.get("SAGACITY_APPROVALS_TOKEN")
+    )
+    ctx.obj = _Client(url, token or None, as_json, timeout)
+
+
+@approvals.command("list")
+@click.option(
+    "--state",
+    default="open",
+    show_default=True,
+    type=click.Choice(
+        ["open", "all", "pending", "approved", "rejected", "expired", "refused", "resumed", "ended"]
+    ),
+)
+@click.pass_obj
+def list_requests(client: _Client, state: str) -> None:
+    """Requests (open ones by default) for the tools your token may decide."""
+    data = client.call("GET", "/sagacity/approvals", params={"state": state})
+    rows = [
+        [
+            f"{r['saga_id']}/{r['seq']}",
+            r["tool"],
+            r["state"],
+            f"{len(r['signed_by'])}/{r['signatures_required']}",
+            _when(r["requested_at_us"]),
+            r["payload"] if len(r["payload"]) <= 48 else r["payload"][:45] + "...",
+        ]
+        for r in data["requests"]
+    ]
+    human = (
+        _table(rows, ["REQUEST", "TOOL", "STATE", "SIGNED", "REQUESTED (UTC)", "PAYLOAD"])
+        if rows
+        else "no requests"
+    )
+    _emit(client, data, human)
+
+
+@approvals.command("show")
+@click.argument("saga_id")
+@click.argument("seq", type=int, required=False)
+@click.pass_obj
+def show(client: _Client, saga_id: str, seq: int | None) -> None:
+    """One request (SAGA_ID SEQ), or a saga's status and chain (SAGA_ID)."""
+    if seq is not None:
+        data = client.call("GET", f"/sagacity/approvals/{saga_id}/{seq}")
+        _emit(client, data, _request_text(data))
+        return
+    data = client.call("GET", f"/sagacity/sagas/{saga_id}")
+    rows = [
+        [
+            str(e["seq"]),
+            e["event_type"],
+            e["tool"] or "-",
+            e["actor"] or "-",
+            (e["payload"] or e["result"] or e["error"] or "")[:60],
+        ]
+        for e in data["entries"]
+    ]
+    verified = "verified" if data["verified"] else f"DOES NOT VERIFY: {data['verification']}"
+    human = f"saga {data['saga_id']}: {data['status']} (chain {verified})\n" + _table(
+        rows, ["SEQ", "EVENT", "TOOL", "ACTOR", "DETAIL"]
+    )
+    _emit(client, data, human)
+
+
+@approvals.command("approve")
+@click.argument("saga_id")
+@click.argument("seq", type=int)
+@click.pass_obj
+def approve(client: _Client, saga_id: str, seq: int) -> None:
+    """Sign the request as the token's principal (nothing runs yet)."""
+    data = client.call("POST", f"/sagacity/approve/{saga_id}/{seq}")
+    _emit(client, data, _decision_text(data))
+
+
+@approvals.command("reject")
+@click.argument("saga_id")
+@click.argument("seq", type=int)
+@click.option("--reason", default=None, help="Why (journaled with the rejection).")
+@click.pass_obj
+def reject(client: _Client, saga_id: str, seq: int, reason: str | None) -> None:
+    """Reject the request; the saga's executed steps are handed to compensation."""
+    body = {"reason": reason} if reason is not None else None
+    data = client.call("POST", f"/sagacity/reject/{saga_id}/{seq}", json=body)
+    _emit(client, data, _decision_text(data))
+
+
+@approvals.command("resume")
+@click.argument("saga_id")
+@click.argument("seq", type=int)
+@click.option("--payload", default=None, help="The live payload, exactly as given to you.")
+@click.option(
+    "--payload-file",
+    type=click.File("r", encoding="utf-8"),
+    default=None,
+    help="Read the payload from a file ('-' for stdin), byte for byte.",
+)
+@click.pass_obj
+def resume(client: _Client, saga_id: str, seq: int, payload: str | None, payload_file: Any) -> None:
+    """Run the approved call with the live payload (refused unless byte-identical)."""
+    if (payload is None) == (payload_file is None):
+        raise click.UsageError("give exactly one of --payload or --payload-file")
+    text = payload if payload is not None else payload_file.read()
+    data = client.call("POST", f"/sagacity/resume/{saga_id}/{seq}", json={"payload": text})
+    _emit(client, data, _decision_text(data))
+
+
+def _seconds(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        if text and text[-1] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a duration (e.g. 90s, 15m, 24h, 7d)") from None
+
+
+@approvals.command("stats")
+@click.option("--window", default="24h", show_default=True, help="e.g. 90s, 15m, 24h, 7d.")
+@click.pass_obj
+def stats(client: _Client, window: str) -> None:
+    """Approve/reject ratio and request-to-decision latency p50/p95 over the window."""
+    data = client.call("GET", "/sagacity/stats", params={"window_s": _seconds(window)})
+
+    def fmt(value: float | None, suffix: str = "s") -> str:
+        return "-" if value is None else f"{value:.3f}{suffix}"
+
+    ratio = data["approve_ratio"]
+    human = "\n".join(
+        [
+            f"window          {data['window_s']:g}s",
+            f"approved        {data['approved']}",
+            f"rejected        {data['rejected']}",
+            f"expired         {data['expired']}",
+            f"approve ratio   {'-' if ratio is None else f'{ratio:.1%}'}",
+            f"latency p50     {fmt(data['latency_p50_s'])}",
+            f"latency p95     {fmt(data['latency_p95_s'])}",
+            f"open now        {data['pending']} (oldest {fmt(data['oldest_pending_age_s'])})",
+            f"latency covers  {data['latency_covers']}",
+        ]
+    )
+    _emit(client, data, human)
+
+
+@approvals.command("token-hash")
+@click.option("--name", default=None, help="Principal name: print a whole auth-file entry.")
+@click.option("--tool", "tools", multiple=True, help="Tool the principal may decide (repeat).")
+@click.option("--generate", is_flag=True, help="Make a new random token (printed on stderr).")
+def token_hash(name: str | None, tools: tuple[str, ...], generate: bool) -> None:
+    """Print the SHA-256 of a token read from stdin, or an auth-file entry with --name."""
+    from sagacity.consumers.approvals._auth import auth_entry, new_token, token_sha256
+
+    if generate:
+        token = new_token()
+        click.echo(f"token (give it to the principal; it is not stored): {token}", err=True)
+    else:
+        token = sys.stdin.readline().strip()
+        if not token:
+            raise click.UsageError("no token on stdin (or pass --generate)")
+    if name is None:
+        click.echo(token_sha256(token))
+    else:
+        click.echo(auth_entry(name, token, tools or ["*"]), nl=False)

@@ -1,0 +1,235 @@
+"""Done-when, across OS processes on real Kafka and PostgreSQL.
+
+The agent runs in the test process on the Kafka journal (compensation delegated); every
+approvals replica is its own ``sagacity serve approvals`` process reading the topic with the
+consumer group and deciding through the HTTP API.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from sagacity import EventType, Sagacity, SagaStatus
+from sagacity.producer import KafkaJournal
+
+from ._process import Replica
+from .conftest import ALICE, MALLORY, bearer
+from .tools import Bank, calls
+
+pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
+E = EventType
+
+
+class Deployment:
+    """A topic, a schema, an agent and the approvals replicas started so far."""
+
+    def __init__(self, bootstrap: str, topic: str, dsn: str, auth_file: Path, tmp: Path) -> None:
+        self.tmp = tmp
+        self.calls = tmp / "calls.jsonl"
+        self.env = {
+            "SAGACITY_BOOTSTRAP_SERVERS": bootstrap,
+            "SAGACITY_TOPIC": topic,
+            "SAGACITY_DATABASE_URL": dsn,
+            "SAGACITY_APPROVALS_SWEEP_INTERVAL_S": "0.2",
+            "SAGACITY_TEST_CALL_LOG": str(self.calls),
+        }
+        self.auth = ["--auth", str(auth_file), "--tools", "tests.approvals.tools:Bank"]
+        self.journal = KafkaJournal(bootstrap, topic=topic)
+        self.agent = Sagacity(self.journal, compensation="delegated")
+        self.bank = self.agent.wrap(Bank())
+        self.replicas: list[Replica] = []
+
+    def replica(self, *extra: str) -> Replica:
+        replica = Replica(
+            self.env, [*self.auth, *extra], self.tmp / f"replica-{len(self.replicas)}.log"
+        )
+        self.replicas.append(replica)
+        return replica
+
+    def gate(self, saga_id: str) -> int:
+        def work() -> None:
+            self.bank.reserve_inventory("SKU-9")
+            self.bank.send_wire_transfer("100", "alice")
+
+        result = self.agent.saga(saga_id, work)
+        assert result.status is SagaStatus.AWAITING_APPROVAL
+        assert result.awaiting_seq is not None
+        return result.awaiting_seq
+
+    def kinds(self, saga_id: str) -> list[str]:
+        return [e.event_type.value for e in self.journal.entries(saga_id)]
+
+    def entries(self, saga_id: str, kind: EventType) -> list[Any]:
+        return [e for e in self.journal.entries(saga_id) if e.event_type is kind]
+
+    def wires(self) -> list[dict[str, str]]:
+        return [c for c in calls(self.calls) if c["tool"] == "send_wire_transfer"]
+
+    def close(self) -> None:
+        for replica in self.replicas:
+            replica.stop()
+        self.journal.close()
+
+
+@pytest.fixture
+def deployment(
+    kafka_bootstrap: str,
+    make_topic: Callable[..., str],
+    pg_dsn: str,
+    auth_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Deployment]:
+    d = Deployment(kafka_bootstrap, make_topic(partitions=3), pg_dsn, auth_file, tmp_path)
+    monkeypatch.setenv("SAGACITY_TEST_CALL_LOG", str(d.calls))
+    try:
+        yield d
+    finally:
+        d.close()
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def listed(replica: Replica, who: str = "bob") -> list[dict[str, Any]]:
+    answer = httpx.get(f"{replica.url}/sagacity/approvals", headers=bearer(who), timeout=10)
+    assert answer.status_code == 200, answer.text
+    requests: list[dict[str, Any]] = answer.json()["requests"]
+    return requests
+
+
+def test_stale_approval_attack_and_the_refusals_across_processes(deployment: Deployment) -> None:
+    replica = deployment.replica()
+    replica.wait_ready()
+    seq = deployment.gate("wire-77")
+    other = deployment.gate("wire-78")
+    wait_for(lambda: {r["saga_id"] for r in listed(replica)} == {"wire-77", "wire-78"})
+    url = replica.url
+    unknown = httpx.post(f"{url}/sagacity/approve/wire-77/{seq + 50}", headers=bearer("alice"))
+    assert unknown.status_code == 404
+    early = httpx.post(
+        f"{url}/sagacity/resume/wire-78/{other}", json={"payload": ALICE}, headers=bearer("alice")
+    )
+    assert (early.status_code, early.json()["detail"]) == (409, "no human approval recorded")
+    assert httpx.post(f"{url}/sagacity/approve/wire-77/{seq}", headers=bearer("alice")).is_success
+    [approval] = deployment.entries("wire-77", E.APPROVED)
+    assert approval.actor == "alice@example.com"
+    attack = httpx.post(
+        f"{url}/sagacity/resume/wire-77/{seq}", json={"payload": MALLORY}, headers=bearer("alice")
+    )
+    assert (attack.status_code, attack.json()["detail"]) == (409, "payload changed since approval")
+    assert deployment.kinds("wire-77")[-4:] == [
+        "APPROVED",
+        "RESUME_REFUSED",
+        "COMPENSATION_REQUESTED",
+        "SAGA_ENDED",
+    ]
+    assert deployment.entries("wire-77", E.RESUME_REFUSED)[0].payload == MALLORY
+    assert deployment.entries("wire-77", E.COMPENSATION_REQUESTED)[0].attributes["reason"] == (
+        "RESUME_REFUSED"
+    )
+    assert httpx.post(f"{url}/sagacity/approve/wire-78/{other}", headers=bearer("bob")).is_success
+    spaced = httpx.post(
+        f"{url}/sagacity/resume/wire-78/{other}",
+        json={"payload": '{ "amount": "100", "to": "alice" }'},
+        headers=bearer("bob"),
+    )
+    assert (spaced.status_code, spaced.json()["detail"]) == (409, "payload changed since approval")
+    assert deployment.wires() == []
+    assert deployment.agent.outcome("wire-77").status is SagaStatus.COMPENSATION_PENDING  # type: ignore[union-attr]
+
+
+def test_pending_requests_survive_a_restart_and_resume_runs_in_the_service(
+    deployment: Deployment,
+) -> None:
+    first = deployment.replica()
+    first.wait_ready()
+    seq = deployment.gate("wire-restart")
+    wait_for(lambda: listed(first))
+    first.stop()
+    second = deployment.replica()
+    second.wait_ready()
+    [request] = listed(second)
+    assert (request["saga_id"], request["seq"], request["payload"]) == ("wire-restart", seq, ALICE)
+    url = second.url
+    assert httpx.post(
+        f"{url}/sagacity/approve/wire-restart/{seq}", headers=bearer("alice")
+    ).is_success
+    done = httpx.post(
+        f"{url}/sagacity/resume/wire-restart/{seq}",
+        json={"payload": ALICE},
+        headers=bearer("alice"),
+        timeout=30,
+    )
+    assert done.status_code == 200, done.text
+    assert done.json()["saga_status"] == "COMPLETED"
+    assert deployment.wires() == [{"tool": "send_wire_transfer", "amount": "100", "to": "alice"}]
+    assert deployment.kinds("wire-restart")[-4:] == ["APPROVED", "INTENT", "EXECUTED", "SAGA_ENDED"]
+    assert httpx.get(f"{url}/sagacity/approvals", headers=bearer("eve")).json()["requests"] == []
+    assert httpx.post(f"{url}/sagacity/approve/wire-restart/{seq}").status_code == 401
+
+
+def test_two_replicas_decide_each_request_exactly_once(deployment: Deployment) -> None:
+    a, b = deployment.replica(), deployment.replica()
+    a.wait_ready(partitions=False)
+    b.wait_ready(partitions=False)
+    sagas = [f"race-{i}" for i in range(4)]
+    seqs = {s: deployment.gate(s) for s in sagas}
+    wait_for(lambda: len(listed(a)) == 4)
+    statuses: dict[str, list[int]] = {s: [] for s in sagas}
+    plan = []
+    for i, saga in enumerate(sagas):
+        # Half double-clicked approves, half approve racing reject, always across replicas.
+        second = "approve" if i % 2 == 0 else "reject"
+        plan += [(a, saga, "approve"), (b, saga, second)]
+    barrier = threading.Barrier(len(plan))
+
+    def hit(replica: Replica, saga: str, action: str) -> None:
+        barrier.wait()
+        answer = httpx.post(
+            f"{replica.url}/sagacity/{action}/{saga}/{seqs[saga]}",
+            headers=bearer("bob"),
+            timeout=60,
+        )
+        statuses[saga].append(answer.status_code)
+
+    threads = [threading.Thread(target=hit, args=step) for step in plan]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for saga in sagas:
+        assert sorted(statuses[saga]) == [200, 409], (saga, statuses[saga])
+        decisions = deployment.entries(saga, E.APPROVED) + deployment.entries(saga, E.REJECTED)
+        assert len(decisions) == 1, (saga, deployment.kinds(saga))
+        read = deployment.journal.read(saga)
+        assert read.forks == []
+
+
+def test_expiry_is_swept_and_handed_to_compensation(deployment: Deployment) -> None:
+    replica = deployment.replica("--approval-ttl", "1")
+    replica.wait_ready()
+    seq = deployment.gate("wire-ttl")
+    wait_for(lambda: deployment.entries("wire-ttl", E.EXPIRED), timeout=20)
+    [expired] = deployment.entries("wire-ttl", E.EXPIRED)
+    assert expired.ref_seq == seq
+    assert deployment.entries("wire-ttl", E.COMPENSATION_REQUESTED)[0].attributes["reason"] == (
+        "EXPIRED"
+    )
+    late = httpx.post(f"{replica.url}/sagacity/approve/wire-ttl/{seq}", headers=bearer("bob"))
+    assert late.status_code == 409
+    assert deployment.entries("wire-ttl", E.APPROVED) == []
