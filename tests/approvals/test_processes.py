@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from confluent_kafka import Producer
 
 from sagacity import EventType, Sagacity, SagaStatus
 from sagacity.producer import KafkaJournal
@@ -115,6 +116,10 @@ def listed(replica: Replica, who: str = "bob") -> list[dict[str, Any]]:
 def test_stale_approval_attack_and_the_refusals_across_processes(deployment: Deployment) -> None:
     replica = deployment.replica()
     replica.wait_ready()
+    # A message no reader can decode, under a saga's key: skipped and counted, never folded.
+    producer = Producer({"bootstrap.servers": deployment.env["SAGACITY_BOOTSTRAP_SERVERS"]})
+    producer.produce(deployment.env["SAGACITY_TOPIC"], key=b"wire-77", value=b"not avro")
+    producer.flush(10)
     seq = deployment.gate("wire-77")
     other = deployment.gate("wire-78")
     wait_for(lambda: {r["saga_id"] for r in listed(replica)} == {"wire-77", "wire-78"})
@@ -150,6 +155,8 @@ def test_stale_approval_attack_and_the_refusals_across_processes(deployment: Dep
     )
     assert (spaced.status_code, spaced.json()["detail"]) == (409, "payload changed since approval")
     assert deployment.wires() == []
+    metrics = httpx.get(f"{url}/metrics").text
+    assert 'sagacity_approvals_consumer_events_total{outcome="skipped"} 1.0' in metrics
     assert deployment.agent.outcome("wire-77").status is SagaStatus.COMPENSATION_PENDING  # type: ignore[union-attr]
 
 

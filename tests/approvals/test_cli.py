@@ -1,0 +1,130 @@
+"""``sagacity approvals`` with click's CliRunner against a running service over HTTP."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sagacity.cli import main
+from sagacity.consumers.approvals import AuthConfig
+
+from .conftest import ALICE, MALLORY, TOKENS, LiveService
+
+pytestmark = pytest.mark.postgres
+
+
+def cli(live: LiveService, who: str, *args: str, **kwargs: object) -> object:
+    runner = CliRunner()
+    return runner.invoke(
+        main,
+        ["approvals", "--url", live.url, *args],
+        env={"SAGACITY_APPROVALS_TOKEN": TOKENS[who]},
+        catch_exceptions=False,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def test_list_show_approve_resume_for_people_and_scripts(live: LiveService) -> None:
+    seq = live.gate("cli-1")
+    table = cli(live, "alice", "list")
+    assert table.exit_code == 0, table.output
+    assert "REQUEST" in table.output
+    assert f"cli-1/{seq}" in table.output
+    assert "send_wire_transfer" in table.output
+    listed = json.loads(cli(live, "alice", "--json", "list").output)
+    assert [(r["saga_id"], r["seq"]) for r in listed["requests"]] == [("cli-1", seq)]
+    shown = cli(live, "alice", "show", "cli-1", str(seq))
+    assert ALICE in shown.output
+    assert "signatures  0/1" in shown.output
+    approved = cli(live, "alice", "--json", "approve", "cli-1", str(seq))
+    assert approved.exit_code == 0
+    assert json.loads(approved.output)["request"]["signed_by"] == ["alice@example.com"]
+    refused = cli(live, "alice", "resume", "cli-1", str(seq), "--payload", MALLORY)
+    assert refused.exit_code == 1
+    assert "HTTP 409: payload changed since approval" in refused.output
+    chain = cli(live, "alice", "show", "cli-1")
+    assert "RESUME_REFUSED" in chain.output
+    assert "COMPENSATION_PENDING" in chain.output
+    assert "chain verified" in chain.output
+
+
+def test_resume_from_a_file_reject_and_stats(live: LiveService, tmp_path: Path) -> None:
+    ok, no = live.gate("cli-ok"), live.gate("cli-no")
+    assert cli(live, "bob", "approve", "cli-ok", str(ok)).exit_code == 0
+    payload = tmp_path / "payload.json"
+    payload.write_bytes(ALICE.encode())
+    done = cli(live, "bob", "resume", "cli-ok", str(ok), "--payload-file", str(payload))
+    assert done.exit_code == 0, done.output
+    assert "saga        COMPLETED" in done.output
+    assert "result      transfer-ok" in done.output
+    rejected = cli(live, "bob", "reject", "cli-no", str(no), "--reason", "wrong account")
+    assert rejected.exit_code == 0
+    assert "COMPENSATION_PENDING" in rejected.output
+    again = cli(live, "bob", "--json", "reject", "cli-no", str(no))
+    assert again.exit_code == 1
+    assert json.loads(again.output)["status"] == 409
+    stats = cli(live, "bob", "stats", "--window", "1h")
+    assert stats.exit_code == 0
+    assert "approve ratio   50.0%" in stats.output
+    assert "not time to first look" in stats.output
+    figures = json.loads(cli(live, "bob", "--json", "stats").output)
+    assert (figures["approved"], figures["rejected"]) == (1, 1)
+    assert figures["latency_p95_s"] is not None
+
+
+def test_bad_credentials_other_tools_and_usage(live: LiveService, tmp_path: Path) -> None:
+    seq = live.gate("cli-auth")
+    runner = CliRunner()
+    anonymous = runner.invoke(main, ["approvals", "--url", live.url, "list"], env={})
+    assert anonymous.exit_code == 1
+    assert "HTTP 401" in anonymous.output
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKENS["eve"] + "\n")
+    other = runner.invoke(
+        main,
+        [
+            "approvals",
+            "--url",
+            live.url,
+            "--token-file",
+            str(token_file),
+            "approve",
+            "cli-auth",
+            str(seq),
+        ],
+        env={},
+    )
+    assert other.exit_code == 1
+    assert "HTTP 403" in other.output
+    both = cli(live, "bob", "resume", "cli-auth", str(seq))
+    assert both.exit_code == 2
+    unreachable = runner.invoke(main, ["approvals", "--url", "http://127.0.0.1:9", "list"])
+    assert unreachable.exit_code == 1
+    assert "cannot reach" in unreachable.output
+
+
+def test_token_hash_prints_an_entry_the_service_accepts(tmp_path: Path) -> None:
+    runner = CliRunner()
+    digest = runner.invoke(main, ["approvals", "token-hash"], input="secret-token\n")
+    assert digest.exit_code == 0
+    assert len(digest.output.strip()) == 64
+    entry = runner.invoke(
+        main,
+        ["approvals", "token-hash", "--name", "dana@example.com", "--tool", "send_wire_transfer"],
+        input="secret-token\n",
+    )
+    path = tmp_path / "auth.toml"
+    path.write_text(entry.output)
+    principal = AuthConfig.load(path).authenticate("secret-token")
+    assert principal is not None
+    assert principal.name == "dana@example.com"
+    assert principal.may_decide("send_wire_transfer")
+    assert not principal.may_decide("grant_agent_access")
+    generated = runner.invoke(main, ["approvals", "token-hash", "--generate"])
+    assert generated.exit_code == 0
+    assert "token (give it to the principal" in generated.output
+    empty = runner.invoke(main, ["approvals", "token-hash"], input="")
+    assert empty.exit_code == 2

@@ -1,0 +1,92 @@
+"""Auth files and settings: malformed configuration is refused with a clear error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sagacity.consumers.approvals import ApprovalsSettings, AuthConfig, auth_entry, token_sha256
+from sagacity.consumers.approvals._server import load_tools
+from sagacity.errors import ConfigurationError
+
+
+def test_json_and_toml_auth_files_map_tokens_to_principals(tmp_path: Path) -> None:
+    path = tmp_path / "auth.json"
+    path.write_text(
+        json.dumps(
+            {"principals": [{"name": "ops", "token_sha256": token_sha256("t1"), "tools": ["*"]}]}
+        )
+    )
+    config = AuthConfig.load(path)
+    principal = config.authenticate("t1")
+    assert principal is not None
+    assert principal.may_decide("anything")
+    assert config.authenticate("t2") is None
+    toml = tmp_path / "auth.toml"
+    toml.write_text(auth_entry("a", "t3", ["x"]))
+    assert AuthConfig.load(toml).authenticate("t3") is not None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "non-empty 'principals'"),
+        ("principals = 3", "non-empty 'principals'"),
+        ('[[principals]]\nname = ""\ntoken_sha256 = "' + "a" * 64 + '"', "'name'"),
+        ('[[principals]]\nname = "a"\ntoken_sha256 = "plaintext"', "64 lowercase hex"),
+        ('[[principals]]\nname = "a"\ntoken_sha256 = "' + "a" * 64 + '"\ntools = "x"', "'tools'"),
+        (
+            '[[principals]]\nname = "a"\ntoken_sha256 = "' + "a" * 64 + '"\n'
+            '[[principals]]\nname = "b"\ntoken_sha256 = "' + "a" * 64 + '"',
+            "listed twice",
+        ),
+        ("not = [toml", "does not parse"),
+    ],
+)
+def test_malformed_auth_files_are_refused(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "auth.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigurationError, match=message):
+        AuthConfig.load(path)
+
+
+def test_a_missing_auth_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="cannot read auth file"):
+        AuthConfig.load(tmp_path / "nope.toml")
+
+
+def test_settings_require_a_database_and_authentication() -> None:
+    with pytest.raises(ConfigurationError, match="needs PostgreSQL"):
+        ApprovalsSettings.from_env({})
+    with pytest.raises(ConfigurationError, match="authenticates approvers"):
+        ApprovalsSettings.from_env({"SAGACITY_DATABASE_URL": "postgresql://x/y"})
+    settings = ApprovalsSettings.from_env(
+        {
+            "SAGACITY_DATABASE_URL": "postgresql://shared/db",
+            "SAGACITY_APPROVALS_DATABASE_URL": "postgresql://own/db",
+            "SAGACITY_APPROVALS_AUTH_FILE": "/etc/auth.toml",
+            "SAGACITY_APPROVALS_APPROVAL_TTL_S": "0",
+        },
+        port=9999,
+        host=None,
+    )
+    assert settings.database_url == "postgresql://own/db"
+    assert settings.port == 9999
+    assert settings.host == "127.0.0.1"
+    assert settings.approval_ttl_s is None
+    with pytest.raises(ConfigurationError, match="is not a number"):
+        ApprovalsSettings.from_env({"SAGACITY_DATABASE_URL": "x", "SAGACITY_APPROVALS_PORT": "p"})
+
+
+def test_tool_specs_must_import() -> None:
+    [bank] = load_tools(["tests.approvals.tools:Bank"])
+    assert hasattr(bank, "send_wire_transfer")
+    for spec, message in (
+        ("tests.approvals.tools", "expected package.module:attr"),
+        ("no.such.module:x", "does not import"),
+        ("tests.approvals.tools:Nope", "does not import"),
+    ):
+        with pytest.raises(ConfigurationError, match=message):
+            load_tools([spec])
