@@ -7,6 +7,10 @@ consumer group and deciding through the HTTP API.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +24,7 @@ from confluent_kafka import Producer
 from sagacity import EventType, Sagacity, SagaStatus
 from sagacity.producer import KafkaJournal
 
-from ._process import Replica
+from ._process import REPO, Replica
 from .conftest import ALICE, MALLORY, bearer
 from .tools import Bank, calls
 
@@ -46,6 +50,8 @@ class Deployment:
         self.agent = Sagacity(self.journal, compensation="delegated")
         self.bank = self.agent.wrap(Bank())
         self.replicas: list[Replica] = []
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self._logs: list[Any] = []
 
     def replica(self, *extra: str) -> Replica:
         replica = Replica(
@@ -53,6 +59,38 @@ class Deployment:
         )
         self.replicas.append(replica)
         return replica
+
+    def compensation_service(self) -> subprocess.Popen[bytes]:
+        """The compensation service, acting on the hand-offs the approvals service journals."""
+        log = (self.tmp / "compensation.log").open("ab")
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from sagacity.cli import main; main()",
+                "serve",
+                "compensation",
+                "--tools",
+                "tests.approvals.tools:BANK",
+                "--bootstrap-servers",
+                self.env["SAGACITY_BOOTSTRAP_SERVERS"],
+                "--database-url",
+                self.env["SAGACITY_DATABASE_URL"],
+                "--topic",
+                self.env["SAGACITY_TOPIC"],
+                "--group",
+                f"compensation-{self.env['SAGACITY_TOPIC']}",
+                "--handoff-grace",
+                "1",
+            ],
+            cwd=REPO,
+            env={**os.environ, **self.env, "PYTHONPATH": str(REPO)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.processes.append(process)
+        self._logs.append(log)
+        return process
 
     def gate(self, saga_id: str) -> int:
         def work() -> None:
@@ -76,6 +114,15 @@ class Deployment:
     def close(self) -> None:
         for replica in self.replicas:
             replica.stop()
+        for process in self.processes:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+        for log in self._logs:
+            log.close()
         self.journal.close()
 
 
@@ -157,7 +204,16 @@ def test_stale_approval_attack_and_the_refusals_across_processes(deployment: Dep
     assert deployment.wires() == []
     metrics = httpx.get(f"{url}/metrics").text
     assert 'sagacity_approvals_consumer_events_total{outcome="skipped"} 1.0' in metrics
-    assert deployment.agent.outcome("wire-77").status is SagaStatus.COMPENSATION_PENDING  # type: ignore[union-attr]
+    # The hand-off: the compensation service undoes the hold taken before the gate.
+    deployment.compensation_service()
+    for saga in ("wire-77", "wire-78"):
+        outcome = deployment.agent.wait_for_outcome(saga, timeout=60)
+        assert outcome.status is SagaStatus.COMPENSATED, (saga, deployment.kinds(saga))
+        [undone] = deployment.entries(saga, E.COMPENSATED)
+        assert deployment.journal.entries(saga)[undone.ref_seq - 1].tool == "reserve_inventory"
+    released = [c for c in calls(deployment.calls) if c["tool"] == "release_inventory"]
+    assert len(released) == 2
+    assert deployment.wires() == []
 
 
 def test_pending_requests_survive_a_restart_and_resume_runs_in_the_service(

@@ -49,6 +49,7 @@ def test_schemathesis_finds_no_server_error_and_no_contract_violation(
         text=True,
         timeout=90,
         check=False,
+        cwd=tmp_path,
     )
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-6000:]

@@ -71,3 +71,7 @@ class StrictBank(Bank):
     def send_wire_transfer(self, amount: str, to: str) -> str:
         _record("send_wire_transfer", amount=amount, to=to)
         return "transfer-ok"
+
+
+BANK = Bank()
+"""An instance, for services that want the object owning the tools (compensation)."""
