@@ -15,6 +15,7 @@ never see each other's data and run in any order.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import os
@@ -109,6 +110,27 @@ class _Infrastructure:
 
     def close(self) -> None:
         self._exit.close()
+
+
+@pytest.fixture(autouse=True)
+def _close_lingering_event_loop() -> Iterator[None]:
+    """Close a default event loop a test (or a library it drove) left on the main thread.
+
+    Some agent frameworks' synchronous entry points install a default loop and keep it; a later
+    ``asyncio.run`` replaces it without closing it, and its collection is then reported as an
+    unclosed-resource warning in whichever test happens to trigger garbage collection.
+    """
+    yield
+    policy = asyncio.get_event_loop_policy()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            loop = policy.get_event_loop()
+    except RuntimeError:
+        return
+    if not loop.is_running():
+        loop.close()
+        policy.set_event_loop(None)
 
 
 @pytest.fixture(scope="session")
