@@ -325,9 +325,9 @@ class BatchArchiver:
                     reason, detail = verdict
                     refusals.append(_Refusal(reason, detail, ev, item.saga_id, item.seq))
             if accepted:
-                self._ensure_months(
-                    cur, {_month_key(e.recorded_at_us): e.recorded_at_us for e, _ in accepted}
-                )
+                # One month lookup per distinct second is plenty (events of a batch cluster).
+                seconds = {e.recorded_at_us // 1_000_000: e.recorded_at_us for e, _ in accepted}
+                self._ensure_months(cur, {_month_key(us): us for us in seconds.values()})
                 with cur.copy(_COPY_JOURNAL) as copy:
                     for e, ev in accepted:
                         copy.write_row(
@@ -340,7 +340,9 @@ class BatchArchiver:
                                 e.result,
                                 e.error,
                                 e.actor,
-                                json.dumps(dict(e.attributes), ensure_ascii=False),
+                                json.dumps(dict(e.attributes), ensure_ascii=False)
+                                if e.attributes
+                                else "{}",
                                 e.recorded_at_us,
                                 e.hash,
                                 e.prev_hash,
