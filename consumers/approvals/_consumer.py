@@ -23,6 +23,8 @@ from sagacity.schemas import decode_entry
 log = logging.getLogger("sagacity.approvals")
 
 DEFAULT_GROUP = "sagacity-approvals"
+RETRY_S = 2.0
+"""Seconds between a failed batch and rejoining the group."""
 
 
 class RequestConsumer:
@@ -96,6 +98,19 @@ class RequestConsumer:
         self._assigned -= {tp.partition for tp in partitions}
 
     def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._consume()
+                self.error = None
+            except (KafkaException, SagacityError) as exc:
+                # A batch that failed was not stored: rejoining re-reads it from the stored
+                # position, so a database or broker outage delays folding and loses nothing.
+                self.error = str(exc)
+                log.error("the approvals consumer failed, rejoining in %.0fs: %s", RETRY_S, exc)
+                self._assigned.clear()
+                self._stop.wait(RETRY_S)
+
+    def _consume(self) -> None:
         consumer = Consumer(self._config)
         try:
             consumer.subscribe(
@@ -108,14 +123,13 @@ class RequestConsumer:
                 batch = consumer.consume(num_messages=500, timeout=0.2)
                 if batch:
                     self._fold(consumer, batch)
-        except (KafkaException, SagacityError) as exc:
-            self.error = str(exc)
-            log.error("the approvals consumer stopped: %s", exc)
+                    self.error = None
         finally:
             consumer.close()
 
     def _fold(self, consumer: Consumer, batch: list[Message]) -> None:
         positions: dict[int, int] = {}
+        applied = skipped = 0
         with self._store.connect() as conn:
             for message in batch:
                 error = message.error()
@@ -131,7 +145,7 @@ class RequestConsumer:
                 try:
                     entry = decode_entry(message.value() or b"")
                 except SerializationError as exc:
-                    self.skipped += 1
+                    skipped += 1
                     log.warning(
                         "skipping undecodable message at %s[%d]@%d: %s",
                         self._topic,
@@ -141,9 +155,12 @@ class RequestConsumer:
                     )
                     continue
                 apply_entry(conn, entry)
-                self.applied += 1
+                applied += 1
             for partition, next_offset in positions.items():
                 self._store.store_offset(conn, self._topic, partition, next_offset)
+        # Counted once the transaction committed: a failed batch is folded again later.
+        self.applied += applied
+        self.skipped += skipped
         # Kafka's own committed position is informational (lag dashboards); the table's wins.
         commits = [TopicPartition(self._topic, p, o) for p, o in positions.items()]
         if commits:

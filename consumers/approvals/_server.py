@@ -147,7 +147,9 @@ class ApprovalsServer:
         }
         if self.consumer is not None:
             if not self.consumer.alive:
-                raise RuntimeError(f"the consumer is not running: {self.consumer.error}")
+                raise RuntimeError("the consumer thread is not running")
+            if self.consumer.error is not None:
+                raise RuntimeError(f"the consumer is retrying: {self.consumer.error}")
             details["partitions"] = list(self.consumer.assigned)
             details["applied"] = self.consumer.applied
         return details

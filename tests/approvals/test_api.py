@@ -419,3 +419,81 @@ def test_stats_and_metrics_cover_request_to_decision(harness: Harness) -> None:
     assert "sagacity_approvals_approve_ratio 0.666" in metrics
     assert 'sagacity_approvals_decision_latency_seconds{quantile="0.95"}' in metrics
     assert harness.client.get("/healthz").json()["ok"] is True
+
+
+def test_a_tool_that_fails_on_resume_is_journaled_and_handed_to_compensation(
+    harness: Harness,
+) -> None:
+    def work() -> None:
+        harness.bank.reserve_inventory("SKU-9")
+        harness.bank.send_wire_transfer("100", "bounce")
+
+    seq = harness.agent.saga("t-fail", work).awaiting_seq
+    assert seq is not None
+    harness.server.service.materialise("t-fail")
+    assert harness.client.post(f"/sagacity/approve/t-fail/{seq}", headers=bearer("bob")).is_success
+    answer = harness.client.post(
+        f"/sagacity/resume/t-fail/{seq}",
+        json={"payload": '{"amount":"100","to":"bounce"}'},
+        headers=bearer("bob"),
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["saga_status"] == "COMPENSATION_PENDING"
+    assert "ConnectionError: the bank refused the transfer" in answer.json()["error"]
+    assert harness.kinds("t-fail")[-5:] == [
+        "APPROVED",
+        "INTENT",
+        "FAILED",
+        "COMPENSATION_REQUESTED",
+        "SAGA_ENDED",
+    ]
+    assert harness.entries("t-fail", E.COMPENSATION_REQUESTED)[0].attributes["reason"] == "FAILED"
+    assert answer.json()["request"]["state"] == "resumed"
+
+
+@pytest.mark.kafka
+def test_a_consumer_whose_database_is_not_ready_retries_and_folds_everything(
+    postgres_dsn: str, kafka_bootstrap: str, make_topic: Any
+) -> None:
+    import time
+    import uuid
+
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from sagacity.consumers.approvals import ApprovalStore, RequestConsumer
+    from sagacity.producer import KafkaJournal
+
+    schema = f"late_{uuid.uuid4().hex[:12]}"
+    params = conninfo_to_dict(postgres_dsn)
+    params["options"] = f"-c search_path={schema}"
+    store = ApprovalStore(make_conninfo(**params))
+    topic = make_topic(partitions=2)
+    with KafkaJournal(kafka_bootstrap, topic=topic) as journal:
+        agent = Sagacity(journal, compensation="delegated")
+        bank = agent.wrap(Bank())
+        agent.saga("c-1", lambda: bank.send_wire_transfer("1", "a"))
+        consumer = RequestConsumer(store, bootstrap_servers=kafka_bootstrap, topic=topic)
+        consumer.start()
+        try:
+            deadline = time.monotonic() + 30
+            while consumer.error is None:  # no schema, no tables: every batch fails
+                assert time.monotonic() < deadline, "no failure seen"
+                time.sleep(0.05)
+            assert consumer.alive
+            assert consumer.applied == 0
+            with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+                conn.execute(f"CREATE SCHEMA {schema}")
+            store.migrate()
+            agent.saga("c-2", lambda: bank.send_wire_transfer("2", "b"))
+            while {r.saga_id for r in store.requests()} != {"c-1", "c-2"}:
+                assert time.monotonic() < deadline + 30, "not folded"
+                time.sleep(0.1)
+            consumer.stop()
+            assert consumer.error is None
+            # Every event of the topic folded exactly once, its position stored with it.
+            assert sum(store.offsets(topic).values()) == consumer.applied
+        finally:
+            consumer.stop()
+            with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

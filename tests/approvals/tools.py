@@ -42,6 +42,8 @@ class Bank:
     @compensable(reversibility=Reversibility.IRREVERSIBLE)
     def send_wire_transfer(self, amount: str, to: str) -> str:
         _record("send_wire_transfer", amount=amount, to=to)
+        if to == "bounce":
+            raise ConnectionError("the bank refused the transfer")
         return "transfer-ok"
 
     @compensable(
