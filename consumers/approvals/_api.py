@@ -39,6 +39,7 @@ from sagacity.errors import (
     PersistenceError,
     SagacityError,
     SerializationError,
+    TailMovedError,
     UnknownSagaError,
     UnverifiableApprovalError,
     WriterConflictError,
@@ -211,6 +212,7 @@ def _status_for(exc: SagacityError) -> int:
         | ApprovalExpiredError
         | ChainIntegrityError
         | WriterConflictError
+        | TailMovedError
         | ApprovalError,
     ):
         return 409

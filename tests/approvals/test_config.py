@@ -90,3 +90,32 @@ def test_tool_specs_must_import() -> None:
     ):
         with pytest.raises(ConfigurationError, match=message):
             load_tools([spec])
+
+
+def test_every_error_family_maps_to_a_documented_status() -> None:
+    from sagacity import errors
+    from sagacity.consumers.approvals._api import _status_for
+
+    expected = {
+        errors.AuthenticationError: 401,
+        errors.PermissionDeniedError: 403,
+        errors.UnknownSagaError: 404,
+        errors.ApprovalNotFound: 404,
+        errors.InvalidArgumentError: 422,
+        errors.SerializationError: 422,
+        errors.AlreadyDecidedError: 409,
+        errors.DecisionInProgressError: 409,
+        errors.ApprovalMissingError: 409,
+        errors.PayloadMismatchError: 409,
+        errors.UnverifiableApprovalError: 409,
+        errors.ConstraintViolation: 409,
+        errors.ApprovalExpiredError: 409,
+        errors.ChainIntegrityError: 409,
+        errors.WriterConflictError: 409,
+        errors.TailMovedError: 409,
+        errors.DeclarationError: 503,
+        errors.JournalUnavailableError: 503,
+        errors.PersistenceError: 503,
+    }
+    for error, status in expected.items():
+        assert _status_for(error("x")) == status, error
