@@ -128,3 +128,45 @@ def test_token_hash_prints_an_entry_the_service_accepts(tmp_path: Path) -> None:
     assert "token (give it to the principal" in generated.output
     empty = runner.invoke(main, ["approvals", "token-hash"], input="")
     assert empty.exit_code == 2
+
+
+def test_a_chunked_body_over_the_limit_is_413_without_journaling(live: LiveService) -> None:
+    import httpx
+
+    seq = live.gate("cli-chunked")
+
+    def chunks() -> object:
+        yield b'{"payload": "'
+        for _ in range(400):
+            yield b"x" * 1024
+        yield b'"}'
+
+    answer = httpx.post(
+        f"{live.url}/sagacity/resume/cli-chunked/{seq}",
+        content=chunks(),  # type: ignore[arg-type]
+        headers={"Authorization": f"Bearer {TOKENS['bob']}", "Content-Type": "application/json"},
+        timeout=30,
+    )
+    assert answer.status_code == 413
+    assert "request body over" in answer.json()["detail"]
+    kinds = [e.event_type.value for e in live.journal.entries("cli-chunked")]
+    assert kinds[-1] == "SAGA_ENDED"
+    assert "RESUME_REFUSED" not in kinds
+
+
+def test_the_openapi_document_lists_exactly_the_api(live: LiveService) -> None:
+    import httpx
+
+    spec = httpx.get(f"{live.url}/openapi.json").json()
+    assert sorted(spec["paths"]) == [
+        "/sagacity/approvals",
+        "/sagacity/approvals/{saga_id}/{seq}",
+        "/sagacity/approve/{saga_id}/{seq}",
+        "/sagacity/reject/{saga_id}/{seq}",
+        "/sagacity/resume/{saga_id}/{seq}",
+        "/sagacity/sagas/{saga_id}",
+        "/sagacity/stats",
+    ]
+    resume = spec["paths"]["/sagacity/resume/{saga_id}/{seq}"]["post"]
+    assert {"401", "403", "404", "409", "413", "422"} <= set(resume["responses"])
+    assert "HTTPBearer" in spec["components"]["securitySchemes"]
