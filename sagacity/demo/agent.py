@@ -17,6 +17,7 @@ Run as a process: ``python -m sagacity.demo.agent SCENARIO SAGA_ID`` (Kafka jour
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import Callable
@@ -110,7 +111,12 @@ def run_scenario(sagacity: Sagacity, scenario: str, saga_id: str) -> SagaResult:
     prompt, turns = SCENARIOS[scenario]
     # Wrapping the same functions again re-registers the same declarations: no clash.
     agent = Agent(scripted_model(turns), tools=wrap_tools(sagacity, tools.TOOLS))
-    return sagacity.saga(saga_id, lambda: agent.run_sync(prompt).output)
+
+    async def work() -> str:
+        return (await agent.run(prompt)).output
+
+    # asyncio.run rather than run_sync: run_sync keeps the thread's event loop open after it.
+    return asyncio.run(sagacity.saga_async(saga_id, work))
 
 
 def main(argv: list[str] | None = None) -> int:
