@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity.consumers.compensation import _failpoints
-from sagacity.journal import ApprovalRequest, Journal
+from sagacity.journal import ApprovalRequest, ConditionalJournal, Journal
 
 _OUTCOMES = frozenset({EventType.COMPENSATED, EventType.COMPENSATION_FAILED})
 
@@ -71,6 +71,10 @@ class ServiceJournal:
         if not finishing and not self._may_write(draft.saga_id):
             raise Revoked(f"no longer the owner of saga {draft.saga_id!r}")
         entry = self._inner().append(draft, durable=True)
+        self._appended(draft, entry, finishing=finishing)
+        return entry
+
+    def _appended(self, draft: EntryDraft, entry: JournalEntry, *, finishing: bool) -> None:
         if draft.event_type is EventType.COMPENSATION_INTENT and entry.ref_seq is not None:
             self._in_flight[draft.saga_id] = entry.ref_seq
         elif finishing:
@@ -79,6 +83,26 @@ class ServiceJournal:
             self._on_append(entry)
         if finishing:
             _failpoints.reach("after_outcome")
+
+    def append_after(
+        self, draft: EntryDraft, *, after_seq: int, durable: bool = True
+    ) -> JournalEntry:
+        """:meth:`append` only onto a chain whose last seq is ``after_seq``.
+
+        The runner starts each step this way, so a chain another writer extended since it was
+        read stops the run before it acts (the service then reads it again).
+
+        Raises:
+            Revoked: as :meth:`append`.
+            TailMovedError: the chain moved; nothing was appended.
+        """
+        if not self._may_write(draft.saga_id):
+            raise Revoked(f"no longer the owner of saga {draft.saga_id!r}")
+        inner = self._inner()
+        if not isinstance(inner, ConditionalJournal):
+            return self.append(draft, durable=durable)
+        entry = inner.append_after(draft, after_seq=after_seq, durable=True)
+        self._appended(draft, entry, finishing=False)
         return entry
 
     async def append_async(self, draft: EntryDraft, *, durable: bool = True) -> JournalEntry:

@@ -11,6 +11,7 @@ import click
     "tools",
     multiple=True,
     required=True,
+    envvar="SAGACITY_COMPENSATION_TOOLS",
     metavar="package.module:attr",
     help="Tools (and their compensations) to compensate with; repeat for several.",
 )
