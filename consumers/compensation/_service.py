@@ -281,7 +281,10 @@ class CompensationService:
     def _new_journal(self) -> KafkaJournal:
         s = self.settings
         journal = KafkaJournal(
-            s.bootstrap_servers, topic=s.topic, client=dict(s.client), writer_id=self.writer_id
+            s.bootstrap_servers,
+            topic=s.topic,
+            client=dict(s.client),
+            writer_id=f"{WRITER_PREFIX}{s.group_id}",
         )
         with self._lock:
             self._journals.append(journal)
@@ -294,6 +297,17 @@ class CompensationService:
             journal = self._new_journal()
             self._local.journal = journal
         return journal
+
+    def _drop_thread_journal(self) -> None:
+        journal: KafkaJournal | None = getattr(self._local, "journal", None)
+        self._local.journal = None
+        if journal is None:
+            return
+        with self._lock:
+            if journal in self._journals:
+                self._journals.remove(journal)
+        with contextlib.suppress(Exception):
+            journal.close()
 
     def run(self) -> None:
         """Start, then consume until :meth:`stop`; finishes the steps in flight and returns."""
@@ -664,18 +678,34 @@ class CompensationService:
             request = pending_request(read.entries)
             if request is None:
                 return
-            entries = self._reconcile(saga, read.entries)
             assert self._journal is not None
-            self._journal.preload(saga, entries)
-            self._first_call[saga] = request.recorded_at_us
-            try:
-                result = self._sagacity.compensate(
-                    saga, reason=_reason(request), error=request.error, invoke=self._invoker
+            # Own the saga for the run (docs/adr/0004-single-writer.md, hand-offs): one
+            # confirmed SAGA_OPENED, then every step on the journal's hot path.  The writer id
+            # is the group's, so any instance can take over from one that died mid-run.
+            self._journal.append(
+                EntryDraft(
+                    saga_id=saga,
+                    event_type=EventType.SAGA_OPENED,
+                    attributes={attr.COMPENSATION: "delegated"},
                 )
-            except ChainIntegrityError as exc:
-                raise _Poison("chain_does_not_verify", exc.message) from exc
-            finally:
-                self._first_call.pop(saga, None)
+            )
+            try:
+                entries = self._reconcile(saga, self._thread_journal().entries(saga))
+                self._journal.preload(saga, entries)
+                self._first_call[saga] = request.recorded_at_us
+                try:
+                    result = self._sagacity.compensate(
+                        saga, reason=_reason(request), error=request.error, invoke=self._invoker
+                    )
+                except ChainIntegrityError as exc:
+                    raise _Poison("chain_does_not_verify", exc.message) from exc
+                finally:
+                    self._first_call.pop(saga, None)
+            except BaseException:
+                # The journal may hold this saga's tail in memory; another instance may extend
+                # the chain next, so that tail must never be written on again.
+                self._drop_thread_journal()
+                raise
             self._ended(result)
             _failpoints.reach("after_end")
         finally:
@@ -715,7 +745,7 @@ class CompensationService:
             wrote = True
         if not wrote:
             return entries
-        return self._thread_journal().read(saga_id).entries
+        return self._thread_journal().entries(saga_id)
 
     def _recorded_outcome(
         self, saga_id: str, seq: int, intent: JournalEntry, claim: Claim | None

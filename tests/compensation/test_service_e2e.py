@@ -60,6 +60,7 @@ def test_compensates_in_reverse_order_and_journals_every_outcome(
     ended = next(i for i, e in enumerate(chain) if e.event_type is E.SAGA_ENDED)
     tail = chain[ended + 1 :]
     assert [(e.event_type, e.ref_seq) for e in tail] == [
+        (E.SAGA_OPENED, None),
         (E.COMPENSATION_INTENT, executed["ship"]),
         (E.COMPENSATED, executed["ship"]),
         (E.COMPENSATION_INTENT, executed["reserve"]),
@@ -72,6 +73,9 @@ def test_compensates_in_reverse_order_and_journals_every_outcome(
     assert tail[-1].result == "COMPENSATED"
     assert tail[-1].error == "RuntimeError: payment provider down"
     assert all(e.actor is not None and e.actor.startswith("sagacity-compensation/") for e in tail)
+    # The service took the saga over for the run (one confirmed SAGA_OPENED) and handed it
+    # back with its SAGA_ENDED.
+    assert tail[0].actor == f"sagacity-compensation/{lane.group}"
     assert "3 step(s) undone" in result.summary()
     assert service.metric("sagacity_compensation_sagas_total", status="COMPENSATED") == 1
     assert service.metric("sagacity_compensation_steps_total", outcome="compensated") == 3
