@@ -325,10 +325,13 @@ def main(argv: list[str] | None = None) -> None:
             "",
             *rows,
             "",
-            "Each step costs a Postgres claim and two confirmed journal appends (each reads the "
-            "saga's partition, produces, and reads back: docs/adr/0004-single-writer.md), so "
-            "throughput falls as partitions grow; the latency includes waiting for the "
-            "requesting run's own `SAGA_ENDED` before the service writes.",
+            "Per saga the service reads the saga's partition, takes the saga over with one "
+            "confirmed `SAGA_OPENED` (a partition read, a produce, a read-back: "
+            "docs/adr/0004-single-writer.md), then journals each step on the journal's hot "
+            "path (one acknowledged produce per event) around a Postgres claim per undo; the "
+            "reads scan the saga's partition, so their cost grows with it. The latency includes "
+            "the requesting run's own `SAGA_ENDED`, which the service waits for before writing. "
+            "The machine is shared with other work, so runs vary.",
         ]
     )
     print(section)
