@@ -1,0 +1,95 @@
+"""Pure parts of the compensation service: request state, offset bookkeeping, results, tools."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from sagacity import EntryDraft, EventType, Sagacity
+from sagacity.chain import link
+from sagacity.cli import main
+from sagacity.consumers.compensation import pending_request, register_tools, sanitize_result
+from sagacity.consumers.compensation._service import _Partition
+from sagacity.errors import ToolLoadError
+from tests.compensation.svc_tools import Unrepresentable
+
+E = EventType
+
+
+def _chain(*events: tuple[EventType, str | None]) -> list[object]:
+    out = []
+    prev = "0" * 64
+    for seq, (event, result) in enumerate(events, start=1):
+        entry = link(
+            EntryDraft(saga_id="s", event_type=event, result=result), seq=seq, prev_hash=prev
+        )
+        prev = entry.hash
+        out.append(entry)
+    return out
+
+
+def test_pending_request_is_the_last_request_without_a_final_end() -> None:
+    handed_off = _chain(
+        (E.SAGA_OPENED, None),
+        (E.COMPENSATION_REQUESTED, None),
+        (E.SAGA_ENDED, "COMPENSATION_PENDING"),
+    )
+    assert pending_request(handed_off) is handed_off[1]  # type: ignore[arg-type]
+    ended = [*handed_off, *_chain((E.SAGA_ENDED, "COMPENSATED"))]
+    assert pending_request(ended) is None  # type: ignore[arg-type]
+    assert pending_request(_chain((E.SAGA_OPENED, None), (E.SAGA_ENDED, "COMPLETED"))) is None  # type: ignore[arg-type]
+
+
+def test_offsets_commit_only_past_finished_work_in_order() -> None:
+    part = _Partition(number=0)
+    for offset in (10, 11, 12, 13):
+        part.add(offset)
+    part.done(11)
+    part.done(13)
+    assert part.commit_at is None  # 10 is still being compensated
+    part.done(10)
+    assert part.commit_at == 12
+    part.done(12)
+    assert part.commit_at == 14
+    assert not part.pending
+
+
+def test_garbage_results_become_descriptions() -> None:
+    assert sanitize_result({"ok": 1}) == {"ok": 1}
+    described = sanitize_result(Unrepresentable())
+    assert isinstance(described, str)
+    assert described.startswith("<unrepresentable result of type Unrepresentable")
+    huge = sanitize_result("x" * 200_000)
+    assert isinstance(huge, str)
+    assert huge.startswith("<result of type str truncated>")
+    assert len(huge) < 70_000
+
+
+def test_register_tools_names_a_target_that_declares_nothing() -> None:
+    target = "tests.compensation.svc_tools:SCHEMA"  # a str, not a tool
+    with pytest.raises(ToolLoadError, match=re.escape(repr(target))):
+        register_tools(Sagacity(), [target])
+    with pytest.raises(ToolLoadError, match="no tools given"):
+        register_tools(Sagacity(), [])
+    names = register_tools(Sagacity(), ["tests.compensation.svc_tools:shop"])
+    assert {"charge", "reserve", "ship", "lookup"} <= set(names)
+
+
+def test_cli_requires_tools_and_names_a_bad_target() -> None:
+    runner = CliRunner()
+    missing = runner.invoke(
+        main,
+        ["serve", "compensation"],
+        env={"SAGACITY_BOOTSTRAP_SERVERS": "x:1", "SAGACITY_DATABASE_URL": "postgresql://x"},
+    )
+    assert missing.exit_code == 2
+    assert "--tools" in missing.output
+    bad = runner.invoke(
+        main,
+        ["serve", "compensation", "--tools", "nowhere.at_all:x"],
+        env={"SAGACITY_BOOTSTRAP_SERVERS": "x:1", "SAGACITY_DATABASE_URL": "postgresql://x"},
+    )
+    assert bad.exit_code == 1
+    assert "nowhere.at_all:x" in bad.output
