@@ -240,3 +240,20 @@ def test_wrapping_twice_and_a_wrong_host_are_refused() -> None:
         wrap_tool(sagacity, tool)
     with pytest.raises(DeclarationError, match="must be the Sagacity"):
         wrap_tools(object(), [shop.check_stock])  # type: ignore[arg-type]
+
+
+def test_after_a_failed_step_a_further_call_is_refused_and_the_saga_compensates() -> None:
+    sagacity = Sagacity()
+    SHOP.create_order_error = ToolFailed("payment declined")
+    # The model ignores the failure and tries to confirm anyway.
+    script = Script([RESERVE], [ORDER], [CONFIRM], "never reached")
+    runner = agent(sagacity, script)
+
+    result = sagacity.saga("s-after", lambda: runner.run_sync("order").output)
+
+    # SagaFailedError is not one Pydantic AI hands to the model: it ends the run.
+    assert result.status is SagaStatus.COMPENSATED
+    assert type(result.exception).__name__ == "SagaFailedError"
+    assert SHOP.sent == []
+    assert SHOP.stock == {"widget": 10}
+    assert "send_confirmation" not in [e.tool for e in sagacity.entries("s-after")]
