@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from datetime import date
+from decimal import Decimal
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from pydantic_ai import Agent, ModelRetry, RunContext, Tool
 from pydantic_ai.exceptions import ToolFailed
 from pydantic_ai.messages import (
@@ -257,3 +260,34 @@ def test_after_a_failed_step_a_further_call_is_refused_and_the_saga_compensates(
     assert SHOP.sent == []
     assert SHOP.stock == {"widget": 10}
     assert "send_confirmation" not in [e.tool for e in sagacity.entries("s-after")]
+
+
+class Transfer(BaseModel):
+    amount: Decimal
+    to: str
+
+
+WIRED: list[tuple[Transfer, date]] = []
+
+
+@compensable(reversibility=Reversibility.IRREVERSIBLE)
+def wire(transfer: Transfer, when: date) -> str:
+    """Wire money (cannot be recalled)."""
+    WIRED.append((transfer, when))
+    return "wired"
+
+
+def test_parsed_arguments_are_journaled_as_json_and_resumed_as_their_types() -> None:
+    WIRED.clear()
+    sagacity = Sagacity()
+    call = ("wire", {"transfer": {"amount": "10.50", "to": "alice"}, "when": "2026-12-02"})
+    runner = Agent(FunctionModel(Script([call], "waiting")), tools=wrap_tools(sagacity, [wire]))
+
+    result = sagacity.saga("s-types", lambda: runner.run_sync("pay").output)
+
+    assert result.status is SagaStatus.AWAITING_APPROVAL
+    [request] = sagacity.pending_approvals("s-types")
+    assert request.payload == '{"transfer":{"amount":"10.50","to":"alice"},"when":"2026-12-02"}'
+    sagacity.approve("s-types", request.seq, "alice")
+    sagacity.resume_saga("s-types", request.seq, request.payload)
+    assert [(Transfer(amount=Decimal("10.50"), to="alice"), date(2026, 12, 2))] == WIRED
