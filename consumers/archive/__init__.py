@@ -14,7 +14,13 @@ from sagacity.consumers.archive._checkpoints import (
     generate_key,
     sign_pending,
 )
-from sagacity.consumers.archive._db import ARCHIVER_ROLE, check_schema, grant_archiver, migrate
+from sagacity.consumers.archive._db import (
+    ARCHIVER_ROLE,
+    check_schema,
+    ensure_schema,
+    grant_archiver,
+    migrate,
+)
 from sagacity.consumers.archive._ingest import (
     BatchArchiver,
     BatchReport,
@@ -35,6 +41,7 @@ __all__ = [
     "Signer",
     "audit",
     "check_schema",
+    "ensure_schema",
     "generate_key",
     "grant_archiver",
     "iter_audits",

@@ -82,6 +82,26 @@ def migrate(conn: psycopg.Connection) -> int:
     return int(row[0]) if row and row[0] is not None else 0
 
 
+def ensure_schema(conn: psycopg.Connection) -> int:
+    """Migrate only if the archive is missing or older than this release.
+
+    A service running as the archiver role (no CREATE privilege) can start against an archive
+    its owner already migrated.
+    """
+    latest = max(v for v, _ in MIGRATIONS)
+    try:
+        version = check_schema(conn)
+    except ArchiveSchemaError:
+        version = -1
+    finally:
+        if not conn.autocommit:
+            conn.rollback()
+    if version == latest:
+        return version
+    migrate(conn)
+    return check_schema(conn)  # refuses an archive newer than this release
+
+
 def check_schema(conn: psycopg.Connection) -> int:
     """Confirm the connection reaches an archive; return its schema version.
 

@@ -20,7 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from sagacity.consumers.archive._checkpoints import Signer, sign_pending
-from sagacity.consumers.archive._db import connect, migrate
+from sagacity.consumers.archive._db import connect, ensure_schema
 from sagacity.consumers.archive._ingest import BatchArchiver, BatchReport, Decoder, RawEvent
 from sagacity.errors import PersistenceError, PersistenceUnavailableError
 
@@ -162,7 +162,7 @@ class ArchiveService:
         while not self._stop.is_set():
             try:
                 with connect(self.settings.database_url) as conn:
-                    migrate(conn)
+                    ensure_schema(conn)
                 return
             except PersistenceUnavailableError as exc:
                 log.warning("archive database unavailable, retrying: %s", exc.message)

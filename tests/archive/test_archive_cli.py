@@ -90,3 +90,41 @@ def test_migrate_command_creates_the_schema(pg_dsn):
     code, out, _ = run("verify", "--database-url", pg_dsn)
     assert code == 0
     assert "sagas verified" in out
+
+
+def test_serve_archive_with_an_unreadable_signing_key_says_so(archive_dsn, tmp_path):
+    bad = tmp_path / "not-a-key.pem"
+    bad.write_text("hello")
+    args = ["serve", "archive", "--bootstrap-servers", "127.0.0.1:1", "--database-url", archive_dsn]
+    code, _, err = run(*args, "--signing-key", str(bad))
+    assert code == 2
+    assert "is not a PEM private key" in err
+    code, _, err = run(*args, "--signing-key", str(tmp_path / "missing.pem"))
+    assert code == 2
+    assert "cannot read signing key" in err
+
+
+def test_checkpoint_command_with_a_non_ed25519_key(archive_dsn, tmp_path):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    path = tmp_path / "ec.pem"
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    code, _, err = run(
+        "archive", "checkpoint", "--database-url", archive_dsn, "--signing-key", str(path)
+    )
+    assert code == 2
+    assert "not an Ed25519 key" in err
+
+
+def test_verify_rejects_a_malformed_public_key(archive_dsn):
+    code, _, err = run("verify", "--database-url", archive_dsn, "--public-key", "abcd")
+    assert code == 2
+    assert "64 hex characters" in err

@@ -184,3 +184,29 @@ def test_two_archivers_racing_on_the_same_events_archive_each_once(archive_dsn):
     assert rows(
         archive_dsn, "SELECT count(*), count(DISTINCT (saga_id, seq)) FROM side_effect_journal"
     ) == [(len(events), len(events))]
+
+
+def test_archiver_role_starts_on_a_migrated_archive_but_cannot_migrate(archive_dsn):
+    from sagacity.consumers.archive import ensure_schema
+
+    role = "sgc_test_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(archive_dsn, autocommit=True) as conn:
+        grant_archiver(conn, role)
+        conn.execute(f'GRANT "{role}" TO current_user')
+    try:
+        with psycopg.connect(with_option(archive_dsn, f"-c role={role}")) as conn:
+            assert ensure_schema(conn) == 2
+            with pytest.raises(PersistenceError, match="permission denied"):
+                migrate(conn)
+    finally:
+        with psycopg.connect(archive_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP OWNED BY "{role}"')
+            conn.execute(f'DROP ROLE "{role}"')
+
+
+def test_ensure_schema_creates_a_missing_archive(pg_dsn):
+    from sagacity.consumers.archive import ensure_schema
+
+    with psycopg.connect(pg_dsn) as conn:
+        assert ensure_schema(conn) == 2
+        assert check_schema(conn) == 2
