@@ -331,7 +331,10 @@ def main(argv: list[str] | None = None) -> None:
             "path (one acknowledged produce per event) around a Postgres claim per undo; the "
             "reads scan the saga's partition, so their cost grows with it. The latency includes "
             "the requesting run's own `SAGA_ENDED`, which the service waits for before writing. "
-            "The machine is shared with other work, so runs vary.",
+            "Both instances share this machine's two CPUs (with other work) and the "
+            "second one's join rebalances the group during the run, so here a second "
+            "instance adds little; instances on separate machines were not measured. "
+            "Runs vary.",
         ]
     )
     print(section)
