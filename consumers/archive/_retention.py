@@ -200,9 +200,9 @@ def _export_and_drop(
             # and only the table's owner may do it.
             conn.execute(sql.SQL("DROP TABLE {}").format(table))
     except BaseException:
+        # The finished export is kept even then: if the commit's answer was lost the month
+        # may be gone and the file is its only copy.  A later run overwrites it.
         partial.unlink(missing_ok=True)
-        if target.exists() and rows and not _recorded(conn, part.name):
-            target.unlink()
         raise
     return RetentionAction(
         partition=part,
@@ -212,12 +212,3 @@ def _export_and_drop(
         dropped=True,
     )
 
-
-def _recorded(conn: psycopg.Connection, name: str) -> bool:
-    try:
-        row = conn.execute(
-            "SELECT 1 FROM archive_retention WHERE partition_name = %s", (name,)
-        ).fetchone()
-    except psycopg.Error:
-        return False
-    return row is not None

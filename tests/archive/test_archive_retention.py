@@ -170,3 +170,12 @@ def test_retention_cli(archiver, archive_dsn, tmp_path):
     assert "dropped" in result.stdout
     assert (tmp_path / "side_effect_journal_p202001.jsonl").exists()
     assert rows(archive_dsn, "SELECT DISTINCT saga_id FROM side_effect_journal") == [("saga-now",)]
+
+
+def test_export_that_cannot_be_written_drops_nothing(spanning, archive_dsn, tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    with psycopg.connect(archive_dsn) as conn, pytest.raises(RetentionError, match="cannot"):
+        run_retention(conn, keep_months=24, export_dir=blocker / "exports", apply=True, now=NOW)
+    assert rows(archive_dsn, "SELECT count(*) FROM side_effect_journal") == [(7,)]
+    assert rows(archive_dsn, "SELECT count(*) FROM archive_retention") == [(0,)]
