@@ -129,3 +129,41 @@ def retention(
         )
     if not apply:
         click.echo("dry run: pass --apply --export-dir DIR to export and drop these months")
+
+
+@archive.command()
+@database_options
+@click.option("--limit", default=50, show_default=True, help="Most recent entries shown.")
+def quarantine(database_url: str, schema: str | None, limit: int) -> None:
+    """List events refused on ingest (reason, position, saga); exit 1 if there are any."""
+    from sagacity.consumers.archive._db import check_schema, connect, mapped_errors
+    from sagacity.errors import SagacityError
+
+    try:
+        with connect(conninfo(database_url, schema)) as conn:
+            check_schema(conn)
+            with mapped_errors("read the quarantine"):
+                total = conn.execute(
+                    "SELECT reason, count(*) FROM archive_quarantine GROUP BY reason ORDER BY 1"
+                ).fetchall()
+                recent = conn.execute(
+                    "SELECT quarantined_at, reason, topic, kafka_partition, kafka_offset,"
+                    " saga_id, seq, detail, octet_length(raw_value) FROM archive_quarantine"
+                    " ORDER BY id DESC LIMIT %s",
+                    (limit,),
+                ).fetchall()
+    except SagacityError as exc:
+        fail(exc.message)
+    if not total:
+        click.echo("quarantine is empty")
+        return
+    for at, reason, topic, partition, offset, saga, seq, detail, size in recent:
+        where = f"{topic}[{partition}]@{offset}"
+        who = f"{saga or '?'}#{seq if seq is not None else '?'}"
+        click.echo(
+            f"{at:%Y-%m-%d %H:%M:%S} {reason:<14} {where:<32} {who:<30} {size or 0}B {detail}"
+        )
+    click.echo("")
+    for reason, count in total:
+        click.echo(f"{reason:<14} {count:>10,}")
+    raise click.exceptions.Exit(1)

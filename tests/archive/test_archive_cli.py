@@ -128,3 +128,20 @@ def test_verify_rejects_a_malformed_public_key(archive_dsn):
     code, _, err = run("verify", "--database-url", archive_dsn, "--public-key", "abcd")
     assert code == 2
     assert "64 hex characters" in err
+
+
+def test_quarantine_command_lists_refused_events(archiver, archive_dsn):
+    from sagacity.consumers.archive import RawEvent
+
+    code, out, _ = run("archive", "quarantine", "--database-url", archive_dsn)
+    assert (code, out.strip()) == (0, "quarantine is empty")
+    chain = make_chain("saga-q", 3)
+    archiver.archive(
+        [RawEvent(topic="t", partition=2, offset=9, key=None, value=b"junk"), *as_raw(chain[1:])]
+    )
+    code, out, _ = run("archive", "quarantine", "--database-url", archive_dsn)
+    assert code == 1
+    assert "t[2]@9" in out
+    assert "saga-q#2" in out
+    assert any(line.split() == ["undecodable", "1"] for line in out.splitlines())
+    assert any(line.split() == ["gap", "2"] for line in out.splitlines())
