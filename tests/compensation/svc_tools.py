@@ -105,6 +105,10 @@ class Shop:
     def unship(self, ctx: CompensationContext) -> dict[str, Any]:
         return self._undo(ctx, idempotent=True)
 
+    @compensable(reversibility=Reversibility.IRREVERSIBLE)
+    def wire(self, order: str, amount: int) -> str:
+        return f"wired {amount}"
+
     @compensable(reversibility=Reversibility.READ)
     def lookup(self, order: str) -> dict[str, Any]:
         return {"order": order, "status": "open"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 
@@ -80,6 +81,16 @@ def test_compensates_in_reverse_order_and_journals_every_outcome(
     assert service.metric("sagacity_compensation_sagas_total", status="COMPENSATED") == 1
     assert service.metric("sagacity_compensation_steps_total", outcome="compensated") == 3
     assert service.get("/healthz")[0] == 200
+    assert service.metric("sagacity_compensation_duration_seconds_count") == 3
+    deadline = time.monotonic() + 10
+    lag = [line for line in service.get("/metrics")[1].splitlines() if "consumer_lag{" in line]
+    while (not lag or any(not line.endswith(" 0.0") for line in lag)) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.2)
+        lag = [x for x in service.get("/metrics")[1].splitlines() if "consumer_lag{" in x]
+    assert len(lag) == 3, lag  # one gauge per partition, all caught up
+    assert all(line.endswith(" 0.0") for line in lag), lag
     logged = [r for r in service.records() if r.get("saga_id") == saga]
     assert any("saga compensation ended" in r["msg"] for r in logged)
     assert service.terminate() == 0
@@ -105,3 +116,48 @@ def _reader_journal(lane: Lane) -> KafkaJournal:
     journal = KafkaJournal(lane.bootstrap, topic=lane.topic)
     lane.journals.append(journal)
     return journal
+
+
+def test_rejected_and_refused_resumes_are_compensated_by_the_service(
+    make_lane: Callable[..., Lane],
+) -> None:
+    lane = make_lane()
+    lane.start()
+    agent = lane.agent()
+
+    def gated(saga: str) -> int:
+        def work() -> None:
+            for name, kwargs in (
+                ("charge", {"order": saga, "amount": 7}),
+                ("wire", {"order": saga, "amount": 700}),
+            ):
+                tool = agent.registry.get(name)
+                assert tool is not None
+                tool.wrapped(**kwargs)
+
+        result = agent.saga(saga, work)
+        assert result.status is SagaStatus.AWAITING_APPROVAL
+        assert result.awaiting_seq is not None
+        return result.awaiting_seq
+
+    rejected = f"reject-{uuid.uuid4().hex[:8]}"
+    seq = gated(rejected)
+    pending = agent.reject(rejected, seq, "bob", reason="too much")
+    assert pending.status is SagaStatus.COMPENSATION_PENDING
+    final = agent.wait_for_outcome(rejected, timeout=30)
+    assert final.status is SagaStatus.REJECTED
+    assert len(final.compensated) == 1
+
+    refused = f"refused-{uuid.uuid4().hex[:8]}"
+    seq = gated(refused)
+    agent.approve(refused, seq, "alice")
+    from sagacity.errors import PayloadMismatchError
+
+    with pytest.raises(PayloadMismatchError):
+        agent.resume_saga(refused, seq, '{"order":"x","amount":7000}')
+    final = agent.wait_for_outcome(refused, timeout=30)
+    assert final.status is SagaStatus.COMPENSATED
+    requests = [e for e in agent.entries(refused) if e.event_type is E.COMPENSATION_REQUESTED]
+    assert [r.attributes["reason"] for r in requests] == ["RESUME_REFUSED"]
+    undone = {(saga, tool) for saga, _seq, tool in lane.effects()}
+    assert undone == {(rejected, "charge"), (refused, "charge")}
