@@ -211,4 +211,3 @@ def _export_and_drop(
         export_sha256=digest.hexdigest(),
         dropped=True,
     )
-
