@@ -101,7 +101,7 @@ def _entry(row: Sequence[Any]) -> JournalEntry:
             result=row[5],
             error=row[6],
             actor=row[7],
-            attributes=json.loads(row[8]),
+            attributes=json.loads(row[8]) if row[8] != "{}" else {},
             recorded_at_us=row[9],
             prev_hash=row[10],
             hash=row[11],

@@ -12,6 +12,7 @@ SHA-256 of the raw 32-byte public key.  See docs/adr/0006-archive-and-checkpoint
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import struct
@@ -175,11 +176,16 @@ def parse_public_key(text: str) -> bytes:
     return raw
 
 
+@functools.lru_cache(maxsize=64)
+def _public_key(public_raw: bytes) -> Ed25519PublicKey:
+    return Ed25519PublicKey.from_public_bytes(public_raw)
+
+
 def signature_valid(public_raw: bytes, checkpoint: Checkpoint) -> bool:
     """Whether ``checkpoint`` carries a valid signature by ``public_raw``."""
     try:
         sig = bytes.fromhex(checkpoint.signature)
-        Ed25519PublicKey.from_public_bytes(public_raw).verify(sig, checkpoint.message())
+        _public_key(public_raw).verify(sig, checkpoint.message())
     except (ValueError, InvalidSignature):
         return False
     return True
