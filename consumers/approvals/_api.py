@@ -415,8 +415,9 @@ def create_app(
                 description="open (pending or approved, the default), all, or one state",
             ),
         ] = "open",
+        limit: Annotated[int, Query(ge=1, le=5000, description="oldest first")] = 500,
     ) -> RequestsOut:
-        """Requests waiting for a decision or a resume (for the caller's tools)."""
+        """Requests waiting for a decision or a resume (for the caller's tools), oldest first."""
         states: tuple[str, ...] = (
             OPEN_STATES
             if state == "open"
@@ -424,7 +425,9 @@ def create_app(
             if state == "all"
             else (state,)
         )
-        return RequestsOut(requests=[request_out(r) for r in service.requests(who, states=states)])
+        return RequestsOut(
+            requests=[request_out(r) for r in service.requests(who, states=states, limit=limit)]
+        )
 
     @app.get("/sagacity/approvals/{saga_id}/{seq}", response_model=RequestOut, responses=_ERRORS)
     def show_request(

@@ -68,9 +68,11 @@ class ApprovalService:
         self._lock_timeout_ms = int(lock_timeout_s * 1000)
 
     # -- reading ----------------------------------------------------------------------------
-    def requests(self, principal: Principal, *, states: Sequence[str]) -> list[RequestRow]:
-        """Requests in ``states`` for the tools ``principal`` may decide on."""
-        return self.store.requests(states=states, tools=principal.visible_tools())
+    def requests(
+        self, principal: Principal, *, states: Sequence[str], limit: int = 500
+    ) -> list[RequestRow]:
+        """Requests in ``states`` for the tools ``principal`` may decide on, oldest first."""
+        return self.store.requests(states=states, tools=principal.visible_tools(), limit=limit)
 
     def get(self, principal: Principal, saga_id: str, seq: int) -> RequestRow:
         """One request (materialised from the chain if the consumer has not caught up).

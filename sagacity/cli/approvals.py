@@ -137,10 +137,11 @@ def approvals(
         ["open", "all", "pending", "approved", "rejected", "expired", "refused", "resumed", "ended"]
     ),
 )
+@click.option("--limit", default=500, show_default=True, help="At most this many, oldest first.")
 @click.pass_obj
-def list_requests(client: _Client, state: str) -> None:
+def list_requests(client: _Client, state: str, limit: int) -> None:
     """Requests (open ones by default) for the tools your token may decide."""
-    data = client.call("GET", "/sagacity/approvals", params={"state": state})
+    data = client.call("GET", "/sagacity/approvals", params={"state": state, "limit": limit})
     rows = [
         [
             f"{r['saga_id']}/{r['seq']}",

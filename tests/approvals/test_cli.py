@@ -34,8 +34,11 @@ def test_list_show_approve_resume_for_people_and_scripts(live: LiveService) -> N
     assert "REQUEST" in table.output
     assert f"cli-1/{seq}" in table.output
     assert "send_wire_transfer" in table.output
+    live.gate("cli-1b")
     listed = json.loads(cli(live, "alice", "--json", "list").output)
-    assert [(r["saga_id"], r["seq"]) for r in listed["requests"]] == [("cli-1", seq)]
+    assert [r["saga_id"] for r in listed["requests"]] == ["cli-1", "cli-1b"]
+    oldest = json.loads(cli(live, "alice", "--json", "list", "--limit", "1").output)
+    assert [(r["saga_id"], r["seq"]) for r in oldest["requests"]] == [("cli-1", seq)]
     shown = cli(live, "alice", "show", "cli-1", str(seq))
     assert ALICE in shown.output
     assert "signatures  0/1" in shown.output
