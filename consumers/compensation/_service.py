@@ -403,6 +403,8 @@ class CompensationService:
         with self._lock:
             for n in numbers:
                 self._parts.pop(n, None)
+                with contextlib.suppress(KeyError):
+                    self.metrics.lag.remove(str(n))  # another instance reports it now
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         del consumer
