@@ -1,8 +1,9 @@
-"""``sagacity demo``: show the journal going through real Kafka into real PostgreSQL."""
+"""``sagacity demo``: the Order / Product / Inventory example across the real services."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import click
 
@@ -13,13 +14,46 @@ from sagacity.errors import SagacityError
 @click.option(
     "--topic", default=None, help="Journal topic (default: $SAGACITY_TOPIC or sagacity.journal)."
 )
-def demo(topic: str | None) -> None:
-    """Publish a hash-chained saga, read it back, verify it, store it and read it back again.
+@click.option(
+    "--run-id",
+    default=None,
+    help="Suffix of the demo's saga ids (default: the UTC time and a random tag).",
+)
+@click.option(
+    "--run-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory for the services' logs and the approver's token (default: a new temp dir).",
+)
+@click.option(
+    "--compensation-tools",
+    default="sagacity.demo.tools:TOOLS",
+    show_default=True,
+    metavar="package.module:attr",
+    help="What the compensation service loads.",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds any one step (service start-up, command, outcome, archive) may take.",
+)
+def demo(
+    topic: str | None,
+    run_id: str | None,
+    run_dir: Path | None,
+    compensation_tools: str,
+    timeout_s: float,
+) -> None:
+    """Three sagas of an agent placing orders, across the approvals, compensation and archive
+    services on Kafka and PostgreSQL; exit 1 naming the first expectation that fails.
 
     Uses SAGACITY_BOOTSTRAP_SERVERS and SAGACITY_DATABASE_URL when set; otherwise brings up
     this checkout's local stack (left running; `sagacity dev down` stops it).
     """
-    from sagacity.demo import DemoSettings, run, topic_from_env
+    from sagacity.demo import DemoError, DemoSettings, run, topic_from_env
 
     bootstrap = os.environ.get("SAGACITY_BOOTSTRAP_SERVERS")
     dsn = os.environ.get("SAGACITY_DATABASE_URL")
@@ -35,10 +69,21 @@ def demo(topic: str | None) -> None:
         assert dsn is not None
         run(
             DemoSettings(
-                bootstrap_servers=bootstrap, database_url=dsn, topic=topic or topic_from_env()
+                bootstrap_servers=bootstrap,
+                database_url=dsn,
+                topic=topic or topic_from_env(),
+                run_id=run_id,
+                run_dir=run_dir,
+                compensation_tools=compensation_tools,
+                timeout_s=timeout_s,
             ),
             echo=click.echo,
         )
+    except DemoError as exc:
+        click.echo(f"demo FAILED: {exc}", err=True)
+        if exc.log is not None:
+            click.echo(f"--- last lines of {exc.log} ---", err=True)
+            click.echo(exc.log_tail or "(empty)", err=True)
+        raise click.exceptions.Exit(1) from exc
     except SagacityError as exc:
         raise click.ClickException(str(exc)) from exc
-    click.echo("demo complete: every stage succeeded")

@@ -8,8 +8,9 @@ one saga:
   confirmation is ``IRREVERSIBLE``, so the saga waits for approval;
 * ``failed``: reserve a discontinued gadget, then ``create_order`` is refused: the saga fails
   and the reservation is released (inline, or by the compensation service when delegated);
-* ``wire``: wire 100 to alice: ``IRREVERSIBLE``, waiting for approval (the stale-approval
-  attack then tries to resume it with another payload).
+* ``wire``: reserve a widget, then wire 100 to alice: ``IRREVERSIBLE``, waiting for approval
+  (the stale-approval attack then tries to resume it with another payload; the refusal hands
+  the reservation to compensation).
 
 Run as a process: ``python -m sagacity.demo.agent SCENARIO SAGA_ID`` (Kafka journal from
 ``SAGACITY_*``, compensation delegated); it prints the saga result as one JSON line.
@@ -70,8 +71,9 @@ SCENARIOS: dict[str, tuple[str, list[Turn]]] = {
         ],
     ),
     "wire": (
-        "Pay alice 100.",
+        "Reserve 1 unit of product p-1 and pay the supplier alice 100 for it.",
         [
+            lambda _: ("reserve_inventory", {"product_id": "p-1", "quantity": 1}),
             lambda _: ("wire_payment", {"amount": "100", "to": "alice"}),
             lambda r: f"Payment: {r[-1]}",
         ],

@@ -1,74 +1,174 @@
-"""The demonstration against the real broker and database."""
+"""``sagacity demo`` end to end: its own processes on the real broker and database."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
-import psycopg
 import pytest
-from click.testing import CliRunner
 
-from sagacity.chain import verify
-from sagacity.cli import main
-from sagacity.demo import TABLE, DemoError, DemoSettings, build_saga, decode, encode, run
+from sagacity._events import GENESIS_HASH, EntryDraft, EventType
+from sagacity.chain import link
+from sagacity.demo import DemoError, abbreviate, chain_table
 from sagacity.dev import pick_free_port
-from sagacity.producer import partition_for
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_demo_saga_is_a_valid_chain_that_survives_the_wire_format() -> None:
-    entries = build_saga("demo-unit")
-    assert verify(entries).ok
-    assert [decode(encode(e)) for e in entries] == list(entries)
-    assert [e.event_type.value for e in entries] == [
-        "SAGA_OPENED",
-        "INTENT",
-        "EXECUTED",
-        "SAGA_ENDED",
-    ]
+def _demo(
+    *args: str, bootstrap: str, dsn: str, tmp_path: Path, timeout: float = 150
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SAGACITY_")}
+    env.update(SAGACITY_BOOTSTRAP_SERVERS=bootstrap, SAGACITY_DATABASE_URL=dsn)
+    return subprocess.run(
+        [sys.executable, "-m", "sagacity.cli", "demo", "--run-dir", str(tmp_path), *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _service_pids(stdout: str) -> list[int]:
+    return [int(p) for p in re.findall(r"^\[start\] +\w+ service pid (\d+)", stdout, re.M)]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
 
 
 @pytest.mark.kafka
 @pytest.mark.postgres
-def test_demo_runs_every_stage_and_stores_the_chain(
-    kafka_bootstrap: str, make_topic: Callable[..., str], pg_dsn: str
+@pytest.mark.slow
+def test_the_demo_runs_the_three_sagas_across_the_services(
+    kafka_bootstrap: str, make_topic: Callable[..., str], pg_dsn: str, tmp_path: Path
 ) -> None:
     topic = make_topic()
-    lines: list[str] = []
-    settings = DemoSettings(bootstrap_servers=kafka_bootstrap, database_url=pg_dsn, topic=topic)
-    first = run(settings, echo=lines.append)
-    second = run(settings, echo=lines.append)  # a second saga on the same topic and table
-
-    stages = [line.split("]")[0].lstrip("[") for line in lines]
-    expected = ["stack", "topic", "chain", "publish", "consume", "verify", "store", "readback"]
-    assert stages == expected * 2
-    assert first.saga_id != second.saga_id
-    # Each saga sits in the partition the journal's readers compute for it.
-    for report in (first, second):
-        assert report.partition == partition_for(report.saga_id.encode(), 3)
-    with psycopg.connect(pg_dsn) as conn:
-        rows = conn.execute(f"SELECT saga_id, seq, entry_hash FROM {TABLE} ORDER BY saga_id, seq")
-        stored = rows.fetchall()
-    expected_rows = sorted(
-        (e.saga_id, e.seq, e.hash) for report in (first, second) for e in report.entries
+    done = _demo(
+        "--topic", topic, "--run-id", "t1", bootstrap=kafka_bootstrap, dsn=pg_dsn, tmp_path=tmp_path
     )
-    assert stored == expected_rows
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+
+    for line in [
+        "ok  `sagacity approvals resume` with the exact approved payload to complete the saga",
+        "ok  the compensation service to compensate it: COMPENSATED",
+        "ok  the reservation released and the p-2 stock back to 5 (demo_product)",
+        'ok  the resume refused: 409 "payload changed since approval"',
+        "ok  RESUME_REFUSED journaled for wire-attack-t1/4",
+        "ok  the wire tool never called (demo_wire is empty)",
+        "ok  the archive to hold the three chains exactly as on Kafka (same hashes)",
+        "ok  `sagacity verify --all` to exit 0 (every archived chain verifies)",
+        "order-confirmed-t1: COMPLETED (11 entries)",
+        "order-failed-t1: COMPENSATED (11 entries)",
+        "wire-attack-t1: COMPENSATED (13 entries)",
+        "[verify]   sagas ok 3",
+        "[verify]   sagas failed 0",
+    ]:
+        assert line in out, line
+    # The chain tables: who decided, and what the attacker tried, are on them.
+    assert re.search(r"^  6 +APPROVED +wire_payment +ref_seq=4 +manager@example\.com$", out, re.M)
+    assert re.search(
+        r"RESUME_REFUSED +wire_payment +\{\"amount\":\"999999\",\"to\":\"mallory\"\}", out
+    )
+    assert re.search(r"^demo complete: all \d+ expectations met in [\d.]+s$", out, re.M)
+    # Each service logged to its own file, and every one was stopped.
+    for name in ("approvals", "compensation", "archive"):
+        assert (tmp_path / f"{name}.log").stat().st_size > 0
+    pids = _service_pids(out)
+    assert len(pids) == 3
+    assert all(_gone(pid) for pid in pids)
+    assert out.count("[stop]") == 3
 
 
 @pytest.mark.kafka
-def test_demo_fails_with_a_non_zero_exit_when_postgres_is_unreachable(
-    kafka_bootstrap: str, make_topic: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.postgres
+def test_a_compensation_service_that_cannot_start_fails_the_demo_with_its_log(
+    kafka_bootstrap: str, make_topic: Callable[..., str], pg_dsn: str, tmp_path: Path
+) -> None:
+    done = _demo(
+        "--topic",
+        make_topic(),
+        "--compensation-tools",
+        "sagacity.demo.no_such_module:TOOLS",
+        bootstrap=kafka_bootstrap,
+        dsn=pg_dsn,
+        tmp_path=tmp_path,
+    )
+    assert done.returncode == 1
+    assert "demo FAILED: services: expected the compensation service ready" in done.stderr
+    assert "exited with status" in done.stderr
+    # The tail of the service's own log says why.
+    assert f"--- last lines of {tmp_path / 'compensation.log'} ---" in done.stderr
+    assert "no_such_module" in done.stderr
+    assert "demo complete" not in done.stdout
+    # The services that did start were stopped.
+    pids = _service_pids(done.stdout)
+    assert len(pids) == 3
+    assert all(_gone(pid) for pid in pids)
+
+
+@pytest.mark.kafka
+def test_an_unreachable_postgres_fails_the_demo_before_any_service_starts(
+    kafka_bootstrap: str, make_topic: Callable[..., str], tmp_path: Path
 ) -> None:
     dead = f"postgresql://postgres@127.0.0.1:{pick_free_port()}/sagacity?connect_timeout=3"
-    monkeypatch.setenv("SAGACITY_BOOTSTRAP_SERVERS", kafka_bootstrap)
-    monkeypatch.setenv("SAGACITY_DATABASE_URL", dead)
-    result = CliRunner().invoke(main, ["demo", "--topic", make_topic()])
-    assert result.exit_code == 1
-    assert "[consume]" in result.stdout  # the Kafka stages ran
-    assert "Error: store:" in result.stderr
-    assert "demo complete" not in result.stdout
+    done = _demo("--topic", make_topic(), bootstrap=kafka_bootstrap, dsn=dead, tmp_path=tmp_path)
+    assert done.returncode == 1
+    assert "[topic]" in done.stdout  # Kafka was reached
+    assert "demo FAILED: shop: cannot prepare the shop's tables" in done.stderr
+    assert "[start]" not in done.stdout
 
 
-def test_demo_error_names_its_stage() -> None:
-    error = DemoError("publish", "not acknowledged")
-    assert error.stage == "publish"
-    assert str(error) == "publish: not acknowledged"
+def test_a_bad_run_id_is_refused() -> None:
+    from sagacity.demo import DemoSettings, run
+
+    settings = DemoSettings(bootstrap_servers="-", database_url="-", run_id="../x")
+    with pytest.raises(DemoError, match=re.escape("run id '../x' must match")):
+        run(settings, echo=lambda _: None)
+
+
+def test_demo_error_names_its_stage_and_carries_the_log_tail(tmp_path: Path) -> None:
+    log = tmp_path / "service.log"
+    log.write_text("".join(f"line {i}\n" for i in range(100)), encoding="utf-8")
+    error = DemoError("wire", "expected no wire", log=log)
+    assert error.stage == "wire"
+    assert str(error) == "wire: expected no wire"
+    assert error.log_tail.splitlines() == [f"line {i}" for i in range(75, 100)]
+    assert DemoError("topic", "down").log_tail == ""
+
+
+def test_chain_tables_abbreviate_long_payloads_and_show_references() -> None:
+    assert abbreviate(None) == "-"
+    assert abbreviate("a\n  b") == "a b"
+    assert abbreviate("x" * 60, 10) == "xxxxxxx..."
+    first = link(
+        EntryDraft(saga_id="s", event_type=EventType.INTENT, tool="t", payload="p" * 80),
+        seq=1,
+        prev_hash=GENESIS_HASH,
+    )
+    second = link(
+        EntryDraft(
+            saga_id="s",
+            event_type=EventType.APPROVED,
+            tool="t",
+            actor="ann",
+            attributes={"ref_seq": "1"},
+        ),
+        seq=2,
+        prev_hash=first.hash,
+    )
+    header, one, two = chain_table([first, second])
+    assert header.split() == ["SEQ", "EVENT", "TOOL", "PAYLOAD", "/", "RESULT", "ACTOR"]
+    assert one.split() == ["1", "INTENT", "t", "p" * 49 + "...", "-"]
+    assert two.split() == ["2", "APPROVED", "t", "ref_seq=1", "ann"]

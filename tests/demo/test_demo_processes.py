@@ -136,10 +136,13 @@ def test_the_three_demo_sagas_across_processes(world: dict[str, Any]) -> None:
     decider.approve("pay-1", wire.seq, "manager@example.com")
     with pytest.raises(PayloadMismatchError):
         decider.resume_saga("pay-1", wire.seq, '{"amount":"999999","to":"mallory"}')
+    # The refusal hands the reservation made before the gate to the compensation service.
+    refused = decider.wait_for_outcome("pay-1", timeout=90)
+    assert refused.status is SagaStatus.COMPENSATED, world["log"].read_text(errors="replace")
 
     after = tools.snapshot(world["dsn"])
     assert after.stock == {"p-1": 8, "p-2": 5}
-    assert after.reservations == {"res-1": "held", "res-2": "released"}
+    assert after.reservations == {"res-1": "held", "res-2": "released", "res-3": "released"}
     assert after.orders == {"order-1": "placed"}
     assert after.emails == [("order-1", "customer@example.com")]
     assert after.wires == []
