@@ -53,8 +53,13 @@ def demo(
     Uses SAGACITY_BOOTSTRAP_SERVERS and SAGACITY_DATABASE_URL when set; otherwise brings up
     this checkout's local stack (left running; `sagacity dev down` stops it).
     """
+    import signal
+    import sys
+
     from sagacity.demo import DemoError, DemoSettings, run, topic_from_env
 
+    # SIGTERM unwinds like ^C, so the services the demo started are stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     bootstrap = os.environ.get("SAGACITY_BOOTSTRAP_SERVERS")
     dsn = os.environ.get("SAGACITY_DATABASE_URL")
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -116,6 +117,36 @@ def test_a_compensation_service_that_cannot_start_fails_the_demo_with_its_log(
     pids = _service_pids(done.stdout)
     assert len(pids) == 3
     assert all(_gone(pid) for pid in pids)
+
+
+@pytest.mark.kafka
+@pytest.mark.postgres
+def test_sigterm_to_the_demo_stops_the_services_it_started(
+    kafka_bootstrap: str, make_topic: Callable[..., str], pg_dsn: str, tmp_path: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SAGACITY_")}
+    env.update(SAGACITY_BOOTSTRAP_SERVERS=kafka_bootstrap, SAGACITY_DATABASE_URL=pg_dsn)
+    argv = [sys.executable, "-m", "sagacity.cli", "demo", "--topic", make_topic()]
+    with subprocess.Popen(
+        [*argv, "--run-dir", str(tmp_path)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as demo:
+        assert demo.stdout is not None
+        seen: list[str] = []
+        while len(_service_pids("".join(seen))) < 3:
+            line = demo.stdout.readline()
+            assert line, "".join(seen)
+            seen.append(line)
+        demo.send_signal(signal.SIGTERM)
+        rest, _ = demo.communicate(timeout=60)
+    assert demo.returncode == 143
+    assert rest.count("[stop]") == 3
+    assert "demo complete" not in rest
+    assert all(_gone(pid) for pid in _service_pids("".join(seen)))
 
 
 @pytest.mark.kafka
