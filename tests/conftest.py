@@ -19,6 +19,7 @@ import asyncio
 import gc
 import logging
 import os
+import sys
 import uuid
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -112,8 +113,23 @@ class _Infrastructure:
         self._exit.close()
 
 
+def _collect_leaks(nodeid: str) -> None:
+    """Collect garbage now, so a resource a test leaked is reported against that test.
+
+    Without this, a leaked event loop or socket is collected at some later, arbitrary point
+    and ``filterwarnings=error`` fails whichever unrelated test is running then. The leak is
+    written to stderr with the test that left it (visible with ``-rA`` or in CI's log).
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        gc.collect()
+    for leak in caught:
+        if issubclass(leak.category, ResourceWarning):
+            sys.stderr.write(f"resource left by {nodeid}: {leak.message}\n")
+
+
 @pytest.fixture(autouse=True)
-def _close_lingering_event_loop() -> Iterator[None]:
+def _close_lingering_event_loop(request: pytest.FixtureRequest) -> Iterator[None]:
     """Close a default event loop a test (or a library it drove) left on the main thread.
 
     Some agent frameworks' synchronous entry points install a default loop and keep it; a later
@@ -121,6 +137,7 @@ def _close_lingering_event_loop() -> Iterator[None]:
     unclosed-resource warning in whichever test happens to trigger garbage collection.
     """
     yield
+    _collect_leaks(request.node.nodeid)
     policy = asyncio.get_event_loop_policy()
     try:
         with warnings.catch_warnings():
