@@ -1,6 +1,6 @@
 """The journal topic: creation with audit-safe settings, and the checks every writer runs.
 
-See docs/adr/0005-topic.md for the choices (delete, never compact; retention; replication).
+See docs/adr/0008-topic.md for the choices (delete, never compact; retention; replication).
 """
 
 from __future__ import annotations

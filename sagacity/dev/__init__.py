@@ -1,7 +1,7 @@
 """Local development infrastructure without Docker: a real Kafka broker and PostgreSQL server.
 
 ``sagacity dev up | down | status`` drives :class:`Stack`; tests may run a private
-:class:`KafkaBroker` of their own. See docs/adr/0006-dev-stack.md.
+:class:`KafkaBroker` of their own. See docs/adr/0009-dev-stack.md.
 """
 
 from sagacity.dev._jars import KAFKA_VERSION, ensure_kafka_jars
