@@ -32,6 +32,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -294,6 +295,10 @@ class _Run:
     def approvals(self, *args: str) -> Completed:
         """``sagacity approvals --json ARGS`` with the approver's token."""
         argv = ["approvals", "--url", self.approvals_url, "--token-file", str(self.token_file)]
+        self.echo(
+            f"  $ sagacity approvals --url {self.approvals_url} --token-file "
+            f"{self.token_file.name} --json {shlex.join(args)}"
+        )
         return self.sagacity(*argv, "--json", *args)
 
     def agent(self, scenario: str, saga_id: str) -> dict[str, Any]:
@@ -502,6 +507,7 @@ def _attack(demo: _Run, sagacity: Any) -> None:
     demo.echo(f"[attack]   resume {saga_id}/{seq} with {ATTACK_PAYLOAD}")
     refused = demo.approvals("resume", saga_id, str(seq), "--payload", ATTACK_PAYLOAD)
     answer = _decoded(refused)
+    demo.echo(f"[attack]   answer: HTTP {answer.get('status')} {answer.get('detail')}")
     demo.expect(
         refused.returncode == 1
         and answer.get("status") == 409
