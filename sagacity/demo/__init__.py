@@ -28,6 +28,7 @@ with the tail of the log of the process concerned.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -278,8 +279,18 @@ class _Run:
             )
 
     def stop_services(self) -> None:
+        # Every service is stopped before anything is reported: a closed stdout (the demo piped
+        # into `head`) must not leave services running.
+        lines = []
         for name, service in reversed(list(self.services.items())):
-            self.echo(f"[stop]     {name} service pid {service.pid}: {service.stop()}")
+            try:
+                outcome = service.stop()
+            except Exception as exc:  # stop the others whatever went wrong with this one
+                outcome = f"could not be stopped: {exc}"
+            lines.append(f"[stop]     {name} service pid {service.pid}: {outcome}")
+        for line in lines:
+            with contextlib.suppress(OSError):
+                self.echo(line)
 
     # -- commands ---------------------------------------------------------------------------
     def sagacity(self, *args: str) -> Completed:

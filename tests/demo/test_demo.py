@@ -150,6 +150,34 @@ def test_sigterm_to_the_demo_stops_the_services_it_started(
 
 
 @pytest.mark.kafka
+@pytest.mark.postgres
+def test_a_closed_stdout_still_stops_the_services(
+    kafka_bootstrap: str, make_topic: Callable[..., str], pg_dsn: str, tmp_path: Path
+) -> None:
+    # `sagacity demo | head`: the pipe closes while the demo runs.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SAGACITY_")}
+    env.update(SAGACITY_BOOTSTRAP_SERVERS=kafka_bootstrap, SAGACITY_DATABASE_URL=pg_dsn)
+    argv = [sys.executable, "-m", "sagacity.cli", "demo", "--topic", make_topic()]
+    with subprocess.Popen(
+        [*argv, "--run-dir", str(tmp_path)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as demo:
+        assert demo.stdout is not None
+        seen: list[str] = []
+        while len(_service_pids("".join(seen))) < 3:
+            line = demo.stdout.readline()
+            assert line, "".join(seen)
+            seen.append(line)
+        demo.stdout.close()
+        assert demo.wait(timeout=90) != 0
+    assert all(_gone(pid) for pid in _service_pids("".join(seen)))
+
+
+@pytest.mark.kafka
 def test_an_unreachable_postgres_fails_the_demo_before_any_service_starts(
     kafka_bootstrap: str, make_topic: Callable[..., str], tmp_path: Path
 ) -> None:
