@@ -7,6 +7,8 @@ from typing import Any, TypeVar
 
 import click
 
+from sagacity.cli._options import database_url_option
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_FAILED = 1
@@ -24,13 +26,9 @@ def database_options(func: F) -> F:
         default=None,
         help="Schema holding the archive (default: the connection's search_path).",
     )(func)
-    func = click.option(
-        "--database-url",
-        envvar=["SAGACITY_ARCHIVE_DATABASE_URL", "SAGACITY_DATABASE_URL"],
-        required=True,
-        help="libpq URL or conninfo of the archive database.",
-    )(func)
-    return func
+    return database_url_option("ARCHIVE", help="libpq URL or conninfo of the archive database.")(
+        func
+    )
 
 
 def conninfo(database_url: str, schema: str | None) -> str:

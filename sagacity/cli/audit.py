@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from sagacity.cli._db_options import EXIT_FAILED, conninfo, database_options, fail
+from sagacity.cli._options import bootstrap_servers_option, topic_option
 
 if TYPE_CHECKING:
     import psycopg
@@ -141,15 +142,8 @@ def export(
 
 @click.command()
 @database_options
-@click.option(
-    "--bootstrap-servers",
-    envvar=["SAGACITY_ARCHIVE_BOOTSTRAP_SERVERS", "SAGACITY_BOOTSTRAP_SERVERS"],
-    required=True,
-    help="Kafka bootstrap servers.",
-)
-@click.option(
-    "--topic", envvar=["SAGACITY_ARCHIVE_TOPIC", "SAGACITY_TOPIC"], default="sagacity.journal"
-)
+@bootstrap_servers_option("ARCHIVE")
+@topic_option("ARCHIVE", show_default=False)
 @click.option("--saga", "saga_id", default=None, help="Replay one saga only.")
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to reach the end.")
 def replay(

@@ -6,29 +6,14 @@ from pathlib import Path
 
 import click
 
-from sagacity.cli._db_options import conninfo, fail
+from sagacity.cli._db_options import conninfo, database_options, fail
+from sagacity.cli._options import bootstrap_servers_option, topic_option
 
 
 @click.command()
-@click.option(
-    "--bootstrap-servers",
-    envvar=["SAGACITY_ARCHIVE_BOOTSTRAP_SERVERS", "SAGACITY_BOOTSTRAP_SERVERS"],
-    required=True,
-    help="Kafka bootstrap servers.",
-)
-@click.option(
-    "--database-url",
-    envvar=["SAGACITY_ARCHIVE_DATABASE_URL", "SAGACITY_DATABASE_URL"],
-    required=True,
-    help="libpq URL or conninfo of the archive database.",
-)
-@click.option("--schema", envvar="SAGACITY_ARCHIVE_SCHEMA", default=None, help="Archive schema.")
-@click.option(
-    "--topic",
-    envvar=["SAGACITY_ARCHIVE_TOPIC", "SAGACITY_TOPIC"],
-    default="sagacity.journal",
-    show_default=True,
-)
+@bootstrap_servers_option("ARCHIVE")
+@database_options
+@topic_option("ARCHIVE")
 @click.option(
     "--group", envvar="SAGACITY_ARCHIVE_GROUP", default="sagacity-archive", show_default=True
 )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from sagacity.cli._options import bootstrap_servers_option, database_url_option, topic_option
+
 
 @click.command()
 @click.option(
@@ -15,24 +17,9 @@ import click
     metavar="package.module:attr",
     help="Tools (and their compensations) to compensate with; repeat for several.",
 )
-@click.option(
-    "--bootstrap-servers",
-    envvar=["SAGACITY_COMPENSATION_BOOTSTRAP_SERVERS", "SAGACITY_BOOTSTRAP_SERVERS"],
-    required=True,
-    help="Kafka bootstrap servers.",
-)
-@click.option(
-    "--database-url",
-    envvar=["SAGACITY_COMPENSATION_DATABASE_URL", "SAGACITY_DATABASE_URL"],
-    required=True,
-    help="libpq URL or conninfo of the claims database.",
-)
-@click.option(
-    "--topic",
-    envvar=["SAGACITY_COMPENSATION_TOPIC", "SAGACITY_TOPIC"],
-    default="sagacity.journal",
-    show_default=True,
-)
+@bootstrap_servers_option("COMPENSATION")
+@database_url_option("COMPENSATION", help="libpq URL or conninfo of the claims database.")
+@topic_option("COMPENSATION")
 @click.option(
     "--group",
     envvar="SAGACITY_COMPENSATION_GROUP",

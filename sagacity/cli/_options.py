@@ -1,0 +1,51 @@
+"""Click options the services share, read from ``SAGACITY_<SERVICE>_X`` then ``SAGACITY_X``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_TOPIC = "sagacity.journal"
+
+
+def service_envvars(service: str, name: str) -> list[str]:
+    """The variables for setting ``name`` of ``service``: the service's own one first.
+
+    ``service_envvars("ARCHIVE", "TOPIC")`` is
+    ``["SAGACITY_ARCHIVE_TOPIC", "SAGACITY_TOPIC"]``.
+    """
+    return [f"SAGACITY_{service}_{name}", f"SAGACITY_{name}"]
+
+
+def bootstrap_servers_option(service: str) -> Callable[[F], F]:
+    """Add a required ``--bootstrap-servers`` read from the service's variables."""
+    return click.option(
+        "--bootstrap-servers",
+        envvar=service_envvars(service, "BOOTSTRAP_SERVERS"),
+        required=True,
+        help="Kafka bootstrap servers.",
+    )
+
+
+def database_url_option(service: str, *, help: str) -> Callable[[F], F]:
+    """Add a required ``--database-url`` read from the service's variables."""
+    return click.option(
+        "--database-url",
+        envvar=service_envvars(service, "DATABASE_URL"),
+        required=True,
+        help=help,
+    )
+
+
+def topic_option(service: str, *, show_default: bool = True) -> Callable[[F], F]:
+    """Add ``--topic`` (default ``sagacity.journal``) read from the service's variables."""
+    return click.option(
+        "--topic",
+        envvar=service_envvars(service, "TOPIC"),
+        default=DEFAULT_TOPIC,
+        show_default=show_default,
+    )
