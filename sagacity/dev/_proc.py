@@ -3,16 +3,38 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 # Server processes this interpreter launched, by pid. Held here rather than on a server object
 # so a launched server may outlive the object (``sagacity dev up`` returns while it runs) and is
 # still waited for (reaped) by whichever object stops it.
 launched: dict[int, subprocess.Popen[bytes]] = {}
+
+T = TypeVar("T")
+
+
+def read_state(path: Path, parse: Callable[[dict[str, Any]], T]) -> T | None:
+    """The JSON state recorded at ``path``, parsed by ``parse``.
+
+    ``None`` when there is none or it is unreadable (``parse`` raising ``KeyError``,
+    ``TypeError`` or ``ValueError`` on junk counts as unreadable).
+    """
+    try:
+        return parse(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_state(path: Path, state: dict[str, Any]) -> None:
+    """Record ``state`` at ``path`` as indented JSON, for :func:`read_state`."""
+    path.write_text(json.dumps(state, indent=2) + "\n")
 
 
 def pid_alive(pid: int | None, *, marker: str | None = None) -> bool:

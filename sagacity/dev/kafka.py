@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import shutil
@@ -147,10 +146,7 @@ class KafkaBroker:
 
     def state(self) -> BrokerState | None:
         """The recorded state, or ``None`` when there is none or it is unreadable."""
-        try:
-            return BrokerState.from_dict(json.loads(self.state_file.read_text()))
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+        return _proc.read_state(self.state_file, BrokerState.from_dict)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -303,7 +299,7 @@ class KafkaBroker:
             cluster_id=cluster_id,
             cds_dump=cds_dump,
         )
-        self.state_file.write_text(json.dumps(state.to_dict(), indent=2) + "\n")
+        _proc.write_state(self.state_file, state.to_dict())
         while True:
             if proc.poll() is not None:
                 _proc.forget(proc.pid)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import pwd
 import shutil
@@ -110,10 +109,7 @@ class PostgresServer:
 
     def state(self) -> PostgresState | None:
         """The recorded state, or ``None`` when there is none or it is unreadable."""
-        try:
-            return PostgresState.from_dict(json.loads(self.state_file.read_text()))
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+        return _proc.read_state(self.state_file, PostgresState.from_dict)
 
     def dsn(self, port: int | None = None) -> str:
         """The conninfo URL of the database on the running server.
@@ -164,7 +160,7 @@ class PostgresServer:
         return self.dsn(port)
 
     def _write_state(self, state: PostgresState) -> None:
-        self.state_file.write_text(json.dumps(state.to_dict(), indent=2) + "\n")
+        _proc.write_state(self.state_file, state.to_dict())
 
     def _await_starting(self, timeout: float) -> bool:
         """Wait for a server another process is starting here; False if there is none."""
