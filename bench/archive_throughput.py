@@ -11,7 +11,6 @@ the same table (same indexes, partitions and defaults) in batches of the same si
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -31,7 +30,7 @@ from _archive_common import (
 )
 
 from sagacity.consumers.archive import BatchArchiver
-from sagacity.consumers.archive._ingest import _COPY_JOURNAL
+from sagacity.consumers.archive._ingest import _COPY_JOURNAL, _journal_row
 
 
 def raw_copy(dsn: str, chain: list, tuples: list, batch: int) -> float:
@@ -73,26 +72,7 @@ def main() -> None:
     dsn = database_url()
     chain = list(entries(args.events, args.sagas))
     raw = raw_events(chain)
-    tuples = [
-        (
-            e.saga_id,
-            e.seq,
-            e.event_type.value,
-            e.tool,
-            e.payload,
-            e.result,
-            e.error,
-            e.actor,
-            json.dumps(dict(e.attributes)),
-            e.recorded_at_us,
-            e.hash,
-            e.prev_hash,
-            "bench",
-            0,
-            i,
-        )
-        for i, e in enumerate(chain)
-    ]
+    tuples = [_journal_row(e, "bench", 0, i) for i, e in enumerate(chain)]
     copy_runs: list[float] = []
     archive_runs: list[float] = []
     write_runs: list[float] = []

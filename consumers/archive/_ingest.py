@@ -130,6 +130,29 @@ def _ints(values: Sequence[int], cast: str = "bigint") -> tuple[str, object]:
     return f"string_to_array(%s, ',')::{cast}[]", ",".join(map(str, values))
 
 
+def _journal_row(
+    entry: JournalEntry, topic: str, partition: int, offset: int
+) -> tuple[object, ...]:
+    """The values :data:`_COPY_JOURNAL` writes for ``entry``, read at ``offset`` of a partition."""
+    return (
+        entry.saga_id,
+        entry.seq,
+        entry.event_type.value,
+        entry.tool,
+        entry.payload,
+        entry.result,
+        entry.error,
+        entry.actor,
+        json.dumps(dict(entry.attributes), ensure_ascii=False) if entry.attributes else "{}",
+        entry.recorded_at_us,
+        entry.hash,
+        entry.prev_hash,
+        topic,
+        partition,
+        offset,
+    )
+
+
 def _month_key(us: int) -> int:
     t = time.gmtime(us // 1_000_000)
     return t.tm_year * 100 + t.tm_mon
@@ -330,27 +353,7 @@ class BatchArchiver:
                 self._ensure_months(cur, {_month_key(us): us for us in seconds.values()})
                 with cur.copy(_COPY_JOURNAL) as copy:
                     for e, ev in accepted:
-                        copy.write_row(
-                            (
-                                e.saga_id,
-                                e.seq,
-                                e.event_type.value,
-                                e.tool,
-                                e.payload,
-                                e.result,
-                                e.error,
-                                e.actor,
-                                json.dumps(dict(e.attributes), ensure_ascii=False)
-                                if e.attributes
-                                else "{}",
-                                e.recorded_at_us,
-                                e.hash,
-                                e.prev_hash,
-                                ev.topic,
-                                ev.partition,
-                                ev.offset,
-                            )
-                        )
+                        copy.write_row(_journal_row(e, ev.topic, ev.partition, ev.offset))
                 self._move_heads(cur, known, heads)
             if refusals:
                 with cur.copy(_COPY_QUARANTINE) as copy:
