@@ -129,6 +129,25 @@ class ApprovalDesk:
             )
         return entries, state
 
+    @contextlib.contextmanager
+    def _pending(
+        self, saga_id: str, seq: int, verb: str
+    ) -> Iterator[tuple[Sequence[JournalEntry], ApprovalRequest]]:
+        """Claim the request at ``saga_id``/``seq``; yield its chain and it, read under the claim.
+
+        Raises:
+            AlreadyDecidedError: another decision on it is in progress, or it is no longer
+                pending ("cannot <verb>: ...").
+        """
+        _entries, state = self._load(saga_id, seq)
+        with self._claim(state.request.saga_id, state.request.seq):
+            entries, state = self._load(saga_id, seq)
+            if not state.pending:
+                raise AlreadyDecidedError(
+                    f"cannot {verb}: {state.describe_closure()}", saga_id=saga_id, seq=seq
+                )
+            yield entries, state.request
+
     def _append_decision(self, draft: EntryDraft, tail: int) -> JournalEntry:
         """Append the entry that decides a request, only onto the chain the decision read.
 
@@ -222,16 +241,8 @@ class ApprovalDesk:
 
     def _approve(self, saga_id: str, seq: int, approver: str) -> ApprovalRequest:
         person = _check_approver(approver)
-        _entries, state = self._load(saga_id, seq)
-        request = state.request
-        with self._claim(request.saga_id, request.seq):
-            entries, state = self._load(saga_id, seq)
+        with self._pending(saga_id, seq, "approve") as (entries, request):
             tail = entries[-1].seq
-            request = state.request
-            if not state.pending:
-                raise AlreadyDecidedError(
-                    f"cannot approve: {state.describe_closure()}", saga_id=saga_id, seq=seq
-                )
             if self._expired(request):
                 raise self._expire(request, tail)
             if person in request.signed_by:
@@ -276,14 +287,7 @@ class ApprovalDesk:
         person = _check_approver(approver)
         if reason is not None and not isinstance(reason, str):
             raise InvalidArgumentError(f"reason must be a str, got {reason!r}")
-        _entries, state = self._load(saga_id, seq)
-        with self._claim(state.request.saga_id, state.request.seq):
-            entries, state = self._load(saga_id, seq)
-            request = state.request
-            if not state.pending:
-                raise AlreadyDecidedError(
-                    f"cannot reject: {state.describe_closure()}", saga_id=saga_id, seq=seq
-                )
+        with self._pending(saga_id, seq, "reject") as (entries, request):
             message = f"rejected by {person}" + (f": {reason}" if reason else "")
             return self._close_and_compensate(
                 request,
@@ -490,14 +494,7 @@ class ApprovalDesk:
         return _retrying(lambda: self._expire_one(saga_id, seq))
 
     def _expire_one(self, saga_id: str, seq: int) -> SagaResult:
-        _entries, state = self._load(saga_id, seq)
-        with self._claim(state.request.saga_id, state.request.seq):
-            entries, state = self._load(saga_id, seq)
-            request = state.request
-            if not state.pending:
-                raise AlreadyDecidedError(
-                    f"cannot expire: {state.describe_closure()}", saga_id=saga_id, seq=seq
-                )
+        with self._pending(saga_id, seq, "expire") as (entries, request):
             if not self._expired(request):
                 raise InvalidArgumentError(
                     f"approval request {saga_id}/{seq} has not reached its time to live",
