@@ -26,6 +26,19 @@ _FIXED = frozenset(
 )
 
 
+def client_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """librdkafka settings from ``SAGACITY_KAFKA_<KEY_WITH_UNDERSCORES>`` variables.
+
+    ``SAGACITY_KAFKA_SECURITY_PROTOCOL=SSL`` gives ``{"security.protocol": "SSL"}``; the bare
+    prefix names no setting and is ignored.
+    """
+    return {
+        var.removeprefix(_CLIENT_PREFIX).lower().replace("_", "."): val
+        for var, val in environ.items()
+        if var.startswith(_CLIENT_PREFIX) and var != _CLIENT_PREFIX
+    }
+
+
 class KafkaJournalSettings(BaseModel):
     """Where the journal lives and how long it waits for the broker.
 
@@ -94,11 +107,7 @@ class KafkaJournalSettings(BaseModel):
         ):
             if env.get(var):
                 values[key] = env[var]
-        values["client"] = {
-            var.removeprefix(_CLIENT_PREFIX).lower().replace("_", "."): val
-            for var, val in env.items()
-            if var.startswith(_CLIENT_PREFIX) and var != _CLIENT_PREFIX
-        }
+        values["client"] = client_settings(env)
         try:
             return cls.model_validate(values)
         except ValidationError as exc:

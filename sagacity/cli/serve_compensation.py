@@ -99,13 +99,10 @@ def compensation(
     from sagacity.consumers.compensation import CompensationService, CompensationSettings
     from sagacity.consumers.compensation._logging import configure
     from sagacity.errors import SagacityError
+    from sagacity.producer._config import client_settings
 
     configure(log_level.upper())
-    client = {
-        var.removeprefix("SAGACITY_KAFKA_").lower().replace("_", "."): value
-        for var, value in os.environ.items()
-        if var.startswith("SAGACITY_KAFKA_") and var != "SAGACITY_KAFKA_"
-    }
+    client = client_settings(os.environ)
     try:
         settings = CompensationSettings(
             bootstrap_servers=bootstrap_servers,
