@@ -571,16 +571,20 @@ class KafkaJournal:
         with self._states_lock:
             self._owned.pop(saga_id, None)
 
+    def _unacknowledged(self, entry: JournalEntry) -> JournalUnavailableError:
+        """Poison ``entry``'s saga and return the error for its missing acknowledgement."""
+        self._mark_poisoned(entry.saga_id)
+        return JournalUnavailableError(
+            f"Kafka did not acknowledge {entry.event_type.value} seq {entry.seq} of saga "
+            f"{entry.saga_id!r} within {self._ack_timeout:.1f}s",
+            saga_id=entry.saga_id,
+            seq=entry.seq,
+        )
+
     def _wait(self, delivery: _Delivery) -> None:
         entry = delivery.entry
         if not delivery.wait(self._ack_timeout + 0.5):
-            self._mark_poisoned(entry.saga_id)
-            raise JournalUnavailableError(
-                f"Kafka did not acknowledge {entry.event_type.value} seq {entry.seq} of saga "
-                f"{entry.saga_id!r} within {self._ack_timeout:.1f}s",
-                saga_id=entry.saga_id,
-                seq=entry.seq,
-            )
+            raise self._unacknowledged(entry)
         self._check_delivery(delivery)
 
     async def _wait_async(self, delivery: _Delivery, loop: asyncio.AbstractEventLoop) -> None:
@@ -591,13 +595,7 @@ class KafkaJournal:
         try:
             await future
         except TimeoutError as exc:
-            self._mark_poisoned(entry.saga_id)
-            raise JournalUnavailableError(
-                f"Kafka did not acknowledge {entry.event_type.value} seq {entry.seq} of saga "
-                f"{entry.saga_id!r} within {self._ack_timeout:.1f}s",
-                saga_id=entry.saga_id,
-                seq=entry.seq,
-            ) from exc
+            raise self._unacknowledged(entry) from exc
         finally:
             timer.cancel()
         self._check_delivery(delivery)
