@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from sagacity import _attributes as attr
@@ -299,7 +300,7 @@ class ApprovalDesk:
             )
 
     def _checked_for_resume(
-        self, saga_id: str, seq: int, payload: object
+        self, saga_id: str, seq: int, payload: object, requested_by: str | None
     ) -> tuple[ApprovalRequest, RegisteredTool, dict[str, Any], int]:
         """Every resume check, in order; refusals that end the saga journal and compensate.
 
@@ -331,9 +332,11 @@ class ApprovalDesk:
         stored = request.payload_sha256
         if stored is None or stored != payload_sha256(request.payload):
             message = "the approval request records no payload hash matching what was approved"
-            self._refuse(request, payload, message, UnverifiableApprovalError, tail)
+            self._refuse(request, payload, message, UnverifiableApprovalError, tail, requested_by)
         if payload_sha256(payload) != stored:
-            self._refuse(request, payload, PAYLOAD_CHANGED, PayloadMismatchError, tail)
+            self._refuse(
+                request, payload, PAYLOAD_CHANGED, PayloadMismatchError, tail, requested_by
+            )
         tool = self._s.registry.get(request.tool)
         if tool is None:
             raise DeclarationError(
@@ -351,13 +354,19 @@ class ApprovalDesk:
                 f"approved payload is not replayable: {exc}",
                 UnverifiableApprovalError,
                 tail,
+                requested_by,
             )
         refusal = check_constraint(tool.definition, arguments)
         if refusal is not None:
             result = self._close_and_compensate(
                 request,
                 self._decision(
-                    request, EventType.CONSTRAINT_VIOLATED, None, payload=payload, error=refusal
+                    request,
+                    EventType.CONSTRAINT_VIOLATED,
+                    None,
+                    payload=payload,
+                    error=refusal,
+                    attributes=_requested_by(requested_by),
                 ),
                 tail=tail,
                 cause=EventType.CONSTRAINT_VIOLATED,
@@ -374,6 +383,7 @@ class ApprovalDesk:
         message: str,
         error: type[ApprovalError],
         tail: int,
+        requested_by: str | None,
     ) -> NoReturn:
         draft = self._decision(
             request,
@@ -381,7 +391,10 @@ class ApprovalDesk:
             None,
             payload=payload,
             error=message,
-            attributes={attr.PAYLOAD_SHA256: payload_sha256(payload)},
+            attributes={
+                attr.PAYLOAD_SHA256: payload_sha256(payload),
+                **_requested_by(requested_by),
+            },
         )
         result = self._close_and_compensate(
             request,
@@ -430,18 +443,24 @@ class ApprovalDesk:
         )
 
     def _check_and_intend(
-        self, saga_id: str, seq: int, payload: str
+        self, saga_id: str, seq: int, payload: str, requested_by: str | None
     ) -> tuple[ApprovalRequest, RegisteredTool, dict[str, Any], JournalEntry]:
         """The resume checks, then the ``INTENT`` appended onto the chain they read."""
-        request, tool, arguments, tail = self._checked_for_resume(saga_id, seq, payload)
-        s = self._s
-        intent = self._append_decision(
-            intent_draft(s, tool.definition, request.saga_id, payload, request.seq), tail
+        request, tool, arguments, tail = self._checked_for_resume(
+            saga_id, seq, payload, requested_by
         )
+        s = self._s
+        draft = intent_draft(s, tool.definition, request.saga_id, payload, request.seq)
+        if requested_by is not None:
+            draft = replace(draft, attributes={**draft.attributes, **_requested_by(requested_by)})
+        intent = self._append_decision(draft, tail)
         return request, tool, arguments, intent
 
-    def resume(self, saga_id: str, seq: int, payload: str) -> SagaResult:
+    def resume(
+        self, saga_id: str, seq: int, payload: str, *, requested_by: str | None = None
+    ) -> SagaResult:
         """See :meth:`Sagacity.resume_saga`."""
+        _check_requested_by(requested_by)
         if not isinstance(payload, str):
             raise InvalidArgumentError(
                 f"payload must be the approved payload as a str, got {type(payload).__name__}"
@@ -449,7 +468,7 @@ class ApprovalDesk:
         _check_seq(seq)
         with self._claim(str(saga_id), seq):
             request, tool, arguments, intent = _retrying(
-                lambda: self._check_and_intend(saga_id, seq, payload)
+                lambda: self._check_and_intend(saga_id, seq, payload, requested_by)
             )
             s = self._s
             try:
@@ -463,8 +482,11 @@ class ApprovalDesk:
             s.journal.append(executed_draft(s, tool.definition, intent, value))
             return self._after_resume(request, value, None)
 
-    async def resume_async(self, saga_id: str, seq: int, payload: str) -> SagaResult:
+    async def resume_async(
+        self, saga_id: str, seq: int, payload: str, *, requested_by: str | None = None
+    ) -> SagaResult:
         """See :meth:`Sagacity.resume_saga_async`."""
+        _check_requested_by(requested_by)
         if not isinstance(payload, str):
             raise InvalidArgumentError(
                 f"payload must be the approved payload as a str, got {type(payload).__name__}"
@@ -474,7 +496,7 @@ class ApprovalDesk:
             # The checks read and verify the chain (and may compensate a refused resume): off
             # the event loop.
             request, tool, arguments, intent = await asyncio.to_thread(
-                _retrying, lambda: self._check_and_intend(saga_id, seq, payload)
+                _retrying, lambda: self._check_and_intend(saga_id, seq, payload, requested_by)
             )
             s = self._s
             journal = s.journal
@@ -536,3 +558,12 @@ def _retrying(operation: Callable[[], T]) -> T:
             if attempt == _ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _requested_by(requested_by: str | None) -> dict[str, str]:
+    return {} if requested_by is None else {attr.REQUESTED_BY: requested_by}
+
+
+def _check_requested_by(requested_by: object) -> None:
+    if requested_by is not None and (not isinstance(requested_by, str) or not requested_by.strip()):
+        raise InvalidArgumentError(f"requested_by must be a non-empty str, got {requested_by!r}")

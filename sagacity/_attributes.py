@@ -33,3 +33,6 @@ EXPIRES_AT_US = "expires_at_us"
 """On ``AWAITING_APPROVAL``: when the request lapses, in microseconds since the epoch."""
 DIRTY = "dirty"
 """On a ``SAGA_ENDED`` after compensation: the steps still dirty or suspect, for people."""
+REQUESTED_BY = "requested_by"
+"""On a resume's ``INTENT``, ``RESUME_REFUSED`` or ``CONSTRAINT_VIOLATED``: who asked for the
+resume (the authenticated principal, when the caller knows one)."""

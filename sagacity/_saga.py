@@ -543,14 +543,17 @@ class Sagacity:
         """
         return self._desk.reject(saga_id, seq, approver, reason=reason)
 
-    def resume_saga(self, saga_id: str, seq: int, payload: str) -> SagaResult:
+    def resume_saga(
+        self, saga_id: str, seq: int, payload: str, *, requested_by: str | None = None
+    ) -> SagaResult:
         """Run the approved call at ``seq`` with ``payload``, if and only if it was approved.
 
         Fails closed: the request must be pending, approved in the journal by enough distinct
         people, unexpired, allowed by its policy constraint, and ``payload`` must be
         byte-identical to the approved one (SHA-256).  Then ``INTENT`` and ``EXECUTED`` (or
         ``FAILED``, which compensates) are journaled.  The saga completes unless another
-        request is still open.
+        request is still open.  ``requested_by`` (who asked for the resume, e.g. the
+        authenticated principal) is journaled on the ``INTENT`` or on the refusal.
 
         Raises:
             InvalidArgumentError: ``payload`` is not a str, or a bad seq.
@@ -564,11 +567,13 @@ class Sagacity:
             ApprovalExpiredError: the request lapsed (journaled ``EXPIRED``, compensated).
             ChainIntegrityError: the saga's chain does not verify.
         """
-        return self._desk.resume(saga_id, seq, payload)
+        return self._desk.resume(saga_id, seq, payload, requested_by=requested_by)
 
-    async def resume_saga_async(self, saga_id: str, seq: int, payload: str) -> SagaResult:
+    async def resume_saga_async(
+        self, saga_id: str, seq: int, payload: str, *, requested_by: str | None = None
+    ) -> SagaResult:
         """:meth:`resume_saga` for asyncio (async tools and compensations are awaited)."""
-        return await self._desk.resume_async(saga_id, seq, payload)
+        return await self._desk.resume_async(saga_id, seq, payload, requested_by=requested_by)
 
     def expire(self, saga_id: str, seq: int) -> SagaResult:
         """Journal ``EXPIRED`` for the request at ``seq`` if it is past its time to live.

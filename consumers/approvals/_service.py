@@ -191,7 +191,7 @@ class ApprovalService:
                 raise AlreadyDecidedError(
                     f"cannot resume: {state.describe_closure()}", saga_id=saga_id, seq=seq
                 )
-            return self.sagacity.resume_saga(saga_id, seq, payload)
+            return self.sagacity.resume_saga(saga_id, seq, payload, requested_by=principal.name)
 
         return self._decide(principal, saga_id, seq, act)
 

@@ -103,6 +103,8 @@ def test_three_step_flow_journals_the_authenticated_approver(harness: Harness) -
     assert resumed.json()["value"] == "transfer-ok"
     assert resumed.json()["request"]["state"] == "resumed"
     assert harness.kinds("t-77")[-4:] == ["APPROVED", "INTENT", "EXECUTED", "SAGA_ENDED"]
+    [_, resumed_intent] = harness.entries("t-77", E.INTENT)
+    assert resumed_intent.attributes["requested_by"] == "alice@example.com"
     wires = [c for c in calls(harness.log) if c["tool"] == "send_wire_transfer"]
     assert wires == [{"tool": "send_wire_transfer", "amount": "100", "to": "alice"}]
     saga = harness.client.get("/sagacity/sagas/t-77", headers=bearer("alice")).json()
@@ -125,6 +127,8 @@ def test_stale_approval_attack_is_refused_journaled_and_handed_to_compensation(
     assert refused.json()["detail"] == "payload changed since approval"
     [refusal] = harness.entries("t-stale", E.RESUME_REFUSED)
     assert refusal.payload == MALLORY
+    # who attempted the stale resume is on the chain: the authenticated principal
+    assert refusal.attributes["requested_by"] == "alice@example.com"
     [handoff] = harness.entries("t-stale", E.COMPENSATION_REQUESTED)
     assert handoff.attributes["reason"] == "RESUME_REFUSED"
     assert wires(harness.log) == []

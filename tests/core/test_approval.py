@@ -158,6 +158,38 @@ def test_stale_approval_attack_is_refused_journaled_and_compensated(
     assert bank.wires == []
 
 
+def test_who_asked_for_a_resume_is_journaled_on_the_refusal_and_on_the_intent(
+    sagacity: Sagacity, banking: Any, bank: Bank
+) -> None:
+    seq = _gate(sagacity, banking, "t-who")
+    sagacity.approve("t-who", seq, "manager@company.com")
+    with pytest.raises(PayloadMismatchError):
+        sagacity.resume_saga("t-who", seq, MALLORY, requested_by="mallory@example.com")
+    [refused] = only(sagacity.journal.entries("t-who"), E.RESUME_REFUSED)
+    assert refused.attributes["requested_by"] == "mallory@example.com"
+
+    seq = _gate(sagacity, banking, "t-who-2")
+    sagacity.approve("t-who-2", seq, "manager@company.com")
+    sagacity.resume_saga("t-who-2", seq, ALICE, requested_by="manager@company.com")
+    entries = sagacity.journal.entries("t-who-2")
+    wire_intent = [e for e in only(entries, E.INTENT) if e.tool == "send_wire_transfer"]
+    assert [e.attributes["requested_by"] for e in wire_intent] == ["manager@company.com"]
+    assert verify(entries).ok
+
+
+@pytest.mark.parametrize("who", ["", "   ", 7])
+def test_resume_refuses_a_blank_requester_before_journaling(
+    sagacity: Sagacity, banking: Any, bank: Bank, who: Any
+) -> None:
+    seq = _gate(sagacity, banking, "t-blank")
+    sagacity.approve("t-blank", seq, "manager@company.com")
+    before = len(sagacity.journal.entries("t-blank"))
+    with pytest.raises(InvalidArgumentError, match="requested_by"):
+        sagacity.resume_saga("t-blank", seq, ALICE, requested_by=who)
+    assert len(sagacity.journal.entries("t-blank")) == before
+    assert bank.wires == []
+
+
 def test_whitespace_reformat_is_refused(sagacity: Sagacity, banking: Any, bank: Bank) -> None:
     seq = _gate(sagacity, banking)
     sagacity.approve("transfer-77", seq, "manager@company.com")
