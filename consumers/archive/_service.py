@@ -30,15 +30,6 @@ DEFAULT_TOPIC = "sagacity.journal"
 DEFAULT_GROUP = "sagacity-archive"
 
 
-def kafka_overrides(env: Mapping[str, str], prefix: str = "SAGACITY_KAFKA_") -> dict[str, str]:
-    """librdkafka settings from ``SAGACITY_KAFKA_<key_with_underscores>`` variables."""
-    return {
-        k[len(prefix) :].lower().replace("_", "."): v
-        for k, v in env.items()
-        if k.startswith(prefix)
-    }
-
-
 @dataclass(frozen=True, kw_only=True)
 class ArchiveSettings:
     """How the archiver runs.

@@ -159,15 +159,15 @@ def replay(
 
     from sagacity.consumers.archive._db import connect
     from sagacity.consumers.archive._replay import diff_with_archive, read_topic
-    from sagacity.consumers.archive._service import kafka_overrides
     from sagacity.errors import SagacityError
+    from sagacity.producer._config import client_settings
 
     try:
         report, chains = read_topic(
             bootstrap_servers,
             topic,
             saga_id=saga_id,
-            kafka_config=kafka_overrides(os.environ),
+            kafka_config=client_settings(os.environ),
             timeout=timeout,
         )
         with connect(conninfo(database_url, schema)) as conn:

@@ -49,12 +49,9 @@ def archive(
     import os
     import signal
 
-    from sagacity.consumers.archive._service import (
-        ArchiveService,
-        ArchiveSettings,
-        kafka_overrides,
-    )
+    from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
     from sagacity.errors import SagacityError
+    from sagacity.producer._config import client_settings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
@@ -68,7 +65,7 @@ def archive(
                 signing_key=signing_key,
                 checkpoint_interval=checkpoint_interval,
                 metrics_port=metrics_port,
-                kafka_config=kafka_overrides(os.environ),
+                kafka_config=client_settings(os.environ),
             )
         )
     except SagacityError as exc:

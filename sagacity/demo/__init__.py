@@ -350,11 +350,11 @@ def _decoded(done: Completed) -> dict[str, Any]:
 @contextmanager
 def _journal(settings: DemoSettings) -> Iterator[Any]:
     from sagacity._saga import Sagacity
-    from sagacity.consumers.archive._service import kafka_overrides
     from sagacity.producer import KafkaJournal
+    from sagacity.producer._config import client_settings
 
     journal = KafkaJournal(
-        settings.bootstrap_servers, topic=settings.topic, client=kafka_overrides(os.environ)
+        settings.bootstrap_servers, topic=settings.topic, client=client_settings(os.environ)
     )
     try:
         yield Sagacity(journal, compensation="delegated")

@@ -264,3 +264,18 @@ def test_cli_needs_bootstrap_servers(monkeypatch: pytest.MonkeyPatch) -> None:
     result = CliRunner().invoke(main, ["topic", "check"])
     assert result.exit_code == 2
     assert "SAGACITY_BOOTSTRAP_SERVERS" in result.output
+
+
+def test_client_settings_map_variables_and_ignore_the_bare_prefix() -> None:
+    from sagacity.producer._config import client_settings
+
+    env = {
+        "SAGACITY_KAFKA_SECURITY_PROTOCOL": "SSL",
+        "SAGACITY_KAFKA_SSL_CA_LOCATION": "/etc/ca.pem",
+        "SAGACITY_KAFKA_": "names no setting",
+        "SAGACITY_TOPIC": "not a client setting",
+    }
+    assert client_settings(env) == {
+        "security.protocol": "SSL",
+        "ssl.ca.location": "/etc/ca.pem",
+    }
