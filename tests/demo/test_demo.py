@@ -7,7 +7,8 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -20,20 +21,51 @@ from sagacity.dev import pick_free_port
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _env(bootstrap: str, dsn: str) -> dict[str, str]:
+    """This process's environment with the demo pointed at the test's broker and database."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SAGACITY_")}
+    env.update(SAGACITY_BOOTSTRAP_SERVERS=bootstrap, SAGACITY_DATABASE_URL=dsn)
+    return env
+
+
+def _argv(tmp_path: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "sagacity.cli", "demo", "--run-dir", str(tmp_path), *args]
+
+
 def _demo(
     *args: str, bootstrap: str, dsn: str, tmp_path: Path, timeout: float = 150
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SAGACITY_")}
-    env.update(SAGACITY_BOOTSTRAP_SERVERS=bootstrap, SAGACITY_DATABASE_URL=dsn)
     return subprocess.run(
-        [sys.executable, "-m", "sagacity.cli", "demo", "--run-dir", str(tmp_path), *args],
-        env=env,
+        _argv(tmp_path, *args),
+        env=_env(bootstrap, dsn),
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
     )
+
+
+@contextmanager
+def _demo_with_its_services_started(
+    *args: str, bootstrap: str, dsn: str, tmp_path: Path
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """The demo as a running process, once it has printed the pids of its three services."""
+    with subprocess.Popen(
+        _argv(tmp_path, *args),
+        env=_env(bootstrap, dsn),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as demo:
+        assert demo.stdout is not None
+        seen: list[str] = []
+        while len(_service_pids("".join(seen))) < 3:
+            line = demo.stdout.readline()
+            assert line, "".join(seen)
+            seen.append(line)
+        yield demo, "".join(seen)
 
 
 def _service_pids(stdout: str) -> list[int]:
@@ -124,29 +156,15 @@ def test_a_compensation_service_that_cannot_start_fails_the_demo_with_its_log(
 def test_sigterm_to_the_demo_stops_the_services_it_started(
     kafka_bootstrap: str, make_topic: Callable[..., str], pg_dsn: str, tmp_path: Path
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SAGACITY_")}
-    env.update(SAGACITY_BOOTSTRAP_SERVERS=kafka_bootstrap, SAGACITY_DATABASE_URL=pg_dsn)
-    argv = [sys.executable, "-m", "sagacity.cli", "demo", "--topic", make_topic()]
-    with subprocess.Popen(
-        [*argv, "--run-dir", str(tmp_path)],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    ) as demo:
-        assert demo.stdout is not None
-        seen: list[str] = []
-        while len(_service_pids("".join(seen))) < 3:
-            line = demo.stdout.readline()
-            assert line, "".join(seen)
-            seen.append(line)
+    with _demo_with_its_services_started(
+        "--topic", make_topic(), bootstrap=kafka_bootstrap, dsn=pg_dsn, tmp_path=tmp_path
+    ) as (demo, seen):
         demo.send_signal(signal.SIGTERM)
         rest, _ = demo.communicate(timeout=60)
     assert demo.returncode == 143
     assert rest.count("[stop]") == 3
     assert "demo complete" not in rest
-    assert all(_gone(pid) for pid in _service_pids("".join(seen)))
+    assert all(_gone(pid) for pid in _service_pids(seen))
 
 
 @pytest.mark.kafka
@@ -155,26 +173,13 @@ def test_a_closed_stdout_still_stops_the_services(
     kafka_bootstrap: str, make_topic: Callable[..., str], pg_dsn: str, tmp_path: Path
 ) -> None:
     # `sagacity demo | head`: the pipe closes while the demo runs.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SAGACITY_")}
-    env.update(SAGACITY_BOOTSTRAP_SERVERS=kafka_bootstrap, SAGACITY_DATABASE_URL=pg_dsn)
-    argv = [sys.executable, "-m", "sagacity.cli", "demo", "--topic", make_topic()]
-    with subprocess.Popen(
-        [*argv, "--run-dir", str(tmp_path)],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    ) as demo:
+    with _demo_with_its_services_started(
+        "--topic", make_topic(), bootstrap=kafka_bootstrap, dsn=pg_dsn, tmp_path=tmp_path
+    ) as (demo, seen):
         assert demo.stdout is not None
-        seen: list[str] = []
-        while len(_service_pids("".join(seen))) < 3:
-            line = demo.stdout.readline()
-            assert line, "".join(seen)
-            seen.append(line)
         demo.stdout.close()
         assert demo.wait(timeout=90) != 0
-    assert all(_gone(pid) for pid in _service_pids("".join(seen)))
+    assert all(_gone(pid) for pid in _service_pids(seen))
 
 
 @pytest.mark.kafka
