@@ -5,7 +5,13 @@ Run it with ``sagacity serve approvals``; see docs/operations/approvals.md.
 """
 
 from sagacity.consumers.approvals._api import SAGA_ID_PATTERN, create_app
-from sagacity.consumers.approvals._auth import AuthConfig, Principal, auth_entry, token_sha256
+from sagacity.consumers.approvals._auth import (
+    AuthConfig,
+    AuthFile,
+    Principal,
+    auth_entry,
+    token_sha256,
+)
 from sagacity.consumers.approvals._consumer import RequestConsumer
 from sagacity.consumers.approvals._server import ApprovalsServer, load_tools
 from sagacity.consumers.approvals._service import ApprovalService, Decided
@@ -19,6 +25,7 @@ __all__ = [
     "ApprovalsServer",
     "ApprovalsSettings",
     "AuthConfig",
+    "AuthFile",
     "Decided",
     "GateStats",
     "Principal",

@@ -19,7 +19,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sagacity.consumers.approvals._auth import ANY_TOOL, AuthConfig, Principal
+from sagacity.consumers.approvals._auth import ANY_TOOL, Authenticator, Principal
 from sagacity.consumers.approvals._service import ApprovalService, Decided
 from sagacity.consumers.approvals._store import OPEN_STATES, RowState
 from sagacity.errors import (
@@ -30,6 +30,7 @@ from sagacity.errors import (
     ApprovalNotFound,
     AuthenticationError,
     ChainIntegrityError,
+    ConfigurationError,
     ConstraintViolation,
     DeclarationError,
     InvalidArgumentError,
@@ -200,7 +201,7 @@ def _status_for(exc: SagacityError) -> int:
         return 404
     if isinstance(exc, InvalidArgumentError | SerializationError):
         return 422
-    if isinstance(exc, DeclarationError):
+    if isinstance(exc, DeclarationError | ConfigurationError):
         return 503
     if isinstance(
         exc,
@@ -308,7 +309,7 @@ _DECISION_ERRORS: dict[int | str, dict[str, Any]] = {
 def create_app(
     service: ApprovalService,
     *,
-    auth: AuthConfig | None,
+    auth: Authenticator | None,
     insecure_dev: bool = False,
     max_body: int = DEFAULT_MAX_BODY,
     metrics: Callable[[], tuple[bytes, str]] | None = None,

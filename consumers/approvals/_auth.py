@@ -10,6 +10,11 @@ body.  Tokens are stored as SHA-256 hashes (hex) in a TOML or JSON file::
 
 Tokens are random secrets (``sagacity approvals token-hash --generate``), not passwords, so an
 unsalted SHA-256 is enough: the file leaks nothing usable if it is read.
+
+The service watches the file (:class:`AuthFile`): an edit — a new approver, a revoked token —
+takes effect within seconds, without a restart.  An edit that does not parse fails closed: every
+decision is refused with the file's error until the file is fixed, so a botched revocation never
+leaves the revoked token working.
 """
 
 from __future__ import annotations
@@ -17,17 +22,24 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import re
 import secrets
+import threading
+import time
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sagacity.errors import ConfigurationError
 
+log = logging.getLogger("sagacity.approvals")
+
 ANY_TOOL = "*"
+CHECK_INTERVAL_S = 2.0
+"""How often the service looks at the auth file's modification stamp."""
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -145,3 +157,112 @@ class AuthConfig:
 
     def __len__(self) -> int:
         return len(self._by_hash)
+
+
+class Authenticator(Protocol):
+    """What the API asks of its principals source."""
+
+    def authenticate(self, token: str) -> Principal | None:
+        """The principal holding ``token``, or ``None``.
+
+        Raises:
+            ConfigurationError: the principals cannot be known (refuse the request).
+        """
+        ...
+
+
+class AuthFile:
+    """The auth file, re-read when it changes; thread-safe.
+
+    At most every ``check_interval_s`` an authentication reads the file and loads it again when
+    its content changed (in place or by an atomic rename).  A file
+    that no longer reads or parses fails closed: :meth:`authenticate` raises the file's
+    :class:`~sagacity.errors.ConfigurationError` (the API answers 503) until a later edit
+    parses; the previous principals are not kept, so a revoked token never outlives its removal.
+
+    Args:
+        path: the TOML or JSON file.
+        check_interval_s: the longest an edit goes unnoticed (default :data:`CHECK_INTERVAL_S`).
+        clock: monotonic seconds (tests pass their own).
+
+    Raises:
+        ConfigurationError: the file does not load at start-up.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        check_interval_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = Path(path)
+        self._interval = CHECK_INTERVAL_S if check_interval_s is None else check_interval_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._stamp = self._read_stamp()
+        self._config: AuthConfig | None = AuthConfig.load(self.path)
+        self._error: ConfigurationError | None = None
+        self._checked = clock()
+        self.reloads = 0
+        """Edits loaded since start-up."""
+        self.failures = 0
+        """Edits that did not load (each refused decisions until fixed)."""
+
+    @property
+    def error(self) -> str | None:
+        """Why the current file does not load, if it does not."""
+        return None if self._error is None else self._error.message
+
+    def authenticate(self, token: str) -> Principal | None:
+        """The principal holding ``token`` in the current file, or ``None``.
+
+        Raises:
+            ConfigurationError: the file as it is now does not load.
+        """
+        config = self.current()
+        return config.authenticate(token)
+
+    def current(self) -> AuthConfig:
+        """The principals of the file as it is now (re-read if its stamp moved).
+
+        Raises:
+            ConfigurationError: the file as it is now does not load.
+        """
+        now = self._clock()
+        with self._lock:
+            if now - self._checked >= self._interval:
+                self._checked = now
+                self._refresh()
+            if self._config is None:
+                assert self._error is not None
+                raise ConfigurationError(
+                    f"decisions are refused until the auth file loads again: {self._error.message}"
+                )
+            return self._config
+
+    def _read_stamp(self) -> bytes | None:
+        # The content's digest, not the modification time: file times are coarse (a jiffy), so
+        # two same-size edits in quick succession could share one.  The file is small.
+        try:
+            return hashlib.sha256(self.path.read_bytes()).digest()
+        except OSError:
+            return None
+
+    def _refresh(self) -> None:
+        stamp = self._read_stamp()
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        try:
+            config = AuthConfig.load(self.path)
+        except ConfigurationError as exc:
+            self._config, self._error = None, exc
+            self.failures += 1
+            log.error(
+                "auth file %s changed and does not load; refusing decisions: %s", self.path, exc
+            )
+            return
+        self._config, self._error = config, None
+        self.reloads += 1
+        log.info("auth file %s reloaded: %d principal(s)", self.path, len(config))

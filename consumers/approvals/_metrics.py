@@ -24,9 +24,11 @@ class GateCollector(Collector):
         self,
         stats: Callable[[], GateStats],
         consumer_counts: Callable[[], tuple[int, int]] | None = None,
+        auth_state: Callable[[], tuple[int, int, bool]] | None = None,
     ) -> None:
         self._stats = stats
         self._consumer_counts = consumer_counts
+        self._auth_state = auth_state
 
     def collect(self) -> Iterator[Metric]:
         figures = self._stats()
@@ -85,6 +87,22 @@ class GateCollector(Collector):
             folded.add_metric(["applied"], applied)
             folded.add_metric(["skipped"], skipped)
             yield folded
+        if self._auth_state is not None:
+            loaded, failed, ok = self._auth_state()
+            reloads = CounterMetricFamily(
+                "sagacity_approvals_auth_reloads",
+                "Edits of the auth file since start-up, by whether they loaded.",
+                labels=["outcome"],
+            )
+            reloads.add_metric(["loaded"], loaded)
+            reloads.add_metric(["failed"], failed)
+            yield reloads
+            usable = GaugeMetricFamily(
+                "sagacity_approvals_auth_file_ok",
+                "1 while the auth file loads; 0 while decisions are refused because it does not.",
+            )
+            usable.add_metric([], 1.0 if ok else 0.0)
+            yield usable
 
 
 def exposition(collector: GateCollector) -> Callable[[], tuple[bytes, str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import logging
@@ -13,7 +14,7 @@ from fastapi import FastAPI
 
 from sagacity._saga import Sagacity
 from sagacity.consumers.approvals._api import INSECURE_VALUE, create_app
-from sagacity.consumers.approvals._auth import AuthConfig
+from sagacity.consumers.approvals._auth import AuthFile
 from sagacity.consumers.approvals._consumer import RequestConsumer
 from sagacity.consumers.approvals._metrics import GateCollector, exposition
 from sagacity.consumers.approvals._service import ApprovalService
@@ -107,7 +108,8 @@ class ApprovalsServer:
         self.service = ApprovalService(
             self.sagacity, self.store, lock_timeout_s=settings.lock_timeout_s
         )
-        auth = AuthConfig.load(settings.auth_file) if settings.auth_file else None
+        self.auth = AuthFile(settings.auth_file) if settings.auth_file else None
+        auth = self.auth
         self.consumer = (
             RequestConsumer(
                 self.store,
@@ -124,6 +126,7 @@ class ApprovalsServer:
                 now_us=self.sagacity.now_us(), window_s=settings.stats_window_s
             ),
             (lambda: (consumer.applied, consumer.skipped)) if consumer is not None else None,
+            self._auth_state if self.auth is not None else None,
         )
         self.app: FastAPI = create_app(
             self.service,
@@ -137,6 +140,12 @@ class ApprovalsServer:
         self._sweeper: threading.Thread | None = None
         self.app.router.on_startup.append(self.start)
         self.app.router.on_shutdown.append(self.stop)
+
+    def _auth_state(self) -> tuple[int, int, bool]:
+        assert self.auth is not None
+        with contextlib.suppress(ConfigurationError):
+            self.auth.current()
+        return self.auth.reloads, self.auth.failures, self.auth.error is None
 
     def health(self) -> dict[str, Any]:
         """Details for ``/healthz``; raises when the database or the consumer is down."""
@@ -152,6 +161,10 @@ class ApprovalsServer:
                 raise RuntimeError(f"the consumer is retrying: {self.consumer.error}")
             details["partitions"] = list(self.consumer.assigned)
             details["applied"] = self.consumer.applied
+        if self.auth is not None:
+            # Look at the file now (not only when a token is presented), so a broken edit shows.
+            self.auth.current()
+            details["auth_reloads"] = self.auth.reloads
         return details
 
     def start(self) -> None:

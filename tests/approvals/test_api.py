@@ -11,10 +11,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from sagacity import EventType, InMemoryJournal, Sagacity, SagaStatus
-from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
+from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings, auth_entry
 from sagacity.consumers.approvals._api import INSECURE_HEADER
 
-from .conftest import ALICE, MALLORY, bearer
+from .conftest import ALICE, MALLORY, TOKENS, TOOLS, bearer
 from .tools import Bank, StrictBank, calls
 
 pytestmark = pytest.mark.postgres
@@ -404,6 +404,44 @@ def test_a_huge_body_is_413(harness: Harness) -> None:
     answer = harness.client.post(f"/sagacity/resume/t-huge/{seq}", json=huge, headers=bearer("bob"))
     assert answer.status_code == 413
     assert harness.entries("t-huge", E.RESUME_REFUSED) == []
+
+
+def _auth_text(names: list[str], *, broken: bool = False) -> str:
+    text = "\n".join(auth_entry(f"{n}@example.com", TOKENS[n], TOOLS[n]) for n in names)
+    return text + ("\n[[principals]\n" if broken else "")
+
+
+def test_a_revoked_token_is_refused_without_a_restart_and_a_broken_edit_fails_closed(
+    pg_dsn: str, auth_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sagacity.consumers.approvals._auth.CHECK_INTERVAL_S", 0.0)
+    monkeypatch.setenv("SAGACITY_TEST_CALL_LOG", str(tmp_path / "calls.jsonl"))
+    h = Harness(pg_dsn, auth_file, tmp_path / "calls.jsonl")
+    with h.client:
+        seq = h.gate("t-revoke")
+        assert h.client.get("/sagacity/approvals", headers=bearer("alice")).status_code == 200
+        # Alice's token is revoked; the others stay.
+        auth_file.write_text(_auth_text(["bob", "carol", "eve"]))
+        refused = h.client.post(f"/sagacity/approve/t-revoke/{seq}", headers=bearer("alice"))
+        assert refused.status_code == 401
+        assert h.entries("t-revoke", E.APPROVED) == []
+        # An edit that does not parse refuses every decision (503, nothing journaled) and shows
+        # on /healthz and /metrics until the file is fixed.
+        auth_file.write_text(_auth_text(["bob", "carol", "eve"], broken=True))
+        broken = h.client.post(f"/sagacity/approve/t-revoke/{seq}", headers=bearer("bob"))
+        assert broken.status_code == 503
+        assert "auth file loads again" in broken.json()["detail"]
+        assert h.entries("t-revoke", E.APPROVED) == []
+        assert h.client.get("/healthz").status_code == 503
+        metrics = h.client.get("/metrics").text
+        assert "sagacity_approvals_auth_file_ok 0.0" in metrics
+        assert 'sagacity_approvals_auth_reloads_total{outcome="failed"} 1.0' in metrics
+        auth_file.write_text(_auth_text(["bob", "carol", "eve"]))
+        approved = h.client.post(f"/sagacity/approve/t-revoke/{seq}", headers=bearer("bob"))
+        assert approved.status_code == 200
+        assert [e.actor for e in h.entries("t-revoke", E.APPROVED)] == ["bob@example.com"]
+        assert h.client.get("/healthz").status_code == 200
+        assert "sagacity_approvals_auth_file_ok 1.0" in h.client.get("/metrics").text
 
 
 def test_stats_and_metrics_cover_request_to_decision(harness: Harness) -> None:

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from sagacity.consumers.approvals import ApprovalsSettings, AuthConfig, auth_entry, token_sha256
+from sagacity.consumers.approvals import (
+    ApprovalsSettings,
+    AuthConfig,
+    AuthFile,
+    auth_entry,
+    token_sha256,
+)
 from sagacity.consumers.approvals._server import load_tools
 from sagacity.errors import ConfigurationError
 
@@ -119,3 +125,84 @@ def test_every_error_family_maps_to_a_documented_status() -> None:
     }
     for error, status in expected.items():
         assert _status_for(error("x")) == status, error
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
+
+
+def test_an_edited_auth_file_takes_effect_after_the_check_interval(tmp_path: Path) -> None:
+    path = tmp_path / "auth.toml"
+    path.write_text(auth_entry("alice", "t-alice", ["*"]))
+    clock = FakeClock()
+    auth = AuthFile(path, check_interval_s=2.0, clock=clock)
+    assert auth.authenticate("t-alice") is not None
+    # Alice's token is revoked and Bob's added, by an atomic rename as editors and
+    # configuration managers do.
+    _write_atomically(path, auth_entry("bob", "t-bob", ["send_wire_transfer"]))
+    clock.now += 1.0
+    assert auth.authenticate("t-alice") is not None, "looked at the file before the interval"
+    clock.now += 1.5
+    assert auth.authenticate("t-alice") is None
+    bob = auth.authenticate("t-bob")
+    assert bob is not None
+    assert bob.tools == frozenset({"send_wire_transfer"})
+    assert (auth.reloads, auth.failures, auth.error) == (1, 0, None)
+    # Rewritten in place with the same principals: re-read, still the same answer.
+    path.write_text(auth_entry("bob", "t-bob", ["send_wire_transfer"]) + "\n")
+    clock.now += 2.0
+    assert auth.authenticate("t-bob") is not None
+    assert auth.reloads == 2
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    ["unparsable", "deleted"],
+)
+def test_a_broken_edit_fails_closed_until_the_file_loads_again(
+    tmp_path: Path, breakage: str
+) -> None:
+    path = tmp_path / "auth.toml"
+    path.write_text(auth_entry("alice", "t-alice", ["*"]) + auth_entry("mallory", "t-m", ["*"]))
+    clock = FakeClock()
+    auth = AuthFile(path, check_interval_s=1.0, clock=clock)
+    assert auth.authenticate("t-m") is not None
+    # The operator revokes Mallory's token but the edit is botched: the old principals (Mallory
+    # included) must not stay in force.
+    if breakage == "unparsable":
+        path.write_text(auth_entry("alice", "t-alice", ["*"]) + "[[principals]\n")
+        expected = "does not parse"
+    else:
+        path.unlink()
+        expected = "cannot read auth file"
+    clock.now += 1.0
+    for token in ("t-m", "t-alice"):
+        with pytest.raises(ConfigurationError, match=expected) as refused:
+            auth.authenticate(token)
+        assert "decisions are refused until the auth file loads again" in str(refused.value)
+    assert auth.failures == 1, "one broken edit is counted once, however often it is looked at"
+    assert auth.error is not None
+    assert expected in auth.error
+    path.write_text(auth_entry("alice", "t-alice", ["*"]))
+    clock.now += 1.0
+    assert auth.authenticate("t-alice") is not None
+    assert auth.authenticate("t-m") is None
+    assert auth.error is None
+    assert auth.reloads == 1
+
+
+def test_an_auth_file_that_does_not_load_at_start_up_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "auth.toml"
+    path.write_text("principals = 3")
+    with pytest.raises(ConfigurationError, match="non-empty 'principals'"):
+        AuthFile(path)
