@@ -4,7 +4,15 @@ AI agents call."""
 from sagacity._compensation import CompensationCall, CompensationReport, CompensationRunner
 from sagacity._context import CompensationContext
 from sagacity._decorators import compensable, compensation
-from sagacity._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
+from sagacity._events import (
+    GENESIS_HASH,
+    AnyEventType,
+    EntryDraft,
+    EventType,
+    JournalEntry,
+    UnknownEventType,
+    event_type_of,
+)
 from sagacity._memory import InMemoryJournal
 from sagacity._registry import RegisteredTool, ToolRegistry
 from sagacity._result import SagaResult, SagaStatus, Step
@@ -17,6 +25,7 @@ from sagacity.journal import ApprovalRequest, Journal
 
 __all__ = [
     "GENESIS_HASH",
+    "AnyEventType",
     "ApprovalRequest",
     "BreakReason",
     "ChainVerdict",
@@ -38,7 +47,9 @@ __all__ = [
     "Step",
     "ToolRegistry",
     "Undo",
+    "UnknownEventType",
     "compensable",
     "compensation",
+    "event_type_of",
     "verify",
 ]

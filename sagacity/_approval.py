@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from sagacity import _attributes as attr
 from sagacity._codec import decode_payload
-from sagacity._events import EntryDraft, EventType, JournalEntry
+from sagacity._events import EntryDraft, EventType, JournalEntry, UnknownEventType
 from sagacity._invoke import call_async, call_blocking
 from sagacity._registry import RegisteredTool
 from sagacity._requests import RequestState, pending_requests, request_state
@@ -313,6 +313,24 @@ class ApprovalDesk:
         if not state.pending:
             raise ApprovalNotFound(
                 f"no pending approval request at {saga_id}/{seq}: {state.describe_closure()}",
+                saga_id=saga_id,
+                seq=seq,
+            )
+        unknown = next(
+            (
+                e
+                for e in entries
+                if e.seq > request.seq and isinstance(e.event_type, UnknownEventType)
+            ),
+            None,
+        )
+        if unknown is not None:
+            # A newer release may have closed or changed the request with it: do not run the
+            # tool on a state this release cannot read.  Nothing is journaled.
+            raise UnverifiableApprovalError(
+                f"seq {unknown.seq} after the request has event type {unknown.event_type.value}, "
+                "unknown to this release: it may have changed the request; resume with a "
+                "release that knows it (the request stays pending)",
                 saga_id=saga_id,
                 seq=seq,
             )

@@ -29,7 +29,7 @@ from typing import Any
 from sagacity import _attributes as attr
 from sagacity._codec import decode_payload, decode_result, describe_error, encode_result
 from sagacity._context import CompensationContext
-from sagacity._events import EntryDraft, EventType, JournalEntry, now_micros
+from sagacity._events import EntryDraft, EventType, JournalEntry, UnknownEventType, now_micros
 from sagacity._invoke import call_async, call_blocking
 from sagacity._registry import ToolRegistry
 from sagacity._result import SagaStatus, Step
@@ -226,6 +226,17 @@ class CompensationRunner:
                 action = self._plan_step(entry, intent, step_events.get(entry.seq, []))
                 if action is not None:
                     actions.append(action)
+            elif isinstance(entry.event_type, UnknownEventType):
+                # A newer release wrote it: this one cannot tell whether it recorded an effect
+                # that needs undoing, so the known steps are undone but the saga is not
+                # reported clean (a person decides).  Nothing is journaled for it.
+                reason = (
+                    f"event type {entry.event_type.value} is unknown to this release: "
+                    "whether it needs undoing cannot be judged"
+                )
+                actions.append(
+                    _Note(draft=None, dirty=Step(seq=entry.seq, tool=entry.tool, reason=reason))
+                )
         return actions
 
     def _plan_step(

@@ -48,6 +48,57 @@ class EventType(enum.StrEnum):
     SAGA_ENDED = "SAGA_ENDED"
 
 
+class UnknownEventType(str):
+    """An event type this release does not know, carried by its exact name.
+
+    A newer writer may journal event types an older reader has never heard of.  Such an event
+    still hashes (the canonical form hashes the type's name) and still links the chain, so
+    readers decode it as an entry whose ``event_type`` is an ``UnknownEventType`` and accept it
+    into the chain like any other; the core's state derivations treat it as neutral or refuse
+    conservatively (docs/adr/0003-wire-format.md, "Unknown event types").
+
+    Raises:
+        ValueError: the name is empty or names a known :class:`EventType`.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, name: str) -> UnknownEventType:
+        if not isinstance(name, str) or not name:
+            raise ValueError("an event type name is a non-empty str")
+        if name in EventType.__members__.values():
+            raise ValueError(f"{name!r} is a known event type; use EventType.{name}")
+        return super().__new__(cls, name)
+
+    @property
+    def value(self) -> str:
+        """The type's name as written (like ``EventType.value``)."""
+        return str(self)
+
+    def __repr__(self) -> str:
+        return f"UnknownEventType({str(self)!r})"
+
+
+AnyEventType = EventType | UnknownEventType
+"""The type of :attr:`EntryDraft.event_type`: a known type, or an unknown one's exact name."""
+
+
+def event_type_of(name: str) -> AnyEventType:
+    """The :class:`EventType` named ``name``, or an :class:`UnknownEventType` carrying it.
+
+    Raises:
+        SerializationError: ``name`` is not a non-empty str.
+    """
+    try:
+        return EventType(name)
+    except ValueError:
+        pass
+    try:
+        return UnknownEventType(name)
+    except ValueError as exc:
+        raise SerializationError(f"invalid event type {name!r}: {exc}") from exc
+
+
 GENESIS_HASH = "0" * 64
 """The previous hash of every saga's first entry (32 zero bytes, hex)."""
 
@@ -84,7 +135,8 @@ class EntryDraft:
 
     Args:
         saga_id: the saga the event belongs to.
-        event_type: what happened.
+        event_type: what happened; an :class:`UnknownEventType` only for an event a newer
+            release wrote (decoded, or relayed as is) — a plain string must name a known type.
         tool: the tool concerned (``None`` for lifecycle and gate-only events).
         payload: the tool's input, exactly as given (for tools: compact JSON of the arguments).
         result: the tool's result as text, or a decision's detail.
@@ -95,7 +147,7 @@ class EntryDraft:
     """
 
     saga_id: str
-    event_type: EventType
+    event_type: AnyEventType
     tool: str | None = None
     payload: str | None = None
     result: str | None = None
@@ -109,10 +161,13 @@ class EntryDraft:
             raise SerializationError("saga_id must be a non-empty str")
         for name in ("saga_id", "tool", "payload", "result", "error", "actor"):
             _check_text(name, getattr(self, name))
-        try:
-            object.__setattr__(self, "event_type", EventType(self.event_type))
-        except ValueError as exc:
-            raise SerializationError(f"unknown event type {self.event_type!r}") from exc
+        if isinstance(self.event_type, UnknownEventType):
+            _check_text("event_type", self.event_type)
+        else:
+            try:
+                object.__setattr__(self, "event_type", EventType(self.event_type))
+            except ValueError as exc:
+                raise SerializationError(f"unknown event type {self.event_type!r}") from exc
         if not isinstance(self.recorded_at_us, int) or isinstance(self.recorded_at_us, bool):
             raise SerializationError("recorded_at_us must be an int (microseconds)")
         object.__setattr__(self, "attributes", _freeze(self.attributes))
@@ -165,7 +220,7 @@ class JournalEntry(EntryDraft):
             return cls(
                 saga_id=data["saga_id"],
                 seq=data["seq"],
-                event_type=EventType(data["event_type"]),
+                event_type=event_type_of(data["event_type"]),
                 tool=data.get("tool"),
                 payload=data.get("payload"),
                 result=data.get("result"),

@@ -126,7 +126,9 @@ def request_states(entries: Iterable[JournalEntry]) -> list[RequestState]:
             continue
         if entry.event_type is EventType.APPROVED and entry.actor:
             found[ref][1].append(entry.actor)
-        elif entry.event_type in _CLOSING:
+        elif isinstance(entry.event_type, EventType) and entry.event_type in _CLOSING:
+            # An event type this release does not know closes nothing here; a resume refuses
+            # a request followed by one (it may have closed it).
             closed[ref] = (_CLOSING[entry.event_type], entry)
     states: list[RequestState] = []
     for seq in sorted(found):

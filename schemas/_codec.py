@@ -18,7 +18,7 @@ from typing import Any
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from sagacity._events import EventType, JournalEntry
+from sagacity._events import JournalEntry, event_type_of
 from sagacity.errors import SerializationError
 
 MAGIC = b"\xc3\x01"
@@ -183,20 +183,19 @@ def decode_entry(data: bytes) -> JournalEntry:
     """The :class:`JournalEntry` of a message value, every field exactly as written.
 
     The hash is not checked here (a verifier reports edited entries); it recomputes exactly
-    for every entry :func:`encode_entry` produced.
+    for every entry :func:`encode_entry` produced.  An event type this release does not know
+    decodes as an :class:`~sagacity._events.UnknownEventType` carrying its exact name.
 
     Raises:
         SerializationError: with the reason, for anything that is not a decodable entry.
     """
     record = decode_record(data)
-    try:
-        event_type = EventType(record["event_type"])
-    except ValueError as exc:
-        raise SerializationError(f"unknown event type {record['event_type']!r}") from exc
     return JournalEntry(
         saga_id=record["saga_id"],
         seq=record["seq"],
-        event_type=event_type,
+        # A type this release does not know is carried by name (UnknownEventType): it hashes
+        # and links like any other event, so the chain after it stays intact.
+        event_type=event_type_of(record["event_type"]),
         tool=record["tool"],
         payload=record["payload"],
         result=record["result"],

@@ -270,7 +270,8 @@ def apply_entry(conn: psycopg.Connection[Any], entry: JournalEntry) -> None:
             },
         )
         return
-    state = _CLOSING.get(kind)
+    # An event type this release does not know closes nothing (neutral, as in the core).
+    state = _CLOSING.get(kind) if isinstance(kind, EventType) else None
     if state is None:
         return
     # A human rejection is the request's decision; other closings keep an earlier approval.

@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from sagacity._events import GENESIS_HASH, EventType, JournalEntry
+from sagacity._events import GENESIS_HASH, JournalEntry, event_type_of
 from sagacity.chain import BreakReason, verify
 from sagacity.consumers.archive._checkpoints import Checkpoint, signature_valid
 from sagacity.consumers.archive._db import check_schema, mapped_errors
@@ -95,7 +95,7 @@ def _entry(row: Sequence[Any]) -> JournalEntry:
         return JournalEntry(
             saga_id=row[0],
             seq=row[1],
-            event_type=EventType(row[2]),
+            event_type=event_type_of(row[2]),
             tool=row[3],
             payload=row[4],
             result=row[5],

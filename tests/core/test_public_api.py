@@ -9,6 +9,7 @@ import sagacity
 
 PINNED = [
     "GENESIS_HASH",
+    "AnyEventType",
     "ApprovalRequest",
     "BreakReason",
     "ChainVerdict",
@@ -30,8 +31,10 @@ PINNED = [
     "Step",
     "ToolRegistry",
     "Undo",
+    "UnknownEventType",
     "compensable",
     "compensation",
+    "event_type_of",
     "verify",
 ]
 

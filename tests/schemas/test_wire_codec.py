@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -157,7 +158,31 @@ def test_trailing_bytes_are_refused() -> None:
         decode_entry(encode_entry(_entry()) + b"\x00")
 
 
-def test_unknown_event_type_is_refused() -> None:
+def test_unknown_event_type_decodes_carrying_its_exact_name() -> None:
+    import io
+
+    import fastavro
+
+    from sagacity import UnknownEventType
+    from sagacity.schemas import entry_record
+
+    known = _entry()
+    future = UnknownEventType("TELEPORTED")
+    record = entry_record(known)
+    record["event_type"] = "TELEPORTED"
+    record["hash"] = compute_hash(known.prev_hash, replace(known, event_type=future), seq=known.seq)
+    buf = io.BytesIO()
+    buf.write(MAGIC + current_schema().fingerprint)
+    fastavro.schemaless_writer(buf, current_schema().schema, record)
+    decoded = decode_entry(buf.getvalue())
+    assert isinstance(decoded.event_type, UnknownEventType)
+    assert decoded.event_type == "TELEPORTED"
+    assert decoded.event_type.value == "TELEPORTED"
+    assert compute_hash(decoded.prev_hash, decoded, seq=decoded.seq) == decoded.hash
+    assert encode_entry(decoded) == buf.getvalue()
+
+
+def test_an_empty_event_type_is_refused() -> None:
     import io
 
     import fastavro
@@ -165,11 +190,11 @@ def test_unknown_event_type_is_refused() -> None:
     from sagacity.schemas import entry_record
 
     record = entry_record(_entry())
-    record["event_type"] = "TELEPORTED"
+    record["event_type"] = ""
     buf = io.BytesIO()
     buf.write(MAGIC + current_schema().fingerprint)
     fastavro.schemaless_writer(buf, current_schema().schema, record)
-    with pytest.raises(SerializationError, match="unknown event type 'TELEPORTED'"):
+    with pytest.raises(SerializationError, match="invalid event type ''"):
         decode_entry(buf.getvalue())
 
 
