@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from sagacity.producer._config import DEFAULT_TOPIC, KafkaJournalSettings
 from sagacity.producer._journal import RECORD_OVERHEAD, KafkaJournal, check_json_payload
+from sagacity.producer._lease import LeaseView, Takeover
 from sagacity.producer._partition import murmur2, partition_for
 from sagacity.producer._reader import (
     HANDOFF_EVENTS,
@@ -49,12 +50,14 @@ __all__ = [
     "ForkKind",
     "KafkaJournal",
     "KafkaJournalSettings",
+    "LeaseView",
     "Ownership",
     "PartitionRead",
     "Rejected",
     "SagaRead",
     "SagaReader",
     "Skipped",
+    "Takeover",
     "check_json_payload",
     "current_traceparent",
     "journal_from_env",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sagacity.errors import ConfigurationError
 
@@ -51,6 +51,13 @@ class KafkaJournalSettings(BaseModel):
             topic (``SAGACITY_STARTUP_TIMEOUT_S``).
         read_timeout_s: the longest a read of one partition may take
             (``SAGACITY_READ_TIMEOUT_S``).
+        lease_ttl_s: the writer's lease (``SAGACITY_LEASE_TTL_S``, default 60): a writer
+            appends without re-reading the topic only while its last acknowledged event is
+            younger than this minus :attr:`lease_margin_s`; another process may take a saga
+            whose last event is older than this plus ``max_clock_skew_s``
+            (docs/adr/0011-writer-lease.md). Recorded on the ``SAGA_OPENED`` it writes.
+        max_clock_skew_s: the largest difference assumed between wall clocks of writers,
+            brokers and takers (``SAGACITY_MAX_CLOCK_SKEW_S``, default 5).
         client: extra librdkafka settings for TLS/SASL and tuning, from
             ``SAGACITY_KAFKA_<KEY_WITH_UNDERSCORES>`` (``SAGACITY_KAFKA_SECURITY_PROTOCOL`` is
             ``security.protocol``). Settings the journal's guarantees rest on (``acks``,
@@ -64,7 +71,29 @@ class KafkaJournalSettings(BaseModel):
     ack_timeout_s: float = Field(default=10.0, gt=0, le=300)
     startup_timeout_s: float = Field(default=10.0, gt=0, le=300)
     read_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    lease_ttl_s: float = Field(default=60.0, gt=0, le=86_400)
+    max_clock_skew_s: float = Field(default=5.0, ge=0, le=3600)
     client: Mapping[str, str] = Field(default_factory=dict)
+
+    @property
+    def lease_margin_s(self) -> float:
+        """How much earlier than the lease a writer stops appending unconfirmed.
+
+        An event published just before the lease ends can still reach the broker later: it
+        may wait for room in the producer's queue (up to the ack timeout) and then be in
+        flight (up to the ack timeout again); one more second covers the acknowledgement
+        wait's slack and the drift of the monotonic clock.
+        """
+        return 2 * self.ack_timeout_s + 1.0
+
+    @model_validator(mode="after")
+    def _lease_outlasts_margin(self) -> KafkaJournalSettings:
+        if self.lease_ttl_s <= self.lease_margin_s:
+            raise ValueError(
+                f"lease_ttl_s ({self.lease_ttl_s:g}) must exceed twice ack_timeout_s plus one "
+                f"second ({self.lease_margin_s:g}): a writer must be able to append within it"
+            )
+        return self
 
     @field_validator("topic")
     @classmethod
@@ -104,6 +133,8 @@ class KafkaJournalSettings(BaseModel):
             ("ack_timeout_s", "SAGACITY_ACK_TIMEOUT_S"),
             ("startup_timeout_s", "SAGACITY_STARTUP_TIMEOUT_S"),
             ("read_timeout_s", "SAGACITY_READ_TIMEOUT_S"),
+            ("lease_ttl_s", "SAGACITY_LEASE_TTL_S"),
+            ("max_clock_skew_s", "SAGACITY_MAX_CLOCK_SKEW_S"),
         ):
             if env.get(var):
                 values[key] = env[var]

@@ -19,17 +19,21 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 
+from sagacity import _attributes as attr
 from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity.chain import link
 from sagacity.errors import (
+    ConfigurationError,
     EventTooLargeError,
     JournalUnavailableError,
+    LeaseHeldError,
+    SagaNotLiveError,
     SerializationError,
     TailMovedError,
     TopicConfigError,
@@ -37,6 +41,13 @@ from sagacity.errors import (
 )
 from sagacity.journal import ApprovalRequest
 from sagacity.producer._config import DEFAULT_TOPIC, KafkaJournalSettings
+from sagacity.producer._lease import (
+    HANDOFF_TAKEOVER,
+    LeaseView,
+    Takeover,
+    lease_view,
+    message_timestamp_ms,
+)
 from sagacity.producer._reader import HANDOFF_EVENTS, SagaRead, SagaReader
 from sagacity.producer._topic import (
     PRODUCER_MAX_MESSAGE_BYTES,
@@ -150,7 +161,17 @@ def _expire(future: asyncio.Future[None]) -> None:
 class _SagaState:
     """Per-saga serialisation, and the chain while this process owns the saga."""
 
-    __slots__ = ("__weakref__", "actor", "chain", "lock", "owned", "pending", "poisoned")
+    __slots__ = (
+        "__weakref__",
+        "actor",
+        "chain",
+        "lease_hard",
+        "lease_soft",
+        "lock",
+        "owned",
+        "pending",
+        "poisoned",
+    )
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -159,6 +180,11 @@ class _SagaState:
         self.poisoned = False
         self.chain: list[JournalEntry] = []
         self.pending: list[_Delivery] = []
+        # The writer lease on the journal's monotonic clock (docs/adr/0011-writer-lease.md):
+        # publish unconfirmed only before lease_soft; an acknowledgement after lease_hard is
+        # confirmed by reading the event back.
+        self.lease_soft = float("-inf")
+        self.lease_hard = float("-inf")
 
 
 class KafkaJournal:
@@ -175,6 +201,11 @@ class KafkaJournal:
         client: extra librdkafka settings (TLS/SASL, tuning).
         writer_id: this writer's id, recorded as the actor of the ``SAGA_OPENED`` events it
             writes; unique per instance by default.
+        lease_ttl_s: the writer lease recorded on its ``SAGA_OPENED`` events
+            (docs/adr/0011-writer-lease.md); must exceed ``2 * ack_timeout_s + 1``.
+        max_clock_skew_s: the wall-clock skew a takeover allows for.
+        monotonic / wall_clock: the clocks the lease is measured on (``time.monotonic``,
+            ``time.time``); replaceable to simulate a paused writer or a late taker.
 
     Raises:
         TopicNotFoundError: the topic does not exist.
@@ -192,22 +223,38 @@ class KafkaJournal:
         read_timeout_s: float = 30.0,
         client: Mapping[str, str] | None = None,
         writer_id: str | None = None,
+        lease_ttl_s: float = 60.0,
+        max_clock_skew_s: float = 5.0,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        settings = KafkaJournalSettings(
-            bootstrap_servers=bootstrap_servers,
-            topic=topic,
-            ack_timeout_s=ack_timeout_s,
-            startup_timeout_s=startup_timeout_s,
-            read_timeout_s=read_timeout_s,
-            client=dict(client or {}),
-        )
+        try:
+            settings = KafkaJournalSettings(
+                bootstrap_servers=bootstrap_servers,
+                topic=topic,
+                ack_timeout_s=ack_timeout_s,
+                startup_timeout_s=startup_timeout_s,
+                read_timeout_s=read_timeout_s,
+                lease_ttl_s=lease_ttl_s,
+                max_clock_skew_s=max_clock_skew_s,
+                client=dict(client or {}),
+            )
+        except ValueError as exc:
+            raise ConfigurationError(f"invalid Kafka journal settings: {exc}") from exc
         self._settings = settings
         self._topic = settings.topic
         self._ack_timeout = settings.ack_timeout_s
+        self._monotonic = monotonic
+        self._wall_clock = wall_clock
+        # How long after sending an acknowledged event the hot path may publish unconfirmed,
+        # and after which an acknowledgement must be confirmed by reading back.
+        self._lease_soft_span = settings.lease_ttl_s - settings.lease_margin_s
+        self._lease_hard_span = settings.lease_ttl_s - 1.0
         self.writer_id = (
             writer_id or f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:12]}"
         )
         base: ClientConfig = {"bootstrap.servers": settings.bootstrap_servers, **settings.client}
+        self._client_config = base
         admin = AdminClient(base)
         info = describe(
             admin,
@@ -261,6 +308,8 @@ class KafkaJournal:
             read_timeout_s=settings.read_timeout_s,
             client=settings.client,
             writer_id=writer_id,
+            lease_ttl_s=settings.lease_ttl_s,
+            max_clock_skew_s=settings.max_clock_skew_s,
         )
 
     # --- properties ------------------------------------------------------------------------
@@ -291,11 +340,13 @@ class KafkaJournal:
         draft = self._prepare(draft)
         state = self._state(draft.saga_id)
         with state.lock:
-            if not (state.owned and not state.poisoned):
+            sent = self._monotonic()
+            if not (state.owned and not state.poisoned and sent < state.lease_soft):
                 return self._append_confirmed(state, draft)
             entry, delivery = self._publish_owned(state, draft)
         if durable:
             self._wait(delivery)
+            self._renew(state, delivery, sent)
         return entry
 
     def append_after(
@@ -318,7 +369,8 @@ class KafkaJournal:
         draft = self._prepare(draft)
         state = self._state(draft.saga_id)
         with state.lock:
-            if not (state.owned and not state.poisoned):
+            sent = self._monotonic()
+            if not (state.owned and not state.poisoned and sent < state.lease_soft):
                 return self._append_confirmed(state, draft, after_seq=after_seq)
             tail = state.chain[-1].seq
             if tail != after_seq:
@@ -326,6 +378,7 @@ class KafkaJournal:
             entry, delivery = self._publish_owned(state, draft)
         if durable:
             self._wait(delivery)
+            self._renew(state, delivery, sent)
         return entry
 
     async def append_async(self, draft: EntryDraft, *, durable: bool = True) -> JournalEntry:
@@ -339,7 +392,8 @@ class KafkaJournal:
         loop = asyncio.get_running_loop()
         if state.lock.acquire(blocking=False):
             try:
-                fast = state.owned and not state.poisoned
+                sent = self._monotonic()
+                fast = state.owned and not state.poisoned and sent < state.lease_soft
                 if fast:
                     entry, delivery = self._publish_owned(state, draft)
             finally:
@@ -347,6 +401,10 @@ class KafkaJournal:
             if fast:
                 if durable:
                     await self._wait_async(delivery, loop)
+                    if self._monotonic() >= state.lease_hard:
+                        await loop.run_in_executor(None, self._renew, state, delivery, sent)
+                    else:
+                        self._extend_lease(state, sent)
                 return entry
         return await loop.run_in_executor(None, lambda: self.append(draft, durable=durable))
 
@@ -419,6 +477,100 @@ class KafkaJournal:
                 out.extend(pending_requests(read.sagas[saga].entries))
         return sorted(out, key=lambda r: (r.saga_id, r.seq))
 
+    # --- writer lease (docs/adr/0011-writer-lease.md) ----------------------------------------
+    def lease(self, saga_id: str) -> LeaseView:
+        """The lease of a live saga's writer, judged on this journal's wall clock.
+
+        Raises:
+            SagaNotLiveError: no writer holds the saga (unknown, handed off or ended).
+            JournalUnavailableError: the topic could not be read.
+        """
+        return self._lease(self.read(saga_id))
+
+    def _lease(self, read: SagaRead) -> LeaseView:
+        owner = read.ownership
+        if not owner.live or owner.opened_seq is None:
+            what = "has no events" if not read.entries else "is not held by any writer"
+            raise SagaNotLiveError(
+                f"saga {read.saga_id!r} {what}: there is no writer to take it from",
+                saga_id=read.saga_id,
+            )
+        last_offset = read.offsets[-1]
+        stamp = message_timestamp_ms(
+            self._client_config,
+            self._topic,
+            read.partition,
+            last_offset,
+            timeout=self._settings.read_timeout_s,
+        )
+        return lease_view(
+            opened=read.entries[owner.opened_seq - 1],
+            last=read.entries[-1],
+            last_timestamp_ms=stamp,
+            now_s=self._wall_clock(),
+            max_clock_skew_s=self._settings.max_clock_skew_s,
+        )
+
+    def take_over(
+        self, saga_id: str, *, reason: str, force: bool = False, actor: str | None = None
+    ) -> Takeover:
+        """Take a live saga from a writer presumed gone and hand it to compensation.
+
+        Allowed when the broker timestamp of the saga's last accepted event is older than the
+        writer's recorded lease plus ``max_clock_skew_s`` (on this journal's wall clock), or
+        with ``force``.  Journals ``COMPENSATION_REQUESTED`` (``handoff=takeover``,
+        ``abandoned_writer``, ``ref_seq`` = the ``SAGA_OPENED``) with a compare-and-append on
+        the tail that was judged: if the writer (or another taker) appended meanwhile, nothing
+        is appended.
+
+        Raises:
+            SagaNotLiveError: no writer holds the saga.
+            LeaseHeldError: the lease has not expired (or none was recorded) and not ``force``.
+            TailMovedError: the chain moved while taking over (the writer is alive, or another
+                taker won); nothing of this call is in the chain.
+            SerializationError: ``reason`` is empty or not text.
+            JournalUnavailableError: the topic could not be read or written.
+        """
+        if not isinstance(reason, str) or not reason.strip():
+            raise SerializationError("a takeover needs a reason (non-empty text)")
+        read = self.read(saga_id)
+        view = self._lease(read)
+        if not view.expired and not force:
+            if view.expires_in_s is None:
+                why = "its SAGA_OPENED records no lease (written by an older release)"
+            else:
+                why = (
+                    f"its last event is {view.last_event_age_s:.1f}s old; the lease "
+                    f"({view.lease_ttl_s:g}s) plus the allowed clock skew "
+                    f"({self._settings.max_clock_skew_s:g}s) expires in {view.expires_in_s:.1f}s"
+                )
+            raise LeaseHeldError(
+                f"saga {saga_id!r} is held by writer {view.writer!r} and may still be alive: "
+                f"{why}. Nothing was appended; force only after checking the writer is gone",
+                saga_id=saga_id,
+            )
+        owner = read.ownership
+        lease = "forced" if not view.expired else "lease expired"
+        draft = EntryDraft(
+            saga_id=saga_id,
+            event_type=EventType.COMPENSATION_REQUESTED,
+            actor=actor or self.writer_id,
+            error=f"taken over from writer {view.writer} ({lease}): {reason}",
+            attributes={
+                attr.REF_SEQ: str(owner.opened_seq),
+                attr.HANDOFF: HANDOFF_TAKEOVER,
+                attr.ABANDONED_WRITER: view.writer or "",
+            },
+            recorded_at_us=int(self._wall_clock() * 1_000_000),
+        )
+        draft = self._prepare(draft)
+        state = self._state(saga_id)
+        with state.lock:
+            entry = self._append_confirmed(
+                state, draft, after_seq=view.last_seq, takeover_from=view.writer
+            )
+        return Takeover(entry=entry, lease=view, forced=not view.expired)
+
     def close(self) -> None:
         """Flush, then release the producer and reader; later appends are refused.
 
@@ -449,8 +601,12 @@ class KafkaJournal:
     def _prepare(self, draft: EntryDraft) -> EntryDraft:
         self._check_open()
         check_json_payload(draft)
-        if draft.event_type is EventType.SAGA_OPENED and draft.actor is None:
-            draft = dataclasses.replace(draft, actor=self.writer_id)
+        if draft.event_type is EventType.SAGA_OPENED:
+            if draft.actor is None:
+                draft = dataclasses.replace(draft, actor=self.writer_id)
+            if attr.LEASE_TTL_S not in draft.attributes:
+                lease = {attr.LEASE_TTL_S: f"{self._settings.lease_ttl_s:g}"}
+                draft = dataclasses.replace(draft, attributes={**draft.attributes, **lease})
         return draft
 
     def _state(self, saga_id: str) -> _SagaState:
@@ -615,15 +771,58 @@ class KafkaJournal:
             seq=entry.seq,
         )
 
+    def _extend_lease(self, state: _SagaState, sent: float) -> None:
+        """Renew the lease from an acknowledged event sent at ``sent`` (monotonic).
+
+        Unlocked: two acknowledgements racing may leave the earlier one's lease, which only
+        makes the next append confirm sooner.
+        """
+        if sent + self._lease_soft_span > state.lease_soft:
+            state.lease_soft = sent + self._lease_soft_span
+            state.lease_hard = sent + self._lease_hard_span
+
+    def _renew(self, state: _SagaState, delivery: _Delivery, sent: float) -> None:
+        """After a durable hot-path append: renew the lease, or confirm a late acknowledgement.
+
+        An event acknowledged only after the lease ran out may have reached the broker after
+        another process took the saga over; it is then read back, and if it is not the event
+        accepted at its seq the writer has lost the saga.
+
+        Raises:
+            WriterConflictError: the saga was taken over; the event is a reported fork.
+        """
+        if self._monotonic() >= state.lease_hard:
+            entry = delivery.entry
+            confirm = self._reader.read(entry.saga_id, until_offset=delivery.offset)
+            if confirm.accepted_offset(entry.seq) != delivery.offset:
+                with state.lock:
+                    self._release(entry.saga_id, state)
+                raise WriterConflictError(
+                    f"the lease on saga {entry.saga_id!r} ran out before the broker acknowledged "
+                    f"{entry.event_type.value} seq {entry.seq}, and another writer appended that "
+                    "seq first (a takeover): it is a reported fork, not part of the chain",
+                    saga_id=entry.saga_id,
+                    seq=entry.seq,
+                )
+        self._extend_lease(state, sent)
+
     def _mark_poisoned(self, saga_id: str) -> None:
         state = self._states.get(saga_id)
         if state is not None:
             state.poisoned = True
 
     def _append_confirmed(
-        self, state: _SagaState, draft: EntryDraft, *, after_seq: int | None = None
+        self,
+        state: _SagaState,
+        draft: EntryDraft,
+        *,
+        after_seq: int | None = None,
+        takeover_from: str | None = None,
     ) -> JournalEntry:
-        """Append by reading the tail, publishing durably and confirming; holds the lock."""
+        """Append by reading the tail, publishing durably and confirming; holds the lock.
+
+        ``takeover_from``: the live writer this append may take the saga from (a takeover).
+        """
         saga_id = draft.saga_id
         for delivery in state.pending:
             # Let earlier events settle so the tail read below is final.
@@ -634,7 +833,22 @@ class KafkaJournal:
         mine = owner.writer == self.writer_id or (
             state.actor is not None and owner.writer == state.actor
         )
-        if owner.live and not mine:
+        if state.owned and not (owner.live and mine):
+            # This journal held the saga (its lease ran out, or an acknowledgement failed) and
+            # the chain says it no longer does: it was taken over. Refuse before the caller
+            # acts (for an INTENT: before the tool is called).
+            self._release(saga_id, state)
+            raise WriterConflictError(
+                f"saga {saga_id!r} is no longer held by this writer: "
+                + (
+                    f"it is open by writer {owner.writer!r} (SAGA_OPENED at seq {owner.opened_seq})"
+                    if owner.live
+                    else f"seq {current.tail[0]} handed it off or ended it"
+                )
+                + "; nothing was appended",
+                saga_id=saga_id,
+            )
+        if owner.live and not mine and not (takeover_from and owner.writer == takeover_from):
             raise WriterConflictError(
                 f"saga {saga_id!r} is open by writer {owner.writer!r} (SAGA_OPENED at seq "
                 f"{owner.opened_seq}); it accepts events from another writer only after it "
@@ -645,6 +859,7 @@ class KafkaJournal:
         if after_seq is not None and seq != after_seq:
             raise _tail_moved(saga_id, after_seq, seq)
         entry = link(draft, seq=seq + 1, prev_hash=prev)
+        sent = self._monotonic()
         delivery = self._produce(entry)
         self._wait(delivery)
         confirm = self._reader.read(saga_id, until_offset=delivery.offset)
@@ -673,6 +888,8 @@ class KafkaJournal:
             if entry.event_type is EventType.SAGA_OPENED:
                 state.actor = entry.actor
             state.chain = list(confirm.entries)
+            state.lease_soft = sent + self._lease_soft_span
+            state.lease_hard = sent + self._lease_hard_span
             with self._states_lock:
                 self._owned[saga_id] = state
         else:

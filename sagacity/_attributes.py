@@ -36,3 +36,10 @@ DIRTY = "dirty"
 REQUESTED_BY = "requested_by"
 """On a resume's ``INTENT``, ``RESUME_REFUSED`` or ``CONSTRAINT_VIOLATED``: who asked for the
 resume (the authenticated principal, when the caller knows one)."""
+LEASE_TTL_S = "lease_ttl_s"
+"""On ``SAGA_OPENED``: the writer's lease in seconds (docs/adr/0011-writer-lease.md): it
+appends without re-confirming only while its last acknowledged event is younger than this."""
+HANDOFF = "handoff"
+"""On a ``COMPENSATION_REQUESTED`` that took a saga from its writer: ``takeover``."""
+ABANDONED_WRITER = "abandoned_writer"
+"""On a takeover's ``COMPENSATION_REQUESTED``: the writer whose saga was taken."""

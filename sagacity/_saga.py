@@ -279,6 +279,8 @@ class Sagacity:
             except BaseException:
                 self._flush_quietly()
                 raise
+        if scope.lost is not None:
+            return self._end_lost(scope, error)
         if self._needs_compensation(scope, error):
             report = None if self._mode == "delegated" else self._runner().run(saga)
             return self._end_failed(scope, value, error, report)
@@ -305,6 +307,8 @@ class Sagacity:
             except BaseException:
                 self._flush_quietly()
                 raise
+        if scope.lost is not None:
+            return await asyncio.to_thread(self._end_lost, scope, error)
         if self._needs_compensation(scope, error):
             report = None if self._mode == "delegated" else await self._runner().run_async(saga)
             return await asyncio.to_thread(self._end_failed, scope, value, error, report)
@@ -315,6 +319,17 @@ class Sagacity:
         # can, without masking the interruption itself.
         with contextlib.suppress(Exception):
             self._journal.flush()
+
+    def _end_lost(self, scope: SagaScope, error: Exception | None) -> SagaResult:
+        # Another writer took the saga over (docs/adr/0011-writer-lease.md): its hand-off
+        # decides what happens next; this run journals nothing more, not even its end.
+        self._flush_quietly()
+        return SagaResult(
+            status=SagaStatus.COMPENSATION_PENDING,
+            saga_id=scope.saga_id,
+            error=f"taken over by another writer: {scope.lost}",
+            exception=error,
+        )
 
     @staticmethod
     def _needs_compensation(scope: SagaScope, error: Exception | None) -> bool:

@@ -48,7 +48,21 @@ class SagaScope:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _gates: list[Gate] = field(default_factory=list)
     _failure: Failure | None = None
+    _lost: str | None = None
     _closed: bool = False
+
+    def mark_lost(self, reason: str) -> None:
+        """Record that the journal refused this run's writes: another writer took the saga
+        (the first reason is kept).  The run journals nothing more."""
+        with self._lock:
+            if self._lost is None:
+                self._lost = reason
+
+    @property
+    def lost(self) -> str | None:
+        """Why this run no longer holds its saga, if it lost it."""
+        with self._lock:
+            return self._lost
 
     def mark_failed(self, *, tool: str | None, seq: int | None, error: str) -> None:
         """Record a failed step (the first one is kept)."""

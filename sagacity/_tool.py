@@ -33,7 +33,7 @@ from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity._scope import SagaScope, current_scope
 from sagacity._undo import Undo, extract_undo, undo_declared
 from sagacity.chain import payload_sha256
-from sagacity.errors import SagaClosedError, SagaError, SagaFailedError
+from sagacity.errors import SagaClosedError, SagaError, SagaFailedError, WriterConflictError
 from sagacity.journal import Journal
 
 WRAPPED_ATTR = "__sagacity_wrapped__"
@@ -217,6 +217,13 @@ def _active_scope(host: Host, definition: ToolDefinition) -> SagaScope | None:
             "(a task outlived its saga?)",
             saga_id=scope.saga_id,
         )
+    lost = scope.lost
+    if lost is not None:
+        raise SagaFailedError(
+            f"saga {scope.saga_id!r} was taken over by another writer ({lost}); tool "
+            f"{definition.name!r} was not called",
+            saga_id=scope.saga_id,
+        )
     failure = scope.failure
     if failure is not None:
         raise SagaFailedError(
@@ -257,9 +264,13 @@ def journaled_call(
         return call()
     step = _stop_or_intent(host, definition, scope, arguments())
     journal = host.journal
-    if isinstance(step, _Stop):
-        return _after_stop(scope, step, journal.append(step.draft))
-    intent = journal.append(step, durable=True)
+    try:
+        if isinstance(step, _Stop):
+            return _after_stop(scope, step, journal.append(step.draft))
+        intent = journal.append(step, durable=True)
+    except WriterConflictError as exc:
+        scope.mark_lost(exc.message)
+        raise
     try:
         value = call()
     except BaseException as exc:
@@ -268,6 +279,9 @@ def journaled_call(
         raise
     try:
         journal.append(executed_draft(host, definition, intent, value), durable=False)
+    except WriterConflictError as exc:
+        scope.mark_lost(exc.message)
+        raise
     except BaseException as exc:
         _record_failure(scope, intent, exc)
         raise
@@ -286,9 +300,13 @@ async def journaled_call_async(
         return await call()
     step = _stop_or_intent(host, definition, scope, arguments())
     journal = host.journal
-    if isinstance(step, _Stop):
-        return _after_stop(scope, step, await journal.append_async(step.draft))
-    intent = await journal.append_async(step, durable=True)
+    try:
+        if isinstance(step, _Stop):
+            return _after_stop(scope, step, await journal.append_async(step.draft))
+        intent = await journal.append_async(step, durable=True)
+    except WriterConflictError as exc:
+        scope.mark_lost(exc.message)
+        raise
     try:
         value = await call()
     except BaseException as exc:
@@ -297,6 +315,9 @@ async def journaled_call_async(
         raise
     try:
         await journal.append_async(executed_draft(host, definition, intent, value), durable=False)
+    except WriterConflictError as exc:
+        scope.mark_lost(exc.message)
+        raise
     except BaseException as exc:
         _record_failure(scope, intent, exc)
         raise

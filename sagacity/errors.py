@@ -105,6 +105,15 @@ class WriterConflictError(JournalError):
     """Another live writer owns the saga (see docs/adr/0004-single-writer.md)."""
 
 
+class LeaseHeldError(WriterConflictError):
+    """A takeover was refused: the saga's writer may still be alive (its lease has not
+    expired, or it recorded none); see docs/adr/0011-writer-lease.md."""
+
+
+class SagaNotLiveError(JournalError):
+    """A takeover was refused: no writer owns the saga (unknown, handed off or ended)."""
+
+
 class TopicError(JournalError):
     """The journal topic is missing or configured in a way that would lose evidence.
 

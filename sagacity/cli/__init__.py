@@ -15,6 +15,7 @@ _GROUPS: tuple[tuple[str, str], ...] = (
     ("sagacity.cli.dev", "dev"),
     ("sagacity.cli.demo", "demo"),
     ("sagacity.cli.topic", "topic"),
+    ("sagacity.cli.saga", "saga"),
     ("sagacity.cli.serve", "serve"),
     ("sagacity.cli.archive", "archive"),
     ("sagacity.cli.approvals", "approvals"),

@@ -279,3 +279,60 @@ def test_client_settings_map_variables_and_ignore_the_bare_prefix() -> None:
         "security.protocol": "SSL",
         "ssl.ca.location": "/etc/ca.pem",
     }
+
+
+def test_lease_settings_from_env_and_a_lease_shorter_than_its_margin_is_refused() -> None:
+    from sagacity.errors import ConfigurationError
+
+    settings = KafkaJournalSettings.from_env(
+        {
+            "SAGACITY_BOOTSTRAP_SERVERS": "k:9092",
+            "SAGACITY_LEASE_TTL_S": "90",
+            "SAGACITY_MAX_CLOCK_SKEW_S": "2",
+            "SAGACITY_ACK_TIMEOUT_S": "5",
+        }
+    )
+    assert (settings.lease_ttl_s, settings.max_clock_skew_s) == (90.0, 2.0)
+    assert settings.lease_margin_s == 11.0
+    with pytest.raises(ConfigurationError, match="lease_ttl_s"):
+        KafkaJournalSettings.from_env(
+            {"SAGACITY_BOOTSTRAP_SERVERS": "k:9092", "SAGACITY_LEASE_TTL_S": "11"}
+        )
+
+
+def test_a_lease_view_expires_after_the_lease_plus_the_skew() -> None:
+    from sagacity import EntryDraft, EventType
+    from sagacity.chain import link
+    from sagacity.producer._lease import lease_view
+
+    opened = link(
+        EntryDraft(
+            saga_id="s",
+            event_type=EventType.SAGA_OPENED,
+            actor="w",
+            attributes={"lease_ttl_s": "60"},
+        ),
+        seq=1,
+        prev_hash="0" * 64,
+    )
+    at = 1_000_000.0
+
+    def view(now: float, entry=opened):  # type: ignore[no-untyped-def]
+        return lease_view(
+            opened=entry,
+            last=opened,
+            last_timestamp_ms=int(at * 1000),
+            now_s=now,
+            max_clock_skew_s=5,
+        )
+
+    assert not view(at + 64.9).expired
+    assert view(at + 65.1).expired
+    assert view(at + 10).expires_in_s == pytest.approx(55)
+    unleased = link(
+        EntryDraft(saga_id="s", event_type=EventType.SAGA_OPENED, actor="w"),
+        seq=1,
+        prev_hash="0" * 64,
+    )
+    assert view(at + 10_000, unleased).expires_in_s is None
+    assert not view(at + 10_000, unleased).expired
