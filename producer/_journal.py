@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -63,6 +64,7 @@ RECORD_OVERHEAD = 128
 """Bytes reserved beyond key, value and headers for Kafka's record and batch framing."""
 
 _PARTITION_CACHE = 100_000
+_READ_CACHE = 256
 _JSON_PAYLOAD_EVENTS = frozenset({EventType.INTENT, EventType.AWAITING_APPROVAL})
 
 
@@ -156,6 +158,37 @@ def _tail_moved(saga_id: str, after_seq: int, tail: int) -> TailMovedError:
 def _expire(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_exception(TimeoutError())
+
+
+class _ReadCache:
+    """The latest read of recently read sagas, to continue instead of re-reading.
+
+    A partition only grows at its end, so a read continued from an earlier one (whatever its
+    age) gives what a read from the partition's start would: the cache can be stale, never
+    wrong.  Bounded (least recently used out); entries are copies no caller holds.
+    """
+
+    def __init__(self, size: int = _READ_CACHE) -> None:
+        self._size = size
+        self._reads: OrderedDict[str, SagaRead] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, saga_id: str) -> SagaRead | None:
+        with self._lock:
+            read = self._reads.get(saga_id)
+            if read is not None:
+                self._reads.move_to_end(saga_id)
+            return read
+
+    def put(self, read: SagaRead) -> None:
+        with self._lock:
+            previous = self._reads.get(read.saga_id)
+            if previous is not None and previous.next_offset > read.next_offset:
+                return
+            self._reads[read.saga_id] = read.copy()
+            self._reads.move_to_end(read.saga_id)
+            while len(self._reads) > self._size:
+                self._reads.popitem(last=False)
 
 
 class _SagaState:
@@ -284,6 +317,7 @@ class KafkaJournal:
         self._reader = SagaReader(
             base, self._topic, partitions=info.partitions, timeout=settings.read_timeout_s
         )
+        self._reads = _ReadCache()
         self._states: weakref.WeakValueDictionary[str, _SagaState] = weakref.WeakValueDictionary()
         self._owned: dict[str, _SagaState] = {}
         self._partitions: dict[str, int] = {}
@@ -450,11 +484,13 @@ class KafkaJournal:
     def read(self, saga_id: str) -> SagaRead:
         """The saga as on the topic: accepted chain, tail, forks and skipped messages.
 
+        A saga read recently is continued from where that read stopped rather than read again.
+
         Raises:
             JournalUnavailableError: the topic could not be read.
         """
         self._check_open()
-        return self._reader.read(saga_id)
+        return self._read_latest(saga_id)
 
     def pending_approvals(self, saga_id: str | None = None) -> Sequence[ApprovalRequest]:
         """Open approval requests, derived from the chains on the topic.
@@ -594,6 +630,14 @@ class KafkaJournal:
         self.close()
 
     # --- internals -------------------------------------------------------------------------
+    def _read_latest(self, saga_id: str, *, until_offset: int | None = None) -> SagaRead:
+        """Read the saga, continuing the last read of it this journal made, and remember it."""
+        read = self._reader.read(
+            saga_id, resume=self._reads.get(saga_id), until_offset=until_offset
+        )
+        self._reads.put(read)
+        return read
+
     def _check_open(self) -> None:
         if self._closed:
             raise JournalUnavailableError(f"the Kafka journal on {self._topic!r} is closed")
@@ -828,7 +872,7 @@ class KafkaJournal:
             # Let earlier events settle so the tail read below is final.
             delivery.wait(self._ack_timeout + 0.5)
         state.pending = []
-        current = self._reader.read(saga_id)
+        current = self._read_latest(saga_id)
         owner = current.ownership
         mine = owner.writer == self.writer_id or (
             state.actor is not None and owner.writer == state.actor
@@ -862,7 +906,9 @@ class KafkaJournal:
         sent = self._monotonic()
         delivery = self._produce(entry)
         self._wait(delivery)
-        confirm = self._reader.read(saga_id, until_offset=delivery.offset)
+        # Only what was published since the read above: from where it stopped to our offset.
+        confirm = self._reader.read(saga_id, resume=current, until_offset=delivery.offset)
+        self._reads.put(confirm)
         if confirm.accepted_offset(entry.seq) != delivery.offset:
             winner = confirm.entries[entry.seq - 1] if len(confirm.entries) >= entry.seq else None
             who = f"{winner.event_type.value} by {winner.actor!r}" if winner else "another event"

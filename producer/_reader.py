@@ -121,6 +121,10 @@ class SagaRead:
         offsets: the topic offset of each accepted entry (same order).
         rejected: events with the saga's key that the chain did not accept.
         skipped: undecodable messages carrying the saga's key.
+        next_offset: every message of the partition below this offset has been read (a read
+            can be continued from here: :meth:`SagaReader.read` with ``resume=``).
+        base_seq / base_hash: the link the chain starts after — ``(0, genesis)`` unless the
+            archive's retention dropped the saga's oldest events (its retention anchor).
     """
 
     saga_id: str
@@ -129,13 +133,30 @@ class SagaRead:
     offsets: list[int] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
+    next_offset: int = 0
+    base_seq: int = 0
+    base_hash: str = GENESIS_HASH
 
     @property
     def tail(self) -> tuple[int, str]:
         """``(seq, hash)`` a taking-over writer extends (``(0, genesis)`` for a new saga)."""
         if not self.entries:
-            return 0, GENESIS_HASH
+            return self.base_seq, self.base_hash
         return self.entries[-1].seq, self.entries[-1].hash
+
+    def copy(self) -> SagaRead:
+        """An independent copy (continuing it leaves this read unchanged)."""
+        return SagaRead(
+            saga_id=self.saga_id,
+            partition=self.partition,
+            entries=list(self.entries),
+            offsets=list(self.offsets),
+            rejected=list(self.rejected),
+            skipped=list(self.skipped),
+            next_offset=self.next_offset,
+            base_seq=self.base_seq,
+            base_hash=self.base_hash,
+        )
 
     @property
     def ownership(self) -> Ownership:
@@ -149,8 +170,9 @@ class SagaRead:
 
     def accepted_offset(self, seq: int) -> int | None:
         """The offset of the accepted entry at ``seq``, if any."""
-        if 1 <= seq <= len(self.offsets):
-            return self.offsets[seq - 1]
+        index = seq - self.base_seq - 1
+        if 0 <= index < len(self.offsets):
+            return self.offsets[index]
         return None
 
     def feed(self, partition: int, offset: int, entry: JournalEntry) -> None:
@@ -170,14 +192,19 @@ class SagaRead:
             self.entries.append(entry)
             self.offsets.append(offset)
             return
-        if entry.seq <= seq and self.entries[entry.seq - 1].hash == entry.hash:
+        index = entry.seq - self.base_seq - 1
+        if 0 <= index < len(self.entries) and self.entries[index].hash == entry.hash:
             self._reject(partition, offset, entry, ForkKind.DUPLICATE, "already accepted")
             return
-        detail = (
-            f"seq {entry.seq} is already taken by offset {self.offsets[entry.seq - 1]}"
-            if 1 <= entry.seq <= seq
-            else f"seq {entry.seq} does not extend the tail at seq {seq}"
-        )
+        if 0 <= index < len(self.entries):
+            detail = f"seq {entry.seq} is already taken by offset {self.offsets[index]}"
+        elif entry.seq <= self.base_seq:
+            detail = (
+                f"seq {entry.seq} is before the retained chain (it starts after seq "
+                f"{self.base_seq})"
+            )
+        else:
+            detail = f"seq {entry.seq} does not extend the tail at seq {seq}"
         self._reject(partition, offset, entry, ForkKind.FORK, detail)
 
     def _reject(
@@ -203,6 +230,14 @@ class PartitionRead:
     sagas: dict[str, SagaRead] = field(default_factory=dict)
     skipped: list[Skipped] = field(default_factory=list)
     end_offset: int = 0
+
+
+@dataclass
+class _Span:
+    """Where one scan starts, and (once it has started) where it stops."""
+
+    start: int
+    end: int = 0
 
 
 def _offset(message: Message) -> int:
@@ -238,6 +273,8 @@ class SagaReader:
         self._timeout = timeout
         self._bootstrap = str(config.get("bootstrap.servers", ""))
         self._lock = threading.Lock()
+        self.messages_read = 0
+        """Messages this reader has consumed from Kafka so far (what its reads cost)."""
         self._consumer = Consumer(
             {
                 **config,
@@ -263,21 +300,47 @@ class SagaReader:
         """The partition holding ``saga_id``'s events."""
         return partition_for(saga_id.encode("utf-8"), self._partitions)
 
-    def read(self, saga_id: str, *, until_offset: int | None = None) -> SagaRead:
+    def read(
+        self,
+        saga_id: str,
+        *,
+        until_offset: int | None = None,
+        resume: SagaRead | None = None,
+    ) -> SagaRead:
         """The saga's verified chain, forks and skipped messages.
 
         Args:
             saga_id: the saga.
             until_offset: stop after this offset (used to confirm one's own write); default
                 the partition's end when the read starts.
+            resume: an earlier read of this saga to continue: only the messages from its
+                :attr:`SagaRead.next_offset` on are read, and the result is the one a read
+                from the partition's start would give (the acceptance rule is a fold over the
+                partition in offset order, and a partition only grows at its end).  ``resume``
+                itself is left unchanged.
 
         Raises:
             JournalUnavailableError: the partition could not be read within the timeout.
+            ValueError: ``resume`` is a read of another saga.
         """
         partition = self.partition_of(saga_id)
-        key = saga_id.encode("utf-8")
-        out = SagaRead(saga_id=saga_id, partition=partition)
-        for message in self._scan(partition, until_offset):
+        if resume is not None:
+            if resume.saga_id != saga_id or resume.partition != partition:
+                raise ValueError(
+                    f"cannot continue a read of saga {resume.saga_id!r} (partition "
+                    f"{resume.partition}) as saga {saga_id!r} (partition {partition})"
+                )
+            out = resume.copy()
+        else:
+            out = SagaRead(saga_id=saga_id, partition=partition)
+        return self._continue(out, until_offset)
+
+    def _continue(self, out: SagaRead, until_offset: int | None) -> SagaRead:
+        """Feed ``out`` the partition's messages from its ``next_offset`` on (in place)."""
+        key = out.saga_id.encode("utf-8")
+        partition = out.partition
+        span = _Span(start=out.next_offset)
+        for message in self._scan(partition, span, until_offset):
             if message.key() != key:
                 continue
             offset = _offset(message)
@@ -289,6 +352,7 @@ class SagaReader:
                 )
                 continue
             out.feed(partition, offset, entry)
+        out.next_offset = max(out.next_offset, span.end)
         return out
 
     def read_partition(self, partition: int) -> PartitionRead:
@@ -298,7 +362,8 @@ class SagaReader:
             JournalUnavailableError: the partition could not be read within the timeout.
         """
         out = PartitionRead(partition=partition)
-        for message in self._scan(partition, None):
+        span = _Span(start=0)
+        for message in self._scan(partition, span, None):
             offset = _offset(message)
             out.end_offset = offset + 1
             key = message.key()
@@ -314,6 +379,9 @@ class SagaReader:
             if read is None:
                 read = out.sagas[saga] = SagaRead(saga_id=saga, partition=partition)
             read.feed(partition, offset, entry)
+        out.end_offset = max(out.end_offset, span.end)
+        for read in out.sagas.values():
+            read.next_offset = out.end_offset
         return out
 
     def _unavailable(
@@ -348,17 +416,21 @@ class SagaReader:
                     raise self._unavailable(str(exc), exc) from exc
                 time.sleep(0.1)
 
-    def _scan(self, partition: int, until_offset: int | None) -> Iterator[Message]:
+    def _scan(self, partition: int, span: _Span, until_offset: int | None) -> Iterator[Message]:
+        """The partition's messages from ``span.start`` (or its low watermark, if later) to
+        ``until_offset`` or its end; sets ``span.end`` to the offset the read stops at."""
         deadline = time.monotonic() + self._timeout
         with self._lock:
             tp = TopicPartition(self._topic, partition)
             low, high = self._watermarks(tp, deadline)
+            start = max(low, span.start)
             end = high if until_offset is None else min(high, until_offset + 1)
-            if end <= low:
+            span.end = max(start, end)
+            if end <= start:
                 return
-            self._consumer.assign([TopicPartition(self._topic, partition, low)])
+            self._consumer.assign([TopicPartition(self._topic, partition, start)])
             try:
-                position = low
+                position = start
                 while position < end:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
@@ -382,6 +454,7 @@ class SagaReader:
                             position = end
                             break
                         position = offset + 1
+                        self.messages_read += 1
                         yield message
                     if not batch:
                         # Control records (transaction markers) occupy offsets without
