@@ -9,6 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sagacity.producer._config import DEFAULT_TOPIC, KafkaJournalSettings
+from sagacity.producer._index import (
+    IndexedEvent,
+    IndexedPartition,
+    IndexedSaga,
+    RefusedMessage,
+    SagaIndex,
+)
 from sagacity.producer._journal import RECORD_OVERHEAD, KafkaJournal, check_json_payload
 from sagacity.producer._lease import LeaseView, Takeover
 from sagacity.producer._partition import murmur2, partition_for
@@ -48,12 +55,17 @@ __all__ = [
     "HANDOFF_EVENTS",
     "RECORD_OVERHEAD",
     "ForkKind",
+    "IndexedEvent",
+    "IndexedPartition",
+    "IndexedSaga",
     "KafkaJournal",
     "KafkaJournalSettings",
     "LeaseView",
     "Ownership",
     "PartitionRead",
+    "RefusedMessage",
     "Rejected",
+    "SagaIndex",
     "SagaRead",
     "SagaReader",
     "Skipped",

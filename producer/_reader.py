@@ -10,6 +10,7 @@ that does not extend the tail), a *duplicate* (the same event again) or a *skipp
 from __future__ import annotations
 
 import enum
+import logging
 import threading
 import time
 import uuid
@@ -20,9 +21,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from sagacity._events import GENESIS_HASH, EventType, JournalEntry
 from sagacity.chain import compute_hash
-from sagacity.errors import JournalUnavailableError, SerializationError
+from sagacity.errors import JournalUnavailableError, SagacityError, SerializationError
+from sagacity.producer._index import IndexedSaga, SagaIndex
 from sagacity.producer._partition import partition_for
 from sagacity.schemas import decode_entry
+
+log = logging.getLogger("sagacity.reader")
 
 HANDOFF_EVENTS = frozenset(
     {
@@ -136,6 +140,11 @@ class SagaRead:
     next_offset: int = 0
     base_seq: int = 0
     base_hash: str = GENESIS_HASH
+    source: str = "scan"
+    """``"index"`` when the prefix came from the read index, ``"scan"`` when the partition was
+    read from its start (no index, or the index could not be used: see ``index_fallback``)."""
+    index_fallback: str | None = None
+    """Why the read index was not used for this read, when one is configured."""
 
     @property
     def tail(self) -> tuple[int, str]:
@@ -156,6 +165,8 @@ class SagaRead:
             next_offset=self.next_offset,
             base_seq=self.base_seq,
             base_hash=self.base_hash,
+            source=self.source,
+            index_fallback=self.index_fallback,
         )
 
     @property
@@ -240,6 +251,65 @@ class _Span:
     end: int = 0
 
 
+def _check_indexed(found: IndexedSaga, topic: str, partition: int, covered: int) -> str | None:
+    """Why the index's events cannot stand for the scan of ``partition`` (``None``: they can)."""
+    for event in found.events:
+        if event.offset >= covered:
+            continue
+        if event.topic != topic or event.partition != partition:
+            return (
+                f"seq {event.entry.seq} was archived from {event.topic!r} partition "
+                f"{event.partition}, which a scan of partition {partition} does not read"
+            )
+        if found.keys_checked_from is None or event.offset < found.keys_checked_from:
+            return (
+                f"seq {event.entry.seq} (offset {event.offset}) was archived without checking "
+                "its message key"
+            )
+    return None
+
+
+def _replay_indexed(out: SagaRead, found: IndexedSaga, covered: int) -> str | None:
+    """Feed ``out`` the index's events and refused messages below ``covered`` in offset order,
+    by the acceptance rule; return why the archived events do not re-verify, if they do not."""
+    key = out.saga_id.encode("utf-8")
+    items: list[tuple[int, JournalEntry | None, bytes | None]] = [
+        (e.offset, e.entry, None) for e in found.events if e.offset < covered
+    ]
+    archived = len(items)
+    items += [(r.offset, None, r.value) for r in found.refused if r.offset < covered]
+    items.sort(key=lambda item: item[0])
+    for offset, entry, value in items:
+        if entry is not None:
+            before = len(out.entries)
+            out.feed(out.partition, offset, entry)
+            if len(out.entries) == before:
+                why = out.rejected[-1]
+                return (
+                    f"archived seq {entry.seq} at offset {offset}: {why.kind.value}: {why.detail}"
+                )
+            continue
+        try:
+            refused = decode_entry(value or b"")
+        except SerializationError as exc:
+            out.skipped.append(
+                Skipped(partition=out.partition, offset=offset, key=key, reason=exc.message)
+            )
+            continue
+        out.feed(out.partition, offset, refused)
+    if archived == len(found.events) and found.head is not None:
+        archived_tail = max(
+            ((e.entry.seq, e.entry.hash) for e in found.events),
+            default=(found.base_seq, found.base_hash),
+        )
+        if archived_tail != found.head:
+            return (
+                f"the archived head is seq {found.head[0]} but the archived events end at seq "
+                f"{archived_tail[0]}"
+            )
+    return None
+
+
 def _offset(message: Message) -> int:
     offset = message.offset()
     return -1 if offset is None else offset
@@ -253,11 +323,18 @@ class SagaReader:
     partition's end as of the start of the read: every event acknowledged before the read
     began is included.
 
+    With an ``index`` (the archive: docs/adr/0010-saga-read-index.md) a read takes the saga's
+    archived prefix from it, re-checks it with the acceptance rule and reads the partition only
+    from where the archiver stopped; whenever the index cannot answer or its answer does not
+    check out, the read scans the partition from its start instead (logged, and named in
+    :attr:`SagaRead.index_fallback`).  Either way the result is the full scan's.
+
     Args:
         config: librdkafka settings (``bootstrap.servers`` and any TLS/SASL settings).
         topic: the journal topic.
         partitions: its partition count.
         timeout: the longest one partition read may take.
+        index: where to find sagas' archived prefixes (closed with the reader).
     """
 
     def __init__(
@@ -267,8 +344,10 @@ class SagaReader:
         *,
         partitions: int,
         timeout: float = 30.0,
+        index: SagaIndex | None = None,
     ) -> None:
         self._topic = topic
+        self._index = index
         self._partitions = partitions
         self._timeout = timeout
         self._bootstrap = str(config.get("bootstrap.servers", ""))
@@ -290,6 +369,11 @@ class SagaReader:
                 **{k: v for k, v in config.items() if k == "fetch.wait.max.ms"},
             }
         )
+
+    @property
+    def index(self) -> SagaIndex | None:
+        """The read index, if any."""
+        return self._index
 
     @property
     def partitions(self) -> int:
@@ -331,9 +415,57 @@ class SagaReader:
                     f"{resume.partition}) as saga {saga_id!r} (partition {partition})"
                 )
             out = resume.copy()
+        elif self._index is not None:
+            out = self._from_index(saga_id, partition, until_offset)
         else:
             out = SagaRead(saga_id=saga_id, partition=partition)
         return self._continue(out, until_offset)
+
+    def _from_index(self, saga_id: str, partition: int, until_offset: int | None) -> SagaRead:
+        """The saga's read up to where the index covers it, or an empty read (scan) if the
+        index cannot be used."""
+        assert self._index is not None
+        try:
+            found = self._index.lookup(self._topic, partition, saga_id)
+        except SerializationError as exc:
+            return self._fallback(
+                saga_id, partition, f"the read index holds a malformed event: {exc}", error=True
+            )
+        except SagacityError as exc:
+            return self._fallback(saga_id, partition, f"the read index did not answer: {exc}")
+        if found.covered_to is None:
+            return self._fallback(
+                saga_id,
+                partition,
+                f"the archive has not read partition {partition} of {self._topic!r}",
+                quiet=True,
+            )
+        covered = (
+            found.covered_to if until_offset is None else min(found.covered_to, until_offset + 1)
+        )
+        problem = _check_indexed(found, self._topic, partition, covered)
+        if problem is None:
+            out = SagaRead(
+                saga_id=saga_id,
+                partition=partition,
+                base_seq=found.base_seq,
+                base_hash=found.base_hash,
+                source="index",
+            )
+            problem = _replay_indexed(out, found, covered)
+        if problem is not None:
+            return self._fallback(
+                saga_id, partition, f"the read index does not check out: {problem}", error=True
+            )
+        out.next_offset = covered
+        return out
+
+    def _fallback(
+        self, saga_id: str, partition: int, why: str, *, quiet: bool = False, error: bool = False
+    ) -> SagaRead:
+        level = logging.ERROR if error else logging.DEBUG if quiet else logging.WARNING
+        log.log(level, "saga %r: scanning partition %d instead: %s", saga_id, partition, why)
+        return SagaRead(saga_id=saga_id, partition=partition, index_fallback=why)
 
     def _continue(self, out: SagaRead, until_offset: int | None) -> SagaRead:
         """Feed ``out`` the partition's messages from its ``next_offset`` on (in place)."""
@@ -466,6 +598,8 @@ class SagaReader:
                 self._consumer.unassign()
 
     def close(self) -> None:
-        """Release the consumer."""
+        """Release the consumer (and the index)."""
         with self._lock:
             self._consumer.close()
+        if self._index is not None:
+            self._index.close()

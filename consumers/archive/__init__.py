@@ -21,6 +21,7 @@ from sagacity.consumers.archive._db import (
     grant_archiver,
     migrate,
 )
+from sagacity.consumers.archive._index import PostgresSagaIndex
 from sagacity.consumers.archive._ingest import (
     BatchArchiver,
     BatchReport,
@@ -35,6 +36,7 @@ __all__ = [
     "BatchArchiver",
     "BatchReport",
     "Checkpoint",
+    "PostgresSagaIndex",
     "QuarantineReason",
     "RawEvent",
     "SagaAudit",

@@ -68,6 +68,8 @@ class QuarantineReason(enum.StrEnum):
     """The content does not hash to the event's recorded hash."""
     BAD_TIME = "bad_time"
     """The event time is outside what the archive can partition (before 1970, after 9999)."""
+    FOREIGN = "foreign"
+    """The message's key is not the saga its body names (no reader of either saga accepts it)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -281,6 +283,15 @@ class BatchArchiver:
             return _Refusal(QuarantineReason.UNDECODABLE, exc.message, ev)
         except Exception as exc:
             return _Refusal(QuarantineReason.UNDECODABLE, f"{type(exc).__name__}: {exc}", ev)
+        if ev.key != entry.saga_id.encode("utf-8"):
+            # Readers select a saga's events by key: an event keyed otherwise is in no chain.
+            return _Refusal(
+                QuarantineReason.FOREIGN,
+                "the message key is not the saga its body names",
+                ev,
+                entry.saga_id,
+                entry.seq,
+            )
         if not _MIN_US <= entry.recorded_at_us < _MAX_US:
             return _Refusal(
                 QuarantineReason.BAD_TIME,
@@ -468,14 +479,19 @@ class BatchArchiver:
 
     def _store_offsets(self, cur: psycopg.Cursor, batch: Sequence[RawEvent]) -> None:
         top: dict[tuple[str, int], int] = {}
+        first: dict[tuple[str, int], int] = {}
         for ev in batch:
             key = (ev.topic, ev.partition)
             top[key] = max(top.get(key, -1), ev.offset)
+            first[key] = min(first.get(key, ev.offset), ev.offset)
         if not top:
             return
+        # keys_checked_from: from where on this partition's rows were archived by a release
+        # that refuses foreign keys (set once, when the partition is first archived).
         cur.execute(
             "INSERT INTO archive_consumer_offset (consumer_group, topic, kafka_partition,"
-            " next_offset) SELECT %s, * FROM unnest(%s::text[], %s::int[], %s::bigint[])"
+            " next_offset, keys_checked_from)"
+            " SELECT %s, * FROM unnest(%s::text[], %s::int[], %s::bigint[], %s::bigint[])"
             " ON CONFLICT (consumer_group, topic, kafka_partition) DO UPDATE"
             " SET next_offset = GREATEST(archive_consumer_offset.next_offset,"
             " excluded.next_offset), updated_at = now()",
@@ -484,6 +500,7 @@ class BatchArchiver:
                 [k[0] for k in top],
                 [k[1] for k in top],
                 [o + 1 for o in top.values()],
+                [first[k] for k in top],
             ),
         )
 

@@ -199,6 +199,24 @@ END
 $$;
 """,
     ),
+    (
+        3,
+        r"""
+-- Readers use the archive as a per-saga index (docs/adr/0010-saga-read-index.md).  Rows of a
+-- partition below keys_checked_from were archived by a release that did not compare the
+-- message key with the saga the body names: readers do not take those from the index.
+ALTER TABLE archive_consumer_offset ADD COLUMN IF NOT EXISTS keys_checked_from bigint;
+UPDATE archive_consumer_offset SET keys_checked_from = next_offset
+    WHERE keys_checked_from IS NULL;
+-- A saga's refused messages, by key (hash: a key of any length can be indexed).
+CREATE INDEX IF NOT EXISTS archive_quarantine_raw_key
+    ON archive_quarantine USING hash (raw_key);
+-- Approval requests per partition (pending approvals without a saga id).
+CREATE INDEX IF NOT EXISTS side_effect_journal_requests
+    ON side_effect_journal (topic, kafka_partition, saga_id)
+    WHERE event_type = 'AWAITING_APPROVAL';
+""",
+    ),
 )
 """(version, SQL) pairs, applied in order; each is re-runnable.  ``@schema@`` stands for the
 quoted name of the archive's schema (SECURITY DEFINER code names every object it uses)."""

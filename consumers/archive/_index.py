@@ -1,0 +1,192 @@
+"""The archive as the journal readers' per-saga index (docs/adr/0010-saga-read-index.md).
+
+For a saga of partition *p*, one REPEATABLE READ snapshot gives the archiver's committed offset
+``C(p)`` (written in the same transactions as the rows), the saga's archived events, the
+messages with its key the archiver refused below ``C(p)``, its head and its retention anchor.
+Every message of *p* below ``C(p)`` went through the archiver, so a reader that re-applies the
+acceptance rule to these and then reads *p* from ``C(p)`` gets the full scan's result.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import psycopg
+
+from sagacity._events import GENESIS_HASH
+from sagacity.consumers.archive._audit import _ROW_COLUMNS, _entry
+from sagacity.consumers.archive._db import check_schema, mapped_errors
+from sagacity.producer._index import IndexedEvent, IndexedPartition, IndexedSaga, RefusedMessage
+
+DEFAULT_GROUP = "sagacity-archive"
+"""The archiver's default consumer group (``sagacity serve archive --group``)."""
+
+_CLOSING_END = (
+    "event_type = 'COMPENSATION_REQUESTED'"
+    " OR (event_type = 'SAGA_ENDED' AND result IS DISTINCT FROM 'AWAITING_APPROVAL')"
+)
+"""Events after which no earlier approval request of the saga is open (sagacity._requests)."""
+
+
+class PostgresSagaIndex:
+    """:class:`sagacity.producer.SagaIndex` on a Postgres archive; thread-safe.
+
+    One connection, opened on first use and reopened after a loss; each lookup is one
+    read-only REPEATABLE READ transaction (five statements, pipelined).
+
+    Args:
+        conninfo: libpq URL or conninfo of the archive (its search_path picks the schema).
+        consumer_group: the archiver's consumer group (``sagacity serve archive --group``,
+            ``SAGACITY_ARCHIVE_GROUP``), whose committed offsets say what the archive covers.
+        timeout: connect timeout in seconds.
+    """
+
+    def __init__(
+        self, conninfo: str, *, consumer_group: str = DEFAULT_GROUP, timeout: float = 5.0
+    ) -> None:
+        self._conninfo = conninfo
+        self.consumer_group = consumer_group
+        self._timeout = timeout
+        self._conn: psycopg.Connection | None = None
+        self._lock = threading.Lock()
+
+    def _connection(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            with mapped_errors("connect to the archive (read index)"):
+                conn = psycopg.connect(
+                    self._conninfo, connect_timeout=max(1, int(self._timeout)), autocommit=True
+                )
+            try:
+                check_schema(conn)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def lookup(self, topic: str, partition: int, saga_id: str) -> IndexedSaga:
+        """See :meth:`sagacity.producer.SagaIndex.lookup`.
+
+        Raises:
+            PersistenceUnavailableError: the database cannot be reached.
+            ArchiveSchemaError: the connection does not reach an archive.
+            SerializationError: an archived row is malformed.
+        """
+        with self._lock:
+            try:
+                return self._lookup(topic, partition, saga_id)
+            except BaseException:
+                self._drop()
+                raise
+
+    def _lookup(self, topic: str, partition: int, saga_id: str) -> IndexedSaga:
+        conn = self._connection()
+        key = saga_id.encode("utf-8")
+        with mapped_errors("read the archive (read index)"), conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            with conn.pipeline():
+                offsets = conn.execute(
+                    "SELECT next_offset, keys_checked_from FROM archive_consumer_offset"
+                    " WHERE consumer_group = %s AND topic = %s AND kafka_partition = %s",
+                    (self.consumer_group, topic, partition),
+                )
+                rows = conn.execute(
+                    f"SELECT {_ROW_COLUMNS}, topic, kafka_partition, kafka_offset"  # noqa: S608
+                    " FROM side_effect_journal WHERE saga_id = %s ORDER BY seq, archive_id",
+                    (saga_id,),
+                )
+                refused = conn.execute(
+                    "SELECT kafka_offset, raw_value FROM archive_quarantine"
+                    " WHERE raw_key = %s AND topic = %s AND kafka_partition = %s"
+                    " ORDER BY kafka_offset, id",
+                    (key, topic, partition),
+                )
+                head = conn.execute(
+                    "SELECT head_seq, head_hash FROM archive_saga_head WHERE saga_id = %s",
+                    (saga_id,),
+                )
+                anchor = conn.execute(
+                    "SELECT seq, hash FROM archive_retention_anchor WHERE saga_id = %s"
+                    " ORDER BY seq DESC LIMIT 1",
+                    (saga_id,),
+                )
+            position = offsets.fetchone()
+            found_rows = rows.fetchall()
+            found_refused = refused.fetchall()
+            found_head = head.fetchone()
+            found_anchor = anchor.fetchone()
+        if position is None:
+            return IndexedSaga(covered_to=None)
+        covered_to = int(position[0])
+        events = [
+            IndexedEvent(topic=r[12], partition=int(r[13]), offset=int(r[14]), entry=_entry(r))
+            for r in found_rows
+        ]
+        return IndexedSaga(
+            covered_to=covered_to,
+            keys_checked_from=None if position[1] is None else int(position[1]),
+            events=tuple(events),
+            refused=tuple(
+                RefusedMessage(offset=int(o), value=None if v is None else bytes(v))
+                for o, v in found_refused
+                if int(o) < covered_to
+            ),
+            head=None if found_head is None else (int(found_head[0]), str(found_head[1])),
+            base_seq=0 if found_anchor is None else int(found_anchor[0]),
+            base_hash=GENESIS_HASH if found_anchor is None else str(found_anchor[1]),
+        )
+
+    def sagas_with_pending_requests(self, topic: str, partition: int) -> IndexedPartition:
+        """See :meth:`sagacity.producer.SagaIndex.sagas_with_pending_requests`.
+
+        A superset: sagas of the partition with an archived ``AWAITING_APPROVAL`` whose last
+        archived event does not end them, and sagas with an event refused for its time (which
+        a reader may accept although the archiver did not).
+        """
+        with self._lock:
+            try:
+                return self._pending(topic, partition)
+            except BaseException:
+                self._drop()
+                raise
+
+    def _pending(self, topic: str, partition: int) -> IndexedPartition:
+        conn = self._connection()
+        with mapped_errors("read the archive (read index)"), conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            position = conn.execute(
+                "SELECT next_offset FROM archive_consumer_offset"
+                " WHERE consumer_group = %s AND topic = %s AND kafka_partition = %s",
+                (self.consumer_group, topic, partition),
+            ).fetchone()
+            if position is None:
+                return IndexedPartition(covered_to=None)
+            params: dict[str, Any] = {"topic": topic, "partition": partition}
+            gated = conn.execute(
+                "SELECT DISTINCT j.saga_id FROM side_effect_journal j"  # noqa: S608
+                " WHERE j.topic = %(topic)s AND j.kafka_partition = %(partition)s"
+                " AND j.event_type = 'AWAITING_APPROVAL' AND NOT EXISTS ("
+                "  SELECT 1 FROM side_effect_journal l WHERE l.saga_id = j.saga_id"
+                f"  AND l.seq > j.seq AND ({_CLOSING_END}))",
+                params,
+            ).fetchall()
+            odd = conn.execute(
+                "SELECT DISTINCT raw_key FROM archive_quarantine"
+                " WHERE topic = %(topic)s AND kafka_partition = %(partition)s"
+                " AND reason = 'bad_time' AND raw_key IS NOT NULL",
+                params,
+            ).fetchall()
+        sagas = {str(r[0]) for r in gated}
+        sagas |= {bytes(r[0]).decode("utf-8", "replace") for r in odd}
+        return IndexedPartition(covered_to=int(position[0]), sagas=tuple(sorted(sagas)))
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._drop()

@@ -1,0 +1,298 @@
+"""The archive as the readers' per-saga index (docs/adr/0010-saga-read-index.md): on real Kafka
+and Postgres, a read through the index gives the full scan's result, reads only the partition
+past the archiver's offset, and falls back to the scan whenever the index cannot be trusted."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+from archive_helpers import make_chain, rows
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from sagacity.consumers.archive import BatchArchiver, PostgresSagaIndex, RawEvent
+from sagacity.consumers.archive._retention import run_retention
+from sagacity.producer import SagaReader, partition_for
+from sagacity.schemas import encode_entry
+from tests.kafka.saga_mix import accepted, reported, write_mix
+
+pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
+GROUP = "archive-under-test"
+
+
+def archive_topic(
+    bootstrap: str, topic: str, partitions: int, dsn: str, *, upto: float = 1.0
+) -> None:
+    """Archive the first ``upto`` of each partition (from where the archive stopped), in
+    batches of 97 messages, the way the archiver service does."""
+    archiver = BatchArchiver(dsn, consumer_group=GROUP)
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "t", "enable.auto.commit": False}
+    )
+    try:
+        stored = archiver.stored_offsets(topic)
+        for p in range(partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            start = stored.get(p, low)
+            end = int(high * upto)
+            if end <= start:
+                continue
+            consumer.assign([TopicPartition(topic, p, start)])
+            batch: list[RawEvent] = []
+            position = start
+            while position < end:
+                for m in consumer.consume(num_messages=min(500, end - position), timeout=5):
+                    assert m.error() is None
+                    offset = m.offset() or 0
+                    if offset >= end:
+                        position = end
+                        break
+                    position = offset + 1
+                    batch.append(
+                        RawEvent(
+                            topic=topic, partition=p, offset=offset, key=m.key(), value=m.value()
+                        )
+                    )
+                    if len(batch) == 97:
+                        archiver.archive(batch)
+                        batch = []
+            if batch:
+                archiver.archive(batch)
+    finally:
+        consumer.close()
+        archiver.close()
+
+
+@pytest.fixture
+def reader_pair(
+    kafka_bootstrap: str, archive_dsn: str
+) -> Iterator[Callable[[str, int], tuple[SagaReader, SagaReader]]]:
+    """``pair(topic, partitions) -> (plain reader, reader with the archive as index)``."""
+    made: list[SagaReader] = []
+
+    def make(topic: str, partitions: int) -> tuple[SagaReader, SagaReader]:
+        config = {"bootstrap.servers": kafka_bootstrap}
+        plain = SagaReader(config, topic, partitions=partitions)
+        index = PostgresSagaIndex(archive_dsn, consumer_group=GROUP)
+        indexed = SagaReader(config, topic, partitions=partitions, index=index)
+        made.extend([plain, indexed])
+        return plain, indexed
+
+    yield make
+    for reader in made:
+        reader.close()
+
+
+def assert_same(plain: SagaReader, indexed: SagaReader, ids: list[str]) -> list[str]:
+    """Every saga reads the same both ways; returns how each indexed read was made."""
+    sources = []
+    for saga in ids:
+        full = plain.read(saga)
+        fast = indexed.read(saga)
+        assert accepted(fast) == accepted(full), saga
+        # The archiver drops redelivered duplicates, so only those may be missing.
+        assert reported(fast, duplicates=False) == reported(full, duplicates=False), saga
+        assert fast.next_offset == full.next_offset
+        sources.append(fast.source)
+    return sources
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_indexed_reads_equal_the_full_scan_never_behind_and_caught_up(
+    kafka_bootstrap, make_topic, archive_dsn, reader_pair, seed
+):
+    topic = make_topic(partitions=2)
+    ids = write_mix(kafka_bootstrap, topic, partitions=2, sagas=16, events=1200, seed=seed)
+    plain, indexed = reader_pair(topic, 2)
+    never = [indexed.read(s) for s in ids]
+    assert {r.source for r in never} == {"scan"}
+    assert all("has not read partition" in (r.index_fallback or "") for r in never)
+    assert_same(plain, indexed, ids)
+
+    archive_topic(kafka_bootstrap, topic, 2, archive_dsn, upto=0.5)
+    assert set(assert_same(plain, indexed, ids)) == {"index"}
+
+    archive_topic(kafka_bootstrap, topic, 2, archive_dsn)
+    assert set(assert_same(plain, indexed, ids)) == {"index"}
+    # The mix really holds what the rule must handle, and the archive refused some of it.
+    assert any(r.kind.value == "fork" for s in ids for r in plain.read(s).rejected)
+    assert any(r.kind.value == "foreign" for s in ids for r in plain.read(s).rejected)
+    assert any(plain.read(s).skipped for s in ids)
+    reasons = {r[0] for r in rows(archive_dsn, "SELECT DISTINCT reason FROM archive_quarantine")}
+    assert {"fork", "foreign", "edited", "undecodable"} <= reasons
+
+
+def test_events_in_a_partition_their_key_does_not_map_to_make_the_read_scan(
+    kafka_bootstrap, make_topic, archive_dsn, reader_pair
+):
+    topic = make_topic(partitions=2)
+    ids = write_mix(
+        kafka_bootstrap, topic, partitions=2, sagas=6, events=300, seed=5, wrong_partition=True
+    )
+    # A saga opened by a writer that picked the other partition: the archiver accepts it,
+    # a scan of the key's partition never sees it.
+    chain = make_chain("stray-saga", 2)
+    right = partition_for(b"stray-saga", 2)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(topic, key=b"stray-saga", value=encode_entry(chain[0]), partition=1 - right)
+    producer.produce(topic, key=b"stray-saga", value=encode_entry(chain[1]), partition=right)
+    assert producer.flush(30) == 0
+    archive_topic(kafka_bootstrap, topic, 2, archive_dsn)
+    plain, indexed = reader_pair(topic, 2)
+    assert "index" in assert_same(plain, indexed, [*ids, "stray-saga"])
+    stray = indexed.read("stray-saga")
+    assert stray.source == "scan"
+    assert "which a scan of partition" in (stray.index_fallback or "")
+    assert stray.entries == []
+
+
+def test_an_indexed_read_reads_only_the_partition_past_the_archive(
+    kafka_bootstrap, make_topic, archive_dsn, reader_pair
+):
+    topic = make_topic(partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 20})
+    chain = make_chain("big-one", 6)
+    for i in range(4000):
+        producer.produce(topic, key=f"other-{i}".encode(), value=b"x", partition=0)
+        if i % 700 == 0 and i // 700 < 4:
+            producer.produce(
+                topic, key=b"big-one", value=encode_entry(chain[i // 700]), partition=0
+            )
+    assert producer.flush(30) == 0
+    archive_topic(kafka_bootstrap, topic, 1, archive_dsn)
+    for e in chain[4:]:
+        producer.produce(topic, key=b"big-one", value=encode_entry(e), partition=0)
+    for i in range(20):
+        producer.produce(topic, key=f"late-{i}".encode(), value=b"x", partition=0)
+    assert producer.flush(30) == 0
+    plain, indexed = reader_pair(topic, 1)
+    before = (plain.messages_read, indexed.messages_read)
+    full, fast = plain.read("big-one"), indexed.read("big-one")
+    assert [e.seq for e in fast.entries] == [1, 2, 3, 4, 5, 6]
+    assert accepted(fast) == accepted(full)
+    assert plain.messages_read - before[0] == 4026
+    assert indexed.messages_read - before[1] == 22  # the two events and 20 others past it
+
+
+def test_a_chain_whose_oldest_months_retention_dropped_starts_at_its_anchor(
+    kafka_bootstrap, make_topic, archive_dsn, reader_pair, tmp_path
+):
+    from test_archive_retention import JUN_2025, NOW, OCT_2024, _retime
+
+    topic = make_topic(partitions=1)
+    span = _retime(make_chain("saga-span", 5, start_us=OCT_2024), JUN_2025)
+    old = make_chain("saga-old", 2, start_us=OCT_2024)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for e in [*span, *old]:
+        producer.produce(topic, key=e.saga_id.encode(), value=encode_entry(e), partition=0)
+    assert producer.flush(30) == 0
+    archive_topic(kafka_bootstrap, topic, 1, archive_dsn)
+    with psycopg.connect(archive_dsn) as conn:
+        (action,) = run_retention(conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW)
+    assert action.dropped
+    plain, indexed = reader_pair(topic, 1)
+    fast = indexed.read("saga-span")
+    assert fast.source == "index"
+    assert (fast.base_seq, fast.base_hash) == (3, span[2].hash)
+    assert [e.seq for e in fast.entries] == [4, 5]
+    assert fast.tail == plain.read("saga-span").tail == (5, span[4].hash)
+    assert fast.accepted_offset(4) == plain.read("saga-span").accepted_offset(4)
+    gone = indexed.read("saga-old")
+    assert gone.source == "index"
+    assert (gone.entries, gone.tail) == ([], (2, old[1].hash))
+    # A rival at a seq the anchor covers is a fork, never accepted.
+    assert all(r.kind.value != "duplicate" for r in gone.rejected)
+
+
+def test_an_index_on_a_schema_without_an_archive_falls_back_to_the_scan(
+    kafka_bootstrap, make_topic, pg_dsn, caplog
+):
+    topic = make_topic(partitions=1)
+    ids = write_mix(kafka_bootstrap, topic, partitions=1, sagas=3, events=60, seed=9)
+    config = {"bootstrap.servers": kafka_bootstrap}
+    plain = SagaReader(config, topic, partitions=1)
+    wrong = SagaReader(config, topic, partitions=1, index=PostgresSagaIndex(pg_dsn))
+    gone = SagaReader(
+        config,
+        topic,
+        partitions=1,
+        index=PostgresSagaIndex("postgresql://nobody@127.0.0.1:9/none", timeout=1),
+    )
+    try:
+        with caplog.at_level(logging.WARNING, logger="sagacity.reader"):
+            for reader, expected in ((wrong, "is not a Sagacity archive"), (gone, "unavailable")):
+                read = reader.read(ids[0])
+                assert read.source == "scan"
+                assert expected in (read.index_fallback or ""), read.index_fallback
+                assert accepted(read) == accepted(plain.read(ids[0]))
+                assert reported(read) == reported(plain.read(ids[0]))
+        assert any("scanning partition 0 instead" in r.getMessage() for r in caplog.records)
+    finally:
+        for reader in (plain, wrong, gone):
+            reader.close()
+
+
+def _owner_edit(dsn: str, statement: str, params: tuple[object, ...] = ()) -> None:
+    """Change archived evidence as the schema owner would, triggers disabled."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute("SET session_replication_role = replica")
+        conn.execute(statement, params)
+
+
+def test_an_edited_archive_is_detected_and_the_read_scans(
+    kafka_bootstrap, make_topic, archive_dsn, reader_pair, caplog
+):
+    topic = make_topic(partitions=1)
+    ids = write_mix(kafka_bootstrap, topic, partitions=1, sagas=4, events=200, seed=13)
+    archive_topic(kafka_bootstrap, topic, 1, archive_dsn)
+    plain, indexed = reader_pair(topic, 1)
+    victim, cut, hidden = ids[0], ids[1], ids[2]
+    assert indexed.read(victim).source == "index"
+    _owner_edit(
+        archive_dsn,
+        "UPDATE side_effect_journal SET payload = '{\"n\":0}' WHERE saga_id = %s AND seq = 2",
+        (victim,),
+    )
+    # A cut tail: the last row deleted, the head left alone.
+    _owner_edit(
+        archive_dsn,
+        "DELETE FROM side_effect_journal WHERE saga_id = %s"
+        " AND seq = (SELECT max(seq) FROM side_effect_journal WHERE saga_id = %s)",
+        (cut, cut),
+    )
+    # A refused message removed from quarantine: the chains still equal the scan (the rule
+    # rejected it anyway), only its report is missing.
+    _owner_edit(
+        archive_dsn, "DELETE FROM archive_quarantine WHERE raw_key = %s", (hidden.encode(),)
+    )
+    with caplog.at_level(logging.ERROR, logger="sagacity.reader"):
+        edited = indexed.read(victim)
+        truncated = indexed.read(cut)
+    assert edited.source == "scan"
+    assert "does not check out" in (edited.index_fallback or "")
+    assert "edited" in (edited.index_fallback or "")
+    assert truncated.source == "scan"
+    assert "archived head" in (truncated.index_fallback or "")
+    for read, saga in ((edited, victim), (truncated, cut)):
+        assert accepted(read) == accepted(plain.read(saga))
+    assert sum(r.levelno == logging.ERROR for r in caplog.records) == 2
+    assert accepted(indexed.read(hidden)) == accepted(plain.read(hidden))
+
+
+def test_rows_archived_before_keys_were_checked_are_not_taken_from_the_index(
+    kafka_bootstrap, make_topic, archive_dsn, reader_pair
+):
+    topic = make_topic(partitions=1)
+    ids = write_mix(kafka_bootstrap, topic, partitions=1, sagas=3, events=90, seed=17)
+    archive_topic(kafka_bootstrap, topic, 1, archive_dsn)
+    # What migration 3 records for an archive an earlier release filled.
+    with psycopg.connect(archive_dsn) as conn:
+        conn.execute("UPDATE archive_consumer_offset SET keys_checked_from = next_offset")
+    plain, indexed = reader_pair(topic, 1)
+    read = indexed.read(ids[0])
+    assert read.source == "scan"
+    assert "without checking its message key" in (read.index_fallback or "")
+    assert accepted(read) == accepted(plain.read(ids[0]))
+    assert partition_for(ids[0].encode(), 1) == 0
