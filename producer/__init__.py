@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sagacity.producer._config import DEFAULT_TOPIC, KafkaJournalSettings
+from sagacity.producer._config import DEFAULT_TOPIC, KafkaJournalSettings, ReadIndexSettings
 from sagacity.producer._index import (
     IndexedEvent,
     IndexedPartition,
@@ -63,6 +63,7 @@ __all__ = [
     "LeaseView",
     "Ownership",
     "PartitionRead",
+    "ReadIndexSettings",
     "RefusedMessage",
     "Rejected",
     "SagaIndex",

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sagacity.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from sagacity.producer._index import SagaIndex
 
 DEFAULT_TOPIC = "sagacity.journal"
 _CLIENT_PREFIX = "SAGACITY_KAFKA_"
@@ -39,6 +43,66 @@ def client_settings(environ: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+DEFAULT_ARCHIVE_GROUP = "sagacity-archive"
+_OFF = frozenset({"0", "off", "false", "no"})
+
+
+class ReadIndexSettings(BaseModel):
+    """Where readers find sagas' archived prefixes (docs/adr/0010-saga-read-index.md).
+
+    Attributes:
+        database_url: the archive database (``SAGACITY_ARCHIVE_DATABASE_URL``, else
+            ``SAGACITY_DATABASE_URL``); ``None``: no index, reads scan partitions.
+        archive_schema: the schema holding the archive (``SAGACITY_ARCHIVE_SCHEMA``; default
+            the connection's search_path).
+        archive_group: the archiver's consumer group (``SAGACITY_ARCHIVE_GROUP``, as
+            ``sagacity serve archive --group``).
+        enabled: ``SAGACITY_READ_INDEX=off`` turns the index off.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    database_url: str | None = None
+    archive_schema: str | None = None
+    archive_group: str = Field(default=DEFAULT_ARCHIVE_GROUP, min_length=1)
+    enabled: bool = True
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, *, database_url: str | None = None
+    ) -> ReadIndexSettings:
+        """Settings from ``environ``; ``database_url`` is used when no archive URL is set."""
+        env = os.environ if environ is None else environ
+        return cls(
+            database_url=env.get("SAGACITY_ARCHIVE_DATABASE_URL")
+            or database_url
+            or env.get("SAGACITY_DATABASE_URL")
+            or None,
+            archive_schema=env.get("SAGACITY_ARCHIVE_SCHEMA") or None,
+            archive_group=env.get("SAGACITY_ARCHIVE_GROUP") or DEFAULT_ARCHIVE_GROUP,
+            enabled=env.get("SAGACITY_READ_INDEX", "on").strip().lower() not in _OFF,
+        )
+
+    def build(self) -> SagaIndex | None:
+        """The index these settings name (``None`` when off or without a database).
+
+        Raises:
+            ConfigurationError: the archive's database driver is not installed.
+        """
+        if not self.enabled or not self.database_url:
+            return None
+        try:
+            from sagacity.consumers.archive._index import PostgresSagaIndex
+        except ImportError as exc:
+            raise ConfigurationError(
+                f"the read index needs the archive's database driver: {exc} "
+                "(or set SAGACITY_READ_INDEX=off)"
+            ) from exc
+        return PostgresSagaIndex(
+            self.database_url, schema=self.archive_schema, consumer_group=self.archive_group
+        )
+
+
 class KafkaJournalSettings(BaseModel):
     """Where the journal lives and how long it waits for the broker.
 
@@ -62,6 +126,7 @@ class KafkaJournalSettings(BaseModel):
             ``SAGACITY_KAFKA_<KEY_WITH_UNDERSCORES>`` (``SAGACITY_KAFKA_SECURITY_PROTOCOL`` is
             ``security.protocol``). Settings the journal's guarantees rest on (``acks``,
             idempotence, the partitioner) are refused.
+        read_index: where reads find sagas' archived prefixes (:class:`ReadIndexSettings`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -74,6 +139,7 @@ class KafkaJournalSettings(BaseModel):
     lease_ttl_s: float = Field(default=60.0, gt=0, le=86_400)
     max_clock_skew_s: float = Field(default=5.0, ge=0, le=3600)
     client: Mapping[str, str] = Field(default_factory=dict)
+    read_index: ReadIndexSettings = Field(default_factory=ReadIndexSettings)
 
     @property
     def lease_margin_s(self) -> float:
@@ -140,6 +206,7 @@ class KafkaJournalSettings(BaseModel):
                 values[key] = env[var]
         values["client"] = client_settings(env)
         try:
+            values["read_index"] = ReadIndexSettings.from_env(env)
             return cls.model_validate(values)
         except ValidationError as exc:
             problems = "; ".join(

@@ -42,6 +42,7 @@ from sagacity.errors import (
 )
 from sagacity.journal import ApprovalRequest
 from sagacity.producer._config import DEFAULT_TOPIC, KafkaJournalSettings
+from sagacity.producer._index import SagaIndex
 from sagacity.producer._lease import (
     HANDOFF_TAKEOVER,
     LeaseView,
@@ -239,6 +240,8 @@ class KafkaJournal:
         max_clock_skew_s: the wall-clock skew a takeover allows for.
         monotonic / wall_clock: the clocks the lease is measured on (``time.monotonic``,
             ``time.time``); replaceable to simulate a paused writer or a late taker.
+        index: where reads find sagas' archived prefixes instead of scanning partitions from
+            their start (docs/adr/0010-saga-read-index.md); closed with the journal.
 
     Raises:
         TopicNotFoundError: the topic does not exist.
@@ -260,6 +263,7 @@ class KafkaJournal:
         max_clock_skew_s: float = 5.0,
         monotonic: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        index: SagaIndex | None = None,
     ) -> None:
         try:
             settings = KafkaJournalSettings(
@@ -315,7 +319,11 @@ class KafkaJournal:
             }
         )
         self._reader = SagaReader(
-            base, self._topic, partitions=info.partitions, timeout=settings.read_timeout_s
+            base,
+            self._topic,
+            partitions=info.partitions,
+            timeout=settings.read_timeout_s,
+            index=index,
         )
         self._reads = _ReadCache()
         self._states: weakref.WeakValueDictionary[str, _SagaState] = weakref.WeakValueDictionary()
@@ -333,7 +341,12 @@ class KafkaJournal:
     def from_settings(
         cls, settings: KafkaJournalSettings, *, writer_id: str | None = None
     ) -> KafkaJournal:
-        """A journal configured by ``settings``."""
+        """A journal configured by ``settings`` (with the read index they name, if any).
+
+        Raises:
+            ConfigurationError: a read index is configured but its driver is not installed.
+        """
+        index = settings.read_index.build()
         return cls(
             settings.bootstrap_servers,
             topic=settings.topic,
@@ -344,6 +357,7 @@ class KafkaJournal:
             writer_id=writer_id,
             lease_ttl_s=settings.lease_ttl_s,
             max_clock_skew_s=settings.max_clock_skew_s,
+            index=index,
         )
 
     # --- properties ------------------------------------------------------------------------
@@ -495,8 +509,9 @@ class KafkaJournal:
     def pending_approvals(self, saga_id: str | None = None) -> Sequence[ApprovalRequest]:
         """Open approval requests, derived from the chains on the topic.
 
-        Without ``saga_id`` every partition is scanned (the approvals service keeps its own
-        materialised view instead).
+        Without ``saga_id`` every partition is scanned, or, with a read index, the sagas the
+        archive names and each partition past the archiver's offset (the approvals service
+        keeps its own materialised view instead).
 
         Raises:
             JournalUnavailableError: the topic could not be read.
@@ -508,9 +523,8 @@ class KafkaJournal:
         self.flush()
         out: list[ApprovalRequest] = []
         for partition in range(self._reader.partitions):
-            read = self._reader.read_partition(partition)
-            for saga in sorted(read.sagas):
-                out.extend(pending_requests(read.sagas[saga].entries))
+            for read in self._reader.read_for_requests(partition):
+                out.extend(pending_requests(read.entries))
         return sorted(out, key=lambda r: (r.saga_id, r.seq))
 
     # --- writer lease (docs/adr/0011-writer-lease.md) ----------------------------------------

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -348,6 +348,7 @@ class SagaReader:
     ) -> None:
         self._topic = topic
         self._index = index
+        self._warned_at = -60.0
         self._partitions = partitions
         self._timeout = timeout
         self._bootstrap = str(config.get("bootstrap.servers", ""))
@@ -464,6 +465,13 @@ class SagaReader:
         self, saga_id: str, partition: int, why: str, *, quiet: bool = False, error: bool = False
     ) -> SagaRead:
         level = logging.ERROR if error else logging.DEBUG if quiet else logging.WARNING
+        if level == logging.WARNING:
+            # An index that does not answer would otherwise log every read: once a minute.
+            now = time.monotonic()
+            if now < self._warned_at + 60.0:
+                level = logging.DEBUG
+            else:
+                self._warned_at = now
         log.log(level, "saga %r: scanning partition %d instead: %s", saga_id, partition, why)
         return SagaRead(saga_id=saga_id, partition=partition, index_fallback=why)
 
@@ -515,6 +523,63 @@ class SagaReader:
         for read in out.sagas.values():
             read.next_offset = out.end_offset
         return out
+
+    def read_for_requests(self, partition: int) -> list[SagaRead]:
+        """Reads of every saga of ``partition`` that may hold an open approval request.
+
+        Without an index, every saga of the partition (one scan).  With one, the sagas the
+        index names plus those with messages past the archiver's offset, each read from the
+        index and one shared read of the partition's tail; if any of them cannot be taken from
+        the index, the whole partition is scanned instead.
+
+        Raises:
+            JournalUnavailableError: the partition could not be read within the timeout.
+        """
+        if self._index is not None:
+            try:
+                found = self._index.sagas_with_pending_requests(self._topic, partition)
+            except SagacityError as exc:
+                log.warning("partition %d: scanning it instead: %s", partition, exc)
+            else:
+                if found.covered_to is not None:
+                    reads = self._requests_from_index(partition, found.covered_to, found.sagas)
+                    if reads is not None:
+                        return reads
+        return list(self.read_partition(partition).sagas.values())
+
+    def _requests_from_index(
+        self, partition: int, covered_to: int, sagas: Sequence[str]
+    ) -> list[SagaRead] | None:
+        span = _Span(start=covered_to)
+        tail: dict[bytes, list[Message]] = {}
+        for message in self._scan(partition, span, None):
+            key = message.key()
+            if key is not None:
+                tail.setdefault(key, []).append(message)
+        names = set(sagas) | {k.decode("utf-8", "replace") for k in tail}
+        reads: list[SagaRead] = []
+        for saga in sorted(names):
+            if self.partition_of(saga) != partition:
+                continue  # a stray key: a read of that saga never looks here
+            out = self._from_index(saga, partition, None)
+            if out.source != "index":
+                return None
+            key = saga.encode("utf-8")
+            for message in tail.get(key, ()):
+                offset = _offset(message)
+                if offset < out.next_offset:
+                    continue
+                try:
+                    entry = decode_entry(message.value() or b"")
+                except SerializationError as exc:
+                    out.skipped.append(
+                        Skipped(partition=partition, offset=offset, key=key, reason=exc.message)
+                    )
+                    continue
+                out.feed(partition, offset, entry)
+            out.next_offset = max(out.next_offset, span.end)
+            reads.append(out)
+        return reads
 
     def _unavailable(
         self, detail: str, exc: BaseException | None = None

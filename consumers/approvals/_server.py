@@ -6,6 +6,7 @@ import contextlib
 import importlib
 import inspect
 import logging
+import os
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -22,6 +23,8 @@ from sagacity.consumers.approvals._settings import ApprovalsSettings
 from sagacity.consumers.approvals._store import ApprovalStore
 from sagacity.errors import ConfigurationError, SagacityError
 from sagacity.journal import Journal
+
+_READ_INDEX_VARS = ("SAGACITY_ARCHIVE_", "SAGACITY_READ_INDEX")
 
 log = logging.getLogger("sagacity.approvals")
 
@@ -65,10 +68,15 @@ def journal_for(settings: ApprovalsSettings) -> Journal:
         settings_class = producer.KafkaJournalSettings
     except (ImportError, AttributeError) as exc:
         raise ConfigurationError(f"the Kafka journal cannot be imported: {exc}") from exc
+    # Reads take sagas' archived prefixes from the archive when it shares the service's
+    # database (or SAGACITY_ARCHIVE_DATABASE_URL names it): docs/adr/0010-saga-read-index.md.
+    archive = {k: v for k, v in os.environ.items() if k.startswith(_READ_INDEX_VARS)}
     kafka = settings_class.from_env(
         {
+            **archive,
             "SAGACITY_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
             "SAGACITY_TOPIC": settings.topic,
+            "SAGACITY_DATABASE_URL": settings.database_url,
         }
     )
     journal: Journal = journal_class.from_settings(kafka)

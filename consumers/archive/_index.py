@@ -10,6 +10,7 @@ acceptance rule to these and then reads *p* from ``C(p)`` gets the full scan's r
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import psycopg
@@ -17,6 +18,7 @@ import psycopg
 from sagacity._events import GENESIS_HASH
 from sagacity.consumers.archive._audit import _ROW_COLUMNS, _entry
 from sagacity.consumers.archive._db import check_schema, mapped_errors
+from sagacity.errors import PersistenceError
 from sagacity.producer._index import IndexedEvent, IndexedPartition, IndexedSaga, RefusedMessage
 
 DEFAULT_GROUP = "sagacity-archive"
@@ -33,26 +35,50 @@ class PostgresSagaIndex:
     """:class:`sagacity.producer.SagaIndex` on a Postgres archive; thread-safe.
 
     One connection, opened on first use and reopened after a loss; each lookup is one
-    read-only REPEATABLE READ transaction (five statements, pipelined).
+    read-only REPEATABLE READ transaction (five statements, pipelined).  After a failure to
+    connect (or to find an archive) the same error is raised without trying again for
+    ``retry_s`` seconds, so readers falling back to the scan do not each wait for a connect.
 
     Args:
         conninfo: libpq URL or conninfo of the archive (its search_path picks the schema).
         consumer_group: the archiver's consumer group (``sagacity serve archive --group``,
             ``SAGACITY_ARCHIVE_GROUP``), whose committed offsets say what the archive covers.
+        schema: the schema holding the archive (default: the connection's search_path).
         timeout: connect timeout in seconds.
+        retry_s: how long a connection failure is remembered.
     """
 
     def __init__(
-        self, conninfo: str, *, consumer_group: str = DEFAULT_GROUP, timeout: float = 5.0
+        self,
+        conninfo: str,
+        *,
+        schema: str | None = None,
+        consumer_group: str = DEFAULT_GROUP,
+        timeout: float = 5.0,
+        retry_s: float = 5.0,
     ) -> None:
+        if schema is not None:
+            from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+            params = conninfo_to_dict(conninfo)
+            quoted = '"' + schema.replace('"', '""') + '"'
+            params["options"] = f"{params.get('options') or ''} -c search_path={quoted}".strip()
+            conninfo = make_conninfo(**params)  # type: ignore[arg-type]
         self._conninfo = conninfo
         self.consumer_group = consumer_group
         self._timeout = timeout
+        self._retry_s = retry_s
+        self._failed: tuple[float, PersistenceError] | None = None
         self._conn: psycopg.Connection | None = None
         self._lock = threading.Lock()
 
     def _connection(self) -> psycopg.Connection:
-        if self._conn is None or self._conn.closed or self._conn.broken:
+        if self._conn is not None and not self._conn.closed and not self._conn.broken:
+            return self._conn
+        if self._failed is not None and time.monotonic() < self._failed[0] + self._retry_s:
+            error = self._failed[1]
+            raise type(error)(f"{error.message} (not retried for {self._retry_s:g}s)")
+        try:
             with mapped_errors("connect to the archive (read index)"):
                 conn = psycopg.connect(
                     self._conninfo, connect_timeout=max(1, int(self._timeout)), autocommit=True
@@ -62,7 +88,11 @@ class PostgresSagaIndex:
             except BaseException:
                 conn.close()
                 raise
-            self._conn = conn
+        except PersistenceError as exc:
+            self._failed = (time.monotonic(), exc)
+            raise
+        self._failed = None
+        self._conn = conn
         return self._conn
 
     def _drop(self) -> None:

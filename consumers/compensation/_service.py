@@ -48,7 +48,7 @@ from sagacity.errors import (
     PersistenceError,
     SerializationError,
 )
-from sagacity.producer import ForkKind, KafkaJournal, SagaRead
+from sagacity.producer import ForkKind, KafkaJournal, ReadIndexSettings, SagaRead
 from sagacity.schemas import decode_entry
 
 log = logging.getLogger("sagacity.compensation")
@@ -81,6 +81,8 @@ class CompensationSettings(BaseModel):
         dlq_topic: the dead-letter topic (default ``<topic>.dlq``).
         client: extra librdkafka settings (TLS/SASL, ``fetch.wait.max.ms`` …).
         session_timeout_ms: the consumer group session timeout.
+        read_index: where reads find sagas' archived prefixes; by default the archive in
+            ``database_url`` (docs/adr/0010-saga-read-index.md).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -99,6 +101,7 @@ class CompensationSettings(BaseModel):
     dlq_topic: str | None = None
     client: Mapping[str, str] = Field(default_factory=dict)
     session_timeout_ms: int = Field(default=10_000, ge=1000)
+    read_index: ReadIndexSettings | None = None
 
 
 @dataclass
@@ -280,11 +283,15 @@ class CompensationService:
 
     def _new_journal(self) -> KafkaJournal:
         s = self.settings
+        index = s.read_index or ReadIndexSettings(database_url=s.database_url)
+        if index.database_url is None:
+            index = index.model_copy(update={"database_url": s.database_url})
         journal = KafkaJournal(
             s.bootstrap_servers,
             topic=s.topic,
             client=dict(s.client),
             writer_id=f"{WRITER_PREFIX}{s.group_id}",
+            index=index.build(),
         )
         with self._lock:
             self._journals.append(journal)
@@ -640,13 +647,25 @@ class CompensationService:
             mine = [r for r in read.rejected if r.offset == work.offset]
             if mine and mine[0].kind is ForkKind.DUPLICATE:
                 raise _Duplicate
+            accepted = read.accepted_offset(work.entry.seq)
+            index = work.entry.seq - read.base_seq - 1
+            if (
+                not mine
+                and accepted is not None
+                and accepted < work.offset
+                and read.entries[index].hash == work.entry.hash
+            ):
+                # A redelivered copy the archive (the read index) did not keep: a duplicate.
+                raise _Duplicate
             detail = mine[0].detail if mine else "not found on the saga's chain"
             raise _Poison(
                 "not_on_chain",
                 f"saga {read.saga_id!r}: COMPENSATION_REQUESTED at offset {work.offset} is not "
                 f"part of the accepted chain: {detail}",
             )
-        verdict = verify(read.entries, saga_id=read.saga_id)
+        verdict = verify(
+            read.entries, saga_id=read.saga_id, after_seq=read.base_seq, after_hash=read.base_hash
+        )
         if not verdict.ok:
             raise _Poison(
                 "chain_does_not_verify",

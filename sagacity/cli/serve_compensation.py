@@ -99,7 +99,7 @@ def compensation(
     from sagacity.consumers.compensation import CompensationService, CompensationSettings
     from sagacity.consumers.compensation._logging import configure
     from sagacity.errors import SagacityError
-    from sagacity.producer._config import client_settings
+    from sagacity.producer._config import ReadIndexSettings, client_settings
 
     configure(log_level.upper())
     client = client_settings(os.environ)
@@ -118,6 +118,7 @@ def compensation(
             http_port=http_port,
             dlq_topic=dlq_topic,
             client=client,
+            read_index=ReadIndexSettings.from_env(os.environ, database_url=database_url),
         )
         service = CompensationService(settings)
     except ValidationError as exc:

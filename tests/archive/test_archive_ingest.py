@@ -135,3 +135,18 @@ def test_saga_ids_with_unusual_characters(archiver, archive_dsn):
     assert sorted(rows(archive_dsn, "SELECT saga_id, head_seq FROM archive_saga_head")) == sorted(
         (s, 3) for s in odd
     )
+
+
+def test_an_event_keyed_as_another_saga_is_quarantined_as_foreign(archiver, archive_dsn):
+    chain = make_chain("saga-a", 2)
+    raw = as_raw(chain)
+    raw[1] = dataclasses.replace(raw[1], key=b"saga-b")  # body of saga-a under saga-b's key
+    report = archiver.archive([*raw, dataclasses.replace(raw[1], offset=2, key=None)])
+    assert report.archived == 1
+    assert report.quarantined == {QuarantineReason.FOREIGN: 2}
+    assert rows(
+        archive_dsn,
+        "SELECT reason, saga_id, seq, raw_key FROM archive_quarantine ORDER BY kafka_offset",
+    ) == [("foreign", "saga-a", 2, b"saga-b"), ("foreign", "saga-a", 2, None)]
+    assert rows(archive_dsn, "SELECT head_seq FROM archive_saga_head") == [(1,)]
+    assert rows(archive_dsn, "SELECT keys_checked_from FROM archive_consumer_offset") == [(0,)]

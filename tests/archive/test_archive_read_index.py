@@ -12,9 +12,11 @@ import pytest
 from archive_helpers import make_chain, rows
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from sagacity import Reversibility, Sagacity, SagaStatus, compensable
 from sagacity.consumers.archive import BatchArchiver, PostgresSagaIndex, RawEvent
 from sagacity.consumers.archive._retention import run_retention
-from sagacity.producer import SagaReader, partition_for
+from sagacity.errors import SagaExistsError
+from sagacity.producer import KafkaJournal, SagaReader, partition_for
 from sagacity.schemas import encode_entry
 from tests.kafka.saga_mix import accepted, reported, write_mix
 
@@ -296,3 +298,98 @@ def test_rows_archived_before_keys_were_checked_are_not_taken_from_the_index(
     assert "without checking its message key" in (read.index_fallback or "")
     assert accepted(read) == accepted(plain.read(ids[0]))
     assert partition_for(ids[0].encode(), 1) == 0
+
+
+class _Gate:
+    @compensable(reversibility=Reversibility.IRREVERSIBLE)
+    def wire(self, amount: int) -> str:
+        return f"wired {amount}"
+
+
+def test_pending_approvals_through_the_index_equal_the_scan(
+    kafka_bootstrap, make_topic, archive_dsn
+):
+    topic = make_topic(partitions=3)
+    plain = KafkaJournal(kafka_bootstrap, topic=topic)
+    indexed = KafkaJournal(
+        kafka_bootstrap, topic=topic, index=PostgresSagaIndex(archive_dsn, consumer_group=GROUP)
+    )
+    try:
+        agent = Sagacity(plain, compensation="delegated")
+        tools = agent.wrap(_Gate())
+        gated = []
+        for i in range(12):
+            result = agent.saga(f"gate-{topic}-{i}", lambda i=i: tools.wire(i))
+            assert result.status is SagaStatus.AWAITING_APPROVAL
+            gated.append((f"gate-{topic}-{i}", result.awaiting_seq))
+        for saga, seq in gated[:3]:
+            agent.reject(saga, seq, "auditor@example.com", reason="no")
+        plain.flush()
+        archive_topic(kafka_bootstrap, topic, 3, archive_dsn)
+        for saga, seq in gated[3:5]:  # decided after the archive stopped
+            agent.reject(saga, seq, "auditor@example.com", reason="late")
+        assert agent.saga(f"late-{topic}", lambda: tools.wire(99)).awaiting_seq
+        plain.flush()
+        expected = plain.pending_approvals()
+        assert len(expected) == 8
+        before = indexed.reader.messages_read
+        assert indexed.pending_approvals() == expected
+        # Only the partitions past the archiver (the late rejections and the late saga) and
+        # nothing before it: far fewer messages than one scan of the topic.
+        assert indexed.reader.messages_read - before < 20
+        assert sum(1 for _ in expected) == 8
+    finally:
+        plain.close()
+        indexed.close()
+
+
+def test_sagacity_from_env_reads_through_the_archive(
+    kafka_bootstrap, make_topic, archive_dsn, monkeypatch
+):
+    topic = make_topic(partitions=1)
+    monkeypatch.setenv("SAGACITY_BOOTSTRAP_SERVERS", kafka_bootstrap)
+    monkeypatch.setenv("SAGACITY_TOPIC", topic)
+    monkeypatch.setenv("SAGACITY_DATABASE_URL", archive_dsn)
+    monkeypatch.setenv("SAGACITY_ARCHIVE_GROUP", GROUP)
+    agent = Sagacity.from_env()
+    journal = agent.journal
+    try:
+        assert isinstance(journal, KafkaJournal)
+        assert isinstance(journal.reader.index, PostgresSagaIndex)
+        assert agent.saga("env-1", lambda: None).status is SagaStatus.COMPLETED
+        journal.flush()
+        archive_topic(kafka_bootstrap, topic, 1, archive_dsn)
+        read = journal.reader.read("env-1")
+        assert read.source == "index"
+        assert [e.event_type.value for e in read.entries] == ["SAGA_OPENED", "SAGA_ENDED"]
+        # A second run of the same id is still refused.
+        with pytest.raises(SagaExistsError):
+            agent.saga("env-1", lambda: None)
+    finally:
+        journal.close()
+
+
+def test_migration_3_marks_rows_archived_before_it_as_unchecked(pg_dsn):
+    from psycopg import sql
+
+    from sagacity.consumers.archive import migrate
+    from sagacity.consumers.archive._schema import MIGRATIONS
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        schema = conn.execute("SELECT current_schema()").fetchone()[0]
+        quoted = sql.Identifier(schema).as_string(conn)
+        conn.execute(
+            "CREATE TABLE archive_schema_version (version integer PRIMARY KEY,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for version, text in MIGRATIONS[:2]:
+            conn.execute(text.replace("@schema@", quoted).encode())
+            conn.execute("INSERT INTO archive_schema_version (version) VALUES (%s)", (version,))
+        conn.execute(
+            "INSERT INTO archive_consumer_offset (consumer_group, topic, kafka_partition,"
+            " next_offset) VALUES ('g', 't', 0, 120)"
+        )
+        assert migrate(conn) == 3
+    assert rows(pg_dsn, "SELECT next_offset, keys_checked_from FROM archive_consumer_offset") == [
+        (120, 120)
+    ]

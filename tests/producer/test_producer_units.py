@@ -336,3 +336,43 @@ def test_a_lease_view_expires_after_the_lease_plus_the_skew() -> None:
     )
     assert view(at + 10_000, unleased).expires_in_s is None
     assert not view(at + 10_000, unleased).expired
+
+
+def test_settings_name_the_read_index_from_the_database_url() -> None:
+    base = {"SAGACITY_BOOTSTRAP_SERVERS": "k:9092"}
+    assert KafkaJournalSettings.from_env(base).read_index.database_url is None
+    assert KafkaJournalSettings.from_env(base).read_index.build() is None
+    shared = KafkaJournalSettings.from_env({**base, "SAGACITY_DATABASE_URL": "postgresql://h/d"})
+    assert shared.read_index.database_url == "postgresql://h/d"
+    assert shared.read_index.archive_group == "sagacity-archive"
+    own = KafkaJournalSettings.from_env(
+        {
+            **base,
+            "SAGACITY_DATABASE_URL": "postgresql://h/d",
+            "SAGACITY_ARCHIVE_DATABASE_URL": "postgresql://a/archive",
+            "SAGACITY_ARCHIVE_SCHEMA": "evidence",
+            "SAGACITY_ARCHIVE_GROUP": "archive-eu",
+        }
+    ).read_index
+    assert (own.database_url, own.archive_schema, own.archive_group) == (
+        "postgresql://a/archive",
+        "evidence",
+        "archive-eu",
+    )
+    index = own.build()
+    assert index is not None
+    assert index.consumer_group == "archive-eu"  # type: ignore[attr-defined]
+    index.close()  # never connected
+    off = KafkaJournalSettings.from_env(
+        {**base, "SAGACITY_DATABASE_URL": "postgresql://h/d", "SAGACITY_READ_INDEX": "off"}
+    )
+    assert off.read_index.build() is None
+
+
+def test_importing_sagacity_and_its_producer_does_not_import_the_database_driver() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, sagacity, sagacity.producer; print('psycopg' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
