@@ -254,13 +254,13 @@ class _Span:
 def _check_indexed(found: IndexedSaga, topic: str, partition: int, covered: int) -> str | None:
     """Why the index's events cannot stand for the scan of ``partition`` (``None``: they can)."""
     for event in found.events:
-        if event.offset >= covered:
-            continue
         if event.topic != topic or event.partition != partition:
             return (
                 f"seq {event.entry.seq} was archived from {event.topic!r} partition "
                 f"{event.partition}, which a scan of partition {partition} does not read"
             )
+        if event.offset >= covered:
+            continue
         if found.keys_checked_from is None or event.offset < found.keys_checked_from:
             return (
                 f"seq {event.entry.seq} (offset {event.offset}) was archived without checking "
