@@ -325,11 +325,13 @@ def main(argv: list[str] | None = None) -> None:
             "",
             *rows,
             "",
-            "Per saga the service reads the saga's partition, takes the saga over with one "
-            "confirmed `SAGA_OPENED` (a partition read, a produce, a read-back: "
+            "Per saga the service reads the saga, takes it over with one confirmed "
+            "`SAGA_OPENED` (a produce and a read-back, both continuing that read: "
             "docs/adr/0004-single-writer.md), then journals each step on the journal's hot "
-            "path (one acknowledged produce per event) around a Postgres claim per undo; the "
-            "reads scan the saga's partition, so their cost grows with it. The latency includes "
+            "path (one acknowledged produce per event) around a Postgres claim per undo. The "
+            "bench's database holds no archive, so the first read scans the saga's partition "
+            "(docs/adr/0010-saga-read-index.md; `python -m bench.read_bench` measures the "
+            "index). The latency includes "
             "the requesting run's own `SAGA_ENDED`, which the service waits for before writing. "
             "Both instances share this machine's two CPUs (with other work) and the "
             "second one's join rebalances the group during the run, so here a second "
