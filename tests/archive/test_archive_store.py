@@ -9,16 +9,19 @@ import pytest
 from archive_helpers import as_raw, decode, make_chain, rows, with_option
 
 from sagacity.consumers.archive import BatchArchiver, check_schema, grant_archiver, migrate
+from sagacity.consumers.archive._schema import MIGRATIONS
 from sagacity.errors import ArchiveSchemaError, PersistenceError, PersistenceUnavailableError
 
 pytestmark = pytest.mark.postgres
 
+LATEST = max(version for version, _ in MIGRATIONS)
+
 
 def test_migrations_are_idempotent(archive_dsn):
     with psycopg.connect(archive_dsn, autocommit=True) as conn:
-        assert migrate(conn) == 2
-        assert migrate(conn) == 2
-        assert check_schema(conn) == 2
+        assert migrate(conn) == LATEST
+        assert migrate(conn) == LATEST
+        assert check_schema(conn) == LATEST
 
 
 def test_check_schema_refuses_a_schema_that_is_not_an_archive(pg_dsn):
@@ -195,7 +198,7 @@ def test_archiver_role_starts_on_a_migrated_archive_but_cannot_migrate(archive_d
         conn.execute(f'GRANT "{role}" TO current_user')
     try:
         with psycopg.connect(with_option(archive_dsn, f"-c role={role}")) as conn:
-            assert ensure_schema(conn) == 2
+            assert ensure_schema(conn) == LATEST
             with pytest.raises(PersistenceError, match="permission denied"):
                 migrate(conn)
     finally:
@@ -208,5 +211,5 @@ def test_ensure_schema_creates_a_missing_archive(pg_dsn):
     from sagacity.consumers.archive import ensure_schema
 
     with psycopg.connect(pg_dsn) as conn:
-        assert ensure_schema(conn) == 2
-        assert check_schema(conn) == 2
+        assert ensure_schema(conn) == LATEST
+        assert check_schema(conn) == LATEST
