@@ -924,7 +924,8 @@ class KafkaJournal:
         confirm = self._reader.read(saga_id, resume=current, until_offset=delivery.offset)
         self._reads.put(confirm)
         if confirm.accepted_offset(entry.seq) != delivery.offset:
-            winner = confirm.entries[entry.seq - 1] if len(confirm.entries) >= entry.seq else None
+            at = entry.seq - confirm.base_seq - 1
+            winner = confirm.entries[at] if 0 <= at < len(confirm.entries) else None
             who = f"{winner.event_type.value} by {winner.actor!r}" if winner else "another event"
             if after_seq is not None:
                 raise TailMovedError(
