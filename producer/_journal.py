@@ -11,7 +11,9 @@ saga's partition, extends the accepted tail and reads it back to confirm it won
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import functools
 import json
 import os
 import socket
@@ -67,10 +69,21 @@ RECORD_OVERHEAD = 128
 _PARTITION_CACHE = 100_000
 _READ_CACHE = 256
 _JSON_PAYLOAD_EVENTS = frozenset({EventType.INTENT, EventType.AWAITING_APPROVAL})
+_EVENT_TYPE_HEADERS = {t: ("event_type", t.value.encode()) for t in EventType}
+"""The ``event_type`` header of each known event type, built once."""
+
+
+@functools.cache
+def _fingerprint_header() -> tuple[str, bytes]:
+    return ("schema_fingerprint", current_schema().fingerprint.hex().encode())
 
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+_JSON = json.JSONDecoder(parse_constant=_refuse_constant)
+"""One decoder for every payload check (``json.loads`` would build one per call)."""
 
 
 def check_json_payload(draft: EntryDraft) -> None:
@@ -82,7 +95,7 @@ def check_json_payload(draft: EntryDraft) -> None:
     if draft.event_type not in _JSON_PAYLOAD_EVENTS or draft.payload is None:
         return
     try:
-        json.loads(draft.payload, parse_constant=_refuse_constant)
+        _JSON.decode(draft.payload)
     except ValueError as exc:
         raise SerializationError(
             f"the {draft.event_type.value} payload of tool {draft.tool!r} is not JSON: {exc}",
@@ -95,15 +108,17 @@ class _Delivery:
 
     Waiting objects are made only when someone waits: most pipelined events are never
     waited on one by one, and a ``threading.Event`` per event is measurable on the hot path.
+    :meth:`settle` is the producer's delivery callback itself (no wrapper per event).
     """
 
-    __slots__ = ("_event", "_lock", "_waiters", "done", "entry", "error", "offset")
+    __slots__ = ("_event", "_journal", "_lock", "_waiters", "done", "entry", "error", "offset")
 
-    def __init__(self, entry: JournalEntry) -> None:
+    def __init__(self, entry: JournalEntry, journal: KafkaJournal) -> None:
         self.entry = entry
         self.done = False
         self.error: KafkaError | None = None
         self.offset = -1
+        self._journal = journal
         self._lock = threading.Lock()
         self._event: threading.Event | None = None
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
@@ -116,11 +131,15 @@ class _Delivery:
                 self.offset = offset if offset is not None else -1
             self.done = True
             event = self._event
-            waiters, self._waiters = self._waiters, []
+            waiters = self._waiters
+            if waiters:
+                self._waiters = []
+        if error is not None:
+            self._journal._failed(self)
         if event is not None:
             event.set()
-        for loop, future in waiters:
-            loop.call_soon_threadsafe(_resolve, future)
+        if waiters:
+            self._journal._wake(waiters)
 
     def wait(self, timeout: float) -> bool:
         """Block until acknowledged or refused; ``False`` when ``timeout`` passed first."""
@@ -145,6 +164,12 @@ class _Delivery:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def _resolve_all(futures: list[asyncio.Future[None]]) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_result(None)
 
 
 def _tail_moved(saga_id: str, after_seq: int, tail: int) -> TailMovedError:
@@ -332,6 +357,7 @@ class KafkaJournal:
         self._states_lock = threading.Lock()
         self._failures: list[_Delivery] = []
         self._failures_lock = threading.Lock()
+        self._wakeups: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._closed = False
         self._stop = threading.Event()
         self._poller = threading.Thread(target=self._poll, name="sagacity-kafka-poll", daemon=True)
@@ -668,6 +694,9 @@ class KafkaJournal:
         return draft
 
     def _state(self, saga_id: str) -> _SagaState:
+        owned = self._owned.get(saga_id)  # the hot path: a saga this process holds
+        if owned is not None:
+            return owned
         with self._states_lock:
             state = self._states.get(saga_id)
             if state is None:
@@ -687,25 +716,59 @@ class KafkaJournal:
     def _poll(self) -> None:
         while not self._stop.is_set():
             self._producer.poll(0.05)
+            if self._wakeups:
+                self._wake_batch()
 
-    def _headers(self, entry: JournalEntry) -> list[tuple[str, str | bytes | None]]:
+    def _wake(self, waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]) -> None:
+        """Resolve asyncio waiters of a settled event from the thread that settled it.
+
+        On the poll thread they are gathered and woken once per poll (one
+        ``call_soon_threadsafe`` per event loop for every acknowledgement that poll served);
+        elsewhere (a :meth:`flush`) at once.
+        """
+        if threading.get_ident() == self._poller.ident:
+            self._wakeups.extend(waiters)
+            return
+        for loop, future in waiters:
+            loop.call_soon_threadsafe(_resolve, future)
+
+    def _wake_batch(self) -> None:
+        batch, self._wakeups = self._wakeups, []
+        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+        for loop, future in batch:
+            futures = by_loop.get(loop)
+            if futures is None:
+                by_loop[loop] = [future]
+            else:
+                futures.append(future)
+        for loop, futures in by_loop.items():
+            # A closed loop raises RuntimeError: nobody awaits those futures any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_resolve_all, futures)
+
+    def _headers(self, entry: JournalEntry, key: bytes) -> list[tuple[str, str | bytes | None]]:
+        event_type = entry.event_type
+        name = _EVENT_TYPE_HEADERS.get(event_type)
         headers: list[tuple[str, str | bytes | None]] = [
-            ("event_type", entry.event_type.value.encode()),
-            ("saga_id", entry.saga_id.encode("utf-8")),
-            ("schema_fingerprint", current_schema().fingerprint.hex().encode()),
+            name if name is not None else ("event_type", event_type.value.encode()),
+            ("saga_id", key),
+            _fingerprint_header(),
         ]
-        traceparent = valid_traceparent(current_traceparent.get())
+        traceparent = current_traceparent.get()
         if traceparent is not None:
-            headers.append(("traceparent", traceparent.encode()))
+            traceparent = valid_traceparent(traceparent)
+            if traceparent is not None:
+                headers.append(("traceparent", traceparent.encode()))
         return headers
 
     def _produce(self, entry: JournalEntry) -> _Delivery:
         """Publish ``entry`` (size-checked first); the caller holds the saga's lock."""
         key = entry.saga_id.encode("utf-8")
         value = encode_entry(entry)
-        headers = self._headers(entry)
-        size = len(key) + len(value) + sum(len(k) + len(v or b"") for k, v in headers)
-        size += RECORD_OVERHEAD
+        headers = self._headers(entry, key)
+        size = len(key) + len(value) + RECORD_OVERHEAD
+        for name, header in headers:
+            size += len(name) + len(header or b"")
         if size > self.max_event_bytes:
             raise EventTooLargeError(
                 f"the {entry.event_type.value} event of saga {entry.saga_id!r} is {size} bytes; "
@@ -715,9 +778,9 @@ class KafkaJournal:
                 limit=self.max_event_bytes,
                 saga_id=entry.saga_id,
             )
-        delivery = _Delivery(entry)
+        delivery = _Delivery(entry, self)
         partition = self._partition(entry.saga_id)
-        deadline = time.monotonic() + self._ack_timeout
+        deadline: float | None = None
         while True:
             try:
                 self._producer.produce(
@@ -726,11 +789,13 @@ class KafkaJournal:
                     key=key,
                     partition=partition,
                     headers=headers,
-                    on_delivery=lambda err, msg: self._settled(delivery, err, msg),
+                    on_delivery=delivery.settle,
                 )
                 return delivery
             except BufferError as exc:
                 # The local queue is full: the poll thread drains it as acknowledgements come.
+                if deadline is None:
+                    deadline = time.monotonic() + self._ack_timeout
                 if time.monotonic() > deadline:
                     raise JournalUnavailableError(
                         "the producer's queue stayed full: Kafka is not acknowledging",
@@ -743,15 +808,14 @@ class KafkaJournal:
                     f"Kafka refused the event: {exc}", saga_id=entry.saga_id, seq=entry.seq
                 ) from exc
 
-    def _settled(self, delivery: _Delivery, error: KafkaError | None, message: Message) -> None:
-        delivery.settle(error, message)
-        if error is not None:
-            with self._failures_lock:
-                self._failures.append(delivery)
-            state = self._states.get(delivery.entry.saga_id)
-            if state is not None:
-                # The tail this process holds may not be on the topic: re-read before writing.
-                state.poisoned = True
+    def _failed(self, delivery: _Delivery) -> None:
+        """Record a refused event (from its delivery callback)."""
+        with self._failures_lock:
+            self._failures.append(delivery)
+        state = self._states.get(delivery.entry.saga_id)
+        if state is not None:
+            # The tail this process holds may not be on the topic: re-read before writing.
+            state.poisoned = True
 
     def _raise_failures(self) -> None:
         with self._failures_lock:
@@ -805,7 +869,7 @@ class KafkaJournal:
         entry = delivery.entry
         future = delivery.async_waiter(loop)
         # A timer instead of asyncio.wait_for: no extra task per event on the hot path.
-        timer = loop.call_later(self._ack_timeout + 0.5, _expire, future)
+        timer = loop.call_at(loop.time() + self._ack_timeout + 0.5, _expire, future)
         try:
             await future
         except TimeoutError as exc:

@@ -115,18 +115,26 @@ def _check_text(name: str, value: str | None) -> None:
         raise SerializationError(f"{name} must be a str, got {type(value).__name__}")
     if "\x00" in value:
         raise SerializationError(f"{name} must not contain U+0000")
+    if value.isascii():  # O(1) for CPython strings; ASCII always encodes
+        return
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise SerializationError(f"{name} is not valid Unicode text: {exc.reason}") from exc
 
 
+_NO_ATTRIBUTES: Mapping[str, str] = MappingProxyType({})
+
+
 def _freeze(attributes: Mapping[str, str] | None) -> Mapping[str, str]:
-    items = dict(attributes or {})
+    if not attributes:
+        return _NO_ATTRIBUTES
+    items = dict(attributes)
     for key, value in items.items():
         _check_text("attribute key", key)
         _check_text(f"attribute {key!r}", value)
-    return MappingProxyType(dict(sorted(items.items(), key=lambda kv: kv[0].encode("utf-8"))))
+    # Code-point order is UTF-8 byte order (valid text has no surrogates): keys sort as bytes.
+    return MappingProxyType(dict(sorted(items.items())))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,9 +167,15 @@ class EntryDraft:
     def __post_init__(self) -> None:
         if not isinstance(self.saga_id, str) or not self.saga_id:
             raise SerializationError("saga_id must be a non-empty str")
-        for name in ("saga_id", "tool", "payload", "result", "error", "actor"):
-            _check_text(name, getattr(self, name))
-        if isinstance(self.event_type, UnknownEventType):
+        _check_text("saga_id", self.saga_id)
+        _check_text("tool", self.tool)
+        _check_text("payload", self.payload)
+        _check_text("result", self.result)
+        _check_text("error", self.error)
+        _check_text("actor", self.actor)
+        if type(self.event_type) is EventType:
+            pass
+        elif isinstance(self.event_type, UnknownEventType):
             _check_text("event_type", self.event_type)
         else:
             try:
@@ -189,6 +203,21 @@ class JournalEntry(EntryDraft):
         super().__post_init__()
         if not isinstance(self.seq, int) or isinstance(self.seq, bool) or self.seq < 1:
             raise SerializationError("seq must be an int >= 1")
+
+    @classmethod
+    def _linked(cls, draft: EntryDraft, *, seq: int, prev_hash: str, hash: str) -> JournalEntry:
+        """``draft`` placed at ``seq``, without validating its fields again.
+
+        For :func:`sagacity.chain.link` only: ``draft`` was validated when it was made (it is
+        frozen) and the chain computed ``seq``, ``prev_hash`` and ``hash`` itself.
+        """
+        entry = object.__new__(cls)
+        fields = entry.__dict__
+        fields.update(draft.__dict__)
+        fields["seq"] = seq
+        fields["prev_hash"] = prev_hash
+        fields["hash"] = hash
+        return entry
 
     @property
     def ref_seq(self) -> int | None:

@@ -78,21 +78,16 @@ def compute_hash(prev_hash: str, entry: EntryDraft, *, seq: int) -> str:
 
 
 def link(draft: EntryDraft, *, seq: int, prev_hash: str) -> JournalEntry:
-    """Place ``draft`` at ``seq`` after an entry whose hash is ``prev_hash``."""
-    return JournalEntry(
-        saga_id=draft.saga_id,
-        event_type=draft.event_type,
-        tool=draft.tool,
-        payload=draft.payload,
-        result=draft.result,
-        error=draft.error,
-        actor=draft.actor,
-        attributes=draft.attributes,
-        recorded_at_us=draft.recorded_at_us,
-        seq=seq,
-        prev_hash=prev_hash,
-        hash=compute_hash(prev_hash, draft, seq=seq),
-    )
+    """Place ``draft`` at ``seq`` after an entry whose hash is ``prev_hash``.
+
+    Raises:
+        SerializationError: ``seq`` is not an int >= 1, or ``prev_hash`` is not 32 bytes hex.
+    """
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+        raise SerializationError("seq must be an int >= 1")
+    digest = compute_hash(prev_hash, draft, seq=seq)
+    # ``draft`` was validated when made (it is frozen): its fields are not checked again.
+    return JournalEntry._linked(draft, seq=seq, prev_hash=prev_hash, hash=digest)
 
 
 def payload_sha256(payload: str) -> str:
