@@ -11,6 +11,7 @@ saga's partition, extends the accepted tail and reads it back to confirm it won
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -358,6 +359,9 @@ class KafkaJournal:
         self._failures: list[_Delivery] = []
         self._failures_lock = threading.Lock()
         self._wakeups: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._deadlines: collections.deque[
+            tuple[float, asyncio.AbstractEventLoop, asyncio.Future[None]]
+        ] = collections.deque()
         self._closed = False
         self._stop = threading.Event()
         self._poller = threading.Thread(target=self._poll, name="sagacity-kafka-poll", daemon=True)
@@ -718,6 +722,25 @@ class KafkaJournal:
             self._producer.poll(0.05)
             if self._wakeups:
                 self._wake_batch()
+            if self._deadlines:
+                self._expire_overdue()
+
+    def _expire_overdue(self) -> None:
+        """Fail asyncio waits whose acknowledgement is overdue (in registration order).
+
+        Every wait has the same timeout, so the deque is in deadline order: it is swept from
+        the front until the first wait that is neither resolved nor overdue.
+        """
+        deadlines = self._deadlines
+        now = time.monotonic()
+        while deadlines:
+            deadline, loop, future = deadlines[0]
+            if not future.done():
+                if deadline > now:
+                    return
+                with contextlib.suppress(RuntimeError):  # a closed loop: nobody awaits it
+                    loop.call_soon_threadsafe(_expire, future)
+            deadlines.popleft()
 
     def _wake(self, waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]) -> None:
         """Resolve asyncio waiters of a settled event from the thread that settled it.
@@ -868,14 +891,13 @@ class KafkaJournal:
     async def _wait_async(self, delivery: _Delivery, loop: asyncio.AbstractEventLoop) -> None:
         entry = delivery.entry
         future = delivery.async_waiter(loop)
-        # A timer instead of asyncio.wait_for: no extra task per event on the hot path.
-        timer = loop.call_at(loop.time() + self._ack_timeout + 0.5, _expire, future)
-        try:
-            await future
-        except TimeoutError as exc:
-            raise self._unacknowledged(entry) from exc
-        finally:
-            timer.cancel()
+        if not future.done():
+            # The poll thread expires it past the deadline: no timer (nor task) per event.
+            self._deadlines.append((time.monotonic() + self._ack_timeout + 0.5, loop, future))
+            try:
+                await future
+            except TimeoutError as exc:
+                raise self._unacknowledged(entry) from exc
         self._check_delivery(delivery)
 
     def _check_delivery(self, delivery: _Delivery) -> None:

@@ -20,6 +20,8 @@ CANONICAL_MAGIC = b"SGC1"
 """Leading bytes of every canonical form; the version of the form itself."""
 
 _NULL = b"\xff\xff\xff\xff"
+_U32 = struct.Struct(">I").pack
+_INT_FIELD = struct.Struct(">Iq").pack  # the length (8) and the big-endian int64
 
 
 def _field(value: bytes | None) -> bytes:
@@ -27,24 +29,34 @@ def _field(value: bytes | None) -> bytes:
         return _NULL
     if len(value) >= 0xFFFFFFFF:
         raise SerializationError("field too large for the canonical form")
-    return struct.pack(">I", len(value)) + value
+    return _U32(len(value)) + value
 
 
 def _text(value: str | None) -> bytes:
-    return _field(None if value is None else value.encode("utf-8"))
+    if value is None:
+        return _NULL
+    data = value.encode("utf-8")
+    if len(data) >= 0xFFFFFFFF:
+        raise SerializationError("field too large for the canonical form")
+    return _U32(len(data)) + data
 
 
 def _int(value: int) -> bytes:
-    return _field(struct.pack(">q", value))
+    return _INT_FIELD(8, value)
 
 
 def _attributes(attributes: Mapping[str, str]) -> bytes:
+    if not attributes:
+        return _EMPTY_ATTRIBUTES
     items = sorted((k.encode("utf-8"), v.encode("utf-8")) for k, v in attributes.items())
     out = [struct.pack(">I", len(items))]
     for key, value in items:
         out.append(_field(key))
         out.append(_field(value))
     return b"".join(out)
+
+
+_EMPTY_ATTRIBUTES = _U32(0)
 
 
 def canonical_bytes(entry: EntryDraft, *, seq: int) -> bytes:

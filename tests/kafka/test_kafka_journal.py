@@ -358,3 +358,29 @@ def test_readers_skip_undecodable_messages_into_a_report(
     whole = journal_factory(topic).reader.read_partition(partition)
     assert len(whole.skipped) == 4
     assert len(whole.sagas[saga].entries) == 3
+
+
+def test_async_append_whose_ack_never_arrives_fails_and_poisons_the_saga(
+    topic: str, journal_factory: JournalFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sagacity.producer import _journal
+
+    journal = journal_factory(topic, ack_timeout_s=1.0)
+    saga = f"lost-ack-{uuid.uuid4().hex[:6]}"
+    _open(journal, saga)
+    # Swallow every delivery report from here on: the journal never learns of the ack.
+    monkeypatch.setattr(_journal._Delivery, "settle", lambda self, error, message: None)
+
+    async def main() -> None:
+        await journal.append_async(
+            EntryDraft(saga_id=saga, event_type=EventType.INTENT, payload='{"n":1}')
+        )
+
+    with pytest.raises(JournalUnavailableError, match="did not acknowledge INTENT seq 2"):
+        asyncio.run(main())
+    monkeypatch.undo()
+    # The saga is poisoned: the next append re-reads the topic instead of trusting the tail.
+    assert journal._states[saga].poisoned
+    entry = journal.append(EntryDraft(saga_id=saga, event_type=EventType.SAGA_ENDED))
+    assert entry.seq == 3
+    assert verify(journal.read(saga).entries).ok
