@@ -70,7 +70,9 @@ RECORD_OVERHEAD = 128
 _PARTITION_CACHE = 100_000
 _READ_CACHE = 256
 _JSON_PAYLOAD_EVENTS = frozenset({EventType.INTENT, EventType.AWAITING_APPROVAL})
-_EVENT_TYPE_HEADERS = {t: ("event_type", t.value.encode()) for t in EventType}
+_EVENT_TYPE_HEADERS: dict[str, tuple[str, bytes]] = {
+    t.value: ("event_type", t.value.encode()) for t in EventType
+}
 """The ``event_type`` header of each known event type, built once."""
 
 

@@ -118,6 +118,99 @@ def test_round_trip_is_exact_for_any_entry(
     assert compute_hash(back.prev_hash, back, seq=seq) == entry.hash
 
 
+def _fastavro_encoding(entry: JournalEntry) -> bytes:
+    import io
+
+    import fastavro
+
+    from sagacity.schemas import entry_record
+
+    buf = io.BytesIO()
+    buf.write(MAGIC + current_schema().fingerprint)
+    fastavro.schemaless_writer(buf, current_schema().schema, entry_record(entry), strict=True)
+    return buf.getvalue()
+
+
+def test_the_direct_encoder_covers_the_current_schema() -> None:
+    from sagacity.schemas._codec import _direct_encoding
+
+    # A schema change must extend the direct encoder (or encoding falls back to fastavro).
+    assert _direct_encoding()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    saga_id=text.filter(bool),
+    seq=st.integers(min_value=1, max_value=2**63 - 1),
+    event_type=st.sampled_from(list(EventType)),
+    tool=maybe_text,
+    payload=st.none() | text | text.map(lambda t: "é" * 2100 + t),  # past 4096 bytes
+    result=maybe_text,
+    error=maybe_text,
+    actor=maybe_text,
+    attributes=st.dictionaries(text, text, max_size=70),
+    recorded_at_us=st.integers(min_value=-(2**63), max_value=2**63 - 1),
+)
+def test_encoding_is_byte_identical_to_fastavro(
+    saga_id: str,
+    seq: int,
+    event_type: EventType,
+    tool: str | None,
+    payload: str | None,
+    result: str | None,
+    error: str | None,
+    actor: str | None,
+    attributes: dict[str, str],
+    recorded_at_us: int,
+) -> None:
+    draft = EntryDraft(
+        saga_id=saga_id,
+        event_type=event_type,
+        tool=tool,
+        payload=payload,
+        result=result,
+        error=error,
+        actor=actor,
+        attributes=attributes,
+        recorded_at_us=recorded_at_us,
+    )
+    entry = link(draft, seq=seq, prev_hash="ab" * 32)
+    assert encode_entry(entry) == _fastavro_encoding(entry)
+
+
+def test_an_unknown_event_type_encodes_as_fastavro_does() -> None:
+    from sagacity import UnknownEventType
+
+    entry = replace(_entry(), event_type=UnknownEventType("TELEPORTED"))
+    assert encode_entry(entry) == _fastavro_encoding(entry)
+
+
+@pytest.mark.parametrize("recorded_at_us", [2**63, -(2**63) - 1])
+def test_a_time_beyond_64_bits_is_a_serialization_error(recorded_at_us: int) -> None:
+    entry = JournalEntry(
+        saga_id="s",
+        event_type=EventType.INTENT,
+        seq=1,
+        recorded_at_us=recorded_at_us,
+        prev_hash=GENESIS,
+        hash=GENESIS,
+    )
+    with pytest.raises(SerializationError, match="does not fit"):
+        encode_entry(entry)
+
+
+def test_a_field_of_the_wrong_type_is_a_serialization_error() -> None:
+    entry = JournalEntry(
+        saga_id="s",
+        event_type=EventType.INTENT,
+        seq=1,
+        prev_hash=GENESIS,
+        hash=7,  # type: ignore[arg-type]
+    )
+    with pytest.raises(SerializationError, match="does not fit"):
+        encode_entry(entry)
+
+
 def test_seq_beyond_64_bits_is_a_serialization_error() -> None:
     entry = JournalEntry(
         saga_id="s", event_type=EventType.INTENT, seq=2**63, prev_hash=GENESIS, hash=GENESIS
