@@ -10,6 +10,7 @@ saga's partition, extends the accepted tail and reads it back to confirm it won
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import collections
 import contextlib
@@ -62,13 +63,14 @@ from sagacity.producer._topic import (
     describe,
 )
 from sagacity.producer._trace import current_traceparent, valid_traceparent
-from sagacity.schemas import current_schema, encode_entry
+from sagacity.schemas import current_schema, encode_entry, link_encoded
 
 RECORD_OVERHEAD = 128
 """Bytes reserved beyond key, value and headers for Kafka's record and batch framing."""
 
 _PARTITION_CACHE = 100_000
 _READ_CACHE = 256
+_PRUNE_PENDING = 16
 _JSON_PAYLOAD_EVENTS = frozenset({EventType.INTENT, EventType.AWAITING_APPROVAL})
 _EVENT_TYPE_HEADERS: dict[str, tuple[str, bytes]] = {
     t.value: ("event_type", t.value.encode()) for t in EventType
@@ -114,7 +116,7 @@ class _Delivery:
     :meth:`settle` is the producer's delivery callback itself (no wrapper per event).
     """
 
-    __slots__ = ("_event", "_journal", "_lock", "_waiters", "done", "entry", "error", "offset")
+    __slots__ = ("_gate", "_journal", "_lock", "_waiters", "done", "entry", "error", "offset")
 
     def __init__(self, entry: JournalEntry, journal: KafkaJournal) -> None:
         self.entry = entry
@@ -123,7 +125,8 @@ class _Delivery:
         self.offset = -1
         self._journal = journal
         self._lock = threading.Lock()
-        self._event: threading.Event | None = None
+        # Held while someone waits for the acknowledgement; released by :meth:`settle`.
+        self._gate: _thread.LockType | None = None
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
     def settle(self, error: KafkaError | None, message: Message | None) -> None:
@@ -133,14 +136,14 @@ class _Delivery:
                 offset = message.offset()
                 self.offset = offset if offset is not None else -1
             self.done = True
-            event = self._event
+            gate = self._gate
             waiters = self._waiters
             if waiters:
                 self._waiters = []
         if error is not None:
             self._journal._failed(self)
-        if event is not None:
-            event.set()
+        if gate is not None:
+            gate.release()
         if waiters:
             self._journal._wake(waiters)
 
@@ -149,10 +152,16 @@ class _Delivery:
         with self._lock:
             if self.done:
                 return True
-            if self._event is None:
-                self._event = threading.Event()
-            event = self._event
-        return event.wait(timeout)
+            gate = self._gate
+            if gate is None:
+                gate = self._gate = _thread.allocate_lock()
+                gate.acquire()
+        # A bare lock rather than a threading.Event (a Condition and two more locks per wait):
+        # whoever passes the gate opens it again for any other waiter.
+        if not gate.acquire(timeout=timeout):
+            return False
+        gate.release()
+        return True
 
     def async_waiter(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
         future: asyncio.Future[None] = loop.create_future()
@@ -786,10 +795,14 @@ class KafkaJournal:
                 headers.append(("traceparent", traceparent.encode()))
         return headers
 
-    def _produce(self, entry: JournalEntry) -> _Delivery:
-        """Publish ``entry`` (size-checked first); the caller holds the saga's lock."""
+    def _produce(self, entry: JournalEntry, value: bytes | None = None) -> _Delivery:
+        """Publish ``entry`` (size-checked first); the caller holds the saga's lock.
+
+        ``value`` is ``entry``'s encoding when the caller made it already.
+        """
         key = entry.saga_id.encode("utf-8")
-        value = encode_entry(entry)
+        if value is None:
+            value = encode_entry(entry)
         headers = self._headers(entry, key)
         size = len(key) + len(value) + RECORD_OVERHEAD
         for name, header in headers:
@@ -858,11 +871,13 @@ class KafkaJournal:
         self, state: _SagaState, draft: EntryDraft
     ) -> tuple[JournalEntry, _Delivery]:
         tail = state.chain[-1]
-        entry = link(draft, seq=tail.seq + 1, prev_hash=tail.hash)
-        delivery = self._produce(entry)
+        entry, value = link_encoded(draft, seq=tail.seq + 1, prev_hash=tail.hash)
+        delivery = self._produce(entry, value)
         state.chain.append(entry)
-        state.pending = [d for d in state.pending if not d.done]
-        state.pending.append(delivery)
+        pending = state.pending
+        if len(pending) >= _PRUNE_PENDING:  # acknowledged ones dropped now and then, not per event
+            pending = state.pending = [d for d in pending if not d.done]
+        pending.append(delivery)
         if entry.event_type in HANDOFF_EVENTS:
             self._release(draft.saga_id, state)
         return entry, delivery

@@ -133,6 +133,8 @@ def _freeze(attributes: Mapping[str, str] | None) -> Mapping[str, str]:
     for key, value in items.items():
         _check_text("attribute key", key)
         _check_text(f"attribute {key!r}", value)
+    if len(items) == 1:
+        return MappingProxyType(items)
     # Code-point order is UTF-8 byte order (valid text has no surrogates): keys sort as bytes.
     return MappingProxyType(dict(sorted(items.items())))
 

@@ -20,6 +20,7 @@ from sagacity.schemas import (
     current_schema,
     decode_entry,
     encode_entry,
+    link_encoded,
     peek_fingerprint,
 )
 
@@ -176,6 +177,10 @@ def test_encoding_is_byte_identical_to_fastavro(
     )
     entry = link(draft, seq=seq, prev_hash="ab" * 32)
     assert encode_entry(entry) == _fastavro_encoding(entry)
+    # The journal's one-pass link and encode gives the same entry and the same bytes.
+    linked, value = link_encoded(draft, seq=seq, prev_hash="ab" * 32)
+    assert linked == entry
+    assert value == encode_entry(entry)
 
 
 def test_an_unknown_event_type_encodes_as_fastavro_does() -> None:
@@ -197,6 +202,25 @@ def test_a_time_beyond_64_bits_is_a_serialization_error(recorded_at_us: int) -> 
     )
     with pytest.raises(SerializationError, match="does not fit"):
         encode_entry(entry)
+
+
+@pytest.mark.parametrize("recorded_at_us", [2**63, -(2**63) - 1])
+def test_linking_a_time_beyond_64_bits_is_a_serialization_error(recorded_at_us: int) -> None:
+    draft = EntryDraft(saga_id="s", event_type=EventType.INTENT, recorded_at_us=recorded_at_us)
+    with pytest.raises(SerializationError, match="does not fit"):
+        link_encoded(draft, seq=1, prev_hash=GENESIS)
+
+
+@pytest.mark.parametrize(
+    ("seq", "prev_hash", "message"),
+    [(0, GENESIS, "seq must be"), (1, "zz" * 32, "not hex"), (1, "ab" * 31, "32 bytes")],
+)
+def test_linking_refuses_a_bad_position(seq: int, prev_hash: str, message: str) -> None:
+    draft = EntryDraft(saga_id="s", event_type=EventType.INTENT)
+    with pytest.raises(SerializationError, match=message):
+        link_encoded(draft, seq=seq, prev_hash=prev_hash)
+    with pytest.raises(SerializationError, match=message):
+        link(draft, seq=seq, prev_hash=prev_hash)
 
 
 def test_a_field_of_the_wrong_type_is_a_serialization_error() -> None:
