@@ -42,7 +42,10 @@ def _text(value: str | None) -> bytes:
 
 
 def _int(value: int) -> bytes:
-    return _INT_FIELD(8, value)
+    try:
+        return _INT_FIELD(8, value)
+    except struct.error as exc:
+        raise SerializationError(f"{value} does not fit the canonical form's int64") from exc
 
 
 def _attributes(attributes: Mapping[str, str]) -> bytes:

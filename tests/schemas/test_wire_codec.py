@@ -209,6 +209,8 @@ def test_linking_a_time_beyond_64_bits_is_a_serialization_error(recorded_at_us: 
     draft = EntryDraft(saga_id="s", event_type=EventType.INTENT, recorded_at_us=recorded_at_us)
     with pytest.raises(SerializationError, match="does not fit"):
         link_encoded(draft, seq=1, prev_hash=GENESIS)
+    with pytest.raises(SerializationError, match="does not fit"):
+        link(draft, seq=1, prev_hash=GENESIS)
 
 
 @pytest.mark.parametrize(
