@@ -155,13 +155,18 @@ def test_sigkill_mid_stream_then_restart_archives_every_event_exactly_once(
     proc = _serve(kafka_bootstrap, archive_dsn, topic, group, log)
     try:
         wait_for(lambda: count(archive_dsn) >= 300, what="the first rows")
-        # Keep producing while the archiver works, then kill it without warning.
-        feeder = threading.Thread(
-            target=produce,
-            args=(kafka_bootstrap, topic, [(e.saga_id.encode(), encode(e)) for e in events[half:]]),
-        )
+        # Keep producing while the archiver works (in paced chunks, so that the stream is still
+        # arriving), then kill it without warning once it archived part of the second half.
+        rest = [(e.saga_id.encode(), encode(e)) for e in events[half:]]
+
+        def feed() -> None:
+            for i in range(0, len(rest), 100):
+                produce(kafka_bootstrap, topic, rest[i : i + 100])
+                time.sleep(0.05)
+
+        feeder = threading.Thread(target=feed)
         feeder.start()
-        time.sleep(0.3)
+        wait_for(lambda: count(archive_dsn) >= half + 200, what="part of the second half")
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         feeder.join(60)
