@@ -22,6 +22,7 @@ from sagacity._decorators import Constraint
 from sagacity._events import EntryDraft, EventType, JournalEntry, now_micros
 from sagacity._memory import InMemoryJournal
 from sagacity._outcome import outcome_from_chain
+from sagacity._oversize import append_bounded
 from sagacity._registry import ToolRegistry
 from sagacity._result import SagaResult, SagaStatus
 from sagacity._reversibility import Reversibility
@@ -402,10 +403,12 @@ class Sagacity:
             attributes = {attr.REASON: cause.value}
             if ref_seq is not None:
                 attributes[attr.REF_SEQ] = str(ref_seq)
-            self._journal.append(
+            append_bounded(
+                self._journal,
                 self._draft(
                     saga_id, EventType.COMPENSATION_REQUESTED, error=error, attributes=attributes
-                )
+                ),
+                durable=True,
             )
             status = SagaStatus.COMPENSATION_PENDING
         else:
@@ -416,10 +419,12 @@ class Sagacity:
                 [f"seq {s.seq} {s.tool}: {s.reason}" for s in report.dirty]
                 + [f"seq {s.seq} {s.tool}: suspect: {s.reason}" for s in report.suspects]
             )
-        self._journal.append(
+        append_bounded(
+            self._journal,
             self._draft(
                 saga_id, EventType.SAGA_ENDED, result=status.value, error=error, attributes=ended
-            )
+            ),
+            durable=True,
         )
         self._journal.flush()
         return SagaResult(

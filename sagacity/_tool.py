@@ -30,6 +30,7 @@ from sagacity import _attributes as attr
 from sagacity._codec import call_arguments, describe_error, dumps, encode_payload, encode_result
 from sagacity._decorators import ToolDefinition
 from sagacity._events import EntryDraft, EventType, JournalEntry
+from sagacity._oversize import append_bounded, append_bounded_async
 from sagacity._scope import SagaScope, current_scope
 from sagacity._undo import Undo, extract_undo, undo_declared
 from sagacity.chain import payload_sha256
@@ -243,7 +244,9 @@ def _after_stop(scope: SagaScope, stop: _Stop, entry: JournalEntry) -> str:
 
 
 def _record_failure(scope: SagaScope, intent: JournalEntry, exc: BaseException) -> None:
-    scope.mark_failed(tool=intent.tool, seq=intent.seq, error=describe_error(exc))
+    # A journaled FAILED's error is the one the saga reports (cut short if it had to be).
+    error = intent.error if intent.event_type is EventType.FAILED and intent.error else None
+    scope.mark_failed(tool=intent.tool, seq=intent.seq, error=error or describe_error(exc))
 
 
 def journaled_call(
@@ -278,7 +281,7 @@ def journaled_call(
         _record_failure(scope, failed or intent, exc)
         raise
     try:
-        journal.append(executed_draft(host, definition, intent, value), durable=False)
+        append_bounded(journal, executed_draft(host, definition, intent, value))
     except WriterConflictError as exc:
         scope.mark_lost(exc.message)
         raise
@@ -314,7 +317,7 @@ async def journaled_call_async(
         _record_failure(scope, failed or intent, exc)
         raise
     try:
-        await journal.append_async(executed_draft(host, definition, intent, value), durable=False)
+        await append_bounded_async(journal, executed_draft(host, definition, intent, value))
     except WriterConflictError as exc:
         scope.mark_lost(exc.message)
         raise
@@ -365,7 +368,7 @@ def _journal_failed(
     exc: BaseException,
 ) -> JournalEntry | None:
     try:
-        return journal.append(failed_draft(host, definition, intent, exc), durable=False)
+        return append_bounded(journal, failed_draft(host, definition, intent, exc))
     except Exception as journal_exc:
         # The tool's own exception matters more to the caller; the INTENT without an outcome
         # is reported SUSPECT at compensation, so nothing is silently lost.
@@ -381,9 +384,7 @@ async def _journal_failed_async(
     exc: BaseException,
 ) -> JournalEntry | None:
     try:
-        return await journal.append_async(
-            failed_draft(host, definition, intent, exc), durable=False
-        )
+        return await append_bounded_async(journal, failed_draft(host, definition, intent, exc))
     except Exception as journal_exc:
         exc.add_note(f"sagacity: FAILED could not be journaled: {describe_error(journal_exc)}")
         return None

@@ -224,3 +224,66 @@ def test_from_env_runs_sagas_on_kafka_and_delegates_compensation(
         assert not read.ownership.live  # handed off to the compensation service
     finally:
         journal.close()
+
+
+class Export:
+    """A tool whose result (or error) is larger than the topic takes."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.calls = 0
+
+    @compensable(by="discard")
+    def export(self, report: str) -> str:
+        self.calls += 1
+        return "é" * self.size
+
+    @compensation
+    def discard(self, context: Any) -> None:
+        pass
+
+    @compensable(by="discard")
+    def explode(self, report: str) -> str:
+        self.calls += 1
+        raise RuntimeError("x" * self.size)
+
+
+def test_an_outcome_too_large_for_the_topic_is_journaled_without_its_bulk(
+    make_topic: Callable[..., str], journal_factory: Callable[..., KafkaJournal]
+) -> None:
+    import hashlib
+
+    topic = make_topic(partitions=1, config={"max.message.bytes": "4096"})
+    journal = journal_factory(topic)
+    sagacity = Sagacity(journal=journal)
+    tool = Export(6000)  # 12 000 UTF-8 bytes: the tool runs, its result cannot be published
+    tools = sagacity.wrap(tool)
+    saga = f"export-{uuid.uuid4().hex}"
+    result = sagacity.saga(saga, lambda: tools.export("q3"))
+    assert result.status is SagaStatus.COMPLETED
+    assert result.value == "é" * 6000  # the caller still gets the whole value
+    chain = journal_factory(topic).reader.read(saga).entries
+    assert verify(chain).ok
+    executed = [e for e in chain if e.event_type is E.EXECUTED]
+    assert len(executed) == 1 and tool.calls == 1
+    step = executed[0]
+    assert step.result is None
+    assert step.attributes["omitted"] == "result"
+    assert step.attributes["omitted_sha256"] == hashlib.sha256(("é" * 6000).encode()).hexdigest()
+    assert step.attributes["omitted_bytes"] == "12000"
+
+    # A failure whose error text is too large: journaled FAILED with the error cut short, so
+    # the saga fails and is compensated instead of leaving an INTENT without an outcome.
+    failing = f"explode-{uuid.uuid4().hex}"
+    outcome = sagacity.saga(failing, lambda: (tools.export("a"), tools.explode("b")))
+    assert outcome.status is SagaStatus.COMPENSATED
+    chain = journal_factory(topic).reader.read(failing).entries
+    assert verify(chain).ok
+    failed = [e for e in chain if e.event_type is E.FAILED]
+    assert len(failed) == 1
+    assert failed[0].error is not None
+    assert failed[0].error.startswith("RuntimeError: xxx")
+    assert failed[0].error.endswith("[cut short: too large to journal]")
+    assert failed[0].attributes["omitted"] == "error"
+    assert failed[0].attributes["omitted_bytes"] == str(len("RuntimeError: " + "x" * 6000))
+    assert [e.event_type for e in chain if e.event_type is E.COMPENSATED] == [E.COMPENSATED]
