@@ -31,7 +31,8 @@ def test_an_executed_result_is_left_out_with_its_digest_and_size() -> None:
 def test_an_error_is_cut_short_and_a_short_one_is_left_alone() -> None:
     long_error = EntryDraft(saga_id="s", event_type=EventType.SAGA_ENDED, error="e" * 5000)
     smaller = without_bulk(long_error)
-    assert smaller is not None and smaller.error is not None
+    assert smaller is not None
+    assert smaller.error is not None
     assert smaller.error == "e" * ERROR_KEPT + CUT_SHORT
     assert smaller.attributes["omitted"] == "error"
     assert smaller.attributes["omitted_bytes"] == "5000"

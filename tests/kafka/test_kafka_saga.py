@@ -265,7 +265,8 @@ def test_an_outcome_too_large_for_the_topic_is_journaled_without_its_bulk(
     chain = journal_factory(topic).reader.read(saga).entries
     assert verify(chain).ok
     executed = [e for e in chain if e.event_type is E.EXECUTED]
-    assert len(executed) == 1 and tool.calls == 1
+    assert len(executed) == 1
+    assert tool.calls == 1
     step = executed[0]
     assert step.result is None
     assert step.attributes["omitted"] == "result"
