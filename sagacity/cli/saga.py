@@ -8,6 +8,7 @@ import socket
 
 import click
 
+from sagacity.cli._db_options import database_options, fail
 from sagacity.errors import (
     ConfigurationError,
     JournalError,
@@ -108,3 +109,110 @@ def takeover_cmd(
         f"{done.entry.event_type.value} at seq {done.entry.seq} — the compensation service "
         "undoes its steps (an INTENT without an outcome becomes SUSPECT)"
     )
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _seconds(text: str) -> float:
+    value, unit = text[:-1], text[-1:]
+    if unit not in _UNITS or not value.isdigit() or int(value) <= 0:
+        raise click.BadParameter(f"{text!r} is not a duration like 90s, 15m, 2h or 1d")
+    return int(value) * _UNITS[unit]
+
+
+@saga.command("sweep")
+@click.option(
+    "--older-than",
+    "older_than",
+    required=True,
+    help="Propose sagas whose last archived event is older than this (90s, 15m, 2h, 1d).",
+)
+@click.option("--apply", is_flag=True, help="Take over the sagas whose lease has expired.")
+@click.option("--limit", default=100, show_default=True, help="Most candidates judged per run.")
+@click.option(
+    "--reason",
+    default="its writer is presumed gone (swept)",
+    show_default=True,
+    help="Why the sagas are taken over (journaled with each hand-off).",
+)
+@click.option(
+    "--bootstrap-servers",
+    "bootstrap",
+    metavar="HOST:PORT[,…]",
+    help="Kafka bootstrap servers [default: $SAGACITY_BOOTSTRAP_SERVERS].",
+)
+@click.option(
+    "--topic",
+    default=None,
+    help="The journal topic [default: $SAGACITY_TOPIC or sagacity.journal].",
+)
+@database_options
+def sweep_cmd(
+    older_than: str,
+    apply: bool,
+    limit: int,
+    reason: str,
+    bootstrap: str | None,
+    topic: str | None,
+    database_url: str,
+    schema: str | None,
+) -> None:
+    """Find live sagas whose writer went quiet and, with --apply, hand them to compensation.
+
+    Candidates come from the archive (their last archived event is older than --older-than
+    and leaves the saga with its writer); each is then judged on the topic by its writer's
+    lease, exactly as `sagacity saga takeover` without --force does. A dry run (the default)
+    only reports. Run it from cron (or a Kubernetes CronJob) next to the compensation service.
+    Exit status: 0 done, 2 usage or no archive, 3 the cluster does not answer.
+    """
+    from sagacity.cli._db_options import conninfo
+    from sagacity.consumers.archive._abandoned import quiet_sagas, sweep
+    from sagacity.consumers.archive._db import connect
+    from sagacity.producer import KafkaJournal, KafkaJournalSettings
+
+    seconds = _seconds(older_than)
+    env = dict(os.environ)
+    if bootstrap:
+        env["SAGACITY_BOOTSTRAP_SERVERS"] = bootstrap
+    if topic:
+        env["SAGACITY_TOPIC"] = topic
+    try:
+        settings = KafkaJournalSettings.from_env(env)
+    except ConfigurationError as exc:
+        raise click.UsageError(f"{exc.message} (or pass --bootstrap-servers)") from exc
+    try:
+        with connect(conninfo(database_url, schema)) as conn:
+            candidates = quiet_sagas(conn, topic=settings.topic, older_than_s=seconds, limit=limit)
+    except SagacityError as exc:
+        fail(exc.message)
+    if not candidates:
+        click.echo(f"no live saga on {settings.topic!r} has been quiet for {older_than}")
+        return
+    try:
+        journal = KafkaJournal.from_settings(settings)
+    except JournalError as exc:
+        click.echo(f"Error: {exc.message}", err=True)
+        raise SystemExit(3) from exc
+    try:
+        results = sweep(
+            journal,
+            [c.saga_id for c in candidates],
+            apply=apply,
+            reason=reason,
+            actor=_operator(),
+        )
+    except JournalUnavailableError as exc:
+        click.echo(f"Error: {exc.message}", err=True)
+        raise SystemExit(3) from exc
+    finally:
+        journal.close()
+    quiet = {c.saga_id: c for c in candidates}
+    for result in results:
+        c = quiet[result.saga_id]
+        click.echo(
+            f"{result.saga_id:<40} {c.head_event} seq {c.head_seq}, {c.head_age_s:,.0f}s quiet: "
+            f"{result.outcome.value} — {result.detail}"
+        )
+    if not apply:
+        click.echo("dry run: pass --apply to take over the sagas marked 'would take over'")
