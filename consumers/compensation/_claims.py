@@ -267,6 +267,26 @@ class ClaimStore:
             for r in rows
         ]
 
+    def prune(self, *, older_than_s: float, apply: bool) -> int:
+        """Delete (with ``apply``; else count) settled claims finished over ``older_than_s``
+        seconds ago: ``COMPENSATED`` and ``FAILED`` only.  ``CLAIMED`` and ``TIMED_OUT`` claims
+        are the evidence of a call in doubt and are never removed.
+
+        Raises:
+            PersistenceError: the database could not be reached or refused.
+        """
+        where = (
+            "status IN ('COMPENSATED', 'FAILED') AND finished_at IS NOT NULL"
+            " AND finished_at < now() - make_interval(secs => %s)"
+        )
+        verb = "DELETE FROM {table} WHERE " if apply else "SELECT count(*) FROM {table} WHERE "
+        try:
+            cursor = self._conn().execute(_q(verb + where), (older_than_s,))
+            count = cursor.rowcount if apply else int(str(cursor.fetchone()[0]))  # type: ignore[index]
+        except psycopg.Error as exc:
+            raise _persistence("pruning claims", exc) from exc
+        return max(count, 0)
+
     def close(self) -> None:
         """Close every connection (their saga locks are released with them)."""
         with self._all_lock:

@@ -19,6 +19,7 @@ _GROUPS: tuple[tuple[str, str], ...] = (
     ("sagacity.cli.serve", "serve"),
     ("sagacity.cli.archive", "archive"),
     ("sagacity.cli.approvals", "approvals"),
+    ("sagacity.cli.compensation", "compensation"),
     ("sagacity.cli.audit", "verify"),
     ("sagacity.cli.audit", "replay"),
     ("sagacity.cli.audit", "export"),

@@ -49,3 +49,18 @@ def topic_option(service: str, *, show_default: bool = True) -> Callable[[F], F]
         default=DEFAULT_TOPIC,
         show_default=show_default,
     )
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``90s``, ``15m``, ``2h`` or ``30d``.
+
+    Raises:
+        click.BadParameter: anything else.
+    """
+    value, unit = text[:-1], text[-1:]
+    if unit not in _DURATION_UNITS or not value.isdigit() or int(value) <= 0:
+        raise click.BadParameter(f"{text!r} is not a duration like 90s, 15m, 2h or 30d")
+    return int(value) * _DURATION_UNITS[unit]

@@ -9,6 +9,7 @@ import socket
 import click
 
 from sagacity.cli._db_options import database_options, fail
+from sagacity.cli._options import parse_duration
 from sagacity.errors import (
     ConfigurationError,
     JournalError,
@@ -111,16 +112,6 @@ def takeover_cmd(
     )
 
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def _seconds(text: str) -> float:
-    value, unit = text[:-1], text[-1:]
-    if unit not in _UNITS or not value.isdigit() or int(value) <= 0:
-        raise click.BadParameter(f"{text!r} is not a duration like 90s, 15m, 2h or 1d")
-    return int(value) * _UNITS[unit]
-
-
 @saga.command("sweep")
 @click.option(
     "--older-than",
@@ -171,7 +162,7 @@ def sweep_cmd(
     from sagacity.consumers.archive._db import connect
     from sagacity.producer import KafkaJournal, KafkaJournalSettings
 
-    seconds = _seconds(older_than)
+    seconds = parse_duration(older_than)
     env = dict(os.environ)
     if bootstrap:
         env["SAGACITY_BOOTSTRAP_SERVERS"] = bootstrap
