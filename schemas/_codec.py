@@ -341,8 +341,20 @@ _CANONICAL_NO_ATTRIBUTES = _U32(0)
 _FIELD_LIMIT = 0xFFFFFFFF
 
 
-def _utf8(value: str | None) -> bytes | None:
-    return None if value is None else value.encode("utf-8")
+def _canonical_text(data: bytes | None) -> bytes:
+    return _CANONICAL_NULL if data is None else _U32(len(data)) + data
+
+
+def _avro_optional(data: bytes | None) -> bytes:
+    if data is None:
+        return _NULL_BRANCH
+    size = len(data)
+    return _STRING_BRANCH + (_LENGTHS[size] if size < _LENGTH_CACHE else _long(size)) + data
+
+
+def _avro_bytes(data: bytes) -> bytes:
+    size = len(data)
+    return (_LENGTHS[size] if size < _LENGTH_CACHE else _long(size)) + data
 
 
 def link_encoded(draft: EntryDraft, *, seq: int, prev_hash: str) -> tuple[JournalEntry, bytes]:
@@ -370,72 +382,72 @@ def link_encoded(draft: EntryDraft, *, seq: int, prev_hash: str) -> tuple[Journa
         raise SerializationError("previous hash must be 32 bytes")
     saga = draft.saga_id.encode("utf-8")
     kind = draft.event_type.value.encode("utf-8")
-    texts = (
-        _utf8(draft.tool),
-        _utf8(draft.payload),
-        _utf8(draft.result),
-        _utf8(draft.error),
-        _utf8(draft.actor),
+    tool, payload, result, error, actor = (
+        None if v is None else v.encode("utf-8")
+        for v in (draft.tool, draft.payload, draft.result, draft.error, draft.actor)
     )
-    attributes = draft.attributes
-    items = [(k.encode("utf-8"), v.encode("utf-8")) for k, v in attributes.items()]
     recorded = draft.recorded_at_us
-    canonical = [prev, CANONICAL_MAGIC, _U32(len(saga)), saga]
+    attributes = draft.attributes
+    if attributes:
+        # A draft's attributes are sorted by key (as UTF-8 bytes) when it is made.
+        items = [(k.encode("utf-8"), v.encode("utf-8")) for k, v in attributes.items()]
+        canonical_attributes = _U32(len(items)) + b"".join(
+            _U32(len(k)) + k + _U32(len(v)) + v for k, v in items
+        )
+        avro_attributes = (
+            _long(len(items))
+            + b"".join(_avro_bytes(k) + _avro_bytes(v) for k, v in items)
+            + _LENGTHS[0]
+        )
+    else:
+        canonical_attributes = _CANONICAL_NO_ATTRIBUTES
+        avro_attributes = _LENGTHS[0]
     try:
-        canonical.append(_INT_FIELD(8, seq))
-        canonical += (_U32(len(kind)), kind)
-        for data in texts:
-            if data is None:
-                canonical.append(_CANONICAL_NULL)
-            else:
-                canonical += (_U32(len(data)), data)
-        canonical.append(_INT_FIELD(8, recorded))
-        if items:
-            # ``attributes`` of a draft are sorted by key (as UTF-8 bytes) when it is made.
-            canonical.append(_U32(len(items)))
-            for key, value in items:
-                canonical += (_U32(len(key)), key, _U32(len(value)), value)
-        else:
-            canonical.append(_CANONICAL_NO_ATTRIBUTES)
-    except struct.error as exc:
+        hashed = b"".join(
+            (
+                prev,
+                CANONICAL_MAGIC,
+                _U32(len(saga)),
+                saga,
+                _INT_FIELD(8, seq),
+                _U32(len(kind)),
+                kind,
+                _canonical_text(tool),
+                _canonical_text(payload),
+                _canonical_text(result),
+                _canonical_text(error),
+                _canonical_text(actor),
+                _INT_FIELD(8, recorded),
+                canonical_attributes,
+            )
+        )
+        time_field = _long(recorded)
+    except (struct.error, OverflowError) as exc:
         raise SerializationError(f"entry does not fit the journal schema: {exc}") from exc
-    hashed = b"".join(canonical)
     if len(hashed) >= _FIELD_LIMIT and any(
-        len(part) >= _FIELD_LIMIT for part in (saga, *(t for t in texts if t))
+        len(part) >= _FIELD_LIMIT for part in (saga, tool, payload, result, error, actor) if part
     ):
         raise SerializationError("field too large for the canonical form")
     digest = hashlib.sha256(hashed).hexdigest()
     entry = JournalEntry._linked(draft, seq=seq, prev_hash=prev_hash, hash=digest)
-    lengths = _LENGTHS
-    cached = _LENGTH_CACHE
-    body = [
-        MAGIC,
-        current_schema().fingerprint,
-        lengths[SCHEMA_VERSION],
-        lengths[len(saga)] if len(saga) < cached else _long(len(saga)),
-        saga,
-        _long(seq),
-        lengths[len(kind)] if len(kind) < cached else _long(len(kind)),
-        kind,
-    ]
-    for data in texts:
-        if data is None:
-            body.append(_NULL_BRANCH)
-        else:
-            size = len(data)
-            body += (_STRING_BRANCH, lengths[size] if size < cached else _long(size), data)
-    try:
-        body.append(_long(recorded))
-    except OverflowError as exc:
-        raise SerializationError(f"entry does not fit the journal schema: {exc}") from exc
-    if items:
-        body.append(_long(len(items)))
-        for key, value in items:
-            body += (
-                lengths[len(key)] if len(key) < cached else _long(len(key)),
-                key,
-                lengths[len(value)] if len(value) < cached else _long(len(value)),
-                value,
-            )
-    body += (lengths[0], _string(prev_hash), lengths[64], digest.encode())
-    return entry, b"".join(body)
+    value = b"".join(
+        (
+            MAGIC,
+            current_schema().fingerprint,
+            _LENGTHS[SCHEMA_VERSION],
+            _avro_bytes(saga),
+            _long(seq),
+            _avro_bytes(kind),
+            _avro_optional(tool),
+            _avro_optional(payload),
+            _avro_optional(result),
+            _avro_optional(error),
+            _avro_optional(actor),
+            time_field,
+            avro_attributes,
+            _string(prev_hash),
+            _LENGTHS[64],
+            digest.encode(),
+        )
+    )
+    return entry, value
