@@ -217,3 +217,152 @@ def verify(
         prev = entry.hash
         expected_seq += 1
     return ChainVerdict(ok=True, length=count, head_seq=expected_seq - 1, head_hash=prev)
+
+
+def canonical_bytes_of(
+    saga_id: str,
+    seq: int,
+    event_type: str,
+    tool: str | None,
+    payload: str | None,
+    result: str | None,
+    error: str | None,
+    actor: str | None,
+    recorded_at_us: int,
+    attributes: Mapping[str, str] | None,
+) -> bytes:
+    """:func:`canonical_bytes` from plain field values, byte for byte the same form.
+
+    For readers that hold an entry's columns (an archive row, a decoded Avro record) and would
+    otherwise build a validated :class:`JournalEntry` only to hash it.  ``event_type`` is the
+    type's name as written.  The values are not validated beyond what encoding needs: callers
+    must check the text rules of docs/adr/0002-hash-chain.md themselves (or fall back to the
+    reference path) before trusting a match.
+
+    Raises:
+        SerializationError: a field is too large for the form.
+        UnicodeEncodeError / AttributeError / struct.error: a value is not text or an int.
+    """
+    try:
+        return _canonical_bytes_fast(
+            saga_id,
+            seq,
+            event_type,
+            tool,
+            payload,
+            result,
+            error,
+            actor,
+            recorded_at_us,
+            attributes,
+        )
+    except struct.error:
+        # A length beyond 32 bits, or an int beyond 64: the reference's checks say which.
+        return _canonical_bytes_checked(
+            saga_id,
+            seq,
+            event_type,
+            tool,
+            payload,
+            result,
+            error,
+            actor,
+            recorded_at_us,
+            attributes,
+        )
+
+
+def _canonical_bytes_fast(
+    saga_id: str,
+    seq: int,
+    event_type: str,
+    tool: str | None,
+    payload: str | None,
+    result: str | None,
+    error: str | None,
+    actor: str | None,
+    recorded_at_us: int,
+    attributes: Mapping[str, str] | None,
+) -> bytes:
+    saga = saga_id.encode("utf-8")
+    kind = event_type.encode("utf-8")
+    parts = [
+        CANONICAL_MAGIC,
+        _U32(len(saga)),
+        saga,
+        _INT_FIELD(8, seq),
+        _U32(len(kind)),
+        kind,
+    ]
+    append = parts.append
+    for value in (tool, payload, result, error, actor):
+        if value is None:
+            append(_NULL)
+        else:
+            data = value.encode("utf-8")
+            append(_U32(len(data)))
+            append(data)
+    append(_INT_FIELD(8, recorded_at_us))
+    if attributes:
+        items = sorted((k.encode("utf-8"), v.encode("utf-8")) for k, v in attributes.items())
+        append(_U32(len(items)))
+        for key, value_bytes in items:
+            append(_U32(len(key)))
+            append(key)
+            append(_U32(len(value_bytes)))
+            append(value_bytes)
+    else:
+        append(_EMPTY_ATTRIBUTES)
+    out = b"".join(parts)
+    if len(out) >= 0xFFFFFFFF:
+        # A field may be too large: rebuilt with the reference's checks, which refuse it.
+        return _canonical_bytes_checked(
+            saga_id,
+            seq,
+            event_type,
+            tool,
+            payload,
+            result,
+            error,
+            actor,
+            recorded_at_us,
+            attributes,
+        )
+    return out
+
+
+def _canonical_bytes_checked(
+    saga_id: str,
+    seq: int,
+    event_type: str,
+    tool: str | None,
+    payload: str | None,
+    result: str | None,
+    error: str | None,
+    actor: str | None,
+    recorded_at_us: int,
+    attributes: Mapping[str, str] | None,
+) -> bytes:
+    return b"".join(
+        (
+            CANONICAL_MAGIC,
+            _text(saga_id),
+            _int(seq),
+            _text(event_type),
+            _text(tool),
+            _text(payload),
+            _text(result),
+            _text(error),
+            _text(actor),
+            _int(recorded_at_us),
+            _attributes(attributes or {}),
+        )
+    )
+
+
+def hash_of(prev_digest: bytes, canonical: bytes) -> str:
+    """``SHA-256(prev_digest || canonical)`` as lowercase hex: :func:`compute_hash` for a
+    previous hash already held as its 32 raw bytes (e.g. the digest of the entry before)."""
+    if len(prev_digest) != 32:
+        raise SerializationError("previous hash must be 32 bytes")
+    return hashlib.sha256(prev_digest + canonical).hexdigest()
