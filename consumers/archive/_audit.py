@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import hashlib
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -18,7 +19,7 @@ from typing import Any
 import psycopg
 
 from sagacity._events import GENESIS_HASH, JournalEntry, event_type_of
-from sagacity.chain import BreakReason, verify
+from sagacity.chain import BreakReason, canonical_bytes_of, verify
 from sagacity.consumers.archive._checkpoints import Checkpoint, signature_valid
 from sagacity.consumers.archive._db import check_schema, mapped_errors
 from sagacity.errors import SerializationError
@@ -148,8 +149,36 @@ def judge(
             detail=detail,
             **base,  # type: ignore[arg-type]
         )
-    head_seq, head_hash = verdict.head_seq, verdict.head_hash
-    by_seq = {e.seq: e.hash for e in entries}
+    return _judge_checkpoints(
+        saga_id,
+        events=len(entries),
+        head_seq=verdict.head_seq,
+        head_hash=verdict.head_hash,
+        by_seq={e.seq: e.hash for e in entries},
+        checkpoints=checkpoints,
+        after_seq=after_seq,
+        after_hash=after_hash,
+        recorded_head=recorded_head,
+        keys=keys,
+    )
+
+
+def _judge_checkpoints(
+    saga_id: str,
+    *,
+    events: int,
+    head_seq: int,
+    head_hash: str,
+    by_seq: Mapping[int, str],
+    checkpoints: Sequence[Checkpoint],
+    after_seq: int,
+    after_hash: str,
+    recorded_head: int | None,
+    keys: Mapping[str, bytes],
+) -> SagaAudit:
+    """The checkpoint and head-table half of :func:`judge`, for a chain that verified up to
+    ``head_seq`` / ``head_hash`` (``by_seq``: its hashes by seq)."""
+    base = {"saga_id": saga_id, "events": events}
 
     def failed(seq: int, reason: AuditReason, detail: str, checked: int) -> SagaAudit:
         return SagaAudit(
@@ -209,6 +238,98 @@ def judge(
     )
 
 
+def _verified_head(
+    rows: Sequence[Sequence[Any]], *, after_seq: int, after_hash: str
+) -> tuple[int, str] | None:
+    """The head (seq, hash) of one saga's archived rows if they verify, hashed from the
+    columns; ``None`` for anything else, which the caller then judges by the reference path.
+
+    Agrees with building every row's :class:`JournalEntry` and running
+    :func:`sagacity.chain.verify`: it accepts only rows that path would accept as valid
+    entries and whose chain it would pass (seq by seq from ``after_seq``, each previous hash
+    the one before, each hash recomputed over the same canonical bytes).  It never explains a
+    failure: every reason, bad seq and detail comes from the reference path.
+    """
+    if after_seq == 0 and after_hash != GENESIS_HASH:
+        return None  # the reference reports a wrong genesis here
+    try:
+        prev_digest = bytes.fromhex(after_hash)
+    except ValueError:
+        return None
+    if len(prev_digest) != 32 or not rows:
+        return None
+    saga_id = rows[0][0]
+    if type(saga_id) is not str or not saga_id:
+        return None
+    prev = after_hash
+    expected = after_seq + 1
+    canonical = canonical_bytes_of
+    sha256 = hashlib.sha256
+    loads = json.loads
+    try:
+        for row in rows:
+            (
+                saga,
+                seq,
+                event_type,
+                tool,
+                payload,
+                result,
+                error,
+                actor,
+                attributes_text,
+                recorded_at_us,
+                prev_hash,
+                recorded_hash,
+            ) = row
+            if (
+                seq != expected
+                or prev_hash != prev
+                or saga != saga_id
+                or type(seq) is not int
+                or type(recorded_at_us) is not int
+                or type(event_type) is not str
+                or not event_type
+                # The text rules (no U+0000; None formats as "None"): the columns cannot hold
+                # it, but a row that did would not be an entry.
+                or "\x00" in f"{saga}{event_type}{tool}{payload}{result}{error}{actor}"
+            ):
+                return None
+            if attributes_text == "{}":
+                attributes = None
+            else:
+                # A false positive (an escaped backslash before "u0000") only falls back.
+                if type(attributes_text) is not str or "\\u0000" in attributes_text:
+                    return None
+                attributes = loads(attributes_text)
+                if type(attributes) is not dict:
+                    return None
+            # Non-text values fail to encode (AttributeError), lone surrogates too.
+            digest = sha256(
+                prev_digest
+                + canonical(
+                    saga,
+                    seq,
+                    event_type,
+                    tool,
+                    payload,
+                    result,
+                    error,
+                    actor,
+                    recorded_at_us,
+                    attributes,
+                )
+            ).digest()
+            if digest.hex() != recorded_hash:
+                return None
+            prev_digest = digest
+            prev = recorded_hash
+            expected += 1
+    except Exception:  # anything odd is the reference path's to explain
+        return None
+    return expected - 1, prev
+
+
 def trusted_keys(conn: psycopg.Connection, pinned: Sequence[bytes] = ()) -> dict[str, bytes]:
     """Keys to verify checkpoints with: ``pinned`` if given, else those the archive recorded.
 
@@ -222,6 +343,12 @@ def trusted_keys(conn: psycopg.Connection, pinned: Sequence[bytes] = ()) -> dict
     with mapped_errors("read signing keys"):
         rows = conn.execute("SELECT key_id, public_key FROM archive_signing_key").fetchall()
     return {str(k): bytes.fromhex(p) for k, p in rows}
+
+
+def _fetched(cursor: psycopg.ServerCursor[Any], size: int) -> Iterator[Sequence[Any]]:
+    """The rows of a named cursor, ``size`` a fetch (one call per fetch, not per row)."""
+    while rows := cursor.fetchmany(size):
+        yield from rows
 
 
 def _grouped(cursor: Iterator[Sequence[Any]]) -> Iterator[tuple[str, list[Sequence[Any]]]]:
@@ -243,8 +370,14 @@ def iter_audits(
     saga_id: str | None = None,
     pinned_keys: Sequence[bytes] = (),
     fetch: int = 5_000,
+    reference: bool = False,
 ) -> Iterator[SagaAudit]:
     """Audit one saga, or every saga of the archive in saga id order.
+
+    A saga's chain is first checked straight from its rows' columns; one that does not pass
+    that way (or ``reference=True``: every saga) is judged by the reference path, each row
+    rebuilt as a :class:`JournalEntry` and verified by :func:`sagacity.chain.verify`, which
+    gives every finding.  Both give the same audits; tests compare them.
 
     Raises:
         ArchiveSchemaError: the connection does not reach an archive.
@@ -276,7 +409,7 @@ def iter_audits(
             cur = cursors.enter_context(conn.cursor(name=f"sgc_audit_{i}"))
             cur.itersize = fetch
             cur.execute(query, {"s": saga_id})
-            streams.append(_grouped(iter(cur)))
+            streams.append(_grouped(_fetched(cur, fetch)))
         current: list[tuple[str, list[Sequence[Any]]] | None] = [next(s, None) for s in streams]
         while any(c is not None for c in current):
             saga = min(c[0] for c in current if c is not None)
@@ -288,6 +421,39 @@ def iter_audits(
                 else:
                     parts.append([])
             rows, cps, anchors, heads = parts
+            checkpoints = [
+                Checkpoint(
+                    saga_id=c[0],
+                    seq=int(c[1]),
+                    hash=c[2],
+                    signed_at_us=int(c[3]),
+                    key_id=c[4],
+                    signature=c[5],
+                )
+                for c in cps
+            ]
+            anchor = (int(anchors[0][1]), anchors[0][2]) if anchors else None
+            recorded_head = int(heads[0][1]) if heads else None
+            after_seq, after_hash = anchor if anchor is not None else (0, GENESIS_HASH)
+            head = (
+                None
+                if reference
+                else _verified_head(rows, after_seq=after_seq, after_hash=after_hash)
+            )
+            if head is not None:
+                yield _judge_checkpoints(
+                    saga,
+                    events=len(rows),
+                    head_seq=head[0],
+                    head_hash=head[1],
+                    by_seq={r[1]: r[11] for r in rows},
+                    checkpoints=checkpoints,
+                    after_seq=after_seq,
+                    after_hash=after_hash,
+                    recorded_head=recorded_head,
+                    keys=keys,
+                )
+                continue
             try:
                 entries = [_entry(r) for r in rows]
             except SerializationError as exc:
@@ -305,19 +471,9 @@ def iter_audits(
             yield judge(
                 saga,
                 entries,
-                checkpoints=[
-                    Checkpoint(
-                        saga_id=c[0],
-                        seq=int(c[1]),
-                        hash=c[2],
-                        signed_at_us=int(c[3]),
-                        key_id=c[4],
-                        signature=c[5],
-                    )
-                    for c in cps
-                ],
-                anchor=(int(anchors[0][1]), anchors[0][2]) if anchors else None,
-                recorded_head=int(heads[0][1]) if heads else None,
+                checkpoints=checkpoints,
+                anchor=anchor,
+                recorded_head=recorded_head,
                 keys=keys,
             )
 
@@ -328,11 +484,12 @@ def audit(
     saga_id: str | None = None,
     pinned_keys: Sequence[bytes] = (),
     progress: Callable[[SagaAudit], None] | None = None,
+    reference: bool = False,
 ) -> AuditSummary:
     """Run :func:`iter_audits` to the end and total it."""
     started = time.perf_counter()
     summary = AuditSummary()
-    for result in iter_audits(conn, saga_id=saga_id, pinned_keys=pinned_keys):
+    for result in iter_audits(conn, saga_id=saga_id, pinned_keys=pinned_keys, reference=reference):
         summary.add(result)
         if progress is not None:
             progress(result)

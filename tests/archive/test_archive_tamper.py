@@ -10,7 +10,14 @@ import pytest
 from archive_helpers import as_raw, make_chain
 
 from sagacity.chain import link
-from sagacity.consumers.archive import AuditReason, Signer, audit, generate_key, sign_pending
+from sagacity.consumers.archive import (
+    AuditReason,
+    Signer,
+    audit,
+    generate_key,
+    iter_audits,
+    sign_pending,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -39,7 +46,17 @@ def tamper(dsn: str, *statements: tuple[str, tuple[object, ...]]) -> None:
             conn.execute(sql, params)
 
 
+def both_paths_agree(dsn: str, signer: Signer) -> None:
+    """The audit straight from the columns equals the reference path's, saga by saga."""
+    with psycopg.connect(dsn) as conn:
+        fast = list(iter_audits(conn, pinned_keys=[signer.public_raw]))
+        reference = list(iter_audits(conn, pinned_keys=[signer.public_raw], reference=True))
+    assert fast == reference
+    assert len(fast) == 3
+
+
 def only_failure(dsn: str, signer: Signer, **kwargs):
+    both_paths_agree(dsn, signer)
     with psycopg.connect(dsn) as conn:
         summary = audit(conn, pinned_keys=[signer.public_raw], **kwargs)
     assert summary.sagas == 3
@@ -50,6 +67,7 @@ def only_failure(dsn: str, signer: Signer, **kwargs):
 
 
 def test_untouched_archive_verifies(archived, archive_dsn, signer):
+    both_paths_agree(archive_dsn, signer)
     with psycopg.connect(archive_dsn) as conn:
         summary = audit(conn, pinned_keys=[signer.public_raw])
     assert (summary.sagas, summary.ok, summary.events, summary.checkpoints) == (3, 3, 18, 3)
