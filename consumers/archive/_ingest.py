@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 
 from sagacity._events import GENESIS_HASH, JournalEntry
-from sagacity.chain import compute_hash
+from sagacity.chain import canonical_bytes_of, compute_hash
 from sagacity.consumers.archive._db import mapped_errors
 from sagacity.errors import PersistenceError, PersistenceUnavailableError, SagacityError
 
@@ -155,6 +157,23 @@ def _journal_row(
     )
 
 
+class _Checked:
+    """An event that decoded and hashes to its own hash: what classifying and writing need.
+
+    ``row`` is the event's :data:`_COPY_JOURNAL` row, built once when it was checked.
+    """
+
+    __slots__ = ("hash", "prev_hash", "recorded_at_us", "row", "saga_id", "seq")
+
+    def __init__(self, row: tuple[Any, ...]) -> None:
+        self.saga_id: str = row[0]
+        self.seq: int = row[1]
+        self.recorded_at_us: int = row[9]
+        self.hash: str = row[10]
+        self.prev_hash: str = row[11]
+        self.row = row
+
+
 def _month_key(us: int) -> int:
     t = time.gmtime(us // 1_000_000)
     return t.tm_year * 100 + t.tm_mon
@@ -186,6 +205,9 @@ class BatchArchiver:
         self._conninfo = conninfo
         self.consumer_group = consumer_group
         self._decode = decode if decode is not None else _avro_decoder()
+        # The journal's own wire format is checked from its decoded record's fields; a
+        # decoder given by the caller goes through JournalEntry (the reference path).
+        self._fields = _avro_record_decoder() if decode is None else None
         self._retries = retries
         self._retry_delay = retry_delay
         self._conn: psycopg.Connection | None = None
@@ -274,7 +296,18 @@ class BatchArchiver:
             report.check_seconds = checked - started
             return report
 
-    def _decode_one(self, ev: RawEvent) -> JournalEntry | _Refusal:
+    def _decode_one(self, ev: RawEvent) -> _Checked | _Refusal:
+        if self._fields is not None:
+            checked = _checked_from_record(ev, self._fields)
+            if checked is not None:
+                return checked
+        # Anything the record path did not accept is decided (and explained) here.
+        item = self._decode_entry(ev)
+        if isinstance(item, _Refusal):
+            return item
+        return _Checked(_journal_row(item, ev.topic, ev.partition, ev.offset))
+
+    def _decode_entry(self, ev: RawEvent) -> JournalEntry | _Refusal:
         if ev.value is None:
             return _Refusal(QuarantineReason.UNDECODABLE, "message has no value (tombstone)", ev)
         try:
@@ -323,13 +356,13 @@ class BatchArchiver:
         return entry
 
     def _archive_once(
-        self, batch: Sequence[RawEvent], decoded: Sequence[JournalEntry | _Refusal]
+        self, batch: Sequence[RawEvent], decoded: Sequence[_Checked | _Refusal]
     ) -> BatchReport:
         conn = self.connection()
         report = BatchReport()
         with mapped_errors("archive a batch"), conn.transaction():
             cur = conn.cursor()
-            saga_ids = sorted({d.saga_id for d in decoded if isinstance(d, JournalEntry)})
+            saga_ids = sorted({d.saga_id for d in decoded if isinstance(d, _Checked)})
             heads: dict[str, tuple[int, str]] = {}
             if saga_ids:
                 ids_sql, ids = _texts(saga_ids)
@@ -340,7 +373,7 @@ class BatchArchiver:
                 ):
                     heads[saga_id] = (int(seq), head_hash)
             known = dict(heads)
-            accepted: list[tuple[JournalEntry, RawEvent]] = []
+            accepted: list[_Checked] = []
             in_batch: dict[tuple[str, int], str] = {}
             refusals: list[_Refusal] = []
             for ev, item in zip(batch, decoded, strict=True):
@@ -349,7 +382,7 @@ class BatchArchiver:
                     continue
                 verdict = self._classify(cur, item, heads, in_batch)
                 if verdict is None:
-                    accepted.append((item, ev))
+                    accepted.append(item)
                     heads[item.saga_id] = (item.seq, item.hash)
                     in_batch[(item.saga_id, item.seq)] = item.hash
                 elif verdict is _DUPLICATE:
@@ -360,11 +393,12 @@ class BatchArchiver:
                     refusals.append(_Refusal(reason, detail, ev, item.saga_id, item.seq))
             if accepted:
                 # One month lookup per distinct second is plenty (events of a batch cluster).
-                seconds = {e.recorded_at_us // 1_000_000: e.recorded_at_us for e, _ in accepted}
+                seconds = {e.recorded_at_us // 1_000_000: e.recorded_at_us for e in accepted}
                 self._ensure_months(cur, {_month_key(us): us for us in seconds.values()})
                 with cur.copy(_COPY_JOURNAL) as copy:
-                    for e, ev in accepted:
-                        copy.write_row(_journal_row(e, ev.topic, ev.partition, ev.offset))
+                    write_row = copy.write_row
+                    for e in accepted:
+                        write_row(e.row)
                 self._move_heads(cur, known, heads)
             if refusals:
                 with cur.copy(_COPY_QUARANTINE) as copy:
@@ -390,7 +424,7 @@ class BatchArchiver:
     def _classify(
         self,
         cur: psycopg.Cursor,
-        entry: JournalEntry,
+        entry: _Checked,
         heads: dict[str, tuple[int, str]],
         in_batch: dict[tuple[str, int], str],
     ) -> tuple[QuarantineReason, str] | object | None:
@@ -512,3 +546,107 @@ def _avro_decoder() -> Decoder:
     from sagacity.schemas import decode_entry
 
     return decode_entry
+
+
+RecordDecoder = Callable[[bytes], dict[str, Any]]
+
+
+def _avro_record_decoder() -> RecordDecoder:
+    from sagacity.schemas._codec import decode_record
+
+    return decode_record
+
+
+def _checked_from_record(ev: RawEvent, decode_record: RecordDecoder) -> _Checked | None:
+    """``ev`` checked from its Avro record's fields, or ``None`` to leave it to the reference
+    path (:meth:`BatchArchiver._decode_entry`, through :class:`JournalEntry`).
+
+    Accepts only what the reference path accepts: a record whose fields make a valid
+    :class:`JournalEntry` (the text rules of docs/adr/0002-hash-chain.md, a seq >= 1, int
+    times), keyed by its saga, in the archive's time range, hashing to its own hash.  Every
+    refusal, and its reason and detail, is the reference path's.
+    """
+    value = ev.value
+    if value is None:
+        return None
+    try:
+        record = decode_record(value)
+        saga_id = record["saga_id"]
+        seq = record["seq"]
+        event_type = record["event_type"]
+        tool = record["tool"]
+        payload = record["payload"]
+        result = record["result"]
+        error = record["error"]
+        actor = record["actor"]
+        attributes = record["attributes"]
+        recorded_at_us = record["recorded_at_us"]
+        prev_hash = record["prev_hash"]
+        recorded_hash = record["hash"]
+        if (
+            type(saga_id) is not str
+            or not saga_id
+            or type(seq) is not int
+            or seq < 1
+            or type(event_type) is not str
+            or not event_type
+            or type(recorded_at_us) is not int
+            or not _MIN_US <= recorded_at_us < _MAX_US
+            or type(prev_hash) is not str
+            or type(recorded_hash) is not str
+            or type(attributes) is not dict
+            or (tool is not None and type(tool) is not str)
+            or (payload is not None and type(payload) is not str)
+            or (result is not None and type(result) is not str)
+            or (error is not None and type(error) is not str)
+            or (actor is not None and type(actor) is not str)
+            # None formats as "None", which holds no U+0000.
+            or "\x00" in f"{saga_id}{event_type}{tool}{payload}{result}{error}{actor}"
+            or ev.key != saga_id.encode("utf-8")  # lone surrogates raise: left to the reference
+        ):
+            return None
+        if attributes:
+            # join refuses non-text keys and values
+            if "\x00" in "".join(attributes) or "\x00" in "".join(attributes.values()):
+                return None
+            attributes_json = json.dumps(attributes, ensure_ascii=False)
+        else:
+            attributes_json = "{}"
+        prev = bytes.fromhex(prev_hash)
+        if len(prev) != 32:
+            return None
+        canonical = canonical_bytes_of(
+            saga_id,
+            seq,
+            event_type,
+            tool,
+            payload,
+            result,
+            error,
+            actor,
+            recorded_at_us,
+            attributes,
+        )
+        if hashlib.sha256(prev + canonical).hexdigest() != recorded_hash:
+            return None
+    except Exception:  # anything odd is the reference path's to decide and explain
+        return None
+    return _Checked(
+        (
+            saga_id,
+            seq,
+            event_type,
+            tool,
+            payload,
+            result,
+            error,
+            actor,
+            attributes_json,
+            recorded_at_us,
+            recorded_hash,
+            prev_hash,
+            ev.topic,
+            ev.partition,
+            ev.offset,
+        )
+    )

@@ -19,8 +19,12 @@ def archive_dsn(pg_dsn: str) -> str:
     return pg_dsn
 
 
-@pytest.fixture
-def archiver(archive_dsn: str) -> Iterator[BatchArchiver]:
-    a = BatchArchiver(archive_dsn, consumer_group="g", decode=decode, retry_delay=0.05)
+@pytest.fixture(params=["record", "entry"])
+def archiver(archive_dsn: str, request: pytest.FixtureRequest) -> Iterator[BatchArchiver]:
+    """The archiver checking events from their Avro record's fields (its default for the
+    journal's wire format), and with a decoder given (every event through JournalEntry, the
+    reference path): every test using it runs on both."""
+    given = decode if request.param == "entry" else None
+    a = BatchArchiver(archive_dsn, consumer_group="g", decode=given, retry_delay=0.05)
     yield a
     a.close()
