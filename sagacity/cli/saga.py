@@ -5,6 +5,8 @@ from __future__ import annotations
 import getpass
 import os
 import socket
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -16,6 +18,8 @@ from sagacity.errors import (
     JournalUnavailableError,
     SagacityError,
 )
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @click.group("saga")
@@ -31,6 +35,21 @@ def _operator() -> str:
     return f"operator:{user}@{socket.gethostname()}"
 
 
+def _kafka_options(func: F) -> F:
+    """``--bootstrap-servers`` and ``--topic``, defaulting to the shared variables."""
+    func = click.option(
+        "--topic",
+        default=None,
+        help="The journal topic [default: $SAGACITY_TOPIC or sagacity.journal].",
+    )(func)
+    return click.option(
+        "--bootstrap-servers",
+        "bootstrap",
+        metavar="HOST:PORT[,…]",
+        help="Kafka bootstrap servers [default: $SAGACITY_BOOTSTRAP_SERVERS].",
+    )(func)
+
+
 @saga.command("takeover")
 @click.argument("saga_id")
 @click.option(
@@ -44,17 +63,7 @@ def _operator() -> str:
     is_flag=True,
     help="Take it even though its writer's lease has not expired (check it is gone first).",
 )
-@click.option(
-    "--bootstrap-servers",
-    "bootstrap",
-    metavar="HOST:PORT[,…]",
-    help="Kafka bootstrap servers [default: $SAGACITY_BOOTSTRAP_SERVERS].",
-)
-@click.option(
-    "--topic",
-    default=None,
-    help="The journal topic [default: $SAGACITY_TOPIC or sagacity.journal].",
-)
+@_kafka_options
 @click.option(
     "--actor",
     default=None,
@@ -127,17 +136,7 @@ def takeover_cmd(
     show_default=True,
     help="Why the sagas are taken over (journaled with each hand-off).",
 )
-@click.option(
-    "--bootstrap-servers",
-    "bootstrap",
-    metavar="HOST:PORT[,…]",
-    help="Kafka bootstrap servers [default: $SAGACITY_BOOTSTRAP_SERVERS].",
-)
-@click.option(
-    "--topic",
-    default=None,
-    help="The journal topic [default: $SAGACITY_TOPIC or sagacity.journal].",
-)
+@_kafka_options
 @database_options
 def sweep_cmd(
     older_than: str,
