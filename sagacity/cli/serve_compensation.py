@@ -59,6 +59,15 @@ from sagacity.cli._options import bootstrap_servers_option, database_url_option,
     help="Seconds to wait for the requesting run's SAGA_ENDED.",
 )
 @click.option(
+    "--session-timeout-ms",
+    type=click.IntRange(min=1000),
+    envvar="SAGACITY_COMPENSATION_SESSION_TIMEOUT_MS",
+    default=10_000,
+    show_default=True,
+    help="Consumer group session timeout: an instance silent this long loses its partitions"
+    " to the others (the broker's group.min/max.session.timeout.ms bound it).",
+)
+@click.option(
     "--http-port",
     type=int,
     envvar="SAGACITY_COMPENSATION_HTTP_PORT",
@@ -82,6 +91,7 @@ def compensation(
     timeout_s: float,
     concurrency: int,
     handoff_grace: float,
+    session_timeout_ms: int,
     http_port: int | None,
     http_host: str,
     dlq_topic: str | None,
@@ -114,6 +124,7 @@ def compensation(
             compensation_timeout_s=timeout_s,
             concurrency=concurrency,
             handoff_grace_s=handoff_grace,
+            session_timeout_ms=session_timeout_ms,
             http_host=http_host,
             http_port=http_port,
             dlq_topic=dlq_topic,

@@ -93,6 +93,13 @@ def test_cli_requires_tools_and_names_a_bad_target() -> None:
     )
     assert bad.exit_code == 1
     assert "nowhere.at_all:x" in bad.output
+    short = runner.invoke(
+        main,
+        ["serve", "compensation", "--tools", "x:y", "--session-timeout-ms", "10"],
+        env={"SAGACITY_BOOTSTRAP_SERVERS": "x:1", "SAGACITY_DATABASE_URL": "postgresql://x"},
+    )
+    assert short.exit_code == 2
+    assert "--session-timeout-ms" in short.output
 
 
 class _Message:
