@@ -217,3 +217,52 @@ def test_rewritten_chain_resigned_with_another_key_is_caught_by_the_pinned_key(
     )
     failure = only_failure(archive_dsn, signer)
     assert (failure.bad_seq, failure.reason) == (6, AuditReason.UNKNOWN_KEY)
+
+
+def test_tampered_checkpoints_among_many_sagas_are_found_where_they_are(
+    archiver, archive_dsn, signer
+):
+    """300 sagas, two checkpoints each: the whole-archive audit finds exactly the tampered
+    checkpoints (first saga, middle, last), as auditing each saga alone does."""
+    sagas = [f"w-{n:03d}" for n in range(300)]
+    chains = {s: make_chain(s, 4) for s in sagas}
+    archiver.archive(as_raw([e for c in chains.values() for e in c[:2]]))
+    with psycopg.connect(archive_dsn) as conn:
+        assert sign_pending(conn, signer) == 300
+    archiver.archive(as_raw([e for c in chains.values() for e in c[2:]], first_offset=600))
+    with psycopg.connect(archive_dsn) as conn:
+        assert sign_pending(conn, signer) == 300
+    forged = "00" * 64
+    tamper(
+        archive_dsn,
+        (
+            "UPDATE archive_checkpoint SET signature = %s WHERE saga_id = 'w-000' AND seq = 2",
+            (forged,),
+        ),
+        (
+            "UPDATE archive_checkpoint SET signature = %s WHERE saga_id = 'w-256' AND seq = 4",
+            (forged,),
+        ),
+        (
+            "UPDATE archive_checkpoint SET hash = %s WHERE saga_id = 'w-255' AND seq = 4",
+            (chains["w-255"][2].hash,),
+        ),
+        (
+            "UPDATE archive_checkpoint SET key_id = 'feedfeedfeedfeed' WHERE saga_id = 'w-299'"
+            " AND seq = 2",
+            (),
+        ),
+    )
+    keys = [signer.public_raw]
+    with psycopg.connect(archive_dsn) as conn:
+        together = list(iter_audits(conn, pinned_keys=keys))
+        alone = [next(iter_audits(conn, saga_id=s, pinned_keys=keys)) for s in sagas]
+    assert together == alone
+    failures = {a.saga_id: (a.bad_seq, a.reason) for a in together if not a.ok}
+    assert failures == {
+        "w-000": (2, AuditReason.BAD_SIGNATURE),
+        "w-255": (4, AuditReason.BAD_SIGNATURE),
+        "w-256": (4, AuditReason.BAD_SIGNATURE),
+        "w-299": (2, AuditReason.UNKNOWN_KEY),
+    }
+    assert sum(a.checkpoints for a in together if a.ok) == 2 * 296
