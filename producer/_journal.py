@@ -127,7 +127,9 @@ class _Delivery:
         self._lock = threading.Lock()
         # Held while someone waits for the acknowledgement; released by :meth:`settle`.
         self._gate: _thread.LockType | None = None
-        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        # Made on the first asyncio wait only: one object fewer per pipelined event for the
+        # cyclic garbage collector to track.
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] | None = None
 
     def settle(self, error: KafkaError | None, message: Message | None) -> None:
         with self._lock:
@@ -139,7 +141,7 @@ class _Delivery:
             gate = self._gate
             waiters = self._waiters
             if waiters:
-                self._waiters = []
+                self._waiters = None
         if error is not None:
             self._journal._failed(self)
         if gate is not None:
@@ -169,7 +171,10 @@ class _Delivery:
             if self.done:
                 future.set_result(None)
             else:
-                self._waiters.append((loop, future))
+                if self._waiters is None:
+                    self._waiters = [(loop, future)]
+                else:
+                    self._waiters.append((loop, future))
         return future
 
 

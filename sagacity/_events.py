@@ -6,6 +6,7 @@ type is never renamed or reused for another meaning (docs/adr/0002-hash-chain.md
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import time
 from collections.abc import Mapping
@@ -139,7 +140,7 @@ def _freeze(attributes: Mapping[str, str] | None) -> Mapping[str, str]:
     return MappingProxyType(dict(sorted(items.items())))
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class EntryDraft:
     """An event before the journal places it in a chain (no seq, no hashes yet).
 
@@ -189,7 +190,7 @@ class EntryDraft:
         object.__setattr__(self, "attributes", _freeze(self.attributes))
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class JournalEntry(EntryDraft):
     """One link of a saga's hash chain.
 
@@ -202,7 +203,7 @@ class JournalEntry(EntryDraft):
     hash: str
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        EntryDraft.__post_init__(self)
         if not isinstance(self.seq, int) or isinstance(self.seq, bool) or self.seq < 1:
             raise SerializationError("seq must be an int >= 1")
 
@@ -214,11 +215,11 @@ class JournalEntry(EntryDraft):
         frozen) and the chain computed ``seq``, ``prev_hash`` and ``hash`` itself.
         """
         entry = object.__new__(cls)
-        fields = entry.__dict__
-        fields.update(draft.__dict__)
-        fields["seq"] = seq
-        fields["prev_hash"] = prev_hash
-        fields["hash"] = hash
+        for read, write in _DRAFT_SLOTS:
+            write(entry, read(draft))
+        _SET_SEQ(entry, seq)
+        _SET_PREV_HASH(entry, prev_hash)
+        _SET_HASH(entry, hash)
         return entry
 
     @property
@@ -264,3 +265,14 @@ class JournalEntry(EntryDraft):
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise SerializationError(f"not a journal entry: {exc}") from exc
+
+
+# Slot descriptors for JournalEntry._linked: copying a draft's fields slot by slot bypasses the
+# frozen __setattr__ (and the validation the draft already passed).
+_DRAFT_SLOTS = tuple(
+    (vars(EntryDraft)[f.name].__get__, vars(EntryDraft)[f.name].__set__)
+    for f in dataclasses.fields(EntryDraft)
+)
+_SET_SEQ = vars(JournalEntry)["seq"].__set__
+_SET_PREV_HASH = vars(JournalEntry)["prev_hash"].__set__
+_SET_HASH = vars(JournalEntry)["hash"].__set__

@@ -4,6 +4,7 @@ field kind and on each way a row can be tampered with, including rows that are n
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import psycopg
@@ -66,7 +67,7 @@ def rich_chain() -> list[JournalEntry]:
     ]
     out, prev = [], GENESIS_HASH
     for seq, draft in enumerate(drafts, start=1):
-        draft = EntryDraft(**{**draft.__dict__, "recorded_at_us": BASE_US + seq * 7_919})
+        draft = dataclasses.replace(draft, recorded_at_us=BASE_US + seq * 7_919)
         entry = link(draft, seq=seq, prev_hash=prev)
         out.append(entry)
         prev = entry.hash
