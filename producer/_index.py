@@ -74,7 +74,12 @@ class IndexedSaga:
 @runtime_checkable
 class SagaIndex(Protocol):
     """Finds a saga's archived prefix (an implementation: the Postgres archive,
-    :class:`sagacity.consumers.archive.PostgresSagaIndex`)."""
+    :class:`sagacity.consumers.archive.PostgresSagaIndex`).
+
+    An index may also offer ``lookup_many(topic, partition, saga_ids) -> dict[str,
+    IndexedSaga]``, every saga's :meth:`lookup` in one snapshot; scans for pending approvals
+    use it when present instead of one lookup per candidate saga.
+    """
 
     def lookup(self, topic: str, partition: int, saga_id: str) -> IndexedSaga:
         """The saga's archived prefix, in one consistent snapshot.

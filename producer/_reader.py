@@ -422,18 +422,28 @@ class SagaReader:
             out = SagaRead(saga_id=saga_id, partition=partition)
         return self._continue(out, until_offset)
 
-    def _from_index(self, saga_id: str, partition: int, until_offset: int | None) -> SagaRead:
+    def _from_index(
+        self,
+        saga_id: str,
+        partition: int,
+        until_offset: int | None,
+        found: IndexedSaga | None = None,
+    ) -> SagaRead:
         """The saga's read up to where the index covers it, or an empty read (scan) if the
-        index cannot be used."""
+        index cannot be used.  ``found``: the index's answer, when it was looked up already."""
         assert self._index is not None
-        try:
-            found = self._index.lookup(self._topic, partition, saga_id)
-        except SerializationError as exc:
-            return self._fallback(
-                saga_id, partition, f"the read index holds a malformed event: {exc}", error=True
-            )
-        except SagacityError as exc:
-            return self._fallback(saga_id, partition, f"the read index did not answer: {exc}")
+        if found is None:
+            try:
+                found = self._index.lookup(self._topic, partition, saga_id)
+            except SerializationError as exc:
+                return self._fallback(
+                    saga_id,
+                    partition,
+                    f"the read index holds a malformed event: {exc}",
+                    error=True,
+                )
+            except SagacityError as exc:
+                return self._fallback(saga_id, partition, f"the read index did not answer: {exc}")
         if found.covered_to is None:
             return self._fallback(
                 saga_id,
@@ -557,11 +567,19 @@ class SagaReader:
             if key is not None:
                 tail.setdefault(key, []).append(message)
         names = set(sagas) | {k.decode("utf-8", "replace") for k in tail}
+        # A stray key (another partition's saga): a read of that saga never looks here.
+        mine = sorted(saga for saga in names if self.partition_of(saga) == partition)
+        found: dict[str, IndexedSaga] = {}
+        many = getattr(self._index, "lookup_many", None)
+        if many is not None and mine:
+            try:
+                found = many(self._topic, partition, mine)
+            except SagacityError as exc:
+                log.warning("partition %d: scanning it instead: %s", partition, exc)
+                return None
         reads: list[SagaRead] = []
-        for saga in sorted(names):
-            if self.partition_of(saga) != partition:
-                continue  # a stray key: a read of that saga never looks here
-            out = self._from_index(saga, partition, None)
+        for saga in mine:
+            out = self._from_index(saga, partition, None, found.get(saga))
             if out.source != "index":
                 return None
             key = saga.encode("utf-8")

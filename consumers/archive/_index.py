@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -29,6 +30,40 @@ _CLOSING_END = (
     " OR (event_type = 'SAGA_ENDED' AND result IS DISTINCT FROM 'AWAITING_APPROVAL')"
 )
 """Events after which no earlier approval request of the saga is open (sagacity._requests)."""
+
+
+_MANY = 1_000
+"""Sagas per statement of :meth:`PostgresSagaIndex.lookup_many`."""
+
+
+def _indexed(
+    position: Sequence[Any] | None,
+    rows: Sequence[Sequence[Any]],
+    refused: Sequence[Sequence[Any]],
+    head: Sequence[Any] | None,
+    anchor: Sequence[Any] | None,
+) -> IndexedSaga:
+    """One saga's :class:`IndexedSaga` from what a snapshot returned for it."""
+    if position is None:
+        return IndexedSaga(covered_to=None)
+    covered_to = int(position[0])
+    events = [
+        IndexedEvent(topic=r[12], partition=int(r[13]), offset=int(r[14]), entry=_entry(r))
+        for r in rows
+    ]
+    return IndexedSaga(
+        covered_to=covered_to,
+        keys_checked_from=None if position[1] is None else int(position[1]),
+        events=tuple(events),
+        refused=tuple(
+            RefusedMessage(offset=int(o), value=None if v is None else bytes(v))
+            for o, v in refused
+            if int(o) < covered_to
+        ),
+        head=None if head is None else (int(head[0]), str(head[1])),
+        base_seq=0 if anchor is None else int(anchor[0]),
+        base_hash=GENESIS_HASH if anchor is None else str(anchor[1]),
+    )
 
 
 class PostgresSagaIndex:
@@ -151,26 +186,83 @@ class PostgresSagaIndex:
             found_refused = refused.fetchall()
             found_head = head.fetchone()
             found_anchor = anchor.fetchone()
-        if position is None:
-            return IndexedSaga(covered_to=None)
-        covered_to = int(position[0])
-        events = [
-            IndexedEvent(topic=r[12], partition=int(r[13]), offset=int(r[14]), entry=_entry(r))
-            for r in found_rows
-        ]
-        return IndexedSaga(
-            covered_to=covered_to,
-            keys_checked_from=None if position[1] is None else int(position[1]),
-            events=tuple(events),
-            refused=tuple(
-                RefusedMessage(offset=int(o), value=None if v is None else bytes(v))
-                for o, v in found_refused
-                if int(o) < covered_to
-            ),
-            head=None if found_head is None else (int(found_head[0]), str(found_head[1])),
-            base_seq=0 if found_anchor is None else int(found_anchor[0]),
-            base_hash=GENESIS_HASH if found_anchor is None else str(found_anchor[1]),
-        )
+        return _indexed(position, found_rows, found_refused, found_head, found_anchor)
+
+    def lookup_many(
+        self, topic: str, partition: int, saga_ids: Sequence[str]
+    ) -> dict[str, IndexedSaga]:
+        """:meth:`lookup` of every saga in ``saga_ids`` (all of ``partition``), in one snapshot
+        and five statements per thousand sagas instead of five per saga.
+
+        Raises:
+            PersistenceUnavailableError / ArchiveSchemaError / SerializationError: as
+                :meth:`lookup`.
+        """
+        with self._lock:
+            try:
+                return self._lookup_many(topic, partition, sorted(set(saga_ids)))
+            except BaseException:
+                self._drop()
+                raise
+
+    def _lookup_many(
+        self, topic: str, partition: int, saga_ids: list[str]
+    ) -> dict[str, IndexedSaga]:
+        conn = self._connection()
+        out: dict[str, IndexedSaga] = {}
+        with mapped_errors("read the archive (read index)"), conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            position = conn.execute(
+                "SELECT next_offset, keys_checked_from FROM archive_consumer_offset"
+                " WHERE consumer_group = %s AND topic = %s AND kafka_partition = %s",
+                (self.consumer_group, topic, partition),
+            ).fetchone()
+            for start in range(0, len(saga_ids), _MANY):
+                chunk = saga_ids[start : start + _MANY]
+                keys = [s.encode("utf-8") for s in chunk]
+                rows: dict[str, list[Any]] = {}
+                refused: dict[bytes, list[Any]] = {}
+                heads: dict[str, Any] = {}
+                anchors: dict[str, Any] = {}
+                with conn.pipeline():
+                    found_rows = conn.execute(
+                        f"SELECT {_ROW_COLUMNS}, topic, kafka_partition, kafka_offset"  # noqa: S608
+                        " FROM side_effect_journal WHERE saga_id = ANY(%s)"
+                        " ORDER BY saga_id, seq, archive_id",
+                        (chunk,),
+                    )
+                    found_refused = conn.execute(
+                        "SELECT raw_key, kafka_offset, raw_value FROM archive_quarantine"
+                        " WHERE raw_key = ANY(%s) AND topic = %s AND kafka_partition = %s"
+                        " ORDER BY raw_key, kafka_offset, id",
+                        (keys, topic, partition),
+                    )
+                    found_heads = conn.execute(
+                        "SELECT saga_id, head_seq, head_hash FROM archive_saga_head"
+                        " WHERE saga_id = ANY(%s)",
+                        (chunk,),
+                    )
+                    found_anchors = conn.execute(
+                        "SELECT DISTINCT ON (saga_id) saga_id, seq, hash"
+                        " FROM archive_retention_anchor WHERE saga_id = ANY(%s)"
+                        " ORDER BY saga_id, seq DESC",
+                        (chunk,),
+                    )
+                for r in found_rows.fetchall():
+                    rows.setdefault(r[0], []).append(r)
+                for k, o, v in found_refused.fetchall():
+                    refused.setdefault(bytes(k), []).append((o, v))
+                heads = {r[0]: r[1:] for r in found_heads.fetchall()}
+                anchors = {r[0]: r[1:] for r in found_anchors.fetchall()}
+                for saga_id, key in zip(chunk, keys, strict=True):
+                    out[saga_id] = _indexed(
+                        position,
+                        rows.get(saga_id, []),
+                        refused.get(key, []),
+                        heads.get(saga_id),
+                        anchors.get(saga_id),
+                    )
+        return out
 
     def sagas_with_pending_requests(self, topic: str, partition: int) -> IndexedPartition:
         """See :meth:`sagacity.producer.SagaIndex.sagas_with_pending_requests`.

@@ -206,6 +206,12 @@ def test_a_chain_whose_oldest_months_retention_dropped_starts_at_its_anchor(
     assert (gone.entries, gone.tail) == ([], (2, old[1].hash))
     # A rival at a seq the anchor covers is a fork, never accepted.
     assert all(r.kind.value != "duplicate" for r in gone.rejected)
+    index = PostgresSagaIndex(archive_dsn, consumer_group=GROUP)
+    try:
+        names = ["saga-span", "saga-old", "saga-never"]
+        assert index.lookup_many(topic, 0, names) == {n: index.lookup(topic, 0, n) for n in names}
+    finally:
+        index.close()
 
 
 def test_an_index_on_a_schema_without_an_archive_falls_back_to_the_scan(
@@ -306,6 +312,31 @@ class _Gate:
         return f"wired {amount}"
 
 
+def test_one_lookup_of_many_sagas_equals_a_lookup_of_each(kafka_bootstrap, make_topic, archive_dsn):
+    """Forks, duplicates, refused (quarantined) messages, an unknown saga: one snapshot of
+    many sagas gives each saga what its own lookup gives, in chunks of any size."""
+    topic = make_topic(partitions=1)
+    ids = write_mix(kafka_bootstrap, topic, partitions=1, sagas=6, events=240, seed=5)
+    archive_topic(kafka_bootstrap, topic, 1, archive_dsn)
+    assert rows(archive_dsn, "SELECT count(*) FROM archive_quarantine")[0][0] > 0
+    index = PostgresSagaIndex(archive_dsn, consumer_group=GROUP)
+    try:
+        names = [*ids, "never-written"]
+        one_by_one = {n: index.lookup(topic, 0, n) for n in names}
+        assert index.lookup_many(topic, 0, names) == one_by_one
+        assert one_by_one["never-written"].events == ()
+        import sagacity.consumers.archive._index as index_module
+
+        chunk = index_module._MANY
+        index_module._MANY = 2  # several statements within the one snapshot
+        try:
+            assert index.lookup_many(topic, 0, names) == one_by_one
+        finally:
+            index_module._MANY = chunk
+    finally:
+        index.close()
+
+
 def test_pending_approvals_through_the_index_equal_the_scan(
     kafka_bootstrap, make_topic, archive_dsn
 ):
@@ -333,7 +364,20 @@ def test_pending_approvals_through_the_index_equal_the_scan(
         expected = plain.pending_approvals()
         assert len(expected) == 8
         before = indexed.reader.messages_read
+        index = indexed.reader.index
+        assert isinstance(index, PostgresSagaIndex)
+        calls = {"lookup": 0, "lookup_many": 0}
+        for name in calls:
+            original = getattr(index, name)
+
+            def counted(*args, _name=name, _original=original):
+                calls[_name] += 1
+                return _original(*args)
+
+            setattr(index, name, counted)
         assert indexed.pending_approvals() == expected
+        # One snapshot of the candidate sagas per partition, not one lookup per saga.
+        assert calls == {"lookup": 0, "lookup_many": 3}
         # Only the partitions past the archiver (the late rejections and the late saga) and
         # nothing before it: far fewer messages than one scan of the topic.
         assert indexed.reader.messages_read - before < 20
