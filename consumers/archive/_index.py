@@ -32,6 +32,12 @@ _CLOSING_END = (
 """Events after which no earlier approval request of the saga is open (sagacity._requests)."""
 
 
+_POSITION = (
+    "SELECT next_offset, keys_checked_from FROM archive_consumer_offset"
+    " WHERE consumer_group = %s AND topic = %s AND kafka_partition = %s"
+)
+"""The archiver's position in one partition: what the archive covers (``C(p)``)."""
+
 _MANY = 1_000
 """Sagas per statement of :meth:`PostgresSagaIndex.lookup_many`."""
 
@@ -156,11 +162,7 @@ class PostgresSagaIndex:
         with mapped_errors("read the archive (read index)"), conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             with conn.pipeline():
-                offsets = conn.execute(
-                    "SELECT next_offset, keys_checked_from FROM archive_consumer_offset"
-                    " WHERE consumer_group = %s AND topic = %s AND kafka_partition = %s",
-                    (self.consumer_group, topic, partition),
-                )
+                offsets = conn.execute(_POSITION, (self.consumer_group, topic, partition))
                 rows = conn.execute(
                     f"SELECT {_ROW_COLUMNS}, topic, kafka_partition, kafka_offset"  # noqa: S608
                     " FROM side_effect_journal WHERE saga_id = %s ORDER BY seq, archive_id",
@@ -212,11 +214,7 @@ class PostgresSagaIndex:
         out: dict[str, IndexedSaga] = {}
         with mapped_errors("read the archive (read index)"), conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            position = conn.execute(
-                "SELECT next_offset, keys_checked_from FROM archive_consumer_offset"
-                " WHERE consumer_group = %s AND topic = %s AND kafka_partition = %s",
-                (self.consumer_group, topic, partition),
-            ).fetchone()
+            position = conn.execute(_POSITION, (self.consumer_group, topic, partition)).fetchone()
             for start in range(0, len(saga_ids), _MANY):
                 chunk = saga_ids[start : start + _MANY]
                 keys = [s.encode("utf-8") for s in chunk]
@@ -282,11 +280,7 @@ class PostgresSagaIndex:
         conn = self._connection()
         with mapped_errors("read the archive (read index)"), conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            position = conn.execute(
-                "SELECT next_offset FROM archive_consumer_offset"
-                " WHERE consumer_group = %s AND topic = %s AND kafka_partition = %s",
-                (self.consumer_group, topic, partition),
-            ).fetchone()
+            position = conn.execute(_POSITION, (self.consumer_group, topic, partition)).fetchone()
             if position is None:
                 return IndexedPartition(covered_to=None)
             params: dict[str, Any] = {"topic": topic, "partition": partition}
