@@ -1,7 +1,8 @@
 """``kill -9`` at randomized points, then restart: every step undone exactly once.
 
 Four lanes run in parallel on the one broker (each its own topic, group and schema).  In each,
-six failed sagas wait for compensation; the service is started, held at a randomly chosen
+eight failed sagas wait for compensation (enough work that a lane seldom finishes before its
+kills are spent); the service is started, held at a randomly chosen
 failpoint (or killed after a random delay while an undo sleeps), killed with SIGKILL, and
 started again, seven times; a last run finishes the work.  The verdict is counted from the side
 effects the tools wrote to Postgres:
@@ -36,7 +37,7 @@ E = EventType
 SEED = 20261202
 LANES = 4
 KILLS_PER_LANE = 7
-SAGAS_PER_LANE = 6
+SAGAS_PER_LANE = 8
 
 
 def _all_ended(journal: KafkaJournal, sagas: list[str]) -> bool:
