@@ -157,38 +157,7 @@ class PostgresSagaIndex:
                 raise
 
     def _lookup(self, topic: str, partition: int, saga_id: str) -> IndexedSaga:
-        conn = self._connection()
-        key = saga_id.encode("utf-8")
-        with mapped_errors("read the archive (read index)"), conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            with conn.pipeline():
-                offsets = conn.execute(_POSITION, (self.consumer_group, topic, partition))
-                rows = conn.execute(
-                    f"SELECT {_ROW_COLUMNS}, topic, kafka_partition, kafka_offset"  # noqa: S608
-                    " FROM side_effect_journal WHERE saga_id = %s ORDER BY seq, archive_id",
-                    (saga_id,),
-                )
-                refused = conn.execute(
-                    "SELECT kafka_offset, raw_value FROM archive_quarantine"
-                    " WHERE raw_key = %s AND topic = %s AND kafka_partition = %s"
-                    " ORDER BY kafka_offset, id",
-                    (key, topic, partition),
-                )
-                head = conn.execute(
-                    "SELECT head_seq, head_hash FROM archive_saga_head WHERE saga_id = %s",
-                    (saga_id,),
-                )
-                anchor = conn.execute(
-                    "SELECT seq, hash FROM archive_retention_anchor WHERE saga_id = %s"
-                    " ORDER BY seq DESC LIMIT 1",
-                    (saga_id,),
-                )
-            position = offsets.fetchone()
-            found_rows = rows.fetchall()
-            found_refused = refused.fetchall()
-            found_head = head.fetchone()
-            found_anchor = anchor.fetchone()
-        return _indexed(position, found_rows, found_refused, found_head, found_anchor)
+        return self._lookup_many(topic, partition, [saga_id])[saga_id]
 
     def lookup_many(
         self, topic: str, partition: int, saga_ids: Sequence[str]
@@ -214,15 +183,14 @@ class PostgresSagaIndex:
         out: dict[str, IndexedSaga] = {}
         with mapped_errors("read the archive (read index)"), conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            position = conn.execute(_POSITION, (self.consumer_group, topic, partition)).fetchone()
+            offsets = None
+            position: Sequence[Any] | None = None
             for start in range(0, len(saga_ids), _MANY):
                 chunk = saga_ids[start : start + _MANY]
                 keys = [s.encode("utf-8") for s in chunk]
-                rows: dict[str, list[Any]] = {}
-                refused: dict[bytes, list[Any]] = {}
-                heads: dict[str, Any] = {}
-                anchors: dict[str, Any] = {}
                 with conn.pipeline():
+                    if offsets is None:  # with the first chunk: one round trip for one saga
+                        offsets = conn.execute(_POSITION, (self.consumer_group, topic, partition))
                     found_rows = conn.execute(
                         f"SELECT {_ROW_COLUMNS}, topic, kafka_partition, kafka_offset"  # noqa: S608
                         " FROM side_effect_journal WHERE saga_id = ANY(%s)"
@@ -246,6 +214,10 @@ class PostgresSagaIndex:
                         " ORDER BY saga_id, seq DESC",
                         (chunk,),
                     )
+                if start == 0:
+                    position = offsets.fetchone()
+                rows: dict[str, list[Any]] = {}
+                refused: dict[bytes, list[Any]] = {}
                 for r in found_rows.fetchall():
                     rows.setdefault(r[0], []).append(r)
                 for k, o, v in found_refused.fetchall():
