@@ -440,6 +440,7 @@ class KafkaJournal:
             entry, delivery = self._publish_owned(state, draft)
         if durable:
             self._wait(delivery)
+            self._check_earlier(state, delivery)
             self._renew(state, delivery, sent)
         return entry
 
@@ -472,6 +473,7 @@ class KafkaJournal:
             entry, delivery = self._publish_owned(state, draft)
         if durable:
             self._wait(delivery)
+            self._check_earlier(state, delivery)
             self._renew(state, delivery, sent)
         return entry
 
@@ -495,6 +497,10 @@ class KafkaJournal:
             if fast:
                 if durable:
                     await self._wait_async(delivery, loop)
+                    for earlier in self._earlier_unsettled(state, delivery):
+                        if not earlier.done:
+                            await self._settled_async(earlier, loop)
+                    self._check_earlier(state, delivery, waited=True)
                     if self._monotonic() >= state.lease_hard:
                         await loop.run_in_executor(None, self._renew, state, delivery, sent)
                     else:
@@ -881,7 +887,8 @@ class KafkaJournal:
         state.chain.append(entry)
         pending = state.pending
         if len(pending) >= _PRUNE_PENDING:  # acknowledged ones dropped now and then, not per event
-            pending = state.pending = [d for d in pending if not d.done]
+            # Refused ones stay, for the durable append that reports them (_check_earlier).
+            pending = state.pending = [d for d in pending if not d.done or d.error is not None]
         pending.append(delivery)
         if entry.event_type in HANDOFF_EVENTS:
             self._release(draft.saga_id, state)
@@ -921,6 +928,68 @@ class KafkaJournal:
             except TimeoutError as exc:
                 raise self._unacknowledged(entry) from exc
         self._check_delivery(delivery)
+
+    @staticmethod
+    def _earlier_unsettled(state: _SagaState, delivery: _Delivery) -> list[_Delivery]:
+        """The saga's events published before ``delivery`` that are not acknowledged (yet)."""
+        seq = delivery.entry.seq
+        return [
+            d for d in state.pending if d.entry.seq < seq and (d.error is not None or not d.done)
+        ]
+
+    async def _settled_async(self, delivery: _Delivery, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait until ``delivery`` is acknowledged or refused (its error is not raised here)."""
+        with contextlib.suppress(JournalUnavailableError):
+            await self._wait_async(delivery, loop)
+
+    def _check_earlier(
+        self, state: _SagaState, delivery: _Delivery, *, waited: bool = False
+    ) -> None:
+        """Refuse an acknowledged durable event whose saga lost an earlier event.
+
+        The broker may acknowledge an event after refusing (or timing out) an earlier pipelined
+        one of the same saga; the acknowledged event then does not extend the chain on the
+        topic, and an ``INTENT`` acknowledged that way must not let its tool run.  Earlier
+        events not settled yet are waited for first (``waited``: the caller did).
+
+        Raises:
+            JournalUnavailableError: an earlier event of the saga was refused, or not
+                acknowledged within the ack timeout; the saga is re-read on its next append.
+        """
+        if not state.poisoned:
+            pending = state.pending
+            # The hot path: every earlier event acknowledged already (no list is built).
+            if all(d.done and d.error is None for d in pending if d is not delivery):
+                return
+        unsettled = self._earlier_unsettled(state, delivery)
+        if not waited:
+            for earlier in unsettled:
+                earlier.wait(self._ack_timeout + 0.5)
+        lost = [d for d in unsettled if d.error is not None or not d.done]
+        if not lost and not state.poisoned:
+            return
+        state.poisoned = True
+        entry = delivery.entry
+        if lost:
+            first = lost[0]
+            with self._failures_lock:
+                # Reported here, to the caller that waited; flush need not report it again.
+                self._failures = [f for f in self._failures if f not in lost]
+            why = f"the earlier {first.entry.event_type.value} seq {first.entry.seq} was " + (
+                f"refused ({first.error.str()})"
+                if first.error is not None
+                else f"not acknowledged within {self._ack_timeout:.1f}s"
+            )
+        else:
+            why = "an earlier event of the saga was not acknowledged"
+        raise JournalUnavailableError(
+            f"Kafka acknowledged {entry.event_type.value} seq {entry.seq} of saga "
+            f"{entry.saga_id!r}, but {why}: the chain on the topic may not hold seq "
+            f"{entry.seq}, so it is not confirmed (for an INTENT: the tool is not called); the "
+            "saga's next append reads the topic first",
+            saga_id=entry.saga_id,
+            seq=entry.seq,
+        )
 
     def _check_delivery(self, delivery: _Delivery) -> None:
         if delivery.error is None:

@@ -384,3 +384,64 @@ def test_async_append_whose_ack_never_arrives_fails_and_poisons_the_saga(
     entry = journal.append(EntryDraft(saga_id=saga, event_type=EventType.SAGA_ENDED))
     assert entry.seq == 3
     assert verify(journal.read(saga).entries).ok
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_durable_intent_acknowledged_after_an_earlier_event_was_refused_is_not_confirmed(
+    mode: str, topic: str, journal_factory: JournalFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker can acknowledge an INTENT after refusing the pipelined EXECUTED before it
+    (an idempotent producer's epoch bump after a timeout): that INTENT would not extend the
+    chain on the topic, so its append fails and the tool is not called."""
+    from confluent_kafka import KafkaError
+
+    from sagacity.producer import _journal
+
+    journal = journal_factory(topic)
+    saga = f"gap-{mode}-{uuid.uuid4().hex[:6]}"
+    _open(journal, saga)
+    intent_published = threading.Event()
+    produce = journal._produce
+
+    def producing(entry: object, value: bytes | None = None) -> object:
+        delivery = produce(entry, value)  # type: ignore[arg-type]
+        if getattr(entry, "seq", None) == 4:
+            intent_published.set()
+        return delivery
+
+    settle = _journal._Delivery.settle
+
+    def refusing(self: _journal._Delivery, error: object, message: object) -> None:
+        if self.entry.event_type is EventType.EXECUTED:
+            # Held until the next INTENT is out, then reported as refused (it did land).
+            assert intent_published.wait(10)
+            error = KafkaError(KafkaError._MSG_TIMED_OUT)
+        settle(self, error, message)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(journal, "_produce", producing)
+    monkeypatch.setattr(_journal._Delivery, "settle", refusing)
+    _call(journal, saga, 1)  # INTENT seq 2 acknowledged, EXECUTED seq 3 "refused"
+    second = EntryDraft(saga_id=saga, event_type=EventType.INTENT, tool="t", payload='{"n":2}')
+
+    async def append_async() -> None:
+        await journal.append_async(second)
+
+    def append() -> None:
+        if mode == "sync":
+            journal.append(second)
+        else:
+            asyncio.run(append_async())
+
+    expected = "acknowledged INTENT seq 4.*earlier EXECUTED seq 3 was refused"
+    with pytest.raises(JournalUnavailableError, match=expected) as caught:
+        append()
+    assert "the tool is not called" in caught.value.message
+    monkeypatch.undo()
+    assert journal._states[saga].poisoned
+    journal.flush()  # the refusal was reported to the appender, not again here
+    # The next append reads the topic (where seq 3 and 4 did land) and extends its tail.
+    ended = journal.append(EntryDraft(saga_id=saga, event_type=EventType.SAGA_ENDED))
+    assert ended.seq == 5
+    read = journal.read(saga)
+    assert [e.seq for e in read.entries] == [1, 2, 3, 4, 5]
+    assert verify(read.entries).ok
