@@ -972,9 +972,7 @@ class KafkaJournal:
         entry = delivery.entry
         if lost:
             first = lost[0]
-            with self._failures_lock:
-                # Reported here, to the caller that waited; flush need not report it again.
-                self._failures = [f for f in self._failures if f not in lost]
+            self._reported(lost)
             why = f"the earlier {first.entry.event_type.value} seq {first.entry.seq} was " + (
                 f"refused ({first.error.str()})"
                 if first.error is not None
@@ -991,14 +989,16 @@ class KafkaJournal:
             seq=entry.seq,
         )
 
+    def _reported(self, deliveries: Sequence[_Delivery]) -> None:
+        """Refused ``deliveries`` were reported to the caller that waited: flush need not."""
+        with self._failures_lock:
+            self._failures = [f for f in self._failures if f not in deliveries]
+
     def _check_delivery(self, delivery: _Delivery) -> None:
         if delivery.error is None:
             return
         entry = delivery.entry
-        with self._failures_lock:
-            # Reported here, to the caller that waited; flush need not report it again.
-            if delivery in self._failures:
-                self._failures.remove(delivery)
+        self._reported([delivery])
         raise JournalUnavailableError(
             f"Kafka did not acknowledge {entry.event_type.value} seq {entry.seq} of saga "
             f"{entry.saga_id!r}: {delivery.error.str()}",
