@@ -4,12 +4,14 @@ retained and exported for auditors (docs/adr/0006-archive-and-checkpoints.md).""
 from sagacity.consumers.archive._audit import (
     AuditReason,
     AuditSummary,
+    RoundAudit,
     SagaAudit,
     audit,
     iter_audits,
 )
 from sagacity.consumers.archive._checkpoints import (
     Checkpoint,
+    SignedRound,
     Signer,
     generate_key,
     sign_pending,
@@ -39,7 +41,9 @@ __all__ = [
     "PostgresSagaIndex",
     "QuarantineReason",
     "RawEvent",
+    "RoundAudit",
     "SagaAudit",
+    "SignedRound",
     "Signer",
     "audit",
     "check_schema",

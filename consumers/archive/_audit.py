@@ -1,8 +1,10 @@
 """Verifying the archive: every saga's chain in stored order, then its signed checkpoints.
 
-One consistent snapshot (REPEATABLE READ, read only) is read as four streams ordered by saga
-id (rows, checkpoints, retention anchors, heads) and merged, so memory holds one saga at a
-time however large the archive.
+One consistent snapshot (REPEATABLE READ, read only) is read in two passes.  First the signing
+rounds (docs/adr/0012-checkpoint-rounds.md): each round's checkpoint rows, in leaf order, must
+hash to the Merkle root its one signature covers; only the rounds that fail are remembered.
+Then four streams ordered by saga id (rows, checkpoints, retention anchors, heads) are merged,
+so memory holds one saga at a time however large the archive.
 """
 
 from __future__ import annotations
@@ -20,8 +22,15 @@ import psycopg
 
 from sagacity._events import GENESIS_HASH, JournalEntry, event_type_of
 from sagacity.chain import BreakReason, canonical_bytes_of, verify
-from sagacity.consumers.archive._checkpoints import Checkpoint, signature_valid
+from sagacity.consumers.archive._checkpoints import (
+    Checkpoint,
+    RootBuilder,
+    SignedRound,
+    leaf_hash,
+    signature_valid,
+)
 from sagacity.consumers.archive._db import check_schema, mapped_errors
+from sagacity.consumers.archive._schema import ROUNDS_VERSION
 from sagacity.errors import SerializationError
 
 
@@ -60,8 +69,19 @@ class SagaAudit:
 
 
 @dataclass(kw_only=True)
+class RoundAudit:
+    """The signing rounds an audit checked, and the findings of those that failed (by round
+    id: every checkpoint of a failed round fails with that finding)."""
+
+    rounds: int = 0
+    leaves: int = 0
+    failed: dict[int, tuple[AuditReason, str]] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
 class AuditSummary:
-    """Totals over an audit run."""
+    """Totals over an audit run.  ``rounds.failed`` may name a round no saga's checkpoint
+    points at any more (all its rows deleted): the run failed then too (:attr:`all_ok`)."""
 
     sagas: int = 0
     ok: int = 0
@@ -69,7 +89,13 @@ class AuditSummary:
     checkpoints: int = 0
     by_reason: dict[AuditReason, int] = field(default_factory=dict)
     failures: list[SagaAudit] = field(default_factory=list)
+    rounds: RoundAudit = field(default_factory=RoundAudit)
     seconds: float = 0.0
+
+    @property
+    def all_ok(self) -> bool:
+        """Every saga and every signing round verified."""
+        return self.ok == self.sagas and not self.rounds.failed
 
     def add(self, audit: SagaAudit, *, keep_failures: int = 100) -> None:
         """Count one saga's audit."""
@@ -119,6 +145,7 @@ def judge(
     anchor: tuple[int, str] | None = None,
     recorded_head: int | None = None,
     keys: Mapping[str, bytes],
+    rounds: RoundAudit | None = None,
 ) -> SagaAudit:
     """Audit one saga from its archived entries (stored order) and its checkpoints.
 
@@ -128,6 +155,8 @@ def judge(
         anchor: the last (seq, hash) removed by retention, if the saga's start was dropped.
         recorded_head: the head seq the archive's head table records (unsigned).
         keys: trusted public keys by key id.
+        rounds: the audit of the signing rounds the checkpoints belong to; without it a
+            checkpoint of a round fails (``bad_signature``: its round was not verified).
     """
     after_seq, after_hash = anchor if anchor is not None else (0, GENESIS_HASH)
     verdict = verify(entries, saga_id=saga_id, after_seq=after_seq, after_hash=after_hash)
@@ -160,6 +189,7 @@ def judge(
         after_hash=after_hash,
         recorded_head=recorded_head,
         keys=keys,
+        rounds=rounds,
     )
 
 
@@ -175,6 +205,7 @@ def _judge_checkpoints(
     after_hash: str,
     recorded_head: int | None,
     keys: Mapping[str, bytes],
+    rounds: RoundAudit | None,
 ) -> SagaAudit:
     """The checkpoint and head-table half of :func:`judge`, for a chain that verified up to
     ``head_seq`` / ``head_hash`` (``by_seq``: its hashes by seq)."""
@@ -194,15 +225,27 @@ def _judge_checkpoints(
 
     checked = 0
     for cp in sorted(checkpoints, key=lambda c: (c.seq, c.signed_at_us)):
-        public = keys.get(cp.key_id)
-        if public is None:
-            return failed(
-                cp.seq, AuditReason.UNKNOWN_KEY, f"signed by untrusted key {cp.key_id}", checked
+        if cp.round_id is not None:
+            finding = (
+                (AuditReason.BAD_SIGNATURE, f"round {cp.round_id} was not verified")
+                if rounds is None
+                else rounds.failed.get(cp.round_id)
             )
-        if not signature_valid(public, cp):
-            return failed(
-                cp.seq, AuditReason.BAD_SIGNATURE, "checkpoint signature does not verify", checked
-            )
+            if finding is not None:
+                return failed(cp.seq, finding[0], finding[1], checked)
+        else:
+            public = keys.get(cp.key_id)
+            if public is None:
+                return failed(
+                    cp.seq, AuditReason.UNKNOWN_KEY, f"signed by untrusted key {cp.key_id}", checked
+                )
+            if not signature_valid(public, cp):
+                return failed(
+                    cp.seq,
+                    AuditReason.BAD_SIGNATURE,
+                    "checkpoint signature does not verify",
+                    checked,
+                )
         checked += 1
         if cp.seq < after_seq:
             continue  # removed by retention; nothing left to compare with
@@ -364,6 +407,118 @@ def _grouped(cursor: Iterator[Sequence[Any]]) -> Iterator[tuple[str, list[Sequen
         yield current, group
 
 
+def _judge_round(
+    round_id: int,
+    signed: SignedRound | None,
+    *,
+    leaves: int,
+    root: bytes | None,
+    problem: str | None,
+    keys: Mapping[str, bytes],
+) -> tuple[AuditReason, str] | None:
+    """The finding on one round (``None``: verified), from its row and its leaves."""
+    if signed is None:
+        return AuditReason.BAD_SIGNATURE, (
+            f"checkpoints name signing round {round_id}, which the archive does not hold"
+        )
+    public = keys.get(signed.key_id)
+    if public is None:
+        return AuditReason.UNKNOWN_KEY, (
+            f"round {round_id} is signed by untrusted key {signed.key_id}"
+        )
+    if not signature_valid(public, signed):
+        return AuditReason.BAD_SIGNATURE, f"the signature of round {round_id} does not verify"
+    if problem is not None:
+        return AuditReason.BAD_SIGNATURE, f"round {round_id}: {problem}"
+    if leaves != signed.leaf_count:
+        return AuditReason.BAD_SIGNATURE, (
+            f"round {round_id} signed {signed.leaf_count} heads; the archive holds {leaves} "
+            "of its checkpoints (rows were removed or added)"
+        )
+    if root is None or root.hex() != signed.root:
+        return AuditReason.BAD_SIGNATURE, (
+            f"round {round_id}: its checkpoints do not hash to the signed root (a checkpoint "
+            "of the round was edited)"
+        )
+    return None
+
+
+def _audit_rounds(
+    conn: psycopg.Connection,
+    *,
+    saga_id: str | None,
+    keys: Mapping[str, bytes],
+    fetch: int,
+) -> RoundAudit:
+    """Check every signing round (or, for one saga, the rounds its checkpoints belong to)
+    inside the caller's snapshot; leaves are streamed in order, so memory stays flat."""
+    audit = RoundAudit()
+    scope = (
+        " AND round_id IN (SELECT round_id FROM archive_checkpoint WHERE saga_id = %(s)s)"
+        if saga_id is not None
+        else ""
+    )
+    with (
+        conn.cursor(name="sgc_audit_rounds") as round_cur,
+        conn.cursor(name="sgc_audit_leaves") as leaf_cur,
+    ):
+        round_cur.itersize = leaf_cur.itersize = fetch
+        round_cur.execute(
+            "SELECT round_id, leaf_count, root, signed_at_us, key_id, signature"  # noqa: S608
+            f" FROM archive_checkpoint_round WHERE true{scope} ORDER BY round_id",
+            {"s": saga_id},
+        )
+        leaf_cur.execute(
+            "SELECT round_id, leaf_index, saga_id, seq, hash FROM archive_checkpoint"  # noqa: S608
+            f" WHERE round_id IS NOT NULL{scope} ORDER BY round_id, leaf_index",
+            {"s": saga_id},
+        )
+        round_rows, leaf_rows = iter(round_cur), iter(leaf_cur)
+        row = next(round_rows, None)
+        leaf = next(leaf_rows, None)
+        while row is not None or leaf is not None:
+            round_id = min(int(r[0]) for r in (row, leaf) if r is not None)
+            signed = None
+            if row is not None and int(row[0]) == round_id:
+                signed = SignedRound(
+                    round_id=round_id,
+                    leaf_count=int(row[1]),
+                    root=row[2],
+                    signed_at_us=int(row[3]),
+                    key_id=row[4],
+                    signature=row[5],
+                )
+                row = next(round_rows, None)
+            builder = RootBuilder()
+            leaves, problem, previous = 0, None, None
+            while leaf is not None and int(leaf[0]) == round_id:
+                if problem is None:
+                    index = int(leaf[1])
+                    if index != builder.count:
+                        after = f" (after saga {previous!r})" if previous is not None else ""
+                        problem = (
+                            f"leaf {builder.count} is missing{after}"
+                            if index > builder.count
+                            else f"leaf {index} appears twice"
+                        )
+                    else:
+                        try:
+                            builder.add(leaf_hash(saga_id=leaf[2], seq=int(leaf[3]), hash=leaf[4]))
+                        except (TypeError, ValueError, UnicodeError) as exc:
+                            problem = f"leaf {index} cannot be hashed: {exc}"
+                        previous = leaf[2]
+                leaves += 1
+                leaf = next(leaf_rows, None)
+            audit.rounds += 1
+            audit.leaves += leaves
+            finding = _judge_round(
+                round_id, signed, leaves=leaves, root=builder.root(), problem=problem, keys=keys
+            )
+            if finding is not None:
+                audit.failed[round_id] = finding
+    return audit
+
+
 def iter_audits(
     conn: psycopg.Connection,
     *,
@@ -371,6 +526,7 @@ def iter_audits(
     pinned_keys: Sequence[bytes] = (),
     fetch: int = 5_000,
     reference: bool = False,
+    rounds: RoundAudit | None = None,
 ) -> Iterator[SagaAudit]:
     """Audit one saga, or every saga of the archive in saga id order.
 
@@ -379,19 +535,24 @@ def iter_audits(
     rebuilt as a :class:`JournalEntry` and verified by :func:`sagacity.chain.verify`, which
     gives every finding.  Both give the same audits; tests compare them.
 
+    ``rounds``, when given, receives the audit of the signing rounds (checked first, in the
+    same snapshot): a round that fails fails every checkpoint of it, and one whose
+    checkpoints were all removed is reported only there.
+
     Raises:
         ArchiveSchemaError: the connection does not reach an archive.
         PersistenceError: the database failed.
     """
-    check_schema(conn)
+    version = check_schema(conn)
     keys = trusted_keys(conn, pinned_keys)
     where = "WHERE saga_id = %(s)s" if saga_id is not None else ""
     order = 'ORDER BY saga_id COLLATE "C"'
+    round_columns = "round_id, leaf_index" if version >= ROUNDS_VERSION else "NULL, NULL"
     # Only constant fragments are interpolated; the saga id is a bound parameter.
     queries = (
         f"SELECT {_ROW_COLUMNS} FROM side_effect_journal {where} {order}, archive_id",  # noqa: S608
-        f"SELECT saga_id, seq, hash, signed_at_us, key_id, signature FROM archive_checkpoint"  # noqa: S608
-        f" {where} {order}",
+        "SELECT saga_id, seq, hash, signed_at_us, key_id, signature,"  # noqa: S608
+        f" {round_columns} FROM archive_checkpoint {where} {order}",
         f"SELECT saga_id, max(seq), (array_agg(hash ORDER BY seq DESC))[1]"  # noqa: S608
         f" FROM archive_retention_anchor {where} GROUP BY saga_id {order}",
         f"SELECT saga_id, head_seq FROM archive_saga_head {where} {order}",  # noqa: S608
@@ -404,6 +565,15 @@ def iter_audits(
         contextlib.ExitStack() as cursors,
     ):
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        checked_rounds = (
+            _audit_rounds(conn, saga_id=saga_id, keys=keys, fetch=fetch)
+            if version >= ROUNDS_VERSION
+            else RoundAudit()
+        )
+        if rounds is not None:
+            rounds.rounds += checked_rounds.rounds
+            rounds.leaves += checked_rounds.leaves
+            rounds.failed.update(checked_rounds.failed)
         streams: list[Iterator[tuple[str, list[Sequence[Any]]]]] = []
         for i, query in enumerate(queries):
             cur = cursors.enter_context(conn.cursor(name=f"sgc_audit_{i}"))
@@ -429,6 +599,8 @@ def iter_audits(
                     signed_at_us=int(c[3]),
                     key_id=c[4],
                     signature=c[5],
+                    round_id=None if c[6] is None else int(c[6]),
+                    leaf_index=None if c[7] is None else int(c[7]),
                 )
                 for c in cps
             ]
@@ -452,6 +624,7 @@ def iter_audits(
                     after_hash=after_hash,
                     recorded_head=recorded_head,
                     keys=keys,
+                    rounds=checked_rounds,
                 )
                 continue
             try:
@@ -475,6 +648,7 @@ def iter_audits(
                 anchor=anchor,
                 recorded_head=recorded_head,
                 keys=keys,
+                rounds=checked_rounds,
             )
 
 
@@ -489,7 +663,13 @@ def audit(
     """Run :func:`iter_audits` to the end and total it."""
     started = time.perf_counter()
     summary = AuditSummary()
-    for result in iter_audits(conn, saga_id=saga_id, pinned_keys=pinned_keys, reference=reference):
+    for result in iter_audits(
+        conn,
+        saga_id=saga_id,
+        pinned_keys=pinned_keys,
+        reference=reference,
+        rounds=summary.rounds,
+    ):
         summary.add(result)
         if progress is not None:
             progress(result)

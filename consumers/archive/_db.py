@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import psycopg
 from psycopg import sql
 
-from sagacity.consumers.archive._schema import ARCHIVE_TABLES, MIGRATIONS
+from sagacity.consumers.archive._schema import ARCHIVE_TABLES, MIGRATIONS, TABLES_ADDED_IN
 from sagacity.errors import ArchiveSchemaError, PersistenceError, PersistenceUnavailableError
 
 ARCHIVER_ROLE = "sagacity_archiver"
@@ -118,7 +118,8 @@ def check_schema(conn: psycopg.Connection) -> int:
                 (schema,),
             )
         }
-    missing = [t for t in (*ARCHIVE_TABLES, "archive_schema_version") if t not in found]
+    base = [t for t in ARCHIVE_TABLES if t not in TABLES_ADDED_IN]
+    missing = [t for t in (*base, "archive_schema_version") if t not in found]
     if missing:
         raise ArchiveSchemaError(
             f"schema {schema!r} is not a Sagacity archive (missing: {', '.join(missing)}); "
@@ -127,6 +128,12 @@ def check_schema(conn: psycopg.Connection) -> int:
     with mapped_errors("read the archive schema version"):
         row = conn.execute("SELECT max(version) FROM archive_schema_version").fetchone()
     version = int(row[0]) if row and row[0] is not None else 0
+    # An archive not yet migrated to a later version is still read (an auditor's verify).
+    missing = [t for t, v in TABLES_ADDED_IN.items() if v <= version and t not in found]
+    if missing:
+        raise ArchiveSchemaError(
+            f"archive schema {schema!r} is at version {version} but lacks {', '.join(missing)}"
+        )
     known = max(v for v, _ in MIGRATIONS)
     if version > known:
         raise ArchiveSchemaError(
@@ -152,7 +159,12 @@ def grant_archiver(conn: psycopg.Connection, role: str = ARCHIVER_ROLE) -> None:
         conn.execute(
             sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), ident)
         )
-        for table in ("side_effect_journal", "archive_quarantine", "archive_checkpoint"):
+        for table in (
+            "side_effect_journal",
+            "archive_quarantine",
+            "archive_checkpoint",
+            "archive_checkpoint_round",
+        ):
             conn.execute(
                 sql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(sql.Identifier(table), ident)
             )
@@ -167,7 +179,7 @@ def grant_archiver(conn: psycopg.Connection, role: str = ARCHIVER_ROLE) -> None:
         conn.execute(
             sql.SQL(
                 "GRANT USAGE ON SEQUENCE side_effect_journal_archive_id_seq, "
-                "archive_quarantine_id_seq TO {}"
+                "archive_quarantine_id_seq, archive_checkpoint_round_id_seq TO {}"
             ).format(ident)
         )
         conn.execute(

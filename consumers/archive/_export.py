@@ -5,16 +5,21 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
 from sagacity.consumers.archive._audit import SagaAudit, iter_audits, trusted_keys
+from sagacity.consumers.archive._checkpoints import inclusion_proof, leaf_hash
 from sagacity.consumers.archive._db import check_schema, mapped_errors
+from sagacity.consumers.archive._schema import ROUNDS_VERSION
 from sagacity.errors import UnknownSagaError
 
-BUNDLE_FORMAT = "sagacity-audit-bundle/1"
+BUNDLE_FORMAT = "sagacity-audit-bundle/2"
+"""Version 2: checkpoints of signing rounds carry their round and inclusion proof."""
 
 _README = """\
 # Audit bundle for saga {saga_id}
@@ -41,10 +46,57 @@ Obtain the public key from the archive's operator through a channel other than t
 without `--public-key` the key in the manifest is used, which shows only that the bundle is
 self-consistent.  The archive's key id(s): {key_ids}.
 
-The canonical form and the checkpoint form are specified in the project's
-docs/adr/0002-hash-chain.md and docs/adr/0006-archive-and-checkpoints.md; the verifier is short
+The canonical form and the checkpoint forms are specified in the project's
+docs/adr/0002-hash-chain.md, docs/adr/0006-archive-and-checkpoints.md (per-head signatures) and
+docs/adr/0012-checkpoint-rounds.md (signing rounds: a Merkle root signed once, each checkpoint
+with its inclusion proof); the verifier is short
 enough to read in full.
 """
+
+
+def _checkpoint(conn: psycopg.Connection, row: Sequence[Any]) -> dict[str, Any]:
+    """A checkpoint for the manifest: per-head (``SGCP1``) with its signature, or a leaf of a
+    signing round (``SGCR1``) with the round and the leaf's inclusion proof."""
+    seq, hash, signed_at_us, key_id, signature, round_id, leaf_index = row
+    out: dict[str, Any] = {
+        "seq": seq,
+        "hash": hash,
+        "signed_at_us": signed_at_us,
+        "key_id": key_id,
+    }
+    if round_id is None:
+        out["signature"] = signature
+        return out
+    signed = conn.execute(
+        "SELECT leaf_count, root, signed_at_us, key_id, signature FROM archive_checkpoint_round"
+        " WHERE round_id = %s",
+        (round_id,),
+    ).fetchone()
+    leaves = [
+        leaf_hash(saga_id=s, seq=int(n), hash=h)
+        for s, n, h in conn.execute(
+            "SELECT saga_id, seq, hash FROM archive_checkpoint WHERE round_id = %s"
+            " ORDER BY leaf_index",
+            (round_id,),
+        )
+    ]
+    # A tampered round may not give a proof; the bundle then fails its own verification.
+    proof = inclusion_proof(leaves, leaf_index) if 0 <= leaf_index < len(leaves) else []
+    out["round"] = (
+        {
+            "round_id": round_id,
+            "leaf_count": signed[0],
+            "root": signed[1],
+            "signed_at_us": signed[2],
+            "key_id": signed[3],
+            "signature": signed[4],
+        }
+        if signed is not None
+        else {"round_id": round_id}
+    )
+    out["leaf_index"] = leaf_index
+    out["proof"] = [p.hex() for p in proof]
+    return out
 
 
 def export_bundle(
@@ -59,7 +111,8 @@ def export_bundle(
         UnknownSagaError: the archive holds nothing for ``saga_id``.
         ArchiveSchemaError / PersistenceError: the database is not an archive or failed.
     """
-    check_schema(conn)
+    version = check_schema(conn)
+    round_columns = "round_id, leaf_index" if version >= ROUNDS_VERSION else "NULL, NULL"
     with mapped_errors("export a saga"), conn.transaction():
         rows = conn.execute(
             "SELECT saga_id, seq, event_type, tool, payload, result, error, actor, attributes,"
@@ -67,11 +120,14 @@ def export_bundle(
             " ORDER BY archive_id",
             (saga_id,),
         ).fetchall()
-        checkpoints = conn.execute(
-            "SELECT seq, hash, signed_at_us, key_id, signature FROM archive_checkpoint"
-            " WHERE saga_id = %s ORDER BY seq, signed_at_us",
-            (saga_id,),
-        ).fetchall()
+        checkpoints = [
+            _checkpoint(conn, row)
+            for row in conn.execute(
+                f"SELECT seq, hash, signed_at_us, key_id, signature, {round_columns}"  # noqa: S608
+                " FROM archive_checkpoint WHERE saga_id = %s ORDER BY seq, signed_at_us",
+                (saga_id,),
+            ).fetchall()
+        ]
         anchor = conn.execute(
             "SELECT seq, hash FROM archive_retention_anchor WHERE saga_id = %s"
             " ORDER BY seq DESC LIMIT 1",
@@ -121,11 +177,8 @@ def export_bundle(
         "head_hash": head_hash,
         "anchor": {"seq": anchor[0], "hash": anchor[1]} if anchor else None,
         "canonical_form": "SGC1",
-        "checkpoint_form": "SGCP1",
-        "checkpoints": [
-            {"seq": c[0], "hash": c[1], "signed_at_us": c[2], "key_id": c[3], "signature": c[4]}
-            for c in checkpoints
-        ],
+        "checkpoint_form": "SGCR1",
+        "checkpoints": checkpoints,
         "public_keys": {k: v.hex() for k, v in sorted(keys.items())},
         "archive_verdict": {
             "ok": verdict.ok,

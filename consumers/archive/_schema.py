@@ -217,6 +217,34 @@ CREATE INDEX IF NOT EXISTS side_effect_journal_requests
     WHERE event_type = 'AWAITING_APPROVAL';
 """,
     ),
+    (
+        4,
+        r"""
+-- Signing rounds (docs/adr/0012-checkpoint-rounds.md): one Ed25519 signature over the Merkle
+-- root of the heads signed together; each head's checkpoint row names its round and leaf.
+CREATE SEQUENCE IF NOT EXISTS archive_checkpoint_round_id_seq;
+CREATE TABLE IF NOT EXISTS archive_checkpoint_round (
+    round_id      bigint      PRIMARY KEY,
+    leaf_count    bigint      NOT NULL,
+    root          text        NOT NULL,
+    signed_at_us  bigint      NOT NULL,
+    key_id        text        NOT NULL,
+    signature     text        NOT NULL
+);
+DROP TRIGGER IF EXISTS sgc_append_only ON archive_checkpoint_round;
+CREATE TRIGGER sgc_append_only BEFORE UPDATE OR DELETE ON archive_checkpoint_round
+    FOR EACH ROW EXECUTE FUNCTION sgc_refuse_change();
+DROP TRIGGER IF EXISTS sgc_append_only_truncate ON archive_checkpoint_round;
+CREATE TRIGGER sgc_append_only_truncate BEFORE TRUNCATE ON archive_checkpoint_round
+    FOR EACH STATEMENT EXECUTE FUNCTION sgc_refuse_change();
+-- Per-head signatures (rows signed before rounds) keep theirs; leaves of a round have none.
+ALTER TABLE archive_checkpoint ALTER COLUMN signature DROP NOT NULL;
+ALTER TABLE archive_checkpoint ADD COLUMN IF NOT EXISTS round_id bigint;
+ALTER TABLE archive_checkpoint ADD COLUMN IF NOT EXISTS leaf_index bigint;
+CREATE INDEX IF NOT EXISTS archive_checkpoint_leaf
+    ON archive_checkpoint (round_id, leaf_index) WHERE round_id IS NOT NULL;
+""",
+    ),
 )
 """(version, SQL) pairs, applied in order; each is re-runnable.  ``@schema@`` stands for the
 quoted name of the archive's schema (SECURITY DEFINER code names every object it uses)."""
@@ -227,15 +255,23 @@ ARCHIVE_TABLES: tuple[str, ...] = (
     "archive_quarantine",
     "archive_consumer_offset",
     "archive_checkpoint",
+    "archive_checkpoint_round",
     "archive_signing_key",
     "archive_retention",
     "archive_retention_anchor",
 )
 """Every table the archive owns (privileges are granted on these)."""
 
+TABLES_ADDED_IN: dict[str, int] = {"archive_checkpoint_round": 4}
+"""Tables of later schema versions: an archive at an older version is read without them."""
+
+ROUNDS_VERSION = 4
+"""The schema version from which heads are signed in rounds (docs/adr/0012)."""
+
 APPEND_ONLY_TABLES: tuple[str, ...] = (
     "side_effect_journal",
     "archive_quarantine",
     "archive_checkpoint",
+    "archive_checkpoint_round",
 )
 """Tables whose rows are never updated or deleted (triggers refuse it)."""

@@ -7,10 +7,12 @@ Usage::
 
 Checks, in order: the manifest and events files are intact (``events_sha256``); the saga's
 hash chain (docs/adr/0002-hash-chain.md: canonical form ``SGC1``, SHA-256 links from the
-genesis hash); that the manifest's head is the chain's head; and every signed checkpoint
-(Ed25519, RFC 8032, over the ``SGCP1`` form of docs/adr/0006-archive-and-checkpoints.md):
-a valid signature by the trusted key, a hash equal to the chain's at that seq, and a seq the
-chain reaches (a cut tail shows as ``truncated``).
+genesis hash); that the manifest's head is the chain's head; and every signed checkpoint: a
+valid Ed25519 signature (RFC 8032) by the trusted key — over the checkpoint's signing round
+(``SGCR1``, docs/adr/0012-checkpoint-rounds.md), whose Merkle root the checkpoint's inclusion
+proof must lead to (RFC 9162 section 2.1.3.2), or over the checkpoint itself (``SGCP1``,
+docs/adr/0006-archive-and-checkpoints.md) — a hash equal to the chain's at that seq, and a
+seq the chain reaches (a cut tail shows as ``truncated``).
 
 Pass ``--public-key`` with the archive's published key: without it the key in the manifest is
 used, which proves only that the bundle is self-consistent.
@@ -195,6 +197,85 @@ def checkpoint_message(cp: dict[str, Any]) -> bytes:
     )
 
 
+def leaf_hash(saga_id: str, seq: int, hash_hex: str) -> bytes:
+    """The Merkle leaf of one signed head: ``SHA-256(0x00 || "SGCL1" || fields)``."""
+    return hashlib.sha256(
+        b"\x00"
+        + b"SGCL1"
+        + _field(saga_id.encode("utf-8"))
+        + _field(struct.pack(">q", seq))
+        + _field(hash_hex.encode("ascii"))
+    ).digest()
+
+
+def root_from_proof(leaf: bytes, index: int, size: int, path: list[bytes]) -> bytes | None:
+    """RFC 9162 2.1.3.2: the root ``path`` leads ``leaf`` (at ``index`` of ``size``) to, or
+    ``None`` when the path does not fit that position.  Nodes: ``SHA-256(0x01 || l || r)``."""
+    if not 0 <= index < size:
+        return None
+    fn, sn, node = index, size - 1, leaf
+    for sibling in path:
+        if sn == 0:
+            return None
+        if fn & 1 or fn == sn:
+            node = hashlib.sha256(b"\x01" + sibling + node).digest()
+            while fn & 1 == 0 and fn != 0:
+                fn >>= 1
+                sn >>= 1
+        else:
+            node = hashlib.sha256(b"\x01" + node + sibling).digest()
+        fn >>= 1
+        sn >>= 1
+    return node if sn == 0 else None
+
+
+def round_message(signed: dict[str, Any]) -> bytes:
+    """The ``SGCR1`` bytes a signing round's signature covers."""
+    return b"".join(
+        (
+            b"SGCR1",
+            _field(struct.pack(">q", signed["round_id"])),
+            _field(struct.pack(">q", signed["leaf_count"])),
+            _field(signed["root"].encode("ascii")),
+            _field(struct.pack(">q", signed["signed_at_us"])),
+            _field(signed["key_id"].encode("ascii")),
+        )
+    )
+
+
+def check_signed(saga_id: str, cp: dict[str, Any], keys: dict[str, bytes]) -> None:
+    """Raise unless ``cp`` is signed by a trusted key: through its round, or by itself."""
+    seq = cp["seq"]
+    signed = cp.get("round")
+    if signed is None:
+        message = checkpoint_message({**cp, "saga_id": saga_id})
+        signer = cp["key_id"]
+    else:
+        if "signature" not in signed:
+            raise VerificationError(
+                seq, "bad_signature", f"signing round {signed.get('round_id')} is missing"
+            )
+        message, signer = round_message(signed), signed["key_id"]
+    public = keys.get(signer)
+    if public is None or key_id(public) != signer:
+        raise VerificationError(seq, "unknown_key", f"signed by untrusted key {signer}")
+    signature = bytes.fromhex((signed or cp)["signature"])
+    if not ed25519_verify(public, message, signature):
+        what = "checkpoint" if signed is None else f"round {signed['round_id']}"
+        raise VerificationError(seq, "bad_signature", f"the {what} signature does not verify")
+    if signed is not None:
+        leaf = leaf_hash(saga_id, seq, cp["hash"])
+        path = [bytes.fromhex(p) for p in cp.get("proof", [])]
+        root = root_from_proof(leaf, cp["leaf_index"], signed["leaf_count"], path)
+        if root is None or root.hex() != signed["root"]:
+            raise VerificationError(
+                seq,
+                "bad_signature",
+                f"the checkpoint is not in round {signed['round_id']}: its inclusion proof "
+                "does not lead to the signed root",
+            )
+
+
 def key_id(public_key: bytes) -> str:
     """The short id of a raw public key: the first 16 hex characters of its SHA-256."""
     return hashlib.sha256(public_key).hexdigest()[:16]
@@ -283,12 +364,7 @@ def verify_bundle(directory: Path, pinned_key: bytes | None) -> str:
     checked = 0
     for cp in sorted(manifest.get("checkpoints", []), key=lambda c: (c["seq"], c["signed_at_us"])):
         seq = cp["seq"]
-        public = keys.get(cp["key_id"])
-        if public is None or key_id(public) != cp["key_id"]:
-            raise VerificationError(seq, "unknown_key", f"signed by untrusted key {cp['key_id']}")
-        message = checkpoint_message({**cp, "saga_id": saga_id})
-        if not ed25519_verify(public, message, bytes.fromhex(cp["signature"])):
-            raise VerificationError(seq, "bad_signature", "checkpoint signature does not verify")
+        check_signed(saga_id, cp, keys)
         checked += 1
         if seq < after_seq:
             continue

@@ -62,7 +62,9 @@ def verify(
             total = 1 if saga_id is not None else _estimate_sagas(conn)
             started = time.perf_counter()
             with click.progressbar(length=total, label="verifying", file=sys.stderr) as bar:
-                for result in iter_audits(conn, saga_id=saga_id, pinned_keys=pinned):
+                for result in iter_audits(
+                    conn, saga_id=saga_id, pinned_keys=pinned, rounds=summary.rounds
+                ):
                     summary.add(result, keep_failures=show)
                     bar.update(1)
             summary.seconds = time.perf_counter() - started
@@ -71,7 +73,7 @@ def verify(
     if saga_id is not None and summary.sagas == 0:
         fail(f"the archive holds nothing for saga {saga_id!r}")
     _print_summary(summary, pinned=bool(public_keys))
-    if summary.ok != summary.sagas:
+    if not summary.all_ok:
         raise click.exceptions.Exit(EXIT_FAILED)
 
 
@@ -91,6 +93,11 @@ def _print_summary(summary: AuditSummary, *, pinned: bool) -> None:
         for f in summary.failures:
             click.echo(f"{f.saga_id:<40} {f.bad_seq or '-':>8}  {f.reason or '':<20} {f.detail}")
         click.echo("")
+    if summary.rounds.failed:
+        click.echo(f"{'signing round':>13}  {'reason':<20} detail")
+        for round_id, (reason, detail) in sorted(summary.rounds.failed.items())[:20]:
+            click.echo(f"{round_id:>13}  {reason.value:<20} {detail}")
+        click.echo("")
     rate = summary.events / summary.seconds if summary.seconds else 0.0
     click.echo(f"{'sagas verified':<22} {summary.sagas:>12,}")
     click.echo(f"{'sagas ok':<22} {summary.ok:>12,}")
@@ -99,6 +106,8 @@ def _print_summary(summary: AuditSummary, *, pinned: bool) -> None:
         click.echo(f"{'  ' + reason.value:<22} {count:>12,}")
     click.echo(f"{'events':<22} {summary.events:>12,}")
     click.echo(f"{'checkpoints verified':<22} {summary.checkpoints:>12,}")
+    click.echo(f"{'signing rounds':<22} {summary.rounds.rounds:>12,}")
+    click.echo(f"{'  failed':<22} {len(summary.rounds.failed):>12,}")
     click.echo(f"{'seconds':<22} {summary.seconds:>12.2f}")
     click.echo(f"{'events per second':<22} {rate:>12,.0f}")
     if not pinned:

@@ -36,13 +36,15 @@ def module_tmp(tmp_path_factory):
 
 @pytest.fixture
 def exported(archiver, archive_dsn, tmp_path) -> tuple[Path, Signer, list]:
-    """A bundle for a saga of 6 events with checkpoints at seq 3 and seq 6."""
+    """A bundle for a saga of 6 events with checkpoints at seq 3 and seq 6, each signed in a
+    round with three other sagas' heads (leaf 1 of 4: a proof of two nodes)."""
     signer = generate_key(tmp_path / "k.pem")
-    chain = make_chain("saga-b", 6)
-    archiver.archive(as_raw(chain[:3]))
+    chains = [make_chain(s, 6) for s in ("saga-a", "saga-b", "saga-c", "saga-d")]
+    chain = chains[1]
+    archiver.archive(as_raw([e for c in chains for e in c[:3]]))
     with psycopg.connect(archive_dsn) as conn:
         sign_pending(conn, signer)
-        archiver.archive(as_raw(chain[3:], first_offset=3))
+        archiver.archive(as_raw([e for c in chains for e in c[3:]], first_offset=12))
         sign_pending(conn, signer)
         verdict = export_bundle(conn, "saga-b", tmp_path / "bundle")
     assert verdict.ok
@@ -78,6 +80,9 @@ def test_bundle_contents(exported):
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert (manifest["head_seq"], manifest["head_hash"]) == (6, chain[-1].hash)
     assert [c["seq"] for c in manifest["checkpoints"]] == [3, 6]
+    for cp in manifest["checkpoints"]:
+        assert (cp["leaf_index"], cp["round"]["leaf_count"], len(cp["proof"])) == (1, 4, 2)
+        assert cp["round"]["key_id"] == signer.key_id
     assert manifest["public_keys"] == {signer.key_id: signer.public_hex}
     assert _events(bundle)[2] == chain[2].to_dict()
     assert "--public-key" in (bundle / "README.md").read_text()
@@ -136,6 +141,20 @@ def _tampered(case: str, bundle: Path, chain) -> None:
             m["checkpoints"][0]["hash"] = "0" * 64
 
         _write(bundle, events, manifest_edit=forge)
+    elif case in ("forged_proof", "moved_leaf", "forged_round_root", "round_missing"):
+
+        def forge_round(m):
+            cp = m["checkpoints"][0]
+            if case == "forged_proof":
+                cp["proof"][0] = "00" * 32
+            elif case == "moved_leaf":
+                cp["leaf_index"] = 2
+            elif case == "forged_round_root":
+                cp["round"]["root"] = "00" * 32
+            else:
+                cp["round"] = {"round_id": cp["round"]["round_id"]}
+
+        _write(bundle, events, manifest_edit=forge_round)
     elif case == "events_file_altered":
         (bundle / "events.jsonl").write_text(
             (bundle / "events.jsonl").read_text().replace("ok", "OK")
@@ -152,6 +171,10 @@ def _tampered(case: str, bundle: Path, chain) -> None:
         ("truncated_tail", 5, "truncated"),
         ("rewritten_chain", 3, "checkpoint_mismatch"),
         ("forged_checkpoint", 3, "bad_signature"),
+        ("forged_proof", 3, "bad_signature"),
+        ("moved_leaf", 3, "bad_signature"),
+        ("forged_round_root", 3, "bad_signature"),
+        ("round_missing", 3, "bad_signature"),
         ("events_file_altered", None, "bundle_altered"),
     ],
 )

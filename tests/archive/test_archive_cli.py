@@ -52,6 +52,27 @@ def test_verify_passes_then_fails_with_the_broken_seq(archiver, archive_dsn, key
     assert "pass --public-key" in out
 
 
+def test_verify_fails_on_a_round_whose_checkpoints_were_all_removed(archiver, archive_dsn, key):
+    """No saga is left to fail, but the signed round counts heads the archive lost: exit 1,
+    the round listed."""
+    path, public = key
+    archiver.archive(as_raw(make_chain("saga-1", 3) + make_chain("saga-2", 3)))
+    code, _, _ = run(
+        "archive", "checkpoint", "--database-url", archive_dsn, "--signing-key", str(path)
+    )
+    assert code == 0
+    code, out, _ = run("verify", "--database-url", archive_dsn, "--public-key", public)
+    assert code == 0, out
+    assert [x.split()[-1] for x in out.splitlines() if x.startswith("signing rounds")] == ["1"]
+    with psycopg.connect(archive_dsn) as conn:
+        conn.execute("SET session_replication_role = replica")
+        conn.execute("DELETE FROM archive_checkpoint")
+    code, out, _ = run("verify", "--database-url", archive_dsn, "--public-key", public)
+    assert code == 1, out
+    assert "signed 2 heads; the archive holds 0" in out
+    assert [x.split()[-1] for x in out.splitlines() if x.strip().startswith("failed")] == ["1"]
+
+
 def test_verify_on_an_empty_schema_says_so(pg_dsn):
     code, _, err = run("verify", "--database-url", pg_dsn)
     assert code == 2

@@ -437,7 +437,7 @@ def test_migration_3_marks_rows_archived_before_it_as_unchecked(pg_dsn):
             "INSERT INTO archive_consumer_offset (consumer_group, topic, kafka_partition,"
             " next_offset) VALUES ('g', 't', 0, 120)"
         )
-        assert migrate(conn) == 3
+        assert migrate(conn) == max(v for v, _ in MIGRATIONS)
     assert rows(pg_dsn, "SELECT next_offset, keys_checked_from FROM archive_consumer_offset") == [
         (120, 120)
     ]

@@ -14,6 +14,7 @@ from sagacity.consumers.archive import (
     AuditReason,
     Signer,
     audit,
+    check_schema,
     generate_key,
     iter_audits,
     sign_pending,
@@ -182,7 +183,20 @@ def test_whole_chain_rewritten_consistently_without_the_key(archived, archive_ds
     assert (failure.bad_seq, failure.reason) == (5, AuditReason.CHECKPOINT_MISMATCH)
 
 
-def test_rewritten_chain_with_edited_checkpoint_fails_its_signature(archived, archive_dsn, signer):
+def all_fail_at(dsn: str, signer: Signer, seq: int, reason: AuditReason) -> list:
+    """Every saga fails at ``seq`` for ``reason`` (the three share one signing round)."""
+    both_paths_agree(dsn, signer)
+    with psycopg.connect(dsn) as conn:
+        summary = audit(conn, pinned_keys=[signer.public_raw])
+    assert (summary.sagas, summary.ok) == (3, 0), summary.failures
+    assert {(f.bad_seq, f.reason) for f in summary.failures} == {(seq, reason)}
+    assert not summary.all_ok
+    return summary.failures
+
+
+def test_rewritten_chain_with_edited_checkpoint_fails_its_round(archived, archive_dsn, signer):
+    """The edited checkpoint no longer hashes to the round's signed root: every checkpoint of
+    that round loses its signature (which one was edited cannot be told from the root)."""
     forged = _rewrite(archived["saga-2"])
     tamper(
         archive_dsn,
@@ -192,77 +206,222 @@ def test_rewritten_chain_with_edited_checkpoint_fails_its_signature(archived, ar
             (forged[4].hash,),
         ),
     )
-    failure = only_failure(archive_dsn, signer)
-    assert (failure.bad_seq, failure.reason) == (5, AuditReason.BAD_SIGNATURE)
+    failures = all_fail_at(archive_dsn, signer, 5, AuditReason.BAD_SIGNATURE)
+    assert "do not hash to the signed root" in failures[0].detail
 
 
-def test_rewritten_chain_resigned_with_another_key_is_caught_by_the_pinned_key(
-    archived, archive_dsn, signer, tmp_path
-):
-    forged = _rewrite(archived["saga-2"])
-    attacker = generate_key(tmp_path / "attacker.key")
-    fake = attacker.sign(saga_id="saga-2", seq=6, hash=forged[5].hash, signed_at_us=1)
+def test_a_removed_checkpoint_fails_its_round(archived, archive_dsn, signer):
+    """Deleting a saga's checkpoint (to cut its tail unseen) breaks the round it was signed in,
+    and the finding names the missing leaf's place."""
+    chain = archived["saga-2"]
     tamper(
         archive_dsn,
-        *_rewrite_statements(forged),
         ("DELETE FROM archive_checkpoint WHERE saga_id = 'saga-2'", ()),
+        ("DELETE FROM side_effect_journal WHERE saga_id = 'saga-2' AND seq >= 4", ()),
         (
-            "INSERT INTO archive_checkpoint VALUES (%s, %s, %s, %s, %s, %s)",
-            (fake.saga_id, fake.seq, fake.hash, fake.signed_at_us, fake.key_id, fake.signature),
+            "UPDATE archive_saga_head SET head_seq = 3, head_hash = %s WHERE saga_id = 'saga-2'",
+            (chain[2].hash,),
+        ),
+    )
+    with psycopg.connect(archive_dsn) as conn:
+        summary = audit(conn, pinned_keys=[signer.public_raw])
+    failures = {f.saga_id: (f.bad_seq, f.reason, f.detail) for f in summary.failures}
+    assert set(failures) == {"saga-1", "saga-3"}
+    assert {f[:2] for f in failures.values()} == {(5, AuditReason.BAD_SIGNATURE)}
+    assert "leaf 1 is missing (after saga 'saga-1')" in failures["saga-1"][2]
+    assert not summary.all_ok
+
+
+def test_a_round_whose_checkpoints_were_all_removed_fails_the_audit(archived, archive_dsn, signer):
+    tamper(archive_dsn, ("DELETE FROM archive_checkpoint", ()))
+    with psycopg.connect(archive_dsn) as conn:
+        summary = audit(conn, pinned_keys=[signer.public_raw])
+    # No saga has a checkpoint left to fail, but the signed round counts three heads.
+    assert (summary.sagas, summary.ok) == (3, 3)
+    ((reason, detail),) = summary.rounds.failed.values()
+    assert reason is AuditReason.BAD_SIGNATURE
+    assert "signed 3 heads; the archive holds 0" in detail
+    assert not summary.all_ok
+
+
+def test_a_checkpoint_whose_round_was_removed_fails(archived, archive_dsn, signer):
+    tamper(archive_dsn, ("DELETE FROM archive_checkpoint_round", ()))
+    failures = all_fail_at(archive_dsn, signer, 5, AuditReason.BAD_SIGNATURE)
+    assert "which the archive does not hold" in failures[0].detail
+
+
+def _forge_round(attacker: Signer, saga_id: str, seq: int, hash: str, round_id: int):
+    from sagacity.consumers.archive._checkpoints import leaf_hash, merkle_root
+
+    root = merkle_root([leaf_hash(saga_id=saga_id, seq=seq, hash=hash)]).hex()
+    signed = attacker.sign_round(round_id=round_id, leaf_count=1, root=root, signed_at_us=1)
+    return [
+        (
+            "INSERT INTO archive_checkpoint_round VALUES (%s, %s, %s, %s, %s, %s)",
+            (round_id, 1, root, 1, attacker.key_id, signed.signature),
+        ),
+        (
+            "INSERT INTO archive_checkpoint (saga_id, seq, hash, signed_at_us, key_id,"
+            " round_id, leaf_index) VALUES (%s, %s, %s, 1, %s, %s, 0)",
+            (saga_id, seq, hash, attacker.key_id, round_id),
         ),
         (
             "INSERT INTO archive_signing_key (key_id, public_key) VALUES (%s, %s)",
             (attacker.key_id, attacker.public_hex),
         ),
-    )
-    failure = only_failure(archive_dsn, signer)
-    assert (failure.bad_seq, failure.reason) == (6, AuditReason.UNKNOWN_KEY)
+    ]
 
 
-def test_tampered_checkpoints_among_many_sagas_are_found_where_they_are(
-    archiver, archive_dsn, signer
+@pytest.mark.parametrize("form", ["round", "per-head"])
+def test_rewritten_chain_resigned_with_another_key_is_caught_by_the_pinned_key(
+    archived, archive_dsn, signer, tmp_path, form
 ):
-    """300 sagas, two checkpoints each: the whole-archive audit finds exactly the tampered
-    checkpoints (first saga, middle, last), as auditing each saga alone does."""
-    sagas = [f"w-{n:03d}" for n in range(300)]
-    chains = {s: make_chain(s, 4) for s in sagas}
-    archiver.archive(as_raw([e for c in chains.values() for e in c[:2]]))
+    forged = _rewrite(archived["saga-2"])
+    attacker = generate_key(tmp_path / "attacker.key")
+    if form == "round":
+        resign = _forge_round(attacker, "saga-2", 6, forged[5].hash, round_id=999)
+    else:
+        fake = attacker.sign(saga_id="saga-2", seq=6, hash=forged[5].hash, signed_at_us=1)
+        resign = [
+            (
+                "INSERT INTO archive_checkpoint (saga_id, seq, hash, signed_at_us, key_id,"
+                " signature) VALUES (%s, %s, %s, %s, %s, %s)",
+                (fake.saga_id, fake.seq, fake.hash, fake.signed_at_us, fake.key_id, fake.signature),
+            ),
+            (
+                "INSERT INTO archive_signing_key (key_id, public_key) VALUES (%s, %s)",
+                (attacker.key_id, attacker.public_hex),
+            ),
+        ]
+    tamper(
+        archive_dsn,
+        *_rewrite_statements(forged),
+        ("DELETE FROM archive_checkpoint WHERE saga_id = 'saga-2'", ()),
+        *resign,
+    )
+    both_paths_agree(archive_dsn, signer)
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer) == 300
-    archiver.archive(as_raw([e for c in chains.values() for e in c[2:]], first_offset=600))
+        summary = audit(conn, pinned_keys=[signer.public_raw])
+        trusting_the_database = audit(conn)
+    failures = {f.saga_id: (f.bad_seq, f.reason) for f in summary.failures}
+    # The forged checkpoint is signed by a key the auditor does not trust, and removing the
+    # genuine one broke the round the other two sagas were signed in.
+    assert failures == {
+        "saga-1": (5, AuditReason.BAD_SIGNATURE),
+        "saga-2": (6, AuditReason.UNKNOWN_KEY),
+        "saga-3": (5, AuditReason.BAD_SIGNATURE),
+    }
+    # Without the pinned key the forged signature itself verifies; the broken round does not.
+    assert {f.saga_id for f in trusting_the_database.failures} == {"saga-1", "saga-3"}
+
+
+def test_per_head_checkpoints_of_earlier_releases_still_verify(archiver, archive_dsn, signer):
+    """Archives signed before rounds hold one signature per head (SGCP1): still checked."""
+    chains = {s: make_chain(s, 4) for s in ("old-1", "old-2")}
+    archiver.archive(as_raw([e for c in chains.values() for e in c]))
+    rows = []
+    for saga, chain in chains.items():
+        cp = signer.sign(saga_id=saga, seq=4, hash=chain[3].hash, signed_at_us=7)
+        rows.append((cp.saga_id, cp.seq, cp.hash, cp.signed_at_us, cp.key_id, cp.signature))
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer) == 300
-    forged = "00" * 64
+        for row in rows:
+            conn.execute(
+                "INSERT INTO archive_checkpoint (saga_id, seq, hash, signed_at_us, key_id,"
+                " signature) VALUES (%s, %s, %s, %s, %s, %s)",
+                row,
+            )
+        conn.commit()
+        summary = audit(conn, pinned_keys=[signer.public_raw])
+    assert (summary.sagas, summary.ok, summary.checkpoints, summary.rounds.rounds) == (2, 2, 2, 0)
     tamper(
         archive_dsn,
         (
-            "UPDATE archive_checkpoint SET signature = %s WHERE saga_id = 'w-000' AND seq = 2",
-            (forged,),
+            "UPDATE archive_checkpoint SET signature = %s WHERE saga_id = 'old-2'",
+            ("00" * 64,),
         ),
+    )
+    with psycopg.connect(archive_dsn) as conn:
+        summary = audit(conn, pinned_keys=[signer.public_raw])
+    assert [(f.saga_id, f.bad_seq, f.reason) for f in summary.failures] == [
+        ("old-2", 4, AuditReason.BAD_SIGNATURE)
+    ]
+
+
+def _round_of(dsn: str, saga_id: str, seq: int) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT round_id FROM archive_checkpoint WHERE saga_id = %s AND seq = %s",
+            (saga_id, seq),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_tampered_rounds_among_many_sagas_are_found_where_they_are(archiver, archive_dsn, signer):
+    """400 sagas signed twice in rounds of 100 heads: the whole-archive audit fails exactly the
+    sagas of the tampered rounds, as auditing each saga alone does, and names those rounds."""
+    sagas = [f"w-{n:03d}" for n in range(400)]
+    chains = {s: make_chain(s, 4) for s in sagas}
+    archiver.archive(as_raw([e for c in chains.values() for e in c[:2]]))
+    with psycopg.connect(archive_dsn) as conn:
+        assert sign_pending(conn, signer, chunk=100) == 400
+    archiver.archive(as_raw([e for c in chains.values() for e in c[2:]], first_offset=800))
+    with psycopg.connect(archive_dsn) as conn:
+        assert sign_pending(conn, signer, chunk=100) == 400
+        assert conn.execute("SELECT count(*) FROM archive_checkpoint_round").fetchone() == (8,)
+    forged_signature = _round_of(archive_dsn, "w-000", 2)
+    edited_leaf = _round_of(archive_dsn, "w-255", 4)
+    foreign_key = _round_of(archive_dsn, "w-150", 2)
+    tamper(
+        archive_dsn,
         (
-            "UPDATE archive_checkpoint SET signature = %s WHERE saga_id = 'w-256' AND seq = 4",
-            (forged,),
+            "UPDATE archive_checkpoint_round SET signature = %s WHERE round_id = %s",
+            ("00" * 64, forged_signature),
         ),
         (
             "UPDATE archive_checkpoint SET hash = %s WHERE saga_id = 'w-255' AND seq = 4",
             (chains["w-255"][2].hash,),
         ),
         (
-            "UPDATE archive_checkpoint SET key_id = 'feedfeedfeedfeed' WHERE saga_id = 'w-299'"
-            " AND seq = 2",
-            (),
+            "UPDATE archive_checkpoint_round SET key_id = 'feedfeedfeedfeed' WHERE round_id = %s",
+            (foreign_key,),
         ),
     )
     keys = [signer.public_raw]
     with psycopg.connect(archive_dsn) as conn:
         together = list(iter_audits(conn, pinned_keys=keys))
         alone = [next(iter_audits(conn, saga_id=s, pinned_keys=keys)) for s in sagas]
+        summary = audit(conn, pinned_keys=keys)
     assert together == alone
     failures = {a.saga_id: (a.bad_seq, a.reason) for a in together if not a.ok}
-    assert failures == {
-        "w-000": (2, AuditReason.BAD_SIGNATURE),
-        "w-255": (4, AuditReason.BAD_SIGNATURE),
-        "w-256": (4, AuditReason.BAD_SIGNATURE),
-        "w-299": (2, AuditReason.UNKNOWN_KEY),
+    expected = {
+        **{f"w-{n:03d}": (2, AuditReason.BAD_SIGNATURE) for n in range(0, 100)},
+        **{f"w-{n:03d}": (2, AuditReason.UNKNOWN_KEY) for n in range(100, 200)},
+        **{f"w-{n:03d}": (4, AuditReason.BAD_SIGNATURE) for n in range(200, 300)},
     }
-    assert sum(a.checkpoints for a in together if a.ok) == 2 * 296
+    assert failures == expected
+    assert sum(a.checkpoints for a in together if a.ok) == 2 * 100
+    assert summary.rounds.rounds == 8
+    assert set(summary.rounds.failed) == {forged_signature, edited_leaf, foreign_key}
+
+
+def test_an_archive_not_yet_migrated_to_rounds_is_still_verified(archiver, archive_dsn, signer):
+    """An auditor's verify reads an archive at schema version 3 (per-head checkpoints, no
+    round table) without migrating it."""
+    chain = make_chain("v3-1", 3)
+    archiver.archive(as_raw(chain))
+    cp = signer.sign(saga_id="v3-1", seq=3, hash=chain[2].hash, signed_at_us=7)
+    tamper(
+        archive_dsn,
+        ("DROP TABLE archive_checkpoint_round", ()),
+        ("ALTER TABLE archive_checkpoint DROP COLUMN round_id, DROP COLUMN leaf_index", ()),
+        ("DELETE FROM archive_schema_version WHERE version >= 4", ()),
+        (
+            "INSERT INTO archive_checkpoint VALUES (%s, %s, %s, %s, %s, %s)",
+            (cp.saga_id, cp.seq, cp.hash, cp.signed_at_us, cp.key_id, cp.signature),
+        ),
+    )
+    with psycopg.connect(archive_dsn) as conn:
+        assert check_schema(conn) == 3
+        summary = audit(conn, pinned_keys=[signer.public_raw])
+    assert (summary.sagas, summary.ok, summary.checkpoints, summary.all_ok) == (1, 1, 1, True)
