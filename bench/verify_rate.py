@@ -5,6 +5,10 @@
 The archive is filled, its heads signed, then ``sagacity verify --all``'s engine runs over
 it.  The baseline hashes, with ``hashlib.sha256``, exactly the bytes a verifier must hash
 (``prev_hash || canonical bytes`` of every entry), already in memory.
+
+Two more rows give the database's own ceiling for any verifier that reads the archive: the
+rows ``verify`` reads, streamed by ``COPY ... TO STDOUT`` and discarded unread by the client —
+in chain order (saga, archive order), as a verifier walking chains needs them, and in no order.
 """
 
 from __future__ import annotations
@@ -31,6 +35,20 @@ from _archive_common import (
 
 from sagacity.chain import canonical_bytes
 from sagacity.consumers.archive import BatchArchiver, audit, generate_key, sign_pending
+from sagacity.consumers.archive._audit import _ROW_COLUMNS
+
+
+def _copy_out_seconds(conn: psycopg.Connection, order: str) -> float:
+    """Seconds for the server to stream every row ``verify`` reads (best of three)."""
+    query = f"COPY (SELECT {_ROW_COLUMNS} FROM side_effect_journal {order}) TO STDOUT"
+    best = float("inf")
+    for _ in range(3):
+        with Timer() as t, conn.cursor().copy(query) as copy:
+            for _block in copy:
+                pass
+        best = min(best, t.seconds)
+    conn.rollback()
+    return best
 
 
 def main() -> None:
@@ -61,6 +79,8 @@ def main() -> None:
             signed = sign_pending(conn, signer)
             with Timer() as verify_time:
                 summary = audit(conn, pinned_keys=[signer.public_raw])
+            ordered = _copy_out_seconds(conn, 'ORDER BY saga_id COLLATE "C", archive_id')
+            unordered = _copy_out_seconds(conn, "")
     # The baseline before and after the verification, averaged: the machine may be shared.
     sha_seconds = (before + raw_sha()) / 2
     assert summary.ok == summary.sagas == args.sagas, summary.failures[:3]
@@ -87,6 +107,15 @@ def main() -> None:
                     f"{verify_time.seconds:.2f}",
                     f"{verify_rate:,.0f}",
                     f"{verify_rate / sha_rate:.3f}x",
+                ),
+                *(
+                    (
+                        f"ceiling: the server streams verify's rows {how}, client discards",
+                        f"{seconds:.2f}",
+                        f"{n / seconds:,.0f}",
+                        f"{n / seconds / sha_rate:.3f}x",
+                    )
+                    for how, seconds in (("in chain order", ordered), ("unordered", unordered))
                 ),
             ]
         )

@@ -23,6 +23,7 @@ import psycopg
 from sagacity._events import GENESIS_HASH, JournalEntry, event_type_of
 from sagacity.chain import BreakReason, canonical_bytes_of, verify
 from sagacity.consumers.archive._checkpoints import (
+    FIRST_PREV_ROOT,
     Checkpoint,
     RootBuilder,
     SignedRound,
@@ -415,8 +416,12 @@ def _judge_round(
     root: bytes | None,
     problem: str | None,
     keys: Mapping[str, bytes],
+    chained: bool,
+    previous: tuple[int, str] | None,
 ) -> tuple[AuditReason, str] | None:
-    """The finding on one round (``None``: verified), from its row and its leaves."""
+    """The finding on one round (``None``: verified), from its row, its leaves and, when
+    ``chained`` (every round is audited), the round before it: ``previous`` (id, root), ``None``
+    for the first."""
     if signed is None:
         return AuditReason.BAD_SIGNATURE, (
             f"checkpoints name signing round {round_id}, which the archive does not hold"
@@ -430,6 +435,18 @@ def _judge_round(
         return AuditReason.BAD_SIGNATURE, f"the signature of round {round_id} does not verify"
     if problem is not None:
         return AuditReason.BAD_SIGNATURE, f"round {round_id}: {problem}"
+    if not chained:
+        pass
+    elif previous is not None and signed.prev_root != previous[1]:
+        return AuditReason.BAD_SIGNATURE, (
+            f"round {round_id} does not follow round {previous[0]} (its previous root differs):"
+            " a signing round between them was removed or replaced"
+        )
+    elif previous is None and signed.prev_root != FIRST_PREV_ROOT:
+        return AuditReason.BAD_SIGNATURE, (
+            f"round {round_id} is the first the archive holds, but it follows another round:"
+            " earlier signing rounds were removed"
+        )
     if leaves != signed.leaf_count:
         return AuditReason.BAD_SIGNATURE, (
             f"round {round_id} signed {signed.leaf_count} heads; the archive holds {leaves} "
@@ -451,7 +468,8 @@ def _audit_rounds(
     fetch: int,
 ) -> RoundAudit:
     """Check every signing round (or, for one saga, the rounds its checkpoints belong to)
-    inside the caller's snapshot; leaves are streamed in order, so memory stays flat."""
+    inside the caller's snapshot; leaves are streamed in order, so memory stays flat.  Every
+    round's link to the one before is checked only when all rounds are (``saga_id`` None)."""
     audit = RoundAudit()
     scope = (
         " AND round_id IN (SELECT round_id FROM archive_checkpoint WHERE saga_id = %(s)s)"
@@ -464,7 +482,8 @@ def _audit_rounds(
     ):
         round_cur.itersize = leaf_cur.itersize = fetch
         round_cur.execute(
-            "SELECT round_id, leaf_count, root, signed_at_us, key_id, signature"  # noqa: S608
+            "SELECT round_id, leaf_count, root, prev_root, signed_at_us, key_id,"  # noqa: S608
+            " signature"
             f" FROM archive_checkpoint_round WHERE true{scope} ORDER BY round_id",
             {"s": saga_id},
         )
@@ -476,6 +495,7 @@ def _audit_rounds(
         round_rows, leaf_rows = iter(round_cur), iter(leaf_cur)
         row = next(round_rows, None)
         leaf = next(leaf_rows, None)
+        previous: tuple[int, str] | None = None
         while row is not None or leaf is not None:
             round_id = min(int(r[0]) for r in (row, leaf) if r is not None)
             signed = None
@@ -484,18 +504,19 @@ def _audit_rounds(
                     round_id=round_id,
                     leaf_count=int(row[1]),
                     root=row[2],
-                    signed_at_us=int(row[3]),
-                    key_id=row[4],
-                    signature=row[5],
+                    prev_root=row[3],
+                    signed_at_us=int(row[4]),
+                    key_id=row[5],
+                    signature=row[6],
                 )
                 row = next(round_rows, None)
             builder = RootBuilder()
-            leaves, problem, previous = 0, None, None
+            leaves, problem, last_saga = 0, None, None
             while leaf is not None and int(leaf[0]) == round_id:
                 if problem is None:
                     index = int(leaf[1])
                     if index != builder.count:
-                        after = f" (after saga {previous!r})" if previous is not None else ""
+                        after = f" (after saga {last_saga!r})" if last_saga is not None else ""
                         problem = (
                             f"leaf {builder.count} is missing{after}"
                             if index > builder.count
@@ -506,16 +527,25 @@ def _audit_rounds(
                             builder.add(leaf_hash(saga_id=leaf[2], seq=int(leaf[3]), hash=leaf[4]))
                         except (TypeError, ValueError, UnicodeError) as exc:
                             problem = f"leaf {index} cannot be hashed: {exc}"
-                        previous = leaf[2]
+                        last_saga = leaf[2]
                 leaves += 1
                 leaf = next(leaf_rows, None)
             audit.rounds += 1
             audit.leaves += leaves
             finding = _judge_round(
-                round_id, signed, leaves=leaves, root=builder.root(), problem=problem, keys=keys
+                round_id,
+                signed,
+                leaves=leaves,
+                root=builder.root(),
+                problem=problem,
+                keys=keys,
+                chained=saga_id is None,
+                previous=previous,
             )
             if finding is not None:
                 audit.failed[round_id] = finding
+            if signed is not None:
+                previous = (round_id, signed.root)
     return audit
 
 

@@ -7,7 +7,10 @@ each head is a leaf of a Merkle tree (RFC 6962 shape) and one signature covers t
     leaf  = SHA-256(0x00 || "SGCL1" || F(saga_id) || F(int64_be(seq)) || F(hash))
     node  = SHA-256(0x01 || left || right)
     round = "SGCR1" || F(int64_be(round_id)) || F(int64_be(leaf_count)) || F(root)
-                    || F(int64_be(signed_at_us)) || F(key_id)
+                    || F(prev_root) || F(int64_be(signed_at_us)) || F(key_id)
+
+``prev_root`` is the root of the round signed before (64 zeros for the first): the rounds form
+a chain, so a round removed whole breaks the link of the next one.
 
 Archives signed before that hold one signature per head (docs/adr/0006)::
 
@@ -42,6 +45,9 @@ from sagacity.errors import SigningKeyError
 CHECKPOINT_MAGIC = b"SGCP1"
 LEAF_MAGIC = b"SGCL1"
 ROUND_MAGIC = b"SGCR1"
+FIRST_PREV_ROOT = "0" * 64
+"""The previous root of an archive's first signing round."""
+_SIGNING_LOCK = 0x53474352  # with the schema's hash: one signer at a time per archive
 SIGNING_KEY_ENV = "SAGACITY_ARCHIVE_SIGNING_KEY"
 """Environment variable naming the signing key file."""
 
@@ -170,7 +176,13 @@ class RootBuilder:
 
 
 def round_message(
-    *, round_id: int, leaf_count: int, root: str, signed_at_us: int, key_id: str
+    *,
+    round_id: int,
+    leaf_count: int,
+    root: str,
+    prev_root: str,
+    signed_at_us: int,
+    key_id: str,
 ) -> bytes:
     """The exact bytes a signing round's signature covers."""
     return b"".join(
@@ -179,6 +191,7 @@ def round_message(
             _field(struct.pack(">q", round_id)),
             _field(struct.pack(">q", leaf_count)),
             _field(root.encode("ascii")),
+            _field(prev_root.encode("ascii")),
             _field(struct.pack(">q", signed_at_us)),
             _field(key_id.encode("ascii")),
         )
@@ -192,6 +205,7 @@ class SignedRound:
     round_id: int
     leaf_count: int
     root: str
+    prev_root: str
     signed_at_us: int
     key_id: str
     signature: str
@@ -202,6 +216,7 @@ class SignedRound:
             round_id=self.round_id,
             leaf_count=self.leaf_count,
             root=self.root,
+            prev_root=self.prev_root,
             signed_at_us=self.signed_at_us,
             key_id=self.key_id,
         )
@@ -268,13 +283,20 @@ class Signer:
         return cls(key)
 
     def sign_round(
-        self, *, round_id: int, leaf_count: int, root: str, signed_at_us: int
+        self,
+        *,
+        round_id: int,
+        leaf_count: int,
+        root: str,
+        prev_root: str = FIRST_PREV_ROOT,
+        signed_at_us: int,
     ) -> SignedRound:
-        """Sign a round's root."""
+        """Sign a round's root, linked to the previous round's."""
         message = round_message(
             round_id=round_id,
             leaf_count=leaf_count,
             root=root,
+            prev_root=prev_root,
             signed_at_us=signed_at_us,
             key_id=self.key_id,
         )
@@ -282,6 +304,7 @@ class Signer:
             round_id=round_id,
             leaf_count=leaf_count,
             root=root,
+            prev_root=prev_root,
             signed_at_us=signed_at_us,
             key_id=self.key_id,
             signature=self._key.sign(message).hex(),
@@ -379,9 +402,10 @@ def sign_pending(conn: psycopg.Connection, signer: Signer, *, chunk: int = 5_000
     """Sign every archived head that moved since it was last signed; return how many.
 
     Each chunk of up to ``chunk`` heads is one signing round in one transaction: the heads in
-    saga id order are the leaves of a Merkle tree whose root is signed once
-    (docs/adr/0012-checkpoint-rounds.md); every head is stored as a checkpoint row naming its
-    round and leaf index.  Memory stays flat however many sagas there are.
+    saga id order are the leaves of a Merkle tree whose root is signed once, with the previous
+    round's root (docs/adr/0012-checkpoint-rounds.md); every head is stored as a checkpoint row
+    naming its round and leaf index.  Signers of one archive take turns (an advisory lock), so
+    the rounds form one chain.  Memory stays flat however many sagas there are.
     """
     if chunk < 1:
         raise ValueError("chunk must be at least 1")
@@ -394,6 +418,9 @@ def sign_pending(conn: psycopg.Connection, signer: Signer, *, chunk: int = 5_000
         )
     while True:
         with mapped_errors("sign archived heads"), conn.transaction():
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))", (_SIGNING_LOCK,)
+            )
             heads = conn.execute(
                 "SELECT saga_id, head_seq, head_hash FROM archive_saga_head"
                 ' WHERE head_seq > checkpointed_seq ORDER BY saga_id COLLATE "C" LIMIT %s'
@@ -402,6 +429,9 @@ def sign_pending(conn: psycopg.Connection, signer: Signer, *, chunk: int = 5_000
             ).fetchall()
             if not heads:
                 return total
+            last = conn.execute(
+                "SELECT root FROM archive_checkpoint_round ORDER BY round_id DESC LIMIT 1"
+            ).fetchone()
             row = conn.execute("SELECT nextval('archive_checkpoint_round_id_seq')").fetchone()
             assert row is not None
             leaves = [leaf_hash(saga_id=s, seq=int(n), hash=h) for s, n, h in heads]
@@ -409,15 +439,17 @@ def sign_pending(conn: psycopg.Connection, signer: Signer, *, chunk: int = 5_000
                 round_id=int(row[0]),
                 leaf_count=len(leaves),
                 root=merkle_root(leaves).hex(),
+                prev_root=last[0] if last is not None else FIRST_PREV_ROOT,
                 signed_at_us=now_micros(),
             )
             conn.execute(
-                "INSERT INTO archive_checkpoint_round (round_id, leaf_count, root, signed_at_us,"
-                " key_id, signature) VALUES (%s, %s, %s, %s, %s, %s)",
+                "INSERT INTO archive_checkpoint_round (round_id, leaf_count, root, prev_root,"
+                " signed_at_us, key_id, signature) VALUES (%s, %s, %s, %s, %s, %s, %s)",
                 (
                     signed.round_id,
                     signed.leaf_count,
                     signed.root,
+                    signed.prev_root,
                     signed.signed_at_us,
                     signed.key_id,
                     signed.signature,

@@ -68,8 +68,8 @@ def _checkpoint(conn: psycopg.Connection, row: Sequence[Any]) -> dict[str, Any]:
         out["signature"] = signature
         return out
     signed = conn.execute(
-        "SELECT leaf_count, root, signed_at_us, key_id, signature FROM archive_checkpoint_round"
-        " WHERE round_id = %s",
+        "SELECT leaf_count, root, prev_root, signed_at_us, key_id, signature"
+        " FROM archive_checkpoint_round WHERE round_id = %s",
         (round_id,),
     ).fetchone()
     leaves = [
@@ -87,9 +87,10 @@ def _checkpoint(conn: psycopg.Connection, row: Sequence[Any]) -> dict[str, Any]:
             "round_id": round_id,
             "leaf_count": signed[0],
             "root": signed[1],
-            "signed_at_us": signed[2],
-            "key_id": signed[3],
-            "signature": signed[4],
+            "prev_root": signed[2],
+            "signed_at_us": signed[3],
+            "key_id": signed[4],
+            "signature": signed[5],
         }
         if signed is not None
         else {"round_id": round_id}

@@ -221,12 +221,14 @@ CREATE INDEX IF NOT EXISTS side_effect_journal_requests
         4,
         r"""
 -- Signing rounds (docs/adr/0012-checkpoint-rounds.md): one Ed25519 signature over the Merkle
--- root of the heads signed together; each head's checkpoint row names its round and leaf.
+-- root of the heads signed together (and the previous round's root: the rounds are a chain);
+-- each head's checkpoint row names its round and leaf.
 CREATE SEQUENCE IF NOT EXISTS archive_checkpoint_round_id_seq;
 CREATE TABLE IF NOT EXISTS archive_checkpoint_round (
     round_id      bigint      PRIMARY KEY,
     leaf_count    bigint      NOT NULL,
     root          text        NOT NULL,
+    prev_root     text        NOT NULL,
     signed_at_us  bigint      NOT NULL,
     key_id        text        NOT NULL,
     signature     text        NOT NULL

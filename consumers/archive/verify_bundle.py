@@ -237,6 +237,7 @@ def round_message(signed: dict[str, Any]) -> bytes:
             _field(struct.pack(">q", signed["round_id"])),
             _field(struct.pack(">q", signed["leaf_count"])),
             _field(signed["root"].encode("ascii")),
+            _field(signed["prev_root"].encode("ascii")),
             _field(struct.pack(">q", signed["signed_at_us"])),
             _field(signed["key_id"].encode("ascii")),
         )

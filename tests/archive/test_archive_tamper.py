@@ -250,15 +250,29 @@ def test_a_checkpoint_whose_round_was_removed_fails(archived, archive_dsn, signe
     assert "which the archive does not hold" in failures[0].detail
 
 
-def _forge_round(attacker: Signer, saga_id: str, seq: int, hash: str, round_id: int):
+def _last_root(dsn: str) -> str:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT root FROM archive_checkpoint_round ORDER BY round_id DESC LIMIT 1"
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _forge_round(
+    attacker: Signer, saga_id: str, seq: int, hash: str, round_id: int, prev_root: str
+):
+    """A signing round by ``attacker`` over one head, chained after ``prev_root``."""
     from sagacity.consumers.archive._checkpoints import leaf_hash, merkle_root
 
     root = merkle_root([leaf_hash(saga_id=saga_id, seq=seq, hash=hash)]).hex()
-    signed = attacker.sign_round(round_id=round_id, leaf_count=1, root=root, signed_at_us=1)
+    signed = attacker.sign_round(
+        round_id=round_id, leaf_count=1, root=root, prev_root=prev_root, signed_at_us=1
+    )
     return [
         (
-            "INSERT INTO archive_checkpoint_round VALUES (%s, %s, %s, %s, %s, %s)",
-            (round_id, 1, root, 1, attacker.key_id, signed.signature),
+            "INSERT INTO archive_checkpoint_round VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (round_id, 1, root, signed.prev_root, 1, attacker.key_id, signed.signature),
         ),
         (
             "INSERT INTO archive_checkpoint (saga_id, seq, hash, signed_at_us, key_id,"
@@ -279,7 +293,10 @@ def test_rewritten_chain_resigned_with_another_key_is_caught_by_the_pinned_key(
     forged = _rewrite(archived["saga-2"])
     attacker = generate_key(tmp_path / "attacker.key")
     if form == "round":
-        resign = _forge_round(attacker, "saga-2", 6, forged[5].hash, round_id=999)
+        # A careful forger chains the round after the archive's last one.
+        resign = _forge_round(
+            attacker, "saga-2", 6, forged[5].hash, round_id=999, prev_root=_last_root(archive_dsn)
+        )
     else:
         fake = attacker.sign(saga_id="saga-2", seq=6, hash=forged[5].hash, signed_at_us=1)
         resign = [
@@ -425,3 +442,83 @@ def test_an_archive_not_yet_migrated_to_rounds_is_still_verified(archiver, archi
         assert check_schema(conn) == 3
         summary = audit(conn, pinned_keys=[signer.public_raw])
     assert (summary.sagas, summary.ok, summary.checkpoints, summary.all_ok) == (1, 1, 1, True)
+
+
+def test_a_signing_round_removed_whole_breaks_the_chain_of_rounds(archiver, archive_dsn, signer):
+    """Three rounds; the middle one removed with every checkpoint of it: the next round's
+    previous root no longer matches, so the whole-archive audit fails (per saga too)."""
+    chains = {s: make_chain(s, 3) for s in ("r-1", "r-2")}
+    for seq in range(3):
+        archiver.archive(as_raw([c[seq] for c in chains.values()], first_offset=2 * seq))
+        with psycopg.connect(archive_dsn) as conn:
+            assert sign_pending(conn, signer) == 2
+    with psycopg.connect(archive_dsn) as conn:
+        summary = audit(conn, pinned_keys=[signer.public_raw])
+        rounds = [r[0] for r in conn.execute("SELECT round_id FROM archive_checkpoint_round")]
+    assert (summary.ok, summary.rounds.rounds, summary.all_ok) == (2, 3, True)
+    first, middle, last = sorted(rounds)
+    tamper(
+        archive_dsn,
+        ("DELETE FROM archive_checkpoint WHERE round_id = %s", (middle,)),
+        ("DELETE FROM archive_checkpoint_round WHERE round_id = %s", (middle,)),
+    )
+    with psycopg.connect(archive_dsn) as conn:
+        summary = audit(conn, pinned_keys=[signer.public_raw])
+    assert list(summary.rounds.failed) == [last]
+    reason, detail = summary.rounds.failed[last]
+    assert reason is AuditReason.BAD_SIGNATURE
+    assert f"round {last} does not follow round {first}" in detail
+    assert {(f.saga_id, f.bad_seq) for f in summary.failures} == {("r-1", 3), ("r-2", 3)}
+    tamper(
+        archive_dsn,
+        ("DELETE FROM archive_checkpoint WHERE round_id = %s", (first,)),
+        ("DELETE FROM archive_checkpoint_round WHERE round_id = %s", (first,)),
+    )
+    with psycopg.connect(archive_dsn) as conn:
+        summary = audit(conn, pinned_keys=[signer.public_raw])
+    assert "earlier signing rounds were removed" in summary.rounds.failed[last][1]
+
+
+def test_concurrent_signers_make_one_chain_of_rounds(archiver, archive_dsn, signer):
+    """Signers take turns on the archive's signing lock (a second one waits while it is held),
+    so two archivers signing at once make one chain: every round follows the one before."""
+    import threading
+
+    from sagacity.consumers.archive._checkpoints import _SIGNING_LOCK
+
+    archiver.archive(as_raw(make_chain("held", 1)))
+    done = threading.Event()
+    with psycopg.connect(archive_dsn) as holder:
+        holder.execute(
+            "SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))", (_SIGNING_LOCK,)
+        )
+
+        def waiting_signer() -> None:
+            with psycopg.connect(archive_dsn) as conn:
+                sign_pending(conn, signer)
+            done.set()
+
+        thread = threading.Thread(target=waiting_signer)
+        thread.start()
+        assert not done.wait(0.5)  # blocked while another signer holds the lock
+    assert done.wait(10)  # and signs once it is released
+    thread.join()
+
+    sagas = [f"c-{n:03d}" for n in range(120)]
+    archiver.archive(as_raw([e for s in sagas for e in make_chain(s, 2)]))
+    signed: list[int] = []
+
+    def sign() -> None:
+        with psycopg.connect(archive_dsn) as conn:
+            signed.append(sign_pending(conn, signer, chunk=7))
+
+    threads = [threading.Thread(target=sign) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sum(signed) == 120
+    with psycopg.connect(archive_dsn) as conn:
+        summary = audit(conn, pinned_keys=[signer.public_raw])
+    assert (summary.ok, summary.checkpoints, summary.rounds.rounds) == (121, 121, 19)
+    assert summary.all_ok, summary.rounds.failed

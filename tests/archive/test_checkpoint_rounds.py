@@ -96,14 +96,18 @@ def test_standalone_verifier_agrees_on_leaves_and_round_messages(tmp_path):
         )
     signer = generate_key(tmp_path / "k.pem")
     root = merkle_root(_leaves(5)).hex()
-    signed = signer.sign_round(round_id=7, leaf_count=5, root=root, signed_at_us=123)
+    prev = "cd" * 32
+    signed = signer.sign_round(
+        round_id=7, leaf_count=5, root=root, prev_root=prev, signed_at_us=123
+    )
     assert signed.message() == round_message(
-        round_id=7, leaf_count=5, root=root, signed_at_us=123, key_id=signer.key_id
+        round_id=7, leaf_count=5, root=root, prev_root=prev, signed_at_us=123, key_id=signer.key_id
     )
     as_manifest = {
         "round_id": 7,
         "leaf_count": 5,
         "root": root,
+        "prev_root": prev,
         "signed_at_us": 123,
         "key_id": signer.key_id,
     }
@@ -112,7 +116,12 @@ def test_standalone_verifier_agrees_on_leaves_and_round_messages(tmp_path):
     assert verify_bundle.ed25519_verify(
         signer.public_raw, signed.message(), bytes.fromhex(signed.signature)
     )
-    for field, value in [("round_id", 8), ("leaf_count", 4), ("root", "00" * 32)]:
+    for field, value in [
+        ("round_id", 8),
+        ("leaf_count", 4),
+        ("root", "00" * 32),
+        ("prev_root", "00" * 32),
+    ]:
         other = {**as_manifest, field: value}
         assert not verify_bundle.ed25519_verify(
             signer.public_raw, verify_bundle.round_message(other), bytes.fromhex(signed.signature)
