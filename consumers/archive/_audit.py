@@ -77,6 +77,9 @@ class RoundAudit:
     rounds: int = 0
     leaves: int = 0
     failed: dict[int, tuple[AuditReason, str]] = field(default_factory=dict)
+    latest: tuple[int, str] | None = None
+    """The last round the archive holds (id, root): publish it, and pass it back as a known
+    round next time (:func:`iter_audits` ``known_rounds``) to catch rounds removed at the end."""
 
 
 @dataclass(kw_only=True)
@@ -466,11 +469,14 @@ def _audit_rounds(
     saga_id: str | None,
     keys: Mapping[str, bytes],
     fetch: int,
+    known: Mapping[int, str],
 ) -> RoundAudit:
     """Check every signing round (or, for one saga, the rounds its checkpoints belong to)
     inside the caller's snapshot; leaves are streamed in order, so memory stays flat.  Every
-    round's link to the one before is checked only when all rounds are (``saga_id`` None)."""
+    round's link to the one before, and the ``known`` rounds (id: root, recorded earlier), are
+    checked only when all rounds are (``saga_id`` None)."""
     audit = RoundAudit()
+    unseen = dict(known)
     scope = (
         " AND round_id IN (SELECT round_id FROM archive_checkpoint WHERE saga_id = %(s)s)"
         if saga_id is not None
@@ -542,10 +548,29 @@ def _audit_rounds(
                 chained=saga_id is None,
                 previous=previous,
             )
+            if signed is not None:
+                recorded = unseen.pop(round_id, None)
+                if finding is None and recorded is not None and recorded != signed.root:
+                    finding = (
+                        AuditReason.BAD_SIGNATURE,
+                        (
+                            f"round {round_id} was recorded with root {recorded[:16]}…; the archive"
+                            f" holds root {signed.root[:16]}…: the round was replaced"
+                        ),
+                    )
+                previous = (round_id, signed.root)
             if finding is not None:
                 audit.failed[round_id] = finding
-            if signed is not None:
-                previous = (round_id, signed.root)
+        audit.latest = previous
+    if saga_id is None:
+        for round_id, root in sorted(unseen.items()):
+            audit.failed[round_id] = (
+                AuditReason.TRUNCATED,
+                (
+                    f"round {round_id} (root {root[:16]}…), recorded earlier, is not in the"
+                    " archive: signing rounds were removed"
+                ),
+            )
     return audit
 
 
@@ -557,6 +582,7 @@ def iter_audits(
     fetch: int = 5_000,
     reference: bool = False,
     rounds: RoundAudit | None = None,
+    known_rounds: Mapping[int, str] | None = None,
 ) -> Iterator[SagaAudit]:
     """Audit one saga, or every saga of the archive in saga id order.
 
@@ -567,12 +593,19 @@ def iter_audits(
 
     ``rounds``, when given, receives the audit of the signing rounds (checked first, in the
     same snapshot): a round that fails fails every checkpoint of it, and one whose
-    checkpoints were all removed is reported only there.
+    checkpoints were all removed is reported only there.  ``known_rounds`` (id: root, as
+    published earlier from :attr:`RoundAudit.latest`) must still be in the archive with those
+    roots; checked when auditing every saga.
+
+    Raises:
+        ValueError: ``known_rounds`` with a ``saga_id``.
 
     Raises:
         ArchiveSchemaError: the connection does not reach an archive.
         PersistenceError: the database failed.
     """
+    if known_rounds and saga_id is not None:
+        raise ValueError("known rounds are checked when every saga is audited, not one")
     version = check_schema(conn)
     keys = trusted_keys(conn, pinned_keys)
     where = "WHERE saga_id = %(s)s" if saga_id is not None else ""
@@ -596,14 +629,20 @@ def iter_audits(
     ):
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         checked_rounds = (
-            _audit_rounds(conn, saga_id=saga_id, keys=keys, fetch=fetch)
+            _audit_rounds(conn, saga_id=saga_id, keys=keys, fetch=fetch, known=known_rounds or {})
             if version >= ROUNDS_VERSION
-            else RoundAudit()
+            else RoundAudit(
+                failed={
+                    n: (AuditReason.TRUNCATED, f"round {n}: the archive holds no signing rounds")
+                    for n in (known_rounds or {})
+                }
+            )
         )
         if rounds is not None:
             rounds.rounds += checked_rounds.rounds
             rounds.leaves += checked_rounds.leaves
             rounds.failed.update(checked_rounds.failed)
+            rounds.latest = checked_rounds.latest
         streams: list[Iterator[tuple[str, list[Sequence[Any]]]]] = []
         for i, query in enumerate(queries):
             cur = cursors.enter_context(conn.cursor(name=f"sgc_audit_{i}"))
@@ -689,6 +728,7 @@ def audit(
     pinned_keys: Sequence[bytes] = (),
     progress: Callable[[SagaAudit], None] | None = None,
     reference: bool = False,
+    known_rounds: Mapping[int, str] | None = None,
 ) -> AuditSummary:
     """Run :func:`iter_audits` to the end and total it."""
     started = time.perf_counter()
@@ -699,6 +739,7 @@ def audit(
         pinned_keys=pinned_keys,
         reference=reference,
         rounds=summary.rounds,
+        known_rounds=known_rounds,
     ):
         summary.add(result)
         if progress is not None:

@@ -39,6 +39,15 @@ _KEY_OPTION = click.option(
 @click.option("--saga", "saga_id", default=None, help="Verify one saga.")
 @click.option("--all", "all_sagas", is_flag=True, help="Verify every saga (the default).")
 @_KEY_OPTION
+@click.option(
+    "--round",
+    "known_rounds",
+    multiple=True,
+    metavar="ID:ROOT",
+    help="A signing round recorded earlier (the 'latest signing round' a previous verify "
+    "printed): the archive must still hold it with that root, so rounds removed at the end "
+    "are caught.  Repeatable; needs every saga (not --saga).",
+)
 @click.option("--show", default=20, show_default=True, help="Failures listed in full.")
 def verify(
     database_url: str,
@@ -46,15 +55,19 @@ def verify(
     saga_id: str | None,
     all_sagas: bool,
     public_keys: tuple[str, ...],
+    known_rounds: tuple[str, ...],
     show: int,
 ) -> None:
-    """Verify archived hash chains and signed checkpoints; exit 1 if any saga fails."""
+    """Verify archived hash chains, signing rounds and checkpoints; exit 1 on any failure."""
     from sagacity.consumers.archive._audit import AuditSummary, iter_audits
     from sagacity.consumers.archive._db import connect
     from sagacity.errors import SagacityError
 
     if saga_id is not None and all_sagas:
         fail("--saga and --all exclude each other")
+    if saga_id is not None and known_rounds:
+        fail("--round is checked over every saga: drop --saga")
+    known = _known_rounds(known_rounds)
     summary = AuditSummary()
     try:
         pinned = _pinned(public_keys)
@@ -63,7 +76,11 @@ def verify(
             started = time.perf_counter()
             with click.progressbar(length=total, label="verifying", file=sys.stderr) as bar:
                 for result in iter_audits(
-                    conn, saga_id=saga_id, pinned_keys=pinned, rounds=summary.rounds
+                    conn,
+                    saga_id=saga_id,
+                    pinned_keys=pinned,
+                    rounds=summary.rounds,
+                    known_rounds=known,
                 ):
                     summary.add(result, keep_failures=show)
                     bar.update(1)
@@ -72,9 +89,25 @@ def verify(
         fail(exc.message)
     if saga_id is not None and summary.sagas == 0:
         fail(f"the archive holds nothing for saga {saga_id!r}")
-    _print_summary(summary, pinned=bool(public_keys))
+    _print_summary(summary, pinned=bool(public_keys), every_saga=saga_id is None)
     if not summary.all_ok:
         raise click.exceptions.Exit(EXIT_FAILED)
+
+
+def _known_rounds(values: tuple[str, ...]) -> dict[int, str]:
+    known: dict[int, str] = {}
+    for value in values:
+        number, _, root = value.partition(":")
+        root = root.strip().lower()
+        try:
+            round_id = int(number)
+            valid = round_id >= 1 and len(bytes.fromhex(root)) == 32
+        except ValueError:
+            valid = False
+        if not valid:
+            fail(f"--round {value!r}: expected ID:ROOT, a round number and 64 hex characters")
+        known[round_id] = root
+    return known
 
 
 def _estimate_sagas(conn: psycopg.Connection) -> int:
@@ -87,7 +120,7 @@ def _estimate_sagas(conn: psycopg.Connection) -> int:
     return max(int(row[0]) if row else 0, 1)
 
 
-def _print_summary(summary: AuditSummary, *, pinned: bool) -> None:
+def _print_summary(summary: AuditSummary, *, pinned: bool, every_saga: bool) -> None:
     if summary.failures:
         click.echo(f"{'saga':<40} {'seq':>8}  {'reason':<20} detail")
         for f in summary.failures:
@@ -108,6 +141,9 @@ def _print_summary(summary: AuditSummary, *, pinned: bool) -> None:
     click.echo(f"{'checkpoints verified':<22} {summary.checkpoints:>12,}")
     click.echo(f"{'signing rounds':<22} {summary.rounds.rounds:>12,}")
     click.echo(f"{'  failed':<22} {len(summary.rounds.failed):>12,}")
+    if every_saga and summary.rounds.latest is not None:
+        round_id, root = summary.rounds.latest
+        click.echo(f"latest signing round: {round_id}:{root}  (record it; pass it as --round)")
     click.echo(f"{'seconds':<22} {summary.seconds:>12.2f}")
     click.echo(f"{'events per second':<22} {rate:>12,.0f}")
     if not pinned:

@@ -73,6 +73,35 @@ def test_verify_fails_on_a_round_whose_checkpoints_were_all_removed(archiver, ar
     assert [x.split()[-1] for x in out.splitlines() if x.strip().startswith("failed")] == ["1"]
 
 
+def test_verify_prints_the_latest_round_and_checks_a_recorded_one(archiver, archive_dsn, key):
+    path, public = key
+    archiver.archive(as_raw(make_chain("saga-1", 2)))
+    code, _, _ = run(
+        "archive", "checkpoint", "--database-url", archive_dsn, "--signing-key", str(path)
+    )
+    assert code == 0
+    code, out, _ = run("verify", "--database-url", archive_dsn, "--public-key", public)
+    assert code == 0, out
+    latest = next(x for x in out.splitlines() if x.startswith("latest signing round:"))
+    recorded = latest.split()[3]
+    base = ("verify", "--database-url", archive_dsn, "--public-key", public)
+    code, out, _ = run(*base, "--round", recorded)
+    assert code == 0, out
+    number = recorded.split(":")[0]
+    code, out, _ = run(*base, "--round", f"{number}:{'ab' * 32}")
+    assert code == 1
+    assert "the round was replaced" in out
+    code, out, _ = run(*base, "--round", f"{int(number) + 5}:{'ab' * 32}")
+    assert code == 1
+    assert "is not in the archive" in out
+    code, _, err = run(*base, "--round", "x:y")
+    assert code == 2
+    assert "expected ID:ROOT" in err
+    code, _, err = run(*base, "--saga", "saga-1", "--round", recorded)
+    assert code == 2
+    assert "drop --saga" in err
+
+
 def test_verify_on_an_empty_schema_says_so(pg_dsn):
     code, _, err = run("verify", "--database-url", pg_dsn)
     assert code == 2

@@ -522,3 +522,44 @@ def test_concurrent_signers_make_one_chain_of_rounds(archiver, archive_dsn, sign
         summary = audit(conn, pinned_keys=[signer.public_raw])
     assert (summary.ok, summary.checkpoints, summary.rounds.rounds) == (121, 121, 19)
     assert summary.all_ok, summary.rounds.failed
+
+
+def test_rounds_removed_at_the_end_are_caught_by_a_recorded_round(archiver, archive_dsn, signer):
+    """Removing the last rounds leaves no later round to break; the latest round an auditor
+    recorded earlier (RoundAudit.latest) catches it, and a replaced round too."""
+    chains = {s: make_chain(s, 2) for s in ("e-1", "e-2")}
+    for seq in range(2):
+        archiver.archive(as_raw([c[seq] for c in chains.values()], first_offset=2 * seq))
+        with psycopg.connect(archive_dsn) as conn:
+            assert sign_pending(conn, signer) == 2
+    keys = [signer.public_raw]
+    with psycopg.connect(archive_dsn) as conn:
+        published = audit(conn, pinned_keys=keys).rounds.latest
+        assert published is not None
+        assert audit(conn, pinned_keys=keys, known_rounds=dict([published])).all_ok
+        with pytest.raises(ValueError, match="every saga"):
+            list(iter_audits(conn, saga_id="e-1", known_rounds=dict([published])))
+    last, root = published
+    tamper(
+        archive_dsn,
+        ("DELETE FROM archive_checkpoint WHERE round_id = %s", (last,)),
+        ("DELETE FROM archive_checkpoint_round WHERE round_id = %s", (last,)),
+        # Wind the heads back so that nothing else shows.
+        ("UPDATE archive_saga_head SET checkpointed_seq = 1", ()),
+    )
+    with psycopg.connect(archive_dsn) as conn:
+        unaware = audit(conn, pinned_keys=keys)
+        aware = audit(conn, pinned_keys=keys, known_rounds={last: root})
+        replaced = audit(conn, pinned_keys=keys, known_rounds={last - 1: "ab" * 32})
+    assert unaware.all_ok  # the end of the round chain is gone without a trace ...
+    assert aware.rounds.failed == {
+        last: (
+            AuditReason.TRUNCATED,
+            f"round {last} (root {root[:16]}…), recorded earlier, is not in the archive:"
+            " signing rounds were removed",
+        )
+    }  # ... unless the auditor kept the latest round
+    assert not aware.all_ok
+    ((reason, detail),) = replaced.rounds.failed.values()
+    assert reason is AuditReason.BAD_SIGNATURE
+    assert "the round was replaced" in detail
