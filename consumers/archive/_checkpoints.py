@@ -24,6 +24,7 @@ bundle verifier.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -292,23 +293,16 @@ class Signer:
         signed_at_us: int,
     ) -> SignedRound:
         """Sign a round's root, linked to the previous round's."""
-        message = round_message(
+        unsigned = SignedRound(
             round_id=round_id,
             leaf_count=leaf_count,
             root=root,
             prev_root=prev_root,
             signed_at_us=signed_at_us,
             key_id=self.key_id,
+            signature="",
         )
-        return SignedRound(
-            round_id=round_id,
-            leaf_count=leaf_count,
-            root=root,
-            prev_root=prev_root,
-            signed_at_us=signed_at_us,
-            key_id=self.key_id,
-            signature=self._key.sign(message).hex(),
-        )
+        return dataclasses.replace(unsigned, signature=self._key.sign(unsigned.message()).hex())
 
     def sign(self, *, saga_id: str, seq: int, hash: str, signed_at_us: int) -> Checkpoint:
         """A checkpoint for one head in the per-head form (``SGCP1``) of archives signed
