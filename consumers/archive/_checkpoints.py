@@ -29,7 +29,7 @@ import functools
 import hashlib
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -392,7 +392,13 @@ def signature_valid(public_raw: bytes, signed: Checkpoint | SignedRound) -> bool
     return True
 
 
-def sign_pending(conn: psycopg.Connection, signer: Signer, *, chunk: int = 5_000) -> int:
+def sign_pending(
+    conn: psycopg.Connection,
+    signer: Signer,
+    *,
+    chunk: int = 5_000,
+    on_round: Callable[[SignedRound], None] | None = None,
+) -> int:
     """Sign every archived head that moved since it was last signed; return how many.
 
     Each chunk of up to ``chunk`` heads is one signing round in one transaction: the heads in
@@ -400,6 +406,9 @@ def sign_pending(conn: psycopg.Connection, signer: Signer, *, chunk: int = 5_000
     round's root (docs/adr/0012-checkpoint-rounds.md); every head is stored as a checkpoint row
     naming its round and leaf index.  Signers of one archive take turns (an advisory lock), so
     the rounds form one chain.  Memory stays flat however many sagas there are.
+
+    ``on_round`` is called with each round once it is committed (to log or publish the latest
+    round's id and root: docs/adr/0012-checkpoint-rounds.md).
     """
     if chunk < 1:
         raise ValueError("chunk must be at least 1")
@@ -472,3 +481,5 @@ def sign_pending(conn: psycopg.Connection, signer: Signer, *, chunk: int = 5_000
                 ([h[0] for h in heads], [h[1] for h in heads]),
             )
             total += len(heads)
+        if on_round is not None:
+            on_round(signed)

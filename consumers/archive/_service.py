@@ -19,7 +19,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from sagacity.consumers.archive._checkpoints import Signer, sign_pending
+from sagacity.consumers.archive._checkpoints import SignedRound, Signer, sign_pending
 from sagacity.consumers.archive._db import connect, ensure_schema
 from sagacity.consumers.archive._ingest import BatchArchiver, BatchReport, Decoder, RawEvent
 from sagacity.errors import PersistenceError, PersistenceUnavailableError
@@ -82,6 +82,11 @@ class ArchiveMetrics:
         )
         self.signed = Counter(
             "sagacity_archive_checkpoints_signed", "Heads signed in checkpoints", registry=r
+        )
+        self.rounds = Counter(
+            "sagacity_archive_signing_rounds",
+            "Signing rounds (one signature over a Merkle root of heads)",
+            registry=r,
         )
         self.last_batch = Gauge(
             "sagacity_archive_last_commit_timestamp_seconds",
@@ -254,14 +259,25 @@ class ArchiveService:
 
     def _checkpoint(self) -> None:
         assert self._signer is not None
+
+        def signed_round(signed: SignedRound) -> None:
+            self.metrics.rounds.inc()
+            # The line to publish: a later `sagacity verify --round ID:ROOT` catches rounds
+            # removed after it (docs/adr/0012-checkpoint-rounds.md).
+            log.info(
+                "signed round %d:%s (%d head(s), key %s)",
+                signed.round_id,
+                signed.root,
+                signed.leaf_count,
+                signed.key_id,
+            )
+
         try:
-            signed = sign_pending(self._archiver.connection(), self._signer)
+            signed = sign_pending(self._archiver.connection(), self._signer, on_round=signed_round)
         except PersistenceError as exc:
             log.error("checkpoint not signed this time: %s", exc.message)
             return
         self.metrics.signed.inc(signed)
-        if signed:
-            log.info("signed %d head(s)", signed)
 
     # --- /metrics and /healthz -----------------------------------------------------------------
     def _start_http(self, port: int) -> None:

@@ -66,18 +66,21 @@ def migrate(database_url: str, schema: str | None, grant_role: str | None) -> No
 )
 def checkpoint(database_url: str, schema: str | None, signing_key: Path) -> None:
     """Sign every archived head that moved since its last checkpoint, now."""
-    from sagacity.consumers.archive._checkpoints import Signer, sign_pending
+    from sagacity.consumers.archive._checkpoints import SignedRound, Signer, sign_pending
     from sagacity.consumers.archive._db import check_schema, connect
     from sagacity.errors import SagacityError
 
+    rounds: list[SignedRound] = []
     try:
         signer = Signer.from_file(signing_key)
         with connect(conninfo(database_url, schema)) as conn:
             check_schema(conn)
-            signed = sign_pending(conn, signer)
+            signed = sign_pending(conn, signer, on_round=rounds.append)
     except SagacityError as exc:
         fail(exc.message)
-    click.echo(f"signed {signed} head(s) with key {signer.key_id}")
+    click.echo(f"signed {signed} head(s) in {len(rounds)} round(s) with key {signer.key_id}")
+    if rounds:
+        click.echo(f"latest signing round: {rounds[-1].round_id}:{rounds[-1].root}")
 
 
 @archive.command()

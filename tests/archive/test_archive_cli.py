@@ -33,11 +33,14 @@ def test_verify_passes_then_fails_with_the_broken_seq(archiver, archive_dsn, key
         "archive", "checkpoint", "--database-url", archive_dsn, "--signing-key", str(path)
     )
     assert code == 0
-    assert "signed 2 head(s)" in out
+    assert "signed 2 head(s) in 1 round(s)" in out
+    # The round to publish is the one verify reports as the archive's latest.
+    published = next(x for x in out.splitlines() if x.startswith("latest signing round:"))
     code, out, _ = run("verify", "--database-url", archive_dsn, "--public-key", public)
     assert code == 0, out
     assert "sagas ok" in out
     assert "checkpoints verified" in out
+    assert published.split()[3] in out
     with psycopg.connect(archive_dsn) as conn:
         conn.execute("SET session_replication_role = replica")
         conn.execute(

@@ -3,6 +3,7 @@ SIGKILL in the middle of a stream followed by a restart (every event archived ex
 
 from __future__ import annotations
 
+import logging
 import signal
 import subprocess
 import sys
@@ -54,9 +55,11 @@ def free_port() -> int:
 
 
 def test_service_archives_quarantines_dedups_and_signs(
-    kafka_bootstrap, make_topic, archive_dsn, tmp_path
+    kafka_bootstrap, make_topic, archive_dsn, tmp_path, caplog
 ):
     from sagacity.consumers.archive import generate_key
+
+    caplog.set_level(logging.INFO, logger="sagacity")
 
     topic = make_topic(partitions=3)
     chains = [make_chain(f"saga-{i}", 10) for i in range(5)]
@@ -95,6 +98,12 @@ def test_service_archives_quarantines_dedups_and_signs(
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         assert "sagacity_archive_events_total 50.0" in body
         assert 'sagacity_archive_quarantined_total{reason="undecodable"} 1.0' in body
+        (signing_rounds,) = (
+            float(line.split()[1])
+            for line in body.splitlines()
+            if line.startswith("sagacity_archive_signing_rounds_total ")
+        )
+        assert signing_rounds >= 1
         health = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5)
         assert health.status == 200
     finally:
@@ -107,6 +116,10 @@ def test_service_archives_quarantines_dedups_and_signs(
         summary = audit(conn, pinned_keys=[signer.public_raw])
     assert (summary.sagas, summary.ok, summary.events) == (5, 5, 50)
     assert summary.checkpoints >= 5  # every head at seq 10, maybe earlier heads too
+    # Each round is logged as the line to publish, and it is the archive's latest round.
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("signed round")]
+    assert logged
+    assert logged[-1].split()[2] == "{}:{}".format(*summary.rounds.latest)
     stored = rows(archive_dsn, "SELECT sum(next_offset) FROM archive_consumer_offset")
     assert stored == [(len(messages),)]
 
