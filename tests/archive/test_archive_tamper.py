@@ -333,12 +333,13 @@ def test_rewritten_chain_resigned_with_another_key_is_caught_by_the_pinned_key(
 
 
 def test_per_head_checkpoints_of_earlier_releases_still_verify(archiver, archive_dsn, signer):
-    """Archives signed before rounds hold one signature per head (SGCP1): still checked."""
+    """Archives signed before rounds hold one signature per head (SGCP1): still checked, beside
+    the rounds signed after the upgrade."""
     chains = {s: make_chain(s, 4) for s in ("old-1", "old-2")}
-    archiver.archive(as_raw([e for c in chains.values() for e in c]))
+    archiver.archive(as_raw([e for c in chains.values() for e in c[:2]]))
     rows = []
     for saga, chain in chains.items():
-        cp = signer.sign(saga_id=saga, seq=4, hash=chain[3].hash, signed_at_us=7)
+        cp = signer.sign(saga_id=saga, seq=2, hash=chain[1].hash, signed_at_us=7)
         rows.append((cp.saga_id, cp.seq, cp.hash, cp.signed_at_us, cp.key_id, cp.signature))
     with psycopg.connect(archive_dsn) as conn:
         for row in rows:
@@ -347,21 +348,29 @@ def test_per_head_checkpoints_of_earlier_releases_still_verify(archiver, archive
                 " signature) VALUES (%s, %s, %s, %s, %s, %s)",
                 row,
             )
+        conn.execute("UPDATE archive_saga_head SET checkpointed_seq = 2")
         conn.commit()
         summary = audit(conn, pinned_keys=[signer.public_raw])
-    assert (summary.sagas, summary.ok, summary.checkpoints, summary.rounds.rounds) == (2, 2, 2, 0)
+        assert (summary.ok, summary.checkpoints, summary.rounds.rounds) == (2, 2, 0)
+    archiver.archive(as_raw([e for c in chains.values() for e in c[2:]], first_offset=4))
+    with psycopg.connect(archive_dsn) as conn:
+        assert sign_pending(conn, signer) == 2  # the new heads only, in one round
+        summary = audit(conn, pinned_keys=[signer.public_raw])
+    assert (summary.sagas, summary.ok, summary.checkpoints, summary.rounds.rounds) == (2, 2, 4, 1)
     tamper(
         archive_dsn,
         (
-            "UPDATE archive_checkpoint SET signature = %s WHERE saga_id = 'old-2'",
+            "UPDATE archive_checkpoint SET signature = %s WHERE saga_id = 'old-2' AND seq = 2",
             ("00" * 64,),
         ),
     )
     with psycopg.connect(archive_dsn) as conn:
         summary = audit(conn, pinned_keys=[signer.public_raw])
     assert [(f.saga_id, f.bad_seq, f.reason) for f in summary.failures] == [
-        ("old-2", 4, AuditReason.BAD_SIGNATURE)
+        ("old-2", 2, AuditReason.BAD_SIGNATURE)
     ]
+    assert summary.all_ok is False
+    assert not summary.rounds.failed
 
 
 def _round_of(dsn: str, saga_id: str, seq: int) -> int:
