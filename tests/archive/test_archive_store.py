@@ -8,7 +8,14 @@ import psycopg
 import pytest
 from archive_helpers import as_raw, decode, make_chain, rows, with_option
 
-from sagacity.consumers.archive import BatchArchiver, check_schema, grant_archiver, migrate
+from sagacity.consumers.archive import (
+    BatchArchiver,
+    check_schema,
+    generate_key,
+    grant_archiver,
+    migrate,
+    sign_pending,
+)
 from sagacity.consumers.archive._schema import MIGRATIONS
 from sagacity.errors import ArchiveSchemaError, PersistenceError, PersistenceUnavailableError
 
@@ -39,6 +46,9 @@ def test_check_schema_refuses_a_schema_that_is_not_an_archive(pg_dsn):
         "TRUNCATE side_effect_journal",
         "UPDATE archive_quarantine SET reason = 'x'",
         "DELETE FROM archive_checkpoint",
+        "UPDATE archive_checkpoint_round SET root = 'x'",
+        "DELETE FROM archive_checkpoint_round",
+        "TRUNCATE archive_checkpoint_round",
     ],
 )
 def test_evidence_tables_refuse_changes_even_to_their_owner(archiver, archive_dsn, statement):
@@ -51,8 +61,15 @@ def test_evidence_tables_refuse_changes_even_to_their_owner(archiver, archive_ds
                 "INSERT INTO archive_quarantine (reason, detail, topic, kafka_partition,"
                 " kafka_offset) VALUES ('gap', 'd', 't', 0, 1)"
             )
-        if "checkpoint" in statement:
-            conn.execute("INSERT INTO archive_checkpoint VALUES ('s', 1, 'h', 1, 'k', 'sig')")
+        if "checkpoint_round" in statement:
+            conn.execute(
+                "INSERT INTO archive_checkpoint_round VALUES (1, 1, 'r', 'p', 1, 'k', 'sig')"
+            )
+        elif "checkpoint" in statement:
+            conn.execute(
+                "INSERT INTO archive_checkpoint (saga_id, seq, hash, signed_at_us, key_id,"
+                " signature) VALUES ('s', 1, 'h', 1, 'k', 'sig')"
+            )
         with pytest.raises(psycopg.Error, match="append-only"):
             conn.execute(statement)
     assert rows(archive_dsn, "SELECT count(*) FROM side_effect_journal") == [(2,)]
@@ -72,7 +89,7 @@ def test_a_month_partition_refuses_truncate_directly(archiver, archive_dsn):
             conn.execute(f'DELETE FROM "{name}"')
 
 
-def test_archiver_role_may_insert_and_read_but_not_update_or_delete(archive_dsn):
+def test_archiver_role_may_insert_and_read_but_not_update_or_delete(archive_dsn, tmp_path):
     role = "sgc_test_" + uuid.uuid4().hex[:8]
     with psycopg.connect(archive_dsn, autocommit=True) as conn:
         grant_archiver(conn, role)
@@ -81,9 +98,12 @@ def test_archiver_role_may_insert_and_read_but_not_update_or_delete(archive_dsn)
         archiver = BatchArchiver(
             with_option(archive_dsn, f"-c role={role}"), consumer_group="g", decode=decode
         )
-        # The role can archive (including creating a month partition through the function).
+        # The role can archive (including creating a month partition through the function) and
+        # sign its heads in a round.
         assert archiver.archive(as_raw(make_chain("saga-p", 3))).archived == 3
         archiver.close()
+        with psycopg.connect(with_option(archive_dsn, f"-c role={role}")) as conn:
+            assert sign_pending(conn, generate_key(tmp_path / "k.pem")) == 1
         with psycopg.connect(archive_dsn, autocommit=True) as conn:
             conn.execute(f'SET ROLE "{role}"')
             assert conn.execute("SELECT count(*) FROM side_effect_journal").fetchone() == (3,)
@@ -92,6 +112,8 @@ def test_archiver_role_may_insert_and_read_but_not_update_or_delete(archive_dsn)
                 "DELETE FROM side_effect_journal",
                 "TRUNCATE side_effect_journal",
                 "DELETE FROM archive_checkpoint",
+                "UPDATE archive_checkpoint_round SET root = 'x'",
+                "DELETE FROM archive_checkpoint_round",
             ):
                 with pytest.raises(psycopg.errors.InsufficientPrivilege):
                     conn.execute(statement)
