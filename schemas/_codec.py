@@ -8,10 +8,12 @@ Avro binary.  See docs/adr/0003-wire-format.md.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import io
 import json
+import os
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from importlib import resources
@@ -357,18 +359,40 @@ def _avro_bytes(data: bytes) -> bytes:
     return (_LENGTHS[size] if size < _LENGTH_CACHE else _long(size)) + data
 
 
+def _load_native() -> Callable[..., tuple[str, bytes] | None] | None:
+    """The compiled hot path (``native/``, package ``sagacity-native``) when it is installed
+    and not turned off with ``SAGACITY_NATIVE=0``; ``None`` otherwise."""
+    if os.environ.get("SAGACITY_NATIVE", "1") == "0":
+        return None
+    try:
+        module = importlib.import_module("sagacity_native")
+    except ImportError:
+        return None
+    function: Callable[..., tuple[str, bytes] | None] = module.link_encode
+    return function
+
+
+_native_link_encode = _load_native()
+NATIVE = _native_link_encode is not None
+"""Whether :func:`link_encoded` runs compiled (docs/adr/0013-compiled-hot-path.md)."""
+_native_header: tuple[bytes, bytes] = (b"", b"")  # (fingerprint, header) last used
+
+
 def link_encoded(draft: EntryDraft, *, seq: int, prev_hash: str) -> tuple[JournalEntry, bytes]:
     """:func:`sagacity.chain.link` then :func:`encode_entry`, in one pass.
 
     The journal's hot path: each text field is encoded to UTF-8 once and used for both the
     canonical bytes that are hashed and the Avro body that is published.  The results are
     those of the two functions, byte for byte (tests compare them on generated entries); with
-    a schema whose layout differs the two functions run as they are.
+    a schema whose layout differs the two functions run as they are.  When the compiled hot
+    path is installed (:data:`NATIVE`) it does the linking and encoding; anything it does not
+    take falls back to the Python path, which raises the errors below.
 
     Raises:
         SerializationError: ``seq`` is not an int >= 1, ``prev_hash`` is not 32 bytes hex, or
             a field does not fit the canonical form or the schema (a time beyond 64 bits).
     """
+    global _native_header
     if not _direct_encoding():
         entry = link(draft, seq=seq, prev_hash=prev_hash)
         return entry, encode_entry(entry)
@@ -380,6 +404,40 @@ def link_encoded(draft: EntryDraft, *, seq: int, prev_hash: str) -> tuple[Journa
         raise SerializationError(f"previous hash is not hex: {prev_hash!r}") from exc
     if len(prev) != 32:
         raise SerializationError("previous hash must be 32 bytes")
+    native = _native_link_encode
+    if native is not None:
+        fingerprint = current_schema().fingerprint
+        if _native_header[0] != fingerprint:
+            _native_header = (fingerprint, MAGIC + fingerprint + _LENGTHS[SCHEMA_VERSION])
+        try:
+            out = native(
+                _native_header[1],
+                prev,
+                prev_hash,
+                seq,
+                draft.saga_id,
+                draft.event_type.value,
+                draft.tool,
+                draft.payload,
+                draft.result,
+                draft.error,
+                draft.actor,
+                draft.recorded_at_us,
+                draft.attributes,
+            )
+        except (OverflowError, TypeError, ValueError):
+            out = None  # the Python path below says what is wrong
+        if out is not None:
+            digest, value = out
+            return JournalEntry._linked(draft, seq=seq, prev_hash=prev_hash, hash=digest), value
+    return _link_encoded_python(draft, seq=seq, prev_hash=prev_hash, prev=prev)
+
+
+def _link_encoded_python(
+    draft: EntryDraft, *, seq: int, prev_hash: str, prev: bytes
+) -> tuple[JournalEntry, bytes]:
+    """:func:`link_encoded` in Python, for a valid ``seq`` and ``prev`` (``prev_hash``'s
+    bytes)."""
     saga = draft.saga_id.encode("utf-8")
     kind = draft.event_type.value.encode("utf-8")
     tool, payload, result, error, actor = (

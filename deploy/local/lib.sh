@@ -2,7 +2,8 @@
 #
 # Functions:
 #   sagacity_system_packages  install Java 17, Maven and PostgreSQL with apt-get when absent
-#   sagacity_venv             create .venv and install the project with its dev extras
+#   sagacity_venv             create .venv and install the project with its dev extras (and the
+#                             compiled hot path, native/, where cargo is)
 #   sagacity_stack_up         bring the checkout's stack up and export its variables
 #   sagacity_stack_down       stop the services sagacity_stack_up started (none else)
 
@@ -44,8 +45,16 @@ sagacity_system_packages() {
 
 sagacity_venv() {
     local stamp="$SAGACITY_VENV/.sagacity-installed"
-    local want
-    want="$(sha256sum "$SAGACITY_ROOT/pyproject.toml" | cut -d' ' -f1)"
+    local want native=0
+    # The compiled hot path (native/, Rust; docs/adr/0013-compiled-hot-path.md) is built where
+    # cargo is, unless SAGACITY_NATIVE=0; without it the same code runs in Python.
+    if [ -x "$HOME/.cargo/bin/cargo" ] && ! command -v cargo >/dev/null; then
+        export PATH="$HOME/.cargo/bin:$PATH"
+    fi
+    if [ "${SAGACITY_NATIVE:-1}" != 0 ] && command -v cargo >/dev/null; then native=1; fi
+    want="$(cat "$SAGACITY_ROOT/pyproject.toml" "$SAGACITY_ROOT"/native/Cargo.* \
+        "$SAGACITY_ROOT/native/pyproject.toml" "$SAGACITY_ROOT"/native/src/*.rs \
+        | sha256sum | cut -d' ' -f1)-native$native"
     if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
         _say "sagacity needs Python >= 3.11; python3 is $(python3 --version 2>&1)"
         return 1
@@ -70,6 +79,13 @@ sagacity_venv() {
         _say "installing sagacity and its dev dependencies into .venv"
         "$SAGACITY_VENV/bin/python" -m pip install -q --upgrade pip
         (cd "$SAGACITY_ROOT" && "$SAGACITY_VENV/bin/python" -m pip install -q -e '.[dev]')
+        if [ "$native" = 1 ]; then
+            _say "building the journal's compiled hot path (native/, Rust) into .venv"
+            "$SAGACITY_VENV/bin/python" -m pip install -q "$SAGACITY_ROOT/native"
+        else
+            "$SAGACITY_VENV/bin/python" -m pip uninstall -q -y sagacity-native >/dev/null 2>&1 || true
+            _say "no cargo (or SAGACITY_NATIVE=0): the journal's hot path runs in Python"
+        fi
         printf '%s\n' "$want" >"$stamp"
     fi
 }

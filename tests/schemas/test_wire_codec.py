@@ -23,6 +23,7 @@ from sagacity.schemas import (
     link_encoded,
     peek_fingerprint,
 )
+from sagacity.schemas._codec import _link_encoded_python
 
 GENESIS = "0" * 64
 text = st.text(
@@ -177,10 +178,52 @@ def test_encoding_is_byte_identical_to_fastavro(
     )
     entry = link(draft, seq=seq, prev_hash="ab" * 32)
     assert encode_entry(entry) == _fastavro_encoding(entry)
-    # The journal's one-pass link and encode gives the same entry and the same bytes.
+    # The journal's one-pass link and encode gives the same entry and the same bytes, compiled
+    # (where it is built) and in Python.
     linked, value = link_encoded(draft, seq=seq, prev_hash="ab" * 32)
     assert linked == entry
     assert value == encode_entry(entry)
+    in_python = _link_encoded_python(draft, seq=seq, prev_hash="ab" * 32, prev=b"\xab" * 32)
+    assert in_python == (linked, value)
+
+
+def test_the_compiled_hot_path_is_built_where_cargo_is() -> None:
+    """deploy/local builds native/ wherever cargo is (unless SAGACITY_NATIVE=0): a test run
+    there must not silently measure or check the Python path only."""
+    import os
+    import shutil
+
+    from sagacity.schemas import _codec
+
+    wanted = os.environ.get("SAGACITY_NATIVE", "1") != "0"
+    cargo = shutil.which("cargo") or (Path.home() / ".cargo" / "bin" / "cargo").exists()
+    if wanted and cargo:
+        assert _codec.NATIVE, "cargo is here but sagacity-native is not installed"
+    if not wanted:
+        assert not _codec.NATIVE
+
+
+@pytest.mark.parametrize(
+    "draft",
+    [
+        EntryDraft(saga_id="s", event_type=EventType.INTENT, payload=""),
+        EntryDraft(saga_id="é✓𝄞", event_type=EventType.EXECUTED, result="x" * 200_000),
+        EntryDraft(
+            saga_id="s",
+            event_type=EventType.APPROVED,
+            actor="a",
+            attributes={f"k{i:03d}": "v" * i for i in range(130)},
+            recorded_at_us=-(2**63),
+        ),
+        EntryDraft(saga_id="s", event_type=EventType.INTENT, recorded_at_us=2**63 - 1),
+    ],
+)
+def test_compiled_and_python_paths_agree_on_edge_cases(draft: EntryDraft) -> None:
+    for seq, prev in [(1, GENESIS), (2**63 - 1, "AB" * 32), (128, "0f" * 32)]:
+        expected = _link_encoded_python(draft, seq=seq, prev_hash=prev, prev=bytes.fromhex(prev))
+        assert link_encoded(draft, seq=seq, prev_hash=prev) == expected
+        entry = link(draft, seq=seq, prev_hash=prev)
+        assert expected == (entry, encode_entry(entry))
 
 
 def test_an_unknown_event_type_encodes_as_fastavro_does() -> None:

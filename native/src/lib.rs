@@ -1,0 +1,179 @@
+//! The journal's hot path in compiled code: link one event to its chain (the canonical bytes of
+//! docs/adr/0002-hash-chain.md and their SHA-256) and Avro-encode it (docs/adr/0003-wire-format.md)
+//! in one pass.  `sagacity.schemas._codec.link_encoded` calls it when it is installed; its output
+//! is byte for byte the Python path's (tests compare them on generated entries), and anything it
+//! cannot take (a field too long for the canonical form) it hands back to the Python path, which
+//! raises the documented error.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyString};
+use sha2::{Digest, Sha256};
+
+const CANONICAL_MAGIC: &[u8] = b"SGC1";
+const CANONICAL_NULL: [u8; 4] = [0xff; 4];
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+fn fits(data: &[u8]) -> bool {
+    // F(bytes) needs len < 2^32 - 1 (0xFFFFFFFF is the null marker).
+    data.len() < u32::MAX as usize
+}
+
+fn field(out: &mut Vec<u8>, data: &[u8]) {
+    out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    out.extend_from_slice(data);
+}
+
+fn optional_field(out: &mut Vec<u8>, data: Option<&[u8]>) {
+    match data {
+        None => out.extend_from_slice(&CANONICAL_NULL),
+        Some(d) => field(out, d),
+    }
+}
+
+fn int_field(out: &mut Vec<u8>, value: i64) {
+    out.extend_from_slice(&8u32.to_be_bytes());
+    out.extend_from_slice(&value.to_be_bytes());
+}
+
+/// Avro `long`: zig-zag, then little-endian base-128 groups.
+fn avro_long(out: &mut Vec<u8>, value: i64) {
+    let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
+    while zigzag > 0x7f {
+        out.push(((zigzag & 0x7f) | 0x80) as u8);
+        zigzag >>= 7;
+    }
+    out.push(zigzag as u8);
+}
+
+fn avro_bytes(out: &mut Vec<u8>, data: &[u8]) {
+    avro_long(out, data.len() as i64);
+    out.extend_from_slice(data);
+}
+
+fn avro_optional(out: &mut Vec<u8>, data: Option<&[u8]>) {
+    match data {
+        None => out.push(0),
+        Some(d) => {
+            out.push(2);
+            avro_bytes(out, d);
+        }
+    }
+}
+
+fn text<'a>(value: &'a Option<Bound<'_, PyString>>) -> PyResult<Option<&'a [u8]>> {
+    match value {
+        None => Ok(None),
+        Some(s) => Ok(Some(s.to_str()?.as_bytes())),
+    }
+}
+
+/// Link and encode one event.
+///
+/// `header`: the Avro single-object marker, schema fingerprint and the `schema_version` field;
+/// `prev`: the previous hash's 32 bytes and `prev_hash` its text as given; `attributes`: the
+/// draft's mapping, already sorted by key.  Returns `(hash as lowercase hex, message value)`,
+/// or `None` when a field does not fit the canonical form (the caller's Python path raises).
+#[pyfunction]
+#[pyo3(signature = (header, prev, prev_hash, seq, saga, kind, tool, payload, result, error, actor, recorded_at_us, attributes))]
+#[allow(clippy::too_many_arguments)]
+fn link_encode<'py>(
+    py: Python<'py>,
+    header: &[u8],
+    prev: &[u8],
+    prev_hash: Bound<'py, PyString>,
+    seq: i64,
+    saga: Bound<'py, PyString>,
+    kind: Bound<'py, PyString>,
+    tool: Option<Bound<'py, PyString>>,
+    payload: Option<Bound<'py, PyString>>,
+    result: Option<Bound<'py, PyString>>,
+    error: Option<Bound<'py, PyString>>,
+    actor: Option<Bound<'py, PyString>>,
+    recorded_at_us: i64,
+    attributes: Bound<'py, PyAny>,
+) -> PyResult<Option<(Bound<'py, PyString>, Bound<'py, PyBytes>)>> {
+    let saga = saga.to_str()?.as_bytes();
+    let kind = kind.to_str()?.as_bytes();
+    let texts = [
+        text(&tool)?,
+        text(&payload)?,
+        text(&result)?,
+        text(&error)?,
+        text(&actor)?,
+    ];
+    let mut items: Vec<(Bound<'py, PyString>, Bound<'py, PyString>)> = Vec::new();
+    if attributes.len()? > 0 {
+        for item in attributes.call_method0("items")?.try_iter()? {
+            items.push(item?.extract()?);
+        }
+    }
+    let mut pairs: Vec<(&[u8], &[u8])> = Vec::with_capacity(items.len());
+    for (k, v) in &items {
+        pairs.push((k.to_str()?.as_bytes(), v.to_str()?.as_bytes()));
+    }
+    let all_fit = fits(saga)
+        && fits(kind)
+        && texts.iter().all(|t| t.map_or(true, fits))
+        && pairs.iter().all(|(k, v)| fits(k) && fits(v))
+        && pairs.len() < u32::MAX as usize;
+    if !all_fit || prev.len() != 32 {
+        return Ok(None);
+    }
+
+    let body: usize = saga.len()
+        + kind.len()
+        + texts.iter().map(|t| t.map_or(0, |d| d.len())).sum::<usize>()
+        + pairs.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+    let mut hashed = Vec::with_capacity(96 + body + 8 * pairs.len());
+    hashed.extend_from_slice(prev);
+    hashed.extend_from_slice(CANONICAL_MAGIC);
+    field(&mut hashed, saga);
+    int_field(&mut hashed, seq);
+    field(&mut hashed, kind);
+    for t in texts {
+        optional_field(&mut hashed, t);
+    }
+    int_field(&mut hashed, recorded_at_us);
+    hashed.extend_from_slice(&(pairs.len() as u32).to_be_bytes());
+    for (k, v) in &pairs {
+        field(&mut hashed, k);
+        field(&mut hashed, v);
+    }
+    let digest = Sha256::digest(&hashed);
+    let mut hex = [0u8; 64];
+    for (i, byte) in digest.iter().enumerate() {
+        hex[2 * i] = HEX[(byte >> 4) as usize];
+        hex[2 * i + 1] = HEX[(byte & 0x0f) as usize];
+    }
+
+    let prev_text = prev_hash.to_str()?.as_bytes();
+    let mut value = Vec::with_capacity(header.len() + 160 + body + 4 * pairs.len());
+    value.extend_from_slice(header);
+    avro_bytes(&mut value, saga);
+    avro_long(&mut value, seq);
+    avro_bytes(&mut value, kind);
+    for t in texts {
+        avro_optional(&mut value, t);
+    }
+    avro_long(&mut value, recorded_at_us);
+    if !pairs.is_empty() {
+        avro_long(&mut value, pairs.len() as i64);
+        for (k, v) in &pairs {
+            avro_bytes(&mut value, k);
+            avro_bytes(&mut value, v);
+        }
+    }
+    value.push(0);
+    avro_bytes(&mut value, prev_text);
+    avro_bytes(&mut value, &hex);
+
+    // The hex digits are ASCII, so this is valid UTF-8.
+    let hash = PyString::new(py, std::str::from_utf8(&hex).expect("hex is ASCII"));
+    Ok(Some((hash, PyBytes::new(py, &value))))
+}
+
+#[pymodule]
+fn sagacity_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(link_encode, m)?)?;
+    Ok(())
+}
