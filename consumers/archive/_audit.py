@@ -438,17 +438,13 @@ def _judge_round(
         return AuditReason.BAD_SIGNATURE, f"the signature of round {round_id} does not verify"
     if problem is not None:
         return AuditReason.BAD_SIGNATURE, f"round {round_id}: {problem}"
-    if not chained:
-        pass
-    elif previous is not None and signed.prev_root != previous[1]:
+    if chained and signed.prev_root != (previous[1] if previous else FIRST_PREV_ROOT):
         return AuditReason.BAD_SIGNATURE, (
             f"round {round_id} does not follow round {previous[0]} (its previous root differs):"
             " a signing round between them was removed or replaced"
-        )
-    elif previous is None and signed.prev_root != FIRST_PREV_ROOT:
-        return AuditReason.BAD_SIGNATURE, (
-            f"round {round_id} is the first the archive holds, but it follows another round:"
-            " earlier signing rounds were removed"
+            if previous
+            else f"round {round_id} is the first the archive holds, but it follows another"
+            " round: earlier signing rounds were removed"
         )
     if leaves != signed.leaf_count:
         return AuditReason.BAD_SIGNATURE, (
@@ -476,7 +472,7 @@ def _audit_rounds(
     round's link to the one before, and the ``known`` rounds (id: root, recorded earlier), are
     checked only when all rounds are (``saga_id`` None)."""
     audit = RoundAudit()
-    unseen = dict(known)
+    unseen = {round_id: root.lower() for round_id, root in known.items()}
     scope = (
         " AND round_id IN (SELECT round_id FROM archive_checkpoint WHERE saga_id = %(s)s)"
         if saga_id is not None
