@@ -419,12 +419,10 @@ def _judge_round(
     root: bytes | None,
     problem: str | None,
     keys: Mapping[str, bytes],
-    chained: bool,
     previous: tuple[int, str] | None,
 ) -> tuple[AuditReason, str] | None:
-    """The finding on one round (``None``: verified), from its row, its leaves and, when
-    ``chained`` (every round is audited), the round before it: ``previous`` (id, root), ``None``
-    for the first."""
+    """The finding on one round (``None``: verified), from its row, its leaves and the round
+    before it in the archive: ``previous`` (id, root), ``None`` for the first."""
     if signed is None:
         return AuditReason.BAD_SIGNATURE, (
             f"checkpoints name signing round {round_id}, which the archive does not hold"
@@ -438,7 +436,7 @@ def _judge_round(
         return AuditReason.BAD_SIGNATURE, f"the signature of round {round_id} does not verify"
     if problem is not None:
         return AuditReason.BAD_SIGNATURE, f"round {round_id}: {problem}"
-    if chained and signed.prev_root != (previous[1] if previous else FIRST_PREV_ROOT):
+    if signed.prev_root != (previous[1] if previous else FIRST_PREV_ROOT):
         return AuditReason.BAD_SIGNATURE, (
             f"round {round_id} does not follow round {previous[0]} (its previous root differs):"
             " a signing round between them was removed or replaced"
@@ -468,9 +466,9 @@ def _audit_rounds(
     known: Mapping[int, str],
 ) -> RoundAudit:
     """Check every signing round (or, for one saga, the rounds its checkpoints belong to)
-    inside the caller's snapshot; leaves are streamed in order, so memory stays flat.  Every
-    round's link to the one before, and the ``known`` rounds (id: root, recorded earlier), are
-    checked only when all rounds are (``saga_id`` None)."""
+    inside the caller's snapshot; leaves are streamed in order, so memory stays flat.  Each
+    round's link to the round before it is checked either way; the ``known`` rounds (id: root,
+    recorded earlier) only when all rounds are (``saga_id`` None)."""
     audit = RoundAudit()
     unseen = {round_id: root.lower() for round_id, root in known.items()}
     scope = (
@@ -483,12 +481,24 @@ def _audit_rounds(
         conn.cursor(name="sgc_audit_leaves") as leaf_cur,
     ):
         round_cur.itersize = leaf_cur.itersize = fetch
-        round_cur.execute(
-            "SELECT round_id, leaf_count, root, prev_root, signed_at_us, key_id,"  # noqa: S608
-            " signature"
-            f" FROM archive_checkpoint_round WHERE true{scope} ORDER BY round_id",
-            {"s": saga_id},
-        )
+        columns = "r.round_id, r.leaf_count, r.root, r.prev_root, r.signed_at_us, r.key_id"
+        if saga_id is None:
+            query = (
+                f"SELECT {columns}, r.signature, NULL, NULL"  # noqa: S608
+                " FROM archive_checkpoint_round r ORDER BY r.round_id"
+            )
+        else:
+            # One saga's rounds come with the round before each (whatever sagas it signed), so
+            # that their links are checked as the whole-archive pass checks them.
+            query = (
+                f"SELECT {columns}, r.signature, b.round_id, b.root"  # noqa: S608
+                " FROM archive_checkpoint_round r LEFT JOIN LATERAL (SELECT round_id, root"
+                " FROM archive_checkpoint_round q WHERE q.round_id < r.round_id"
+                " ORDER BY q.round_id DESC LIMIT 1) b ON true WHERE r.round_id IN"
+                " (SELECT round_id FROM archive_checkpoint WHERE saga_id = %(s)s)"
+                " ORDER BY r.round_id"
+            )
+        round_cur.execute(query, {"s": saga_id})
         leaf_cur.execute(
             "SELECT round_id, leaf_index, saga_id, seq, hash FROM archive_checkpoint"  # noqa: S608
             f" WHERE round_id IS NOT NULL{scope} ORDER BY round_id, leaf_index",
@@ -511,6 +521,8 @@ def _audit_rounds(
                     key_id=row[5],
                     signature=row[6],
                 )
+                if saga_id is not None:
+                    previous = None if row[7] is None else (int(row[7]), row[8])
                 row = next(round_rows, None)
             builder = RootBuilder()
             leaves, problem, last_saga = 0, None, None
@@ -541,7 +553,6 @@ def _audit_rounds(
                 root=builder.root(),
                 problem=problem,
                 keys=keys,
-                chained=saga_id is None,
                 previous=previous,
             )
             if signed is not None:

@@ -478,6 +478,11 @@ def test_a_signing_round_removed_whole_breaks_the_chain_of_rounds(archiver, arch
     assert reason is AuditReason.BAD_SIGNATURE
     assert f"round {last} does not follow round {first}" in detail
     assert {(f.saga_id, f.bad_seq) for f in summary.failures} == {("r-1", 3), ("r-2", 3)}
+    with psycopg.connect(archive_dsn) as conn:
+        keys = [signer.public_raw]
+        together = list(iter_audits(conn, pinned_keys=keys))
+        alone = [next(iter_audits(conn, saga_id=s, pinned_keys=keys)) for s in chains]
+    assert together == alone  # one saga's verify (and its export) checks its rounds' links too
     tamper(
         archive_dsn,
         ("DELETE FROM archive_checkpoint WHERE round_id = %s", (first,)),
