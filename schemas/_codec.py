@@ -375,7 +375,12 @@ def _load_native() -> Callable[..., tuple[str, bytes] | None] | None:
 _native_link_encode = _load_native()
 NATIVE = _native_link_encode is not None
 """Whether :func:`link_encoded` runs compiled (docs/adr/0013-compiled-hot-path.md)."""
-_native_header: tuple[bytes, bytes] = (b"", b"")  # (fingerprint, header) last used
+
+
+@cache
+def _native_header() -> bytes:
+    """What precedes the Avro fields the compiled path writes: marker, fingerprint, version."""
+    return MAGIC + current_schema().fingerprint + _LENGTHS[SCHEMA_VERSION]
 
 
 def link_encoded(draft: EntryDraft, *, seq: int, prev_hash: str) -> tuple[JournalEntry, bytes]:
@@ -392,7 +397,6 @@ def link_encoded(draft: EntryDraft, *, seq: int, prev_hash: str) -> tuple[Journa
         SerializationError: ``seq`` is not an int >= 1, ``prev_hash`` is not 32 bytes hex, or
             a field does not fit the canonical form or the schema (a time beyond 64 bits).
     """
-    global _native_header
     if not _direct_encoding():
         entry = link(draft, seq=seq, prev_hash=prev_hash)
         return entry, encode_entry(entry)
@@ -406,12 +410,9 @@ def link_encoded(draft: EntryDraft, *, seq: int, prev_hash: str) -> tuple[Journa
         raise SerializationError("previous hash must be 32 bytes")
     native = _native_link_encode
     if native is not None:
-        fingerprint = current_schema().fingerprint
-        if _native_header[0] != fingerprint:
-            _native_header = (fingerprint, MAGIC + fingerprint + _LENGTHS[SCHEMA_VERSION])
         try:
             out = native(
-                _native_header[1],
+                _native_header(),
                 prev,
                 prev_hash,
                 seq,

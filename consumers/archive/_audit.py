@@ -31,7 +31,7 @@ from sagacity.consumers.archive._checkpoints import (
     signature_valid,
 )
 from sagacity.consumers.archive._db import check_schema, mapped_errors
-from sagacity.consumers.archive._schema import ROUNDS_VERSION
+from sagacity.consumers.archive._schema import ROUNDS_VERSION, checkpoint_round_columns
 from sagacity.errors import SerializationError
 
 
@@ -75,7 +75,6 @@ class RoundAudit:
     id: every checkpoint of a failed round fails with that finding)."""
 
     rounds: int = 0
-    leaves: int = 0
     failed: dict[int, tuple[AuditReason, str]] = field(default_factory=dict)
     latest: tuple[int, str] | None = None
     """The last round the archive holds (id, root): publish it, and pass it back as a known
@@ -545,7 +544,6 @@ def _audit_rounds(
                 leaves += 1
                 leaf = next(leaf_rows, None)
             audit.rounds += 1
-            audit.leaves += leaves
             finding = _judge_round(
                 round_id,
                 signed,
@@ -617,7 +615,7 @@ def iter_audits(
     keys = trusted_keys(conn, pinned_keys)
     where = "WHERE saga_id = %(s)s" if saga_id is not None else ""
     order = 'ORDER BY saga_id COLLATE "C"'
-    round_columns = "round_id, leaf_index" if version >= ROUNDS_VERSION else "NULL, NULL"
+    round_columns = checkpoint_round_columns(version)
     # Only constant fragments are interpolated; the saga id is a bound parameter.
     queries = (
         f"SELECT {_ROW_COLUMNS} FROM side_effect_journal {where} {order}, archive_id",  # noqa: S608
@@ -647,7 +645,6 @@ def iter_audits(
         )
         if rounds is not None:
             rounds.rounds += checked_rounds.rounds
-            rounds.leaves += checked_rounds.leaves
             rounds.failed.update(checked_rounds.failed)
             rounds.latest = checked_rounds.latest
         streams: list[Iterator[tuple[str, list[Sequence[Any]]]]] = []

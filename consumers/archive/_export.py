@@ -15,7 +15,7 @@ import psycopg
 from sagacity.consumers.archive._audit import SagaAudit, iter_audits, trusted_keys
 from sagacity.consumers.archive._checkpoints import inclusion_proof, leaf_hash
 from sagacity.consumers.archive._db import check_schema, mapped_errors
-from sagacity.consumers.archive._schema import ROUNDS_VERSION
+from sagacity.consumers.archive._schema import checkpoint_round_columns
 from sagacity.errors import UnknownSagaError
 
 BUNDLE_FORMAT = "sagacity-audit-bundle/2"
@@ -113,7 +113,7 @@ def export_bundle(
         ArchiveSchemaError / PersistenceError: the database is not an archive or failed.
     """
     version = check_schema(conn)
-    round_columns = "round_id, leaf_index" if version >= ROUNDS_VERSION else "NULL, NULL"
+    round_columns = checkpoint_round_columns(version)
     with mapped_errors("export a saga"), conn.transaction():
         rows = conn.execute(
             "SELECT saga_id, seq, event_type, tool, payload, result, error, actor, attributes,"

@@ -270,6 +270,13 @@ TABLES_ADDED_IN: dict[str, int] = {"archive_checkpoint_round": 4}
 ROUNDS_VERSION = 4
 """The schema version from which heads are signed in rounds (docs/adr/0012)."""
 
+
+def checkpoint_round_columns(version: int) -> str:
+    """``round_id, leaf_index`` of ``archive_checkpoint`` as a select list, or two NULLs for an
+    archive at a schema version before rounds (it is read without migrating it)."""
+    return "round_id, leaf_index" if version >= ROUNDS_VERSION else "NULL, NULL"
+
+
 APPEND_ONLY_TABLES: tuple[str, ...] = (
     "side_effect_journal",
     "archive_quarantine",
