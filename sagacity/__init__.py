@@ -3,6 +3,7 @@ AI agents call."""
 
 from sagacity._compensation import CompensationCall, CompensationReport, CompensationRunner
 from sagacity._context import CompensationContext
+from sagacity._decision_signature import DecisionSigner, DecisionVerifier
 from sagacity._decorators import compensable, compensation
 from sagacity._events import (
     GENESIS_HASH,
@@ -33,6 +34,8 @@ __all__ = [
     "CompensationContext",
     "CompensationReport",
     "CompensationRunner",
+    "DecisionSigner",
+    "DecisionVerifier",
     "EntryDraft",
     "EventType",
     "InMemoryJournal",

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from sagacity import _attributes as attr
 from sagacity._codec import decode_payload
+from sagacity._decision_signature import DECISION_EVENTS
 from sagacity._events import EntryDraft, EventType, JournalEntry, UnknownEventType
 from sagacity._invoke import call_async, call_blocking
 from sagacity._registry import RegisteredTool
@@ -47,6 +48,10 @@ if TYPE_CHECKING:
     from sagacity._saga import Sagacity
 
 NO_APPROVAL = "no human approval recorded"
+NO_PINNED_KEY = (
+    "no approvals public key is pinned (SAGACITY_APPROVALS_PUBLIC_KEY) and the journal is "
+    "shared: approvals on it cannot be verified"
+)
 PAYLOAD_CHANGED = "payload changed since approval"
 
 
@@ -169,7 +174,12 @@ class ApprovalDesk:
             attr.POLICY_VERSION: self._s.policy_version,
             **fields.pop("attributes", {}),
         }
-        return EntryDraft(
+        signer = self._s.decision_signer
+        decision = event.value in DECISION_EVENTS
+        if decision and request.payload_sha256 is not None:
+            # Every decision names what it decided on (the signature covers it).
+            attributes.setdefault(attr.PAYLOAD_SHA256, request.payload_sha256)
+        draft = EntryDraft(
             saga_id=request.saga_id,
             event_type=event,
             tool=request.tool,
@@ -178,6 +188,23 @@ class ApprovalDesk:
             recorded_at_us=self._s.now_us(),
             **fields,
         )
+        return signer.sign(draft) if decision and signer is not None else draft
+
+    def signers(self, entries: Sequence[JournalEntry], request: ApprovalRequest) -> set[str]:
+        """The approvers of ``request`` whose ``APPROVED`` counts under this Sagacity's trust.
+
+        With a pinned key only verified approvals count; in local mode every journaled one;
+        with neither, none.
+        """
+        verifier = self._s.decision_verifier
+        trust = self._s.approval_trust
+        if trust == "unverifiable":
+            return set()
+        return {
+            e.actor
+            for e in _approvals(entries, request)
+            if e.actor and (verifier is None or verifier.check(e) is None)
+        }
 
     def deadline_us(self, request: ApprovalRequest) -> int | None:
         """When ``request`` lapses for this Sagacity (``None``: never).
@@ -246,21 +273,17 @@ class ApprovalDesk:
             tail = entries[-1].seq
             if self._expired(request):
                 raise self._expire(request, tail)
-            if person in request.signed_by:
+            signers = self.signers(entries, request)
+            if person in signers:
                 raise AlreadyDecidedError(already_signed(person), saga_id=saga_id, seq=seq)
-            if request.approved:
+            if len(signers) >= request.signatures_required:
                 raise AlreadyDecidedError(
                     f"the request already has the {request.signatures_required} signature(s) "
                     "it needs",
                     saga_id=saga_id,
                     seq=seq,
                 )
-            attributes = {}
-            if request.payload_sha256 is not None:
-                attributes[attr.PAYLOAD_SHA256] = request.payload_sha256
-            self._append_decision(
-                self._decision(request, EventType.APPROVED, person, attributes=attributes), tail
-            )
+            self._append_decision(self._decision(request, EventType.APPROVED, person), tail)
             self._s.journal.flush()
             return ApprovalRequest(
                 saga_id=request.saga_id,
@@ -270,7 +293,7 @@ class ApprovalDesk:
                 payload_sha256=request.payload_sha256,
                 requested_at_us=request.requested_at_us,
                 signatures_required=request.signatures_required,
-                signed_by=(*request.signed_by, person),
+                signed_by=(*(s for s in request.signed_by if s in signers), person),
                 policy_version=request.policy_version,
                 expires_at_us=request.expires_at_us,
                 reversibility=request.reversibility,
@@ -336,9 +359,8 @@ class ApprovalDesk:
             )
         if self._expired(request):
             raise self._expire(request, tail)
-        signers = set(request.signed_by)
-        if not signers:
-            raise ApprovalMissingError(NO_APPROVAL, saga_id=saga_id, seq=seq)
+        assert isinstance(payload, str)
+        signers = self._authentic_signers(entries, request, payload, tail, requested_by)
         if len(signers) < request.signatures_required:
             raise ApprovalMissingError(
                 f"only {len(signers)} of {request.signatures_required} required signatures "
@@ -346,7 +368,6 @@ class ApprovalDesk:
                 saga_id=saga_id,
                 seq=seq,
             )
-        assert isinstance(payload, str)
         stored = request.payload_sha256
         if stored is None or stored != payload_sha256(request.payload):
             message = "the approval request records no payload hash matching what was approved"
@@ -394,6 +415,41 @@ class ApprovalDesk:
             raise ConstraintViolation(refusal, saga_id=saga_id, seq=seq, result=result)
         return request, tool, arguments, tail
 
+    def _authentic_signers(
+        self,
+        entries: Sequence[JournalEntry],
+        request: ApprovalRequest,
+        payload: str,
+        tail: int,
+        requested_by: str | None,
+    ) -> set[str]:
+        """The approvers whose approval counts; refuses when none was journaled, when none
+        can be verified, and (journaled, compensated) when one does not verify."""
+        saga_id, seq = request.saga_id, request.seq
+        approvals = [e for e in _approvals(entries, request) if e.actor]
+        if not approvals:
+            raise ApprovalMissingError(NO_APPROVAL, saga_id=saga_id, seq=seq)
+        trust = self._s.approval_trust
+        if trust == "unverifiable":
+            # A configuration gap, not an attack: the request stays pending until a key is
+            # pinned.
+            raise ApprovalMissingError(NO_APPROVAL, saga_id=saga_id, seq=seq, detail=NO_PINNED_KEY)
+        verifier = self._s.decision_verifier
+        if verifier is not None:
+            for approval in approvals:
+                reason = verifier.check(approval)
+                if reason is not None:
+                    self._refuse(
+                        request,
+                        payload,
+                        NO_APPROVAL,
+                        ApprovalMissingError,
+                        tail,
+                        requested_by,
+                        detail=f"the APPROVED at seq {approval.seq} does not verify ({reason})",
+                    )
+        return {e.actor for e in approvals if e.actor}
+
     def _refuse(
         self,
         request: ApprovalRequest,
@@ -402,13 +458,16 @@ class ApprovalDesk:
         error: type[ApprovalError],
         tail: int,
         requested_by: str | None,
+        *,
+        detail: str | None = None,
     ) -> NoReturn:
+        journaled = message if detail is None else f"{message}: {detail}"
         draft = self._decision(
             request,
             EventType.RESUME_REFUSED,
             None,
             payload=payload,
-            error=message,
+            error=journaled,
             attributes={
                 attr.PAYLOAD_SHA256: payload_sha256(payload),
                 **_requested_by(requested_by),
@@ -419,10 +478,12 @@ class ApprovalDesk:
             draft,
             tail=tail,
             cause=EventType.RESUME_REFUSED,
-            error=message,
+            error=journaled,
             clean=SagaStatus.COMPENSATED,
         )
-        raise error(message, saga_id=request.saga_id, seq=request.seq, result=result)
+        exc = error(message, saga_id=request.saga_id, seq=request.seq, result=result)
+        exc.detail = detail
+        raise exc
 
     def _after_resume(
         self, request: ApprovalRequest, value: Any, exc: Exception | None
@@ -576,6 +637,18 @@ def _retrying(operation: Callable[[], T]) -> T:
             if attempt == _ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _approvals(entries: Sequence[JournalEntry], request: ApprovalRequest) -> list[JournalEntry]:
+    """The ``APPROVED`` entries of ``request`` (a pending one: none is past its closure)."""
+    ref = str(request.seq)
+    return [
+        e
+        for e in entries
+        if e.seq > request.seq
+        and e.event_type is EventType.APPROVED
+        and e.attributes.get(attr.REF_SEQ) == ref
+    ]
 
 
 def _requested_by(requested_by: str | None) -> dict[str, str]:

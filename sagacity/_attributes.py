@@ -50,3 +50,8 @@ OMITTED_SHA256 = "omitted_sha256"
 """SHA-256 (hex) of the UTF-8 bytes of the field left out or cut short."""
 OMITTED_BYTES = "omitted_bytes"
 """The size in bytes of the field left out or cut short."""
+DECISION_SIGNATURE = "decision_signature"
+"""On a decision the approvals service journaled: ``SGCD1:<key_id>:<signature hex>``, its
+Ed25519 signature (docs/adr/0014-signed-decisions-and-writers.md)."""
+WRITER = "writer"
+"""The id of the writer that produced the event (set by the Kafka journal on every event)."""

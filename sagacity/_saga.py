@@ -18,6 +18,7 @@ from sagacity import _approval
 from sagacity import _attributes as attr
 from sagacity._codec import describe_error
 from sagacity._compensation import CompensationCall, CompensationReport, CompensationRunner
+from sagacity._decision_signature import DecisionSigner, DecisionVerifier, verifier_from_env
 from sagacity._decorators import Constraint
 from sagacity._events import EntryDraft, EventType, JournalEntry, now_micros
 from sagacity._memory import InMemoryJournal
@@ -38,10 +39,24 @@ from sagacity.journal import ApprovalRequest, Journal
 
 CompensationMode = Literal["inline", "delegated"]
 _MODES = ("inline", "delegated")
+ApprovalTrust = Literal["signed", "local", "unverifiable"]
 
 
 def _default_writer_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _verifier(
+    pinned: str | DecisionVerifier | None, signer: DecisionSigner | None
+) -> DecisionVerifier | None:
+    keys: list[bytes] = [] if signer is None else [signer.public_raw]
+    if isinstance(pinned, DecisionVerifier):
+        keys.extend(pinned.public_keys)
+    elif isinstance(pinned, str):
+        keys.extend(DecisionVerifier.parse(pinned).public_keys)
+    elif pinned is not None:
+        raise ConfigurationError("approvals_public_key must be a str or a DecisionVerifier")
+    return DecisionVerifier(keys) if keys else None
 
 
 def check_saga_id(saga_id: object) -> str:
@@ -72,6 +87,14 @@ class Sagacity:
         writer_id: this process's identity on the chain (``SAGA_OPENED.actor``); defaults
             to the journal's ``writer_id`` when it has one, else ``host:pid:random``.
         clock: microseconds since the epoch (for tests); defaults to the wall clock.
+        decision_signer: the approvals service's key: decisions this Sagacity journals
+            (``APPROVED``, ``REJECTED``, ``EXPIRED``) carry its signature.
+        approvals_public_key: the pinned public key(s) an approval must be signed with to
+            count at resume (hex or key files, comma-separated, or a
+            :class:`DecisionVerifier`).  Without one, decisions are trusted only on an
+            :class:`InMemoryJournal` (one process wrote them all); on any other journal every
+            resume is refused (see :attr:`approval_trust`).  A ``decision_signer`` pins its own
+            key as well.
 
     Raises:
         ConfigurationError: an option is invalid.
@@ -86,6 +109,8 @@ class Sagacity:
         policy_version: str = "1",
         writer_id: str | None = None,
         clock: Callable[[], int] | None = None,
+        decision_signer: DecisionSigner | None = None,
+        approvals_public_key: str | DecisionVerifier | None = None,
     ) -> None:
         if compensation not in _MODES:
             raise ConfigurationError(
@@ -118,6 +143,10 @@ class Sagacity:
             or _default_writer_id()
         )
         self._clock = clock or now_micros
+        if decision_signer is not None and not isinstance(decision_signer, DecisionSigner):
+            raise ConfigurationError("decision_signer must be a DecisionSigner")
+        self._signer = decision_signer
+        self._verifier = _verifier(approvals_public_key, decision_signer)
         self._registry = ToolRegistry()
         self._desk = _approval.ApprovalDesk(self)
 
@@ -125,8 +154,9 @@ class Sagacity:
     def from_env(cls, **options: Any) -> Sagacity:
         """A ``Sagacity`` on the Kafka journal configured by ``SAGACITY_*`` variables.
 
-        Compensation is delegated to the compensation service.  ``options`` are passed to the
-        constructor.
+        Compensation is delegated to the compensation service, and approvals are verified
+        against ``SAGACITY_APPROVALS_PUBLIC_KEY`` when it is set.  ``options`` are passed to
+        the constructor.
 
         Raises:
             ConfigurationError: the Kafka journal is not available in this installation.
@@ -140,6 +170,8 @@ class Sagacity:
                 f"journal_from_env), which cannot be imported: {exc}"
             ) from exc
         options.setdefault("compensation", "delegated")
+        if options.get("approvals_public_key") is None:
+            options["approvals_public_key"] = verifier_from_env()
         writer_id = options.get("writer_id")
         journal: Journal = (
             journal_from_env(writer_id=writer_id) if writer_id else journal_from_env()
@@ -171,6 +203,31 @@ class Sagacity:
     def policy_version(self) -> str:
         """The approval policy recorded on requests and decisions."""
         return self._policy_version
+
+    @property
+    def decision_signer(self) -> DecisionSigner | None:
+        """The key decisions are signed with (``None``: they are journaled unsigned)."""
+        return self._signer
+
+    @property
+    def decision_verifier(self) -> DecisionVerifier | None:
+        """The pinned keys approvals are verified against (``None``: none pinned)."""
+        return self._verifier
+
+    @property
+    def approval_trust(self) -> ApprovalTrust:
+        """What an approval must be to count at resume.
+
+        ``"signed"``: signed by a pinned approvals key (an unsigned or wrongly signed one is
+        refused, journaled and the saga compensated).  ``"local"``: no key is pinned and the
+        journal is an :class:`InMemoryJournal`, which only this process writes: approvals are
+        trusted as journaled (single-process use; nothing is proven to a third party).
+        ``"unverifiable"``: no key is pinned on a shared journal: every resume is refused with
+        ``"no human approval recorded"`` (the request stays pending) until one is.
+        """
+        if self._verifier is not None:
+            return "signed"
+        return "local" if isinstance(self._journal, InMemoryJournal) else "unverifiable"
 
     @property
     def approval_ttl_us(self) -> int | None:

@@ -159,6 +159,8 @@ class ApprovalError(SagacityError):
     Attributes:
         result: when the refusal ended the saga (a changed payload, an expired request, a
             constraint), the :class:`~sagacity.SagaResult` of the compensation that followed.
+        detail: why, beyond the message, when there is more to say (an approval whose
+            signature does not verify, no key pinned to verify it).
     """
 
     def __init__(
@@ -168,9 +170,11 @@ class ApprovalError(SagacityError):
         saga_id: str | None = None,
         seq: int | None = None,
         result: SagaResult | None = None,
+        detail: str | None = None,
     ):
         super().__init__(message, saga_id=saga_id, seq=seq)
         self.result = result
+        self.detail = detail
 
 
 class ApprovalNotFound(ApprovalError):  # noqa: N818 - public name fixed by the API

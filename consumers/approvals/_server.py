@@ -13,6 +13,8 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from sagacity._decision_signature import DecisionSigner
+from sagacity._memory import InMemoryJournal
 from sagacity._saga import Sagacity
 from sagacity.consumers.approvals._api import INSECURE_VALUE, create_app
 from sagacity.consumers.approvals._auth import AuthFile
@@ -21,7 +23,7 @@ from sagacity.consumers.approvals._metrics import GateCollector, exposition
 from sagacity.consumers.approvals._service import ApprovalService
 from sagacity.consumers.approvals._settings import ApprovalsSettings
 from sagacity.consumers.approvals._store import ApprovalStore
-from sagacity.errors import ConfigurationError, SagacityError
+from sagacity.errors import ConfigurationError, SagacityError, SigningKeyError
 from sagacity.journal import Journal
 
 _READ_INDEX_VARS = ("SAGACITY_ARCHIVE_", "SAGACITY_READ_INDEX")
@@ -50,6 +52,33 @@ def load_tools(specs: Iterable[str]) -> list[Any]:
             obj = obj()
         found.extend(obj if isinstance(obj, list | tuple) else [obj])
     return found
+
+
+def decision_signer(settings: ApprovalsSettings, journal: Journal) -> DecisionSigner | None:
+    """The key the service signs its decisions with.
+
+    Fails closed: on a shared journal (Kafka) decisions without a signature would be refused
+    by every resumer, so a missing key is a configuration error, not a silent fallback.  Only
+    an in-memory journal (tests, one process) runs without one.
+
+    Raises:
+        ConfigurationError: no key on a shared journal, or the key file is unusable.
+    """
+    if settings.signing_key is None:
+        if isinstance(journal, InMemoryJournal):
+            return None
+        raise ConfigurationError(
+            "the approvals service signs every decision it journals: set "
+            "SAGACITY_APPROVALS_SIGNING_KEY to its Ed25519 key file (create one with "
+            "`sagacity approvals keygen --out FILE`) and pin the printed public key in "
+            "SAGACITY_APPROVALS_PUBLIC_KEY wherever approvals are resumed"
+        )
+    try:
+        signer = DecisionSigner.from_file(settings.signing_key)
+    except SigningKeyError as exc:
+        raise ConfigurationError(f"SAGACITY_APPROVALS_SIGNING_KEY: {exc.message}") from exc
+    log.info("decisions are signed with approvals key %s", signer.key_id)
+    return signer
 
 
 def journal_for(settings: ApprovalsSettings) -> Journal:
@@ -110,6 +139,8 @@ class ApprovalsServer:
             compensation="delegated",
             approval_ttl=settings.approval_ttl_s,
             policy_version=settings.policy_version,
+            decision_signer=decision_signer(settings, self.journal),
+            approvals_public_key=settings.public_key,
         )
         for tool in [*load_tools(settings.tools), *tools]:
             self.sagacity.wrap(tool)

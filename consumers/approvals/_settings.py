@@ -38,6 +38,11 @@ class ApprovalsSettings:
         stats_window_s: the window of ``/metrics``.
         lock_timeout_s: how long a decision waits for another on the same request.
         tools: ``package.module:attr`` specs of the tools resume may run.
+        signing_key: the Ed25519 private key file decisions are signed with
+            (``SIGNING_KEY``; ``sagacity approvals keygen``); required on Kafka.
+        public_key: further pinned approvals public keys resume accepts (``PUBLIC_KEY``,
+            i.e. ``SAGACITY_APPROVALS_PUBLIC_KEY``), e.g. the previous key during a rotation;
+            the signing key's own public key is always pinned.
     """
 
     database_url: str
@@ -55,6 +60,8 @@ class ApprovalsSettings:
     stats_window_s: float = 86400.0
     lock_timeout_s: float = 30.0
     tools: tuple[str, ...] = field(default_factory=tuple)
+    signing_key: str | None = None
+    public_key: str | None = None
 
     @classmethod
     def from_env(
@@ -94,6 +101,8 @@ class ApprovalsSettings:
             "sweep_interval_s": number("SWEEP_INTERVAL_S", float),
             "max_body_bytes": number("MAX_BODY_BYTES", int),
             "stats_window_s": number("STATS_WINDOW_S", float),
+            "signing_key": get("SIGNING_KEY"),
+            "public_key": get("PUBLIC_KEY"),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         present = {k: v for k, v in values.items() if v is not None}

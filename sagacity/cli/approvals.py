@@ -287,3 +287,29 @@ def token_hash(name: str | None, tools: tuple[str, ...], generate: bool) -> None
         click.echo(token_sha256(token))
     else:
         click.echo(auth_entry(name, token, tools or ["*"]), nl=False)
+
+
+@approvals.command("keygen")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Where to write the private key (mode 0600; an existing file is refused).",
+)
+def keygen(out: Path) -> None:
+    """Create the approvals service's Ed25519 decision key; print the public key to pin.
+
+    The service reads the private key from SAGACITY_APPROVALS_SIGNING_KEY; every agent, the
+    approvals and compensation services and the archive pin the public key in
+    SAGACITY_APPROVALS_PUBLIC_KEY.
+    """
+    from sagacity._decision_signature import generate_key
+    from sagacity.errors import SagacityError
+
+    try:
+        signer = generate_key(out)
+    except SagacityError as exc:
+        raise click.ClickException(exc.message) from exc
+    click.echo(f"private key: {out}")
+    click.echo(f"key id:      {signer.key_id}")
+    click.echo(f"public key:  {signer.public_hex}")

@@ -43,6 +43,13 @@ from sagacity.errors import SagacityError
 @click.option("--group-id", default=None, help="Consumer group (default sagacity-approvals).")
 @click.option("--policy-version", default=None, help="Recorded on every decision (default 1).")
 @click.option(
+    "--signing-key",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Ed25519 key decisions are signed with (default $SAGACITY_APPROVALS_SIGNING_KEY; "
+    "`sagacity approvals keygen`).",
+)
+@click.option(
     "--approval-ttl",
     "approval_ttl_s",
     type=float,
@@ -63,6 +70,7 @@ def approvals(
     topic: str | None,
     group_id: str | None,
     policy_version: str | None,
+    signing_key: str | None,
     approval_ttl_s: float | None,
     sweep_interval_s: float | None,
     max_body_bytes: int | None,
@@ -94,6 +102,7 @@ def approvals(
             topic=topic,
             group_id=group_id,
             policy_version=policy_version,
+            signing_key=signing_key,
             approval_ttl_s=approval_ttl_s,
             sweep_interval_s=sweep_interval_s,
             max_body_bytes=max_body_bytes,

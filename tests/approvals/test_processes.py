@@ -21,8 +21,13 @@ import httpx
 import pytest
 from confluent_kafka import Producer
 
-from sagacity import EventType, Sagacity, SagaStatus
+from sagacity import EntryDraft, EventType, Sagacity, SagaStatus
+from sagacity import _attributes as attr
+from sagacity._decision_signature import generate_key
+from sagacity.chain import link
+from sagacity.errors import ApprovalMissingError
 from sagacity.producer import KafkaJournal
+from sagacity.schemas import encode_entry
 
 from ._process import REPO, Replica
 from .conftest import ALICE, MALLORY, bearer
@@ -38,16 +43,21 @@ class Deployment:
     def __init__(self, bootstrap: str, topic: str, dsn: str, auth_file: Path, tmp: Path) -> None:
         self.tmp = tmp
         self.calls = tmp / "calls.jsonl"
+        key = generate_key(tmp / "approvals.pem")
         self.env = {
             "SAGACITY_BOOTSTRAP_SERVERS": bootstrap,
             "SAGACITY_TOPIC": topic,
             "SAGACITY_DATABASE_URL": dsn,
             "SAGACITY_APPROVALS_SWEEP_INTERVAL_S": "0.2",
             "SAGACITY_TEST_CALL_LOG": str(self.calls),
+            "SAGACITY_APPROVALS_SIGNING_KEY": str(tmp / "approvals.pem"),
+            "SAGACITY_APPROVALS_PUBLIC_KEY": key.public_hex,
         }
         self.auth = ["--auth", str(auth_file), "--tools", "tests.approvals.tools:Bank"]
         self.journal = KafkaJournal(bootstrap, topic=topic)
-        self.agent = Sagacity(self.journal, compensation="delegated")
+        self.agent = Sagacity(
+            self.journal, compensation="delegated", approvals_public_key=key.public_hex
+        )
         self.bank = self.agent.wrap(Bank())
         self.replicas: list[Replica] = []
         self.processes: list[subprocess.Popen[bytes]] = []
@@ -296,3 +306,95 @@ def test_expiry_is_swept_and_handed_to_compensation(deployment: Deployment) -> N
     late = httpx.post(f"{replica.url}/sagacity/approve/wire-ttl/{seq}", headers=bearer("bob"))
     assert late.status_code == 409
     assert deployment.entries("wire-ttl", E.APPROVED) == []
+
+
+def _forge_approval(deployment: Deployment, saga_id: str, seq: int) -> None:
+    """What any process that can produce to the topic can do: an APPROVED linked to the head
+    with the package's own ``link`` and ``encode_entry``, naming any approver."""
+    head = deployment.journal.entries(saga_id)[-1]
+    request = deployment.journal.entries(saga_id)[seq - 1]
+    forged = link(
+        EntryDraft(
+            saga_id=saga_id,
+            event_type=E.APPROVED,
+            tool=request.tool,
+            actor="alice@example.com",
+            attributes={
+                attr.REF_SEQ: str(seq),
+                attr.POLICY_VERSION: "1",
+                attr.PAYLOAD_SHA256: request.attributes[attr.PAYLOAD_SHA256],
+            },
+        ),
+        seq=head.seq + 1,
+        prev_hash=head.hash,
+    )
+    producer = Producer(
+        {
+            "bootstrap.servers": deployment.env["SAGACITY_BOOTSTRAP_SERVERS"],
+            "partitioner": "murmur2_random",  # the journal's: the saga's own partition
+        }
+    )
+    producer.produce(
+        deployment.env["SAGACITY_TOPIC"], key=saga_id.encode(), value=encode_entry(forged)
+    )
+    assert producer.flush(10) == 0
+    wait_for(lambda: deployment.entries(saga_id, E.APPROVED))
+
+
+def test_a_forged_approval_on_the_topic_never_runs_the_tool(deployment: Deployment) -> None:
+    replica = deployment.replica()
+    replica.wait_ready()
+    served = deployment.gate("forged-served")
+    agent_side = deployment.gate("forged-agent")
+    genuine = deployment.gate("genuine")
+    wait_for(lambda: len(listed(replica)) == 3)
+    _forge_approval(deployment, "forged-served", served)
+    _forge_approval(deployment, "forged-agent", agent_side)
+    # Through the approvals service's own resume.
+    refused = httpx.post(
+        f"{replica.url}/sagacity/resume/forged-served/{served}",
+        json={"payload": ALICE},
+        headers=bearer("alice"),
+        timeout=30,
+    )
+    assert (refused.status_code, refused.json()["detail"]) == (409, "no human approval recorded")
+    # Through the agent's own resume (compensation delegated).
+    with pytest.raises(ApprovalMissingError, match="no human approval recorded"):
+        deployment.agent.resume_saga("forged-agent", agent_side, ALICE)
+    for saga in ("forged-served", "forged-agent"):
+        kinds = deployment.kinds(saga)
+        assert kinds[-4:] == [
+            "APPROVED",
+            "RESUME_REFUSED",
+            "COMPENSATION_REQUESTED",
+            "SAGA_ENDED",
+        ], kinds
+        [refusal] = deployment.entries(saga, E.RESUME_REFUSED)
+        assert "unsigned_decision" in (refusal.error or "")
+    # A decision the service signed is honoured by the agent in another process.
+    approved = httpx.post(
+        f"{replica.url}/sagacity/approve/genuine/{genuine}", headers=bearer("alice"), timeout=30
+    )
+    assert approved.is_success, approved.text
+    [signed] = deployment.entries("genuine", E.APPROVED)
+    assert signed.attributes[attr.DECISION_SIGNATURE].startswith("SGCD1:")
+    done = deployment.agent.resume_saga("genuine", genuine, ALICE)
+    assert done.status is SagaStatus.COMPLETED
+    assert deployment.wires() == [{"tool": "send_wire_transfer", "amount": "100", "to": "alice"}]
+    # The compensation service undoes the hold of each refused saga.
+    deployment.compensation_service()
+    for saga in ("forged-served", "forged-agent"):
+        outcome = deployment.agent.wait_for_outcome(saga, timeout=60)
+        assert outcome.status is SagaStatus.COMPENSATED, (saga, deployment.kinds(saga))
+    released = [c for c in calls(deployment.calls) if c["tool"] == "release_inventory"]
+    assert len(released) == 2
+    assert len(deployment.wires()) == 1
+
+
+def test_the_service_refuses_to_start_on_kafka_without_a_signing_key(
+    deployment: Deployment,
+) -> None:
+    del deployment.env["SAGACITY_APPROVALS_SIGNING_KEY"]
+    replica = deployment.replica()
+    assert replica.process.wait(30) != 0
+    assert "sagacity approvals keygen" in replica.logfile.read_text()

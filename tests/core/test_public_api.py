@@ -17,6 +17,8 @@ PINNED = [
     "CompensationContext",
     "CompensationReport",
     "CompensationRunner",
+    "DecisionSigner",
+    "DecisionVerifier",
     "EntryDraft",
     "EventType",
     "InMemoryJournal",

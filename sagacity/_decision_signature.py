@@ -1,0 +1,347 @@
+"""Signed decisions: the approvals service's Ed25519 signature over each decision it journals.
+
+A decision on the topic is only as trustworthy as whoever could produce it, and every agent
+can produce to the journal topic.  The approvals service therefore signs each decision with a
+key only it holds, and every resumer verifies the signature against a pinned public key before
+an approval counts (docs/adr/0014-signed-decisions-and-writers.md).  The signed message::
+
+    "SGCD1" || F(key_id) || F(event_type) || F(saga_id) || F(int64_be(ref_seq))
+            || F(payload_sha256) || F(principal) || F(int64_be(decided_at_us))
+            || F(policy_version) || F(outcome)
+
+with ``F`` the length-prefixed field of docs/adr/0002-hash-chain.md (``FF FF FF FF`` for an
+absent value).  The signature travels in the entry's ``decision_signature`` attribute as
+``SGCD1:<key_id>:<128 hex>``; the attribute is hashed into the chain like any other.
+
+``cryptography`` is imported only when a key is loaded or a signature checked.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sagacity import _attributes as attr
+from sagacity._events import EntryDraft
+from sagacity.errors import ConfigurationError, SigningKeyError
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+DECISION_MAGIC = b"SGCD1"
+"""Leading bytes of the signed message; the version of its form."""
+PUBLIC_KEY_ENV = "SAGACITY_APPROVALS_PUBLIC_KEY"
+"""The pinned public key(s) every resumer and the archive verify decisions against."""
+
+DECISION_EVENTS: frozenset[str] = frozenset({"APPROVED", "REJECTED", "EXPIRED"})
+"""Event types the approvals service signs when it journals them.
+
+A new kind of decision (a settlement of a ``SUSPECT`` step, say) is signed by adding its event
+type here, and to :data:`AUTHORISING_EVENTS` when it lets anything proceed; the journaling code
+passes its draft through :meth:`DecisionSigner.sign`.  Its outcome, if any, goes in ``result``
+(covered as ``outcome``).
+"""
+AUTHORISING_EVENTS: frozenset[str] = frozenset({"APPROVED"})
+"""Decisions that let something proceed: only a verified signature makes them count.
+
+The others only stop work (a request rejected or lapsed): an unsigned one is accepted, since
+agents and the compensation service journal ``EXPIRED`` themselves, and forging one can only
+stop a tool, never run it.  A signed one must still verify.
+"""
+
+
+class Reason:
+    """Why a decision's signature does not verify (also the archive's quarantine reasons)."""
+
+    UNSIGNED = "unsigned_decision"
+    MALFORMED = "malformed_decision_signature"
+    UNKNOWN_KEY = "unknown_decision_key"
+    BAD_SIGNATURE = "bad_decision_signature"
+
+
+_NULL = b"\xff\xff\xff\xff"
+
+
+def _field(value: str | bytes | None) -> bytes:
+    if value is None:
+        return _NULL
+    data = value.encode("utf-8") if isinstance(value, str) else value
+    return struct.pack(">I", len(data)) + data
+
+
+def _int(value: int) -> bytes:
+    return _field(struct.pack(">q", value))
+
+
+def decision_message(
+    *,
+    key_id: str,
+    event_type: str,
+    saga_id: str,
+    ref_seq: int,
+    payload_sha256: str | None,
+    principal: str | None,
+    decided_at_us: int,
+    policy_version: str | None,
+    outcome: str | None,
+) -> bytes:
+    """The exact bytes a decision signature covers (``SGCD1``)."""
+    return b"".join(
+        (
+            DECISION_MAGIC,
+            _field(key_id),
+            _field(event_type),
+            _field(saga_id),
+            _int(ref_seq),
+            _field(payload_sha256),
+            _field(principal),
+            _int(decided_at_us),
+            _field(policy_version),
+            _field(outcome),
+        )
+    )
+
+
+def _message_of(entry: EntryDraft, key_id: str) -> bytes | None:
+    """The message for ``entry``, or ``None`` when it has no usable ``ref_seq``."""
+    attributes = entry.attributes
+    try:
+        ref_seq = int(attributes.get(attr.REF_SEQ, ""))
+        return decision_message(
+            key_id=key_id,
+            event_type=entry.event_type.value,
+            saga_id=entry.saga_id,
+            ref_seq=ref_seq,
+            payload_sha256=attributes.get(attr.PAYLOAD_SHA256),
+            principal=entry.actor,
+            decided_at_us=entry.recorded_at_us,
+            policy_version=attributes.get(attr.POLICY_VERSION),
+            outcome=entry.result,
+        )
+    except (ValueError, struct.error):
+        return None
+
+
+def key_id_of(public_raw: bytes) -> str:
+    """The short id of a raw Ed25519 public key: 16 hex characters of its SHA-256."""
+    return hashlib.sha256(public_raw).hexdigest()[:16]
+
+
+def is_decision(entry: EntryDraft) -> bool:
+    """Whether ``entry`` is a decision the approvals service signs."""
+    return entry.event_type.value in DECISION_EVENTS
+
+
+class DecisionSigner:
+    """Signs decisions with the approvals service's Ed25519 private key."""
+
+    def __init__(self, private_key: Ed25519PrivateKey) -> None:
+        from cryptography.hazmat.primitives import serialization
+
+        self._key = private_key
+        self.public_raw = private_key.public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw
+        )
+        self.public_hex = self.public_raw.hex()
+        self.key_id = key_id_of(self.public_raw)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> DecisionSigner:
+        """Load a PEM (PKCS#8) Ed25519 private key, as written by :func:`generate_key`.
+
+        Raises:
+            SigningKeyError: the file is missing, unreadable or not an Ed25519 private key.
+        """
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise SigningKeyError(f"cannot read signing key {path}: {exc.strerror}") from exc
+        try:
+            key = serialization.load_pem_private_key(data, password=None)
+        except (ValueError, TypeError) as exc:
+            raise SigningKeyError(f"{path} is not a PEM private key: {exc}") from exc
+        if not isinstance(key, Ed25519PrivateKey):
+            raise SigningKeyError(f"{path} holds a {type(key).__name__}, not an Ed25519 key")
+        return cls(key)
+
+    def signature(self, entry: EntryDraft) -> str:
+        """The ``decision_signature`` attribute value for ``entry``.
+
+        Raises:
+            SigningKeyError: ``entry`` is not a decision or has no integer ``ref_seq``.
+        """
+        if not is_decision(entry):
+            raise SigningKeyError(f"{entry.event_type.value} is not a signed decision type")
+        message = _message_of(entry, self.key_id)
+        if message is None:
+            raise SigningKeyError("a decision must refer to its request (integer ref_seq)")
+        return f"SGCD1:{self.key_id}:{self._key.sign(message).hex()}"
+
+    def sign(self, draft: EntryDraft) -> EntryDraft:
+        """``draft`` with its ``decision_signature`` attribute (replacing any given)."""
+        attributes = {k: v for k, v in draft.attributes.items() if k != attr.DECISION_SIGNATURE}
+        unsigned = replace(draft, attributes=attributes)
+        return replace(
+            unsigned,
+            attributes={**attributes, attr.DECISION_SIGNATURE: self.signature(unsigned)},
+        )
+
+
+def generate_key(path: str | Path) -> DecisionSigner:
+    """Write a new Ed25519 private key to ``path`` (mode 0600, refusing to overwrite).
+
+    Raises:
+        SigningKeyError: the file exists or cannot be written.
+    """
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError as exc:
+        raise SigningKeyError(f"{path} exists; refusing to overwrite a signing key") from exc
+    except OSError as exc:
+        raise SigningKeyError(f"cannot create {path}: {exc.strerror}") from exc
+    with os.fdopen(fd, "wb") as out:
+        out.write(pem)
+    return DecisionSigner(key)
+
+
+def _public_key(text: str) -> bytes:
+    candidate = text.strip()
+    path = Path(candidate)
+    if len(candidate) != 64 and path.is_file():
+        data = path.read_bytes()
+        if b"BEGIN" in data:
+            from cryptography.hazmat.primitives import serialization
+            from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+            try:
+                key = serialization.load_pem_public_key(data)
+            except ValueError as exc:
+                raise SigningKeyError(f"{path} is not a PEM public key: {exc}") from exc
+            if not isinstance(key, Ed25519PublicKey):
+                raise SigningKeyError(f"{path} is not an Ed25519 public key")
+            return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        candidate = data.decode("ascii", "replace").strip()
+    try:
+        raw = bytes.fromhex(candidate)
+    except ValueError as exc:
+        raise SigningKeyError(
+            f"approvals public key {candidate[:80]!r} is not 64 hex characters or a key file"
+        ) from exc
+    if len(raw) != 32:
+        raise SigningKeyError("an Ed25519 public key is 32 bytes (64 hex characters)")
+    return raw
+
+
+class DecisionVerifier:
+    """Checks decision signatures against pinned public keys.
+
+    Args:
+        public_keys: raw 32-byte Ed25519 public keys (several during a key rotation).
+    """
+
+    def __init__(self, public_keys: Iterable[bytes]) -> None:
+        keys = {key_id_of(raw): raw for raw in public_keys}
+        if not keys:
+            raise ConfigurationError("a decision verifier needs at least one public key")
+        self._keys: Mapping[str, bytes] = keys
+
+    @classmethod
+    def parse(cls, text: str) -> DecisionVerifier:
+        """Keys from ``text``: hex or key files (hex or PEM), separated by commas or spaces.
+
+        Raises:
+            ConfigurationError: empty, or an item is not an Ed25519 public key.
+        """
+        items = [part for part in text.replace(",", " ").split() if part]
+        try:
+            return cls(_public_key(item) for item in items)
+        except SigningKeyError as exc:
+            raise ConfigurationError(f"{PUBLIC_KEY_ENV}: {exc.message}") from exc
+
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        """The ids of the pinned keys."""
+        return tuple(self._keys)
+
+    @property
+    def public_keys(self) -> tuple[bytes, ...]:
+        """The pinned raw public keys."""
+        return tuple(self._keys.values())
+
+    def check(self, entry: EntryDraft) -> str | None:
+        """``None`` when ``entry``'s decision signature verifies, else a :class:`Reason`."""
+        raw = entry.attributes.get(attr.DECISION_SIGNATURE)
+        if raw is None:
+            return Reason.UNSIGNED
+        parts = raw.split(":")
+        if len(parts) != 3 or parts[0] != "SGCD1" or len(parts[2]) != 128:
+            return Reason.MALFORMED
+        _, key_id, signature_hex = parts
+        public = self._keys.get(key_id)
+        if public is None:
+            return Reason.UNKNOWN_KEY
+        message = _message_of(entry, key_id)
+        try:
+            signature = bytes.fromhex(signature_hex)
+        except ValueError:
+            return Reason.MALFORMED
+        if message is None:
+            return Reason.MALFORMED
+        return None if _valid(public, signature, message) else Reason.BAD_SIGNATURE
+
+    def required(self, entry: EntryDraft) -> str | None:
+        """As :meth:`check` for a decision that must be signed (an authorising one) or that
+        carries a signature; ``None`` for an unsigned decision that only stops work, and for
+        anything that is not a decision."""
+        kind = entry.event_type.value
+        if kind not in DECISION_EVENTS:
+            return None
+        if kind not in AUTHORISING_EVENTS and attr.DECISION_SIGNATURE not in entry.attributes:
+            return None
+        return self.check(entry)
+
+
+@functools.lru_cache(maxsize=16)
+def _public(raw: bytes) -> Any:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    return Ed25519PublicKey.from_public_bytes(raw)
+
+
+def _valid(public_raw: bytes, signature: bytes, message: bytes) -> bool:
+    from cryptography.exceptions import InvalidSignature
+
+    try:
+        _public(public_raw).verify(signature, message)
+    except InvalidSignature:
+        return False
+    return True
+
+
+def verifier_from_env(environ: Mapping[str, str] | None = None) -> DecisionVerifier | None:
+    """The verifier pinned by ``SAGACITY_APPROVALS_PUBLIC_KEY`` (``None`` when unset).
+
+    Raises:
+        ConfigurationError: the variable is set but does not hold a public key.
+    """
+    env = os.environ if environ is None else environ
+    text = env.get(PUBLIC_KEY_ENV, "").strip()
+    return DecisionVerifier.parse(text) if text else None
