@@ -213,6 +213,19 @@ class _Run:
             f"[auth]     approver {APPROVER}: token in {self.token_file.name}, its SHA-256 in "
             f"{auth.name} (the approvals service authenticates every decision)"
         )
+        from sagacity._decision_signature import PUBLIC_KEY_ENV, DecisionSigner, generate_key
+
+        key_file = self.dir / "approvals-signing.pem"
+        signer = DecisionSigner.from_file(key_file) if key_file.exists() else generate_key(key_file)
+        self.approvals_public_key = signer.public_hex
+        self.env.update(
+            SAGACITY_APPROVALS_SIGNING_KEY=str(key_file),
+            **{PUBLIC_KEY_ENV: signer.public_hex},
+        )
+        self.echo(
+            f"[keys]     approvals decision key {signer.key_id} in {key_file.name}; its public "
+            f"key pinned in {PUBLIC_KEY_ENV} for the agent and every service"
+        )
         groups = f"sagacity-demo-{self.settings.topic}"
         ports = {name: pick_free_port() for name in ("approvals", "compensation", "archive")}
         self.approvals_url = f"http://127.0.0.1:{ports['approvals']}"
@@ -348,7 +361,7 @@ def _decoded(done: Completed) -> dict[str, Any]:
 
 
 @contextmanager
-def _journal(settings: DemoSettings) -> Iterator[Any]:
+def _journal(settings: DemoSettings, approvals_public_key: str) -> Iterator[Any]:
     from sagacity._saga import Sagacity
     from sagacity.producer import KafkaJournal
     from sagacity.producer._config import client_settings
@@ -357,7 +370,7 @@ def _journal(settings: DemoSettings) -> Iterator[Any]:
         settings.bootstrap_servers, topic=settings.topic, client=client_settings(os.environ)
     )
     try:
-        yield Sagacity(journal, compensation="delegated")
+        yield Sagacity(journal, compensation="delegated", approvals_public_key=approvals_public_key)
     finally:
         journal.close()
 
@@ -379,7 +392,7 @@ def run(settings: DemoSettings, *, echo: Callable[[str], None] = print) -> DemoR
     echo("[shop]     tables reset: p-1 Widget (stock 10), p-2 Discontinued gadget (stock 5)")
     try:
         demo.start_services()
-        with _journal(settings) as sagacity:
+        with _journal(settings, demo.approvals_public_key) as sagacity:
             _confirmed(demo, sagacity)
             _failed(demo, sagacity)
             _attack(demo, sagacity)
