@@ -127,6 +127,11 @@ class KafkaJournalSettings(BaseModel):
             ``security.protocol``). Settings the journal's guarantees rest on (``acks``,
             idempotence, the partitioner) are refused.
         read_index: where reads find sagas' archived prefixes (:class:`ReadIndexSettings`).
+        writer_id: this writer's id on every event (``SAGACITY_WRITER_ID``; default
+            ``host/pid/random``); stable when the archive registers writers.
+        writer_key: the writer's signing key file (``SAGACITY_WRITER_KEY``: an HMAC secret
+            or an Ed25519 key, docs/adr/0014-signed-decisions-and-writers.md); ``None``:
+            events are not signed (the default).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -140,6 +145,8 @@ class KafkaJournalSettings(BaseModel):
     max_clock_skew_s: float = Field(default=5.0, ge=0, le=3600)
     client: Mapping[str, str] = Field(default_factory=dict)
     read_index: ReadIndexSettings = Field(default_factory=ReadIndexSettings)
+    writer_id: str | None = None
+    writer_key: str | None = None
 
     @property
     def lease_margin_s(self) -> float:
@@ -201,6 +208,8 @@ class KafkaJournalSettings(BaseModel):
             ("read_timeout_s", "SAGACITY_READ_TIMEOUT_S"),
             ("lease_ttl_s", "SAGACITY_LEASE_TTL_S"),
             ("max_clock_skew_s", "SAGACITY_MAX_CLOCK_SKEW_S"),
+            ("writer_id", "SAGACITY_WRITER_ID"),
+            ("writer_key", "SAGACITY_WRITER_KEY"),
         ):
             if env.get(var):
                 values[key] = env[var]

@@ -31,7 +31,9 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from sagacity import _attributes as attr
-from sagacity._events import EntryDraft, EventType, JournalEntry
+from sagacity._events import EntryDraft, EventType, JournalEntry, with_attribute
+from sagacity._writer_signature import HEADER as WRITER_HEADER
+from sagacity._writer_signature import WriterKey
 from sagacity.chain import link
 from sagacity.errors import (
     ConfigurationError,
@@ -40,6 +42,7 @@ from sagacity.errors import (
     LeaseHeldError,
     SagaNotLiveError,
     SerializationError,
+    SigningKeyError,
     TailMovedError,
     TopicConfigError,
     WriterConflictError,
@@ -306,6 +309,7 @@ class KafkaJournal:
         monotonic: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         index: SagaIndex | None = None,
+        writer_key: WriterKey | None = None,
     ) -> None:
         try:
             settings = KafkaJournalSettings(
@@ -329,9 +333,18 @@ class KafkaJournal:
         # and after which an acknowledgement must be confirmed by reading back.
         self._lease_soft_span = settings.lease_ttl_s - settings.lease_margin_s
         self._lease_hard_span = settings.lease_ttl_s - 1.0
+        if writer_key is not None and writer_id is not None and writer_key.writer_id != writer_id:
+            raise ConfigurationError(
+                f"the writer key is for writer {writer_key.writer_id!r}, not {writer_id!r}"
+            )
         self.writer_id = (
-            writer_id or f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:12]}"
+            writer_id
+            or (writer_key.writer_id if writer_key is not None else None)
+            or f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:12]}"
         )
+        if "\x00" in self.writer_id:
+            raise ConfigurationError("writer_id must not contain U+0000")
+        self._writer_key = writer_key
         base: ClientConfig = {"bootstrap.servers": settings.bootstrap_servers, **settings.client}
         self._client_config = base
         admin = AdminClient(base)
@@ -393,6 +406,18 @@ class KafkaJournal:
             ConfigurationError: a read index is configured but its driver is not installed.
         """
         index = settings.read_index.build()
+        writer_id = writer_id or settings.writer_id
+        writer_key = None
+        if settings.writer_key is not None:
+            if not writer_id:
+                raise ConfigurationError(
+                    "SAGACITY_WRITER_KEY needs a stable writer id registered with the archive: "
+                    "set SAGACITY_WRITER_ID"
+                )
+            try:
+                writer_key = WriterKey.from_file(settings.writer_key, writer_id)
+            except SigningKeyError as exc:
+                raise ConfigurationError(f"SAGACITY_WRITER_KEY: {exc.message}") from exc
         return cls(
             settings.bootstrap_servers,
             topic=settings.topic,
@@ -404,6 +429,7 @@ class KafkaJournal:
             lease_ttl_s=settings.lease_ttl_s,
             max_clock_skew_s=settings.max_clock_skew_s,
             index=index,
+            writer_key=writer_key,
         )
 
     # --- properties ------------------------------------------------------------------------
@@ -711,6 +737,9 @@ class KafkaJournal:
     def _prepare(self, draft: EntryDraft) -> EntryDraft:
         self._check_open()
         check_json_payload(draft)
+        if draft.attributes.get(attr.WRITER) != self.writer_id:
+            # Every event names the writer that produced it (hashed into the chain).
+            draft = with_attribute(draft, attr.WRITER, self.writer_id)
         if draft.event_type is EventType.SAGA_OPENED:
             if draft.actor is None:
                 draft = dataclasses.replace(draft, actor=self.writer_id)
@@ -804,6 +833,14 @@ class KafkaJournal:
             traceparent = valid_traceparent(traceparent)
             if traceparent is not None:
                 headers.append(("traceparent", traceparent.encode()))
+        writer_key = self._writer_key
+        if writer_key is not None:
+            headers.append(
+                (
+                    WRITER_HEADER,
+                    writer_key.sign(saga_id=entry.saga_id, seq=entry.seq, hash=entry.hash),
+                )
+            )
         return headers
 
     def _produce(self, entry: JournalEntry, value: bytes | None = None) -> _Delivery:

@@ -267,12 +267,31 @@ class JournalEntry(EntryDraft):
             raise SerializationError(f"not a journal entry: {exc}") from exc
 
 
+def with_attribute(draft: EntryDraft, key: str, value: str) -> EntryDraft:
+    """``draft`` with one more attribute (replacing one of the same key), without validating
+    its other fields again (it is frozen and was validated when made).
+
+    Raises:
+        SerializationError: ``key`` or ``value`` is not valid text.
+    """
+    _check_text("attribute key", key)
+    _check_text(f"attribute {key!r}", value)
+    items = dict(draft.attributes)
+    items[key] = value
+    copy = object.__new__(EntryDraft)
+    for read, write in _DRAFT_SLOTS:
+        write(copy, read(draft))
+    _SET_ATTRIBUTES(copy, MappingProxyType(dict(sorted(items.items()))))
+    return copy
+
+
 # Slot descriptors for JournalEntry._linked: copying a draft's fields slot by slot bypasses the
 # frozen __setattr__ (and the validation the draft already passed).
 _DRAFT_SLOTS = tuple(
     (vars(EntryDraft)[f.name].__get__, vars(EntryDraft)[f.name].__set__)
     for f in dataclasses.fields(EntryDraft)
 )
+_SET_ATTRIBUTES = vars(EntryDraft)["attributes"].__set__
 _SET_SEQ = vars(JournalEntry)["seq"].__set__
 _SET_PREV_HASH = vars(JournalEntry)["prev_hash"].__set__
 _SET_HASH = vars(JournalEntry)["hash"].__set__

@@ -9,6 +9,7 @@ from sagacity.consumers.archive._audit import (
     audit,
     iter_audits,
 )
+from sagacity.consumers.archive._authorship import Authorship
 from sagacity.consumers.archive._checkpoints import (
     Checkpoint,
     SignedRound,
@@ -35,6 +36,7 @@ __all__ = [
     "ARCHIVER_ROLE",
     "AuditReason",
     "AuditSummary",
+    "Authorship",
     "BatchArchiver",
     "BatchReport",
     "Checkpoint",

@@ -9,7 +9,7 @@ import enum
 import hashlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,7 @@ import psycopg
 
 from sagacity._events import GENESIS_HASH, JournalEntry
 from sagacity.chain import canonical_bytes_of, compute_hash
+from sagacity.consumers.archive._authorship import Authorship
 from sagacity.consumers.archive._db import mapped_errors
 from sagacity.errors import PersistenceError, PersistenceUnavailableError, SagacityError
 
@@ -72,6 +73,20 @@ class QuarantineReason(enum.StrEnum):
     """The event time is outside what the archive can partition (before 1970, after 9999)."""
     FOREIGN = "foreign"
     """The message's key is not the saga its body names (no reader of either saga accepts it)."""
+    UNSIGNED_DECISION = "unsigned_decision"
+    """An ``APPROVED`` without the approvals service's signature (a pinned key is set)."""
+    BAD_DECISION_SIGNATURE = "bad_decision_signature"
+    """A decision whose signature does not verify against the pinned approvals key."""
+    UNKNOWN_DECISION_KEY = "unknown_decision_key"
+    """A decision signed by a key that is not pinned."""
+    MALFORMED_DECISION_SIGNATURE = "malformed_decision_signature"
+    """A decision whose signature attribute (or request reference) cannot be read."""
+    UNREGISTERED_WRITER = "unregistered_writer"
+    """The event's writer is not in the writer registry (per-writer signing is on)."""
+    UNSIGNED_WRITER = "unsigned_writer"
+    """A registered writer's event without its signature header."""
+    BAD_WRITER_SIGNATURE = "bad_writer_signature"
+    """The writer's signature does not verify."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +98,8 @@ class RawEvent:
     offset: int
     key: bytes | None
     value: bytes | None
+    headers: Mapping[str, bytes] | None = None
+    """The message's headers, when the archiver checks writers' signatures."""
 
 
 @dataclass(kw_only=True)
@@ -191,6 +208,8 @@ class BatchArchiver:
         decode: bytes to entry; defaults to the journal's Avro wire format.
         retries: attempts per batch when the database goes away (then the error is raised).
         retry_delay: seconds between attempts (doubling, capped at 5 s).
+        authorship: who may write (decision signatures, the writer registry); ``None``
+            checks neither.
     """
 
     def __init__(
@@ -201,8 +220,10 @@ class BatchArchiver:
         decode: Decoder | None = None,
         retries: int = 20,
         retry_delay: float = 0.2,
+        authorship: Authorship | None = None,
     ) -> None:
         self._conninfo = conninfo
+        self._authorship = authorship
         self.consumer_group = consumer_group
         self._decode = decode if decode is not None else _avro_decoder()
         # The journal's own wire format is checked from its decoded record's fields; a
@@ -297,15 +318,21 @@ class BatchArchiver:
             return report
 
     def _decode_one(self, ev: RawEvent) -> _Checked | _Refusal:
+        checked = None
         if self._fields is not None:
             checked = _checked_from_record(ev, self._fields)
-            if checked is not None:
-                return checked
-        # Anything the record path did not accept is decided (and explained) here.
-        item = self._decode_entry(ev)
-        if isinstance(item, _Refusal):
-            return item
-        return _Checked(_journal_row(item, ev.topic, ev.partition, ev.offset))
+        if checked is None:
+            # Anything the record path did not accept is decided (and explained) here.
+            item = self._decode_entry(ev)
+            if isinstance(item, _Refusal):
+                return item
+            checked = _Checked(_journal_row(item, ev.topic, ev.partition, ev.offset))
+        if self._authorship is not None:
+            refused = self._authorship.check(checked.row, ev.headers)
+            if refused is not None:
+                reason, detail = refused
+                return _Refusal(QuarantineReason(reason), detail, ev, checked.saga_id, checked.seq)
+        return checked
 
     def _decode_entry(self, ev: RawEvent) -> JournalEntry | _Refusal:
         if ev.value is None:

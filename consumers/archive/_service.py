@@ -19,6 +19,9 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from sagacity._decision_signature import DecisionVerifier
+from sagacity._writer_signature import WriterRegistry
+from sagacity.consumers.archive._authorship import Authorship
 from sagacity.consumers.archive._checkpoints import SignedRound, Signer, sign_pending
 from sagacity.consumers.archive._db import connect, ensure_schema
 from sagacity.consumers.archive._ingest import BatchArchiver, BatchReport, Decoder, RawEvent
@@ -43,6 +46,12 @@ class ArchiveSettings:
         checkpoint_interval: seconds between checkpoint runs.
         metrics_port: port for ``/metrics`` and ``/healthz``; ``None`` for none.
         kafka_config: extra librdkafka settings (TLS, SASL …).
+        approvals_public_key: the pinned approvals key(s) (hex or files, comma-separated;
+            ``SAGACITY_APPROVALS_PUBLIC_KEY``): decisions whose signature does not verify are
+            quarantined.  ``None``: decisions are archived unchecked (a warning at start).
+        writer_registry: the writer registry file (``SAGACITY_ARCHIVE_WRITER_REGISTRY``):
+            events from unregistered writers or with a bad writer signature are quarantined.
+            ``None``: any writer is accepted.
     """
 
     bootstrap_servers: str
@@ -56,6 +65,8 @@ class ArchiveSettings:
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     kafka_config: Mapping[str, str] = field(default_factory=dict)
+    approvals_public_key: str | None = None
+    writer_registry: Path | None = None
 
 
 class ArchiveMetrics:
@@ -106,6 +117,34 @@ class ArchiveMetrics:
         self.last_batch.set_to_current_time()
 
 
+def _headers(message: Any) -> dict[str, bytes]:
+    return {k: v for k, v in (message.headers() or ()) if isinstance(v, bytes)}
+
+
+def authorship_of(settings: ArchiveSettings) -> Authorship:
+    """The authorship checks ``settings`` ask for.
+
+    Raises:
+        ConfigurationError: the approvals key or the writer registry is unusable.
+    """
+    approvals = (
+        DecisionVerifier.parse(settings.approvals_public_key)
+        if settings.approvals_public_key
+        else None
+    )
+    if approvals is None:
+        log.warning(
+            "no approvals public key pinned (SAGACITY_APPROVALS_PUBLIC_KEY): decisions are "
+            "archived without checking their signatures"
+        )
+    writers = (
+        WriterRegistry.from_file(settings.writer_registry) if settings.writer_registry else None
+    )
+    if writers is not None:
+        log.info("only the %d registered writers' signed events are archived", len(writers))
+    return Authorship(approvals=approvals, writers=writers)
+
+
 class ArchiveService:
     """Runs the archive consumer until :meth:`stop` (or a signal handler) is called."""
 
@@ -118,8 +157,12 @@ class ArchiveService:
     ) -> None:
         self.settings = settings
         self.metrics = metrics if metrics is not None else ArchiveMetrics()
+        self._authorship = authorship_of(settings)
         self._archiver = BatchArchiver(
-            settings.database_url, consumer_group=settings.group_id, decode=decode
+            settings.database_url,
+            consumer_group=settings.group_id,
+            decode=decode,
+            authorship=self._authorship,
         )
         self._signer = Signer.from_file(settings.signing_key) if settings.signing_key else None
         self._stop = threading.Event()
@@ -193,6 +236,7 @@ class ArchiveService:
                     num_messages=self.settings.batch_size, timeout=self.settings.poll_timeout
                 )
                 batch: list[RawEvent] = []
+                with_headers = self._authorship.needs_headers
                 for m in messages:
                     err = m.error()
                     if err is not None:
@@ -209,6 +253,7 @@ class ArchiveService:
                             offset=m.offset() or 0,
                             key=m.key(),
                             value=m.value(),
+                            headers=_headers(m) if with_headers else None,
                         )
                     )
                 if batch:

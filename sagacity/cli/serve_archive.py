@@ -27,6 +27,19 @@ from sagacity.cli._options import bootstrap_servers_option, topic_option
 )
 @click.option("--checkpoint-interval", default=60.0, show_default=True, help="Seconds.")
 @click.option(
+    "--approvals-public-key",
+    envvar="SAGACITY_APPROVALS_PUBLIC_KEY",
+    default=None,
+    help="Pinned approvals key(s), hex or files: decisions that do not verify are quarantined.",
+)
+@click.option(
+    "--writer-registry",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="SAGACITY_ARCHIVE_WRITER_REGISTRY",
+    default=None,
+    help="Registered writers and their keys (TOML): only their signed events are archived.",
+)
+@click.option(
     "--metrics-port",
     type=int,
     envvar="SAGACITY_ARCHIVE_METRICS_PORT",
@@ -42,6 +55,8 @@ def archive(
     batch_size: int,
     signing_key: Path | None,
     checkpoint_interval: float,
+    approvals_public_key: str | None,
+    writer_registry: Path | None,
     metrics_port: int | None,
 ) -> None:
     """Archive the journal topic into Postgres, exactly once, verifying every chain."""
@@ -66,6 +81,8 @@ def archive(
                 checkpoint_interval=checkpoint_interval,
                 metrics_port=metrics_port,
                 kafka_config=client_settings(os.environ),
+                approvals_public_key=approvals_public_key,
+                writer_registry=writer_registry,
             )
         )
     except SagacityError as exc:
