@@ -611,6 +611,14 @@ class Sagacity:
         """
         return self._desk.approve(saga_id, seq, approver)
 
+    def counted_signers(
+        self, entries: Sequence[JournalEntry], request: ApprovalRequest
+    ) -> set[str]:
+        """The approvers of ``request`` (on the chain ``entries``) whose ``APPROVED`` counts
+        under :attr:`approval_trust`: verified ones with a pinned key, every one in local
+        mode, none when approvals cannot be verified."""
+        return self._desk.signers(entries, request)
+
     def reject(
         self, saga_id: str, seq: int, approver: str, *, reason: str | None = None
     ) -> SagaResult:

@@ -153,13 +153,19 @@ class ApprovalService:
         """
 
         def act(row: RequestRow) -> SagaResult | None:
-            state = request_state(load_chain(self.sagacity.journal, saga_id), seq)
+            entries = load_chain(self.sagacity.journal, saga_id)
+            state = request_state(entries, seq)
             if state is None:
                 raise ApprovalNotFound(f"no approval request at {saga_id}/{seq}")
             if state.pending and self._lapsed(state.request):
                 return self._retrying(lambda: self.sagacity.expire(saga_id, seq))
-            if state.pending and state.request.approved:
-                signers = ", ".join(dict.fromkeys(state.request.signed_by))
+            # Only approvals that verify close the door to a rejection: a forged one on the
+            # topic must not stop a reviewer's veto.
+            verified = self.sagacity.counted_signers(entries, state.request)
+            if state.pending and len(verified) >= state.request.signatures_required:
+                signers = ", ".join(
+                    s for s in dict.fromkeys(state.request.signed_by) if s in verified
+                )
                 raise AlreadyDecidedError(
                     f"cannot reject: the request was approved by {signers}",
                     saga_id=saga_id,

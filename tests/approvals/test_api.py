@@ -539,3 +539,35 @@ def test_a_consumer_whose_database_is_not_ready_retries_and_folds_everything(
             consumer.stop()
             with psycopg.connect(postgres_dsn, autocommit=True) as conn:
                 conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def test_a_forged_approval_does_not_block_a_rejection(
+    pg_dsn: str, auth_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sagacity import EntryDraft
+    from sagacity._decision_signature import generate_key
+
+    monkeypatch.setenv("SAGACITY_TEST_CALL_LOG", str(tmp_path / "calls.jsonl"))
+    generate_key(tmp_path / "approvals.pem")
+    h = Harness(
+        pg_dsn, auth_file, tmp_path / "calls.jsonl", signing_key=str(tmp_path / "approvals.pem")
+    )
+    with h.client:
+        seq = h.gate("t-veto")
+        [request] = h.agent.pending_approvals("t-veto")
+        h.journal.append(
+            EntryDraft(
+                saga_id="t-veto",
+                event_type=E.APPROVED,
+                tool=request.tool,
+                actor="carol@example.com",
+                attributes={"ref_seq": str(seq), "payload_sha256": request.payload_sha256 or ""},
+            )
+        )
+        h.server.service.materialise("t-veto")
+        vetoed = h.client.post(
+            f"/sagacity/reject/t-veto/{seq}", json={"reason": "no"}, headers=bearer("bob")
+        )
+        assert vetoed.status_code == 200, vetoed.text
+        [rejection] = h.entries("t-veto", E.REJECTED)
+        assert rejection.attributes["decision_signature"].startswith("SGCD1:")
