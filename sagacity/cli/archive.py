@@ -36,6 +36,55 @@ def keygen(out: Path) -> None:
     click.echo(f"public key:  {signer.public_hex}")
 
 
+@archive.command("writer-keygen")
+@click.option("--writer", "writer_id", required=True, help="The writer's id (SAGACITY_WRITER_ID).")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The writer's key file (SAGACITY_WRITER_KEY; mode 0600, never overwritten).",
+)
+@click.option(
+    "--hmac",
+    "use_hmac",
+    is_flag=True,
+    help="An HMAC-SHA256 secret (the registry then holds the secret) instead of Ed25519.",
+)
+def writer_keygen(writer_id: str, out: Path, use_hmac: bool) -> None:
+    """Create a writer's signing key; print its entry for the archive's writer registry."""
+    import os
+    import secrets
+
+    from sagacity._writer_signature import HMAC_PREFIX, WriterKey
+    from sagacity.errors import SagacityError
+
+    if use_hmac:
+        data = f"{HMAC_PREFIX}{secrets.token_hex(32)}\n".encode()
+    else:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        data = Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    try:
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        fail(f"{out} exists; refusing to overwrite a writer key")
+    except OSError as exc:
+        fail(f"cannot create {out}: {exc.strerror}")
+    with os.fdopen(fd, "wb") as file:
+        file.write(data)
+    try:
+        key = WriterKey.from_file(out, writer_id)
+    except SagacityError as exc:
+        fail(exc.message)
+    click.echo(f"# writer key: {out} (SAGACITY_WRITER_KEY, with SAGACITY_WRITER_ID={writer_id})")
+    click.echo(key.registry_entry(), nl=False)
+
+
 @archive.command()
 @database_options
 @click.option("--grant", "grant_role", default=None, help="Also grant the archiver role.")
