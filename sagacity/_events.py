@@ -276,12 +276,18 @@ def with_attribute(draft: EntryDraft, key: str, value: str) -> EntryDraft:
     """
     _check_text("attribute key", key)
     _check_text(f"attribute {key!r}", value)
-    items = dict(draft.attributes)
-    items[key] = value
+    attributes = draft.attributes
+    if not attributes or key > next(reversed(attributes)):
+        # The common case on the hot path (``writer`` sorts after most keys): no re-sort.
+        items = {**attributes, key: value}
+    else:
+        merged = dict(attributes)
+        merged[key] = value
+        items = dict(sorted(merged.items()))
     copy = object.__new__(EntryDraft)
     for read, write in _DRAFT_SLOTS:
         write(copy, read(draft))
-    _SET_ATTRIBUTES(copy, MappingProxyType(dict(sorted(items.items()))))
+    _SET_ATTRIBUTES(copy, MappingProxyType(items))
     return copy
 
 
