@@ -277,7 +277,7 @@ def with_attribute(draft: EntryDraft, key: str, value: str) -> EntryDraft:
     _check_text("attribute key", key)
     _check_text(f"attribute {key!r}", value)
     attributes = draft.attributes
-    if not attributes or key > next(reversed(attributes)):
+    if not attributes or key > max(attributes):
         # The common case on the hot path (``writer`` sorts after most keys): no re-sort.
         items = {**attributes, key: value}
     else:
