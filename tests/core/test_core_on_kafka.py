@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from sagacity import EventType, Sagacity, SagaStatus, verify
+from sagacity import DecisionSigner, EventType, Sagacity, SagaStatus, verify
+from sagacity._decision_signature import generate_key
 from sagacity.errors import PayloadMismatchError, SagacityError
 
 from .test_approval import ALICE, MALLORY, Bank
@@ -16,6 +17,12 @@ from .test_approval import ALICE, MALLORY, Bank
 pytestmark = pytest.mark.kafka
 
 E = EventType
+
+
+@pytest.fixture(scope="module")
+def service_key(tmp_path_factory: pytest.TempPathFactory) -> DecisionSigner:
+    """The approvals service's decision key (on a shared journal, decisions must be signed)."""
+    return generate_key(tmp_path_factory.mktemp("keys") / "approvals.pem")
 
 
 @pytest.fixture
@@ -48,13 +55,16 @@ def _gate(agent: Sagacity, tools: Any, saga_id: str) -> int:
     return result.awaiting_seq
 
 
-def test_stale_approval_attack_across_writers(journals: Callable[[], Any]) -> None:
+def test_stale_approval_attack_across_writers(
+    journals: Callable[[], Any], service_key: DecisionSigner
+) -> None:
     agent_bank, service_bank = Bank(), Bank()
     agent = Sagacity(journal=journals(), compensation="delegated")
     tools = agent.wrap(agent_bank)
     seq = _gate(agent, tools, "kafka-transfer-77")
 
-    approvals = Sagacity(journal=journals())  # the approvals service, compensating inline
+    # The approvals service, compensating inline.
+    approvals = Sagacity(journal=journals(), decision_signer=service_key)
     approvals.wrap(service_bank)
     (pending,) = approvals.pending_approvals("kafka-transfer-77")
     assert (pending.seq, pending.payload) == (seq, ALICE)
@@ -73,12 +83,14 @@ def test_stale_approval_attack_across_writers(journals: Callable[[], Any]) -> No
     assert chain[-1].result == "COMPENSATED"
 
 
-def test_approved_resume_across_writers(journals: Callable[[], Any]) -> None:
+def test_approved_resume_across_writers(
+    journals: Callable[[], Any], service_key: DecisionSigner
+) -> None:
     agent = Sagacity(journal=journals(), compensation="delegated")
     tools = agent.wrap(Bank())
     seq = _gate(agent, tools, "kafka-transfer-78")
     service_bank = Bank()
-    approvals = Sagacity(journal=journals(), compensation="delegated")
+    approvals = Sagacity(journal=journals(), compensation="delegated", decision_signer=service_key)
     approvals.wrap(service_bank)
     approvals.approve("kafka-transfer-78", seq, "manager@company.com")
     result = approvals.resume_saga("kafka-transfer-78", seq, ALICE)
