@@ -219,3 +219,12 @@ def pg_dsn(postgres_dsn: str) -> Iterator[str]:
     finally:
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+@pytest.fixture(scope="session")
+def approvals_key(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """An approvals decision key: on a shared journal (Kafka) a process that approves and
+    resumes must sign its decisions (docs/adr/0014-signed-decisions-and-writers.md)."""
+    from sagacity._decision_signature import generate_key
+
+    return generate_key(tmp_path_factory.mktemp("approvals-key") / "approvals.pem")

@@ -57,12 +57,12 @@ class Shop:
 
 
 def test_sagas_journaled_on_kafka_are_archived_exactly_and_verify(
-    kafka_bootstrap, make_topic, archive_dsn, tmp_path
+    kafka_bootstrap, make_topic, archive_dsn, tmp_path, approvals_key
 ):
     topic = make_topic(partitions=3)
     journal = KafkaJournal(kafka_bootstrap, topic=topic)
     try:
-        agent = Sagacity(journal)
+        agent = Sagacity(journal, decision_signer=approvals_key)
         tools = agent.wrap(Shop())
 
         def failing() -> None:

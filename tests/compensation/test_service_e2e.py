@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -119,11 +120,11 @@ def _reader_journal(lane: Lane) -> KafkaJournal:
 
 
 def test_rejected_and_refused_resumes_are_compensated_by_the_service(
-    make_lane: Callable[..., Lane],
+    make_lane: Callable[..., Lane], approvals_key: Any
 ) -> None:
     lane = make_lane()
     lane.start()
-    agent = lane.agent()
+    agent = lane.agent(decision_signer=approvals_key)
 
     def gated(saga: str) -> int:
         def work() -> None:

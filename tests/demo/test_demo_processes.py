@@ -44,6 +44,7 @@ def world(
     pg_dsn: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    approvals_key: Any,
 ) -> Iterator[dict[str, Any]]:
     tools.prepare(pg_dsn)
     # The resumed tool runs in this process, as it would in the approvals service.
@@ -88,7 +89,7 @@ def world(
                     break
             assert time.monotonic() < deadline, log.read_text(errors="replace")
             time.sleep(0.2)
-        decider = Sagacity(journal, compensation="delegated")
+        decider = Sagacity(journal, compensation="delegated", decision_signer=approvals_key)
         for tool in tools.TOOLS:
             decider.wrap(tool)
         yield {"env": env, "dsn": pg_dsn, "decider": decider, "log": log}

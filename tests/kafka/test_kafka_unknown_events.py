@@ -119,10 +119,10 @@ def test_readers_accept_a_chain_through_an_unknown_event_type(
 
 
 def test_approvals_accept_the_chain_and_compensation_does_not_call_it_clean(
-    kafka_bootstrap: str, journals: Callable[[], KafkaJournal]
+    kafka_bootstrap: str, journals: Callable[[], KafkaJournal], approvals_key: Any
 ) -> None:
     service_bank = Bank()
-    service = Sagacity(journal=journals())
+    service = Sagacity(journal=journals(), decision_signer=approvals_key)
     service.wrap(service_bank)
     # Approval and rejection on a saga whose unknown event comes before the request.
     approved, rejected = (f"future-{uuid.uuid4().hex[:8]}" for _ in range(2))
@@ -150,7 +150,7 @@ def test_approvals_accept_the_chain_and_compensation_does_not_call_it_clean(
 
 
 def test_a_resume_after_an_unknown_event_is_refused_and_the_tool_not_called(
-    kafka_bootstrap: str, journals: Callable[[], KafkaJournal]
+    kafka_bootstrap: str, journals: Callable[[], KafkaJournal], approvals_key: Any
 ) -> None:
     saga = f"future-{uuid.uuid4().hex[:8]}"
     chain = _newer_writer_saga(saga)
@@ -174,7 +174,7 @@ def test_a_resume_after_an_unknown_event_is_refused_and_the_tool_not_called(
     )
     _produce_raw(kafka_bootstrap, journals().topic, [*relinked, late])
     bank = Bank()
-    service = Sagacity(journal=journals())
+    service = Sagacity(journal=journals(), decision_signer=approvals_key)
     service.wrap(bank)
     (pending,) = service.pending_approvals(saga)
     service.approve(saga, pending.seq, "manager@example.com")  # a signature is harmless
