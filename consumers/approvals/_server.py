@@ -106,6 +106,15 @@ def journal_for(settings: ApprovalsSettings) -> Journal:
             "SAGACITY_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
             "SAGACITY_TOPIC": settings.topic,
             "SAGACITY_DATABASE_URL": settings.database_url,
+            # Per-writer signing (docs/adr/0014-signed-decisions-and-writers.md).
+            **{
+                f"SAGACITY_WRITER_{name}": value
+                for name in ("ID", "KEY")
+                if (
+                    value := os.environ.get(f"SAGACITY_APPROVALS_WRITER_{name}")
+                    or os.environ.get(f"SAGACITY_WRITER_{name}")
+                )
+            },
         }
     )
     journal: Journal = journal_class.from_settings(kafka)

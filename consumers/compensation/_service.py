@@ -33,6 +33,7 @@ from sagacity._compensation import CompensationCall
 from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity._result import SagaResult, SagaStatus
 from sagacity._saga import Sagacity
+from sagacity._writer_signature import WriterKey
 from sagacity.chain import verify
 from sagacity.consumers.compensation import _failpoints
 from sagacity.consumers.compensation._claims import Claim, ClaimStatus, ClaimStore
@@ -102,6 +103,10 @@ class CompensationSettings(BaseModel):
     client: Mapping[str, str] = Field(default_factory=dict)
     session_timeout_ms: int = Field(default=10_000, ge=1000)
     read_index: ReadIndexSettings | None = None
+    writer_key: str | None = None
+    """The service's writer signing key file (``SAGACITY_COMPENSATION_WRITER_KEY`` or
+    ``SAGACITY_WRITER_KEY``), registered with the archive under ``sagacity-compensation/<group>``;
+    ``None``: unsigned (docs/adr/0014-signed-decisions-and-writers.md)."""
 
 
 @dataclass
@@ -200,6 +205,11 @@ class CompensationService:
         self._journals: list[KafkaJournal] = []
         self._local = threading.local()
         self._journal: ServiceJournal | None = None
+        self._writer_key = (
+            WriterKey.from_file(settings.writer_key, f"{WRITER_PREFIX}{settings.group_id}")
+            if settings.writer_key
+            else None
+        )
         # Tools first: an un-importable target must fail before anything connects.
         self._sagacity = Sagacity(compensation="delegated", writer_id=self.writer_id)
         self.tool_names = register_tools(self._sagacity, settings.tools)
@@ -292,6 +302,7 @@ class CompensationService:
             client=dict(s.client),
             writer_id=f"{WRITER_PREFIX}{s.group_id}",
             index=index.build(),
+            writer_key=self._writer_key,
         )
         with self._lock:
             self._journals.append(journal)

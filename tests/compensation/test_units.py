@@ -100,6 +100,17 @@ def test_cli_requires_tools_and_names_a_bad_target() -> None:
     )
     assert short.exit_code == 2
     assert "--session-timeout-ms" in short.output
+    unreadable = runner.invoke(
+        main,
+        ["serve", "compensation", "--tools", "x:y"],
+        env={
+            "SAGACITY_BOOTSTRAP_SERVERS": "x:1",
+            "SAGACITY_DATABASE_URL": "postgresql://x",
+            "SAGACITY_WRITER_KEY": "/nonexistent/writer.key",
+        },
+    )
+    assert unreadable.exit_code == 1
+    assert "cannot read writer key /nonexistent/writer.key" in unreadable.output
 
 
 class _Message:
