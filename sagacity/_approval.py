@@ -438,6 +438,10 @@ class ApprovalDesk:
         if verifier is not None:
             for approval in approvals:
                 reason = verifier.check(approval)
+                if reason is None and (
+                    approval.attributes.get(attr.PAYLOAD_SHA256) != request.payload_sha256
+                ):
+                    reason = "signed for another payload than the request's"
                 if reason is not None:
                     self._refuse(
                         request,

@@ -309,3 +309,28 @@ def test_bad_keys_are_refused_clearly(tmp_path: Path, service_key: DecisionSigne
     pinned = Sagacity(approvals_public_key=f"{hex_file}, {service_key.public_hex}")
     assert pinned.decision_verifier is not None
     assert pinned.decision_verifier.key_ids == (service_key.key_id,)
+
+
+def test_a_signed_approval_of_another_payload_hash_is_refused(
+    service_key: DecisionSigner,
+) -> None:
+    journal = SharedJournal()
+    agent = Sagacity(journal, approvals_public_key=service_key.public_hex)
+    bank = Bank()
+    seq = _gate(agent, agent.wrap(bank))
+    [request] = agent.pending_approvals("wire-1")
+    journal.append(
+        service_key.sign(
+            EntryDraft(
+                saga_id="wire-1",
+                event_type=E.APPROVED,
+                tool=request.tool,
+                actor="cfo@company.com",
+                attributes={attr.REF_SEQ: str(seq), attr.PAYLOAD_SHA256: "0" * 64},
+            )
+        )
+    )
+    with pytest.raises(ApprovalMissingError) as refused:
+        agent.resume_saga("wire-1", seq, ALICE)
+    assert "another payload" in (refused.value.detail or "")
+    assert bank.wires == []
