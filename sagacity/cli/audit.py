@@ -48,6 +48,12 @@ _KEY_OPTION = click.option(
     "printed): the archive must still hold it with that root, so rounds removed at the end "
     "are caught.  Repeatable; needs every saga (not --saga).",
 )
+@click.option(
+    "--require-signed",
+    is_flag=True,
+    help="Fail every saga whose newest events no checkpoint covers (an unsigned saga or "
+    "tail); without it they are counted and listed as a note.",
+)
 @click.option("--show", default=20, show_default=True, help="Failures listed in full.")
 def verify(
     database_url: str,
@@ -56,10 +62,14 @@ def verify(
     all_sagas: bool,
     public_keys: tuple[str, ...],
     known_rounds: tuple[str, ...],
+    require_signed: bool,
     show: int,
 ) -> None:
-    """Verify archived hash chains, signing rounds and checkpoints; exit 1 on any failure."""
-    from sagacity.consumers.archive._audit import AuditSummary, iter_audits
+    """Verify archived hash chains, signing rounds and checkpoints; exit 1 on any failure.
+
+    With --public-key, a run in which nothing verified under the key fails too.
+    """
+    from sagacity.consumers.archive._audit import AuditSummary, iter_audits, unsigned_as_failure
     from sagacity.consumers.archive._db import connect
     from sagacity.errors import SagacityError
 
@@ -68,7 +78,7 @@ def verify(
     if saga_id is not None and known_rounds:
         fail("--round is checked over every saga: drop --saga")
     known = _known_rounds(known_rounds)
-    summary = AuditSummary()
+    summary = AuditSummary(pinned=bool(public_keys))
     try:
         pinned = _pinned(public_keys)
         with connect(conninfo(database_url, schema)) as conn:
@@ -82,6 +92,8 @@ def verify(
                     rounds=summary.rounds,
                     known_rounds=known,
                 ):
+                    if require_signed:
+                        result = unsigned_as_failure(result)
                     summary.add(result, keep_failures=show)
                     bar.update(1)
             summary.seconds = time.perf_counter() - started
@@ -121,6 +133,8 @@ def _estimate_sagas(conn: psycopg.Connection) -> int:
 
 
 def _print_summary(summary: AuditSummary, *, pinned: bool, every_saga: bool) -> None:
+    from sagacity.consumers.archive._audit import AuditReason
+
     if summary.failures:
         click.echo(f"{'saga':<40} {'seq':>8}  {'reason':<20} detail")
         for f in summary.failures:
@@ -139,6 +153,9 @@ def _print_summary(summary: AuditSummary, *, pinned: bool, every_saga: bool) -> 
         click.echo(f"{'  ' + reason.value:<22} {count:>12,}")
     click.echo(f"{'events':<22} {summary.events:>12,}")
     click.echo(f"{'checkpoints verified':<22} {summary.checkpoints:>12,}")
+    click.echo(f"{'unsigned sagas':<22} {summary.unsigned_sagas:>12,}")
+    click.echo(f"{'unsigned tails':<22} {summary.unsigned_tails:>12,}")
+    click.echo(f"{'  unsigned events':<22} {summary.unsigned_events:>12,}")
     click.echo(f"{'signing rounds':<22} {summary.rounds.rounds:>12,}")
     click.echo(f"{'  failed':<22} {len(summary.rounds.failed):>12,}")
     if every_saga and summary.rounds.latest is not None:
@@ -148,6 +165,17 @@ def _print_summary(summary: AuditSummary, *, pinned: bool, every_saga: bool) -> 
     click.echo(f"{'events per second':<22} {rate:>12,.0f}")
     if not pinned:
         click.echo("note: checkpoint keys were read from the archive itself; pass --public-key")
+    if summary.nothing_signed:
+        click.echo("FAILED: nothing in the archive is signed by the pinned key(s)")
+    elif summary.unsigned_sagas or summary.unsigned_tails:
+        unsigned = summary.unsigned_sagas + summary.unsigned_tails
+        if summary.by_reason.get(AuditReason.UNSIGNED):
+            click.echo(f"FAILED: {unsigned} saga(s) end in events no checkpoint covers")
+        else:
+            click.echo(
+                f"note: {unsigned} saga(s) end in events no checkpoint covers (signed at the "
+                "next signing round); --require-signed fails them"
+            )
 
 
 @click.command()
