@@ -204,6 +204,13 @@ def export(
         fail(exc.message)
     click.echo(f"wrote {out}/ ({verdict.events} events, head seq {verdict.head_seq})")
     click.echo(f"check it with: python3 -I {out}/verify_bundle.py {out} --public-key <key>")
+    if verdict.ok and verdict.unsigned:
+        click.echo(
+            f"warning: no checkpoint covers seqs {verdict.head_seq - verdict.unsigned + 1}.."
+            f"{verdict.head_seq}: the bundle is refused unless the auditor passes "
+            "--allow-unsigned; sign first (sagacity archive checkpoint) and export again",
+            err=True,
+        )
     if not verdict.ok:
         click.echo(
             f"warning: the archived chain does not verify: {verdict.reason} at seq "
