@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from sagacity.consumers.archive._audit import AuditSummary
+    from sagacity.consumers.archive._replay import ReplayReport
 
 
 def _pinned(public_keys: tuple[str, ...]) -> tuple[bytes, ...]:
@@ -254,13 +255,19 @@ def replay(
             diff_with_archive(conn, report, chains, saga_id=saga_id)
     except SagacityError as exc:
         fail(exc.message)
+    _print_replay(report)
+    if not report.ok:
+        raise click.exceptions.Exit(EXIT_FAILED)
+
+
+def _print_replay(report: ReplayReport) -> None:
+    from sagacity.producer import ForkKind
+
     bad = [s for s in report.sagas.values() if not s.ok]
     if bad:
         click.echo(f"{'saga':<40} {'topic':>7} {'archive':>7}  finding")
         for s in bad:
             findings = []
-            if s.verdict is not None and not s.verdict.ok:
-                findings.append(f"topic chain: {s.verdict.reason} at seq {s.verdict.bad_seq}")
             for label, seqs in (
                 ("missing", s.missing),
                 ("extra", s.extra),
@@ -273,14 +280,40 @@ def replay(
                 f"{s.saga_id:<40} {s.topic_events:>7} {s.archive_events:>7}  {'; '.join(findings)}"
             )
         click.echo("")
+    rejected = [
+        (s.saga_id, r)
+        for s in report.sagas.values()
+        for r in s.rejected
+        if r.kind is not ForkKind.DUPLICATE
+    ]
+    if rejected:
+        click.echo("not in any chain (readers reject them; the archive quarantines them):")
+        for saga_id, r in rejected[:20]:
+            named = f" (its body names {r.entry.saga_id!r})" if r.kind is ForkKind.FOREIGN else ""
+            click.echo(
+                f"  {r.kind.value}: saga {saga_id} seq {r.entry.seq} at partition {r.partition}"
+                f" offset {r.offset}{named}: {r.detail}"
+            )
+        click.echo("")
+    for partition, offset, saga in report.unkeyed[:20]:
+        click.echo(
+            f"event without a text key at partition {partition} offset {offset} (body names "
+            f"{saga!r}): in no saga's chain"
+        )
     for partition, offset, why in report.undecodable[:20]:
         click.echo(f"undecodable message at partition {partition} offset {offset}: {why}")
+    counts = dict.fromkeys(ForkKind, 0)
+    for s in report.sagas.values():
+        for r in s.rejected:
+            counts[r.kind] += 1
     click.echo(f"{'messages read':<22} {report.messages:>10,}")
     click.echo(f"{'sagas':<22} {len(report.sagas):>10,}")
     click.echo(f"{'sagas matching':<22} {len(report.sagas) - len(bad):>10,}")
     click.echo(f"{'sagas differing':<22} {len(bad):>10,}")
+    click.echo(f"{'forked events':<22} {counts[ForkKind.FORK]:>10,}")
+    click.echo(f"{'foreign events':<22} {counts[ForkKind.FOREIGN] + len(report.unkeyed):>10,}")
+    click.echo(f"{'edited events':<22} {counts[ForkKind.EDITED]:>10,}")
+    click.echo(f"{'duplicate events':<22} {counts[ForkKind.DUPLICATE]:>10,}")
     click.echo(f"{'undecodable messages':<22} {len(report.undecodable):>10,}")
     if report.trimmed:
         click.echo("note: the topic was trimmed by Kafka retention; older events are archive-only")
-    if not report.ok:
-        raise click.exceptions.Exit(EXIT_FAILED)
