@@ -5,6 +5,13 @@ rounds (docs/adr/0012-checkpoint-rounds.md): each round's checkpoint rows, in le
 hash to the Merkle root its one signature covers; only the rounds that fail are remembered.
 Then four streams ordered by saga id (rows, checkpoints, retention anchors, heads) are merged,
 so memory holds one saga at a time however large the archive.
+
+Per saga the first finding wins, in this order (docs/adr/0017-audit-coverage.md): the chain over
+every archived row; each checkpoint (its round or signature, then its seq and hash against the
+chain); the head the archiver recorded (``truncated``, ``beyond_head``, ``head_mismatch``).  A
+saga that passes records how many of its newest events no checkpoint covers
+(:attr:`SagaAudit.unsigned`), a failure only when signatures are required
+(:func:`unsigned_as_failure`).
 """
 
 from __future__ import annotations
