@@ -311,12 +311,18 @@ def _judge_checkpoints(
                 f"{(expected or '?')[:16]}…",
                 checked,
             )
-    at_head = _judge_head(
-        head_seq=head_seq, head_hash=head_hash, after_seq=after_seq, recorded=recorded_head
-    )
-    if at_head is not None:
-        return failed(*at_head, checked)
-    signed_seq = max((cp.seq for cp in checkpoints), default=0)
+    if (  # the common case costs two comparisons
+        recorded_head is None or recorded_head[0] != head_seq or recorded_head[1] != head_hash
+    ):
+        at_head = _judge_head(
+            head_seq=head_seq, head_hash=head_hash, after_seq=after_seq, recorded=recorded_head
+        )
+        if at_head is not None:
+            return failed(*at_head, checked)
+    if len(checkpoints) == 1:
+        signed_seq = checkpoints[0].seq
+    else:
+        signed_seq = max([cp.seq for cp in checkpoints]) if checkpoints else 0
     return SagaAudit(
         ok=True,
         head_seq=head_seq,
