@@ -7,6 +7,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -14,11 +15,20 @@ import pytest
 from archive_helpers import as_raw, make_chain
 
 from sagacity.chain import link
-from sagacity.consumers.archive import Signer, generate_key, sign_pending
+from sagacity.consumers.archive import BatchArchiver, Signer, generate_key, sign_pending
 from sagacity.consumers.archive._export import export_bundle
 from sagacity.consumers.archive.verify_bundle import ed25519_verify
 
 pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def archiver(archive_dsn: str) -> Iterator[BatchArchiver]:
+    """One archiver: bundles are about export and the verifier; the ingest paths are compared
+    elsewhere."""
+    a = BatchArchiver(archive_dsn, consumer_group="g", retry_delay=0.05)
+    yield a
+    a.close()
 
 
 def check(bundle: Path, public_hex: str | None, *extra: str) -> tuple[int, str]:
