@@ -55,7 +55,7 @@ CHECKED_FIELDS = frozenset(
     {
         "format",  # must be one of FORMATS
         "canonical_form",  # must be SGC1
-        "checkpoint_form",  # must be SGCR1 (per-head SGCP1 checkpoints are recognised alone)
+        "checkpoint_form",  # a label: each checkpoint is checked by its own shape
         "saga_id",  # signed: in every checkpoint and every event's hash
         "events",  # the number of events in events.jsonl
         "events_sha256",  # the SHA-256 of events.jsonl (the events are signed by the chain)
@@ -456,10 +456,8 @@ def check_manifest_fields(manifest: dict[str, Any]) -> list[str]:
     (``ValueError``: it cannot be read)."""
     if manifest.get("format") not in FORMATS:
         raise ValueError(f"unknown bundle format {manifest.get('format')!r}")
-    if manifest.get("canonical_form", "SGC1") != "SGC1" or manifest.get(
-        "checkpoint_form", "SGCR1"
-    ) not in ("SGCR1", "SGCP1"):
-        raise ValueError("unknown canonical or checkpoint form")
+    if manifest.get("canonical_form", "SGC1") != "SGC1":
+        raise ValueError(f"unknown canonical form {manifest.get('canonical_form')!r}")
     unsigned = manifest.get("unsigned", list(UNSIGNED_FIELDS))
     if not isinstance(unsigned, list) or not all(isinstance(u, str) for u in unsigned):
         raise VerificationError(None, "bundle_altered", "the manifest's unsigned list is malformed")

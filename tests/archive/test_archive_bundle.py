@@ -349,6 +349,29 @@ def test_bundle_resigned_by_another_key_fails_against_the_pinned_key(exported, t
     assert "unknown_key at seq 6" in out
 
 
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"format": "sagacity-audit-bundle/99"}, "unknown bundle format"),
+        ({"canonical_form": "SGC9"}, "unknown canonical form"),
+    ],
+)
+def test_a_bundle_of_an_unknown_form_cannot_be_read(exported, edit, message):
+    bundle, signer, _ = exported
+    _write(bundle, _events(bundle), manifest_edit=lambda m: m.update(edit))
+    code, out = check(bundle, signer.public_hex)
+    assert code == 2
+    assert message in out
+
+
+def test_a_malformed_unsigned_list_is_refused(exported):
+    bundle, signer, _ = exported
+    _write(bundle, _events(bundle), manifest_edit=lambda m: m.update(unsigned="everything"))
+    code, out = check(bundle, signer.public_hex)
+    assert code == 1
+    assert "FAILED: bundle_altered at seq None: the manifest's unsigned list is malformed" in out
+
+
 def test_unreadable_bundle_exits_2(tmp_path, exported):
     bundle, _, _ = exported
     (bundle / "manifest.json").write_text("{not json")
