@@ -10,7 +10,8 @@ import psycopg
 import pytest
 from archive_helpers import as_raw, encode, make_chain
 from click.testing import CliRunner
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from sagacity.chain import link
 from sagacity.cli import main
@@ -242,3 +243,26 @@ def test_replay_of_a_missing_topic_is_a_clear_error(kafka_bootstrap, archive_dsn
     )
     assert result.exit_code == 2
     assert "does not exist" in result.stderr
+
+
+def test_a_trimmed_topic_is_replayed_from_the_first_event_it_keeps(
+    kafka_bootstrap, make_topic, archiver, archive_dsn
+):
+    topic = make_topic(partitions=1)
+    a = make_chain("saga-a", 5)
+    loser = link(dataclasses.replace(a[3], actor="writer-2"), seq=4, prev_hash=a[2].hash)
+    produce(kafka_bootstrap, topic, [*a[:4], loser, a[4]])
+    archiver.archive(as_raw([*a[:4], loser, a[4]], topic=topic))
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    (future,) = admin.delete_records([TopicPartition(topic, 0, 2)]).values()
+    future.result(timeout=30)  # as Kafka retention would: seqs 1 and 2 are gone from the topic
+    report, chains = read_topic(kafka_bootstrap, topic)
+    with psycopg.connect(archive_dsn) as conn:
+        diff_with_archive(conn, report, chains)
+    assert report.trimmed
+    saga = report.sagas["saga-a"]
+    assert saga.topic_starts_at == 3
+    assert [e.seq for e in chains["saga-a"]] == [3, 4, 5]
+    assert (saga.missing, saga.extra, saga.differing) == ([], [], [])
+    assert [r.entry.hash for r in saga.of_kind(ForkKind.FORK)] == [loser.hash]
+    assert report.ok
