@@ -53,7 +53,7 @@ _KEY_OPTION = click.option(
     "--require-signed",
     is_flag=True,
     help="Fail every saga whose newest events no checkpoint covers (an unsigned saga or "
-    "tail); without it they are counted and listed as a note.",
+    "tail); without it they are only counted in the summary.",
 )
 @click.option("--show", default=20, show_default=True, help="Failures listed in full.")
 def verify(
@@ -174,8 +174,8 @@ def _print_summary(summary: AuditSummary, *, pinned: bool, every_saga: bool) -> 
             click.echo(f"FAILED: {unsigned} saga(s) end in events no checkpoint covers")
         else:
             click.echo(
-                f"note: {unsigned} saga(s) end in events no checkpoint covers (signed at the "
-                "next signing round); --require-signed fails them"
+                f"note: {unsigned} saga(s) end in events no checkpoint covers (normal until "
+                "the next signing round); --require-signed fails them"
             )
 
 
