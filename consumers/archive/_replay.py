@@ -119,9 +119,12 @@ def read_topic(
         if info is None or info.error is not None or not info.partitions:
             raise JournalUnavailableError(f"topic {topic!r} does not exist or has no partitions")
         ends: dict[int, int] = {}
+        trimmed: set[int] = set()
         assignment = []
         for p in sorted(info.partitions):
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+            if low > 0:
+                trimmed.add(p)
             report.trimmed = report.trimmed or low > 0
             if high > low:
                 ends[p] = high
@@ -147,7 +150,15 @@ def read_topic(
                 if wanted is not None and key != wanted:
                     continue
                 report.messages += 1
-                _offer(report, reads, decoder, partition, offset, key, m.value())
+                _offer(
+                    report,
+                    reads,
+                    decoder,
+                    (partition, offset),
+                    key,
+                    m.value(),
+                    trimmed=partition in trimmed,
+                )
         if ends:
             raise JournalUnavailableError(f"topic {topic!r} not read to its end in {timeout} s")
     finally:
@@ -166,12 +177,15 @@ def _offer(
     report: ReplayReport,
     reads: dict[str, SagaRead],
     decoder: Decoder,
-    partition: int,
-    offset: int,
+    at: tuple[int, int],
     key: bytes | None,
     value: bytes | None,
+    *,
+    trimmed: bool,
 ) -> None:
-    """Decode one message and offer it to the chain of the saga its key names."""
+    """Decode one message (at ``(partition, offset)``) and offer it to the chain of the saga
+    its key names; ``trimmed``: retention removed the partition's oldest messages."""
+    partition, offset = at
     try:
         if value is None:
             raise ValueError("message has no value")
@@ -189,9 +203,15 @@ def _offer(
     read = reads.get(saga)
     if read is None:
         read = reads[saga] = SagaRead(saga_id=saga, partition=partition)
-        if report.trimmed and entry.saga_id == saga and entry.seq > 1:
-            # Older events expired from the topic: the chain starts at the first one kept.
-            read.base_seq, read.base_hash = entry.seq - 1, entry.prev_hash
+    if (
+        trimmed
+        and not read.entries
+        and read.base_seq == 0
+        and entry.saga_id == saga
+        and entry.seq > 1
+    ):
+        # Older events expired from the topic: the chain starts at the first one kept.
+        read.base_seq, read.base_hash = entry.seq - 1, entry.prev_hash
     read.feed(partition, offset, entry)
 
 

@@ -192,7 +192,7 @@ def test_a_foreign_event_is_reported_under_its_key_and_not_compared(
 ):
     topic = make_topic(partitions=1)
     a, c = make_chain("saga-a", 3), make_chain("saga-c", 1)
-    produce(kafka_bootstrap, topic, a, extra=[(b"saga-a", encode(c[0]))])
+    produce(kafka_bootstrap, topic, a, extra=[(b"saga-a", encode(c[0])), (None, encode(c[0]))])
     archiver.archive(as_raw(a, topic=topic))
     report, chains = read_topic(kafka_bootstrap, topic)
     with psycopg.connect(archive_dsn) as conn:
@@ -200,10 +200,15 @@ def test_a_foreign_event_is_reported_under_its_key_and_not_compared(
     assert set(report.sagas) == {"saga-a"}  # grouped by key: no saga-c was ever on the topic
     (foreign,) = report.sagas["saga-a"].of_kind(ForkKind.FOREIGN)
     assert (foreign.entry.saga_id, foreign.offset) == ("saga-c", 3)
+    assert report.unkeyed == [(0, 4, "saga-c")]  # no reader selects an event without a key
     assert report.ok
-    result = replay_cli(archive_dsn, kafka_bootstrap, topic, "--saga", "saga-a")
+    result = replay_cli(archive_dsn, kafka_bootstrap, topic)
     assert result.exit_code == 0, result.output
     assert "its body names 'saga-c'" in result.stdout
+    assert "event without a text key at partition 0 offset 4" in result.stdout
+    assert _count(result.stdout, "foreign events") == 2
+    result = replay_cli(archive_dsn, kafka_bootstrap, topic, "--saga", "saga-a")
+    assert result.exit_code == 0, result.output
     assert _count(result.stdout, "foreign events") == 1
 
 
