@@ -289,6 +289,21 @@ def test_a_field_marked_unsigned_is_shown_as_such(exported):
     )
 
 
+def test_a_bundle_starting_at_an_anchor_says_the_anchor_is_unsigned(exported):
+    bundle, signer, chain = exported
+
+    def anchor(m):
+        m["anchor"] = {"seq": 2, "hash": chain[1].hash}
+
+    _write(bundle, _events(bundle)[2:], manifest_edit=anchor)
+    code, out = check(bundle, signer.public_hex)
+    assert code == 0, out  # the signed head still covers every event shown ...
+    assert "4 events" in out
+    # ... and the output says what the bundle does not show, on whose word
+    assert "the chain starts after seq 2 (a retention anchor, unsigned" in out
+    assert "unsigned, shown for information: anchor," in out
+
+
 def test_a_version_2_bundle_still_verifies(exported):
     bundle, signer, _ = exported
 
