@@ -121,6 +121,9 @@ class AuditSummary:
     """Sagas with checkpoints whose newest events no checkpoint covers."""
     unsigned_events: int = 0
     """Events of those sagas no checkpoint covers."""
+    unsigned: list[SagaAudit] = field(default_factory=list)
+    """The first of the sagas that passed with events no checkpoint covers (as many as
+    failures are kept)."""
     pinned: bool = False
     """The keys were pinned by the auditor: then nothing signed is a failure
     (:attr:`nothing_signed`), since a pinned key asserts there is signed evidence."""
@@ -147,6 +150,8 @@ class AuditSummary:
                 self.unsigned_tails += 1
             else:
                 self.unsigned_sagas += 1
+            if audit.ok and len(self.unsigned) < keep_failures:
+                self.unsigned.append(audit)
         if audit.ok:
             self.ok += 1
         else:

@@ -141,6 +141,12 @@ def _print_summary(summary: AuditSummary, *, pinned: bool, every_saga: bool) -> 
         for f in summary.failures:
             click.echo(f"{f.saga_id:<40} {f.bad_seq or '-':>8}  {f.reason or '':<20} {f.detail}")
         click.echo("")
+    if summary.unsigned:
+        click.echo(f"{'saga (passed, not all signed)':<40} {'unsigned seqs':>17}")
+        for u in summary.unsigned:
+            first = u.head_seq - u.unsigned + 1
+            click.echo(f"{u.saga_id:<40} {f'{first}..{u.head_seq}':>17}")
+        click.echo("")
     if summary.rounds.failed:
         click.echo(f"{'signing round':>13}  {'reason':<20} detail")
         for round_id, (reason, detail) in sorted(summary.rounds.failed.items())[:20]:

@@ -135,6 +135,12 @@ def test_unsigned_tails_and_sagas_are_counted_and_fail_when_signatures_are_requi
     summary = audits(archive_dsn, signer)
     assert summary.all_ok
     assert (summary.unsigned_tails, summary.unsigned_sagas, summary.unsigned_events) == (3, 1, 5)
+    assert [(u.saga_id, u.signed_seq, u.unsigned) for u in summary.unsigned] == [
+        ("saga-1", 5, 1),
+        ("saga-2", 5, 1),
+        ("saga-3", 5, 1),
+        ("saga-new", 0, 2),
+    ]
     strict = audits(archive_dsn, signer, require_signed=True)
     assert not strict.all_ok
     assert strict.by_reason == {AuditReason.UNSIGNED: 4}
@@ -176,6 +182,9 @@ def test_verify_exit_codes_for_coverage(archived, archive_dsn, signer):
     assert code == 0, out
     assert _count(out, "unsigned tails") == 3
     assert "--require-signed fails them" in out
+    assert "saga (passed, not all signed)" in out
+    line = next(x for x in out.splitlines() if x.startswith("saga-2"))
+    assert line.split()[1] == "6..6"
     code, out = run(
         "verify", "--database-url", archive_dsn, "--public-key", key, "--require-signed"
     )
