@@ -4,6 +4,9 @@
 #   sagacity_system_packages  install Java 17, Maven and PostgreSQL with apt-get when absent
 #   sagacity_venv             create .venv and install the project with its dev extras (and the
 #                             compiled hot path, native/, where cargo is)
+#   sagacity_native_build     build native/ into .venv; a failure is remembered, not fatal
+#   sagacity_native_check     after a failed build: one warning and SAGACITY_NATIVE=0 exported
+#                             (the Python path), or an error when SAGACITY_NATIVE=1 asks for it
 #   sagacity_stack_up         bring the checkout's stack up and export its variables
 #   sagacity_stack_down       stop the services sagacity_stack_up started (none else)
 
@@ -80,14 +83,52 @@ sagacity_venv() {
         "$SAGACITY_VENV/bin/python" -m pip install -q --upgrade pip
         (cd "$SAGACITY_ROOT" && "$SAGACITY_VENV/bin/python" -m pip install -q -e '.[dev]')
         if [ "$native" = 1 ]; then
-            _say "building the journal's compiled hot path (native/, Rust) into .venv"
-            "$SAGACITY_VENV/bin/python" -m pip install -q "$SAGACITY_ROOT/native"
+            sagacity_native_build
         else
+            rm -f "$SAGACITY_VENV/.sagacity-native-failed"
             "$SAGACITY_VENV/bin/python" -m pip uninstall -q -y sagacity-native >/dev/null 2>&1 || true
             _say "no cargo (or SAGACITY_NATIVE=0): the journal's hot path runs in Python"
         fi
         printf '%s\n' "$want" >"$stamp"
     fi
+    sagacity_native_check
+}
+
+# The compiled module is optional (docs/adr/0013-compiled-hot-path.md): where cargo is on the
+# PATH but cannot build (rustup without a default toolchain, an old compiler, no network for
+# crates) the Python path runs instead. The failure is remembered in .venv until the inputs
+# change, so later runs neither retry nor fail; each run says it once (sagacity_native_check).
+sagacity_native_build() {
+    local failed="$SAGACITY_VENV/.sagacity-native-failed" log="$SAGACITY_VENV/native-build.log"
+    rm -f "$failed"
+    _say "building the journal's compiled hot path (native/, Rust) into .venv"
+    if "$SAGACITY_VENV/bin/python" -m pip install -q "$SAGACITY_ROOT/native" >"$log" 2>&1; then
+        rm -f "$log"
+        return 0
+    fi
+    # An older build would not match these sources: the Python path, not a stale module.
+    "$SAGACITY_VENV/bin/python" -m pip uninstall -q -y sagacity-native >/dev/null 2>&1 || true
+    # The first line naming the cause (cargo's, rustup's or the compiler's, indented in pip's
+    # report), not pip's own framing (at the start of a line, or its generic error names).
+    { grep -E '^[[:space:]].*error(\[E[0-9]+\])?:' "$log" \
+        | grep -vE 'subprocess-exited-with-error|metadata-generation-failed|failed-wheel-build' \
+        || true; } | head -n1 | sed -E 's/^[[:space:]]+//' | cut -c1-300 >"$failed"
+}
+
+sagacity_native_check() {
+    local failed="$SAGACITY_VENV/.sagacity-native-failed"
+    [ -f "$failed" ] || return 0
+    local cause
+    cause="$(cat "$failed")"
+    if [ "${SAGACITY_NATIVE:-}" = 1 ]; then
+        _say "error: cargo could not build the compiled hot path (native/): ${cause:-see the log}"
+        _say "  log: $SAGACITY_VENV/native-build.log (SAGACITY_NATIVE=1 requires the build)"
+        return 1
+    fi
+    _say "warning: cargo could not build the compiled hot path (native/): ${cause:-see the log};" \
+        "the journal runs in Python (correct, slower). Log: $SAGACITY_VENV/native-build.log;" \
+        "to retry after fixing cargo: rm $SAGACITY_VENV/.sagacity-installed"
+    export SAGACITY_NATIVE=0
 }
 
 sagacity_stack_up() {
