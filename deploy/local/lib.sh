@@ -46,6 +46,13 @@ sagacity_system_packages() {
     # server on a free port, so the packaged one is not needed (left as the package set it up).
 }
 
+# What .venv must hold: the inputs' hash and whether native/ is built ($1: 1 or 0).
+_sagacity_want() {
+    printf '%s-native%s\n' "$(cat "$SAGACITY_ROOT/pyproject.toml" "$SAGACITY_ROOT"/native/Cargo.* \
+        "$SAGACITY_ROOT/native/pyproject.toml" "$SAGACITY_ROOT"/native/src/*.rs \
+        | sha256sum | cut -d' ' -f1)" "$1"
+}
+
 sagacity_venv() {
     local stamp="$SAGACITY_VENV/.sagacity-installed"
     local want native=0
@@ -55,9 +62,13 @@ sagacity_venv() {
         export PATH="$HOME/.cargo/bin:$PATH"
     fi
     if [ "${SAGACITY_NATIVE:-1}" != 0 ] && command -v cargo >/dev/null; then native=1; fi
-    want="$(cat "$SAGACITY_ROOT/pyproject.toml" "$SAGACITY_ROOT"/native/Cargo.* \
-        "$SAGACITY_ROOT/native/pyproject.toml" "$SAGACITY_ROOT"/native/src/*.rs \
-        | sha256sum | cut -d' ' -f1)-native$native"
+    want="$(_sagacity_want "$native")"
+    # A build that failed runs the Python path: what SAGACITY_NATIVE=0 (which the failure
+    # exports to the scripts run next, .ci/run's deploy/local/test) asks for. No reinstall.
+    if [ "$native" = 0 ] && [ -f "$SAGACITY_VENV/.sagacity-native-failed" ] \
+        && [ "$(cat "$stamp" 2>/dev/null)" = "$(_sagacity_want 1)" ]; then
+        want="$(_sagacity_want 1)"
+    fi
     if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
         _say "sagacity needs Python >= 3.11; python3 is $(python3 --version 2>&1)"
         return 1
