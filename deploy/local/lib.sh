@@ -120,10 +120,13 @@ sagacity_native_build() {
     # An older build would not match these sources: the Python path, not a stale module.
     "$SAGACITY_VENV/bin/python" -m pip uninstall -q -y sagacity-native >/dev/null 2>&1 || true
     # The first line naming the cause (cargo's, rustup's or the compiler's, indented in pip's
-    # report), not pip's own framing (at the start of a line, or its generic error names).
-    { grep -E '^[[:space:]].*error(\[E[0-9]+\])?:' "$log" \
-        | grep -vE 'subprocess-exited-with-error|metadata-generation-failed|failed-wheel-build' \
-        || true; } | head -n1 | sed -E 's/^[[:space:]]+//' | cut -c1-300 >"$failed"
+    # report), not pip's own framing (its generic error names); else pip's own (maturin not
+    # downloadable).
+    {
+        grep -E '^[[:space:]].*error(\[E[0-9]+\])?:' "$log" \
+            | grep -vE 'subprocess-exited-with-error|metadata-generation-failed|failed-wheel-build'
+        grep -E '^ERROR: ' "$log"
+    } | head -n1 | sed -E 's/^[[:space:]]+//' | cut -c1-300 >"$failed" || true
 }
 
 sagacity_native_check() {
@@ -133,7 +136,8 @@ sagacity_native_check() {
     cause="$(cat "$failed")"
     if [ "${SAGACITY_NATIVE:-}" = 1 ]; then
         _say "error: cargo could not build the compiled hot path (native/): ${cause:-see the log}"
-        _say "  log: $SAGACITY_VENV/native-build.log (SAGACITY_NATIVE=1 requires the build)"
+        _say "  SAGACITY_NATIVE=1 requires it. Log: $SAGACITY_VENV/native-build.log; to retry" \
+            "after fixing cargo: rm $SAGACITY_VENV/.sagacity-installed"
         return 1
     fi
     _say "warning: cargo could not build the compiled hot path (native/): ${cause:-see the log};" \
