@@ -62,6 +62,19 @@ def test_the_read_index_imports_only_what_it_uses() -> None:
     ]
 
 
+def test_the_archive_package_still_exports_every_name() -> None:
+    import sagacity.consumers.archive as archive
+
+    assert archive.__all__ == sorted(archive.__all__)
+    for name in archive.__all__:
+        value = getattr(archive, name)
+        home = getattr(value, "__module__", "") if not isinstance(value, str) else ""
+        assert home.startswith("sagacity.consumers.archive._") or name == "ARCHIVER_ROLE"
+    assert set(archive.__all__) <= set(dir(archive))
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        _ = archive.Nothing  # type: ignore[attr-defined]
+
+
 def _source_copy(dest: Path) -> Path:
     """The checkout's sources without build products (a stale ``build/`` would leak into the
     wheel), as a fresh clone has them."""
