@@ -27,6 +27,7 @@ PINNED = [
     "RegisteredTool",
     "Reversibility",
     "SagaResult",
+    "SagaRun",
     "SagaStatus",
     "Sagacity",
     "SagacityError",
