@@ -114,6 +114,7 @@ def mcp(
             f"sagacity serve mcp needs the mcp extra: pip install 'sagacity[mcp]' ({exc})"
         ) from exc
     from sagacity import Sagacity
+    from sagacity._decision_signature import verifier_from_env
     from sagacity.consumers.approvals._server import load_tools
     from sagacity.errors import SagacityError
     from sagacity.producer import journal_from_env
@@ -129,6 +130,8 @@ def mcp(
         sagacity = Sagacity(
             journal_from_env(environ),
             compensation="inline" if compensation == "inline" else "delegated",
+            # A resume counts only approvals the approvals service signed (docs/adr/0014).
+            approvals_public_key=verifier_from_env(environ),
         )
         for obj in load_tools(tools):
             sagacity.wrap(obj)

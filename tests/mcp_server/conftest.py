@@ -17,6 +17,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from sagacity import EventType, JournalEntry
+from sagacity._decision_signature import generate_key
 from sagacity.producer import KafkaJournal
 from tests.approvals._process import REPO
 from tests.approvals.conftest import auth_file
@@ -32,12 +33,16 @@ class McpDeployment:
     def __init__(self, bootstrap: str, topic: str, tmp: Path) -> None:
         self.tmp = tmp
         self.calls = tmp / "calls.jsonl"
+        # The approvals service signs its decisions; the MCP server verifies them.
+        key = generate_key(tmp / "approvals.pem")
         self.env = {
             **os.environ,
             "SAGACITY_BOOTSTRAP_SERVERS": bootstrap,
             "SAGACITY_TOPIC": topic,
             "SAGACITY_TEST_CALL_LOG": str(self.calls),
             "PYTHONPATH": str(REPO),
+            "SAGACITY_APPROVALS_SIGNING_KEY": str(tmp / "approvals.pem"),
+            "SAGACITY_APPROVALS_PUBLIC_KEY": key.public_hex,
         }
         self.journal = KafkaJournal(bootstrap, topic=topic)
         self.args = ["--tools", "tests.mcp_server.tools:Desk", "--compensation", "inline"]

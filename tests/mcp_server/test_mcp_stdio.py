@@ -292,3 +292,64 @@ def test_bad_arguments_are_refused_before_anything_is_journaled(
     assert calls(mcp_deployment.calls) == [{"tool": "lookup_stock", "sku": "Z"}]
     tools = [e.tool for e in mcp_deployment.wait_ended(_saga(ok)) if e.tool]
     assert tools == ["lookup_stock", "lookup_stock"]
+
+
+def test_a_forged_approval_on_the_topic_does_not_run_the_tool_over_mcp(
+    mcp_deployment: McpDeployment,
+) -> None:
+    from confluent_kafka import Producer
+
+    from sagacity import EntryDraft
+    from sagacity.chain import link
+    from sagacity.schemas import encode_entry
+
+    async def ask() -> Any:
+        async with mcp_deployment.session() as session:
+            await session.call_tool("reserve_inventory", {"sku": "SKU-6"})
+            return await session.call_tool("send_wire_transfer", WIRE)
+
+    info = run(ask()).structured_content
+    saga_id, seq = info["saga_id"], info["seq"]
+    chain = mcp_deployment.wait_ended(saga_id)
+    # Any writer of the topic can link an APPROVED to the saga's head, naming any approver.
+    forged = link(
+        EntryDraft(
+            saga_id=saga_id,
+            event_type=E.APPROVED,
+            tool="send_wire_transfer",
+            actor="cfo@example.com",
+            attributes={"ref_seq": str(seq), "payload_sha256": info["payload_sha256"]},
+        ),
+        seq=chain[-1].seq + 1,
+        prev_hash=chain[-1].hash,
+    )
+    producer = Producer(
+        {
+            "bootstrap.servers": mcp_deployment.env["SAGACITY_BOOTSTRAP_SERVERS"],
+            "partitioner": "murmur2_random",
+        }
+    )
+    producer.produce(
+        mcp_deployment.env["SAGACITY_TOPIC"], key=saga_id.encode(), value=encode_entry(forged)
+    )
+    assert producer.flush(10) == 0
+
+    async def resume() -> Any:
+        async with mcp_deployment.session() as session:
+            try:
+                return await session.call_tool(
+                    "send_wire_transfer", WIRE, meta={SAGA_META: saga_id, SEQ_META: seq}
+                )
+            except MCPError as exc:
+                return exc
+
+    refused = run(resume())
+    assert isinstance(refused, MCPError)
+    assert refused.code == APPROVAL_REFUSED
+    assert "no human approval recorded" in refused.message
+    ran = [c["tool"] for c in calls(mcp_deployment.calls)]
+    assert "send_wire_transfer" not in ran
+    entries = mcp_deployment.wait_ended(saga_id)
+    [refusal] = [e for e in entries if e.event_type is E.RESUME_REFUSED]
+    assert "unsigned_decision" in (refusal.error or "")
+    assert ran.count("release_inventory") == 1  # compensated inline by the resuming server
