@@ -173,6 +173,13 @@ class DecisionSigner:
             raise SigningKeyError(f"{path} holds a {type(key).__name__}, not an Ed25519 key")
         return cls(key)
 
+    @classmethod
+    def ephemeral(cls) -> DecisionSigner:
+        """A new key held only in memory (its decisions verify only while it is pinned)."""
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        return cls(Ed25519PrivateKey.generate())
+
     def signature(self, entry: EntryDraft) -> str:
         """The ``decision_signature`` attribute value for ``entry``.
 

@@ -59,7 +59,8 @@ def decision_signer(settings: ApprovalsSettings, journal: Journal) -> DecisionSi
 
     Fails closed: on a shared journal (Kafka) decisions without a signature would be refused
     by every resumer, so a missing key is a configuration error, not a silent fallback.  Only
-    an in-memory journal (tests, one process) runs without one.
+    an in-memory journal (tests, one process) runs without one; ``--insecure-dev`` without one
+    signs with an ephemeral key (logged), valid for this process's own resumes.
 
     Raises:
         ConfigurationError: no key on a shared journal, or the key file is unusable.
@@ -67,6 +68,18 @@ def decision_signer(settings: ApprovalsSettings, journal: Journal) -> DecisionSi
     if settings.signing_key is None:
         if isinstance(journal, InMemoryJournal):
             return None
+        if settings.insecure_dev:
+            # The demo mode: decisions are still signed, with a key that dies with the process,
+            # so this service's own resume works and nothing else accepts them unless pinned.
+            signer = DecisionSigner.ephemeral()
+            log.warning(
+                "INSECURE DEV: decisions are signed with an ephemeral approvals key %s; agents "
+                "resume them only with SAGACITY_APPROVALS_PUBLIC_KEY=%s, and only until this "
+                "process exits",
+                signer.key_id,
+                signer.public_hex,
+            )
+            return signer
         raise ConfigurationError(
             "the approvals service signs every decision it journals: set "
             "SAGACITY_APPROVALS_SIGNING_KEY to its Ed25519 key file (create one with "

@@ -398,3 +398,28 @@ def test_the_service_refuses_to_start_on_kafka_without_a_signing_key(
     replica = deployment.replica()
     assert replica.process.wait(30) != 0
     assert "sagacity approvals keygen" in replica.logfile.read_text()
+
+
+def test_insecure_dev_without_a_key_signs_with_an_ephemeral_one(deployment: Deployment) -> None:
+    del deployment.env["SAGACITY_APPROVALS_SIGNING_KEY"]
+    replica = Replica(
+        deployment.env,
+        ["--insecure-dev", "--tools", "tests.approvals.tools:Bank"],
+        deployment.tmp / "insecure.log",
+    )
+    deployment.replicas.append(replica)
+    replica.wait_ready()
+    seq = deployment.gate("wire-dev")
+    url = replica.url
+    assert httpx.post(
+        f"{url}/sagacity/approve/wire-dev/{seq}", json={"approver": "dev@example.com"}
+    ).is_success
+    [approval] = deployment.entries("wire-dev", E.APPROVED)
+    logged = replica.logfile.read_text()
+    assert "ephemeral approvals key" in logged
+    key_id = approval.attributes[attr.DECISION_SIGNATURE].split(":")[1]
+    assert key_id in logged
+    # An agent pinned to another key refuses it (the service's own resume accepts it:
+    # test_seed_curl.py resumes through an insecure-dev service).
+    with pytest.raises(ApprovalMissingError):
+        deployment.agent.resume_saga("wire-dev", seq, ALICE)
