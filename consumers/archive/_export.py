@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import json
@@ -13,13 +14,21 @@ from typing import Any
 import psycopg
 
 from sagacity.consumers.archive._audit import SagaAudit, iter_audits, trusted_keys
-from sagacity.consumers.archive._checkpoints import inclusion_proof, leaf_hash
+from sagacity.consumers.archive._checkpoints import (
+    LOG_ROUND_FORMAT,
+    SignedRound,
+    inclusion_proof,
+    leaf_hash,
+)
 from sagacity.consumers.archive._db import check_schema, mapped_errors
+from sagacity.consumers.archive._roundlog import inclusion_proof_in_log, round_by_id
 from sagacity.consumers.archive._schema import checkpoint_round_columns
-from sagacity.errors import UnknownSagaError
+from sagacity.errors import RoundLogError, UnknownSagaError
 
-BUNDLE_FORMAT = "sagacity-audit-bundle/2"
-"""Version 2: checkpoints of signing rounds carry their round and inclusion proof."""
+BUNDLE_FORMAT = "sagacity-audit-bundle/3"
+"""Version 2: checkpoints of signing rounds carry their round and inclusion proof.  Version 3:
+a round names its format; a round of the log (``SGCR2``) carries its tree size, and its
+checkpoints' proofs lead to the log's root (docs/adr/0015-round-log.md)."""
 
 _README = """\
 # Audit bundle for saga {saga_id}
@@ -56,7 +65,8 @@ enough to read in full.
 
 def _checkpoint(conn: psycopg.Connection, row: Sequence[Any]) -> dict[str, Any]:
     """A checkpoint for the manifest: per-head (``SGCP1``) with its signature, or a leaf of a
-    signing round (``SGCR1``) with the round and the leaf's inclusion proof."""
+    signing round with the round and the leaf's inclusion proof: to the round's own root
+    (``SGCR1``), or to the log's root at that round (``SGCR2``: docs/adr/0015-round-log.md)."""
     seq, hash, signed_at_us, key_id, signature, round_id, leaf_index = row
     out: dict[str, Any] = {
         "seq": seq,
@@ -67,37 +77,42 @@ def _checkpoint(conn: psycopg.Connection, row: Sequence[Any]) -> dict[str, Any]:
     if round_id is None:
         out["signature"] = signature
         return out
-    signed = conn.execute(
-        "SELECT leaf_count, root, prev_root, signed_at_us, key_id, signature"
-        " FROM archive_checkpoint_round WHERE round_id = %s",
-        (round_id,),
-    ).fetchone()
-    leaves = [
-        leaf_hash(saga_id=s, seq=int(n), hash=h)
-        for s, n, h in conn.execute(
-            "SELECT saga_id, seq, hash FROM archive_checkpoint WHERE round_id = %s"
-            " ORDER BY leaf_index",
-            (round_id,),
-        )
-    ]
-    # A tampered round may not give a proof; the bundle then fails its own verification.
-    proof = inclusion_proof(leaves, leaf_index) if 0 <= leaf_index < len(leaves) else []
-    out["round"] = (
-        {
-            "round_id": round_id,
-            "leaf_count": signed[0],
-            "root": signed[1],
-            "prev_root": signed[2],
-            "signed_at_us": signed[3],
-            "key_id": signed[4],
-            "signature": signed[5],
-        }
-        if signed is not None
-        else {"round_id": round_id}
-    )
+    signed = round_by_id(conn, round_id)
+    proof: list[bytes] = []
+    if signed is not None and signed.format == LOG_ROUND_FORMAT:
+        # A tampered log may not give a proof; the bundle then fails its own verification.
+        with contextlib.suppress(RoundLogError):
+            proof = inclusion_proof_in_log(conn, signed, leaf_index)
+    else:
+        leaves = [
+            leaf_hash(saga_id=s, seq=int(n), hash=h)
+            for s, n, h in conn.execute(
+                "SELECT saga_id, seq, hash FROM archive_checkpoint WHERE round_id = %s"
+                " ORDER BY leaf_index",
+                (round_id,),
+            )
+        ]
+        proof = inclusion_proof(leaves, leaf_index) if 0 <= leaf_index < len(leaves) else []
+    out["round"] = _round_fields(signed) if signed is not None else {"round_id": round_id}
     out["leaf_index"] = leaf_index
     out["proof"] = [p.hex() for p in proof]
     return out
+
+
+def _round_fields(signed: SignedRound) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "round_id": signed.round_id,
+        "format": "SGCR2" if signed.format == LOG_ROUND_FORMAT else "SGCR1",
+        "leaf_count": signed.leaf_count,
+        "root": signed.root,
+        "prev_root": signed.prev_root,
+        "signed_at_us": signed.signed_at_us,
+        "key_id": signed.key_id,
+        "signature": signed.signature,
+    }
+    if signed.format == LOG_ROUND_FORMAT:
+        fields["tree_size"] = signed.tree_size
+    return fields
 
 
 def export_bundle(
@@ -178,7 +193,7 @@ def export_bundle(
         "head_hash": head_hash,
         "anchor": {"seq": anchor[0], "hash": anchor[1]} if anchor else None,
         "canonical_form": "SGC1",
-        "checkpoint_form": "SGCR1",
+        "checkpoint_form": "SGCR2",
         "checkpoints": checkpoints,
         "public_keys": {k: v.hex() for k, v in sorted(keys.items())},
         "archive_verdict": {

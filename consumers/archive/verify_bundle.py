@@ -9,8 +9,10 @@ Checks, in order: the manifest and events files are intact (``events_sha256``); 
 hash chain (docs/adr/0002-hash-chain.md: canonical form ``SGC1``, SHA-256 links from the
 genesis hash); that the manifest's head is the chain's head; and every signed checkpoint: a
 valid Ed25519 signature (RFC 8032) by the trusted key — over the checkpoint's signing round
-(``SGCR1``, docs/adr/0012-checkpoint-rounds.md), whose Merkle root the checkpoint's inclusion
-proof must lead to (RFC 9162 section 2.1.3.2), or over the checkpoint itself (``SGCP1``,
+(``SGCR2``, docs/adr/0015-round-log.md: the root of the log of every head signed so far; or
+``SGCR1``, docs/adr/0012-checkpoint-rounds.md: the root of the round's heads), whose Merkle
+root the checkpoint's inclusion proof must lead to (RFC 9162 section 2.1.3.2), with the time
+and key the checkpoint shows equal to the round's — or over the checkpoint itself (``SGCP1``,
 docs/adr/0006-archive-and-checkpoints.md) — a hash equal to the chain's at that seq, and a
 seq the chain reaches (a cut tail shows as ``truncated``).
 
@@ -230,7 +232,23 @@ def root_from_proof(leaf: bytes, index: int, size: int, path: list[bytes]) -> by
 
 
 def round_message(signed: dict[str, Any]) -> bytes:
-    """The ``SGCR1`` bytes a signing round's signature covers."""
+    """The bytes a signing round's signature covers: ``SGCR2`` for a round of the log
+    (docs/adr/0015-round-log.md), ``SGCR1`` for a round of the first format."""
+    if signed.get("format") == "SGCR2":
+        return b"".join(
+            (
+                b"SGCR2",
+                _field(struct.pack(">q", signed["round_id"])),
+                _field(struct.pack(">q", signed["tree_size"])),
+                _field(struct.pack(">q", signed["leaf_count"])),
+                _field(signed["root"].encode("ascii")),
+                _field(signed["prev_root"].encode("ascii")),
+                _field(struct.pack(">q", signed["signed_at_us"])),
+                _field(signed["key_id"].encode("ascii")),
+            )
+        )
+    if signed.get("format", "SGCR1") != "SGCR1":
+        raise ValueError(f"unknown round format {signed.get('format')!r}")
     return b"".join(
         (
             b"SGCR1",
@@ -265,16 +283,39 @@ def check_signed(saga_id: str, cp: dict[str, Any], keys: dict[str, bytes]) -> No
         what = "checkpoint" if signed is None else f"round {signed['round_id']}"
         raise VerificationError(seq, "bad_signature", f"the {what} signature does not verify")
     if signed is not None:
-        leaf = leaf_hash(saga_id, seq, cp["hash"])
-        path = [bytes.fromhex(p) for p in cp.get("proof", [])]
-        root = root_from_proof(leaf, cp["leaf_index"], signed["leaf_count"], path)
-        if root is None or root.hex() != signed["root"]:
-            raise VerificationError(
-                seq,
-                "bad_signature",
-                f"the checkpoint is not in round {signed['round_id']}: its inclusion proof "
-                "does not lead to the signed root",
-            )
+        check_in_round(saga_id, cp, signed)
+
+
+def check_in_round(saga_id: str, cp: dict[str, Any], signed: dict[str, Any]) -> None:
+    """Raise unless ``cp`` is a leaf of its (signature-checked) round: its inclusion proof
+    leads to the round's root — over the round's leaves (``SGCR1``), or over every leaf of the
+    log up to the round (``SGCR2``: the leaf's place is the round's first plus its index) —
+    and the time and key it shows are the round's, which the signature covers."""
+    seq = cp["seq"]
+    if (cp["signed_at_us"], cp["key_id"]) != (signed["signed_at_us"], signed["key_id"]):
+        raise VerificationError(
+            seq,
+            "bad_signature",
+            f"the checkpoint shows a signing time or key that round {signed['round_id']} "
+            "did not sign",
+        )
+    leaf = leaf_hash(saga_id, seq, cp["hash"])
+    path = [bytes.fromhex(p) for p in cp.get("proof", [])]
+    index, size = cp["leaf_index"], signed["leaf_count"]
+    if signed.get("format") == "SGCR2":
+        if not isinstance(index, int) or not 0 <= index < signed["leaf_count"]:
+            index = -1
+        else:
+            index += signed["tree_size"] - signed["leaf_count"]
+        size = signed["tree_size"]
+    root = root_from_proof(leaf, index, size, path)
+    if root is None or root.hex() != signed["root"]:
+        raise VerificationError(
+            seq,
+            "bad_signature",
+            f"the checkpoint is not in round {signed['round_id']}: its inclusion proof "
+            "does not lead to the signed root",
+        )
 
 
 def key_id(public_key: bytes) -> str:

@@ -37,7 +37,8 @@ def module_tmp(tmp_path_factory):
 @pytest.fixture
 def exported(archiver, archive_dsn, tmp_path) -> tuple[Path, Signer, list]:
     """A bundle for a saga of 6 events with checkpoints at seq 3 and seq 6, each signed in a
-    round with three other sagas' heads (leaf 1 of 4: a proof of two nodes)."""
+    round with three other sagas' heads: leaf 1 of the log's 4, then leaf 5 of its 8 (proofs of
+    two and three nodes to the log's root, docs/adr/0015-round-log.md)."""
     signer = generate_key(tmp_path / "k.pem")
     chains = [make_chain(s, 6) for s in ("saga-a", "saga-b", "saga-c", "saga-d")]
     chain = chains[1]
@@ -80,9 +81,12 @@ def test_bundle_contents(exported):
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert (manifest["head_seq"], manifest["head_hash"]) == (6, chain[-1].hash)
     assert [c["seq"] for c in manifest["checkpoints"]] == [3, 6]
-    for cp in manifest["checkpoints"]:
-        assert (cp["leaf_index"], cp["round"]["leaf_count"], len(cp["proof"])) == (1, 4, 2)
+    first, second = manifest["checkpoints"]
+    for cp, tree_size, proof in ((first, 4, 2), (second, 8, 3)):
+        assert (cp["leaf_index"], cp["round"]["leaf_count"], len(cp["proof"])) == (1, 4, proof)
+        assert (cp["round"]["format"], cp["round"]["tree_size"]) == ("SGCR2", tree_size)
         assert cp["round"]["key_id"] == signer.key_id
+    assert second["round"]["prev_root"] == first["round"]["root"]
     assert manifest["public_keys"] == {signer.key_id: signer.public_hex}
     assert _events(bundle)[2] == chain[2].to_dict()
     assert "--public-key" in (bundle / "README.md").read_text()
@@ -141,6 +145,16 @@ def _tampered(case: str, bundle: Path, chain) -> None:
             m["checkpoints"][0]["hash"] = "0" * 64
 
         _write(bundle, events, manifest_edit=forge)
+    elif case in ("shown_time", "shown_key"):
+
+        def show(m):
+            cp = m["checkpoints"][0]
+            if case == "shown_time":
+                cp["signed_at_us"] += 1
+            else:
+                cp["key_id"] = "feedfeedfeedfeed"
+
+        _write(bundle, events, manifest_edit=show)
     elif case in ("forged_proof", "moved_leaf", "forged_round_root", "round_missing"):
 
         def forge_round(m):
@@ -175,6 +189,8 @@ def _tampered(case: str, bundle: Path, chain) -> None:
         ("moved_leaf", 3, "bad_signature"),
         ("forged_round_root", 3, "bad_signature"),
         ("round_missing", 3, "bad_signature"),
+        ("shown_time", 3, "bad_signature"),
+        ("shown_key", 3, "bad_signature"),
         ("events_file_altered", None, "bundle_altered"),
     ],
 )
