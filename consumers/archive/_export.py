@@ -16,12 +16,15 @@ import psycopg
 from sagacity.consumers.archive._audit import SagaAudit, iter_audits, trusted_keys
 from sagacity.consumers.archive._checkpoints import (
     LOG_ROUND_FORMAT,
-    SignedRound,
     inclusion_proof,
     leaf_hash,
 )
 from sagacity.consumers.archive._db import check_schema, mapped_errors
-from sagacity.consumers.archive._roundlog import inclusion_proof_in_log, round_by_id
+from sagacity.consumers.archive._roundlog import (
+    inclusion_proof_in_log,
+    round_by_id,
+    round_to_dict,
+)
 from sagacity.consumers.archive._schema import checkpoint_round_columns
 from sagacity.errors import RoundLogError, UnknownSagaError
 
@@ -93,26 +96,10 @@ def _checkpoint(conn: psycopg.Connection, row: Sequence[Any]) -> dict[str, Any]:
             )
         ]
         proof = inclusion_proof(leaves, leaf_index) if 0 <= leaf_index < len(leaves) else []
-    out["round"] = _round_fields(signed) if signed is not None else {"round_id": round_id}
+    out["round"] = round_to_dict(signed) if signed is not None else {"round_id": round_id}
     out["leaf_index"] = leaf_index
     out["proof"] = [p.hex() for p in proof]
     return out
-
-
-def _round_fields(signed: SignedRound) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        "round_id": signed.round_id,
-        "format": "SGCR2" if signed.format == LOG_ROUND_FORMAT else "SGCR1",
-        "leaf_count": signed.leaf_count,
-        "root": signed.root,
-        "prev_root": signed.prev_root,
-        "signed_at_us": signed.signed_at_us,
-        "key_id": signed.key_id,
-        "signature": signed.signature,
-    }
-    if signed.format == LOG_ROUND_FORMAT:
-        fields["tree_size"] = signed.tree_size
-    return fields
 
 
 def export_bundle(

@@ -16,6 +16,7 @@ import psycopg
 
 from sagacity.consumers.archive._checkpoints import (
     LOG_ROUND_FORMAT,
+    ROUND_FORMAT,
     SignedRound,
     leaf_hash,
     leaves_in_order,
@@ -31,6 +32,7 @@ from sagacity.consumers.archive._merkle import (
 from sagacity.consumers.archive._schema import LOG_VERSION, ROUNDS_VERSION
 from sagacity.errors import RoundLogError
 
+_FORMATS = {"SGCR1": ROUND_FORMAT, "SGCR2": LOG_ROUND_FORMAT}
 _COLUMNS = "round_id, leaf_count, root, prev_root, signed_at_us, key_id, signature"
 
 
@@ -203,3 +205,62 @@ def consistency_proof_between(
                 f"no consistency proof from round {old.round_id} to {new.round_id}: {exc}"
             ) from exc
     return [roots[r] for r in ranges]
+
+
+def round_to_dict(signed: SignedRound) -> dict[str, Any]:
+    """A round as JSON fields (the form bundles, witnesses and auditors' records share)."""
+    out: dict[str, Any] = {
+        "round_id": signed.round_id,
+        "format": "SGCR2" if signed.format == LOG_ROUND_FORMAT else "SGCR1",
+        "leaf_count": signed.leaf_count,
+        "root": signed.root,
+        "prev_root": signed.prev_root,
+        "signed_at_us": signed.signed_at_us,
+        "key_id": signed.key_id,
+        "signature": signed.signature,
+    }
+    if signed.format == LOG_ROUND_FORMAT:
+        out["tree_size"] = signed.tree_size
+    return out
+
+
+def round_from_dict(data: Any) -> SignedRound:
+    """The round :func:`round_to_dict` wrote.
+
+    Raises:
+        ValueError: not such a round.
+    """
+    if not isinstance(data, dict):
+        raise ValueError("a round is a JSON object")
+    try:
+        fmt = _FORMATS[data.get("format", "SGCR1")]
+        tree_size = data.get("tree_size")
+        signed = SignedRound(
+            round_id=_int(data["round_id"]),
+            leaf_count=_int(data["leaf_count"]),
+            root=_hex(data["root"]),
+            prev_root=_hex(data["prev_root"]),
+            signed_at_us=_int(data["signed_at_us"]),
+            key_id=str(data["key_id"]),
+            signature=str(data["signature"]),
+            format=fmt,
+            tree_size=None if tree_size is None else _int(tree_size),
+        )
+    except KeyError as exc:
+        raise ValueError(f"a round needs {exc.args[0]!r}") from exc
+    if fmt == LOG_ROUND_FORMAT and signed.tree_size is None:
+        raise ValueError("a round of the log needs its tree_size")
+    return signed
+
+
+def _int(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _hex(value: Any) -> str:
+    if not isinstance(value, str) or len(value) != 64:
+        raise ValueError(f"expected 64 hex characters, got {value!r}")
+    bytes.fromhex(value)
+    return value.lower()

@@ -1,4 +1,5 @@
-"""Auditor commands: ``sagacity verify``, ``sagacity export`` and ``sagacity replay``."""
+"""Auditor commands: ``sagacity verify``, ``sagacity export``, ``sagacity replay`` and
+``sagacity audit watch``."""
 
 from __future__ import annotations
 
@@ -34,6 +35,15 @@ _KEY_OPTION = click.option(
 )
 
 
+_WITNESS_OPTION = click.option(
+    "--witness",
+    envvar="SAGACITY_ARCHIVE_WITNESS",
+    default=None,
+    help="File path or http(s) URL where the archive publishes its latest signed round "
+    "(a URL is read with GET): the archive must still hold that round, unchanged.",
+)
+
+
 @click.command()
 @database_options
 @click.option("--saga", "saga_id", default=None, help="Verify one saga.")
@@ -48,6 +58,7 @@ _KEY_OPTION = click.option(
     "printed): the archive must still hold it with that root, so rounds removed at the end "
     "are caught.  Repeatable; needs every saga (not --saga).",
 )
+@_WITNESS_OPTION
 @click.option("--show", default=20, show_default=True, help="Failures listed in full.")
 def verify(
     database_url: str,
@@ -56,6 +67,7 @@ def verify(
     all_sagas: bool,
     public_keys: tuple[str, ...],
     known_rounds: tuple[str, ...],
+    witness: str | None,
     show: int,
 ) -> None:
     """Verify archived hash chains, signing rounds and checkpoints; exit 1 on any failure."""
@@ -65,13 +77,15 @@ def verify(
 
     if saga_id is not None and all_sagas:
         fail("--saga and --all exclude each other")
-    if saga_id is not None and known_rounds:
-        fail("--round is checked over every saga: drop --saga")
+    if saga_id is not None and (known_rounds or witness):
+        fail("--round and --witness are checked over every saga: drop --saga")
     known = _known_rounds(known_rounds)
     summary = AuditSummary()
     try:
         pinned = _pinned(public_keys)
         with connect(conninfo(database_url, schema)) as conn:
+            if witness is not None:
+                known.update(_witnessed(conn, witness, pinned))
             total = 1 if saga_id is not None else _estimate_sagas(conn)
             started = time.perf_counter()
             with click.progressbar(length=total, label="verifying", file=sys.stderr) as bar:
@@ -92,6 +106,27 @@ def verify(
     _print_summary(summary, pinned=bool(public_keys), every_saga=saga_id is None)
     if not summary.all_ok:
         raise click.exceptions.Exit(EXIT_FAILED)
+
+
+def _witnessed(conn: psycopg.Connection, witness: str, pinned: tuple[bytes, ...]) -> dict[int, str]:
+    """The witnessed round as a known round (id: root), once its signature verifies."""
+    from sagacity.consumers.archive._audit import trusted_keys
+    from sagacity.consumers.archive._checkpoints import signature_valid
+    from sagacity.consumers.archive._witness import read
+
+    signed = read(witness)
+    if signed is None:
+        fail(f"the witness {witness} holds no round yet")
+        return {}
+    public = trusted_keys(conn, pinned).get(signed.key_id)
+    if public is None or not signature_valid(public, signed):
+        click.echo(
+            f"witness: round {signed.round_id} at {witness} is not signed by a trusted key",
+            err=True,
+        )
+        raise click.exceptions.Exit(EXIT_FAILED)
+    click.echo(f"witness: round {signed.round_id}:{signed.root} (checked against the archive)")
+    return {signed.round_id: signed.root}
 
 
 def _known_rounds(values: tuple[str, ...]) -> dict[int, str]:
@@ -249,3 +284,82 @@ def replay(
         click.echo("note: the topic was trimmed by Kafka retention; older events are archive-only")
     if not report.ok:
         raise click.exceptions.Exit(EXIT_FAILED)
+
+
+@click.group()
+def audit() -> None:
+    """Continuous auditing of an archive's log of signing rounds."""
+
+
+@audit.command()
+@database_options
+@click.option(
+    "--state",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="This auditor's record of the rounds it saw (JSON lines), kept off the archive's "
+    "host; created on the first run.",
+)
+@_KEY_OPTION
+@_WITNESS_OPTION
+@click.option(
+    "--peer",
+    "peers",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Another auditor's record to compare with (repeatable): a round it recorded must be "
+    "the one this auditor (or the archive) holds.",
+)
+@click.option("--webhook", default=None, help="http(s) URL each alert is POSTed to (JSON).")
+@click.option("--once", is_flag=True, help="One pass, then exit (for cron and tests).")
+@click.option("--interval", default=60.0, show_default=True, help="Seconds between passes.")
+def watch(
+    database_url: str,
+    schema: str | None,
+    state: Path,
+    public_keys: tuple[str, ...],
+    witness: str | None,
+    peers: tuple[Path, ...],
+    webhook: str | None,
+    once: bool,
+    interval: float,
+) -> None:
+    """Record every signing round, check each extends the last one recorded (RFC 9162
+    consistency proof) and alert on a fork: exit 1, a log line, the webhook."""
+    from sagacity.consumers.archive._audit import trusted_keys
+    from sagacity.consumers.archive._db import connect
+    from sagacity.consumers.archive._watch import AuditorState, post_alerts, watch_once
+    from sagacity.errors import SagacityError
+
+    if interval <= 0:
+        fail("--interval must be positive")
+    record = AuditorState(state)
+    others = [AuditorState(p) for p in peers]
+    while True:
+        try:
+            pinned = _pinned(public_keys)
+            with connect(conninfo(database_url, schema)) as conn:
+                keys = trusted_keys(conn, pinned)
+                report = watch_once(conn, record, keys=keys, peers=others, witness=witness)
+        except SagacityError as exc:
+            fail(exc.message)
+        for signed in report.recorded:
+            click.echo(
+                f"round {signed.round_id} recorded: {signed.leaf_count} head(s), log of "
+                f"{signed.tree_size if signed.tree_size is not None else '-'}, root {signed.root}"
+            )
+        if report.alerts:
+            for alert in report.alerts:
+                click.echo(f"ALERT {alert.reason.value}: {alert.detail}", err=True)
+            if webhook is not None:
+                problem = post_alerts(webhook, report.alerts)
+                if problem is not None:
+                    click.echo(f"error: {problem}", err=True)
+            raise click.exceptions.Exit(EXIT_FAILED)
+        if report.latest is not None:
+            click.echo(f"consistent up to round {report.latest.round_id}:{report.latest.root}")
+        if not public_keys:
+            click.echo("note: round keys were read from the archive itself; pass --public-key")
+        if once:
+            return
+        time.sleep(interval)
