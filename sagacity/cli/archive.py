@@ -64,10 +64,19 @@ def migrate(database_url: str, schema: str | None, grant_role: str | None) -> No
     required=True,
     help="Ed25519 private key file.",
 )
-def checkpoint(database_url: str, schema: str | None, signing_key: Path) -> None:
+@click.option(
+    "--witness",
+    envvar="SAGACITY_ARCHIVE_WITNESS",
+    default=None,
+    help="File path or http(s) URL (JSON POST) to publish the latest signed round to.",
+)
+def checkpoint(
+    database_url: str, schema: str | None, signing_key: Path, witness: str | None
+) -> None:
     """Sign every archived head that moved since its last checkpoint, now."""
     from sagacity.consumers.archive._checkpoints import SignedRound, Signer, sign_pending
     from sagacity.consumers.archive._db import check_schema, connect
+    from sagacity.consumers.archive._witness import publish
     from sagacity.errors import SagacityError
 
     rounds: list[SignedRound] = []
@@ -76,6 +85,8 @@ def checkpoint(database_url: str, schema: str | None, signing_key: Path) -> None
         with connect(conninfo(database_url, schema)) as conn:
             check_schema(conn)
             signed = sign_pending(conn, signer, on_round=rounds.append)
+        if rounds and witness is not None:
+            publish(witness, rounds[-1], public_hex=signer.public_hex)
     except SagacityError as exc:
         fail(exc.message)
     click.echo(f"signed {signed} head(s) in {len(rounds)} round(s) with key {signer.key_id}")
