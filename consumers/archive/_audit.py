@@ -27,12 +27,19 @@ from sagacity.consumers.archive._checkpoints import (
     LOG_ROUND_FORMAT,
     Checkpoint,
     SignedRound,
+    bytes_signature_valid,
     leaf_hash,
     leaves_in_order,
     signature_valid,
 )
 from sagacity.consumers.archive._db import check_schema, mapped_errors
 from sagacity.consumers.archive._merkle import RootBuilder, decode_frontier
+from sagacity.consumers.archive._retention import (
+    NO_ANCHORS_ROOT,
+    RECORD_COLUMNS,
+    anchor_leaf,
+    record_of_row,
+)
 from sagacity.consumers.archive._schema import (
     LOG_VERSION,
     ROUNDS_VERSION,
@@ -58,6 +65,8 @@ class AuditReason(enum.StrEnum):
     """A checkpoint's signature does not verify: the checkpoint was altered or forged."""
     UNKNOWN_KEY = "unknown_key"
     """A checkpoint is signed by a key that is not trusted."""
+    FORGED_ANCHOR = "forged_anchor"
+    """The saga's retention anchor is not a leaf of a validly signed retention record."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +99,16 @@ class RoundAudit:
 
 
 @dataclass(kw_only=True)
+class RetentionAudit:
+    """The signed retention records an audit checked (docs/adr/0015-round-log.md), and the
+    findings of those that failed, by partition name: every anchor of a failed record fails
+    its saga (``forged_anchor``)."""
+
+    records: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
 class AuditSummary:
     """Totals over an audit run.  ``rounds.failed`` may name a round no saga's checkpoint
     points at any more (all its rows deleted): the run failed then too (:attr:`all_ok`)."""
@@ -101,12 +120,13 @@ class AuditSummary:
     by_reason: dict[AuditReason, int] = field(default_factory=dict)
     failures: list[SagaAudit] = field(default_factory=list)
     rounds: RoundAudit = field(default_factory=RoundAudit)
+    retention: RetentionAudit = field(default_factory=RetentionAudit)
     seconds: float = 0.0
 
     @property
     def all_ok(self) -> bool:
-        """Every saga and every signing round verified."""
-        return self.ok == self.sagas and not self.rounds.failed
+        """Every saga, every signing round and every retention record verified."""
+        return self.ok == self.sagas and not self.rounds.failed and not self.retention.failed
 
     def add(self, audit: SagaAudit, *, keep_failures: int = 100) -> None:
         """Count one saga's audit."""
@@ -686,6 +706,100 @@ def _audit_rounds(
     return audit
 
 
+def _judge_record(
+    name: str,
+    row: Sequence[Any] | None,
+    *,
+    anchors: int,
+    root: str,
+    problem: str | None,
+    keys: Mapping[str, bytes],
+) -> str | None:
+    """The finding on one retention record (``None``: verified)."""
+    if row is None:
+        return f"anchors name retention record {name!r}, which the archive does not hold"
+    record = record_of_row(row)
+    if record is None:
+        return (
+            f"the retention record of {name!r} is not signed (sign records of months dropped "
+            "before records were signed with `sagacity archive retention --sign-records`)"
+        )
+    public = keys.get(record.key_id)
+    if public is None:
+        return f"the retention record of {name!r} is signed by untrusted key {record.key_id}"
+    if not bytes_signature_valid(public, record.message(), record.signature):
+        return f"the signature of the retention record of {name!r} does not verify"
+    if problem is not None:
+        return f"retention record {name!r}: {problem}"
+    if (anchors, root) != (record.anchor_count, record.anchors_root):
+        return (
+            f"the anchors of {name!r} do not hash to its signed root ({record.anchor_count} "
+            f"signed, {anchors} held): an anchor was added, removed or changed"
+        )
+    return None
+
+
+def _audit_retention(
+    conn: psycopg.Connection,
+    *,
+    saga_id: str | None,
+    keys: Mapping[str, bytes],
+    fetch: int,
+) -> RetentionAudit:
+    """Check every signed retention record (or those of one saga's anchors) against its
+    anchors, streamed in leaf order, inside the caller's snapshot."""
+    audit = RetentionAudit()
+    scope = (
+        " WHERE partition_name IN (SELECT partition_name FROM archive_retention_anchor"
+        " WHERE saga_id = %(s)s)"
+        if saga_id is not None
+        else ""
+    )
+    with (
+        conn.cursor(name="sgc_audit_records") as record_cur,
+        conn.cursor(name="sgc_audit_anchors") as anchor_cur,
+    ):
+        record_cur.itersize = anchor_cur.itersize = fetch
+        record_cur.execute(
+            f"SELECT {RECORD_COLUMNS} FROM archive_retention{scope}"  # noqa: S608
+            ' ORDER BY partition_name COLLATE "C"',
+            {"s": saga_id},
+        )
+        anchor_cur.execute(
+            "SELECT partition_name, leaf_index, saga_id, seq, hash"  # noqa: S608
+            f' FROM archive_retention_anchor{scope} ORDER BY partition_name COLLATE "C",'
+            " leaf_index",
+            {"s": saga_id},
+        )
+        records, anchors = iter(record_cur), iter(anchor_cur)
+        row, anchor = next(records, None), next(anchors, None)
+        while row is not None or anchor is not None:
+            name = min(str(r[0]) for r in (row, anchor) if r is not None)
+            held = None
+            if row is not None and row[0] == name:
+                held, row = row, next(records, None)
+            builder, count, problem = RootBuilder(), 0, None
+            while anchor is not None and anchor[0] == name:
+                if problem is None and anchor[1] != count:
+                    problem = f"anchor {count} is missing or out of place"
+                builder.add(anchor_leaf(saga_id=anchor[2], seq=int(anchor[3]), hash=anchor[4]))
+                count += 1
+                anchor = next(anchors, None)
+            root = builder.root()
+            audit.records += 1
+            finding = _judge_record(
+                name,
+                held,
+                anchors=count,
+                root=root.hex() if root is not None else NO_ANCHORS_ROOT,
+                problem=problem,
+                keys=keys,
+            )
+            if finding is not None:
+                audit.failed[name] = finding
+    return audit
+
+
 def iter_audits(
     conn: psycopg.Connection,
     *,
@@ -695,6 +809,7 @@ def iter_audits(
     reference: bool = False,
     rounds: RoundAudit | None = None,
     known_rounds: Mapping[int, str] | None = None,
+    retention: RetentionAudit | None = None,
 ) -> Iterator[SagaAudit]:
     """Audit one saga, or every saga of the archive in saga id order.
 
@@ -728,7 +843,8 @@ def iter_audits(
         f"SELECT {_ROW_COLUMNS} FROM side_effect_journal {where} {order}, archive_id",  # noqa: S608
         "SELECT saga_id, seq, hash, signed_at_us, key_id, signature,"  # noqa: S608
         f" {round_columns} FROM archive_checkpoint {where} {order}",
-        f"SELECT saga_id, max(seq), (array_agg(hash ORDER BY seq DESC))[1]"  # noqa: S608
+        f"SELECT saga_id, max(seq), (array_agg(hash ORDER BY seq DESC))[1],"  # noqa: S608
+        " (array_agg(partition_name ORDER BY seq DESC))[1]"
         f" FROM archive_retention_anchor {where} GROUP BY saga_id {order}",
         f"SELECT saga_id, head_seq FROM archive_saga_head {where} {order}",  # noqa: S608
     )
@@ -762,6 +878,14 @@ def iter_audits(
             rounds.failed.update(checked_rounds.failed)
             rounds.latest = checked_rounds.latest
             rounds.last = checked_rounds.last
+        checked_records = (
+            _audit_retention(conn, saga_id=saga_id, keys=keys, fetch=fetch)
+            if version >= LOG_VERSION
+            else RetentionAudit()
+        )
+        if retention is not None:
+            retention.records += checked_records.records
+            retention.failed.update(checked_records.failed)
         streams: list[Iterator[tuple[str, list[Sequence[Any]]]]] = []
         for i, query in enumerate(queries):
             cur = cursors.enter_context(conn.cursor(name=f"sgc_audit_{i}"))
@@ -795,6 +919,18 @@ def iter_audits(
             anchor = (int(anchors[0][1]), anchors[0][2]) if anchors else None
             recorded_head = int(heads[0][1]) if heads else None
             after_seq, after_hash = anchor if anchor is not None else (0, GENESIS_HASH)
+            if anchors and anchors[0][3] in checked_records.failed:
+                yield SagaAudit(
+                    saga_id=saga,
+                    ok=False,
+                    events=len(rows),
+                    head_seq=after_seq,
+                    head_hash=after_hash,
+                    bad_seq=after_seq,
+                    reason=AuditReason.FORGED_ANCHOR,
+                    detail=checked_records.failed[anchors[0][3]],
+                )
+                continue
             head = (
                 None
                 if reference
@@ -859,6 +995,7 @@ def audit(
         reference=reference,
         rounds=summary.rounds,
         known_rounds=known_rounds,
+        retention=summary.retention,
     ):
         summary.add(result)
         if progress is not None:

@@ -95,6 +95,7 @@ def verify(
                     pinned_keys=pinned,
                     rounds=summary.rounds,
                     known_rounds=known,
+                    retention=summary.retention,
                 ):
                     summary.add(result, keep_failures=show)
                     bar.update(1)
@@ -166,6 +167,11 @@ def _print_summary(summary: AuditSummary, *, pinned: bool, every_saga: bool) -> 
         for round_id, (reason, detail) in sorted(summary.rounds.failed.items())[:20]:
             click.echo(f"{round_id:>13}  {reason.value:<20} {detail}")
         click.echo("")
+    if summary.retention.failed:
+        click.echo(f"{'retention record':<30} detail")
+        for name, detail in sorted(summary.retention.failed.items())[:20]:
+            click.echo(f"{name:<30} {detail}")
+        click.echo("")
     rate = summary.events / summary.seconds if summary.seconds else 0.0
     click.echo(f"{'sagas verified':<22} {summary.sagas:>12,}")
     click.echo(f"{'sagas ok':<22} {summary.ok:>12,}")
@@ -176,6 +182,8 @@ def _print_summary(summary: AuditSummary, *, pinned: bool, every_saga: bool) -> 
     click.echo(f"{'checkpoints verified':<22} {summary.checkpoints:>12,}")
     click.echo(f"{'signing rounds':<22} {summary.rounds.rounds:>12,}")
     click.echo(f"{'  failed':<22} {len(summary.rounds.failed):>12,}")
+    click.echo(f"{'retention records':<22} {summary.retention.records:>12,}")
+    click.echo(f"{'  failed':<22} {len(summary.retention.failed):>12,}")
     if every_saga and summary.rounds.latest is not None:
         round_id, root = summary.rounds.latest
         click.echo(f"latest signing round: {round_id}:{root}  (record it; pass it as --round)")
