@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -20,12 +21,13 @@ from sagacity.consumers.archive._checkpoints import (
     leaf_hash,
 )
 from sagacity.consumers.archive._db import check_schema, mapped_errors
+from sagacity.consumers.archive._retention import RECORD_COLUMNS, anchor_leaf, record_of_row
 from sagacity.consumers.archive._roundlog import (
     inclusion_proof_in_log,
     round_by_id,
     round_to_dict,
 )
-from sagacity.consumers.archive._schema import checkpoint_round_columns
+from sagacity.consumers.archive._schema import LOG_VERSION, checkpoint_round_columns
 from sagacity.errors import RoundLogError, UnknownSagaError
 
 BUNDLE_FORMAT = "sagacity-audit-bundle/3"
@@ -102,6 +104,50 @@ def _checkpoint(conn: psycopg.Connection, row: Sequence[Any]) -> dict[str, Any]:
     return out
 
 
+def _anchor(conn: psycopg.Connection, saga_id: str, version: int) -> dict[str, Any] | None:
+    """The saga's retention anchor for the manifest, with its signed retention record and
+    its inclusion proof to the record's anchors root (docs/adr/0015-round-log.md)."""
+    if version < LOG_VERSION:
+        row = conn.execute(
+            "SELECT seq, hash FROM archive_retention_anchor WHERE saga_id = %s"
+            " ORDER BY seq DESC LIMIT 1",
+            (saga_id,),
+        ).fetchone()
+        return None if row is None else {"seq": row[0], "hash": row[1]}
+    row = conn.execute(
+        "SELECT seq, hash, partition_name, leaf_index FROM archive_retention_anchor"
+        " WHERE saga_id = %s ORDER BY seq DESC LIMIT 1",
+        (saga_id,),
+    ).fetchone()
+    if row is None:
+        return None
+    seq, hash, name, leaf_index = row
+    out: dict[str, Any] = {"seq": seq, "hash": hash}
+    held = conn.execute(
+        f"SELECT {RECORD_COLUMNS} FROM archive_retention WHERE partition_name = %s",  # noqa: S608
+        (name,),
+    ).fetchone()
+    record = record_of_row(held) if held is not None else None
+    if record is None or leaf_index is None:
+        return out  # unsigned: the bundle's verifier refuses it
+    leaves = [
+        anchor_leaf(saga_id=s, seq=int(n), hash=h)
+        for s, n, h in conn.execute(
+            "SELECT saga_id, seq, hash FROM archive_retention_anchor WHERE partition_name = %s"
+            " ORDER BY leaf_index",
+            (name,),
+        )
+    ]
+    out["record"] = dataclasses.asdict(record)
+    out["leaf_index"] = leaf_index
+    out["proof"] = (
+        [p.hex() for p in inclusion_proof(leaves, leaf_index)]
+        if 0 <= leaf_index < len(leaves)
+        else []
+    )
+    return out
+
+
 def export_bundle(
     conn: psycopg.Connection, saga_id: str, out: Path, *, pinned_keys: tuple[bytes, ...] = ()
 ) -> SagaAudit:
@@ -131,11 +177,7 @@ def export_bundle(
                 (saga_id,),
             ).fetchall()
         ]
-        anchor = conn.execute(
-            "SELECT seq, hash FROM archive_retention_anchor WHERE saga_id = %s"
-            " ORDER BY seq DESC LIMIT 1",
-            (saga_id,),
-        ).fetchone()
+        anchor = _anchor(conn, saga_id, version)
     if not rows and not checkpoints:
         raise UnknownSagaError(
             f"the archive holds no entries for saga {saga_id!r}", saga_id=saga_id
@@ -178,7 +220,7 @@ def export_bundle(
         "events_sha256": hashlib.sha256(events).hexdigest(),
         "head_seq": head_seq,
         "head_hash": head_hash,
-        "anchor": {"seq": anchor[0], "hash": anchor[1]} if anchor else None,
+        "anchor": anchor,
         "canonical_form": "SGC1",
         "checkpoint_form": "SGCR2",
         "checkpoints": checkpoints,

@@ -318,6 +318,65 @@ def check_in_round(saga_id: str, cp: dict[str, Any], signed: dict[str, Any]) -> 
         )
 
 
+def retention_record_message(record: dict[str, Any]) -> bytes:
+    """The ``SGRT1`` bytes a retention record's signature covers (docs/adr/0015-round-log.md)."""
+    return b"".join(
+        (
+            b"SGRT1",
+            _field(record["partition_name"].encode("utf-8")),
+            _field(struct.pack(">q", record["range_from_us"])),
+            _field(struct.pack(">q", record["range_to_us"])),
+            _field(struct.pack(">q", record["row_count"])),
+            _field(record["export_sha256"].encode("ascii")),
+            _field(struct.pack(">q", record["anchor_count"])),
+            _field(record["anchors_root"].encode("ascii")),
+            _field(struct.pack(">q", record["signed_at_us"])),
+            _field(record["key_id"].encode("ascii")),
+        )
+    )
+
+
+def anchor_leaf(saga_id: str, seq: int, hash_hex: str) -> bytes:
+    """The Merkle leaf of a retention anchor: ``SHA-256(0x00 || "SGRA1" || fields)``."""
+    return hashlib.sha256(
+        b"\x00"
+        + b"SGRA1"
+        + _field(saga_id.encode("utf-8"))
+        + _field(struct.pack(">q", seq))
+        + _field(hash_hex.encode("ascii"))
+    ).digest()
+
+
+def check_anchor(saga_id: str, anchor: dict[str, Any], keys: dict[str, bytes]) -> None:
+    """Raise unless the retention anchor (where the bundle's chain starts, the months before
+    having been dropped) is a leaf of a retention record signed by a trusted key."""
+    seq = anchor["seq"]
+    record = anchor.get("record")
+    if record is None:
+        raise VerificationError(
+            seq, "forged_anchor", "the retention anchor is not covered by a signed record"
+        )
+    public = keys.get(record["key_id"])
+    if public is None or key_id(public) != record["key_id"]:
+        raise VerificationError(
+            seq,
+            "unknown_key",
+            f"the retention record is signed by untrusted key {record['key_id']}",
+        )
+    signature = bytes.fromhex(record["signature"])
+    if not ed25519_verify(public, retention_record_message(record), signature):
+        raise VerificationError(seq, "forged_anchor", "the retention record's signature fails")
+    leaf = anchor_leaf(saga_id, seq, anchor["hash"])
+    path = [bytes.fromhex(p) for p in anchor.get("proof", [])]
+    root = root_from_proof(leaf, anchor.get("leaf_index", -1), record["anchor_count"], path)
+    if root is None or root.hex() != record["anchors_root"]:
+        raise VerificationError(
+            seq,
+            "forged_anchor",
+            f"the anchor is not one the retention record of {record['partition_name']} signed",
+        )
+
+
 def key_id(public_key: bytes) -> str:
     """The short id of a raw public key: the first 16 hex characters of its SHA-256."""
     return hashlib.sha256(public_key).hexdigest()[:16]
@@ -402,6 +461,8 @@ def verify_bundle(directory: Path, pinned_key: bytes | None) -> str:
     keys = {k: bytes.fromhex(v) for k, v in manifest.get("public_keys", {}).items()}
     if pinned_key is not None:
         keys = {key_id(pinned_key): pinned_key}
+    if anchor:
+        check_anchor(saga_id, anchor, keys)
     by_seq = {e["seq"]: e["hash"] for e in events}
     checked = 0
     for cp in sorted(manifest.get("checkpoints", []), key=lambda c: (c["seq"], c["signed_at_us"])):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import subprocess
+import sys
 import uuid
 
 import psycopg
@@ -15,6 +17,7 @@ from click.testing import CliRunner
 
 from sagacity.cli import main
 from sagacity.consumers.archive import BatchArchiver, Signer, audit, generate_key, grant_archiver
+from sagacity.consumers.archive._export import export_bundle
 from sagacity.consumers.archive._retention import (
     cutoff_us,
     parse_keep,
@@ -290,3 +293,44 @@ def test_anchors_of_unsigned_records_fail_until_the_records_are_signed(
     with psycopg.connect(archive_dsn) as conn:
         summary = audit(conn, pinned_keys=keys)
     assert "does not verify" in summary.retention.failed["side_effect_journal_p202410"]
+
+
+def _verify_bundle(bundle, public_hex: str) -> tuple[int, str]:
+    script = str(bundle / "verify_bundle.py")
+    proc = subprocess.run(
+        [sys.executable, "-I", script, str(bundle), "--public-key", public_hex],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_a_bundle_proves_its_anchor_and_refuses_a_forged_one(
+    spanning, archive_dsn, tmp_path, signer
+):
+    """saga-span's bundle starts at its anchor: the anchor's signed retention record and its
+    inclusion proof travel with it, and the standalone verifier checks both."""
+    with psycopg.connect(archive_dsn) as conn:
+        run_retention(conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW, signer=signer)
+        assert export_bundle(conn, "saga-span", tmp_path / "b").ok
+    manifest_path = tmp_path / "b" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    anchor = manifest["anchor"]
+    assert (anchor["seq"], anchor["leaf_index"], anchor["record"]["anchor_count"]) == (3, 1, 2)
+    code, out = _verify_bundle(tmp_path / "b", signer.public_hex)
+    assert code == 0, out
+    for edit, reason in [
+        ({"leaf_index": 0}, "forged_anchor"),
+        ({"record": None}, "forged_anchor"),
+        ({"record": {**anchor["record"], "anchor_count": 3}}, "forged_anchor"),
+        ({"record": {**anchor["record"], "key_id": "feedfeedfeedfeed"}}, "unknown_key"),
+    ]:
+        forged = {**anchor, **edit}
+        if forged["record"] is None:
+            del forged["record"]
+        manifest_path.write_text(json.dumps({**manifest, "anchor": forged}))
+        code, out = _verify_bundle(tmp_path / "b", signer.public_hex)
+        assert code == 1, (edit, out)
+        assert f"FAILED: {reason} at seq 3:" in out, out
