@@ -547,6 +547,27 @@ def _log_from_leaves(conn: psycopg.Connection, up_to_round: int) -> RootBuilder:
     return builder
 
 
+def _leaf_problem(
+    leaf: Sequence[Any], expected: int, last_saga: str | None, signed: SignedRound | None
+) -> str | None:
+    """What is wrong with a round's leaf row ``(round_id, leaf_index, saga_id, seq, hash,
+    signed_at_us, key_id)`` expected at index ``expected``, if anything."""
+    index = int(leaf[1])
+    if index != expected:
+        after = f" (after saga {last_saga!r})" if last_saga is not None else ""
+        return (
+            f"leaf {expected} is missing{after}"
+            if index > expected
+            else f"leaf {index} appears twice"
+        )
+    if signed is not None and (leaf[5] != signed.signed_at_us or leaf[6] != signed.key_id):
+        return (
+            f"leaf {index} shows a signing time or key other than its round's"
+            " (those fields are covered by the round's signature only)"
+        )
+    return None
+
+
 def _audit_rounds(
     conn: psycopg.Connection,
     *,
@@ -620,34 +641,23 @@ def _audit_rounds(
             in_log = signed is not None and signed.format == LOG_ROUND_FORMAT
             if saga_id is not None and in_log:
                 log = _log_before(conn, before, version)
-            own = RootBuilder()
+            own = None if in_log else RootBuilder()  # a first-format round's own root
             kept: list[bytes] | None = [] if saga_id is not None and in_log else None
             leaves, problem, last_saga = 0, None, None
+            at_us, key = (signed.signed_at_us, signed.key_id) if signed else (None, None)
+            add = log.add
             while leaf is not None and int(leaf[0]) == round_id:
                 index = int(leaf[1])
-                if problem is None and index != own.count:
-                    after = f" (after saga {last_saga!r})" if last_saga is not None else ""
-                    problem = (
-                        f"leaf {own.count} is missing{after}"
-                        if index > own.count
-                        else f"leaf {index} appears twice"
-                    )
-                if (
-                    problem is None
-                    and signed is not None
-                    and (int(leaf[5]) != signed.signed_at_us or leaf[6] != signed.key_id)
-                ):
-                    problem = (
-                        f"leaf {index} shows a signing time or key other than its round's"
-                        " (those fields are covered by the round's signature only)"
-                    )
+                if problem is None and (index != leaves or leaf[5] != at_us or leaf[6] != key):
+                    problem = _leaf_problem(leaf, leaves, last_saga, signed)
                 try:
                     hashed = leaf_hash(saga_id=leaf[2], seq=int(leaf[3]), hash=leaf[4])
                 except (TypeError, ValueError, UnicodeError) as exc:
                     problem = problem or f"leaf {index} cannot be hashed: {exc}"
                     hashed = bytes(32)
-                own.add(hashed)
-                log.add(hashed)
+                add(hashed)
+                if own is not None:
+                    own.add(hashed)
                 if kept is not None:
                     kept.append(hashed)
                 last_saga = leaf[2]
@@ -658,7 +668,7 @@ def _audit_rounds(
                 round_id,
                 signed,
                 leaves=leaves,
-                root=log.root() if in_log else own.root(),
+                root=log.root() if own is None else own.root(),
                 log_size=log.count,
                 problem=problem,
                 keys=keys,

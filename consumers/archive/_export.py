@@ -54,7 +54,8 @@ Exit status 0 means: every entry hashes to its recorded hash (canonical form `SG
 to the one before from the genesis hash, the chain ends at the manifest's head, and every signed
 checkpoint verifies under the key and matches the chain at its seq.  Otherwise the first failure
 is printed with its seq and reason (`edited`, `gap`, `reordered`, `broken_link`,
-`wrong_genesis`, `truncated`, `checkpoint_mismatch`, `bad_signature`, `unknown_key`).
+`wrong_genesis`, `truncated`, `checkpoint_mismatch`, `bad_signature`, `unknown_key`,
+`forged_anchor`).
 
 Obtain the public key from the archive's operator through a channel other than this bundle:
 without `--public-key` the key in the manifest is used, which shows only that the bundle is
@@ -62,9 +63,9 @@ self-consistent.  The archive's key id(s): {key_ids}.
 
 The canonical form and the checkpoint forms are specified in the project's
 docs/adr/0002-hash-chain.md, docs/adr/0006-archive-and-checkpoints.md (per-head signatures) and
-docs/adr/0012-checkpoint-rounds.md (signing rounds: a Merkle root signed once, each checkpoint
-with its inclusion proof); the verifier is short
-enough to read in full.
+docs/adr/0012-checkpoint-rounds.md and docs/adr/0015-round-log.md (signing rounds: the
+Merkle root of every head signed so far, signed once, each checkpoint with its inclusion proof;
+a retention anchor with its signed record); the verifier is short enough to read in full.
 """
 
 

@@ -183,7 +183,7 @@ def _print_summary(summary: AuditSummary, *, pinned: bool, every_saga: bool) -> 
     click.echo(f"{'signing rounds':<22} {summary.rounds.rounds:>12,}")
     click.echo(f"{'  failed':<22} {len(summary.rounds.failed):>12,}")
     click.echo(f"{'retention records':<22} {summary.retention.records:>12,}")
-    click.echo(f"{'  failed':<22} {len(summary.retention.failed):>12,}")
+    click.echo(f"{'  records failed':<22} {len(summary.retention.failed):>12,}")
     if every_saga and summary.rounds.latest is not None:
         round_id, root = summary.rounds.latest
         click.echo(f"latest signing round: {round_id}:{root}  (record it; pass it as --round)")

@@ -413,3 +413,23 @@ def test_verify_checks_the_witness(archiver, archive_dsn, signer, tmp_path):
     code, out = run(*verify, "--witness", str(witness))
     assert code == 2
     assert "holds no signed round" in out
+
+
+@pytest.mark.parametrize("column", ["signed_at_us", "key_id"])
+def test_a_checkpoint_showing_another_time_or_key_than_its_round_fails(
+    archiver, archive_dsn, signer, column
+):
+    """A checkpoint row's time and key are shown (in bundles too) but signed only as its
+    round's: a row showing others fails its round."""
+    _rounds(archiver, archive_dsn, signer, 1)
+    value = "feedfeedfeedfeed" if column == "key_id" else 42
+    tamper(
+        archive_dsn,
+        (f"UPDATE archive_checkpoint SET {column} = %s WHERE saga_id = 'l-2'", (value,)),
+    )
+    with psycopg.connect(archive_dsn) as conn:
+        summary = audit(conn, pinned_keys=[signer.public_raw])
+    ((reason, detail),) = summary.rounds.failed.values()
+    assert reason == "bad_signature"
+    assert "leaf 1 shows a signing time or key other than its round's" in detail
+    assert len(summary.failures) == 3
