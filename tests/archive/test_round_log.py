@@ -237,3 +237,51 @@ def test_standalone_verifier_agrees_on_log_rounds(tmp_path):
         for moved in ({"leaf_index": (index + 1) % 3}, {"signed_at_us": 6}):
             with pytest.raises(verify_bundle.VerificationError, match="bad_signature"):
                 verify_bundle.check_in_round(f"s-{place}", {**checkpoint, **moved}, as_manifest)
+
+
+def test_a_witness_over_http_keeps_what_was_posted(tmp_path):
+    """An http(s) witness receives each round as a JSON POST; verify and the auditor read it
+    back with GET.  A witness that answers with something else is an error, not a pass."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from sagacity.consumers.archive._witness import publish, read
+    from sagacity.errors import WitnessError
+
+    kept: list[bytes] = []
+
+    class Witness(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            kept.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(204)
+            self.end_headers()
+
+        def do_GET(self) -> None:
+            body = kept[-1] if kept else b"nothing"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Witness)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/latest"
+    try:
+        with pytest.raises(WitnessError, match="holds no signed round"):
+            read(url)
+        signer = generate_key(tmp_path / "k.pem")
+        signed = signer.sign_log_round(
+            round_id=3, tree_size=9, leaf_count=4, root="ab" * 32, signed_at_us=7
+        )
+        publish(url, signed, public_hex=signer.public_hex)
+        assert json.loads(kept[-1])["public_key"] == signer.public_hex
+        assert read(url) == signed
+    finally:
+        server.shutdown()
+        server.server_close()
+    with pytest.raises(WitnessError, match="refused the round"):
+        publish(url, signed, public_hex=signer.public_hex)
