@@ -289,7 +289,8 @@ def _record_new(
 
 def _compare_peer(conn: psycopg.Connection, state: AuditorState, peer: AuditorState) -> list[Alert]:
     """Every round ``peer`` recorded must be the one this auditor recorded with that id, or
-    (one it did not record) the one the archive holds: a peer shown another history differs."""
+    (one it did not record) the one the archive holds: a peer shown another history differs,
+    and a round a peer saw that the archive no longer holds was removed."""
     alerts: list[Alert] = []
     own = state.rounds()
     mine = next(own, None)
@@ -310,7 +311,17 @@ def _compare_peer(conn: psycopg.Connection, state: AuditorState, peer: AuditorSt
                 return alerts
             continue
         held = round_by_id(conn, theirs.round_id)
-        if held is not None and not _same(held, theirs):
+        if held is None:
+            alerts.append(
+                Alert(
+                    reason=AlertReason.ROLLBACK,
+                    round_id=theirs.round_id,
+                    detail=f"auditor record {peer.path} holds round {theirs.round_id}, which "
+                    "the archive does not hold: signing rounds were removed",
+                )
+            )
+            return alerts
+        if not _same(held, theirs):
             alerts.append(
                 Alert(
                     reason=AlertReason.FORK,

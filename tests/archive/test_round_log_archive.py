@@ -337,6 +337,11 @@ def test_the_auditor_catches_removed_rounds_and_bad_signatures(
     with psycopg.connect(archive_dsn) as conn:
         (alert,) = watch_once(conn, state, keys=keys).alerts
         assert alert.reason is AlertReason.ROLLBACK
+        # An auditor starting now sees a consistent archive, until it compares with the first.
+        late = AuditorState(tmp_path / "late.jsonl")
+        assert watch_once(conn, late, keys=keys).ok
+        (alert,) = watch_once(conn, late, keys=keys, peers=[state]).alerts
+        assert (alert.reason, alert.round_id) == (AlertReason.ROLLBACK, ids[-1])
         fresh = AuditorState(tmp_path / "fresh.jsonl")
         stranger = generate_key(tmp_path / "other.key")
         (alert,) = watch_once(conn, fresh, keys={stranger.key_id: stranger.public_raw}).alerts
