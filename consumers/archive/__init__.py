@@ -4,6 +4,7 @@ retained and exported for auditors (docs/adr/0006-archive-and-checkpoints.md).""
 from sagacity.consumers.archive._audit import (
     AuditReason,
     AuditSummary,
+    RetentionAudit,
     RoundAudit,
     SagaAudit,
     audit,
@@ -41,6 +42,7 @@ __all__ = [
     "PostgresSagaIndex",
     "QuarantineReason",
     "RawEvent",
+    "RetentionAudit",
     "RoundAudit",
     "SagaAudit",
     "SignedRound",

@@ -438,3 +438,15 @@ def test_a_checkpoint_showing_another_time_or_key_than_its_round_fails(
     assert reason == "bad_signature"
     assert "leaf 1 shows a signing time or key other than its round's" in detail
     assert len(summary.failures) == 3
+
+
+def test_audit_watch_refuses_a_state_file_it_cannot_read(archive_dsn, tmp_path):
+    """A damaged record is an error (exit 2) naming the line, never a pass or a reset."""
+    state = tmp_path / "state.jsonl"
+    state.write_text('{"round_id": 1}\n')
+    code, _, err = _watch(archive_dsn, state)
+    assert code == 2
+    assert "state.jsonl:1 is not a recorded round" in err
+    assert state.read_text() == '{"round_id": 1}\n'
+    code, _, err = _watch(archive_dsn, tmp_path / "new.jsonl", "--interval", "0")
+    assert (code, "--interval must be positive" in err) == (2, True)
