@@ -6,6 +6,8 @@ histories; the witness."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,6 +25,7 @@ from sagacity.consumers.archive._checkpoints import (
     leaf_hash,
     merkle_root,
 )
+from sagacity.consumers.archive._export import export_bundle
 from sagacity.consumers.archive._merkle import consistency_proof, verify_consistency
 from sagacity.consumers.archive._roundlog import consistency_proof_between, rounds_after
 from sagacity.consumers.archive._watch import AlertReason, AuditorState, watch_once
@@ -240,6 +243,29 @@ def test_first_format_rounds_verify_and_the_log_continues_after_them(
     assert (summary.all_ok, summary.rounds.rounds, summary.checkpoints) == (True, 5, 15)
     assert report.ok, report.alerts
     assert [r.round_id for r in report.recorded] == [r.round_id for r in rounds]
+    # A bundle mixing both formats: the package and the standalone verifier agree.
+    with psycopg.connect(archive_dsn) as conn:
+        verdict = export_bundle(conn, "l-2", tmp_path / "bundle")
+    assert verdict.ok
+    manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
+    assert [c["round"]["format"] for c in manifest["checkpoints"]] == [
+        "SGCR1",
+        "SGCR1",
+        "SGCR2",
+        "SGCR2",
+        "SGCR2",
+    ]
+    script = tmp_path / "bundle" / "verify_bundle.py"
+    command = [sys.executable, "-I", str(script), str(tmp_path / "bundle")]
+    done = subprocess.run(
+        [*command, "--public-key", signer.public_hex],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "5 signed checkpoint(s) verified" in done.stdout
 
 
 def _watch(dsn: str, state, *extra: str) -> tuple[int, str, str]:
