@@ -16,7 +16,14 @@ from archive_helpers import as_raw, decode, make_chain, rows, with_option
 from click.testing import CliRunner
 
 from sagacity.cli import main
-from sagacity.consumers.archive import BatchArchiver, Signer, audit, generate_key, grant_archiver
+from sagacity.consumers.archive import (
+    BatchArchiver,
+    Signer,
+    audit,
+    generate_key,
+    grant_archiver,
+    sign_pending,
+)
 from sagacity.consumers.archive._export import export_bundle
 from sagacity.consumers.archive._retention import (
     cutoff_us,
@@ -288,7 +295,8 @@ def test_anchors_of_unsigned_records_fail_until_the_records_are_signed(
         assert {f.reason for f in summary.failures} == {"forged_anchor"}
         assert sign_records(conn, signer) == 1
         assert sign_records(conn, signer) == 0
-        assert audit(conn, pinned_keys=keys).all_ok
+        after = audit(conn, pinned_keys=keys)
+        assert (after.retention.records, after.retention.failed, after.failures) == (1, {}, [])
     _forge_anchor(archive_dsn, [("UPDATE archive_retention SET row_count = row_count - 1", ())])
     with psycopg.connect(archive_dsn) as conn:
         summary = audit(conn, pinned_keys=keys)
@@ -313,6 +321,7 @@ def test_a_bundle_proves_its_anchor_and_refuses_a_forged_one(
     """saga-span's bundle starts at its anchor: the anchor's signed retention record and its
     inclusion proof travel with it, and the standalone verifier checks both."""
     with psycopg.connect(archive_dsn) as conn:
+        assert sign_pending(conn, signer) == 2  # the head is signed: the bundle covers it
         run_retention(conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW, signer=signer)
         assert export_bundle(conn, "saga-span", tmp_path / "b").ok
     manifest_path = tmp_path / "b" / "manifest.json"

@@ -234,7 +234,7 @@ def test_standalone_verifier_agrees_on_log_rounds(tmp_path):
             "proof": [p.hex() for p in inclusion_proof(leaves, place)],
         }
         verify_bundle.check_in_round(f"s-{place}", checkpoint, as_manifest)
-        for moved in ({"leaf_index": (index + 1) % 3}, {"signed_at_us": 6}):
+        for moved in ({"leaf_index": (index + 1) % 3}, {"hash": hashes[(place + 1) % 11]}):
             with pytest.raises(verify_bundle.VerificationError, match="bad_signature"):
                 verify_bundle.check_in_round(f"s-{place}", {**checkpoint, **moved}, as_manifest)
 
