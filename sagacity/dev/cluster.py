@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 
 from sagacity.dev import _proc
 from sagacity.dev._jars import KAFKA_VERSION
-from sagacity.dev._ports import HOST, pick_free_port, port_answers
+from sagacity.dev._ports import HOST, pick_free_port, port_answers, port_is_free
 from sagacity.dev.kafka import KafkaBroker, random_cluster_id
 from sagacity.errors import DevStackError, PortInUseError
 
@@ -198,7 +197,7 @@ class KafkaCluster:
     def _spawn(self, node: KafkaBroker) -> Any:
         port, controller = self._ports(node)
         for wanted in (port, controller):
-            if not _bindable(wanted):
+            if not port_is_free(wanted):
                 raise PortInUseError(wanted)
         return node.spawn(port, controller)
 
@@ -308,21 +307,6 @@ class KafkaCluster:
                 )
             )
         return out
-
-
-def _bindable(port: int) -> bool:
-    """Whether the JVM could listen on ``port`` now.
-
-    Java listens with ``SO_REUSEADDR``, so the connections a killed node left in TIME_WAIT do
-    not keep it off its own port; only another listener does.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-    return True
 
 
 def _proc_state(pid: int) -> str:
