@@ -12,8 +12,9 @@ looks for on the topic and in the archive. A saga whose run raised (the cluster 
 unavailable past the ack timeout) is recorded with its error and no acknowledged events.
 
 Settings from the environment: ``SAGACITY_BOOTSTRAP_SERVERS``, ``SAGACITY_TOPIC``,
-``FAULT_TOOLS_DSN``, ``FAULT_APPROVALS_URL`` (replicas, comma-separated), ``FAULT_APPROVER_TOKEN``, ``FAULT_PACE_S``
-(pause between sagas) and ``SAGACITY_ACK_TIMEOUT_S``.
+``FAULT_TOOLS_DSN``, ``FAULT_APPROVALS_URL`` (the replicas, comma-separated),
+``FAULT_APPROVER_TOKEN``, ``FAULT_PACE_S`` (pause between sagas) and
+``SAGACITY_ACK_TIMEOUT_S``.
 """
 
 from __future__ import annotations
