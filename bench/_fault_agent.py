@@ -166,8 +166,10 @@ def main() -> None:
                 record["events"] = [[e.seq, e.hash] for e in acked.entries_by_saga.pop(saga, [])]
                 if kind == "gated" and result.awaiting_seq is not None:
                     trace: list[str] = []
+                    # The approver keeps trying for two minutes, but not long past the run.
+                    give_up = time.monotonic() + min(120.0, max(20.0, deadline_at - time.time()))
                     record["approved_status"] = _approve_and_resume(
-                        clients, saga, result.awaiting_seq, time.monotonic() + 120, trace
+                        clients, saga, result.awaiting_seq, give_up, trace
                     )
                     if record["approved_status"] != "COMPLETED":
                         record["approval_trace"] = trace[-12:]

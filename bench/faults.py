@@ -485,6 +485,18 @@ def _needs_compensation(entries: list[Any]) -> bool:
     return requested and _final_status(entries) != "COMPENSATED"
 
 
+def _open_after_resume(entries: list[Any]) -> bool:
+    """The approved call ran (its ``EXECUTED`` follows an ``APPROVED``) but no ``SAGA_ENDED``
+    came after it: the resuming process died in between."""
+    approved = False
+    for index, entry in enumerate(entries):
+        if entry.event_type is EventType.APPROVED:
+            approved = True
+        elif approved and entry.event_type is EventType.EXECUTED:
+            return not any(e.event_type is EventType.SAGA_ENDED for e in entries[index:])
+    return False
+
+
 def _tail(path: Path, lines: int = 30) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -582,7 +594,9 @@ def check(run: Run) -> Verdict:
             None,
             "COMPLETED",
         ):
-            info["gated: still waiting when the run ended"] += 1
+            info["gated: not completed when the run ended"] += 1
+        if _open_after_resume(entries):
+            info["gated: resumed call ran, saga never ended"] += 1
         if _needs_compensation(entries):
             info["sagas: compensation unfinished"] += 1
     info["topic: undecodable messages"] = run.skipped
@@ -731,7 +745,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     quick = args.quick
     plan = Plan(
-        duration_s=args.duration or (75.0 if quick else 600.0),
+        duration_s=args.duration or (70.0 if quick else 600.0),
         agents=args.agents or (2 if quick else 3),
         service_kill_every_s=6.0 if quick else 10.0,
         broker_fault_every_s=12.0 if quick else 20.0,

@@ -67,13 +67,17 @@ def down(kafka: bool, postgres: bool, purge: bool) -> None:
 
 
 @dev.command("status")
-def status() -> None:
-    """Show each service's pid, address and whether it answers; exit 1 if any is down."""
+@click.option("--kafka/--no-kafka", default=True, help="Show the Kafka broker(s).")
+@click.option("--postgres/--no-postgres", default=True, help="Show the PostgreSQL server.")
+def status(kafka: bool, postgres: bool) -> None:
+    """Show each service's (each broker's) pid, address and state; exit 1 if one shown is down."""
     from sagacity.dev import Stack
 
     stack = Stack()
     all_up = True
     for service in stack.status():
+        if not (postgres if service.name == "postgres" else kafka):
+            continue
         state = service.detail or ("running" if service.running else "stopped")
         all_up = all_up and service.running
         click.echo(f"{service.name:<9} {state:<8} pid={service.pid or '-'} {service.address or ''}")
