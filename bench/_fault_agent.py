@@ -130,7 +130,7 @@ def main() -> None:
         read_timeout_s=60.0,
     )
     acked = _Acked(journal)
-    agent = Sagacity(acked, compensation="delegated")  # type: ignore[arg-type]
+    agent = Sagacity(acked, compensation="delegated")
     agent.wrap(Shop(os.environ["FAULT_TOOLS_DSN"]))
     charge, reserve, wire = (agent.registry.get(t) for t in ("charge", "reserve", "wire"))
     assert charge is not None

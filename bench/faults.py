@@ -522,12 +522,48 @@ class Verdict:
         return clean and self.acked_events > 0
 
 
-def check(run: Run) -> Verdict:
-    """Count, per saga, what the topic, the archive and the side-effect tables say."""
-    acks = run.acks()
-    sagas = run.read_topic()
+@dataclass(frozen=True, kw_only=True)
+class Observed:
+    """Everything the checker reads, gathered once after the run.
+
+    Attributes:
+        acks: per saga, the agent's record (kind, status, acknowledged ``[seq, hash]`` pairs).
+        topic: per saga, the topic's read (accepted chain, rejected events).
+        archive: ``(saga, seq, hash)`` rows of the archive, counted.
+        effects / calls: per idempotency key ``saga:seq``, undo effects and undo calls.
+        wires: per saga, executions of the gated wire.
+        skipped: undecodable messages on the topic.
+    """
+
+    acks: dict[str, dict[str, Any]]
+    topic: dict[str, SagaRead]
+    archive: Counter[tuple[str, int, str]]
+    effects: Counter[str]
+    calls: Counter[str]
+    wires: Counter[str]
+    skipped: int = 0
+
+
+def observe(run: Run) -> Observed:
+    """Read the agents' records, the topic from the start, the archive and the tools' tables."""
+    topic = run.read_topic()
     archive, _heads = run.read_archive()
     effects, calls, wires = run.read_effects()
+    return Observed(
+        acks=run.acks(),
+        topic=topic,
+        archive=archive,
+        effects=effects,
+        calls=calls,
+        wires=wires,
+        skipped=run.skipped,
+    )
+
+
+def check(seen: Observed) -> Verdict:
+    """Count, per saga, what the topic, the archive and the side-effect tables say."""
+    acks, sagas, archive = seen.acks, seen.topic, seen.archive
+    effects, calls, wires = seen.effects, seen.calls, seen.wires
     counts: dict[tuple[str, str], list[int]] = {key: [0, 0] for key in CHECKS}
     info: Counter[str] = Counter()
     examples: list[str] = []
@@ -599,7 +635,7 @@ def check(run: Run) -> Verdict:
             info["gated: resumed call ran, saga never ended"] += 1
         if _needs_compensation(entries):
             info["sagas: compensation unfinished"] += 1
-    info["topic: undecodable messages"] = run.skipped
+    info["topic: undecodable messages"] = seen.skipped
     return Verdict(
         counts=counts, info=dict(info), sagas=kinds, acked_events=acked_events, examples=examples
     )
@@ -690,7 +726,7 @@ def run_faults(plan: Plan) -> tuple[Verdict, Faults, float, Run]:
         run.stop_supervisor.set()
         for service in run.services:
             service.stop()
-        verdict = check(run)
+        verdict = check(observe(run))
         return verdict, run.faults, time.monotonic() - began, run
     finally:
         run.stop_faults.set()
