@@ -429,13 +429,15 @@ class Run:
 
     # -- reading back -----------------------------------------------------------------------
     def read_topic(self) -> dict[str, SagaRead]:
-        reader = SagaReader(
-            {"bootstrap.servers": self.bootstrap}, self.topic, partitions=PARTITIONS, timeout=120
-        )
+        config: dict[str, str | int | float | bool] = {"bootstrap.servers": self.bootstrap}
+        # After a wiped disk the topic may have come back with other settings (auto-created).
+        meta = AdminClient(config).list_topics(timeout=60).topics.get(self.topic)
+        partitions = len(meta.partitions) if meta is not None and meta.partitions else 0
+        reader = SagaReader(config, self.topic, partitions=max(1, partitions), timeout=120)
         sagas: dict[str, SagaRead] = {}
         skipped = 0
         try:
-            for partition in range(PARTITIONS):
+            for partition in range(partitions):
                 read = reader.read_partition(partition)
                 sagas.update(read.sagas)
                 skipped += len(read.skipped)
@@ -592,7 +594,13 @@ def check(seen: Observed) -> Verdict:
         acked = {(int(s), str(h)) for s, h in record.get("events", [])}
         acked_events += len(acked)
         missing = acked - accepted
-        count(("topic", "lost"), saga, len(missing - rejected_pairs), str(sorted(missing)[:3]))
+        lost = missing - rejected_pairs
+        count(("topic", "lost"), saga, len(lost), str(sorted(lost)[:3]))
+        archived = archived_by_saga.get(saga, Counter())
+        if lost:
+            kept = sum(1 for pair in lost if archived.get(pair))
+            info["topic: lost events still in the archive"] += kept
+            info["topic: lost events in neither topic nor archive"] += len(lost) - kept
         count(("topic", "reordered"), saga, len(missing & rejected_pairs))
         dupes = [r for r in rejected if r.kind is ForkKind.DUPLICATE]
         count(("topic", "duplicated"), saga, len(dupes))
@@ -602,7 +610,6 @@ def check(seen: Observed) -> Verdict:
         if read is not None and read.entries:
             verdict = verify(read.entries, saga_id=saga)
             count(("chain", "fails verify"), saga, 0 if verdict.ok else 1, str(verdict))
-        archived = archived_by_saga.get(saga, Counter())
         count(("archive", "missing"), saga, len(accepted - set(archived)))
         doubled = sum(n - 1 for n in archived.values() if n > 1)
         foreign = sum(n for pair, n in archived.items() if pair not in accepted)
@@ -786,7 +793,7 @@ def main(argv: list[str] | None = None) -> int:
         service_kill_every_s=6.0 if quick else 10.0,
         broker_fault_every_s=12.0 if quick else 20.0,
         pace_s=0.2,
-        settle_s=120.0 if quick else 300.0,
+        settle_s=30.0 if args.replication == 1 else (120.0 if quick else 300.0),
         replication=args.replication,
         seed=args.seed if args.seed is not None else random.randrange(1 << 30),
         home=args.home.resolve(),
