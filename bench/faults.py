@@ -488,14 +488,13 @@ def _needs_compensation(entries: list[Any]) -> bool:
 
 
 def _open_after_resume(entries: list[Any]) -> bool:
-    """The approved call ran (its ``EXECUTED`` follows an ``APPROVED``) but no ``SAGA_ENDED``
-    came after it: the resuming process died in between."""
-    approved = False
+    """A resume began (an ``INTENT`` after an ``APPROVED``) but no ``SAGA_ENDED`` came after
+    it: the resuming process died before or after the call, before the saga ended."""
     for index, entry in enumerate(entries):
         if entry.event_type is EventType.APPROVED:
-            approved = True
-        elif approved and entry.event_type is EventType.EXECUTED:
-            return not any(e.event_type is EventType.SAGA_ENDED for e in entries[index:])
+            after = entries[index + 1 :]
+            began = any(e.event_type is EventType.INTENT for e in after)
+            return began and not any(e.event_type is EventType.SAGA_ENDED for e in after)
     return False
 
 
@@ -639,7 +638,7 @@ def check(seen: Observed) -> Verdict:
         ):
             info["gated: not completed when the run ended"] += 1
         if _open_after_resume(entries):
-            info["gated: resumed call ran, saga never ended"] += 1
+            info["gated: resume interrupted, saga never ended"] += 1
         if _needs_compensation(entries):
             info["sagas: compensation unfinished"] += 1
     info["topic: undecodable messages"] = seen.skipped
@@ -790,7 +789,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = Plan(
         duration_s=args.duration or (70.0 if quick else 600.0),
         agents=args.agents or (2 if quick else 3),
-        service_kill_every_s=6.0 if quick else 10.0,
+        service_kill_every_s=6.0 if quick else 9.0,
         broker_fault_every_s=12.0 if quick else 20.0,
         pace_s=0.2,
         settle_s=30.0 if args.replication == 1 else (120.0 if quick else 300.0),
