@@ -262,8 +262,20 @@ class KafkaCluster:
 
     def pause(self, node_id: int) -> bool:
         """SIGSTOP node ``node_id``: it keeps its sockets but answers nothing (a zombie leader
-        until the controllers fence it). Return whether it was running."""
-        return self._signal(self.node(node_id), signal.SIGSTOP)
+        until the controllers fence it). Return whether it was running.
+
+        Returns once the process shows as stopped (a group stop reaches every thread of the
+        JVM asynchronously), so a status right after says ``paused``.
+        """
+        node = self.node(node_id)
+        pid = self._pid(node)
+        if pid is None:
+            return False
+        os.kill(pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 5.0
+        while _proc_state(pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return True
 
     def resume(self, node_id: int) -> bool:
         """SIGCONT a paused node ``node_id``; return whether it was running."""
