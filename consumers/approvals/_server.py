@@ -21,6 +21,8 @@ from sagacity.consumers.approvals._metrics import GateCollector, exposition
 from sagacity.consumers.approvals._service import ApprovalService
 from sagacity.consumers.approvals._settings import ApprovalsSettings
 from sagacity.consumers.approvals._store import ApprovalStore
+from sagacity.consumers.approvals.console import SessionStore, create_console
+from sagacity.consumers.approvals.console._archive import ArchiveView
 from sagacity.errors import ConfigurationError, SagacityError
 from sagacity.journal import Journal
 
@@ -144,6 +146,20 @@ class ApprovalsServer:
             metrics=exposition(collector),
             health=self.health,
         )
+        self.sessions = SessionStore(self.store, ttl_s=settings.console_session_ttl_s)
+        if auth is not None:
+            # The console needs signed-in principals; with --insecure-dev it is not served.
+            self.app.mount(
+                "/ui",
+                create_console(
+                    self.service,
+                    auth=auth,
+                    sessions=self.sessions,
+                    archive=ArchiveView(settings.archive_database_url)
+                    if settings.archive_database_url
+                    else None,
+                ),
+            )
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
         self.app.router.on_startup.append(self.start)
@@ -186,6 +202,7 @@ class ApprovalsServer:
                 banner,
             )
         self.store.migrate()
+        self.sessions.migrate()
         if self.consumer is not None:
             self.consumer.start()
         self._sweeper = threading.Thread(target=self._sweep, name="sagacity-approvals-sweep")
