@@ -11,9 +11,10 @@ import uuid
 from typing import Any
 
 import pytest
+from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 
-from sagacity import EventType, SagaStatus
+from sagacity import EventType, SagaStatus, verify
 from tests.console.conftest import World
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
@@ -69,3 +70,180 @@ def test_sign_in_see_the_exact_payload_approve_and_the_saga_completes(world: Wor
     driver.get(f"{world.url}/ui/sagas/{saga}")
     assert "COMPLETED" in driver.find_element(By.TAG_NAME, "h1").text
     assert "verified" in driver.find_element(By.CSS_SELECTOR, ".verdict").text
+
+
+def approve_in(driver: Any) -> None:
+    driver.find_element(By.CSS_SELECTOR, 'button[name="decision"][value="approve"]').click()
+
+
+def test_privileged_needs_a_second_principal_in_a_second_browser(world: World) -> None:
+    saga = saga_id("grant")
+    seq = world.gate(saga, ("grant", {"order": saga, "role": "operator"}))
+    world.server.service.materialise(saga)
+    alice = world.sign_in("alice")
+    open_request(world, "alice", saga, seq)
+    assert "0 of 2" in alice.find_element(By.CSS_SELECTOR, ".state").text
+    approve_in(alice)
+    state = alice.find_element(By.CSS_SELECTOR, ".state").text
+    assert "1 of 2 (alice@example.com)" in state
+    assert "needs another person's signature" in state
+    # The same person signing twice is refused with the core's message.
+    approve_in(alice)
+    assert (
+        "alice@example.com already signed this request"
+        in alice.find_element(By.CSS_SELECTOR, ".refusal").text
+    )
+    stored = next(e for e in world.agent.entries(saga) if e.seq == seq).payload
+    assert stored is not None
+    bob = world.sign_in("bob")
+    open_request(world, "bob", saga, seq)
+    approve_in(bob)
+    assert "approved by bob@example.com" in bob.find_element(By.CSS_SELECTOR, ".decided").text
+    result = world.agent.resume_saga(saga, seq, stored)
+    assert result.status is SagaStatus.COMPLETED
+    signers = [e.actor for e in world.agent.entries(saga) if e.event_type is E.APPROVED]
+    assert signers == ["alice@example.com", "bob@example.com"]
+
+
+def test_reject_hands_the_saga_to_compensation(world: World) -> None:
+    saga = saga_id("reject")
+    seq = world.gate(
+        saga,
+        ("reserve", {"order": saga, "item": "desk"}),
+        ("wire", {"order": saga, "amount": 5000}),
+    )
+    world.server.service.materialise(saga)
+    driver = world.sign_in("alice")
+    open_request(world, "alice", saga, seq)
+    driver.find_element(By.ID, "reason").send_keys("not this vendor")
+    driver.find_element(By.CSS_SELECTOR, 'button[name="decision"][value="reject"]').click()
+    assert "Your rejection is recorded" in driver.page_source
+    final = world.agent.wait_for_outcome(saga, timeout=30)
+    assert final.status is SagaStatus.REJECTED
+    assert [t for s, _q, t in world.effects() if s == saga] == ["reserve"]
+    rejected = [e for e in world.agent.entries(saga) if e.event_type is E.REJECTED]
+    assert [(e.actor, e.error) for e in rejected] == [("alice@example.com", "not this vendor")]
+    # Someone opening it afterwards sees who decided and when; the buttons are gone.
+    bob = world.sign_in("bob")
+    open_request(world, "bob", saga, seq)
+    decided = bob.find_element(By.CSS_SELECTOR, ".decided").text
+    assert "rejected by alice@example.com at 20" in decided
+    assert not bob.find_elements(By.CSS_SELECTOR, 'button[name="decision"]')
+
+
+def test_a_suspect_step_settled_executed_is_undone_once(world: World) -> None:
+    from tests.compensation.test_settlement_e2e import suspect_saga
+
+    saga = saga_id("suspect")
+    seq = suspect_saga(world.agent, saga)
+    driver = world.sign_in("alice")
+
+    def settle_form() -> Any:
+        driver.get(f"{world.url}/ui/attention")
+        found = driver.find_elements(
+            By.CSS_SELECTOR, f'form.settle[data-saga-id="{saga}"][data-seq="{seq}"]'
+        )
+        return found[0] if found else None
+
+    form = world.wait_for(settle_form, timeout=15, what="the saga in the attention queue")
+    article = driver.find_element(By.CSS_SELECTOR, f'article[data-saga-id="{saga}"]')
+    assert "SUSPECT" in article.text
+    assert "charge" in article.text
+    from selenium.webdriver.support.select import Select
+
+    Select(form.find_element(By.NAME, "outcome")).select_by_value("executed")
+    form.find_element(By.NAME, "note").send_keys("the bank shows the charge")
+    form.find_element(By.TAG_NAME, "button").click()
+    assert "The settlement is recorded" in driver.page_source
+    final = world.agent.wait_for_outcome(saga, timeout=30)
+    assert final.status is SagaStatus.COMPENSATED
+    assert [(q, t) for s, q, t in world.effects() if s == saga and t == "charge"] == [
+        (seq, "charge")
+    ]
+    settled = [e for e in world.agent.entries(saga) if e.event_type is E.SUSPECT_SETTLED]
+    assert [(e.actor, e.attributes["outcome"]) for e in settled] == [
+        ("alice@example.com", "executed")
+    ]
+    assert verify(list(world.agent.entries(saga)), saga_id=saga).ok
+    # It leaves the queue once the compensation service has ended it COMPENSATED.
+    world.wait_for(lambda: settle_form() is None, timeout=15, what="the saga to leave")
+    driver.get(f"{world.url}/ui/sagas/{saga}")
+    timeline = driver.find_element(By.CSS_SELECTOR, "table.timeline").text
+    assert "SUSPECT_SETTLED" in timeline
+    assert "the bank shows the charge" in timeline
+
+
+HOSTILE = ["<script>alert(1)</script>", '"><img src=x onerror=alert(2)>']
+
+
+def test_hostile_payloads_render_as_text_and_stay_inert(world: World) -> None:
+    saga = saga_id("hostile")
+    seq = world.gate(saga, ("wire", {"order": HOSTILE[0] + HOSTILE[1], "amount": 1}))
+    world.server.service.materialise(saga)
+    driver = world.sign_in("alice")
+    for page in (f"/ui/requests/{saga}/{seq}", f"/ui/sagas/{saga}", "/ui/"):
+        driver.get(world.url + page)
+        with pytest.raises(NoAlertPresentException):
+            driver.switch_to.alert.text  # noqa: B018 - reading it is the check
+        assert not driver.find_elements(By.CSS_SELECTOR, "main script, main img")
+        loaded = driver.execute_script(
+            "return performance.getEntriesByType('resource').map(e => e.name)"
+        )
+        assert all(name.startswith(world.url + "/ui/static/") for name in loaded), loaded
+    driver.get(f"{world.url}/ui/requests/{saga}/{seq}")
+    text = driver.find_element(By.CSS_SELECTOR, ".payload").text
+    assert HOSTILE[0] in text
+    assert "<img src=x onerror=alert(2)>" in text  # its quote is JSON-escaped in the payload
+    stored = next(e for e in world.agent.entries(saga) if e.seq == seq).payload
+    assert text == stored
+
+
+def test_a_cross_site_post_is_refused(world: World, tmp_path: Any) -> None:
+    import http.server
+    import threading
+
+    from tests.compensation.conftest import free_port
+
+    saga = saga_id("csrf")
+    seq = world.gate(saga, ("wire", {"order": saga, "amount": 7}))
+    world.server.service.materialise(saga)
+    driver = world.sign_in("alice")
+    page = tmp_path / "attack.html"
+    page.write_text(
+        f'<form method="post" action="{world.url}/ui/requests/{saga}/{seq}">'
+        '<input type="hidden" name="decision" value="approve">'
+        '<input type="hidden" name="csrf" value="guessed">'
+        '<button id="go" type="submit">win a prize</button></form>',
+        encoding="utf-8",
+    )
+    port = free_port()
+    handler = lambda *a: http.server.SimpleHTTPRequestHandler(  # noqa: E731
+        *a, directory=str(tmp_path)
+    )
+    attacker = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    thread = threading.Thread(target=attacker.serve_forever, daemon=True)
+    thread.start()
+    try:
+        driver.get(f"http://localhost:{port}/attack.html")
+        driver.find_element(By.ID, "go").click()
+        assert "cross-site request refused" in driver.page_source
+    finally:
+        attacker.shutdown()
+    assert not [e for e in world.agent.entries(saga) if e.event_type is E.APPROVED]
+    # A same-origin post with the victim's session cookie but without its form token (what a
+    # script that stole the cookie could send) is refused as well.
+    import httpx
+
+    cookie = driver.get_cookie("sagacity_session")
+    assert cookie is not None
+    assert cookie["httpOnly"] is True
+    assert cookie["sameSite"] == "Strict"
+    refused = httpx.post(
+        f"{world.url}/ui/requests/{saga}/{seq}",
+        data={"decision": "approve", "csrf": "guessed"},
+        cookies={"sagacity_session": cookie["value"]},
+        headers={"Origin": world.url},
+    )
+    assert refused.status_code == 403
+    assert "missing or stale form token" in refused.text
+    assert not [e for e in world.agent.entries(saga) if e.event_type is E.APPROVED]
