@@ -21,7 +21,7 @@ from sagacity.consumers.approvals._metrics import GateCollector, exposition
 from sagacity.consumers.approvals._service import ApprovalService
 from sagacity.consumers.approvals._settings import ApprovalsSettings
 from sagacity.consumers.approvals._store import ApprovalStore
-from sagacity.consumers.approvals.console import SessionStore, create_console
+from sagacity.consumers.approvals.console import LoginLimiter, SessionStore, create_console
 from sagacity.consumers.approvals.console._archive import ArchiveView
 from sagacity.errors import ConfigurationError, SagacityError
 from sagacity.journal import Journal
@@ -147,6 +147,7 @@ class ApprovalsServer:
             health=self.health,
         )
         self.sessions = SessionStore(self.store, ttl_s=settings.console_session_ttl_s)
+        self.login_limiter = LoginLimiter()
         if auth is not None:
             # The console needs signed-in principals; with --insecure-dev it is not served.
             self.app.mount(
@@ -155,6 +156,7 @@ class ApprovalsServer:
                     self.service,
                     auth=auth,
                     sessions=self.sessions,
+                    limiter=self.login_limiter,
                     archive=ArchiveView(settings.archive_database_url)
                     if settings.archive_database_url
                     else None,

@@ -247,3 +247,124 @@ def test_a_cross_site_post_is_refused(world: World, tmp_path: Any) -> None:
     assert refused.status_code == 403
     assert "missing or stale form token" in refused.text
     assert not [e for e in world.agent.entries(saga) if e.event_type is E.APPROVED]
+
+
+def test_an_expired_session_goes_back_to_sign_in_and_returns_with_nothing_lost(
+    world: World,
+) -> None:
+    import psycopg
+
+    saga = saga_id("expiry")
+    seq = world.gate(saga, ("wire", {"order": saga, "amount": 3}))
+    world.server.service.materialise(saga)
+    driver = world.sign_in("alice")
+    with psycopg.connect(world.dsn, autocommit=True) as conn:
+        conn.execute("UPDATE sagacity_console_session SET expires_at_us = 0")
+    open_request(world, "alice", saga, seq)
+    assert driver.current_url.startswith(f"{world.url}/ui/login?next=")
+    driver.find_element(By.NAME, "token").send_keys("tok-alice-console-0123456789abcdef")
+    driver.find_element(By.CSS_SELECTOR, "form.login button").click()
+    assert driver.current_url == f"{world.url}/ui/requests/{saga}/{seq}"
+    assert driver.find_elements(By.CSS_SELECTOR, 'button[name="decision"][value="approve"]')
+    assert not [e for e in world.agent.entries(saga) if e.event_type is E.APPROVED]
+
+
+def test_unknown_pages_a_foreign_tool_and_signing_out(world: World) -> None:
+    driver = world.sign_in("alice")
+    for page in ("/ui/sagas/no-such-saga", "/ui/requests/no-such-saga/3", "/ui/nothing"):
+        driver.get(world.url + page)
+        assert driver.find_element(By.TAG_NAME, "h1").text == "Not found", page
+    saga = saga_id("foreign")
+    seq = world.gate(saga, ("wire", {"order": saga, "amount": 9}))
+    world.server.service.materialise(saga)
+    carol = world.sign_in("carol")  # carol decides for charge only
+    open_request(world, "carol", saga, seq)
+    assert carol.find_element(By.TAG_NAME, "h1").text == "Not allowed"
+    assert "may not decide requests for tool 'wire'" in carol.page_source
+    carol.find_element(By.CSS_SELECTOR, "form.signout button").click()
+    assert carol.current_url == f"{world.url}/ui/login"
+    carol.get(f"{world.url}/ui/")
+    assert carol.current_url.startswith(f"{world.url}/ui/login")
+
+
+def test_the_database_down_shows_an_error_page_and_decides_nothing(world: World) -> None:
+    import httpx
+
+    from tests.compensation.conftest import free_port
+
+    saga = saga_id("dbdown")
+    seq = world.gate(saga, ("wire", {"order": saga, "amount": 4}))
+    world.server.service.materialise(saga)
+    driver = world.sign_in("alice")
+    open_request(world, "alice", saga, seq)
+    cookie = driver.get_cookie("sagacity_session")
+    assert cookie is not None
+    store = world.server.store
+    real = store._dsn
+    store._dsn = f"postgresql://postgres@127.0.0.1:{free_port()}/nothing"
+    try:
+        driver.get(f"{world.url}/ui/")
+        assert driver.find_element(By.TAG_NAME, "h1").text == "Unavailable"
+        assert "cannot connect to PostgreSQL" in driver.page_source
+        approve_in_page = httpx.post(
+            f"{world.url}/ui/requests/{saga}/{seq}",
+            data={"decision": "approve", "csrf": "whatever"},
+            cookies={"sagacity_session": cookie["value"]},
+            headers={"Origin": world.url},
+        )
+        assert approve_in_page.status_code == 503
+    finally:
+        store._dsn = real
+    assert not [e for e in world.agent.entries(saga) if e.event_type is E.APPROVED]
+    driver.get(f"{world.url}/ui/requests/{saga}/{seq}")
+    assert "0 of 1" in driver.find_element(By.CSS_SELECTOR, ".state").text
+
+
+def test_sign_in_is_rate_limited_and_no_token_reaches_a_page_url_or_log(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+    import re
+
+    import httpx
+
+    from tests.console.conftest import TOKENS
+
+    caplog.set_level(logging.DEBUG)
+    driver = world.sign_in("alice")
+    for page in ("/ui/", "/ui/attention", "/ui/metrics"):
+        driver.get(world.url + page)
+        assert all(token not in driver.page_source for token in TOKENS.values())
+        assert all(token not in driver.current_url for token in TOKENS.values())
+    try:
+        with httpx.Client(base_url=world.url) as client:
+            form = client.get("/ui/login").text
+            csrf = re.search(r'name="csrf" value="([^"]+)"', form)
+            assert csrf is not None
+            statuses = []
+            for attempt in range(7):
+                answer = client.post(
+                    "/ui/login",
+                    data={"token": f"wrong-{attempt}", "csrf": csrf.group(1), "next": "/ui/"},
+                    headers={"Origin": world.url},
+                )
+                statuses.append(answer.status_code)
+            assert statuses == [401] * 5 + [429] * 2
+            assert "too many failed sign-ins" in answer.text
+            # Even the right token waits out the limit.
+            blocked = client.post(
+                "/ui/login",
+                data={"token": TOKENS["alice"], "csrf": csrf.group(1), "next": "/ui/"},
+                headers={"Origin": world.url},
+            )
+            assert blocked.status_code == 429
+    finally:
+        world.server.login_limiter.succeeded("127.0.0.1")
+    # The service's own log lines (the test's browser driver logs what it types, itself).
+    logged = "\n".join(
+        r.getMessage() for r in caplog.records if r.name.startswith(("sagacity", "uvicorn"))
+    )
+    assert "signed in" in logged
+    assert "failed sign-in" in logged
+    assert all(token not in logged for token in TOKENS.values())
+    assert "wrong-0" not in logged
