@@ -368,3 +368,63 @@ def test_sign_in_is_rate_limited_and_no_token_reaches_a_page_url_or_log(
     assert "failed sign-in" in logged
     assert all(token not in logged for token in TOKENS.values())
     assert "wrong-0" not in logged
+
+
+@pytest.mark.slow
+def test_the_demos_approval_given_in_the_console(
+    kafka_bootstrap: str, pg_dsn: str, tmp_path: Any
+) -> None:
+    import re
+    import subprocess
+    import sys
+    import threading
+
+    from tests.console.conftest import ROOT, new_browser
+
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("SAGACITY_")}
+    env.update(SAGACITY_BOOTSTRAP_SERVERS=kafka_bootstrap, SAGACITY_DATABASE_URL=pg_dsn)
+    topic = f"test.demo.{uuid.uuid4().hex[:12]}"
+    argv = [sys.executable, "-m", "sagacity.cli", "demo", "--run-dir", str(tmp_path)]
+    argv += ["--topic", topic, "--run-id", "c1", "--approve-in-console", "--timeout", "90"]
+    lines: list[str] = []
+    with subprocess.Popen(
+        argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as demo:
+        assert demo.stdout is not None
+        stdout = demo.stdout
+
+        def read_until(pattern: str) -> re.Match[str]:
+            while True:
+                line = stdout.readline()
+                assert line, "".join(lines)
+                lines.append(line)
+                found = re.search(pattern, line)
+                if found:
+                    return found
+
+        console = read_until(r"^\[console\]  (\S+)/ui/ \(sign in as \S+ with token (\S+)\)")
+        url, token = console.group(1), console.group(2)
+        waiting = read_until(r"waiting for .* in the console: (\S+)")
+        page = waiting.group(1)
+        driver = new_browser()
+        try:
+            driver.get(f"{url}/ui/login")
+            driver.find_element(By.NAME, "token").send_keys(token)
+            driver.find_element(By.CSS_SELECTOR, "form.login button").click()
+            driver.get(page)
+            shown = driver.find_elements(By.CSS_SELECTOR, ".payload")
+            assert shown, driver.page_source
+            payload = shown[0].text
+            assert "customer@example.com" in payload
+            approve_in(driver)
+            assert "Your approval is recorded" in driver.page_source
+        finally:
+            driver.quit()
+        rest = threading.Thread(target=lambda: lines.extend(stdout.readlines()), daemon=True)
+        rest.start()
+        assert demo.wait(timeout=240) == 0, "".join(lines)
+        rest.join(10)
+    out = "".join(lines)
+    assert "ok  manager@example.com to approve order-confirmed-c1/" in out
+    assert "order-confirmed-c1: COMPLETED" in out
+    assert re.search(r"^demo complete: all \d+ expectations met", out, re.M)
