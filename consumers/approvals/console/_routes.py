@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import unicodedata
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -133,6 +134,30 @@ def _pretty(text: str | None) -> str | None:
         return json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=True)
     except ValueError:
         return None
+
+
+_VISIBLE = {0x20: "·", 0x09: "→", 0x0A: "↵\n", 0x0D: "␍", 0xA0: "⍽"}
+
+
+def _visible_whitespace(text: str) -> str | None:
+    """``text`` with whitespace and invisible characters drawn, or ``None`` when it has none.
+
+    A payload that differs from what it looks like by a space, a tab, a non-breaking space or
+    a zero-width character is exactly what an approver must be able to see.
+    """
+    out = []
+    changed = False
+    for char in text:
+        code = ord(char)
+        if code in _VISIBLE:
+            out.append(_VISIBLE[code])
+            changed = True
+        elif char.isprintable() and not unicodedata.category(char).startswith("Z"):
+            out.append(char)
+        else:
+            out.append(f"⟨U+{code:04X}⟩")
+            changed = True
+    return "".join(out) if changed else None
 
 
 def _safe_next(value: object) -> str:
@@ -420,6 +445,8 @@ def create_console(
             "before": before,
             "after": after,
             "pretty": _pretty(row.payload),
+            "visible": _visible_whitespace(row.payload),
+            "payload_bytes": len(row.payload.encode("utf-8")),
             "computed_sha256": payload_sha256(row.payload),
             "hash_matches": stored_hash == payload_sha256(row.payload),
             "deadline": deadline,
