@@ -35,7 +35,6 @@ from sagacity.errors import (
     InvalidArgumentError,
     TailMovedError,
 )
-from sagacity.journal import ConditionalJournal
 
 if TYPE_CHECKING:
     from sagacity._saga import Sagacity
@@ -217,11 +216,9 @@ class SuspectDesk:
             },
             recorded_at_us=self._s.now_us(),
         )
-        journal = self._s.journal
-        if isinstance(journal, ConditionalJournal):
-            journal.append_after(draft, after_seq=entries[-1].seq, durable=True)
-        else:
-            journal.append(draft, durable=True)
+        # The gate's own decision append (compare-and-append onto the chain the checks read),
+        # so a settlement is journaled exactly as an APPROVED or REJECTED is.
+        self._s._desk._append_decision(draft, entries[-1].seq)
         error = f"seq {seq} {step.tool}: settled {outcome.value} by {person}: {note}"
         if self._s.compensation_mode == "delegated":
             return self._s.end_saga(
