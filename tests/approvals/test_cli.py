@@ -168,6 +168,7 @@ def test_the_openapi_document_lists_exactly_the_api(live: LiveService) -> None:
         "/sagacity/reject/{saga_id}/{seq}",
         "/sagacity/resume/{saga_id}/{seq}",
         "/sagacity/sagas/{saga_id}",
+        "/sagacity/settle/{saga_id}/{seq}",
         "/sagacity/stats",
     ]
     resume = spec["paths"]["/sagacity/resume/{saga_id}/{seq}"]["post"]
