@@ -128,7 +128,12 @@ class SettleBody(_Body):
     outcome: Literal["executed", "not-executed", "fixed-by-hand"] = Field(
         description="did the call in doubt take effect? (docs/console.md)"
     )
-    note: str = Field(min_length=1, max_length=4096, pattern=_TEXT)
+    note: str = Field(
+        min_length=1,
+        max_length=4096,
+        pattern=r"^[^\x00]*[^\x00\s][^\x00]*$",
+        description="what the person found out (not blank)",
+    )
 
     @field_validator("note")
     @classmethod
