@@ -41,6 +41,17 @@ TOKENS = {
 TOOLS = {"alice": ["*"], "bob": ["*"], "carol": ["charge"]}
 
 
+def submit(driver: Any, button: Any, timeout: float = 20) -> None:
+    """Click a form's button and wait until the page it leads to has replaced this one."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    page = driver.find_element(By.TAG_NAME, "html")
+    button.click()
+    WebDriverWait(driver, timeout).until(expected_conditions.staleness_of(page))
+
+
 def browsers_available() -> bool:
     """Whether Debian's chromium and chromedriver are installed."""
     return Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()
@@ -120,7 +131,7 @@ class World:
         driver = self.browser(who)
         driver.get(f"{self.url}/ui/login")
         driver.find_element(By.NAME, "token").send_keys(token or TOKENS[who])
-        driver.find_element(By.CSS_SELECTOR, "form.login button").click()
+        submit(driver, driver.find_element(By.CSS_SELECTOR, "form.login button"))
         return driver
 
     def wait_for(self, check: Callable[[], Any], timeout: float = 15, what: str = "") -> Any:

@@ -11,11 +11,11 @@ import uuid
 from typing import Any
 
 import pytest
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 
 from sagacity import EventType, SagaStatus, verify
-from tests.console.conftest import World
+from tests.console.conftest import World, submit
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 E = EventType
@@ -45,20 +45,28 @@ def test_sign_in_see_the_exact_payload_approve_and_the_saga_completes(world: Wor
         ("reserve", {"order": saga, "item": "lamp"}),
         ("wire", {"order": saga, "amount": 100}),
     )
+
     # The open inbox shows the new request by itself (it reloads every few seconds).
-    row = world.wait_for(lambda: row_for(driver, saga, seq), timeout=12, what="inbox row")
-    assert "wire" in row.text
-    assert "IRREVERSIBLE" in row.text
-    assert "0 of 1" in row.text
-    assert "agent-7" in row.text
-    row.find_element(By.LINK_TEXT, "wire").click()
+    def inbox_row() -> tuple[str, str] | None:
+        try:
+            row = row_for(driver, saga, seq)
+            return row and (row.text, row.find_element(By.LINK_TEXT, "wire").get_attribute("href"))
+        except StaleElementReferenceException:  # the page reloaded under us
+            return None
+
+    text, link = world.wait_for(inbox_row, timeout=12, what="inbox row")
+    assert "wire" in text
+    assert "IRREVERSIBLE" in text
+    assert "0 of 1" in text
+    assert "agent-7" in text
+    driver.get(link)
     payload = driver.find_element(By.CSS_SELECTOR, ".payload").text
     stored = next(e for e in world.agent.entries(saga) if e.seq == seq).payload
     assert payload == stored
     assert json.loads(driver.find_element(By.CSS_SELECTOR, ".formatted").text) == json.loads(stored)
     assert "matches the request's recorded hash" in driver.page_source
     assert "reserve" in driver.find_element(By.CSS_SELECTOR, "table.chain").text
-    driver.find_element(By.CSS_SELECTOR, 'button[name="decision"][value="approve"]').click()
+    approve_in(driver)
     assert "Your approval is recorded" in driver.page_source
     decided = driver.find_element(By.CSS_SELECTOR, ".decided").text
     assert "approved by alice@example.com" in decided
@@ -73,7 +81,7 @@ def test_sign_in_see_the_exact_payload_approve_and_the_saga_completes(world: Wor
 
 
 def approve_in(driver: Any) -> None:
-    driver.find_element(By.CSS_SELECTOR, 'button[name="decision"][value="approve"]').click()
+    submit(driver, driver.find_element(By.CSS_SELECTOR, 'button[name="decision"][value="approve"]'))
 
 
 def test_privileged_needs_a_second_principal_in_a_second_browser(world: World) -> None:
@@ -116,7 +124,7 @@ def test_reject_hands_the_saga_to_compensation(world: World) -> None:
     driver = world.sign_in("alice")
     open_request(world, "alice", saga, seq)
     driver.find_element(By.ID, "reason").send_keys("not this vendor")
-    driver.find_element(By.CSS_SELECTOR, 'button[name="decision"][value="reject"]').click()
+    submit(driver, driver.find_element(By.CSS_SELECTOR, 'button[name="decision"][value="reject"]'))
     assert "Your rejection is recorded" in driver.page_source
     final = world.agent.wait_for_outcome(saga, timeout=30)
     assert final.status is SagaStatus.REJECTED
@@ -153,7 +161,7 @@ def test_a_suspect_step_settled_executed_is_undone_once(world: World) -> None:
 
     Select(form.find_element(By.NAME, "outcome")).select_by_value("executed")
     form.find_element(By.NAME, "note").send_keys("the bank shows the charge")
-    form.find_element(By.TAG_NAME, "button").click()
+    submit(driver, form.find_element(By.TAG_NAME, "button"))
     assert "The settlement is recorded" in driver.page_source
     final = world.agent.wait_for_outcome(saga, timeout=30)
     assert final.status is SagaStatus.COMPENSATED
@@ -225,10 +233,11 @@ def test_a_cross_site_post_is_refused(world: World, tmp_path: Any) -> None:
     thread.start()
     try:
         driver.get(f"http://localhost:{port}/attack.html")
-        driver.find_element(By.ID, "go").click()
+        submit(driver, driver.find_element(By.ID, "go"))
         assert "cross-site request refused" in driver.page_source
     finally:
         attacker.shutdown()
+        attacker.server_close()
     assert not [e for e in world.agent.entries(saga) if e.event_type is E.APPROVED]
     # A same-origin post with the victim's session cookie but without its form token (what a
     # script that stole the cookie could send) is refused as well.
@@ -263,7 +272,7 @@ def test_an_expired_session_goes_back_to_sign_in_and_returns_with_nothing_lost(
     open_request(world, "alice", saga, seq)
     assert driver.current_url.startswith(f"{world.url}/ui/login?next=")
     driver.find_element(By.NAME, "token").send_keys("tok-alice-console-0123456789abcdef")
-    driver.find_element(By.CSS_SELECTOR, "form.login button").click()
+    submit(driver, driver.find_element(By.CSS_SELECTOR, "form.login button"))
     assert driver.current_url == f"{world.url}/ui/requests/{saga}/{seq}"
     assert driver.find_elements(By.CSS_SELECTOR, 'button[name="decision"][value="approve"]')
     assert not [e for e in world.agent.entries(saga) if e.event_type is E.APPROVED]
@@ -281,7 +290,7 @@ def test_unknown_pages_a_foreign_tool_and_signing_out(world: World) -> None:
     open_request(world, "carol", saga, seq)
     assert carol.find_element(By.TAG_NAME, "h1").text == "Not allowed"
     assert "may not decide requests for tool 'wire'" in carol.page_source
-    carol.find_element(By.CSS_SELECTOR, "form.signout button").click()
+    submit(carol, carol.find_element(By.CSS_SELECTOR, "form.signout button"))
     assert carol.current_url == f"{world.url}/ui/login"
     carol.get(f"{world.url}/ui/")
     assert carol.current_url.startswith(f"{world.url}/ui/login")
@@ -410,7 +419,7 @@ def test_the_demos_approval_given_in_the_console(
         try:
             driver.get(f"{url}/ui/login")
             driver.find_element(By.NAME, "token").send_keys(token)
-            driver.find_element(By.CSS_SELECTOR, "form.login button").click()
+            submit(driver, driver.find_element(By.CSS_SELECTOR, "form.login button"))
             driver.get(page)
             shown = driver.find_elements(By.CSS_SELECTOR, ".payload")
             assert shown, driver.page_source

@@ -54,6 +54,7 @@ class Receiver:
 
     def close(self) -> None:
         self.server.shutdown()
+        self.server.server_close()
 
 
 class Hanging:
