@@ -98,7 +98,8 @@ def approvals(
     public_url: str | None,
     log_level: str,
 ) -> None:
-    """Serve the approvals API and fold AWAITING_APPROVAL events into PostgreSQL.
+    """Serve the approvals API and the operator console (/ui/), and fold AWAITING_APPROVAL
+    events into PostgreSQL.
 
     Settings also come from SAGACITY_APPROVALS_* (then SAGACITY_*) variables; see
     docs/operations/approvals.md.
