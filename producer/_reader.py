@@ -21,12 +21,25 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from sagacity._events import GENESIS_HASH, EventType, JournalEntry
 from sagacity.chain import compute_hash
-from sagacity.errors import JournalUnavailableError, SagacityError, SerializationError
+from sagacity.errors import (
+    ArchiveSchemaError,
+    JournalUnavailableError,
+    SagacityError,
+    SerializationError,
+)
 from sagacity.producer._index import IndexedSaga, SagaIndex
 from sagacity.producer._partition import partition_for
 from sagacity.schemas import decode_entry
 
 log = logging.getLogger("sagacity.reader")
+
+
+def _scan_instead(partition: int, error: SagacityError) -> None:
+    """Log that a scan of ``partition`` replaces the index (quietly when it holds no archive:
+    the index says that once per process)."""
+    level = logging.DEBUG if isinstance(error, ArchiveSchemaError) else logging.WARNING
+    log.log(level, "partition %d: scanning it instead: %s", partition, error)
+
 
 HANDOFF_EVENTS = frozenset(
     {
@@ -310,6 +323,24 @@ def _replay_indexed(out: SagaRead, found: IndexedSaga, covered: int) -> str | No
     return None
 
 
+_TRANSIENT_WATERMARK_ERRORS = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        # A leader election in progress (KIP-207), and leader epochs moving with it.
+        KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        # The client dropped its handle of a broker that left the cluster's metadata (killed)
+        # while the request was in flight; the request goes to the new leader next time.
+        KafkaError._DESTROY_BROKER,
+        KafkaError._TRANSPORT,
+    }
+)
+"""Errors of a watermark query that a leader change causes, retried until the read's deadline."""
+
+
 def _offset(message: Message) -> int:
     offset = message.offset()
     return -1 if offset is None else offset
@@ -442,6 +473,11 @@ class SagaReader:
                     f"the read index holds a malformed event: {exc}",
                     error=True,
                 )
+            except ArchiveSchemaError as exc:
+                # No archive there (yet): the index says so once per process, not every read.
+                return self._fallback(
+                    saga_id, partition, f"the read index did not answer: {exc}", quiet=True
+                )
             except SagacityError as exc:
                 return self._fallback(saga_id, partition, f"the read index did not answer: {exc}")
         if found.covered_to is None:
@@ -549,7 +585,7 @@ class SagaReader:
             try:
                 found = self._index.sagas_with_pending_requests(self._topic, partition)
             except SagacityError as exc:
-                log.warning("partition %d: scanning it instead: %s", partition, exc)
+                _scan_instead(partition, exc)
             else:
                 if found.covered_to is not None:
                     reads = self._requests_from_index(partition, found.covered_to, found.sagas)
@@ -575,7 +611,7 @@ class SagaReader:
             try:
                 found = many(self._topic, partition, mine)
             except SagacityError as exc:
-                log.warning("partition %d: scanning it instead: %s", partition, exc)
+                _scan_instead(partition, exc)
                 return None
         reads: list[SagaRead] = []
         for saga in mine:
@@ -617,15 +653,10 @@ class SagaReader:
                 return int(low), int(high)
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
-                # Leadership moves (a new topic, a restarted broker) are transient.
+                # Leadership moves (a new topic, a restarted, killed or fenced broker) are
+                # transient: the next leader answers once the cluster has elected it.
                 transient = isinstance(error, KafkaError) and (
-                    error.retriable()
-                    or error.code()
-                    in (
-                        KafkaError.NOT_LEADER_FOR_PARTITION,
-                        KafkaError.LEADER_NOT_AVAILABLE,
-                        KafkaError.UNKNOWN_TOPIC_OR_PART,
-                    )
+                    error.retriable() or error.code() in _TRANSIENT_WATERMARK_ERRORS
                 )
                 if not transient or time.monotonic() + 0.1 >= deadline:
                     raise self._unavailable(str(exc), exc) from exc
