@@ -402,15 +402,23 @@ def create_console(
             )
         )
 
+    # Who asked is the actor of the request's own entry, which never changes once journaled,
+    # so each is read from the chain once (the inbox reloads every few seconds).
+    writers: dict[tuple[str, int], str] = {}
+
     def writer_of(row: RequestRow) -> str:
+        key = (row.saga_id, row.seq)
+        if key in writers:
+            return writers[key]
         try:
             entries = sagacity.entries(row.saga_id)
         except SagacityError:
             return "?"
-        for entry in entries:
-            if entry.seq == row.seq:
-                return entry.actor or "?"
-        return "?"
+        actor = next((e.actor for e in entries if e.seq == row.seq), None) or "?"
+        if len(writers) > 10_000:
+            writers.clear()
+        writers[key] = actor
+        return actor
 
     async def inbox(request: Request, viewer: _Viewer) -> Response:
         def read() -> list[dict[str, Any]]:
