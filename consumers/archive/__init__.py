@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from sagacity.consumers.archive._audit import (
         AuditReason,
         AuditSummary,
+        RetentionAudit,
         RoundAudit,
         SagaAudit,
         audit,
@@ -54,6 +55,7 @@ _MODULE_OF = {
     "PostgresSagaIndex": "_index",
     "QuarantineReason": "_ingest",
     "RawEvent": "_ingest",
+    "RetentionAudit": "_audit",
     "RoundAudit": "_audit",
     "SagaAudit": "_audit",
     "SignedRound": "_checkpoints",
@@ -79,6 +81,7 @@ __all__ = [
     "PostgresSagaIndex",
     "QuarantineReason",
     "RawEvent",
+    "RetentionAudit",
     "RoundAudit",
     "SagaAudit",
     "SignedRound",

@@ -40,6 +40,13 @@ from sagacity.cli._options import bootstrap_servers_option, topic_option
     help="Registered writers and their keys (TOML): only their signed events are archived.",
 )
 @click.option(
+    "--witness",
+    envvar="SAGACITY_ARCHIVE_WITNESS",
+    default=None,
+    help="File path or http(s) URL outside the archive's database where each signed round is "
+    "published (a URL receives a JSON POST); auditors check the archive against it.",
+)
+@click.option(
     "--metrics-port",
     type=int,
     envvar="SAGACITY_ARCHIVE_METRICS_PORT",
@@ -57,6 +64,7 @@ def archive(
     checkpoint_interval: float,
     approvals_public_key: str | None,
     writer_registry: Path | None,
+    witness: str | None,
     metrics_port: int | None,
 ) -> None:
     """Archive the journal topic into Postgres, exactly once, verifying every chain."""
@@ -80,6 +88,7 @@ def archive(
                 signing_key=signing_key,
                 checkpoint_interval=checkpoint_interval,
                 metrics_port=metrics_port,
+                witness=witness,
                 kafka_config=client_settings(os.environ),
                 approvals_public_key=approvals_public_key,
                 writer_registry=writer_registry,
