@@ -7,7 +7,7 @@ an approval counts (docs/adr/0014-signed-decisions-and-writers.md).  The signed 
 
     "SGCD1" || F(key_id) || F(event_type) || F(saga_id) || F(int64_be(ref_seq))
             || F(payload_sha256) || F(principal) || F(int64_be(decided_at_us))
-            || F(policy_version) || F(outcome)
+            || F(policy_version) || F(outcome) || F(phase)
 
 with ``F`` the length-prefixed field of docs/adr/0002-hash-chain.md (``FF FF FF FF`` for an
 absent value).  The signature travels in the entry's ``decision_signature`` attribute as
@@ -39,13 +39,13 @@ DECISION_MAGIC = b"SGCD1"
 PUBLIC_KEY_ENV = "SAGACITY_APPROVALS_PUBLIC_KEY"
 """The pinned public key(s) every resumer and the archive verify decisions against."""
 
-DECISION_EVENTS: frozenset[str] = frozenset({"APPROVED", "REJECTED", "EXPIRED"})
+DECISION_EVENTS: frozenset[str] = frozenset({"APPROVED", "REJECTED", "EXPIRED", "SUSPECT_SETTLED"})
 """Event types the approvals service signs when it journals them.
 
-A new kind of decision (a settlement of a ``SUSPECT`` step, say) is signed by adding its event
-type here, and to :data:`AUTHORISING_EVENTS` when it lets anything proceed; the journaling code
-passes its draft through :meth:`DecisionSigner.sign`.  Its outcome, if any, goes in ``result``
-(covered as ``outcome``).
+A new kind of decision is signed by adding its event type here, and to
+:data:`AUTHORISING_EVENTS` when it lets anything proceed; the journaling code passes its draft
+through :meth:`DecisionSigner.sign`.  Its outcome, if any, goes in the ``outcome`` attribute
+and the step's phase in ``phase`` (both covered), as ``SUSPECT_SETTLED`` does.
 """
 AUTHORISING_EVENTS: frozenset[str] = frozenset({"APPROVED"})
 """Decisions that let something proceed: only a verified signature makes them count.
@@ -90,6 +90,7 @@ def decision_message(
     decided_at_us: int,
     policy_version: str | None,
     outcome: str | None,
+    phase: str | None = None,
 ) -> bytes:
     """The exact bytes a decision signature covers (``SGCD1``)."""
     return b"".join(
@@ -104,6 +105,7 @@ def decision_message(
             _int(decided_at_us),
             _field(policy_version),
             _field(outcome),
+            _field(phase),
         )
     )
 
@@ -122,7 +124,8 @@ def _message_of(entry: EntryDraft, key_id: str) -> bytes | None:
             principal=entry.actor,
             decided_at_us=entry.recorded_at_us,
             policy_version=attributes.get(attr.POLICY_VERSION),
-            outcome=entry.result,
+            outcome=attributes.get(attr.OUTCOME),
+            phase=attributes.get(attr.PHASE),
         )
     except (ValueError, struct.error):
         return None

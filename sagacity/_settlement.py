@@ -216,6 +216,9 @@ class SuspectDesk:
             },
             recorded_at_us=self._s.now_us(),
         )
+        signer = self._s.decision_signer
+        if signer is not None:
+            draft = signer.sign(draft)  # a decision like any other (docs/adr/0014)
         # The gate's own decision append (compare-and-append onto the chain the checks read),
         # so a settlement is journaled exactly as an APPROVED or REJECTED is.
         self._s._desk._append_decision(draft, entries[-1].seq)

@@ -166,3 +166,36 @@ def test_delegated_settlement_hands_the_saga_to_the_compensation_service(
     tail = [e.event_type for e in journal.entries("s-del")[-3:]]
     assert tail == [E.SUSPECT_SETTLED, E.COMPENSATION_REQUESTED, E.SAGA_ENDED]
     assert journal.entries("s-del")[-2].attributes["reason"] == "SUSPECT_SETTLED"
+
+
+def test_a_settlement_by_a_signing_service_carries_a_verifying_signature(
+    journal: InMemoryJournal, order_tools: Any, approvals_key: Any
+) -> None:
+    from sagacity import DecisionVerifier
+
+    service = Sagacity(journal=journal, decision_signer=approvals_key)
+    tools = service.wrap(order_tools)
+    seq = _suspect_call(service, journal, "s-signed", tools)
+    service.settle("s-signed", seq, "not-executed", "ops@example.com", note="nothing held")
+    (settled,) = only(journal.entries("s-signed"), E.SUSPECT_SETTLED)
+    verifier = DecisionVerifier([approvals_key.public_raw])
+    assert verifier.check(settled) is None
+    # The outcome and the phase are covered: a settlement turned into another one fails.
+    altered = EntryDraft(
+        saga_id=settled.saga_id,
+        event_type=settled.event_type,
+        tool=settled.tool,
+        actor=settled.actor,
+        attributes={**settled.attributes, "outcome": "executed"},
+        recorded_at_us=settled.recorded_at_us,
+    )
+    assert verifier.check(altered) == "bad_decision_signature"
+    moved = EntryDraft(
+        saga_id=settled.saga_id,
+        event_type=settled.event_type,
+        tool=settled.tool,
+        actor=settled.actor,
+        attributes={**settled.attributes, "phase": "compensation"},
+        recorded_at_us=settled.recorded_at_us,
+    )
+    assert verifier.check(moved) == "bad_decision_signature"
