@@ -190,6 +190,15 @@ class ApprovalDesk:
         )
         return signer.sign(draft) if decision and signer is not None else draft
 
+    def settlement_counts(self, entry: JournalEntry) -> bool:
+        """Whether a ``SUSPECT_SETTLED`` may be acted on under this Sagacity's trust: verified
+        with a pinned key, always in local mode, never when decisions cannot be verified."""
+        trust = self._s.approval_trust
+        if trust == "local":
+            return True
+        verifier = self._s.decision_verifier
+        return verifier is not None and verifier.check(entry) is None
+
     def signers(self, entries: Sequence[JournalEntry], request: ApprovalRequest) -> set[str]:
         """The approvers of ``request`` whose ``APPROVED`` counts under this Sagacity's trust.
 

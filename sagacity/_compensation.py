@@ -155,6 +155,9 @@ class CompensationRunner:
             a service passes one that adds a timeout or claims the step first.  Whatever it
             raises is journaled ``COMPENSATION_FAILED``.
         invoke_async: the same for :meth:`run_async`.
+        settlement_counts: whether a ``SUSPECT_SETTLED`` may be acted on (a signed decision
+            verifying against the pinned approvals key, docs/adr/0014); one that does not is
+            ignored and its step stays suspect.  ``None``: every settlement counts.
     """
 
     def __init__(
@@ -166,7 +169,9 @@ class CompensationRunner:
         clock: Callable[[], int] = now_micros,
         invoke: Callable[[CompensationCall], Any] | None = None,
         invoke_async: Callable[[CompensationCall], Awaitable[Any]] | None = None,
+        settlement_counts: Callable[[JournalEntry], bool] | None = None,
     ) -> None:
+        self._settlement_counts = settlement_counts
         self._journal = journal
         self._registry = registry
         self._actor = actor
@@ -207,6 +212,8 @@ class CompensationRunner:
             if ref is None:
                 continue
             if entry.event_type is EventType.SUSPECT_SETTLED:
+                if self._settlement_counts is not None and not self._settlement_counts(entry):
+                    continue  # not the approvals service's word: the step stays in doubt
                 if entry.attributes.get(attr.PHASE) == PHASE_CALL:
                     settled_calls[ref] = entry
                 else:

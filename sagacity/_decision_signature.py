@@ -47,7 +47,7 @@ A new kind of decision is signed by adding its event type here, and to
 through :meth:`DecisionSigner.sign`.  Its outcome, if any, goes in the ``outcome`` attribute
 and the step's phase in ``phase`` (both covered), as ``SUSPECT_SETTLED`` does.
 """
-AUTHORISING_EVENTS: frozenset[str] = frozenset({"APPROVED"})
+AUTHORISING_EVENTS: frozenset[str] = frozenset({"APPROVED", "SUSPECT_SETTLED"})
 """Decisions that let something proceed: only a verified signature makes them count.
 
 The others only stop work (a request rejected or lapsed): an unsigned one is accepted, since

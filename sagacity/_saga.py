@@ -452,7 +452,12 @@ class Sagacity:
         self, invoke: Callable[[CompensationCall], Any] | None = None
     ) -> CompensationRunner:
         return CompensationRunner(
-            self._journal, self._registry, actor=self._writer_id, clock=self._clock, invoke=invoke
+            self._journal,
+            self._registry,
+            actor=self._writer_id,
+            clock=self._clock,
+            invoke=invoke,
+            settlement_counts=self._desk.settlement_counts,
         )
 
     def _draft(self, saga_id: str, event: EventType, **fields: Any) -> EntryDraft:

@@ -182,7 +182,10 @@ class SuspectDesk:
         from sagacity._outcome import outcome_from_chain
 
         entries = load_chain(self._s.journal, saga_id)
-        steps = [step for step in suspect_steps(entries) if step.seq == seq]
+        # A settlement that does not count (not the approvals service's word) settles nothing.
+        counts = self._s._desk.settlement_counts
+        counted = [e for e in entries if e.event_type is not EventType.SUSPECT_SETTLED or counts(e)]
+        steps = [step for step in suspect_steps(counted) if step.seq == seq]
         if not steps:
             raise ApprovalNotFound(
                 f"saga {saga_id!r} has no suspect step at seq {seq}", saga_id=saga_id, seq=seq

@@ -110,6 +110,9 @@ class CompensationSettings(BaseModel):
     session_timeout_ms: int = Field(default=10_000, ge=1000)
     read_index: ReadIndexSettings | None = None
     writer_key: str | None = None
+    approvals_public_key: str | None = None
+    """The pinned approvals key(s) (``SAGACITY_APPROVALS_PUBLIC_KEY``): a ``SUSPECT_SETTLED``
+    is acted on only when it verifies; without one, no settlement is acted on."""
     """The service's writer signing key file (``SAGACITY_COMPENSATION_WRITER_KEY`` or
     ``SAGACITY_WRITER_KEY``), registered with the archive under ``sagacity-compensation/<group>``;
     ``None``: unsigned (docs/adr/0014-signed-decisions-and-writers.md)."""
@@ -257,7 +260,11 @@ class CompensationService:
         self._kafka = self._new_journal()
         self._journal = ServiceJournal(self._thread_journal, may_write=self._may_write)
         self._sagacity = Sagacity(
-            journal=self._journal, compensation="delegated", writer_id=self.writer_id
+            journal=self._journal,
+            compensation="delegated",
+            writer_id=self.writer_id,
+            # A SUSPECT_SETTLED counts only when the approvals service signed it (ADR 0014).
+            approvals_public_key=s.approvals_public_key,
         )
         register_tools(self._sagacity, s.tools)
         dlq = s.dlq_topic or f"{s.topic}.dlq"

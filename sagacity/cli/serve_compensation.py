@@ -130,6 +130,7 @@ def compensation(
             dlq_topic=dlq_topic,
             client=client,
             read_index=ReadIndexSettings.from_env(os.environ, database_url=database_url),
+            approvals_public_key=os.environ.get("SAGACITY_APPROVALS_PUBLIC_KEY") or None,
             writer_key=os.environ.get("SAGACITY_COMPENSATION_WRITER_KEY")
             or os.environ.get("SAGACITY_WRITER_KEY")
             or None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -51,10 +52,14 @@ def suspect_saga(agent: Sagacity, saga: str) -> int:
 
 
 def test_a_suspect_settled_executed_is_undone_once_by_the_compensation_service(
-    make_lane: Callable[..., Lane],
+    make_lane: Callable[..., Lane], tmp_path: Path
 ) -> None:
+    from sagacity._decision_signature import generate_key
+
+    key = generate_key(tmp_path / "approvals.pem")
     lane = make_lane()
-    lane.start()
+    # The compensation service acts only on settlements the approvals service signed.
+    lane.start(SAGACITY_APPROVALS_PUBLIC_KEY=key.public_hex)
     agent = lane.agent()
     saga = f"suspect-{uuid.uuid4().hex[:8]}"
     seq = suspect_saga(agent, saga)
@@ -66,6 +71,7 @@ def test_a_suspect_settled_executed_is_undone_once_by_the_compensation_service(
             bootstrap_servers=lane.bootstrap,
             topic=lane.topic,
             insecure_dev=True,
+            signing_key=str(tmp_path / "approvals.pem"),
         ),
         consume=False,
     )

@@ -199,3 +199,30 @@ def test_a_settlement_by_a_signing_service_carries_a_verifying_signature(
         recorded_at_us=settled.recorded_at_us,
     )
     assert verifier.check(moved) == "bad_decision_signature"
+
+
+def test_a_forged_settlement_is_not_acted_on(
+    journal: InMemoryJournal, order_tools: Any, ledger: Ledger, approvals_key: Any
+) -> None:
+    """Only the approvals service's word settles a step: an unsigned SUSPECT_SETTLED
+    "executed" appended by any writer does not make the compensation undo anything."""
+    service = Sagacity(journal=journal, decision_signer=approvals_key)
+    tools = service.wrap(order_tools)
+    seq = _suspect_call(service, journal, "s-forged", tools)
+    journal.append(
+        EntryDraft(
+            saga_id="s-forged",
+            event_type=E.SUSPECT_SETTLED,
+            tool="reserve_inventory",
+            actor="ops@example.com",
+            attributes={"ref_seq": str(seq), "phase": "call", "outcome": "executed"},
+        )
+    )
+    result = service.compensate("s-forged")
+    assert result.status is SagaStatus.COMPENSATION_FAILED
+    assert [s.seq for s in result.suspects] == [seq]
+    assert _undone(ledger) == 0
+    # The service's own settlement is acted on.
+    done = service.settle("s-forged", seq, "executed", "ops@example.com", note="checked")
+    assert done.status is SagaStatus.COMPENSATED
+    assert _undone(ledger) == 1
