@@ -24,8 +24,9 @@ class Authorship:
     """What the archive requires of an event's author.
 
     Attributes:
-        approvals: the pinned approvals key(s): a decision (``APPROVED`` always; ``REJECTED`` /
-            ``EXPIRED`` when signed) whose signature does not verify is quarantined
+        approvals: the pinned approvals key(s): a decision (``APPROVED``, ``SUSPECT_SETTLED``
+            always; ``REJECTED`` / ``EXPIRED`` when signed) whose signature does not verify is
+            quarantined
             (``unsigned_decision``, ``bad_decision_signature``, ``unknown_decision_key``,
             ``malformed_decision_signature``).  ``None``: decisions are not checked.
         writers: the writer registry: an event whose ``writer`` is not registered, or whose
