@@ -218,6 +218,7 @@ class Run:
         self.dsn = ""
         self.base_dsn = ""
         self.approvals_url = ""
+        self.approvals_public_key = ""
         self.token = ""
         self.public_key = ""
         self.pg_port = 0
@@ -260,6 +261,14 @@ class Run:
             FAULT_TOOLS_DSN=self.dsn,
             PYTHONPATH=str(ROOT),
         )
+        key = self.dir / "approvals.key"
+        if key.exists():
+            # Every approvals replica signs with the same key; agents, the compensation
+            # service and the archive pin it (docs/adr/0014-signed-decisions-and-writers.md).
+            env.update(
+                SAGACITY_APPROVALS_SIGNING_KEY=str(key),
+                SAGACITY_APPROVALS_PUBLIC_KEY=self.approvals_public_key,
+            )
         env.update(extra)
         return env
 
@@ -273,6 +282,9 @@ class Run:
         auth.write_text(auth_entry("fault-approver", self.token, ["*"]), encoding="utf-8")
         signer = generate_key(self.dir / "archive.key")
         self.public_key = signer.public_hex
+        from sagacity._decision_signature import generate_key as generate_decision_key
+
+        self.approvals_public_key = generate_decision_key(self.dir / "approvals.key").public_hex
         cli = [sys.executable, "-m", "sagacity.cli"]
         group = f"faults-{self.run_id}"
         for kind, count in SERVICE_COUNTS.items():
