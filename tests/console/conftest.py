@@ -179,6 +179,10 @@ def world(
         encoding="utf-8",
     )
     port = free_port()
+    # The service signs its decisions; the agent and the compensation service pin its key.
+    from sagacity._decision_signature import generate_key
+
+    approvals_key = generate_key(tmp / "approvals.pem")
     server = ApprovalsServer(
         ApprovalsSettings(
             database_url=dsn,
@@ -188,6 +192,7 @@ def world(
             auth_file=str(auth),
             port=port,
             sweep_interval_s=0.5,
+            signing_key=str(tmp / "approvals.pem"),
         ),
         tools=[ConsoleShop(dsn)],
     )
@@ -208,6 +213,7 @@ def world(
         SAGACITY_COMPENSATION_GROUP=f"compensation-{uuid.uuid4().hex[:8]}",
         SVC_TOOLS_DSN=dsn,
         PYTHONPATH=str(ROOT),
+        SAGACITY_APPROVALS_PUBLIC_KEY=approvals_key.public_hex,
     )
     cport = free_port()
     with log.open("wb") as out:
@@ -230,7 +236,12 @@ def world(
         )
     compensator = ServiceProcess(proc=proc, port=cport, log=log)
     journal = KafkaJournal(kafka_bootstrap, topic=topic)
-    agent = Sagacity(journal, compensation="delegated", writer_id="agent-7")
+    agent = Sagacity(
+        journal,
+        compensation="delegated",
+        writer_id="agent-7",
+        approvals_public_key=approvals_key.public_hex,
+    )
     agent.wrap(ConsoleShop(dsn))
     world = World(
         url=f"http://127.0.0.1:{port}",
