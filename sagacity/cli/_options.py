@@ -11,6 +11,38 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_TOPIC = "sagacity.journal"
 
+JSON_META = "sagacity.json"
+"""``click.Context.meta`` key set when ``--json`` was given after a subcommand."""
+
+
+def _store_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    if value:
+        ctx.meta[JSON_META] = True
+        if hasattr(ctx.obj, "as_json"):  # a group's state object made before this subcommand
+            ctx.obj.as_json = True
+    return value
+
+
+def json_option(func: F) -> F:
+    """Accept ``--json`` after a subcommand too (``sagacity approvals list --json``).
+
+    The flag is recorded in the context's shared ``meta`` (read with :func:`wants_json`) and
+    set on the group's state object when it has an ``as_json`` attribute.
+    """
+    return click.option(
+        "--json",
+        "_json_after",
+        is_flag=True,
+        expose_value=False,
+        callback=_store_json,
+        help="Machine-readable JSON output.",
+    )(func)
+
+
+def wants_json(ctx: click.Context, given: bool = False) -> bool:
+    """Whether ``--json`` was given here (``given``) or after a subcommand."""
+    return given or bool(ctx.meta.get(JSON_META))
+
 
 def service_envvars(service: str, name: str) -> list[str]:
     """The variables for setting ``name`` of ``service``: the service's own one first.

@@ -12,9 +12,11 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
+
+from sagacity.cli._options import json_option, wants_json
 
 DEFAULT_URL = "http://127.0.0.1:8085"
 
@@ -49,6 +51,13 @@ class _Client:
             click.echo(json.dumps({"status": response.status_code, "detail": detail}))
             sys.exit(1)
         raise click.ClickException(f"HTTP {response.status_code}: {detail}")
+
+    def refuse(self, detail: str, **fields: Any) -> NoReturn:
+        """Refuse here, before anything is sent: exit 1 with ``detail``."""
+        if self.as_json:
+            click.echo(json.dumps({"status": None, "detail": detail, **fields}))
+            sys.exit(1)
+        raise click.ClickException(detail)
 
 
 def _when(micros: int | None) -> str:
@@ -125,7 +134,7 @@ def approvals(
         if token_file is not None
         else os.environ.get("SAGACITY_APPROVALS_TOKEN")
     )
-    ctx.obj = _Client(url, token or None, as_json, timeout)
+    ctx.obj = _Client(url, token or None, wants_json(ctx, as_json), timeout)
 
 
 @approvals.command("list")
@@ -138,6 +147,7 @@ def approvals(
     ),
 )
 @click.option("--limit", default=500, show_default=True, help="At most this many, oldest first.")
+@json_option
 @click.pass_obj
 def list_requests(client: _Client, state: str, limit: int) -> None:
     """Requests (open ones by default) for the tools your token may decide."""
@@ -164,6 +174,7 @@ def list_requests(client: _Client, state: str, limit: int) -> None:
 @approvals.command("show")
 @click.argument("saga_id")
 @click.argument("seq", type=int, required=False)
+@json_option
 @click.pass_obj
 def show(client: _Client, saga_id: str, seq: int | None) -> None:
     """One request (SAGA_ID SEQ), or a saga's status and chain (SAGA_ID)."""
@@ -192,6 +203,7 @@ def show(client: _Client, saga_id: str, seq: int | None) -> None:
 @approvals.command("approve")
 @click.argument("saga_id")
 @click.argument("seq", type=int)
+@json_option
 @click.pass_obj
 def approve(client: _Client, saga_id: str, seq: int) -> None:
     """Sign the request as the token's principal (nothing runs yet)."""
@@ -203,6 +215,7 @@ def approve(client: _Client, saga_id: str, seq: int) -> None:
 @click.argument("saga_id")
 @click.argument("seq", type=int)
 @click.option("--reason", default=None, help="Why (journaled with the rejection).")
+@json_option
 @click.pass_obj
 def reject(client: _Client, saga_id: str, seq: int, reason: str | None) -> None:
     """Reject the request; the saga's executed steps are handed to compensation."""
@@ -214,19 +227,60 @@ def reject(client: _Client, saga_id: str, seq: int, reason: str | None) -> None:
 @approvals.command("resume")
 @click.argument("saga_id")
 @click.argument("seq", type=int)
-@click.option("--payload", default=None, help="The live payload, exactly as given to you.")
+@click.option(
+    "--payload",
+    default=None,
+    help="The live payload, exactly as given to you (default: the approved payload).",
+)
 @click.option(
     "--payload-file",
     type=click.File("r", encoding="utf-8"),
     default=None,
     help="Read the payload from a file ('-' for stdin), byte for byte.",
 )
+@click.option(
+    "--dry-run", is_flag=True, help="Check the payload against the approval; send nothing."
+)
+@json_option
 @click.pass_obj
-def resume(client: _Client, saga_id: str, seq: int, payload: str | None, payload_file: Any) -> None:
-    """Run the approved call with the live payload (refused unless byte-identical)."""
-    if (payload is None) == (payload_file is None):
-        raise click.UsageError("give exactly one of --payload or --payload-file")
-    text = payload if payload is not None else payload_file.read()
+def resume(
+    client: _Client,
+    saga_id: str,
+    seq: int,
+    payload: str | None,
+    payload_file: Any,
+    dry_run: bool,
+) -> None:
+    """Run the approved call with the approved payload.
+
+    Without --payload or --payload-file the payload the request holds is sent.  A payload given
+    is checked here against the request's SHA-256 first: a mismatch is refused before anything
+    is sent (exit 1, nothing journaled).  The service checks the binding again.
+    """
+    from sagacity.chain import payload_sha256
+
+    if payload is not None and payload_file is not None:
+        raise click.UsageError("give at most one of --payload or --payload-file")
+    request = client.call("GET", f"/sagacity/approvals/{saga_id}/{seq}")
+    approved = request.get("payload_sha256")
+    given = payload if payload is not None else payload_file.read() if payload_file else None
+    text = request["payload"] if given is None else given
+    digest = payload_sha256(text)
+    if approved is None or digest != approved:
+        what = "the request's payload" if given is None else "the payload given"
+        detail = (
+            f"{what} (sha256 {digest}) is not the approved one (sha256 {approved}); "
+            "nothing was sent"
+        )
+        client.refuse(detail, payload_sha256=digest, approved_sha256=approved)
+    if dry_run:
+        data = {"dry_run": True, "request": request, "payload": text, "payload_sha256": digest}
+        human = (
+            _request_text(request)
+            + "\ndry run     the payload matches the approved sha256; nothing was sent"
+        )
+        _emit(client, data, human)
+        return
     data = client.call("POST", f"/sagacity/resume/{saga_id}/{seq}", json={"payload": text})
     _emit(client, data, _decision_text(data))
 
@@ -243,6 +297,7 @@ def _seconds(text: str) -> float:
 
 @approvals.command("stats")
 @click.option("--window", default="24h", show_default=True, help="e.g. 90s, 15m, 24h, 7d.")
+@json_option
 @click.pass_obj
 def stats(client: _Client, window: str) -> None:
     """Approve/reject ratio and request-to-decision latency p50/p95 over the window."""
