@@ -83,16 +83,17 @@ def topic_option(service: str, *, show_default: bool = True) -> Callable[[F], F]
     )
 
 
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
 def parse_duration(text: str) -> float:
-    """Seconds in ``90s``, ``15m``, ``2h`` or ``30d``.
+    """Seconds in ``90s``, ``15m``, ``2h`` or ``30d`` (``m`` is minutes; see
+    :mod:`sagacity._duration`).
 
     Raises:
         click.BadParameter: anything else.
     """
-    value, unit = text[:-1], text[-1:]
-    if unit not in _DURATION_UNITS or not value.isdigit() or int(value) <= 0:
-        raise click.BadParameter(f"{text!r} is not a duration like 90s, 15m, 2h or 30d")
-    return int(value) * _DURATION_UNITS[unit]
+    from sagacity._duration import parse_seconds
+    from sagacity.errors import DurationError
+
+    try:
+        return parse_seconds(text)
+    except DurationError as exc:
+        raise click.BadParameter(exc.message) from exc

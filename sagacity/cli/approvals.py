@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 import click
 
-from sagacity.cli._options import json_option, wants_json
+from sagacity.cli._options import json_option, parse_duration, wants_json
 
 DEFAULT_URL = "http://127.0.0.1:8085"
 
@@ -285,23 +285,13 @@ def resume(
     _emit(client, data, _decision_text(data))
 
 
-def _seconds(text: str) -> float:
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    try:
-        if text and text[-1] in units:
-            return float(text[:-1]) * units[text[-1]]
-        return float(text)
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not a duration (e.g. 90s, 15m, 24h, 7d)") from None
-
-
 @approvals.command("stats")
 @click.option("--window", default="24h", show_default=True, help="e.g. 90s, 15m, 24h, 7d.")
 @json_option
 @click.pass_obj
 def stats(client: _Client, window: str) -> None:
     """Approve/reject ratio and request-to-decision latency p50/p95 over the window."""
-    data = client.call("GET", "/sagacity/stats", params={"window_s": _seconds(window)})
+    data = client.call("GET", "/sagacity/stats", params={"window_s": parse_duration(window)})
 
     def fmt(value: float | None, suffix: str = "s") -> str:
         return "-" if value is None else f"{value:.3f}{suffix}"

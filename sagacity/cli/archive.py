@@ -85,7 +85,11 @@ def checkpoint(database_url: str, schema: str | None, signing_key: Path) -> None
 
 @archive.command()
 @database_options
-@click.option("--keep", required=True, help="How long to keep events: 24m, 2y (at least 6m).")
+@click.option(
+    "--keep",
+    required=True,
+    help="How long to keep events: 24mo, 2y or 730d (at least 6mo; m alone is refused).",
+)
 @click.option(
     "--export-dir",
     type=click.Path(file_okay=False, path_type=Path),

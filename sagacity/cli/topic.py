@@ -78,7 +78,7 @@ def topic() -> None:
     "--retention",
     default="400d",
     show_default=True,
-    help="How long events stay: 400d, 13m, 2y, or infinite.",
+    help="How long events stay: 400d, 13mo, 2y, or infinite (m alone is minutes: refused).",
 )
 @click.option(
     "--force-short-retention",
