@@ -85,7 +85,7 @@ class ApprovalsSettings:
             "database_url": get("DATABASE_URL"),
             "bootstrap_servers": get("BOOTSTRAP_SERVERS"),
             "topic": get("TOPIC"),
-            "group_id": get("GROUP_ID"),
+            "group_id": get("GROUP") or get("GROUP_ID"),
             "host": get("HOST"),
             "port": number("PORT", int),
             "auth_file": get("AUTH_FILE"),

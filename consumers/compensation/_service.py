@@ -34,13 +34,13 @@ from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity._result import SagaResult, SagaStatus
 from sagacity._saga import Sagacity
 from sagacity.chain import verify
+from sagacity.consumers._tools import register_tools
 from sagacity.consumers.compensation import _failpoints
 from sagacity.consumers.compensation._claims import Claim, ClaimStatus, ClaimStore
 from sagacity.consumers.compensation._deadletter import DeadLetters, ensure_topic
 from sagacity.consumers.compensation._invoker import ClaimingInvoker
 from sagacity.consumers.compensation._journal import Revoked, ServiceJournal
 from sagacity.consumers.compensation._metrics import HealthServer, Metrics
-from sagacity.consumers.compensation._tools import register_tools
 from sagacity.errors import (
     ChainIntegrityError,
     CompensationConflictError,

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 
 import click
 
+from sagacity.cli._options import group_option, host_option, port_option
 from sagacity.errors import SagacityError
 
 
@@ -21,8 +21,8 @@ from sagacity.errors import SagacityError
     "instantiated without arguments); repeatable. Imported with the working directory on "
     "the path.",
 )
-@click.option("--host", default=None, help="Listen address (default 127.0.0.1).")
-@click.option("--port", type=int, default=None, help="Listen port (default 8085).")
+@host_option("APPROVALS", default="127.0.0.1")
+@port_option("APPROVALS", default=8085, help="Where the API listens.")
 @click.option(
     "--auth",
     "auth_file",
@@ -40,7 +40,7 @@ from sagacity.errors import SagacityError
     "--bootstrap-servers", default=None, help="Kafka (default $SAGACITY_BOOTSTRAP_SERVERS)."
 )
 @click.option("--topic", default=None, help="Journal topic (default $SAGACITY_TOPIC).")
-@click.option("--group-id", default=None, help="Consumer group (default sagacity-approvals).")
+@group_option("APPROVALS", default="sagacity-approvals")
 @click.option("--policy-version", default=None, help="Recorded on every decision (default 1).")
 @click.option(
     "--approval-ttl",
@@ -54,14 +54,14 @@ from sagacity.errors import SagacityError
 @click.option("--log-level", default="info", show_default=True)
 def approvals(
     tools: tuple[str, ...],
-    host: str | None,
-    port: int | None,
+    host: str,
+    port: int,
     auth_file: Path | None,
     insecure_dev: bool,
     database_url: str | None,
     bootstrap_servers: str | None,
     topic: str | None,
-    group_id: str | None,
+    group: str,
     policy_version: str | None,
     approval_ttl_s: float | None,
     sweep_interval_s: float | None,
@@ -80,8 +80,6 @@ def approvals(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if "" not in sys.path and str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
     try:
         settings = ApprovalsSettings.from_env(
             tools=tools or None,
@@ -92,7 +90,7 @@ def approvals(
             database_url=database_url,
             bootstrap_servers=bootstrap_servers,
             topic=topic,
-            group_id=group_id,
+            group_id=group,
             policy_version=policy_version,
             approval_ttl_s=approval_ttl_s,
             sweep_interval_s=sweep_interval_s,

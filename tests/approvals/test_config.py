@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from sagacity.consumers._tools import load_tools
 from sagacity.consumers.approvals import (
     ApprovalsSettings,
     AuthConfig,
@@ -14,7 +15,6 @@ from sagacity.consumers.approvals import (
     auth_entry,
     token_sha256,
 )
-from sagacity.consumers.approvals._server import load_tools
 from sagacity.errors import ConfigurationError
 
 
@@ -90,9 +90,9 @@ def test_tool_specs_must_import() -> None:
     [bank] = load_tools(["tests.approvals.tools:Bank"])
     assert hasattr(bank, "send_wire_transfer")
     for spec, message in (
-        ("tests.approvals.tools", "expected package.module:attr"),
-        ("no.such.module:x", "does not import"),
-        ("tests.approvals.tools:Nope", "does not import"),
+        ("tests.approvals.tools", "is not of the form package.module:attr"),
+        ("no.such.module:x", "cannot import 'no.such.module'"),
+        ("tests.approvals.tools:Nope", "has no attribute 'Nope'"),
     ):
         with pytest.raises(ConfigurationError, match=message):
             load_tools([spec])
