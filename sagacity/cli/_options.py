@@ -53,6 +53,78 @@ def service_envvars(service: str, name: str) -> list[str]:
     return [f"SAGACITY_{service}_{name}", f"SAGACITY_{name}"]
 
 
+class AliasedOption(click.Option):
+    """An option whose first name alone is listed in help; its other names (the spellings of
+    earlier releases) are still accepted."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        names, envvar = self.opts, self.envvar
+        self.opts = names[:1]
+        if isinstance(envvar, list | tuple):
+            self.envvar = envvar[:1]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts, self.envvar = names, envvar
+
+
+def group_option(service: str, *, default: str) -> Callable[[F], F]:
+    """Add ``--group`` (``SAGACITY_<SERVICE>_GROUP``): the consumer group of the service.
+
+    ``--group-id`` and ``SAGACITY_<SERVICE>_GROUP_ID`` are accepted too.
+    """
+    return click.option(
+        "--group",
+        "--group-id",
+        "group",
+        cls=AliasedOption,
+        envvar=[f"SAGACITY_{service}_GROUP", f"SAGACITY_{service}_GROUP_ID"],
+        default=default,
+        show_default=True,
+        show_envvar=True,
+        help="Consumer group shared by every replica.",
+    )
+
+
+def port_option(
+    service: str, *, default: int | None, help: str, old: str | None = None
+) -> Callable[[F], F]:
+    """Add ``--port`` (``SAGACITY_<SERVICE>_PORT``): where the service's HTTP endpoint listens.
+
+    ``old`` (``"HTTP"``, ``"METRICS"``) is the prefix of an earlier spelling still accepted:
+    ``--http-port`` and ``SAGACITY_<SERVICE>_HTTP_PORT``.
+    """
+    names = ["--port"] + ([f"--{old.lower()}-port"] if old else [])
+    envvars = [f"SAGACITY_{service}_PORT"] + ([f"SAGACITY_{service}_{old}_PORT"] if old else [])
+    return click.option(
+        *names,
+        "port",
+        cls=AliasedOption,
+        type=click.IntRange(0, 65535),
+        envvar=envvars,
+        default=default,
+        show_default=default is not None,
+        show_envvar=True,
+        help=help,
+    )
+
+
+def host_option(service: str, *, default: str, old: str | None = None) -> Callable[[F], F]:
+    """Add ``--host`` (``SAGACITY_<SERVICE>_HOST``), the listen address of ``--port``."""
+    names = ["--host"] + ([f"--{old.lower()}-host"] if old else [])
+    envvars = [f"SAGACITY_{service}_HOST"] + ([f"SAGACITY_{service}_{old}_HOST"] if old else [])
+    return click.option(
+        *names,
+        "host",
+        cls=AliasedOption,
+        envvar=envvars,
+        default=default,
+        show_default=True,
+        show_envvar=True,
+        help="Listen address of --port.",
+    )
+
+
 def bootstrap_servers_option(service: str) -> Callable[[F], F]:
     """Add a required ``--bootstrap-servers`` read from the service's variables."""
     return click.option(

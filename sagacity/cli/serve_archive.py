@@ -7,16 +7,20 @@ from pathlib import Path
 import click
 
 from sagacity.cli._db_options import conninfo, database_options, fail
-from sagacity.cli._options import bootstrap_servers_option, topic_option
+from sagacity.cli._options import (
+    bootstrap_servers_option,
+    group_option,
+    host_option,
+    port_option,
+    topic_option,
+)
 
 
 @click.command()
 @bootstrap_servers_option("ARCHIVE")
 @database_options
 @topic_option("ARCHIVE")
-@click.option(
-    "--group", envvar="SAGACITY_ARCHIVE_GROUP", default="sagacity-archive", show_default=True
-)
+@group_option("ARCHIVE", default="sagacity-archive")
 @click.option("--batch-size", default=2000, show_default=True, help="Messages per transaction.")
 @click.option(
     "--signing-key",
@@ -26,13 +30,10 @@ from sagacity.cli._options import bootstrap_servers_option, topic_option
     help="Ed25519 key file for signed checkpoints (see `sagacity archive keygen`).",
 )
 @click.option("--checkpoint-interval", default=60.0, show_default=True, help="Seconds.")
-@click.option(
-    "--metrics-port",
-    type=int,
-    envvar="SAGACITY_ARCHIVE_METRICS_PORT",
-    default=None,
-    help="Serve /metrics and /healthz on this port.",
+@port_option(
+    "ARCHIVE", default=None, old="METRICS", help="Serve /metrics and /healthz on this port."
 )
+@host_option("ARCHIVE", default="127.0.0.1", old="METRICS")
 def archive(
     bootstrap_servers: str,
     database_url: str,
@@ -42,7 +43,8 @@ def archive(
     batch_size: int,
     signing_key: Path | None,
     checkpoint_interval: float,
-    metrics_port: int | None,
+    port: int | None,
+    host: str,
 ) -> None:
     """Archive the journal topic into Postgres, exactly once, verifying every chain."""
     import logging
@@ -64,7 +66,8 @@ def archive(
                 batch_size=batch_size,
                 signing_key=signing_key,
                 checkpoint_interval=checkpoint_interval,
-                metrics_port=metrics_port,
+                metrics_port=port,
+                metrics_host=host,
                 kafka_config=client_settings(os.environ),
             )
         )

@@ -227,7 +227,7 @@ class _Run:
                 COMPENSATION_TOOLS,
                 "--port",
                 str(ports["approvals"]),
-                "--group-id",
+                "--group",
                 f"{groups}-approvals",
             ],
             "compensation": [
@@ -237,7 +237,7 @@ class _Run:
                 self.settings.compensation_tools,
                 "--group",
                 f"{groups}-compensation",
-                "--http-port",
+                "--port",
                 str(ports["compensation"]),
                 "--handoff-grace",
                 "2",
@@ -247,7 +247,7 @@ class _Run:
                 "archive",
                 "--group",
                 f"{groups}-archive",
-                "--metrics-port",
+                "--port",
                 str(ports["archive"]),
             ],
         }
