@@ -82,8 +82,18 @@ def test_settings_require_a_database_and_authentication() -> None:
     assert settings.port == 9999
     assert settings.host == "127.0.0.1"
     assert settings.approval_ttl_s is None
-    with pytest.raises(ConfigurationError, match="is not a number"):
+    with pytest.raises(ConfigurationError, match=r"port \(SAGACITY_APPROVALS_PORT\): .*integer"):
         ApprovalsSettings.from_env({"SAGACITY_DATABASE_URL": "x", "SAGACITY_APPROVALS_PORT": "p"})
+    grouped = ApprovalsSettings.from_env(
+        {"SAGACITY_DATABASE_URL": "x", "SAGACITY_APPROVALS_GROUP": "g2", "SAGACITY_TOPIC": "t2"},
+        insecure_dev=True,
+    )
+    assert (grouped.group_id, grouped.topic) == ("g2", "t2")
+    with pytest.raises(ConfigurationError, match="authenticates approvers"):
+        # --insecure-dev is an option only, never read from a variable
+        ApprovalsSettings.from_env(
+            {"SAGACITY_DATABASE_URL": "x", "SAGACITY_APPROVALS_INSECURE_DEV": "1"}
+        )
 
 
 def test_tool_specs_must_import() -> None:
