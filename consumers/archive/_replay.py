@@ -19,7 +19,8 @@ from sagacity._events import JournalEntry
 from sagacity.chain import ChainVerdict, verify
 from sagacity.consumers.archive._db import check_schema, mapped_errors
 from sagacity.consumers.archive._ingest import Decoder, _avro_decoder
-from sagacity.errors import JournalUnavailableError, SagacityError
+from sagacity.errors import JournalUnavailableError, SagacityError, TopicNotFoundError
+from sagacity.producer._clients import with_logger
 
 
 @dataclass(kw_only=True)
@@ -89,7 +90,7 @@ def read_topic(
         "isolation.level": "read_committed",
         **(kafka_config or {}),
     }
-    consumer = Consumer(config)
+    consumer = Consumer(with_logger(config))
     report = ReplayReport()
     chains: dict[str, list[JournalEntry]] = {}
     try:
@@ -99,7 +100,9 @@ def read_topic(
             raise JournalUnavailableError(f"cannot read topic {topic!r}: {exc}") from exc
         info = metadata.topics.get(topic)
         if info is None or info.error is not None or not info.partitions:
-            raise JournalUnavailableError(f"topic {topic!r} does not exist or has no partitions")
+            raise TopicNotFoundError(
+                f"topic {topic!r} does not exist or has no partitions", topic=topic
+            )
         ends: dict[int, int] = {}
         assignment = []
         for p in sorted(info.partitions):

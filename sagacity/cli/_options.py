@@ -125,6 +125,19 @@ def host_option(service: str, *, default: str, old: str | None = None) -> Callab
     )
 
 
+def log_level_option(service: str) -> Callable[[F], F]:
+    """Add ``--log-level`` (``SAGACITY_<SERVICE>_LOG_LEVEL``, then ``SAGACITY_LOG_LEVEL``)."""
+    return click.option(
+        "--log-level",
+        envvar=service_envvars(service, "LOG_LEVEL"),
+        type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+        default="INFO",
+        show_default=True,
+        show_envvar=True,
+        help="Log records at this level and above, as JSON lines on stderr.",
+    )
+
+
 def bootstrap_servers_option(service: str) -> Callable[[F], F]:
     """Add a required ``--bootstrap-servers`` read from the service's variables."""
     return click.option(

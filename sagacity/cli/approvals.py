@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 import click
 
+from sagacity.cli._exit import UNAVAILABLE, CommandError
 from sagacity.cli._options import json_option, parse_duration, wants_json
 
 DEFAULT_URL = "http://127.0.0.1:8085"
@@ -28,29 +29,52 @@ class _Client:
         self.as_json = as_json
         self.timeout = timeout
 
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        import httpx
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        body: Any = None,
+    ) -> Any:
+        """The JSON answer of one request; an HTTP error exits 1 with its detail.
 
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        The standard library's client keeps the command quick to start.
+        """
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+
+        url = self.url + path + (f"?{urllib.parse.urlencode(params)}" if params else "")
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(url, data=data, headers=headers, method=method)  # noqa: S310
         try:
-            response = httpx.request(
-                method, self.url + path, headers=headers, timeout=self.timeout, **kwargs
-            )
-        except httpx.HTTPError as exc:
-            raise click.ClickException(
-                f"cannot reach the approvals service at {self.url}: {exc}"
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+                status, raw = response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            status, raw = exc.code, exc.read()
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise CommandError(
+                f"cannot reach the approvals service at {self.url}: {reason}", UNAVAILABLE
             ) from exc
         try:
-            body = response.json()
+            answer = json.loads(raw)
         except ValueError:
-            body = {"detail": response.text}
-        if response.is_success:
-            return body
-        detail = body.get("detail") if isinstance(body, dict) else body
+            answer = {"detail": raw.decode("utf-8", "replace")}
+        if 200 <= status < 300:
+            return answer
+        detail = answer.get("detail") if isinstance(answer, dict) else answer
         if self.as_json:
-            click.echo(json.dumps({"status": response.status_code, "detail": detail}))
+            click.echo(json.dumps({"status": status, "detail": detail}))
             sys.exit(1)
-        raise click.ClickException(f"HTTP {response.status_code}: {detail}")
+        raise click.ClickException(f"HTTP {status}: {detail}")
 
     def refuse(self, detail: str, **fields: Any) -> NoReturn:
         """Refuse here, before anything is sent: exit 1 with ``detail``."""
@@ -220,7 +244,7 @@ def approve(client: _Client, saga_id: str, seq: int) -> None:
 def reject(client: _Client, saga_id: str, seq: int, reason: str | None) -> None:
     """Reject the request; the saga's executed steps are handed to compensation."""
     body = {"reason": reason} if reason is not None else None
-    data = client.call("POST", f"/sagacity/reject/{saga_id}/{seq}", json=body)
+    data = client.call("POST", f"/sagacity/reject/{saga_id}/{seq}", body=body)
     _emit(client, data, _decision_text(data))
 
 
@@ -281,7 +305,7 @@ def resume(
         )
         _emit(client, data, human)
         return
-    data = client.call("POST", f"/sagacity/resume/{saga_id}/{seq}", json={"payload": text})
+    data = client.call("POST", f"/sagacity/resume/{saga_id}/{seq}", body={"payload": text})
     _emit(client, data, _decision_text(data))
 
 

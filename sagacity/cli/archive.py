@@ -30,7 +30,7 @@ def keygen(out: Path) -> None:
     try:
         signer = generate_key(out)
     except SagacityError as exc:
-        fail(exc.message)
+        fail(exc)
     click.echo(f"private key: {out}")
     click.echo(f"key id:      {signer.key_id}")
     click.echo(f"public key:  {signer.public_hex}")
@@ -51,7 +51,7 @@ def migrate(database_url: str, schema: str | None, grant_role: str | None) -> No
             if grant_role:
                 grant_archiver(conn, grant_role)
     except SagacityError as exc:
-        fail(exc.message)
+        fail(exc)
     click.echo(f"archive schema at version {version}")
 
 
@@ -77,7 +77,7 @@ def checkpoint(database_url: str, schema: str | None, signing_key: Path) -> None
             check_schema(conn)
             signed = sign_pending(conn, signer, on_round=rounds.append)
     except SagacityError as exc:
-        fail(exc.message)
+        fail(exc)
     click.echo(f"signed {signed} head(s) in {len(rounds)} round(s) with key {signer.key_id}")
     if rounds:
         click.echo(f"latest signing round: {rounds[-1].round_id}:{rounds[-1].root}")
@@ -118,7 +118,7 @@ def retention(
                 conn, keep_months=months, export_dir=export_dir, apply=apply, force=force
             )
     except SagacityError as exc:
-        fail(exc.message)
+        fail(exc)
     if not actions:
         click.echo(f"nothing older than {months} months")
         return
@@ -160,7 +160,7 @@ def quarantine(database_url: str, schema: str | None, limit: int) -> None:
                     (limit,),
                 ).fetchall()
     except SagacityError as exc:
-        fail(exc.message)
+        fail(exc)
     if not total:
         click.echo("quarantine is empty")
         return

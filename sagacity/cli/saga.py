@@ -175,7 +175,7 @@ def sweep_cmd(
         with connect(conninfo(database_url, schema)) as conn:
             candidates = quiet_sagas(conn, topic=settings.topic, older_than_s=seconds, limit=limit)
     except SagacityError as exc:
-        fail(exc.message)
+        fail(exc)
     if not candidates:
         click.echo(f"no live saga on {settings.topic!r} has been quiet for {older_than}")
         return

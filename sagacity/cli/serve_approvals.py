@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import click
 
-from sagacity.cli._options import group_option, host_option, port_option
-from sagacity.errors import SagacityError
+from sagacity.cli._options import (
+    group_option,
+    host_option,
+    log_level_option,
+    port_option,
+    service_envvars,
+    topic_option,
+)
+
+
+def _env(name: str) -> list[str]:
+    return service_envvars("APPROVALS", name)
 
 
 @click.command()
@@ -16,6 +25,8 @@ from sagacity.errors import SagacityError
     "--tools",
     "tools",
     multiple=True,
+    envvar=_env("TOOLS"),
+    show_envvar=True,
     metavar="package.module:attr",
     help="Tools resume may run (an object with @compensable methods, a function, or a class "
     "instantiated without arguments); repeatable. Imported with the working directory on "
@@ -27,6 +38,8 @@ from sagacity.errors import SagacityError
     "--auth",
     "auth_file",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar=["SAGACITY_APPROVALS_AUTH_FILE"],
+    show_envvar=True,
     default=None,
     help="Principals file (TOML or JSON) mapping token hashes to names and tools.",
 )
@@ -35,23 +48,60 @@ from sagacity.errors import SagacityError
     is_flag=True,
     help="DEMO ONLY: take the approver's name from the request body, unauthenticated.",
 )
-@click.option("--database-url", default=None, help="PostgreSQL (default $SAGACITY_DATABASE_URL).")
 @click.option(
-    "--bootstrap-servers", default=None, help="Kafka (default $SAGACITY_BOOTSTRAP_SERVERS)."
+    "--database-url",
+    envvar=_env("DATABASE_URL"),
+    show_envvar=True,
+    default=None,
+    help="PostgreSQL for the working table.",
 )
-@click.option("--topic", default=None, help="Journal topic (default $SAGACITY_TOPIC).")
+@click.option(
+    "--bootstrap-servers",
+    envvar=_env("BOOTSTRAP_SERVERS"),
+    show_envvar=True,
+    default=None,
+    help="Kafka bootstrap servers.",
+)
+@topic_option("APPROVALS")
 @group_option("APPROVALS", default="sagacity-approvals")
-@click.option("--policy-version", default=None, help="Recorded on every decision (default 1).")
+@click.option(
+    "--policy-version",
+    envvar=_env("POLICY_VERSION"),
+    show_envvar=True,
+    default="1",
+    show_default=True,
+    help="Recorded on every decision.",
+)
 @click.option(
     "--approval-ttl",
     "approval_ttl_s",
     type=float,
-    default=None,
-    help="Seconds a request stays approvable (default 86400; 0 disables the service's bound).",
+    envvar=_env("APPROVAL_TTL_S"),
+    show_envvar=True,
+    default=86400.0,
+    show_default=True,
+    help="Seconds a request stays approvable (0 disables the service's bound).",
 )
-@click.option("--sweep-interval", "sweep_interval_s", type=float, default=None, help="Seconds.")
-@click.option("--max-body", "max_body_bytes", type=int, default=None, help="Bytes.")
-@click.option("--log-level", default="info", show_default=True)
+@click.option(
+    "--sweep-interval",
+    "sweep_interval_s",
+    type=float,
+    envvar=_env("SWEEP_INTERVAL_S"),
+    show_envvar=True,
+    default=5.0,
+    show_default=True,
+    help="Seconds between expiry sweeps.",
+)
+@click.option(
+    "--max-body",
+    "max_body_bytes",
+    type=int,
+    envvar=_env("MAX_BODY_BYTES"),
+    show_envvar=True,
+    default=None,
+    help="Larger request bodies get 413 [default: 262144].",
+)
+@log_level_option("APPROVALS")
 def approvals(
     tools: tuple[str, ...],
     host: str,
@@ -60,50 +110,55 @@ def approvals(
     insecure_dev: bool,
     database_url: str | None,
     bootstrap_servers: str | None,
-    topic: str | None,
+    topic: str,
     group: str,
-    policy_version: str | None,
-    approval_ttl_s: float | None,
-    sweep_interval_s: float | None,
+    policy_version: str,
+    approval_ttl_s: float,
+    sweep_interval_s: float,
     max_body_bytes: int | None,
     log_level: str,
 ) -> None:
     """Serve the approvals API and fold AWAITING_APPROVAL events into PostgreSQL.
 
-    Settings also come from SAGACITY_APPROVALS_* (then SAGACITY_*) variables; see
-    docs/operations/approvals.md.
+    Each option also reads the variable its help names (SAGACITY_APPROVALS_X first, then
+    SAGACITY_X); see docs/operations/approvals.md.
     """
+    import os
+
     import uvicorn
 
+    from sagacity.consumers._logging import configure
     from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
+    from sagacity.producer._clients import check_reachable
+    from sagacity.producer._config import client_settings
 
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    configure(log_level)
+    settings = ApprovalsSettings.from_env(
+        tools=tools or None,
+        host=host,
+        port=port,
+        auth_file=str(auth_file) if auth_file else None,
+        insecure_dev=insecure_dev or None,
+        database_url=database_url,
+        bootstrap_servers=bootstrap_servers,
+        topic=topic,
+        group_id=group,
+        policy_version=policy_version,
+        approval_ttl_s=approval_ttl_s,
+        sweep_interval_s=sweep_interval_s,
+        max_body_bytes=max_body_bytes,
     )
-    try:
-        settings = ApprovalsSettings.from_env(
-            tools=tools or None,
-            host=host,
-            port=port,
-            auth_file=str(auth_file) if auth_file else None,
-            insecure_dev=insecure_dev or None,
-            database_url=database_url,
-            bootstrap_servers=bootstrap_servers,
-            topic=topic,
-            group_id=group,
-            policy_version=policy_version,
-            approval_ttl_s=approval_ttl_s,
-            sweep_interval_s=sweep_interval_s,
-            max_body_bytes=max_body_bytes,
+    if settings.bootstrap_servers:
+        check_reachable(
+            {**client_settings(os.environ), "bootstrap.servers": settings.bootstrap_servers}
         )
-        server = ApprovalsServer(settings)
-    except SagacityError as exc:
-        raise click.ClickException(exc.message) from exc
+    server = ApprovalsServer(settings)
     uvicorn.run(
         server.app,
         host=settings.host,
         port=settings.port,
         log_level=log_level.lower(),
+        log_config=None,
         proxy_headers=False,
         server_header=False,
     )

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import click
 
-from sagacity.cli._db_options import conninfo, database_options, fail
+from sagacity.cli._db_options import conninfo, database_options
 from sagacity.cli._options import (
     bootstrap_servers_option,
     group_option,
     host_option,
+    log_level_option,
     port_option,
     topic_option,
 )
@@ -27,6 +28,7 @@ from sagacity.cli._options import (
     type=click.Path(dir_okay=False, path_type=Path),
     envvar="SAGACITY_ARCHIVE_SIGNING_KEY",
     default=None,
+    show_envvar=True,
     help="Ed25519 key file for signed checkpoints (see `sagacity archive keygen`).",
 )
 @click.option("--checkpoint-interval", default=60.0, show_default=True, help="Seconds.")
@@ -34,6 +36,7 @@ from sagacity.cli._options import (
     "ARCHIVE", default=None, old="METRICS", help="Serve /metrics and /healthz on this port."
 )
 @host_option("ARCHIVE", default="127.0.0.1", old="METRICS")
+@log_level_option("ARCHIVE")
 def archive(
     bootstrap_servers: str,
     database_url: str,
@@ -45,37 +48,34 @@ def archive(
     checkpoint_interval: float,
     port: int | None,
     host: str,
+    log_level: str,
 ) -> None:
     """Archive the journal topic into Postgres, exactly once, verifying every chain."""
-    import logging
     import os
     import signal
 
+    from sagacity.consumers._logging import configure
     from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
-    from sagacity.errors import SagacityError
+    from sagacity.producer._clients import check_reachable
     from sagacity.producer._config import client_settings
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:
-        service = ArchiveService(
-            ArchiveSettings(
-                bootstrap_servers=bootstrap_servers,
-                database_url=conninfo(database_url, schema),
-                topic=topic,
-                group_id=group,
-                batch_size=batch_size,
-                signing_key=signing_key,
-                checkpoint_interval=checkpoint_interval,
-                metrics_port=port,
-                metrics_host=host,
-                kafka_config=client_settings(os.environ),
-            )
+    configure(log_level)
+    kafka_config = client_settings(os.environ)
+    service = ArchiveService(
+        ArchiveSettings(
+            bootstrap_servers=bootstrap_servers,
+            database_url=conninfo(database_url, schema),
+            topic=topic,
+            group_id=group,
+            batch_size=batch_size,
+            signing_key=signing_key,
+            checkpoint_interval=checkpoint_interval,
+            metrics_port=port,
+            metrics_host=host,
+            kafka_config=kafka_config,
         )
-    except SagacityError as exc:
-        fail(exc.message)
+    )
+    check_reachable({**kafka_config, "bootstrap.servers": bootstrap_servers})
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: service.stop())
-    try:
-        service.run()
-    except SagacityError as exc:
-        fail(exc.message)
+    service.run()

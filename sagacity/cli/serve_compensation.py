@@ -9,6 +9,7 @@ from sagacity.cli._options import (
     database_url_option,
     group_option,
     host_option,
+    log_level_option,
     port_option,
     topic_option,
 )
@@ -76,9 +77,7 @@ from sagacity.cli._options import (
 )
 @host_option("COMPENSATION", default="127.0.0.1", old="HTTP")
 @click.option("--dlq-topic", envvar="SAGACITY_COMPENSATION_DLQ_TOPIC", default=None)
-@click.option(
-    "--log-level", envvar="SAGACITY_COMPENSATION_LOG_LEVEL", default="INFO", show_default=True
-)
+@log_level_option("COMPENSATION")
 def compensation(
     tools: tuple[str, ...],
     bootstrap_servers: str,
@@ -104,12 +103,13 @@ def compensation(
 
     from pydantic import ValidationError
 
+    from sagacity.consumers._logging import configure
     from sagacity.consumers.compensation import CompensationService, CompensationSettings
-    from sagacity.consumers.compensation._logging import configure
-    from sagacity.errors import SagacityError
+    from sagacity.errors import ConfigurationError
+    from sagacity.producer._clients import check_reachable
     from sagacity.producer._config import ReadIndexSettings, client_settings
 
-    configure(log_level.upper())
+    configure(log_level)
     client = client_settings(os.environ)
     try:
         settings = CompensationSettings(
@@ -129,11 +129,10 @@ def compensation(
             client=client,
             read_index=ReadIndexSettings.from_env(os.environ, database_url=database_url),
         )
-        service = CompensationService(settings)
     except ValidationError as exc:
-        raise click.ClickException(f"invalid settings: {exc}") from exc
-    except SagacityError as exc:
-        raise click.ClickException(exc.message) from exc
+        raise ConfigurationError(f"invalid settings: {exc}") from exc
+    service = CompensationService(settings)
+    check_reachable({**client, "bootstrap.servers": bootstrap_servers})
 
     def stop(signum: int, _frame: object) -> None:
         del signum
@@ -141,7 +140,4 @@ def compensation(
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    try:
-        service.run()
-    except SagacityError as exc:
-        raise click.ClickException(exc.message) from exc
+    service.run()

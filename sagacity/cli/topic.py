@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 
-from sagacity.errors import ConfigurationError, JournalError
+from sagacity.cli._exit import FAILED, UNAVAILABLE, CommandError
+from sagacity.errors import ConfigurationError, JournalError, JournalUnavailableError
 
 _DEFAULT_TOPIC = "sagacity.journal"
 
@@ -99,6 +100,7 @@ def create_cmd(
     """Create the journal topic with settings that keep evidence."""
     from confluent_kafka.admin import AdminClient
 
+    from sagacity.producer._clients import with_logger
     from sagacity.producer._topic import MIN_RETENTION_MS, TopicSpec, create, parse_retention
 
     try:
@@ -119,9 +121,12 @@ def create_cmd(
         retention_ms=retention_ms,
     )
     try:
-        info = create(AdminClient(config), topic, spec, bootstrap=servers, timeout=timeout)
+        info = create(
+            AdminClient(with_logger(config)), topic, spec, bootstrap=servers, timeout=timeout
+        )
     except JournalError as exc:
-        raise click.ClickException(exc.message) from exc
+        code = UNAVAILABLE if isinstance(exc, JournalUnavailableError) else FAILED
+        raise CommandError(exc.message, code) from exc
     click.echo(
         f"created {info.name}: {info.partitions} partitions, replication factor "
         f"{info.replication_factor}, min.insync.replicas {info.config.get('min.insync.replicas')}, "
@@ -143,11 +148,12 @@ def check_cmd(bootstrap: str | None, topic: str, as_json: bool, timeout: float) 
     """
     from confluent_kafka.admin import AdminClient
 
+    from sagacity.producer._clients import with_logger
     from sagacity.producer._topic import check, describe
 
     servers, config = _connection(bootstrap)
     try:
-        info = describe(AdminClient(config), topic, bootstrap=servers, timeout=timeout)
+        info = describe(AdminClient(with_logger(config)), topic, bootstrap=servers, timeout=timeout)
     except JournalError as exc:
         click.echo(f"Error: {exc.message}", err=True)
         raise SystemExit(3) from exc

@@ -120,7 +120,7 @@ def test_bad_credentials_other_tools_and_usage(live: LiveService, tmp_path: Path
     )
     assert both.exit_code == 2
     unreachable = runner.invoke(main, ["approvals", "--url", "http://127.0.0.1:9", "list"])
-    assert unreachable.exit_code == 1
+    assert unreachable.exit_code == 3
     assert "cannot reach" in unreachable.output
 
 
