@@ -155,7 +155,7 @@ class RequestConsumer:
                         exc,
                     )
                     continue
-                apply_entry(conn, entry)
+                apply_entry(conn, entry, topic=self._topic)
                 applied += 1
             for partition, next_offset in positions.items():
                 self._store.store_offset(conn, self._topic, partition, next_offset)

@@ -80,7 +80,7 @@ class ApprovalsServer:
         tools: Iterable[Any] = (),
     ) -> None:
         self.settings = settings
-        self.store = ApprovalStore(settings.database_url)
+        self.store = ApprovalStore(settings.database_url, topic=settings.topic)
         self.journal = journal if journal is not None else journal_for(settings)
         self.sagacity = Sagacity(
             self.journal,
