@@ -9,7 +9,12 @@ from typing import Any
 import click
 
 from sagacity.cli._exit import FAILED, UNAVAILABLE, CommandError
-from sagacity.errors import ConfigurationError, JournalError, JournalUnavailableError
+from sagacity.errors import (
+    ConfigurationError,
+    JournalError,
+    JournalUnavailableError,
+    TopicNotFoundError,
+)
 
 _DEFAULT_TOPIC = "sagacity.journal"
 
@@ -86,6 +91,12 @@ def topic() -> None:
     is_flag=True,
     help="Allow a retention shorter than six months (not for production).",
 )
+@click.option(
+    "--exist-ok",
+    is_flag=True,
+    help="Succeed when the topic exists already (a deployment's init step); `topic check` "
+    "reviews its settings.",
+)
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait.")
 def create_cmd(
     bootstrap: str | None,
@@ -95,13 +106,20 @@ def create_cmd(
     min_insync_replicas: int | None,
     retention: str,
     force_short_retention: bool,
+    exist_ok: bool,
     timeout: float,
 ) -> None:
     """Create the journal topic with settings that keep evidence."""
     from confluent_kafka.admin import AdminClient
 
     from sagacity.producer._clients import with_logger
-    from sagacity.producer._topic import MIN_RETENTION_MS, TopicSpec, create, parse_retention
+    from sagacity.producer._topic import (
+        MIN_RETENTION_MS,
+        TopicSpec,
+        create,
+        describe,
+        parse_retention,
+    )
 
     try:
         retention_ms = parse_retention(retention)
@@ -114,6 +132,19 @@ def create_cmd(
             param_hint="--retention",
         )
     servers, config = _connection(bootstrap)
+    if exist_ok:
+        try:
+            found = describe(
+                AdminClient(with_logger(config)), topic, bootstrap=servers, timeout=timeout
+            )
+        except TopicNotFoundError:
+            pass
+        except JournalError as exc:
+            code = UNAVAILABLE if isinstance(exc, JournalUnavailableError) else FAILED
+            raise CommandError(exc.message, code) from exc
+        else:
+            click.echo(f"{found.name} exists already ({found.partitions} partitions)")
+            return
     spec = TopicSpec(
         partitions=partitions,
         replication_factor=replication_factor,
