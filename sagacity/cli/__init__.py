@@ -70,3 +70,15 @@ def main() -> None:
 
 for _module, _attr in _GROUPS:
     main.add_command(getattr(importlib.import_module(_module), _attr))
+
+
+def _show_variables(command: click.Command) -> None:
+    """Every option read from a variable names it in its help (``[env var: …]``)."""
+    for param in command.params:
+        if isinstance(param, click.Option) and param.envvar:
+            param.show_envvar = True
+    for sub in getattr(command, "commands", {}).values():
+        _show_variables(sub)
+
+
+_show_variables(main)

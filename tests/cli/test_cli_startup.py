@@ -57,3 +57,23 @@ def test_help_and_approvals_list_take_well_under_a_second_of_cpu() -> None:
     # CPU time, not wall time: a loaded machine delays a process without making it slower.
     assert _cpu_seconds("--help") < 0.5
     assert _cpu_seconds("approvals", "--url", "http://127.0.0.1:9", "list") < 0.5
+
+
+def test_every_option_read_from_a_variable_names_it_in_help() -> None:
+    import click
+    from click.testing import CliRunner
+
+    from sagacity.cli import main
+
+    def walk(command: click.Command, path: list[str]) -> list[tuple[list[str], click.Option]]:
+        found = [(path, p) for p in command.params if isinstance(p, click.Option) and p.envvar]
+        for name, sub in getattr(command, "commands", {}).items():
+            found += walk(sub, [*path, name])
+        return found
+
+    options = walk(main, [])
+    assert len(options) > 20
+    for path, option in options:
+        shown = CliRunner().invoke(main, [*path, "--help"], terminal_width=400).output
+        first = option.envvar[0] if isinstance(option.envvar, list | tuple) else option.envvar
+        assert f"env var: {first}" in shown, (path, option.name)
