@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from sagacity._registry import RegisteredTool, ToolRegistry
     from sagacity._result import SagaResult, SagaStatus, Step
     from sagacity._reversibility import Reversibility
+    from sagacity._run import SagaRun
     from sagacity._saga import Sagacity
     from sagacity._undo import Undo
     from sagacity.chain import BreakReason, ChainVerdict, verify
@@ -49,6 +50,7 @@ _EXPORTS = {
     "RegisteredTool": "sagacity._registry",
     "Reversibility": "sagacity._reversibility",
     "SagaResult": "sagacity._result",
+    "SagaRun": "sagacity._run",
     "SagaStatus": "sagacity._result",
     "Sagacity": "sagacity._saga",
     "SagacityError": "sagacity.errors",
@@ -80,6 +82,7 @@ __all__ = [
     "RegisteredTool",
     "Reversibility",
     "SagaResult",
+    "SagaRun",
     "SagaStatus",
     "Sagacity",
     "SagacityError",

@@ -26,6 +26,7 @@ from sagacity._oversize import append_bounded
 from sagacity._registry import ToolRegistry
 from sagacity._result import SagaResult, SagaStatus
 from sagacity._reversibility import Reversibility
+from sagacity._run import SagaRun
 from sagacity._scope import SagaScope, ensure_no_active_scope, open_scope
 from sagacity._wrap import wrap, wrap_callable
 from sagacity.errors import (
@@ -283,12 +284,30 @@ class Sagacity:
             except BaseException:
                 self._flush_quietly()
                 raise
+        return self.finish_run(scope, value, error)
+
+    def finish_run(self, scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
+        """End a run whose scope has closed: compensate after a failure, else journal the end."""
         if scope.lost is not None:
             return self._end_lost(scope, error)
         if self._needs_compensation(scope, error):
-            report = None if self._mode == "delegated" else self._runner().run(saga)
+            report = None if self._mode == "delegated" else self._runner().run(scope.saga_id)
             return self._end_failed(scope, value, error, report)
         return self._end_clean(scope, value)
+
+    def open_run(self, saga_id: str) -> SagaRun:
+        """Open a saga whose calls arrive one at a time (an MCP session, a conversation).
+
+        ``SAGA_OPENED`` is journaled now; each :meth:`SagaRun.call` joins the saga and
+        :meth:`SagaRun.end` ends it with the rules of :meth:`saga`.
+
+        Raises:
+            InvalidArgumentError: ``saga_id`` is empty.
+            NestedSagaError: a saga is already active in this context.
+            SagaExistsError: the saga id is taken.
+            JournalError: the journal could not record the saga.
+        """
+        return SagaRun(self, self._open(saga_id))
 
     async def saga_async(self, saga_id: str, work: Callable[[], Awaitable[Any]]) -> SagaResult:
         """:meth:`saga` for asyncio: ``work`` is awaited; tasks it creates share the saga.

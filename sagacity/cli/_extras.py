@@ -14,6 +14,7 @@ _EXTRA_OF = {
     "pydantic_ai": "pydantic-ai",
     "langchain_core": "langchain",
     "agents": "openai-agents",
+    "mcp": "mcp",
 }
 
 
