@@ -45,7 +45,6 @@ main(sys.argv[1:], prog_name="sagacity")
             "postgresql://x/y",
         ],
         ["verify", "--all", "--database-url", "postgresql://x/y"],
-        ["replay", "--bootstrap-servers", "x:1", "--database-url", "postgresql://x/y"],
         ["archive", "keygen", "--out", "never-written.key"],
     ],
     ids=lambda argv: " ".join(argv[:2]),
