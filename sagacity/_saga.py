@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 from sagacity import _approval, _settlement
 from sagacity import _attributes as attr
@@ -36,6 +36,8 @@ from sagacity.errors import (
     SagaExistsError,
 )
 from sagacity.journal import ApprovalRequest, Journal
+
+_T = TypeVar("_T")
 
 CompensationMode = Literal["inline", "delegated"]
 _MODES = ("inline", "delegated")
@@ -184,20 +186,21 @@ class Sagacity:
         return self._clock()
 
     # -- tools ----------------------------------------------------------------------------
-    def wrap(self, obj: Any) -> Any:
+    def wrap(self, obj: _T) -> _T:
         """Validate ``obj``'s declarations and return its journaling version.
 
         ``obj`` is an instance whose methods carry ``@compensable`` (a proxy exposing the
         wrapped methods and the object's other attributes is returned) or a ``@compensable``
         function (a wrapped function is returned).  Each tool is registered by name, for
-        compensation and resume.
+        compensation and resume.  The result is typed as ``obj``'s own type, so a type
+        checker checks calls of the wrapped tools as it checks the originals.
 
         Raises:
             DeclarationError: nothing is declared, a ``by=`` does not resolve or has the
                 wrong signature, ``by=`` is given to a READ/IRREVERSIBLE/PRIVILEGED tool, or
                 two different tools share a name.
         """
-        return wrap(self, self._registry, obj)
+        return cast(_T, wrap(self, self._registry, obj))
 
     def wrap_tool(
         self,

@@ -32,6 +32,10 @@ class ConfigurationError(SagacityError):
     """Sagacity was configured with an invalid option or a missing component."""
 
 
+class DurationError(ConfigurationError, ValueError):
+    """A duration (``15m``, ``400d``, ``13mo``) does not parse, or its unit is ambiguous."""
+
+
 class InvalidArgumentError(SagacityError):
     """A caller passed a value of the wrong type or an empty one (an approver, a payload …)."""
 

@@ -22,25 +22,26 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from sagacity import _attributes as attr
 from sagacity._compensation import CompensationCall
 from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity._result import SagaResult, SagaStatus
 from sagacity._saga import Sagacity
+from sagacity._settings import SagacitySettings
 from sagacity.chain import verify
+from sagacity.consumers._tools import register_tools
 from sagacity.consumers.compensation import _failpoints
 from sagacity.consumers.compensation._claims import Claim, ClaimStatus, ClaimStore
 from sagacity.consumers.compensation._deadletter import DeadLetters, ensure_topic
 from sagacity.consumers.compensation._invoker import ClaimingInvoker
 from sagacity.consumers.compensation._journal import Revoked, ServiceJournal
 from sagacity.consumers.compensation._metrics import HealthServer, Metrics
-from sagacity.consumers.compensation._tools import register_tools
 from sagacity.errors import (
     ChainIntegrityError,
     CompensationConflictError,
@@ -49,6 +50,7 @@ from sagacity.errors import (
     SerializationError,
 )
 from sagacity.producer import ForkKind, KafkaJournal, ReadIndexSettings, SagaRead
+from sagacity.producer._clients import with_logger
 from sagacity.schemas import decode_entry
 
 log = logging.getLogger("sagacity.compensation")
@@ -68,8 +70,9 @@ _REASONS = frozenset(
 )
 
 
-class CompensationSettings(BaseModel):
-    """How the service runs (the CLI reads each from a ``SAGACITY_*`` variable).
+class CompensationSettings(SagacitySettings):
+    """How the service runs: each setting ``x`` from ``SAGACITY_COMPENSATION_X``, then
+    ``SAGACITY_X`` (pydantic-settings; keywords win; the CLI passes its options).
 
     Attributes:
         bootstrap_servers / topic: the journal.
@@ -91,7 +94,14 @@ class CompensationSettings(BaseModel):
             ``database_url`` (docs/adr/0010-saga-read-index.md).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    env_service: ClassVar[str] = "COMPENSATION"
+    env_names: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "group_id": ("GROUP",),
+        "compensation_timeout_s": ("TIMEOUT_S",),
+        "http_port": ("PORT",),
+        "http_host": ("HOST",),
+    }
+    env_excluded: ClassVar[frozenset[str]] = frozenset({"client", "read_index"})
 
     bootstrap_servers: str = Field(min_length=1)
     database_url: str = Field(min_length=1)
@@ -251,7 +261,7 @@ class CompensationService:
         )
         register_tools(self._sagacity, s.tools)
         dlq = s.dlq_topic or f"{s.topic}.dlq"
-        ensure_topic(AdminClient(self._base_config()), dlq, partitions=1, timeout=15)
+        ensure_topic(AdminClient(with_logger(self._base_config())), dlq, partitions=1, timeout=15)
         self._dead = DeadLetters(self._base_config(), dlq)
         config: dict[str, str | int | float | bool] = {
             "fetch.wait.max.ms": 50,
@@ -269,7 +279,7 @@ class CompensationService:
         }
         if s.instance_id:
             config["group.instance.id"] = s.instance_id
-        self._consumer = Consumer(config)
+        self._consumer = Consumer(with_logger(config))
         self._consumer.subscribe(
             [s.topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )

@@ -6,40 +6,45 @@ from pathlib import Path
 
 import click
 
-from sagacity.cli._db_options import conninfo, database_options, fail
-from sagacity.cli._options import bootstrap_servers_option, topic_option
+from sagacity.cli._db_options import conninfo, database_options
+from sagacity.cli._options import (
+    bootstrap_servers_option,
+    group_option,
+    host_option,
+    log_level_option,
+    port_option,
+    topic_option,
+)
 
 
 @click.command()
 @bootstrap_servers_option("ARCHIVE")
 @database_options
 @topic_option("ARCHIVE")
-@click.option(
-    "--group", envvar="SAGACITY_ARCHIVE_GROUP", default="sagacity-archive", show_default=True
-)
+@group_option("ARCHIVE", default="sagacity-archive")
 @click.option("--batch-size", default=2000, show_default=True, help="Messages per transaction.")
 @click.option(
     "--signing-key",
     type=click.Path(dir_okay=False, path_type=Path),
     envvar="SAGACITY_ARCHIVE_SIGNING_KEY",
     default=None,
+    show_envvar=True,
     help="Ed25519 key file for signed checkpoints (see `sagacity archive keygen`).",
 )
 @click.option("--checkpoint-interval", default=60.0, show_default=True, help="Seconds.")
 @click.option(
     "--witness",
     envvar="SAGACITY_ARCHIVE_WITNESS",
+    show_envvar=True,
     default=None,
     help="File path or http(s) URL outside the archive's database where each signed round is "
     "published (a URL receives a JSON POST); auditors check the archive against it.",
 )
-@click.option(
-    "--metrics-port",
-    type=int,
-    envvar="SAGACITY_ARCHIVE_METRICS_PORT",
-    default=None,
-    help="Serve /metrics and /healthz on this port.",
+@port_option(
+    "ARCHIVE", default=None, old="METRICS", help="Serve /metrics and /healthz on this port."
 )
+@host_option("ARCHIVE", default="127.0.0.1", old="METRICS")
+@log_level_option("ARCHIVE")
 def archive(
     bootstrap_servers: str,
     database_url: str,
@@ -50,38 +55,37 @@ def archive(
     signing_key: Path | None,
     checkpoint_interval: float,
     witness: str | None,
-    metrics_port: int | None,
+    port: int | None,
+    host: str,
+    log_level: str,
 ) -> None:
     """Archive the journal topic into Postgres, exactly once, verifying every chain."""
-    import logging
     import os
     import signal
 
+    from sagacity.consumers._logging import configure
     from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
-    from sagacity.errors import SagacityError
+    from sagacity.producer._clients import check_reachable
     from sagacity.producer._config import client_settings
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:
-        service = ArchiveService(
-            ArchiveSettings(
-                bootstrap_servers=bootstrap_servers,
-                database_url=conninfo(database_url, schema),
-                topic=topic,
-                group_id=group,
-                batch_size=batch_size,
-                signing_key=signing_key,
-                checkpoint_interval=checkpoint_interval,
-                metrics_port=metrics_port,
-                witness=witness,
-                kafka_config=client_settings(os.environ),
-            )
+    configure(log_level)
+    kafka_config = client_settings(os.environ)
+    service = ArchiveService(
+        ArchiveSettings(
+            bootstrap_servers=bootstrap_servers,
+            database_url=conninfo(database_url, schema),
+            topic=topic,
+            group_id=group,
+            batch_size=batch_size,
+            signing_key=signing_key,
+            checkpoint_interval=checkpoint_interval,
+            metrics_port=port,
+            witness=witness,
+            metrics_host=host,
+            kafka_config=kafka_config,
         )
-    except SagacityError as exc:
-        fail(exc.message)
+    )
+    check_reachable({**kafka_config, "bootstrap.servers": bootstrap_servers})
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: service.stop())
-    try:
-        service.run()
-    except SagacityError as exc:
-        fail(exc.message)
+    service.run()

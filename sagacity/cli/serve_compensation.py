@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import click
 
-from sagacity.cli._options import bootstrap_servers_option, database_url_option, topic_option
+from sagacity.cli._options import (
+    bootstrap_servers_option,
+    database_url_option,
+    group_option,
+    host_option,
+    log_level_option,
+    port_option,
+    topic_option,
+)
 
 
 @click.command()
@@ -20,13 +28,7 @@ from sagacity.cli._options import bootstrap_servers_option, database_url_option,
 @bootstrap_servers_option("COMPENSATION")
 @database_url_option("COMPENSATION", help="libpq URL or conninfo of the claims database.")
 @topic_option("COMPENSATION")
-@click.option(
-    "--group",
-    envvar="SAGACITY_COMPENSATION_GROUP",
-    default="sagacity-compensation",
-    show_default=True,
-    help="Consumer group shared by every instance.",
-)
+@group_option("COMPENSATION", default="sagacity-compensation")
 @click.option(
     "--instance-id",
     envvar="SAGACITY_COMPENSATION_INSTANCE_ID",
@@ -67,20 +69,15 @@ from sagacity.cli._options import bootstrap_servers_option, database_url_option,
     help="Consumer group session timeout: an instance silent this long loses its partitions"
     " to the others (the broker's group.min/max.session.timeout.ms bound it).",
 )
-@click.option(
-    "--http-port",
-    type=int,
-    envvar="SAGACITY_COMPENSATION_HTTP_PORT",
+@port_option(
+    "COMPENSATION",
     default=None,
+    old="HTTP",
     help="Serve /healthz, /readyz and /metrics on this port (0: any free port).",
 )
-@click.option(
-    "--http-host", envvar="SAGACITY_COMPENSATION_HTTP_HOST", default="127.0.0.1", show_default=True
-)
+@host_option("COMPENSATION", default="127.0.0.1", old="HTTP")
 @click.option("--dlq-topic", envvar="SAGACITY_COMPENSATION_DLQ_TOPIC", default=None)
-@click.option(
-    "--log-level", envvar="SAGACITY_COMPENSATION_LOG_LEVEL", default="INFO", show_default=True
-)
+@log_level_option("COMPENSATION")
 def compensation(
     tools: tuple[str, ...],
     bootstrap_servers: str,
@@ -92,8 +89,8 @@ def compensation(
     concurrency: int,
     handoff_grace: float,
     session_timeout_ms: int,
-    http_port: int | None,
-    http_host: str,
+    port: int | None,
+    host: str,
     dlq_topic: str | None,
     log_level: str,
 ) -> None:
@@ -106,12 +103,13 @@ def compensation(
 
     from pydantic import ValidationError
 
+    from sagacity.consumers._logging import configure
     from sagacity.consumers.compensation import CompensationService, CompensationSettings
-    from sagacity.consumers.compensation._logging import configure
-    from sagacity.errors import SagacityError
+    from sagacity.errors import ConfigurationError
+    from sagacity.producer._clients import check_reachable
     from sagacity.producer._config import ReadIndexSettings, client_settings
 
-    configure(log_level.upper())
+    configure(log_level)
     client = client_settings(os.environ)
     try:
         settings = CompensationSettings(
@@ -125,17 +123,16 @@ def compensation(
             concurrency=concurrency,
             handoff_grace_s=handoff_grace,
             session_timeout_ms=session_timeout_ms,
-            http_host=http_host,
-            http_port=http_port,
+            http_host=host,
+            http_port=port,
             dlq_topic=dlq_topic,
             client=client,
             read_index=ReadIndexSettings.from_env(os.environ, database_url=database_url),
         )
-        service = CompensationService(settings)
     except ValidationError as exc:
-        raise click.ClickException(f"invalid settings: {exc}") from exc
-    except SagacityError as exc:
-        raise click.ClickException(exc.message) from exc
+        raise ConfigurationError(f"invalid settings: {exc}") from exc
+    service = CompensationService(settings)
+    check_reachable({**client, "bootstrap.servers": bootstrap_servers})
 
     def stop(signum: int, _frame: object) -> None:
         del signum
@@ -143,7 +140,4 @@ def compensation(
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    try:
-        service.run()
-    except SagacityError as exc:
-        raise click.ClickException(exc.message) from exc
+    service.run()

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import logging
 import os
-import sys
 from pathlib import Path
 
 import click
@@ -99,12 +97,11 @@ def mcp(
     "sagacity/saga_id"); a gated call is resumed by calling the tool again with the same
     arguments and _meta "sagacity/saga_id" and "sagacity/seq". See docs/mcp.md.
     """
-    # stdout is the protocol channel under stdio: every log line goes to stderr.
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    # stdout is the protocol channel under stdio: every log line goes to stderr, in the
+    # services' one format (JSON lines).
+    from sagacity.consumers._logging import configure
+
+    configure(log_level)
     if transport == "http" and auth_file is None:
         raise click.UsageError("--transport http needs --auth (the principals file)")
     try:
@@ -114,12 +111,10 @@ def mcp(
             f"sagacity serve mcp needs the mcp extra: pip install 'sagacity[mcp]' ({exc})"
         ) from exc
     from sagacity import Sagacity
-    from sagacity.consumers.approvals._server import load_tools
+    from sagacity.consumers._tools import load_tools
     from sagacity.errors import SagacityError
     from sagacity.producer import journal_from_env
 
-    if str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
     environ = {
         **os.environ,
         "SAGACITY_BOOTSTRAP_SERVERS": bootstrap_servers,
