@@ -378,7 +378,7 @@ def bytes_signature_valid(public_raw: bytes, message: bytes, signature: str | No
     if signature is None:
         return False
     try:
-        _verify_key(public_raw).verify(message, bytes.fromhex(signature))
+        _verify_key(public_raw).verify(bytes.fromhex(signature), message)
     except (ValueError, TypeError, InvalidSignature):
         return False
     return True
