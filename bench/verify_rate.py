@@ -120,6 +120,8 @@ def main() -> None:
             ]
         )
     )
+    # The line a script reads (docs/performance.md): verify against the in-order ceiling.
+    print(f"\nverify / in-order ceiling: {verify_rate / (n / ordered):.2f}x")
 
 
 if __name__ == "__main__":

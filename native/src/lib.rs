@@ -9,6 +9,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 use sha2::{Digest, Sha256};
 
+mod verify;
+
 const CANONICAL_MAGIC: &[u8] = b"SGC1";
 const CANONICAL_NULL: [u8; 4] = [0xff; 4];
 const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -175,5 +177,6 @@ fn link_encode<'py>(
 #[pymodule]
 fn sagacity_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(link_encode, m)?)?;
+    m.add_class::<verify::CopyChainVerifier>()?;
     Ok(())
 }
