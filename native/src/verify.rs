@@ -262,7 +262,7 @@ fn well_formed(row: &Row) -> bool {
         && row.seq >= 1
         && !row.kind.is_empty()
         && valid_text(row.kind)
-        && row.texts.iter().all(|t| t.is_none_or(valid_text))
+        && row.texts.iter().flatten().all(|t| valid_text(t))
         && unhex(row.prev_hash).is_some()
         && std::str::from_utf8(row.hash).is_ok()
 }
