@@ -91,7 +91,7 @@ def _native_or_skip(implementation: str) -> bool:
     native = implementation == "native"
     if native and _fastverify._NATIVE_VERIFIER is None:
         # The test above fails where the module should be; elsewhere only Python is checked.
-        pytest.skip("sagacity-native is not installed here")
+        pytest.skip("the compiled module is off (SAGACITY_NATIVE=0) or not installed")
     return native
 
 
@@ -158,7 +158,7 @@ def test_twins_agree_on_random_damage() -> None:
     """Random deletions, swaps, duplicates and byte edits of a stream of valid rows: the
     compiled and the Python verifier give the same verdicts, and the reference agrees."""
     if _fastverify._NATIVE_VERIFIER is None:
-        pytest.skip("sagacity-native is not installed here")
+        pytest.skip("the compiled module is off (SAGACITY_NATIVE=0) or not installed")
     rng = random.Random(22)
     intact = CASES["intact"]["rows"] + CASES["first_of_two_broken"]["rows"][3:]
     by_saga: dict[str, list[list[Any]]] = {}
