@@ -349,6 +349,9 @@ class _Saga:
         self.count += 1
         expected = self.expected
         if saga != self.id_bytes:
+            if not all(0x20 <= b < 0x7F for b in saga):
+                self.refer = True  # Python's repr of such an id is the reference's to write
+                return
             self.fail(BreakReason.FOREIGN_SAGA, f"entry belongs to saga {saga.decode()!r}")
         elif expected == 1 and seq == 1 and prev_hash != _GENESIS:
             self.fail(

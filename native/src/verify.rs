@@ -404,6 +404,12 @@ impl CopyChainVerifier {
             });
         };
         if row.saga != saga.id.as_bytes() {
+            if !row.saga.iter().all(|b| (0x20..0x7f).contains(b)) {
+                // Python's repr of such an id (which the detail quotes) is the reference's
+                // to write.
+                saga.refer = true;
+                return;
+            }
             let other = std::str::from_utf8(row.saga).unwrap_or("");
             fail(
                 saga,
@@ -465,7 +471,7 @@ impl CopyChainVerifier {
     }
 }
 
-/// Python's `repr` of a str, for the texts the reference path writes (`{saga_id!r}`).
+/// Python's `repr` of a str of printable ASCII, as the reference path writes it (`{saga_id!r}`).
 fn py_repr(text: &str) -> String {
     let quote = if text.contains('\'') && !text.contains('"') {
         '"'
