@@ -10,7 +10,8 @@ import psycopg
 import pytest
 from archive_helpers import as_raw, make_chain
 
-from sagacity.chain import BreakReason, verify
+from sagacity._events import GENESIS_HASH, EntryDraft, EventType
+from sagacity.chain import BreakReason, link, verify
 from sagacity.consumers.archive._chainstream import CHAIN_ORDER, chain_rows, decoded_rows
 from sagacity.consumers.archive._fastverify import NATIVE, chain_verifier
 from sagacity.consumers.archive._rows import ROW_COLUMNS, entry_of_row
@@ -127,3 +128,37 @@ def test_streaming_holds_one_block_at_a_time(archive_dsn):
     assert sagas == 3_000
     assert blocks > 100
     assert peak < 1_000_000, peak
+
+
+@pytest.mark.parametrize("native", NATIVES)
+def test_jsonb_text_of_any_attributes_rebuilds_the_hashed_bytes(archiver, archive_dsn, native):
+    """PostgreSQL's own text of jsonb (its key order, its escapes) is parsed back to the
+    attributes that were hashed."""
+    nasty = {
+        "ctl\x01\x1f": 'quote " backslash \\ slash / tab \t newline \n',
+        "𝄞": "\u2028\u2029\ufeff é",
+        "a": "",
+        "long-key-" * 8: "𝄞" * 50,
+        "ref_seq": "1",
+    }
+    prev, chain = GENESIS_HASH, []
+    for seq in range(1, 4):
+        draft = EntryDraft(
+            saga_id="saga-attrs",
+            event_type=EventType.INTENT,
+            payload="{}",
+            attributes={**nasty, "n": str(seq)},
+            recorded_at_us=1_773_576_000_000_000 + seq,
+        )
+        entry = link(draft, seq=seq, prev_hash=prev)
+        prev = entry.hash
+        chain.append(entry)
+    report = archiver.archive(as_raw(chain))
+    assert report.archived == 3
+    with psycopg.connect(archive_dsn) as conn:
+        verifier = chain_verifier(native=native)
+        verdicts = []
+        for block in chain_rows(conn, saga_ids=["saga-attrs"]):
+            verdicts += verifier.feed(block)
+        verdicts += verifier.finish()
+    assert [(v.ok, v.refer, v.head_seq, v.head_hash) for v in verdicts] == [(True, False, 3, prev)]
