@@ -17,13 +17,15 @@ is installed and not turned off with ``SAGACITY_NATIVE=0`` (:data:`NATIVE`); oth
 :class:`PyCopyChainVerifier`, the Python twin with the same contract (tests run both on the
 same bytes).
 
-How ``verify`` uses it (``consumers/archive/_audit.py``): instead of fetching rows and building
-entries, it opens ``chain_verifier(anchors=...)`` (the retention anchors of the run), feeds it
-the blocks of :func:`~sagacity.consumers.archive._chainstream.chain_rows`, and merges the
-verdicts (ordered by saga id, like its other streams) with the checkpoints and heads: an ok
-verdict goes to the checkpoint half of ``judge`` (a checkpoint's hash is then checked against
-the archived row at its seq), a broken one becomes the saga's ``SagaAudit`` (GAP already
-distinguished from REORDERED), a ``refer`` one is judged from that saga's rows by ``judge``.
+How ``verify`` uses it (``consumers/archive/_audit.py``, ``iter_audits``): instead of the
+stream of rows grouped by saga, it reads :func:`~sagacity.consumers.archive._chainstream.chain_rows`
+(in its REPEATABLE READ snapshot) into ``chain_verifier(anchors=...)`` (the retention anchors
+of the run, read before) and merges the verdicts, which come ordered by saga id like its other
+streams, with the checkpoints and heads.  An ``ok`` verdict replaces ``_verified_head``: its
+``head_seq``/``head_hash``, ``events`` and ``hashes_by_seq()`` (for ``by_seq``) go to
+``_judge_checkpoints`` as they are.  A broken verdict is the chain half of ``judge`` (GAP
+already told from REORDERED).  A ``refer`` verdict sends the saga to today's path: its rows
+are selected again and judged by ``judge`` (or reported as malformed), exactly as now.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import importlib
 import json
 import os
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -66,6 +68,9 @@ class BatchVerdict:
         events: the saga's rows.
         length / head_seq / head_hash / bad_seq / reason / detail: as
             :class:`sagacity.chain.ChainVerdict`.
+        first_seq: the seq of the first link verified (the anchor's plus one).
+        digests: the 32-byte hashes of the links verified, ``first_seq`` onwards
+            (:meth:`hashes_by_seq` reads them as text).
     """
 
     saga_id: str
@@ -78,9 +83,35 @@ class BatchVerdict:
     bad_seq: int | None = None
     reason: BreakReason | None = None
     detail: str | None = None
+    first_seq: int = 1
+    digests: bytes = b""
+
+    def hashes_by_seq(self) -> Mapping[int, str]:
+        """The verified links' hashes by seq, as lowercase hex (what a checkpoint signed)."""
+        return _HashesBySeq(self.first_seq, self.digests)
 
 
-VerdictTuple = tuple[str, bool, bool, int, int, int, str, int | None, str | None, str | None]
+class _HashesBySeq(Mapping[int, str]):
+    __slots__ = ("_digests", "_first")
+
+    def __init__(self, first: int, digests: bytes) -> None:
+        self._first = first
+        self._digests = digests
+
+    def __getitem__(self, seq: int) -> str:
+        i = seq - self._first
+        if not 0 <= i < len(self._digests) // 32:
+            raise KeyError(seq)
+        return self._digests[32 * i : 32 * i + 32].hex()
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self._first, self._first + len(self._digests) // 32))
+
+    def __len__(self) -> int:
+        return len(self._digests) // 32
+
+
+VerdictTuple = tuple[str, bool, bool, int, int, int, str, int | None, str | None, str | None, bytes]
 
 
 class _Verifier(Protocol):
@@ -113,8 +144,11 @@ class ChainVerifier:
     raises ``ValueError`` naming what is wrong.
     """
 
-    def __init__(self, inner: _Verifier) -> None:
+    def __init__(
+        self, inner: _Verifier, anchors: Mapping[str, tuple[int, str]] | None = None
+    ) -> None:
         self._inner = inner
+        self._anchors = anchors or {}
 
     def feed(self, chunk: bytes | bytearray | memoryview) -> list[BatchVerdict]:
         """Read the next bytes of the stream.
@@ -123,7 +157,7 @@ class ChainVerifier:
             ValueError: the bytes are not a binary ``COPY`` of the archive's rows in chain
                 order (sagas ascending by their UTF-8 bytes, each saga's rows together).
         """
-        return [_verdict(t) for t in self._inner.feed(bytes(chunk))]
+        return [self._verdict(t) for t in self._inner.feed(bytes(chunk))]
 
     def finish(self) -> list[BatchVerdict]:
         """The stream has ended: the remaining verdicts.
@@ -131,7 +165,24 @@ class ChainVerifier:
         Raises:
             ValueError: the stream stopped before its trailer.
         """
-        return [_verdict(t) for t in self._inner.finish()]
+        return [self._verdict(t) for t in self._inner.finish()]
+
+    def _verdict(self, t: VerdictTuple) -> BatchVerdict:
+        anchor = self._anchors.get(t[0])
+        return BatchVerdict(
+            saga_id=t[0],
+            ok=t[1],
+            refer=t[2],
+            events=t[3],
+            length=t[4],
+            head_seq=t[5],
+            head_hash=t[6],
+            bad_seq=t[7],
+            reason=None if t[8] is None else BreakReason(t[8]),
+            detail=t[9],
+            first_seq=1 if anchor is None else anchor[0] + 1,
+            digests=t[10],
+        )
 
 
 def chain_verifier(
@@ -157,23 +208,8 @@ def chain_verifier(
     if native:
         if _NATIVE_VERIFIER is None:
             raise RuntimeError("the compiled module (sagacity-native) is not installed or off")
-        return ChainVerifier(_NATIVE_VERIFIER(saga_id=saga_id, anchors=held))
-    return ChainVerifier(PyCopyChainVerifier(saga_id=saga_id, anchors=held))
-
-
-def _verdict(t: VerdictTuple) -> BatchVerdict:
-    return BatchVerdict(
-        saga_id=t[0],
-        ok=t[1],
-        refer=t[2],
-        events=t[3],
-        length=t[4],
-        head_seq=t[5],
-        head_hash=t[6],
-        bad_seq=t[7],
-        reason=None if t[8] is None else BreakReason(t[8]),
-        detail=t[9],
-    )
+        return ChainVerifier(_NATIVE_VERIFIER(saga_id=saga_id, anchors=held), held)
+    return ChainVerifier(PyCopyChainVerifier(saga_id=saga_id, anchors=held), held)
 
 
 def _bad(message: str) -> ValueError:
@@ -235,6 +271,7 @@ class _Saga:
     __slots__ = (
         "broken",
         "count",
+        "digests",
         "events",
         "expected",
         "id",
@@ -258,6 +295,7 @@ class _Saga:
         self.broken: tuple[str, int, int, int, str, str] | None = None
         # (expected, found, length, head_seq, head_hash)
         self.pending: tuple[int, int, int, int, str] | None = None
+        self.digests = bytearray()
 
     def verdict(self) -> VerdictTuple:
         broken = self.broken
@@ -272,7 +310,7 @@ class _Saga:
                 f"seq {expected} is missing (found {found})",
             )
         if self.refer:
-            return (self.id, False, True, self.events, 0, 0, "", None, None, None)
+            return (self.id, False, True, self.events, 0, 0, "", None, None, None, b"")
         if broken is None:
             return (
                 self.id,
@@ -285,6 +323,7 @@ class _Saga:
                 None,
                 None,
                 None,
+                bytes(self.digests),
             )
         reason, bad_seq, length, head_seq, head_hash, detail = broken
         return (
@@ -298,6 +337,7 @@ class _Saga:
             bad_seq,
             reason,
             detail,
+            bytes(self.digests),
         )
 
     def fail(self, reason: BreakReason, detail: str) -> None:
@@ -391,6 +431,7 @@ class _Saga:
                 self.fail(BreakReason.BROKEN_LINK, "previous hash is not the preceding entry's")
             else:
                 self.prev = raw
+                self.digests += raw
                 self.prev_hex = hexed
                 self.expected += 1
             return

@@ -10,6 +10,7 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 const SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0";
@@ -19,7 +20,7 @@ const GENESIS_HEX: &str = "00000000000000000000000000000000000000000000000000000
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// A saga's verdict: (saga_id, ok, refer, events, length, head_seq, head_hash, bad_seq, reason,
-/// detail).
+/// detail, digests): `digests` holds the 32-byte hashes of the verified links, in seq order.
 type Verdict = (
     String,
     bool,
@@ -31,6 +32,7 @@ type Verdict = (
     Option<i64>,
     Option<&'static str>,
     Option<String>,
+    Cow<'static, [u8]>,
 );
 
 struct Row<'a> {
@@ -72,6 +74,7 @@ struct Saga {
     refer: bool,
     broken: Option<Break>,
     pending: Option<Pending>,
+    digests: Vec<u8>,
 }
 
 fn hex_of(digest: &[u8]) -> String {
@@ -297,6 +300,7 @@ impl CopyChainVerifier {
             refer: false,
             broken: None,
             pending: None,
+            digests: Vec::new(),
         };
         if prev.is_none() {
             saga.refer = true; // an anchor that is not a hash: the reference path explains
@@ -329,8 +333,10 @@ impl CopyChainVerifier {
                 None,
                 None,
                 None,
+                Cow::Owned(Vec::new()),
             );
         }
+        let digests = Cow::Owned(saga.digests);
         match broken {
             None => (
                 saga.id,
@@ -343,6 +349,7 @@ impl CopyChainVerifier {
                 None,
                 None,
                 None,
+                digests,
             ),
             Some(b) => (
                 saga.id,
@@ -355,6 +362,7 @@ impl CopyChainVerifier {
                 Some(b.bad_seq),
                 Some(b.reason),
                 Some(b.detail),
+                digests,
             ),
         }
     }
@@ -459,6 +467,7 @@ impl CopyChainVerifier {
                 );
             } else {
                 saga.prev.copy_from_slice(&digest);
+                saga.digests.extend_from_slice(&digest);
                 saga.prev_hex = hex;
                 saga.expected += 1;
             }

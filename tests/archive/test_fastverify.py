@@ -61,16 +61,19 @@ def as_dict(verdict: BatchVerdict) -> dict[str, Any]:
     return out
 
 
-def run(
+def verdicts_of(
     data: bytes, *, native: bool, chunk: int | None = None, **options: Any
-) -> list[dict[str, Any]]:
+) -> list[BatchVerdict]:
     verifier = chain_verifier(native=native, **options)
     verdicts: list[BatchVerdict] = []
     step = chunk or len(data) or 1
     for i in range(0, len(data), step):
         verdicts += verifier.feed(data[i : i + step])
-    verdicts += verifier.finish()
-    return [as_dict(v) for v in verdicts]
+    return verdicts + verifier.finish()
+
+
+def run(data: bytes, *, native: bool, chunk: int | None = None, **options: Any) -> list[dict]:
+    return [as_dict(v) for v in verdicts_of(data, native=native, chunk=chunk, **options)]
 
 
 def options_of(case: dict[str, Any]) -> dict[str, Any]:
@@ -107,6 +110,19 @@ def test_vectors(name: str, implementation: str) -> None:
     # Block boundaries anywhere (inside the header, a length, a value) change nothing.
     for chunk in (1, 7, 64):
         assert run(data, native=native, chunk=chunk, **options_of(case)) == case["verdicts"]
+    # The verified links' hashes, by seq, are the rows' (what checkpoints are compared with).
+    for verdict in verdicts_of(data, native=native, **options_of(case)):
+        if verdict.refer:
+            continue
+        hashes = verdict.hashes_by_seq()
+        assert dict(hashes) == {
+            row[1]: row[11]
+            for row in case["rows"]
+            if (case["saga_id"] or row[0]) == verdict.saga_id
+            and verdict.first_seq <= row[1] <= verdict.head_seq
+        }
+        assert verdict.head_seq + 1 not in hashes
+        assert verdict.first_seq - 1 not in hashes
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -192,6 +208,9 @@ def test_twins_agree_on_random_damage() -> None:
         data = copy_binary(rows)
         python = run(data, native=False)
         assert run(data, native=True, chunk=rng.randrange(1, 300)) == python
+        assert [v.digests for v in verdicts_of(data, native=True)] == [
+            v.digests for v in verdicts_of(data, native=False)
+        ]
         for verdict in python:
             saga_rows = [r for r in rows if r[0] == verdict["saga_id"]]
             reference = verify([entry_of_row(r) for r in saga_rows], saga_id=verdict["saga_id"])
