@@ -4,6 +4,9 @@
 //! is byte for byte the Python path's (tests compare them on generated entries), and anything it
 //! cannot take (a field too long for the canonical form) it hands back to the Python path, which
 //! raises the documented error.
+//!
+//! `verify.rs`: the archive's chain check over a binary `COPY` stream of archived rows
+//! (`sagacity.consumers.archive._fastverify`; docs/adr/0013-compiled-hot-path.md).
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
