@@ -13,7 +13,8 @@ written to PostgreSQL before the call returns.  Sagacity's is the journal's (as
 Measured: sequential latency (p50, p99; the two interleaved call by call, so load elsewhere
 falls on both), then tool calls per second with 1, 16 and 256 concurrent callers in one
 process (asyncio; DBOS's async workflows and steps, the journal's ``append_async``),
-alternating rounds, medians.  The last line printed is one line a script can read.
+alternating rounds, medians.  DBOS runs with its defaults (a pool of 20 connections to its
+system database; ``--pool`` changes it).  The last line printed is one line a script can read.
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ def throughput(
 
 
 @contextlib.contextmanager
-def _dbos(dsn: str) -> Any:
+def _dbos(dsn: str, pool: int | None) -> Any:
     schema = f"dbos_peer_{uuid.uuid4().hex[:8]}"
     config: DBOSConfig = {
         "name": "sagacity-peer",
@@ -148,6 +149,8 @@ def _dbos(dsn: str) -> Any:
         "dbos_system_schema": schema,
         "log_level": "WARNING",
     }
+    if pool is not None:
+        config["sys_db_pool_size"] = pool
     DBOS(config=config)
     DBOS.launch()
     try:
@@ -163,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=1000, help="sequential calls per side")
     parser.add_argument("--events", type=int, default=4000, help="tool calls per round")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per figure")
+    parser.add_argument("--pool", type=int, default=None, help="DBOS's connection pool size")
     parser.add_argument("--quick", action="store_true", help="a short run that proves it works")
     args = parser.parse_args(argv)
     if args.quick:
@@ -180,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     journal = KafkaJournal(bootstrap, topic=topic)
     rates: dict[int, dict[str, float]] = {}
     try:
-        with _dbos(dsn):
+        with _dbos(dsn, args.pool):
             lat = latency(journal, args.calls, warmup)
             for callers in (1, 16, 256):
                 rates[callers] = throughput(journal, callers, args.events, args.rounds, minimum)
