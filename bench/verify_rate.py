@@ -40,9 +40,10 @@ from sagacity.consumers.archive._fastverify import NATIVE, chain_verifier
 from sagacity.consumers.archive._rows import ROW_COLUMNS
 
 
-def _copy_out_seconds(conn: psycopg.Connection, order: str) -> float:
+def _copy_out_seconds(conn: psycopg.Connection, order: str, *, binary: bool = False) -> float:
     """Seconds for the server to stream every row ``verify`` reads (best of three)."""
-    query = f"COPY (SELECT {ROW_COLUMNS} FROM side_effect_journal {order}) TO STDOUT"
+    form = " (FORMAT BINARY)" if binary else ""
+    query = f"COPY (SELECT {ROW_COLUMNS} FROM side_effect_journal {order}) TO STDOUT{form}"
     best = float("inf")
     for _ in range(3):
         with Timer() as t, conn.cursor().copy(query) as copy:
@@ -100,6 +101,9 @@ def main() -> None:
                 summary = audit(conn, pinned_keys=[signer.public_raw])
             ordered = _copy_out_seconds(conn, 'ORDER BY saga_id COLLATE "C", archive_id')
             unordered = _copy_out_seconds(conn, "")
+            ordered_binary = _copy_out_seconds(
+                conn, 'ORDER BY saga_id COLLATE "C", archive_id', binary=True
+            )
             bulk, bulk_passed = _bulk_check_seconds(conn)
     # The baseline before and after the verification, averaged: the machine may be shared.
     sha_seconds = (before + raw_sha()) / 2
@@ -143,7 +147,11 @@ def main() -> None:
                         f"{n / seconds:,.0f}",
                         f"{n / seconds / sha_rate:.3f}x",
                     )
-                    for how, seconds in (("in chain order", ordered), ("unordered", unordered))
+                    for how, seconds in (
+                        ("in chain order", ordered),
+                        ("in chain order, binary COPY", ordered_binary),
+                        ("unordered", unordered),
+                    )
                 ),
             ]
         )
