@@ -323,6 +323,24 @@ def _replay_indexed(out: SagaRead, found: IndexedSaga, covered: int) -> str | No
     return None
 
 
+_TRANSIENT_WATERMARK_ERRORS = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        # A leader election in progress (KIP-207), and leader epochs moving with it.
+        KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        # The client dropped its handle of a broker that left the cluster's metadata (killed)
+        # while the request was in flight; the request goes to the new leader next time.
+        KafkaError._DESTROY_BROKER,
+        KafkaError._TRANSPORT,
+    }
+)
+"""Errors of a watermark query that a leader change causes, retried until the read's deadline."""
+
+
 def _offset(message: Message) -> int:
     offset = message.offset()
     return -1 if offset is None else offset
@@ -635,15 +653,10 @@ class SagaReader:
                 return int(low), int(high)
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
-                # Leadership moves (a new topic, a restarted broker) are transient.
+                # Leadership moves (a new topic, a restarted, killed or fenced broker) are
+                # transient: the next leader answers once the cluster has elected it.
                 transient = isinstance(error, KafkaError) and (
-                    error.retriable()
-                    or error.code()
-                    in (
-                        KafkaError.NOT_LEADER_FOR_PARTITION,
-                        KafkaError.LEADER_NOT_AVAILABLE,
-                        KafkaError.UNKNOWN_TOPIC_OR_PART,
-                    )
+                    error.retriable() or error.code() in _TRANSIENT_WATERMARK_ERRORS
                 )
                 if not transient or time.monotonic() + 0.1 >= deadline:
                     raise self._unavailable(str(exc), exc) from exc

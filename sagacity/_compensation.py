@@ -13,7 +13,11 @@ service runs the same code as the in-process core.  It is safe to run again on a
 * a failing compensation is journaled ``COMPENSATION_FAILED`` and the run goes on; a step that
   failed before (with an error, or because its tool was not registered) is tried again;
 * steps that cannot be undone (irreversible, ``"undo": None``, no compensation declared) are
-  journaled once and reported dirty.
+  journaled once and reported dirty;
+* a suspect a person settled (``SUSPECT_SETTLED``, see ``sagacity._settlement``) is planned as
+  they said: a call that ``executed`` is undone like any executed step, one that did not (or
+  that was fixed by hand) is closed; an undo in doubt that ``executed`` is done, one that did
+  not is called again.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from sagacity._invoke import call_async, call_blocking
 from sagacity._registry import ToolRegistry
 from sagacity._result import SagaStatus, Step
 from sagacity._reversibility import Reversibility
+from sagacity._settlement import SettlementOutcome
 from sagacity.errors import CompensationConflictError, SerializationError, TailMovedError
 from sagacity.journal import ConditionalJournal, Journal
 
@@ -92,6 +97,8 @@ class CompensationCall:
         function: the callable; ``args`` / ``kwargs`` its arguments.
         payload: the undo tool's arguments as journaled (``None`` for a ``by=`` compensation).
         idempotent: the compensation is declared idempotent.
+        retry_after_settlement: an earlier attempt was in doubt and a person settled that it
+            did not take effect, so calling again is allowed (once) even if not idempotent.
     """
 
     step: JournalEntry
@@ -101,6 +108,7 @@ class CompensationCall:
     kwargs: dict[str, Any]
     payload: str | None
     idempotent: bool = False
+    retry_after_settlement: bool = False
 
     @property
     def saga_id(self) -> str:
@@ -193,11 +201,17 @@ class CompensationRunner:
         outcome_of: dict[int, JournalEntry] = {}
         step_events: dict[int, list[JournalEntry]] = {}
         call_suspects: set[int] = set()
+        settled_calls: dict[int, JournalEntry] = {}
         for entry in entries:
             ref = entry.ref_seq
             if ref is None:
                 continue
-            if entry.event_type in _OUTCOMES:
+            if entry.event_type is EventType.SUSPECT_SETTLED:
+                if entry.attributes.get(attr.PHASE) == PHASE_CALL:
+                    settled_calls[ref] = entry
+                else:
+                    step_events.setdefault(ref, []).append(entry)
+            elif entry.event_type in _OUTCOMES:
                 outcome_of[ref] = entry
             elif entry.event_type is EventType.SUSPECT and (
                 entry.attributes.get(attr.PHASE) == PHASE_CALL
@@ -208,7 +222,17 @@ class CompensationRunner:
 
         actions: list[CompensationCall | _Note] = []
         for entry in sorted(entries, key=lambda e: e.seq, reverse=True):
-            if entry.event_type is EventType.INTENT and entry.seq not in outcome_of:
+            if entry.event_type is EventType.INTENT and entry.seq in settled_calls:
+                if entry.seq in outcome_of:
+                    continue
+                said = settled_calls[entry.seq].attributes.get(attr.OUTCOME)
+                if said == SettlementOutcome.EXECUTED.value:
+                    # A person found the effect exists: undo it like an executed step (the
+                    # INTENT stands for the step; its compensation events refer to it).
+                    action = self._plan_step(entry, entry, step_events.get(entry.seq, []))
+                    if action is not None:
+                        actions.append(action)
+            elif entry.event_type is EventType.INTENT and entry.seq not in outcome_of:
                 reason = "INTENT without an outcome: an effect may exist; needs a person"
                 suspect = Step(seq=entry.seq, tool=entry.tool, reason=reason)
                 draft = None
@@ -265,6 +289,11 @@ class CompensationRunner:
                 draft=None,
                 suspect=Step(seq=step.seq, tool=step.tool, reason=last.error or "in doubt"),
             )
+        retry = False
+        if last is not None and last.event_type is EventType.SUSPECT_SETTLED:
+            if last.attributes.get(attr.OUTCOME) != SettlementOutcome.NOT_EXECUTED.value:
+                return None  # the undo took effect, or a person repaired the step
+            retry = True
         in_doubt = last is not None and last.event_type is EventType.COMPENSATION_INTENT
 
         if declared in (Reversibility.IRREVERSIBLE.value, Reversibility.PRIVILEGED.value):
@@ -288,9 +317,10 @@ class CompensationRunner:
                 kwargs={},
                 payload=None,
                 idempotent=idempotent,
+                retry_after_settlement=retry,
             )
         elif undo_kind == "tool":
-            undo = self._plan_undo_tool(step)
+            undo = self._plan_undo_tool(step, retry=retry)
         elif undo_kind == "none":
             return self._failed(
                 step, CAUSE_NO_UNDO, "the tool reported that no undo exists for this effect"
@@ -323,7 +353,7 @@ class CompensationRunner:
             )
         return undo
 
-    def _plan_undo_tool(self, step: JournalEntry) -> CompensationCall | _Note:
+    def _plan_undo_tool(self, step: JournalEntry, *, retry: bool) -> CompensationCall | _Note:
         name = step.attributes.get(attr.UNDO_TOOL, "")
         undo_tool = self._registry.get(name)
         if undo_tool is None:
@@ -346,6 +376,7 @@ class CompensationRunner:
             args=(),
             kwargs=arguments,
             payload=raw,
+            retry_after_settlement=retry,
         )
 
     def _context(self, step: JournalEntry, intent: JournalEntry | None) -> CompensationContext:

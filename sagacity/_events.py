@@ -27,7 +27,8 @@ class EventType(enum.StrEnum):
     overrides).  Compensation: ``COMPENSATION_REQUESTED`` (hand-off to the compensation
     service), ``COMPENSATION_INTENT`` (before an undo is called), ``COMPENSATED`` /
     ``COMPENSATION_FAILED`` (its outcome), ``SUSPECT`` (an ``INTENT`` with no outcome, for a
-    person).  Lifecycle: ``SAGA_OPENED`` (a writer took the saga) and ``SAGA_ENDED`` (final
+    person), ``SUSPECT_SETTLED`` (a person's word on a suspect step).  Lifecycle:
+    ``SAGA_OPENED`` (a writer took the saga) and ``SAGA_ENDED`` (final
     status in ``result``).
     """
 
@@ -46,6 +47,7 @@ class EventType(enum.StrEnum):
     COMPENSATED = "COMPENSATED"
     COMPENSATION_FAILED = "COMPENSATION_FAILED"
     SUSPECT = "SUSPECT"
+    SUSPECT_SETTLED = "SUSPECT_SETTLED"
     SAGA_ENDED = "SAGA_ENDED"
 
 

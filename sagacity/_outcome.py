@@ -26,13 +26,23 @@ def outcome_from_chain(entries: Sequence[JournalEntry]) -> SagaResult | None:
     except ValueError:
         status = SagaStatus.COMPENSATION_FAILED
     latest: dict[int, JournalEntry] = {}
-    call_suspects: list[Step] = []
+    call_suspects: dict[int, Step] = {}
     for entry in entries:
         ref = entry.ref_seq
-        if ref is None or entry.event_type not in _STEP_OUTCOMES:
+        if ref is None:
             continue
-        if entry.event_type is EventType.SUSPECT and entry.attributes.get("phase") == "call":
-            call_suspects.append(Step(seq=ref, tool=entry.tool, reason=entry.error or "suspect"))
+        phase_call = entry.attributes.get("phase") == "call"
+        if entry.event_type is EventType.SUSPECT_SETTLED:
+            # A person's word closes the suspect; what follows (an undo) tells the rest.
+            if phase_call:
+                call_suspects.pop(ref, None)
+            elif ref in latest and latest[ref].event_type is EventType.SUSPECT:
+                del latest[ref]
+            continue
+        if entry.event_type not in _STEP_OUTCOMES:
+            continue
+        if entry.event_type is EventType.SUSPECT and phase_call:
+            call_suspects[ref] = Step(seq=ref, tool=entry.tool, reason=entry.error or "suspect")
         else:
             latest[ref] = entry
     compensated = tuple(
@@ -43,7 +53,7 @@ def outcome_from_chain(entries: Sequence[JournalEntry]) -> SagaResult | None:
         for seq, e in sorted(latest.items(), reverse=True)
         if e.event_type is EventType.COMPENSATION_FAILED
     )
-    suspects = tuple(call_suspects) + tuple(
+    suspects = tuple(call_suspects.values()) + tuple(
         Step(seq=seq, tool=e.tool, reason=e.error or "in doubt")
         for seq, e in sorted(latest.items(), reverse=True)
         if e.event_type is EventType.SUSPECT

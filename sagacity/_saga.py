@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any, Literal
 
-from sagacity import _approval
+from sagacity import _approval, _settlement
 from sagacity import _attributes as attr
 from sagacity._codec import describe_error
 from sagacity._compensation import CompensationCall, CompensationReport, CompensationRunner
@@ -121,6 +121,7 @@ class Sagacity:
         self._clock = clock or now_micros
         self._registry = ToolRegistry()
         self._desk = _approval.ApprovalDesk(self)
+        self._suspects = _settlement.SuspectDesk(self)
 
     @classmethod
     def from_env(cls, **options: Any) -> Sagacity:
@@ -636,6 +637,26 @@ class Sagacity:
     def expire_overdue(self) -> list[SagaResult]:
         """Expire every pending request past its time to live; returns each saga's result."""
         return self._desk.expire_overdue()
+
+    # -- suspect steps --------------------------------------------------------------------
+    def settle(self, saga_id: str, seq: int, outcome: str, person: str, *, note: str) -> SagaResult:
+        """Journal a person's word on the suspect step at ``seq`` and finish the saga again.
+
+        ``outcome`` says whether the call in doubt took effect: ``executed`` (a call's effect
+        is then undone, exactly once; an undo in doubt counts as done), ``not-executed``
+        (nothing to undo; an undo in doubt is called again) or ``fixed-by-hand`` (recorded).
+        ``SUSPECT_SETTLED`` (actor = ``person``, with ``note``) is appended, then the saga is
+        compensated from its chain (delegated: ``COMPENSATION_REQUESTED``) and ended, so it
+        ends ``COMPENSATED`` once nothing is dirty.  See ``sagacity._settlement``.
+
+        Raises:
+            InvalidArgumentError: an unknown outcome, an empty person or note, a bad seq.
+            UnknownSagaError / ApprovalNotFound: no such saga / no suspect step at ``seq``.
+            AlreadyDecidedError: the step is settled already (the message says by whom).
+            DecisionInProgressError: the saga is being compensated right now.
+            ChainIntegrityError: the saga's chain does not verify.
+        """
+        return self._suspects.settle(saga_id, seq, outcome, person, note=note)
 
     def entries(self, saga_id: str) -> Sequence[JournalEntry]:
         """The saga's chain in seq order (a shortcut for ``journal.entries``)."""

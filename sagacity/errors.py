@@ -262,6 +262,20 @@ class RetentionError(SagacityError):
     """A retention run was refused (too short a retention, or an export that failed)."""
 
 
+class RoundLogError(SagacityError):
+    """The log of signing rounds cannot be extended or proven from the archive: its leaves no
+    longer hash to a signed root, or a round asked for is not there."""
+
+
+class WitnessError(SagacityError):
+    """A witness location (a file or an HTTP endpoint outside the archive) cannot be read or
+    written, or holds something that is not a signed round."""
+
+
+class AuditorStateError(SagacityError):
+    """An auditor's own record of the rounds it saw cannot be read or written."""
+
+
 # --- local development stack ---------------------------------------------------------------
 class DevStackError(SagacityError):
     """The local development stack (Kafka broker, PostgreSQL server) could not be run."""

@@ -10,7 +10,7 @@ over the limit, 422 a malformed body or an id outside the documented charset.
 # which name dependencies local to create_app.
 import logging
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -123,6 +123,38 @@ class ResumeBody(_Body):
         checked = _storable(value)
         assert checked is not None
         return checked
+
+
+class SettleBody(_Body):
+    """``POST /sagacity/settle/…``: what the person found out about the suspect step."""
+
+    outcome: Literal["executed", "not-executed", "fixed-by-hand"] = Field(
+        description="did the call in doubt take effect? (docs/console.md)"
+    )
+    note: str = Field(
+        min_length=1,
+        max_length=4096,
+        pattern=r"^[^\x00]*[^\x00\s][^\x00]*$",
+        description="what the person found out (not blank)",
+    )
+
+    @field_validator("note")
+    @classmethod
+    def _note_text(cls, value: str) -> str:
+        checked = _storable(value)
+        assert checked is not None
+        return checked
+
+
+class SettlementOut(BaseModel):
+    """The saga after a settlement (``COMPENSATION_PENDING``: handed to compensation)."""
+
+    saga_id: str
+    seq: int
+    outcome: str
+    settled_by: str
+    saga_status: str
+    error: str | None = None
 
 
 class ErrorOut(BaseModel):
@@ -483,6 +515,29 @@ def create_app(
         """Run the approved call with this exact payload (``INTENT`` then ``EXECUTED``)."""
         resumer = requester(who, body, saga_id, seq)
         return decision_out(service.resume(resumer, saga_id, seq, body.payload))
+
+    @app.post(
+        "/sagacity/settle/{saga_id}/{seq}",
+        response_model=SettlementOut,
+        responses=_DECISION_ERRORS,
+    )
+    def settle(
+        saga_id: SagaId,
+        seq: Annotated[int, Path(ge=1, le=MAX_SEQ, description="the suspect step's seq")],
+        who: Annotated[Principal, Depends(principal)],
+        body: SettleBody,
+    ) -> SettlementOut:
+        """Settle a SUSPECT step (``SUSPECT_SETTLED``) and hand the saga to compensation."""
+        person = decider(who, body)
+        result = service.settle(person, saga_id, seq, outcome=body.outcome, note=body.note)
+        return SettlementOut(
+            saga_id=saga_id,
+            seq=seq,
+            outcome=body.outcome,
+            settled_by=person.name,
+            saga_status=result.status.value,
+            error=result.error,
+        )
 
     @app.get("/sagacity/sagas/{saga_id}", response_model=SagaOut, responses=_ERRORS)
     def show_saga(saga_id: SagaId, who: Annotated[Principal, Depends(principal)]) -> SagaOut:

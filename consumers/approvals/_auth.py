@@ -155,6 +155,13 @@ class AuthConfig:
                 return principal
         return None
 
+    def by_digest(self, digest: str) -> Principal | None:
+        """The principal whose token hashes to ``digest`` (a signed-in console session)."""
+        for known, principal in self._by_hash.items():
+            if hmac.compare_digest(known, digest):
+                return principal
+        return None
+
     def __len__(self) -> int:
         return len(self._by_hash)
 
@@ -222,6 +229,14 @@ class AuthFile:
         """
         config = self.current()
         return config.authenticate(token)
+
+    def by_digest(self, digest: str) -> Principal | None:
+        """The principal whose token hashes to ``digest``, as the file stands now.
+
+        Raises:
+            ConfigurationError: the file is broken (fail closed).
+        """
+        return self.current().by_digest(digest)
 
     def current(self) -> AuthConfig:
         """The principals of the file as it is now (re-read if its stamp moved).

@@ -21,6 +21,9 @@ from sagacity.consumers.approvals._metrics import GateCollector, exposition
 from sagacity.consumers.approvals._service import ApprovalService
 from sagacity.consumers.approvals._settings import ApprovalsSettings
 from sagacity.consumers.approvals._store import ApprovalStore
+from sagacity.consumers.approvals.console import LoginLimiter, SessionStore, create_console
+from sagacity.consumers.approvals.console._archive import ArchiveView
+from sagacity.consumers.approvals.console._notify import Notifier
 from sagacity.errors import ConfigurationError, SagacityError
 from sagacity.journal import Journal
 
@@ -144,6 +147,35 @@ class ApprovalsServer:
             metrics=exposition(collector),
             health=self.health,
         )
+        self.sessions = SessionStore(self.store, ttl_s=settings.console_session_ttl_s)
+        self.login_limiter = LoginLimiter()
+        if auth is not None:
+            # The console needs signed-in principals; with --insecure-dev it is not served.
+            self.app.mount(
+                "/ui",
+                create_console(
+                    self.service,
+                    auth=auth,
+                    sessions=self.sessions,
+                    limiter=self.login_limiter,
+                    archive=ArchiveView(settings.archive_database_url)
+                    if settings.archive_database_url
+                    else None,
+                ),
+            )
+        self.notifier = (
+            Notifier(
+                self.store,
+                self.sagacity,
+                urls=settings.notify,
+                fmt=settings.notify_format,
+                public_url=settings.public_url or f"http://{settings.host}:{settings.port}",
+                before_expiry_s=settings.notify_before_expiry_s,
+                interval_s=settings.notify_interval_s,
+            )
+            if settings.notify
+            else None
+        )
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
         self.app.router.on_startup.append(self.start)
@@ -186,6 +218,9 @@ class ApprovalsServer:
                 banner,
             )
         self.store.migrate()
+        self.sessions.migrate()
+        if self.notifier is not None:
+            self.notifier.start()
         if self.consumer is not None:
             self.consumer.start()
         self._sweeper = threading.Thread(target=self._sweep, name="sagacity-approvals-sweep")
@@ -195,6 +230,8 @@ class ApprovalsServer:
     def stop(self) -> None:
         """Stop the sweep and the consumer, and close the journal."""
         self._stop.set()
+        if self.notifier is not None:
+            self.notifier.stop()
         if self._sweeper is not None:
             self._sweeper.join(10)
         if self.consumer is not None:

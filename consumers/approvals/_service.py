@@ -22,6 +22,7 @@ from sagacity._outcome import outcome_from_chain
 from sagacity._requests import request_state
 from sagacity._result import SagaResult
 from sagacity._saga import Sagacity
+from sagacity._settlement import suspect_steps
 from sagacity.chain import verify
 from sagacity.consumers.approvals._auth import Principal
 from sagacity.consumers.approvals._store import ApprovalStore, RequestRow, apply_entry
@@ -194,6 +195,34 @@ class ApprovalService:
             return self.sagacity.resume_saga(saga_id, seq, payload, requested_by=principal.name)
 
         return self._decide(principal, saga_id, seq, act)
+
+    def settle(
+        self, principal: Principal, saga_id: str, seq: int, *, outcome: str, note: str
+    ) -> SagaResult:
+        """Journal ``principal``'s settlement of the suspect step at ``seq`` (``SUSPECT_SETTLED``).
+
+        The decision path of the gate's decisions: the chain is read and appended to by the
+        core (:meth:`Sagacity.settle`, a compare-and-append retried when another writer took
+        the tail), then the saga is handed to the compensation service, which undoes a step
+        settled ``executed`` exactly once and ends the saga.
+
+        Raises:
+            PermissionDeniedError: ``principal`` may not decide for the step's tool.
+            as :meth:`Sagacity.settle`.
+        """
+        steps = [
+            s for s in suspect_steps(load_chain(self.sagacity.journal, saga_id)) if s.seq == seq
+        ]
+        tool = steps[-1].tool if steps else None
+        if tool is not None and not principal.may_decide(tool):
+            raise PermissionDeniedError(
+                f"{principal.name} may not settle steps of tool {tool!r}", saga_id=saga_id, seq=seq
+            )
+        result = self._retrying(
+            lambda: self.sagacity.settle(saga_id, seq, outcome, principal.name, note=note)
+        )
+        log.info("suspect step %s/%s settled %s by %s", saga_id, seq, outcome, principal.name)
+        return result
 
     def sweep(self) -> list[tuple[str, int]]:
         """Journal ``EXPIRED`` for every open request past its deadline; returns those expired.

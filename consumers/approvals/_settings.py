@@ -38,6 +38,15 @@ class ApprovalsSettings:
         stats_window_s: the window of ``/metrics``.
         lock_timeout_s: how long a decision waits for another on the same request.
         tools: ``package.module:attr`` specs of the tools resume may run.
+        console_session_ttl_s: how long a console sign-in lasts.
+        public_url: the service's address as people reach it (links in notifications;
+            default ``http://HOST:PORT``).
+        notify: webhook URLs told of new requests, requests about to expire and sagas that
+            need a person.
+        notify_format: ``json`` or ``slack`` (an incoming-webhook body).
+        notify_before_expiry_s: how long before a request's deadline its warning is sent.
+        notify_interval_s: how often the notifier looks for something to tell.
+        archive_database_url: the archive, for the console's verdict and audit bundle.
     """
 
     database_url: str
@@ -55,6 +64,13 @@ class ApprovalsSettings:
     stats_window_s: float = 86400.0
     lock_timeout_s: float = 30.0
     tools: tuple[str, ...] = field(default_factory=tuple)
+    console_session_ttl_s: float = 8 * 3600.0
+    public_url: str | None = None
+    notify: tuple[str, ...] = field(default_factory=tuple)
+    notify_format: str = "json"
+    notify_before_expiry_s: float = 900.0
+    notify_interval_s: float = 2.0
+    archive_database_url: str | None = None
 
     @classmethod
     def from_env(
@@ -94,6 +110,12 @@ class ApprovalsSettings:
             "sweep_interval_s": number("SWEEP_INTERVAL_S", float),
             "max_body_bytes": number("MAX_BODY_BYTES", int),
             "stats_window_s": number("STATS_WINDOW_S", float),
+            "console_session_ttl_s": number("CONSOLE_SESSION_TTL_S", float),
+            "public_url": get("PUBLIC_URL"),
+            "notify": tuple(u for u in (get("NOTIFY") or "").split() if u) or None,
+            "notify_format": get("NOTIFY_FORMAT"),
+            "notify_before_expiry_s": number("NOTIFY_BEFORE_EXPIRY_S", float),
+            "archive_database_url": env.get("SAGACITY_ARCHIVE_DATABASE_URL") or None,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         present = {k: v for k, v in values.items() if v is not None}
@@ -105,6 +127,10 @@ class ApprovalsSettings:
         settings = cls(**present)
         if settings.approval_ttl_s is not None and settings.approval_ttl_s <= 0:
             settings = replace(settings, approval_ttl_s=None)
+        if settings.notify_format not in ("json", "slack"):
+            raise ConfigurationError(
+                f"--notify-format must be json or slack, got {settings.notify_format!r}"
+            )
         if not settings.insecure_dev and settings.auth_file is None:
             raise ConfigurationError(
                 "the approvals service authenticates approvers: pass --auth FILE (or set "

@@ -20,6 +20,8 @@ from psycopg.rows import dict_row
 from sagacity import _attributes as attr
 from sagacity._events import EventType, JournalEntry
 from sagacity._requests import AWAITING_RESULT
+from sagacity.consumers.approvals._attention import SCHEMA as ATTENTION_SCHEMA
+from sagacity.consumers.approvals._attention import AttentionRow, apply_attention, attention_rows
 from sagacity.errors import DecisionInProgressError, PersistenceError
 
 SCHEMA = """
@@ -212,6 +214,7 @@ def apply_entry(conn: psycopg.Connection[Any], entry: JournalEntry) -> None:
     ``SAGA_ENDED`` closes whatever is still open before it.
     """
     kind = entry.event_type
+    apply_attention(conn, entry)
     if kind is EventType.AWAITING_APPROVAL:
         conn.execute(
             """INSERT INTO sagacity_approval_request (saga_id, seq, tool, payload, payload_sha256,
@@ -341,6 +344,7 @@ class ApprovalStore:
             # Two replicas starting together must not race on CREATE TABLE.
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('sagacity_approval_schema'))")
             conn.execute(SCHEMA)
+            conn.execute(ATTENTION_SCHEMA)
 
     def ping(self) -> None:
         """Raise :class:`PersistenceError` unless the database answers."""
@@ -386,6 +390,32 @@ class ApprovalStore:
                        ORDER BY requested_at_us, saga_id, seq LIMIT %s""",
                     (list(states), list(tools), limit),
                 ).fetchall()
+        return [_row(r) for r in records]
+
+    def attention(self, *, limit: int = 500) -> list[AttentionRow]:
+        """Sagas whose last run ended ``COMPENSATION_FAILED``, oldest first."""
+        with self.connect() as conn:
+            return attention_rows(conn, limit=limit)
+
+    def decided(self, *, since_us: int) -> list[RequestRow]:
+        """Requests decided (approved, rejected, expired) at or after ``since_us``."""
+        with self.connect() as conn:
+            records = conn.execute(
+                """SELECT * FROM sagacity_approval_request
+                   WHERE decided_at_us >= %s ORDER BY decided_at_us""",
+                (since_us,),
+            ).fetchall()
+        return [_row(r) for r in records]
+
+    def closed(self, states: Sequence[str], *, since_us: int, limit: int = 200) -> list[RequestRow]:
+        """Requests closed in ``states`` at or after ``since_us``, newest first."""
+        with self.connect() as conn:
+            records = conn.execute(
+                """SELECT * FROM sagacity_approval_request
+                   WHERE state = ANY(%s) AND closed_at_us >= %s
+                   ORDER BY closed_at_us DESC LIMIT %s""",
+                (list(states), since_us, limit),
+            ).fetchall()
         return [_row(r) for r in records]
 
     def overdue(self, now_us: int, ttl_us: int | None, *, limit: int = 100) -> list[RequestRow]:

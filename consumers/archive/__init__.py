@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from sagacity.consumers.archive._audit import (
         AuditReason,
         AuditSummary,
+        RetentionAudit,
         RoundAudit,
         SagaAudit,
         audit,
@@ -52,6 +53,7 @@ _MODULE_OF = {
     "PostgresSagaIndex": "_index",
     "QuarantineReason": "_ingest",
     "RawEvent": "_ingest",
+    "RetentionAudit": "_audit",
     "RoundAudit": "_audit",
     "SagaAudit": "_audit",
     "SignedRound": "_checkpoints",
@@ -76,6 +78,7 @@ __all__ = [
     "PostgresSagaIndex",
     "QuarantineReason",
     "RawEvent",
+    "RetentionAudit",
     "RoundAudit",
     "SagaAudit",
     "SignedRound",

@@ -32,15 +32,28 @@ from sagacity._events import GENESIS_HASH, JournalEntry
 from sagacity.chain import BreakReason, canonical_bytes_of, verify
 from sagacity.consumers.archive._checkpoints import (
     FIRST_PREV_ROOT,
+    LOG_ROUND_FORMAT,
     Checkpoint,
-    RootBuilder,
     SignedRound,
+    bytes_signature_valid,
     leaf_hash,
+    leaves_in_order,
     signature_valid,
 )
 from sagacity.consumers.archive._db import check_schema, mapped_errors
+from sagacity.consumers.archive._merkle import RootBuilder, decode_frontier
+from sagacity.consumers.archive._retention import (
+    NO_ANCHORS_ROOT,
+    RECORD_COLUMNS,
+    anchor_leaf,
+    record_of_row,
+)
 from sagacity.consumers.archive._rows import ROW_COLUMNS, entry_of_row
-from sagacity.consumers.archive._schema import ROUNDS_VERSION, checkpoint_round_columns
+from sagacity.consumers.archive._schema import (
+    LOG_VERSION,
+    ROUNDS_VERSION,
+    checkpoint_round_columns,
+)
 from sagacity.errors import SerializationError
 
 
@@ -61,6 +74,8 @@ class AuditReason(enum.StrEnum):
     """A checkpoint's signature does not verify: the checkpoint was altered or forged."""
     UNKNOWN_KEY = "unknown_key"
     """A checkpoint is signed by a key that is not trusted."""
+    FORGED_ANCHOR = "forged_anchor"
+    """The saga's retention anchor is not a leaf of a validly signed retention record."""
     BEYOND_HEAD = "beyond_head"
     """Archived rows go past the head the archiver recorded (or no head is recorded): they
     were written by something other than the archiver."""
@@ -101,6 +116,18 @@ class RoundAudit:
     latest: tuple[int, str] | None = None
     """The last round the archive holds (id, root): publish it, and pass it back as a known
     round next time (:func:`iter_audits` ``known_rounds``) to catch rounds removed at the end."""
+    last: SignedRound | None = None
+    """That last round in full (a witness publishes it)."""
+
+
+@dataclass(kw_only=True)
+class RetentionAudit:
+    """The signed retention records an audit checked (docs/adr/0015-round-log.md), and the
+    findings of those that failed, by partition name: every anchor of a failed record fails
+    its saga (``forged_anchor``)."""
+
+    records: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(kw_only=True)
@@ -115,6 +142,7 @@ class AuditSummary:
     by_reason: dict[AuditReason, int] = field(default_factory=dict)
     failures: list[SagaAudit] = field(default_factory=list)
     rounds: RoundAudit = field(default_factory=RoundAudit)
+    retention: RetentionAudit = field(default_factory=RetentionAudit)
     seconds: float = 0.0
     unsigned_sagas: int = 0
     """Sagas with archived events and no checkpoint at all."""
@@ -136,9 +164,14 @@ class AuditSummary:
 
     @property
     def all_ok(self) -> bool:
-        """Every saga and every signing round verified, and with pinned keys something was
-        signed by them."""
-        return self.ok == self.sagas and not self.rounds.failed and not self.nothing_signed
+        """Every saga, every signing round and every retention record verified, and with
+        pinned keys something was signed by them."""
+        return (
+            self.ok == self.sagas
+            and not self.rounds.failed
+            and not self.retention.failed
+            and not self.nothing_signed
+        )
 
     def add(self, audit: SagaAudit, *, keep_failures: int = 100) -> None:
         """Count one saga's audit."""
@@ -502,12 +535,15 @@ def _judge_round(
     *,
     leaves: int,
     root: bytes | None,
+    log_size: int | None,
     problem: str | None,
     keys: Mapping[str, bytes],
     previous: tuple[int, str] | None,
 ) -> tuple[AuditReason, str] | None:
     """The finding on one round (``None``: verified), from its row, its leaves and the round
-    before it in the archive: ``previous`` (id, root), ``None`` for the first."""
+    before it in the archive: ``previous`` (id, root), ``None`` for the first.  ``root`` is the
+    root rebuilt from the archive: over the round's own leaves for the first format, over the
+    log up to it (``log_size`` leaves) for a round of the log."""
     if signed is None:
         return AuditReason.BAD_SIGNATURE, (
             f"checkpoints name signing round {round_id}, which the archive does not hold"
@@ -534,10 +570,91 @@ def _judge_round(
             f"round {round_id} signed {signed.leaf_count} heads; the archive holds {leaves} "
             "of its checkpoints (rows were removed or added)"
         )
+    if signed.format == LOG_ROUND_FORMAT:
+        if log_size != signed.tree_size:
+            return AuditReason.BAD_SIGNATURE, (
+                f"round {round_id} signed a log of {signed.tree_size} heads; the archive holds "
+                f"{log_size} up to it (checkpoints of earlier rounds were removed or added)"
+            )
+        if root is None or root.hex() != signed.root:
+            return AuditReason.BAD_SIGNATURE, (
+                f"round {round_id}: the checkpoints signed up to it do not hash to the signed "
+                "root (a checkpoint of this round or of an earlier one was changed)"
+            )
+        return None
     if root is None or root.hex() != signed.root:
         return AuditReason.BAD_SIGNATURE, (
             f"round {round_id}: its checkpoints do not hash to the signed root (a checkpoint "
             "of the round was edited)"
+        )
+    return None
+
+
+def _round_of_row(row: Sequence[Any]) -> SignedRound:
+    """A round from ``round_id, leaf_count, root, prev_root, signed_at_us, key_id, signature,
+    format, tree_size``."""
+    return SignedRound(
+        round_id=int(row[0]),
+        leaf_count=int(row[1]),
+        root=row[2],
+        prev_root=row[3],
+        signed_at_us=int(row[4]),
+        key_id=row[5],
+        signature=row[6],
+        format=int(row[7]),
+        tree_size=None if row[8] is None else int(row[8]),
+    )
+
+
+def round_select(version: int, alias: str = "") -> str:
+    """The select list :func:`_round_of_row` reads, for an archive at ``version``."""
+    a = f"{alias}." if alias else ""
+    log = f"{a}format, {a}tree_size" if version >= LOG_VERSION else "1, NULL::bigint"
+    return (
+        f"{a}round_id, {a}leaf_count, {a}root, {a}prev_root, {a}signed_at_us, {a}key_id,"
+        f" {a}signature, {log}"
+    )
+
+
+def _log_before(
+    conn: psycopg.Connection, previous: Sequence[Any] | None, version: int
+) -> RootBuilder:
+    """The log as it stood before a round, from the round before it (``round_id, format,
+    tree_size, frontier``; ``None``: no round before): its frontier when that is well formed,
+    else every leaf up to it, read once (the frontier is not signed; a wrong one only makes the
+    round fail, so a failure is re-checked from the leaves)."""
+    if previous is None:
+        return RootBuilder()
+    if version >= LOG_VERSION and previous[1] == LOG_ROUND_FORMAT and previous[3] is not None:
+        with contextlib.suppress(ValueError, TypeError):
+            return RootBuilder.from_frontier(int(previous[2]), decode_frontier(previous[3]))
+    return _log_from_leaves(conn, int(previous[0]))
+
+
+def _log_from_leaves(conn: psycopg.Connection, up_to_round: int) -> RootBuilder:
+    builder = RootBuilder()
+    for leaf in leaves_in_order(conn, up_to_round=up_to_round):
+        builder.add(leaf)
+    return builder
+
+
+def _leaf_problem(
+    leaf: Sequence[Any], expected: int, last_saga: str | None, signed: SignedRound | None
+) -> str | None:
+    """What is wrong with a round's leaf row ``(round_id, leaf_index, saga_id, seq, hash,
+    signed_at_us, key_id)`` expected at index ``expected``, if anything."""
+    index = int(leaf[1])
+    if index != expected:
+        after = f" (after saga {last_saga!r})" if last_saga is not None else ""
+        return (
+            f"leaf {expected} is missing{after}"
+            if index > expected
+            else f"leaf {index} appears twice"
+        )
+    if signed is not None and (leaf[5] != signed.signed_at_us or leaf[6] != signed.key_id):
+        return (
+            f"leaf {index} shows a signing time or key other than its round's"
+            " (those fields are covered by the round's signature only)"
         )
     return None
 
@@ -549,11 +666,17 @@ def _audit_rounds(
     keys: Mapping[str, bytes],
     fetch: int,
     known: Mapping[int, str],
+    version: int,
 ) -> RoundAudit:
     """Check every signing round (or, for one saga, the rounds its checkpoints belong to)
     inside the caller's snapshot; leaves are streamed in order, so memory stays flat.  Each
     round's link to the round before it is checked either way; the ``known`` rounds (id: root,
-    recorded earlier) only when all rounds are (``saga_id`` None)."""
+    recorded earlier) only when all rounds are (``saga_id`` None).
+
+    Every leaf goes into one log builder (a stack of perfect subtree roots: O(log n)), whose
+    root at each round of the log (``SGCR2``) must be the signed one: a round rewritten and
+    re-signed breaks every round after it.  For one saga, each round of the log is rebuilt
+    from the log's frontier before it (docs/adr/0015-round-log.md)."""
     audit = RoundAudit()
     unseen = {round_id: root.lower() for round_id, root in known.items()}
     scope = (
@@ -561,23 +684,24 @@ def _audit_rounds(
         if saga_id is not None
         else ""
     )
+    log_columns = "b.format, b.tree_size, b.frontier" if version >= LOG_VERSION else "1, NULL, NULL"
     with (
         conn.cursor(name="sgc_audit_rounds") as round_cur,
         conn.cursor(name="sgc_audit_leaves") as leaf_cur,
     ):
         round_cur.itersize = leaf_cur.itersize = fetch
-        columns = "r.round_id, r.leaf_count, r.root, r.prev_root, r.signed_at_us, r.key_id"
+        columns = round_select(version, "r")
         if saga_id is None:
             query = (
-                f"SELECT {columns}, r.signature, NULL, NULL"  # noqa: S608
+                f"SELECT {columns}, NULL, NULL, NULL, NULL, NULL"  # noqa: S608
                 " FROM archive_checkpoint_round r ORDER BY r.round_id"
             )
         else:
             # One saga's rounds come with the round before each (whatever sagas it signed), so
             # that their links are checked as the whole-archive pass checks them.
             query = (
-                f"SELECT {columns}, r.signature, b.round_id, b.root"  # noqa: S608
-                " FROM archive_checkpoint_round r LEFT JOIN LATERAL (SELECT round_id, root"
+                f"SELECT {columns}, b.round_id, b.root, {log_columns}"  # noqa: S608
+                " FROM archive_checkpoint_round r LEFT JOIN LATERAL (SELECT *"
                 " FROM archive_checkpoint_round q WHERE q.round_id < r.round_id"
                 " ORDER BY q.round_id DESC LIMIT 1) b ON true WHERE r.round_id IN"
                 " (SELECT round_id FROM archive_checkpoint WHERE saga_id = %(s)s)"
@@ -585,48 +709,49 @@ def _audit_rounds(
             )
         round_cur.execute(query, {"s": saga_id})
         leaf_cur.execute(
-            "SELECT round_id, leaf_index, saga_id, seq, hash FROM archive_checkpoint"  # noqa: S608
-            f" WHERE round_id IS NOT NULL{scope} ORDER BY round_id, leaf_index",
+            "SELECT round_id, leaf_index, saga_id, seq, hash, signed_at_us, key_id"  # noqa: S608
+            f" FROM archive_checkpoint WHERE round_id IS NOT NULL{scope}"
+            " ORDER BY round_id, leaf_index",
             {"s": saga_id},
         )
         round_rows, leaf_rows = iter(round_cur), iter(leaf_cur)
         row = next(round_rows, None)
         leaf = next(leaf_rows, None)
         previous: tuple[int, str] | None = None
+        log = RootBuilder()  # every leaf so far (the whole archive), in log order
         while row is not None or leaf is not None:
             round_id = min(int(r[0]) for r in (row, leaf) if r is not None)
             signed = None
+            before: Sequence[Any] | None = None
             if row is not None and int(row[0]) == round_id:
-                signed = SignedRound(
-                    round_id=round_id,
-                    leaf_count=int(row[1]),
-                    root=row[2],
-                    prev_root=row[3],
-                    signed_at_us=int(row[4]),
-                    key_id=row[5],
-                    signature=row[6],
-                )
+                signed = _round_of_row(row)
                 if saga_id is not None:
-                    previous = None if row[7] is None else (int(row[7]), row[8])
+                    previous = None if row[9] is None else (int(row[9]), row[10])
+                    before = None if row[9] is None else (row[9], row[11], row[12], row[13])
                 row = next(round_rows, None)
-            builder = RootBuilder()
+            in_log = signed is not None and signed.format == LOG_ROUND_FORMAT
+            if saga_id is not None and in_log:
+                log = _log_before(conn, before, version)
+            own = None if in_log else RootBuilder()  # a first-format round's own root
+            kept: list[bytes] | None = [] if saga_id is not None and in_log else None
             leaves, problem, last_saga = 0, None, None
+            at_us, key = (signed.signed_at_us, signed.key_id) if signed else (None, None)
+            add = log.add
             while leaf is not None and int(leaf[0]) == round_id:
-                if problem is None:
-                    index = int(leaf[1])
-                    if index != builder.count:
-                        after = f" (after saga {last_saga!r})" if last_saga is not None else ""
-                        problem = (
-                            f"leaf {builder.count} is missing{after}"
-                            if index > builder.count
-                            else f"leaf {index} appears twice"
-                        )
-                    else:
-                        try:
-                            builder.add(leaf_hash(saga_id=leaf[2], seq=int(leaf[3]), hash=leaf[4]))
-                        except (TypeError, ValueError, UnicodeError) as exc:
-                            problem = f"leaf {index} cannot be hashed: {exc}"
-                        last_saga = leaf[2]
+                index = int(leaf[1])
+                if problem is None and (index != leaves or leaf[5] != at_us or leaf[6] != key):
+                    problem = _leaf_problem(leaf, leaves, last_saga, signed)
+                try:
+                    hashed = leaf_hash(saga_id=leaf[2], seq=int(leaf[3]), hash=leaf[4])
+                except (TypeError, ValueError, UnicodeError) as exc:
+                    problem = problem or f"leaf {index} cannot be hashed: {exc}"
+                    hashed = bytes(32)
+                add(hashed)
+                if own is not None:
+                    own.add(hashed)
+                if kept is not None:
+                    kept.append(hashed)
+                last_saga = leaf[2]
                 leaves += 1
                 leaf = next(leaf_rows, None)
             audit.rounds += 1
@@ -634,11 +759,27 @@ def _audit_rounds(
                 round_id,
                 signed,
                 leaves=leaves,
-                root=builder.root(),
+                root=log.root() if own is None else own.root(),
+                log_size=log.count,
                 problem=problem,
                 keys=keys,
                 previous=previous,
             )
+            if finding is not None and kept is not None and before is not None:
+                # The stored frontier is not evidence: judge again from the leaves themselves.
+                log = _log_from_leaves(conn, int(before[0]))
+                for hashed in kept:
+                    log.add(hashed)
+                finding = _judge_round(
+                    round_id,
+                    signed,
+                    leaves=leaves,
+                    root=log.root(),
+                    log_size=log.count,
+                    problem=problem,
+                    keys=keys,
+                    previous=previous,
+                )
             if signed is not None:
                 recorded = unseen.pop(round_id, None)
                 if finding is None and recorded is not None and recorded != signed.root:
@@ -650,6 +791,7 @@ def _audit_rounds(
                         ),
                     )
                 previous = (round_id, signed.root)
+                audit.last = signed
             if finding is not None:
                 audit.failed[round_id] = finding
         audit.latest = previous
@@ -665,6 +807,100 @@ def _audit_rounds(
     return audit
 
 
+def _judge_record(
+    name: str,
+    row: Sequence[Any] | None,
+    *,
+    anchors: int,
+    root: str,
+    problem: str | None,
+    keys: Mapping[str, bytes],
+) -> str | None:
+    """The finding on one retention record (``None``: verified)."""
+    if row is None:
+        return f"anchors name retention record {name!r}, which the archive does not hold"
+    record = record_of_row(row)
+    if record is None:
+        return (
+            f"the retention record of {name!r} is not signed (sign records of months dropped "
+            "before records were signed with `sagacity archive retention --sign-records`)"
+        )
+    public = keys.get(record.key_id)
+    if public is None:
+        return f"the retention record of {name!r} is signed by untrusted key {record.key_id}"
+    if not bytes_signature_valid(public, record.message(), record.signature):
+        return f"the signature of the retention record of {name!r} does not verify"
+    if problem is not None:
+        return f"retention record {name!r}: {problem}"
+    if (anchors, root) != (record.anchor_count, record.anchors_root):
+        return (
+            f"the anchors of {name!r} do not hash to its signed root ({record.anchor_count} "
+            f"signed, {anchors} held): an anchor was added, removed or changed"
+        )
+    return None
+
+
+def _audit_retention(
+    conn: psycopg.Connection,
+    *,
+    saga_id: str | None,
+    keys: Mapping[str, bytes],
+    fetch: int,
+) -> RetentionAudit:
+    """Check every signed retention record (or those of one saga's anchors) against its
+    anchors, streamed in leaf order, inside the caller's snapshot."""
+    audit = RetentionAudit()
+    scope = (
+        " WHERE partition_name IN (SELECT partition_name FROM archive_retention_anchor"
+        " WHERE saga_id = %(s)s)"
+        if saga_id is not None
+        else ""
+    )
+    with (
+        conn.cursor(name="sgc_audit_records") as record_cur,
+        conn.cursor(name="sgc_audit_anchors") as anchor_cur,
+    ):
+        record_cur.itersize = anchor_cur.itersize = fetch
+        record_cur.execute(
+            f"SELECT {RECORD_COLUMNS} FROM archive_retention{scope}"  # noqa: S608
+            ' ORDER BY partition_name COLLATE "C"',
+            {"s": saga_id},
+        )
+        anchor_cur.execute(
+            "SELECT partition_name, leaf_index, saga_id, seq, hash"  # noqa: S608
+            f' FROM archive_retention_anchor{scope} ORDER BY partition_name COLLATE "C",'
+            " leaf_index",
+            {"s": saga_id},
+        )
+        records, anchors = iter(record_cur), iter(anchor_cur)
+        row, anchor = next(records, None), next(anchors, None)
+        while row is not None or anchor is not None:
+            name = min(str(r[0]) for r in (row, anchor) if r is not None)
+            held = None
+            if row is not None and row[0] == name:
+                held, row = row, next(records, None)
+            builder, count, problem = RootBuilder(), 0, None
+            while anchor is not None and anchor[0] == name:
+                if problem is None and anchor[1] != count:
+                    problem = f"anchor {count} is missing or out of place"
+                builder.add(anchor_leaf(saga_id=anchor[2], seq=int(anchor[3]), hash=anchor[4]))
+                count += 1
+                anchor = next(anchors, None)
+            root = builder.root()
+            audit.records += 1
+            finding = _judge_record(
+                name,
+                held,
+                anchors=count,
+                root=root.hex() if root is not None else NO_ANCHORS_ROOT,
+                problem=problem,
+                keys=keys,
+            )
+            if finding is not None:
+                audit.failed[name] = finding
+    return audit
+
+
 def iter_audits(
     conn: psycopg.Connection,
     *,
@@ -674,6 +910,7 @@ def iter_audits(
     reference: bool = False,
     rounds: RoundAudit | None = None,
     known_rounds: Mapping[int, str] | None = None,
+    retention: RetentionAudit | None = None,
 ) -> Iterator[SagaAudit]:
     """Audit one saga, or every saga of the archive in saga id order.
 
@@ -707,7 +944,8 @@ def iter_audits(
         f"SELECT {ROW_COLUMNS} FROM side_effect_journal {where} {order}, archive_id",  # noqa: S608
         "SELECT saga_id, seq, hash, signed_at_us, key_id, signature,"  # noqa: S608
         f" {round_columns} FROM archive_checkpoint {where} {order}",
-        f"SELECT saga_id, max(seq), (array_agg(hash ORDER BY seq DESC))[1]"  # noqa: S608
+        f"SELECT saga_id, max(seq), (array_agg(hash ORDER BY seq DESC))[1],"  # noqa: S608
+        " (array_agg(partition_name ORDER BY seq DESC))[1]"
         f" FROM archive_retention_anchor {where} GROUP BY saga_id {order}",
         f"SELECT saga_id, head_seq, head_hash FROM archive_saga_head {where} {order}",  # noqa: S608
     )
@@ -720,7 +958,14 @@ def iter_audits(
     ):
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         checked_rounds = (
-            _audit_rounds(conn, saga_id=saga_id, keys=keys, fetch=fetch, known=known_rounds or {})
+            _audit_rounds(
+                conn,
+                saga_id=saga_id,
+                keys=keys,
+                fetch=fetch,
+                known=known_rounds or {},
+                version=version,
+            )
             if version >= ROUNDS_VERSION
             else RoundAudit(
                 failed={
@@ -733,6 +978,15 @@ def iter_audits(
             rounds.rounds += checked_rounds.rounds
             rounds.failed.update(checked_rounds.failed)
             rounds.latest = checked_rounds.latest
+            rounds.last = checked_rounds.last
+        checked_records = (
+            _audit_retention(conn, saga_id=saga_id, keys=keys, fetch=fetch)
+            if version >= LOG_VERSION
+            else RetentionAudit()
+        )
+        if retention is not None:
+            retention.records += checked_records.records
+            retention.failed.update(checked_records.failed)
         streams: list[Iterator[tuple[str, list[Sequence[Any]]]]] = []
         for i, query in enumerate(queries):
             cur = cursors.enter_context(conn.cursor(name=f"sgc_audit_{i}"))
@@ -766,6 +1020,18 @@ def iter_audits(
             anchor = (int(anchors[0][1]), anchors[0][2]) if anchors else None
             recorded_head = (int(heads[0][1]), heads[0][2]) if heads else None
             after_seq, after_hash = anchor if anchor is not None else (0, GENESIS_HASH)
+            if anchors and anchors[0][3] in checked_records.failed:
+                yield SagaAudit(
+                    saga_id=saga,
+                    ok=False,
+                    events=len(rows),
+                    head_seq=after_seq,
+                    head_hash=after_hash,
+                    bad_seq=after_seq,
+                    reason=AuditReason.FORGED_ANCHOR,
+                    detail=checked_records.failed[anchors[0][3]],
+                )
+                continue
             head = (
                 None
                 if reference
@@ -836,6 +1102,7 @@ def audit(
         reference=reference,
         rounds=summary.rounds,
         known_rounds=known_rounds,
+        retention=summary.retention,
     ):
         if require_signed:
             result = unsigned_as_failure(result)

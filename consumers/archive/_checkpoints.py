@@ -29,7 +29,7 @@ import functools
 import hashlib
 import os
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,11 +41,17 @@ from nacl.signing import VerifyKey
 
 from sagacity._events import now_micros
 from sagacity.consumers.archive._db import mapped_errors
-from sagacity.errors import SigningKeyError
+from sagacity.consumers.archive._merkle import RootBuilder as RootBuilder
+from sagacity.consumers.archive._merkle import decode_frontier, encode_frontier
+from sagacity.consumers.archive._merkle import inclusion_proof as inclusion_proof
+from sagacity.consumers.archive._merkle import merkle_root as merkle_root
+from sagacity.consumers.archive._merkle import root_from_proof as root_from_proof
+from sagacity.errors import RoundLogError, SigningKeyError
 
 CHECKPOINT_MAGIC = b"SGCP1"
 LEAF_MAGIC = b"SGCL1"
 ROUND_MAGIC = b"SGCR1"
+LOG_ROUND_MAGIC = b"SGCR2"
 FIRST_PREV_ROOT = "0" * 64
 """The previous root of an archive's first signing round."""
 _SIGNING_LOCK = 0x53474352  # with the schema's hash: one signer at a time per archive
@@ -88,94 +94,6 @@ def leaf_hash(*, saga_id: str, seq: int, hash: str) -> bytes:
     ).digest()
 
 
-def _node(left: bytes, right: bytes) -> bytes:
-    return hashlib.sha256(b"\x01" + left + right).digest()
-
-
-def _levels(leaves: Sequence[bytes]) -> list[list[bytes]]:
-    """Every level of the tree, leaves first; a level's odd last node moves up unpaired (which
-    is RFC 6962's split at the largest power of two below the size)."""
-    if not leaves:
-        raise ValueError("a Merkle tree needs at least one leaf")
-    levels = [list(leaves)]
-    while len(levels[-1]) > 1:
-        level = levels[-1]
-        up = [_node(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
-        if len(level) % 2:
-            up.append(level[-1])
-        levels.append(up)
-    return levels
-
-
-def merkle_root(leaves: Sequence[bytes]) -> bytes:
-    """The root over ``leaves`` in order."""
-    return _levels(leaves)[-1][0]
-
-
-def inclusion_proof(leaves: Sequence[bytes], index: int) -> list[bytes]:
-    """The audit path of leaf ``index`` (RFC 6962 section 2.1.1), bottom up."""
-    if not 0 <= index < len(leaves):
-        raise ValueError(f"leaf {index} is not in a tree of {len(leaves)}")
-    path = []
-    for level in _levels(leaves)[:-1]:
-        sibling = index ^ 1
-        if sibling < len(level):
-            path.append(level[sibling])
-        index >>= 1
-    return path
-
-
-def root_from_proof(leaf: bytes, index: int, size: int, path: Sequence[bytes]) -> bytes | None:
-    """The root that ``path`` proves ``leaf`` at ``index`` of ``size`` leaves under, or
-    ``None`` when the path does not fit the position (RFC 9162 section 2.1.3.2)."""
-    if not 0 <= index < size:
-        return None
-    fn, sn, node = index, size - 1, leaf
-    for sibling in path:
-        if sn == 0:
-            return None
-        if fn & 1 or fn == sn:
-            node = _node(sibling, node)
-            while fn & 1 == 0 and fn != 0:
-                fn >>= 1
-                sn >>= 1
-        else:
-            node = _node(node, sibling)
-        fn >>= 1
-        sn >>= 1
-    return node if sn == 0 else None
-
-
-class RootBuilder:
-    """The root of leaves given one at a time, in O(log n) memory (a verifier streams a
-    round's leaves from the database in leaf order)."""
-
-    __slots__ = ("_stack", "count")
-
-    def __init__(self) -> None:
-        self._stack: list[tuple[bytes, int]] = []
-        self.count = 0
-
-    def add(self, leaf: bytes) -> None:
-        """Append the next leaf."""
-        stack = self._stack
-        node, size = leaf, 1
-        while stack and stack[-1][1] == size:
-            left, _ = stack.pop()
-            node, size = _node(left, node), size * 2
-        stack.append((node, size))
-        self.count += 1
-
-    def root(self) -> bytes | None:
-        """The root so far (``None`` before the first leaf)."""
-        if not self._stack:
-            return None
-        node = self._stack[-1][0]
-        for left, _ in reversed(self._stack[:-1]):
-            node = _node(left, node)
-        return node
-
-
 def round_message(
     *,
     round_id: int,
@@ -199,9 +117,43 @@ def round_message(
     )
 
 
+def log_round_message(
+    *,
+    round_id: int,
+    tree_size: int,
+    leaf_count: int,
+    root: str,
+    prev_root: str,
+    signed_at_us: int,
+    key_id: str,
+) -> bytes:
+    """The exact bytes a round of the log (``SGCR2``) is signed over: ``root`` is the tree over
+    every leaf signed so far, ``tree_size`` of them, the last ``leaf_count`` this round's."""
+    return b"".join(
+        (
+            LOG_ROUND_MAGIC,
+            _field(struct.pack(">q", round_id)),
+            _field(struct.pack(">q", tree_size)),
+            _field(struct.pack(">q", leaf_count)),
+            _field(root.encode("ascii")),
+            _field(prev_root.encode("ascii")),
+            _field(struct.pack(">q", signed_at_us)),
+            _field(key_id.encode("ascii")),
+        )
+    )
+
+
+ROUND_FORMAT = 1
+"""``SGCR1``: a round's root covers its own heads only (docs/adr/0012)."""
+LOG_ROUND_FORMAT = 2
+"""``SGCR2``: a round's root covers every head signed so far (docs/adr/0015-round-log.md)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class SignedRound:
-    """One signing round: the root over its heads, signed once."""
+    """One signing round: a root signed once.  In the log format (``format`` 2) the root is
+    over every leaf signed so far (``tree_size`` of them, this round's ``leaf_count`` last);
+    in the first format it is over this round's leaves only."""
 
     round_id: int
     leaf_count: int
@@ -210,9 +162,26 @@ class SignedRound:
     signed_at_us: int
     key_id: str
     signature: str
+    format: int = ROUND_FORMAT
+    tree_size: int | None = None
+
+    @property
+    def first_leaf(self) -> int | None:
+        """The log index of this round's first leaf (log rounds only)."""
+        return None if self.tree_size is None else self.tree_size - self.leaf_count
 
     def message(self) -> bytes:
         """The signed bytes."""
+        if self.format == LOG_ROUND_FORMAT:
+            return log_round_message(
+                round_id=self.round_id,
+                tree_size=-1 if self.tree_size is None else self.tree_size,
+                leaf_count=self.leaf_count,
+                root=self.root,
+                prev_root=self.prev_root,
+                signed_at_us=self.signed_at_us,
+                key_id=self.key_id,
+            )
         return round_message(
             round_id=self.round_id,
             leaf_count=self.leaf_count,
@@ -304,6 +273,35 @@ class Signer:
         )
         return dataclasses.replace(unsigned, signature=self._key.sign(unsigned.message()).hex())
 
+    def sign_log_round(
+        self,
+        *,
+        round_id: int,
+        tree_size: int,
+        leaf_count: int,
+        root: str,
+        prev_root: str = FIRST_PREV_ROOT,
+        signed_at_us: int,
+    ) -> SignedRound:
+        """Sign a round of the log (``SGCR2``): the root over all ``tree_size`` leaves so far."""
+        unsigned = SignedRound(
+            round_id=round_id,
+            leaf_count=leaf_count,
+            root=root,
+            prev_root=prev_root,
+            signed_at_us=signed_at_us,
+            key_id=self.key_id,
+            signature="",
+            format=LOG_ROUND_FORMAT,
+            tree_size=tree_size,
+        )
+        return dataclasses.replace(unsigned, signature=self._key.sign(unsigned.message()).hex())
+
+    def sign_bytes(self, message: bytes) -> str:
+        """A signature over ``message`` (hex), for the other signed records of the archive
+        (retention: docs/adr/0015-round-log.md)."""
+        return self._key.sign(message).hex()
+
     def sign(self, *, saga_id: str, seq: int, hash: str, signed_at_us: int) -> Checkpoint:
         """A checkpoint for one head in the per-head form (``SGCP1``) of archives signed
         before rounds; verifiers still accept it."""
@@ -376,6 +374,17 @@ def _verify_key(public_raw: bytes) -> VerifyKey:
     return VerifyKey(public_raw)
 
 
+def bytes_signature_valid(public_raw: bytes, message: bytes, signature: str | None) -> bool:
+    """Whether ``signature`` (hex) is ``public_raw``'s valid signature over ``message``."""
+    if signature is None:
+        return False
+    try:
+        _verify_key(public_raw).verify(message, bytes.fromhex(signature))
+    except (ValueError, TypeError, CryptoError):
+        return False
+    return True
+
+
 def signature_valid(public_raw: bytes, signed: Checkpoint | SignedRound) -> bool:
     """Whether a per-head checkpoint or a round carries a valid signature by ``public_raw``.
 
@@ -392,6 +401,61 @@ def signature_valid(public_raw: bytes, signed: Checkpoint | SignedRound) -> bool
     return True
 
 
+def leaves_in_order(
+    conn: psycopg.Connection, *, up_to_round: int, fetch: int = 10_000
+) -> Iterator[bytes]:
+    """Every leaf of the rounds up to ``up_to_round``, in log order (round, then leaf)."""
+    with conn.cursor(name="sgc_log_leaves") as cur:
+        cur.itersize = fetch
+        cur.execute(
+            "SELECT saga_id, seq, hash FROM archive_checkpoint"
+            " WHERE round_id IS NOT NULL AND round_id <= %s ORDER BY round_id, leaf_index",
+            (up_to_round,),
+        )
+        for saga_id, seq, hash in cur:
+            yield leaf_hash(saga_id=saga_id, seq=int(seq), hash=hash)
+
+
+def log_tail(conn: psycopg.Connection) -> tuple[RootBuilder, str]:
+    """The log as the last round left it (a builder over every leaf so far) and that round's
+    root, inside the caller's transaction.
+
+    The last round's stored frontier is used when it leads to its signed root; otherwise (the
+    first round of the log after rounds of the first format, or a frontier that was altered)
+    every leaf is read once.
+
+    Raises:
+        RoundLogError: the leaves no longer hash to the last round's signed root.
+    """
+    last = conn.execute(
+        "SELECT round_id, format, root, tree_size, frontier FROM archive_checkpoint_round"
+        " ORDER BY round_id DESC LIMIT 1"
+    ).fetchone()
+    if last is None:
+        return RootBuilder(), FIRST_PREV_ROOT
+    round_id, fmt, root, tree_size, frontier = last
+    if fmt == LOG_ROUND_FORMAT and frontier is not None and tree_size is not None:
+        try:
+            builder = RootBuilder.from_frontier(int(tree_size), decode_frontier(frontier))
+        except ValueError:
+            pass
+        else:
+            got = builder.root()
+            if got is not None and got.hex() == root:
+                return builder, root
+    builder = RootBuilder()
+    for leaf in leaves_in_order(conn, up_to_round=int(round_id)):
+        builder.add(leaf)
+    if fmt == LOG_ROUND_FORMAT and (
+        builder.count != tree_size or (builder.root() or b"").hex() != root
+    ):
+        raise RoundLogError(
+            f"the archive's checkpoints no longer hash to the root of signing round {round_id}"
+            " (checkpoint rows were changed): refusing to extend the log; run sagacity verify"
+        )
+    return builder, root
+
+
 def sign_pending(
     conn: psycopg.Connection,
     signer: Signer,
@@ -402,13 +466,18 @@ def sign_pending(
     """Sign every archived head that moved since it was last signed; return how many.
 
     Each chunk of up to ``chunk`` heads is one signing round in one transaction: the heads in
-    saga id order are the leaves of a Merkle tree whose root is signed once, with the previous
-    round's root (docs/adr/0012-checkpoint-rounds.md); every head is stored as a checkpoint row
-    naming its round and leaf index.  Signers of one archive take turns (an advisory lock), so
-    the rounds form one chain.  Memory stays flat however many sagas there are.
+    saga id order are appended, as leaves, to the log of every head signed so far, and the
+    log's new root is signed once with the previous round's root
+    (docs/adr/0015-round-log.md); every head is stored as a checkpoint row naming its round
+    and leaf index.  Signers of one archive take turns (an advisory lock), so the rounds form
+    one log.  Memory stays flat however many sagas there are: the round row keeps the log's
+    frontier (O(log n) nodes) for the next round.
 
     ``on_round`` is called with each round once it is committed (to log or publish the latest
-    round's id and root: docs/adr/0012-checkpoint-rounds.md).
+    round: a witness, docs/adr/0015-round-log.md).
+
+    Raises:
+        RoundLogError: the stored checkpoints no longer hash to the last signed root.
     """
     if chunk < 1:
         raise ValueError("chunk must be at least 1")
@@ -432,22 +501,25 @@ def sign_pending(
             ).fetchall()
             if not heads:
                 return total
-            last = conn.execute(
-                "SELECT root FROM archive_checkpoint_round ORDER BY round_id DESC LIMIT 1"
-            ).fetchone()
+            builder, prev_root = log_tail(conn)
             row = conn.execute("SELECT nextval('archive_checkpoint_round_id_seq')").fetchone()
             assert row is not None
-            leaves = [leaf_hash(saga_id=s, seq=int(n), hash=h) for s, n, h in heads]
-            signed = signer.sign_round(
+            for s, n, h in heads:
+                builder.add(leaf_hash(saga_id=s, seq=int(n), hash=h))
+            root = builder.root()
+            assert root is not None
+            signed = signer.sign_log_round(
                 round_id=int(row[0]),
-                leaf_count=len(leaves),
-                root=merkle_root(leaves).hex(),
-                prev_root=last[0] if last is not None else FIRST_PREV_ROOT,
+                tree_size=builder.count,
+                leaf_count=len(heads),
+                root=root.hex(),
+                prev_root=prev_root,
                 signed_at_us=now_micros(),
             )
             conn.execute(
                 "INSERT INTO archive_checkpoint_round (round_id, leaf_count, root, prev_root,"
-                " signed_at_us, key_id, signature) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                " signed_at_us, key_id, signature, format, tree_size, frontier)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                 (
                     signed.round_id,
                     signed.leaf_count,
@@ -456,6 +528,9 @@ def sign_pending(
                     signed.signed_at_us,
                     signed.key_id,
                     signed.signature,
+                    signed.format,
+                    signed.tree_size,
+                    encode_frontier(builder.frontier()),
                 ),
             )
             with conn.cursor().copy(

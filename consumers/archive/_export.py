@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -13,15 +15,28 @@ from typing import Any
 import psycopg
 
 from sagacity.consumers.archive._audit import SagaAudit, iter_audits, trusted_keys
-from sagacity.consumers.archive._checkpoints import inclusion_proof, leaf_hash
+from sagacity.consumers.archive._checkpoints import (
+    LOG_ROUND_FORMAT,
+    inclusion_proof,
+    leaf_hash,
+)
 from sagacity.consumers.archive._db import check_schema, mapped_errors
-from sagacity.consumers.archive._schema import checkpoint_round_columns
+from sagacity.consumers.archive._retention import RECORD_COLUMNS, anchor_leaf, record_of_row
+from sagacity.consumers.archive._roundlog import (
+    inclusion_proof_in_log,
+    round_by_id,
+    round_to_dict,
+)
+from sagacity.consumers.archive._schema import LOG_VERSION, checkpoint_round_columns
 from sagacity.consumers.archive.verify_bundle import UNSIGNED_FIELDS
-from sagacity.errors import UnknownSagaError
+from sagacity.errors import RoundLogError, UnknownSagaError
 
 BUNDLE_FORMAT = "sagacity-audit-bundle/3"
 """Version 2: checkpoints of signing rounds carry their round and inclusion proof.  Version 3:
-the manifest lists the fields no signature covers (``unsigned``)."""
+the manifest lists the fields no signature covers (``unsigned``); a round names its format, a
+round of the log (``SGCR2``) carries its tree size and its checkpoints' proofs lead to the
+log's root, and a retention anchor carries its signed record and inclusion proof
+(docs/adr/0015-round-log.md)."""
 
 
 _README = """\
@@ -41,10 +56,11 @@ Exported from a Sagacity archive on {exported_at}.
 
 Exit status 0 means: the files are the ones the manifest describes, every entry hashes to its
 recorded hash (canonical form `SGC1`), each links to the one before from the genesis hash, the
-chain ends at the manifest's head, every signed checkpoint verifies under the key and matches
-the chain at its seq, and a checkpoint covers the head.  Otherwise the first failure is printed
-with its seq and reason (`bundle_altered`, `foreign_saga`, `edited`, `wrong_genesis`, `gap`,
-`reordered`, `broken_link`, `truncated`, `head_mismatch`, `bad_signature`, `unknown_key`,
+chain ends at the manifest's head, a retention anchor the chain starts from is signed, every
+signed checkpoint verifies under the key and matches the chain at its seq, and a checkpoint
+covers the head.  Otherwise the first failure is printed with its seq and reason
+(`bundle_altered`, `foreign_saga`, `edited`, `wrong_genesis`, `gap`, `reordered`,
+`broken_link`, `truncated`, `head_mismatch`, `forged_anchor`, `bad_signature`, `unknown_key`,
 `checkpoint_mismatch`, `unsigned`).
 
 A bundle whose head no checkpoint covers (events archived after the last signing round) is
@@ -58,15 +74,18 @@ self-consistent.  The archive's key id(s): {key_ids}.
 
 The canonical form and the checkpoint forms are specified in the project's
 docs/adr/0002-hash-chain.md, docs/adr/0006-archive-and-checkpoints.md (per-head signatures) and
-docs/adr/0012-checkpoint-rounds.md (signing rounds: a Merkle root signed once, each checkpoint
-with its inclusion proof); the order of the checks, the reasons and the manifest's fields in
-docs/adr/0017-audit-coverage.md.  The verifier is short enough to read in full.
+docs/adr/0012-checkpoint-rounds.md and docs/adr/0015-round-log.md (signing rounds: the
+Merkle root of every head signed so far, signed once, each checkpoint with its inclusion proof;
+a retention anchor with its signed record); the order of the checks, the reasons and the
+manifest's fields in docs/adr/0017-audit-coverage.md.  The verifier is short enough to read in
+full.
 """
 
 
 def _checkpoint(conn: psycopg.Connection, row: Sequence[Any]) -> dict[str, Any]:
     """A checkpoint for the manifest: per-head (``SGCP1``) with its signature, or a leaf of a
-    signing round (``SGCR1``) with the round and the leaf's inclusion proof."""
+    signing round with the round and the leaf's inclusion proof: to the round's own root
+    (``SGCR1``), or to the log's root at that round (``SGCR2``: docs/adr/0015-round-log.md)."""
     seq, hash, signed_at_us, key_id, signature, round_id, leaf_index = row
     out: dict[str, Any] = {
         "seq": seq,
@@ -77,36 +96,69 @@ def _checkpoint(conn: psycopg.Connection, row: Sequence[Any]) -> dict[str, Any]:
     if round_id is None:
         out["signature"] = signature
         return out
-    signed = conn.execute(
-        "SELECT leaf_count, root, prev_root, signed_at_us, key_id, signature"
-        " FROM archive_checkpoint_round WHERE round_id = %s",
-        (round_id,),
-    ).fetchone()
-    leaves = [
-        leaf_hash(saga_id=s, seq=int(n), hash=h)
-        for s, n, h in conn.execute(
-            "SELECT saga_id, seq, hash FROM archive_checkpoint WHERE round_id = %s"
-            " ORDER BY leaf_index",
-            (round_id,),
-        )
-    ]
-    # A tampered round may not give a proof; the bundle then fails its own verification.
-    proof = inclusion_proof(leaves, leaf_index) if 0 <= leaf_index < len(leaves) else []
-    out["round"] = (
-        {
-            "round_id": round_id,
-            "leaf_count": signed[0],
-            "root": signed[1],
-            "prev_root": signed[2],
-            "signed_at_us": signed[3],
-            "key_id": signed[4],
-            "signature": signed[5],
-        }
-        if signed is not None
-        else {"round_id": round_id}
-    )
+    signed = round_by_id(conn, round_id)
+    proof: list[bytes] = []
+    if signed is not None and signed.format == LOG_ROUND_FORMAT:
+        # A tampered log may not give a proof; the bundle then fails its own verification.
+        with contextlib.suppress(RoundLogError):
+            proof = inclusion_proof_in_log(conn, signed, leaf_index)
+    else:
+        leaves = [
+            leaf_hash(saga_id=s, seq=int(n), hash=h)
+            for s, n, h in conn.execute(
+                "SELECT saga_id, seq, hash FROM archive_checkpoint WHERE round_id = %s"
+                " ORDER BY leaf_index",
+                (round_id,),
+            )
+        ]
+        proof = inclusion_proof(leaves, leaf_index) if 0 <= leaf_index < len(leaves) else []
+    out["round"] = round_to_dict(signed) if signed is not None else {"round_id": round_id}
     out["leaf_index"] = leaf_index
     out["proof"] = [p.hex() for p in proof]
+    return out
+
+
+def _anchor(conn: psycopg.Connection, saga_id: str, version: int) -> dict[str, Any] | None:
+    """The saga's retention anchor for the manifest, with its signed retention record and
+    its inclusion proof to the record's anchors root (docs/adr/0015-round-log.md)."""
+    if version < LOG_VERSION:
+        row = conn.execute(
+            "SELECT seq, hash FROM archive_retention_anchor WHERE saga_id = %s"
+            " ORDER BY seq DESC LIMIT 1",
+            (saga_id,),
+        ).fetchone()
+        return None if row is None else {"seq": row[0], "hash": row[1]}
+    row = conn.execute(
+        "SELECT seq, hash, partition_name, leaf_index FROM archive_retention_anchor"
+        " WHERE saga_id = %s ORDER BY seq DESC LIMIT 1",
+        (saga_id,),
+    ).fetchone()
+    if row is None:
+        return None
+    seq, hash, name, leaf_index = row
+    out: dict[str, Any] = {"seq": seq, "hash": hash}
+    held = conn.execute(
+        f"SELECT {RECORD_COLUMNS} FROM archive_retention WHERE partition_name = %s",  # noqa: S608
+        (name,),
+    ).fetchone()
+    record = record_of_row(held) if held is not None else None
+    if record is None or leaf_index is None:
+        return out  # unsigned: the bundle's verifier refuses it
+    leaves = [
+        anchor_leaf(saga_id=s, seq=int(n), hash=h)
+        for s, n, h in conn.execute(
+            "SELECT saga_id, seq, hash FROM archive_retention_anchor WHERE partition_name = %s"
+            " ORDER BY leaf_index",
+            (name,),
+        )
+    ]
+    out["record"] = dataclasses.asdict(record)
+    out["leaf_index"] = leaf_index
+    out["proof"] = (
+        [p.hex() for p in inclusion_proof(leaves, leaf_index)]
+        if 0 <= leaf_index < len(leaves)
+        else []
+    )
     return out
 
 
@@ -144,11 +196,7 @@ def export_bundle(
                 (saga_id,),
             ).fetchall()
         ]
-        anchor = conn.execute(
-            "SELECT seq, hash FROM archive_retention_anchor WHERE saga_id = %s"
-            " ORDER BY seq DESC LIMIT 1",
-            (saga_id,),
-        ).fetchone()
+        anchor = _anchor(conn, saga_id, version)
     if not rows and not checkpoints:
         raise UnknownSagaError(
             f"the archive holds no entries for saga {saga_id!r}", saga_id=saga_id
@@ -191,9 +239,9 @@ def export_bundle(
         "events_sha256": hashlib.sha256(events).hexdigest(),
         "head_seq": head_seq,
         "head_hash": head_hash,
-        "anchor": {"seq": anchor[0], "hash": anchor[1]} if anchor else None,
+        "anchor": anchor,
         "canonical_form": "SGC1",
-        "checkpoint_form": "SGCR1",
+        "checkpoint_form": "SGCR2",
         "checkpoints": checkpoints,
         "unsigned": list(UNSIGNED_FIELDS),
         "public_keys": {k: v.hex() for k, v in sorted(keys.items())},

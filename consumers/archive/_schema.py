@@ -247,6 +247,28 @@ CREATE INDEX IF NOT EXISTS archive_checkpoint_leaf
     ON archive_checkpoint (round_id, leaf_index) WHERE round_id IS NOT NULL;
 """,
     ),
+    (
+        5,
+        r"""
+-- The log of signing rounds (docs/adr/0015-round-log.md): a round of format 2 (SGCR2) signs
+-- the root over every head signed so far (tree_size leaves); its frontier (the roots of the
+-- perfect subtrees tiling those leaves, hex, largest first) lets the next round and proofs
+-- start there.  The frontier is not signed: a wrong one only makes proofs fail.
+ALTER TABLE archive_checkpoint_round ADD COLUMN IF NOT EXISTS format smallint NOT NULL DEFAULT 1;
+ALTER TABLE archive_checkpoint_round ADD COLUMN IF NOT EXISTS tree_size bigint;
+ALTER TABLE archive_checkpoint_round ADD COLUMN IF NOT EXISTS frontier text;
+-- Signed retention records: one signature per dropped month over its export's digest and the
+-- Merkle root of its anchors (leaf_index: the anchor's place in that tree).
+ALTER TABLE archive_retention ADD COLUMN IF NOT EXISTS anchor_count bigint;
+ALTER TABLE archive_retention ADD COLUMN IF NOT EXISTS anchors_root text;
+ALTER TABLE archive_retention ADD COLUMN IF NOT EXISTS signed_at_us bigint;
+ALTER TABLE archive_retention ADD COLUMN IF NOT EXISTS key_id text;
+ALTER TABLE archive_retention ADD COLUMN IF NOT EXISTS signature text;
+ALTER TABLE archive_retention_anchor ADD COLUMN IF NOT EXISTS leaf_index bigint;
+CREATE INDEX IF NOT EXISTS archive_retention_anchor_leaf
+    ON archive_retention_anchor (partition_name, leaf_index);
+""",
+    ),
 )
 """(version, SQL) pairs, applied in order; each is re-runnable.  ``@schema@`` stands for the
 quoted name of the archive's schema (SECURITY DEFINER code names every object it uses)."""
@@ -269,6 +291,10 @@ TABLES_ADDED_IN: dict[str, int] = {"archive_checkpoint_round": 4}
 
 ROUNDS_VERSION = 4
 """The schema version from which heads are signed in rounds (docs/adr/0012)."""
+
+LOG_VERSION = 5
+"""The schema version from which rounds form a log and retention records are signed
+(docs/adr/0015-round-log.md)."""
 
 
 def checkpoint_round_columns(version: int) -> str:

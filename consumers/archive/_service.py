@@ -22,7 +22,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from sagacity.consumers.archive._checkpoints import SignedRound, Signer, sign_pending
 from sagacity.consumers.archive._db import connect, ensure_schema
 from sagacity.consumers.archive._ingest import BatchArchiver, BatchReport, Decoder, RawEvent
-from sagacity.errors import PersistenceError, PersistenceUnavailableError
+from sagacity.consumers.archive._witness import publish
+from sagacity.errors import (
+    PersistenceError,
+    PersistenceUnavailableError,
+    RoundLogError,
+    WitnessError,
+)
 
 log = logging.getLogger("sagacity.archive")
 
@@ -42,6 +48,8 @@ class ArchiveSettings:
         signing_key: Ed25519 key file for checkpoints; ``None`` disables signing.
         checkpoint_interval: seconds between checkpoint runs.
         metrics_port: port for ``/metrics`` and ``/healthz``; ``None`` for none.
+        witness: a file path or http(s) URL outside the archive's database where the latest
+            signed round is published (docs/adr/0015-round-log.md); ``None`` for none.
         kafka_config: extra librdkafka settings (TLS, SASL …).
     """
 
@@ -55,6 +63,7 @@ class ArchiveSettings:
     checkpoint_interval: float = 60.0
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
+    witness: str | None = None
     kafka_config: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -259,25 +268,33 @@ class ArchiveService:
 
     def _checkpoint(self) -> None:
         assert self._signer is not None
+        latest: list[SignedRound] = []
 
         def signed_round(signed: SignedRound) -> None:
             self.metrics.rounds.inc()
+            latest[:] = [signed]
             # The line to publish: a later `sagacity verify --round ID:ROOT` catches rounds
-            # removed after it (docs/adr/0012-checkpoint-rounds.md).
+            # removed after it (docs/adr/0015-round-log.md).
             log.info(
-                "signed round %d:%s (%d head(s), key %s)",
+                "signed round %d:%s (%d head(s), log of %s, key %s)",
                 signed.round_id,
                 signed.root,
                 signed.leaf_count,
+                signed.tree_size,
                 signed.key_id,
             )
 
         try:
             signed = sign_pending(self._archiver.connection(), self._signer, on_round=signed_round)
-        except PersistenceError as exc:
+        except (PersistenceError, RoundLogError) as exc:
             log.error("checkpoint not signed this time: %s", exc.message)
-            return
+            signed = 0
         self.metrics.signed.inc(signed)
+        if latest and self.settings.witness is not None:
+            try:
+                publish(self.settings.witness, latest[0], public_hex=self._signer.public_hex)
+            except WitnessError as exc:
+                log.error("round %d not published: %s", latest[0].round_id, exc.message)
 
     # --- /metrics and /healthz -----------------------------------------------------------------
     def _start_http(self, port: int) -> None:

@@ -17,11 +17,17 @@ Checks, in order (docs/adr/0017-audit-coverage.md), stopping at the first failur
    ``wrong_genesis``, ``gap``, ``reordered``, ``broken_link``;
 5. the manifest's head is the chain's head (``truncated`` when the manifest's is higher,
    ``head_mismatch`` otherwise);
+5a. a retention anchor the chain starts from: only signed fields (``bundle_altered``), a
+   retention record (``SGRT1``, docs/adr/0015-round-log.md) signed by the trusted key
+   (``unknown_key``, ``forged_anchor``) whose anchors' Merkle root the anchor's inclusion proof
+   leads to (``forged_anchor``);
 6. every checkpoint, in seq order: only the fields its signature covers, and the values its
    round signed (``bundle_altered``); a valid Ed25519 signature (RFC 8032) by the trusted key
-   (``unknown_key``, ``bad_signature``) — over the checkpoint's signing round (``SGCR1``,
-   docs/adr/0012-checkpoint-rounds.md), whose Merkle root the checkpoint's inclusion proof
-   must lead to (RFC 9162 section 2.1.3.2), or over the checkpoint itself (``SGCP1``,
+   (``unknown_key``, ``bad_signature``) — over the checkpoint's signing round (``SGCR2``,
+   docs/adr/0015-round-log.md: the root of the log of every head signed so far, the leaf at
+   the round's first leaf plus its index; or ``SGCR1``, docs/adr/0012-checkpoint-rounds.md),
+   whose Merkle root the checkpoint's inclusion proof must lead to (RFC 9162 section
+   2.1.3.2), or over the checkpoint itself (``SGCP1``,
    docs/adr/0006-archive-and-checkpoints.md); a seq the chain reaches (``truncated``) and a
    hash equal to the chain's at that seq (``checkpoint_mismatch``);
 7. a checkpoint covers the head (``unsigned``), unless ``--allow-unsigned`` is given: then the
@@ -29,8 +35,8 @@ Checks, in order (docs/adr/0017-audit-coverage.md), stopping at the first failur
 
 Pass ``--public-key`` with the archive's published key: without it the key in the manifest is
 used, which proves only that the bundle is self-consistent.  The manifest's ``unsigned``
-fields (the export time, the archive's own verdict, the keys it lists, a retention anchor)
-are shown for information and prove nothing.
+fields (the export time, the archive's own verdict, the keys it lists) are shown for
+information and prove nothing.
 
 Exit status: 0 verified, 1 verification failed (the first failure is printed with its seq and
 reason), 2 the bundle cannot be read.
@@ -62,15 +68,15 @@ CHECKED_FIELDS = frozenset(
         "head_seq",  # signed: a checkpoint must cover the head
         "head_hash",  # signed: idem
         "checkpoints",  # signed: each through its round or by its own signature
+        "anchor",  # signed: through its retention record (docs/adr/0015-round-log.md)
         "unsigned",  # the list of the fields below
     }
 )
 """Manifest fields this verifier checks against the events and the signatures."""
 
-UNSIGNED_FIELDS = ("anchor", "archive_verdict", "exported_at", "public_keys")
-"""Manifest fields no signature covers, shown for information: a retention anchor (where the
-bundle's chain starts), the archive's own verdict, the export time and the keys the archive
-lists (pin the published key instead)."""
+UNSIGNED_FIELDS = ("archive_verdict", "exported_at", "public_keys")
+"""Manifest fields no signature covers, shown for information: the archive's own verdict, the
+export time and the keys the archive lists (pin the published key instead)."""
 
 EVENT_FIELDS = frozenset(
     {
@@ -101,9 +107,40 @@ and ``proof`` lead it to the round's root; ``signed_at_us`` and ``key_id`` must 
 round's, which its signature covers."""
 
 ROUND_FIELDS = frozenset(
-    {"round_id", "leaf_count", "root", "prev_root", "signed_at_us", "key_id", "signature"}
+    {
+        "round_id",
+        "format",
+        "leaf_count",
+        "tree_size",
+        "root",
+        "prev_root",
+        "signed_at_us",
+        "key_id",
+        "signature",
+    }
 )
-"""A signing round (``SGCR1``): every field is signed (the signature itself aside)."""
+"""A signing round (``SGCR1``, or ``SGCR2`` with its ``tree_size``): every field is signed
+(the format by the message's magic; the signature itself aside)."""
+
+ANCHOR_FIELDS = frozenset({"seq", "hash", "record", "leaf_index", "proof"})
+"""A retention anchor: ``seq`` and ``hash`` are its signed leaf; ``leaf_index`` and ``proof``
+lead it to its record's anchors root."""
+
+RECORD_FIELDS = frozenset(
+    {
+        "partition_name",
+        "range_from_us",
+        "range_to_us",
+        "row_count",
+        "export_sha256",
+        "anchor_count",
+        "anchors_root",
+        "signed_at_us",
+        "key_id",
+        "signature",
+    }
+)
+"""A retention record (``SGRT1``): every field is signed (the signature itself aside)."""
 
 # --- the canonical form (docs/adr/0002-hash-chain.md) -----------------------------------------
 
@@ -303,7 +340,23 @@ def root_from_proof(leaf: bytes, index: int, size: int, path: list[bytes]) -> by
 
 
 def round_message(signed: dict[str, Any]) -> bytes:
-    """The ``SGCR1`` bytes a signing round's signature covers."""
+    """The bytes a signing round's signature covers: ``SGCR2`` for a round of the log
+    (docs/adr/0015-round-log.md), ``SGCR1`` for a round of the first format."""
+    if signed.get("format") == "SGCR2":
+        return b"".join(
+            (
+                b"SGCR2",
+                _field(struct.pack(">q", signed["round_id"])),
+                _field(struct.pack(">q", signed["tree_size"])),
+                _field(struct.pack(">q", signed["leaf_count"])),
+                _field(signed["root"].encode("ascii")),
+                _field(signed["prev_root"].encode("ascii")),
+                _field(struct.pack(">q", signed["signed_at_us"])),
+                _field(signed["key_id"].encode("ascii")),
+            )
+        )
+    if signed.get("format", "SGCR1") != "SGCR1":
+        raise ValueError(f"unknown round format {signed.get('format')!r}")
     return b"".join(
         (
             b"SGCR1",
@@ -338,16 +391,31 @@ def check_signed(saga_id: str, cp: dict[str, Any], keys: dict[str, bytes]) -> No
         what = "checkpoint" if signed is None else f"round {signed['round_id']}"
         raise VerificationError(seq, "bad_signature", f"the {what} signature does not verify")
     if signed is not None:
-        leaf = leaf_hash(saga_id, seq, cp["hash"])
-        path = [bytes.fromhex(p) for p in cp.get("proof", [])]
-        root = root_from_proof(leaf, cp["leaf_index"], signed["leaf_count"], path)
-        if root is None or root.hex() != signed["root"]:
-            raise VerificationError(
-                seq,
-                "bad_signature",
-                f"the checkpoint is not in round {signed['round_id']}: its inclusion proof "
-                "does not lead to the signed root",
-            )
+        check_in_round(saga_id, cp, signed)
+
+
+def check_in_round(saga_id: str, cp: dict[str, Any], signed: dict[str, Any]) -> None:
+    """Raise unless ``cp`` is a leaf of its (signature-checked) round: its inclusion proof
+    leads to the round's root — over the round's leaves (``SGCR1``), or over every leaf of the
+    log up to the round (``SGCR2``: the leaf's place is the round's first plus its index)."""
+    seq = cp["seq"]
+    leaf = leaf_hash(saga_id, seq, cp["hash"])
+    path = [bytes.fromhex(p) for p in cp.get("proof", [])]
+    index, size = cp["leaf_index"], signed["leaf_count"]
+    if signed.get("format") == "SGCR2":
+        if not isinstance(index, int) or not 0 <= index < signed["leaf_count"]:
+            index = -1
+        else:
+            index += signed["tree_size"] - signed["leaf_count"]
+        size = signed["tree_size"]
+    root = root_from_proof(leaf, index, size, path)
+    if root is None or root.hex() != signed["root"]:
+        raise VerificationError(
+            seq,
+            "bad_signature",
+            f"the checkpoint is not in round {signed['round_id']}: its inclusion proof "
+            "does not lead to the signed root",
+        )
 
 
 def check_checkpoint_fields(cp: dict[str, Any]) -> None:
@@ -374,6 +442,70 @@ def check_checkpoint_fields(cp: dict[str, Any]) -> None:
                 "bundle_altered",
                 f"the checkpoint shows {name} {cp[name]!r}; its round signed {signed[name]!r}",
             )
+
+
+def retention_record_message(record: dict[str, Any]) -> bytes:
+    """The ``SGRT1`` bytes a retention record's signature covers (docs/adr/0015-round-log.md)."""
+    return b"".join(
+        (
+            b"SGRT1",
+            _field(record["partition_name"].encode("utf-8")),
+            _field(struct.pack(">q", record["range_from_us"])),
+            _field(struct.pack(">q", record["range_to_us"])),
+            _field(struct.pack(">q", record["row_count"])),
+            _field(record["export_sha256"].encode("ascii")),
+            _field(struct.pack(">q", record["anchor_count"])),
+            _field(record["anchors_root"].encode("ascii")),
+            _field(struct.pack(">q", record["signed_at_us"])),
+            _field(record["key_id"].encode("ascii")),
+        )
+    )
+
+
+def anchor_leaf(saga_id: str, seq: int, hash_hex: str) -> bytes:
+    """The Merkle leaf of a retention anchor: ``SHA-256(0x00 || "SGRA1" || fields)``."""
+    return hashlib.sha256(
+        b"\x00"
+        + b"SGRA1"
+        + _field(saga_id.encode("utf-8"))
+        + _field(struct.pack(">q", seq))
+        + _field(hash_hex.encode("ascii"))
+    ).digest()
+
+
+def check_anchor(saga_id: str, anchor: dict[str, Any], keys: dict[str, bytes]) -> None:
+    """Raise unless the retention anchor (where the bundle's chain starts, the months before
+    having been dropped) is a leaf of a retention record signed by a trusted key."""
+    seq = anchor["seq"]
+    extra = sorted(set(anchor) - ANCHOR_FIELDS)
+    record = anchor.get("record")
+    if extra or (isinstance(record, dict) and set(record) - RECORD_FIELDS):
+        raise VerificationError(
+            seq, "bundle_altered", "the retention anchor shows fields no signature covers"
+        )
+    if record is None:
+        raise VerificationError(
+            seq, "forged_anchor", "the retention anchor is not covered by a signed record"
+        )
+    public = keys.get(record["key_id"])
+    if public is None or key_id(public) != record["key_id"]:
+        raise VerificationError(
+            seq,
+            "unknown_key",
+            f"the retention record is signed by untrusted key {record['key_id']}",
+        )
+    signature = bytes.fromhex(record["signature"])
+    if not ed25519_verify(public, retention_record_message(record), signature):
+        raise VerificationError(seq, "forged_anchor", "the retention record's signature fails")
+    leaf = anchor_leaf(saga_id, seq, anchor["hash"])
+    path = [bytes.fromhex(p) for p in anchor.get("proof", [])]
+    root = root_from_proof(leaf, anchor.get("leaf_index", -1), record["anchor_count"], path)
+    if root is None or root.hex() != record["anchors_root"]:
+        raise VerificationError(
+            seq,
+            "forged_anchor",
+            f"the anchor is not one the retention record of {record['partition_name']} signed",
+        )
 
 
 def key_id(public_key: bytes) -> str:
@@ -520,6 +652,8 @@ def verify_bundle(
     keys = {k: bytes.fromhex(v) for k, v in manifest.get("public_keys", {}).items()}
     if pinned_key is not None:
         keys = {key_id(pinned_key): pinned_key}
+    if anchor:
+        check_anchor(saga_id, anchor, keys)
     by_seq = {e["seq"]: e["hash"] for e in events}
     checked, signed_seq = 0, None
     for cp in sorted(manifest.get("checkpoints", []), key=lambda c: (c["seq"], c["signed_at_us"])):
@@ -547,8 +681,8 @@ def verify_bundle(
     )
     if anchor:
         notes.append(
-            f"the chain starts after seq {after_seq} (a retention anchor, unsigned: "
-            "earlier events are not in this bundle)"
+            f"the chain starts after seq {after_seq} (a retention anchor signed with the record"
+            f" of {anchor['record']['partition_name']}: earlier events were exported and dropped)"
         )
     if unsigned_fields:
         notes.append("unsigned, shown for information: " + ", ".join(unsigned_fields))

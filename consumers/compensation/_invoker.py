@@ -6,7 +6,8 @@ The runner journals ``COMPENSATION_INTENT`` durably and then hands each undo to
 1. claims the step in Postgres (``UNIQUE (saga_id, step_seq)``) before any call;
 2. if an earlier attempt recorded a result, returns it without calling again;
 3. if an earlier attempt may have acted (claimed, or timed out) and the compensation is not
-   idempotent, refuses (``CompensationInDoubtError``: a person checks);
+   idempotent, refuses (``CompensationInDoubtError``: a person checks), unless a person
+   settled that attempt as not executed (``SUSPECT_SETTLED``);
 4. otherwise calls the undo in a worker thread, waiting at most the configured timeout (a hang
    becomes ``CompensationTimeoutError``, journaled ``COMPENSATION_FAILED``);
 5. records the outcome on the claim before the runner journals it.
@@ -83,7 +84,7 @@ class ClaimingInvoker:
             return decode_result(claim.result, claim.result_encoding)
         if not claim.fresh:
             in_doubt = claim.status in (ClaimStatus.CLAIMED, ClaimStatus.TIMED_OUT)
-            if in_doubt and not call.idempotent:
+            if in_doubt and not call.idempotent and not call.retry_after_settlement:
                 raise CompensationInDoubtError(
                     f"an earlier attempt of {call.target} for step {call.seq} "
                     f"({claim.status.value.lower()}, attempt {claim.attempts}) may have taken "

@@ -58,7 +58,13 @@ WRITER_PREFIX = "sagacity-compensation/"
 
 _FINAL = frozenset(s.value for s in SagaStatus if s is not SagaStatus.COMPENSATION_PENDING)
 _REASONS = frozenset(
-    {EventType.FAILED, EventType.REJECTED, EventType.EXPIRED, EventType.RESUME_REFUSED}
+    {
+        EventType.FAILED,
+        EventType.REJECTED,
+        EventType.EXPIRED,
+        EventType.RESUME_REFUSED,
+        EventType.SUSPECT_SETTLED,
+    }
 )
 
 

@@ -1,7 +1,9 @@
 # Shared set-up for deploy/local/demo, deploy/local/test and .ci/run (sourced, not run).
 #
 # Functions:
-#   sagacity_system_packages  install Java 17, Maven and PostgreSQL with apt-get when absent
+#   sagacity_system_packages  install Java 17, Maven and PostgreSQL with apt-get when absent;
+#                             with --browser also Chromium and its driver (the console's
+#                             browser tests; the demo does not need them)
 #   sagacity_venv             create .venv and install the project with its dev extras (and the
 #                             compiled hot path, native/, where cargo is)
 #   sagacity_native_build     build native/ into .venv; a failure is remembered, not fatal
@@ -23,6 +25,10 @@ _have_postgres_server() {
 
 sagacity_system_packages() {
     local missing=()
+    if [ "${1:-}" = "--browser" ]; then
+        [ -x /usr/bin/chromium ] || missing+=(chromium)
+        [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
+    fi
     command -v java >/dev/null || [ -x "${JAVA_HOME:-/nonexistent}/bin/java" ] \
         || missing+=(openjdk-17-jre-headless)
     command -v mvn >/dev/null || missing+=(maven)

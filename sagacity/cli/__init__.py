@@ -23,6 +23,7 @@ _GROUPS: tuple[tuple[str, str], ...] = (
     ("sagacity.cli.audit", "verify"),
     ("sagacity.cli.audit", "replay"),
     ("sagacity.cli.audit", "export"),
+    ("sagacity.cli.audit", "audit"),
 )
 
 

@@ -64,10 +64,19 @@ def migrate(database_url: str, schema: str | None, grant_role: str | None) -> No
     required=True,
     help="Ed25519 private key file.",
 )
-def checkpoint(database_url: str, schema: str | None, signing_key: Path) -> None:
+@click.option(
+    "--witness",
+    envvar="SAGACITY_ARCHIVE_WITNESS",
+    default=None,
+    help="File path or http(s) URL (JSON POST) to publish the latest signed round to.",
+)
+def checkpoint(
+    database_url: str, schema: str | None, signing_key: Path, witness: str | None
+) -> None:
     """Sign every archived head that moved since its last checkpoint, now."""
     from sagacity.consumers.archive._checkpoints import SignedRound, Signer, sign_pending
     from sagacity.consumers.archive._db import check_schema, connect
+    from sagacity.consumers.archive._witness import publish
     from sagacity.errors import SagacityError
 
     rounds: list[SignedRound] = []
@@ -76,6 +85,8 @@ def checkpoint(database_url: str, schema: str | None, signing_key: Path) -> None
         with connect(conninfo(database_url, schema)) as conn:
             check_schema(conn)
             signed = sign_pending(conn, signer, on_round=rounds.append)
+        if rounds and witness is not None:
+            publish(witness, rounds[-1], public_hex=signer.public_hex)
     except SagacityError as exc:
         fail(exc.message)
     click.echo(f"signed {signed} head(s) in {len(rounds)} round(s) with key {signer.key_id}")
@@ -94,6 +105,19 @@ def checkpoint(database_url: str, schema: str | None, signing_key: Path) -> None
 )
 @click.option("--apply", is_flag=True, help="Export and drop; without it, only report.")
 @click.option("--force", is_flag=True, help="Allow a retention shorter than six months.")
+@click.option(
+    "--signing-key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="SAGACITY_ARCHIVE_SIGNING_KEY",
+    default=None,
+    help="The archive's Ed25519 key: each dropped month's record and anchors are signed "
+    "(needed with --apply and --sign-records).",
+)
+@click.option(
+    "--sign-records",
+    is_flag=True,
+    help="Sign the records of months dropped before records were signed, then exit.",
+)
 def retention(
     database_url: str,
     schema: str | None,
@@ -101,17 +125,33 @@ def retention(
     export_dir: Path | None,
     apply: bool,
     force: bool,
+    signing_key: Path | None,
+    sign_records: bool,
 ) -> None:
     """Export, then drop, whole months older than the retention (a dry run by default)."""
+    from sagacity.consumers.archive._checkpoints import Signer
     from sagacity.consumers.archive._db import connect
     from sagacity.consumers.archive._retention import parse_keep, run_retention
+    from sagacity.consumers.archive._retention import sign_records as sign_existing
     from sagacity.errors import SagacityError
 
+    if sign_records and signing_key is None:
+        fail("--sign-records needs --signing-key")
     try:
         months = parse_keep(keep)
+        signer = Signer.from_file(signing_key) if signing_key is not None else None
         with connect(conninfo(database_url, schema)) as conn:
+            if sign_records:
+                assert signer is not None
+                click.echo(f"signed {sign_existing(conn, signer)} retention record(s)")
+                return
             actions = run_retention(
-                conn, keep_months=months, export_dir=export_dir, apply=apply, force=force
+                conn,
+                keep_months=months,
+                export_dir=export_dir,
+                apply=apply,
+                force=force,
+                signer=signer,
             )
     except SagacityError as exc:
         fail(exc.message)

@@ -1,4 +1,5 @@
-"""Auditor commands: ``sagacity verify``, ``sagacity export`` and ``sagacity replay``."""
+"""Auditor commands: ``sagacity verify``, ``sagacity export``, ``sagacity replay`` and
+``sagacity audit watch``."""
 
 from __future__ import annotations
 
@@ -35,6 +36,15 @@ _KEY_OPTION = click.option(
 )
 
 
+_WITNESS_OPTION = click.option(
+    "--witness",
+    envvar="SAGACITY_ARCHIVE_WITNESS",
+    default=None,
+    help="File path or http(s) URL where the archive publishes its latest signed round "
+    "(a URL is read with GET): the archive must still hold that round, unchanged.",
+)
+
+
 @click.command()
 @database_options
 @click.option("--saga", "saga_id", default=None, help="Verify one saga.")
@@ -49,6 +59,7 @@ _KEY_OPTION = click.option(
     "printed): the archive must still hold it with that root, so rounds removed at the end "
     "are caught.  Repeatable; needs every saga (not --saga).",
 )
+@_WITNESS_OPTION
 @click.option(
     "--require-signed",
     is_flag=True,
@@ -63,6 +74,7 @@ def verify(
     all_sagas: bool,
     public_keys: tuple[str, ...],
     known_rounds: tuple[str, ...],
+    witness: str | None,
     require_signed: bool,
     show: int,
 ) -> None:
@@ -76,13 +88,15 @@ def verify(
 
     if saga_id is not None and all_sagas:
         fail("--saga and --all exclude each other")
-    if saga_id is not None and known_rounds:
-        fail("--round is checked over every saga: drop --saga")
+    if saga_id is not None and (known_rounds or witness):
+        fail("--round and --witness are checked over every saga: drop --saga")
     known = _known_rounds(known_rounds)
     summary = AuditSummary(pinned=bool(public_keys))
     try:
         pinned = _pinned(public_keys)
         with connect(conninfo(database_url, schema)) as conn:
+            if witness is not None:
+                known.update(_witnessed(conn, witness, pinned))
             total = 1 if saga_id is not None else _estimate_sagas(conn)
             started = time.perf_counter()
             with click.progressbar(length=total, label="verifying", file=sys.stderr) as bar:
@@ -92,6 +106,7 @@ def verify(
                     pinned_keys=pinned,
                     rounds=summary.rounds,
                     known_rounds=known,
+                    retention=summary.retention,
                 ):
                     if require_signed:
                         result = unsigned_as_failure(result)
@@ -105,6 +120,27 @@ def verify(
     _print_summary(summary, pinned=bool(public_keys), every_saga=saga_id is None)
     if not summary.all_ok:
         raise click.exceptions.Exit(EXIT_FAILED)
+
+
+def _witnessed(conn: psycopg.Connection, witness: str, pinned: tuple[bytes, ...]) -> dict[int, str]:
+    """The witnessed round as a known round (id: root), once its signature verifies."""
+    from sagacity.consumers.archive._audit import trusted_keys
+    from sagacity.consumers.archive._checkpoints import signature_valid
+    from sagacity.consumers.archive._witness import read
+
+    signed = read(witness)
+    if signed is None:
+        fail(f"the witness {witness} holds no round yet")
+        return {}
+    public = trusted_keys(conn, pinned).get(signed.key_id)
+    if public is None or not signature_valid(public, signed):
+        click.echo(
+            f"witness: round {signed.round_id} at {witness} is not signed by a trusted key",
+            err=True,
+        )
+        raise click.exceptions.Exit(EXIT_FAILED)
+    click.echo(f"witness: round {signed.round_id}:{signed.root} (checked against the archive)")
+    return {signed.round_id: signed.root}
 
 
 def _known_rounds(values: tuple[str, ...]) -> dict[int, str]:
@@ -152,6 +188,11 @@ def _print_summary(summary: AuditSummary, *, pinned: bool, every_saga: bool) -> 
         for round_id, (reason, detail) in sorted(summary.rounds.failed.items())[:20]:
             click.echo(f"{round_id:>13}  {reason.value:<20} {detail}")
         click.echo("")
+    if summary.retention.failed:
+        click.echo(f"{'retention record':<30} detail")
+        for name, detail in sorted(summary.retention.failed.items())[:20]:
+            click.echo(f"{name:<30} {detail}")
+        click.echo("")
     rate = summary.events / summary.seconds if summary.seconds else 0.0
     click.echo(f"{'sagas verified':<22} {summary.sagas:>12,}")
     click.echo(f"{'sagas ok':<22} {summary.ok:>12,}")
@@ -165,6 +206,8 @@ def _print_summary(summary: AuditSummary, *, pinned: bool, every_saga: bool) -> 
     click.echo(f"{'  unsigned events':<22} {summary.unsigned_events:>12,}")
     click.echo(f"{'signing rounds':<22} {summary.rounds.rounds:>12,}")
     click.echo(f"{'  failed':<22} {len(summary.rounds.failed):>12,}")
+    click.echo(f"{'retention records':<22} {summary.retention.records:>12,}")
+    click.echo(f"{'  records failed':<22} {len(summary.retention.failed):>12,}")
     if every_saga and summary.rounds.latest is not None:
         round_id, root = summary.rounds.latest
         click.echo(f"latest signing round: {round_id}:{root}  (record it; pass it as --round)")
@@ -323,3 +366,82 @@ def _print_replay(report: ReplayReport) -> None:
     click.echo(f"{'undecodable messages':<22} {len(report.undecodable):>10,}")
     if report.trimmed:
         click.echo("note: the topic was trimmed by Kafka retention; older events are archive-only")
+
+
+@click.group()
+def audit() -> None:
+    """Continuous auditing of an archive's log of signing rounds."""
+
+
+@audit.command()
+@database_options
+@click.option(
+    "--state",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="This auditor's record of the rounds it saw (JSON lines), kept off the archive's "
+    "host; created on the first run.",
+)
+@_KEY_OPTION
+@_WITNESS_OPTION
+@click.option(
+    "--peer",
+    "peers",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Another auditor's record to compare with (repeatable): a round it recorded must be "
+    "the one this auditor (or the archive) holds.",
+)
+@click.option("--webhook", default=None, help="http(s) URL each alert is POSTed to (JSON).")
+@click.option("--once", is_flag=True, help="One pass, then exit (for cron and tests).")
+@click.option("--interval", default=60.0, show_default=True, help="Seconds between passes.")
+def watch(
+    database_url: str,
+    schema: str | None,
+    state: Path,
+    public_keys: tuple[str, ...],
+    witness: str | None,
+    peers: tuple[Path, ...],
+    webhook: str | None,
+    once: bool,
+    interval: float,
+) -> None:
+    """Record every signing round, check each extends the last one recorded (RFC 9162
+    consistency proof) and alert on a fork: exit 1, a log line, the webhook."""
+    from sagacity.consumers.archive._audit import trusted_keys
+    from sagacity.consumers.archive._db import connect
+    from sagacity.consumers.archive._watch import AuditorState, post_alerts, watch_once
+    from sagacity.errors import SagacityError
+
+    if interval <= 0:
+        fail("--interval must be positive")
+    record = AuditorState(state)
+    others = [AuditorState(p) for p in peers]
+    while True:
+        try:
+            pinned = _pinned(public_keys)
+            with connect(conninfo(database_url, schema)) as conn:
+                keys = trusted_keys(conn, pinned)
+                report = watch_once(conn, record, keys=keys, peers=others, witness=witness)
+        except SagacityError as exc:
+            fail(exc.message)
+        for signed in report.recorded:
+            click.echo(
+                f"round {signed.round_id} recorded: {signed.leaf_count} head(s), log of "
+                f"{signed.tree_size if signed.tree_size is not None else '-'}, root {signed.root}"
+            )
+        if report.alerts:
+            for alert in report.alerts:
+                click.echo(f"ALERT {alert.reason.value}: {alert.detail}", err=True)
+            if webhook is not None:
+                problem = post_alerts(webhook, report.alerts)
+                if problem is not None:
+                    click.echo(f"error: {problem}", err=True)
+            raise click.exceptions.Exit(EXIT_FAILED)
+        if report.latest is not None:
+            click.echo(f"consistent up to round {report.latest.round_id}:{report.latest.root}")
+        if not public_keys:
+            click.echo("note: round keys were read from the archive itself; pass --public-key")
+        if once:
+            return
+        time.sleep(interval)

@@ -40,12 +40,19 @@ from sagacity.errors import SagacityError
     show_default=True,
     help="Seconds any one step (service start-up, command, outcome, archive) may take.",
 )
+@click.option(
+    "--approve-in-console",
+    is_flag=True,
+    help="Wait for the first saga's approval to be given in the console (its address and a "
+    "sign-in token are printed) instead of on the command line.",
+)
 def demo(
     topic: str | None,
     run_id: str | None,
     run_dir: Path | None,
     compensation_tools: str,
     timeout_s: float,
+    approve_in_console: bool,
 ) -> None:
     """Three sagas of an agent placing orders, across the approvals, compensation and archive
     services on Kafka and PostgreSQL; exit 1 naming the first expectation that fails.
@@ -81,6 +88,7 @@ def demo(
                 run_dir=run_dir,
                 compensation_tools=compensation_tools,
                 timeout_s=timeout_s,
+                approve_in_console=approve_in_console,
             ),
             echo=click.echo,
         )

@@ -1,8 +1,10 @@
-"""``sagacity dev``: run the local Kafka broker and PostgreSQL server of this checkout."""
+"""``sagacity dev``: the local Kafka broker (or cluster) and PostgreSQL server of a checkout."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -17,17 +19,24 @@ def dev() -> None:
 @dev.command("up")
 @click.option("--kafka/--no-kafka", default=True, help="Start the Kafka broker.")
 @click.option("--postgres/--no-postgres", default=True, help="Start the PostgreSQL server.")
-def up(kafka: bool, postgres: bool) -> None:
+@click.option(
+    "--brokers",
+    type=click.IntRange(1, 9),
+    default=None,
+    help="Kafka brokers: 1, or a local KRaft cluster of N nodes (topics then default to "
+    "replication min(3, N), min.insync.replicas one less) [default: what the stack runs, 1].",
+)
+def up(kafka: bool, postgres: bool, brokers: int | None) -> None:
     """Start the stack (or reuse the running one) and print export lines for `eval`.
 
-    Example: eval "$(sagacity dev up)"
+    Example: eval "$(sagacity dev up)"; a cluster: eval "$(sagacity dev up --brokers 3)"
     """
     from sagacity.dev import Stack
 
     stack = Stack()
     began = time.monotonic()
     try:
-        endpoints = stack.up(kafka=kafka, postgres=postgres)
+        endpoints = stack.up(kafka=kafka, postgres=postgres, brokers=brokers or stack.brokers)
     except DevStackError as exc:
         raise click.ClickException(str(exc)) from exc
     elapsed = time.monotonic() - began
@@ -58,16 +67,68 @@ def down(kafka: bool, postgres: bool, purge: bool) -> None:
 
 
 @dev.command("status")
-def status() -> None:
-    """Show each service's pid, address and whether it answers; exit 1 if any is down."""
+@click.option("--kafka/--no-kafka", default=True, help="Show the Kafka broker(s).")
+@click.option("--postgres/--no-postgres", default=True, help="Show the PostgreSQL server.")
+def status(kafka: bool, postgres: bool) -> None:
+    """Show each service's (each broker's) pid, address and state; exit 1 if one shown is down."""
     from sagacity.dev import Stack
 
     stack = Stack()
     all_up = True
     for service in stack.status():
-        state = "running" if service.running else "stopped"
+        if not (postgres if service.name == "postgres" else kafka):
+            continue
+        state = service.detail or ("running" if service.running else "stopped")
         all_up = all_up and service.running
         click.echo(f"{service.name:<9} {state:<8} pid={service.pid or '-'} {service.address or ''}")
     click.echo(f"state directory: {stack.home}", err=True)
     if not all_up:
         raise SystemExit(1)
+
+
+def _cluster() -> Any:
+    from sagacity.dev import Stack
+
+    try:
+        return Stack().cluster()
+    except DevStackError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _node_command(name: str, summary: str) -> Callable[[Callable[[Any, int], str]], Any]:
+    def decorate(action: Callable[[Any, int], str]) -> Any:
+        @dev.command(name, help=summary)
+        @click.argument("node", type=click.IntRange(1, 9), metavar="N")
+        def command(node: int) -> None:
+            cluster = _cluster()
+            try:
+                click.echo(action(cluster, node))
+            except DevStackError as exc:
+                raise click.ClickException(str(exc)) from exc
+
+        return command
+
+    return decorate
+
+
+@_node_command("kill-broker", "SIGKILL broker N of the local cluster (no clean shutdown).")
+def _kill(cluster: Any, node: int) -> str:
+    return f"kafka-{node}: {'killed' if cluster.kill(node) else 'was not running'}"
+
+
+@_node_command("restart-broker", "Stop broker N cleanly if it runs, start it, wait until ready.")
+def _restart(cluster: Any, node: int) -> str:
+    return f"kafka-{node}: running at {cluster.restart(node)}"
+
+
+@_node_command(
+    "pause-broker",
+    "SIGSTOP broker N: it keeps its sockets but answers nothing (a zombie leader).",
+)
+def _pause(cluster: Any, node: int) -> str:
+    return f"kafka-{node}: {'paused' if cluster.pause(node) else 'was not running'}"
+
+
+@_node_command("resume-broker", "SIGCONT a paused broker N.")
+def _resume(cluster: Any, node: int) -> str:
+    return f"kafka-{node}: {'resumed' if cluster.resume(node) else 'was not running'}"

@@ -1,17 +1,22 @@
-"""``sagacity saga``: operator actions on one saga's chain (taking over an abandoned saga)."""
+"""``sagacity saga``: operator actions on one saga's chain (taking over an abandoned saga,
+settling a suspect step)."""
 
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import socket
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
 from sagacity.cli._db_options import database_options, fail
 from sagacity.cli._options import parse_duration
+from sagacity.cli.approvals import DEFAULT_URL as APPROVALS_URL
+from sagacity.cli.approvals import _Client as ApprovalsClient
 from sagacity.errors import (
     ConfigurationError,
     JournalError,
@@ -206,3 +211,61 @@ def sweep_cmd(
         )
     if not apply:
         click.echo("dry run: pass --apply to take over the sagas marked 'would take over'")
+
+
+@saga.command("resolve")
+@click.argument("saga_id")
+@click.argument("seq", type=int)
+@click.option(
+    "--outcome",
+    required=True,
+    type=click.Choice(["executed", "not-executed", "fixed-by-hand"]),
+    help="Did the call in doubt take effect? executed: its effect is undone (once); "
+    "not-executed: nothing to undo; fixed-by-hand: a person repaired it.",
+)
+@click.option("--note", required=True, help="What you found out (journaled with your name).")
+@click.option(
+    "--url",
+    envvar="SAGACITY_APPROVALS_URL",
+    default=APPROVALS_URL,
+    show_default=True,
+    help="The approvals service ($SAGACITY_APPROVALS_URL).",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="File holding the bearer token (default: $SAGACITY_APPROVALS_TOKEN).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
+@click.option("--timeout", default=60.0, show_default=True, help="Seconds per request.")
+def resolve_cmd(
+    saga_id: str,
+    seq: int,
+    outcome: str,
+    note: str,
+    url: str,
+    token_file: Path | None,
+    as_json: bool,
+    timeout: float,
+) -> None:
+    """Settle the SUSPECT step SEQ of SAGA_ID through the approvals service.
+
+    The settlement is journaled (SUSPECT_SETTLED) as the token's principal with the note, and
+    the saga is handed to the compensation service, which ends it (COMPENSATED once nothing is
+    dirty).  SEQ is the step the SUSPECT names (the seq in the saga's dirty list).
+    """
+    token = (
+        token_file.read_text(encoding="utf-8").strip()
+        if token_file is not None
+        else os.environ.get("SAGACITY_APPROVALS_TOKEN")
+    )
+    client = ApprovalsClient(url, token or None, as_json, timeout)
+    data = client.call(
+        "POST", f"/sagacity/settle/{saga_id}/{seq}", json={"outcome": outcome, "note": note}
+    )
+    human = (
+        f"settled {data['saga_id']}/{data['seq']} {data['outcome']} by {data['settled_by']}; "
+        f"saga {data['saga_status']}"
+    )
+    click.echo(json.dumps(data, indent=2) if as_json else human)

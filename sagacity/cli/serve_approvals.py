@@ -51,6 +51,32 @@ from sagacity.errors import SagacityError
 )
 @click.option("--sweep-interval", "sweep_interval_s", type=float, default=None, help="Seconds.")
 @click.option("--max-body", "max_body_bytes", type=int, default=None, help="Bytes.")
+@click.option(
+    "--notify",
+    "notify",
+    multiple=True,
+    metavar="URL",
+    help="Webhook told of new requests, requests about to expire and sagas that need a "
+    "person (repeatable).",
+)
+@click.option(
+    "--notify-format",
+    type=click.Choice(["json", "slack"]),
+    default=None,
+    help="The webhook body: plain JSON, or Slack's incoming-webhook text (default json).",
+)
+@click.option(
+    "--notify-before-expiry",
+    "notify_before_expiry_s",
+    type=float,
+    default=None,
+    help="Seconds before a request's deadline its warning is sent (default 900).",
+)
+@click.option(
+    "--public-url",
+    default=None,
+    help="The console's address as people reach it, for links (default http://HOST:PORT).",
+)
 @click.option("--log-level", default="info", show_default=True)
 def approvals(
     tools: tuple[str, ...],
@@ -66,9 +92,14 @@ def approvals(
     approval_ttl_s: float | None,
     sweep_interval_s: float | None,
     max_body_bytes: int | None,
+    notify: tuple[str, ...],
+    notify_format: str | None,
+    notify_before_expiry_s: float | None,
+    public_url: str | None,
     log_level: str,
 ) -> None:
-    """Serve the approvals API and fold AWAITING_APPROVAL events into PostgreSQL.
+    """Serve the approvals API and the operator console (/ui/), and fold AWAITING_APPROVAL
+    events into PostgreSQL.
 
     Settings also come from SAGACITY_APPROVALS_* (then SAGACITY_*) variables; see
     docs/operations/approvals.md.
@@ -97,6 +128,10 @@ def approvals(
             approval_ttl_s=approval_ttl_s,
             sweep_interval_s=sweep_interval_s,
             max_body_bytes=max_body_bytes,
+            notify=notify or None,
+            notify_format=notify_format,
+            notify_before_expiry_s=notify_before_expiry_s,
+            public_url=public_url,
         )
         server = ApprovalsServer(settings)
     except SagacityError as exc:

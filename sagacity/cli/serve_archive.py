@@ -27,6 +27,13 @@ from sagacity.cli._options import bootstrap_servers_option, topic_option
 )
 @click.option("--checkpoint-interval", default=60.0, show_default=True, help="Seconds.")
 @click.option(
+    "--witness",
+    envvar="SAGACITY_ARCHIVE_WITNESS",
+    default=None,
+    help="File path or http(s) URL outside the archive's database where each signed round is "
+    "published (a URL receives a JSON POST); auditors check the archive against it.",
+)
+@click.option(
     "--metrics-port",
     type=int,
     envvar="SAGACITY_ARCHIVE_METRICS_PORT",
@@ -42,6 +49,7 @@ def archive(
     batch_size: int,
     signing_key: Path | None,
     checkpoint_interval: float,
+    witness: str | None,
     metrics_port: int | None,
 ) -> None:
     """Archive the journal topic into Postgres, exactly once, verifying every chain."""
@@ -65,6 +73,7 @@ def archive(
                 signing_key=signing_key,
                 checkpoint_interval=checkpoint_interval,
                 metrics_port=metrics_port,
+                witness=witness,
                 kafka_config=client_settings(os.environ),
             )
         )

@@ -10,7 +10,9 @@
    Kafka journal, compensation delegated) for three sagas:
 
    * ``order-confirmed-<run>``: reserve, create the order, the confirmation email waits for
-     approval; approved with ``sagacity approvals approve``, resumed with
+     approval; approved with ``sagacity approvals approve`` (or, with
+     ``approve_in_console``, by a person in the console, whose address and a sign-in token
+     the demo prints), resumed with
      ``sagacity approvals resume`` and the exact payload shown: ``COMPLETED``;
    * ``order-failed-<run>``: ``create_order`` refuses a discontinued product; the compensation
      service releases the reservation: ``COMPENSATED``, stock restored;
@@ -90,6 +92,7 @@ class DemoSettings:
     run_dir: Path | None = None
     compensation_tools: str = COMPENSATION_TOOLS
     timeout_s: float = 60.0
+    approve_in_console: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,6 +219,7 @@ class _Run:
         groups = f"sagacity-demo-{self.settings.topic}"
         ports = {name: pick_free_port() for name in ("approvals", "compensation", "archive")}
         self.approvals_url = f"http://127.0.0.1:{ports['approvals']}"
+        self.echo(f"[console]  {self.approvals_url}/ui/ (sign in as {APPROVER} with token {token})")
         argvs = {
             "approvals": [
                 "serve",
@@ -430,6 +434,8 @@ def _approve(demo: _Run, scenario: str, saga_id: str, seq: int) -> dict[str, Any
     )
     echo = demo.echo
     echo(f"[approve]  {saga_id}/{seq} {request.get('tool')} payload {request.get('payload')}")
+    if demo.settings.approve_in_console and scenario == "confirmed":
+        return _approved_in_console(demo, scenario, saga_id, seq, request)
     approved = demo.approvals("approve", saga_id, str(seq))
     decision = _decoded(approved).get("request", {})
     demo.expect(
@@ -437,6 +443,33 @@ def _approve(demo: _Run, scenario: str, saga_id: str, seq: int) -> dict[str, Any
         scenario,
         f"`sagacity approvals approve` to sign {saga_id}/{seq} as {APPROVER}",
         f"it exited {approved.returncode}: {abbreviate(approved.stdout + approved.stderr, 200)}",
+        log=demo.log_of("approvals"),
+    )
+    return request
+
+
+def _approved_in_console(
+    demo: _Run, scenario: str, saga_id: str, seq: int, request: dict[str, Any]
+) -> dict[str, Any]:
+    """Wait for a person to approve the request in the console (``--approve-in-console``)."""
+    demo.echo(
+        f"[approve]  waiting for {APPROVER} to approve it in the console: "
+        f"{demo.approvals_url}/ui/requests/{saga_id}/{seq}"
+    )
+    deadline = time.monotonic() + demo.settings.timeout_s
+    signed: list[str] = []
+    while time.monotonic() < deadline:
+        argv = ["--url", demo.approvals_url, "--token-file", str(demo.token_file), "--json"]
+        shown = _decoded(demo.sagacity("approvals", *argv, "show", saga_id, str(seq)))
+        signed = list(shown.get("signed_by") or [])
+        if signed:
+            break
+        time.sleep(0.5)
+    demo.expect(
+        signed == [APPROVER],
+        scenario,
+        f"{APPROVER} to approve {saga_id}/{seq} in the console",
+        f"signed by {signed or 'nobody'} after {demo.settings.timeout_s:g}s",
         log=demo.log_of("approvals"),
     )
     return request

@@ -19,8 +19,13 @@ _handed_out: set[int] = set()
 
 
 def port_is_free(port: int, host: str = HOST) -> bool:
-    """Whether ``port`` can be bound on ``host`` right now (nothing listens on it)."""
+    """Whether ``port`` can be bound on ``host`` right now (nothing listens on it).
+
+    Asked with ``SO_REUSEADDR``, as the servers bind: connections a stopped server left in
+    TIME_WAIT do not keep it off its own port when it restarts; only a listener does.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

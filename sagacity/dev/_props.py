@@ -90,19 +90,35 @@ def _unescape(text: str) -> str:
     return "".join(out)
 
 
-def broker_properties(*, port: int, controller_port: int, log_dir: Path) -> dict[str, str]:
-    """Configuration of a single-node combined broker/controller on 127.0.0.1, for tests.
+def broker_properties(
+    *,
+    port: int,
+    controller_port: int,
+    log_dir: Path,
+    node_id: int = 1,
+    voters: str | None = None,
+    replication: int = 1,
+) -> dict[str, str]:
+    """Configuration of a combined broker/controller on 127.0.0.1, for tests.
 
-    Replication factors and minimum ISR are 1 (one node), transactions are enabled, the first
-    consumer-group rebalance is not delayed, and thread counts and the log cleaner's buffer
-    are small so the broker fits a shared 2-core machine.
+    Alone (the default) it is a single node: replication factors and minimum ISR are 1. As
+    node ``node_id`` of a cluster whose static quorum is ``voters`` (``id@host:port,...``),
+    internal topics and new topics are replicated ``replication`` times with a minimum ISR
+    of ``replication - 1`` (the durable setting: ``acks=all`` survives one node down), and no
+    unclean leader election. Transactions are enabled, the first consumer-group rebalance is
+    not delayed, and thread counts and the log cleaner's buffer are small so the broker fits
+    a shared 2-core machine.
     """
     if port == controller_port:
         raise ValueError("the broker and controller ports must differ")
+    if replication < 1:
+        raise ValueError("the replication factor must be at least 1")
+    copies = str(replication)
+    min_isr = str(max(1, replication - 1))
     return {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@{HOST}:{controller_port}",
+        "node.id": str(node_id),
+        "controller.quorum.voters": voters or f"{node_id}@{HOST}:{controller_port}",
         "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
         "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
         "inter.broker.listener.name": "PLAINTEXT",
@@ -110,15 +126,16 @@ def broker_properties(*, port: int, controller_port: int, log_dir: Path) -> dict
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
         "log.dirs": str(log_dir),
         "num.partitions": "1",
-        "default.replication.factor": "1",
-        "min.insync.replicas": "1",
-        "offsets.topic.replication.factor": "1",
+        "default.replication.factor": copies,
+        "min.insync.replicas": min_isr,
+        "unclean.leader.election.enable": "false",
+        "offsets.topic.replication.factor": copies,
         "offsets.topic.num.partitions": "1",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.replication.factor": copies,
+        "transaction.state.log.min.isr": min_isr,
         "transaction.state.log.num.partitions": "1",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": copies,
+        "share.coordinator.state.topic.min.isr": min_isr,
         "group.initial.rebalance.delay.ms": "0",
         "delete.topic.enable": "true",
         "log.cleaner.dedupe.buffer.size": "2097152",

@@ -100,6 +100,12 @@ class KafkaBroker:
         controller_port: KRaft controller port; default a free one.
         heap: maximum Java heap (``-Xmx``).
         cache: jar cache root (default ``SAGACITY_CACHE_DIR`` or ``~/.cache/sagacity``).
+        node_id: the KRaft node id (1 for a single node).
+        voters: the static controller quorum ``id@host:port,...`` when this node is one of a
+            cluster (see :class:`~sagacity.dev.cluster.KafkaCluster`); default this node alone.
+        replication: copies of internal and new topics (the cluster's size).
+        cluster_id: the KRaft cluster id to format with (a cluster's nodes share one);
+            default the id recorded here, else a new one.
     """
 
     def __init__(
@@ -111,12 +117,20 @@ class KafkaBroker:
         controller_port: int | None = None,
         heap: str = "512m",
         cache: Path | None = None,
+        node_id: int = 1,
+        voters: str | None = None,
+        replication: int = 1,
+        cluster_id: str | None = None,
     ) -> None:
         self.home = Path(home).resolve()
         self.version = version
         self._explicit = (port, controller_port)
         self.heap = heap
         self.cache = cache
+        self.node_id = node_id
+        self.voters = voters
+        self.replication = replication
+        self.cluster_id = cluster_id
 
     # --- paths and state -------------------------------------------------------------------
     @property
@@ -184,20 +198,13 @@ class KafkaBroker:
         """
         if self.is_running() or self._await_starting(timeout):
             return self.bootstrap_servers
-        java = find_java()
-        lib = ensure_kafka_jars(self.version, cache=self.cache)
-        self.home.mkdir(parents=True, exist_ok=True)
-        (self.home / "logs").mkdir(exist_ok=True)
         previous = self.state()
-        cluster_id = previous.cluster_id if previous else random_cluster_id()
         deadline = time.monotonic() + timeout
         for attempt in range(3):
             port, controller_port = self._choose_ports(previous if attempt == 0 else None)
-            self._write_config(port, controller_port)
-            if not (self.data_dir / "meta.properties").is_file():
-                self._format(java, lib, cluster_id)
             try:
-                self._launch(java, lib, port, controller_port, cluster_id, deadline)
+                proc = self.spawn(port, controller_port)
+                self.await_ready(proc, deadline)
             except ProcessStartError as exc:
                 lost_race = any(marker in exc.log_tail for marker in _BIND_FAILURE)
                 if lost_race and self._explicit == (None, None) and attempt < 2:
@@ -237,7 +244,14 @@ class KafkaBroker:
         return port, controller_port
 
     def _write_config(self, port: int, controller_port: int) -> None:
-        props = broker_properties(port=port, controller_port=controller_port, log_dir=self.data_dir)
+        props = broker_properties(
+            port=port,
+            controller_port=controller_port,
+            log_dir=self.data_dir,
+            node_id=self.node_id,
+            voters=self.voters,
+            replication=self.replication,
+        )
         self.config_file.write_text(render_properties(props))
         (self.home / "log4j2.properties").write_text(log4j_properties(self.log_file))
 
@@ -266,15 +280,25 @@ class KafkaBroker:
                 log_tail="\n".join((result.stdout + result.stderr).splitlines()[-40:]),
             )
 
-    def _launch(
-        self,
-        java: str,
-        lib: Path,
-        port: int,
-        controller_port: int,
-        cluster_id: str,
-        deadline: float,
-    ) -> None:
+    def spawn(self, port: int, controller_port: int) -> subprocess.Popen[bytes]:
+        """Write the configuration, format the storage if new, and launch the JVM (no wait).
+
+        A cluster launches all its nodes first and then waits for each (:meth:`await_ready`):
+        no node serves before a quorum of controllers is up.
+
+        Raises:
+            MissingToolError: Java (or, on first use, Maven) is missing.
+            ProcessStartError: formatting the storage failed.
+        """
+        java = find_java()
+        lib = ensure_kafka_jars(self.version, cache=self.cache)
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "logs").mkdir(exist_ok=True)
+        previous = self.state()
+        cluster_id = self.cluster_id or (previous.cluster_id if previous else random_cluster_id())
+        self._write_config(port, controller_port)
+        if not (self.data_dir / "meta.properties").is_file():
+            self._format(java, lib, cluster_id)
         cds_flag, cds_dump = _class_data_sharing(java, lib)
         cmd = self._java_command(java, lib, "kafka.Kafka", str(self.config_file))
         if cds_flag:
@@ -300,6 +324,18 @@ class KafkaBroker:
             cds_dump=cds_dump,
         )
         _proc.write_state(self.state_file, state.to_dict())
+        return proc
+
+    def await_ready(self, proc: subprocess.Popen[bytes], deadline: float) -> None:
+        """Wait until the launched ``proc`` serves metadata (it is killed at ``deadline``).
+
+        Raises:
+            ProcessStartError: it exited, or did not answer by ``deadline``; with its log.
+        """
+        state = self.state()
+        if state is None or state.pid != proc.pid:
+            raise ProcessStartError(f"no broker was launched in {self.home}", log_tail="")
+        port = state.port
         while True:
             if proc.poll() is not None:
                 _proc.forget(proc.pid)

@@ -109,6 +109,29 @@ class LiveService:
         self.server.service.materialise(saga_id)
         return result.awaiting_seq
 
+    def suspect(self, saga_id: str) -> int:
+        """A saga compensated inline whose writer died between a reservation's INTENT and its
+        outcome: the step is SUSPECT, and its seq is returned."""
+        from sagacity import EntryDraft, EventType, Sagacity, SagaStatus
+
+        from .tools import Bank
+
+        inline = Sagacity(self.journal)
+        bank = inline.wrap(Bank())
+        inline.saga(saga_id, lambda: bank.reserve_inventory("SKU-1"))
+        intent = self.journal.append(
+            EntryDraft(
+                saga_id=saga_id,
+                event_type=EventType.INTENT,
+                tool="reserve_inventory",
+                payload='{"sku":"SKU-2"}',
+                attributes={"reversibility": "REVERSIBLE"},
+            )
+        )
+        result = inline.compensate(saga_id)
+        assert result.status is SagaStatus.COMPENSATION_FAILED
+        return intent.seq
+
 
 @pytest.fixture
 def live(pg_dsn: str, auth_file: Path) -> Iterator[LiveService]:

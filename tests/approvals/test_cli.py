@@ -168,8 +168,42 @@ def test_the_openapi_document_lists_exactly_the_api(live: LiveService) -> None:
         "/sagacity/reject/{saga_id}/{seq}",
         "/sagacity/resume/{saga_id}/{seq}",
         "/sagacity/sagas/{saga_id}",
+        "/sagacity/settle/{saga_id}/{seq}",
         "/sagacity/stats",
     ]
     resume = spec["paths"]["/sagacity/resume/{saga_id}/{seq}"]["post"]
     assert {"401", "403", "404", "409", "413", "422"} <= set(resume["responses"])
     assert "HTTPBearer" in spec["components"]["securitySchemes"]
+
+
+def saga_cli(live: LiveService, who: str, *args: str) -> object:
+    return CliRunner().invoke(
+        main,
+        ["saga", "resolve", "--url", live.url, *args],
+        env={"SAGACITY_APPROVALS_TOKEN": TOKENS[who]},
+        catch_exceptions=False,
+    )
+
+
+def test_saga_resolve_settles_a_suspect_step_as_the_token_principal(live: LiveService) -> None:
+    seq = live.suspect("cli-suspect")
+    denied = saga_cli(
+        live, "alice", "cli-suspect", str(seq), "--outcome", "executed", "--note", "x"
+    )
+    assert denied.exit_code == 1  # alice may not decide reserve_inventory
+    assert "HTTP 403" in denied.output
+    bad = saga_cli(live, "eve", "cli-suspect", str(seq), "--outcome", "maybe", "--note", "x")
+    assert bad.exit_code == 2
+    settled = saga_cli(
+        live, "eve", "cli-suspect", str(seq), "--outcome", "executed", "--note", "stock held"
+    )
+    assert settled.exit_code == 0, settled.output
+    assert f"settled cli-suspect/{seq} executed by eve@example.com" in settled.output
+    assert "COMPENSATION_PENDING" in settled.output
+    entry = [e for e in live.journal.entries("cli-suspect") if e.event_type == "SUSPECT_SETTLED"]
+    assert [(e.actor, e.attributes["note"]) for e in entry] == [("eve@example.com", "stock held")]
+    again = saga_cli(live, "bob", "cli-suspect", str(seq), "--outcome", "executed", "--note", "y")
+    assert again.exit_code == 1
+    assert "HTTP 409: cannot settle: the step was already settled executed by eve@" in again.output
+    unknown = saga_cli(live, "bob", "cli-suspect", "1", "--outcome", "executed", "--note", "y")
+    assert "HTTP 404" in unknown.output

@@ -206,3 +206,24 @@ def test_an_auth_file_that_does_not_load_at_start_up_is_refused(tmp_path: Path) 
     path.write_text("principals = 3")
     with pytest.raises(ConfigurationError, match="non-empty 'principals'"):
         AuthFile(path)
+
+
+def test_console_and_notification_settings_from_the_environment() -> None:
+    base = {"SAGACITY_DATABASE_URL": "postgresql://x/y", "SAGACITY_APPROVALS_AUTH_FILE": "a"}
+    settings = ApprovalsSettings.from_env(
+        {
+            **base,
+            "SAGACITY_APPROVALS_NOTIFY": "https://a.example/h https://b.example/h",
+            "SAGACITY_APPROVALS_NOTIFY_FORMAT": "slack",
+            "SAGACITY_APPROVALS_NOTIFY_BEFORE_EXPIRY_S": "60",
+            "SAGACITY_APPROVALS_PUBLIC_URL": "https://approvals.example",
+            "SAGACITY_APPROVALS_CONSOLE_SESSION_TTL_S": "600",
+        }
+    )
+    assert settings.notify == ("https://a.example/h", "https://b.example/h")
+    assert settings.notify_format == "slack"
+    assert settings.notify_before_expiry_s == 60
+    assert settings.public_url == "https://approvals.example"
+    assert settings.console_session_ttl_s == 600
+    with pytest.raises(ConfigurationError, match="--notify-format must be json or slack"):
+        ApprovalsSettings.from_env({**base, "SAGACITY_APPROVALS_NOTIFY_FORMAT": "xml"})

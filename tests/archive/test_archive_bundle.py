@@ -47,7 +47,8 @@ def module_tmp(tmp_path_factory):
 @pytest.fixture
 def exported(archiver, archive_dsn, tmp_path) -> tuple[Path, Signer, list]:
     """A bundle for a saga of 6 events with checkpoints at seq 3 and seq 6, each signed in a
-    round with three other sagas' heads (leaf 1 of 4: a proof of two nodes)."""
+    round with three other sagas' heads: leaf 1 of the log's 4, then leaf 5 of its 8 (proofs of
+    two and three nodes to the log's root, docs/adr/0015-round-log.md)."""
     signer = generate_key(tmp_path / "k.pem")
     chains = [make_chain(s, 6) for s in ("saga-a", "saga-b", "saga-c", "saga-d")]
     chain = chains[1]
@@ -91,9 +92,12 @@ def test_bundle_contents(exported):
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert (manifest["head_seq"], manifest["head_hash"]) == (6, chain[-1].hash)
     assert [c["seq"] for c in manifest["checkpoints"]] == [3, 6]
-    for cp in manifest["checkpoints"]:
-        assert (cp["leaf_index"], cp["round"]["leaf_count"], len(cp["proof"])) == (1, 4, 2)
+    first, second = manifest["checkpoints"]
+    for cp, tree_size, proof in ((first, 4, 2), (second, 8, 3)):
+        assert (cp["leaf_index"], cp["round"]["leaf_count"], len(cp["proof"])) == (1, 4, proof)
+        assert (cp["round"]["format"], cp["round"]["tree_size"]) == ("SGCR2", tree_size)
         assert cp["round"]["key_id"] == signer.key_id
+    assert second["round"]["prev_root"] == first["round"]["root"]
     assert manifest["public_keys"] == {signer.key_id: signer.public_hex}
     assert _events(bundle)[2] == chain[2].to_dict()
     assert "--public-key" in (bundle / "README.md").read_text()
@@ -152,6 +156,16 @@ def _tampered(case: str, bundle: Path, chain) -> None:
             m["checkpoints"][0]["hash"] = "0" * 64
 
         _write(bundle, events, manifest_edit=forge)
+    elif case in ("shown_time", "shown_key"):
+
+        def show(m):
+            cp = m["checkpoints"][0]
+            if case == "shown_time":
+                cp["signed_at_us"] += 1
+            else:
+                cp["key_id"] = "feedfeedfeedfeed"
+
+        _write(bundle, events, manifest_edit=show)
     elif case in ("forged_proof", "moved_leaf", "forged_round_root", "round_missing"):
 
         def forge_round(m):
@@ -241,6 +255,8 @@ def _tampered(case: str, bundle: Path, chain) -> None:
         ("moved_leaf", 3, "bad_signature"),
         ("forged_round_root", 3, "bad_signature"),
         ("round_missing", 3, "bad_signature"),
+        ("shown_time", 3, "bundle_altered"),
+        ("shown_key", 3, "bundle_altered"),
         ("events_file_altered", None, "bundle_altered"),
         ("checkpoints_removed", 1, "unsigned"),
         ("trimmed_tail_and_its_checkpoint", 4, "unsigned"),
@@ -289,7 +305,10 @@ def test_a_field_marked_unsigned_is_shown_as_such(exported):
     )
 
 
-def test_a_bundle_starting_at_an_anchor_says_the_anchor_is_unsigned(exported):
+def test_a_bundle_starting_at_an_unsigned_anchor_is_refused(exported):
+    """An anchor lets the chain start mid-way; one no signed retention record covers (here
+    invented, to hide the first events) is refused (docs/adr/0015-round-log.md).  A signed
+    one verifies: tests/archive/test_archive_retention.py."""
     bundle, signer, chain = exported
 
     def anchor(m):
@@ -297,11 +316,8 @@ def test_a_bundle_starting_at_an_anchor_says_the_anchor_is_unsigned(exported):
 
     _write(bundle, _events(bundle)[2:], manifest_edit=anchor)
     code, out = check(bundle, signer.public_hex)
-    assert code == 0, out  # the signed head still covers every event shown ...
-    assert "4 events" in out
-    # ... and the output says what the bundle does not show, on whose word
-    assert "the chain starts after seq 2 (a retention anchor, unsigned" in out
-    assert "unsigned, shown for information: anchor," in out
+    assert code == 1, out
+    assert "FAILED: forged_anchor at seq 2: the retention anchor is not covered" in out
 
 
 def test_a_version_2_bundle_still_verifies(exported):

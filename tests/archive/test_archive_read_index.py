@@ -13,7 +13,7 @@ from archive_helpers import make_chain, rows
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from sagacity import Reversibility, Sagacity, SagaStatus, compensable
-from sagacity.consumers.archive import BatchArchiver, PostgresSagaIndex, RawEvent
+from sagacity.consumers.archive import BatchArchiver, PostgresSagaIndex, RawEvent, generate_key
 from sagacity.consumers.archive._retention import run_retention
 from sagacity.errors import SagaExistsError
 from sagacity.producer import KafkaJournal, SagaReader, partition_for
@@ -192,7 +192,10 @@ def test_a_chain_whose_oldest_months_retention_dropped_starts_at_its_anchor(
     assert producer.flush(30) == 0
     archive_topic(kafka_bootstrap, topic, 1, archive_dsn)
     with psycopg.connect(archive_dsn) as conn:
-        (action,) = run_retention(conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW)
+        signer = generate_key(tmp_path / "archive.key")
+        (action,) = run_retention(
+            conn, keep_months=24, export_dir=tmp_path / "x", apply=True, now=NOW, signer=signer
+        )
     assert action.dropped
     plain, indexed = reader_pair(topic, 1)
     fast = indexed.read("saga-span")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import subprocess
+import sys
 import uuid
 
 import psycopg
@@ -14,8 +16,21 @@ from archive_helpers import as_raw, decode, make_chain, rows, with_option
 from click.testing import CliRunner
 
 from sagacity.cli import main
-from sagacity.consumers.archive import BatchArchiver, audit, grant_archiver
-from sagacity.consumers.archive._retention import cutoff_us, parse_keep, run_retention
+from sagacity.consumers.archive import (
+    BatchArchiver,
+    Signer,
+    audit,
+    generate_key,
+    grant_archiver,
+    sign_pending,
+)
+from sagacity.consumers.archive._export import export_bundle
+from sagacity.consumers.archive._retention import (
+    cutoff_us,
+    parse_keep,
+    run_retention,
+    sign_records,
+)
 from sagacity.errors import PersistenceError, RetentionError
 
 pytestmark = pytest.mark.postgres
@@ -34,6 +49,11 @@ def test_parse_keep_and_cutoff():
     assert cut == datetime.datetime(2024, 12, 2, 15, 0, tzinfo=datetime.UTC)
     leap = datetime.datetime(2024, 3, 31, tzinfo=datetime.UTC)
     assert datetime.datetime.fromtimestamp(cutoff_us(1, leap) / 1e6, datetime.UTC).day == 29
+
+
+@pytest.fixture
+def signer(tmp_path_factory) -> Signer:
+    return generate_key(tmp_path_factory.mktemp("keys") / "archive.key")
 
 
 @pytest.fixture
@@ -70,9 +90,11 @@ def test_dry_run_reports_without_dropping(spanning, archive_dsn):
     assert rows(archive_dsn, "SELECT count(*) FROM side_effect_journal") == [(7,)]
 
 
-def test_apply_exports_then_drops_and_chains_still_verify(spanning, archive_dsn, tmp_path):
+def test_apply_exports_then_drops_and_chains_still_verify(spanning, archive_dsn, tmp_path, signer):
     with psycopg.connect(archive_dsn) as conn:
-        (action,) = run_retention(conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW)
+        (action,) = run_retention(
+            conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW, signer=signer
+        )
     assert action.dropped
     assert action.rows == 5
     data = action.export_file.read_bytes()
@@ -99,9 +121,11 @@ def test_apply_exports_then_drops_and_chains_still_verify(spanning, archive_dsn,
     assert (summary.sagas, summary.ok) == (2, 2), summary.failures
 
 
-def test_deleting_the_rest_of_a_retained_chain_is_still_detected(spanning, archive_dsn, tmp_path):
+def test_deleting_the_rest_of_a_retained_chain_is_still_detected(
+    spanning, archive_dsn, tmp_path, signer
+):
     with psycopg.connect(archive_dsn) as conn:
-        run_retention(conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW)
+        run_retention(conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW, signer=signer)
         conn.execute("SET session_replication_role = replica")
         conn.execute("DELETE FROM side_effect_journal WHERE seq = 4")
         conn.commit()
@@ -117,9 +141,11 @@ def test_short_retention_is_refused_unless_forced(spanning, archive_dsn, tmp_pat
         assert run_retention(conn, keep_months=5, force=True, now=NOW)[0].dropped is False
         with pytest.raises(RetentionError, match="--export-dir"):
             run_retention(conn, keep_months=24, apply=True, now=NOW)
+        with pytest.raises(RetentionError, match="--signing-key"):
+            run_retention(conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW)
 
 
-def test_archiver_role_cannot_drop_months(spanning, archive_dsn, tmp_path):
+def test_archiver_role_cannot_drop_months(spanning, archive_dsn, tmp_path, signer):
     role = "sgc_test_" + uuid.uuid4().hex[:8]
     with psycopg.connect(archive_dsn, autocommit=True) as conn:
         grant_archiver(conn, role)
@@ -129,7 +155,9 @@ def test_archiver_role_cannot_drop_months(spanning, archive_dsn, tmp_path):
             psycopg.connect(with_option(archive_dsn, f"-c role={role}")) as conn,
             pytest.raises(PersistenceError, match="permission denied"),
         ):
-            run_retention(conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW)
+            run_retention(
+                conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW, signer=signer
+            )
         assert rows(archive_dsn, "SELECT count(*) FROM side_effect_journal") == [(7,)]
         assert list(tmp_path.iterdir()) == []
     finally:
@@ -138,13 +166,15 @@ def test_archiver_role_cannot_drop_months(spanning, archive_dsn, tmp_path):
             conn.execute(f'DROP ROLE "{role}"')
 
 
-def test_archiver_recreates_a_month_dropped_under_it(spanning, archive_dsn, tmp_path):
+def test_archiver_recreates_a_month_dropped_under_it(spanning, archive_dsn, tmp_path, signer):
     archiver = BatchArchiver(archive_dsn, consumer_group="g2", decode=decode)
     try:
         late = make_chain("saga-late", 1, start_us=OCT_2024)
         archiver.archive(as_raw(late, topic="x"))  # caches October 2024 as existing
         with psycopg.connect(archive_dsn) as conn:
-            run_retention(conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW)
+            run_retention(
+                conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW, signer=signer
+            )
         again = make_chain("saga-later", 1, start_us=OCT_2024)
         assert archiver.archive(as_raw(again, topic="x", first_offset=1)).archived == 1
     finally:
@@ -165,17 +195,151 @@ def test_retention_cli(archiver, archive_dsn, tmp_path):
     assert result.exit_code == 0
     assert "would export and drop" in result.stdout
     assert "side_effect_journal_p202001" in result.stdout
-    result = runner.invoke(main, [*base, "--keep", "24m", "--apply", "--export-dir", str(tmp_path)])
+    apply = [*base, "--keep", "24m", "--apply", "--export-dir", str(tmp_path)]
+    result = runner.invoke(main, apply)
+    assert result.exit_code == 2
+    assert "--signing-key" in result.stderr
+    generate_key(tmp_path / "k.pem")
+    result = runner.invoke(main, [*apply, "--signing-key", str(tmp_path / "k.pem")])
     assert result.exit_code == 0, result.output
     assert "dropped" in result.stdout
     assert (tmp_path / "side_effect_journal_p202001.jsonl").exists()
     assert rows(archive_dsn, "SELECT DISTINCT saga_id FROM side_effect_journal") == [("saga-now",)]
 
 
-def test_export_that_cannot_be_written_drops_nothing(spanning, archive_dsn, tmp_path):
+def test_export_that_cannot_be_written_drops_nothing(spanning, archive_dsn, tmp_path, signer):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("x")
     with psycopg.connect(archive_dsn) as conn, pytest.raises(RetentionError, match="cannot"):
-        run_retention(conn, keep_months=24, export_dir=blocker / "exports", apply=True, now=NOW)
+        run_retention(
+            conn, keep_months=24, export_dir=blocker / "exports", apply=True, now=NOW, signer=signer
+        )
     assert rows(archive_dsn, "SELECT count(*) FROM side_effect_journal") == [(7,)]
     assert rows(archive_dsn, "SELECT count(*) FROM archive_retention") == [(0,)]
+
+
+def _forge_anchor(dsn: str, statements: list[tuple[str, tuple[object, ...]]]) -> None:
+    with psycopg.connect(dsn) as conn:
+        conn.execute("SET session_replication_role = replica")
+        for sql, params in statements:
+            conn.execute(sql, params)
+
+
+def test_a_forged_anchor_is_reported(spanning, archiver, archive_dsn, tmp_path, signer):
+    """Someone able to write the database deletes the start of a saga kept in full and inserts
+    an anchor naming a dropped month, so that what is left looks retired: its anchor is not a
+    leaf of that month's signed record, so the record fails, and every saga anchored there."""
+    kept = make_chain("saga-kept", 4, start_us=JUN_2025)
+    archiver.archive(as_raw(kept, first_offset=7))
+    keys = [signer.public_raw]
+    with psycopg.connect(archive_dsn) as conn:
+        run_retention(conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW, signer=signer)
+        summary = audit(conn, pinned_keys=keys)
+    assert (summary.sagas, summary.ok, summary.retention.records) == (3, 3, 1)
+    assert rows(archive_dsn, "SELECT anchor_count FROM archive_retention") == [(2,)]
+    _forge_anchor(
+        archive_dsn,
+        [
+            ("DELETE FROM side_effect_journal WHERE saga_id = 'saga-kept' AND seq <= 2", ()),
+            (
+                "INSERT INTO archive_retention_anchor (saga_id, seq, hash, partition_name,"
+                " leaf_index) VALUES ('saga-kept', 2, %s, 'side_effect_journal_p202410', 2)",
+                (kept[1].hash,),
+            ),
+        ],
+    )
+    with psycopg.connect(archive_dsn) as conn:
+        summary = audit(conn, pinned_keys=keys)
+    assert not summary.all_ok
+    assert list(summary.retention.failed) == ["side_effect_journal_p202410"]
+    assert (
+        "do not hash to its signed root (2 signed, 3 held)"
+        in (summary.retention.failed["side_effect_journal_p202410"])
+    )
+    assert {(f.saga_id, f.reason) for f in summary.failures} == {
+        (s, "forged_anchor") for s in ("saga-kept", "saga-old", "saga-span")
+    }
+    with psycopg.connect(archive_dsn) as conn:
+        alone = audit(conn, saga_id="saga-kept", pinned_keys=keys)
+    assert [(f.bad_seq, f.reason) for f in alone.failures] == [(2, "forged_anchor")]
+    result = CliRunner().invoke(
+        main, ["verify", "--database-url", archive_dsn, "--public-key", signer.public_hex]
+    )
+    assert result.exit_code == 1
+    assert "forged_anchor" in result.stdout
+    assert "side_effect_journal_p202410" in result.stdout
+
+
+def test_anchors_of_unsigned_records_fail_until_the_records_are_signed(
+    spanning, archive_dsn, tmp_path, signer
+):
+    """A month dropped before records were signed has no signature: its anchors fail verify
+    until the operator signs the records once (and an edited record fails again)."""
+    keys = [signer.public_raw]
+    with psycopg.connect(archive_dsn) as conn:
+        run_retention(conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW, signer=signer)
+    _forge_anchor(
+        archive_dsn,
+        [
+            (
+                "UPDATE archive_retention SET anchor_count = NULL, anchors_root = NULL,"
+                " signed_at_us = NULL, key_id = NULL, signature = NULL",
+                (),
+            ),
+            ("UPDATE archive_retention_anchor SET leaf_index = NULL", ()),
+        ],
+    )
+    with psycopg.connect(archive_dsn) as conn:
+        summary = audit(conn, pinned_keys=keys)
+        assert "is not signed" in summary.retention.failed["side_effect_journal_p202410"]
+        assert {f.reason for f in summary.failures} == {"forged_anchor"}
+        assert sign_records(conn, signer) == 1
+        assert sign_records(conn, signer) == 0
+        after = audit(conn, pinned_keys=keys)
+        assert (after.retention.records, after.retention.failed, after.failures) == (1, {}, [])
+    _forge_anchor(archive_dsn, [("UPDATE archive_retention SET row_count = row_count - 1", ())])
+    with psycopg.connect(archive_dsn) as conn:
+        summary = audit(conn, pinned_keys=keys)
+    assert "does not verify" in summary.retention.failed["side_effect_journal_p202410"]
+
+
+def _verify_bundle(bundle, public_hex: str) -> tuple[int, str]:
+    script = str(bundle / "verify_bundle.py")
+    proc = subprocess.run(
+        [sys.executable, "-I", script, str(bundle), "--public-key", public_hex],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_a_bundle_proves_its_anchor_and_refuses_a_forged_one(
+    spanning, archive_dsn, tmp_path, signer
+):
+    """saga-span's bundle starts at its anchor: the anchor's signed retention record and its
+    inclusion proof travel with it, and the standalone verifier checks both."""
+    with psycopg.connect(archive_dsn) as conn:
+        assert sign_pending(conn, signer) == 2  # the head is signed: the bundle covers it
+        run_retention(conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW, signer=signer)
+        assert export_bundle(conn, "saga-span", tmp_path / "b").ok
+    manifest_path = tmp_path / "b" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    anchor = manifest["anchor"]
+    assert (anchor["seq"], anchor["leaf_index"], anchor["record"]["anchor_count"]) == (3, 1, 2)
+    code, out = _verify_bundle(tmp_path / "b", signer.public_hex)
+    assert code == 0, out
+    for edit, reason in [
+        ({"leaf_index": 0}, "forged_anchor"),
+        ({"record": None}, "forged_anchor"),
+        ({"record": {**anchor["record"], "anchor_count": 3}}, "forged_anchor"),
+        ({"record": {**anchor["record"], "key_id": "feedfeedfeedfeed"}}, "unknown_key"),
+    ]:
+        forged = {**anchor, **edit}
+        if forged["record"] is None:
+            del forged["record"]
+        manifest_path.write_text(json.dumps({**manifest, "anchor": forged}))
+        code, out = _verify_bundle(tmp_path / "b", signer.public_hex)
+        assert code == 1, (edit, out)
+        assert f"FAILED: {reason} at seq 3:" in out, out

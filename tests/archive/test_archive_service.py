@@ -81,6 +81,7 @@ def test_service_archives_quarantines_dedups_and_signs(
             signing_key=key,
             checkpoint_interval=0.5,
             metrics_port=port,
+            witness=str(tmp_path / "witness" / "latest.json"),
         )
     )
     runner = threading.Thread(target=service.run)
@@ -120,6 +121,12 @@ def test_service_archives_quarantines_dedups_and_signs(
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("signed round")]
     assert logged
     assert logged[-1].split()[2] == "{}:{}".format(*summary.rounds.latest)
+    # ... and published to the witness, outside the database.
+    from sagacity.consumers.archive._witness import read
+
+    witnessed = read(str(tmp_path / "witness" / "latest.json"))
+    assert witnessed is not None
+    assert (witnessed.round_id, witnessed.root) == summary.rounds.latest
     stored = rows(archive_dsn, "SELECT sum(next_offset) FROM archive_consumer_offset")
     assert stored == [(len(messages),)]
 

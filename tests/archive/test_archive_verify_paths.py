@@ -22,6 +22,7 @@ from sagacity.consumers.archive import (
     sign_pending,
 )
 from sagacity.consumers.archive._audit import _verified_head
+from sagacity.consumers.archive._retention import sign_records
 from sagacity.consumers.archive._rows import ROW_COLUMNS
 
 pytestmark = pytest.mark.postgres
@@ -210,11 +211,20 @@ def test_tampered_row_gives_the_same_audit_on_both_paths(archived, archive_dsn, 
 
 
 def _anchor(seq: int, hash: str) -> tuple[str, tuple[object, ...]]:
+    """An anchor of a month 'gone' (its retention record signed afterwards: :func:`_sign`)."""
     return (
-        "INSERT INTO archive_retention_anchor (saga_id, seq, hash, partition_name)"
+        "WITH r AS (INSERT INTO archive_retention (partition_name, range_from_us, range_to_us,"
+        " row_count, export_file, export_sha256) VALUES ('gone', 0, 1, 0, '-', repeat('0', 64)))"
+        " INSERT INTO archive_retention_anchor (saga_id, seq, hash, partition_name)"
         " VALUES (%s, %s, %s, 'gone')",
         (RICH, seq, hash),
     )
+
+
+def _sign(dsn: str, signer) -> None:
+    """Sign the retention records (anchors count only as leaves of a signed record)."""
+    with psycopg.connect(dsn) as conn:
+        assert sign_records(conn, signer) == 1
 
 
 def _drop_below(seq: int) -> tuple[str, tuple[object, ...]]:
@@ -223,6 +233,7 @@ def _drop_below(seq: int) -> tuple[str, tuple[object, ...]]:
 
 def test_chain_continuing_from_a_retention_anchor(archived, archive_dsn, signer):
     tamper(archive_dsn, _drop_below(2), _anchor(2, archived[1].hash))
+    _sign(archive_dsn, signer)
     audit = rich(archive_dsn, signer)
     assert audit.ok, audit
     assert (audit.events, audit.head_seq) == (4, 6)
@@ -241,6 +252,7 @@ def test_chain_continuing_from_a_retention_anchor(archived, archive_dsn, signer)
 def test_rows_not_continuing_their_anchor(archived, archive_dsn, signer, anchor, expected):
     seq, hash = anchor
     tamper(archive_dsn, _drop_below(2), _anchor(seq, hash or archived[seq - 1].hash))
+    _sign(archive_dsn, signer)
     audit = rich(archive_dsn, signer)
     assert not audit.ok
     assert (audit.reason, audit.bad_seq) == expected, audit
@@ -254,6 +266,7 @@ def test_an_anchor_at_seq_zero_is_no_genesis(archived, archive_dsn, signer, firs
     # Seq 1 continuing a seq-0 anchor that is not the genesis hash is a wrong genesis, however
     # well its previous hash matches that anchor.
     tamper(archive_dsn, _anchor(0, "ab" * 32), _set("prev_hash", first_prev, 1))
+    _sign(archive_dsn, signer)
     audit = rich(archive_dsn, signer)
     assert (audit.ok, audit.reason, audit.bad_seq) == (False, expected, 1)
 

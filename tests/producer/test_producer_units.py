@@ -376,3 +376,67 @@ def test_importing_sagacity_and_its_producer_does_not_import_the_database_driver
     code = "import sys, sagacity, sagacity.producer; print('psycopg' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+class _FlakyWatermarks:
+    """A consumer whose watermark query fails as during a leader change, then answers."""
+
+    def __init__(self, errors: list[int]) -> None:
+        self.errors = list(errors)
+
+    def get_watermark_offsets(self, tp: object, timeout: float, cached: bool) -> tuple[int, int]:
+        from confluent_kafka import KafkaError, KafkaException
+
+        if self.errors:
+            raise KafkaException(KafkaError(self.errors.pop(0)))
+        return 0, 7
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # Seen when a broker of a three-node cluster was killed or paused (bench.faults).
+        "_DESTROY_BROKER",
+        "OFFSET_NOT_AVAILABLE",
+        "FENCED_LEADER_EPOCH",
+        "NOT_LEADER_FOR_PARTITION",
+    ],
+)
+def test_a_watermark_query_rides_through_a_leader_change(code: str) -> None:
+    import time
+
+    from confluent_kafka import KafkaError, TopicPartition
+
+    from sagacity.producer._reader import SagaReader
+
+    reader = SagaReader({"bootstrap.servers": "127.0.0.1:9"}, "t", partitions=1)
+    real = reader._consumer
+    reader._consumer = _FlakyWatermarks([getattr(KafkaError, code)] * 3)  # type: ignore[assignment]
+    try:
+        got = reader._watermarks(TopicPartition("t", 0), time.monotonic() + 10)
+    finally:
+        reader._consumer = real
+        reader.close()
+    assert got == (0, 7)
+
+
+def test_a_watermark_query_gives_up_on_a_lasting_error() -> None:
+    import time
+
+    from confluent_kafka import KafkaError, TopicPartition
+
+    from sagacity.errors import JournalUnavailableError
+    from sagacity.producer._reader import SagaReader
+
+    reader = SagaReader({"bootstrap.servers": "127.0.0.1:9"}, "t", partitions=1)
+    real = reader._consumer
+    reader._consumer = _FlakyWatermarks([KafkaError.TOPIC_AUTHORIZATION_FAILED])  # type: ignore[assignment]
+    try:
+        with pytest.raises(JournalUnavailableError, match="cannot read topic"):
+            reader._watermarks(TopicPartition("t", 0), time.monotonic() + 10)
+    finally:
+        reader._consumer = real
+        reader.close()

@@ -1,0 +1,261 @@
+"""A real world for the console's browser tests, shared by a module.
+
+One Kafka topic and one PostgreSQL schema; the approvals service (with its console, its
+consumer group and its sweep) served by uvicorn on a real port; the compensation service in
+its own process; an agent on the Kafka journal in delegated mode; and headless Chromium
+(Debian's ``chromium`` and ``chromium-driver``) driven by Selenium, one browser per principal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from sagacity import Sagacity, SagaStatus
+from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings, auth_entry
+from sagacity.producer import KafkaJournal
+from tests.compensation import svc_tools
+from tests.compensation.conftest import ServiceProcess, free_port
+from tests.console.tools import ConsoleShop
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = os.environ.get("SAGACITY_TEST_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("SAGACITY_TEST_CHROMEDRIVER", "/usr/bin/chromedriver")
+TOKENS = {
+    "alice": "tok-alice-console-0123456789abcdef",
+    "bob": "tok-bob-console-0123456789abcdef",
+    "carol": "tok-carol-console-0123456789abcdef",
+}
+TOOLS = {"alice": ["*"], "bob": ["*"], "carol": ["charge"]}
+
+
+def submit(driver: Any, button: Any, timeout: float = 20) -> None:
+    """Click a form's button and wait until the page it leads to has replaced this one."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    page = driver.find_element(By.TAG_NAME, "html")
+    button.click()
+    WebDriverWait(driver, timeout).until(expected_conditions.staleness_of(page))
+
+
+def browsers_available() -> bool:
+    """Whether Debian's chromium and chromedriver are installed."""
+    return Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()
+
+
+def new_browser() -> Any:
+    """A headless Chromium session driven through Debian's chromedriver (no downloads)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = CHROMIUM
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,900",
+        "--disable-extensions",
+        "--no-first-run",
+        "--password-store=basic",
+    ):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    driver.set_page_load_timeout(20)
+    return driver
+
+
+@dataclass
+class World:
+    """Everything a console test drives."""
+
+    url: str
+    dsn: str
+    topic: str
+    bootstrap: str
+    server: ApprovalsServer
+    agent: Sagacity
+    compensator: ServiceProcess
+    tmp: Path
+    browsers: dict[str, Any] = field(default_factory=dict)
+
+    def browser(self, who: str) -> Any:
+        """``who``'s browser (one per principal, so each has its own cookies)."""
+        if who not in self.browsers:
+            self.browsers[who] = new_browser()
+        return self.browsers[who]
+
+    def tool(self, name: str) -> Any:
+        tool = self.agent.registry.get(name)
+        assert tool is not None
+        return tool.wrapped
+
+    def gate(self, saga: str, *calls: tuple[str, dict[str, Any]]) -> int:
+        """Run a saga whose last call is gated; returns the request's seq."""
+
+        def work() -> None:
+            for name, kwargs in calls:
+                self.tool(name)(**kwargs)
+
+        result = self.agent.saga(saga, work)
+        assert result.status is SagaStatus.AWAITING_APPROVAL, result
+        assert result.awaiting_seq is not None
+        return result.awaiting_seq
+
+    def effects(self) -> list[tuple[str, int, str]]:
+        with psycopg.connect(self.dsn) as conn:
+            rows = conn.execute(
+                "SELECT saga_id, seq, tool FROM undo_effects ORDER BY id"
+            ).fetchall()
+        return [(str(a), int(b), str(c)) for a, b, c in rows]
+
+    def sign_in(self, who: str, token: str | None = None) -> Any:
+        from selenium.webdriver.common.by import By
+
+        driver = self.browser(who)
+        driver.get(f"{self.url}/ui/login")
+        driver.find_element(By.NAME, "token").send_keys(token or TOKENS[who])
+        submit(driver, driver.find_element(By.CSS_SELECTOR, "form.login button"))
+        return driver
+
+    def wait_for(self, check: Callable[[], Any], timeout: float = 15, what: str = "") -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            value = check()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what or check}")
+            time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def world(
+    kafka_bootstrap: str, postgres_dsn: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[World]:
+    if not browsers_available():
+        pytest.fail(
+            f"the console's browser tests need {CHROMIUM} and {CHROMEDRIVER} "
+            "(Debian: apt-get install chromium chromium-driver)"
+        )
+    import uvicorn
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    tmp = tmp_path_factory.mktemp("console")
+    os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager must never download
+    topic = f"test.console.{uuid.uuid4().hex[:12]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])[topic].result(
+        timeout=30
+    )
+    schema = f"console_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    params: dict[str, Any] = conninfo_to_dict(postgres_dsn)
+    params["options"] = f"{params.get('options') or ''} -c search_path={schema}".strip()
+    dsn = make_conninfo(**params)
+    svc_tools.create_schema(dsn)
+    auth = tmp / "auth.toml"
+    auth.write_text(
+        "\n".join(auth_entry(f"{n}@example.com", TOKENS[n], TOOLS[n]) for n in TOKENS),
+        encoding="utf-8",
+    )
+    port = free_port()
+    server = ApprovalsServer(
+        ApprovalsSettings(
+            database_url=dsn,
+            bootstrap_servers=kafka_bootstrap,
+            topic=topic,
+            group_id=f"approvals-{uuid.uuid4().hex[:8]}",
+            auth_file=str(auth),
+            port=port,
+            sweep_interval_s=0.5,
+        ),
+        tools=[ConsoleShop(dsn)],
+    )
+    config = uvicorn.Config(server.app, host="127.0.0.1", port=port, log_level="warning")
+    web = uvicorn.Server(config)
+    thread = threading.Thread(target=web.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not web.started:
+        assert time.monotonic() < deadline, "the approvals service did not start"
+        time.sleep(0.02)
+    log = tmp / "compensation.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SAGACITY_")}
+    env.update(
+        SAGACITY_BOOTSTRAP_SERVERS=kafka_bootstrap,
+        SAGACITY_DATABASE_URL=dsn,
+        SAGACITY_TOPIC=topic,
+        SAGACITY_COMPENSATION_GROUP=f"compensation-{uuid.uuid4().hex[:8]}",
+        SVC_TOOLS_DSN=dsn,
+        PYTHONPATH=str(ROOT),
+    )
+    cport = free_port()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sagacity.consumers.compensation",
+                "--tools",
+                "tests.console.tools:shop",
+                "--http-port",
+                str(cport),
+                "--handoff-grace",
+                "2",
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+    compensator = ServiceProcess(proc=proc, port=cport, log=log)
+    journal = KafkaJournal(kafka_bootstrap, topic=topic)
+    agent = Sagacity(journal, compensation="delegated", writer_id="agent-7")
+    agent.wrap(ConsoleShop(dsn))
+    world = World(
+        url=f"http://127.0.0.1:{port}",
+        dsn=dsn,
+        topic=topic,
+        bootstrap=kafka_bootstrap,
+        server=server,
+        agent=agent,
+        compensator=compensator,
+        tmp=tmp,
+    )
+    try:
+        compensator.wait_ready()
+        yield world
+    finally:
+        for driver in world.browsers.values():
+            with contextlib.suppress(Exception):
+                driver.quit()
+        compensator.kill()
+        web.should_exit = True
+        thread.join(15)
+        with contextlib.suppress(Exception):
+            journal.close()
+        for future in admin.delete_topics([topic], operation_timeout=30).values():
+            with contextlib.suppress(Exception):
+                future.result(timeout=30)
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
