@@ -137,3 +137,24 @@ def open_scope(saga_id: str, owner: object) -> Iterator[SagaScope]:
     finally:
         scope.close()
         _current.reset(token)
+
+
+@contextlib.contextmanager
+def activate(scope: SagaScope) -> Iterator[SagaScope]:
+    """Make an already open ``scope`` active for the block (a session's run); not closed on exit.
+
+    Raises:
+        NestedSagaError: another saga is active in this context.
+    """
+    active = _current.get()
+    if active is not None and active is not scope and not active.closed:
+        raise NestedSagaError(
+            f"saga {scope.saga_id!r} cannot start inside saga {active.saga_id!r}: sagas do not "
+            "nest; finish the outer saga first",
+            saga_id=scope.saga_id,
+        )
+    token = _current.set(scope)
+    try:
+        yield scope
+    finally:
+        _current.reset(token)
