@@ -11,6 +11,7 @@ be compensated.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
 import weakref
@@ -25,7 +26,7 @@ from sagacity._registry import RegisteredTool
 from sagacity._saga import Sagacity
 from sagacity._scope import SagaScope, current_scope
 from sagacity._session import SagaSession
-from sagacity._tool import journaled_call, journaled_call_async
+from sagacity._tool import WRAPPED_ATTR, journaled_call, journaled_call_async
 from sagacity._wrap import _resolve_by
 from sagacity.adapters._binding import check_sagacity, register_function
 from sagacity.errors import DeclarationError, SagaFailedError
@@ -259,23 +260,65 @@ class AgentHook:
                 self._undoable.setdefault(scope, []).append(definition.name)
         return value
 
-    def compensation_line(self, definition: ToolDefinition, error: BaseException) -> str | None:
+    def compensation_line(
+        self, definition: ToolDefinition, error: BaseException | str
+    ) -> str | None:
         """The line telling the model the saga will be undone (``None`` outside a saga)."""
         scope = current_scope()
         if scope is None:
             return None
         with self._lock:
             undone = list(self._undoable.get(scope, []))
+        text = error if isinstance(error, str) else (str(error) or type(error).__name__)
         return self.lines.compensation.format(
             tool=definition.name,
             saga_id=scope.saga_id,
-            error=str(error) or type(error).__name__,
+            error=text,
             undone=", ".join(reversed(undone)) or self.lines.nothing_undone,
         )
 
-    def refused_line(self, definition: ToolDefinition, error: SagaFailedError) -> str:
-        """The line telling the model a call was refused because the saga already failed."""
-        return self.lines.refused.format(tool=definition.name, saga_id=error.saga_id)
+    def refused_line(self, definition: ToolDefinition, error: SagaFailedError | str) -> str:
+        """The line telling the model a call was refused because the saga already failed
+        (``error``: the refusal, or the saga id)."""
+        saga = error if isinstance(error, str) else error.saga_id
+        return self.lines.refused.format(tool=definition.name, saga_id=saga)
+
+    def stand_in(
+        self,
+        definition: ToolDefinition,
+        function: Callable[..., Any],
+        payload_parameters: Collection[str],
+    ) -> Callable[..., Any]:
+        """A function with ``function``'s signature whose calls go through :meth:`call`
+        (the gate line returned instead of running, failures journaled then re-raised)."""
+        signature = inspect.signature(function)
+        names = frozenset(payload_parameters)
+
+        def arguments(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+            bound = signature.bind_partial(*args, **kwargs).arguments
+            return {k: v for k, v in bound.items() if k in names}
+
+        stand_in: Callable[..., Any]
+        if inspect.iscoroutinefunction(function):
+
+            @functools.wraps(function)
+            async def stand_in_async(*args: Any, **kwargs: Any) -> Any:
+                return await self.call_async(
+                    definition, arguments(args, kwargs), lambda: function(*args, **kwargs)
+                )
+
+            stand_in = stand_in_async
+        else:
+
+            @functools.wraps(function)
+            def stand_in_sync(*args: Any, **kwargs: Any) -> Any:
+                return self.call(
+                    definition, arguments(args, kwargs), lambda: function(*args, **kwargs)
+                )
+
+            stand_in = stand_in_sync
+        setattr(stand_in, WRAPPED_ATTR, True)
+        return stand_in
 
     def call(
         self,
