@@ -187,10 +187,10 @@ class _JournalingServer(MCPServer):
         return str(self._inner.name)
 
     async def connect(self) -> None:
-        await self._inner.connect()
+        await self._inner.connect()  # type: ignore[no-untyped-call]
 
     async def cleanup(self) -> None:
-        await self._inner.cleanup()
+        await self._inner.cleanup()  # type: ignore[no-untyped-call]
 
     async def list_tools(self, run_context: Any = None, agent: Any = None) -> Any:
         tools = await self._inner.list_tools(run_context, agent)
