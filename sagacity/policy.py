@@ -249,6 +249,8 @@ def _rule(value: object) -> Rule:
     elif by is not None and not callable(by):
         raise ValueError(f'by must be "module:function" or a function, got {by!r}')
     undo = value.get("undo")
+    if undo is not None and undo != "returned":
+        raise ValueError(f'undo must be "returned" (the tool returns its own undo), got {undo!r}')
     if "reversibility" in value:
         reversibility = _reversibility(value["reversibility"])
     elif undo == "returned":
@@ -357,8 +359,10 @@ class Policy:
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            line = getattr(exc, "lineno", None)
-            reason = getattr(exc, "msg", None) or str(exc)
+            # Python 3.11's error carries its position only in its text.
+            where = re.search(r"\(at line (\d+), column \d+\)", str(exc))
+            line = int(where.group(1)) if where else None
+            reason = str(exc).replace(where.group(0), "").strip() if where else str(exc)
             raise PolicyError(f"not valid TOML: {reason}", source=source, line=line) from None
         unknown = sorted(set(data) - _TOP_KEYS)
         if unknown:

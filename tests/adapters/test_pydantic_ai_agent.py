@@ -352,3 +352,44 @@ def test_a_policy_naming_absent_tools_warns_listing_them() -> None:
 def test_an_undo_target_that_does_not_import_fails_naming_it() -> None:
     with pytest.raises(PolicyError, match=r"tool 'reserve': module 'no_such_module' does not"):
         Policy({"reserve": {"by": "no_such_module:release"}})
+
+
+TICKETS = {"T-1": "pending"}
+
+
+def test_a_write_that_returns_its_own_undo_is_undone_by_it() -> None:
+    TICKETS["T-1"] = "pending"
+    sagacity = Sagacity()
+    script = Script(
+        [("update_ticket_status", {"ticket_id": "T-1", "status": "closed"})],
+        [("refund", {"ticket_id": "T-1"})],
+        "Sorry.",
+    )
+    agent = Agent(FunctionModel(script))
+
+    @agent.tool_plain
+    def update_ticket_status(ticket_id: str, status: str) -> dict[str, Any]:
+        """Set a ticket's status; returns the call that sets it back."""
+        previous, TICKETS[ticket_id] = TICKETS[ticket_id], status
+        return {
+            "status": status,
+            "undo": {
+                "tool": "update_ticket_status",
+                "arguments": {"ticket_id": ticket_id, "status": previous},
+            },
+        }
+
+    @agent.tool_plain
+    def refund(ticket_id: str) -> str:
+        """Refund the ticket's order."""
+        raise ModelRetry("the payment provider is down")
+
+    policy = Policy.loads(
+        '[tools]\nupdate_ticket_status = { undo = "returned" }\nrefund = { undo = "returned" }\n'
+    )
+    hooked = journaled(agent, sagacity, policy=policy)
+    hooked.run_sync("close T-1 and refund")
+
+    assert hooked.last_saga is not None
+    assert hooked.last_saga.status is SagaStatus.COMPENSATED
+    assert TICKETS == {"T-1": "pending"}
