@@ -17,6 +17,7 @@ from sagacity._memory import InMemoryJournal
 from sagacity._registry import RegisteredTool, ToolRegistry
 from sagacity._result import SagaResult, SagaStatus, Step
 from sagacity._reversibility import Reversibility
+from sagacity._run import SagaRun
 from sagacity._saga import Sagacity
 from sagacity._undo import Undo
 from sagacity.chain import BreakReason, ChainVerdict, verify
@@ -41,6 +42,7 @@ __all__ = [
     "RegisteredTool",
     "Reversibility",
     "SagaResult",
+    "SagaRun",
     "SagaStatus",
     "Sagacity",
     "SagacityError",

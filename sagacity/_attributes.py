@@ -36,6 +36,9 @@ DIRTY = "dirty"
 REQUESTED_BY = "requested_by"
 """On a resume's ``INTENT``, ``RESUME_REFUSED`` or ``CONSTRAINT_VIOLATED``: who asked for the
 resume (the authenticated principal, when the caller knows one)."""
+CALLER = "caller"
+"""On ``INTENT``, ``AWAITING_APPROVAL`` and ``CONSTRAINT_VIOLATED``: the authenticated principal
+the call came from (an MCP client over HTTP), where the process calling the tool knows one."""
 LEASE_TTL_S = "lease_ttl_s"
 """On ``SAGA_OPENED``: the writer's lease in seconds (docs/adr/0011-writer-lease.md): it
 appends without re-confirming only while its last acknowledged event is younger than this."""

@@ -31,7 +31,7 @@ from sagacity._codec import call_arguments, describe_error, dumps, encode_payloa
 from sagacity._decorators import ToolDefinition
 from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity._oversize import append_bounded, append_bounded_async
-from sagacity._scope import SagaScope, current_scope
+from sagacity._scope import SagaScope, current_caller, current_scope
 from sagacity._undo import Undo, extract_undo, undo_declared
 from sagacity.chain import payload_sha256
 from sagacity.errors import SagaClosedError, SagaError, SagaFailedError, WriterConflictError
@@ -145,12 +145,21 @@ def failed_draft(
 
 
 def intent_draft(
-    host: Host, definition: ToolDefinition, saga_id: str, payload: str, ref_seq: int | None
+    host: Host,
+    definition: ToolDefinition,
+    saga_id: str,
+    payload: str,
+    ref_seq: int | None,
+    *,
+    caller: str | None = None,
 ) -> EntryDraft:
-    """The ``INTENT`` entry journaled before a call (``ref_seq``: the approved request)."""
+    """The ``INTENT`` entry journaled before a call (``ref_seq``: the approved request;
+    ``caller``: the authenticated principal the call came from, when known)."""
     attributes = {attr.REVERSIBILITY: definition.reversibility.value}
     if ref_seq is not None:
         attributes[attr.REF_SEQ] = str(ref_seq)
+    if caller is not None:
+        attributes[attr.CALLER] = caller
     return EntryDraft(
         saga_id=saga_id,
         event_type=EventType.INTENT,
@@ -168,7 +177,11 @@ def _stop_or_intent(
     payload = encode_payload(definition.name, arguments)
     refusal = check_constraint(definition, arguments)
     now = host.now_us()
+    caller = current_caller()
     if refusal is not None:
+        refused = {attr.POLICY_VERSION: host.policy_version}
+        if caller is not None:
+            refused[attr.CALLER] = caller
         draft = EntryDraft(
             saga_id=scope.saga_id,
             event_type=EventType.CONSTRAINT_VIOLATED,
@@ -176,7 +189,7 @@ def _stop_or_intent(
             payload=payload,
             error=refusal,
             actor=host.writer_id,
-            attributes={attr.POLICY_VERSION: host.policy_version},
+            attributes=refused,
             recorded_at_us=now,
         )
         return _Stop(draft=draft, value=refusal, gate=False)
@@ -187,6 +200,8 @@ def _stop_or_intent(
             attr.POLICY_VERSION: host.policy_version,
             attr.REVERSIBILITY: definition.reversibility.value,
         }
+        if caller is not None:
+            attributes[attr.CALLER] = caller
         if host.approval_ttl_us is not None:
             attributes[attr.EXPIRES_AT_US] = str(now + host.approval_ttl_us)
         draft = EntryDraft(
@@ -199,7 +214,7 @@ def _stop_or_intent(
             recorded_at_us=now,
         )
         return _Stop(draft=draft, value=awaiting_message(definition.name), gate=True)
-    return intent_draft(host, definition, scope.saga_id, payload, None)
+    return intent_draft(host, definition, scope.saga_id, payload, None, caller=caller)
 
 
 def _active_scope(host: Host, definition: ToolDefinition) -> SagaScope | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -23,9 +24,9 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from sagacity._decorators import ToolDefinition, tool_definition
 from sagacity._registry import RegisteredTool
+from sagacity._run import SagaRun
 from sagacity._saga import Sagacity
 from sagacity._scope import SagaScope, current_scope
-from sagacity._session import SagaSession
 from sagacity._tool import WRAPPED_ATTR, journaled_call, journaled_call_async
 from sagacity._wrap import _resolve_by
 from sagacity.adapters._binding import check_sagacity, register_function
@@ -234,12 +235,19 @@ class AgentHook:
         self.policy.warn_unmatched(tools, where=where, stacklevel=4)
 
     # -- sagas ----------------------------------------------------------------------------
-    def run_session(self) -> SagaSession | None:
-        """A saga for a run starting now, or ``None`` when a saga is already active."""
+    def new_run(self) -> SagaRun | None:
+        """Open the saga of an agent run starting now (``None``: a saga is already active,
+        such as ``sagacity.saga(...)`` or a conversation's, and the run joins it).
+
+        Raises:
+            SagaExistsError: the id made by ``saga_id`` is taken.
+            JournalError: the journal could not record the saga.
+        """
         active = current_scope()
         if active is not None and not active.closed:
             return None
-        return self.sagacity.session(self._saga_id() if self._saga_id else None)
+        saga = self._saga_id() if self._saga_id is not None else f"run-{uuid.uuid4().hex}"
+        return self.sagacity.open_run(saga)
 
     # -- calls ----------------------------------------------------------------------------
     def _before(self) -> tuple[SagaScope | None, int]:

@@ -57,8 +57,8 @@ from pydantic import BaseModel
 from sagacity._decorators import Constraint, ToolDefinition, tool_definition
 from sagacity._result import SagaResult
 from sagacity._reversibility import Reversibility
+from sagacity._run import SagaRun
 from sagacity._saga import Sagacity
-from sagacity._session import SagaSession
 from sagacity.adapters._binding import bind, check_sagacity, declaration, journaling_for
 from sagacity.adapters._hook import AgentHook, ModelLines
 from sagacity.errors import DeclarationError, SagaFailedError
@@ -219,8 +219,8 @@ class SagacityMiddleware(AgentMiddleware[SagaState, Any, Any]):
         self.tools = []
         self._hook = AgentHook(sagacity, policy, lines=lines, saga_id=saga_id)
         self._conversation = bool(conversation)
-        self._sessions: dict[str, SagaSession] = {}
-        self._abandoned: list[tuple[SagaSession, Exception]] = []
+        self._sessions: dict[str, SagaRun] = {}
+        self._abandoned: list[tuple[SagaRun, Exception]] = []
         self._lock = threading.Lock()
         if tools is not None:
             self.check(tools)
@@ -271,7 +271,7 @@ class SagacityMiddleware(AgentMiddleware[SagaState, Any, Any]):
         self.end_abandoned()
         if self._conversation:
             return None
-        session = self._hook.run_session()
+        session = self._hook.new_run()
         if session is None:
             return None
         with self._lock:
@@ -281,7 +281,7 @@ class SagacityMiddleware(AgentMiddleware[SagaState, Any, Any]):
     async def abefore_agent(self, state: SagaState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return self.before_agent(state, runtime)
 
-    def _pop(self, state: Any) -> SagaSession | None:
+    def _pop(self, state: Any) -> SagaRun | None:
         saga = state.get(SAGA_KEY) if isinstance(state, dict) else None
         if saga is None:
             return None
@@ -300,7 +300,7 @@ class SagacityMiddleware(AgentMiddleware[SagaState, Any, Any]):
             await session.end_async()
         return None
 
-    def _session(self, request: ToolCallRequest) -> SagaSession | None:
+    def _session(self, request: ToolCallRequest) -> SagaRun | None:
         if self._conversation:
             config = getattr(request.runtime, "config", None) or {}
             thread = (config.get("configurable") or {}).get("thread_id")
@@ -318,11 +318,11 @@ class SagacityMiddleware(AgentMiddleware[SagaState, Any, Any]):
             return self._sessions.get(saga)
 
     @contextlib.contextmanager
-    def _entered(self, session: SagaSession | None) -> Iterator[None]:
+    def _entered(self, session: SagaRun | None) -> Iterator[None]:
         if session is None:
             yield
             return
-        with session.active():
+        with session.joined():
             yield
 
     def _definition(self, request: ToolCallRequest) -> ToolDefinition | None:
@@ -416,7 +416,7 @@ class SagacityMiddleware(AgentMiddleware[SagaState, Any, Any]):
             return self._message(request, str(value))
         return answer[0]  # type: ignore[no-any-return]
 
-    def _abandon(self, session: SagaSession | None, error: Exception) -> None:
+    def _abandon(self, session: SagaRun | None, error: Exception) -> None:
         # The exception ends the agent run before after_agent.  Other calls of the same step
         # may still be running, so the saga is ended later (end_abandoned), not here.
         if session is None or self._conversation:

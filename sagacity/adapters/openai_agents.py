@@ -53,9 +53,9 @@ from mcp.types import CallToolResult, TextContent
 from sagacity._decorators import Constraint, ToolDefinition
 from sagacity._result import SagaResult
 from sagacity._reversibility import Reversibility
+from sagacity._run import SagaRun
 from sagacity._saga import Sagacity
 from sagacity._scope import current_scope
-from sagacity._session import SagaSession
 from sagacity._tool import AWAITING_PREFIX
 from sagacity.adapters._binding import bind, check_sagacity, declaration
 from sagacity.adapters._hook import AgentHook, ModelLines
@@ -248,16 +248,16 @@ class _Runs:
     def __init__(self, hook: AgentHook) -> None:
         self._hook = hook
         self._lock = threading.Lock()
-        self._sessions: dict[int, tuple[object, SagaSession]] = {}
+        self._sessions: dict[int, tuple[object, SagaRun]] = {}
         self.last: SagaResult | None = None
 
-    def session(self, context: RunContextWrapper[Any]) -> SagaSession | None:
+    def session(self, context: RunContextWrapper[Any]) -> SagaRun | None:
         key = id(context.usage)
         with self._lock:
             known = self._sessions.get(key)
             if known is not None:
                 return known[1]
-        session = self._hook.run_session()
+        session = self._hook.new_run()
         if session is None:
             return None
         with self._lock:
@@ -364,11 +364,11 @@ class JournaledAgent(Agent[Any]):
 
 
 @contextlib.contextmanager
-def _entered(session: SagaSession | None) -> Iterator[None]:
+def _entered(session: SagaRun | None) -> Iterator[None]:
     if session is None:
         yield
         return
-    with session.active():
+    with session.joined():
         yield
 
 

@@ -35,6 +35,7 @@ from the chain, by another process if need be.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import dataclasses
@@ -56,6 +57,7 @@ from sagacity._decorators import Constraint, ToolDefinition
 from sagacity._result import SagaResult
 from sagacity._reversibility import Reversibility
 from sagacity._saga import Sagacity
+from sagacity._scope import current_scope
 from sagacity.adapters._binding import bind, check_sagacity, declaration
 from sagacity.adapters._hook import AgentHook, ModelLines
 from sagacity.errors import DeclarationError, SagaFailedError
@@ -187,17 +189,19 @@ class _Journaling(AbstractCapability[Any]):
         return _JournalingToolset(wrapped=toolset, hook=self._hook, owner=self._owner)
 
     async def wrap_run(self, ctx: RunContext[Any], *, handler: Any) -> AgentRunResult[Any]:
-        session = self._hook.run_session()
-        if session is None:
+        active = current_scope()
+        if active is not None and not active.closed:
             return await handler()  # type: ignore[no-any-return]
+        run = await asyncio.to_thread(self._hook.new_run)
+        assert run is not None
         error: Exception | None = None
         result: AgentRunResult[Any] | None = None
-        async with session.active_async():
+        with run.joined():
             try:
                 result = await handler()
             except Exception as exc:
                 error = exc
-        self._owner._last_saga = await session.end_async(error)
+        self._owner._last_saga = await run.end_async(error)
         if error is not None:
             raise error
         assert result is not None
@@ -304,7 +308,7 @@ def journaled(
     ``@agent.tool`` / ``@agent.tool_plain`` (before or after this call), function toolsets and
     MCP servers.  Each is declared by its own ``@compensable``, else by ``policy`` (by name,
     glob, MCP annotations, default).  Each run opens its own saga unless one is active
-    (``sagacity.saga(...)``, ``sagacity.conversation(...).active()``).
+    (``sagacity.saga(...)``, ``sagacity.conversation(id).call(...)``).
 
     Args:
         agent: the Pydantic AI agent.

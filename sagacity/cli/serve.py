@@ -15,6 +15,7 @@ _SERVICES: tuple[tuple[str, str], ...] = (
     ("sagacity.cli.serve_archive", "archive"),
     ("sagacity.cli.serve_compensation", "compensation"),
     ("sagacity.cli.serve_approvals", "approvals"),
+    ("sagacity.cli.serve_mcp", "mcp"),
 )
 
 

@@ -329,10 +329,9 @@ def test_a_conversation_is_one_saga_across_runs_ended_explicitly() -> None:
     agent = journaled(build(script), sagacity, policy=POLICY)
     conversation = sagacity.conversation("c-1")
 
-    with conversation.active():
-        agent.run_sync("first")
-    with conversation.active():
-        agent.run_sync("second")
+    conversation.call(lambda: agent.run_sync("first"))
+    assert sagacity.conversation("c-1") is conversation
+    conversation.call(lambda: agent.run_sync("second"))
     result = conversation.end()
 
     assert result.status is SagaStatus.COMPLETED

@@ -25,6 +25,7 @@ PINNED = [
     "RegisteredTool",
     "Reversibility",
     "SagaResult",
+    "SagaRun",
     "SagaStatus",
     "Sagacity",
     "SagacityError",

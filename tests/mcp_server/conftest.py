@@ -1,0 +1,111 @@
+"""Fixtures of the MCP tests: ``sagacity serve mcp`` processes reached through the SDK's client."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from sagacity import EventType, JournalEntry
+from sagacity.producer import KafkaJournal
+from tests.approvals._process import REPO
+from tests.approvals.conftest import auth_file
+
+__all__ = ["auth_file"]  # the approvals tests' principals file, for the MCP tests too
+
+SERVE = [sys.executable, "-c", "from sagacity.cli import main; main()", "serve", "mcp"]
+
+
+class McpDeployment:
+    """A topic, a call log and the environment of the MCP server processes started on it."""
+
+    def __init__(self, bootstrap: str, topic: str, tmp: Path) -> None:
+        self.tmp = tmp
+        self.calls = tmp / "calls.jsonl"
+        self.env = {
+            **os.environ,
+            "SAGACITY_BOOTSTRAP_SERVERS": bootstrap,
+            "SAGACITY_TOPIC": topic,
+            "SAGACITY_TEST_CALL_LOG": str(self.calls),
+            "PYTHONPATH": str(REPO),
+        }
+        self.journal = KafkaJournal(bootstrap, topic=topic)
+        self.args = ["--tools", "tests.mcp_server.tools:Desk", "--compensation", "inline"]
+
+    def stdio(self, *extra: str) -> StdioServerParameters:
+        return StdioServerParameters(
+            command=SERVE[0],
+            args=[*SERVE[1:], *self.args, "--log-level", "WARNING", *extra],
+            env=self.env,
+            cwd=str(REPO),
+        )
+
+    @contextlib.asynccontextmanager
+    async def session(self, *extra: str) -> AsyncIterator[ClientSession]:
+        """A client session with a fresh stdio server process (it exits with the session)."""
+        with (self.tmp / "mcp-server.log").open("a", encoding="utf-8") as errlog:
+            async with (
+                stdio_client(self.stdio(*extra), errlog=errlog) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                yield session
+
+    def entries(self, saga_id: str) -> list[JournalEntry]:
+        return list(self.journal.entries(saga_id))
+
+    def kinds(self, saga_id: str) -> list[str]:
+        return [e.event_type.value for e in self.entries(saga_id)]
+
+    def wait_ended(self, saga_id: str, timeout: float = 30.0) -> list[JournalEntry]:
+        """The saga's chain once it holds a ``SAGA_ENDED`` (the last one after compensation)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            entries = self.entries(saga_id)
+            if entries and entries[-1].event_type is EventType.SAGA_ENDED:
+                return entries
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"saga {saga_id} not ended: {[e.event_type for e in entries]}")
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        self.journal.close()
+
+
+@pytest.fixture
+def mcp_deployment(
+    kafka_bootstrap: str, make_topic: Any, tmp_path: Path
+) -> Iterator[McpDeployment]:
+    deployment = McpDeployment(kafka_bootstrap, make_topic(), tmp_path)
+    try:
+        yield deployment
+    finally:
+        deployment.close()
+
+
+def run(coroutine: Any) -> Any:
+    """Run one client conversation to its end."""
+    return asyncio.run(coroutine)
+
+
+def wait_http(url: str, timeout: float = 30.0) -> None:
+    """Wait until something answers HTTP at ``url``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.HTTPError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
