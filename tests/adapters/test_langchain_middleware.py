@@ -298,3 +298,31 @@ def test_conversation_mode_keeps_one_saga_per_thread_until_ended() -> None:
     chain = kinds(sagacity.entries("t-9"))
     assert chain.count((E.SAGA_OPENED, None)) == 1
     assert chain.count((E.EXECUTED, "hold")) == 2
+
+
+def test_a_run_a_tool_exception_ends_is_compensated_at_the_next_run() -> None:
+    sagacity = Sagacity()
+    SHOP.create_order_error = RuntimeError("database down")
+    middleware = SagacityMiddleware(sagacity, policy=POLICY, saga_id=lambda: "lc-raised")
+    order = StructuredTool.from_function(
+        func=create_order_sync,
+        coroutine=shop.create_order,
+        name="create_order",
+        description="Create an order.",
+    )
+    runner = create_agent(
+        model(
+            calls(("hold", {"sku": "widget", "quantity": 2})),
+            calls(("create_order", {"sku": "widget", "quantity": 2})),
+        ),
+        [hold, order],
+        middleware=[middleware],
+    )
+
+    with pytest.raises(RuntimeError, match="database down"):
+        runner.invoke({"messages": [("user", "order")]})
+
+    [result] = middleware.end_abandoned()
+    assert result.status is SagaStatus.COMPENSATED
+    assert UNDONE == ["unhold widget"]
+    assert kinds(sagacity.entries("lc-raised"))[-1] == (E.SAGA_ENDED, None)

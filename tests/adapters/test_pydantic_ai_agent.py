@@ -23,6 +23,7 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
 from sagacity import CompensationContext, Sagacity, SagaStatus
+from sagacity.adapters import ModelLines
 from sagacity.adapters.pydantic_ai import journaled
 from sagacity.errors import DeclarationError, PolicyError
 from sagacity.policy import Policy, PolicyWarning
@@ -392,3 +393,19 @@ def test_a_write_that_returns_its_own_undo_is_undone_by_it() -> None:
     assert hooked.last_saga is not None
     assert hooked.last_saga.status is SagaStatus.COMPENSATED
     assert TICKETS == {"T-1": "pending"}
+
+
+def test_the_lines_the_model_is_told_are_configurable() -> None:
+    sagacity = Sagacity()
+    script = Script([("purge_cache", {"sku": "w"})], "ok")
+    lines = ModelLines(gate="Held for a human: {tool} in {saga_id} (request {seq}).")
+    agent = journaled(
+        build(script, Inventory()), sagacity, policy=POLICY, lines=lines, saga_id=lambda: "s-l"
+    )
+    agent.run_sync("purge")
+    [request] = sagacity.pending_approvals("s-l")
+    assert script.seen == [
+        ("purge_cache", f"Held for a human: purge_cache in s-l (request {request.seq}).")
+    ]
+    with pytest.raises(DeclarationError, match="one line"):
+        ModelLines(refused="two\nlines")
