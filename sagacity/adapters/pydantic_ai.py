@@ -40,7 +40,7 @@ import contextlib
 import copy
 import dataclasses
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic_ai import Tool
 from pydantic_ai.agent import AbstractAgent
@@ -181,7 +181,7 @@ def _remote_call(toolset: AbstractToolset[Any], name: str) -> Callable[..., Any]
 class _Journaling(AbstractCapability[Any]):
     """The capability ``journaled`` adds to every run: one saga per run, every call journaled."""
 
-    def __init__(self, hook: AgentHook, owner: JournaledAgent) -> None:
+    def __init__(self, hook: AgentHook, owner: JournaledAgent[Any, Any]) -> None:
         self._hook = hook
         self._owner = owner
 
@@ -213,7 +213,7 @@ class _JournalingToolset(WrapperToolset[Any]):
     """The agent's assembled toolset, every call journaled (see :func:`journaled`)."""
 
     hook: AgentHook = dataclasses.field(kw_only=True)
-    owner: JournaledAgent = dataclasses.field(kw_only=True)
+    owner: JournaledAgent[Any, Any] = dataclasses.field(kw_only=True)
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
         tools = await self.wrapped.get_tools(ctx)
@@ -246,7 +246,11 @@ class _JournalingToolset(WrapperToolset[Any]):
             raise ToolFailed(f"{exc.message}\n{line}") from exc
 
 
-class JournaledAgent(WrapperAgent[Any, Any]):
+DepsT = TypeVar("DepsT")
+OutputT = TypeVar("OutputT")
+
+
+class JournaledAgent(WrapperAgent[DepsT, OutputT]):
     """An agent whose every tool call is journaled, gated and compensable (see
     :func:`journaled`).  Use it as the agent: ``run``, ``run_sync``, ``run_stream``, ``iter``.
 
@@ -257,7 +261,7 @@ class JournaledAgent(WrapperAgent[Any, Any]):
 
     def __init__(
         self,
-        wrapped: AbstractAgent[Any, Any],
+        wrapped: AbstractAgent[DepsT, OutputT],
         hook: AgentHook,
     ) -> None:
         super().__init__(wrapped)
@@ -295,13 +299,13 @@ class JournaledAgent(WrapperAgent[Any, Any]):
 
 
 def journaled(
-    agent: AbstractAgent[Any, Any],
+    agent: AbstractAgent[DepsT, OutputT],
     sagacity: Sagacity,
     *,
     policy: Policy | None = None,
     lines: ModelLines | None = None,
     saga_id: Callable[[], str] | None = None,
-) -> JournaledAgent:
+) -> JournaledAgent[DepsT, OutputT]:
     """``agent`` with every tool call journaled, gated and compensable.
 
     Every tool the agent can reach is covered: those given as ``tools=``, registered with
