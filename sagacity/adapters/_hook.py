@@ -75,6 +75,25 @@ def _jsonable(arguments: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
+_IDENTITIES: dict[tuple[str, str], Callable[..., Any]] = {}
+_IDENTITIES_LOCK = threading.Lock()
+
+
+def remote_identity(source: str, name: str) -> Callable[..., Any]:
+    """The function standing for remote tool ``name`` of ``source`` (an MCP server's name) in
+    a registry: the same for every hook, so wrapping an agent twice is no name clash."""
+    with _IDENTITIES_LOCK:
+        identity = _IDENTITIES.get((source, name))
+        if identity is None:
+
+            def remote(**arguments: Any) -> Any:
+                raise DeclarationError(f"tool {name!r} of {source} runs only through its server")
+
+            remote.__qualname__ = f"{source}:{name}"
+            identity = _IDENTITIES[(source, name)] = remote
+        return identity
+
+
 class AgentHook:
     """Declarations and journaling for every tool of one agent (shared by the frameworks).
 

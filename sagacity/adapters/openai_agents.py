@@ -58,7 +58,7 @@ from sagacity._saga import Sagacity
 from sagacity._scope import current_scope
 from sagacity._tool import AWAITING_PREFIX
 from sagacity.adapters._binding import bind, check_sagacity, declaration
-from sagacity.adapters._hook import AgentHook, ModelLines
+from sagacity.adapters._hook import AgentHook, ModelLines, remote_identity
 from sagacity.errors import DeclarationError
 from sagacity.policy import Policy, ToolAnnotations
 
@@ -208,7 +208,10 @@ class _JournalingServer(MCPServer):
             return _mcp_value(result)
 
         return self._hook.declare_remote(
-            name, call, annotations=ToolAnnotations.from_mcp(annotations), identity=call
+            name,
+            call,
+            annotations=ToolAnnotations.from_mcp(annotations),
+            identity=remote_identity(f"MCP server {self.name!r}", name),
         )
 
     async def call_tool(

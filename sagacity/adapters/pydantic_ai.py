@@ -59,7 +59,7 @@ from sagacity._reversibility import Reversibility
 from sagacity._saga import Sagacity
 from sagacity._scope import current_scope
 from sagacity.adapters._binding import bind, check_sagacity, declaration
-from sagacity.adapters._hook import AgentHook, ModelLines
+from sagacity.adapters._hook import AgentHook, ModelLines, remote_identity
 from sagacity.errors import DeclarationError, SagaFailedError
 from sagacity.policy import Policy, ToolAnnotations
 
@@ -144,24 +144,6 @@ def _function_of(tool: ToolsetTool[Any]) -> Tool[Any] | None:
     if not isinstance(tool, FunctionToolsetTool) or not isinstance(tool.toolset, FunctionToolset):
         return None
     return tool.toolset.tools.get(tool.original_name or tool.tool_def.name)
-
-
-class _Identities:
-    """One stand-in function per (toolset, tool name): a remote tool's registry identity."""
-
-    def __init__(self) -> None:
-        self._by_key: dict[tuple[int, str], Callable[..., Any]] = {}
-
-    def get(self, toolset: AbstractToolset[Any], name: str) -> Callable[..., Any]:
-        key = (id(toolset), name)
-        if key not in self._by_key:
-
-            def remote(**arguments: Any) -> Any:
-                raise NotImplementedError  # pragma: no cover - identity only
-
-            remote.__qualname__ = f"{toolset.label}:{name}"
-            self._by_key[key] = remote
-        return self._by_key[key]
 
 
 def _remote_call(toolset: AbstractToolset[Any], name: str) -> Callable[..., Any]:
@@ -267,7 +249,6 @@ class JournaledAgent(WrapperAgent[DepsT, OutputT]):
         super().__init__(wrapped)
         self._hook = hook
         self._capability = _Journaling(hook, self)
-        self._identities = _Identities()
         self._last_saga: SagaResult | None = None
 
     @property
@@ -288,7 +269,7 @@ class JournaledAgent(WrapperAgent[DepsT, OutputT]):
             name,
             _remote_call(tool.toolset, name),
             annotations=ToolAnnotations.from_mcp(metadata.get("annotations")),
-            identity=self._identities.get(tool.toolset, name),
+            identity=remote_identity(tool.toolset.id or tool.toolset.label, name),
         )
 
     @contextlib.asynccontextmanager

@@ -266,3 +266,15 @@ def test_a_hosted_tool_is_refused_naming_it() -> None:
 
     with pytest.raises(DeclarationError, match="WebSearchTool"):
         journaled(Agent(name="a", tools=[WebSearchTool()]), Sagacity())
+
+
+def test_the_same_agent_journaled_twice_by_one_sagacity_runs_both() -> None:
+    sagacity = Sagacity()
+    catalogue = Catalogue()
+    for _ in range(2):
+        model = ScriptedModel([[call("lookup_price", sku="w")], [assistant_message("ok")]])
+        agent = journaled(Agent(name="a", model=model, mcp_servers=[catalogue]), sagacity)
+        Runner.run_sync(agent, "price", run_config=NO_TRACING)
+        assert agent.last_saga is not None
+        assert agent.last_saga.status is SagaStatus.COMPLETED
+    assert catalogue.called == ["lookup_price", "lookup_price"]
