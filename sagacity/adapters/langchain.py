@@ -39,6 +39,7 @@ later, outside the agent run.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import threading
@@ -279,7 +280,8 @@ class SagacityMiddleware(AgentMiddleware[SagaState, Any, Any]):
         return {SAGA_KEY: session.saga_id}
 
     async def abefore_agent(self, state: SagaState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return self.before_agent(state, runtime)
+        # Opening the saga waits for the journal: not on the event loop.
+        return await asyncio.to_thread(self.before_agent, state, runtime)
 
     def _pop(self, state: Any) -> SagaRun | None:
         saga = state.get(SAGA_KEY) if isinstance(state, dict) else None

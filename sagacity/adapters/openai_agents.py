@@ -320,21 +320,22 @@ class JournaledAgent(Agent[Any]):
     """An ``Agent`` whose every tool call is journaled, gated and compensable (see
     :func:`journaled`); run it with ``Runner`` as any agent."""
 
+    sagacity_hook: AgentHook | None = dataclasses.field(default=None, repr=False, kw_only=True)
+    sagacity_runs: _Runs | None = dataclasses.field(default=None, repr=False, kw_only=True)
+
     @property
     def last_saga(self) -> SagaResult | None:
         """The outcome of the saga the latest run that ended opened."""
-        runs: _Runs = self.__dict__["_sagacity_runs"]
-        return runs.last
+        return self.sagacity_runs.last if self.sagacity_runs is not None else None
 
     async def get_all_tools(self, run_context: RunContextWrapper[Any]) -> list[Tool]:
         tools = await super().get_all_tools(run_context)
         return [self._entering(t) for t in tools]
 
     def _entering(self, tool: Tool) -> Tool:
-        if not isinstance(tool, FunctionTool):
+        hook, runs = self.sagacity_hook, self.sagacity_runs
+        if not isinstance(tool, FunctionTool) or hook is None or runs is None:
             return tool
-        hook: AgentHook = self.__dict__["_sagacity_hook"]
-        runs: _Runs = self.__dict__["_sagacity_runs"]
         original = tool.on_invoke_tool
         definition = hook.definition(tool.name)
         remote = definition is not None and not getattr(tool, "_sagacity_function", False)
@@ -442,7 +443,4 @@ def journaled(
     fields["tools"] = tools
     fields["mcp_servers"] = [_JournalingServer(s, hook) for s in agent.mcp_servers]
     fields["hooks"] = _EndRunSaga(agent.hooks, runs)
-    wrapper = JournaledAgent(**fields)
-    wrapper.__dict__["_sagacity_hook"] = hook
-    wrapper.__dict__["_sagacity_runs"] = runs
-    return wrapper
+    return JournaledAgent(**fields, sagacity_hook=hook, sagacity_runs=runs)
