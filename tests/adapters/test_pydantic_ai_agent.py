@@ -22,7 +22,7 @@ from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
-from sagacity import CompensationContext, Sagacity, SagaStatus
+from sagacity import CompensationContext, Reversibility, Sagacity, SagaStatus
 from sagacity.adapters import ModelLines
 from sagacity.adapters.pydantic_ai import journaled
 from sagacity.errors import DeclarationError, PolicyError
@@ -409,3 +409,19 @@ def test_the_lines_the_model_is_told_are_configurable() -> None:
     ]
     with pytest.raises(DeclarationError, match="one line"):
         ModelLines(refused="two\nlines")
+
+
+def test_a_compensable_tool_keeps_its_declaration_and_may_not_be_declared_twice() -> None:
+    sagacity = Sagacity()
+    agent = journaled(build(Script("ok")), sagacity, policy=Policy({"*": "READ"}))
+    # The glob covers the undecorated tools; create_order keeps its @compensable(by=...).
+    assert agent.run_sync("go").output == "ok"
+    registered = sagacity.registry.get("create_order")
+    assert registered is not None
+    assert registered.reversibility is Reversibility.COMPENSATABLE
+    assert sagacity.registry.get("whoami").reversibility is Reversibility.READ  # type: ignore[union-attr]
+
+    with pytest.raises(DeclarationError, match="'create_order' is declared twice"):
+        journaled(
+            build(Script("x")), Sagacity(), policy=Policy({"create_order": "READ"}, default="READ")
+        )
