@@ -425,3 +425,27 @@ def test_a_compensable_tool_keeps_its_declaration_and_may_not_be_declared_twice(
         journaled(
             build(Script("x")), Sagacity(), policy=Policy({"create_order": "READ"}, default="READ")
         )
+
+
+def test_a_real_mcp_server_over_stdio_is_journaled_and_its_annotations_apply() -> None:
+    import sys
+    from pathlib import Path
+
+    from fastmcp.client.transports import PythonStdioTransport
+    from pydantic_ai.mcp import MCPToolset
+
+    script_path = Path(__file__).with_name("mcp_catalogue.py")
+    server = MCPToolset(PythonStdioTransport(script_path=script_path, python_cmd=sys.executable))
+    sagacity = Sagacity()
+    script = Script([("lookup_price", {"sku": "widget"})], [("delist", {"sku": "widget"})], "ok")
+    agent = journaled(Agent(FunctionModel(script), toolsets=[server]), sagacity)
+
+    agent.run_sync("price, then delist")
+
+    saga = agent.last_saga
+    assert saga is not None
+    assert saga.status is SagaStatus.AWAITING_APPROVAL  # delist: destructive, no undo
+    chain = kinds(sagacity.entries(saga.saga_id))
+    assert (E.EXECUTED, "lookup_price") in chain
+    assert (E.AWAITING_APPROVAL, "delist") in chain
+    assert ("lookup_price", "widget: 3") in script.seen
