@@ -8,6 +8,7 @@ import importlib
 import inspect
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -124,6 +125,8 @@ class Sagacity:
         self._registry = ToolRegistry()
         self._desk = _approval.ApprovalDesk(self)
         self._suspects = _settlement.SuspectDesk(self)
+        self._conversations: dict[str, SagaRun] = {}
+        self._conversations_lock = threading.Lock()
 
     @classmethod
     def from_env(cls, **options: Any) -> Sagacity:
@@ -337,6 +340,29 @@ class Sagacity:
             report = None if self._mode == "delegated" else await self._runner().run_async(saga)
             return await asyncio.to_thread(self._end_failed, scope, value, error, report)
         return await asyncio.to_thread(self._end_clean, scope, value)
+
+    def conversation(self, conversation_id: str) -> SagaRun:
+        """The one saga of a conversation, opened by the first call for its id.
+
+        The same :class:`SagaRun` is returned for the same id until it ends: each agent run
+        of the conversation joins it (``conversation.call(...)``, or an agent-level hook in
+        conversation mode) instead of opening a saga of its own.  End it explicitly with
+        ``conversation.end()`` when the conversation is over; that is when a failed step is
+        compensated.  Its saga id is the conversation id.
+
+        Raises:
+            InvalidArgumentError: an empty ``conversation_id``.
+            SagaExistsError: the id names a saga this ``Sagacity`` did not open (one that
+                ended, or another writer's).
+            JournalError: the journal could not record the saga.
+        """
+        saga = check_saga_id(conversation_id)
+        with self._conversations_lock:
+            run = self._conversations.get(saga)
+            if run is None or run.ended:
+                run = self.open_run(saga)
+                self._conversations[saga] = run
+            return run
 
     def _flush_quietly(self) -> None:
         # On the way out of an interrupted run: make buffered outcomes durable if the journal

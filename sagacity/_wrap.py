@@ -18,6 +18,8 @@ from sagacity._decorators import (
     compensation_definition,
     tool_definition,
 )
+from sagacity._frameworks import NOT_A_FRAMEWORK_OBJECT
+from sagacity._frameworks import route as route_framework_object
 from sagacity._registry import RegisteredTool, ToolRegistry
 from sagacity._reversibility import Reversibility
 from sagacity._tool import WRAPPED_ATTR, Host, wrap_function
@@ -169,7 +171,9 @@ def _register(
 def wrap(host: Host, registry: ToolRegistry, obj: object) -> Any:
     """Wrap ``obj`` (an instance with declared methods, or a declared function).
 
-    Returns a journaling function for a function, a :class:`WrappedTools` for an object.
+    Returns a journaling function for a function, a :class:`WrappedTools` for an object, and
+    for an agent framework's tool object the framework's tool, journaling (its adapter's
+    ``wrap_tool``); an agent, toolset, graph or MCP server is refused naming the hook to use.
 
     Raises:
         DeclarationError: nothing to wrap, a ``by=`` that does not resolve, a wrong
@@ -177,6 +181,9 @@ def wrap(host: Host, registry: ToolRegistry, obj: object) -> Any:
     """
     if getattr(obj, WRAPPED_ATTR, False) or isinstance(obj, WrappedTools):
         raise DeclarationError(f"{obj!r} is already wrapped; wrap the original object once")
+    routed = route_framework_object(host, obj)
+    if routed is not NOT_A_FRAMEWORK_OBJECT:
+        return routed
     definition = tool_definition(obj)
     if definition is not None and callable(obj):
         owner = getattr(obj, "__self__", None)
