@@ -17,7 +17,6 @@ from sagacity._memory import InMemoryJournal
 from sagacity._registry import RegisteredTool, ToolRegistry
 from sagacity._result import SagaResult, SagaStatus, Step
 from sagacity._reversibility import Reversibility
-from sagacity._run import SagaRun
 from sagacity._saga import Sagacity
 from sagacity._undo import Undo
 from sagacity.chain import BreakReason, ChainVerdict, verify
@@ -42,7 +41,6 @@ __all__ = [
     "RegisteredTool",
     "Reversibility",
     "SagaResult",
-    "SagaRun",
     "SagaStatus",
     "Sagacity",
     "SagacityError",

@@ -8,6 +8,7 @@ import importlib
 import inspect
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -26,8 +27,8 @@ from sagacity._oversize import append_bounded
 from sagacity._registry import ToolRegistry
 from sagacity._result import SagaResult, SagaStatus
 from sagacity._reversibility import Reversibility
-from sagacity._run import SagaRun
 from sagacity._scope import SagaScope, ensure_no_active_scope, open_scope
+from sagacity._session import SagaSession
 from sagacity._wrap import wrap, wrap_callable
 from sagacity.errors import (
     ConfigurationError,
@@ -121,6 +122,8 @@ class Sagacity:
         self._clock = clock or now_micros
         self._registry = ToolRegistry()
         self._desk = _approval.ApprovalDesk(self)
+        self._conversations: dict[str, SagaSession] = {}
+        self._conversations_lock = threading.Lock()
 
     @classmethod
     def from_env(cls, **options: Any) -> Sagacity:
@@ -292,20 +295,6 @@ class Sagacity:
             return self._end_failed(scope, value, error, report)
         return self._end_clean(scope, value)
 
-    def open_run(self, saga_id: str) -> SagaRun:
-        """Open a saga whose calls arrive one at a time (an MCP session, a conversation).
-
-        ``SAGA_OPENED`` is journaled now; each :meth:`SagaRun.call` joins the saga and
-        :meth:`SagaRun.end` ends it with the rules of :meth:`saga`.
-
-        Raises:
-            InvalidArgumentError: ``saga_id`` is empty.
-            NestedSagaError: a saga is already active in this context.
-            SagaExistsError: the saga id is taken.
-            JournalError: the journal could not record the saga.
-        """
-        return SagaRun(self, self._open(saga_id))
-
     async def saga_async(self, saga_id: str, work: Callable[[], Awaitable[Any]]) -> SagaResult:
         """:meth:`saga` for asyncio: ``work`` is awaited; tasks it creates share the saga.
 
@@ -333,6 +322,39 @@ class Sagacity:
             report = None if self._mode == "delegated" else await self._runner().run_async(saga)
             return await asyncio.to_thread(self._end_failed, scope, value, error, report)
         return await asyncio.to_thread(self._end_clean, scope, value)
+
+    def session(self, saga_id: str | None = None) -> SagaSession:
+        """A saga entered by runs and ended explicitly (what agent-level hooks open per run).
+
+        ``with session.active(): ...`` makes it the context's saga (``SAGA_OPENED`` on first
+        use); ``session.end()`` finishes it as :meth:`saga` finishes its run.
+
+        Args:
+            saga_id: the saga's id; a fresh ``run-<hex>`` id when omitted.
+
+        Raises:
+            InvalidArgumentError: ``saga_id`` is given but empty.
+        """
+        saga = check_saga_id(saga_id) if saga_id is not None else f"run-{uuid.uuid4().hex}"
+        return SagaSession(self, saga)
+
+    def conversation(self, conversation_id: str) -> SagaSession:
+        """The one saga of a conversation: every run that enters it journals into it.
+
+        The same session is returned for the same id until it ends; end it explicitly with
+        ``conversation.end()`` when the conversation is over (that is when a failed step is
+        compensated).  Its saga id is the conversation id.
+
+        Raises:
+            InvalidArgumentError: an empty ``conversation_id``.
+        """
+        saga = check_saga_id(conversation_id)
+        with self._conversations_lock:
+            session = self._conversations.get(saga)
+            if session is None or session.result is not None:
+                session = SagaSession(self, saga)
+                self._conversations[saga] = session
+            return session
 
     def _flush_quietly(self) -> None:
         # On the way out of an interrupted run: make buffered outcomes durable if the journal

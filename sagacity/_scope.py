@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from sagacity.errors import NestedSagaError, SagaClosedError
+from sagacity.errors import NestedSagaError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,25 +156,19 @@ def open_scope(saga_id: str, owner: object) -> Iterator[SagaScope]:
 
 
 @contextlib.contextmanager
-def joined_scope(scope: SagaScope) -> Iterator[SagaScope]:
-    """Make an already open run's ``scope`` active for the block, without ending it.
-
-    For a saga whose calls arrive one at a time (:class:`~sagacity.SagaRun`): each call joins
-    the run's scope and leaves it open for the next.
+def activate(scope: SagaScope) -> Iterator[SagaScope]:
+    """Make an already open ``scope`` active for the block (a session's run); not closed on exit.
 
     Raises:
-        NestedSagaError: another saga is already active in this context.
-        SagaClosedError: the run has ended.
+        NestedSagaError: another saga is active in this context.
     """
     active = _current.get()
     if active is not None and active is not scope and not active.closed:
         raise NestedSagaError(
-            f"saga {scope.saga_id!r} cannot run inside saga {active.saga_id!r}: sagas do not "
+            f"saga {scope.saga_id!r} cannot start inside saga {active.saga_id!r}: sagas do not "
             "nest; finish the outer saga first",
             saga_id=scope.saga_id,
         )
-    if scope.closed:
-        raise SagaClosedError(f"saga {scope.saga_id!r} has ended", saga_id=scope.saga_id)
     token = _current.set(scope)
     try:
         yield scope

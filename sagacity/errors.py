@@ -41,6 +41,21 @@ class DeclarationError(SagacityError):
     """A tool's ``@compensable`` declaration is wrong (raised at ``wrap()`` time)."""
 
 
+class PolicyError(DeclarationError):
+    """A tool policy is malformed (raised when it is loaded).
+
+    Attributes:
+        source: where the policy came from (a file path, or ``<policy>``).
+        line: the line of the TOML text at fault, when known.
+    """
+
+    def __init__(self, message: str, *, source: str | None = None, line: int | None = None):
+        where = source or "<policy>"
+        super().__init__(f"{where}{f', line {line}' if line else ''}: {message}")
+        self.source = source
+        self.line = line
+
+
 # --- saga scope ----------------------------------------------------------------------------
 class SagaError(SagacityError):
     """Misuse of a saga scope: nesting, an unknown saga, a saga already ended."""

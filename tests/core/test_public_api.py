@@ -25,7 +25,6 @@ PINNED = [
     "RegisteredTool",
     "Reversibility",
     "SagaResult",
-    "SagaRun",
     "SagaStatus",
     "Sagacity",
     "SagacityError",

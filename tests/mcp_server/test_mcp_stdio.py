@@ -248,7 +248,9 @@ def test_a_saga_named_in_meta_is_joined_only_if_this_server_owns_it(
     mcp_deployment: McpDeployment,
 ) -> None:
     other = Sagacity(mcp_deployment.journal)
-    taken = other.open_run("taken-by-another-writer")
+    taken = other.session("taken-by-another-writer")
+    with taken.active():
+        pass  # opened by this (other) writer and held open
 
     async def conversation() -> tuple[Any, Any]:
         async with mcp_deployment.session() as session:

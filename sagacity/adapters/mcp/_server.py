@@ -197,13 +197,15 @@ class SagacityMCP:
             error: Exception | None = None
             value: Any = None
             try:
-                value = await run.call_async(lambda: self._invoke(registered, arguments))
+                async with run.active_async():
+                    value = await self._invoke(registered, arguments)
             except Exception as exc:
                 error = exc
-            if run.failure is not None or run.lost is not None or error is not None:
+            scope = run.scope
+            if scope is None or scope.failure or scope.lost or error is not None:
                 result = await self._end(slot)
                 raise ToolError(self._failure_text(registered, error, result))
-            gates = run.gates
+            gates = scope.gates
             if gates:
                 gate = gates[-1]
                 await self._end(slot)
@@ -224,7 +226,7 @@ class SagacityMCP:
         except SagacityError:
             log.exception("could not end saga %s", run.saga_id if run else "?")
             return None
-        return run.end() if run is not None else None
+        return run.result if run is not None else None
 
     @staticmethod
     def _failure_text(

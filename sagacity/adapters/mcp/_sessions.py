@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sagacity._run import SagaRun
+from sagacity._session import SagaSession
 from sagacity.errors import SagaExistsError
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ class _Slot:
     key: object
     session: weakref.ref[Any] | None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    run: SagaRun | None = None
+    run: SagaSession | None = None
     last_used: float = field(default_factory=time.monotonic)
     hooked: bool = False
     """Whether the connection's close already ends this slot's saga."""
@@ -97,25 +97,28 @@ class SessionSagas:
             finally:
                 slot.last_used = self._clock()
 
-    async def ensure_run(self, slot: _Slot, saga_id: str | None) -> SagaRun:
-        """The slot's open run, opening one (the named saga, or a new id) if it has none.
+    async def ensure_run(self, slot: _Slot, saga_id: str | None) -> SagaSession:
+        """The slot's open saga, opening one (the named saga, or a new id) if it has none.
 
         Raises:
             SagaExistsError: the named saga exists but is not open in this server (another
                 writer's, or ended): the single-writer rule refuses to join it.
         """
-        if slot.run is not None and not slot.run.ended:
+        if slot.run is not None and slot.run.result is None:
             return slot.run
         name = saga_id or f"{self._prefix}{uuid.uuid4().hex}"
+        session = self._sagacity.session(name)
         try:
-            slot.run = await asyncio.to_thread(self._sagacity.open_run, name)
+            async with session.active_async():
+                pass  # SAGA_OPENED now: a saga someone else holds is refused before any call
         except SagaExistsError as exc:
             raise SagaExistsError(
                 f"saga {name!r} exists and is not open in this server: a saga has one writer; "
                 "name a new saga, or resume a gated call with sagacity/saga_id and sagacity/seq",
                 saga_id=name,
             ) from exc
-        return slot.run
+        slot.run = session
+        return session
 
     async def end(self, slot: _Slot) -> None:
         """End the slot's run (if any) and forget the slot."""
