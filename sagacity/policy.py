@@ -133,6 +133,9 @@ class ToolAnnotations:
         """From an MCP ``ToolAnnotations`` object or its wire dict (camelCase keys)."""
         if annotations is None:
             return None
+        dump = getattr(annotations, "model_dump", None)
+        if callable(dump):  # the MCP SDK's model: its wire (camelCase) form
+            annotations = dump(by_alias=True)
 
         def hint(name: str) -> bool | None:
             value = (

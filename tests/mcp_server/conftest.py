@@ -24,6 +24,7 @@ from tests.approvals.conftest import auth_file
 __all__ = ["auth_file"]  # the approvals tests' principals file, for the MCP tests too
 
 SERVE = [sys.executable, "-c", "from sagacity.cli import main; main()", "serve", "mcp"]
+CLI = [sys.executable, "-c", "from sagacity.cli import main; main()"]
 
 
 class McpDeployment:
@@ -40,12 +41,13 @@ class McpDeployment:
             "PYTHONPATH": str(REPO),
         }
         self.journal = KafkaJournal(bootstrap, topic=topic)
+        self.command = ["serve", "mcp"]
         self.args = ["--tools", "tests.mcp_server.tools:Desk", "--compensation", "inline"]
 
     def stdio(self, *extra: str) -> StdioServerParameters:
         return StdioServerParameters(
-            command=SERVE[0],
-            args=[*SERVE[1:], *self.args, "--log-level", "WARNING", *extra],
+            command=CLI[0],
+            args=[*CLI[1:], *self.command, *self.args, "--log-level", "WARNING", *extra],
             env=self.env,
             cwd=str(REPO),
         )
