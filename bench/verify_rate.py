@@ -35,12 +35,12 @@ from _archive_common import (
 
 from sagacity.chain import canonical_bytes
 from sagacity.consumers.archive import BatchArchiver, audit, generate_key, sign_pending
-from sagacity.consumers.archive._audit import _ROW_COLUMNS
+from sagacity.consumers.archive._rows import ROW_COLUMNS
 
 
 def _copy_out_seconds(conn: psycopg.Connection, order: str) -> float:
     """Seconds for the server to stream every row ``verify`` reads (best of three)."""
-    query = f"COPY (SELECT {_ROW_COLUMNS} FROM side_effect_journal {order}) TO STDOUT"
+    query = f"COPY (SELECT {ROW_COLUMNS} FROM side_effect_journal {order}) TO STDOUT"
     best = float("inf")
     for _ in range(3):
         with Timer() as t, conn.cursor().copy(query) as copy:

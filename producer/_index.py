@@ -85,6 +85,8 @@ class SagaIndex(Protocol):
         """The saga's archived prefix, in one consistent snapshot.
 
         Raises:
+            ArchiveSchemaError: the database holds no archive; the reader scans the partition
+                without a warning (the index says so itself, once per process).
             SagacityError: the index cannot answer (unreachable, not an index); the reader
                 then scans the partition.
         """

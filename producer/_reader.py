@@ -21,12 +21,25 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from sagacity._events import GENESIS_HASH, EventType, JournalEntry
 from sagacity.chain import compute_hash
-from sagacity.errors import JournalUnavailableError, SagacityError, SerializationError
+from sagacity.errors import (
+    ArchiveSchemaError,
+    JournalUnavailableError,
+    SagacityError,
+    SerializationError,
+)
 from sagacity.producer._index import IndexedSaga, SagaIndex
 from sagacity.producer._partition import partition_for
 from sagacity.schemas import decode_entry
 
 log = logging.getLogger("sagacity.reader")
+
+
+def _scan_instead(partition: int, error: SagacityError) -> None:
+    """Log that a scan of ``partition`` replaces the index (quietly when it holds no archive:
+    the index says that once per process)."""
+    level = logging.DEBUG if isinstance(error, ArchiveSchemaError) else logging.WARNING
+    log.log(level, "partition %d: scanning it instead: %s", partition, error)
+
 
 HANDOFF_EVENTS = frozenset(
     {
@@ -442,6 +455,11 @@ class SagaReader:
                     f"the read index holds a malformed event: {exc}",
                     error=True,
                 )
+            except ArchiveSchemaError as exc:
+                # No archive there (yet): the index says so once per process, not every read.
+                return self._fallback(
+                    saga_id, partition, f"the read index did not answer: {exc}", quiet=True
+                )
             except SagacityError as exc:
                 return self._fallback(saga_id, partition, f"the read index did not answer: {exc}")
         if found.covered_to is None:
@@ -549,7 +567,7 @@ class SagaReader:
             try:
                 found = self._index.sagas_with_pending_requests(self._topic, partition)
             except SagacityError as exc:
-                log.warning("partition %d: scanning it instead: %s", partition, exc)
+                _scan_instead(partition, exc)
             else:
                 if found.covered_to is not None:
                     reads = self._requests_from_index(partition, found.covered_to, found.sagas)
@@ -575,7 +593,7 @@ class SagaReader:
             try:
                 found = many(self._topic, partition, mine)
             except SagacityError as exc:
-                log.warning("partition %d: scanning it instead: %s", partition, exc)
+                _scan_instead(partition, exc)
                 return None
         reads: list[SagaRead] = []
         for saga in mine:

@@ -8,7 +8,9 @@ Where the infrastructure comes from, in order:
 3. otherwise the checkout's local stack (``sagacity.dev.Stack``), started for the session and
    stopped at its end (a stack that was already running is reused and left running).
 
-Kafka and PostgreSQL are resolved independently and only when a test asks for them. Each test
+Kafka and PostgreSQL are resolved independently and only when a test asks for them; the
+session's header says which source each will come from and why. CI exercises the first (its
+variables point at the local stack ``deploy/local/test`` brings up) and nothing else. Each test
 gets fresh, uniquely named topics (``make_topic``) and its own schema (``pg_dsn``), so tests
 never see each other's data and run in any order.
 """
@@ -19,6 +21,7 @@ import asyncio
 import gc
 import logging
 import os
+import re
 import sys
 import uuid
 import warnings
@@ -53,6 +56,14 @@ def _docker_answers() -> bool:
             gc.collect()
 
 
+_VARIABLES = {"kafka": "SAGACITY_BOOTSTRAP_SERVERS", "postgres": "SAGACITY_DATABASE_URL"}
+_IMAGES = {"kafka": KAFKA_IMAGE, "postgres": POSTGRES_IMAGE}
+
+
+def _without_password(url: str) -> str:
+    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
+
+
 class _Infrastructure:
     """Lazily provides each service once per session and tears down what it started."""
 
@@ -66,6 +77,30 @@ class _Infrastructure:
         if self._docker is None:
             self._docker = _docker_answers()
         return self._docker
+
+    def source(self, service: str) -> tuple[str, str]:
+        """Where ``service`` (``kafka`` / ``postgres``) comes from this session, and why."""
+        variable = _VARIABLES[service]
+        value = os.environ.get(variable)
+        if value:
+            return _without_password(value), f"{variable} is set"
+        if self.docker():
+            return (
+                f"testcontainers ({_IMAGES[service]})",
+                f"{variable} is not set and a Docker engine answers",
+            )
+        return (
+            "the checkout's local stack (sagacity dev, started for the session if not running)",
+            f"{variable} is not set and no Docker engine answers",
+        )
+
+    def header(self) -> list[str]:
+        """The session header's lines: each service's source and the reason for it."""
+        lines = []
+        for service in _VARIABLES:
+            source, why = self.source(service)
+            lines.append(f"infrastructure {service}: {source} ({why})")
+        return lines
 
     def bootstrap_servers(self) -> str:
         if self._bootstrap is None:
@@ -150,9 +185,21 @@ def _close_lingering_event_loop(request: pytest.FixtureRequest) -> Iterator[None
         policy.set_event_loop(None)
 
 
+_INFRASTRUCTURE = pytest.StashKey[_Infrastructure]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_INFRASTRUCTURE] = _Infrastructure()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Which Kafka and PostgreSQL the session's tests use (when one asks), and why."""
+    return config.stash[_INFRASTRUCTURE].header()
+
+
 @pytest.fixture(scope="session")
-def _infrastructure() -> Iterator[_Infrastructure]:
-    infra = _Infrastructure()
+def _infrastructure(request: pytest.FixtureRequest) -> Iterator[_Infrastructure]:
+    infra = request.config.stash[_INFRASTRUCTURE]
     try:
         yield infra
     finally:

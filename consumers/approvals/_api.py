@@ -54,6 +54,9 @@ with a letter or digit (no ``/``, no ``..`` prefix, nothing a path or shell woul
 MAX_SEQ = 2**31 - 1
 INSECURE_HEADER = "X-Sagacity-Insecure-Dev"
 INSECURE_VALUE = "approver identity is taken from the request body and NOT authenticated"
+ANONYMOUS = "anonymous"
+"""The requester journaled for an ``--insecure-dev`` resume naming nobody, with no approver on
+record."""
 DEFAULT_MAX_BODY = 256 * 1024
 _TEXT = r"^[^\x00]*$"
 """Journal text never holds U+0000 (stated in the schema so clients can know it)."""
@@ -379,6 +382,15 @@ def create_app(
             )
         return who
 
+    def requester(who: Principal, body: ResumeBody, saga_id: str, seq: int) -> Principal:
+        # The seed's resume body is {"payload": ...} alone: under --insecure-dev the requester
+        # is then the approver on record (the last signature), else "anonymous".
+        if who.authenticated or body.approver is not None:
+            return decider(who, body)
+        signed = service.get(who, saga_id, seq).signed_by
+        name = signed[-1] if signed else ANONYMOUS
+        return Principal(name=name, tools=who.tools, authenticated=False)
+
     def request_out(row: Any) -> RequestOut:
         data = row.to_dict()
         from sagacity.journal import ApprovalRequest
@@ -469,7 +481,8 @@ def create_app(
         saga_id: SagaId, seq: Seq, who: Annotated[Principal, Depends(principal)], body: ResumeBody
     ) -> DecisionOut:
         """Run the approved call with this exact payload (``INTENT`` then ``EXECUTED``)."""
-        return decision_out(service.resume(decider(who, body), saga_id, seq, body.payload))
+        resumer = requester(who, body, saga_id, seq)
+        return decision_out(service.resume(resumer, saga_id, seq, body.payload))
 
     @app.get("/sagacity/sagas/{saga_id}", response_model=SagaOut, responses=_ERRORS)
     def show_saga(saga_id: SagaId, who: Annotated[Principal, Depends(principal)]) -> SagaOut:

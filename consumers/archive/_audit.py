@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 
-from sagacity._events import GENESIS_HASH, JournalEntry, event_type_of
+from sagacity._events import GENESIS_HASH, JournalEntry
 from sagacity.chain import BreakReason, canonical_bytes_of, verify
 from sagacity.consumers.archive._checkpoints import (
     FIRST_PREV_ROOT,
@@ -31,6 +31,7 @@ from sagacity.consumers.archive._checkpoints import (
     signature_valid,
 )
 from sagacity.consumers.archive._db import check_schema, mapped_errors
+from sagacity.consumers.archive._rows import ROW_COLUMNS, entry_of_row
 from sagacity.consumers.archive._schema import ROUNDS_VERSION, checkpoint_round_columns
 from sagacity.errors import SerializationError
 
@@ -112,32 +113,6 @@ class AuditSummary:
             self.by_reason[audit.reason] = self.by_reason.get(audit.reason, 0) + 1
             if len(self.failures) < keep_failures:
                 self.failures.append(audit)
-
-
-_ROW_COLUMNS = (
-    "saga_id, seq, event_type, tool, payload, result, error, actor, attributes::text,"
-    " recorded_at_us, prev_hash, hash"
-)
-
-
-def _entry(row: Sequence[Any]) -> JournalEntry:
-    try:
-        return JournalEntry(
-            saga_id=row[0],
-            seq=row[1],
-            event_type=event_type_of(row[2]),
-            tool=row[3],
-            payload=row[4],
-            result=row[5],
-            error=row[6],
-            actor=row[7],
-            attributes=json.loads(row[8]) if row[8] != "{}" else {},
-            recorded_at_us=row[9],
-            prev_hash=row[10],
-            hash=row[11],
-        )
-    except (ValueError, TypeError) as exc:
-        raise SerializationError(f"archived row {row[0]!r}/{row[1]} is malformed: {exc}") from exc
 
 
 def judge(
@@ -618,7 +593,7 @@ def iter_audits(
     round_columns = checkpoint_round_columns(version)
     # Only constant fragments are interpolated; the saga id is a bound parameter.
     queries = (
-        f"SELECT {_ROW_COLUMNS} FROM side_effect_journal {where} {order}, archive_id",  # noqa: S608
+        f"SELECT {ROW_COLUMNS} FROM side_effect_journal {where} {order}, archive_id",  # noqa: S608
         "SELECT saga_id, seq, hash, signed_at_us, key_id, signature,"  # noqa: S608
         f" {round_columns} FROM archive_checkpoint {where} {order}",
         f"SELECT saga_id, max(seq), (array_agg(hash ORDER BY seq DESC))[1]"  # noqa: S608
@@ -701,7 +676,7 @@ def iter_audits(
                 )
                 continue
             try:
-                entries = [_entry(r) for r in rows]
+                entries = [entry_of_row(r) for r in rows]
             except SerializationError as exc:
                 yield SagaAudit(
                     saga_id=saga,

@@ -9,6 +9,7 @@ acceptance rule to these and then reads *p* from ``C(p)`` gets the full scan's r
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -17,10 +18,12 @@ from typing import Any
 import psycopg
 
 from sagacity._events import GENESIS_HASH
-from sagacity.consumers.archive._audit import _ROW_COLUMNS, _entry
 from sagacity.consumers.archive._db import check_schema, mapped_errors
-from sagacity.errors import PersistenceError
+from sagacity.consumers.archive._rows import ROW_COLUMNS, entry_of_row
+from sagacity.errors import ArchiveSchemaError, PersistenceError
 from sagacity.producer._index import IndexedEvent, IndexedPartition, IndexedSaga, RefusedMessage
+
+log = logging.getLogger("sagacity.reader")
 
 DEFAULT_GROUP = "sagacity-archive"
 """The archiver's default consumer group (``sagacity serve archive --group``)."""
@@ -41,6 +44,28 @@ _POSITION = (
 _MANY = 1_000
 """Sagas per statement of :meth:`PostgresSagaIndex.lookup_many`."""
 
+_NOT_AN_ARCHIVE_SAID: set[str] = set()
+_SAID_LOCK = threading.Lock()
+
+
+def _say_not_an_archive(conninfo: str, error: ArchiveSchemaError) -> None:
+    """Warn that ``conninfo`` reaches no archive, once per process and database.
+
+    An agent whose database variable names a database without an archive (the archive service
+    not deployed yet) reads every saga by scanning; saying so on every read, or once per
+    journal built, would bury the logs.
+    """
+    with _SAID_LOCK:
+        if conninfo in _NOT_AN_ARCHIVE_SAID:
+            return
+        _NOT_AN_ARCHIVE_SAID.add(conninfo)
+    log.warning(
+        "the read index's database holds no archive: %s; sagas are read by scanning their "
+        "partitions until it does (said once per process; SAGACITY_READ_INDEX=off turns the "
+        "index off)",
+        error.message,
+    )
+
 
 def _indexed(
     position: Sequence[Any] | None,
@@ -54,7 +79,7 @@ def _indexed(
         return IndexedSaga(covered_to=None)
     covered_to = int(position[0])
     events = [
-        IndexedEvent(topic=r[12], partition=int(r[13]), offset=int(r[14]), entry=_entry(r))
+        IndexedEvent(topic=r[12], partition=int(r[13]), offset=int(r[14]), entry=entry_of_row(r))
         for r in rows
     ]
     return IndexedSaga(
@@ -126,6 +151,10 @@ class PostgresSagaIndex:
                 )
             try:
                 check_schema(conn)
+            except ArchiveSchemaError as exc:
+                conn.close()
+                _say_not_an_archive(self._conninfo, exc)
+                raise
             except BaseException:
                 conn.close()
                 raise
@@ -192,7 +221,7 @@ class PostgresSagaIndex:
                     if offsets is None:  # with the first chunk: one round trip for one saga
                         offsets = conn.execute(_POSITION, (self.consumer_group, topic, partition))
                     found_rows = conn.execute(
-                        f"SELECT {_ROW_COLUMNS}, topic, kafka_partition, kafka_offset"  # noqa: S608
+                        f"SELECT {ROW_COLUMNS}, topic, kafka_partition, kafka_offset"  # noqa: S608
                         " FROM side_effect_journal WHERE saga_id = ANY(%s)"
                         " ORDER BY saga_id, seq, archive_id",
                         (chunk,),

@@ -4,6 +4,9 @@
 #   sagacity_system_packages  install Java 17, Maven and PostgreSQL with apt-get when absent
 #   sagacity_venv             create .venv and install the project with its dev extras (and the
 #                             compiled hot path, native/, where cargo is)
+#   sagacity_native_build     build native/ into .venv; a failure is remembered, not fatal
+#   sagacity_native_check     after a failed build: one warning and SAGACITY_NATIVE=0 exported
+#                             (the Python path), or an error when SAGACITY_NATIVE=1 asks for it
 #   sagacity_stack_up         bring the checkout's stack up and export its variables
 #   sagacity_stack_down       stop the services sagacity_stack_up started (none else)
 
@@ -43,6 +46,13 @@ sagacity_system_packages() {
     # server on a free port, so the packaged one is not needed (left as the package set it up).
 }
 
+# What .venv must hold: the inputs' hash and whether native/ is built ($1: 1 or 0).
+_sagacity_want() {
+    printf '%s-native%s\n' "$(cat "$SAGACITY_ROOT/pyproject.toml" "$SAGACITY_ROOT"/native/Cargo.* \
+        "$SAGACITY_ROOT/native/pyproject.toml" "$SAGACITY_ROOT"/native/src/*.rs \
+        | sha256sum | cut -d' ' -f1)" "$1"
+}
+
 sagacity_venv() {
     local stamp="$SAGACITY_VENV/.sagacity-installed"
     local want native=0
@@ -52,9 +62,13 @@ sagacity_venv() {
         export PATH="$HOME/.cargo/bin:$PATH"
     fi
     if [ "${SAGACITY_NATIVE:-1}" != 0 ] && command -v cargo >/dev/null; then native=1; fi
-    want="$(cat "$SAGACITY_ROOT/pyproject.toml" "$SAGACITY_ROOT"/native/Cargo.* \
-        "$SAGACITY_ROOT/native/pyproject.toml" "$SAGACITY_ROOT"/native/src/*.rs \
-        | sha256sum | cut -d' ' -f1)-native$native"
+    want="$(_sagacity_want "$native")"
+    # A build that failed runs the Python path: what SAGACITY_NATIVE=0 (which the failure
+    # exports to the scripts run next, .ci/run's deploy/local/test) asks for. No reinstall.
+    if [ "$native" = 0 ] && [ -f "$SAGACITY_VENV/.sagacity-native-failed" ] \
+        && [ "$(cat "$stamp" 2>/dev/null)" = "$(_sagacity_want 1)" ]; then
+        want="$(_sagacity_want 1)"
+    fi
     if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
         _say "sagacity needs Python >= 3.11; python3 is $(python3 --version 2>&1)"
         return 1
@@ -80,14 +94,56 @@ sagacity_venv() {
         "$SAGACITY_VENV/bin/python" -m pip install -q --upgrade pip
         (cd "$SAGACITY_ROOT" && "$SAGACITY_VENV/bin/python" -m pip install -q -e '.[dev]')
         if [ "$native" = 1 ]; then
-            _say "building the journal's compiled hot path (native/, Rust) into .venv"
-            "$SAGACITY_VENV/bin/python" -m pip install -q "$SAGACITY_ROOT/native"
+            sagacity_native_build
         else
+            rm -f "$SAGACITY_VENV/.sagacity-native-failed"
             "$SAGACITY_VENV/bin/python" -m pip uninstall -q -y sagacity-native >/dev/null 2>&1 || true
             _say "no cargo (or SAGACITY_NATIVE=0): the journal's hot path runs in Python"
         fi
         printf '%s\n' "$want" >"$stamp"
     fi
+    sagacity_native_check
+}
+
+# The compiled module is optional (docs/adr/0013-compiled-hot-path.md): where cargo is on the
+# PATH but cannot build (rustup without a default toolchain, an old compiler, no network for
+# crates) the Python path runs instead. The failure is remembered in .venv until the inputs
+# change, so later runs neither retry nor fail; each run says it once (sagacity_native_check).
+sagacity_native_build() {
+    local failed="$SAGACITY_VENV/.sagacity-native-failed" log="$SAGACITY_VENV/native-build.log"
+    rm -f "$failed"
+    _say "building the journal's compiled hot path (native/, Rust) into .venv"
+    if "$SAGACITY_VENV/bin/python" -m pip install -q "$SAGACITY_ROOT/native" >"$log" 2>&1; then
+        rm -f "$log"
+        return 0
+    fi
+    # An older build would not match these sources: the Python path, not a stale module.
+    "$SAGACITY_VENV/bin/python" -m pip uninstall -q -y sagacity-native >/dev/null 2>&1 || true
+    # The first line naming the cause (cargo's, rustup's or the compiler's, indented in pip's
+    # report), not pip's own framing (its generic error names); else pip's own (maturin not
+    # downloadable).
+    {
+        grep -E '^[[:space:]].*error(\[E[0-9]+\])?:' "$log" \
+            | grep -vE 'subprocess-exited-with-error|metadata-generation-failed|failed-wheel-build'
+        grep -E '^ERROR: ' "$log"
+    } | head -n1 | sed -E 's/^[[:space:]]+//' | cut -c1-300 >"$failed" || true
+}
+
+sagacity_native_check() {
+    local failed="$SAGACITY_VENV/.sagacity-native-failed"
+    [ -f "$failed" ] || return 0
+    local cause
+    cause="$(cat "$failed")"
+    if [ "${SAGACITY_NATIVE:-}" = 1 ]; then
+        _say "error: cargo could not build the compiled hot path (native/): ${cause:-see the log}"
+        _say "  SAGACITY_NATIVE=1 requires it. Log: $SAGACITY_VENV/native-build.log; to retry" \
+            "after fixing cargo: rm $SAGACITY_VENV/.sagacity-installed"
+        return 1
+    fi
+    _say "warning: cargo could not build the compiled hot path (native/): ${cause:-see the log};" \
+        "the journal runs in Python (correct, slower). Log: $SAGACITY_VENV/native-build.log;" \
+        "to retry after fixing cargo: rm $SAGACITY_VENV/.sagacity-installed"
+    export SAGACITY_NATIVE=0
 }
 
 sagacity_stack_up() {

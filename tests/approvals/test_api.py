@@ -358,6 +358,38 @@ def test_insecure_dev_takes_the_body_name_and_says_so_on_every_response(
         assert h.entries("t-dev", E.APPROVED)[0].actor == "dana"
 
 
+def test_insecure_dev_resume_naming_nobody_is_the_approver_on_record_or_anonymous(
+    pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SAGACITY_TEST_CALL_LOG", str(tmp_path / "calls.jsonl"))
+    h = Harness(pg_dsn, None, tmp_path / "calls.jsonl")
+    with h.client:
+        early = h.gate("t-dev-early")
+        refused = h.client.post(f"/sagacity/resume/t-dev-early/{early}", json={"payload": ALICE})
+        assert (refused.status_code, refused.json()["detail"]) == (
+            409,
+            "no human approval recorded",
+        )
+        assert h.kinds("t-dev-early")[-1] == "SAGA_ENDED"  # refused, still pending
+
+        seq = h.gate("t-dev-seed")
+        approver = {"approver": "manager@company.com"}
+        assert h.client.post(f"/sagacity/approve/t-dev-seed/{seq}", json=approver).is_success
+        ran = h.client.post(f"/sagacity/resume/t-dev-seed/{seq}", json={"payload": ALICE})
+        assert ran.status_code == 200, ran.text
+        assert ran.json()["saga_status"] == "COMPLETED"
+        [intent] = [e for e in h.entries("t-dev-seed", E.INTENT) if e.tool == "send_wire_transfer"]
+        assert intent.attributes["requested_by"] == "manager@company.com"
+        assert wires(h.log) == [{"tool": "send_wire_transfer", "amount": "100", "to": "alice"}]
+
+        named = h.gate("t-dev-named")
+        assert h.client.post(f"/sagacity/approve/t-dev-named/{named}", json=approver).is_success
+        body = {"payload": ALICE, "approver": "ops@company.com"}  # a name given is the requester
+        assert h.client.post(f"/sagacity/resume/t-dev-named/{named}", json=body).is_success
+        [intent] = [e for e in h.entries("t-dev-named", E.INTENT) if e.tool == "send_wire_transfer"]
+        assert intent.attributes["requested_by"] == "ops@company.com"
+
+
 @pytest.mark.parametrize(
     ("path", "body", "content"),
     [

@@ -242,6 +242,27 @@ def test_an_index_on_a_schema_without_an_archive_falls_back_to_the_scan(
             reader.close()
 
 
+def test_a_database_without_an_archive_is_reported_once_per_process(
+    kafka_bootstrap, make_topic, pg_dsn, monkeypatch, caplog
+):
+    monkeypatch.setenv("SAGACITY_BOOTSTRAP_SERVERS", kafka_bootstrap)
+    monkeypatch.setenv("SAGACITY_TOPIC", make_topic(partitions=2))
+    monkeypatch.setenv("SAGACITY_DATABASE_URL", pg_dsn)  # a schema without an archive
+    agents = [Sagacity.from_env(), Sagacity.from_env()]  # as a process building one per job
+    try:
+        with caplog.at_level(logging.DEBUG, logger="sagacity"):
+            for n, agent in enumerate(agents * 2):
+                assert agent.saga(f"no-archive-{n}", lambda: None).status is SagaStatus.COMPLETED
+        said = [r for r in caplog.records if "is not a Sagacity archive" in r.getMessage()]
+        warned = [r for r in said if r.levelno >= logging.WARNING]
+        assert len(warned) == 1, [r.getMessage() for r in warned]
+        assert "read by scanning" in warned[0].getMessage()
+        assert len(said) > 1  # every fallback is still logged, at DEBUG
+    finally:
+        for agent in agents:
+            agent.journal.close()
+
+
 def _owner_edit(dsn: str, statement: str, params: tuple[object, ...] = ()) -> None:
     """Change archived evidence as the schema owner would, triggers disabled."""
     with psycopg.connect(dsn) as conn:

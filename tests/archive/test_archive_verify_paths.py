@@ -21,7 +21,8 @@ from sagacity.consumers.archive import (
     iter_audits,
     sign_pending,
 )
-from sagacity.consumers.archive._audit import _ROW_COLUMNS, _verified_head
+from sagacity.consumers.archive._audit import _verified_head
+from sagacity.consumers.archive._rows import ROW_COLUMNS
 
 pytestmark = pytest.mark.postgres
 
@@ -262,8 +263,7 @@ def test_intact_rows_pass_straight_from_their_columns(archived, archive_dsn):
     # (so the comparisons above exercise it), and refuses one altered byte.
     with psycopg.connect(archive_dsn) as conn:
         rows = conn.execute(
-            f"SELECT {_ROW_COLUMNS} FROM side_effect_journal"
-            " WHERE saga_id = %s ORDER BY archive_id",
+            f"SELECT {ROW_COLUMNS} FROM side_effect_journal WHERE saga_id = %s ORDER BY archive_id",
             (RICH,),
         ).fetchall()
     assert _verified_head(rows, after_seq=0, after_hash=GENESIS_HASH) == (6, archived[-1].hash)

@@ -1,0 +1,154 @@
+"""The agent side on the bare install (``pip install sagacity``, no extras): the read index and
+the Kafka journal import only base dependencies, and a saga runs through ``from_env()`` with
+the database variable set (as on a host that also runs a service)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from sagacity import EventType, verify
+from sagacity.producer import KafkaJournal
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+
+# Imports of the services' extras fail in the child, as on an install without them.
+_WITHOUT_EXTRAS = """
+import sys
+from importlib.abc import MetaPathFinder
+
+EXTRAS = {"cryptography", "nacl", "fastapi", "starlette", "uvicorn", "prometheus_client"}
+
+class WithoutExtras(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in EXTRAS:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, WithoutExtras())
+"""
+
+
+def test_the_read_index_imports_only_what_it_uses() -> None:
+    code = _WITHOUT_EXTRAS + (
+        "from sagacity.producer import KafkaJournalSettings\n"
+        "settings = KafkaJournalSettings.from_env({'SAGACITY_BOOTSTRAP_SERVERS': '127.0.0.1:9',"
+        " 'SAGACITY_DATABASE_URL': 'postgresql://nobody@127.0.0.1:9/none'})\n"
+        "index = settings.read_index.build()\n"
+        "print(type(index).__name__)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('sagacity.consumers.')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    name, modules = done.stdout.splitlines()
+    assert name == "PostgresSagaIndex"
+    assert eval(modules) == [  # the index, the rows it decodes, the schema check; nothing else
+        "sagacity.consumers.archive",
+        "sagacity.consumers.archive._db",
+        "sagacity.consumers.archive._index",
+        "sagacity.consumers.archive._rows",
+        "sagacity.consumers.archive._schema",
+    ]
+
+
+def test_the_archive_package_still_exports_every_name() -> None:
+    import sagacity.consumers.archive as archive
+
+    assert archive.__all__ == sorted(archive.__all__)
+    for name in archive.__all__:
+        value = getattr(archive, name)
+        home = getattr(value, "__module__", "") if not isinstance(value, str) else ""
+        assert home.startswith("sagacity.consumers.archive._") or name == "ARCHIVER_ROLE"
+    assert set(archive.__all__) <= set(dir(archive))
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        _ = archive.Nothing  # type: ignore[attr-defined]
+
+
+def _source_copy(dest: Path) -> Path:
+    """The checkout's sources without build products (a stale ``build/`` would leak into the
+    wheel), as a fresh clone has them."""
+    skip = shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".sagacity", "target", "tmp"
+    )
+    shutil.copytree(ROOT, dest, symlinks=True, ignore=skip)
+    return dest
+
+
+@pytest.mark.kafka
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_an_agent_runs_a_saga_on_the_bare_install(
+    tmp_path: Path, kafka_bootstrap: str, make_topic: Callable[..., str], pg_dsn: str
+) -> None:
+    venv = tmp_path / "venv"
+    # Without a pip of its own (seeding one is the slow part); this pip installs into it.
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
+    )
+    python = venv / "bin" / "python"
+    source = _source_copy(tmp_path / "src")
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "--disable-pip-version-check"]
+    install = subprocess.run(
+        [*pip, "install", "-q", str(source)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert install.returncode == 0, install.stderr
+    listed = subprocess.run(
+        [*pip, "list", "--format=json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    installed = {p["name"].lower() for p in json.loads(listed.stdout)}
+    assert "sagacity" in installed
+    assert not installed & {"cryptography", "pynacl", "fastapi", "uvicorn", "prometheus-client"}
+
+    topic = make_topic(partitions=2)
+    prefix = f"bare-{uuid.uuid4().hex[:8]}"
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SAGACITY_", "PYTHON", "VIRTUAL"))
+    }
+    env.update(
+        SAGACITY_BOOTSTRAP_SERVERS=kafka_bootstrap,
+        SAGACITY_TOPIC=topic,
+        SAGACITY_DATABASE_URL=pg_dsn,  # a database without an archive schema
+    )
+    run = subprocess.run(
+        [str(python), "-I", str(HERE / "bare_agent.py"), prefix],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    outcome = json.loads(run.stdout.splitlines()[-1])
+    assert outcome == {
+        "statuses": ["COMPLETED", "AWAITING_APPROVAL", "COMPLETED"],
+        "imported": [],
+    }
+    # No archive in that database: said once for the process, not once per saga.
+    assert run.stderr.count("holds no archive") == 1, run.stderr
+
+    journal = KafkaJournal(kafka_bootstrap, topic=topic)
+    try:
+        gated = journal.entries(f"{prefix}-gated")
+    finally:
+        journal.close()
+    assert verify(gated, saga_id=f"{prefix}-gated").ok
+    assert EventType.AWAITING_APPROVAL in [e.event_type for e in gated]

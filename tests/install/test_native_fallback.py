@@ -1,0 +1,86 @@
+"""The compiled hot path is optional (docs/adr/0013-compiled-hot-path.md): where ``cargo`` is on
+the PATH but cannot build, ``deploy/local``'s build step falls back to the Python path with one
+warning instead of stopping the demo and the tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RUSTUP = (
+    "error: rustup could not choose a version of cargo to run, because one wasn't specified "
+    "explicitly, and no default is configured."
+)
+
+
+def _lib(venv: Path, env: dict[str, str], steps: str) -> subprocess.CompletedProcess[str]:
+    """Run ``steps`` in bash with deploy/local/lib.sh sourced and ``.venv`` at ``venv``."""
+    script = f'set -euo pipefail; source deploy/local/lib.sh; SAGACITY_VENV="$1"; {steps}'
+    return subprocess.run(
+        ["bash", "-c", script, "lib", str(venv)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_a_cargo_that_cannot_build_falls_back_to_the_python_path(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    cargo = bin_dir / "cargo"
+    cargo.write_text(f'#!/bin/sh\necho "{RUSTUP}" >&2\nexit 1\n')
+    cargo.chmod(0o755)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SAGACITY_", "VIRTUAL")) and k != "CARGO"
+    }
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"  # the failing cargo comes first
+
+    built = _lib(
+        venv,
+        env,
+        'command -v cargo; sagacity_native_build; sagacity_native_check; echo "$SAGACITY_NATIVE"',
+    )
+    assert built.returncode == 0, built.stderr
+    assert built.stdout.split() == [str(cargo), "0"]  # this cargo ran; the Python path is on
+    warnings = [line for line in built.stderr.splitlines() if "warning" in line.lower()]
+    assert len(warnings) == 1, built.stderr
+    assert warnings[0].startswith("warning: cargo could not build the compiled hot path")
+    assert RUSTUP in warnings[0]
+    assert "the journal runs in Python" in warnings[0]
+    assert "rustup default stable" not in built.stderr  # the log keeps the rest
+    assert RUSTUP in (venv / "native-build.log").read_text()
+    found = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import sagacity_native"],
+        capture_output=True,
+        check=False,
+    )
+    assert found.returncode != 0  # nothing half-installed
+
+    # Later runs remember it (sagacity_venv wrote its stamp after the build): no reinstall, no
+    # rebuild, one warning, the Python path again; also in a script run by one that exported
+    # SAGACITY_NATIVE=0 after the failure (.ci/run, then deploy/local/test).
+    (venv / ".sagacity-installed").write_text(_lib(venv, env, "_sagacity_want 1").stdout)
+    for inherited in ({}, {"SAGACITY_NATIVE": "0"}):
+        again = _lib(venv, {**env, **inherited}, 'sagacity_venv; echo "$SAGACITY_NATIVE"')
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.split() == ["0"]
+        assert again.stderr.count("warning:") == 1, again.stderr
+        assert again.stderr.startswith("warning: cargo could not build"), again.stderr
+
+    # SAGACITY_NATIVE=1 asks for the compiled module: then a failed build is an error.
+    required = _lib(venv, {**env, "SAGACITY_NATIVE": "1"}, "sagacity_native_check")
+    assert required.returncode == 1
+    assert required.stderr.startswith("error: cargo could not build the compiled hot path")
