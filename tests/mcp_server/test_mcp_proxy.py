@@ -281,3 +281,61 @@ def test_a_proxy_killed_mid_call_leaves_the_intent_on_the_chain(proxy: McpDeploy
         (E.SAGA_OPENED, None),
         (E.INTENT, "export_tickets"),
     ]
+
+
+@pytest.mark.postgres
+def test_the_compensation_service_undoes_through_the_upstream(
+    proxy: McpDeployment, pg_dsn: str
+) -> None:
+    proxy.args[proxy.args.index("inline")] = "delegated"
+    env = {**proxy.env, "SAGACITY_DATABASE_URL": pg_dsn}
+    log = (proxy.tmp / "compensation.log").open("ab")
+    service = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from sagacity.cli import main; main()",
+            "serve",
+            "compensation",
+            "--mcp-upstream",
+            UPSTREAM,
+            "--policy",
+            str(POLICY),
+            "--group",
+            f"compensation-{env['SAGACITY_TOPIC']}",
+            "--handoff-grace",
+            "1",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+
+        async def conversation() -> list[Any]:
+            async with proxy.session() as session:
+                return [
+                    await session.call_tool(
+                        "update_ticket_status", {"ticket_id": "T-4004", "status": "closed"}
+                    ),
+                    await session.call_tool(
+                        "update_ticket_status", {"ticket_id": "T-0000", "status": "closed"}
+                    ),
+                ]
+
+        closed, missing = run(conversation())
+        assert missing.is_error is True
+        assert "compensation was handed to the compensation service" in _text(missing)
+        entries = proxy.wait_ended(closed.meta[SAGA_META], timeout=60)
+        while entries[-1].result != "COMPENSATED":
+            time.sleep(0.2)
+            entries = proxy.entries(closed.meta[SAGA_META])
+            assert service.poll() is None, (proxy.tmp / "compensation.log").read_text()[-3000:]
+        compensated = [e for e in entries if e.event_type is E.COMPENSATED]
+        assert len(compensated) == 1
+        assert _tickets(proxy)["T-4004"] == "open"
+    finally:
+        service.terminate()
+        service.wait(15)
+        log.close()
