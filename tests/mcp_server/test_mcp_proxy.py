@@ -20,7 +20,7 @@ from tests.approvals._process import REPO, Replica
 from tests.approvals.conftest import bearer
 from tests.approvals.tools import calls
 
-from .conftest import McpDeployment, run
+from .conftest import McpDeployment, RawServer, run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 E = EventType
@@ -206,52 +206,9 @@ def _saga_of(deployment: McpDeployment, result: Any) -> str:
 
 
 def test_a_proxy_killed_mid_call_leaves_the_intent_on_the_chain(proxy: McpDeployment) -> None:
-    command = [
-        sys.executable,
-        "-c",
-        "from sagacity.cli import main; main()",
-        *proxy.command,
-        *proxy.args,
-        "--log-level",
-        "WARNING",
-    ]
-    errlog = (proxy.tmp / "killed.log").open("wb")
-    process = subprocess.Popen(
-        command,
-        cwd=REPO,
-        env=proxy.env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=errlog,
-    )
-    assert process.stdin is not None
-    assert process.stdout is not None
-
-    def send(message: dict[str, Any]) -> None:
-        assert process.stdin is not None
-        process.stdin.write((json.dumps(message) + "\n").encode())
-        process.stdin.flush()
-
-    def receive() -> dict[str, Any]:
-        assert process.stdout is not None
-        return json.loads(process.stdout.readline())  # type: ignore[no-any-return]
-
+    server = RawServer(proxy, "killed")
     try:
-        send(
-            {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {},
-                    "clientInfo": {"name": "test", "version": "1"},
-                },
-            }
-        )
-        assert receive()["id"] == 1
-        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        send(
+        server.send(
             {
                 "jsonrpc": "2.0",
                 "id": 2,
@@ -267,15 +224,10 @@ def test_a_proxy_killed_mid_call_leaves_the_intent_on_the_chain(proxy: McpDeploy
         while not any(c["tool"] == "export_tickets" for c in calls(proxy.calls)):
             assert time.monotonic() < deadline, "the upstream was never called"
             time.sleep(0.05)
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait(10)
+        os.kill(server.process.pid, signal.SIGKILL)
+        server.process.wait(10)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
-        process.stdin.close()
-        process.stdout.close()
-        errlog.close()
+        server.close()
     entries = proxy.entries("killed-mid-call")
     assert [(e.event_type, e.tool) for e in entries] == [
         (E.SAGA_OPENED, None),
