@@ -5,11 +5,19 @@ rounds (docs/adr/0012-checkpoint-rounds.md): each round's checkpoint rows, in le
 hash to the Merkle root its one signature covers; only the rounds that fail are remembered.
 Then four streams ordered by saga id (rows, checkpoints, retention anchors, heads) are merged,
 so memory holds one saga at a time however large the archive.
+
+Per saga the first finding wins, in this order (docs/adr/0017-audit-coverage.md): the chain over
+every archived row; each checkpoint (its round or signature, then its seq and hash against the
+chain); the head the archiver recorded (``truncated``, ``beyond_head``, ``head_mismatch``).  A
+saga that passes records how many of its newest events no checkpoint covers
+(:attr:`SagaAudit.unsigned`), a failure only when signatures are required
+(:func:`unsigned_as_failure`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import hashlib
 import json
@@ -53,6 +61,14 @@ class AuditReason(enum.StrEnum):
     """A checkpoint's signature does not verify: the checkpoint was altered or forged."""
     UNKNOWN_KEY = "unknown_key"
     """A checkpoint is signed by a key that is not trusted."""
+    BEYOND_HEAD = "beyond_head"
+    """Archived rows go past the head the archiver recorded (or no head is recorded): they
+    were written by something other than the archiver."""
+    HEAD_MISMATCH = "head_mismatch"
+    """The chain ends at the recorded head's seq with another hash than the one recorded."""
+    UNSIGNED = "unsigned"
+    """No checkpoint covers the saga's newest events: a failure only when signatures are
+    required (``require_signed``); otherwise counted, not failed."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +84,11 @@ class SagaAudit:
     bad_seq: int | None = None
     reason: AuditReason | None = None
     detail: str | None = None
+    signed_seq: int = 0
+    """The highest seq a verified checkpoint covers (0: none)."""
+    unsigned: int = 0
+    """How many of the saga's newest archived events no checkpoint covers (0 for a saga that
+    failed: its coverage means nothing)."""
 
 
 @dataclass(kw_only=True)
@@ -95,17 +116,43 @@ class AuditSummary:
     failures: list[SagaAudit] = field(default_factory=list)
     rounds: RoundAudit = field(default_factory=RoundAudit)
     seconds: float = 0.0
+    unsigned_sagas: int = 0
+    """Sagas with archived events and no checkpoint at all."""
+    unsigned_tails: int = 0
+    """Sagas with checkpoints whose newest events no checkpoint covers."""
+    unsigned_events: int = 0
+    """Events of those sagas no checkpoint covers."""
+    unsigned: list[SagaAudit] = field(default_factory=list)
+    """The first of the sagas that passed with events no checkpoint covers (as many as
+    failures are kept)."""
+    pinned: bool = False
+    """The keys were pinned by the auditor: then nothing signed is a failure
+    (:attr:`nothing_signed`), since a pinned key asserts there is signed evidence."""
+
+    @property
+    def nothing_signed(self) -> bool:
+        """Keys were pinned but no checkpoint verified under them."""
+        return self.pinned and self.checkpoints == 0
 
     @property
     def all_ok(self) -> bool:
-        """Every saga and every signing round verified."""
-        return self.ok == self.sagas and not self.rounds.failed
+        """Every saga and every signing round verified, and with pinned keys something was
+        signed by them."""
+        return self.ok == self.sagas and not self.rounds.failed and not self.nothing_signed
 
     def add(self, audit: SagaAudit, *, keep_failures: int = 100) -> None:
         """Count one saga's audit."""
         self.sagas += 1
         self.events += audit.events
         self.checkpoints += audit.checkpoints
+        if audit.unsigned:
+            self.unsigned_events += audit.unsigned
+            if audit.signed_seq:
+                self.unsigned_tails += 1
+            else:
+                self.unsigned_sagas += 1
+            if audit.ok and len(self.unsigned) < keep_failures:
+                self.unsigned.append(audit)
         if audit.ok:
             self.ok += 1
         else:
@@ -121,7 +168,7 @@ def judge(
     *,
     checkpoints: Sequence[Checkpoint] = (),
     anchor: tuple[int, str] | None = None,
-    recorded_head: int | None = None,
+    recorded_head: tuple[int, str] | None,
     keys: Mapping[str, bytes],
     rounds: RoundAudit | None = None,
 ) -> SagaAudit:
@@ -131,7 +178,8 @@ def judge(
         entries: the saga's entries in the order they were archived.
         checkpoints: the saga's signed checkpoints.
         anchor: the last (seq, hash) removed by retention, if the saga's start was dropped.
-        recorded_head: the head seq the archive's head table records (unsigned).
+        recorded_head: the head (seq, hash) the archive's head table records (unsigned);
+            ``None`` when it records none.
         keys: trusted public keys by key id.
         rounds: the audit of the signing rounds the checkpoints belong to; without it a
             checkpoint of a round fails (``bad_signature``: its round was not verified).
@@ -181,7 +229,7 @@ def _judge_checkpoints(
     checkpoints: Sequence[Checkpoint],
     after_seq: int,
     after_hash: str,
-    recorded_head: int | None,
+    recorded_head: tuple[int, str] | None,
     keys: Mapping[str, bytes],
     rounds: RoundAudit | None,
 ) -> SagaAudit:
@@ -243,19 +291,82 @@ def _judge_checkpoints(
                 f"{(expected or '?')[:16]}…",
                 checked,
             )
-    if recorded_head is not None and recorded_head > head_seq:
-        return failed(
-            head_seq + 1,
-            AuditReason.TRUNCATED,
-            f"the archive recorded head seq {recorded_head} but ends at seq {head_seq}",
-            checked,
+    if (  # the common case costs two comparisons
+        recorded_head is None or recorded_head[0] != head_seq or recorded_head[1] != head_hash
+    ):
+        at_head = _judge_head(
+            head_seq=head_seq, head_hash=head_hash, after_seq=after_seq, recorded=recorded_head
         )
+        if at_head is not None:
+            return failed(*at_head, checked)
+    if len(checkpoints) == 1:
+        signed_seq = checkpoints[0].seq
+    else:
+        signed_seq = max([cp.seq for cp in checkpoints]) if checkpoints else 0
     return SagaAudit(
         ok=True,
         head_seq=head_seq,
         head_hash=head_hash,
         checkpoints=checked,
+        signed_seq=signed_seq,
+        unsigned=max(head_seq - max(signed_seq, after_seq), 0),
         **base,  # type: ignore[arg-type]
+    )
+
+
+def _judge_head(
+    *, head_seq: int, head_hash: str, after_seq: int, recorded: tuple[int, str] | None
+) -> tuple[int, AuditReason, str] | None:
+    """The finding (bad seq, reason, detail) on a verified chain's head against the head the
+    archiver recorded, or ``None``.  The archiver moves the head in the transaction that
+    inserts the rows, so in one snapshot the two agree; rows past it were written by
+    something else (with valid hashes, since the chain verified)."""
+    if recorded is None:
+        if head_seq > after_seq:
+            return (
+                after_seq + 1,
+                AuditReason.BEYOND_HEAD,
+                f"the archive records no head for this saga but holds seqs {after_seq + 1}"
+                f"..{head_seq}: rows written outside the archiver",
+            )
+        return None
+    recorded_seq, recorded_hash = recorded
+    if recorded_seq > head_seq:
+        return (
+            head_seq + 1,
+            AuditReason.TRUNCATED,
+            f"the archive recorded head seq {recorded_seq} but ends at seq {head_seq}",
+        )
+    if recorded_seq < head_seq:
+        return (
+            recorded_seq + 1,
+            AuditReason.BEYOND_HEAD,
+            f"the archive recorded head seq {recorded_seq} but holds seqs up to {head_seq}:"
+            " rows written outside the archiver",
+        )
+    if recorded_hash.lower() != head_hash.lower():
+        return (
+            head_seq,
+            AuditReason.HEAD_MISMATCH,
+            f"seq {head_seq} has hash {head_hash[:16]}…, the archive recorded "
+            f"{recorded_hash[:16]}… as its head",
+        )
+    return None
+
+
+def unsigned_as_failure(audit: SagaAudit) -> SagaAudit:
+    """``audit`` failed (``unsigned``) when it passed but no checkpoint covers its newest
+    events; any other audit unchanged."""
+    if not audit.ok or not audit.unsigned:
+        return audit
+    first = audit.head_seq - audit.unsigned + 1
+    what = (
+        f"seqs {first}..{audit.head_seq} follow the last checkpoint (seq {audit.signed_seq})"
+        if audit.signed_seq
+        else f"no checkpoint covers any of seqs {first}..{audit.head_seq}"
+    )
+    return dataclasses.replace(
+        audit, ok=False, bad_seq=first, reason=AuditReason.UNSIGNED, detail=what
     )
 
 
@@ -598,7 +709,7 @@ def iter_audits(
         f" {round_columns} FROM archive_checkpoint {where} {order}",
         f"SELECT saga_id, max(seq), (array_agg(hash ORDER BY seq DESC))[1]"  # noqa: S608
         f" FROM archive_retention_anchor {where} GROUP BY saga_id {order}",
-        f"SELECT saga_id, head_seq FROM archive_saga_head {where} {order}",  # noqa: S608
+        f"SELECT saga_id, head_seq, head_hash FROM archive_saga_head {where} {order}",  # noqa: S608
     )
     if not conn.autocommit:
         conn.rollback()  # the snapshot transaction below must be the first statement's
@@ -653,7 +764,7 @@ def iter_audits(
                 for c in cps
             ]
             anchor = (int(anchors[0][1]), anchors[0][2]) if anchors else None
-            recorded_head = int(heads[0][1]) if heads else None
+            recorded_head = (int(heads[0][1]), heads[0][2]) if heads else None
             after_seq, after_hash = anchor if anchor is not None else (0, GENESIS_HASH)
             head = (
                 None
@@ -708,10 +819,16 @@ def audit(
     progress: Callable[[SagaAudit], None] | None = None,
     reference: bool = False,
     known_rounds: Mapping[int, str] | None = None,
+    require_signed: bool = False,
 ) -> AuditSummary:
-    """Run :func:`iter_audits` to the end and total it."""
+    """Run :func:`iter_audits` to the end and total it.
+
+    With ``pinned_keys``, a run in which no checkpoint verified fails (:attr:`AuditSummary.
+    nothing_signed`); with ``require_signed``, so does every saga whose newest events no
+    checkpoint covers (``unsigned``, :func:`unsigned_as_failure`).
+    """
     started = time.perf_counter()
-    summary = AuditSummary()
+    summary = AuditSummary(pinned=bool(pinned_keys))
     for result in iter_audits(
         conn,
         saga_id=saga_id,
@@ -720,6 +837,8 @@ def audit(
         rounds=summary.rounds,
         known_rounds=known_rounds,
     ):
+        if require_signed:
+            result = unsigned_as_failure(result)
         summary.add(result)
         if progress is not None:
             progress(result)

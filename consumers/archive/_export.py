@@ -16,10 +16,13 @@ from sagacity.consumers.archive._audit import SagaAudit, iter_audits, trusted_ke
 from sagacity.consumers.archive._checkpoints import inclusion_proof, leaf_hash
 from sagacity.consumers.archive._db import check_schema, mapped_errors
 from sagacity.consumers.archive._schema import checkpoint_round_columns
+from sagacity.consumers.archive.verify_bundle import UNSIGNED_FIELDS
 from sagacity.errors import UnknownSagaError
 
-BUNDLE_FORMAT = "sagacity-audit-bundle/2"
-"""Version 2: checkpoints of signing rounds carry their round and inclusion proof."""
+BUNDLE_FORMAT = "sagacity-audit-bundle/3"
+"""Version 2: checkpoints of signing rounds carry their round and inclusion proof.  Version 3:
+the manifest lists the fields no signature covers (``unsigned``)."""
+
 
 _README = """\
 # Audit bundle for saga {saga_id}
@@ -36,11 +39,18 @@ Exported from a Sagacity archive on {exported_at}.
 
     python3 -I verify_bundle.py . --public-key <the archive's published public key, hex>
 
-Exit status 0 means: every entry hashes to its recorded hash (canonical form `SGC1`), each links
-to the one before from the genesis hash, the chain ends at the manifest's head, and every signed
-checkpoint verifies under the key and matches the chain at its seq.  Otherwise the first failure
-is printed with its seq and reason (`edited`, `gap`, `reordered`, `broken_link`,
-`wrong_genesis`, `truncated`, `checkpoint_mismatch`, `bad_signature`, `unknown_key`).
+Exit status 0 means: the files are the ones the manifest describes, every entry hashes to its
+recorded hash (canonical form `SGC1`), each links to the one before from the genesis hash, the
+chain ends at the manifest's head, every signed checkpoint verifies under the key and matches
+the chain at its seq, and a checkpoint covers the head.  Otherwise the first failure is printed
+with its seq and reason (`bundle_altered`, `foreign_saga`, `edited`, `wrong_genesis`, `gap`,
+`reordered`, `broken_link`, `truncated`, `head_mismatch`, `bad_signature`, `unknown_key`,
+`checkpoint_mismatch`, `unsigned`).
+
+A bundle whose head no checkpoint covers (events archived after the last signing round) is
+refused (`unsigned`); `--allow-unsigned` accepts it and names the events no signature covers.
+The manifest's `unsigned` list names the fields no signature covers ({unsigned}): they are
+shown for information and prove nothing.  This README is not evidence either.
 
 Obtain the public key from the archive's operator through a channel other than this bundle:
 without `--public-key` the key in the manifest is used, which shows only that the bundle is
@@ -49,8 +59,8 @@ self-consistent.  The archive's key id(s): {key_ids}.
 The canonical form and the checkpoint forms are specified in the project's
 docs/adr/0002-hash-chain.md, docs/adr/0006-archive-and-checkpoints.md (per-head signatures) and
 docs/adr/0012-checkpoint-rounds.md (signing rounds: a Merkle root signed once, each checkpoint
-with its inclusion proof); the verifier is short
-enough to read in full.
+with its inclusion proof); the order of the checks, the reasons and the manifest's fields in
+docs/adr/0017-audit-coverage.md.  The verifier is short enough to read in full.
 """
 
 
@@ -114,7 +124,12 @@ def export_bundle(
     """
     version = check_schema(conn)
     round_columns = checkpoint_round_columns(version)
+    if not conn.autocommit:
+        conn.rollback()  # the snapshot transaction below must be the first statement's
     with mapped_errors("export a saga"), conn.transaction():
+        # One snapshot: rows, checkpoints, rounds and anchor of the same moment (a round signed
+        # between two reads would show a checkpoint past the exported head).
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         rows = conn.execute(
             "SELECT saga_id, seq, event_type, tool, payload, result, error, actor, attributes,"
             " recorded_at_us, prev_hash, hash FROM side_effect_journal WHERE saga_id = %s"
@@ -180,6 +195,7 @@ def export_bundle(
         "canonical_form": "SGC1",
         "checkpoint_form": "SGCR1",
         "checkpoints": checkpoints,
+        "unsigned": list(UNSIGNED_FIELDS),
         "public_keys": {k: v.hex() for k, v in sorted(keys.items())},
         "archive_verdict": {
             "ok": verdict.ok,
@@ -196,6 +212,7 @@ def export_bundle(
             saga_id=saga_id,
             exported_at=exported_at,
             key_ids=", ".join(sorted(keys)) or "none (no checkpoints signed yet)",
+            unsigned=", ".join(f"`{f}`" for f in UNSIGNED_FIELDS),
         ),
         encoding="utf-8",
     )

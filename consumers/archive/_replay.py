@@ -1,8 +1,15 @@
 """Replay: read the journal topic itself, verify its chains, and diff them against the archive.
 
 The topic is read from its low watermark to the high watermark taken at start, with a private
-consumer group that commits nothing.  Every saga's (seq, hash) pairs are held in memory: this
-is an auditor's tool for a topic or a saga, not a service.
+consumer group that commits nothing.  Messages are selected by their Kafka key, as every reader
+selects a saga's events (docs/adr/0004-single-writer.md), and each saga's chain is what a
+reader accepts: in offset order, the first event at each seq that extends the accepted tail and
+hashes to its recorded hash.  Every other event with the key is reported for what it is — a
+fork (a writer conflict, or an event that does not extend the tail), a duplicate, an edited
+event, a foreign one (its body names another saga) — and never compared with the archive, which
+quarantines them (docs/adr/0006-archive-and-checkpoints.md).  Only the archive's rows of the
+replayed topic are compared.  Every saga's chain is held in memory: this is an auditor's tool
+for a topic or a saga, not a service.
 """
 
 from __future__ import annotations
@@ -16,53 +23,60 @@ import psycopg
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from sagacity._events import JournalEntry
-from sagacity.chain import ChainVerdict, verify
 from sagacity.consumers.archive._db import check_schema, mapped_errors
 from sagacity.consumers.archive._ingest import Decoder, _avro_decoder
 from sagacity.errors import JournalUnavailableError, SagacityError
+from sagacity.producer import ForkKind, Rejected, SagaRead
 
 
 @dataclass(kw_only=True)
 class SagaReplay:
-    """One saga as found on the topic, compared with the archive."""
+    """One saga (one Kafka key) as found on the topic, compared with the archive."""
 
     saga_id: str
     topic_events: int = 0
+    """Events of the saga's accepted chain on the topic."""
     archive_events: int = 0
-    verdict: ChainVerdict | None = None
     topic_starts_at: int = 1
+    rejected: list[Rejected] = field(default_factory=list)
+    """Events with the saga's key that its chain did not accept (forks, duplicates, edited
+    and foreign events), in offset order: reported, never compared with the archive."""
     missing: list[int] = field(default_factory=list)
-    """Seqs on the topic that the archive does not hold."""
+    """Seqs of the accepted chain that the archive does not hold."""
     extra: list[int] = field(default_factory=list)
     """Seqs in the archive that the topic does not hold (and never expired from it)."""
     differing: list[int] = field(default_factory=list)
-    """Seqs whose hash differs between topic and archive."""
+    """Seqs whose hash differs between the accepted chain and the archive."""
+
+    def of_kind(self, kind: ForkKind) -> list[Rejected]:
+        """The rejected events of one kind."""
+        return [r for r in self.rejected if r.kind is kind]
 
     @property
     def ok(self) -> bool:
-        """The topic's chain verifies and the archive matches it."""
-        return (
-            (self.verdict is None or self.verdict.ok)
-            and not self.missing
-            and not self.extra
-            and not self.differing
-        )
+        """The archive holds exactly the chain a reader accepts from the topic (events the
+        chain did not accept are reported, not failed: the archive quarantines them)."""
+        return not self.missing and not self.extra and not self.differing
 
 
 @dataclass(kw_only=True)
 class ReplayReport:
     """The outcome of a replay."""
 
+    topic: str = ""
     messages: int = 0
     undecodable: list[tuple[int, int, str]] = field(default_factory=list)
     """(partition, offset, why) of messages that are not journal events."""
+    unkeyed: list[tuple[int, int, str]] = field(default_factory=list)
+    """(partition, offset, saga the body names) of events whose key is missing or not text:
+    no reader selects them, so they are in no saga's chain."""
     trimmed: bool = False
     """The topic no longer starts at offset 0 (Kafka retention removed old events)."""
     sagas: dict[str, SagaReplay] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        """Everything verifies and matches."""
+        """Everything decodes and every saga's archive matches its accepted chain."""
         return not self.undecodable and all(s.ok for s in self.sagas.values())
 
 
@@ -75,7 +89,10 @@ def read_topic(
     kafka_config: Mapping[str, str] | None = None,
     timeout: float = 30.0,
 ) -> tuple[ReplayReport, dict[str, list[JournalEntry]]]:
-    """Read ``topic`` up to its current end; return the report and entries per saga.
+    """Read ``topic`` up to its current end; return the report and each saga's accepted chain.
+
+    Args:
+        saga_id: replay only the messages keyed with this saga id.
 
     Raises:
         JournalUnavailableError: the topic cannot be read within ``timeout``.
@@ -89,9 +106,10 @@ def read_topic(
         "isolation.level": "read_committed",
         **(kafka_config or {}),
     }
+    wanted = saga_id.encode("utf-8") if saga_id is not None else None
     consumer = Consumer(config)
-    report = ReplayReport()
-    chains: dict[str, list[JournalEntry]] = {}
+    report = ReplayReport(topic=topic)
+    reads: dict[str, SagaRead] = {}
     try:
         try:
             metadata = consumer.list_topics(topic, timeout=timeout)
@@ -101,9 +119,12 @@ def read_topic(
         if info is None or info.error is not None or not info.partitions:
             raise JournalUnavailableError(f"topic {topic!r} does not exist or has no partitions")
         ends: dict[int, int] = {}
+        trimmed: set[int] = set()
         assignment = []
         for p in sorted(info.partitions):
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+            if low > 0:
+                trimmed.add(p)
             report.trimmed = report.trimmed or low > 0
             if high > low:
                 ends[p] = high
@@ -125,35 +146,73 @@ def read_topic(
                 partition, offset = m.partition() or 0, m.offset() or 0
                 if partition in ends and offset + 1 >= ends[partition]:
                     del ends[partition]
+                key = m.key()
+                if wanted is not None and key != wanted:
+                    continue
                 report.messages += 1
-                value = m.value()
-                try:
-                    if value is None:
-                        raise ValueError("message has no value")
-                    entry = decoder(value)
-                except (SagacityError, ValueError) as exc:
-                    report.undecodable.append((partition, offset, str(exc)))
-                    continue
-                if saga_id is not None and entry.saga_id != saga_id:
-                    continue
-                chains.setdefault(entry.saga_id, []).append(entry)
+                _offer(
+                    report,
+                    reads,
+                    decoder,
+                    (partition, offset),
+                    key,
+                    m.value(),
+                    trimmed=partition in trimmed,
+                )
         if ends:
             raise JournalUnavailableError(f"topic {topic!r} not read to its end in {timeout} s")
     finally:
         consumer.close()
-    for sid, entries in chains.items():
-        first = entries[0]
-        replay = SagaReplay(saga_id=sid, topic_events=len(entries))
-        if report.trimmed and first.seq > 1:
-            # Older events expired from the topic; check the rest from the first one kept.
-            replay.topic_starts_at = first.seq
-            replay.verdict = verify(
-                entries, saga_id=sid, after_seq=first.seq - 1, after_hash=first.prev_hash
-            )
-        else:
-            replay.verdict = verify(entries, saga_id=sid)
-        report.sagas[sid] = replay
-    return report, chains
+    for sid, read in reads.items():
+        report.sagas[sid] = SagaReplay(
+            saga_id=sid,
+            topic_events=len(read.entries),
+            topic_starts_at=read.base_seq + 1,
+            rejected=list(read.rejected),
+        )
+    return report, {sid: read.entries for sid, read in reads.items()}
+
+
+def _offer(
+    report: ReplayReport,
+    reads: dict[str, SagaRead],
+    decoder: Decoder,
+    at: tuple[int, int],
+    key: bytes | None,
+    value: bytes | None,
+    *,
+    trimmed: bool,
+) -> None:
+    """Decode one message (at ``(partition, offset)``) and offer it to the chain of the saga
+    its key names; ``trimmed``: retention removed the partition's oldest messages."""
+    partition, offset = at
+    try:
+        if value is None:
+            raise ValueError("message has no value")
+        entry = decoder(value)
+    except (SagacityError, ValueError) as exc:
+        report.undecodable.append((partition, offset, str(exc)))
+        return
+    try:
+        saga = key.decode("utf-8") if key is not None else None
+    except UnicodeDecodeError:
+        saga = None
+    if not saga:
+        report.unkeyed.append((partition, offset, entry.saga_id))
+        return
+    read = reads.get(saga)
+    if read is None:
+        read = reads[saga] = SagaRead(saga_id=saga, partition=partition)
+    if (
+        trimmed
+        and not read.entries
+        and read.base_seq == 0
+        and entry.saga_id == saga
+        and entry.seq > 1
+    ):
+        # Older events expired from the topic: the chain starts at the first one kept.
+        read.base_seq, read.base_hash = entry.seq - 1, entry.prev_hash
+    read.feed(partition, offset, entry)
 
 
 def diff_with_archive(
@@ -163,18 +222,22 @@ def diff_with_archive(
     *,
     saga_id: str | None = None,
 ) -> ReplayReport:
-    """Fill each saga's missing / extra / differing seqs from the archive; return ``report``.
+    """Fill each saga's missing / extra / differing seqs from the archive rows of the report's
+    topic; return ``report``.
 
     Raises:
         ArchiveSchemaError / PersistenceError: the database is not an archive or failed.
     """
+    if not report.topic:
+        raise ValueError("the report names no topic (make it with read_topic)")
     check_schema(conn)
-    where = "WHERE saga_id = %s" if saga_id is not None else ""
+    # Only the replayed topic's rows: several journal topics may share one archive.
+    where = "WHERE topic = %s" + (" AND saga_id = %s" if saga_id is not None else "")
     with mapped_errors("read the archive for replay"), conn.transaction():
         archived: dict[str, dict[int, str]] = {}
         rows = conn.execute(
             f"SELECT saga_id, seq, hash FROM side_effect_journal {where}",  # noqa: S608 - constant
-            (saga_id,) if saga_id is not None else (),
+            (report.topic, saga_id) if saga_id is not None else (report.topic,),
         )
         for sid, seq, h in rows:
             archived.setdefault(sid, {})[int(seq)] = h

@@ -3,19 +3,34 @@
 
 Usage::
 
-    python3 verify_bundle.py [BUNDLE_DIR] [--public-key HEX]
+    python3 verify_bundle.py [BUNDLE_DIR] [--public-key HEX] [--allow-unsigned]
 
-Checks, in order: the manifest and events files are intact (``events_sha256``); the saga's
-hash chain (docs/adr/0002-hash-chain.md: canonical form ``SGC1``, SHA-256 links from the
-genesis hash); that the manifest's head is the chain's head; and every signed checkpoint: a
-valid Ed25519 signature (RFC 8032) by the trusted key — over the checkpoint's signing round
-(``SGCR1``, docs/adr/0012-checkpoint-rounds.md), whose Merkle root the checkpoint's inclusion
-proof must lead to (RFC 9162 section 2.1.3.2), or over the checkpoint itself (``SGCP1``,
-docs/adr/0006-archive-and-checkpoints.md) — a hash equal to the chain's at that seq, and a
-seq the chain reaches (a cut tail shows as ``truncated``).
+Checks, in order (docs/adr/0017-audit-coverage.md), stopping at the first failure:
+
+1. the bundle's format is one this verifier reads (otherwise exit 2);
+2. every manifest field is either checked below or listed by the manifest as ``unsigned``
+   (``bundle_altered``);
+3. ``events.jsonl`` is the file the manifest describes: its SHA-256 and line count, and every
+   event has only the fields its hash covers (``bundle_altered``);
+4. the saga's hash chain (docs/adr/0002-hash-chain.md: canonical form ``SGC1``, SHA-256 links
+   from the genesis hash or the retention anchor): ``foreign_saga``, ``edited``,
+   ``wrong_genesis``, ``gap``, ``reordered``, ``broken_link``;
+5. the manifest's head is the chain's head (``truncated`` when the manifest's is higher,
+   ``head_mismatch`` otherwise);
+6. every checkpoint, in seq order: only the fields its signature covers, and the values its
+   round signed (``bundle_altered``); a valid Ed25519 signature (RFC 8032) by the trusted key
+   (``unknown_key``, ``bad_signature``) — over the checkpoint's signing round (``SGCR1``,
+   docs/adr/0012-checkpoint-rounds.md), whose Merkle root the checkpoint's inclusion proof
+   must lead to (RFC 9162 section 2.1.3.2), or over the checkpoint itself (``SGCP1``,
+   docs/adr/0006-archive-and-checkpoints.md); a seq the chain reaches (``truncated``) and a
+   hash equal to the chain's at that seq (``checkpoint_mismatch``);
+7. a checkpoint covers the head (``unsigned``), unless ``--allow-unsigned`` is given: then the
+   events no checkpoint covers are named in the output, and the bundle is accepted.
 
 Pass ``--public-key`` with the archive's published key: without it the key in the manifest is
-used, which proves only that the bundle is self-consistent.
+used, which proves only that the bundle is self-consistent.  The manifest's ``unsigned``
+fields (the export time, the archive's own verdict, the keys it lists, a retention anchor)
+are shown for information and prove nothing.
 
 Exit status: 0 verified, 1 verification failed (the first failure is printed with its seq and
 reason), 2 the bundle cannot be read.
@@ -31,6 +46,64 @@ from pathlib import Path
 from typing import Any
 
 GENESIS_HASH = "0" * 64
+
+FORMATS = ("sagacity-audit-bundle/2", "sagacity-audit-bundle/3")
+"""Bundle formats this verifier reads.  Version 3 lists its unsigned fields (``unsigned``);
+version 2 did not, and its unsigned fields were those of :data:`UNSIGNED_FIELDS`."""
+
+CHECKED_FIELDS = frozenset(
+    {
+        "format",  # must be one of FORMATS
+        "canonical_form",  # must be SGC1
+        "checkpoint_form",  # a label: each checkpoint is checked by its own shape
+        "saga_id",  # signed: in every checkpoint and every event's hash
+        "events",  # the number of events in events.jsonl
+        "events_sha256",  # the SHA-256 of events.jsonl (the events are signed by the chain)
+        "head_seq",  # signed: a checkpoint must cover the head
+        "head_hash",  # signed: idem
+        "checkpoints",  # signed: each through its round or by its own signature
+        "unsigned",  # the list of the fields below
+    }
+)
+"""Manifest fields this verifier checks against the events and the signatures."""
+
+UNSIGNED_FIELDS = ("anchor", "archive_verdict", "exported_at", "public_keys")
+"""Manifest fields no signature covers, shown for information: a retention anchor (where the
+bundle's chain starts), the archive's own verdict, the export time and the keys the archive
+lists (pin the published key instead)."""
+
+EVENT_FIELDS = frozenset(
+    {
+        "saga_id",
+        "seq",
+        "event_type",
+        "tool",
+        "payload",
+        "result",
+        "error",
+        "actor",
+        "attributes",
+        "recorded_at_us",
+        "prev_hash",
+        "hash",
+    }
+)
+"""The fields of an event in events.jsonl: every one is covered by its hash."""
+
+HEAD_CHECKPOINT_FIELDS = frozenset({"seq", "hash", "signed_at_us", "key_id", "signature"})
+"""A per-head checkpoint (``SGCP1``): every field is signed (the signature itself aside)."""
+
+ROUND_CHECKPOINT_FIELDS = frozenset(
+    {"seq", "hash", "signed_at_us", "key_id", "round", "leaf_index", "proof"}
+)
+"""A checkpoint of a signing round: ``seq`` and ``hash`` are its signed leaf; ``leaf_index``
+and ``proof`` lead it to the round's root; ``signed_at_us`` and ``key_id`` must be the
+round's, which its signature covers."""
+
+ROUND_FIELDS = frozenset(
+    {"round_id", "leaf_count", "root", "prev_root", "signed_at_us", "key_id", "signature"}
+)
+"""A signing round (``SGCR1``): every field is signed (the signature itself aside)."""
 
 # --- the canonical form (docs/adr/0002-hash-chain.md) -----------------------------------------
 
@@ -277,6 +350,32 @@ def check_signed(saga_id: str, cp: dict[str, Any], keys: dict[str, bytes]) -> No
             )
 
 
+def check_checkpoint_fields(cp: dict[str, Any]) -> None:
+    """Raise ``bundle_altered`` unless ``cp`` shows only fields its signature covers, with the
+    values its round signed."""
+    seq = cp.get("seq")
+    signed = cp.get("round")
+    allowed = HEAD_CHECKPOINT_FIELDS if signed is None else ROUND_CHECKPOINT_FIELDS
+    extra = sorted(set(cp) - allowed)
+    if extra:
+        raise VerificationError(
+            seq, "bundle_altered", f"the checkpoint shows fields no signature covers: {extra}"
+        )
+    if signed is None:
+        return
+    if not isinstance(signed, dict) or set(signed) - ROUND_FIELDS:
+        raise VerificationError(
+            seq, "bundle_altered", "the checkpoint's round shows fields no signature covers"
+        )
+    for name in ("signed_at_us", "key_id"):
+        if name in cp and name in signed and cp[name] != signed[name]:
+            raise VerificationError(
+                seq,
+                "bundle_altered",
+                f"the checkpoint shows {name} {cp[name]!r}; its round signed {signed[name]!r}",
+            )
+
+
 def key_id(public_key: bytes) -> str:
     """The short id of a raw public key: the first 16 hex characters of its SHA-256."""
     return hashlib.sha256(public_key).hexdigest()[:16]
@@ -334,7 +433,74 @@ def verify_chain(
     return expected - 1, prev
 
 
-def verify_bundle(directory: Path, pinned_key: bytes | None) -> str:
+def check_head(claimed_seq: Any, claimed_hash: Any, head_seq: int, head_hash: str) -> None:
+    """Raise unless the manifest's head is the chain's: ``truncated`` when it claims more
+    events than there are, ``head_mismatch`` when the events go past it or end elsewhere."""
+    if (claimed_seq, claimed_hash) == (head_seq, head_hash):
+        return
+    shown = f"manifest head is seq {claimed_seq}, events end at seq {head_seq}"
+    if not isinstance(claimed_seq, int) or isinstance(claimed_seq, bool):
+        raise VerificationError(head_seq, "head_mismatch", shown)
+    if claimed_seq > head_seq:
+        raise VerificationError(head_seq + 1, "truncated", shown)
+    if claimed_seq < head_seq:
+        raise VerificationError(claimed_seq + 1, "head_mismatch", shown)
+    raise VerificationError(
+        head_seq, "head_mismatch", f"seq {head_seq} ends the events with another hash"
+    )
+
+
+def check_manifest_fields(manifest: dict[str, Any]) -> list[str]:
+    """Return the manifest's unsigned fields; raise ``bundle_altered`` if it shows a field that
+    is neither checked here nor listed as unsigned, or the bundle's format is unknown
+    (``ValueError``: it cannot be read)."""
+    if manifest.get("format") not in FORMATS:
+        raise ValueError(f"unknown bundle format {manifest.get('format')!r}")
+    if manifest.get("canonical_form", "SGC1") != "SGC1":
+        raise ValueError(f"unknown canonical form {manifest.get('canonical_form')!r}")
+    unsigned = manifest.get("unsigned", list(UNSIGNED_FIELDS))
+    if not isinstance(unsigned, list) or not all(isinstance(u, str) for u in unsigned):
+        raise VerificationError(None, "bundle_altered", "the manifest's unsigned list is malformed")
+    extra = sorted(set(manifest) - CHECKED_FIELDS - set(unsigned))
+    if extra:
+        raise VerificationError(
+            None,
+            "bundle_altered",
+            f"the manifest shows fields neither signed nor marked unsigned: {extra}",
+        )
+    return sorted(f for f in set(unsigned) & set(manifest) if manifest[f] is not None)
+
+
+def read_events(manifest: dict[str, Any], raw_events: bytes) -> list[dict[str, Any]]:
+    """The events of ``events.jsonl``; raise ``bundle_altered`` unless the file is the one the
+    manifest describes and each event shows only the fields its hash covers."""
+    if hashlib.sha256(raw_events).hexdigest() != manifest["events_sha256"]:
+        raise VerificationError(
+            None, "bundle_altered", "events.jsonl does not match the manifest's digest"
+        )
+    events = [json.loads(line) for line in raw_events.decode("utf-8").splitlines() if line]
+    if manifest.get("events", len(events)) != len(events):
+        raise VerificationError(
+            None,
+            "bundle_altered",
+            f"the manifest counts {manifest['events']} events, events.jsonl holds {len(events)}",
+        )
+    for number, event in enumerate(events, start=1):
+        if not isinstance(event, dict):
+            raise VerificationError(None, "bundle_altered", f"line {number} is not an object")
+        extra = sorted(set(event) - EVENT_FIELDS)
+        if extra:
+            raise VerificationError(
+                event.get("seq"),
+                "bundle_altered",
+                f"line {number} shows fields its hash does not cover: {extra}",
+            )
+    return events
+
+
+def verify_bundle(
+    directory: Path, pinned_key: bytes | None, *, allow_unsigned: bool = False
+) -> str:
     """Verify the bundle in ``directory``; return a summary or raise :class:`VerificationError`.
 
     Raises:
@@ -342,29 +508,23 @@ def verify_bundle(directory: Path, pinned_key: bytes | None) -> str:
         OSError / ValueError / KeyError: the bundle cannot be read.
     """
     manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
-    raw_events = (directory / "events.jsonl").read_bytes()
-    if hashlib.sha256(raw_events).hexdigest() != manifest["events_sha256"]:
-        raise VerificationError(
-            None, "bundle_altered", "events.jsonl does not match the manifest's digest"
-        )
-    events = [json.loads(line) for line in raw_events.decode("utf-8").splitlines() if line]
+    if not isinstance(manifest, dict):
+        raise ValueError("the manifest is not a JSON object")
+    unsigned_fields = check_manifest_fields(manifest)
+    events = read_events(manifest, (directory / "events.jsonl").read_bytes())
     saga_id = manifest["saga_id"]
     anchor = manifest.get("anchor")
     after_seq, after_hash = (anchor["seq"], anchor["hash"]) if anchor else (0, GENESIS_HASH)
     head_seq, head_hash = verify_chain(saga_id, events, after_seq, after_hash)
-    if (head_seq, head_hash) != (manifest["head_seq"], manifest["head_hash"]):
-        raise VerificationError(
-            head_seq + 1,
-            "truncated" if manifest["head_seq"] > head_seq else "head_mismatch",
-            f"manifest head is seq {manifest['head_seq']}, events end at seq {head_seq}",
-        )
+    check_head(manifest["head_seq"], manifest["head_hash"], head_seq, head_hash)
     keys = {k: bytes.fromhex(v) for k, v in manifest.get("public_keys", {}).items()}
     if pinned_key is not None:
         keys = {key_id(pinned_key): pinned_key}
     by_seq = {e["seq"]: e["hash"] for e in events}
-    checked = 0
+    checked, signed_seq = 0, None
     for cp in sorted(manifest.get("checkpoints", []), key=lambda c: (c["seq"], c["signed_at_us"])):
         seq = cp["seq"]
+        check_checkpoint_fields(cp)
         check_signed(saga_id, cp, keys)
         checked += 1
         if seq < after_seq:
@@ -378,16 +538,60 @@ def verify_bundle(directory: Path, pinned_key: bytes | None) -> str:
             raise VerificationError(
                 seq, "checkpoint_mismatch", f"seq {seq} was signed with another hash"
             )
+        signed_seq = seq
+    notes = coverage_notes(
+        head_seq=head_seq,
+        signed_seq=signed_seq,
+        after_seq=after_seq,
+        allow_unsigned=allow_unsigned,
+    )
+    if anchor:
+        notes.append(
+            f"the chain starts after seq {after_seq} (a retention anchor, unsigned: "
+            "earlier events are not in this bundle)"
+        )
+    if unsigned_fields:
+        notes.append("unsigned, shown for information: " + ", ".join(unsigned_fields))
     return (
         f"OK: saga {saga_id}: {len(events)} events, head seq {head_seq} ({head_hash[:16]}…), "
         f"{checked} signed checkpoint(s) verified"
         + ("" if pinned_key is not None else " (key taken from the manifest: pin it)")
+        + "".join(f"\n  {n}" for n in notes)
     )
+
+
+def coverage_notes(
+    *, head_seq: int, signed_seq: int | None, after_seq: int, allow_unsigned: bool
+) -> list[str]:
+    """Raise ``unsigned`` unless a verified checkpoint covers the head (``signed_seq``, the
+    highest seq a checkpoint matched); with ``allow_unsigned``, return the note saying which
+    events no signature covers instead."""
+    if signed_seq == head_seq:
+        return []
+    first = max(signed_seq or 0, after_seq) + 1
+    what = (
+        f"seqs {first}..{head_seq} follow the last checkpoint (seq {signed_seq})"
+        if signed_seq is not None
+        else (
+            f"no checkpoint covers any of seqs {first}..{head_seq}"
+            if head_seq >= first
+            else "the bundle holds no signed checkpoint"
+        )
+    )
+    if not allow_unsigned:
+        raise VerificationError(
+            min(first, head_seq),
+            "unsigned",
+            f"{what}; pass --allow-unsigned to accept unsigned events",
+        )
+    return [f"UNSIGNED: {what}: accepted only because of --allow-unsigned"]
 
 
 def main(argv: list[str]) -> int:
     """Command-line entry point; returns the exit status."""
     args = list(argv)
+    allow_unsigned = "--allow-unsigned" in args
+    args = [a for a in args if a != "--allow-unsigned"]
     pinned: bytes | None = None
     if "--public-key" in args:
         i = args.index("--public-key")
@@ -405,7 +609,7 @@ def main(argv: list[str]) -> int:
         return 0 if args and args[0] in ("-h", "--help") else 2
     directory = Path(args[0]) if args else Path(__file__).resolve().parent
     try:
-        print(verify_bundle(directory, pinned))
+        print(verify_bundle(directory, pinned, allow_unsigned=allow_unsigned))
     except VerificationError as failure:
         print(f"FAILED: {failure}")
         return 1

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from sagacity.consumers.archive._audit import AuditSummary
+    from sagacity.consumers.archive._replay import ReplayReport
 
 
 def _pinned(public_keys: tuple[str, ...]) -> tuple[bytes, ...]:
@@ -48,6 +49,12 @@ _KEY_OPTION = click.option(
     "printed): the archive must still hold it with that root, so rounds removed at the end "
     "are caught.  Repeatable; needs every saga (not --saga).",
 )
+@click.option(
+    "--require-signed",
+    is_flag=True,
+    help="Fail every saga whose newest events no checkpoint covers (an unsigned saga or "
+    "tail); without it they are only counted in the summary.",
+)
 @click.option("--show", default=20, show_default=True, help="Failures listed in full.")
 def verify(
     database_url: str,
@@ -56,10 +63,14 @@ def verify(
     all_sagas: bool,
     public_keys: tuple[str, ...],
     known_rounds: tuple[str, ...],
+    require_signed: bool,
     show: int,
 ) -> None:
-    """Verify archived hash chains, signing rounds and checkpoints; exit 1 on any failure."""
-    from sagacity.consumers.archive._audit import AuditSummary, iter_audits
+    """Verify archived hash chains, signing rounds and checkpoints; exit 1 on any failure.
+
+    With --public-key, a run in which nothing verified under the key fails too.
+    """
+    from sagacity.consumers.archive._audit import AuditSummary, iter_audits, unsigned_as_failure
     from sagacity.consumers.archive._db import connect
     from sagacity.errors import SagacityError
 
@@ -68,7 +79,7 @@ def verify(
     if saga_id is not None and known_rounds:
         fail("--round is checked over every saga: drop --saga")
     known = _known_rounds(known_rounds)
-    summary = AuditSummary()
+    summary = AuditSummary(pinned=bool(public_keys))
     try:
         pinned = _pinned(public_keys)
         with connect(conninfo(database_url, schema)) as conn:
@@ -82,6 +93,8 @@ def verify(
                     rounds=summary.rounds,
                     known_rounds=known,
                 ):
+                    if require_signed:
+                        result = unsigned_as_failure(result)
                     summary.add(result, keep_failures=show)
                     bar.update(1)
             summary.seconds = time.perf_counter() - started
@@ -121,10 +134,18 @@ def _estimate_sagas(conn: psycopg.Connection) -> int:
 
 
 def _print_summary(summary: AuditSummary, *, pinned: bool, every_saga: bool) -> None:
+    from sagacity.consumers.archive._audit import AuditReason
+
     if summary.failures:
         click.echo(f"{'saga':<40} {'seq':>8}  {'reason':<20} detail")
         for f in summary.failures:
             click.echo(f"{f.saga_id:<40} {f.bad_seq or '-':>8}  {f.reason or '':<20} {f.detail}")
+        click.echo("")
+    if summary.unsigned:
+        click.echo(f"{'saga (passed, not all signed)':<40} {'unsigned seqs':>17}")
+        for u in summary.unsigned:
+            first = u.head_seq - u.unsigned + 1
+            click.echo(f"{u.saga_id:<40} {f'{first}..{u.head_seq}':>17}")
         click.echo("")
     if summary.rounds.failed:
         click.echo(f"{'signing round':>13}  {'reason':<20} detail")
@@ -139,6 +160,9 @@ def _print_summary(summary: AuditSummary, *, pinned: bool, every_saga: bool) -> 
         click.echo(f"{'  ' + reason.value:<22} {count:>12,}")
     click.echo(f"{'events':<22} {summary.events:>12,}")
     click.echo(f"{'checkpoints verified':<22} {summary.checkpoints:>12,}")
+    click.echo(f"{'unsigned sagas':<22} {summary.unsigned_sagas:>12,}")
+    click.echo(f"{'unsigned tails':<22} {summary.unsigned_tails:>12,}")
+    click.echo(f"{'  unsigned events':<22} {summary.unsigned_events:>12,}")
     click.echo(f"{'signing rounds':<22} {summary.rounds.rounds:>12,}")
     click.echo(f"{'  failed':<22} {len(summary.rounds.failed):>12,}")
     if every_saga and summary.rounds.latest is not None:
@@ -148,6 +172,17 @@ def _print_summary(summary: AuditSummary, *, pinned: bool, every_saga: bool) -> 
     click.echo(f"{'events per second':<22} {rate:>12,.0f}")
     if not pinned:
         click.echo("note: checkpoint keys were read from the archive itself; pass --public-key")
+    if summary.nothing_signed:
+        click.echo("FAILED: nothing in the archive is signed by the pinned key(s)")
+    elif summary.unsigned_sagas or summary.unsigned_tails:
+        unsigned = summary.unsigned_sagas + summary.unsigned_tails
+        if summary.by_reason.get(AuditReason.UNSIGNED):
+            click.echo(f"FAILED: {unsigned} saga(s) end in events no checkpoint covers")
+        else:
+            click.echo(
+                f"note: {unsigned} saga(s) end in events no checkpoint covers (normal until "
+                "the next signing round); --require-signed fails them"
+            )
 
 
 @click.command()
@@ -176,6 +211,13 @@ def export(
         fail(exc.message)
     click.echo(f"wrote {out}/ ({verdict.events} events, head seq {verdict.head_seq})")
     click.echo(f"check it with: python3 -I {out}/verify_bundle.py {out} --public-key <key>")
+    if verdict.ok and verdict.unsigned:
+        click.echo(
+            f"warning: no checkpoint covers seqs {verdict.head_seq - verdict.unsigned + 1}.."
+            f"{verdict.head_seq}: the bundle is refused unless the auditor passes "
+            "--allow-unsigned; sign first (sagacity archive checkpoint) and export again",
+            err=True,
+        )
     if not verdict.ok:
         click.echo(
             f"warning: the archived chain does not verify: {verdict.reason} at seq "
@@ -219,13 +261,19 @@ def replay(
             diff_with_archive(conn, report, chains, saga_id=saga_id)
     except SagacityError as exc:
         fail(exc.message)
+    _print_replay(report)
+    if not report.ok:
+        raise click.exceptions.Exit(EXIT_FAILED)
+
+
+def _print_replay(report: ReplayReport) -> None:
+    from sagacity.producer import ForkKind
+
     bad = [s for s in report.sagas.values() if not s.ok]
     if bad:
         click.echo(f"{'saga':<40} {'topic':>7} {'archive':>7}  finding")
         for s in bad:
             findings = []
-            if s.verdict is not None and not s.verdict.ok:
-                findings.append(f"topic chain: {s.verdict.reason} at seq {s.verdict.bad_seq}")
             for label, seqs in (
                 ("missing", s.missing),
                 ("extra", s.extra),
@@ -238,14 +286,40 @@ def replay(
                 f"{s.saga_id:<40} {s.topic_events:>7} {s.archive_events:>7}  {'; '.join(findings)}"
             )
         click.echo("")
+    rejected = [
+        (s.saga_id, r)
+        for s in report.sagas.values()
+        for r in s.rejected
+        if r.kind is not ForkKind.DUPLICATE
+    ]
+    if rejected:
+        click.echo("not in any chain (readers reject them; the archive quarantines them):")
+        for saga_id, r in rejected[:20]:
+            named = f" (its body names {r.entry.saga_id!r})" if r.kind is ForkKind.FOREIGN else ""
+            click.echo(
+                f"  {r.kind.value}: saga {saga_id} seq {r.entry.seq} at partition {r.partition}"
+                f" offset {r.offset}{named}: {r.detail}"
+            )
+        click.echo("")
+    for partition, offset, saga in report.unkeyed[:20]:
+        click.echo(
+            f"event without a text key at partition {partition} offset {offset} (body names "
+            f"{saga!r}): in no saga's chain"
+        )
     for partition, offset, why in report.undecodable[:20]:
         click.echo(f"undecodable message at partition {partition} offset {offset}: {why}")
+    counts = dict.fromkeys(ForkKind, 0)
+    for s in report.sagas.values():
+        for r in s.rejected:
+            counts[r.kind] += 1
     click.echo(f"{'messages read':<22} {report.messages:>10,}")
     click.echo(f"{'sagas':<22} {len(report.sagas):>10,}")
     click.echo(f"{'sagas matching':<22} {len(report.sagas) - len(bad):>10,}")
     click.echo(f"{'sagas differing':<22} {len(bad):>10,}")
+    click.echo(f"{'forked events':<22} {counts[ForkKind.FORK]:>10,}")
+    click.echo(f"{'foreign events':<22} {counts[ForkKind.FOREIGN] + len(report.unkeyed):>10,}")
+    click.echo(f"{'edited events':<22} {counts[ForkKind.EDITED]:>10,}")
+    click.echo(f"{'duplicate events':<22} {counts[ForkKind.DUPLICATE]:>10,}")
     click.echo(f"{'undecodable messages':<22} {len(report.undecodable):>10,}")
     if report.trimmed:
         click.echo("note: the topic was trimmed by Kafka retention; older events are archive-only")
-    if not report.ok:
-        raise click.exceptions.Exit(EXIT_FAILED)

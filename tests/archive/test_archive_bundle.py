@@ -7,6 +7,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -14,15 +15,24 @@ import pytest
 from archive_helpers import as_raw, make_chain
 
 from sagacity.chain import link
-from sagacity.consumers.archive import Signer, generate_key, sign_pending
+from sagacity.consumers.archive import BatchArchiver, Signer, generate_key, sign_pending
 from sagacity.consumers.archive._export import export_bundle
 from sagacity.consumers.archive.verify_bundle import ed25519_verify
 
 pytestmark = pytest.mark.postgres
 
 
-def check(bundle: Path, public_hex: str | None) -> tuple[int, str]:
-    args = [sys.executable, "-I", str(bundle / "verify_bundle.py"), str(bundle)]
+@pytest.fixture
+def archiver(archive_dsn: str) -> Iterator[BatchArchiver]:
+    """One archiver: bundles are about export and the verifier; the ingest paths are compared
+    elsewhere."""
+    a = BatchArchiver(archive_dsn, consumer_group="g", retry_delay=0.05)
+    yield a
+    a.close()
+
+
+def check(bundle: Path, public_hex: str | None, *extra: str) -> tuple[int, str]:
+    args = [sys.executable, "-I", str(bundle / "verify_bundle.py"), str(bundle), *extra]
     if public_hex:
         args += ["--public-key", public_hex]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=bundle)
@@ -64,6 +74,7 @@ def _write(bundle: Path, events: list[dict], *, manifest_edit=None) -> None:
     (bundle / "events.jsonl").write_bytes(data)
     manifest = json.loads((bundle / "manifest.json").read_text())
     manifest["events_sha256"] = hashlib.sha256(data).hexdigest()
+    manifest["events"] = len(events)
     if manifest_edit:
         manifest_edit(manifest)
     (bundle / "manifest.json").write_text(json.dumps(manifest))
@@ -155,6 +166,61 @@ def _tampered(case: str, bundle: Path, chain) -> None:
                 cp["round"] = {"round_id": cp["round"]["round_id"]}
 
         _write(bundle, events, manifest_edit=forge_round)
+    elif case == "checkpoints_removed":
+
+        def strip(m):
+            m["checkpoints"] = []
+
+        _write(bundle, events, manifest_edit=strip)
+    elif case == "trimmed_tail_and_its_checkpoint":
+
+        def trim(m):
+            m["head_seq"], m["head_hash"] = 4, events[3]["hash"]
+            m["checkpoints"] = [c for c in m["checkpoints"] if c["seq"] <= 4]
+
+        _write(bundle, events[:4], manifest_edit=trim)
+    elif case == "invented_saga":
+        invented = make_chain("saga-invented", 3)
+
+        def invent(m):
+            m["saga_id"] = "saga-invented"
+            m["head_seq"], m["head_hash"] = 3, invented[-1].hash
+            m["checkpoints"] = []
+
+        _write(bundle, [e.to_dict() for e in invented], manifest_edit=invent)
+    elif case == "head_hash_changed":
+
+        def rehead(m):
+            m["head_hash"] = "f" * 64
+
+        _write(bundle, events, manifest_edit=rehead)
+    elif case == "head_below_the_events":
+
+        def lower(m):
+            m["head_seq"], m["head_hash"] = 4, events[3]["hash"]
+
+        _write(bundle, events, manifest_edit=lower)
+    elif case == "checkpoint_time_not_its_rounds":
+
+        def retime(m):
+            m["checkpoints"][0]["signed_at_us"] += 1
+
+        _write(bundle, events, manifest_edit=retime)
+    elif case == "manifest_field_added":
+
+        def add(m):
+            m["approved_by_auditor"] = True
+
+        _write(bundle, events, manifest_edit=add)
+    elif case == "event_field_added":
+        events[2]["approved"] = "yes"
+        _write(bundle, events)
+    elif case == "event_count_altered":
+
+        def count(m):
+            m["events"] = 7
+
+        _write(bundle, events, manifest_edit=count)
     elif case == "events_file_altered":
         (bundle / "events.jsonl").write_text(
             (bundle / "events.jsonl").read_text().replace("ok", "OK")
@@ -176,6 +242,15 @@ def _tampered(case: str, bundle: Path, chain) -> None:
         ("forged_round_root", 3, "bad_signature"),
         ("round_missing", 3, "bad_signature"),
         ("events_file_altered", None, "bundle_altered"),
+        ("checkpoints_removed", 1, "unsigned"),
+        ("trimmed_tail_and_its_checkpoint", 4, "unsigned"),
+        ("invented_saga", 1, "unsigned"),
+        ("head_hash_changed", 6, "head_mismatch"),
+        ("head_below_the_events", 5, "head_mismatch"),
+        ("checkpoint_time_not_its_rounds", 3, "bundle_altered"),
+        ("manifest_field_added", None, "bundle_altered"),
+        ("event_field_added", 3, "bundle_altered"),
+        ("event_count_altered", None, "bundle_altered"),
     ],
 )
 def test_tampered_bundle_fails_with_seq_and_reason(exported, case, seq, reason):
@@ -184,6 +259,87 @@ def test_tampered_bundle_fails_with_seq_and_reason(exported, case, seq, reason):
     code, out = check(bundle, signer.public_hex)
     assert code == 1, out
     assert f"FAILED: {reason} at seq {seq}:" in out
+
+
+def test_a_bundle_without_checkpoints_is_accepted_only_when_the_auditor_allows_it(exported):
+    bundle, signer, _ = exported
+    _tampered("checkpoints_removed", bundle, None)
+    code, out = check(bundle, signer.public_hex, "--allow-unsigned")
+    assert code == 0, out
+    assert "0 signed checkpoint(s) verified" in out
+    assert (
+        "UNSIGNED: no checkpoint covers any of seqs 1..6: accepted only because of "
+        "--allow-unsigned" in out
+    )
+
+
+def test_a_field_marked_unsigned_is_shown_as_such(exported):
+    bundle, signer, _ = exported
+
+    def note(m):
+        m["operator_note"] = "exported for the Q3 audit"
+        m["unsigned"].append("operator_note")
+
+    _write(bundle, _events(bundle), manifest_edit=note)
+    code, out = check(bundle, signer.public_hex)
+    assert code == 0, out
+    assert (
+        "unsigned, shown for information: archive_verdict, exported_at, operator_note,"
+        " public_keys" in out
+    )
+
+
+def test_a_bundle_starting_at_an_anchor_says_the_anchor_is_unsigned(exported):
+    bundle, signer, chain = exported
+
+    def anchor(m):
+        m["anchor"] = {"seq": 2, "hash": chain[1].hash}
+
+    _write(bundle, _events(bundle)[2:], manifest_edit=anchor)
+    code, out = check(bundle, signer.public_hex)
+    assert code == 0, out  # the signed head still covers every event shown ...
+    assert "4 events" in out
+    # ... and the output says what the bundle does not show, on whose word
+    assert "the chain starts after seq 2 (a retention anchor, unsigned" in out
+    assert "unsigned, shown for information: anchor," in out
+
+
+def test_a_version_2_bundle_still_verifies(exported):
+    bundle, signer, _ = exported
+
+    def downgrade(m):
+        m["format"] = "sagacity-audit-bundle/2"
+        del m["unsigned"]
+
+    _write(bundle, _events(bundle), manifest_edit=downgrade)
+    code, out = check(bundle, signer.public_hex)
+    assert code == 0, out
+    assert "2 signed checkpoint(s) verified" in out
+
+
+def test_an_exported_unsigned_tail_is_refused_unless_allowed(archiver, archive_dsn, tmp_path):
+    from click.testing import CliRunner
+
+    from sagacity.cli import main
+
+    signer = generate_key(tmp_path / "k.pem")
+    chain = make_chain("saga-t", 5)
+    archiver.archive(as_raw(chain[:3]))
+    with psycopg.connect(archive_dsn) as conn:
+        sign_pending(conn, signer)
+    archiver.archive(as_raw(chain[3:], first_offset=3))
+    bundle = tmp_path / "bundle"
+    result = CliRunner().invoke(
+        main, ["export", "--database-url", archive_dsn, "--saga", "saga-t", "--out", str(bundle)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "no checkpoint covers seqs 4..5" in result.stderr
+    code, out = check(bundle, signer.public_hex)
+    assert code == 1
+    assert "FAILED: unsigned at seq 4: seqs 4..5 follow the last checkpoint (seq 3)" in out
+    code, out = check(bundle, signer.public_hex, "--allow-unsigned")
+    assert code == 0, out
+    assert "UNSIGNED: seqs 4..5 follow the last checkpoint (seq 3)" in out
 
 
 def test_bundle_resigned_by_another_key_fails_against_the_pinned_key(exported, tmp_path):
@@ -197,7 +353,8 @@ def test_bundle_resigned_by_another_key_fails_against_the_pinned_key(exported, t
             )
         ]
         for c in m["checkpoints"]:
-            del c["saga_id"]
+            for name in ("saga_id", "round_id", "leaf_index"):
+                del c[name]
         m["public_keys"] = {attacker.key_id: attacker.public_hex}
 
     _write(bundle, _events(bundle), manifest_edit=resign)
@@ -205,6 +362,29 @@ def test_bundle_resigned_by_another_key_fails_against_the_pinned_key(exported, t
     code, out = check(bundle, signer.public_hex)  # ... but not signed by the archive's key
     assert code == 1
     assert "unknown_key at seq 6" in out
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"format": "sagacity-audit-bundle/99"}, "unknown bundle format"),
+        ({"canonical_form": "SGC9"}, "unknown canonical form"),
+    ],
+)
+def test_a_bundle_of_an_unknown_form_cannot_be_read(exported, edit, message):
+    bundle, signer, _ = exported
+    _write(bundle, _events(bundle), manifest_edit=lambda m: m.update(edit))
+    code, out = check(bundle, signer.public_hex)
+    assert code == 2
+    assert message in out
+
+
+def test_a_malformed_unsigned_list_is_refused(exported):
+    bundle, signer, _ = exported
+    _write(bundle, _events(bundle), manifest_edit=lambda m: m.update(unsigned="everything"))
+    code, out = check(bundle, signer.public_hex)
+    assert code == 1
+    assert "FAILED: bundle_altered at seq None: the manifest's unsigned list is malformed" in out
 
 
 def test_unreadable_bundle_exits_2(tmp_path, exported):
