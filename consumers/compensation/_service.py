@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -45,9 +45,11 @@ from sagacity.consumers.compensation._metrics import HealthServer, Metrics
 from sagacity.errors import (
     ChainIntegrityError,
     CompensationConflictError,
+    DeclarationError,
     JournalError,
     PersistenceError,
     SerializationError,
+    ToolLoadError,
 )
 from sagacity.producer import ForkKind, KafkaJournal, ReadIndexSettings, SagaRead
 from sagacity.producer._clients import with_logger
@@ -105,7 +107,7 @@ class CompensationSettings(SagacitySettings):
 
     bootstrap_servers: str = Field(min_length=1)
     database_url: str = Field(min_length=1)
-    tools: tuple[str, ...] = Field(min_length=1)
+    tools: tuple[str, ...] = ()
     topic: str = "sagacity.journal"
     group_id: str = "sagacity-compensation"
     instance_id: str | None = None
@@ -193,13 +195,23 @@ class CompensationService:
 
     Args:
         settings: see :class:`CompensationSettings`.
+        register: registers further tools on each ``Sagacity`` the service makes (the tools
+            of an upstream MCP server, declared by a tool policy); with it ``settings.tools``
+            may be empty.
 
     Raises:
-        ToolLoadError: a ``--tools`` target cannot be imported (raised here, at start).
+        ToolLoadError: a ``--tools`` target cannot be imported, or no tool is given (raised
+            here, at start).
     """
 
-    def __init__(self, settings: CompensationSettings) -> None:
+    def __init__(
+        self,
+        settings: CompensationSettings,
+        *,
+        register: Callable[[Sagacity], None] | None = None,
+    ) -> None:
         self.settings = settings
+        self._register = register
         self.instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}"
         self.writer_id = f"{WRITER_PREFIX}{self.instance}/{uuid.uuid4().hex[:8]}"
         self.metrics = Metrics()
@@ -218,7 +230,7 @@ class CompensationService:
         self._journal: ServiceJournal | None = None
         # Tools first: an un-importable target must fail before anything connects.
         self._sagacity = Sagacity(compensation="delegated", writer_id=self.writer_id)
-        self.tool_names = register_tools(self._sagacity, settings.tools)
+        self.tool_names = self._register_tools(self._sagacity)
         self._claims = ClaimStore(settings.database_url, instance=self.instance)
         self._invoker = ClaimingInvoker(
             self._claims,
@@ -232,6 +244,16 @@ class CompensationService:
         self._consumer: Consumer | None = None
         self._dead: DeadLetters | None = None
         self._http: HealthServer | None = None
+
+    def _register_tools(self, sagacity: Sagacity) -> tuple[str, ...]:
+        if self.settings.tools or self._register is None:
+            register_tools(sagacity, self.settings.tools)
+        if self._register is not None:
+            try:
+                self._register(sagacity)
+            except DeclarationError as exc:
+                raise ToolLoadError(exc.message) from exc
+        return sagacity.registry.names()
 
     # --- lifecycle -----------------------------------------------------------------------
     @property
@@ -259,7 +281,7 @@ class CompensationService:
         self._sagacity = Sagacity(
             journal=self._journal, compensation="delegated", writer_id=self.writer_id
         )
-        register_tools(self._sagacity, s.tools)
+        self._register_tools(self._sagacity)
         dlq = s.dlq_topic or f"{s.topic}.dlq"
         ensure_topic(AdminClient(with_logger(self._base_config())), dlq, partitions=1, timeout=15)
         self._dead = DeadLetters(self._base_config(), dlq)

@@ -24,6 +24,7 @@ _GROUPS: tuple[tuple[str, str], ...] = (
     ("sagacity.cli.archive", "archive"),
     ("sagacity.cli.approvals", "approvals"),
     ("sagacity.cli.compensation", "compensation"),
+    ("sagacity.cli.mcp", "mcp"),
     ("sagacity.cli.audit", "verify"),
     ("sagacity.cli.audit", "replay"),
     ("sagacity.cli.audit", "export"),

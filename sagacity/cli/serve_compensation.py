@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import click
 
 from sagacity.cli._options import (
@@ -20,10 +23,39 @@ from sagacity.cli._options import (
     "--tools",
     "tools",
     multiple=True,
-    required=True,
     envvar="SAGACITY_COMPENSATION_TOOLS",
     metavar="package.module:attr",
-    help="Tools (and their compensations) to compensate with; repeat for several.",
+    help="Tools (and their compensations) to compensate with; repeat for several (required "
+    "unless --mcp-upstream/--mcp-upstream-url gives them).",
+)
+@click.option(
+    "--mcp-upstream",
+    default=None,
+    envvar="SAGACITY_COMPENSATION_MCP_UPSTREAM",
+    metavar='"CMD ARGS"',
+    help="Undo through this MCP server (stdio command), its tools declared by --policy, as "
+    "`sagacity mcp proxy` fronts it.",
+)
+@click.option(
+    "--mcp-upstream-url",
+    default=None,
+    envvar="SAGACITY_COMPENSATION_MCP_UPSTREAM_URL",
+    help="Undo through this MCP server (streamable HTTP endpoint).",
+)
+@click.option(
+    "--mcp-upstream-header",
+    "mcp_upstream_headers",
+    multiple=True,
+    metavar="'Name: value'",
+    help="An HTTP header for --mcp-upstream-url (repeatable).",
+)
+@click.option(
+    "--policy",
+    "policy_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    envvar="SAGACITY_COMPENSATION_POLICY",
+    help="The tool policy (TOML) of the MCP upstream's tools.",
 )
 @bootstrap_servers_option("COMPENSATION")
 @database_url_option("COMPENSATION", help="libpq URL or conninfo of the claims database.")
@@ -80,6 +112,10 @@ from sagacity.cli._options import (
 @log_level_option("COMPENSATION")
 def compensation(
     tools: tuple[str, ...],
+    mcp_upstream: str | None,
+    mcp_upstream_url: str | None,
+    mcp_upstream_headers: tuple[str, ...],
+    policy_file: Path | None,
     bootstrap_servers: str,
     database_url: str,
     topic: str,
@@ -111,6 +147,28 @@ def compensation(
 
     configure(log_level)
     client = client_settings(os.environ)
+    register = None
+    upstream = None
+    if mcp_upstream is not None or mcp_upstream_url is not None:
+        from sagacity.cli.mcp import connect_upstream
+
+        if policy_file is None:
+            raise click.UsageError("--mcp-upstream needs --policy (the tool policy)")
+        upstream, proxied = connect_upstream(
+            upstream_command=mcp_upstream,
+            upstream_url=mcp_upstream_url,
+            upstream_headers=mcp_upstream_headers,
+            upstream_timeout_s=timeout_s,
+            policy_file=policy_file,
+        )
+
+        def register(sagacity: Any) -> None:
+            from sagacity.adapters.mcp import register as register_proxied
+
+            register_proxied(sagacity, proxied)
+
+    elif not tools:
+        raise click.UsageError("give the tools with --tools (or --mcp-upstream and --policy)")
     try:
         settings = CompensationSettings(
             bootstrap_servers=bootstrap_servers,
@@ -131,7 +189,7 @@ def compensation(
         )
     except ValidationError as exc:
         raise ConfigurationError(f"invalid settings: {exc}") from exc
-    service = CompensationService(settings)
+    service = CompensationService(settings, register=register)
     check_reachable({**client, "bootstrap.servers": bootstrap_servers})
 
     def stop(signum: int, _frame: object) -> None:
@@ -140,4 +198,8 @@ def compensation(
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    service.run()
+    try:
+        service.run()
+    finally:
+        if upstream is not None:
+            upstream.close()

@@ -19,7 +19,7 @@ from tests.approvals._process import Replica
 from tests.approvals.conftest import bearer
 from tests.approvals.tools import calls
 
-from .conftest import McpDeployment, run
+from .conftest import McpDeployment, RawServer, run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 E = EventType
@@ -292,3 +292,24 @@ def test_bad_arguments_are_refused_before_anything_is_journaled(
     assert calls(mcp_deployment.calls) == [{"tool": "lookup_stock", "sku": "Z"}]
     tools = [e.tool for e in mcp_deployment.wait_ended(_saga(ok)) if e.tool]
     assert tools == ["lookup_stock", "lookup_stock"]
+
+
+def test_arguments_that_are_not_an_object_are_refused_by_the_protocol(
+    mcp_deployment: McpDeployment,
+) -> None:
+    server = RawServer(mcp_deployment, "raw")
+    try:
+        server.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "reserve_inventory", "arguments": ["SKU-1"]},
+            }
+        )
+        reply = server.receive()
+    finally:
+        server.close()
+    assert reply["id"] == 2
+    assert "error" in reply
+    assert calls(mcp_deployment.calls) == []
