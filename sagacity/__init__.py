@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from sagacity._reversibility import Reversibility
     from sagacity._run import SagaRun
     from sagacity._saga import Sagacity
-    from sagacity._undo import Undo
+    from sagacity._undo import Undo, UndoCall
     from sagacity.chain import BreakReason, ChainVerdict, verify
     from sagacity.errors import SagacityError
     from sagacity.journal import ApprovalRequest, Journal
@@ -57,6 +57,7 @@ _EXPORTS = {
     "Step": "sagacity._result",
     "ToolRegistry": "sagacity._registry",
     "Undo": "sagacity._undo",
+    "UndoCall": "sagacity._undo",
     "UnknownEventType": "sagacity._events",
     "compensable": "sagacity._decorators",
     "compensation": "sagacity._decorators",
@@ -89,6 +90,7 @@ __all__ = [
     "Step",
     "ToolRegistry",
     "Undo",
+    "UndoCall",
     "UnknownEventType",
     "compensable",
     "compensation",

@@ -29,6 +29,7 @@ from sagacity._result import SagaResult, SagaStatus
 from sagacity._reversibility import Reversibility
 from sagacity._run import SagaRun
 from sagacity._scope import SagaScope, ensure_no_active_scope, open_scope
+from sagacity._undo import UndoCall
 from sagacity._wrap import wrap, wrap_callable
 from sagacity.errors import (
     ConfigurationError,
@@ -213,13 +214,15 @@ class Sagacity:
         reversibility: Reversibility = Reversibility.COMPENSATABLE,
         by: Callable[..., Any] | None = None,
         constraint: Constraint | None = None,
+        undo: UndoCall | None = None,
     ) -> Callable[..., Any]:
         """Declare and wrap an undecorated callable in one step (for framework adapters).
 
         The same as decorating ``function`` with ``@compensable(...)`` and wrapping it, without
         touching ``function``: a framework's tool function or a bound method can be wrapped
         where it cannot be decorated.  ``by`` is the compensation itself (a callable taking
-        one ``CompensationContext``).
+        one ``CompensationContext``); ``undo`` names another registered tool as the undo, with
+        arguments taken from the call and its result (:class:`~sagacity.UndoCall`).
 
         Raises:
             DeclarationError: as :meth:`wrap`.
@@ -232,6 +235,7 @@ class Sagacity:
             reversibility=reversibility,
             by=by,
             constraint=constraint,
+            undo=undo,
         )
 
     # -- sagas ----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from sagacity._frameworks import route as route_framework_object
 from sagacity._registry import RegisteredTool, ToolRegistry
 from sagacity._reversibility import Reversibility
 from sagacity._tool import WRAPPED_ATTR, Host, wrap_function
+from sagacity._undo import UndoCall
 from sagacity.errors import DeclarationError
 
 TOOLS_ATTR = "__sagacity_tools__"
@@ -233,6 +234,7 @@ def wrap_callable(
     reversibility: Reversibility,
     by: Callable[..., Any] | None,
     constraint: Constraint | None,
+    undo: UndoCall | None = None,
 ) -> Callable[..., Any]:
     """Declare and wrap an undecorated callable (a framework's tool function) in one step.
 
@@ -265,6 +267,13 @@ def wrap_callable(
         raise DeclarationError(
             f"tool {tool_name!r} takes *args: a payload records arguments by name"
         )
+    if undo is not None:
+        if by is not None:
+            raise DeclarationError(f"tool {tool_name!r}: give by= or an undo call, not both")
+        if not reversibility.undoable:
+            raise DeclarationError(
+                f"tool {tool_name!r} is {reversibility.value} and cannot name an undo call"
+            )
     call = getattr(function, "__call__", None)  # noqa: B004 - async callable objects
     definition = ToolDefinition(
         name=tool_name,
@@ -273,6 +282,7 @@ def wrap_callable(
         constraint=constraint,
         function=function,
         is_async=inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call),
+        undo_call=undo,
     )
     compensation, compensation_def = _resolve_by(definition, None, marked=False)
     tool = RegisteredTool(

@@ -55,8 +55,8 @@ from typing import Any, Literal
 
 from sagacity._decorators import Constraint
 from sagacity._reversibility import Reversibility
-from sagacity._undo import Undo, extract_undo
-from sagacity.errors import DeclarationError, PolicyError
+from sagacity._undo import Undo, UndoCall, extract_undo
+from sagacity.errors import DeclarationError, PolicyError, SerializationError
 
 __all__ = [
     "Policy",
@@ -83,7 +83,9 @@ class Rule:
         reversibility: see :class:`~sagacity.Reversibility`.  ``REVERSIBLE`` by default when
             ``undo="returned"``, ``COMPENSATABLE`` when ``by`` is given.
         undo: ``"returned"``: the tool's result carries its own undo (see
-            :func:`returned_undo`).
+            :func:`returned_undo`); or an :class:`~sagacity.UndoCall`: another tool, with
+            arguments taken from the call (``"$arguments.x"``) and its result
+            (``"$result.y"``).
         by: the compensation, a function taking one ``CompensationContext`` (given as the
             function or as ``"module:function"``, imported when the rule is made).
         by_name: ``by`` as written (``"module:function"``), for messages.
@@ -91,7 +93,7 @@ class Rule:
     """
 
     reversibility: Reversibility
-    undo: Literal["returned"] | None = None
+    undo: Literal["returned"] | UndoCall | None = None
     by: Callable[..., Any] | None = None
     by_name: str | None = None
     constraint: Constraint | None = None
@@ -101,12 +103,14 @@ class Rule:
             raise DeclarationError(
                 f"reversibility must be a Reversibility member, got {self.reversibility!r}"
             )
-        if self.undo not in (None, "returned"):
-            raise DeclarationError(f'undo must be "returned", got {self.undo!r}')
+        if self.undo not in (None, "returned") and not isinstance(self.undo, UndoCall):
+            raise DeclarationError(
+                f'undo must be "returned" or an undo call (tool and arguments), got {self.undo!r}'
+            )
         if self.by is not None and not callable(self.by):
             raise DeclarationError(f"by must be a function, got {self.by!r}")
         if self.by is not None and self.undo is not None:
-            raise DeclarationError('give by= or undo="returned", not both')
+            raise DeclarationError('give by= or an undo ("returned", or a call), not both')
         if (self.by is not None or self.undo is not None) and not self.reversibility.undoable:
             raise DeclarationError(
                 f"a {self.reversibility.value} tool has no undo: by= and undo= are only for "
@@ -249,13 +253,18 @@ def _rule(value: object) -> Rule:
     elif by is not None and not callable(by):
         raise ValueError(f'by must be "module:function" or a function, got {by!r}')
     undo = value.get("undo")
-    if undo is not None and undo != "returned":
-        raise ValueError(f'undo must be "returned" (the tool returns its own undo), got {undo!r}')
+    if isinstance(undo, Mapping):
+        undo = _undo_call(undo)
+    elif undo is not None and undo != "returned" and not isinstance(undo, UndoCall):
+        raise ValueError(
+            'undo must be "returned" (the tool returns its own undo) or a table '
+            f"{{ tool = ..., arguments = {{ ... }} }} naming another tool, got {undo!r}"
+        )
     if "reversibility" in value:
         reversibility = _reversibility(value["reversibility"])
     elif undo == "returned":
         reversibility = Reversibility.REVERSIBLE
-    elif by is not None:
+    elif isinstance(undo, UndoCall) or by is not None:
         reversibility = Reversibility.COMPENSATABLE
     else:
         raise ValueError("a rule table needs reversibility, undo or by")
@@ -268,6 +277,17 @@ def _rule(value: object) -> Rule:
             constraint=value.get("constraint"),
         )
     except DeclarationError as exc:
+        raise ValueError(exc.message) from exc
+
+
+def _undo_call(table: Mapping[str, Any]) -> UndoCall:
+    """An undo call from its table: ``{ tool = "release", arguments = { id = "$result.id" } }``."""
+    unknown = sorted(set(table) - {"tool", "arguments"})
+    if unknown:
+        raise ValueError(f"unknown key(s) {', '.join(unknown)} in undo (it takes tool, arguments)")
+    try:
+        return UndoCall(tool=table.get("tool"), arguments=table.get("arguments") or {})  # type: ignore[arg-type]
+    except SerializationError as exc:
         raise ValueError(exc.message) from exc
 
 

@@ -28,6 +28,7 @@ from sagacity._run import SagaRun
 from sagacity._saga import Sagacity
 from sagacity._scope import SagaScope, current_scope
 from sagacity._tool import WRAPPED_ATTR, journaled_call, journaled_call_async
+from sagacity._undo import UndoCall
 from sagacity._wrap import _resolve_by
 from sagacity.adapters._binding import check_sagacity, register_function
 from sagacity.errors import DeclarationError, SagaFailedError
@@ -171,6 +172,7 @@ class AgentHook:
                 by=rule.by,
                 constraint=rule.constraint,
                 function=function,
+                undo_call=rule.undo if isinstance(rule.undo, UndoCall) else None,
                 is_async=inspect.iscoroutinefunction(function),
             )
         register_function(
@@ -214,6 +216,7 @@ class AgentHook:
             by=rule.by,
             constraint=rule.constraint,
             function=identity,
+            undo_call=rule.undo if isinstance(rule.undo, UndoCall) else None,
             is_async=True,
         )
         compensation, compensation_definition = _resolve_by(definition, None, marked=False)

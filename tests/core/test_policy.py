@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sagacity import CompensationContext, Reversibility, Undo
-from sagacity.errors import PolicyError
+from sagacity import CompensationContext, Reversibility, Sagacity, SagaStatus, Undo
+from sagacity.errors import DeclarationError, PolicyError, SerializationError
 from sagacity.policy import Policy, PolicyWarning, Rule, ToolAnnotations, returned_undo
 
 R = Reversibility
@@ -139,3 +139,67 @@ def test_a_policy_file_is_read_and_a_missing_one_is_named(tmp_path: Path) -> Non
     assert Policy.from_toml(path).resolve("refund_invoice") is not None
     with pytest.raises(PolicyError, match="cannot read the policy"):
         Policy.from_toml(tmp_path / "missing.toml")
+
+
+def test_an_undo_call_takes_its_arguments_from_the_call_and_its_result() -> None:
+    from sagacity import UndoCall
+
+    policy = Policy.loads(
+        '[tools]\nhold = { undo = { tool = "release", arguments = '
+        '{ id = "$result.hold.id", sku = "$arguments.sku", why = "compensation" } } }\n'
+    )
+    resolution = policy.resolve("hold")
+    assert resolution is not None
+    undo = resolution.rule.undo
+    assert isinstance(undo, UndoCall)
+    assert resolution.rule.reversibility is Reversibility.COMPENSATABLE
+    rendered = undo.render(arguments={"sku": "A"}, result={"hold": {"id": "H-1"}})
+    assert rendered.tool == "release"
+    assert dict(rendered.arguments) == {"id": "H-1", "sku": "A", "why": "compensation"}
+    with pytest.raises(SerializationError, match=r"'\$result.hold.id' is not in the call's result"):
+        undo.render(arguments={"sku": "A"}, result={"other": 1})
+
+
+def test_a_malformed_undo_call_is_refused_with_the_line() -> None:
+    with pytest.raises(PolicyError, match="neither") as refused:
+        Policy.loads('[tools]\nhold = { undo = { tool = "release", arguments = { id = "$x" } } }\n')
+    assert refused.value.line == 2
+    with pytest.raises(PolicyError, match="unknown key"):
+        Policy.loads('[tools]\nhold = { undo = { tool = "release", args = {} } }\n')
+    with pytest.raises(PolicyError, match="non-empty tool"):
+        Policy.loads("[tools]\nhold = { undo = { arguments = {} } }\n")
+
+
+def test_a_tool_with_an_undo_call_records_the_rendered_undo_and_is_undone_by_it() -> None:
+    from sagacity import UndoCall
+
+    released: list[dict[str, object]] = []
+    sagacity = Sagacity()
+
+    def hold(sku: str) -> dict[str, str]:
+        return {"hold_id": f"H-{sku}"}
+
+    def release(hold_id: str) -> None:
+        released.append({"hold_id": hold_id})
+
+    def fail() -> None:
+        raise RuntimeError("boom")
+
+    tools = {
+        "hold": sagacity.wrap_tool(
+            hold,
+            undo=UndoCall(tool="release", arguments={"hold_id": "$result.hold_id"}),
+        ),
+        "release": sagacity.wrap_tool(release),
+        "fail": sagacity.wrap_tool(fail),
+    }
+
+    def work() -> None:
+        tools["hold"](sku="A")
+        tools["fail"]()
+
+    result = sagacity.saga("undo-call", work)
+    assert result.status is SagaStatus.COMPENSATED
+    assert released == [{"hold_id": "H-A"}]
+    with pytest.raises(DeclarationError, match="not both"):
+        sagacity.wrap_tool(hold, name="hold2", by=release, undo=UndoCall(tool="release"))

@@ -32,6 +32,7 @@ PINNED = [
     "Step",
     "ToolRegistry",
     "Undo",
+    "UndoCall",
     "UnknownEventType",
     "compensable",
     "compensation",

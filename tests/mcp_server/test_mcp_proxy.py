@@ -69,7 +69,9 @@ def test_the_proxy_lists_upstream_tools_with_the_policys_reversibility(
         "export_tickets": "READ",
         "garble_reply": "COMPENSATABLE",
         "grant_agent_access": "PRIVILEGED",
+        "place_hold": "COMPENSATABLE",
         "refund_invoice": "IRREVERSIBLE",
+        "release_hold": "COMPENSATABLE",
         "run_query": "READ",
         "update_ticket_status": "REVERSIBLE",
     }
@@ -114,6 +116,32 @@ def test_a_failed_upstream_call_is_compensated_through_the_upstreams_own_undo(
     assert _tickets(proxy)["T-4003"] == "pending"
     statuses = [c["status"] for c in calls(proxy.calls) if c["tool"] == "update_ticket_status"]
     assert statuses == ["closed", "closed", "pending"]
+
+
+def test_an_undo_the_policy_names_is_called_upstream_with_the_calls_and_results_values(
+    proxy: McpDeployment,
+) -> None:
+    async def conversation() -> list[Any]:
+        async with proxy.session() as session:
+            return [
+                await session.call_tool("place_hold", {"sku": "SKU-7"}),
+                await session.call_tool(
+                    "update_ticket_status", {"ticket_id": "T-0000", "status": "closed"}
+                ),
+            ]
+
+    held, failed = run(conversation())
+    assert failed.is_error is True
+    entries = proxy.wait_ended(held.meta[SAGA_META])
+    executed = next(e for e in entries if e.event_type is E.EXECUTED)
+    assert executed.attributes["undo_tool"] == "release_hold"
+    assert json.loads(executed.attributes["undo_arguments"]) == {
+        "hold_id": "H-SKU-7",
+        "sku": "SKU-7",
+    }
+    assert entries[-1].result == "COMPENSATED"
+    released = [c for c in calls(proxy.calls) if c["tool"] == "release_hold"]
+    assert released == [{"tool": "release_hold", "hold_id": "H-SKU-7", "sku": "SKU-7"}]
 
 
 @pytest.mark.postgres

@@ -66,6 +66,20 @@ def update_ticket_status(ticket_id: str, status: str) -> str:
     )
 
 
+@server.tool(annotations=ToolAnnotations(destructive_hint=False))
+def place_hold(sku: str) -> str:
+    """Hold a unit of stock; the hold is released by its id."""
+    _record("place_hold", sku=sku)
+    return json.dumps({"hold_id": f"H-{sku}", "sku": sku})
+
+
+@server.tool(annotations=ToolAnnotations(destructive_hint=False))
+def release_hold(hold_id: str, sku: str) -> str:
+    """Release a hold."""
+    _record("release_hold", hold_id=hold_id, sku=sku)
+    return json.dumps({"released": hold_id})
+
+
 @server.tool(annotations=ToolAnnotations(destructive_hint=True))
 def refund_invoice(invoice_id: str, amount: int) -> str:
     """Refund an invoice: money leaves, nothing brings it back."""

@@ -5,8 +5,10 @@ Each upstream tool becomes a function that calls it, wrapped like any tool; the 
 undo, with the upstream's annotations as defaults (``readOnlyHint`` → ``READ``; a tool that
 may be destructive and has no undo → ``IRREVERSIBLE``). An undo is the upstream's own
 returned undo (``{ undo = "returned" }``: the result's ``{"undo": {"tool": ...,
-"arguments": {...}}}``, another upstream tool, called through the upstream on compensation)
-or a Python compensation (``{ by = "module:function" }``). A tool nothing covers is refused
+"arguments": {...}}}``, another upstream tool, called through the upstream on compensation),
+another upstream tool named by the policy with arguments from the call and its result
+(``{ undo = { tool = "release", arguments = { hold_id = "$result.hold_id" } } }``), or a
+Python compensation (``{ by = "module:function" }``). A tool nothing covers is refused
 at start-up, by name.
 
 A proxied call's payload is the compact JSON of its arguments with the keys sorted, so a
@@ -21,6 +23,7 @@ from typing import Any
 
 from sagacity._reversibility import Reversibility
 from sagacity._saga import Sagacity
+from sagacity._undo import UndoCall
 from sagacity.adapters.mcp._upstream import Upstream
 from sagacity.errors import DeclarationError
 from sagacity.policy import Policy, Resolution, ToolAnnotations
@@ -118,4 +121,5 @@ def register(sagacity: Sagacity, tools: list[ProxiedTool]) -> None:
             reversibility=rule.reversibility,
             by=rule.by,
             constraint=rule.constraint,
+            undo=rule.undo if isinstance(rule.undo, UndoCall) else None,
         )
