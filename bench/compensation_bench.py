@@ -158,7 +158,7 @@ class World:
                 "sagacity.consumers.compensation",
                 "--tools",
                 TOOLS,
-                "--http-port",
+                "--port",
                 str(port),
             ],
             env=env,

@@ -294,12 +294,12 @@ class Run:
                     urls = [u for u in self.approvals_url.split(",") if u]
                     self.approvals_url = ",".join([*urls, f"http://127.0.0.1:{port}"])
                     argv = [*cli, "serve", "approvals", "--auth", str(auth), "--tools", TOOLS,
-                            "--port", str(port), "--group-id", f"{group}-approvals",
+                            "--port", str(port), "--group", f"{group}-approvals",
                             "--log-level", "warning"]  # fmt: skip
                     ready = f"http://127.0.0.1:{port}/healthz"
                 elif kind == "compensation":
                     argv = [*cli, "serve", "compensation", "--tools", TOOLS,
-                            "--group", f"{group}-compensation", "--http-port", str(port),
+                            "--group", f"{group}-compensation", "--port", str(port),
                             "--handoff-grace", "2", "--log-level", "WARNING"]  # fmt: skip
                     ready = f"http://127.0.0.1:{port}/readyz"
                 else:
@@ -307,7 +307,7 @@ class Run:
                             "--database-url", self.dsn, "--topic", self.topic,
                             "--group", f"{group}-archive", "--batch-size", "200",
                             "--signing-key", str(self.dir / "archive.key"),
-                            "--checkpoint-interval", "5", "--metrics-port", str(port)]  # fmt: skip
+                            "--checkpoint-interval", "5", "--port", str(port)]  # fmt: skip
                     ready = f"http://127.0.0.1:{port}/healthz"
                 service = Service(
                     kind=kind,

@@ -48,6 +48,7 @@ from sagacity.errors import (
     WriterConflictError,
 )
 from sagacity.journal import ApprovalRequest
+from sagacity.producer._clients import with_logger
 from sagacity.producer._config import DEFAULT_TOPIC, KafkaJournalSettings
 from sagacity.producer._index import SagaIndex
 from sagacity.producer._lease import (
@@ -347,7 +348,7 @@ class KafkaJournal:
         self._writer_key = writer_key
         base: ClientConfig = {"bootstrap.servers": settings.bootstrap_servers, **settings.client}
         self._client_config = base
-        admin = AdminClient(base)
+        admin = AdminClient(with_logger(base))
         info = describe(
             admin,
             self._topic,
@@ -362,16 +363,18 @@ class KafkaJournal:
         """The largest event (key, value, headers and framing) the topic and producer take."""
         ack_ms = int(self._ack_timeout * 1000)
         self._producer = Producer(
-            {
-                "linger.ms": 0,
-                "batch.size": min(self.max_event_bytes, PRODUCER_MAX_MESSAGE_BYTES),
-                **base,
-                "acks": "all",
-                "enable.idempotence": True,
-                "partitioner": "murmur2_random",
-                "message.timeout.ms": ack_ms,
-                "request.timeout.ms": min(ack_ms, 30_000),
-            }
+            with_logger(
+                {
+                    "linger.ms": 0,
+                    "batch.size": min(self.max_event_bytes, PRODUCER_MAX_MESSAGE_BYTES),
+                    **base,
+                    "acks": "all",
+                    "enable.idempotence": True,
+                    "partitioner": "murmur2_random",
+                    "message.timeout.ms": ack_ms,
+                    "request.timeout.ms": min(ack_ms, 30_000),
+                }
+            )
         )
         self._reader = SagaReader(
             base,

@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from sagacity import _attributes as attr
 from sagacity._events import JournalEntry
 from sagacity.errors import JournalUnavailableError
+from sagacity.producer._clients import with_logger
 
 HANDOFF_TAKEOVER = "takeover"
 """The value of the ``handoff`` attribute on a takeover's ``COMPENSATION_REQUESTED``."""
@@ -112,14 +113,16 @@ def message_timestamp_ms(
             carries no timestamp.
     """
     consumer = Consumer(
-        {
-            **config,
-            "group.id": f"sagacity-lease-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": False,
-        }
+        with_logger(
+            {
+                **config,
+                "group.id": f"sagacity-lease-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": False,
+            }
+        )
     )
     try:
         consumer.assign([TopicPartition(topic, partition, offset)])

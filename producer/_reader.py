@@ -27,6 +27,7 @@ from sagacity.errors import (
     SagacityError,
     SerializationError,
 )
+from sagacity.producer._clients import with_logger
 from sagacity.producer._index import IndexedSaga, SagaIndex
 from sagacity.producer._partition import partition_for
 from sagacity.schemas import decode_entry
@@ -387,19 +388,21 @@ class SagaReader:
         self.messages_read = 0
         """Messages this reader has consumed from Kafka so far (what its reads cost)."""
         self._consumer = Consumer(
-            {
-                **config,
-                "group.id": f"sagacity-reader-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-                "enable.partition.eof": False,
-                # A scan reads what is there and stops; a long fetch poll would delay the next
-                # scan's watermark query on the same connection by up to its wait.
-                "fetch.wait.max.ms": 10,
-                **{k: v for k, v in config.items() if k == "fetch.wait.max.ms"},
-            }
+            with_logger(
+                {
+                    **config,
+                    "group.id": f"sagacity-reader-{uuid.uuid4().hex}",
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "auto.offset.reset": "earliest",
+                    "isolation.level": "read_committed",
+                    "enable.partition.eof": False,
+                    # A scan reads what is there and stops; a long fetch poll would delay the next
+                    # scan's watermark query on the same connection by up to its wait.
+                    "fetch.wait.max.ms": 10,
+                    **{k: v for k, v in config.items() if k == "fetch.wait.max.ms"},
+                }
+            )
         )
 
     @property

@@ -5,7 +5,6 @@ See docs/adr/0008-topic.md for the choices (delete, never compact; retention; re
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewTopic,
 )
 
+from sagacity import _duration
 from sagacity.errors import JournalUnavailableError, TopicConfigError, TopicNotFoundError
 
 ClientConfig = dict[str, str | int | float | bool]
@@ -37,22 +37,15 @@ PRODUCER_MAX_MESSAGE_BYTES = 1_000_000
 
 
 def parse_retention(text: str) -> int:
-    """``"400d"``, ``"26w"``, ``"13m"`` (30-day months), ``"2y"`` (365 days), a number of
-    milliseconds, or ``"infinite"`` (``-1``) as milliseconds.
+    """``"400d"``, ``"13mo"`` (30-day months), ``"2y"`` (365 days) or ``"infinite"`` (``-1``),
+    as milliseconds.  ``"13m"`` is refused as ambiguous (``m`` is minutes).
 
     Raises:
-        ValueError: the text is none of these.
+        DurationError: the text is none of these (a ``ValueError``).
     """
-    value = text.strip().lower()
-    if value in {"infinite", "forever", "-1"}:
+    if text.strip().lower() in {"infinite", "forever", "-1"}:
         return -1
-    match = re.fullmatch(r"(\d+)\s*(d|w|m|y|ms)?", value)
-    if not match:
-        raise ValueError(f"not a retention: {text!r} (use e.g. 400d, 13m, 2y or infinite)")
-    number, unit = int(match.group(1)), match.group(2) or "ms"
-    return (
-        number * {"ms": 1, "d": DAY_MS, "w": 7 * DAY_MS, "m": 30 * DAY_MS, "y": 365 * DAY_MS}[unit]
-    )
+    return int(_duration.parse_retention(text).seconds * 1000)
 
 
 @dataclass(frozen=True, kw_only=True)

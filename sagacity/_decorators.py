@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 from sagacity._reversibility import Reversibility
+from sagacity._undo import UndoCall
 from sagacity.errors import DeclarationError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -35,6 +36,8 @@ class ToolDefinition:
     constraint: Constraint | None
     function: Callable[..., Any]
     is_async: bool
+    undo_call: UndoCall | None = None
+    """The undo a policy names by another tool (``None``: ``by``, or a returned undo)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,8 +10,9 @@ leaves the saga ``AWAITING_APPROVAL``, otherwise it completes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
 from sagacity._result import SagaResult
@@ -61,6 +62,18 @@ class SagaRun:
         """Whether :meth:`end` has run."""
         return self._scope.closed
 
+    @contextlib.contextmanager
+    def joined(self) -> Iterator[SagaScope]:
+        """The saga is the context's for the block: :meth:`call` for code that is not one
+        callable (an agent-level hook around a framework's handler).
+
+        Raises:
+            SagaClosedError: the run has ended.
+            NestedSagaError: another saga is active in this context.
+        """
+        with joined_scope(self._scope) as scope:
+            yield scope
+
     def call(self, work: Callable[[], T]) -> T:
         """Run ``work()`` inside the saga: the wrapped tools it calls are journaled in it.
 
@@ -76,8 +89,9 @@ class SagaRun:
         with joined_scope(self._scope):
             return await work()
 
-    def end(self) -> SagaResult:
-        """End the saga: compensate it if a step failed, else journal its end.  Idempotent.
+    def end(self, error: Exception | None = None) -> SagaResult:
+        """End the saga: compensate it if a step failed (or ``error``, what ended the work,
+        is given), else journal its end.  Idempotent: a second call returns the outcome.
 
         Raises:
             JournalError: the journal could not record the end (the run stays ended; a
@@ -87,12 +101,12 @@ class SagaRun:
             if self._result is not None:
                 return self._result
             self._scope.close()
-            self._result = self._owner.finish_run(self._scope, None, None)
+            self._result = self._owner.finish_run(self._scope, None, error)
             return self._result
 
-    async def end_async(self) -> SagaResult:
+    async def end_async(self, error: Exception | None = None) -> SagaResult:
         """:meth:`end` on a worker thread, so the event loop is never blocked."""
-        return await asyncio.to_thread(self.end)
+        return await asyncio.to_thread(self.end, error)
 
     def __repr__(self) -> str:
         return f"SagaRun({self.saga_id!r}, ended={self.ended})"

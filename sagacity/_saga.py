@@ -8,11 +8,12 @@ import importlib
 import inspect
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 from sagacity import _approval, _settlement
 from sagacity import _attributes as attr
@@ -29,6 +30,7 @@ from sagacity._result import SagaResult, SagaStatus
 from sagacity._reversibility import Reversibility
 from sagacity._run import SagaRun
 from sagacity._scope import SagaScope, ensure_no_active_scope, open_scope
+from sagacity._undo import UndoCall
 from sagacity._wrap import wrap, wrap_callable
 from sagacity.errors import (
     ConfigurationError,
@@ -37,6 +39,8 @@ from sagacity.errors import (
     SagaExistsError,
 )
 from sagacity.journal import ApprovalRequest, Journal
+
+_T = TypeVar("_T")
 
 CompensationMode = Literal["inline", "delegated"]
 _MODES = ("inline", "delegated")
@@ -151,6 +155,8 @@ class Sagacity:
         self._registry = ToolRegistry()
         self._desk = _approval.ApprovalDesk(self)
         self._suspects = _settlement.SuspectDesk(self)
+        self._conversations: dict[str, SagaRun] = {}
+        self._conversations_lock = threading.Lock()
 
     @classmethod
     def from_env(cls, **options: Any) -> Sagacity:
@@ -241,20 +247,21 @@ class Sagacity:
         return self._clock()
 
     # -- tools ----------------------------------------------------------------------------
-    def wrap(self, obj: Any) -> Any:
+    def wrap(self, obj: _T) -> _T:
         """Validate ``obj``'s declarations and return its journaling version.
 
         ``obj`` is an instance whose methods carry ``@compensable`` (a proxy exposing the
         wrapped methods and the object's other attributes is returned) or a ``@compensable``
         function (a wrapped function is returned).  Each tool is registered by name, for
-        compensation and resume.
+        compensation and resume.  The result is typed as ``obj``'s own type, so a type
+        checker checks calls of the wrapped tools as it checks the originals.
 
         Raises:
             DeclarationError: nothing is declared, a ``by=`` does not resolve or has the
                 wrong signature, ``by=`` is given to a READ/IRREVERSIBLE/PRIVILEGED tool, or
                 two different tools share a name.
         """
-        return wrap(self, self._registry, obj)
+        return cast(_T, wrap(self, self._registry, obj))
 
     def wrap_tool(
         self,
@@ -264,13 +271,15 @@ class Sagacity:
         reversibility: Reversibility = Reversibility.COMPENSATABLE,
         by: Callable[..., Any] | None = None,
         constraint: Constraint | None = None,
+        undo: UndoCall | None = None,
     ) -> Callable[..., Any]:
         """Declare and wrap an undecorated callable in one step (for framework adapters).
 
         The same as decorating ``function`` with ``@compensable(...)`` and wrapping it, without
         touching ``function``: a framework's tool function or a bound method can be wrapped
         where it cannot be decorated.  ``by`` is the compensation itself (a callable taking
-        one ``CompensationContext``).
+        one ``CompensationContext``); ``undo`` names another registered tool as the undo, with
+        arguments taken from the call and its result (:class:`~sagacity.UndoCall`).
 
         Raises:
             DeclarationError: as :meth:`wrap`.
@@ -283,6 +292,7 @@ class Sagacity:
             reversibility=reversibility,
             by=by,
             constraint=constraint,
+            undo=undo,
         )
 
     # -- sagas ----------------------------------------------------------------------------
@@ -391,6 +401,29 @@ class Sagacity:
             report = None if self._mode == "delegated" else await self._runner().run_async(saga)
             return await asyncio.to_thread(self._end_failed, scope, value, error, report)
         return await asyncio.to_thread(self._end_clean, scope, value)
+
+    def conversation(self, conversation_id: str) -> SagaRun:
+        """The one saga of a conversation, opened by the first call for its id.
+
+        The same :class:`SagaRun` is returned for the same id until it ends: each agent run
+        of the conversation joins it (``conversation.call(...)``, or an agent-level hook in
+        conversation mode) instead of opening a saga of its own.  End it explicitly with
+        ``conversation.end()`` when the conversation is over; that is when a failed step is
+        compensated.  Its saga id is the conversation id.
+
+        Raises:
+            InvalidArgumentError: an empty ``conversation_id``.
+            SagaExistsError: the id names a saga this ``Sagacity`` did not open (one that
+                ended, or another writer's).
+            JournalError: the journal could not record the saga.
+        """
+        saga = check_saga_id(conversation_id)
+        with self._conversations_lock:
+            run = self._conversations.get(saga)
+            if run is None or run.ended:
+                run = self.open_run(saga)
+                self._conversations[saga] = run
+            return run
 
     def _flush_quietly(self) -> None:
         # On the way out of an interrupted run: make buffered outcomes durable if the journal

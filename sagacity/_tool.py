@@ -22,19 +22,34 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sagacity import _attributes as attr
-from sagacity._codec import call_arguments, describe_error, dumps, encode_payload, encode_result
+from sagacity._codec import (
+    call_arguments,
+    decode_payload,
+    decode_result,
+    describe_error,
+    dumps,
+    encode_payload,
+    encode_result,
+)
 from sagacity._decorators import ToolDefinition
 from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity._oversize import append_bounded, append_bounded_async
 from sagacity._scope import SagaScope, current_caller, current_scope
 from sagacity._undo import Undo, extract_undo, undo_declared
 from sagacity.chain import payload_sha256
-from sagacity.errors import SagaClosedError, SagaError, SagaFailedError, WriterConflictError
+from sagacity.errors import (
+    SagaClosedError,
+    SagaError,
+    SagaFailedError,
+    SerializationError,
+    WriterConflictError,
+)
 from sagacity.journal import Journal
 
 WRAPPED_ATTR = "__sagacity_wrapped__"
@@ -103,18 +118,17 @@ def executed_draft(
         attr.REVERSIBILITY: definition.reversibility.value,
         attr.RESULT_ENCODING: encoding,
     }
-    if definition.by is None and definition.reversibility.undoable:
-        undo = extract_undo(value)
-        if isinstance(undo, Undo):
-            attributes[attr.UNDO] = "tool"
-            attributes[attr.UNDO_TOOL] = undo.tool
-            try:
-                attributes[attr.UNDO_ARGUMENTS] = dumps(dict(undo.arguments))
-            except (TypeError, ValueError):
-                attributes[attr.UNDO] = "none"
-                del attributes[attr.UNDO_TOOL]
-        elif undo is None and undo_declared(undo):
-            attributes[attr.UNDO] = "none"
+    if definition.undo_call is not None:
+        try:
+            undo: Undo | object | None = definition.undo_call.render(
+                arguments=decode_payload(intent.payload or "{}"),
+                result=_structured(value, text, encoding),
+            )
+        except SerializationError:
+            undo = None  # journaled undo=none: compensation reports the step dirty, by name
+        _record_undo(attributes, undo)
+    elif definition.by is None and definition.reversibility.undoable:
+        _record_undo(attributes, extract_undo(value))
     return EntryDraft(
         saga_id=intent.saga_id,
         event_type=EventType.EXECUTED,
@@ -124,6 +138,30 @@ def executed_draft(
         attributes=attributes,
         recorded_at_us=host.now_us(),
     )
+
+
+def _structured(value: object, text: str, encoding: str) -> object:
+    """The result as JSON data, where it is JSON (a JSON text result included)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return decode_result(text, encoding)
+
+
+def _record_undo(attributes: dict[str, str], undo: object) -> None:
+    """Record on ``EXECUTED`` the undo a result carries (or that none exists)."""
+    if isinstance(undo, Undo):
+        attributes[attr.UNDO] = "tool"
+        attributes[attr.UNDO_TOOL] = undo.tool
+        try:
+            attributes[attr.UNDO_ARGUMENTS] = dumps(dict(undo.arguments))
+        except (TypeError, ValueError):
+            attributes[attr.UNDO] = "none"
+            del attributes[attr.UNDO_TOOL]
+    elif undo is None and undo_declared(undo):
+        attributes[attr.UNDO] = "none"
 
 
 def failed_draft(

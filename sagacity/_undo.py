@@ -34,6 +34,65 @@ class Undo:
         return {"tool": self.tool, "arguments": dict(self.arguments)}
 
 
+_REFERENCE_ROOTS = ("arguments", "result")
+
+
+@dataclass(frozen=True, kw_only=True)
+class UndoCall:
+    """An undo a declaration names: another registered tool, with arguments taken from the
+    call and from its result (a tool policy's ``undo = { tool = ..., arguments = {...} }``).
+
+    Each argument is a literal, or a reference ``"$arguments.<path>"`` / ``"$result.<path>"``
+    (dotted keys into the call's arguments or its JSON result; ``"$result"`` is the whole
+    result).  When the step is journaled ``EXECUTED`` the references are resolved and the undo
+    recorded as a returned undo would be, so compensation calls ``tool`` with them.
+
+    Raises:
+        SerializationError: ``tool`` is empty, or a reference is malformed.
+    """
+
+    tool: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tool, str) or not self.tool:
+            raise SerializationError("an undo call names a non-empty tool")
+        if not isinstance(self.arguments, Mapping):
+            raise SerializationError("an undo call's arguments are a table of argument names")
+        for name, value in self.arguments.items():
+            if isinstance(value, str) and value.startswith("$"):
+                root = value[1:].split(".", 1)[0]
+                if root not in _REFERENCE_ROOTS:
+                    raise SerializationError(
+                        f"undo argument {name!r}: {value!r} refers to neither $arguments nor "
+                        "$result"
+                    )
+        object.__setattr__(self, "arguments", MappingProxyType(dict(self.arguments)))
+
+    def render(self, *, arguments: Mapping[str, Any], result: Any) -> Undo:
+        """The undo of one executed call.
+
+        Raises:
+            SerializationError: a reference names something the call or its result lacks.
+        """
+        sources = {"arguments": arguments, "result": result}
+        rendered: dict[str, Any] = {}
+        for name, value in self.arguments.items():
+            if not (isinstance(value, str) and value.startswith("$")):
+                rendered[name] = value
+                continue
+            root, *path = value[1:].split(".")
+            found: Any = sources[root]
+            for key in path:
+                if not isinstance(found, Mapping) or key not in found:
+                    raise SerializationError(
+                        f"undo argument {name!r}: {value!r} is not in the call's {root}"
+                    )
+                found = found[key]
+            rendered[name] = found
+        return Undo(tool=self.tool, arguments=rendered)
+
+
 _NO_UNDO = object()
 
 

@@ -18,9 +18,12 @@ from sagacity._decorators import (
     compensation_definition,
     tool_definition,
 )
+from sagacity._frameworks import NOT_A_FRAMEWORK_OBJECT
+from sagacity._frameworks import route as route_framework_object
 from sagacity._registry import RegisteredTool, ToolRegistry
 from sagacity._reversibility import Reversibility
 from sagacity._tool import WRAPPED_ATTR, Host, wrap_function
+from sagacity._undo import UndoCall
 from sagacity.errors import DeclarationError
 
 TOOLS_ATTR = "__sagacity_tools__"
@@ -169,7 +172,9 @@ def _register(
 def wrap(host: Host, registry: ToolRegistry, obj: object) -> Any:
     """Wrap ``obj`` (an instance with declared methods, or a declared function).
 
-    Returns a journaling function for a function, a :class:`WrappedTools` for an object.
+    Returns a journaling function for a function, a :class:`WrappedTools` for an object, and
+    for an agent framework's tool object the framework's tool, journaling (its adapter's
+    ``wrap_tool``); an agent, toolset, graph or MCP server is refused naming the hook to use.
 
     Raises:
         DeclarationError: nothing to wrap, a ``by=`` that does not resolve, a wrong
@@ -177,6 +182,9 @@ def wrap(host: Host, registry: ToolRegistry, obj: object) -> Any:
     """
     if getattr(obj, WRAPPED_ATTR, False) or isinstance(obj, WrappedTools):
         raise DeclarationError(f"{obj!r} is already wrapped; wrap the original object once")
+    routed = route_framework_object(host, obj)
+    if routed is not NOT_A_FRAMEWORK_OBJECT:
+        return routed
     definition = tool_definition(obj)
     if definition is not None and callable(obj):
         owner = getattr(obj, "__self__", None)
@@ -226,6 +234,7 @@ def wrap_callable(
     reversibility: Reversibility,
     by: Callable[..., Any] | None,
     constraint: Constraint | None,
+    undo: UndoCall | None = None,
 ) -> Callable[..., Any]:
     """Declare and wrap an undecorated callable (a framework's tool function) in one step.
 
@@ -258,6 +267,13 @@ def wrap_callable(
         raise DeclarationError(
             f"tool {tool_name!r} takes *args: a payload records arguments by name"
         )
+    if undo is not None:
+        if by is not None:
+            raise DeclarationError(f"tool {tool_name!r}: give by= or an undo call, not both")
+        if not reversibility.undoable:
+            raise DeclarationError(
+                f"tool {tool_name!r} is {reversibility.value} and cannot name an undo call"
+            )
     call = getattr(function, "__call__", None)  # noqa: B004 - async callable objects
     definition = ToolDefinition(
         name=tool_name,
@@ -266,6 +282,7 @@ def wrap_callable(
         constraint=constraint,
         function=function,
         is_async=inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call),
+        undo_call=undo,
     )
     compensation, compensation_def = _resolve_by(definition, None, marked=False)
     tool = RegisteredTool(

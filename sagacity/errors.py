@@ -32,6 +32,10 @@ class ConfigurationError(SagacityError):
     """Sagacity was configured with an invalid option or a missing component."""
 
 
+class DurationError(ConfigurationError, ValueError):
+    """A duration (``15m``, ``400d``, ``13mo``) does not parse, or its unit is ambiguous."""
+
+
 class InvalidArgumentError(SagacityError):
     """A caller passed a value of the wrong type or an empty one (an approver, a payload …)."""
 
@@ -39,6 +43,21 @@ class InvalidArgumentError(SagacityError):
 # --- declarations --------------------------------------------------------------------------
 class DeclarationError(SagacityError):
     """A tool's ``@compensable`` declaration is wrong (raised at ``wrap()`` time)."""
+
+
+class PolicyError(DeclarationError):
+    """A tool policy is malformed (raised when it is loaded).
+
+    Attributes:
+        source: where the policy came from (a file path, or ``<policy>``).
+        line: the line of the TOML text at fault, when known.
+    """
+
+    def __init__(self, message: str, *, source: str | None = None, line: int | None = None):
+        where = source or "<policy>"
+        super().__init__(f"{where}{f', line {line}' if line else ''}: {message}")
+        self.source = source
+        self.line = line
 
 
 # --- saga scope ----------------------------------------------------------------------------

@@ -4,6 +4,7 @@ PostgreSQL, an authenticated HTTP API and gate metrics.
 Run it with ``sagacity serve approvals``; see docs/operations/approvals.md.
 """
 
+from sagacity.consumers._tools import load_tools
 from sagacity.consumers.approvals._api import SAGA_ID_PATTERN, create_app
 from sagacity.consumers.approvals._auth import (
     AuthConfig,
@@ -13,7 +14,7 @@ from sagacity.consumers.approvals._auth import (
     token_sha256,
 )
 from sagacity.consumers.approvals._consumer import RequestConsumer
-from sagacity.consumers.approvals._server import ApprovalsServer, load_tools
+from sagacity.consumers.approvals._server import ApprovalsServer
 from sagacity.consumers.approvals._service import ApprovalService, Decided
 from sagacity.consumers.approvals._settings import ApprovalsSettings
 from sagacity.consumers.approvals._store import ApprovalStore, GateStats, RequestRow, RowState

@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from sagacity.consumers.approvals._store import ApprovalStore, apply_entry
 from sagacity.errors import SagacityError, SerializationError
+from sagacity.producer._clients import with_logger
 from sagacity.schemas import decode_entry
 
 log = logging.getLogger("sagacity.approvals")
@@ -111,7 +112,7 @@ class RequestConsumer:
                 self._stop.wait(RETRY_S)
 
     def _consume(self) -> None:
-        consumer = Consumer(self._config)
+        consumer = Consumer(with_logger(self._config))
         try:
             consumer.subscribe(
                 [self._topic],
@@ -154,7 +155,7 @@ class RequestConsumer:
                         exc,
                     )
                     continue
-                apply_entry(conn, entry)
+                apply_entry(conn, entry, topic=self._topic)
                 applied += 1
             for partition, next_offset in positions.items():
                 self._store.store_offset(conn, self._topic, partition, next_offset)

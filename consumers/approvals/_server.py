@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import inspect
 import logging
 import os
 import threading
@@ -16,6 +15,7 @@ from fastapi import FastAPI
 from sagacity._decision_signature import DecisionSigner
 from sagacity._memory import InMemoryJournal
 from sagacity._saga import Sagacity
+from sagacity.consumers._tools import register_tools
 from sagacity.consumers.approvals._api import INSECURE_VALUE, create_app
 from sagacity.consumers.approvals._auth import AuthFile
 from sagacity.consumers.approvals._consumer import RequestConsumer
@@ -32,29 +32,6 @@ from sagacity.journal import Journal
 _READ_INDEX_VARS = ("SAGACITY_ARCHIVE_", "SAGACITY_READ_INDEX")
 
 log = logging.getLogger("sagacity.approvals")
-
-
-def load_tools(specs: Iterable[str]) -> list[Any]:
-    """Import each ``package.module:attr``; a class is instantiated without arguments.
-
-    Raises:
-        ConfigurationError: a spec is malformed or does not import.
-    """
-    found: list[Any] = []
-    for spec in specs:
-        module_name, sep, attr = spec.partition(":")
-        if not sep or not module_name or not attr:
-            raise ConfigurationError(f"--tools {spec!r}: expected package.module:attr")
-        try:
-            obj: Any = importlib.import_module(module_name)
-            for part in attr.split("."):
-                obj = getattr(obj, part)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigurationError(f"--tools {spec!r} does not import: {exc}") from exc
-        if inspect.isclass(obj):
-            obj = obj()
-        found.extend(obj if isinstance(obj, list | tuple) else [obj])
-    return found
 
 
 def decision_signer(settings: ApprovalsSettings, journal: Journal) -> DecisionSigner | None:
@@ -157,7 +134,7 @@ class ApprovalsServer:
         tools: Iterable[Any] = (),
     ) -> None:
         self.settings = settings
-        self.store = ApprovalStore(settings.database_url)
+        self.store = ApprovalStore(settings.database_url, topic=settings.topic)
         self.journal = journal if journal is not None else journal_for(settings)
         self.sagacity = Sagacity(
             self.journal,
@@ -167,7 +144,8 @@ class ApprovalsServer:
             decision_signer=decision_signer(settings, self.journal),
             approvals_public_key=settings.public_key,
         )
-        for tool in [*load_tools(settings.tools), *tools]:
+        register_tools(self.sagacity, settings.tools, required=False)
+        for tool in tools:
             self.sagacity.wrap(tool)
         self.service = ApprovalService(
             self.sagacity, self.store, lock_timeout_s=settings.lock_timeout_s

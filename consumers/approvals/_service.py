@@ -25,7 +25,7 @@ from sagacity._saga import Sagacity
 from sagacity._settlement import suspect_steps
 from sagacity.chain import verify
 from sagacity.consumers.approvals._auth import Principal
-from sagacity.consumers.approvals._store import ApprovalStore, RequestRow, apply_entry
+from sagacity.consumers.approvals._store import ApprovalStore, RequestRow
 from sagacity.errors import (
     AlreadyDecidedError,
     ApprovalExpiredError,
@@ -97,7 +97,7 @@ class ApprovalService:
         """
         with self.store.connect() as conn:
             for entry in load_chain(self.sagacity.journal, saga_id):
-                apply_entry(conn, entry)
+                self.store.apply_in(conn, entry)
 
     def saga(self, saga_id: str) -> dict[str, Any]:
         """The saga's status, verification verdict, open requests and chain.
@@ -243,9 +243,10 @@ class ApprovalService:
                 with self.store.connect() as conn:
                     locked = conn.execute(
                         """SELECT 1 FROM sagacity_approval_request
-                           WHERE saga_id = %s AND seq = %s AND state IN ('pending', 'approved')
+                           WHERE topic = %s AND saga_id = %s AND seq = %s
+                             AND state IN ('pending', 'approved')
                            FOR UPDATE SKIP LOCKED""",
-                        (row.saga_id, row.seq),
+                        (self.store.topic, row.saga_id, row.seq),
                     ).fetchone()
                     if locked is None:
                         continue
@@ -301,7 +302,7 @@ class ApprovalService:
             ApprovalNotFound: its chain has no request at ``seq``.
         """
         for entry in load_chain(self.sagacity.journal, saga_id):
-            apply_entry(conn, entry)
+            self.store.apply_in(conn, entry)
         row = self.store.get_in(conn, saga_id, seq)
         if row is None:
             raise ApprovalNotFound(
@@ -312,7 +313,7 @@ class ApprovalService:
     def _sync(self, conn: psycopg.Connection[Any], saga_id: str, seq: int) -> None:
         for entry in self.sagacity.entries(saga_id):
             if entry.seq >= seq:
-                apply_entry(conn, entry)
+                self.store.apply_in(conn, entry)
 
     def _decide(
         self,

@@ -24,8 +24,11 @@ from sagacity.consumers.approvals._attention import SCHEMA as ATTENTION_SCHEMA
 from sagacity.consumers.approvals._attention import AttentionRow, apply_attention, attention_rows
 from sagacity.errors import DecisionInProgressError, PersistenceError
 
+DEFAULT_TOPIC = "sagacity.journal"
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sagacity_approval_request (
+    topic                   text    NOT NULL,
     saga_id                 text    NOT NULL,
     seq                     integer NOT NULL,
     tool                    text    NOT NULL,
@@ -43,12 +46,27 @@ CREATE TABLE IF NOT EXISTS sagacity_approval_request (
     decided_at_us           bigint,
     decision_policy_version text,
     closed_at_us            bigint,
-    PRIMARY KEY (saga_id, seq)
+    PRIMARY KEY (topic, saga_id, seq)
 );
 CREATE INDEX IF NOT EXISTS sagacity_approval_request_open
     ON sagacity_approval_request (requested_at_us) WHERE state IN ('pending', 'approved');
 CREATE INDEX IF NOT EXISTS sagacity_approval_request_decided
     ON sagacity_approval_request (decided_at_us) WHERE decided_at_us IS NOT NULL;
+-- Tables made before requests recorded their topic: add it, key by it.
+ALTER TABLE sagacity_approval_request ADD COLUMN IF NOT EXISTS topic text NOT NULL DEFAULT '';
+ALTER TABLE sagacity_approval_request ALTER COLUMN topic DROP DEFAULT;
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_index i
+        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+        WHERE i.indrelid = 'sagacity_approval_request'::regclass AND i.indisprimary
+          AND a.attname = 'topic'
+    ) THEN
+        ALTER TABLE sagacity_approval_request DROP CONSTRAINT sagacity_approval_request_pkey;
+        ALTER TABLE sagacity_approval_request ADD PRIMARY KEY (topic, saga_id, seq);
+    END IF;
+END $$;
 CREATE TABLE IF NOT EXISTS sagacity_approval_offset (
     topic       text    NOT NULL,
     partition   integer NOT NULL,
@@ -206,8 +224,9 @@ _CLOSING = {
 }
 
 
-def apply_entry(conn: psycopg.Connection[Any], entry: JournalEntry) -> None:
-    """Fold one journal event into the table; idempotent, so replays and repeats are harmless.
+def apply_entry(conn: psycopg.Connection[Any], entry: JournalEntry, *, topic: str) -> None:
+    """Fold one journal event of ``topic`` into the table; idempotent, so replays and repeats
+    are harmless.  Rows are keyed by topic: two topics sharing a database never mix.
 
     The rules follow ``sagacity._requests`` (docs/adr/0005): the ``AWAITING_APPROVAL`` entry is
     the request, decisions refer to it by ``ref_seq``, ``COMPENSATION_REQUESTED`` or a final
@@ -217,12 +236,13 @@ def apply_entry(conn: psycopg.Connection[Any], entry: JournalEntry) -> None:
     apply_attention(conn, entry)
     if kind is EventType.AWAITING_APPROVAL:
         conn.execute(
-            """INSERT INTO sagacity_approval_request (saga_id, seq, tool, payload, payload_sha256,
-                   requested_at_us, expires_at_us, signatures_required, policy_version,
-                   reversibility)
-               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-               ON CONFLICT (saga_id, seq) DO NOTHING""",
+            """INSERT INTO sagacity_approval_request (topic, saga_id, seq, tool, payload,
+                   payload_sha256, requested_at_us, expires_at_us, signatures_required,
+                   policy_version, reversibility)
+               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+               ON CONFLICT (topic, saga_id, seq) DO NOTHING""",
             (
+                topic,
                 entry.saga_id,
                 entry.seq,
                 entry.tool or "",
@@ -242,8 +262,9 @@ def apply_entry(conn: psycopg.Connection[Any], entry: JournalEntry) -> None:
     ):
         conn.execute(
             """UPDATE sagacity_approval_request SET state = 'ended', closed_at_us = %s
-               WHERE saga_id = %s AND seq < %s AND state IN ('pending', 'approved')""",
-            (entry.recorded_at_us, entry.saga_id, entry.seq),
+               WHERE topic = %s AND saga_id = %s AND seq < %s
+                 AND state IN ('pending', 'approved')""",
+            (entry.recorded_at_us, topic, entry.saga_id, entry.seq),
         )
         return
     ref = _int(entry.attributes.get(attr.REF_SEQ), None)
@@ -254,17 +275,18 @@ def apply_entry(conn: psycopg.Connection[Any], entry: JournalEntry) -> None:
         conn.execute(
             """UPDATE sagacity_approval_request
                SET signed_by = array_append(signed_by, %(actor)s)
-               WHERE saga_id = %(saga)s AND seq = %(ref)s AND state = 'pending'
-                 AND NOT (%(actor)s = ANY(signed_by))""",
-            {"actor": entry.actor, "saga": entry.saga_id, "ref": ref},
+               WHERE topic = %(topic)s AND saga_id = %(saga)s AND seq = %(ref)s
+                 AND state = 'pending' AND NOT (%(actor)s = ANY(signed_by))""",
+            {"actor": entry.actor, "topic": topic, "saga": entry.saga_id, "ref": ref},
         )
         conn.execute(
             """UPDATE sagacity_approval_request
                SET state = 'approved', decision = 'approved', decided_by = %(actor)s,
                    decided_at_us = %(at)s, decision_policy_version = %(policy)s
-               WHERE saga_id = %(saga)s AND seq = %(ref)s AND state = 'pending'
-                 AND cardinality(signed_by) >= signatures_required""",
+               WHERE topic = %(topic)s AND saga_id = %(saga)s AND seq = %(ref)s
+                 AND state = 'pending' AND cardinality(signed_by) >= signatures_required""",
             {
+                "topic": topic,
                 "actor": entry.actor,
                 "at": entry.recorded_at_us,
                 "policy": policy,
@@ -290,8 +312,10 @@ def apply_entry(conn: psycopg.Connection[Any], entry: JournalEntry) -> None:
                decision_policy_version = CASE
                    WHEN %(decision)s::text IS NOT NULL AND decision IS NULL
                    THEN %(policy)s ELSE decision_policy_version END
-           WHERE saga_id = %(saga)s AND seq = %(ref)s AND state IN ('pending', 'approved')""",
+           WHERE topic = %(topic)s AND saga_id = %(saga)s AND seq = %(ref)s
+             AND state IN ('pending', 'approved')""",
         {
+            "topic": topic,
             "state": state.value,
             "at": entry.recorded_at_us,
             "decision": {RowState.REJECTED: "rejected", RowState.EXPIRED: "expired"}.get(state),
@@ -308,13 +332,18 @@ class ApprovalStore:
 
     Args:
         dsn: a libpq conninfo or URL.
+        topic: the journal topic whose requests this store holds; the rows of other topics
+            in the same database are neither read nor written.
         connect_timeout: seconds to wait for a connection.
 
     Every psycopg error is mapped to :class:`~sagacity.errors.PersistenceError` here.
     """
 
-    def __init__(self, dsn: str, *, connect_timeout: float = 5.0) -> None:
+    def __init__(
+        self, dsn: str, *, topic: str = DEFAULT_TOPIC, connect_timeout: float = 5.0
+    ) -> None:
         self._dsn = dsn
+        self.topic = topic
         self._timeout = connect_timeout
 
     @contextmanager
@@ -345,11 +374,19 @@ class ApprovalStore:
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('sagacity_approval_schema'))")
             conn.execute(SCHEMA)
             conn.execute(ATTENTION_SCHEMA)
+            # Rows made before requests recorded their topic belong to the service that ran.
+            conn.execute(
+                "UPDATE sagacity_approval_request SET topic = %s WHERE topic = ''", (self.topic,)
+            )
 
     def ping(self) -> None:
         """Raise :class:`PersistenceError` unless the database answers."""
         with self.connect() as conn:
             conn.execute("SELECT 1")
+
+    def apply_in(self, conn: psycopg.Connection[Any], entry: JournalEntry) -> None:
+        """:func:`apply_entry` for this store's topic, in ``conn``'s transaction."""
+        apply_entry(conn, entry, topic=self.topic)
 
     # -- reading ----------------------------------------------------------------------------
     def get(self, saga_id: str, seq: int) -> RequestRow | None:
@@ -357,15 +394,16 @@ class ApprovalStore:
         with self.connect() as conn:
             return self.get_in(conn, saga_id, seq)
 
-    @staticmethod
     def get_in(
-        conn: psycopg.Connection[Any], saga_id: str, seq: int, *, lock: bool = False
+        self, conn: psycopg.Connection[Any], saga_id: str, seq: int, *, lock: bool = False
     ) -> RequestRow | None:
         """The row, read in ``conn``'s transaction; ``lock`` takes its row lock (FOR UPDATE)."""
-        query = "SELECT * FROM sagacity_approval_request WHERE saga_id = %s AND seq = %s"
+        query = (
+            "SELECT * FROM sagacity_approval_request WHERE topic = %s AND saga_id = %s AND seq = %s"
+        )
         if lock:
             query += " FOR UPDATE"
-        record = conn.execute(query, (saga_id, seq)).fetchone()
+        record = conn.execute(query, (self.topic, saga_id, seq)).fetchone()
         return _row(record) if record is not None else None
 
     def requests(
@@ -379,16 +417,17 @@ class ApprovalStore:
         with self.connect() as conn:
             if tools is None:
                 records = conn.execute(
-                    """SELECT * FROM sagacity_approval_request WHERE state = ANY(%s)
+                    """SELECT * FROM sagacity_approval_request
+                       WHERE topic = %s AND state = ANY(%s)
                        ORDER BY requested_at_us, saga_id, seq LIMIT %s""",
-                    (list(states), limit),
+                    (self.topic, list(states), limit),
                 ).fetchall()
             else:
                 records = conn.execute(
                     """SELECT * FROM sagacity_approval_request
-                       WHERE state = ANY(%s) AND tool = ANY(%s)
+                       WHERE topic = %s AND state = ANY(%s) AND tool = ANY(%s)
                        ORDER BY requested_at_us, saga_id, seq LIMIT %s""",
-                    (list(states), list(tools), limit),
+                    (self.topic, list(states), list(tools), limit),
                 ).fetchall()
         return [_row(r) for r in records]
 
@@ -423,10 +462,10 @@ class ApprovalStore:
         with self.connect() as conn:
             records = conn.execute(
                 """SELECT * FROM sagacity_approval_request
-                   WHERE state IN ('pending', 'approved')
+                   WHERE topic = %(topic)s AND state IN ('pending', 'approved')
                      AND LEAST(expires_at_us, requested_at_us + %(ttl)s::bigint) < %(now)s
                    ORDER BY requested_at_us LIMIT %(limit)s""",
-                {"ttl": ttl_us, "now": now_us, "limit": limit},
+                {"topic": self.topic, "ttl": ttl_us, "now": now_us, "limit": limit},
             ).fetchall()
         return [_row(r) for r in records]
 
@@ -443,12 +482,14 @@ class ApprovalStore:
                          FILTER (WHERE decision IN ('approved', 'rejected')) AS p50,
                      percentile_cont(0.95) WITHIN GROUP (ORDER BY decided_at_us - requested_at_us)
                          FILTER (WHERE decision IN ('approved', 'rejected')) AS p95
-                   FROM sagacity_approval_request WHERE decided_at_us >= %s""",
-                (since,),
+                   FROM sagacity_approval_request WHERE topic = %s AND decided_at_us >= %s""",
+                (self.topic, since),
             ).fetchone()
             waiting = conn.execute(
                 """SELECT count(*) AS pending, min(requested_at_us) AS oldest
-                   FROM sagacity_approval_request WHERE state IN ('pending', 'approved')""",
+                   FROM sagacity_approval_request
+                   WHERE topic = %s AND state IN ('pending', 'approved')""",
+                (self.topic,),
             ).fetchone()
         assert decided is not None
         assert waiting is not None

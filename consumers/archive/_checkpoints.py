@@ -34,10 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from nacl.exceptions import CryptoError
-from nacl.signing import VerifyKey
 
 from sagacity._events import now_micros
 from sagacity.consumers.archive._db import mapped_errors
@@ -370,8 +369,8 @@ def parse_public_key(text: str) -> bytes:
 
 
 @functools.lru_cache(maxsize=64)
-def _verify_key(public_raw: bytes) -> VerifyKey:
-    return VerifyKey(public_raw)
+def _verify_key(public_raw: bytes) -> Ed25519PublicKey:
+    return Ed25519PublicKey.from_public_bytes(public_raw)
 
 
 def bytes_signature_valid(public_raw: bytes, message: bytes, signature: str | None) -> bool:
@@ -379,8 +378,8 @@ def bytes_signature_valid(public_raw: bytes, message: bytes, signature: str | No
     if signature is None:
         return False
     try:
-        _verify_key(public_raw).verify(message, bytes.fromhex(signature))
-    except (ValueError, TypeError, CryptoError):
+        _verify_key(public_raw).verify(bytes.fromhex(signature), message)
+    except (ValueError, TypeError, InvalidSignature):
         return False
     return True
 
@@ -388,15 +387,15 @@ def bytes_signature_valid(public_raw: bytes, message: bytes, signature: str | No
 def signature_valid(public_raw: bytes, signed: Checkpoint | SignedRound) -> bool:
     """Whether a per-head checkpoint or a round carries a valid signature by ``public_raw``.
 
-    Verified by libsodium (PyNaCl): about 2.5 times faster than OpenSSL's Ed25519 here.
-    Signing stays with ``cryptography`` (PEM keys); both implement RFC 8032.
+    One library signs and verifies (``cryptography``, RFC 8032); with heads signed in rounds
+    (docs/adr/0012-checkpoint-rounds.md) a verify checks one signature per round, not per head.
     """
     if signed.signature is None:
         return False
     try:
         sig = bytes.fromhex(signed.signature)
-        _verify_key(public_raw).verify(signed.message(), sig)
-    except (ValueError, TypeError, CryptoError):
+        _verify_key(public_raw).verify(sig, signed.message())
+    except (ValueError, TypeError, InvalidSignature):
         return False
     return True
 

@@ -25,8 +25,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from sagacity._events import JournalEntry
 from sagacity.consumers.archive._db import check_schema, mapped_errors
 from sagacity.consumers.archive._ingest import Decoder, _avro_decoder
-from sagacity.errors import JournalUnavailableError, SagacityError
+from sagacity.errors import JournalUnavailableError, SagacityError, TopicNotFoundError
 from sagacity.producer import ForkKind, Rejected, SagaRead
+from sagacity.producer._clients import with_logger
 
 
 @dataclass(kw_only=True)
@@ -107,7 +108,7 @@ def read_topic(
         **(kafka_config or {}),
     }
     wanted = saga_id.encode("utf-8") if saga_id is not None else None
-    consumer = Consumer(config)
+    consumer = Consumer(with_logger(config))
     report = ReplayReport(topic=topic)
     reads: dict[str, SagaRead] = {}
     try:
@@ -117,7 +118,9 @@ def read_topic(
             raise JournalUnavailableError(f"cannot read topic {topic!r}: {exc}") from exc
         info = metadata.topics.get(topic)
         if info is None or info.error is not None or not info.partitions:
-            raise JournalUnavailableError(f"topic {topic!r} does not exist or has no partitions")
+            raise TopicNotFoundError(
+                f"topic {topic!r} does not exist or has no partitions", topic=topic
+            )
         ends: dict[int, int] = {}
         trimmed: set[int] = set()
         assignment = []

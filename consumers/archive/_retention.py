@@ -35,11 +35,12 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from sagacity._duration import parse_retention
 from sagacity._events import now_micros
 from sagacity.consumers.archive._checkpoints import Signer
 from sagacity.consumers.archive._db import check_schema, current_schema, mapped_errors
 from sagacity.consumers.archive._merkle import RootBuilder
-from sagacity.errors import RetentionError
+from sagacity.errors import DurationError, RetentionError
 
 MIN_RETENTION_MONTHS = 6
 """The shortest retention accepted without ``force`` (EU AI Act Art. 19: at least six months)."""
@@ -53,16 +54,15 @@ _BOUND = re.compile(r"FROM \('?(-?\d+)'?\) TO \('?(-?\d+)'?\)")
 
 
 def parse_keep(text: str) -> int:
-    """Months from ``24m`` or ``2y``.
+    """Whole months from ``24mo``, ``2y`` or ``730d`` (days rounded up to months).
 
     Raises:
-        RetentionError: anything else.
+        RetentionError: anything else; ``24m`` is refused as ambiguous (``m`` is minutes).
     """
-    match = re.fullmatch(r"\s*(\d+)\s*([my])\s*", text.lower())
-    if not match:
-        raise RetentionError(f"retention {text!r} is not like 24m or 2y")
-    n = int(match.group(1))
-    return n * 12 if match.group(2) == "y" else n
+    try:
+        return parse_retention(text).months
+    except DurationError as exc:
+        raise RetentionError(exc.message) from exc
 
 
 def cutoff_us(keep_months: int, now: datetime.datetime) -> int:

@@ -11,15 +11,16 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from pydantic import Field
 
 from sagacity._decision_signature import DecisionVerifier
+from sagacity._settings import SagacitySettings
 from sagacity._writer_signature import WriterRegistry
 from sagacity.consumers.archive._authorship import Authorship
 from sagacity.consumers.archive._checkpoints import SignedRound, Signer, sign_pending
@@ -32,6 +33,7 @@ from sagacity.errors import (
     RoundLogError,
     WitnessError,
 )
+from sagacity.producer._clients import with_logger
 
 log = logging.getLogger("sagacity.archive")
 
@@ -39,9 +41,9 @@ DEFAULT_TOPIC = "sagacity.journal"
 DEFAULT_GROUP = "sagacity-archive"
 
 
-@dataclass(frozen=True, kw_only=True)
-class ArchiveSettings:
-    """How the archiver runs.
+class ArchiveSettings(SagacitySettings):
+    """How the archiver runs: each setting ``x`` from ``SAGACITY_ARCHIVE_X``, then
+    ``SAGACITY_X`` (pydantic-settings; keywords win; the CLI passes its options).
 
     Attributes:
         bootstrap_servers / topic / group_id: where to read.
@@ -50,7 +52,9 @@ class ArchiveSettings:
         poll_timeout: seconds to wait for a batch to fill.
         signing_key: Ed25519 key file for checkpoints; ``None`` disables signing.
         checkpoint_interval: seconds between checkpoint runs.
-        metrics_port: port for ``/metrics`` and ``/healthz``; ``None`` for none.
+        metrics_port / metrics_host: where ``/metrics`` and ``/healthz`` are served
+            (``PORT`` / ``HOST``, or ``METRICS_PORT`` as earlier releases spelt it); ``None``
+            for none.
         witness: a file path or http(s) URL outside the archive's database where the latest
             signed round is published (docs/adr/0015-round-log.md); ``None`` for none.
         kafka_config: extra librdkafka settings (TLS, SASL …).
@@ -62,18 +66,26 @@ class ArchiveSettings:
             ``None``: any writer is accepted.
     """
 
-    bootstrap_servers: str
-    database_url: str
+    env_service: ClassVar[str] = "ARCHIVE"
+    env_names: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "group_id": ("GROUP",),
+        "metrics_port": ("PORT",),
+        "metrics_host": ("HOST",),
+    }
+    env_excluded: ClassVar[frozenset[str]] = frozenset({"kafka_config"})
+
+    bootstrap_servers: str = Field(min_length=1)
+    database_url: str = Field(min_length=1)
     topic: str = DEFAULT_TOPIC
     group_id: str = DEFAULT_GROUP
-    batch_size: int = 2_000
-    poll_timeout: float = 0.5
+    batch_size: int = Field(default=2_000, gt=0)
+    poll_timeout: float = Field(default=0.5, gt=0)
     signing_key: Path | None = None
-    checkpoint_interval: float = 60.0
-    metrics_port: int | None = None
+    checkpoint_interval: float = Field(default=60.0, gt=0)
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
     metrics_host: str = "127.0.0.1"
     witness: str | None = None
-    kafka_config: Mapping[str, str] = field(default_factory=dict)
+    kafka_config: Mapping[str, str] = Field(default_factory=dict)
     approvals_public_key: str | None = None
     writer_registry: Path | None = None
 
@@ -235,7 +247,7 @@ class ArchiveService:
             "isolation.level": "read_committed",
             **self.settings.kafka_config,
         }
-        consumer = Consumer(config)
+        consumer = Consumer(with_logger(config))
         last_checkpoint = time.monotonic()
         try:
             consumer.subscribe([self.settings.topic], on_assign=self._on_assign)

@@ -4,6 +4,7 @@ Run it with ``sagacity serve compensation --tools package.module:attr``; see
 docs/operations/compensation.md and docs/adr/0007-compensation-exactly-once.md.
 """
 
+from sagacity.consumers._tools import register_tools, resolve
 from sagacity.consumers.compensation._claims import Claim, ClaimStatus, ClaimStore
 from sagacity.consumers.compensation._invoker import ClaimingInvoker, sanitize_result
 from sagacity.consumers.compensation._service import (
@@ -11,7 +12,6 @@ from sagacity.consumers.compensation._service import (
     CompensationSettings,
     pending_request,
 )
-from sagacity.consumers.compensation._tools import register_tools, resolve
 
 __all__ = [
     "Claim",

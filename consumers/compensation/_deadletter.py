@@ -9,6 +9,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from sagacity.errors import JournalUnavailableError
+from sagacity.producer._clients import with_logger
 
 log = logging.getLogger("sagacity.compensation")
 
@@ -54,7 +55,7 @@ class DeadLetters:
         self.topic = topic
         self._timeout = timeout_s
         self._producer = Producer(
-            {**config, "acks": "all", "enable.idempotence": True, "linger.ms": 0}
+            with_logger({**config, "acks": "all", "enable.idempotence": True, "linger.ms": 0})
         )
 
     def send(self, message: Message, *, reason: str, detail: str) -> None:

@@ -20,36 +20,40 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from sagacity import _attributes as attr
 from sagacity._compensation import CompensationCall
 from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity._result import SagaResult, SagaStatus
 from sagacity._saga import Sagacity
+from sagacity._settings import SagacitySettings
 from sagacity._writer_signature import WriterKey
 from sagacity.chain import verify
+from sagacity.consumers._tools import register_tools
 from sagacity.consumers.compensation import _failpoints
 from sagacity.consumers.compensation._claims import Claim, ClaimStatus, ClaimStore
 from sagacity.consumers.compensation._deadletter import DeadLetters, ensure_topic
 from sagacity.consumers.compensation._invoker import ClaimingInvoker
 from sagacity.consumers.compensation._journal import Revoked, ServiceJournal
 from sagacity.consumers.compensation._metrics import HealthServer, Metrics
-from sagacity.consumers.compensation._tools import register_tools
 from sagacity.errors import (
     ChainIntegrityError,
     CompensationConflictError,
+    DeclarationError,
     JournalError,
     PersistenceError,
     SerializationError,
+    ToolLoadError,
 )
 from sagacity.producer import ForkKind, KafkaJournal, ReadIndexSettings, SagaRead
+from sagacity.producer._clients import with_logger
 from sagacity.schemas import decode_entry
 
 log = logging.getLogger("sagacity.compensation")
@@ -69,8 +73,9 @@ _REASONS = frozenset(
 )
 
 
-class CompensationSettings(BaseModel):
-    """How the service runs (the CLI reads each from a ``SAGACITY_*`` variable).
+class CompensationSettings(SagacitySettings):
+    """How the service runs: each setting ``x`` from ``SAGACITY_COMPENSATION_X``, then
+    ``SAGACITY_X`` (pydantic-settings; keywords win; the CLI passes its options).
 
     Attributes:
         bootstrap_servers / topic: the journal.
@@ -92,11 +97,18 @@ class CompensationSettings(BaseModel):
             ``database_url`` (docs/adr/0010-saga-read-index.md).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    env_service: ClassVar[str] = "COMPENSATION"
+    env_names: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "group_id": ("GROUP",),
+        "compensation_timeout_s": ("TIMEOUT_S",),
+        "http_port": ("PORT",),
+        "http_host": ("HOST",),
+    }
+    env_excluded: ClassVar[frozenset[str]] = frozenset({"client", "read_index"})
 
     bootstrap_servers: str = Field(min_length=1)
     database_url: str = Field(min_length=1)
-    tools: tuple[str, ...] = Field(min_length=1)
+    tools: tuple[str, ...] = ()
     topic: str = "sagacity.journal"
     group_id: str = "sagacity-compensation"
     instance_id: str | None = None
@@ -191,13 +203,23 @@ class CompensationService:
 
     Args:
         settings: see :class:`CompensationSettings`.
+        register: registers further tools on each ``Sagacity`` the service makes (the tools
+            of an upstream MCP server, declared by a tool policy); with it ``settings.tools``
+            may be empty.
 
     Raises:
-        ToolLoadError: a ``--tools`` target cannot be imported (raised here, at start).
+        ToolLoadError: a ``--tools`` target cannot be imported, or no tool is given (raised
+            here, at start).
     """
 
-    def __init__(self, settings: CompensationSettings) -> None:
+    def __init__(
+        self,
+        settings: CompensationSettings,
+        *,
+        register: Callable[[Sagacity], None] | None = None,
+    ) -> None:
         self.settings = settings
+        self._register = register
         self.instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}"
         self.writer_id = f"{WRITER_PREFIX}{self.instance}/{uuid.uuid4().hex[:8]}"
         self.metrics = Metrics()
@@ -221,7 +243,7 @@ class CompensationService:
         )
         # Tools first: an un-importable target must fail before anything connects.
         self._sagacity = Sagacity(compensation="delegated", writer_id=self.writer_id)
-        self.tool_names = register_tools(self._sagacity, settings.tools)
+        self.tool_names = self._register_tools(self._sagacity)
         self._claims = ClaimStore(settings.database_url, instance=self.instance)
         self._invoker = ClaimingInvoker(
             self._claims,
@@ -235,6 +257,16 @@ class CompensationService:
         self._consumer: Consumer | None = None
         self._dead: DeadLetters | None = None
         self._http: HealthServer | None = None
+
+    def _register_tools(self, sagacity: Sagacity) -> tuple[str, ...]:
+        if self.settings.tools or self._register is None:
+            register_tools(sagacity, self.settings.tools)
+        if self._register is not None:
+            try:
+                self._register(sagacity)
+            except DeclarationError as exc:
+                raise ToolLoadError(exc.message) from exc
+        return sagacity.registry.names()
 
     # --- lifecycle -----------------------------------------------------------------------
     @property
@@ -266,9 +298,9 @@ class CompensationService:
             # A SUSPECT_SETTLED counts only when the approvals service signed it (ADR 0014).
             approvals_public_key=s.approvals_public_key,
         )
-        register_tools(self._sagacity, s.tools)
+        self._register_tools(self._sagacity)
         dlq = s.dlq_topic or f"{s.topic}.dlq"
-        ensure_topic(AdminClient(self._base_config()), dlq, partitions=1, timeout=15)
+        ensure_topic(AdminClient(with_logger(self._base_config())), dlq, partitions=1, timeout=15)
         self._dead = DeadLetters(self._base_config(), dlq)
         config: dict[str, str | int | float | bool] = {
             "fetch.wait.max.ms": 50,
@@ -286,7 +318,7 @@ class CompensationService:
         }
         if s.instance_id:
             config["group.instance.id"] = s.instance_id
-        self._consumer = Consumer(config)
+        self._consumer = Consumer(with_logger(config))
         self._consumer.subscribe(
             [s.topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )

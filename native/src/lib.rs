@@ -4,10 +4,15 @@
 //! is byte for byte the Python path's (tests compare them on generated entries), and anything it
 //! cannot take (a field too long for the canonical form) it hands back to the Python path, which
 //! raises the documented error.
+//!
+//! `verify.rs`: the archive's chain check over a binary `COPY` stream of archived rows
+//! (`sagacity.consumers.archive._fastverify`; docs/adr/0013-compiled-hot-path.md).
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 use sha2::{Digest, Sha256};
+
+mod verify;
 
 const CANONICAL_MAGIC: &[u8] = b"SGC1";
 const CANONICAL_NULL: [u8; 4] = [0xff; 4];
@@ -175,5 +180,6 @@ fn link_encode<'py>(
 #[pymodule]
 fn sagacity_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(link_encode, m)?)?;
+    m.add_class::<verify::CopyChainVerifier>()?;
     Ok(())
 }

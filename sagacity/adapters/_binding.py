@@ -259,6 +259,33 @@ def bind(
             f"tool {tool_name!r} is already wrapped; wrap the framework's original tool once"
         )
     definition = _definition(function, tool_name, declared)
+    registered = register_function(
+        sagacity,
+        function,
+        definition,
+        payload_parameters=payload_parameters,
+        marked=tool_definition(function) is not None,
+    )
+    return Binding(definition=definition, journaling=registered.wrapped, registered=registered)
+
+
+def register_function(
+    sagacity: Sagacity,
+    function: Callable[..., Any],
+    definition: ToolDefinition,
+    *,
+    payload_parameters: Collection[str],
+    marked: bool,
+) -> RegisteredTool:
+    """Register ``function`` (a framework tool's) as ``definition`` for resume and undo.
+
+    ``marked``: the declaration is the function's own ``@compensable``, whose ``by=`` must
+    name a ``@compensation``; a compensation given otherwise need not be marked.
+
+    Raises:
+        DeclarationError: a gated tool that could not be resumed (a framework parameter
+            without a default), a ``by=`` that does not resolve, or a name another tool uses.
+    """
     signature = inspect.signature(function)
     payload = [p for p in signature.parameters.values() if p.name in payload_parameters]
     framework = [
@@ -276,11 +303,7 @@ def bind(
             f"{', '.join(missing)}; give the parameter(s) a default or take them out of the tool"
         )
     owner = getattr(function, "__self__", None)
-    # A compensation given to the adapter need not be marked @compensation, as with
-    # Sagacity.wrap_tool; one named by @compensable must be.
-    compensation, compensation_definition = _resolve_by(
-        definition, owner, marked=tool_definition(function) is not None
-    )
+    compensation, compensation_definition = _resolve_by(definition, owner, marked=marked)
     names = frozenset(p.name for p in payload)
     journaling = journaling_for(sagacity, definition, function, names)
     registered = RegisteredTool(
@@ -292,4 +315,4 @@ def bind(
         compensation_definition=compensation_definition,
     )
     sagacity.registry.register(registered)
-    return Binding(definition=definition, journaling=journaling, registered=registered)
+    return registered

@@ -1,6 +1,14 @@
-"""OpenAI Agents SDK function tools, journaled and gated: ``wrap_tool`` / ``wrap_tools``.
+"""OpenAI Agents SDK agents and tools, journaled and gated: ``journaled`` (every tool of an
+agent, its MCP servers' included) and ``wrap_tool`` / ``wrap_tools`` (tool by tool).
 
-::
+``journaled(agent, sagacity, policy=...)`` returns a copy of the agent whose function tools
+journal their function's calls (inside the SDK's failure handling), whose MCP servers journal
+each ``call_tool``, and whose every run is one saga unless one is active::
+
+    agent = journaled(Agent(name="shop", tools=[...], mcp_servers=[...]), sagacity, policy=p)
+    result = await Runner.run(agent, "Order two widgets")   # one saga, ended with the run
+
+Tool by tool::
 
     from agents import Agent, Runner
     from sagacity.adapters.openai_agents import wrap_tools
@@ -28,22 +36,33 @@ answer, pass :data:`stop_at_approval` as the agent's ``tool_use_behavior``.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import dataclasses
-from collections.abc import Callable, Iterable
+import json
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from agents import FunctionTool, RunContextWrapper, function_tool
+from agents import Agent, AgentHooks, FunctionTool, RunContextWrapper, Tool, function_tool
 from agents.agent import ToolsToFinalOutputResult
+from agents.mcp import MCPServer
 from agents.tool import FunctionToolResult
+from mcp.types import CallToolResult, TextContent
 
-from sagacity._decorators import Constraint
+from sagacity._decorators import Constraint, ToolDefinition
+from sagacity._result import SagaResult
 from sagacity._reversibility import Reversibility
+from sagacity._run import SagaRun
 from sagacity._saga import Sagacity
+from sagacity._scope import current_scope
 from sagacity._tool import AWAITING_PREFIX
 from sagacity.adapters._binding import bind, check_sagacity, declaration
+from sagacity.adapters._hook import AgentHook, ModelLines, remote_identity
 from sagacity.errors import DeclarationError
+from sagacity.policy import Policy, ToolAnnotations
 
-__all__ = ["stop_at_approval", "wrap_tool", "wrap_tools"]
+__all__ = ["JournaledAgent", "journaled", "stop_at_approval", "wrap_tool", "wrap_tools"]
 
 
 def wrap_tool(
@@ -117,3 +136,311 @@ def stop_at_approval(
         if isinstance(result.output, str) and result.output.startswith(AWAITING_PREFIX):
             return ToolsToFinalOutputResult(is_final_output=True, final_output=result.output)
     return ToolsToFinalOutputResult(is_final_output=False, final_output=None)
+
+
+# -- the whole agent ---------------------------------------------------------------------
+
+
+class _McpToolError(Exception):
+    """An MCP tool answered ``isError``: journaled ``FAILED``, its result still returned."""
+
+    def __init__(self, result: CallToolResult) -> None:
+        super().__init__(
+            " ".join(getattr(c, "text", "") for c in result.content) or "the tool failed"
+        )
+        self.result = result
+
+
+def _is_error(result: CallToolResult) -> bool:
+    # The MCP SDK spells its fields in camelCase (1.x) or snake_case (2.x).
+    return bool(getattr(result, "is_error", None) or getattr(result, "isError", None))
+
+
+def _mcp_value(result: CallToolResult) -> Any:
+    structured = getattr(result, "structured_content", getattr(result, "structuredContent", None))
+    if structured is not None:
+        return structured
+    texts = [c.text for c in result.content if isinstance(c, TextContent)]
+    if len(texts) == 1:
+        with contextlib.suppress(ValueError):
+            return json.loads(texts[0])
+        return texts[0]
+    return [c.model_dump(mode="json") for c in result.content]
+
+
+class _JournalingServer(MCPServer):
+    """An agent's MCP server whose every ``call_tool`` is journaled (declared at listing)."""
+
+    _inner: MCPServer
+    _hook: AgentHook
+
+    def __init__(self, inner: MCPServer, hook: AgentHook) -> None:
+        # MCPServer.__init__ is not run: every setting is read from the wrapped server.
+        object.__setattr__(self, "_inner", inner)
+        object.__setattr__(self, "_hook", hook)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(object.__getattribute__(self, "_inner"), name)
+
+    @property
+    def name(self) -> str:
+        return str(self._inner.name)
+
+    async def connect(self) -> None:
+        await self._inner.connect()  # type: ignore[no-untyped-call]
+
+    async def cleanup(self) -> None:
+        await self._inner.cleanup()  # type: ignore[no-untyped-call]
+
+    async def list_tools(self, run_context: Any = None, agent: Any = None) -> Any:
+        tools = await self._inner.list_tools(run_context, agent)
+        uncovered = [t.name for t in tools if self._declare(t.name, t.annotations) is None]
+        AgentHook.refuse_uncovered(uncovered, where=f"MCP server {self.name!r}")
+        return tools
+
+    def _declare(self, name: str, annotations: object) -> ToolDefinition | None:
+        inner = self._inner
+
+        async def call(**arguments: Any) -> Any:
+            result = await inner.call_tool(name, arguments)
+            if _is_error(result):
+                raise _McpToolError(result)
+            return _mcp_value(result)
+
+        return self._hook.declare_remote(
+            name,
+            call,
+            annotations=ToolAnnotations.from_mcp(annotations),
+            identity=remote_identity(f"MCP server {self.name!r}", name),
+        )
+
+    async def call_tool(
+        self, tool_name: str, arguments: dict[str, Any] | None, meta: dict[str, Any] | None = None
+    ) -> CallToolResult:
+        definition = self._hook.definition(tool_name)
+        if definition is None:
+            AgentHook.refuse_uncovered([tool_name], where=f"MCP server {self.name!r}")
+        assert definition is not None
+        answer: list[CallToolResult] = []
+
+        async def run() -> Any:
+            result = await self._inner.call_tool(tool_name, arguments, meta)
+            answer.append(result)
+            if _is_error(result):
+                raise _McpToolError(result)
+            return _mcp_value(result)
+
+        try:
+            value = await self._hook.call_async(definition, arguments or {}, run)
+        except _McpToolError as exc:
+            return exc.result
+        if not answer:  # stopped at the gate: the line is the tool's text
+            return CallToolResult(content=[TextContent(type="text", text=str(value))])
+        return answer[0]
+
+    async def list_prompts(self) -> Any:
+        return await self._inner.list_prompts()
+
+    async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None) -> Any:
+        return await self._inner.get_prompt(name, arguments)
+
+
+class _Runs:
+    """The saga of each run, keyed by the run's usage object (shared by all its tool calls)."""
+
+    def __init__(self, hook: AgentHook) -> None:
+        self._hook = hook
+        self._lock = threading.Lock()
+        self._sessions: dict[int, tuple[object, SagaRun]] = {}
+        self.last: SagaResult | None = None
+
+    def session(self, context: RunContextWrapper[Any]) -> SagaRun | None:
+        key = id(context.usage)
+        with self._lock:
+            known = self._sessions.get(key)
+            if known is not None:
+                return known[1]
+        session = self._hook.new_run()
+        if session is None:
+            return None
+        with self._lock:
+            self._sessions[key] = (context.usage, session)
+        return session
+
+    async def end(self, context: RunContextWrapper[Any]) -> None:
+        with self._lock:
+            known = self._sessions.pop(id(context.usage), None)
+        if known is not None:
+            self.last = await known[1].end_async()
+
+
+class _EndRunSaga(AgentHooks[Any]):
+    """The agent's hooks, plus: end the run's saga when the agent produces its output."""
+
+    def __init__(self, inner: AgentHooks[Any] | None, runs: _Runs) -> None:
+        self._inner = inner
+        self._runs = runs
+
+    async def on_end(self, context: Any, agent: Any, output: Any) -> None:
+        if self._inner is not None:
+            await self._inner.on_end(context, agent, output)
+        await self._runs.end(context)
+
+    async def on_start(self, context: Any, agent: Any) -> None:
+        if self._inner is not None:
+            await self._inner.on_start(context, agent)
+
+    async def on_handoff(self, context: Any, agent: Any, source: Any) -> None:
+        if self._inner is not None:
+            await self._inner.on_handoff(context, agent, source)
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        if self._inner is not None:
+            await self._inner.on_tool_start(context, agent, tool)
+
+    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
+        if self._inner is not None:
+            await self._inner.on_tool_end(context, agent, tool, result)
+
+    async def on_llm_start(self, context: Any, agent: Any, *args: Any) -> None:
+        if self._inner is not None:
+            await self._inner.on_llm_start(context, agent, *args)
+
+    async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+        if self._inner is not None:
+            await self._inner.on_llm_end(context, agent, response)
+
+
+def _payload(tool: FunctionTool) -> set[str]:
+    return set(tool.params_json_schema.get("properties", {}))
+
+
+@dataclasses.dataclass
+class JournaledAgent(Agent[Any]):
+    """An ``Agent`` whose every tool call is journaled, gated and compensable (see
+    :func:`journaled`); run it with ``Runner`` as any agent."""
+
+    sagacity_hook: AgentHook | None = dataclasses.field(default=None, repr=False, kw_only=True)
+    sagacity_runs: _Runs | None = dataclasses.field(default=None, repr=False, kw_only=True)
+
+    @property
+    def last_saga(self) -> SagaResult | None:
+        """The outcome of the saga the latest run that ended opened."""
+        return self.sagacity_runs.last if self.sagacity_runs is not None else None
+
+    async def get_all_tools(self, run_context: RunContextWrapper[Any]) -> list[Tool]:
+        tools = await super().get_all_tools(run_context)
+        return [self._entering(t) for t in tools]
+
+    def _entering(self, tool: Tool) -> Tool:
+        hook, runs = self.sagacity_hook, self.sagacity_runs
+        if not isinstance(tool, FunctionTool) or hook is None or runs is None:
+            return tool
+        original = tool.on_invoke_tool
+        definition = hook.definition(tool.name)
+        remote = definition is not None and not getattr(tool, "_sagacity_function", False)
+        is_mcp = getattr(tool, "_mcp_tool_binding", None) is not None
+
+        async def invoke(context: Any, input_json: str) -> Any:
+            session = runs.session(context)
+            with _entered(session):
+                scope = current_scope()
+                failed_before = scope is not None and scope.failure is not None
+                if definition is not None and failed_before and scope is not None:
+                    return hook.refused_line(definition, scope.saga_id)
+                if remote and not is_mcp and definition is not None:
+                    arguments = json.loads(input_json) if input_json else {}
+                    output = await hook.call_async(
+                        definition, arguments, lambda: original(context, input_json)
+                    )
+                else:
+                    output = await original(context, input_json)
+                failure = scope.failure if scope is not None else None
+                if definition is not None and failure is not None and not failed_before:
+                    line = hook.compensation_line(definition, failure.error)
+                    if line is not None:
+                        output = f"{output}\n{line}"
+                return output
+
+        entering = copy.copy(tool)
+        entering.on_invoke_tool = invoke
+        return entering
+
+
+@contextlib.contextmanager
+def _entered(session: SagaRun | None) -> Iterator[None]:
+    if session is None:
+        yield
+        return
+    with session.joined():
+        yield
+
+
+def journaled(
+    agent: Agent[Any],
+    sagacity: Sagacity,
+    *,
+    policy: Policy | None = None,
+    lines: ModelLines | None = None,
+    saga_id: Callable[[], str] | None = None,
+) -> JournaledAgent:
+    """A copy of ``agent`` with every tool call journaled, gated and compensable.
+
+    Function tools made from a function (``@function_tool``) journal that function's calls,
+    inside the SDK's failure handling; other function tools (agents as tools, hand-made
+    ones) journal their invocation; MCP servers journal each ``call_tool``.  Each tool is
+    declared by its own ``@compensable``, else by ``policy`` (by name, glob, the MCP tool's
+    annotations, default).  A run opens its own saga, ended when the agent produces its
+    final output, unless a saga is active (``sagacity.saga_async(...)``, a conversation).
+
+    Raises:
+        DeclarationError: a tool nothing covers (all named; an MCP tool when its server's
+            tools are listed), a hosted tool (it runs on OpenAI's side, out of reach), a tool
+            declared both ways, a ``by=`` that does not resolve.
+    """
+    if not isinstance(agent, Agent):
+        raise DeclarationError(f"expected an agents.Agent, got {agent!r}")
+    hook = AgentHook(sagacity, policy, lines=lines, saga_id=saga_id)
+    runs = _Runs(hook)
+    tools: list[Tool] = []
+    uncovered: list[str] = []
+    for tool in agent.tools:
+        if not isinstance(tool, FunctionTool):
+            raise DeclarationError(
+                f"tool {getattr(tool, 'name', tool)!r} is a {type(tool).__name__}, run by "
+                "OpenAI's servers where Sagacity cannot journal it; remove it, or call it "
+                "through a function tool"
+            )
+        function = getattr(tool, "__wrapped__", None)
+        if function is not None:
+            definition = hook.declare_function(
+                tool.name, function, payload_parameters=_payload(tool)
+            )
+            if definition is None:
+                uncovered.append(tool.name)
+                continue
+            stand_in = hook.stand_in(definition, function, _payload(tool))
+            invoker = function_tool(
+                stand_in, name_override=tool.name, strict_mode=tool.strict_json_schema
+            ).on_invoke_tool
+            journaling = dataclasses.replace(tool, on_invoke_tool=invoker)
+            journaling._sagacity_function = True  # type: ignore[attr-defined]
+            tools.append(journaling)
+            continue
+        original = tool.on_invoke_tool
+
+        async def call(_original: Any = original, **arguments: Any) -> Any:
+            raise DeclarationError("this tool can only run inside an agent run")
+
+        if hook.declare_remote(tool.name, call, annotations=None, identity=original) is None:
+            uncovered.append(tool.name)
+            continue
+        tools.append(tool)
+    AgentHook.refuse_uncovered(uncovered, where=f"agent {agent.name!r}")
+    if not agent.mcp_servers:
+        hook.warn_unmatched([t.name for t in tools], where=f"agent {agent.name!r}")
+    fields = {f.name: getattr(agent, f.name) for f in dataclasses.fields(agent) if f.init}
+    fields["tools"] = tools
+    fields["mcp_servers"] = [_JournalingServer(s, hook) for s in agent.mcp_servers]
+    fields["hooks"] = _EndRunSaga(agent.hooks, runs)
+    return JournaledAgent(**fields, sagacity_hook=hook, sagacity_runs=runs)

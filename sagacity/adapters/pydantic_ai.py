@@ -1,6 +1,15 @@
-"""Pydantic AI tools, journaled and gated: ``wrap_tool`` / ``wrap_tools``.
+"""Pydantic AI agents and tools, journaled and gated: ``journaled`` (the whole agent), and
+``wrap_tool`` / ``wrap_tools`` (tool by tool).
 
-::
+``journaled(agent, sagacity, policy=...)`` covers every tool the agent can reach, however it
+was registered (``tools=``, ``@agent.tool``, ``@agent.tool_plain``, a ``FunctionToolset``, an
+MCP server): a capability wraps the agent's assembled toolset in a toolset that journals each
+call, and opens one saga per run when none is active::
+
+    agent = journaled(Agent(model, tools=[...], toolsets=[...]), sagacity, policy=policy)
+    agent.run_sync("Order two widgets")        # one saga; agent.last_saga is its outcome
+
+Tool by tool::
 
     from pydantic_ai import Agent
     from sagacity.adapters.pydantic_ai import wrap_tools
@@ -26,20 +35,42 @@ from the chain, by another process if need be.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
 import dataclasses
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any, TypeVar
 
 from pydantic_ai import Tool
+from pydantic_ai.agent import AbstractAgent
+from pydantic_ai.agent.wrapper import WrapperAgent
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import ModelRetry, ToolFailed
+from pydantic_ai.run import AgentRunResult
+from pydantic_ai.tools import RunContext
+from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolset
+from pydantic_ai.toolsets.abstract import ToolsetTool
+from pydantic_ai.toolsets.function import FunctionToolsetTool
 
-from sagacity._decorators import Constraint
+from sagacity._decorators import Constraint, ToolDefinition
+from sagacity._result import SagaResult
 from sagacity._reversibility import Reversibility
 from sagacity._saga import Sagacity
+from sagacity._scope import current_scope
 from sagacity.adapters._binding import bind, check_sagacity, declaration
-from sagacity.errors import DeclarationError
+from sagacity.adapters._hook import AgentHook, ModelLines, remote_identity
+from sagacity.errors import DeclarationError, SagaFailedError
+from sagacity.policy import Policy, ToolAnnotations
 
-__all__ = ["wrap_tool", "wrap_tools"]
+__all__ = ["JournaledAgent", "journaled", "wrap_tool", "wrap_tools"]
+
+
+def _function_payload(tool: Tool[Any]) -> set[str]:
+    schema = tool.function_schema
+    if schema.single_arg_name is not None:
+        return {schema.single_arg_name}
+    return set(schema.json_schema.get("properties", {}))
 
 
 def wrap_tool(
@@ -72,10 +103,7 @@ def wrap_tool(
         tool = Tool(tool)
     schema = tool.function_schema
     function = schema.function
-    properties = schema.json_schema.get("properties", {})
-    payload = set(properties)
-    if schema.single_arg_name is not None:
-        payload = {schema.single_arg_name}
+    payload = _function_payload(tool)
     binding = bind(
         host,
         function,
@@ -100,3 +128,204 @@ def wrap_tools(
         DeclarationError: as :func:`wrap_tool`.
     """
     return [wrap_tool(sagacity, tool) for tool in tools]
+
+
+# -- the whole agent ---------------------------------------------------------------------
+
+
+def _leaves(toolsets: Iterable[AbstractToolset[Any]]) -> list[AbstractToolset[Any]]:
+    found: list[AbstractToolset[Any]] = []
+    for toolset in toolsets:
+        toolset.apply(found.append)
+    return found
+
+
+def _function_of(tool: ToolsetTool[Any]) -> Tool[Any] | None:
+    if not isinstance(tool, FunctionToolsetTool) or not isinstance(tool.toolset, FunctionToolset):
+        return None
+    return tool.toolset.tools.get(tool.original_name or tool.tool_def.name)
+
+
+def _remote_call(toolset: AbstractToolset[Any], name: str) -> Callable[..., Any]:
+    direct = getattr(toolset, "direct_call_tool", None)
+
+    async def call(**arguments: Any) -> Any:
+        if direct is None:
+            raise DeclarationError(
+                f"tool {name!r} of {toolset.label} can only run inside an agent run"
+            )
+        async with toolset:
+            return await direct(name, arguments)
+
+    return call
+
+
+class _Journaling(AbstractCapability[Any]):
+    """The capability ``journaled`` adds to every run: one saga per run, every call journaled."""
+
+    def __init__(self, hook: AgentHook, owner: JournaledAgent[Any, Any]) -> None:
+        self._hook = hook
+        self._owner = owner
+
+    def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
+        return _JournalingToolset(wrapped=toolset, hook=self._hook, owner=self._owner)
+
+    async def wrap_run(self, ctx: RunContext[Any], *, handler: Any) -> AgentRunResult[Any]:
+        active = current_scope()
+        if active is not None and not active.closed:
+            return await handler()  # type: ignore[no-any-return]
+        run = await asyncio.to_thread(self._hook.new_run)
+        assert run is not None
+        error: Exception | None = None
+        result: AgentRunResult[Any] | None = None
+        with run.joined():
+            try:
+                result = await handler()
+            except Exception as exc:
+                error = exc
+        self._owner._last_saga = await run.end_async(error)
+        if error is not None:
+            raise error
+        assert result is not None
+        return result
+
+
+@dataclasses.dataclass
+class _JournalingToolset(WrapperToolset[Any]):
+    """The agent's assembled toolset, every call journaled (see :func:`journaled`)."""
+
+    hook: AgentHook = dataclasses.field(kw_only=True)
+    owner: JournaledAgent[Any, Any] = dataclasses.field(kw_only=True)
+
+    async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        tools = await self.wrapped.get_tools(ctx)
+        uncovered = []
+        for name, tool in tools.items():
+            if self.owner._declare(name, tool) is None:
+                uncovered.append(name)
+        AgentHook.refuse_uncovered(uncovered, where=f"agent {self.owner.name or ''}".strip())
+        self.hook.warn_unmatched(tools, where="the agent")
+        return tools
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> Any:
+        definition = self.owner._declare(name, tool)
+        if definition is None:  # listed tools were checked; a tool added since was not
+            AgentHook.refuse_uncovered([name], where="agent")
+        assert definition is not None
+        try:
+            return await self.hook.call_async(
+                definition, tool_args, lambda: self.wrapped.call_tool(name, tool_args, ctx, tool)
+            )
+        except SagaFailedError as exc:
+            raise ToolFailed(self.hook.refused_line(definition, exc)) from exc
+        except (ModelRetry, ToolFailed) as exc:
+            # Handed to the model: say the saga is undone, and ask for no retry.
+            line = self.hook.compensation_line(definition, exc)
+            if line is None:
+                raise
+            raise ToolFailed(f"{exc.message}\n{line}") from exc
+
+
+DepsT = TypeVar("DepsT")
+OutputT = TypeVar("OutputT")
+
+
+class JournaledAgent(WrapperAgent[DepsT, OutputT]):
+    """An agent whose every tool call is journaled, gated and compensable (see
+    :func:`journaled`).  Use it as the agent: ``run``, ``run_sync``, ``run_stream``, ``iter``.
+
+    Attributes:
+        last_saga: the outcome of the saga the latest run opened (``None`` when the runs
+            joined a saga already active, such as ``sagacity.saga(...)`` or a conversation).
+    """
+
+    def __init__(
+        self,
+        wrapped: AbstractAgent[DepsT, OutputT],
+        hook: AgentHook,
+    ) -> None:
+        super().__init__(wrapped)
+        self._hook = hook
+        self._capability = _Journaling(hook, self)
+        self._last_saga: SagaResult | None = None
+
+    @property
+    def last_saga(self) -> SagaResult | None:
+        """The outcome of the saga the latest run opened."""
+        return self._last_saga
+
+    def _declare(self, name: str, tool: ToolsetTool[Any]) -> ToolDefinition | None:
+        function_tool = _function_of(tool)
+        if function_tool is not None:
+            return self._hook.declare_function(
+                name,
+                function_tool.function_schema.function,
+                payload_parameters=_function_payload(function_tool),
+            )
+        metadata = tool.tool_def.metadata or {}
+        return self._hook.declare_remote(
+            name,
+            _remote_call(tool.toolset, name),
+            annotations=ToolAnnotations.from_mcp(metadata.get("annotations")),
+            identity=remote_identity(tool.toolset.id or tool.toolset.label, name),
+        )
+
+    @contextlib.asynccontextmanager
+    async def iter(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        capabilities = [self._capability, *(kwargs.pop("capabilities", None) or ())]
+        async with self.wrapped.iter(*args, capabilities=capabilities, **kwargs) as run:
+            yield run
+
+
+def journaled(
+    agent: AbstractAgent[DepsT, OutputT],
+    sagacity: Sagacity,
+    *,
+    policy: Policy | None = None,
+    lines: ModelLines | None = None,
+    saga_id: Callable[[], str] | None = None,
+) -> JournaledAgent[DepsT, OutputT]:
+    """``agent`` with every tool call journaled, gated and compensable.
+
+    Every tool the agent can reach is covered: those given as ``tools=``, registered with
+    ``@agent.tool`` / ``@agent.tool_plain`` (before or after this call), function toolsets and
+    MCP servers.  Each is declared by its own ``@compensable``, else by ``policy`` (by name,
+    glob, MCP annotations, default).  Each run opens its own saga unless one is active
+    (``sagacity.saga(...)``, ``sagacity.conversation(id).call(...)``).
+
+    Args:
+        agent: the Pydantic AI agent.
+        sagacity: the ``Sagacity`` whose sagas journal the calls.
+        policy: declares the tools that carry no ``@compensable``.
+        lines: what the model is told when a gate stops a call or the saga is undone.
+        saga_id: makes each run's saga id (default ``run-<hex>``).
+
+    Raises:
+        DeclarationError: a function tool nothing covers (all of them named), a tool declared
+            both ways, a ``by=`` that does not resolve.  An MCP tool nothing covers is refused
+            by name when its server's tools are listed, at the start of a run.
+    """
+    if not isinstance(agent, AbstractAgent):
+        raise DeclarationError(f"expected a pydantic_ai Agent, got {agent!r}")
+    hook = AgentHook(sagacity, policy, lines=lines, saga_id=saga_id)
+    wrapper = JournaledAgent(agent, hook)
+    uncovered: list[str] = []
+    names: list[str] = []
+    dynamic = False
+    for leaf in _leaves(agent.toolsets):
+        if not isinstance(leaf, FunctionToolset):
+            dynamic = True
+            continue
+        for name, tool in leaf.tools.items():
+            names.append(name)
+            definition = hook.declare_function(
+                name, tool.function_schema.function, payload_parameters=_function_payload(tool)
+            )
+            if definition is None:
+                uncovered.append(name)
+    AgentHook.refuse_uncovered(uncovered, where=f"agent {agent.name or ''}".strip())
+    if not dynamic:
+        hook.warn_unmatched(names, where="the agent")
+    return wrapper

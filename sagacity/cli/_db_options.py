@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
+from sagacity.cli._exit import FAILED, USAGE, CommandError
 from sagacity.cli._options import database_url_option
+from sagacity.errors import SagacityError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-EXIT_FAILED = 1
+EXIT_FAILED = FAILED
 """Exit status when the evidence does not verify."""
-EXIT_ERROR = 2
-"""Exit status when the command could not run (bad input, no archive, no database)."""
+EXIT_ERROR = USAGE
+"""Exit status when the command was used wrongly (bad input, no archive)."""
 
 
 def database_options(func: F) -> F:
@@ -43,7 +45,9 @@ def conninfo(database_url: str, schema: str | None) -> str:
     return make_conninfo(**params)  # type: ignore[arg-type]
 
 
-def fail(message: str, code: int = EXIT_ERROR) -> None:
-    """Print ``message`` on stderr and exit with ``code``."""
-    click.echo(f"error: {message}", err=True)
-    raise click.exceptions.Exit(code)
+def fail(problem: str | SagacityError, code: int = EXIT_ERROR) -> NoReturn:
+    """Print ``problem`` on stderr and exit: with ``code`` for a message, with the status of
+    its kind for an error (an unreachable database is 3, see :mod:`sagacity.cli._exit`)."""
+    if isinstance(problem, SagacityError):
+        raise CommandError.of(problem)
+    raise CommandError(problem, code)

@@ -11,6 +11,38 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_TOPIC = "sagacity.journal"
 
+JSON_META = "sagacity.json"
+"""``click.Context.meta`` key set when ``--json`` was given after a subcommand."""
+
+
+def _store_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    if value:
+        ctx.meta[JSON_META] = True
+        if hasattr(ctx.obj, "as_json"):  # a group's state object made before this subcommand
+            ctx.obj.as_json = True
+    return value
+
+
+def json_option(func: F) -> F:
+    """Accept ``--json`` after a subcommand too (``sagacity approvals list --json``).
+
+    The flag is recorded in the context's shared ``meta`` (read with :func:`wants_json`) and
+    set on the group's state object when it has an ``as_json`` attribute.
+    """
+    return click.option(
+        "--json",
+        "_json_after",
+        is_flag=True,
+        expose_value=False,
+        callback=_store_json,
+        help="Machine-readable JSON output.",
+    )(func)
+
+
+def wants_json(ctx: click.Context, given: bool = False) -> bool:
+    """Whether ``--json`` was given here (``given``) or after a subcommand."""
+    return given or bool(ctx.meta.get(JSON_META))
+
 
 def service_envvars(service: str, name: str) -> list[str]:
     """The variables for setting ``name`` of ``service``: the service's own one first.
@@ -19,6 +51,91 @@ def service_envvars(service: str, name: str) -> list[str]:
     ``["SAGACITY_ARCHIVE_TOPIC", "SAGACITY_TOPIC"]``.
     """
     return [f"SAGACITY_{service}_{name}", f"SAGACITY_{name}"]
+
+
+class AliasedOption(click.Option):
+    """An option whose first name alone is listed in help; its other names (the spellings of
+    earlier releases) are still accepted."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        names, envvar = self.opts, self.envvar
+        self.opts = names[:1]
+        if isinstance(envvar, list | tuple):
+            self.envvar = envvar[:1]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts, self.envvar = names, envvar
+
+
+def group_option(service: str, *, default: str) -> Callable[[F], F]:
+    """Add ``--group`` (``SAGACITY_<SERVICE>_GROUP``): the consumer group of the service.
+
+    ``--group-id`` and ``SAGACITY_<SERVICE>_GROUP_ID`` are accepted too.
+    """
+    return click.option(
+        "--group",
+        "--group-id",
+        "group",
+        cls=AliasedOption,
+        envvar=[f"SAGACITY_{service}_GROUP", f"SAGACITY_{service}_GROUP_ID"],
+        default=default,
+        show_default=True,
+        show_envvar=True,
+        help="Consumer group shared by every replica.",
+    )
+
+
+def port_option(
+    service: str, *, default: int | None, help: str, old: str | None = None
+) -> Callable[[F], F]:
+    """Add ``--port`` (``SAGACITY_<SERVICE>_PORT``): where the service's HTTP endpoint listens.
+
+    ``old`` (``"HTTP"``, ``"METRICS"``) is the prefix of an earlier spelling still accepted:
+    ``--http-port`` and ``SAGACITY_<SERVICE>_HTTP_PORT``.
+    """
+    names = ["--port"] + ([f"--{old.lower()}-port"] if old else [])
+    envvars = [f"SAGACITY_{service}_PORT"] + ([f"SAGACITY_{service}_{old}_PORT"] if old else [])
+    return click.option(
+        *names,
+        "port",
+        cls=AliasedOption,
+        type=click.IntRange(0, 65535),
+        envvar=envvars,
+        default=default,
+        show_default=default is not None,
+        show_envvar=True,
+        help=help,
+    )
+
+
+def host_option(service: str, *, default: str, old: str | None = None) -> Callable[[F], F]:
+    """Add ``--host`` (``SAGACITY_<SERVICE>_HOST``), the listen address of ``--port``."""
+    names = ["--host"] + ([f"--{old.lower()}-host"] if old else [])
+    envvars = [f"SAGACITY_{service}_HOST"] + ([f"SAGACITY_{service}_{old}_HOST"] if old else [])
+    return click.option(
+        *names,
+        "host",
+        cls=AliasedOption,
+        envvar=envvars,
+        default=default,
+        show_default=True,
+        show_envvar=True,
+        help="Listen address of --port.",
+    )
+
+
+def log_level_option(service: str) -> Callable[[F], F]:
+    """Add ``--log-level`` (``SAGACITY_<SERVICE>_LOG_LEVEL``, then ``SAGACITY_LOG_LEVEL``)."""
+    return click.option(
+        "--log-level",
+        envvar=service_envvars(service, "LOG_LEVEL"),
+        type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+        default="INFO",
+        show_default=True,
+        show_envvar=True,
+        help="Log records at this level and above, as JSON lines on stderr.",
+    )
 
 
 def bootstrap_servers_option(service: str) -> Callable[[F], F]:
@@ -51,16 +168,17 @@ def topic_option(service: str, *, show_default: bool = True) -> Callable[[F], F]
     )
 
 
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
 def parse_duration(text: str) -> float:
-    """Seconds in ``90s``, ``15m``, ``2h`` or ``30d``.
+    """Seconds in ``90s``, ``15m``, ``2h`` or ``30d`` (``m`` is minutes; see
+    :mod:`sagacity._duration`).
 
     Raises:
         click.BadParameter: anything else.
     """
-    value, unit = text[:-1], text[-1:]
-    if unit not in _DURATION_UNITS or not value.isdigit() or int(value) <= 0:
-        raise click.BadParameter(f"{text!r} is not a duration like 90s, 15m, 2h or 30d")
-    return int(value) * _DURATION_UNITS[unit]
+    from sagacity._duration import parse_seconds
+    from sagacity.errors import DurationError
+
+    try:
+        return parse_seconds(text)
+    except DurationError as exc:
+        raise click.BadParameter(exc.message) from exc

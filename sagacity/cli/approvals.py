@@ -12,9 +12,12 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
+
+from sagacity.cli._exit import UNAVAILABLE, CommandError
+from sagacity.cli._options import json_option, parse_duration, wants_json
 
 DEFAULT_URL = "http://127.0.0.1:8085"
 
@@ -26,29 +29,59 @@ class _Client:
         self.as_json = as_json
         self.timeout = timeout
 
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        import httpx
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        body: Any = None,
+    ) -> Any:
+        """The JSON answer of one request; an HTTP error exits 1 with its detail.
 
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        The standard library's client keeps the command quick to start.
+        """
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+
+        url = self.url + path + (f"?{urllib.parse.urlencode(params)}" if params else "")
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(url, data=data, headers=headers, method=method)  # noqa: S310
         try:
-            response = httpx.request(
-                method, self.url + path, headers=headers, timeout=self.timeout, **kwargs
-            )
-        except httpx.HTTPError as exc:
-            raise click.ClickException(
-                f"cannot reach the approvals service at {self.url}: {exc}"
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+                status, raw = response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            status, raw = exc.code, exc.read()
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise CommandError(
+                f"cannot reach the approvals service at {self.url}: {reason}", UNAVAILABLE
             ) from exc
         try:
-            body = response.json()
+            answer = json.loads(raw)
         except ValueError:
-            body = {"detail": response.text}
-        if response.is_success:
-            return body
-        detail = body.get("detail") if isinstance(body, dict) else body
+            answer = {"detail": raw.decode("utf-8", "replace")}
+        if 200 <= status < 300:
+            return answer
+        detail = answer.get("detail") if isinstance(answer, dict) else answer
         if self.as_json:
-            click.echo(json.dumps({"status": response.status_code, "detail": detail}))
+            click.echo(json.dumps({"status": status, "detail": detail}))
             sys.exit(1)
-        raise click.ClickException(f"HTTP {response.status_code}: {detail}")
+        raise click.ClickException(f"HTTP {status}: {detail}")
+
+    def refuse(self, detail: str, **fields: Any) -> NoReturn:
+        """Refuse here, before anything is sent: exit 1 with ``detail``."""
+        if self.as_json:
+            click.echo(json.dumps({"status": None, "detail": detail, **fields}))
+            sys.exit(1)
+        raise click.ClickException(detail)
 
 
 def _when(micros: int | None) -> str:
@@ -125,7 +158,7 @@ def approvals(
         if token_file is not None
         else os.environ.get("SAGACITY_APPROVALS_TOKEN")
     )
-    ctx.obj = _Client(url, token or None, as_json, timeout)
+    ctx.obj = _Client(url, token or None, wants_json(ctx, as_json), timeout)
 
 
 @approvals.command("list")
@@ -138,6 +171,7 @@ def approvals(
     ),
 )
 @click.option("--limit", default=500, show_default=True, help="At most this many, oldest first.")
+@json_option
 @click.pass_obj
 def list_requests(client: _Client, state: str, limit: int) -> None:
     """Requests (open ones by default) for the tools your token may decide."""
@@ -164,6 +198,7 @@ def list_requests(client: _Client, state: str, limit: int) -> None:
 @approvals.command("show")
 @click.argument("saga_id")
 @click.argument("seq", type=int, required=False)
+@json_option
 @click.pass_obj
 def show(client: _Client, saga_id: str, seq: int | None) -> None:
     """One request (SAGA_ID SEQ), or a saga's status and chain (SAGA_ID)."""
@@ -192,6 +227,7 @@ def show(client: _Client, saga_id: str, seq: int | None) -> None:
 @approvals.command("approve")
 @click.argument("saga_id")
 @click.argument("seq", type=int)
+@json_option
 @click.pass_obj
 def approve(client: _Client, saga_id: str, seq: int) -> None:
     """Sign the request as the token's principal (nothing runs yet)."""
@@ -203,50 +239,83 @@ def approve(client: _Client, saga_id: str, seq: int) -> None:
 @click.argument("saga_id")
 @click.argument("seq", type=int)
 @click.option("--reason", default=None, help="Why (journaled with the rejection).")
+@json_option
 @click.pass_obj
 def reject(client: _Client, saga_id: str, seq: int, reason: str | None) -> None:
     """Reject the request; the saga's executed steps are handed to compensation."""
     body = {"reason": reason} if reason is not None else None
-    data = client.call("POST", f"/sagacity/reject/{saga_id}/{seq}", json=body)
+    data = client.call("POST", f"/sagacity/reject/{saga_id}/{seq}", body=body)
     _emit(client, data, _decision_text(data))
 
 
 @approvals.command("resume")
 @click.argument("saga_id")
 @click.argument("seq", type=int)
-@click.option("--payload", default=None, help="The live payload, exactly as given to you.")
+@click.option(
+    "--payload",
+    default=None,
+    help="The live payload, exactly as given to you (default: the approved payload).",
+)
 @click.option(
     "--payload-file",
     type=click.File("r", encoding="utf-8"),
     default=None,
     help="Read the payload from a file ('-' for stdin), byte for byte.",
 )
+@click.option(
+    "--dry-run", is_flag=True, help="Check the payload against the approval; send nothing."
+)
+@json_option
 @click.pass_obj
-def resume(client: _Client, saga_id: str, seq: int, payload: str | None, payload_file: Any) -> None:
-    """Run the approved call with the live payload (refused unless byte-identical)."""
-    if (payload is None) == (payload_file is None):
-        raise click.UsageError("give exactly one of --payload or --payload-file")
-    text = payload if payload is not None else payload_file.read()
-    data = client.call("POST", f"/sagacity/resume/{saga_id}/{seq}", json={"payload": text})
+def resume(
+    client: _Client,
+    saga_id: str,
+    seq: int,
+    payload: str | None,
+    payload_file: Any,
+    dry_run: bool,
+) -> None:
+    """Run the approved call with the approved payload.
+
+    Without --payload or --payload-file the payload the request holds is sent.  A payload given
+    is checked here against the request's SHA-256 first: a mismatch is refused before anything
+    is sent (exit 1, nothing journaled).  The service checks the binding again.
+    """
+    from sagacity.chain import payload_sha256
+
+    if payload is not None and payload_file is not None:
+        raise click.UsageError("give at most one of --payload or --payload-file")
+    request = client.call("GET", f"/sagacity/approvals/{saga_id}/{seq}")
+    approved = request.get("payload_sha256")
+    given = payload if payload is not None else payload_file.read() if payload_file else None
+    text = request["payload"] if given is None else given
+    digest = payload_sha256(text)
+    if approved is None or digest != approved:
+        what = "the request's payload" if given is None else "the payload given"
+        detail = (
+            f"{what} (sha256 {digest}) is not the approved one (sha256 {approved}); "
+            "nothing was sent"
+        )
+        client.refuse(detail, payload_sha256=digest, approved_sha256=approved)
+    if dry_run:
+        data = {"dry_run": True, "request": request, "payload": text, "payload_sha256": digest}
+        human = (
+            _request_text(request)
+            + "\ndry run     the payload matches the approved sha256; nothing was sent"
+        )
+        _emit(client, data, human)
+        return
+    data = client.call("POST", f"/sagacity/resume/{saga_id}/{seq}", body={"payload": text})
     _emit(client, data, _decision_text(data))
-
-
-def _seconds(text: str) -> float:
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    try:
-        if text and text[-1] in units:
-            return float(text[:-1]) * units[text[-1]]
-        return float(text)
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not a duration (e.g. 90s, 15m, 24h, 7d)") from None
 
 
 @approvals.command("stats")
 @click.option("--window", default="24h", show_default=True, help="e.g. 90s, 15m, 24h, 7d.")
+@json_option
 @click.pass_obj
 def stats(client: _Client, window: str) -> None:
     """Approve/reject ratio and request-to-decision latency p50/p95 over the window."""
-    data = client.call("GET", "/sagacity/stats", params={"window_s": _seconds(window)})
+    data = client.call("GET", "/sagacity/stats", params={"window_s": parse_duration(window)})
 
     def fmt(value: float | None, suffix: str = "s") -> str:
         return "-" if value is None else f"{value:.3f}{suffix}"

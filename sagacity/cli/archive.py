@@ -30,7 +30,7 @@ def keygen(out: Path) -> None:
     try:
         signer = generate_key(out)
     except SagacityError as exc:
-        fail(exc.message)
+        fail(exc)
     click.echo(f"private key: {out}")
     click.echo(f"key id:      {signer.key_id}")
     click.echo(f"public key:  {signer.public_hex}")
@@ -100,7 +100,7 @@ def migrate(database_url: str, schema: str | None, grant_role: str | None) -> No
             if grant_role:
                 grant_archiver(conn, grant_role)
     except SagacityError as exc:
-        fail(exc.message)
+        fail(exc)
     click.echo(f"archive schema at version {version}")
 
 
@@ -137,7 +137,7 @@ def checkpoint(
         if rounds and witness is not None:
             publish(witness, rounds[-1], public_hex=signer.public_hex)
     except SagacityError as exc:
-        fail(exc.message)
+        fail(exc)
     click.echo(f"signed {signed} head(s) in {len(rounds)} round(s) with key {signer.key_id}")
     if rounds:
         click.echo(f"latest signing round: {rounds[-1].round_id}:{rounds[-1].root}")
@@ -145,7 +145,11 @@ def checkpoint(
 
 @archive.command()
 @database_options
-@click.option("--keep", required=True, help="How long to keep events: 24m, 2y (at least 6m).")
+@click.option(
+    "--keep",
+    required=True,
+    help="How long to keep events: 24mo, 2y or 730d (at least 6mo; m alone is refused).",
+)
 @click.option(
     "--export-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -203,7 +207,7 @@ def retention(
                 signer=signer,
             )
     except SagacityError as exc:
-        fail(exc.message)
+        fail(exc)
     if not actions:
         click.echo(f"nothing older than {months} months")
         return
@@ -245,7 +249,7 @@ def quarantine(database_url: str, schema: str | None, limit: int) -> None:
                     (limit,),
                 ).fetchall()
     except SagacityError as exc:
-        fail(exc.message)
+        fail(exc)
     if not total:
         click.echo("quarantine is empty")
         return

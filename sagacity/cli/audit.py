@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -67,6 +68,7 @@ _WITNESS_OPTION = click.option(
     "tail); without it they are only counted in the summary.",
 )
 @click.option("--show", default=20, show_default=True, help="Failures listed in full.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
 def verify(
     database_url: str,
     schema: str | None,
@@ -77,6 +79,7 @@ def verify(
     witness: str | None,
     require_signed: bool,
     show: int,
+    as_json: bool,
 ) -> None:
     """Verify archived hash chains, signing rounds and checkpoints; exit 1 on any failure.
 
@@ -114,10 +117,13 @@ def verify(
                     bar.update(1)
             summary.seconds = time.perf_counter() - started
     except SagacityError as exc:
-        fail(exc.message)
+        fail(exc)
     if saga_id is not None and summary.sagas == 0:
         fail(f"the archive holds nothing for saga {saga_id!r}")
-    _print_summary(summary, pinned=bool(public_keys), every_saga=saga_id is None)
+    if as_json:
+        click.echo(json.dumps(_summary_json(summary, pinned=bool(public_keys)), indent=2))
+    else:
+        _print_summary(summary, pinned=bool(public_keys), every_saga=saga_id is None)
     if not summary.all_ok:
         raise click.exceptions.Exit(EXIT_FAILED)
 
@@ -131,7 +137,6 @@ def _witnessed(conn: psycopg.Connection, witness: str, pinned: tuple[bytes, ...]
     signed = read(witness)
     if signed is None:
         fail(f"the witness {witness} holds no round yet")
-        return {}
     public = trusted_keys(conn, pinned).get(signed.key_id)
     if public is None or not signature_valid(public, signed):
         click.echo(
@@ -167,6 +172,38 @@ def _estimate_sagas(conn: psycopg.Connection) -> int:
     with mapped_errors("count sagas"):
         row = conn.execute("SELECT count(*) FROM archive_saga_head").fetchone()
     return max(int(row[0]) if row else 0, 1)
+
+
+def _summary_json(summary: AuditSummary, *, pinned: bool) -> dict[str, Any]:
+    latest = summary.rounds.latest
+    return {
+        "ok": summary.all_ok,
+        "sagas": summary.sagas,
+        "sagas_ok": summary.ok,
+        "failed_by_reason": {r.value: n for r, n in sorted(summary.by_reason.items())},
+        "failures": [
+            {
+                "saga_id": f.saga_id,
+                "seq": f.bad_seq,
+                "reason": None if f.reason is None else str(f.reason),
+                "detail": f.detail,
+            }
+            for f in summary.failures
+        ],
+        "events": summary.events,
+        "checkpoints": summary.checkpoints,
+        "signing_rounds": summary.rounds.rounds,
+        "failed_rounds": {
+            str(round_id): {"reason": reason.value, "detail": detail}
+            for round_id, (reason, detail) in sorted(summary.rounds.failed.items())
+        },
+        "latest_round": None if latest is None else f"{latest[0]}:{latest[1]}",
+        "unsigned_sagas": summary.unsigned_sagas,
+        "unsigned_tails": summary.unsigned_tails,
+        "unsigned_events": summary.unsigned_events,
+        "keys_pinned": pinned,
+        "seconds": round(summary.seconds, 3),
+    }
 
 
 def _print_summary(summary: AuditSummary, *, pinned: bool, every_saga: bool) -> None:
@@ -251,7 +288,7 @@ def export(
         with connect(conninfo(database_url, schema)) as conn:
             verdict = export_bundle(conn, saga_id, out, pinned_keys=pinned)
     except SagacityError as exc:
-        fail(exc.message)
+        fail(exc)
     click.echo(f"wrote {out}/ ({verdict.events} events, head seq {verdict.head_seq})")
     click.echo(f"check it with: python3 -I {out}/verify_bundle.py {out} --public-key <key>")
     if verdict.ok and verdict.unsigned:
@@ -276,6 +313,7 @@ def export(
 @topic_option("ARCHIVE", show_default=False)
 @click.option("--saga", "saga_id", default=None, help="Replay one saga only.")
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to reach the end.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
 def replay(
     database_url: str,
     schema: str | None,
@@ -283,6 +321,7 @@ def replay(
     topic: str,
     saga_id: str | None,
     timeout: float,
+    as_json: bool,
 ) -> None:
     """Read the topic itself, verify its chains and diff them against the archive."""
     import os
@@ -303,8 +342,11 @@ def replay(
         with connect(conninfo(database_url, schema)) as conn:
             diff_with_archive(conn, report, chains, saga_id=saga_id)
     except SagacityError as exc:
-        fail(exc.message)
-    _print_replay(report)
+        fail(exc)
+    if as_json:
+        click.echo(json.dumps(_replay_json(report), indent=2))
+    else:
+        _print_replay(report)
     if not report.ok:
         raise click.exceptions.Exit(EXIT_FAILED)
 
@@ -445,3 +487,44 @@ def watch(
         if once:
             return
         time.sleep(interval)
+
+
+def _replay_json(report: ReplayReport) -> dict[str, Any]:
+    bad = [s for s in report.sagas.values() if not s.ok]
+    return {
+        "ok": report.ok,
+        "topic": report.topic,
+        "messages": report.messages,
+        "sagas": len(report.sagas),
+        "sagas_matching": len(report.sagas) - len(bad),
+        "differing": [
+            {
+                "saga_id": s.saga_id,
+                "topic_events": s.topic_events,
+                "archive_events": s.archive_events,
+                "missing": s.missing,
+                "extra": s.extra,
+                "differing": s.differing,
+            }
+            for s in bad
+        ],
+        "rejected": [
+            {
+                "saga_id": s.saga_id,
+                "kind": r.kind.value,
+                "seq": r.entry.seq,
+                "partition": r.partition,
+                "offset": r.offset,
+                "detail": r.detail,
+            }
+            for s in report.sagas.values()
+            for r in s.rejected
+        ],
+        "unkeyed": [
+            {"partition": p, "offset": o, "body_saga_id": saga} for p, o, saga in report.unkeyed
+        ],
+        "undecodable": [
+            {"partition": p, "offset": o, "why": why} for p, o, why in report.undecodable
+        ],
+        "trimmed": report.trimmed,
+    }

@@ -51,9 +51,10 @@ def prune_claims(
 
     from sagacity.consumers.compensation._claims import ClaimStore
     from sagacity.errors import PersistenceError, SagacityError, TopicNotFoundError
+    from sagacity.producer._clients import with_logger
     from sagacity.producer._topic import describe
 
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    admin = AdminClient(with_logger({"bootstrap.servers": bootstrap_servers}))
     retentions: dict[str, int] = {}
     for name in (topic, dlq_topic or f"{topic}.dlq"):
         try:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from sagacity.cli._exit import CommandError
 from sagacity.errors import SagacityError
 
 
@@ -99,4 +100,4 @@ def demo(
             click.echo(exc.log_tail or "(empty)", err=True)
         raise click.exceptions.Exit(1) from exc
     except SagacityError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise CommandError.of(exc) from exc

@@ -180,7 +180,7 @@ def sweep_cmd(
         with connect(conninfo(database_url, schema)) as conn:
             candidates = quiet_sagas(conn, topic=settings.topic, older_than_s=seconds, limit=limit)
     except SagacityError as exc:
-        fail(exc.message)
+        fail(exc)
     if not candidates:
         click.echo(f"no live saga on {settings.topic!r} has been quiet for {older_than}")
         return
@@ -262,7 +262,7 @@ def resolve_cmd(
     )
     client = ApprovalsClient(url, token or None, as_json, timeout)
     data = client.call(
-        "POST", f"/sagacity/settle/{saga_id}/{seq}", json={"outcome": outcome, "note": note}
+        "POST", f"/sagacity/settle/{saga_id}/{seq}", body={"outcome": outcome, "note": note}
     )
     human = (
         f"settled {data['saga_id']}/{data['seq']} {data['outcome']} by {data['settled_by']}; "

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-import logging
-import sys
 from pathlib import Path
 
 import click
 
-from sagacity.errors import SagacityError
+from sagacity.cli._options import (
+    group_option,
+    host_option,
+    log_level_option,
+    port_option,
+    service_envvars,
+    topic_option,
+)
+
+
+def _env(name: str) -> list[str]:
+    return service_envvars("APPROVALS", name)
 
 
 @click.command()
@@ -16,17 +25,21 @@ from sagacity.errors import SagacityError
     "--tools",
     "tools",
     multiple=True,
+    envvar=_env("TOOLS"),
+    show_envvar=True,
     metavar="package.module:attr",
     help="Tools resume may run (an object with @compensable methods, a function, or a class "
     "instantiated without arguments); repeatable. Imported with the working directory on "
     "the path.",
 )
-@click.option("--host", default=None, help="Listen address (default 127.0.0.1).")
-@click.option("--port", type=int, default=None, help="Listen port (default 8085).")
+@host_option("APPROVALS", default="127.0.0.1")
+@port_option("APPROVALS", default=8085, help="Where the API listens.")
 @click.option(
     "--auth",
     "auth_file",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar=["SAGACITY_APPROVALS_AUTH_FILE"],
+    show_envvar=True,
     default=None,
     help="Principals file (TOML or JSON) mapping token hashes to names and tools.",
 )
@@ -35,70 +48,116 @@ from sagacity.errors import SagacityError
     is_flag=True,
     help="DEMO ONLY: take the approver's name from the request body, unauthenticated.",
 )
-@click.option("--database-url", default=None, help="PostgreSQL (default $SAGACITY_DATABASE_URL).")
 @click.option(
-    "--bootstrap-servers", default=None, help="Kafka (default $SAGACITY_BOOTSTRAP_SERVERS)."
+    "--database-url",
+    envvar=_env("DATABASE_URL"),
+    show_envvar=True,
+    default=None,
+    help="PostgreSQL for the working table.",
 )
-@click.option("--topic", default=None, help="Journal topic (default $SAGACITY_TOPIC).")
-@click.option("--group-id", default=None, help="Consumer group (default sagacity-approvals).")
-@click.option("--policy-version", default=None, help="Recorded on every decision (default 1).")
+@click.option(
+    "--bootstrap-servers",
+    envvar=_env("BOOTSTRAP_SERVERS"),
+    show_envvar=True,
+    default=None,
+    help="Kafka bootstrap servers.",
+)
+@topic_option("APPROVALS")
+@group_option("APPROVALS", default="sagacity-approvals")
+@click.option(
+    "--policy-version",
+    envvar=_env("POLICY_VERSION"),
+    show_envvar=True,
+    default="1",
+    show_default=True,
+    help="Recorded on every decision.",
+)
 @click.option(
     "--signing-key",
     type=click.Path(exists=True, dir_okay=False),
+    envvar=_env("SIGNING_KEY"),
+    show_envvar=True,
     default=None,
-    help="Ed25519 key decisions are signed with (default $SAGACITY_APPROVALS_SIGNING_KEY; "
-    "`sagacity approvals keygen`).",
+    help="Ed25519 key decisions are signed with (`sagacity approvals keygen`); required on Kafka.",
 )
 @click.option(
     "--approval-ttl",
     "approval_ttl_s",
     type=float,
-    default=None,
-    help="Seconds a request stays approvable (default 86400; 0 disables the service's bound).",
+    envvar=_env("APPROVAL_TTL_S"),
+    show_envvar=True,
+    default=86400.0,
+    show_default=True,
+    help="Seconds a request stays approvable (0 disables the service's bound).",
 )
-@click.option("--sweep-interval", "sweep_interval_s", type=float, default=None, help="Seconds.")
-@click.option("--max-body", "max_body_bytes", type=int, default=None, help="Bytes.")
+@click.option(
+    "--sweep-interval",
+    "sweep_interval_s",
+    type=float,
+    envvar=_env("SWEEP_INTERVAL_S"),
+    show_envvar=True,
+    default=5.0,
+    show_default=True,
+    help="Seconds between expiry sweeps.",
+)
+@click.option(
+    "--max-body",
+    "max_body_bytes",
+    type=int,
+    envvar=_env("MAX_BODY_BYTES"),
+    show_envvar=True,
+    default=None,
+    help="Larger request bodies get 413 [default: 262144].",
+)
 @click.option(
     "--notify",
     "notify",
     multiple=True,
     metavar="URL",
+    envvar=_env("NOTIFY"),
+    show_envvar=True,
     help="Webhook told of new requests, requests about to expire and sagas that need a "
-    "person (repeatable).",
+    "person (repeatable; the variable is space separated).",
 )
 @click.option(
     "--notify-format",
     type=click.Choice(["json", "slack"]),
+    envvar=_env("NOTIFY_FORMAT"),
+    show_envvar=True,
     default=None,
-    help="The webhook body: plain JSON, or Slack's incoming-webhook text (default json).",
+    help="The webhook body: plain JSON, or Slack's incoming-webhook text [default: json].",
 )
 @click.option(
     "--notify-before-expiry",
     "notify_before_expiry_s",
     type=float,
+    envvar=_env("NOTIFY_BEFORE_EXPIRY_S"),
+    show_envvar=True,
     default=None,
-    help="Seconds before a request's deadline its warning is sent (default 900).",
+    help="Seconds before a request's deadline its warning is sent [default: 900].",
 )
 @click.option(
     "--public-url",
+    envvar=_env("PUBLIC_URL"),
+    show_envvar=True,
     default=None,
-    help="The console's address as people reach it, for links (default http://HOST:PORT).",
+    help="The console's address as people reach it, for links [default: http://HOST:PORT].",
 )
-@click.option("--log-level", default="info", show_default=True)
+@log_level_option("APPROVALS")
 def approvals(
     tools: tuple[str, ...],
-    host: str | None,
-    port: int | None,
+    host: str,
+    port: int,
     auth_file: Path | None,
     insecure_dev: bool,
     database_url: str | None,
     bootstrap_servers: str | None,
-    topic: str | None,
-    group_id: str | None,
-    policy_version: str | None,
+    topic: str,
+    group: str,
+    policy_version: str,
     signing_key: str | None,
-    approval_ttl_s: float | None,
-    sweep_interval_s: float | None,
+    approval_ttl_s: float,
+    sweep_interval_s: float,
     max_body_bytes: int | None,
     notify: tuple[str, ...],
     notify_format: str | None,
@@ -106,50 +165,52 @@ def approvals(
     public_url: str | None,
     log_level: str,
 ) -> None:
-    """Serve the approvals API and the operator console (/ui/), and fold AWAITING_APPROVAL
-    events into PostgreSQL.
+    """Serve the approvals API and fold AWAITING_APPROVAL events into PostgreSQL.
 
-    Settings also come from SAGACITY_APPROVALS_* (then SAGACITY_*) variables; see
-    docs/operations/approvals.md.
+    Each option also reads the variable its help names (SAGACITY_APPROVALS_X first, then
+    SAGACITY_X); see docs/operations/approvals.md.
     """
+    import os
+
     import uvicorn
 
+    from sagacity.consumers._logging import configure
     from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
+    from sagacity.producer._clients import check_reachable
+    from sagacity.producer._config import client_settings
 
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    configure(log_level)
+    settings = ApprovalsSettings.from_env(
+        tools=tools or None,
+        host=host,
+        port=port,
+        auth_file=str(auth_file) if auth_file else None,
+        insecure_dev=insecure_dev or None,
+        database_url=database_url,
+        bootstrap_servers=bootstrap_servers,
+        topic=topic,
+        group_id=group,
+        policy_version=policy_version,
+        signing_key=signing_key,
+        approval_ttl_s=approval_ttl_s,
+        sweep_interval_s=sweep_interval_s,
+        max_body_bytes=max_body_bytes,
+        notify=notify or None,
+        notify_format=notify_format,
+        notify_before_expiry_s=notify_before_expiry_s,
+        public_url=public_url,
     )
-    if "" not in sys.path and str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
-    try:
-        settings = ApprovalsSettings.from_env(
-            tools=tools or None,
-            host=host,
-            port=port,
-            auth_file=str(auth_file) if auth_file else None,
-            insecure_dev=insecure_dev or None,
-            database_url=database_url,
-            bootstrap_servers=bootstrap_servers,
-            topic=topic,
-            group_id=group_id,
-            policy_version=policy_version,
-            signing_key=signing_key,
-            approval_ttl_s=approval_ttl_s,
-            sweep_interval_s=sweep_interval_s,
-            max_body_bytes=max_body_bytes,
-            notify=notify or None,
-            notify_format=notify_format,
-            notify_before_expiry_s=notify_before_expiry_s,
-            public_url=public_url,
+    if settings.bootstrap_servers:
+        check_reachable(
+            {**client_settings(os.environ), "bootstrap.servers": settings.bootstrap_servers}
         )
-        server = ApprovalsServer(settings)
-    except SagacityError as exc:
-        raise click.ClickException(exc.message) from exc
+    server = ApprovalsServer(settings)
     uvicorn.run(
         server.app,
         host=settings.host,
         port=settings.port,
         log_level=log_level.lower(),
+        log_config=None,
         proxy_headers=False,
         server_header=False,
     )

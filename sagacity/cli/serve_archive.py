@@ -6,29 +6,36 @@ from pathlib import Path
 
 import click
 
-from sagacity.cli._db_options import conninfo, database_options, fail
-from sagacity.cli._options import bootstrap_servers_option, topic_option
+from sagacity.cli._db_options import conninfo, database_options
+from sagacity.cli._options import (
+    bootstrap_servers_option,
+    group_option,
+    host_option,
+    log_level_option,
+    port_option,
+    topic_option,
+)
 
 
 @click.command()
 @bootstrap_servers_option("ARCHIVE")
 @database_options
 @topic_option("ARCHIVE")
-@click.option(
-    "--group", envvar="SAGACITY_ARCHIVE_GROUP", default="sagacity-archive", show_default=True
-)
+@group_option("ARCHIVE", default="sagacity-archive")
 @click.option("--batch-size", default=2000, show_default=True, help="Messages per transaction.")
 @click.option(
     "--signing-key",
     type=click.Path(dir_okay=False, path_type=Path),
     envvar="SAGACITY_ARCHIVE_SIGNING_KEY",
     default=None,
+    show_envvar=True,
     help="Ed25519 key file for signed checkpoints (see `sagacity archive keygen`).",
 )
 @click.option("--checkpoint-interval", default=60.0, show_default=True, help="Seconds.")
 @click.option(
     "--approvals-public-key",
     envvar="SAGACITY_APPROVALS_PUBLIC_KEY",
+    show_envvar=True,
     default=None,
     help="Pinned approvals key(s), hex or files: decisions that do not verify are quarantined.",
 )
@@ -36,23 +43,23 @@ from sagacity.cli._options import bootstrap_servers_option, topic_option
     "--writer-registry",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     envvar="SAGACITY_ARCHIVE_WRITER_REGISTRY",
+    show_envvar=True,
     default=None,
     help="Registered writers and their keys (TOML): only their signed events are archived.",
 )
 @click.option(
     "--witness",
     envvar="SAGACITY_ARCHIVE_WITNESS",
+    show_envvar=True,
     default=None,
     help="File path or http(s) URL outside the archive's database where each signed round is "
     "published (a URL receives a JSON POST); auditors check the archive against it.",
 )
-@click.option(
-    "--metrics-port",
-    type=int,
-    envvar="SAGACITY_ARCHIVE_METRICS_PORT",
-    default=None,
-    help="Serve /metrics and /healthz on this port.",
+@port_option(
+    "ARCHIVE", default=None, old="METRICS", help="Serve /metrics and /healthz on this port."
 )
+@host_option("ARCHIVE", default="127.0.0.1", old="METRICS")
+@log_level_option("ARCHIVE")
 def archive(
     bootstrap_servers: str,
     database_url: str,
@@ -65,40 +72,39 @@ def archive(
     approvals_public_key: str | None,
     writer_registry: Path | None,
     witness: str | None,
-    metrics_port: int | None,
+    port: int | None,
+    host: str,
+    log_level: str,
 ) -> None:
     """Archive the journal topic into Postgres, exactly once, verifying every chain."""
-    import logging
     import os
     import signal
 
+    from sagacity.consumers._logging import configure
     from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
-    from sagacity.errors import SagacityError
+    from sagacity.producer._clients import check_reachable
     from sagacity.producer._config import client_settings
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:
-        service = ArchiveService(
-            ArchiveSettings(
-                bootstrap_servers=bootstrap_servers,
-                database_url=conninfo(database_url, schema),
-                topic=topic,
-                group_id=group,
-                batch_size=batch_size,
-                signing_key=signing_key,
-                checkpoint_interval=checkpoint_interval,
-                metrics_port=metrics_port,
-                witness=witness,
-                kafka_config=client_settings(os.environ),
-                approvals_public_key=approvals_public_key,
-                writer_registry=writer_registry,
-            )
+    configure(log_level)
+    kafka_config = client_settings(os.environ)
+    service = ArchiveService(
+        ArchiveSettings(
+            bootstrap_servers=bootstrap_servers,
+            database_url=conninfo(database_url, schema),
+            topic=topic,
+            group_id=group,
+            batch_size=batch_size,
+            signing_key=signing_key,
+            checkpoint_interval=checkpoint_interval,
+            metrics_port=port,
+            witness=witness,
+            metrics_host=host,
+            kafka_config=kafka_config,
+            approvals_public_key=approvals_public_key,
+            writer_registry=writer_registry,
         )
-    except SagacityError as exc:
-        fail(exc.message)
+    )
+    check_reachable({**kafka_config, "bootstrap.servers": bootstrap_servers})
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: service.stop())
-    try:
-        service.run()
-    except SagacityError as exc:
-        fail(exc.message)
+    service.run()

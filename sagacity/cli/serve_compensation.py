@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import click
 
-from sagacity.cli._options import bootstrap_servers_option, database_url_option, topic_option
+from sagacity.cli._options import (
+    bootstrap_servers_option,
+    database_url_option,
+    group_option,
+    host_option,
+    log_level_option,
+    port_option,
+    topic_option,
+)
 
 
 @click.command()
@@ -12,21 +23,44 @@ from sagacity.cli._options import bootstrap_servers_option, database_url_option,
     "--tools",
     "tools",
     multiple=True,
-    required=True,
     envvar="SAGACITY_COMPENSATION_TOOLS",
     metavar="package.module:attr",
-    help="Tools (and their compensations) to compensate with; repeat for several.",
+    help="Tools (and their compensations) to compensate with; repeat for several (required "
+    "unless --mcp-upstream/--mcp-upstream-url gives them).",
+)
+@click.option(
+    "--mcp-upstream",
+    default=None,
+    envvar="SAGACITY_COMPENSATION_MCP_UPSTREAM",
+    metavar='"CMD ARGS"',
+    help="Undo through this MCP server (stdio command), its tools declared by --policy, as "
+    "`sagacity mcp proxy` fronts it.",
+)
+@click.option(
+    "--mcp-upstream-url",
+    default=None,
+    envvar="SAGACITY_COMPENSATION_MCP_UPSTREAM_URL",
+    help="Undo through this MCP server (streamable HTTP endpoint).",
+)
+@click.option(
+    "--mcp-upstream-header",
+    "mcp_upstream_headers",
+    multiple=True,
+    metavar="'Name: value'",
+    help="An HTTP header for --mcp-upstream-url (repeatable).",
+)
+@click.option(
+    "--policy",
+    "policy_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    envvar="SAGACITY_COMPENSATION_POLICY",
+    help="The tool policy (TOML) of the MCP upstream's tools.",
 )
 @bootstrap_servers_option("COMPENSATION")
 @database_url_option("COMPENSATION", help="libpq URL or conninfo of the claims database.")
 @topic_option("COMPENSATION")
-@click.option(
-    "--group",
-    envvar="SAGACITY_COMPENSATION_GROUP",
-    default="sagacity-compensation",
-    show_default=True,
-    help="Consumer group shared by every instance.",
-)
+@group_option("COMPENSATION", default="sagacity-compensation")
 @click.option(
     "--instance-id",
     envvar="SAGACITY_COMPENSATION_INSTANCE_ID",
@@ -67,22 +101,21 @@ from sagacity.cli._options import bootstrap_servers_option, database_url_option,
     help="Consumer group session timeout: an instance silent this long loses its partitions"
     " to the others (the broker's group.min/max.session.timeout.ms bound it).",
 )
-@click.option(
-    "--http-port",
-    type=int,
-    envvar="SAGACITY_COMPENSATION_HTTP_PORT",
+@port_option(
+    "COMPENSATION",
     default=None,
+    old="HTTP",
     help="Serve /healthz, /readyz and /metrics on this port (0: any free port).",
 )
-@click.option(
-    "--http-host", envvar="SAGACITY_COMPENSATION_HTTP_HOST", default="127.0.0.1", show_default=True
-)
+@host_option("COMPENSATION", default="127.0.0.1", old="HTTP")
 @click.option("--dlq-topic", envvar="SAGACITY_COMPENSATION_DLQ_TOPIC", default=None)
-@click.option(
-    "--log-level", envvar="SAGACITY_COMPENSATION_LOG_LEVEL", default="INFO", show_default=True
-)
+@log_level_option("COMPENSATION")
 def compensation(
     tools: tuple[str, ...],
+    mcp_upstream: str | None,
+    mcp_upstream_url: str | None,
+    mcp_upstream_headers: tuple[str, ...],
+    policy_file: Path | None,
     bootstrap_servers: str,
     database_url: str,
     topic: str,
@@ -92,8 +125,8 @@ def compensation(
     concurrency: int,
     handoff_grace: float,
     session_timeout_ms: int,
-    http_port: int | None,
-    http_host: str,
+    port: int | None,
+    host: str,
     dlq_topic: str | None,
     log_level: str,
 ) -> None:
@@ -106,13 +139,36 @@ def compensation(
 
     from pydantic import ValidationError
 
+    from sagacity.consumers._logging import configure
     from sagacity.consumers.compensation import CompensationService, CompensationSettings
-    from sagacity.consumers.compensation._logging import configure
-    from sagacity.errors import SagacityError
+    from sagacity.errors import ConfigurationError
+    from sagacity.producer._clients import check_reachable
     from sagacity.producer._config import ReadIndexSettings, client_settings
 
-    configure(log_level.upper())
+    configure(log_level)
     client = client_settings(os.environ)
+    register = None
+    upstream = None
+    if mcp_upstream is not None or mcp_upstream_url is not None:
+        from sagacity.cli.mcp import connect_upstream
+
+        if policy_file is None:
+            raise click.UsageError("--mcp-upstream needs --policy (the tool policy)")
+        upstream, proxied = connect_upstream(
+            upstream_command=mcp_upstream,
+            upstream_url=mcp_upstream_url,
+            upstream_headers=mcp_upstream_headers,
+            upstream_timeout_s=timeout_s,
+            policy_file=policy_file,
+        )
+
+        def register(sagacity: Any) -> None:
+            from sagacity.adapters.mcp import register as register_proxied
+
+            register_proxied(sagacity, proxied)
+
+    elif not tools:
+        raise click.UsageError("give the tools with --tools (or --mcp-upstream and --policy)")
     try:
         settings = CompensationSettings(
             bootstrap_servers=bootstrap_servers,
@@ -125,8 +181,8 @@ def compensation(
             concurrency=concurrency,
             handoff_grace_s=handoff_grace,
             session_timeout_ms=session_timeout_ms,
-            http_host=http_host,
-            http_port=http_port,
+            http_host=host,
+            http_port=port,
             dlq_topic=dlq_topic,
             client=client,
             read_index=ReadIndexSettings.from_env(os.environ, database_url=database_url),
@@ -135,11 +191,10 @@ def compensation(
             or os.environ.get("SAGACITY_WRITER_KEY")
             or None,
         )
-        service = CompensationService(settings)
     except ValidationError as exc:
-        raise click.ClickException(f"invalid settings: {exc}") from exc
-    except SagacityError as exc:
-        raise click.ClickException(exc.message) from exc
+        raise ConfigurationError(f"invalid settings: {exc}") from exc
+    service = CompensationService(settings, register=register)
+    check_reachable({**client, "bootstrap.servers": bootstrap_servers})
 
     def stop(signum: int, _frame: object) -> None:
         del signum
@@ -149,5 +204,6 @@ def compensation(
     signal.signal(signal.SIGINT, stop)
     try:
         service.run()
-    except SagacityError as exc:
-        raise click.ClickException(exc.message) from exc
+    finally:
+        if upstream is not None:
+            upstream.close()

@@ -8,7 +8,13 @@ from typing import Any
 
 import click
 
-from sagacity.errors import ConfigurationError, JournalError
+from sagacity.cli._exit import FAILED, UNAVAILABLE, CommandError
+from sagacity.errors import (
+    ConfigurationError,
+    JournalError,
+    JournalUnavailableError,
+    TopicNotFoundError,
+)
 
 _DEFAULT_TOPIC = "sagacity.journal"
 
@@ -78,12 +84,18 @@ def topic() -> None:
     "--retention",
     default="400d",
     show_default=True,
-    help="How long events stay: 400d, 13m, 2y, or infinite.",
+    help="How long events stay: 400d, 13mo, 2y, or infinite (m alone is minutes: refused).",
 )
 @click.option(
     "--force-short-retention",
     is_flag=True,
     help="Allow a retention shorter than six months (not for production).",
+)
+@click.option(
+    "--exist-ok",
+    is_flag=True,
+    help="Succeed when the topic exists already (a deployment's init step); `topic check` "
+    "reviews its settings.",
 )
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait.")
 def create_cmd(
@@ -94,12 +106,20 @@ def create_cmd(
     min_insync_replicas: int | None,
     retention: str,
     force_short_retention: bool,
+    exist_ok: bool,
     timeout: float,
 ) -> None:
     """Create the journal topic with settings that keep evidence."""
     from confluent_kafka.admin import AdminClient
 
-    from sagacity.producer._topic import MIN_RETENTION_MS, TopicSpec, create, parse_retention
+    from sagacity.producer._clients import with_logger
+    from sagacity.producer._topic import (
+        MIN_RETENTION_MS,
+        TopicSpec,
+        create,
+        describe,
+        parse_retention,
+    )
 
     try:
         retention_ms = parse_retention(retention)
@@ -112,6 +132,19 @@ def create_cmd(
             param_hint="--retention",
         )
     servers, config = _connection(bootstrap)
+    if exist_ok:
+        try:
+            found = describe(
+                AdminClient(with_logger(config)), topic, bootstrap=servers, timeout=timeout
+            )
+        except TopicNotFoundError:
+            pass
+        except JournalError as exc:
+            code = UNAVAILABLE if isinstance(exc, JournalUnavailableError) else FAILED
+            raise CommandError(exc.message, code) from exc
+        else:
+            click.echo(f"{found.name} exists already ({found.partitions} partitions)")
+            return
     spec = TopicSpec(
         partitions=partitions,
         replication_factor=replication_factor,
@@ -119,9 +152,12 @@ def create_cmd(
         retention_ms=retention_ms,
     )
     try:
-        info = create(AdminClient(config), topic, spec, bootstrap=servers, timeout=timeout)
+        info = create(
+            AdminClient(with_logger(config)), topic, spec, bootstrap=servers, timeout=timeout
+        )
     except JournalError as exc:
-        raise click.ClickException(exc.message) from exc
+        code = UNAVAILABLE if isinstance(exc, JournalUnavailableError) else FAILED
+        raise CommandError(exc.message, code) from exc
     click.echo(
         f"created {info.name}: {info.partitions} partitions, replication factor "
         f"{info.replication_factor}, min.insync.replicas {info.config.get('min.insync.replicas')}, "
@@ -143,11 +179,12 @@ def check_cmd(bootstrap: str | None, topic: str, as_json: bool, timeout: float) 
     """
     from confluent_kafka.admin import AdminClient
 
+    from sagacity.producer._clients import with_logger
     from sagacity.producer._topic import check, describe
 
     servers, config = _connection(bootstrap)
     try:
-        info = describe(AdminClient(config), topic, bootstrap=servers, timeout=timeout)
+        info = describe(AdminClient(with_logger(config)), topic, bootstrap=servers, timeout=timeout)
     except JournalError as exc:
         click.echo(f"Error: {exc.message}", err=True)
         raise SystemExit(3) from exc

@@ -17,7 +17,8 @@
    * ``order-failed-<run>``: ``create_order`` refuses a discontinued product; the compensation
      service releases the reservation: ``COMPENSATED``, stock restored;
    * ``wire-attack-<run>``: a 100 wire to alice is approved, then resumed with 999999 to
-     mallory: 409 "payload changed since approval", ``RESUME_REFUSED`` journaled, the
+     mallory: the CLI refuses it before sending; posted to the API past the CLI, 409
+     "payload changed since approval", ``RESUME_REFUSED`` journaled, the
      reservation before it compensated by the service, the wire tool never called;
 
 4. waits until the archive holds the three chains, runs ``sagacity verify --all`` and prints
@@ -243,7 +244,7 @@ class _Run:
                 COMPENSATION_TOOLS,
                 "--port",
                 str(ports["approvals"]),
-                "--group-id",
+                "--group",
                 f"{groups}-approvals",
             ],
             "compensation": [
@@ -253,7 +254,7 @@ class _Run:
                 self.settings.compensation_tools,
                 "--group",
                 f"{groups}-compensation",
-                "--http-port",
+                "--port",
                 str(ports["compensation"]),
                 "--handoff-grace",
                 "2",
@@ -263,7 +264,7 @@ class _Run:
                 "archive",
                 "--group",
                 f"{groups}-archive",
-                "--metrics-port",
+                "--port",
                 str(ports["archive"]),
             ],
         }
@@ -328,6 +329,23 @@ class _Run:
             f"{self.token_file.name} --json {shlex.join(args)}"
         )
         return self.sagacity(*argv, "--json", *args)
+
+    def post_resume(self, saga_id: str, seq: int, payload: str) -> tuple[int, str]:
+        """``POST /sagacity/resume/…`` straight to the API, as a client other than the CLI."""
+        import httpx
+
+        token = self.token_file.read_text(encoding="utf-8").strip()
+        response = httpx.post(
+            f"{self.approvals_url}/sagacity/resume/{saga_id}/{seq}",
+            json={"payload": payload},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=self.settings.timeout_s,
+        )
+        try:
+            detail = str(response.json().get("detail"))
+        except ValueError:
+            detail = response.text
+        return response.status_code, detail
 
     def agent(self, scenario: str, saga_id: str) -> dict[str, Any]:
         """Run the agent process for one scenario; its one-line JSON saga result."""
@@ -562,16 +580,22 @@ def _attack(demo: _Run, sagacity: Any) -> None:
         f"the request holds {request.get('payload')}",
     )
     demo.echo(f"[attack]   resume {saga_id}/{seq} with {ATTACK_PAYLOAD}")
-    refused = demo.approvals("resume", saga_id, str(seq), "--payload", ATTACK_PAYLOAD)
-    answer = _decoded(refused)
-    demo.echo(f"[attack]   answer: HTTP {answer.get('status')} {answer.get('detail')}")
+    local = demo.approvals("resume", saga_id, str(seq), "--payload", ATTACK_PAYLOAD)
+    demo.echo(f"[attack]   the CLI: {_decoded(local).get('detail')}")
     demo.expect(
-        refused.returncode == 1
-        and answer.get("status") == 409
-        and "payload changed since approval" in str(answer.get("detail")),
+        local.returncode == 1 and "nothing was sent" in str(_decoded(local).get("detail")),
         "wire",
-        'the resume refused: 409 "payload changed since approval"',
-        f"it exited {refused.returncode}: {abbreviate(refused.stdout + refused.stderr, 200)}",
+        "the CLI to refuse the changed payload before sending it",
+        f"it exited {local.returncode}: {abbreviate(local.stdout + local.stderr, 200)}",
+    )
+    demo.echo(f"[attack]   past the CLI: POST {demo.approvals_url}/sagacity/resume/{saga_id}/{seq}")
+    status, detail = demo.post_resume(saga_id, seq, ATTACK_PAYLOAD)
+    demo.echo(f"[attack]   answer: HTTP {status} {detail}")
+    demo.expect(
+        status == 409 and "payload changed since approval" in detail,
+        "wire",
+        'the service to refuse the resume: 409 "payload changed since approval"',
+        f"it answered HTTP {status}: {abbreviate(detail, 200)}",
         log=demo.log_of("approvals"),
     )
     outcome = _outcome(demo, sagacity, saga_id, "wire")

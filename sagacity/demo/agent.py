@@ -1,8 +1,8 @@
 """The demo's agent: a Pydantic AI agent with a scripted model, placing orders through Sagacity.
 
 The model is scripted (no network, no API key) but goes through Pydantic AI's real tool
-execution, with the tools wrapped by :mod:`sagacity.adapters.pydantic_ai`.  Each scenario is
-one saga:
+execution, every tool of the agent journaled by the agent-level hook
+:func:`sagacity.adapters.pydantic_ai.journaled`.  Each scenario is one saga:
 
 * ``confirmed``: reserve two widgets, create the order, send the confirmation: the
   confirmation is ``IRREVERSIBLE``, so the saga waits for approval;
@@ -37,7 +37,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from sagacity._result import SagaResult
 from sagacity._saga import Sagacity
-from sagacity.adapters.pydantic_ai import wrap_tools
+from sagacity.adapters.pydantic_ai import journaled
 from sagacity.demo import tools
 from sagacity.errors import InvalidArgumentError
 
@@ -111,8 +111,9 @@ def run_scenario(sagacity: Sagacity, scenario: str, saga_id: str) -> SagaResult:
             f"unknown scenario {scenario!r}; one of {', '.join(sorted(SCENARIOS))}"
         )
     prompt, turns = SCENARIOS[scenario]
-    # Wrapping the same functions again re-registers the same declarations: no clash.
-    agent = Agent(scripted_model(turns), tools=wrap_tools(sagacity, tools.TOOLS))
+    # Every tool the agent can reach is journaled (each declared by its @compensable);
+    # declaring the same functions again re-registers the same declarations: no clash.
+    agent = journaled(Agent(scripted_model(turns), tools=tools.TOOLS), sagacity)
 
     async def work() -> str:
         return (await agent.run(prompt)).output

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-FRAMEWORKS = ("agents", "langchain_core", "langgraph", "pydantic_ai")
+FRAMEWORKS = ("agents", "langchain", "langchain_core", "langgraph", "pydantic_ai")
 
 # One fresh interpreter: what each import adds to the frameworks already loaded.
 PROBE = f"""
@@ -33,4 +33,11 @@ def test_sagacity_imports_no_framework_and_each_adapter_only_its_own() -> None:
     out = subprocess.run(
         [sys.executable, "-c", PROBE, *modules], check=True, capture_output=True, text=True
     ).stdout
-    assert json.loads(out) == [[], [], ["pydantic_ai"], ["langchain_core"], ["agents"]]
+    # LangChain's agent middleware lives in ``langchain`` and runs on LangGraph.
+    assert json.loads(out) == [
+        [],
+        [],
+        ["pydantic_ai"],
+        ["langchain", "langchain_core", "langgraph"],
+        ["agents"],
+    ]

@@ -541,8 +541,8 @@ def test_a_consumer_whose_database_is_not_ready_retries_and_folds_everything(
     schema = f"late_{uuid.uuid4().hex[:12]}"
     params = conninfo_to_dict(postgres_dsn)
     params["options"] = f"-c search_path={schema}"
-    store = ApprovalStore(make_conninfo(**params))
     topic = make_topic(partitions=2)
+    store = ApprovalStore(make_conninfo(**params), topic=topic)
     with KafkaJournal(kafka_bootstrap, topic=topic) as journal:
         agent = Sagacity(journal, compensation="delegated")
         bank = agent.wrap(Bank())

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from sagacity.chain import payload_sha256
 from sagacity.cli import main
 from sagacity.consumers.approvals import AuthConfig
 
@@ -45,12 +46,24 @@ def test_list_show_approve_resume_for_people_and_scripts(live: LiveService) -> N
     approved = cli(live, "alice", "--json", "approve", "cli-1", str(seq))
     assert approved.exit_code == 0
     assert json.loads(approved.output)["request"]["signed_by"] == ["alice@example.com"]
+    before = len(live.journal.entries("cli-1"))
     refused = cli(live, "alice", "resume", "cli-1", str(seq), "--payload", MALLORY)
     assert refused.exit_code == 1
-    assert "HTTP 409: payload changed since approval" in refused.output
+    assert "is not the approved one" in refused.output
+    assert "nothing was sent" in refused.output
+    assert len(live.journal.entries("cli-1")) == before  # refused here: nothing journaled
+    as_json = cli(live, "alice", "resume", "cli-1", str(seq), "--payload", MALLORY, "--json")
+    assert as_json.exit_code == 1
+    assert json.loads(as_json.output)["approved_sha256"] == payload_sha256(ALICE)
+    dry = cli(live, "alice", "resume", "cli-1", str(seq), "--dry-run", "--json")
+    assert dry.exit_code == 0, dry.output
+    assert json.loads(dry.output)["payload"] == ALICE
+    assert len(live.journal.entries("cli-1")) == before  # a dry run sends nothing
+    done = cli(live, "alice", "resume", "cli-1", str(seq))  # default: the approved payload
+    assert done.exit_code == 0, done.output
+    assert "saga        COMPLETED" in done.output
     chain = cli(live, "alice", "show", "cli-1")
-    assert "RESUME_REFUSED" in chain.output
-    assert "COMPENSATION_PENDING" in chain.output
+    assert "RESUME_REFUSED" not in chain.output
     assert "chain verified" in chain.output
 
 
@@ -102,10 +115,12 @@ def test_bad_credentials_other_tools_and_usage(live: LiveService, tmp_path: Path
     )
     assert other.exit_code == 1
     assert "HTTP 403" in other.output
-    both = cli(live, "bob", "resume", "cli-auth", str(seq))
+    both = cli(
+        live, "bob", "resume", "cli-auth", str(seq), "--payload", ALICE, "--payload-file", "-"
+    )
     assert both.exit_code == 2
     unreachable = runner.invoke(main, ["approvals", "--url", "http://127.0.0.1:9", "list"])
-    assert unreachable.exit_code == 1
+    assert unreachable.exit_code == 3
     assert "cannot reach" in unreachable.output
 
 

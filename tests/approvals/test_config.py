@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from sagacity.consumers._tools import load_tools
 from sagacity.consumers.approvals import (
     ApprovalsSettings,
     AuthConfig,
@@ -14,7 +15,6 @@ from sagacity.consumers.approvals import (
     auth_entry,
     token_sha256,
 )
-from sagacity.consumers.approvals._server import load_tools
 from sagacity.errors import ConfigurationError
 
 
@@ -82,17 +82,27 @@ def test_settings_require_a_database_and_authentication() -> None:
     assert settings.port == 9999
     assert settings.host == "127.0.0.1"
     assert settings.approval_ttl_s is None
-    with pytest.raises(ConfigurationError, match="is not a number"):
+    with pytest.raises(ConfigurationError, match=r"port \(SAGACITY_APPROVALS_PORT\): .*integer"):
         ApprovalsSettings.from_env({"SAGACITY_DATABASE_URL": "x", "SAGACITY_APPROVALS_PORT": "p"})
+    grouped = ApprovalsSettings.from_env(
+        {"SAGACITY_DATABASE_URL": "x", "SAGACITY_APPROVALS_GROUP": "g2", "SAGACITY_TOPIC": "t2"},
+        insecure_dev=True,
+    )
+    assert (grouped.group_id, grouped.topic) == ("g2", "t2")
+    with pytest.raises(ConfigurationError, match="authenticates approvers"):
+        # --insecure-dev is an option only, never read from a variable
+        ApprovalsSettings.from_env(
+            {"SAGACITY_DATABASE_URL": "x", "SAGACITY_APPROVALS_INSECURE_DEV": "1"}
+        )
 
 
 def test_tool_specs_must_import() -> None:
     [bank] = load_tools(["tests.approvals.tools:Bank"])
     assert hasattr(bank, "send_wire_transfer")
     for spec, message in (
-        ("tests.approvals.tools", "expected package.module:attr"),
-        ("no.such.module:x", "does not import"),
-        ("tests.approvals.tools:Nope", "does not import"),
+        ("tests.approvals.tools", "is not of the form package.module:attr"),
+        ("no.such.module:x", "cannot import 'no.such.module'"),
+        ("tests.approvals.tools:Nope", "has no attribute 'Nope'"),
     ):
         with pytest.raises(ConfigurationError, match=message):
             load_tools([spec])

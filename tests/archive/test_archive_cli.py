@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import psycopg
 import pytest
 from archive_helpers import as_raw, make_chain
@@ -50,6 +52,12 @@ def test_verify_passes_then_fails_with_the_broken_seq(archiver, archive_dsn, key
     assert code == 1
     line = next(x for x in out.splitlines() if x.startswith("saga-bad"))
     assert line.split()[1:3] == ["2", "edited"]
+    code, out, _ = run("verify", "--database-url", archive_dsn, "--public-key", public, "--json")
+    assert code == 1
+    report = json.loads(out)
+    assert (report["ok"], report["sagas"], report["sagas_ok"]) == (False, 2, 1)
+    assert report["failures"][0]["saga_id"] == "saga-bad"
+    assert (report["failures"][0]["seq"], report["failures"][0]["reason"]) == (2, "edited")
     code, out, _ = run("verify", "--saga", "saga-ok", "--database-url", archive_dsn)
     assert code == 0
     assert "pass --public-key" in out
@@ -125,7 +133,7 @@ def test_verify_an_unknown_saga_is_an_error(archive_dsn):
 
 def test_verify_unreachable_database(tmp_path):
     code, _, err = run("verify", "--database-url", "host=127.0.0.1 port=1 connect_timeout=1")
-    assert code == 2
+    assert code == 3  # unreachable, as for every command
     assert "unavailable" in err
 
 

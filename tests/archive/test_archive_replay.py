@@ -4,6 +4,7 @@ diffed with the archive (missing, extra, differing events)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 
 import psycopg
@@ -107,6 +108,24 @@ def test_replay_reports_missing_extra_and_differing(
     assert "differing: 2" in result.stdout
     assert "extra: 1, 2" in result.stdout
     assert "undecodable message at partition 0 offset 7" in result.stdout
+    as_json = CliRunner().invoke(
+        main,
+        [
+            "replay",
+            "--database-url",
+            archive_dsn,
+            "--bootstrap-servers",
+            kafka_bootstrap,
+            "--topic",
+            topic,
+            "--json",
+        ],
+    )
+    assert as_json.exit_code == 1
+    found = {s["saga_id"]: s for s in json.loads(as_json.stdout)["differing"]}
+    assert found["saga-a"]["missing"] == [5]
+    assert found["saga-b"]["differing"] == [2]
+    assert found["saga-ghost"]["extra"] == [1, 2]
 
 
 def test_replay_reports_an_event_past_a_gap_on_the_topic(kafka_bootstrap, make_topic, archive_dsn):

@@ -41,7 +41,7 @@ NOW = datetime.datetime(2026, 12, 2, 15, 0, tzinfo=datetime.UTC)
 
 
 def test_parse_keep_and_cutoff():
-    assert parse_keep("24m") == 24
+    assert parse_keep("24mo") == 24
     assert parse_keep("2y") == 24
     with pytest.raises(RetentionError):
         parse_keep("two years")
@@ -188,14 +188,14 @@ def test_retention_cli(archiver, archive_dsn, tmp_path):
     )
     runner = CliRunner()
     base = ["archive", "retention", "--database-url", archive_dsn]
-    result = runner.invoke(main, [*base, "--keep", "3m"])
+    result = runner.invoke(main, [*base, "--keep", "3mo"])
     assert result.exit_code == 2
     assert "pass --force" in result.stderr
-    result = runner.invoke(main, [*base, "--keep", "24m"])
+    result = runner.invoke(main, [*base, "--keep", "24mo"])
     assert result.exit_code == 0
     assert "would export and drop" in result.stdout
     assert "side_effect_journal_p202001" in result.stdout
-    apply = [*base, "--keep", "24m", "--apply", "--export-dir", str(tmp_path)]
+    apply = [*base, "--keep", "24mo", "--apply", "--export-dir", str(tmp_path)]
     result = runner.invoke(main, apply)
     assert result.exit_code == 2
     assert "--signing-key" in result.stderr

@@ -20,7 +20,7 @@ def _checkpoint(signer: Signer):
     return signer.sign(saga_id="sig-1", seq=7, hash="ab" * 32, signed_at_us=1_700_000_000_000_000)
 
 
-def test_a_checkpoint_signed_with_cryptography_verifies_with_libsodium(signer: Signer) -> None:
+def test_a_checkpoint_signature_verifies_over_exactly_the_signed_bytes(signer: Signer) -> None:
     checkpoint = _checkpoint(signer)
     assert signature_valid(signer.public_raw, checkpoint)
     # Exactly the signed bytes: any field changed, and it no longer verifies.

@@ -156,7 +156,7 @@ class Lane:
         command = [sys.executable, "-m", "sagacity.consumers.compensation"]
         for target in tools:
             command += ["--tools", target]
-        command += ["--http-port", str(port), "--handoff-grace", "2", *args]
+        command += ["--port", str(port), "--handoff-grace", "2", *args]
         with log.open("wb") as out:
             proc = subprocess.Popen(
                 command, env=self.env(**extra), stdout=out, stderr=subprocess.STDOUT, cwd=ROOT

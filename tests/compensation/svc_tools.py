@@ -160,3 +160,10 @@ class Partial:
 
 partial = Partial(os.environ.get("SVC_TOOLS_DSN"))
 """Knows only ``charge``: a saga that also reserved has a tool this service does not know."""
+
+
+class NeedsSettings:
+    """A tools class the loader cannot instantiate by itself (it needs an argument)."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn

@@ -78,7 +78,7 @@ def test_raising_hanging_and_garbage_compensations(make_lane: Callable[..., Lane
         ("tests.compensation.no_such_module:shop", "cannot import 'tests.compensation.no_such"),
         ("tests.compensation.svc_tools:nothing", "has no attribute 'nothing'"),
         ("tests.compensation.svc_tools", "not of the form package.module:attr"),
-        ("tests.compensation.svc_tools:Shop", "is a class"),
+        ("tests.compensation.svc_tools:NeedsSettings", "cannot be instantiated without"),
     ],
 )
 def test_unimportable_tools_fail_at_start_naming_the_target(

@@ -34,6 +34,7 @@ PINNED = [
     "Step",
     "ToolRegistry",
     "Undo",
+    "UndoCall",
     "UnknownEventType",
     "compensable",
     "compensation",
@@ -68,6 +69,7 @@ def test_issue_import_line_works() -> None:
 def test_core_imports_no_kafka_postgres_or_http() -> None:
     code = (
         "import sys, sagacity\n"
+        "[getattr(sagacity, name) for name in sagacity.__all__]\n"
         "heavy = {'confluent_kafka', 'psycopg', 'fastavro', 'httpx', 'fastapi', 'uvicorn'}\n"
         "print(sorted(heavy & set(sys.modules)))\n"
     )

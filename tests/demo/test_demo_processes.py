@@ -68,7 +68,7 @@ def world(
                 "sagacity.consumers.compensation",
                 "--tools",
                 "sagacity.demo.tools:TOOLS",
-                "--http-port",
+                "--port",
                 str(port),
                 "--handoff-grace",
                 "2",

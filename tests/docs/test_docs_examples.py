@@ -28,3 +28,20 @@ def test_page_examples_run(page: str, capsys: pytest.CaptureFixture[str]) -> Non
         exec(code, namespace)  # the documentation's own examples
     if _blocks(page):
         assert capsys.readouterr().out  # the examples print what they show
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        "README.md",
+        "docs/quickstart.md",
+        "docs/operations/approvals.md",
+        "docs/operations/compensation.md",
+        "docs/operations/archive.md",
+    ],
+)
+def test_each_page_names_the_install_of_each_role(page: str) -> None:
+    text = (ROOT / page).read_text(encoding="utf-8")
+    assert "pip install '.[services]'" in text
+    if page in ("README.md", "docs/quickstart.md"):
+        assert "pip install ." in text  # the agent's: no extra

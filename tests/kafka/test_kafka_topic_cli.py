@@ -45,6 +45,9 @@ def test_create_then_check_is_clean(kafka_bootstrap: str, fresh_name: str) -> No
     again = runner.invoke(main, ["topic", "create", *args])
     assert again.exit_code == 1
     assert "already exists" in again.output
+    init = runner.invoke(main, ["topic", "create", *args, "--exist-ok"])  # a deployment's init
+    assert init.exit_code == 0, init.output
+    assert f"{fresh_name} exists already (4 partitions)" in init.output
     journal = KafkaJournal(kafka_bootstrap, topic=fresh_name)
     assert journal.topic_info.partitions == 4
     journal.close()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -25,6 +27,7 @@ from tests.approvals.conftest import auth_file
 __all__ = ["auth_file"]  # the approvals tests' principals file, for the MCP tests too
 
 SERVE = [sys.executable, "-c", "from sagacity.cli import main; main()", "serve", "mcp"]
+CLI = [sys.executable, "-c", "from sagacity.cli import main; main()"]
 
 
 class McpDeployment:
@@ -45,12 +48,13 @@ class McpDeployment:
             "SAGACITY_APPROVALS_PUBLIC_KEY": key.public_hex,
         }
         self.journal = KafkaJournal(bootstrap, topic=topic)
+        self.command = ["serve", "mcp"]
         self.args = ["--tools", "tests.mcp_server.tools:Desk", "--compensation", "inline"]
 
     def stdio(self, *extra: str) -> StdioServerParameters:
         return StdioServerParameters(
-            command=SERVE[0],
-            args=[*SERVE[1:], *self.args, "--log-level", "WARNING", *extra],
+            command=CLI[0],
+            args=[*CLI[1:], *self.command, *self.args, "--log-level", "WARNING", *extra],
             env=self.env,
             cwd=str(REPO),
         )
@@ -114,3 +118,55 @@ def wait_http(url: str, timeout: float = 30.0) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw-test-client", "version": "1"},
+    },
+}
+
+
+class RawServer:
+    """An MCP server process spoken to in raw JSON-RPC lines (for what the SDK's client
+    would not send, and for killing the server mid-call)."""
+
+    def __init__(self, deployment: McpDeployment, name: str) -> None:
+        self._errlog = (deployment.tmp / f"{name}.log").open("wb")
+        self.process = subprocess.Popen(
+            [*CLI, *deployment.command, *deployment.args, "--log-level", "WARNING"],
+            cwd=REPO,
+            env=deployment.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._errlog,
+        )
+        self.send(INITIALIZE)
+        assert self.receive()["id"] == 0
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write((json.dumps(message) + "\n").encode())
+        self.process.stdin.flush()
+
+    def receive(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        assert line, "the server closed its output"
+        return json.loads(line)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        self.process.stdin.close()
+        self.process.stdout.close()
+        self._errlog.close()

@@ -19,7 +19,7 @@ from tests.approvals._process import Replica
 from tests.approvals.conftest import bearer
 from tests.approvals.tools import calls
 
-from .conftest import McpDeployment, run
+from .conftest import McpDeployment, RawServer, run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 E = EventType
@@ -353,3 +353,24 @@ def test_a_forged_approval_on_the_topic_does_not_run_the_tool_over_mcp(
     [refusal] = [e for e in entries if e.event_type is E.RESUME_REFUSED]
     assert "unsigned_decision" in (refusal.error or "")
     assert ran.count("release_inventory") == 1  # compensated inline by the resuming server
+
+
+def test_arguments_that_are_not_an_object_are_refused_by_the_protocol(
+    mcp_deployment: McpDeployment,
+) -> None:
+    server = RawServer(mcp_deployment, "raw")
+    try:
+        server.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "reserve_inventory", "arguments": ["SKU-1"]},
+            }
+        )
+        reply = server.receive()
+    finally:
+        server.close()
+    assert reply["id"] == 2
+    assert "error" in reply
+    assert calls(mcp_deployment.calls) == []

@@ -202,7 +202,7 @@ def test_ownership_follows_lifecycle_and_handoffs() -> None:
 
 @pytest.mark.parametrize(
     ("text", "ms"),
-    [("400d", 400 * DAY_MS), ("26w", 182 * DAY_MS), ("2y", 730 * DAY_MS), ("infinite", -1)],
+    [("400d", 400 * DAY_MS), ("13mo", 390 * DAY_MS), ("2y", 730 * DAY_MS), ("infinite", -1)],
 )
 def test_parse_retention(text: str, ms: int) -> None:
     assert parse_retention(text) == ms

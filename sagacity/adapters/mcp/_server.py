@@ -13,12 +13,13 @@ import asyncio
 import contextlib
 import inspect
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools.base import Tool
+from mcp.server.mcpserver.utilities.func_metadata import func_metadata
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 
@@ -30,6 +31,7 @@ from sagacity._saga import Sagacity, check_saga_id
 from sagacity._scope import calling_as
 from sagacity._tool import awaiting_message
 from sagacity.adapters.mcp._http import Authenticate, BearerAuth, bearer_token
+from sagacity.adapters.mcp._proxy import ProxiedTool
 from sagacity.adapters.mcp._sessions import SessionSagas
 from sagacity.chain import payload_sha256
 from sagacity.errors import (
@@ -65,6 +67,20 @@ def annotations_for(reversibility: Reversibility) -> ToolAnnotations:
     return ToolAnnotations(read_only_hint=False, destructive_hint=reversibility.gated)
 
 
+class _RawTool(Tool):
+    """A tool served with a schema of its own (a proxied upstream tool's): the arguments
+    reach the handler as sent, and the upstream validates them."""
+
+    async def run(
+        self, arguments: dict[str, Any], context: Any, convert_result: bool = False
+    ) -> Any:
+        return await self.fn(arguments, context)
+
+
+def _no_arguments() -> None:
+    """The argument model of a raw tool (never validated against)."""
+
+
 def _ran(value: object, saga_id: str) -> CallToolResult:
     """The result of a call that ran: its value as text; the saga in ``_meta``."""
     text = value if isinstance(value, str) else encode_result(value)[0]
@@ -83,6 +99,9 @@ class SagacityMCP:
             call's structured content.
         idle_timeout_s: a session's saga with no call for this long is ended.
         saga_prefix: the prefix of the saga ids generated for sessions.
+        proxied: tools of an upstream MCP server (already registered on ``sagacity``), served
+            with the upstream's schema and description; their arguments are journaled with
+            sorted keys.
 
     Raises:
         ConfigurationError: no tool is registered, or a tool's signature cannot be served.
@@ -96,6 +115,7 @@ class SagacityMCP:
         approvals_url: str | None = None,
         idle_timeout_s: float = 300.0,
         saga_prefix: str = "mcp-",
+        proxied: Sequence[ProxiedTool] = (),
     ) -> None:
         if idle_timeout_s <= 0:
             raise ConfigurationError("idle_timeout_s must be positive")
@@ -111,8 +131,13 @@ class SagacityMCP:
         )
         self._sweeper: asyncio.Task[None] | None = None
         self._principal: Callable[[Context], str | None] = lambda _ctx: None
+        upstream = {p.name: p for p in proxied}
         self.server: MCPServer[Any] = MCPServer(
-            name, tools=[self._tool(t) for t in sorted(tools, key=lambda t: t.name)]
+            name,
+            tools=[
+                self._raw_tool(t, upstream[t.name]) if t.name in upstream else self._tool(t)
+                for t in sorted(tools, key=lambda t: t.name)
+            ],
         )
 
     def set_principal_source(self, source: Callable[[Context], str | None]) -> None:
@@ -153,6 +178,23 @@ class SagacityMCP:
             raise ConfigurationError(
                 f"tool {registered.name!r} cannot be served over MCP: {exc}"
             ) from exc
+
+    def _raw_tool(self, registered: RegisteredTool, proxied: ProxiedTool) -> Tool:
+        async def handler(arguments: dict[str, Any], ctx: Context) -> CallToolResult:
+            return await self._call(registered, dict(sorted(arguments.items())), ctx)
+
+        return _RawTool(
+            fn=handler,
+            name=registered.name,
+            title=proxied.title,
+            description=proxied.description,
+            parameters=dict(proxied.input_schema),
+            fn_metadata=func_metadata(_no_arguments, structured_output=False),
+            is_async=True,
+            context_kwarg=None,
+            annotations=annotations_for(registered.reversibility),
+            meta={REVERSIBILITY_META: registered.reversibility.value},
+        )
 
     # -- calls ----------------------------------------------------------------------------
     async def _call(
@@ -197,7 +239,8 @@ class SagacityMCP:
             error: Exception | None = None
             value: Any = None
             try:
-                value = await run.call_async(lambda: self._invoke(registered, arguments))
+                with run.joined():
+                    value = await self._invoke(registered, arguments)
             except Exception as exc:
                 error = exc
             if run.failure is not None or run.lost is not None or error is not None:

@@ -98,7 +98,7 @@ class SessionSagas:
                 slot.last_used = self._clock()
 
     async def ensure_run(self, slot: _Slot, saga_id: str | None) -> SagaRun:
-        """The slot's open run, opening one (the named saga, or a new id) if it has none.
+        """The slot's open saga, opening one (the named saga, or a new id) if it has none.
 
         Raises:
             SagaExistsError: the named saga exists but is not open in this server (another
@@ -108,14 +108,16 @@ class SessionSagas:
             return slot.run
         name = saga_id or f"{self._prefix}{uuid.uuid4().hex}"
         try:
-            slot.run = await asyncio.to_thread(self._sagacity.open_run, name)
+            # SAGA_OPENED now: a saga someone else holds is refused before any call runs.
+            run = await asyncio.to_thread(self._sagacity.open_run, name)
         except SagaExistsError as exc:
             raise SagaExistsError(
                 f"saga {name!r} exists and is not open in this server: a saga has one writer; "
                 "name a new saga, or resume a gated call with sagacity/saga_id and sagacity/seq",
                 saga_id=name,
             ) from exc
-        return slot.run
+        slot.run = run
+        return run
 
     async def end(self, slot: _Slot) -> None:
         """End the slot's run (if any) and forget the slot."""

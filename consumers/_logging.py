@@ -1,4 +1,9 @@
-"""Structured (JSON, one object per line) logs carrying the saga id."""
+"""The services' one log format: JSON, one object per line on stderr, carrying the saga id.
+
+Every service (approvals, compensation, archive) configures the root logger with
+:func:`configure`, so its own lines, uvicorn's and librdkafka's (routed through the
+``sagacity.kafka`` logger) share the format.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import logging
 import sys
 from datetime import UTC, datetime
 
-_FIELDS = ("saga_id", "partition", "offset", "seq", "status", "reason", "instance")
+_FIELDS = ("saga_id", "partition", "offset", "seq", "status", "reason", "instance", "service")
 
 
 class JsonFormatter(logging.Formatter):
@@ -30,9 +35,13 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure(level: str = "INFO") -> None:
-    """Send every log record to stderr as JSON."""
+    """Send every log record to stderr as JSON (uvicorn's loggers included)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level)
+    root.setLevel(level.upper())
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        named = logging.getLogger(name)
+        named.handlers[:] = []
+        named.propagate = True

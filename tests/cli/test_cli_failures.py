@@ -1,0 +1,181 @@
+"""A command that cannot run says so in one line with the exit status of its kind: a missing
+extra (2), an unreachable broker (3, within 10 s); librdkafka's lines go through logging."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sagacity.dev import pick_free_port
+
+# Runs the CLI as if the [services] extra's modules were not installed.
+_WITHOUT_SERVICES = """
+import sys
+blocked = {"fastapi", "starlette", "uvicorn", "prometheus_client", "cryptography", "httpx"}
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in blocked:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, Block())
+from sagacity.cli import main
+main(sys.argv[1:], prog_name="sagacity")
+"""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["serve", "approvals", "--insecure-dev", "--database-url", "postgresql://x/y"],
+        ["serve", "archive", "--bootstrap-servers", "x:1", "--database-url", "postgresql://x/y"],
+        [
+            "serve",
+            "compensation",
+            "--tools",
+            "a:b",
+            "--bootstrap-servers",
+            "x:1",
+            "--database-url",
+            "postgresql://x/y",
+        ],
+        ["verify", "--all", "--database-url", "postgresql://x/y"],
+        ["archive", "keygen", "--out", "never-written.key"],
+    ],
+    ids=lambda argv: " ".join(argv[:2]),
+)
+def test_a_missing_extra_is_one_line_naming_it(argv: list[str], tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_SERVICES, *argv],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    command = " ".join(a for a in argv[:2] if not a.startswith("-"))
+    assert f"`sagacity {command}` needs the [services] extra" in lines[0]
+    assert "pip install 'sagacity[services]'" in lines[0]
+    assert not (tmp_path / "never-written.key").exists()
+
+
+def test_the_approvals_client_needs_no_extra() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _WITHOUT_SERVICES,
+            "approvals",
+            "--url",
+            "http://127.0.0.1:9",
+            "list",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 3
+    assert done.stderr.strip().splitlines() == [
+        done.stderr.strip()  # one line
+    ]
+    assert "cannot reach the approvals service" in done.stderr
+
+
+def test_an_unreachable_broker_is_one_line_and_exit_3_within_10_seconds() -> None:
+    began = time.monotonic()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sagacity.cli",
+            "serve",
+            "compensation",
+            "--tools",
+            "sagacity.demo.tools:TOOLS",
+            "--bootstrap-servers",
+            f"127.0.0.1:{pick_free_port()}",
+            "--database-url",
+            "postgresql://nobody@127.0.0.1:1/none",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    took = time.monotonic() - began
+    assert done.returncode == 3, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "is unreachable: no answer within" in lines[0]
+    # Bounded, never hanging; the 10 s figure is the check's own (below): a loaded test
+    # machine can take seconds just to start the interpreter.
+    assert took < 40, took
+
+
+def test_the_broker_check_answers_within_10_seconds() -> None:
+    from sagacity.errors import JournalUnavailableError
+    from sagacity.producer._clients import REACHABLE_TIMEOUT_S, check_reachable
+
+    began = time.monotonic()
+    with pytest.raises(JournalUnavailableError, match="is unreachable") as info:
+        check_reachable({"bootstrap.servers": f"127.0.0.1:{pick_free_port()}"})
+    took = time.monotonic() - began
+    assert REACHABLE_TIMEOUT_S - 0.5 <= took <= 10, took
+    assert "\n" not in info.value.message
+
+
+def test_librdkafka_lines_go_through_logging_once(
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from confluent_kafka import Consumer
+
+    from sagacity.producer._clients import KAFKA_LOGGER, with_logger
+
+    caplog.set_level(logging.DEBUG, logger=KAFKA_LOGGER)
+    consumer = Consumer(
+        with_logger(
+            {
+                "bootstrap.servers": f"127.0.0.1:{pick_free_port()}",
+                "group.id": "unreachable",
+                "reconnect.backoff.ms": 10,
+                "reconnect.backoff.max.ms": 20,
+            }
+        )
+    )
+    try:
+        consumer.subscribe(["nothing"])
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            consumer.poll(0.1)
+    finally:
+        consumer.close()
+    failures = [r for r in caplog.records if r.name == KAFKA_LOGGER and "Connect to" in r.message]
+    assert len(failures) == 1  # tens of identical lines in 1.5 s, logged once
+    assert "%3|" not in capfd.readouterr().err  # nothing written by librdkafka itself
+
+
+def test_every_service_logs_json_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    from sagacity.consumers._logging import configure
+
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        configure("INFO")
+        logging.getLogger("sagacity.approvals").info("started", extra={"saga_id": "s-1"})
+        logging.getLogger("uvicorn.error").info("listening")
+    finally:
+        root.handlers[:], _ = saved
+        root.setLevel(saved[1])
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert [(r["logger"], r["msg"]) for r in lines] == [
+        ("sagacity.approvals", "started"),
+        ("uvicorn.error", "listening"),
+    ]
+    assert lines[0]["saga_id"] == "s-1"
