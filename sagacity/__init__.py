@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sagacity._compensation import CompensationCall, CompensationReport, CompensationRunner
-    from sagacity._decision_signature import DecisionSigner, DecisionVerifier
     from sagacity._context import CompensationContext
+    from sagacity._decision_signature import DecisionSigner, DecisionVerifier
     from sagacity._decorators import compensable, compensation
     from sagacity._events import (
         GENESIS_HASH,
