@@ -109,7 +109,7 @@ def test_cli_requires_tools_and_names_a_bad_target() -> None:
             "SAGACITY_WRITER_KEY": "/nonexistent/writer.key",
         },
     )
-    assert unreadable.exit_code == 1
+    assert unreadable.exit_code == 2  # a configuration error, as in every command
     assert "cannot read writer key /nonexistent/writer.key" in unreadable.output
 
 
