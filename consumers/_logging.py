@@ -45,3 +45,7 @@ def configure(level: str = "INFO") -> None:
         named = logging.getLogger(name)
         named.handlers[:] = []
         named.propagate = True
+        # A logging configuration applied earlier in the process (uvicorn's own, for one)
+        # may have disabled it or raised its level; the root's level rules here.
+        named.disabled = False
+        named.setLevel(logging.NOTSET)
