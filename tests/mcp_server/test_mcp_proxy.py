@@ -196,6 +196,69 @@ def test_a_gated_upstream_call_is_approved_then_resumed_with_the_same_arguments(
         replica.stop()
 
 
+@pytest.mark.postgres
+def test_an_access_grant_needs_two_people_and_the_upstream_refuses_the_admin_role(
+    proxy: McpDeployment, pg_dsn: str, auth_file: Path
+) -> None:
+    import httpx
+
+    replica = Replica(
+        {**proxy.env, "SAGACITY_DATABASE_URL": pg_dsn},
+        ["--auth", str(auth_file), "--tools", "tests.mcp_server.tools:Desk"],
+        proxy.tmp / "approvals.log",
+    )
+    replica.wait_ready()
+
+    async def ask(role: str) -> Any:
+        async with proxy.session() as session:
+            return await session.call_tool(
+                "grant_agent_access", {"principal": "agent-7", "role": role}
+            )
+
+    def approve(saga_id: str, seq: int, who: str) -> httpx.Response:
+        url = f"{replica.url}/sagacity/approve/{saga_id}/{seq}"
+        for _ in range(300):
+            response = httpx.post(url, headers=bearer(who), timeout=10)
+            if response.status_code != 404:
+                return response
+            time.sleep(0.1)
+        return response
+
+    async def resume(saga_id: str, seq: int, role: str) -> Any:
+        async with proxy.session() as session:
+            try:
+                return await session.call_tool(
+                    "grant_agent_access",
+                    {"principal": "agent-7", "role": role},
+                    meta={SAGA_META: saga_id, SEQ_META: seq},
+                )
+            except MCPError as exc:
+                return exc
+
+    try:
+        outcomes = {}
+        for role in ("ops", "admin"):
+            info = run(ask(role)).structured_content
+            saga_id, seq = info["saga_id"], info["seq"]
+            assert approve(saga_id, seq, "alice").is_success
+            once = run(resume(saga_id, seq, role))
+            assert isinstance(once, MCPError)  # one signature of two
+            assert approve(saga_id, seq, "alice").status_code == 409  # the same person twice
+            assert approve(saga_id, seq, "bob").is_success
+            outcomes[role] = (saga_id, run(resume(saga_id, seq, role)))
+    finally:
+        replica.stop()
+    granted = outcomes["ops"][1]
+    assert granted.is_error is False
+    assert json.loads(_text(granted)) == {"granted": "ops", "principal": "agent-7"}
+    refused = outcomes["admin"][1]
+    assert refused.is_error is True
+    assert "granting the admin role is not delegated to an agent" in _text(refused)
+    assert [c["role"] for c in calls(proxy.calls) if c["tool"] == "grant_agent_access"] == ["ops"]
+    kinds = [e.event_type for e in proxy.wait_ended(outcomes["admin"][0])]
+    assert E.FAILED in kinds
+
+
 def test_an_upstream_that_hangs_crashes_or_garbles_fails_the_call_boundedly(
     proxy: McpDeployment,
 ) -> None:
