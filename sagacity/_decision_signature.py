@@ -18,16 +18,22 @@ absent value).  The signature travels in the entry's ``decision_signature`` attr
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import os
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sagacity import _attributes as attr
+from sagacity._ed25519 import (
+    key_id_of,
+    load_private_key,
+    parse_public_key,
+    public_raw_of,
+    signature_valid,
+    write_private_key,
+)
 from sagacity._events import EntryDraft
 from sagacity.errors import ConfigurationError, SigningKeyError
 
@@ -131,11 +137,6 @@ def _message_of(entry: EntryDraft, key_id: str) -> bytes | None:
         return None
 
 
-def key_id_of(public_raw: bytes) -> str:
-    """The short id of a raw Ed25519 public key: 16 hex characters of its SHA-256."""
-    return hashlib.sha256(public_raw).hexdigest()[:16]
-
-
 def is_decision(entry: EntryDraft) -> bool:
     """Whether ``entry`` is a decision the approvals service signs."""
     return entry.event_type.value in DECISION_EVENTS
@@ -145,12 +146,8 @@ class DecisionSigner:
     """Signs decisions with the approvals service's Ed25519 private key."""
 
     def __init__(self, private_key: Ed25519PrivateKey) -> None:
-        from cryptography.hazmat.primitives import serialization
-
         self._key = private_key
-        self.public_raw = private_key.public_key().public_bytes(
-            serialization.Encoding.Raw, serialization.PublicFormat.Raw
-        )
+        self.public_raw = public_raw_of(private_key)
         self.public_hex = self.public_raw.hex()
         self.key_id = key_id_of(self.public_raw)
 
@@ -161,20 +158,7 @@ class DecisionSigner:
         Raises:
             SigningKeyError: the file is missing, unreadable or not an Ed25519 private key.
         """
-        from cryptography.hazmat.primitives import serialization
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-        try:
-            data = Path(path).read_bytes()
-        except OSError as exc:
-            raise SigningKeyError(f"cannot read signing key {path}: {exc.strerror}") from exc
-        try:
-            key = serialization.load_pem_private_key(data, password=None)
-        except (ValueError, TypeError) as exc:
-            raise SigningKeyError(f"{path} is not a PEM private key: {exc}") from exc
-        if not isinstance(key, Ed25519PrivateKey):
-            raise SigningKeyError(f"{path} holds a {type(key).__name__}, not an Ed25519 key")
-        return cls(key)
+        return cls(load_private_key(path))
 
     @classmethod
     def ephemeral(cls) -> DecisionSigner:
@@ -212,52 +196,11 @@ def generate_key(path: str | Path) -> DecisionSigner:
     Raises:
         SigningKeyError: the file exists or cannot be written.
     """
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    key = Ed25519PrivateKey.generate()
-    pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError as exc:
-        raise SigningKeyError(f"{path} exists; refusing to overwrite a signing key") from exc
-    except OSError as exc:
-        raise SigningKeyError(f"cannot create {path}: {exc.strerror}") from exc
-    with os.fdopen(fd, "wb") as out:
-        out.write(pem)
-    return DecisionSigner(key)
+    return DecisionSigner(write_private_key(path))
 
 
 def _public_key(text: str) -> bytes:
-    candidate = text.strip()
-    path = Path(candidate)
-    if len(candidate) != 64 and path.is_file():
-        data = path.read_bytes()
-        if b"BEGIN" in data:
-            from cryptography.hazmat.primitives import serialization
-            from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-            try:
-                key = serialization.load_pem_public_key(data)
-            except ValueError as exc:
-                raise SigningKeyError(f"{path} is not a PEM public key: {exc}") from exc
-            if not isinstance(key, Ed25519PublicKey):
-                raise SigningKeyError(f"{path} is not an Ed25519 public key")
-            return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-        candidate = data.decode("ascii", "replace").strip()
-    try:
-        raw = bytes.fromhex(candidate)
-    except ValueError as exc:
-        raise SigningKeyError(
-            f"approvals public key {candidate[:80]!r} is not 64 hex characters or a key file"
-        ) from exc
-    if len(raw) != 32:
-        raise SigningKeyError("an Ed25519 public key is 32 bytes (64 hex characters)")
-    return raw
+    return parse_public_key(text, what="approvals public key")
 
 
 class DecisionVerifier:
@@ -329,21 +272,8 @@ class DecisionVerifier:
         return self.check(entry)
 
 
-@functools.lru_cache(maxsize=16)
-def _public(raw: bytes) -> Any:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-    return Ed25519PublicKey.from_public_bytes(raw)
-
-
 def _valid(public_raw: bytes, signature: bytes, message: bytes) -> bool:
-    from cryptography.exceptions import InvalidSignature
-
-    try:
-        _public(public_raw).verify(signature, message)
-    except InvalidSignature:
-        return False
-    return True
+    return signature_valid(public_raw, signature, message)
 
 
 def verifier_from_env(environ: Mapping[str, str] | None = None) -> DecisionVerifier | None:

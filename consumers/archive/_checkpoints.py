@@ -25,19 +25,19 @@ bundle verifier.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
-import os
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from sagacity._ed25519 import key_id_of as key_id_of
+from sagacity._ed25519 import load_private_key, public_raw_of, write_private_key
+from sagacity._ed25519 import parse_public_key as _parse_public_key
+from sagacity._ed25519 import signature_valid as _signature_valid
 from sagacity._events import now_micros
 from sagacity.consumers.archive._db import mapped_errors
 from sagacity.consumers.archive._merkle import RootBuilder as RootBuilder
@@ -45,7 +45,7 @@ from sagacity.consumers.archive._merkle import decode_frontier, encode_frontier
 from sagacity.consumers.archive._merkle import inclusion_proof as inclusion_proof
 from sagacity.consumers.archive._merkle import merkle_root as merkle_root
 from sagacity.consumers.archive._merkle import root_from_proof as root_from_proof
-from sagacity.errors import RoundLogError, SigningKeyError
+from sagacity.errors import RoundLogError
 
 CHECKPOINT_MAGIC = b"SGCP1"
 LEAF_MAGIC = b"SGCL1"
@@ -191,11 +191,6 @@ class SignedRound:
         )
 
 
-def key_id_of(public_raw: bytes) -> str:
-    """The short id of a raw Ed25519 public key."""
-    return hashlib.sha256(public_raw).hexdigest()[:16]
-
-
 @dataclass(frozen=True, kw_only=True)
 class Checkpoint:
     """One signed head: a leaf of round ``round_id``, or (archives signed before rounds) a head
@@ -226,9 +221,7 @@ class Signer:
 
     def __init__(self, private_key: Ed25519PrivateKey) -> None:
         self._key = private_key
-        self.public_raw = private_key.public_key().public_bytes(
-            serialization.Encoding.Raw, serialization.PublicFormat.Raw
-        )
+        self.public_raw = public_raw_of(private_key)
         self.public_hex = self.public_raw.hex()
         self.key_id = key_id_of(self.public_raw)
 
@@ -239,17 +232,7 @@ class Signer:
         Raises:
             SigningKeyError: the file is missing, unreadable or not an Ed25519 private key.
         """
-        try:
-            data = Path(path).read_bytes()
-        except OSError as exc:
-            raise SigningKeyError(f"cannot read signing key {path}: {exc.strerror}") from exc
-        try:
-            key = serialization.load_pem_private_key(data, password=None)
-        except (ValueError, TypeError) as exc:
-            raise SigningKeyError(f"{path} is not a PEM private key: {exc}") from exc
-        if not isinstance(key, Ed25519PrivateKey):
-            raise SigningKeyError(f"{path} holds a {type(key).__name__}, not an Ed25519 key")
-        return cls(key)
+        return cls(load_private_key(path))
 
     def sign_round(
         self,
@@ -323,21 +306,7 @@ def generate_key(path: str | Path) -> Signer:
     Raises:
         SigningKeyError: the file exists or cannot be written.
     """
-    key = Ed25519PrivateKey.generate()
-    pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError as exc:
-        raise SigningKeyError(f"{path} exists; refusing to overwrite a signing key") from exc
-    except OSError as exc:
-        raise SigningKeyError(f"cannot create {path}: {exc.strerror}") from exc
-    with os.fdopen(fd, "wb") as out:
-        out.write(pem)
-    return Signer(key)
+    return Signer(write_private_key(path))
 
 
 def parse_public_key(text: str) -> bytes:
@@ -346,42 +315,12 @@ def parse_public_key(text: str) -> bytes:
     Raises:
         SigningKeyError: not an Ed25519 public key.
     """
-    candidate = text.strip()
-    path = Path(candidate)
-    if len(candidate) != 64 and path.is_file():
-        data = path.read_bytes()
-        if b"BEGIN" in data:
-            try:
-                key = serialization.load_pem_public_key(data)
-            except ValueError as exc:
-                raise SigningKeyError(f"{path} is not a PEM public key: {exc}") from exc
-            if not isinstance(key, Ed25519PublicKey):
-                raise SigningKeyError(f"{path} is not an Ed25519 public key")
-            return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-        candidate = data.decode("ascii", "replace").strip()
-    try:
-        raw = bytes.fromhex(candidate)
-    except ValueError as exc:
-        raise SigningKeyError("public key must be 64 hex characters or a key file") from exc
-    if len(raw) != 32:
-        raise SigningKeyError("an Ed25519 public key is 32 bytes (64 hex characters)")
-    return raw
-
-
-@functools.lru_cache(maxsize=64)
-def _verify_key(public_raw: bytes) -> Ed25519PublicKey:
-    return Ed25519PublicKey.from_public_bytes(public_raw)
+    return _parse_public_key(text)
 
 
 def bytes_signature_valid(public_raw: bytes, message: bytes, signature: str | None) -> bool:
     """Whether ``signature`` (hex) is ``public_raw``'s valid signature over ``message``."""
-    if signature is None:
-        return False
-    try:
-        _verify_key(public_raw).verify(bytes.fromhex(signature), message)
-    except (ValueError, TypeError, InvalidSignature):
-        return False
-    return True
+    return _signature_valid(public_raw, signature, message)
 
 
 def signature_valid(public_raw: bytes, signed: Checkpoint | SignedRound) -> bool:
@@ -390,14 +329,7 @@ def signature_valid(public_raw: bytes, signed: Checkpoint | SignedRound) -> bool
     One library signs and verifies (``cryptography``, RFC 8032); with heads signed in rounds
     (docs/adr/0012-checkpoint-rounds.md) a verify checks one signature per round, not per head.
     """
-    if signed.signature is None:
-        return False
-    try:
-        sig = bytes.fromhex(signed.signature)
-        _verify_key(public_raw).verify(sig, signed.message())
-    except (ValueError, TypeError, InvalidSignature):
-        return False
-    return True
+    return _signature_valid(public_raw, signed.signature, signed.message())
 
 
 def leaves_in_order(
