@@ -9,10 +9,12 @@ _EXTRA_OF = {
     "starlette": SERVICES,
     "uvicorn": SERVICES,
     "prometheus_client": SERVICES,
-    "cryptography": SERVICES,
     "httpx": SERVICES,
+    "jinja2": SERVICES,
+    "multipart": SERVICES,
     "pydantic_ai": "pydantic-ai",
     "langchain_core": "langchain",
+    "langchain": "langchain",
     "agents": "openai-agents",
     "mcp": "mcp",
 }
