@@ -425,20 +425,8 @@ def create_app(
 
     def request_out(row: Any) -> RequestOut:
         data = row.to_dict()
-        from sagacity.journal import ApprovalRequest
 
-        deadline = service.sagacity.approval_deadline_us(
-            ApprovalRequest(
-                saga_id=row.saga_id,
-                seq=row.seq,
-                tool=row.tool,
-                payload=row.payload,
-                payload_sha256=row.payload_sha256,
-                requested_at_us=row.requested_at_us,
-                signatures_required=row.signatures_required,
-                expires_at_us=row.expires_at_us,
-            )
-        )
+        deadline = service.sagacity.approval_deadline_us(row.request())
         return RequestOut(**data, deadline_us=deadline)
 
     def decision_out(decided: Decided) -> DecisionOut:

@@ -23,6 +23,7 @@ from sagacity._requests import AWAITING_RESULT
 from sagacity.consumers.approvals._attention import SCHEMA as ATTENTION_SCHEMA
 from sagacity.consumers.approvals._attention import AttentionRow, apply_attention, attention_rows
 from sagacity.errors import DecisionInProgressError, PersistenceError
+from sagacity.journal import ApprovalRequest
 
 DEFAULT_TOPIC = "sagacity.journal"
 
@@ -120,6 +121,19 @@ class RequestRow:
     def open(self) -> bool:
         """Pending or approved-awaiting-resume."""
         return self.state in (RowState.PENDING, RowState.APPROVED)
+
+    def request(self) -> ApprovalRequest:
+        """The request as the core sees it (for its deadline, for one)."""
+        return ApprovalRequest(
+            saga_id=self.saga_id,
+            seq=self.seq,
+            tool=self.tool,
+            payload=self.payload,
+            payload_sha256=self.payload_sha256,
+            requested_at_us=self.requested_at_us,
+            signatures_required=self.signatures_required,
+            expires_at_us=self.expires_at_us,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The API representation."""

@@ -253,7 +253,7 @@ class Signer:
             key_id=self.key_id,
             signature="",
         )
-        return dataclasses.replace(unsigned, signature=self._key.sign(unsigned.message()).hex())
+        return self._signed(unsigned)
 
     def sign_log_round(
         self,
@@ -277,7 +277,10 @@ class Signer:
             format=LOG_ROUND_FORMAT,
             tree_size=tree_size,
         )
-        return dataclasses.replace(unsigned, signature=self._key.sign(unsigned.message()).hex())
+        return self._signed(unsigned)
+
+    def _signed(self, unsigned: SignedRound) -> SignedRound:
+        return dataclasses.replace(unsigned, signature=self.sign_bytes(unsigned.message()))
 
     def sign_bytes(self, message: bytes) -> str:
         """A signature over ``message`` (hex), for the other signed records of the archive

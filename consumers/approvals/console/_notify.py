@@ -23,7 +23,6 @@ import httpx
 from sagacity._saga import Sagacity
 from sagacity.consumers.approvals._store import OPEN_STATES, ApprovalStore, RequestRow
 from sagacity.errors import SagacityError
-from sagacity.journal import ApprovalRequest
 
 log = logging.getLogger("sagacity.console.notify")
 
@@ -172,18 +171,7 @@ class Notifier:
         return self._base + "/ui/" + "/".join(quote(p, safe="") for p in parts)
 
     def _deadline(self, row: RequestRow) -> int | None:
-        return self._sagacity.approval_deadline_us(
-            ApprovalRequest(
-                saga_id=row.saga_id,
-                seq=row.seq,
-                tool=row.tool,
-                payload=row.payload,
-                payload_sha256=row.payload_sha256,
-                requested_at_us=row.requested_at_us,
-                signatures_required=row.signatures_required,
-                expires_at_us=row.expires_at_us,
-            )
-        )
+        return self._sagacity.approval_deadline_us(row.request())
 
     def candidates(self) -> list[Notice]:
         """Every notice the tables call for now (claimed or not)."""

@@ -55,7 +55,6 @@ from sagacity.errors import (
     SagacityError,
     UnknownSagaError,
 )
-from sagacity.journal import ApprovalRequest
 
 log = logging.getLogger("sagacity.console")
 
@@ -389,18 +388,7 @@ def create_console(
 
     # -- inbox -------------------------------------------------------------------------------
     def deadline_of(row: RequestRow) -> int | None:
-        return sagacity.approval_deadline_us(
-            ApprovalRequest(
-                saga_id=row.saga_id,
-                seq=row.seq,
-                tool=row.tool,
-                payload=row.payload,
-                payload_sha256=row.payload_sha256,
-                requested_at_us=row.requested_at_us,
-                signatures_required=row.signatures_required,
-                expires_at_us=row.expires_at_us,
-            )
-        )
+        return sagacity.approval_deadline_us(row.request())
 
     # Who asked is the actor of the request's own entry, which never changes once journaled,
     # so each is read from the chain once (the inbox reloads every few seconds).
