@@ -21,8 +21,8 @@ from mcp.client.stdio import stdio_client
 from sagacity import EventType, JournalEntry
 from sagacity._decision_signature import generate_key
 from sagacity.producer import KafkaJournal
-from tests.approvals._process import REPO
-from tests.approvals.conftest import auth_file
+from tests.approvals._process import REPO, Replica
+from tests.approvals.conftest import auth_file, bearer
 
 __all__ = ["auth_file"]  # the approvals tests' principals file, for the MCP tests too
 
@@ -118,6 +118,28 @@ def wait_http(url: str, timeout: float = 30.0) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+
+
+def approvals_service(deployment: McpDeployment, dsn: str, auth_file: Path) -> Replica:
+    """A ``sagacity serve approvals`` process on the deployment's topic, ready."""
+    replica = Replica(
+        {**deployment.env, "SAGACITY_DATABASE_URL": dsn},
+        ["--auth", str(auth_file), "--tools", "tests.mcp_server.tools:Desk"],
+        deployment.tmp / "approvals.log",
+    )
+    replica.wait_ready()
+    return replica
+
+
+def approve(replica: Replica, saga_id: str, seq: int, who: str) -> httpx.Response:
+    """``who`` approves the request, once the service has folded it from the topic."""
+    url = f"{replica.url}/sagacity/approve/{saga_id}/{seq}"
+    for _ in range(300):
+        response = httpx.post(url, headers=bearer(who), timeout=10)
+        if response.status_code != 404:
+            return response
+        time.sleep(0.1)
+    return response
 
 
 INITIALIZE = {

@@ -16,11 +16,10 @@ from mcp.shared.exceptions import MCPError
 
 from sagacity import EventType
 from sagacity.adapters.mcp import APPROVAL_REFUSED, SAGA_META, SEQ_META
-from tests.approvals._process import REPO, Replica
-from tests.approvals.conftest import bearer
+from tests.approvals._process import REPO
 from tests.approvals.tools import calls
 
-from .conftest import McpDeployment, RawServer, run
+from .conftest import McpDeployment, RawServer, approvals_service, approve, run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 E = EventType
@@ -148,12 +147,7 @@ def test_an_undo_the_policy_names_is_called_upstream_with_the_calls_and_results_
 def test_a_gated_upstream_call_is_approved_then_resumed_with_the_same_arguments(
     proxy: McpDeployment, pg_dsn: str, auth_file: Path
 ) -> None:
-    replica = Replica(
-        {**proxy.env, "SAGACITY_DATABASE_URL": pg_dsn},
-        ["--auth", str(auth_file), "--tools", "tests.mcp_server.tools:Desk"],
-        proxy.tmp / "approvals.log",
-    )
-    replica.wait_ready()
+    replica = approvals_service(proxy, pg_dsn, auth_file)
     try:
 
         async def ask() -> Any:
@@ -168,14 +162,7 @@ def test_a_gated_upstream_call_is_approved_then_resumed_with_the_same_arguments(
         assert [c["tool"] for c in calls(proxy.calls)] == []
         request = proxy.entries(saga_id)[seq - 1]
         assert request.payload == '{"amount":39900,"invoice_id":"INV-7002"}'
-        import httpx
-
-        url = f"{replica.url}/sagacity/approve/{saga_id}/{seq}"
-        for _ in range(300):
-            response = httpx.post(url, headers=bearer("bob"), timeout=10)
-            if response.status_code != 404:
-                break
-            time.sleep(0.1)
+        response = approve(replica, saga_id, seq, "bob")
         assert response.is_success, response.text
 
         async def resume(arguments: dict[str, Any]) -> Any:
@@ -200,29 +187,14 @@ def test_a_gated_upstream_call_is_approved_then_resumed_with_the_same_arguments(
 def test_an_access_grant_needs_two_people_and_the_upstream_refuses_the_admin_role(
     proxy: McpDeployment, pg_dsn: str, auth_file: Path
 ) -> None:
-    import httpx
 
-    replica = Replica(
-        {**proxy.env, "SAGACITY_DATABASE_URL": pg_dsn},
-        ["--auth", str(auth_file), "--tools", "tests.mcp_server.tools:Desk"],
-        proxy.tmp / "approvals.log",
-    )
-    replica.wait_ready()
+    replica = approvals_service(proxy, pg_dsn, auth_file)
 
     async def ask(role: str) -> Any:
         async with proxy.session() as session:
             return await session.call_tool(
                 "grant_agent_access", {"principal": "agent-7", "role": role}
             )
-
-    def approve(saga_id: str, seq: int, who: str) -> httpx.Response:
-        url = f"{replica.url}/sagacity/approve/{saga_id}/{seq}"
-        for _ in range(300):
-            response = httpx.post(url, headers=bearer(who), timeout=10)
-            if response.status_code != 404:
-                return response
-            time.sleep(0.1)
-        return response
 
     async def resume(saga_id: str, seq: int, role: str) -> Any:
         async with proxy.session() as session:
@@ -240,11 +212,13 @@ def test_an_access_grant_needs_two_people_and_the_upstream_refuses_the_admin_rol
         for role in ("ops", "admin"):
             info = run(ask(role)).structured_content
             saga_id, seq = info["saga_id"], info["seq"]
-            assert approve(saga_id, seq, "alice").is_success
+            assert approve(replica, saga_id, seq, "alice").is_success
             once = run(resume(saga_id, seq, role))
             assert isinstance(once, MCPError)  # one signature of two
-            assert approve(saga_id, seq, "alice").status_code == 409  # the same person twice
-            assert approve(saga_id, seq, "bob").is_success
+            assert (
+                approve(replica, saga_id, seq, "alice").status_code == 409
+            )  # the same person twice
+            assert approve(replica, saga_id, seq, "bob").is_success
             outcomes[role] = (saga_id, run(resume(saga_id, seq, role)))
     finally:
         replica.stop()

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
 
@@ -15,11 +13,9 @@ from sagacity import EventType, Sagacity, SagaStatus
 from sagacity._tool import awaiting_message
 from sagacity.adapters.mcp import APPROVAL_REFUSED, SAGA_META, SAGA_REFUSED, SEQ_META
 from sagacity.chain import payload_sha256
-from tests.approvals._process import Replica
-from tests.approvals.conftest import bearer
 from tests.approvals.tools import calls
 
-from .conftest import McpDeployment, RawServer, run
+from .conftest import McpDeployment, RawServer, approvals_service, approve, run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 E = EventType
@@ -130,32 +126,11 @@ def test_a_failing_call_is_an_error_and_its_saga_is_compensated(
     assert _saga(after) != failed_saga
 
 
-def _approvals(deployment: McpDeployment, dsn: str, auth_file: Path) -> Replica:
-    env = {**deployment.env, "SAGACITY_DATABASE_URL": dsn}
-    replica = Replica(
-        env,
-        ["--auth", str(auth_file), "--tools", "tests.mcp_server.tools:Desk"],
-        deployment.tmp / "approvals.log",
-    )
-    replica.wait_ready()
-    return replica
-
-
-def _approve(replica: Replica, saga_id: str, seq: int) -> None:
-    url = f"{replica.url}/sagacity/approve/{saga_id}/{seq}"
-    for _ in range(300):  # the request is folded from the topic asynchronously
-        response = httpx.post(url, headers=bearer("alice"), timeout=10)
-        if response.status_code != 404:
-            break
-        time.sleep(0.1)
-    assert response.is_success, response.text
-
-
 @pytest.mark.postgres
 def test_a_gated_call_waits_for_approval_and_resumes_with_the_exact_arguments(
     mcp_deployment: McpDeployment, pg_dsn: str, auth_file: Path
 ) -> None:
-    replica = _approvals(mcp_deployment, pg_dsn, auth_file)
+    replica = approvals_service(mcp_deployment, pg_dsn, auth_file)
     try:
 
         async def ask() -> Any:
@@ -188,7 +163,8 @@ def test_a_gated_call_waits_for_approval_and_resumes_with_the_exact_arguments(
         assert "no human approval recorded" in refused.message
         assert calls(mcp_deployment.calls) == []
 
-        _approve(replica, saga_id, seq)
+        response = approve(replica, saga_id, seq, "alice")
+        assert response.is_success, response.text
         done = run(resume(WIRE))
         assert done.is_error is False
         assert _text(done) == "transfer-ok"
@@ -207,7 +183,7 @@ def test_a_gated_call_waits_for_approval_and_resumes_with_the_exact_arguments(
 def test_a_stale_approval_never_runs_changed_arguments(
     mcp_deployment: McpDeployment, pg_dsn: str, auth_file: Path
 ) -> None:
-    replica = _approvals(mcp_deployment, pg_dsn, auth_file)
+    replica = approvals_service(mcp_deployment, pg_dsn, auth_file)
     try:
 
         async def ask() -> Any:
@@ -217,7 +193,8 @@ def test_a_stale_approval_never_runs_changed_arguments(
 
         info = run(ask()).structured_content
         saga_id, seq = info["saga_id"], info["seq"]
-        _approve(replica, saga_id, seq)
+        response = approve(replica, saga_id, seq, "alice")
+        assert response.is_success, response.text
 
         async def resume() -> Any:
             async with mcp_deployment.session() as session:
