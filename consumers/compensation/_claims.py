@@ -124,7 +124,12 @@ class ClaimStore:
             PersistenceError: the database could not be reached or refused.
         """
         try:
-            self._conn().execute(_q(_SCHEMA))
+            conn = self._conn()
+            # Instances start together: CREATE TABLE IF NOT EXISTS is not safe against a
+            # concurrent twin (both pass the check, one fails on the catalog's unique index).
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_SPACE, TABLE))
+                conn.execute(_q(_SCHEMA))
         except psycopg.Error as exc:
             raise _persistence("creating the claims table", exc) from exc
 
