@@ -115,6 +115,9 @@ class KeyStore(Protocol):
     def count_by_kek(self) -> dict[str, int]:
         """How many live keys each KEK wraps."""
 
+    def kek_ids(self) -> set[str]:
+        """The KEKs live keys are wrapped under (cheap: read at every start-up)."""
+
     def close(self) -> None:
         """Release the store's connections."""
 
@@ -145,6 +148,8 @@ class KeyService:
         self._cache: OrderedDict[str, tuple[DataKey, float]] = OrderedDict()
         self._lock = threading.Lock()
         self._ready = False
+        # Bumped by every forget: a key loaded before a destroy is not cached after it.
+        self._epoch = 0
 
     def _ensure_schema(self) -> None:
         if not self._ready:
@@ -171,7 +176,7 @@ class KeyService:
             PersistenceError: the store could not be reached.
         """
         self._ensure_schema()
-        missing = sorted(set(self._store.count_by_kek()) - set(self._keyring.key_ids))
+        missing = sorted(self._store.kek_ids() - set(self._keyring.key_ids))
         if missing:
             raise KeyEncryptionKeyError(
                 f"data keys are wrapped under key-encryption key(s) {', '.join(missing)}, "
@@ -210,6 +215,7 @@ class KeyService:
             if hit is not None and hit[1] > now:
                 self._cache.move_to_end(saga_id)
                 return hit[0]
+            epoch = self._epoch
         self._ensure_schema()
         row = self._store.load(saga_id)
         if row is None:
@@ -226,10 +232,11 @@ class KeyService:
         else:
             key = self._unwrap(row)
         with self._lock:
-            self._cache[saga_id] = (key, now + self._cache_ttl)
-            self._cache.move_to_end(saga_id)
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+            if epoch == self._epoch:
+                self._cache[saga_id] = (key, now + self._cache_ttl)
+                self._cache.move_to_end(saga_id)
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
         return key
 
     def _unwrap(self, row: StoredKey) -> DataKey:
@@ -249,6 +256,7 @@ class KeyService:
     def forget(self, saga_id: str) -> None:
         """Drop the saga's key from this process's cache."""
         with self._lock:
+            self._epoch += 1
             self._cache.pop(saga_id, None)
 
     # --- erasure and rotation --------------------------------------------------------------

@@ -239,6 +239,29 @@ class PostgresKeyStore:
             raise _mapped("rewrapping a data key", exc) from exc
         return done.rowcount == 1
 
+    def kek_ids(self) -> set[str]:
+        """The KEKs live keys are wrapped under: a skip scan of the ``kek_id`` index, one
+        probe per distinct id, however many keys there are."""
+        try:
+            rows = (
+                self._conn()
+                .execute(
+                    _q(
+                        "WITH RECURSIVE k(id) AS ("
+                        " (SELECT kek_id FROM {table} WHERE kek_id IS NOT NULL"
+                        "  ORDER BY kek_id LIMIT 1)"
+                        " UNION ALL"
+                        " SELECT (SELECT kek_id FROM {table} WHERE kek_id > k.id"
+                        "  ORDER BY kek_id LIMIT 1) FROM k WHERE k.id IS NOT NULL"
+                        ") SELECT id FROM k WHERE id IS NOT NULL"
+                    )
+                )
+                .fetchall()
+            )
+        except psycopg.Error as exc:
+            raise _mapped("listing key-encryption key ids", exc) from exc
+        return {str(kek_id) for (kek_id,) in rows}
+
     def count_by_kek(self) -> dict[str, int]:
         """How many live keys each KEK wraps."""
         try:

@@ -97,3 +97,13 @@ def test_keys_rotate_names_a_missing_or_bad_key(
     )
     assert done.exit_code == 2
     assert problem in done.output
+
+
+def test_keys_status_on_an_unreachable_database_exits_3() -> None:
+    done = CliRunner().invoke(
+        main,
+        ["keys", "status"],
+        env={"SAGACITY_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2"},
+    )
+    assert done.exit_code == 3
+    assert "key store: connect failed" in done.output

@@ -16,6 +16,7 @@ from sagacity.errors import (
     CiphertextAuthenticationError,
     DataKeyNotFoundError,
     KeyEncryptionKeyError,
+    PersistenceUnavailableError,
     SagaErasedError,
 )
 from sagacity.keystore_postgres import TABLE, PostgresKeyStore, key_service_from_env
@@ -299,3 +300,100 @@ def test_rotation_leaves_keys_under_a_kek_it_was_not_given(
     assert done.rewrapped == 1
     assert done.by_kek == {new.key_id: 1, stray.key_id: 1}
     assert not done.complete
+
+
+def test_a_key_loaded_while_the_saga_is_destroyed_is_not_cached_after_it(
+    kek: KeyEncryptionKey, pg_dsn: str
+) -> None:
+    class Racing(PostgresKeyStore):
+        """Reads the row, then lets the saga be destroyed before the reader caches it."""
+
+        race: Callable[[], object] | None = None
+
+        def load(self, saga_id: str) -> Any:
+            row = super().load(saga_id)
+            race, self.race = self.race, None
+            if race is not None:
+                race()
+            return row
+
+    store = Racing(pg_dsn)
+    service = KeyService(store, KeyRing((kek,)))
+    try:
+        sealed = service.seal("s-1", 2, "payload", MARKER)
+        service.forget("s-1")
+        store.race = lambda: service.destroy("s-1", actor="dpo", reason="erase")
+        assert service.open("s-1", 2, "payload", sealed) == MARKER  # read before the destroy
+        with pytest.raises(SagaErasedError):
+            service.open("s-1", 2, "payload", sealed)
+    finally:
+        service.close()
+
+
+def test_the_kek_ids_in_use_are_listed_without_counting(
+    services: Callable[..., KeyService], kek: KeyEncryptionKey, tmp_path: Path, pg_dsn: str
+) -> None:
+    other = write_key_encryption_key(tmp_path / "other.kek")
+    for n in range(5):
+        services(kek, other).seal(f"a-{n}", 1, "payload", MARKER)
+    services(other, kek).seal("b-1", 1, "payload", MARKER)
+    services(kek, other).destroy("a-0", actor="dpo", reason="erase")
+    store = PostgresKeyStore(pg_dsn)
+    try:
+        assert store.kek_ids() == {kek.key_id, other.key_id}
+        assert store.count_by_kek() == {kek.key_id: 4, other.key_id: 1}
+    finally:
+        store.close()
+
+
+def test_an_unreachable_database_is_reported_as_unavailable(kek: KeyEncryptionKey) -> None:
+    service = KeyService(
+        PostgresKeyStore("postgresql://nobody@127.0.0.1:1/none?connect_timeout=2"),
+        KeyRing((kek,)),
+    )
+    try:
+        with pytest.raises(PersistenceUnavailableError, match="key store: connect failed"):
+            service.seal("s-1", 1, "payload", MARKER)
+    finally:
+        service.close()
+
+
+_PROCESS = """
+import sys, time
+from sagacity.keystore_postgres import key_service_from_env
+service = key_service_from_env(sys.argv[1])
+start = float(sys.argv[2])
+while time.time() < start:
+    time.sleep(0.001)
+print(service.seal("s-1", int(sys.argv[3]), "payload", b"from a process").hex())
+service.close()
+"""
+
+
+def test_two_processes_using_a_saga_first_at_once_make_one_key(
+    services: Callable[..., KeyService], kek: KeyEncryptionKey, tmp_path: Path, pg_dsn: str
+) -> None:
+    import os
+    import subprocess
+    import sys
+    import time
+
+    services(kek)  # the table exists, as after any instance's start
+    env = {**os.environ, KEK_SETTING: str(tmp_path / "current.kek")}
+    start = time.time() + 3.0
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _PROCESS, pg_dsn, str(start), str(seq)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seq in (1, 2)
+    ]
+    outputs = [proc.communicate(timeout=60) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outputs
+    assert len(_rows(pg_dsn)) == 1
+    reader = services(kek)
+    for seq, (out, _) in zip((1, 2), outputs, strict=True):
+        assert reader.open("s-1", seq, "payload", bytes.fromhex(out.strip())) == b"from a process"
