@@ -233,7 +233,7 @@ class KeyEncryptionKey:
 class KeyRing:
     """The KEKs a process holds: the first wraps new data keys, every one unwraps.
 
-    More than one is held only during a rotation (docs/adr/0019-erasure.md, "Rotation").
+    More than one is held only during a rotation (docs/adr/0019-erasure.md §6).
     """
 
     keys: tuple[KeyEncryptionKey, ...]

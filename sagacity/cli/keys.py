@@ -57,13 +57,19 @@ def _current_option(func: click.decorators.FC) -> click.decorators.FC:
 )
 @_current_option
 @database_url_option("KEYS", help="libpq URL or conninfo of the database holding the keys.")
-@click.option("--batch", type=click.IntRange(min=1), default=500, show_default=True)
+@click.option(
+    "--batch",
+    type=click.IntRange(min=1),
+    default=500,
+    show_default=True,
+    help="Keys read per query.",
+)
 def rotate(new_path: Path, current: str, database_url: str, batch: int) -> None:
     """Rewrap every saga's data key under the key-encryption key NEW.
 
     Readers and writers keep running: each holds the old and the new key while the rotation
-    runs (docs/adr/0019-erasure.md, "Rotation").  Exits 1 while some keys remain under a key
-    this command was not given.
+    runs (docs/operations/keys.md; docs/adr/0019-erasure.md §6).  Exits 1 while some keys
+    remain under a key this command was not given.
     """
     from sagacity._envelope import KeyEncryptionKey, KeyRing
     from sagacity._keys import KeyService
