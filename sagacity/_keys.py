@@ -3,7 +3,8 @@
 :class:`KeyService` seals and opens a saga's fields with the saga's data key (created on first
 use, stored wrapped by the key-encryption key), destroys a saga's key for an erasure, and
 rewraps every stored key under a new KEK for a rotation.  Where the wrapped keys live is a
-:class:`KeyStore` (the Postgres one is :mod:`sagacity.keystore_postgres`).  See
+:class:`KeyStore` (the Postgres one is :mod:`sagacity.keystore_postgres`; :class:`InMemoryKeyStore`
+for tests and single-process use).  See
 docs/adr/0019-erasure.md.
 """
 
@@ -13,7 +14,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Protocol
 
 from sagacity._envelope import KEK_SETTING, DataKey, KeyRing
@@ -332,3 +333,86 @@ def _erased(row: StoredKey) -> SagaErasedError:
         saga_id=row.saga_id,
         erased_at=when,
     )
+
+
+class InMemoryKeyStore:
+    """The :class:`KeyStore` port in process memory, for tests and single-process use.
+
+    Behaves as the Postgres store does (the same contract suite runs against both): one row per
+    saga, the first creator wins, an erasure keeps a marker and happens once, a rewrap replaces
+    a key only if unchanged.  Keys last as long as the process.
+    """
+
+    def __init__(self) -> None:
+        self._rows: dict[str, StoredKey] = {}
+        self._lock = threading.Lock()
+
+    def ensure_schema(self) -> None:
+        """Nothing to create."""
+
+    def load(self, saga_id: str) -> StoredKey | None:
+        """The saga's row, or ``None``."""
+        with self._lock:
+            return self._rows.get(saga_id)
+
+    def create(self, saga_id: str, *, kek_id: str, wrapped: bytes) -> StoredKey:
+        """Store the saga's first key, or return the row already there."""
+        with self._lock:
+            return self._rows.setdefault(
+                saga_id, StoredKey(saga_id=saga_id, kek_id=kek_id, wrapped=wrapped)
+            )
+
+    def destroy(self, saga_id: str, *, actor: str, reason: str) -> tuple[StoredKey, bool, bool]:
+        """Erase the saga's key (a marker row when it had none), once."""
+        with self._lock:
+            found = self._rows.get(saga_id)
+            if found is not None and found.erased:
+                return found, False, True
+            erased = StoredKey(
+                saga_id=saga_id,
+                kek_id=None,
+                wrapped=None,
+                erased_at=datetime.now(UTC),
+                erased_by=actor,
+                reason=reason,
+            )
+            self._rows[saga_id] = erased
+            return erased, True, found is not None
+
+    def pending_rewrap(
+        self, *, kek_ids: tuple[str, ...], after: str, limit: int
+    ) -> list[StoredKey]:
+        """Live keys under one of ``kek_ids``, by saga id after ``after``."""
+        with self._lock:
+            rows = sorted(
+                (r for r in self._rows.values() if r.kek_id in kek_ids and r.saga_id > after),
+                key=lambda r: r.saga_id,
+            )
+        return rows[:limit]
+
+    def rewrap(
+        self, saga_id: str, *, old_kek_id: str, old_wrapped: bytes, kek_id: str, wrapped: bytes
+    ) -> bool:
+        """Replace the wrapped key if unchanged since it was read."""
+        with self._lock:
+            found = self._rows.get(saga_id)
+            if found is None or (found.kek_id, found.wrapped) != (old_kek_id, old_wrapped):
+                return False
+            self._rows[saga_id] = StoredKey(saga_id=saga_id, kek_id=kek_id, wrapped=wrapped)
+            return True
+
+    def count_by_kek(self) -> dict[str, int]:
+        """How many live keys each KEK wraps."""
+        counts: dict[str, int] = {}
+        with self._lock:
+            for row in self._rows.values():
+                if row.kek_id is not None:
+                    counts[row.kek_id] = counts.get(row.kek_id, 0) + 1
+        return counts
+
+    def kek_ids(self) -> set[str]:
+        """The KEKs live keys are wrapped under."""
+        return set(self.count_by_kek())
+
+    def close(self) -> None:
+        """Nothing to release."""
