@@ -3,9 +3,8 @@
 :class:`KeyService` seals and opens a saga's fields with the saga's data key (created on first
 use, stored wrapped by the key-encryption key), destroys a saga's key for an erasure, and
 rewraps every stored key under a new KEK for a rotation.  Where the wrapped keys live is a
-:class:`KeyStore` (the Postgres one is :mod:`sagacity.keystore_postgres`; :class:`InMemoryKeyStore`
-for tests and single-process use).  See
-docs/adr/0019-erasure.md.
+:class:`KeyStore`: :mod:`sagacity.keystore_postgres`, or :class:`InMemoryKeyStore` for tests
+and single-process use.  See docs/adr/0019-erasure.md.
 """
 
 from __future__ import annotations
