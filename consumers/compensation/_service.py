@@ -36,10 +36,10 @@ from sagacity._saga import Sagacity
 from sagacity._settings import SagacitySettings
 from sagacity._writer_signature import WriterKey
 from sagacity.chain import verify
+from sagacity.consumers._deadletter import DeadLetters, ensure_topic
 from sagacity.consumers._tools import register_tools
 from sagacity.consumers.compensation import _failpoints
 from sagacity.consumers.compensation._claims import Claim, ClaimStatus, ClaimStore
-from sagacity.consumers.compensation._deadletter import DeadLetters, ensure_topic
 from sagacity.consumers.compensation._invoker import ClaimingInvoker
 from sagacity.consumers.compensation._journal import Revoked, ServiceJournal
 from sagacity.consumers.compensation._metrics import HealthServer, Metrics
