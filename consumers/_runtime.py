@@ -535,8 +535,9 @@ class ConsumerRuntime:
                     except KafkaException as exc:
                         log.info("last commit failed: %s", exc)
             finally:
-                self._consumer = None
+                # Closing revokes what is left (the revoke hooks still see the client).
                 consumer.close()
+                self._consumer = None
 
     @staticmethod
     def _readable(messages: Sequence[Message]) -> list[Message]:
@@ -670,10 +671,12 @@ class ConsumerRuntime:
         self._assigned |= set(numbers)
         self.joined = True
         log.info(
-            "%s assigned %s of %s",
-            self.options.name,
-            [(tp.partition, tp.offset) for tp in partitions],
+            "assigned partitions %s of %s (%s; start offsets %s, negative: the group's or the"
+            " earliest)",
+            sorted(numbers),
             self.options.topic,
+            self.options.name,
+            {tp.partition: tp.offset for tp in partitions},
         )
 
     @property
@@ -689,9 +692,9 @@ class ConsumerRuntime:
     def _leave(self, consumer: Consumer, partitions: list[TopicPartition], *, lost: bool) -> None:
         numbers = sorted(tp.partition for tp in partitions)
         if lost:
-            log.warning("%s lost partitions %s", self.options.name, numbers)
+            log.warning("lost partitions %s (%s)", numbers, self.options.name)
         else:
-            log.info("%s revoking partitions %s", self.options.name, numbers)
+            log.info("revoking partitions %s (%s)", numbers, self.options.name)
         self.handler.on_revoking(numbers, lost=lost)
         if not lost and self.positions.in_kafka:
             try:

@@ -5,7 +5,8 @@ the saga's chain, refuses it if it does not verify (dead-letter), takes the saga
 Postgres, and runs the core's compensation (``Sagacity.compensate``) with the claiming invoker,
 journaling through the Kafka journal.  Offsets are committed only once the work of every earlier
 message of the partition is done (``enable.auto.commit=false``).  See
-docs/adr/0007-compensation-exactly-once.md.
+docs/adr/0007-compensation-exactly-once.md.  The loop is the services' consumer runtime
+(``sagacity.consumers._runtime``) with Kafka positions and the dead-letter topic for poison.
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ import socket
 import threading
 import time
 import uuid
-from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Message
 from confluent_kafka.admin import AdminClient
 from pydantic import Field
 
@@ -37,6 +37,15 @@ from sagacity._settings import SagacitySettings
 from sagacity._writer_signature import WriterKey
 from sagacity.chain import verify
 from sagacity.consumers._deadletter import DeadLetters, ensure_topic
+from sagacity.consumers._runtime import (
+    ConsumerRuntime,
+    DeadLetterTopic,
+    Handler,
+    KafkaCommits,
+    Ledger,
+    RuntimeOptions,
+    client_config,
+)
 from sagacity.consumers._tools import register_tools
 from sagacity.consumers.compensation import _failpoints
 from sagacity.consumers.compensation._claims import Claim, ClaimStatus, ClaimStore
@@ -130,29 +139,13 @@ class CompensationSettings(SagacitySettings):
     ``None``: unsigned (docs/adr/0014-signed-decisions-and-writers.md)."""
 
 
-@dataclass
-class _Partition:
-    """Offsets of one assigned partition: which are done, and what may be committed."""
+@dataclass(kw_only=True)
+class _Partition(Ledger):
+    """One assigned partition: its offsets' ledger, its jobs, and whether it is going."""
 
     number: int
-    pending: OrderedDict[int, bool] = field(default_factory=OrderedDict)
     jobs: set[concurrent.futures.Future[None]] = field(default_factory=set)
-    commit_at: int | None = None
-    committed: int | None = None
     revoking: bool = False
-
-    def add(self, offset: int) -> None:
-        self.pending[offset] = False
-
-    def done(self, offset: int) -> None:
-        if offset in self.pending:
-            self.pending[offset] = True
-        while self.pending:
-            first, finished = next(iter(self.pending.items()))
-            if not finished:
-                break
-            self.pending.popitem(last=False)
-            self.commit_at = first + 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,7 +191,7 @@ class _Poison(Exception):  # noqa: N818 - a flow signal inside the service
         self.detail = detail
 
 
-class CompensationService:
+class CompensationService(Handler):
     """Runs the compensation consumer until :meth:`stop` (SIGTERM) is called.
 
     Args:
@@ -228,9 +221,7 @@ class CompensationService:
         self._parts: dict[int, _Partition] = {}
         self._completions: queue.SimpleQueue[tuple[_Partition, int, bool]] = queue.SimpleQueue()
         self._saga_locks: dict[str, threading.Lock] = {}
-        self._joined = False
         self._awaiting: dict[str, _Work] = {}
-        self._last_loop = time.monotonic()
         self._first_call: dict[str, int] = {}
         self._kafka: KafkaJournal | None = None
         self._journals: list[KafkaJournal] = []
@@ -254,7 +245,7 @@ class CompensationService:
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=settings.concurrency, thread_name_prefix="compensation"
         )
-        self._consumer: Consumer | None = None
+        self._runtime: ConsumerRuntime | None = None
         self._dead: DeadLetters | None = None
         self._http: HealthServer | None = None
 
@@ -302,25 +293,38 @@ class CompensationService:
         dlq = s.dlq_topic or f"{s.topic}.dlq"
         ensure_topic(AdminClient(with_logger(self._base_config())), dlq, partitions=1, timeout=15)
         self._dead = DeadLetters(self._base_config(), dlq)
-        config: dict[str, str | int | float | bool] = {
-            "fetch.wait.max.ms": 50,
-            "fetch.min.bytes": 1,
-            **self._base_config(),
-            "group.id": s.group_id,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
+        tuning: dict[str, str | int | float | bool] = {
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": s.session_timeout_ms,
             "heartbeat.interval.ms": max(500, s.session_timeout_ms // 5),
             "max.poll.interval.ms": max(300_000, int(s.compensation_timeout_s * 4000)),
         }
         if s.instance_id:
-            config["group.instance.id"] = s.instance_id
-        self._consumer = Consumer(with_logger(config))
-        self._consumer.subscribe(
-            [s.topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+            tuning["group.instance.id"] = s.instance_id
+        self._runtime = ConsumerRuntime(
+            RuntimeOptions(
+                topic=s.topic,
+                config=client_config(
+                    bootstrap_servers=s.bootstrap_servers,
+                    group_id=s.group_id,
+                    client=s.client,
+                    defaults={"fetch.wait.max.ms": 50, "fetch.min.bytes": 1},
+                    tuning=tuning,
+                ),
+                # One message at a time: back-pressure (pausing) is decided between messages.
+                batch_size=1,
+                poll_timeout_s=0.1,
+                name="compensation consumer",
+            ),
+            self,
+            positions=KafkaCommits(self._ready_offsets, done=self._done_at),
+            poison=DeadLetterTopic(
+                self._dead,
+                on_parked=lambda reason: self.metrics.dead_letters.labels(reason=reason).inc(),
+            ),
+            stop=self._stopping,
+            lag=lambda number, lag: self.metrics.lag.labels(partition=str(number)).set(lag),
+            lag_gone=self._lag_gone,
         )
         if s.http_port is not None:
             self._http = HealthServer(
@@ -375,43 +379,34 @@ class CompensationService:
     def run(self) -> None:
         """Start, then consume until :meth:`stop`; finishes the steps in flight and returns."""
         self.start()
-        assert self._consumer is not None
-        consumer = self._consumer
-        next_lag = 0.0
-        paused = False
+        assert self._runtime is not None
         try:
-            while not self._stopping.is_set():
-                self._last_loop = time.monotonic()
-                self._drain()
-                self._submit_expired()
-                busy = self._in_flight() >= self.settings.concurrency * 8
-                if busy != paused:
-                    assignment = consumer.assignment()
-                    (consumer.pause if busy else consumer.resume)(assignment)
-                    paused = busy
-                message = consumer.poll(0.1)
-                if time.monotonic() >= next_lag:
-                    self._commit(asynchronous=True)
-                    self._update_lag()
-                    next_lag = time.monotonic() + 1.0
-                if message is None:
-                    continue
-                self._handle(message)
-                self._commit(asynchronous=True)
+            self._runtime.run()
         finally:
             self._shutdown()
 
-    def _shutdown(self) -> None:
+    def tick(self) -> None:
+        """Record finished work, start the requests whose grace ran out, apply back-pressure."""
+        self._drain()
+        self._submit_expired()
+        if self._runtime is not None:
+            self._runtime.hold(self._in_flight() >= self.settings.concurrency * 8)
+
+    def handle(self, messages: Sequence[Message]) -> None:
+        """Take ``messages`` on (the work runs on the pool; offsets commit when it is done)."""
+        for message in messages:
+            self._handle(message)
+
+    def closing(self) -> None:
+        """Let the steps in flight finish and record them before the last commit."""
         self._stopping.set()
         with self._lock:
             jobs = [job for part in self._parts.values() for job in part.jobs]
         concurrent.futures.wait(jobs)
         self._drain()
-        consumer = self._consumer
-        if consumer is not None:
-            with contextlib.suppress(KafkaException):
-                self._commit(asynchronous=False)
-            consumer.close()
+
+    def _shutdown(self) -> None:
+        self._stopping.set()
         self._executor.shutdown(wait=True)
         for closer in (self._dead, *self._journals, self._claims, self._http):
             if closer is not None:
@@ -424,7 +419,8 @@ class CompensationService:
 
     # --- health --------------------------------------------------------------------------
     def _healthy(self) -> tuple[bool, str]:
-        idle = time.monotonic() - self._last_loop
+        runtime = self._runtime
+        idle = time.monotonic() - runtime.alive_at if runtime is not None else 0.0
         if idle > 30:
             return False, f"consumer loop stalled for {idle:.0f}s"
         return True, "ok"
@@ -432,23 +428,27 @@ class CompensationService:
     def _ready(self) -> tuple[bool, str]:
         if self._stopping.is_set():
             return False, "stopping"
-        if not self._joined:
+        if self._runtime is None or not self._runtime.joined:
             return False, "not yet a member of the consumer group"
         if not self._claims.ping():
             return False, "claims database does not answer"
         return True, "ready"
 
     # --- rebalance -----------------------------------------------------------------------
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        del consumer
+    def on_assigned(self, partitions: Sequence[int]) -> None:
+        """Start a ledger for each partition."""
         with self._lock:
-            for tp in partitions:
-                self._parts[tp.partition] = _Partition(number=tp.partition)
-            self._joined = True
-        log.info("assigned partitions %s", sorted(tp.partition for tp in partitions))
+            for number in partitions:
+                self._parts[number] = _Partition(number=number)
 
-    def _release(self, partitions: list[TopicPartition], *, commit: bool) -> None:
-        numbers = {tp.partition for tp in partitions}
+    def on_revoking(self, partitions: Sequence[int], *, lost: bool) -> None:
+        """Stop the jobs of ``partitions`` before their next step and record what finished.
+
+        Requests still waiting for their grace are dropped uncommitted: the next owner sees
+        them again.  The runtime then commits (unless ``lost``) and calls :meth:`on_released`.
+        """
+        del lost
+        numbers = set(partitions)
         for saga, work in list(self._awaiting.items()):
             if work.partition.number in numbers:
                 del self._awaiting[saga]  # uncommitted: the next owner sees it again
@@ -460,24 +460,16 @@ class CompensationService:
         # Jobs stop before their next step; the step in flight finishes and is journaled.
         concurrent.futures.wait(jobs)
         self._drain()
-        if commit:
-            with contextlib.suppress(KafkaException):
-                self._commit(asynchronous=False, only=numbers)
+
+    def on_released(self, partitions: Sequence[int]) -> None:
+        """Forget ``partitions``."""
         with self._lock:
-            for n in numbers:
+            for n in partitions:
                 self._parts.pop(n, None)
-                with contextlib.suppress(KeyError):
-                    self.metrics.lag.remove(str(n))  # another instance reports it now
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        del consumer
-        log.info("revoking partitions %s", sorted(tp.partition for tp in partitions))
-        self._release(partitions, commit=True)
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        del consumer
-        log.warning("lost partitions %s", sorted(tp.partition for tp in partitions))
-        self._release(partitions, commit=False)
+    def _lag_gone(self, number: int) -> None:
+        with contextlib.suppress(KeyError):
+            self.metrics.lag.remove(str(number))  # another instance reports it now
 
     def _may_write(self, saga_id: str) -> bool:
         if self._stopping.is_set() or self._kafka is None:
@@ -504,52 +496,27 @@ class CompensationService:
                 if finished:
                     part.done(offset)
 
-    def _commit(self, *, asynchronous: bool, only: set[int] | None = None) -> None:
-        consumer = self._consumer
-        if consumer is None:
-            return
-        offsets: list[TopicPartition] = []
+    def _ready_offsets(self, only: Collection[int] | None) -> dict[int, int]:
+        """The next offsets to commit that moved since the last commit (marked committed)."""
+        offsets: dict[int, int] = {}
         with self._lock:
             for part in self._parts.values():
                 if only is not None and part.number not in only:
                     continue
                 if part.commit_at is not None and part.commit_at != part.committed:
-                    offsets.append(TopicPartition(self.settings.topic, part.number, part.commit_at))
+                    offsets[part.number] = part.commit_at
                     part.committed = part.commit_at
-        if not offsets:
-            return
-        if asynchronous:
-            consumer.commit(offsets=offsets, asynchronous=True)
-        else:
-            consumer.commit(offsets=offsets, asynchronous=False)
+        return offsets
 
-    def _update_lag(self) -> None:
-        consumer = self._consumer
-        if consumer is None:
-            return
+    def _done_at(self, number: int) -> int | None:
         with self._lock:
-            parts = list(self._parts.values())
-        for part in parts:
-            tp = TopicPartition(self.settings.topic, part.number)
-            try:
-                _low, high = consumer.get_watermark_offsets(tp, cached=True)
-            except KafkaException:
-                continue
-            if high is None or high < 0:
-                continue
-            done = part.commit_at if part.commit_at is not None else part.committed
-            if done is None:
-                position = consumer.position([tp])[0].offset
-                done = position if position is not None and position >= 0 else 0
-            self.metrics.lag.labels(partition=str(part.number)).set(max(0, high - done))
+            part = self._parts.get(number)
+        if part is None:
+            return None
+        return part.commit_at if part.commit_at is not None else part.committed
 
     # --- messages ------------------------------------------------------------------------
     def _handle(self, message: Message) -> None:
-        error = message.error()
-        if error is not None:
-            if error.code() != KafkaError._PARTITION_EOF:
-                log.warning("consumer error: %s", error)
-            return
         number = message.partition()
         offset = message.offset()
         if number is None or offset is None:
@@ -605,18 +572,10 @@ class CompensationService:
     def _dead_letter_now(
         self, message: Message, part: _Partition, reason: str, detail: str
     ) -> None:
-        assert self._dead is not None
+        assert self._runtime is not None
         offset = message.offset() or 0
-        while not self._stopping.is_set():
-            try:
-                self._dead.send(message, reason=reason, detail=detail)
-            except JournalError as exc:
-                log.error("dead-letter publication failed, retrying: %s", exc)
-                time.sleep(1.0)
-                continue
-            self.metrics.dead_letters.labels(reason=reason).inc()
+        if self._runtime.poison(message, reason=reason, detail=detail):
             self._completions.put((part, offset, True))
-            return
 
     def _finished(self, work: _Work, future: concurrent.futures.Future[None]) -> None:
         self.metrics.in_flight.dec()
@@ -677,17 +636,16 @@ class CompensationService:
                 delay = min(delay * 2, 5.0)
 
     def _dead_letter_job(self, work: _Work, poison: _Poison) -> None:
-        assert self._dead is not None
-        while True:
-            self._guard(work.entry.saga_id)
-            try:
-                self._dead.send(work.message, reason=poison.reason, detail=poison.detail)
-            except JournalError as exc:
-                log.error("dead-letter publication failed, retrying: %s", exc)
-                time.sleep(1.0)
-                continue
-            self.metrics.dead_letters.labels(reason=poison.reason).inc()
-            return
+        assert self._runtime is not None
+        saga = work.entry.saga_id
+        parked = self._runtime.poison(
+            work.message,
+            reason=poison.reason,
+            detail=poison.detail,
+            go_on=lambda: self._may_write(saga),
+        )
+        if not parked:
+            raise Revoked(f"no longer the owner of saga {saga!r}")
 
     def _read(self, work: _Work) -> SagaRead:
         """The saga's chain, refused (``_Poison``) unless the request is on it and it verifies."""
