@@ -1,12 +1,12 @@
 """The compensation service: a consumer group on the journal topic that finishes sagas.
 
-On each ``COMPENSATION_REQUESTED`` for a saga whose compensation is not finished, a worker reads
-the saga's chain, refuses it if it does not verify (dead-letter), takes the saga's lock in
-Postgres, and runs the core's compensation (``Sagacity.compensate``) with the claiming invoker,
-journaling through the Kafka journal.  Offsets are committed only once the work of every earlier
-message of the partition is done (``enable.auto.commit=false``).  See
-docs/adr/0007-compensation-exactly-once.md.  The loop is the services' consumer runtime
-(``sagacity.consumers._runtime``) with Kafka positions and the dead-letter topic for poison.
+On each ``COMPENSATION_REQUESTED`` the service waits for the requesting run's ``SAGA_ENDED``
+(or a grace), then hands the saga to a worker running its per-saga job (``_job.py``: the
+saga's lock, its chain checked, claims, undo calls, the outcome journaled).  Offsets are
+committed only once the work of every earlier message of the partition is done
+(``enable.auto.commit=false``).  See docs/adr/0007-compensation-exactly-once.md.  The loop is
+the services' consumer runtime (``sagacity.consumers._runtime``) with Kafka positions and the
+dead-letter topic for poison.
 """
 
 from __future__ import annotations
@@ -22,20 +22,18 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from confluent_kafka import Message
 from confluent_kafka.admin import AdminClient
 from pydantic import Field
 
-from sagacity import _attributes as attr
 from sagacity._compensation import CompensationCall
-from sagacity._events import EntryDraft, EventType, JournalEntry
+from sagacity._events import EventType, JournalEntry
 from sagacity._result import SagaResult, SagaStatus
 from sagacity._saga import Sagacity
 from sagacity._settings import SagacitySettings
 from sagacity._writer_signature import WriterKey
-from sagacity.chain import verify
 from sagacity.consumers._deadletter import DeadLetters, ensure_topic
 from sagacity.consumers._runtime import (
     ConsumerRuntime,
@@ -47,39 +45,25 @@ from sagacity.consumers._runtime import (
     client_config,
 )
 from sagacity.consumers._tools import register_tools
-from sagacity.consumers.compensation import _failpoints
-from sagacity.consumers.compensation._claims import Claim, ClaimStatus, ClaimStore
+from sagacity.consumers.compensation._claims import ClaimStore
 from sagacity.consumers.compensation._invoker import ClaimingInvoker
+from sagacity.consumers.compensation._job import (
+    WRITER_PREFIX,
+    JobContext,
+    SagaJob,
+)
 from sagacity.consumers.compensation._journal import Revoked, ServiceJournal
 from sagacity.consumers.compensation._metrics import HealthServer, Metrics
 from sagacity.errors import (
-    ChainIntegrityError,
-    CompensationConflictError,
     DeclarationError,
-    JournalError,
-    PersistenceError,
     SerializationError,
     ToolLoadError,
 )
-from sagacity.producer import ForkKind, KafkaJournal, ReadIndexSettings, SagaRead
+from sagacity.producer import KafkaJournal, ReadIndexSettings
 from sagacity.producer._clients import with_logger
 from sagacity.schemas import decode_entry
 
 log = logging.getLogger("sagacity.compensation")
-
-WRITER_PREFIX = "sagacity-compensation/"
-"""Every instance's writer id starts with it (the claim protocol is in force for its events)."""
-
-_FINAL = frozenset(s.value for s in SagaStatus if s is not SagaStatus.COMPENSATION_PENDING)
-_REASONS = frozenset(
-    {
-        EventType.FAILED,
-        EventType.REJECTED,
-        EventType.EXPIRED,
-        EventType.RESUME_REFUSED,
-        EventType.SUSPECT_SETTLED,
-    }
-)
 
 
 class CompensationSettings(SagacitySettings):
@@ -161,36 +145,6 @@ class _Work:
         return -1 if offset is None else offset
 
 
-def pending_request(entries: Sequence[JournalEntry]) -> JournalEntry | None:
-    """The saga's last ``COMPENSATION_REQUESTED`` if no final ``SAGA_ENDED`` followed it."""
-    request: JournalEntry | None = None
-    for entry in entries:
-        if entry.event_type is EventType.COMPENSATION_REQUESTED:
-            request = entry
-        elif (
-            request is not None
-            and entry.event_type is EventType.SAGA_ENDED
-            and entry.result in _FINAL
-        ):
-            request = None
-    return request
-
-
-def _reason(request: JournalEntry) -> EventType:
-    try:
-        reason = EventType(request.attributes.get(attr.REASON, EventType.FAILED.value))
-    except ValueError:
-        return EventType.FAILED
-    return reason if reason in _REASONS else EventType.FAILED
-
-
-class _Poison(Exception):  # noqa: N818 - a flow signal inside the service
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-
-
 class CompensationService(Handler):
     """Runs the compensation consumer until :meth:`stop` (SIGTERM) is called.
 
@@ -246,6 +200,7 @@ class CompensationService(Handler):
             max_workers=settings.concurrency, thread_name_prefix="compensation"
         )
         self._runtime: ConsumerRuntime | None = None
+        self._jobs: JobContext | None = None
         self._dead: DeadLetters | None = None
         self._http: HealthServer | None = None
 
@@ -325,6 +280,23 @@ class CompensationService(Handler):
             stop=self._stopping,
             lag=lambda number, lag: self.metrics.lag.labels(partition=str(number)).set(lag),
             lag_gone=self._lag_gone,
+        )
+        runtime = self._runtime
+        self._jobs = JobContext(
+            sagacity=self._sagacity,
+            journal=self._journal,
+            claims=self._claims,
+            invoker=self._invoker,
+            writer_id=self.writer_id,
+            thread_journal=self._thread_journal,
+            drop_thread_journal=self._drop_thread_journal,
+            may_write=self._may_write,
+            saga_lock=self._saga_lock,
+            dead_letter=lambda message, reason, detail, go_on: runtime.poison(
+                message, reason=reason, detail=detail, go_on=go_on
+            ),
+            first_call=self._first_call,
+            ended=self._ended,
         )
         if s.http_port is not None:
             self._http = HealthServer(
@@ -603,222 +575,15 @@ class CompensationService(Handler):
                 with self._lock:
                     self._saga_locks.pop(saga_id, None)
 
-    def _guard(self, saga_id: str) -> None:
-        if not self._may_write(saga_id):
-            raise Revoked(f"no longer the owner of saga {saga_id!r}")
-
     def _job(self, work: _Work) -> None:
-        saga = work.entry.saga_id
-        delay = 0.1
-        with self._saga_lock(saga):
-            while True:
-                self._guard(saga)
-                try:
-                    self._compensate(work)
-                    return
-                except _Poison as poison:
-                    self._dead_letter_job(work, poison)
-                    return
-                except Revoked:
-                    raise
-                except (JournalError, PersistenceError, CompensationConflictError) as exc:
-                    # Transient (broker, database, a racing writer): read the chain again.
-                    log.warning(
-                        "compensation interrupted, retrying: %s", exc, extra={"saga_id": saga}
-                    )
-                except Exception:
-                    # Unexpected: keep the offset uncommitted and try again rather than stall
-                    # the partition's commits behind a job that will never finish.
-                    log.exception(
-                        "compensation failed unexpectedly, retrying", extra={"saga_id": saga}
-                    )
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-
-    def _dead_letter_job(self, work: _Work, poison: _Poison) -> None:
-        assert self._runtime is not None
-        saga = work.entry.saga_id
-        parked = self._runtime.poison(
-            work.message,
-            reason=poison.reason,
-            detail=poison.detail,
-            go_on=lambda: self._may_write(saga),
-        )
-        if not parked:
-            raise Revoked(f"no longer the owner of saga {saga!r}")
-
-    def _read(self, work: _Work) -> SagaRead:
-        """The saga's chain, refused (``_Poison``) unless the request is on it and it verifies."""
-        read = self._thread_journal().read(work.entry.saga_id)
-        for rejected in read.rejected:
-            if rejected.kind in (ForkKind.EDITED, ForkKind.FOREIGN):
-                raise _Poison(
-                    "chain_does_not_verify",
-                    f"saga {read.saga_id!r}: {rejected.kind.value} event at offset "
-                    f"{rejected.offset} (seq {rejected.entry.seq}): {rejected.detail}",
-                )
-        if read.accepted_offset(work.entry.seq) != work.offset:
-            mine = [r for r in read.rejected if r.offset == work.offset]
-            if mine and mine[0].kind is ForkKind.DUPLICATE:
-                raise _Duplicate
-            accepted = read.accepted_offset(work.entry.seq)
-            index = work.entry.seq - read.base_seq - 1
-            if (
-                not mine
-                and accepted is not None
-                and accepted < work.offset
-                and read.entries[index].hash == work.entry.hash
-            ):
-                # A redelivered copy the archive (the read index) did not keep: a duplicate.
-                raise _Duplicate
-            detail = mine[0].detail if mine else "not found on the saga's chain"
-            raise _Poison(
-                "not_on_chain",
-                f"saga {read.saga_id!r}: COMPENSATION_REQUESTED at offset {work.offset} is not "
-                f"part of the accepted chain: {detail}",
-            )
-        verdict = verify(
-            read.entries, saga_id=read.saga_id, after_seq=read.base_seq, after_hash=read.base_hash
-        )
-        if not verdict.ok:
-            raise _Poison(
-                "chain_does_not_verify",
-                f"saga {read.saga_id!r} does not verify at seq {verdict.bad_seq}: "
-                f"{verdict.reason}: {verdict.detail}",
-            )
-        return read
-
-    def _compensate(self, work: _Work) -> None:
-        saga = work.entry.saga_id
-        while not self._claims.try_lock_saga(saga):
-            # Another instance is compensating it (a rebalance in progress): wait for it.
-            self._guard(saga)
-            time.sleep(0.05)
-        try:
-            try:
-                read = self._read(work)
-            except _Duplicate:
-                return
-            # Normally the requesting run's SAGA_ENDED is on the chain already (the consumer
-            # waits for its message); when that run died before writing it, wait out the grace
-            # so a late SAGA_ENDED cannot lose the race for its seq.
-            deadline = work.deadline
-            while (
-                read.entries[-1].event_type is EventType.COMPENSATION_REQUESTED
-                and time.monotonic() < deadline
-            ):
-                time.sleep(0.01)
-                self._guard(saga)
-                read = self._read(work)
-            request = pending_request(read.entries)
-            if request is None:
-                return
-            assert self._journal is not None
-            # Own the saga for the run (docs/adr/0004-single-writer.md, hand-offs): one
-            # confirmed SAGA_OPENED, then every step on the journal's hot path.  The writer id
-            # is the group's, so any instance can take over from one that died mid-run.
-            self._journal.append(
-                EntryDraft(
-                    saga_id=saga,
-                    event_type=EventType.SAGA_OPENED,
-                    attributes={attr.COMPENSATION: "delegated"},
-                )
-            )
-            try:
-                entries = self._reconcile(saga, self._thread_journal().entries(saga))
-                self._journal.preload(saga, entries)
-                self._first_call[saga] = request.recorded_at_us
-                try:
-                    result = self._sagacity.compensate(
-                        saga, reason=_reason(request), error=request.error, invoke=self._invoker
-                    )
-                except ChainIntegrityError as exc:
-                    raise _Poison("chain_does_not_verify", exc.message) from exc
-                finally:
-                    self._first_call.pop(saga, None)
-            except BaseException:
-                # The journal may hold this saga's tail in memory; another instance may extend
-                # the chain next, so that tail must never be written on again.
-                self._drop_thread_journal()
-                raise
-            self._ended(result)
-            _failpoints.reach("after_end")
-        finally:
-            self._claims.unlock_saga(saga)
-
-    def _reconcile(self, saga_id: str, entries: Sequence[JournalEntry]) -> Sequence[JournalEntry]:
-        """Journal outcomes the claims know of but the chain lacks (a crash in between)."""
-        assert self._journal is not None
-        last: dict[int, JournalEntry] = {}
-        for entry in entries:
-            if entry.ref_seq is not None and entry.event_type in (
-                EventType.COMPENSATION_INTENT,
-                EventType.COMPENSATED,
-                EventType.COMPENSATION_FAILED,
-                EventType.SUSPECT,
-            ):
-                last[entry.ref_seq] = entry
-        open_steps = {
-            seq: e for seq, e in last.items() if e.event_type is EventType.COMPENSATION_INTENT
-        }
-        if not open_steps:
-            return entries
-        wrote = False
-        claims = {claim.step_seq: claim for claim in self._claims.claims(saga_id)}
-        for seq, intent in sorted(open_steps.items()):
-            claim = claims.get(seq)
-            draft = self._recorded_outcome(saga_id, seq, intent, claim)
-            if draft is None:
-                continue
-            self._guard(saga_id)
-            self._journal.append(draft, durable=True)
-            log.info(
-                "journaled the known outcome of an interrupted step: %s",
-                draft.event_type.value,
-                extra={"saga_id": saga_id, "seq": seq},
-            )
-            wrote = True
-        if not wrote:
-            return entries
-        return self._thread_journal().entries(saga_id)
-
-    def _recorded_outcome(
-        self, saga_id: str, seq: int, intent: JournalEntry, claim: Claim | None
-    ) -> EntryDraft | None:
-        """The outcome the claim proves for a step whose intent has none on the chain."""
-
-        def make(event: EventType, **fields: Any) -> EntryDraft:
-            return EntryDraft(
-                saga_id=saga_id, event_type=event, tool=intent.tool, actor=self.writer_id, **fields
-            )
-
-        if claim is None:
-            if not (intent.actor or "").startswith(WRITER_PREFIX):
-                return None  # not written under the claim protocol: nothing is proven
-            return make(
-                EventType.COMPENSATION_FAILED,
-                error=(
-                    "interrupted after COMPENSATION_INTENT and before the undo was called "
-                    "(no claim was written); it is tried again"
-                ),
-                attributes={attr.REF_SEQ: str(seq), attr.CAUSE: "error"},
-            )
-        if claim.status is ClaimStatus.COMPENSATED:
-            return make(
-                EventType.COMPENSATED,
-                result=claim.result,
-                attributes={
-                    attr.REF_SEQ: str(seq),
-                    attr.RESULT_ENCODING: claim.result_encoding or "text",
-                },
-            )
-        if claim.status is ClaimStatus.FAILED:
-            return make(
-                EventType.COMPENSATION_FAILED,
-                error=claim.error or "the compensation failed",
-                attributes={attr.REF_SEQ: str(seq), attr.CAUSE: "error"},
-            )
-        return None  # CLAIMED / TIMED_OUT: the call may have acted; the runner decides
+        assert self._jobs is not None
+        SagaJob(
+            self._jobs,
+            message=work.message,
+            request=work.entry,
+            offset=work.offset,
+            deadline=work.deadline,
+        ).run()
 
     # --- metrics hooks -------------------------------------------------------------------
     def _starting(self, call: CompensationCall) -> None:
@@ -841,7 +606,3 @@ class CompensationService(Handler):
             result.summary(),
             extra={"saga_id": result.saga_id, "status": result.status.value},
         )
-
-
-class _Duplicate(Exception):  # noqa: N818 - a flow signal inside the service
-    """The message is a duplicate of an accepted event (its original is acted on)."""
