@@ -611,14 +611,6 @@ class ConsumerRuntime:
         (consumer.pause if busy else consumer.resume)(assignment)
         self._paused = busy
 
-    def commit(self, *, only: Collection[int] | None = None) -> None:
-        """Commit the ready positions now and wait (Kafka positions only).
-
-        Raises:
-            KafkaException: the commit failed.
-        """
-        self._commit_ready(asynchronous=False, only=only)
-
     def _commit_ready(self, *, asynchronous: bool, only: Collection[int] | None = None) -> None:
         consumer = self._consumer
         if consumer is None or not self.positions.in_kafka:
