@@ -11,14 +11,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaException, Message
 
+from sagacity.consumers._runtime import (
+    ConsumerRuntime,
+    Handler,
+    RuntimeOptions,
+    SkipAndCount,
+    TablePositions,
+    client_config,
+)
 from sagacity.consumers.approvals._store import ApprovalStore, apply_entry
 from sagacity.errors import SagacityError, SerializationError
-from sagacity.producer._clients import with_logger
 from sagacity.schemas import decode_entry
 
 log = logging.getLogger("sagacity.approvals")
@@ -28,8 +34,12 @@ RETRY_S = 2.0
 """Seconds between a failed batch and rejoining the group."""
 
 
-class RequestConsumer:
+class RequestConsumer(Handler):
     """Folds the journal topic into ``sagacity_approval_request`` on a background thread.
+
+    Runs on the services' consumer runtime: positions in the table, poison skipped and counted,
+    a failed batch (database or broker away) closes the consumer and rejoins after
+    :data:`RETRY_S`.
 
     Args:
         store: the working table.
@@ -48,21 +58,37 @@ class RequestConsumer:
     ) -> None:
         self._store = store
         self._topic = topic
-        self._config: dict[str, Any] = {
-            **dict(client or {}),
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": group_id,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-        }
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._skips = SkipAndCount()
         self.applied = 0
-        self.skipped = 0
-        self.error: str | None = None
-        self._assigned: set[int] = set()
+        self.runtime = ConsumerRuntime(
+            RuntimeOptions(
+                topic=topic,
+                config=client_config(
+                    bootstrap_servers=bootstrap_servers, group_id=group_id, client=client
+                ),
+                batch_size=500,
+                poll_timeout_s=0.2,
+                rejoin_on=(KafkaException, SagacityError),
+                rejoin_s=RETRY_S,
+                name="approvals consumer",
+            ),
+            self,
+            positions=TablePositions(store.offsets, from_beginning=False, wait_on=()),
+            poison=self._skips,
+            stop=self._stop,
+        )
+
+    @property
+    def skipped(self) -> int:
+        """Undecodable messages skipped."""
+        return self._skips.skipped
+
+    @property
+    def error(self) -> str | None:
+        """Why the last batch failed, while the consumer is retrying; ``None`` when folding."""
+        return self.runtime.error
 
     @property
     def alive(self) -> bool:
@@ -72,11 +98,11 @@ class RequestConsumer:
     @property
     def assigned(self) -> tuple[int, ...]:
         """Partitions this replica folds now."""
-        return tuple(sorted(self._assigned))
+        return self.runtime.assigned
 
     def start(self) -> None:
         """Start folding on a daemon thread."""
-        self._thread = threading.Thread(target=self._run, name="sagacity-approvals-consumer")
+        self._thread = threading.Thread(target=self.runtime.run, name="sagacity-approvals-consumer")
         self._thread.daemon = True
         self._thread.start()
 
@@ -86,74 +112,19 @@ class RequestConsumer:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        stored = self._store.offsets(self._topic)
-        for tp in partitions:
-            if tp.partition in stored:
-                tp.offset = stored[tp.partition]
-        consumer.assign(partitions)
-        self._assigned |= {tp.partition for tp in partitions}
-        log.info("folding partitions %s of %s", sorted(self._assigned), self._topic)
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._assigned -= {tp.partition for tp in partitions}
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._consume()
-                self.error = None
-            except (KafkaException, SagacityError) as exc:
-                # A batch that failed was not stored: rejoining re-reads it from the stored
-                # position, so a database or broker outage delays folding and loses nothing.
-                self.error = str(exc)
-                log.error("the approvals consumer failed, rejoining in %.0fs: %s", RETRY_S, exc)
-                self._assigned.clear()
-                self._stop.wait(RETRY_S)
-
-    def _consume(self) -> None:
-        consumer = Consumer(with_logger(self._config))
-        try:
-            consumer.subscribe(
-                [self._topic],
-                on_assign=self._on_assign,
-                on_revoke=self._on_revoke,
-                on_lost=self._on_revoke,
-            )
-            while not self._stop.is_set():
-                batch = consumer.consume(num_messages=500, timeout=0.2)
-                if batch:
-                    self._fold(consumer, batch)
-                    self.error = None
-        finally:
-            consumer.close()
-
-    def _fold(self, consumer: Consumer, batch: list[Message]) -> None:
+    def handle(self, messages: Sequence[Message]) -> None:
+        """Fold ``messages`` and store their positions in one transaction."""
         positions: dict[int, int] = {}
-        applied = skipped = 0
+        poison: list[tuple[Message, str]] = []
+        applied = 0
         with self._store.connect() as conn:
-            for message in batch:
-                error = message.error()
-                if error is not None:
-                    if error.code() != KafkaError._PARTITION_EOF:
-                        log.warning("consumer error: %s", error)
-                    continue
-                partition = message.partition()
-                offset = message.offset()
-                if partition is None or offset is None:
-                    continue
-                positions[partition] = offset + 1
+            for message in messages:
+                partition = message.partition() or 0
+                positions[partition] = (message.offset() or 0) + 1
                 try:
                     entry = decode_entry(message.value() or b"")
                 except SerializationError as exc:
-                    skipped += 1
-                    log.warning(
-                        "skipping undecodable message at %s[%d]@%d: %s",
-                        self._topic,
-                        partition,
-                        offset,
-                        exc,
-                    )
+                    poison.append((message, exc.message))
                     continue
                 apply_entry(conn, entry, topic=self._topic)
                 applied += 1
@@ -161,11 +132,5 @@ class RequestConsumer:
                 self._store.store_offset(conn, self._topic, partition, next_offset)
         # Counted once the transaction committed: a failed batch is folded again later.
         self.applied += applied
-        self.skipped += skipped
-        # Kafka's own committed position is informational (lag dashboards); the table's wins.
-        commits = [TopicPartition(self._topic, p, o) for p, o in positions.items()]
-        if commits:
-            try:
-                consumer.commit(offsets=commits, asynchronous=True)
-            except KafkaException as exc:
-                log.info("could not commit consumer offsets to Kafka: %s", exc)
+        for message, detail in poison:
+            self.runtime.poison(message, reason="undecodable", detail=detail)

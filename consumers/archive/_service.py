@@ -2,7 +2,10 @@
 
 Kafka offsets are never the source of truth: they are stored in Postgres in the transaction
 that writes the rows, and on every assignment the consumer seeks to them.  Offsets are also
-committed to Kafka afterwards, for lag monitoring only.
+committed to Kafka afterwards, for lag monitoring only.  The loop is the services' consumer
+runtime (``sagacity.consumers._runtime``) with table positions; poison is quarantined by the
+batch itself (``archive_quarantine``, in the transaction that stores the position), since only
+the batch knows a fork or a gap from the archived heads.
 """
 
 from __future__ import annotations
@@ -10,18 +13,27 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Message
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pydantic import Field
 
 from sagacity._decision_signature import DecisionVerifier
 from sagacity._settings import SagacitySettings
 from sagacity._writer_signature import WriterRegistry
+from sagacity.consumers._runtime import (
+    ConsumerRuntime,
+    Handler,
+    Redeliver,
+    RuntimeOptions,
+    SkipAndCount,
+    TablePositions,
+    client_config,
+)
 from sagacity.consumers.archive._authorship import Authorship
 from sagacity.consumers.archive._checkpoints import SignedRound, Signer, sign_pending
 from sagacity.consumers.archive._db import connect, ensure_schema
@@ -33,7 +45,6 @@ from sagacity.errors import (
     RoundLogError,
     WitnessError,
 )
-from sagacity.producer._clients import with_logger
 
 log = logging.getLogger("sagacity.archive")
 
@@ -166,7 +177,7 @@ def authorship_of(settings: ArchiveSettings) -> Authorship:
     return Authorship(approvals=approvals, writers=writers)
 
 
-class ArchiveService:
+class ArchiveService(Handler):
     """Runs the archive consumer until :meth:`stop` (or a signal handler) is called."""
 
     def __init__(
@@ -187,9 +198,30 @@ class ArchiveService:
         )
         self._signer = Signer.from_file(settings.signing_key) if settings.signing_key else None
         self._stop = threading.Event()
-        self._alive_at = 0.0
         self._healthy = False
         self._http: ThreadingHTTPServer | None = None
+        self._last_checkpoint = time.monotonic()
+        self.runtime = ConsumerRuntime(
+            RuntimeOptions(
+                topic=settings.topic,
+                config=client_config(
+                    bootstrap_servers=settings.bootstrap_servers,
+                    group_id=settings.group_id,
+                    client=settings.kafka_config,
+                ),
+                batch_size=settings.batch_size,
+                poll_timeout_s=settings.poll_timeout,
+                name="archive consumer",
+            ),
+            self,
+            # Positions the table does not hold start at the beginning: the archive must see
+            # every event, whatever the group committed to Kafka before.
+            positions=TablePositions(self._archiver.stored_offsets, from_beginning=True),
+            # Undecodable and refused events are quarantined by the batch (see the module);
+            # nothing reaches the runtime's policy.
+            poison=SkipAndCount(),
+            stop=self._stop,
+        )
 
     def stop(self) -> None:
         """Ask the loop to finish its current batch and return."""
@@ -198,24 +230,7 @@ class ArchiveService:
     @property
     def healthy(self) -> bool:
         """The loop ran recently and its last database operation succeeded."""
-        return self._healthy and time.monotonic() - self._alive_at < 30.0
-
-    # --- Kafka callbacks ------------------------------------------------------------------------
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        stored: dict[str, dict[int, int]] = {}
-        while True:
-            try:
-                for topic in {p.topic for p in partitions}:
-                    stored[topic] = self._archiver.stored_offsets(topic)
-                break
-            except PersistenceUnavailableError as exc:
-                log.warning("cannot read stored offsets yet: %s", exc.message)
-                if self._stop.wait(1.0):
-                    return
-        for p in partitions:
-            p.offset = stored[p.topic].get(p.partition, OFFSET_BEGINNING)
-        log.info("assigned %s", [(p.topic, p.partition, p.offset) for p in partitions])
-        consumer.assign(partitions)
+        return self._healthy and time.monotonic() - self.runtime.alive_at < 30.0
 
     # --- the loop ---------------------------------------------------------------------------------
     def _prepare(self) -> None:
@@ -238,90 +253,59 @@ class ArchiveService:
         if self.settings.metrics_port is not None:
             self._start_http(self.settings.metrics_port)
         self._prepare()
-        config: dict[str, Any] = {
-            "bootstrap.servers": self.settings.bootstrap_servers,
-            "group.id": self.settings.group_id,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            **self.settings.kafka_config,
-        }
-        consumer = Consumer(with_logger(config))
-        last_checkpoint = time.monotonic()
+        self._last_checkpoint = time.monotonic()
         try:
-            consumer.subscribe([self.settings.topic], on_assign=self._on_assign)
-            while not self._stop.is_set():
-                self._alive_at = time.monotonic()
-                messages = consumer.consume(
-                    num_messages=self.settings.batch_size, timeout=self.settings.poll_timeout
-                )
-                batch: list[RawEvent] = []
-                with_headers = self._authorship.needs_headers
-                for m in messages:
-                    err = m.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            continue
-                        if err.fatal():
-                            raise KafkaException(err)
-                        log.warning("kafka: %s", err)
-                        continue
-                    batch.append(
-                        RawEvent(
-                            topic=m.topic() or self.settings.topic,
-                            partition=m.partition() or 0,
-                            offset=m.offset() or 0,
-                            key=m.key(),
-                            value=m.value(),
-                            headers=_headers(m) if with_headers else None,
-                        )
-                    )
-                if batch:
-                    self._archive(consumer, batch)
-                else:
-                    self._healthy = True
-                if self._signer and time.monotonic() - last_checkpoint >= (
-                    self.settings.checkpoint_interval
-                ):
-                    self._checkpoint()
-                    last_checkpoint = time.monotonic()
+            self.runtime.run()
             if self._signer:
                 self._checkpoint()
         finally:
-            consumer.close()
             self._archiver.close()
             if self._http is not None:
                 self._http.shutdown()
                 self._http.server_close()
 
-    def _archive(self, consumer: Consumer, batch: list[RawEvent]) -> None:
+    # --- the runtime's hooks ----------------------------------------------------------------------
+    def tick(self) -> None:
+        """Sign a checkpoint when one is due."""
+        if self._signer and time.monotonic() - self._last_checkpoint >= (
+            self.settings.checkpoint_interval
+        ):
+            self._checkpoint()
+            self._last_checkpoint = time.monotonic()
+
+    def idle(self) -> None:
+        """Nothing to archive: the loop is healthy."""
+        self._healthy = True
+
+    def handle(self, messages: Sequence[Message]) -> None:
+        """Archive ``messages`` in one transaction with their positions.
+
+        Raises:
+            Redeliver: the database is away; nothing was committed.
+        """
+        with_headers = self._authorship.needs_headers
+        batch = [
+            RawEvent(
+                topic=m.topic() or self.settings.topic,
+                partition=m.partition() or 0,
+                offset=m.offset() or 0,
+                key=m.key(),
+                value=m.value(),
+                headers=_headers(m) if with_headers else None,
+            )
+            for m in messages
+        ]
         try:
             report = self._archiver.archive(batch)
         except PersistenceUnavailableError as exc:
             # Nothing was committed: read the same messages again once the database is back.
             self._healthy = False
             log.error("batch not archived, will re-read it: %s", exc.message)
-            firsts: dict[tuple[str, int], int] = {}
-            for ev in batch:
-                firsts.setdefault((ev.topic, ev.partition), ev.offset)
-            for (topic, partition), offset in firsts.items():
-                consumer.seek(TopicPartition(topic, partition, offset))
-            self._stop.wait(1.0)
-            return
+            raise Redeliver(exc.message, retry_s=1.0) from exc
         self._healthy = True
         self.metrics.record(report)
         if report.quarantined_total:
             log.warning("quarantined %s", {k.value: v for k, v in report.quarantined.items()})
-        nexts: dict[tuple[str, int], int] = {}
-        for ev in batch:
-            nexts[(ev.topic, ev.partition)] = ev.offset + 1
-        try:  # informational only (lag dashboards); Postgres holds the real position
-            consumer.commit(
-                offsets=[TopicPartition(t, p, o) for (t, p), o in nexts.items()], asynchronous=True
-            )
-        except KafkaException as exc:
-            log.debug("offset commit to Kafka failed (harmless): %s", exc)
 
     def _checkpoint(self) -> None:
         assert self._signer is not None

@@ -1,11 +1,12 @@
 """The compensation service: a consumer group on the journal topic that finishes sagas.
 
-On each ``COMPENSATION_REQUESTED`` for a saga whose compensation is not finished, a worker reads
-the saga's chain, refuses it if it does not verify (dead-letter), takes the saga's lock in
-Postgres, and runs the core's compensation (``Sagacity.compensate``) with the claiming invoker,
-journaling through the Kafka journal.  Offsets are committed only once the work of every earlier
-message of the partition is done (``enable.auto.commit=false``).  See
-docs/adr/0007-compensation-exactly-once.md.
+On each ``COMPENSATION_REQUESTED`` the service waits for the requesting run's ``SAGA_ENDED``
+(or a grace), then hands the saga to a worker running its per-saga job (``_job.py``: the
+saga's lock, its chain checked, claims, undo calls, the outcome journaled).  Offsets are
+committed only once the work of every earlier message of the partition is done
+(``enable.auto.commit=false``).  See docs/adr/0007-compensation-exactly-once.md.  The loop is
+the services' consumer runtime (``sagacity.consumers._runtime``) with Kafka positions and the
+dead-letter topic for poison.
 """
 
 from __future__ import annotations
@@ -19,58 +20,50 @@ import socket
 import threading
 import time
 import uuid
-from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Message
 from confluent_kafka.admin import AdminClient
 from pydantic import Field
 
-from sagacity import _attributes as attr
 from sagacity._compensation import CompensationCall
-from sagacity._events import EntryDraft, EventType, JournalEntry
+from sagacity._events import EventType, JournalEntry
 from sagacity._result import SagaResult, SagaStatus
 from sagacity._saga import Sagacity
 from sagacity._settings import SagacitySettings
 from sagacity._writer_signature import WriterKey
-from sagacity.chain import verify
+from sagacity.consumers._deadletter import DeadLetters, ensure_topic
+from sagacity.consumers._runtime import (
+    ConsumerRuntime,
+    DeadLetterTopic,
+    Handler,
+    KafkaCommits,
+    Ledger,
+    RuntimeOptions,
+    client_config,
+)
 from sagacity.consumers._tools import register_tools
-from sagacity.consumers.compensation import _failpoints
-from sagacity.consumers.compensation._claims import Claim, ClaimStatus, ClaimStore
-from sagacity.consumers.compensation._deadletter import DeadLetters, ensure_topic
+from sagacity.consumers.compensation._claims import ClaimStore
 from sagacity.consumers.compensation._invoker import ClaimingInvoker
+from sagacity.consumers.compensation._job import (
+    WRITER_PREFIX,
+    JobContext,
+    SagaJob,
+)
 from sagacity.consumers.compensation._journal import Revoked, ServiceJournal
 from sagacity.consumers.compensation._metrics import HealthServer, Metrics
 from sagacity.errors import (
-    ChainIntegrityError,
-    CompensationConflictError,
     DeclarationError,
-    JournalError,
-    PersistenceError,
     SerializationError,
     ToolLoadError,
 )
-from sagacity.producer import ForkKind, KafkaJournal, ReadIndexSettings, SagaRead
+from sagacity.producer import KafkaJournal, ReadIndexSettings
 from sagacity.producer._clients import with_logger
 from sagacity.schemas import decode_entry
 
 log = logging.getLogger("sagacity.compensation")
-
-WRITER_PREFIX = "sagacity-compensation/"
-"""Every instance's writer id starts with it (the claim protocol is in force for its events)."""
-
-_FINAL = frozenset(s.value for s in SagaStatus if s is not SagaStatus.COMPENSATION_PENDING)
-_REASONS = frozenset(
-    {
-        EventType.FAILED,
-        EventType.REJECTED,
-        EventType.EXPIRED,
-        EventType.RESUME_REFUSED,
-        EventType.SUSPECT_SETTLED,
-    }
-)
 
 
 class CompensationSettings(SagacitySettings):
@@ -130,29 +123,13 @@ class CompensationSettings(SagacitySettings):
     ``None``: unsigned (docs/adr/0014-signed-decisions-and-writers.md)."""
 
 
-@dataclass
-class _Partition:
-    """Offsets of one assigned partition: which are done, and what may be committed."""
+@dataclass(kw_only=True)
+class _Partition(Ledger):
+    """One assigned partition: its offsets' ledger, its jobs, and whether it is going."""
 
     number: int
-    pending: OrderedDict[int, bool] = field(default_factory=OrderedDict)
     jobs: set[concurrent.futures.Future[None]] = field(default_factory=set)
-    commit_at: int | None = None
-    committed: int | None = None
     revoking: bool = False
-
-    def add(self, offset: int) -> None:
-        self.pending[offset] = False
-
-    def done(self, offset: int) -> None:
-        if offset in self.pending:
-            self.pending[offset] = True
-        while self.pending:
-            first, finished = next(iter(self.pending.items()))
-            if not finished:
-                break
-            self.pending.popitem(last=False)
-            self.commit_at = first + 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,37 +145,7 @@ class _Work:
         return -1 if offset is None else offset
 
 
-def pending_request(entries: Sequence[JournalEntry]) -> JournalEntry | None:
-    """The saga's last ``COMPENSATION_REQUESTED`` if no final ``SAGA_ENDED`` followed it."""
-    request: JournalEntry | None = None
-    for entry in entries:
-        if entry.event_type is EventType.COMPENSATION_REQUESTED:
-            request = entry
-        elif (
-            request is not None
-            and entry.event_type is EventType.SAGA_ENDED
-            and entry.result in _FINAL
-        ):
-            request = None
-    return request
-
-
-def _reason(request: JournalEntry) -> EventType:
-    try:
-        reason = EventType(request.attributes.get(attr.REASON, EventType.FAILED.value))
-    except ValueError:
-        return EventType.FAILED
-    return reason if reason in _REASONS else EventType.FAILED
-
-
-class _Poison(Exception):  # noqa: N818 - a flow signal inside the service
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-
-
-class CompensationService:
+class CompensationService(Handler):
     """Runs the compensation consumer until :meth:`stop` (SIGTERM) is called.
 
     Args:
@@ -228,9 +175,7 @@ class CompensationService:
         self._parts: dict[int, _Partition] = {}
         self._completions: queue.SimpleQueue[tuple[_Partition, int, bool]] = queue.SimpleQueue()
         self._saga_locks: dict[str, threading.Lock] = {}
-        self._joined = False
         self._awaiting: dict[str, _Work] = {}
-        self._last_loop = time.monotonic()
         self._first_call: dict[str, int] = {}
         self._kafka: KafkaJournal | None = None
         self._journals: list[KafkaJournal] = []
@@ -254,7 +199,8 @@ class CompensationService:
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=settings.concurrency, thread_name_prefix="compensation"
         )
-        self._consumer: Consumer | None = None
+        self._runtime: ConsumerRuntime | None = None
+        self._jobs: JobContext | None = None
         self._dead: DeadLetters | None = None
         self._http: HealthServer | None = None
 
@@ -302,25 +248,55 @@ class CompensationService:
         dlq = s.dlq_topic or f"{s.topic}.dlq"
         ensure_topic(AdminClient(with_logger(self._base_config())), dlq, partitions=1, timeout=15)
         self._dead = DeadLetters(self._base_config(), dlq)
-        config: dict[str, str | int | float | bool] = {
-            "fetch.wait.max.ms": 50,
-            "fetch.min.bytes": 1,
-            **self._base_config(),
-            "group.id": s.group_id,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
+        tuning: dict[str, str | int | float | bool] = {
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": s.session_timeout_ms,
             "heartbeat.interval.ms": max(500, s.session_timeout_ms // 5),
             "max.poll.interval.ms": max(300_000, int(s.compensation_timeout_s * 4000)),
         }
         if s.instance_id:
-            config["group.instance.id"] = s.instance_id
-        self._consumer = Consumer(with_logger(config))
-        self._consumer.subscribe(
-            [s.topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+            tuning["group.instance.id"] = s.instance_id
+        self._runtime = ConsumerRuntime(
+            RuntimeOptions(
+                topic=s.topic,
+                config=client_config(
+                    bootstrap_servers=s.bootstrap_servers,
+                    group_id=s.group_id,
+                    client=s.client,
+                    defaults={"fetch.wait.max.ms": 50, "fetch.min.bytes": 1},
+                    tuning=tuning,
+                ),
+                # One message at a time: back-pressure (pausing) is decided between messages.
+                batch_size=1,
+                poll_timeout_s=0.1,
+                name="compensation consumer",
+            ),
+            self,
+            positions=KafkaCommits(self._ready_offsets, done=self._done_at),
+            poison=DeadLetterTopic(
+                self._dead,
+                on_parked=lambda reason: self.metrics.dead_letters.labels(reason=reason).inc(),
+            ),
+            stop=self._stopping,
+            lag=lambda number, lag: self.metrics.lag.labels(partition=str(number)).set(lag),
+            lag_gone=self._lag_gone,
+        )
+        runtime = self._runtime
+        self._jobs = JobContext(
+            sagacity=self._sagacity,
+            journal=self._journal,
+            claims=self._claims,
+            invoker=self._invoker,
+            writer_id=self.writer_id,
+            thread_journal=self._thread_journal,
+            drop_thread_journal=self._drop_thread_journal,
+            may_write=self._may_write,
+            saga_lock=self._saga_lock,
+            dead_letter=lambda message, reason, detail, go_on: runtime.poison(
+                message, reason=reason, detail=detail, go_on=go_on
+            ),
+            first_call=self._first_call,
+            ended=self._ended,
         )
         if s.http_port is not None:
             self._http = HealthServer(
@@ -375,43 +351,34 @@ class CompensationService:
     def run(self) -> None:
         """Start, then consume until :meth:`stop`; finishes the steps in flight and returns."""
         self.start()
-        assert self._consumer is not None
-        consumer = self._consumer
-        next_lag = 0.0
-        paused = False
+        assert self._runtime is not None
         try:
-            while not self._stopping.is_set():
-                self._last_loop = time.monotonic()
-                self._drain()
-                self._submit_expired()
-                busy = self._in_flight() >= self.settings.concurrency * 8
-                if busy != paused:
-                    assignment = consumer.assignment()
-                    (consumer.pause if busy else consumer.resume)(assignment)
-                    paused = busy
-                message = consumer.poll(0.1)
-                if time.monotonic() >= next_lag:
-                    self._commit(asynchronous=True)
-                    self._update_lag()
-                    next_lag = time.monotonic() + 1.0
-                if message is None:
-                    continue
-                self._handle(message)
-                self._commit(asynchronous=True)
+            self._runtime.run()
         finally:
             self._shutdown()
 
-    def _shutdown(self) -> None:
+    def tick(self) -> None:
+        """Record finished work, start the requests whose grace ran out, apply back-pressure."""
+        self._drain()
+        self._submit_expired()
+        if self._runtime is not None:
+            self._runtime.hold(self._in_flight() >= self.settings.concurrency * 8)
+
+    def handle(self, messages: Sequence[Message]) -> None:
+        """Take ``messages`` on (the work runs on the pool; offsets commit when it is done)."""
+        for message in messages:
+            self._handle(message)
+
+    def closing(self) -> None:
+        """Let the steps in flight finish and record them before the last commit."""
         self._stopping.set()
         with self._lock:
             jobs = [job for part in self._parts.values() for job in part.jobs]
         concurrent.futures.wait(jobs)
         self._drain()
-        consumer = self._consumer
-        if consumer is not None:
-            with contextlib.suppress(KafkaException):
-                self._commit(asynchronous=False)
-            consumer.close()
+
+    def _shutdown(self) -> None:
+        self._stopping.set()
         self._executor.shutdown(wait=True)
         for closer in (self._dead, *self._journals, self._claims, self._http):
             if closer is not None:
@@ -424,7 +391,8 @@ class CompensationService:
 
     # --- health --------------------------------------------------------------------------
     def _healthy(self) -> tuple[bool, str]:
-        idle = time.monotonic() - self._last_loop
+        runtime = self._runtime
+        idle = time.monotonic() - runtime.alive_at if runtime is not None else 0.0
         if idle > 30:
             return False, f"consumer loop stalled for {idle:.0f}s"
         return True, "ok"
@@ -432,23 +400,27 @@ class CompensationService:
     def _ready(self) -> tuple[bool, str]:
         if self._stopping.is_set():
             return False, "stopping"
-        if not self._joined:
+        if self._runtime is None or not self._runtime.joined:
             return False, "not yet a member of the consumer group"
         if not self._claims.ping():
             return False, "claims database does not answer"
         return True, "ready"
 
     # --- rebalance -----------------------------------------------------------------------
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        del consumer
+    def on_assigned(self, partitions: Sequence[int]) -> None:
+        """Start a ledger for each partition."""
         with self._lock:
-            for tp in partitions:
-                self._parts[tp.partition] = _Partition(number=tp.partition)
-            self._joined = True
-        log.info("assigned partitions %s", sorted(tp.partition for tp in partitions))
+            for number in partitions:
+                self._parts[number] = _Partition(number=number)
 
-    def _release(self, partitions: list[TopicPartition], *, commit: bool) -> None:
-        numbers = {tp.partition for tp in partitions}
+    def on_revoking(self, partitions: Sequence[int], *, lost: bool) -> None:
+        """Stop the jobs of ``partitions`` before their next step and record what finished.
+
+        Requests still waiting for their grace are dropped uncommitted: the next owner sees
+        them again.  The runtime then commits (unless ``lost``) and calls :meth:`on_released`.
+        """
+        del lost
+        numbers = set(partitions)
         for saga, work in list(self._awaiting.items()):
             if work.partition.number in numbers:
                 del self._awaiting[saga]  # uncommitted: the next owner sees it again
@@ -460,24 +432,16 @@ class CompensationService:
         # Jobs stop before their next step; the step in flight finishes and is journaled.
         concurrent.futures.wait(jobs)
         self._drain()
-        if commit:
-            with contextlib.suppress(KafkaException):
-                self._commit(asynchronous=False, only=numbers)
+
+    def on_released(self, partitions: Sequence[int]) -> None:
+        """Forget ``partitions``."""
         with self._lock:
-            for n in numbers:
+            for n in partitions:
                 self._parts.pop(n, None)
-                with contextlib.suppress(KeyError):
-                    self.metrics.lag.remove(str(n))  # another instance reports it now
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        del consumer
-        log.info("revoking partitions %s", sorted(tp.partition for tp in partitions))
-        self._release(partitions, commit=True)
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        del consumer
-        log.warning("lost partitions %s", sorted(tp.partition for tp in partitions))
-        self._release(partitions, commit=False)
+    def _lag_gone(self, number: int) -> None:
+        with contextlib.suppress(KeyError):
+            self.metrics.lag.remove(str(number))  # another instance reports it now
 
     def _may_write(self, saga_id: str) -> bool:
         if self._stopping.is_set() or self._kafka is None:
@@ -504,52 +468,27 @@ class CompensationService:
                 if finished:
                     part.done(offset)
 
-    def _commit(self, *, asynchronous: bool, only: set[int] | None = None) -> None:
-        consumer = self._consumer
-        if consumer is None:
-            return
-        offsets: list[TopicPartition] = []
+    def _ready_offsets(self, only: Collection[int] | None) -> dict[int, int]:
+        """The next offsets to commit that moved since the last commit (marked committed)."""
+        offsets: dict[int, int] = {}
         with self._lock:
             for part in self._parts.values():
                 if only is not None and part.number not in only:
                     continue
                 if part.commit_at is not None and part.commit_at != part.committed:
-                    offsets.append(TopicPartition(self.settings.topic, part.number, part.commit_at))
+                    offsets[part.number] = part.commit_at
                     part.committed = part.commit_at
-        if not offsets:
-            return
-        if asynchronous:
-            consumer.commit(offsets=offsets, asynchronous=True)
-        else:
-            consumer.commit(offsets=offsets, asynchronous=False)
+        return offsets
 
-    def _update_lag(self) -> None:
-        consumer = self._consumer
-        if consumer is None:
-            return
+    def _done_at(self, number: int) -> int | None:
         with self._lock:
-            parts = list(self._parts.values())
-        for part in parts:
-            tp = TopicPartition(self.settings.topic, part.number)
-            try:
-                _low, high = consumer.get_watermark_offsets(tp, cached=True)
-            except KafkaException:
-                continue
-            if high is None or high < 0:
-                continue
-            done = part.commit_at if part.commit_at is not None else part.committed
-            if done is None:
-                position = consumer.position([tp])[0].offset
-                done = position if position is not None and position >= 0 else 0
-            self.metrics.lag.labels(partition=str(part.number)).set(max(0, high - done))
+            part = self._parts.get(number)
+        if part is None:
+            return None
+        return part.commit_at if part.commit_at is not None else part.committed
 
     # --- messages ------------------------------------------------------------------------
     def _handle(self, message: Message) -> None:
-        error = message.error()
-        if error is not None:
-            if error.code() != KafkaError._PARTITION_EOF:
-                log.warning("consumer error: %s", error)
-            return
         number = message.partition()
         offset = message.offset()
         if number is None or offset is None:
@@ -605,18 +544,10 @@ class CompensationService:
     def _dead_letter_now(
         self, message: Message, part: _Partition, reason: str, detail: str
     ) -> None:
-        assert self._dead is not None
+        assert self._runtime is not None
         offset = message.offset() or 0
-        while not self._stopping.is_set():
-            try:
-                self._dead.send(message, reason=reason, detail=detail)
-            except JournalError as exc:
-                log.error("dead-letter publication failed, retrying: %s", exc)
-                time.sleep(1.0)
-                continue
-            self.metrics.dead_letters.labels(reason=reason).inc()
+        if self._runtime.poison(message, reason=reason, detail=detail):
             self._completions.put((part, offset, True))
-            return
 
     def _finished(self, work: _Work, future: concurrent.futures.Future[None]) -> None:
         self.metrics.in_flight.dec()
@@ -644,223 +575,15 @@ class CompensationService:
                 with self._lock:
                     self._saga_locks.pop(saga_id, None)
 
-    def _guard(self, saga_id: str) -> None:
-        if not self._may_write(saga_id):
-            raise Revoked(f"no longer the owner of saga {saga_id!r}")
-
     def _job(self, work: _Work) -> None:
-        saga = work.entry.saga_id
-        delay = 0.1
-        with self._saga_lock(saga):
-            while True:
-                self._guard(saga)
-                try:
-                    self._compensate(work)
-                    return
-                except _Poison as poison:
-                    self._dead_letter_job(work, poison)
-                    return
-                except Revoked:
-                    raise
-                except (JournalError, PersistenceError, CompensationConflictError) as exc:
-                    # Transient (broker, database, a racing writer): read the chain again.
-                    log.warning(
-                        "compensation interrupted, retrying: %s", exc, extra={"saga_id": saga}
-                    )
-                except Exception:
-                    # Unexpected: keep the offset uncommitted and try again rather than stall
-                    # the partition's commits behind a job that will never finish.
-                    log.exception(
-                        "compensation failed unexpectedly, retrying", extra={"saga_id": saga}
-                    )
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-
-    def _dead_letter_job(self, work: _Work, poison: _Poison) -> None:
-        assert self._dead is not None
-        while True:
-            self._guard(work.entry.saga_id)
-            try:
-                self._dead.send(work.message, reason=poison.reason, detail=poison.detail)
-            except JournalError as exc:
-                log.error("dead-letter publication failed, retrying: %s", exc)
-                time.sleep(1.0)
-                continue
-            self.metrics.dead_letters.labels(reason=poison.reason).inc()
-            return
-
-    def _read(self, work: _Work) -> SagaRead:
-        """The saga's chain, refused (``_Poison``) unless the request is on it and it verifies."""
-        read = self._thread_journal().read(work.entry.saga_id)
-        for rejected in read.rejected:
-            if rejected.kind in (ForkKind.EDITED, ForkKind.FOREIGN):
-                raise _Poison(
-                    "chain_does_not_verify",
-                    f"saga {read.saga_id!r}: {rejected.kind.value} event at offset "
-                    f"{rejected.offset} (seq {rejected.entry.seq}): {rejected.detail}",
-                )
-        if read.accepted_offset(work.entry.seq) != work.offset:
-            mine = [r for r in read.rejected if r.offset == work.offset]
-            if mine and mine[0].kind is ForkKind.DUPLICATE:
-                raise _Duplicate
-            accepted = read.accepted_offset(work.entry.seq)
-            index = work.entry.seq - read.base_seq - 1
-            if (
-                not mine
-                and accepted is not None
-                and accepted < work.offset
-                and read.entries[index].hash == work.entry.hash
-            ):
-                # A redelivered copy the archive (the read index) did not keep: a duplicate.
-                raise _Duplicate
-            detail = mine[0].detail if mine else "not found on the saga's chain"
-            raise _Poison(
-                "not_on_chain",
-                f"saga {read.saga_id!r}: COMPENSATION_REQUESTED at offset {work.offset} is not "
-                f"part of the accepted chain: {detail}",
-            )
-        verdict = verify(
-            read.entries, saga_id=read.saga_id, after_seq=read.base_seq, after_hash=read.base_hash
-        )
-        if not verdict.ok:
-            raise _Poison(
-                "chain_does_not_verify",
-                f"saga {read.saga_id!r} does not verify at seq {verdict.bad_seq}: "
-                f"{verdict.reason}: {verdict.detail}",
-            )
-        return read
-
-    def _compensate(self, work: _Work) -> None:
-        saga = work.entry.saga_id
-        while not self._claims.try_lock_saga(saga):
-            # Another instance is compensating it (a rebalance in progress): wait for it.
-            self._guard(saga)
-            time.sleep(0.05)
-        try:
-            try:
-                read = self._read(work)
-            except _Duplicate:
-                return
-            # Normally the requesting run's SAGA_ENDED is on the chain already (the consumer
-            # waits for its message); when that run died before writing it, wait out the grace
-            # so a late SAGA_ENDED cannot lose the race for its seq.
-            deadline = work.deadline
-            while (
-                read.entries[-1].event_type is EventType.COMPENSATION_REQUESTED
-                and time.monotonic() < deadline
-            ):
-                time.sleep(0.01)
-                self._guard(saga)
-                read = self._read(work)
-            request = pending_request(read.entries)
-            if request is None:
-                return
-            assert self._journal is not None
-            # Own the saga for the run (docs/adr/0004-single-writer.md, hand-offs): one
-            # confirmed SAGA_OPENED, then every step on the journal's hot path.  The writer id
-            # is the group's, so any instance can take over from one that died mid-run.
-            self._journal.append(
-                EntryDraft(
-                    saga_id=saga,
-                    event_type=EventType.SAGA_OPENED,
-                    attributes={attr.COMPENSATION: "delegated"},
-                )
-            )
-            try:
-                entries = self._reconcile(saga, self._thread_journal().entries(saga))
-                self._journal.preload(saga, entries)
-                self._first_call[saga] = request.recorded_at_us
-                try:
-                    result = self._sagacity.compensate(
-                        saga, reason=_reason(request), error=request.error, invoke=self._invoker
-                    )
-                except ChainIntegrityError as exc:
-                    raise _Poison("chain_does_not_verify", exc.message) from exc
-                finally:
-                    self._first_call.pop(saga, None)
-            except BaseException:
-                # The journal may hold this saga's tail in memory; another instance may extend
-                # the chain next, so that tail must never be written on again.
-                self._drop_thread_journal()
-                raise
-            self._ended(result)
-            _failpoints.reach("after_end")
-        finally:
-            self._claims.unlock_saga(saga)
-
-    def _reconcile(self, saga_id: str, entries: Sequence[JournalEntry]) -> Sequence[JournalEntry]:
-        """Journal outcomes the claims know of but the chain lacks (a crash in between)."""
-        assert self._journal is not None
-        last: dict[int, JournalEntry] = {}
-        for entry in entries:
-            if entry.ref_seq is not None and entry.event_type in (
-                EventType.COMPENSATION_INTENT,
-                EventType.COMPENSATED,
-                EventType.COMPENSATION_FAILED,
-                EventType.SUSPECT,
-            ):
-                last[entry.ref_seq] = entry
-        open_steps = {
-            seq: e for seq, e in last.items() if e.event_type is EventType.COMPENSATION_INTENT
-        }
-        if not open_steps:
-            return entries
-        wrote = False
-        claims = {claim.step_seq: claim for claim in self._claims.claims(saga_id)}
-        for seq, intent in sorted(open_steps.items()):
-            claim = claims.get(seq)
-            draft = self._recorded_outcome(saga_id, seq, intent, claim)
-            if draft is None:
-                continue
-            self._guard(saga_id)
-            self._journal.append(draft, durable=True)
-            log.info(
-                "journaled the known outcome of an interrupted step: %s",
-                draft.event_type.value,
-                extra={"saga_id": saga_id, "seq": seq},
-            )
-            wrote = True
-        if not wrote:
-            return entries
-        return self._thread_journal().entries(saga_id)
-
-    def _recorded_outcome(
-        self, saga_id: str, seq: int, intent: JournalEntry, claim: Claim | None
-    ) -> EntryDraft | None:
-        """The outcome the claim proves for a step whose intent has none on the chain."""
-
-        def make(event: EventType, **fields: Any) -> EntryDraft:
-            return EntryDraft(
-                saga_id=saga_id, event_type=event, tool=intent.tool, actor=self.writer_id, **fields
-            )
-
-        if claim is None:
-            if not (intent.actor or "").startswith(WRITER_PREFIX):
-                return None  # not written under the claim protocol: nothing is proven
-            return make(
-                EventType.COMPENSATION_FAILED,
-                error=(
-                    "interrupted after COMPENSATION_INTENT and before the undo was called "
-                    "(no claim was written); it is tried again"
-                ),
-                attributes={attr.REF_SEQ: str(seq), attr.CAUSE: "error"},
-            )
-        if claim.status is ClaimStatus.COMPENSATED:
-            return make(
-                EventType.COMPENSATED,
-                result=claim.result,
-                attributes={
-                    attr.REF_SEQ: str(seq),
-                    attr.RESULT_ENCODING: claim.result_encoding or "text",
-                },
-            )
-        if claim.status is ClaimStatus.FAILED:
-            return make(
-                EventType.COMPENSATION_FAILED,
-                error=claim.error or "the compensation failed",
-                attributes={attr.REF_SEQ: str(seq), attr.CAUSE: "error"},
-            )
-        return None  # CLAIMED / TIMED_OUT: the call may have acted; the runner decides
+        assert self._jobs is not None
+        SagaJob(
+            self._jobs,
+            message=work.message,
+            request=work.entry,
+            offset=work.offset,
+            deadline=work.deadline,
+        ).run()
 
     # --- metrics hooks -------------------------------------------------------------------
     def _starting(self, call: CompensationCall) -> None:
@@ -883,7 +606,3 @@ class CompensationService:
             result.summary(),
             extra={"saga_id": result.saga_id, "status": result.status.value},
         )
-
-
-class _Duplicate(Exception):  # noqa: N818 - a flow signal inside the service
-    """The message is a duplicate of an accepted event (its original is acted on)."""

@@ -113,22 +113,11 @@ def test_cli_requires_tools_and_names_a_bad_target() -> None:
     assert "cannot read writer key /nonexistent/writer.key" in unreadable.output
 
 
-class _Message:
-    def __init__(self, offset: int) -> None:
-        self._offset = offset
-
-    def offset(self) -> int:
-        return self._offset
-
-
 class _OneRead:
-    """Stands for the service: its thread journal returns one prepared read."""
+    """Stands for a worker thread's journal: returns one prepared read."""
 
     def __init__(self, read: object) -> None:
         self._read = read
-
-    def _thread_journal(self) -> _OneRead:
-        return self
 
     def read(self, saga_id: str) -> object:
         return self._read
@@ -137,22 +126,15 @@ class _OneRead:
 def test_a_redelivered_request_the_read_index_did_not_report_is_a_duplicate() -> None:
     import dataclasses
 
-    from sagacity.consumers.compensation._service import (
-        CompensationService,
-        _Duplicate,
-        _Poison,
-        _Work,
-    )
+    from sagacity.consumers.compensation._job import Duplicate, Poison, read_request
     from sagacity.producer import SagaRead
 
     chain = _chain((E.SAGA_OPENED, None), (E.COMPENSATION_REQUESTED, None))
     # As read through the archive: the redelivered copy at offset 9 was dropped on ingest,
     # so the read reports nothing at that offset.
     read = SagaRead(saga_id="s", partition=0, entries=list(chain), offsets=[3, 5])
-    copy = _Work(message=_Message(9), entry=chain[1], partition=_Partition(number=0), deadline=0)
-    with pytest.raises(_Duplicate):
-        CompensationService._read(_OneRead(read), copy)  # type: ignore[arg-type]
+    with pytest.raises(Duplicate):
+        read_request(_OneRead(read), chain[1], 9)  # type: ignore[arg-type]
     rival = dataclasses.replace(chain[1], hash="f" * 64)
-    other = _Work(message=_Message(9), entry=rival, partition=_Partition(number=0), deadline=0)
-    with pytest.raises(_Poison, match="not part of the accepted chain"):
-        CompensationService._read(_OneRead(read), other)  # type: ignore[arg-type]
+    with pytest.raises(Poison, match="not part of the accepted chain"):
+        read_request(_OneRead(read), rival, 9)  # type: ignore[arg-type]

@@ -1,4 +1,5 @@
-"""The dead-letter topic: poison input is parked there with its original bytes and a reason."""
+"""The dead-letter topic: poison input is parked there with its original bytes and a reason
+(the runtime's :class:`~sagacity.consumers._runtime.DeadLetterTopic` policy)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from sagacity.errors import JournalUnavailableError
 from sagacity.producer._clients import with_logger
 
-log = logging.getLogger("sagacity.compensation")
+log = logging.getLogger("sagacity.consumer")
 
 REASON_HEADER = "sagacity.dlq.reason"
 DETAIL_HEADER = "sagacity.dlq.detail"

@@ -1,0 +1,702 @@
+"""One reliable consumer for every service: join, read, hand over, store positions, leave.
+
+The behaviour the approvals, compensation and archive services share, and that lives here:
+
+* **The client settings are fixed in one place** (:data:`FIXED_SETTINGS`): no automatic
+  commit, no automatic offset store, ``read_committed`` (an aborted transaction's messages are
+  never seen), and a group's first member starts at the earliest offset.  A service's extra
+  settings (TLS, SASL, tuning) never override them.
+* **A position moves only after the effect is durable.**  It is kept either by Kafka
+  (:class:`KafkaCommits`: the service reports which offsets are done and only a contiguous
+  prefix is committed; ``commit`` on revoke, never on a lost partition) or in a database table
+  written in the same transaction as the effect (:class:`TablePositions`: read back and sought
+  to on every assignment; the Kafka commit that follows is informational, for lag dashboards).
+  Either way a restart, a rebalance or a crash re-reads what was not done and loses nothing.
+* **Rebalances are cooperative with the work in flight**: on revoke the service first stops
+  its work on the partitions (:meth:`Handler.on_revoking`), then the done positions are committed,
+  then the service forgets them (:meth:`Handler.on_released`); a lost partition skips the commit,
+  since another member may already own it.
+* **The consumer is closed in ``finally``**, whatever ended the loop; failures the service
+  names as retryable close it, wait and join the group again (the stored positions make that
+  safe); anything else propagates.
+* **A poison message is never retried forever and never dropped silently**: the service says
+  what poison is (it alone can decode its messages), the :class:`PoisonPolicy` says where it
+  goes — a dead-letter topic with its original bytes (:class:`DeadLetterTopic`), a quarantine
+  table (:class:`QuarantineTable`), or a warning naming its position and a count
+  (:class:`SkipAndCount`).  Its offset then counts as done.
+* **Health and lag** come from the loop itself: :attr:`ConsumerRuntime.alive_at` is refreshed
+  every iteration, :attr:`~ConsumerRuntime.joined` / :attr:`~ConsumerRuntime.assigned` /
+  :attr:`~ConsumerRuntime.error` say where the member stands, and a lag hook is told each
+  partition's distance from its high watermark once a second.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+
+from sagacity.errors import JournalError, PersistenceUnavailableError
+from sagacity.producer._clients import with_logger
+
+log = logging.getLogger("sagacity.consumer")
+
+FIXED_SETTINGS: Mapping[str, str | bool] = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "auto.offset.reset": "earliest",
+    "isolation.level": "read_committed",
+}
+"""The settings every service's consumer runs with; nothing a caller passes overrides them."""
+
+LAG_INTERVAL_S = 1.0
+"""Seconds between lag reports (and between the periodic commits of Kafka positions)."""
+
+
+def client_config(
+    *,
+    bootstrap_servers: str,
+    group_id: str,
+    client: Mapping[str, Any] | None = None,
+    defaults: Mapping[str, Any] | None = None,
+    tuning: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The librdkafka settings of a service's consumer.
+
+    Args:
+        bootstrap_servers / group_id: where and as which group.
+        client: the operator's extra settings (TLS, SASL …); they override ``defaults``.
+        defaults: the service's preferences an operator may override (fetch sizes …).
+        tuning: the service's settings derived from its own options (session timeout,
+            assignment strategy, static membership …); they override ``client``.
+
+    :data:`FIXED_SETTINGS` come last, so nothing overrides them.
+    """
+    return {
+        **dict(defaults or {}),
+        **dict(client or {}),
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": group_id,
+        **dict(tuning or {}),
+        **FIXED_SETTINGS,
+    }
+
+
+# --- positions ------------------------------------------------------------------------------
+@dataclass
+class Ledger:
+    """Which offsets of one partition are done, when work finishes out of order.
+
+    Only the contiguous prefix of finished offsets may be committed: ``commit_at`` is the
+    offset after it (``None`` until the first is done); ``committed`` is what was last sent.
+    """
+
+    pending: OrderedDict[int, bool] = field(default_factory=OrderedDict)
+    commit_at: int | None = None
+    committed: int | None = None
+
+    def add(self, offset: int) -> None:
+        """``offset`` was read; it is not done yet."""
+        self.pending[offset] = False
+
+    def done(self, offset: int) -> None:
+        """The work for ``offset`` is durable."""
+        if offset in self.pending:
+            self.pending[offset] = True
+        while self.pending:
+            first, finished = next(iter(self.pending.items()))
+            if not finished:
+                break
+            self.pending.popitem(last=False)
+            self.commit_at = first + 1
+
+
+class KafkaCommits:
+    """Positions committed to Kafka once the service says the work before them is done.
+
+    Args:
+        ready: the next offset to commit per partition (only those in the given set, or all
+            for ``None``) that changed since the last call; the service marks them committed.
+        done: the partition's position as far as the work is done (for lag), if known.
+    """
+
+    in_kafka = True
+
+    def __init__(
+        self,
+        ready: Callable[[Collection[int] | None], Mapping[int, int]],
+        *,
+        done: Callable[[int], int | None] | None = None,
+    ) -> None:
+        self.ready = ready
+        self.done = done
+
+    def starting(self, topic: str, stop: threading.Event) -> Mapping[int, int]:
+        """Nothing: a partition starts at the group's committed position."""
+        del topic, stop
+        return {}
+
+
+class StoredOffsets(Protocol):
+    """What a service provides to keep its positions in its own table."""
+
+    def __call__(self, topic: str) -> Mapping[int, int]:
+        """The next offset to read per partition of ``topic``, as stored with the effects.
+
+        Raises:
+            PersistenceError: the table cannot be read.
+        """
+        ...
+
+
+class TablePositions:
+    """Positions stored by the service in a table, in the transaction that writes its effect.
+
+    Args:
+        read: the stored positions.
+        from_beginning: a partition the table does not name starts at its first offset
+            (``True``) or at the group's committed position (``False``).
+        wait_on: errors on reading that mean "not yet" (the database is away): the
+            assignment waits a second and reads again; others propagate.
+    """
+
+    in_kafka = False
+    done: Callable[[int], int | None] | None = None
+
+    def __init__(
+        self,
+        read: StoredOffsets,
+        *,
+        from_beginning: bool,
+        wait_on: tuple[type[Exception], ...] = (PersistenceUnavailableError,),
+    ) -> None:
+        self._read = read
+        self._from_beginning = from_beginning
+        self._wait_on = wait_on
+
+    def ready(self, only: Collection[int] | None) -> Mapping[int, int]:
+        """Nothing: the table is the truth; Kafka hears of batches as they are handled."""
+        del only
+        return {}
+
+    def starting(self, topic: str, stop: threading.Event) -> Mapping[int, int]:
+        """The stored positions (waiting while the database is away), ``{}`` if stopped."""
+        while True:
+            try:
+                return dict(self._read(topic))
+            except self._wait_on as exc:
+                log.warning("cannot read stored offsets yet: %s", exc)
+                if stop.wait(1.0):
+                    return {}
+
+    @property
+    def unknown(self) -> int | None:
+        """The offset a partition the table does not name starts at (``None``: committed)."""
+        return OFFSET_BEGINNING if self._from_beginning else None
+
+
+PositionStore = KafkaCommits | TablePositions
+
+
+# --- poison ---------------------------------------------------------------------------------
+class PoisonPolicy(Protocol):
+    """Where a message the service cannot act on goes."""
+
+    def park(
+        self, message: Message, *, reason: str, detail: str, go_on: Callable[[], bool]
+    ) -> bool:
+        """Deal with ``message`` once; ``True`` when done (its offset may then count as done).
+
+        ``go_on`` is asked before every attempt; ``False`` from it abandons the message
+        (shutdown, partition revoked) and ``park`` returns ``False``.
+        """
+        ...
+
+
+class DeadLetterSender(Protocol):
+    """Publishes one message to a dead-letter topic and waits for the acknowledgement."""
+
+    def send(self, message: Message, *, reason: str, detail: str) -> None:
+        """Raises JournalError when the broker did not acknowledge."""
+        ...
+
+
+class DeadLetterTopic:
+    """Poison goes to a dead-letter topic with its original bytes; retried until acknowledged.
+
+    Args:
+        sender: the topic's producer (``sagacity.consumers._deadletter.DeadLetters``).
+        on_parked: told the reason of each message parked (a metric).
+        retry_s: seconds between attempts while the broker does not acknowledge.
+    """
+
+    def __init__(
+        self,
+        sender: DeadLetterSender,
+        *,
+        on_parked: Callable[[str], None] | None = None,
+        retry_s: float = 1.0,
+    ) -> None:
+        self.sender = sender
+        self._on_parked = on_parked
+        self._retry_s = retry_s
+
+    def park(
+        self, message: Message, *, reason: str, detail: str, go_on: Callable[[], bool]
+    ) -> bool:
+        """Publish ``message`` to the dead-letter topic (see :meth:`PoisonPolicy.park`)."""
+        while go_on():
+            try:
+                self.sender.send(message, reason=reason, detail=detail)
+            except JournalError as exc:
+                log.error("dead-letter publication failed, retrying: %s", exc)
+                time.sleep(self._retry_s)
+                continue
+            if self._on_parked is not None:
+                self._on_parked(reason)
+            return True
+        return False
+
+
+class QuarantineTable:
+    """Poison goes to a table the service owns, with its position, reason and original bytes.
+
+    Args:
+        write: writes one row (its own transaction); raises PersistenceError on failure.
+        on_parked: told the reason of each message parked (a metric).
+        retry_s: seconds between attempts while the database refuses.
+    """
+
+    def __init__(
+        self,
+        write: Callable[[Message, str, str], None],
+        *,
+        on_parked: Callable[[str], None] | None = None,
+        retry_s: float = 1.0,
+        retry_on: tuple[type[Exception], ...] = (PersistenceUnavailableError,),
+    ) -> None:
+        self._write = write
+        self._on_parked = on_parked
+        self._retry_s = retry_s
+        self._retry_on = retry_on
+
+    def park(
+        self, message: Message, *, reason: str, detail: str, go_on: Callable[[], bool]
+    ) -> bool:
+        """Write ``message``'s quarantine row (see :meth:`PoisonPolicy.park`).
+
+        Raises:
+            PersistenceError: the table refused the row for a reason retrying cannot fix.
+        """
+        while go_on():
+            try:
+                self._write(message, reason, detail)
+            except self._retry_on as exc:
+                log.error("quarantine write failed, retrying: %s", exc)
+                time.sleep(self._retry_s)
+                continue
+            log.warning(
+                "quarantined %s[%s]@%s: %s: %s",
+                message.topic(),
+                message.partition(),
+                message.offset(),
+                reason,
+                detail,
+            )
+            if self._on_parked is not None:
+                self._on_parked(reason)
+            return True
+        return False
+
+
+class SkipAndCount:
+    """Poison is logged with its position and counted, then skipped.
+
+    For messages that can never matter (an undecodable message is no event of any chain).
+    """
+
+    def __init__(self) -> None:
+        self.skipped = 0
+        self._lock = threading.Lock()
+
+    def park(
+        self, message: Message, *, reason: str, detail: str, go_on: Callable[[], bool]
+    ) -> bool:
+        """Log and count ``message`` (see :meth:`PoisonPolicy.park`)."""
+        del go_on
+        log.warning(
+            "skipping %s message at %s[%s]@%s: %s",
+            reason,
+            message.topic(),
+            message.partition(),
+            message.offset(),
+            detail,
+        )
+        with self._lock:
+            self.skipped += 1
+        return True
+
+
+# --- the service's side ---------------------------------------------------------------------
+class Redeliver(Exception):  # noqa: N818 - a flow signal from a handler to the runtime
+    """Raised by :meth:`Handler.handle`: nothing of the batch was stored; read it again.
+
+    The runtime seeks each partition back to the batch's first offset and waits ``retry_s``.
+    """
+
+    def __init__(self, reason: str, *, retry_s: float = 1.0) -> None:
+        super().__init__(reason)
+        self.retry_s = retry_s
+
+
+class Handler:
+    """What a service does with the messages it is given; every hook but :meth:`handle` is
+    optional.  Hooks run on the consumer's thread (rebalance hooks inside ``consume``)."""
+
+    def handle(self, messages: Sequence[Message]) -> None:
+        """Act on ``messages`` (Kafka order, errors and partition ends removed).
+
+        Raises:
+            Redeliver: nothing was stored; read the batch again.
+        """
+        raise NotImplementedError
+
+    def idle(self) -> None:
+        """A poll returned nothing to act on."""
+
+    def tick(self) -> None:
+        """Called once per loop iteration, before polling (timers, submitting queued work)."""
+
+    def on_assigned(self, partitions: Sequence[int]) -> None:
+        """``partitions`` are this member's now (before any message of theirs is handed over)."""
+
+    def on_revoking(self, partitions: Sequence[int], *, lost: bool) -> None:
+        """``partitions`` are going: stop work on them and record what finished."""
+
+    def on_released(self, partitions: Sequence[int]) -> None:
+        """``partitions`` are gone (their positions are committed, unless lost)."""
+
+    def closing(self) -> None:
+        """The loop ended: finish the work in flight before the last commit and the close."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuntimeOptions:
+    """How a service reads.
+
+    Attributes:
+        topic: the topic.
+        config: from :func:`client_config`.
+        batch_size / poll_timeout_s: the most messages one ``consume`` returns and how long it
+            waits for them.
+        rejoin_on: failures that close the consumer, wait ``rejoin_s`` and join again (the
+            positions make that safe); others propagate.
+        name: names the consumer in logs.
+    """
+
+    topic: str
+    config: Mapping[str, Any]
+    batch_size: int = 500
+    poll_timeout_s: float = 0.2
+    rejoin_on: tuple[type[BaseException], ...] = ()
+    rejoin_s: float = 2.0
+    name: str = "consumer"
+
+
+class ConsumerRuntime:
+    """Runs one member of a consumer group for a service until ``stop`` is set.
+
+    Args:
+        options: see :class:`RuntimeOptions`.
+        handler: the service's side.
+        positions: where positions are kept.
+        poison: where poison goes (:meth:`poison`).
+        stop: set to end :meth:`run`.
+        lag: told ``(partition, lag)`` once a second for each assigned partition.
+        lag_gone: told a partition another member reports now.
+    """
+
+    def __init__(
+        self,
+        options: RuntimeOptions,
+        handler: Handler,
+        *,
+        positions: PositionStore,
+        poison: PoisonPolicy,
+        stop: threading.Event,
+        lag: Callable[[int, int], None] | None = None,
+        lag_gone: Callable[[int], None] | None = None,
+    ) -> None:
+        for key, value in FIXED_SETTINGS.items():
+            if options.config.get(key) != value:
+                raise ValueError(f"consumer setting {key!r} must be {value!r}")
+        self.options = options
+        self.handler = handler
+        self.positions = positions
+        self.policy = poison
+        self.stop = stop
+        self._lag = lag
+        self._lag_gone = lag_gone
+        self._consumer: Consumer | None = None
+        self._assigned: set[int] = set()
+        self._paused = False
+        self.alive_at = time.monotonic()
+        self.joined = False
+        self.error: str | None = None
+
+    # --- state ------------------------------------------------------------------------------
+    @property
+    def assigned(self) -> tuple[int, ...]:
+        """Partitions this member reads now."""
+        return tuple(sorted(self._assigned))
+
+    @property
+    def consumer(self) -> Consumer | None:
+        """The client, while :meth:`run` holds one."""
+        return self._consumer
+
+    # --- the loop ---------------------------------------------------------------------------
+    def run(self) -> None:
+        """Join, read and hand over until ``stop`` is set; the consumer is closed in ``finally``.
+
+        Raises:
+            KafkaException: a fatal client error.
+            whatever the handler raises that ``rejoin_on`` does not name.
+        """
+        while not self.stop.is_set():
+            try:
+                self._run_once()
+                self.error = None
+                return
+            except self.options.rejoin_on as exc:
+                # Nothing failed was stored: rejoining re-reads it from the stored position.
+                self.error = str(exc)
+                log.error(
+                    "the %s failed, rejoining in %.0fs: %s",
+                    self.options.name,
+                    self.options.rejoin_s,
+                    exc,
+                )
+                self._assigned.clear()
+                self.stop.wait(self.options.rejoin_s)
+
+    def _run_once(self) -> None:
+        o = self.options
+        consumer = Consumer(with_logger(o.config))
+        self._consumer = consumer
+        self._paused = False
+        next_lag = 0.0
+        try:
+            consumer.subscribe(
+                [o.topic],
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_lost,
+            )
+            while not self.stop.is_set():
+                self.alive_at = time.monotonic()
+                self.handler.tick()
+                messages = consumer.consume(num_messages=o.batch_size, timeout=o.poll_timeout_s)
+                if time.monotonic() >= next_lag:
+                    self._commit_ready(asynchronous=True)
+                    self._report_lag()
+                    next_lag = time.monotonic() + LAG_INTERVAL_S
+                batch = self._readable(messages)
+                if not batch:
+                    self.handler.idle()
+                    continue
+                try:
+                    self.handler.handle(batch)
+                except Redeliver as again:
+                    self._rewind(batch)
+                    self.stop.wait(again.retry_s)
+                    continue
+                self.error = None
+                self._after(batch)
+        finally:
+            try:
+                self.handler.closing()
+                if self.positions.in_kafka:
+                    try:
+                        self._commit_ready(asynchronous=False)
+                    except KafkaException as exc:
+                        log.info("last commit failed: %s", exc)
+            finally:
+                # Closing revokes what is left (the revoke hooks still see the client).
+                consumer.close()
+                self._consumer = None
+
+    @staticmethod
+    def _readable(messages: Sequence[Message]) -> list[Message]:
+        batch: list[Message] = []
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if error.fatal():
+                    raise KafkaException(error)
+                log.warning("consumer error: %s", error)
+                continue
+            if message.partition() is None or message.offset() is None:
+                continue
+            batch.append(message)
+        return batch
+
+    def _after(self, batch: Sequence[Message]) -> None:
+        if self.positions.in_kafka:
+            self._commit_ready(asynchronous=True)
+            return
+        # The table holds the position; Kafka's copy is for lag dashboards only.
+        nexts: dict[int, int] = {}
+        for message in batch:
+            nexts[message.partition() or 0] = (message.offset() or 0) + 1
+        consumer = self._consumer
+        if consumer is None:
+            return
+        try:
+            consumer.commit(
+                offsets=[TopicPartition(self.options.topic, p, o) for p, o in nexts.items()],
+                asynchronous=True,
+            )
+        except KafkaException as exc:
+            log.debug("informational offset commit failed (harmless): %s", exc)
+
+    def _rewind(self, batch: Sequence[Message]) -> None:
+        consumer = self._consumer
+        if consumer is None:
+            return
+        firsts: dict[int, int] = {}
+        for message in batch:
+            firsts.setdefault(message.partition() or 0, message.offset() or 0)
+        for partition, offset in firsts.items():
+            consumer.seek(TopicPartition(self.options.topic, partition, offset))
+
+    # --- what the service calls -------------------------------------------------------------
+    def poison(
+        self,
+        message: Message,
+        *,
+        reason: str,
+        detail: str,
+        go_on: Callable[[], bool] | None = None,
+    ) -> bool:
+        """Hand ``message`` to the poison policy; ``True`` once it is dealt with.
+
+        Args:
+            go_on: whether to keep trying (by default: until ``stop``).
+        """
+        keep = go_on if go_on is not None else (lambda: not self.stop.is_set())
+        return self.policy.park(message, reason=reason, detail=detail, go_on=keep)
+
+    def hold(self, busy: bool) -> None:
+        """Pause every assigned partition while ``busy`` (back-pressure); resume after."""
+        consumer = self._consumer
+        if consumer is None or busy == self._paused:
+            return
+        assignment = consumer.assignment()
+        (consumer.pause if busy else consumer.resume)(assignment)
+        self._paused = busy
+
+    def _commit_ready(self, *, asynchronous: bool, only: Collection[int] | None = None) -> None:
+        consumer = self._consumer
+        if consumer is None or not self.positions.in_kafka:
+            return
+        ready = self.positions.ready(only)
+        if not ready:
+            return
+        offsets = [TopicPartition(self.options.topic, p, o) for p, o in ready.items()]
+        if asynchronous:
+            consumer.commit(offsets=offsets, asynchronous=True)
+        else:
+            consumer.commit(offsets=offsets, asynchronous=False)
+
+    def _report_lag(self) -> None:
+        consumer = self._consumer
+        if consumer is None or self._lag is None:
+            return
+        for number in sorted(self._assigned):
+            tp = TopicPartition(self.options.topic, number)
+            try:
+                _low, high = consumer.get_watermark_offsets(tp, cached=True)
+            except KafkaException:
+                continue
+            if high is None or high < 0:
+                continue
+            done = self.positions.done(number) if self.positions.done is not None else None
+            if done is None:
+                position = consumer.position([tp])[0].offset
+                done = position if position is not None and position >= 0 else 0
+            self._lag(number, max(0, high - done))
+
+    # --- rebalance --------------------------------------------------------------------------
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if isinstance(self.positions, TablePositions):
+            stored = self.positions.starting(self.options.topic, self.stop)
+            if self.stop.is_set() and not stored:
+                return
+            unknown = self.positions.unknown
+            for tp in partitions:
+                if tp.partition in stored:
+                    tp.offset = stored[tp.partition]
+                elif unknown is not None:
+                    tp.offset = unknown
+        numbers = [tp.partition for tp in partitions]
+        self.handler.on_assigned(numbers)
+        if self._cooperative:
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
+        self._assigned |= set(numbers)
+        self.joined = True
+        log.info(
+            "assigned partitions %s of %s (%s; start offsets %s, negative: the group's or the"
+            " earliest)",
+            sorted(numbers),
+            self.options.topic,
+            self.options.name,
+            {tp.partition: tp.offset for tp in partitions},
+        )
+
+    @property
+    def _cooperative(self) -> bool:
+        return self.options.config.get("partition.assignment.strategy") == "cooperative-sticky"
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._leave(consumer, partitions, lost=False)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._leave(consumer, partitions, lost=True)
+
+    def _leave(self, consumer: Consumer, partitions: list[TopicPartition], *, lost: bool) -> None:
+        numbers = sorted(tp.partition for tp in partitions)
+        if lost:
+            log.warning("lost partitions %s (%s)", numbers, self.options.name)
+        else:
+            log.info("revoking partitions %s (%s)", numbers, self.options.name)
+        self.handler.on_revoking(numbers, lost=lost)
+        if not lost and self.positions.in_kafka:
+            try:
+                self._commit_ready(asynchronous=False, only=set(numbers))
+            except KafkaException as exc:
+                log.info("commit on revoke failed: %s", exc)
+        self.handler.on_released(numbers)
+        self._assigned -= set(numbers)
+        if self._lag_gone is not None:
+            for number in numbers:
+                self._lag_gone(number)
+        # The client unassigns them when the callback returns (confluent-kafka's fallback).
+        del consumer
