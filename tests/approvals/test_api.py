@@ -311,8 +311,9 @@ def test_expiry_sweep_journals_expired_and_hands_off(
         seq = h.gate("t-exp")
         assert h.client.get(f"/sagacity/approvals/t-exp/{seq}", headers=bearer("bob")).is_success
         deadline = __import__("time").monotonic() + 10
-        while not h.entries("t-exp", E.EXPIRED):
-            assert __import__("time").monotonic() < deadline, "the sweep did not expire"
+        # The sweep appends EXPIRED, then the hand-off: wait for both, not the first alone.
+        while not h.entries("t-exp", E.COMPENSATION_REQUESTED):
+            assert __import__("time").monotonic() < deadline, "the sweep did not hand off"
             __import__("time").sleep(0.05)
         [expired] = h.entries("t-exp", E.EXPIRED)
         assert expired.ref_seq == seq
