@@ -16,6 +16,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from sagacity._defaults import DEFAULT_APPROVALS_GROUP as DEFAULT_GROUP
 from sagacity.consumers.approvals._store import ApprovalStore, apply_entry
 from sagacity.errors import SagacityError, SerializationError
 from sagacity.producer._clients import with_logger
@@ -23,7 +24,6 @@ from sagacity.schemas import decode_entry
 
 log = logging.getLogger("sagacity.approvals")
 
-DEFAULT_GROUP = "sagacity-approvals"
 RETRY_S = 2.0
 """Seconds between a failed batch and rejoining the group."""
 

@@ -20,6 +20,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from pydantic import Field
 
 from sagacity._decision_signature import DecisionVerifier
+from sagacity._defaults import DEFAULT_ARCHIVE_GROUP as DEFAULT_GROUP
+from sagacity._defaults import DEFAULT_TOPIC
 from sagacity._settings import SagacitySettings
 from sagacity._writer_signature import WriterRegistry
 from sagacity.consumers.archive._authorship import Authorship
@@ -36,9 +38,6 @@ from sagacity.errors import (
 from sagacity.producer._clients import with_logger
 
 log = logging.getLogger("sagacity.archive")
-
-DEFAULT_TOPIC = "sagacity.journal"
-DEFAULT_GROUP = "sagacity-archive"
 
 
 class ArchiveSettings(SagacitySettings):

@@ -326,10 +326,10 @@ def replay(
     """Read the topic itself, verify its chains and diff them against the archive."""
     import os
 
+    from sagacity._env import client_settings
     from sagacity.consumers.archive._db import connect
     from sagacity.consumers.archive._replay import diff_with_archive, read_topic
     from sagacity.errors import SagacityError
-    from sagacity.producer._config import client_settings
 
     try:
         report, chains = read_topic(

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from sagacity.cli._options import DEFAULT_TOPIC, service_envvars
+from sagacity._defaults import DEFAULT_TOPIC
+from sagacity.cli._options import service_envvars
 
 if TYPE_CHECKING:
     from sagacity import Sagacity
@@ -159,7 +160,7 @@ def sagacity_for(serving: Serving) -> Sagacity:
     """A ``Sagacity`` on the Kafka journal the options name."""
     from sagacity import Sagacity
     from sagacity._decision_signature import verifier_from_env
-    from sagacity.producer import journal_from_env
+    from sagacity._env import journal_from_env
 
     environ = {
         **os.environ,

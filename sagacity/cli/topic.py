@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from sagacity._defaults import DEFAULT_TOPIC as _DEFAULT_TOPIC
 from sagacity.cli._exit import FAILED, UNAVAILABLE, CommandError
 from sagacity.errors import (
     ConfigurationError,
@@ -16,17 +17,15 @@ from sagacity.errors import (
     TopicNotFoundError,
 )
 
-_DEFAULT_TOPIC = "sagacity.journal"
-
 
 def _connection(bootstrap: str | None) -> tuple[str, dict[str, str | int | float | bool]]:
-    from sagacity.producer import KafkaJournalSettings
+    from sagacity._env import kafka_settings_from_env
 
     env = dict(os.environ)
     if bootstrap:
         env["SAGACITY_BOOTSTRAP_SERVERS"] = bootstrap
     try:
-        settings = KafkaJournalSettings.from_env(env)
+        settings = kafka_settings_from_env(env)
     except ConfigurationError as exc:
         raise click.UsageError(f"{exc} (or pass --bootstrap-servers)") from exc
     return settings.bootstrap_servers, {
