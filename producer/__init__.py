@@ -7,6 +7,7 @@ variable and imports no other adapter.
 
 from __future__ import annotations
 
+from sagacity.producer._clients import check_reachable, with_logger
 from sagacity.producer._config import DEFAULT_TOPIC, KafkaJournalSettings, ReadIndexSettings
 from sagacity.producer._index import (
     IndexedEvent,
@@ -29,11 +30,16 @@ from sagacity.producer._reader import (
     Skipped,
     ownership,
 )
+from sagacity.producer._topic import MIN_RETENTION_MS, TopicSpec, parse_retention
+from sagacity.producer._topic import check as check_topic
+from sagacity.producer._topic import create as create_topic
+from sagacity.producer._topic import describe as describe_topic
 from sagacity.producer._trace import current_traceparent, traced, valid_traceparent
 
 __all__ = [
     "DEFAULT_TOPIC",
     "HANDOFF_EVENTS",
+    "MIN_RETENTION_MS",
     "RECORD_OVERHEAD",
     "ForkKind",
     "IndexedEvent",
@@ -52,11 +58,18 @@ __all__ = [
     "SagaReader",
     "Skipped",
     "Takeover",
+    "TopicSpec",
     "check_json_payload",
+    "check_reachable",
+    "check_topic",
+    "create_topic",
     "current_traceparent",
+    "describe_topic",
     "murmur2",
     "ownership",
+    "parse_retention",
     "partition_for",
     "traced",
     "valid_traceparent",
+    "with_logger",
 ]

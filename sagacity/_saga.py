@@ -170,7 +170,7 @@ class Sagacity:
         """
         try:
             # The composition root imports the Kafka adapter: lazily, so the core imports
-            # without it (docs/architecture.md).
+            # without it (tests/architecture/test_layers.py names this edge).
             from sagacity._env import journal_from_env
         except ImportError as exc:
             raise ConfigurationError(

@@ -163,8 +163,8 @@ def sweep_cmd(
     """
     from sagacity._env import kafka_journal, kafka_settings_from_env
     from sagacity.cli._db_options import conninfo
-    from sagacity.consumers.archive._abandoned import quiet_sagas, sweep
-    from sagacity.consumers.archive._db import connect
+    from sagacity.consumers.archive import connect, quiet_sagas
+    from sagacity.consumers.archive import sweep_abandoned as sweep
 
     seconds = parse_duration(older_than)
     env = dict(os.environ)

@@ -176,9 +176,9 @@ def approvals(
     import uvicorn
 
     from sagacity._env import client_settings
-    from sagacity.consumers._logging import configure
+    from sagacity.consumers import configure_logging as configure
     from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
-    from sagacity.producer._clients import check_reachable
+    from sagacity.producer import check_reachable
 
     configure(log_level)
     settings = ApprovalsSettings.from_env(

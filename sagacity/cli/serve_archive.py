@@ -82,9 +82,9 @@ def archive(
     import signal
 
     from sagacity._env import client_settings
-    from sagacity.consumers._logging import configure
-    from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
-    from sagacity.producer._clients import check_reachable
+    from sagacity.consumers import configure_logging as configure
+    from sagacity.consumers.archive import ArchiveService, ArchiveSettings
+    from sagacity.producer import check_reachable
 
     configure(log_level)
     kafka_config = client_settings(os.environ)

@@ -141,10 +141,10 @@ def compensation(
     from pydantic import ValidationError
 
     from sagacity._env import client_settings, read_index_settings_from_env
-    from sagacity.consumers._logging import configure
+    from sagacity.consumers import configure_logging as configure
     from sagacity.consumers.compensation import CompensationService, CompensationSettings
     from sagacity.errors import ConfigurationError
-    from sagacity.producer._clients import check_reachable
+    from sagacity.producer import check_reachable
 
     configure(log_level)
     client = client_settings(os.environ)

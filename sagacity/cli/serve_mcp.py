@@ -136,7 +136,7 @@ def serving(**options: Any) -> Serving:
     Raises:
         click.UsageError: http without a principals file.
     """
-    from sagacity.consumers._logging import configure
+    from sagacity.consumers import configure_logging as configure
 
     serving = Serving(**options)
     configure(serving.log_level)
@@ -235,7 +235,7 @@ def mcp(tools: tuple[str, ...], **options: Any) -> None:
     "sagacity/saga_id"); a gated call is resumed by calling the tool again with the same
     arguments and _meta "sagacity/saga_id" and "sagacity/seq". See docs/mcp.md.
     """
-    from sagacity.consumers._tools import load_tools
+    from sagacity.consumers import load_tools
     from sagacity.errors import SagacityError
 
     settings = serving(**options)

@@ -111,14 +111,9 @@ def create_cmd(
     """Create the journal topic with settings that keep evidence."""
     from confluent_kafka.admin import AdminClient
 
-    from sagacity.producer._clients import with_logger
-    from sagacity.producer._topic import (
-        MIN_RETENTION_MS,
-        TopicSpec,
-        create,
-        describe,
-        parse_retention,
-    )
+    from sagacity.producer import MIN_RETENTION_MS, TopicSpec, parse_retention, with_logger
+    from sagacity.producer import create_topic as create
+    from sagacity.producer import describe_topic as describe
 
     try:
         retention_ms = parse_retention(retention)
@@ -178,8 +173,9 @@ def check_cmd(bootstrap: str | None, topic: str, as_json: bool, timeout: float) 
     """
     from confluent_kafka.admin import AdminClient
 
-    from sagacity.producer._clients import with_logger
-    from sagacity.producer._topic import check, describe
+    from sagacity.producer import check_topic as check
+    from sagacity.producer import describe_topic as describe
+    from sagacity.producer import with_logger
 
     servers, config = _connection(bootstrap)
     try:
