@@ -5,7 +5,7 @@ Run ``python -m bench.compensation_bench`` (or ``python bench/compensation_bench
 checkout's local stack (and stops it again), prints a table and writes it into
 ``docs/performance.md``.
 
-Measured, with the service in its own processes (``python -m sagacity.consumers.compensation``):
+Measured, with the service in its own processes (``python -m sagacity.cli serve compensation``):
 1. Latency: from the agent's ``COMPENSATION_REQUESTED`` acknowledged by the broker to the first
    undo call started (its start time is written to Postgres by the undo itself), one saga at a
    time, p50 / p95.
@@ -155,7 +155,9 @@ class World:
             [
                 sys.executable,
                 "-m",
-                "sagacity.consumers.compensation",
+                "sagacity.cli",
+                "serve",
+                "compensation",
                 "--tools",
                 TOOLS,
                 "--port",

@@ -1,13 +1,13 @@
 """The journal on Kafka: ``KafkaJournal``, its reader and the topic's management.
 
-``journal_from_env()`` is what ``Sagacity.from_env()`` uses: the same agent code runs against
-the in-memory journal in unit tests and against Kafka in production.
+``Sagacity.from_env()`` builds a ``KafkaJournal`` from ``SAGACITY_*`` variables (with its
+Postgres read index) in the composition root, :mod:`sagacity._env`; this package reads no
+variable and imports no other adapter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
+from sagacity.producer._clients import check_reachable, with_logger
 from sagacity.producer._config import DEFAULT_TOPIC, KafkaJournalSettings, ReadIndexSettings
 from sagacity.producer._index import (
     IndexedEvent,
@@ -30,29 +30,16 @@ from sagacity.producer._reader import (
     Skipped,
     ownership,
 )
+from sagacity.producer._topic import MIN_RETENTION_MS, TopicSpec, parse_retention
+from sagacity.producer._topic import check as check_topic
+from sagacity.producer._topic import create as create_topic
+from sagacity.producer._topic import describe as describe_topic
 from sagacity.producer._trace import current_traceparent, traced, valid_traceparent
-
-
-def journal_from_env(
-    environ: Mapping[str, str] | None = None, *, writer_id: str | None = None
-) -> KafkaJournal:
-    """A :class:`KafkaJournal` configured from ``SAGACITY_*`` environment variables.
-
-    ``SAGACITY_BOOTSTRAP_SERVERS`` (required), ``SAGACITY_TOPIC`` (default
-    ``sagacity.journal``), ``SAGACITY_ACK_TIMEOUT_S``, and ``SAGACITY_KAFKA_<KEY>`` for
-    librdkafka settings (``SAGACITY_KAFKA_SASL_MECHANISM`` → ``sasl.mechanism``).
-
-    Raises:
-        ConfigurationError: a variable is missing or invalid.
-        TopicNotFoundError / TopicConfigError / JournalUnavailableError: as
-            :class:`KafkaJournal`.
-    """
-    return KafkaJournal.from_settings(KafkaJournalSettings.from_env(environ), writer_id=writer_id)
-
 
 __all__ = [
     "DEFAULT_TOPIC",
     "HANDOFF_EVENTS",
+    "MIN_RETENTION_MS",
     "RECORD_OVERHEAD",
     "ForkKind",
     "IndexedEvent",
@@ -71,12 +58,18 @@ __all__ = [
     "SagaReader",
     "Skipped",
     "Takeover",
+    "TopicSpec",
     "check_json_payload",
+    "check_reachable",
+    "check_topic",
+    "create_topic",
     "current_traceparent",
-    "journal_from_env",
+    "describe_topic",
     "murmur2",
     "ownership",
+    "parse_retention",
     "partition_for",
     "traced",
     "valid_traceparent",
+    "with_logger",
 ]

@@ -1,20 +1,19 @@
-"""Typed configuration of the Kafka journal, read from ``SAGACITY_*`` environment variables."""
+"""Typed configuration of the Kafka journal.
+
+These objects read no environment variable: a journal built in code is configured by its code
+alone.  :mod:`sagacity._env` reads the ``SAGACITY_*`` variables named below into them (the
+``from_env`` path of ``Sagacity``, the services and the CLI).
+"""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from sagacity.errors import ConfigurationError
+from sagacity._defaults import DEFAULT_ARCHIVE_GROUP, DEFAULT_TOPIC
 
-if TYPE_CHECKING:
-    from sagacity.producer._index import SagaIndex
-
-DEFAULT_TOPIC = "sagacity.journal"
-_CLIENT_PREFIX = "SAGACITY_KAFKA_"
+__all__ = ["DEFAULT_TOPIC", "KafkaJournalSettings", "ReadIndexSettings"]
 
 # Settings the journal's guarantees depend on: a client setting may not weaken them.
 _FIXED = frozenset(
@@ -28,23 +27,6 @@ _FIXED = frozenset(
         "max.in.flight",
     }
 )
-
-
-def client_settings(environ: Mapping[str, str]) -> dict[str, str]:
-    """librdkafka settings from ``SAGACITY_KAFKA_<KEY_WITH_UNDERSCORES>`` variables.
-
-    ``SAGACITY_KAFKA_SECURITY_PROTOCOL=SSL`` gives ``{"security.protocol": "SSL"}``; the bare
-    prefix names no setting and is ignored.
-    """
-    return {
-        var.removeprefix(_CLIENT_PREFIX).lower().replace("_", "."): val
-        for var, val in environ.items()
-        if var.startswith(_CLIENT_PREFIX) and var != _CLIENT_PREFIX
-    }
-
-
-DEFAULT_ARCHIVE_GROUP = "sagacity-archive"
-_OFF = frozenset({"0", "off", "false", "no"})
 
 
 class ReadIndexSettings(BaseModel):
@@ -66,41 +48,6 @@ class ReadIndexSettings(BaseModel):
     archive_schema: str | None = None
     archive_group: str = Field(default=DEFAULT_ARCHIVE_GROUP, min_length=1)
     enabled: bool = True
-
-    @classmethod
-    def from_env(
-        cls, environ: Mapping[str, str] | None = None, *, database_url: str | None = None
-    ) -> ReadIndexSettings:
-        """Settings from ``environ``; ``database_url`` is used when no archive URL is set."""
-        env = os.environ if environ is None else environ
-        return cls(
-            database_url=env.get("SAGACITY_ARCHIVE_DATABASE_URL")
-            or database_url
-            or env.get("SAGACITY_DATABASE_URL")
-            or None,
-            archive_schema=env.get("SAGACITY_ARCHIVE_SCHEMA") or None,
-            archive_group=env.get("SAGACITY_ARCHIVE_GROUP") or DEFAULT_ARCHIVE_GROUP,
-            enabled=env.get("SAGACITY_READ_INDEX", "on").strip().lower() not in _OFF,
-        )
-
-    def build(self) -> SagaIndex | None:
-        """The index these settings name (``None`` when off or without a database).
-
-        Raises:
-            ConfigurationError: the archive's database driver is not installed.
-        """
-        if not self.enabled or not self.database_url:
-            return None
-        try:
-            from sagacity.consumers.archive._index import PostgresSagaIndex
-        except ImportError as exc:
-            raise ConfigurationError(
-                f"the read index needs the archive's database driver: {exc} "
-                "(or set SAGACITY_READ_INDEX=off)"
-            ) from exc
-        return PostgresSagaIndex(
-            self.database_url, schema=self.archive_schema, consumer_group=self.archive_group
-        )
 
 
 class KafkaJournalSettings(BaseModel):
@@ -186,40 +133,3 @@ class KafkaJournalSettings(BaseModel):
                 f"{', '.join(unsafe)} cannot be set: the journal fixes them for durability"
             )
         return dict(value)
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> KafkaJournalSettings:
-        """Settings from ``environ`` (default ``os.environ``).
-
-        Raises:
-            ConfigurationError: a variable is missing or invalid; the message names it.
-        """
-        env = os.environ if environ is None else environ
-        if not env.get("SAGACITY_BOOTSTRAP_SERVERS"):
-            raise ConfigurationError(
-                "SAGACITY_BOOTSTRAP_SERVERS is not set: give the Kafka bootstrap servers "
-                "(host:port[,host:port…])"
-            )
-        values: dict[str, object] = {"bootstrap_servers": env["SAGACITY_BOOTSTRAP_SERVERS"]}
-        for key, var in (
-            ("topic", "SAGACITY_TOPIC"),
-            ("ack_timeout_s", "SAGACITY_ACK_TIMEOUT_S"),
-            ("startup_timeout_s", "SAGACITY_STARTUP_TIMEOUT_S"),
-            ("read_timeout_s", "SAGACITY_READ_TIMEOUT_S"),
-            ("lease_ttl_s", "SAGACITY_LEASE_TTL_S"),
-            ("max_clock_skew_s", "SAGACITY_MAX_CLOCK_SKEW_S"),
-            ("writer_id", "SAGACITY_WRITER_ID"),
-            ("writer_key", "SAGACITY_WRITER_KEY"),
-        ):
-            if env.get(var):
-                values[key] = env[var]
-        values["client"] = client_settings(env)
-        try:
-            values["read_index"] = ReadIndexSettings.from_env(env)
-            return cls.model_validate(values)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
-                for err in exc.errors()
-            )
-            raise ConfigurationError(f"invalid Kafka journal settings: {problems}") from exc

@@ -401,14 +401,27 @@ class KafkaJournal:
 
     @classmethod
     def from_settings(
-        cls, settings: KafkaJournalSettings, *, writer_id: str | None = None
+        cls,
+        settings: KafkaJournalSettings,
+        *,
+        writer_id: str | None = None,
+        index: SagaIndex | None = None,
     ) -> KafkaJournal:
-        """A journal configured by ``settings`` (with the read index they name, if any).
+        """A journal configured by ``settings``, reading through ``index``.
+
+        ``index`` is the read index ``settings.read_index`` names, built by the caller: this
+        adapter does not import the Postgres one (``sagacity._env.kafka_journal`` builds both).
 
         Raises:
-            ConfigurationError: a read index is configured but its driver is not installed.
+            ConfigurationError: ``settings.read_index`` names an archive database but no index
+                is given, or the writer key cannot be used.
         """
-        index = settings.read_index.build()
+        named = settings.read_index
+        if index is None and named.enabled and named.database_url:
+            raise ConfigurationError(
+                "settings.read_index names an archive database but no index was given: pass "
+                "index= (the Postgres read index), or set read_index.enabled=False"
+            )
         writer_id = writer_id or settings.writer_id
         writer_key = None
         if settings.writer_key is not None:

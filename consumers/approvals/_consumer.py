@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from confluent_kafka import KafkaException, Message
 
+from sagacity._defaults import DEFAULT_APPROVALS_GROUP as DEFAULT_GROUP
 from sagacity.consumers._runtime import (
     ConsumerRuntime,
     Handler,
@@ -29,7 +30,6 @@ from sagacity.schemas import decode_entry
 
 log = logging.getLogger("sagacity.approvals")
 
-DEFAULT_GROUP = "sagacity-approvals"
 RETRY_S = 2.0
 """Seconds between a failed batch and rejoining the group."""
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import os
 import threading
@@ -85,15 +84,13 @@ def journal_for(settings: ApprovalsSettings) -> Journal:
             "the approvals service reads the journal topic: set SAGACITY_BOOTSTRAP_SERVERS"
         )
     try:
-        producer = importlib.import_module("sagacity.producer")
-        journal_class = producer.KafkaJournal
-        settings_class = producer.KafkaJournalSettings
-    except (ImportError, AttributeError) as exc:
+        from sagacity._env import kafka_journal, kafka_settings_from_env
+    except ImportError as exc:
         raise ConfigurationError(f"the Kafka journal cannot be imported: {exc}") from exc
     # Reads take sagas' archived prefixes from the archive when it shares the service's
     # database (or SAGACITY_ARCHIVE_DATABASE_URL names it): docs/adr/0010-saga-read-index.md.
     archive = {k: v for k, v in os.environ.items() if k.startswith(_READ_INDEX_VARS)}
-    kafka = settings_class.from_env(
+    kafka = kafka_settings_from_env(
         {
             **archive,
             "SAGACITY_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
@@ -110,7 +107,7 @@ def journal_for(settings: ApprovalsSettings) -> Journal:
             },
         }
     )
-    journal: Journal = journal_class.from_settings(kafka)
+    journal: Journal = kafka_journal(kafka)
     return journal
 
 

@@ -12,9 +12,9 @@ from typing import ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
+from sagacity._defaults import DEFAULT_APPROVALS_GROUP, DEFAULT_TOPIC
 from sagacity._settings import SagacitySettings
 from sagacity.consumers.approvals._api import DEFAULT_MAX_BODY
-from sagacity.consumers.approvals._consumer import DEFAULT_GROUP
 
 DEFAULT_PORT = 8085
 DEFAULT_TTL_S = 86400.0
@@ -64,8 +64,8 @@ class ApprovalsSettings(SagacitySettings):
 
     database_url: str = ""
     bootstrap_servers: str | None = None
-    topic: str = "sagacity.journal"
-    group_id: str = DEFAULT_GROUP
+    topic: str = DEFAULT_TOPIC
+    group_id: str = DEFAULT_APPROVALS_GROUP
     host: str = "127.0.0.1"
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
     auth_file: str | None = None

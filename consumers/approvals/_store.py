@@ -18,14 +18,13 @@ import psycopg.errors
 from psycopg.rows import dict_row
 
 from sagacity import _attributes as attr
+from sagacity._defaults import DEFAULT_TOPIC
 from sagacity._events import EventType, JournalEntry
 from sagacity._requests import AWAITING_RESULT
 from sagacity.consumers.approvals._attention import SCHEMA as ATTENTION_SCHEMA
 from sagacity.consumers.approvals._attention import AttentionRow, apply_attention, attention_rows
 from sagacity.errors import DecisionInProgressError, PersistenceError
 from sagacity.journal import ApprovalRequest
-
-DEFAULT_TOPIC = "sagacity.journal"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sagacity_approval_request (

@@ -12,6 +12,8 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from sagacity.consumers.archive._abandoned import quiet_sagas
+    from sagacity.consumers.archive._abandoned import sweep as sweep_abandoned
     from sagacity.consumers.archive._audit import (
         AuditReason,
         AuditSummary,
@@ -20,6 +22,8 @@ if TYPE_CHECKING:
         SagaAudit,
         audit,
         iter_audits,
+        trusted_keys,
+        unsigned_as_failure,
     )
     from sagacity.consumers.archive._authorship import Authorship
     from sagacity.consumers.archive._checkpoints import (
@@ -27,15 +31,20 @@ if TYPE_CHECKING:
         SignedRound,
         Signer,
         generate_key,
+        parse_public_key,
         sign_pending,
+        signature_valid,
     )
     from sagacity.consumers.archive._db import (
         ARCHIVER_ROLE,
         check_schema,
+        connect,
         ensure_schema,
         grant_archiver,
+        mapped_errors,
         migrate,
     )
+    from sagacity.consumers.archive._export import export_bundle
     from sagacity.consumers.archive._index import PostgresSagaIndex
     from sagacity.consumers.archive._ingest import (
         BatchArchiver,
@@ -43,11 +52,21 @@ if TYPE_CHECKING:
         QuarantineReason,
         RawEvent,
     )
+    from sagacity.consumers.archive._replay import ReplayReport, diff_with_archive, read_topic
+    from sagacity.consumers.archive._retention import parse_keep, run_retention, sign_records
+    from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
+    from sagacity.consumers.archive._watch import AuditorState, post_alerts, watch_once
+    from sagacity.consumers.archive._witness import publish as publish_witness
+    from sagacity.consumers.archive._witness import read as read_witness
 
+# Public name → its module (``module:attribute`` when exported under another name).
 _MODULE_OF = {
     "ARCHIVER_ROLE": "_db",
+    "ArchiveService": "_service",
+    "ArchiveSettings": "_service",
     "AuditReason": "_audit",
     "AuditSummary": "_audit",
+    "AuditorState": "_watch",
     "Authorship": "_authorship",
     "BatchArchiver": "_ingest",
     "BatchReport": "_ingest",
@@ -55,6 +74,7 @@ _MODULE_OF = {
     "PostgresSagaIndex": "_index",
     "QuarantineReason": "_ingest",
     "RawEvent": "_ingest",
+    "ReplayReport": "_replay",
     "RetentionAudit": "_audit",
     "RoundAudit": "_audit",
     "SagaAudit": "_audit",
@@ -62,18 +82,39 @@ _MODULE_OF = {
     "Signer": "_checkpoints",
     "audit": "_audit",
     "check_schema": "_db",
+    "connect": "_db",
+    "diff_with_archive": "_replay",
     "ensure_schema": "_db",
+    "export_bundle": "_export",
     "generate_key": "_checkpoints",
     "grant_archiver": "_db",
     "iter_audits": "_audit",
+    "mapped_errors": "_db",
     "migrate": "_db",
+    "parse_keep": "_retention",
+    "parse_public_key": "_checkpoints",
+    "post_alerts": "_watch",
+    "publish_witness": "_witness:publish",
+    "quiet_sagas": "_abandoned",
+    "read_topic": "_replay",
+    "read_witness": "_witness:read",
+    "run_retention": "_retention",
     "sign_pending": "_checkpoints",
+    "sign_records": "_retention",
+    "signature_valid": "_checkpoints",
+    "sweep_abandoned": "_abandoned:sweep",
+    "trusted_keys": "_audit",
+    "unsigned_as_failure": "_audit",
+    "watch_once": "_watch",
 }
 
 __all__ = [
     "ARCHIVER_ROLE",
+    "ArchiveService",
+    "ArchiveSettings",
     "AuditReason",
     "AuditSummary",
+    "AuditorState",
     "Authorship",
     "BatchArchiver",
     "BatchReport",
@@ -81,6 +122,7 @@ __all__ = [
     "PostgresSagaIndex",
     "QuarantineReason",
     "RawEvent",
+    "ReplayReport",
     "RetentionAudit",
     "RoundAudit",
     "SagaAudit",
@@ -88,20 +130,39 @@ __all__ = [
     "Signer",
     "audit",
     "check_schema",
+    "connect",
+    "diff_with_archive",
     "ensure_schema",
+    "export_bundle",
     "generate_key",
     "grant_archiver",
     "iter_audits",
+    "mapped_errors",
     "migrate",
+    "parse_keep",
+    "parse_public_key",
+    "post_alerts",
+    "publish_witness",
+    "quiet_sagas",
+    "read_topic",
+    "read_witness",
+    "run_retention",
     "sign_pending",
+    "sign_records",
+    "signature_valid",
+    "sweep_abandoned",
+    "trusted_keys",
+    "unsigned_as_failure",
+    "watch_once",
 ]
 
 
 def __getattr__(name: str) -> object:
-    module = _MODULE_OF.get(name)
-    if module is None:
+    found = _MODULE_OF.get(name)
+    if found is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    module, _, attribute = found.partition(":")  # "module:attribute" when exported renamed
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), attribute or name)
     globals()[name] = value
     return value
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 
+from sagacity._defaults import DEFAULT_ARCHIVE_GROUP as DEFAULT_GROUP
 from sagacity._events import GENESIS_HASH
 from sagacity.consumers.archive._db import check_schema, mapped_errors
 from sagacity.consumers.archive._rows import ROW_COLUMNS, entry_of_row
@@ -25,7 +26,6 @@ from sagacity.producer._index import IndexedEvent, IndexedPartition, IndexedSaga
 
 log = logging.getLogger("sagacity.reader")
 
-DEFAULT_GROUP = "sagacity-archive"
 """The archiver's default consumer group (``sagacity serve archive --group``)."""
 
 _CLOSING_END = (

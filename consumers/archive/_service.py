@@ -23,6 +23,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from pydantic import Field
 
 from sagacity._decision_signature import DecisionVerifier
+from sagacity._defaults import DEFAULT_ARCHIVE_GROUP as DEFAULT_GROUP
+from sagacity._defaults import DEFAULT_TOPIC
 from sagacity._settings import SagacitySettings
 from sagacity._writer_signature import WriterRegistry
 from sagacity.consumers._runtime import (
@@ -47,9 +49,6 @@ from sagacity.errors import (
 )
 
 log = logging.getLogger("sagacity.archive")
-
-DEFAULT_TOPIC = "sagacity.journal"
-DEFAULT_GROUP = "sagacity-archive"
 
 
 class ArchiveSettings(SagacitySettings):

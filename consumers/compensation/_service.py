@@ -29,6 +29,8 @@ from confluent_kafka.admin import AdminClient
 from pydantic import Field
 
 from sagacity._compensation import CompensationCall
+from sagacity._defaults import DEFAULT_COMPENSATION_GROUP, DEFAULT_TOPIC
+from sagacity._env import read_index
 from sagacity._events import EventType, JournalEntry
 from sagacity._result import SagaResult, SagaStatus
 from sagacity._saga import Sagacity
@@ -102,8 +104,8 @@ class CompensationSettings(SagacitySettings):
     bootstrap_servers: str = Field(min_length=1)
     database_url: str = Field(min_length=1)
     tools: tuple[str, ...] = ()
-    topic: str = "sagacity.journal"
-    group_id: str = "sagacity-compensation"
+    topic: str = DEFAULT_TOPIC
+    group_id: str = DEFAULT_COMPENSATION_GROUP
     instance_id: str | None = None
     compensation_timeout_s: float = Field(default=30.0, gt=0)
     concurrency: int = Field(default=4, ge=1, le=256)
@@ -322,7 +324,7 @@ class CompensationService(Handler):
             topic=s.topic,
             client=dict(s.client),
             writer_id=f"{WRITER_PREFIX}{s.group_id}",
-            index=index.build(),
+            index=read_index(index),
             writer_key=self._writer_key,
         )
         with self._lock:

@@ -7,9 +7,10 @@ from typing import Any, TypeVar
 
 import click
 
+from sagacity._defaults import DEFAULT_TOPIC
+
 F = TypeVar("F", bound=Callable[..., Any])
 
-DEFAULT_TOPIC = "sagacity.journal"
 
 JSON_META = "sagacity.json"
 """``click.Context.meta`` key set when ``--json`` was given after a subcommand."""

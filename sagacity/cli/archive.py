@@ -24,7 +24,7 @@ def archive() -> None:
 )
 def keygen(out: Path) -> None:
     """Create an Ed25519 checkpoint signing key; print its public key to publish."""
-    from sagacity.consumers.archive._checkpoints import generate_key
+    from sagacity.consumers.archive import generate_key
     from sagacity.errors import SagacityError
 
     try:
@@ -90,8 +90,8 @@ def writer_keygen(writer_id: str, out: Path, use_hmac: bool) -> None:
 @click.option("--grant", "grant_role", default=None, help="Also grant the archiver role.")
 def migrate(database_url: str, schema: str | None, grant_role: str | None) -> None:
     """Create or upgrade the archive schema (the archiver also does this at start)."""
-    from sagacity.consumers.archive._db import connect, grant_archiver
-    from sagacity.consumers.archive._db import migrate as run_migrations
+    from sagacity.consumers.archive import connect, grant_archiver
+    from sagacity.consumers.archive import migrate as run_migrations
     from sagacity.errors import SagacityError
 
     try:
@@ -123,9 +123,8 @@ def checkpoint(
     database_url: str, schema: str | None, signing_key: Path, witness: str | None
 ) -> None:
     """Sign every archived head that moved since its last checkpoint, now."""
-    from sagacity.consumers.archive._checkpoints import SignedRound, Signer, sign_pending
-    from sagacity.consumers.archive._db import check_schema, connect
-    from sagacity.consumers.archive._witness import publish
+    from sagacity.consumers.archive import SignedRound, Signer, check_schema, connect, sign_pending
+    from sagacity.consumers.archive import publish_witness as publish
     from sagacity.errors import SagacityError
 
     rounds: list[SignedRound] = []
@@ -182,10 +181,8 @@ def retention(
     sign_records: bool,
 ) -> None:
     """Export, then drop, whole months older than the retention (a dry run by default)."""
-    from sagacity.consumers.archive._checkpoints import Signer
-    from sagacity.consumers.archive._db import connect
-    from sagacity.consumers.archive._retention import parse_keep, run_retention
-    from sagacity.consumers.archive._retention import sign_records as sign_existing
+    from sagacity.consumers.archive import Signer, connect, parse_keep, run_retention
+    from sagacity.consumers.archive import sign_records as sign_existing
     from sagacity.errors import SagacityError
 
     if sign_records and signing_key is None:
@@ -232,7 +229,7 @@ def retention(
 @click.option("--limit", default=50, show_default=True, help="Most recent entries shown.")
 def quarantine(database_url: str, schema: str | None, limit: int) -> None:
     """List events refused on ingest (reason, position, saga); exit 1 if there are any."""
-    from sagacity.consumers.archive._db import check_schema, connect, mapped_errors
+    from sagacity.consumers.archive import check_schema, connect, mapped_errors
     from sagacity.errors import SagacityError
 
     try:

@@ -17,12 +17,11 @@ from sagacity.cli._options import bootstrap_servers_option, topic_option
 if TYPE_CHECKING:
     import psycopg
 
-    from sagacity.consumers.archive._audit import AuditSummary
-    from sagacity.consumers.archive._replay import ReplayReport
+    from sagacity.consumers.archive import AuditSummary, ReplayReport
 
 
 def _pinned(public_keys: tuple[str, ...]) -> tuple[bytes, ...]:
-    from sagacity.consumers.archive._checkpoints import parse_public_key
+    from sagacity.consumers.archive import parse_public_key
 
     return tuple(parse_public_key(k) for k in public_keys)
 
@@ -85,8 +84,7 @@ def verify(
 
     With --public-key, a run in which nothing verified under the key fails too.
     """
-    from sagacity.consumers.archive._audit import AuditSummary, iter_audits, unsigned_as_failure
-    from sagacity.consumers.archive._db import connect
+    from sagacity.consumers.archive import AuditSummary, connect, iter_audits, unsigned_as_failure
     from sagacity.errors import SagacityError
 
     if saga_id is not None and all_sagas:
@@ -130,9 +128,8 @@ def verify(
 
 def _witnessed(conn: psycopg.Connection, witness: str, pinned: tuple[bytes, ...]) -> dict[int, str]:
     """The witnessed round as a known round (id: root), once its signature verifies."""
-    from sagacity.consumers.archive._audit import trusted_keys
-    from sagacity.consumers.archive._checkpoints import signature_valid
-    from sagacity.consumers.archive._witness import read
+    from sagacity.consumers.archive import read_witness as read
+    from sagacity.consumers.archive import signature_valid, trusted_keys
 
     signed = read(witness)
     if signed is None:
@@ -166,7 +163,7 @@ def _known_rounds(values: tuple[str, ...]) -> dict[int, str]:
 
 def _estimate_sagas(conn: psycopg.Connection) -> int:
     """Sagas in the archive, for the progress bar (the head table has one row per saga)."""
-    from sagacity.consumers.archive._db import check_schema, mapped_errors
+    from sagacity.consumers.archive import check_schema, mapped_errors
 
     check_schema(conn)
     with mapped_errors("count sagas"):
@@ -207,7 +204,7 @@ def _summary_json(summary: AuditSummary, *, pinned: bool) -> dict[str, Any]:
 
 
 def _print_summary(summary: AuditSummary, *, pinned: bool, every_saga: bool) -> None:
-    from sagacity.consumers.archive._audit import AuditReason
+    from sagacity.consumers.archive import AuditReason
 
     if summary.failures:
         click.echo(f"{'saga':<40} {'seq':>8}  {'reason':<20} detail")
@@ -279,8 +276,7 @@ def export(
     database_url: str, schema: str | None, saga_id: str, out: Path, public_keys: tuple[str, ...]
 ) -> None:
     """Write an audit bundle: events.jsonl, manifest.json, README.md, verify_bundle.py."""
-    from sagacity.consumers.archive._db import connect
-    from sagacity.consumers.archive._export import export_bundle
+    from sagacity.consumers.archive import connect, export_bundle
     from sagacity.errors import SagacityError
 
     try:
@@ -326,10 +322,9 @@ def replay(
     """Read the topic itself, verify its chains and diff them against the archive."""
     import os
 
-    from sagacity.consumers.archive._db import connect
-    from sagacity.consumers.archive._replay import diff_with_archive, read_topic
+    from sagacity._env import client_settings
+    from sagacity.consumers.archive import connect, diff_with_archive, read_topic
     from sagacity.errors import SagacityError
-    from sagacity.producer._config import client_settings
 
     try:
         report, chains = read_topic(
@@ -450,9 +445,13 @@ def watch(
 ) -> None:
     """Record every signing round, check each extends the last one recorded (RFC 9162
     consistency proof) and alert on a fork: exit 1, a log line, the webhook."""
-    from sagacity.consumers.archive._audit import trusted_keys
-    from sagacity.consumers.archive._db import connect
-    from sagacity.consumers.archive._watch import AuditorState, post_alerts, watch_once
+    from sagacity.consumers.archive import (
+        AuditorState,
+        connect,
+        post_alerts,
+        trusted_keys,
+        watch_once,
+    )
     from sagacity.errors import SagacityError
 
     if interval <= 0:

@@ -49,10 +49,10 @@ def prune_claims(
     """
     from confluent_kafka.admin import AdminClient
 
-    from sagacity.consumers.compensation._claims import ClaimStore
+    from sagacity.consumers.compensation import ClaimStore
     from sagacity.errors import PersistenceError, SagacityError, TopicNotFoundError
-    from sagacity.producer._clients import with_logger
-    from sagacity.producer._topic import describe
+    from sagacity.producer import describe_topic as describe
+    from sagacity.producer import with_logger
 
     admin = AdminClient(with_logger({"bootstrap.servers": bootstrap_servers}))
     retentions: dict[str, int] = {}

@@ -89,7 +89,7 @@ def takeover_cmd(
     with a compare-and-append: if the writer appends meanwhile, nothing is journaled.
     Exit status: 0 taken over, 1 refused, 2 usage, 3 the cluster does not answer.
     """
-    from sagacity.producer import KafkaJournal, KafkaJournalSettings
+    from sagacity._env import kafka_journal, kafka_settings_from_env
 
     env = dict(os.environ)
     if bootstrap:
@@ -97,11 +97,11 @@ def takeover_cmd(
     if topic:
         env["SAGACITY_TOPIC"] = topic
     try:
-        settings = KafkaJournalSettings.from_env(env)
+        settings = kafka_settings_from_env(env)
     except ConfigurationError as exc:
         raise click.UsageError(f"{exc.message} (or pass --bootstrap-servers)") from exc
     try:
-        journal = KafkaJournal.from_settings(settings)
+        journal = kafka_journal(settings)
     except JournalError as exc:
         click.echo(f"Error: {exc.message}", err=True)
         raise SystemExit(3) from exc
@@ -161,10 +161,10 @@ def sweep_cmd(
     only reports. Run it from cron (or a Kubernetes CronJob) next to the compensation service.
     Exit status: 0 done, 2 usage or no archive, 3 the cluster does not answer.
     """
+    from sagacity._env import kafka_journal, kafka_settings_from_env
     from sagacity.cli._db_options import conninfo
-    from sagacity.consumers.archive._abandoned import quiet_sagas, sweep
-    from sagacity.consumers.archive._db import connect
-    from sagacity.producer import KafkaJournal, KafkaJournalSettings
+    from sagacity.consumers.archive import connect, quiet_sagas
+    from sagacity.consumers.archive import sweep_abandoned as sweep
 
     seconds = parse_duration(older_than)
     env = dict(os.environ)
@@ -173,7 +173,7 @@ def sweep_cmd(
     if topic:
         env["SAGACITY_TOPIC"] = topic
     try:
-        settings = KafkaJournalSettings.from_env(env)
+        settings = kafka_settings_from_env(env)
     except ConfigurationError as exc:
         raise click.UsageError(f"{exc.message} (or pass --bootstrap-servers)") from exc
     try:
@@ -185,7 +185,7 @@ def sweep_cmd(
         click.echo(f"no live saga on {settings.topic!r} has been quiet for {older_than}")
         return
     try:
-        journal = KafkaJournal.from_settings(settings)
+        journal = kafka_journal(settings)
     except JournalError as exc:
         click.echo(f"Error: {exc.message}", err=True)
         raise SystemExit(3) from exc

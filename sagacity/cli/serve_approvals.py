@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from sagacity._defaults import DEFAULT_APPROVALS_GROUP
 from sagacity.cli._options import (
     group_option,
     host_option,
@@ -63,7 +64,7 @@ def _env(name: str) -> list[str]:
     help="Kafka bootstrap servers.",
 )
 @topic_option("APPROVALS")
-@group_option("APPROVALS", default="sagacity-approvals")
+@group_option("APPROVALS", default=DEFAULT_APPROVALS_GROUP)
 @click.option(
     "--policy-version",
     envvar=_env("POLICY_VERSION"),
@@ -174,10 +175,10 @@ def approvals(
 
     import uvicorn
 
-    from sagacity.consumers._logging import configure
+    from sagacity._env import client_settings
+    from sagacity.consumers import configure_logging as configure
     from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
-    from sagacity.producer._clients import check_reachable
-    from sagacity.producer._config import client_settings
+    from sagacity.producer import check_reachable
 
     configure(log_level)
     settings = ApprovalsSettings.from_env(

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from sagacity._defaults import DEFAULT_ARCHIVE_GROUP
 from sagacity.cli._db_options import conninfo, database_options
 from sagacity.cli._options import (
     bootstrap_servers_option,
@@ -21,7 +22,7 @@ from sagacity.cli._options import (
 @bootstrap_servers_option("ARCHIVE")
 @database_options
 @topic_option("ARCHIVE")
-@group_option("ARCHIVE", default="sagacity-archive")
+@group_option("ARCHIVE", default=DEFAULT_ARCHIVE_GROUP)
 @click.option("--batch-size", default=2000, show_default=True, help="Messages per transaction.")
 @click.option(
     "--signing-key",
@@ -80,10 +81,10 @@ def archive(
     import os
     import signal
 
-    from sagacity.consumers._logging import configure
-    from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
-    from sagacity.producer._clients import check_reachable
-    from sagacity.producer._config import client_settings
+    from sagacity._env import client_settings
+    from sagacity.consumers import configure_logging as configure
+    from sagacity.consumers.archive import ArchiveService, ArchiveSettings
+    from sagacity.producer import check_reachable
 
     configure(log_level)
     kafka_config = client_settings(os.environ)

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from sagacity._defaults import DEFAULT_COMPENSATION_GROUP
 from sagacity.cli._options import (
     bootstrap_servers_option,
     database_url_option,
@@ -60,7 +61,7 @@ from sagacity.cli._options import (
 @bootstrap_servers_option("COMPENSATION")
 @database_url_option("COMPENSATION", help="libpq URL or conninfo of the claims database.")
 @topic_option("COMPENSATION")
-@group_option("COMPENSATION", default="sagacity-compensation")
+@group_option("COMPENSATION", default=DEFAULT_COMPENSATION_GROUP)
 @click.option(
     "--instance-id",
     envvar="SAGACITY_COMPENSATION_INSTANCE_ID",
@@ -139,11 +140,11 @@ def compensation(
 
     from pydantic import ValidationError
 
-    from sagacity.consumers._logging import configure
+    from sagacity._env import client_settings, read_index_settings_from_env
+    from sagacity.consumers import configure_logging as configure
     from sagacity.consumers.compensation import CompensationService, CompensationSettings
     from sagacity.errors import ConfigurationError
-    from sagacity.producer._clients import check_reachable
-    from sagacity.producer._config import ReadIndexSettings, client_settings
+    from sagacity.producer import check_reachable
 
     configure(log_level)
     client = client_settings(os.environ)
@@ -185,7 +186,7 @@ def compensation(
             http_port=port,
             dlq_topic=dlq_topic,
             client=client,
-            read_index=ReadIndexSettings.from_env(os.environ, database_url=database_url),
+            read_index=read_index_settings_from_env(os.environ, database_url=database_url),
             approvals_public_key=os.environ.get("SAGACITY_APPROVALS_PUBLIC_KEY") or None,
             writer_key=os.environ.get("SAGACITY_COMPENSATION_WRITER_KEY")
             or os.environ.get("SAGACITY_WRITER_KEY")

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from sagacity.cli._options import DEFAULT_TOPIC, service_envvars
+from sagacity._defaults import DEFAULT_TOPIC
+from sagacity.cli._options import service_envvars
 
 if TYPE_CHECKING:
     from sagacity import Sagacity
@@ -135,7 +136,7 @@ def serving(**options: Any) -> Serving:
     Raises:
         click.UsageError: http without a principals file.
     """
-    from sagacity.consumers._logging import configure
+    from sagacity.consumers import configure_logging as configure
 
     serving = Serving(**options)
     configure(serving.log_level)
@@ -159,7 +160,7 @@ def sagacity_for(serving: Serving) -> Sagacity:
     """A ``Sagacity`` on the Kafka journal the options name."""
     from sagacity import Sagacity
     from sagacity._decision_signature import verifier_from_env
-    from sagacity.producer import journal_from_env
+    from sagacity._env import journal_from_env
 
     environ = {
         **os.environ,
@@ -234,7 +235,7 @@ def mcp(tools: tuple[str, ...], **options: Any) -> None:
     "sagacity/saga_id"); a gated call is resumed by calling the tool again with the same
     arguments and _meta "sagacity/saga_id" and "sagacity/seq". See docs/mcp.md.
     """
-    from sagacity.consumers._tools import load_tools
+    from sagacity.consumers import load_tools
     from sagacity.errors import SagacityError
 
     settings = serving(**options)

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from sagacity._defaults import DEFAULT_TOPIC as _DEFAULT_TOPIC
 from sagacity.cli._exit import FAILED, UNAVAILABLE, CommandError
 from sagacity.errors import (
     ConfigurationError,
@@ -16,17 +17,15 @@ from sagacity.errors import (
     TopicNotFoundError,
 )
 
-_DEFAULT_TOPIC = "sagacity.journal"
-
 
 def _connection(bootstrap: str | None) -> tuple[str, dict[str, str | int | float | bool]]:
-    from sagacity.producer import KafkaJournalSettings
+    from sagacity._env import kafka_settings_from_env
 
     env = dict(os.environ)
     if bootstrap:
         env["SAGACITY_BOOTSTRAP_SERVERS"] = bootstrap
     try:
-        settings = KafkaJournalSettings.from_env(env)
+        settings = kafka_settings_from_env(env)
     except ConfigurationError as exc:
         raise click.UsageError(f"{exc} (or pass --bootstrap-servers)") from exc
     return settings.bootstrap_servers, {
@@ -112,14 +111,9 @@ def create_cmd(
     """Create the journal topic with settings that keep evidence."""
     from confluent_kafka.admin import AdminClient
 
-    from sagacity.producer._clients import with_logger
-    from sagacity.producer._topic import (
-        MIN_RETENTION_MS,
-        TopicSpec,
-        create,
-        describe,
-        parse_retention,
-    )
+    from sagacity.producer import MIN_RETENTION_MS, TopicSpec, parse_retention, with_logger
+    from sagacity.producer import create_topic as create
+    from sagacity.producer import describe_topic as describe
 
     try:
         retention_ms = parse_retention(retention)
@@ -179,8 +173,9 @@ def check_cmd(bootstrap: str | None, topic: str, as_json: bool, timeout: float) 
     """
     from confluent_kafka.admin import AdminClient
 
-    from sagacity.producer._clients import with_logger
-    from sagacity.producer._topic import check, describe
+    from sagacity.producer import check_topic as check
+    from sagacity.producer import describe_topic as describe
+    from sagacity.producer import with_logger
 
     servers, config = _connection(bootstrap)
     try:

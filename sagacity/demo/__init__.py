@@ -46,11 +46,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from sagacity._defaults import DEFAULT_TOPIC
 from sagacity._events import EventType, JournalEntry
 from sagacity.demo._processes import SAGACITY, Completed, Service, run_command, tail
 from sagacity.errors import SagacityError
 
-DEFAULT_TOPIC = "sagacity.journal"
 COMPENSATION_TOOLS = "sagacity.demo.tools:TOOLS"
 """What the compensation and approvals services load (``--tools``)."""
 APPROVER = "manager@example.com"
@@ -384,9 +384,9 @@ def _decoded(done: Completed) -> dict[str, Any]:
 
 @contextmanager
 def _journal(settings: DemoSettings, approvals_public_key: str) -> Iterator[Any]:
+    from sagacity._env import client_settings
     from sagacity._saga import Sagacity
     from sagacity.producer import KafkaJournal
-    from sagacity.producer._config import client_settings
 
     journal = KafkaJournal(
         settings.bootstrap_servers, topic=settings.topic, client=client_settings(os.environ)

@@ -1,6 +1,6 @@
 """Fixtures for the compensation service's tests: the service in its own processes.
 
-``service(...)`` starts ``python -m sagacity.consumers.compensation`` against the session's real
+``service(...)`` starts ``python -m sagacity.cli serve compensation`` against the session's real
 broker and Postgres; ``agent()`` is a ``Sagacity`` on the Kafka journal in delegated mode with
 the test tools wrapped.  Processes still running at the end are killed.
 """
@@ -153,7 +153,7 @@ class Lane:
         if failpoint is not None:
             extra["SAGACITY_COMPENSATION_FAILPOINT"] = failpoint
             extra["SAGACITY_COMPENSATION_FAILPOINT_FILE"] = str(marker)
-        command = [sys.executable, "-m", "sagacity.consumers.compensation"]
+        command = [sys.executable, "-m", "sagacity.cli", "serve", "compensation"]
         for target in tools:
             command += ["--tools", target]
         command += ["--port", str(port), "--handoff-grace", "2", *args]

@@ -86,7 +86,7 @@ def test_unimportable_tools_fail_at_start_naming_the_target(
 ) -> None:
     lane = make_lane(partitions=1)
     proc = subprocess.run(
-        [sys.executable, "-m", "sagacity.consumers.compensation", "--tools", target],
+        [sys.executable, "-m", "sagacity.cli", "serve", "compensation", "--tools", target],
         env=lane.env(),
         cwd=ROOT,
         capture_output=True,

@@ -221,7 +221,9 @@ def world(
             [
                 sys.executable,
                 "-m",
-                "sagacity.consumers.compensation",
+                "sagacity.cli",
+                "serve",
+                "compensation",
                 "--tools",
                 "tests.console.tools:shop",
                 "--http-port",

@@ -405,15 +405,15 @@ def test_configuration_is_validated() -> None:
 def test_from_env_without_the_kafka_journal_is_a_clear_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import sagacity.producer as producer
+    import sagacity._env as env
 
-    monkeypatch.delattr(producer, "journal_from_env", raising=False)
+    monkeypatch.delattr(env, "journal_from_env", raising=False)
     with pytest.raises(ConfigurationError, match="journal_from_env"):
         Sagacity.from_env()
 
 
 def test_from_env_builds_a_delegated_sagacity(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sagacity.producer as producer
+    import sagacity._env as env
 
     journal = InMemoryJournal()
     journal.writer_id = "host/1/abc"  # type: ignore[attr-defined]
@@ -423,7 +423,7 @@ def test_from_env_builds_a_delegated_sagacity(monkeypatch: pytest.MonkeyPatch) -
         asked.append(writer_id)
         return journal
 
-    monkeypatch.setattr(producer, "journal_from_env", from_env, raising=False)
+    monkeypatch.setattr(env, "journal_from_env", from_env, raising=False)
     built = Sagacity.from_env()
     assert built.journal is journal
     assert built.compensation_mode == "delegated"

@@ -65,7 +65,9 @@ def world(
             [
                 sys.executable,
                 "-m",
-                "sagacity.consumers.compensation",
+                "sagacity.cli",
+                "serve",
+                "compensation",
                 "--tools",
                 "sagacity.demo.tools:TOOLS",
                 "--port",

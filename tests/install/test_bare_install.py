@@ -40,10 +40,10 @@ sys.meta_path.insert(0, WithoutExtras())
 
 def test_the_read_index_imports_only_what_it_uses() -> None:
     code = _WITHOUT_EXTRAS + (
-        "from sagacity.producer import KafkaJournalSettings\n"
-        "settings = KafkaJournalSettings.from_env({'SAGACITY_BOOTSTRAP_SERVERS': '127.0.0.1:9',"
+        "from sagacity._env import kafka_settings_from_env, read_index\n"
+        "settings = kafka_settings_from_env({'SAGACITY_BOOTSTRAP_SERVERS': '127.0.0.1:9',"
         " 'SAGACITY_DATABASE_URL': 'postgresql://nobody@127.0.0.1:9/none'})\n"
-        "index = settings.read_index.build()\n"
+        "index = read_index(settings.read_index)\n"
         "print(type(index).__name__)\n"
         "print(sorted(m for m in sys.modules if m.startswith('sagacity.consumers.')))\n"
     )

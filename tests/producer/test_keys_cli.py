@@ -8,10 +8,10 @@ import pytest
 from click.testing import CliRunner
 
 from sagacity._decision_signature import DecisionSigner
+from sagacity._env import kafka_journal, kafka_settings_from_env
 from sagacity._writer_signature import Reason, WriterKey, WriterRegistry
 from sagacity.cli import main
 from sagacity.errors import ConfigurationError, SigningKeyError
-from sagacity.producer import KafkaJournal, KafkaJournalSettings
 
 HASH = "ab" * 32
 
@@ -75,11 +75,11 @@ def test_a_bad_writer_registry_is_refused_clearly(tmp_path: Path, text: str, pro
 def test_a_writer_key_needs_a_stable_writer_id(tmp_path: Path) -> None:
     key = tmp_path / "w.key"
     key.write_text("hmac-sha256:" + "11" * 32)
-    settings = KafkaJournalSettings.from_env(
+    settings = kafka_settings_from_env(
         {"SAGACITY_BOOTSTRAP_SERVERS": "127.0.0.1:1", "SAGACITY_WRITER_KEY": str(key)}
     )
     with pytest.raises(ConfigurationError, match="SAGACITY_WRITER_ID"):
-        KafkaJournal.from_settings(settings)
+        kafka_journal(settings)
     key.write_text("hmac-sha256:11")
     with pytest.raises(SigningKeyError, match="at least 16 bytes"):
         WriterKey.from_file(key, "w")

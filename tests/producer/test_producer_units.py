@@ -6,12 +6,12 @@ import pytest
 from click.testing import CliRunner
 
 from sagacity import EntryDraft, EventType, JournalEntry
+from sagacity._env import kafka_settings_from_env, read_index
 from sagacity.chain import link
 from sagacity.cli import main
 from sagacity.errors import ConfigurationError, SerializationError
 from sagacity.producer import (
     ForkKind,
-    KafkaJournalSettings,
     SagaRead,
     check_json_payload,
     murmur2,
@@ -51,7 +51,7 @@ def test_partition_is_in_range_and_stable() -> None:
 
 
 def test_settings_from_env_map_client_keys() -> None:
-    settings = KafkaJournalSettings.from_env(
+    settings = kafka_settings_from_env(
         {
             "SAGACITY_BOOTSTRAP_SERVERS": "k1:9092,k2:9092",
             "SAGACITY_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
@@ -67,7 +67,7 @@ def test_settings_from_env_map_client_keys() -> None:
 
 def test_settings_require_bootstrap() -> None:
     with pytest.raises(ConfigurationError, match="SAGACITY_BOOTSTRAP_SERVERS"):
-        KafkaJournalSettings.from_env({})
+        kafka_settings_from_env({})
 
 
 @pytest.mark.parametrize(
@@ -82,7 +82,7 @@ def test_settings_require_bootstrap() -> None:
 )
 def test_settings_refuse_unsafe_or_invalid_values(var: str, value: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
-        KafkaJournalSettings.from_env({"SAGACITY_BOOTSTRAP_SERVERS": "k:9092", var: value})
+        kafka_settings_from_env({"SAGACITY_BOOTSTRAP_SERVERS": "k:9092", var: value})
 
 
 def test_traceparent_validation() -> None:
@@ -267,7 +267,7 @@ def test_cli_needs_bootstrap_servers(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_client_settings_map_variables_and_ignore_the_bare_prefix() -> None:
-    from sagacity.producer._config import client_settings
+    from sagacity._env import client_settings
 
     env = {
         "SAGACITY_KAFKA_SECURITY_PROTOCOL": "SSL",
@@ -284,7 +284,7 @@ def test_client_settings_map_variables_and_ignore_the_bare_prefix() -> None:
 def test_lease_settings_from_env_and_a_lease_shorter_than_its_margin_is_refused() -> None:
     from sagacity.errors import ConfigurationError
 
-    settings = KafkaJournalSettings.from_env(
+    settings = kafka_settings_from_env(
         {
             "SAGACITY_BOOTSTRAP_SERVERS": "k:9092",
             "SAGACITY_LEASE_TTL_S": "90",
@@ -295,7 +295,7 @@ def test_lease_settings_from_env_and_a_lease_shorter_than_its_margin_is_refused(
     assert (settings.lease_ttl_s, settings.max_clock_skew_s) == (90.0, 2.0)
     assert settings.lease_margin_s == 11.0
     with pytest.raises(ConfigurationError, match="lease_ttl_s"):
-        KafkaJournalSettings.from_env(
+        kafka_settings_from_env(
             {"SAGACITY_BOOTSTRAP_SERVERS": "k:9092", "SAGACITY_LEASE_TTL_S": "11"}
         )
 
@@ -340,12 +340,12 @@ def test_a_lease_view_expires_after_the_lease_plus_the_skew() -> None:
 
 def test_settings_name_the_read_index_from_the_database_url() -> None:
     base = {"SAGACITY_BOOTSTRAP_SERVERS": "k:9092"}
-    assert KafkaJournalSettings.from_env(base).read_index.database_url is None
-    assert KafkaJournalSettings.from_env(base).read_index.build() is None
-    shared = KafkaJournalSettings.from_env({**base, "SAGACITY_DATABASE_URL": "postgresql://h/d"})
+    assert kafka_settings_from_env(base).read_index.database_url is None
+    assert read_index(kafka_settings_from_env(base).read_index) is None
+    shared = kafka_settings_from_env({**base, "SAGACITY_DATABASE_URL": "postgresql://h/d"})
     assert shared.read_index.database_url == "postgresql://h/d"
     assert shared.read_index.archive_group == "sagacity-archive"
-    own = KafkaJournalSettings.from_env(
+    own = kafka_settings_from_env(
         {
             **base,
             "SAGACITY_DATABASE_URL": "postgresql://h/d",
@@ -359,14 +359,14 @@ def test_settings_name_the_read_index_from_the_database_url() -> None:
         "evidence",
         "archive-eu",
     )
-    index = own.build()
+    index = read_index(own)
     assert index is not None
     assert index.consumer_group == "archive-eu"  # type: ignore[attr-defined]
     index.close()  # never connected
-    off = KafkaJournalSettings.from_env(
+    off = kafka_settings_from_env(
         {**base, "SAGACITY_DATABASE_URL": "postgresql://h/d", "SAGACITY_READ_INDEX": "off"}
     )
-    assert off.read_index.build() is None
+    assert read_index(off.read_index) is None
 
 
 def test_importing_sagacity_and_its_producer_does_not_import_the_database_driver() -> None:

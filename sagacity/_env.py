@@ -1,0 +1,241 @@
+"""The composition root: the Kafka journal and its Postgres read index from ``SAGACITY_*``.
+
+The one module that imports both the Kafka adapter (:mod:`sagacity.producer`) and a Postgres
+one (the read index); ``Sagacity.from_env()``, the services and the CLI assemble journals here.
+The layer test (tests/architecture/test_layers.py) names it as the one exception to the
+inward rule.
+
+Variables are read here and nowhere else, through pydantic-settings: each setting ``x`` from
+``SAGACITY_<SERVICE>_X`` first (``service="APPROVALS"``), then ``SAGACITY_X``; an empty
+variable is unset.  The settings objects of the adapters (:class:`KafkaJournalSettings`,
+:class:`ReadIndexSettings`) read no variable, so a journal built in code is configured by its
+code alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+
+from pydantic import ValidationError
+
+from sagacity._defaults import (
+    DEFAULT_APPROVALS_GROUP,
+    DEFAULT_ARCHIVE_GROUP,
+    DEFAULT_COMPENSATION_GROUP,
+    DEFAULT_TOPIC,
+)
+from sagacity._settings import SagacitySettings
+from sagacity.errors import ConfigurationError
+from sagacity.producer import KafkaJournal, KafkaJournalSettings, ReadIndexSettings, SagaIndex
+
+__all__ = [
+    "DEFAULT_APPROVALS_GROUP",
+    "DEFAULT_ARCHIVE_GROUP",
+    "DEFAULT_COMPENSATION_GROUP",
+    "DEFAULT_TOPIC",
+    "JournalEnvironment",
+    "client_settings",
+    "journal_from_env",
+    "kafka_journal",
+    "kafka_settings_from_env",
+    "read_index",
+    "read_index_settings_from_env",
+]
+
+_CLIENT_PREFIX = "SAGACITY_KAFKA_"
+_OFF = frozenset({"0", "off", "false", "no"})
+_KAFKA_FIELDS = (
+    "bootstrap_servers",
+    "topic",
+    "ack_timeout_s",
+    "startup_timeout_s",
+    "read_timeout_s",
+    "lease_ttl_s",
+    "max_clock_skew_s",
+    "writer_id",
+    "writer_key",
+)
+
+
+class JournalEnvironment(SagacitySettings):
+    """The variables behind a Kafka journal and its read index, as given (text, unchecked).
+
+    Read only by the ``from_env`` functions below; :class:`KafkaJournalSettings` and
+    :class:`ReadIndexSettings` check the values, so a bad one is refused by the same rules
+    as in code.  Each field ``x`` is ``SAGACITY_X`` (``SAGACITY_<SERVICE>_X`` first in a
+    service's subclass): ``archive_database_url`` is ``SAGACITY_ARCHIVE_DATABASE_URL``,
+    ``read_index`` is ``SAGACITY_READ_INDEX`` (``off`` turns the index off).
+    """
+
+    bootstrap_servers: str | None = None
+    topic: str | None = None
+    ack_timeout_s: str | None = None
+    startup_timeout_s: str | None = None
+    read_timeout_s: str | None = None
+    lease_ttl_s: str | None = None
+    max_clock_skew_s: str | None = None
+    writer_id: str | None = None
+    writer_key: str | None = None
+    database_url: str | None = None
+    archive_database_url: str | None = None
+    archive_schema: str | None = None
+    archive_group: str | None = None
+    read_index: str | None = None
+
+
+@functools.cache
+def _environment_class(service: str) -> type[JournalEnvironment]:
+    if not service:
+        return JournalEnvironment
+    namespace: dict[str, object] = {"env_service": service, "__module__": __name__}
+    return type(f"{service.title()}JournalEnvironment", (JournalEnvironment,), namespace)
+
+
+def _read(environ: Mapping[str, str] | None, service: str) -> JournalEnvironment:
+    if service and not (service.isascii() and service.replace("_", "").isalnum()):
+        raise ConfigurationError(f"a service prefix is letters, digits and '_', not {service!r}")
+    return _environment_class(service.upper()).from_env(os.environ if environ is None else environ)
+
+
+def client_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """librdkafka settings from ``SAGACITY_KAFKA_<KEY_WITH_UNDERSCORES>`` variables.
+
+    ``SAGACITY_KAFKA_SECURITY_PROTOCOL=SSL`` gives ``{"security.protocol": "SSL"}``; the bare
+    prefix names no setting and is ignored.
+    """
+    env = os.environ if environ is None else environ
+    return {
+        var.removeprefix(_CLIENT_PREFIX).lower().replace("_", "."): val
+        for var, val in env.items()
+        if var.startswith(_CLIENT_PREFIX) and var != _CLIENT_PREFIX
+    }
+
+
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
+        for err in exc.errors()
+    )
+
+
+def _read_index_settings(found: JournalEnvironment, database_url: str | None) -> ReadIndexSettings:
+    values: dict[str, object] = {
+        "database_url": found.archive_database_url or database_url or found.database_url,
+        "archive_schema": found.archive_schema,
+        "enabled": (found.read_index or "on").strip().lower() not in _OFF,
+    }
+    if found.archive_group is not None:
+        values["archive_group"] = found.archive_group
+    return ReadIndexSettings.model_validate(values)
+
+
+def read_index_settings_from_env(
+    environ: Mapping[str, str] | None = None,
+    *,
+    service: str = "",
+    database_url: str | None = None,
+) -> ReadIndexSettings:
+    """Where readers find archived prefixes, from ``environ`` (default ``os.environ``).
+
+    The archive's database is ``SAGACITY_ARCHIVE_DATABASE_URL``, else ``database_url`` (a
+    service's own database), else ``SAGACITY_DATABASE_URL``; with ``SAGACITY_ARCHIVE_SCHEMA``,
+    ``SAGACITY_ARCHIVE_GROUP`` and ``SAGACITY_READ_INDEX``.
+
+    Raises:
+        ConfigurationError: a value is invalid; the message names it.
+    """
+    try:
+        return _read_index_settings(_read(environ, service), database_url)
+    except ValidationError as exc:
+        raise ConfigurationError(f"invalid read index settings: {_problems(exc)}") from exc
+
+
+def kafka_settings_from_env(
+    environ: Mapping[str, str] | None = None, *, service: str = ""
+) -> KafkaJournalSettings:
+    """The Kafka journal's settings from ``environ`` (default ``os.environ``).
+
+    Each is ``SAGACITY_<SERVICE>_X`` (when ``service`` is given), then ``SAGACITY_X``:
+    ``BOOTSTRAP_SERVERS`` (required), ``TOPIC``, ``ACK_TIMEOUT_S``, ``STARTUP_TIMEOUT_S``,
+    ``READ_TIMEOUT_S``, ``LEASE_TTL_S``, ``MAX_CLOCK_SKEW_S``, ``WRITER_ID``, ``WRITER_KEY``;
+    librdkafka settings from ``SAGACITY_KAFKA_<KEY>``; the read index as
+    :func:`read_index_settings_from_env`.
+
+    Raises:
+        ConfigurationError: a variable is missing or invalid; the message names it.
+    """
+    env = os.environ if environ is None else environ
+    found = _read(env, service)
+    if not found.bootstrap_servers:
+        own = f"SAGACITY_{service.upper()}_BOOTSTRAP_SERVERS or " if service else ""
+        raise ConfigurationError(
+            f"{own}SAGACITY_BOOTSTRAP_SERVERS is not set: give the Kafka bootstrap servers "
+            "(host:port[,host:port…])"
+        )
+    values: dict[str, object] = {
+        name: value for name in _KAFKA_FIELDS if (value := getattr(found, name)) is not None
+    }
+    values["client"] = client_settings(env)
+    try:
+        values["read_index"] = _read_index_settings(found, None)
+        return KafkaJournalSettings.model_validate(values)
+    except ValidationError as exc:
+        raise ConfigurationError(f"invalid Kafka journal settings: {_problems(exc)}") from exc
+
+
+def read_index(settings: ReadIndexSettings) -> SagaIndex | None:
+    """The read index ``settings`` name (``None`` when off or without a database).
+
+    Raises:
+        ConfigurationError: the archive's database driver is not installed.
+    """
+    if not settings.enabled or not settings.database_url:
+        return None
+    try:
+        from sagacity.consumers.archive._index import PostgresSagaIndex
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"the read index needs the archive's database driver: {exc} "
+            "(or set SAGACITY_READ_INDEX=off)"
+        ) from exc
+    return PostgresSagaIndex(
+        settings.database_url, schema=settings.archive_schema, consumer_group=settings.archive_group
+    )
+
+
+def kafka_journal(settings: KafkaJournalSettings, *, writer_id: str | None = None) -> KafkaJournal:
+    """A :class:`KafkaJournal` configured by ``settings``, reading through the index they name.
+
+    Raises:
+        ConfigurationError: the read index's driver is missing, or the writer key is unusable.
+        TopicNotFoundError / TopicConfigError / JournalUnavailableError: as
+            :class:`KafkaJournal`.
+    """
+    index = read_index(settings.read_index)
+    try:
+        return KafkaJournal.from_settings(settings, writer_id=writer_id, index=index)
+    except BaseException:
+        if index is not None:
+            index.close()
+        raise
+
+
+def journal_from_env(
+    environ: Mapping[str, str] | None = None,
+    *,
+    service: str = "",
+    writer_id: str | None = None,
+) -> KafkaJournal:
+    """The Kafka journal ``SAGACITY_*`` variables configure (:func:`kafka_settings_from_env`).
+
+    This is what ``Sagacity.from_env()`` uses: the same agent code runs against the in-memory
+    journal in unit tests and against Kafka in production.
+
+    Raises:
+        ConfigurationError: a variable is missing or invalid.
+        TopicNotFoundError / TopicConfigError / JournalUnavailableError: as
+            :class:`KafkaJournal`.
+    """
+    return kafka_journal(kafka_settings_from_env(environ, service=service), writer_id=writer_id)
