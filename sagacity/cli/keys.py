@@ -30,7 +30,7 @@ def keys() -> None:
 def init(out: Path) -> None:
     """Create a key-encryption key; agents and services read it from
     SAGACITY_KEY_ENCRYPTION_KEY_FILE."""
-    from sagacity._envelope import write_key_encryption_key
+    from sagacity.keys import write_key_encryption_key
 
     kek = write_key_encryption_key(out)
     click.echo(f"key-encryption key: {out}")
@@ -71,8 +71,7 @@ def rotate(new_path: Path, current: str, database_url: str, batch: int) -> None:
     runs (docs/operations/keys.md; docs/adr/0019-erasure.md §6).  Exits 1 while some keys
     remain under a key this command was not given.
     """
-    from sagacity._envelope import KeyEncryptionKey, KeyRing
-    from sagacity._keys import KeyService
+    from sagacity.keys import KeyEncryptionKey, KeyRing, KeyService
     from sagacity.keystore_postgres import PostgresKeyStore
 
     new = KeyEncryptionKey.from_file(new_path, setting="--new")
