@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sagacity._codec import check_json_payload
 from sagacity.producer._config import DEFAULT_TOPIC, KafkaJournalSettings, ReadIndexSettings
 from sagacity.producer._index import (
     IndexedEvent,
@@ -16,7 +17,7 @@ from sagacity.producer._index import (
     RefusedMessage,
     SagaIndex,
 )
-from sagacity.producer._journal import RECORD_OVERHEAD, KafkaJournal, check_json_payload
+from sagacity.producer._journal import RECORD_OVERHEAD, KafkaJournal
 from sagacity.producer._lease import LeaseView, Takeover
 from sagacity.producer._partition import murmur2, partition_for
 from sagacity.producer._reader import (

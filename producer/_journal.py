@@ -16,7 +16,6 @@ import collections
 import contextlib
 import dataclasses
 import functools
-import json
 import os
 import socket
 import threading
@@ -25,12 +24,12 @@ import uuid
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from sagacity import _attributes as attr
+from sagacity._codec import check_json_payload
 from sagacity._events import EntryDraft, EventType, JournalEntry, with_attribute
 from sagacity._writer_signature import HEADER as WRITER_HEADER
 from sagacity._writer_signature import WriterKey
@@ -75,7 +74,6 @@ RECORD_OVERHEAD = 128
 _PARTITION_CACHE = 100_000
 _READ_CACHE = 256
 _PRUNE_PENDING = 16
-_JSON_PAYLOAD_EVENTS = frozenset({EventType.INTENT, EventType.AWAITING_APPROVAL})
 _EVENT_TYPE_HEADERS: dict[str, tuple[str, bytes]] = {
     t.value: ("event_type", t.value.encode()) for t in EventType
 }
@@ -85,31 +83,6 @@ _EVENT_TYPE_HEADERS: dict[str, tuple[str, bytes]] = {
 @functools.cache
 def _fingerprint_header() -> tuple[str, bytes]:
     return ("schema_fingerprint", current_schema().fingerprint.hex().encode())
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-_JSON = json.JSONDecoder(parse_constant=_refuse_constant)
-"""One decoder for every payload check (``json.loads`` would build one per call)."""
-
-
-def check_json_payload(draft: EntryDraft) -> None:
-    """Refuse a tool payload that is not JSON (before the tool can run).
-
-    Raises:
-        SerializationError: the payload of an ``INTENT`` / ``AWAITING_APPROVAL`` is not JSON.
-    """
-    if draft.event_type not in _JSON_PAYLOAD_EVENTS or draft.payload is None:
-        return
-    try:
-        _JSON.decode(draft.payload)
-    except ValueError as exc:
-        raise SerializationError(
-            f"the {draft.event_type.value} payload of tool {draft.tool!r} is not JSON: {exc}",
-            saga_id=draft.saga_id,
-        ) from exc
 
 
 class _Delivery:
