@@ -176,7 +176,7 @@ def approvals(
 
     from sagacity.consumers._logging import configure
     from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
-    from sagacity.producer._clients import check_reachable
+    from sagacity.producer._clients import check_reachable, startup_timeout
     from sagacity.producer._config import client_settings
 
     configure(log_level)
@@ -202,7 +202,8 @@ def approvals(
     )
     if settings.bootstrap_servers:
         check_reachable(
-            {**client_settings(os.environ), "bootstrap.servers": settings.bootstrap_servers}
+            {**client_settings(os.environ), "bootstrap.servers": settings.bootstrap_servers},
+            timeout=startup_timeout(),
         )
     server = ApprovalsServer(settings)
     uvicorn.run(

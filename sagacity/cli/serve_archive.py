@@ -82,7 +82,7 @@ def archive(
 
     from sagacity.consumers._logging import configure
     from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
-    from sagacity.producer._clients import check_reachable
+    from sagacity.producer._clients import check_reachable, startup_timeout
     from sagacity.producer._config import client_settings
 
     configure(log_level)
@@ -104,7 +104,9 @@ def archive(
             writer_registry=writer_registry,
         )
     )
-    check_reachable({**kafka_config, "bootstrap.servers": bootstrap_servers})
+    check_reachable(
+        {**kafka_config, "bootstrap.servers": bootstrap_servers}, timeout=startup_timeout()
+    )
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: service.stop())
     service.run()
