@@ -39,9 +39,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sagacity import EntryDraft, EventType
+from sagacity._codec import check_json_payload
 from sagacity.chain import link
 from sagacity.producer import KafkaJournal, partition_for
-from sagacity.producer._journal import check_json_payload
 from sagacity.schemas import current_schema, encode_entry
 from sagacity.schemas._codec import NATIVE, link_encoded
 

@@ -7,7 +7,8 @@ variable and imports no other adapter.
 
 from __future__ import annotations
 
-from sagacity.producer._clients import check_reachable, with_logger
+from sagacity._codec import check_json_payload
+from sagacity.producer._clients import BrokerCheck, check_reachable, startup_timeout, with_logger
 from sagacity.producer._config import DEFAULT_TOPIC, KafkaJournalSettings, ReadIndexSettings
 from sagacity.producer._index import (
     IndexedEvent,
@@ -16,7 +17,7 @@ from sagacity.producer._index import (
     RefusedMessage,
     SagaIndex,
 )
-from sagacity.producer._journal import RECORD_OVERHEAD, KafkaJournal, check_json_payload
+from sagacity.producer._journal import RECORD_OVERHEAD, KafkaJournal
 from sagacity.producer._lease import LeaseView, Takeover
 from sagacity.producer._partition import murmur2, partition_for
 from sagacity.producer._reader import (
@@ -41,6 +42,7 @@ __all__ = [
     "HANDOFF_EVENTS",
     "MIN_RETENTION_MS",
     "RECORD_OVERHEAD",
+    "BrokerCheck",
     "ForkKind",
     "IndexedEvent",
     "IndexedPartition",
@@ -69,6 +71,7 @@ __all__ = [
     "ownership",
     "parse_retention",
     "partition_for",
+    "startup_timeout",
     "traced",
     "valid_traceparent",
     "with_logger",

@@ -6,31 +6,28 @@ events are pipelined (``durable=False``) and awaited by :meth:`KafkaJournal.flus
 append — opening a saga, deciding on one handed off to approvals, compensating — reads the
 saga's partition, extends the accepted tail and reads it back to confirm it won
 (docs/adr/0004-single-writer.md).
+
+Around it: :mod:`._delivery` tracks each published event until the broker answers (and who
+waits for that), :mod:`._ownership` the sagas this process holds (their chain and writer lease),
+:mod:`._reader` reads sagas back.
 """
 
 from __future__ import annotations
 
-import _thread
 import asyncio
-import collections
-import contextlib
 import dataclasses
 import functools
-import json
 import os
 import socket
-import threading
 import time
 import uuid
-import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from sagacity import _attributes as attr
+from sagacity._codec import check_json_payload
 from sagacity._events import EntryDraft, EventType, JournalEntry, with_attribute
 from sagacity._writer_signature import HEADER as WRITER_HEADER
 from sagacity._writer_signature import WriterKey
@@ -50,6 +47,7 @@ from sagacity.errors import (
 from sagacity.journal import ApprovalRequest
 from sagacity.producer._clients import with_logger
 from sagacity.producer._config import DEFAULT_TOPIC, KafkaJournalSettings
+from sagacity.producer._delivery import Deliveries, Delivery, earlier_unsettled
 from sagacity.producer._index import SagaIndex
 from sagacity.producer._lease import (
     HANDOFF_TAKEOVER,
@@ -58,7 +56,8 @@ from sagacity.producer._lease import (
     lease_view,
     message_timestamp_ms,
 )
-from sagacity.producer._reader import HANDOFF_EVENTS, SagaRead, SagaReader
+from sagacity.producer._ownership import HeldSagas, SagaState, tail_moved
+from sagacity.producer._reader import HANDOFF_EVENTS, ReadCache, SagaRead, SagaReader
 from sagacity.producer._topic import (
     PRODUCER_MAX_MESSAGE_BYTES,
     ClientConfig,
@@ -73,9 +72,7 @@ RECORD_OVERHEAD = 128
 """Bytes reserved beyond key, value and headers for Kafka's record and batch framing."""
 
 _PARTITION_CACHE = 100_000
-_READ_CACHE = 256
 _PRUNE_PENDING = 16
-_JSON_PAYLOAD_EVENTS = frozenset({EventType.INTENT, EventType.AWAITING_APPROVAL})
 _EVENT_TYPE_HEADERS: dict[str, tuple[str, bytes]] = {
     t.value: ("event_type", t.value.encode()) for t in EventType
 }
@@ -85,186 +82,6 @@ _EVENT_TYPE_HEADERS: dict[str, tuple[str, bytes]] = {
 @functools.cache
 def _fingerprint_header() -> tuple[str, bytes]:
     return ("schema_fingerprint", current_schema().fingerprint.hex().encode())
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-_JSON = json.JSONDecoder(parse_constant=_refuse_constant)
-"""One decoder for every payload check (``json.loads`` would build one per call)."""
-
-
-def check_json_payload(draft: EntryDraft) -> None:
-    """Refuse a tool payload that is not JSON (before the tool can run).
-
-    Raises:
-        SerializationError: the payload of an ``INTENT`` / ``AWAITING_APPROVAL`` is not JSON.
-    """
-    if draft.event_type not in _JSON_PAYLOAD_EVENTS or draft.payload is None:
-        return
-    try:
-        _JSON.decode(draft.payload)
-    except ValueError as exc:
-        raise SerializationError(
-            f"the {draft.event_type.value} payload of tool {draft.tool!r} is not JSON: {exc}",
-            saga_id=draft.saga_id,
-        ) from exc
-
-
-class _Delivery:
-    """One produced event awaiting the broker's acknowledgement.
-
-    Waiting objects are made only when someone waits: most pipelined events are never
-    waited on one by one, and a ``threading.Event`` per event is measurable on the hot path.
-    :meth:`settle` is the producer's delivery callback itself (no wrapper per event).
-    """
-
-    __slots__ = ("_gate", "_journal", "_lock", "_waiters", "done", "entry", "error", "offset")
-
-    def __init__(self, entry: JournalEntry, journal: KafkaJournal) -> None:
-        self.entry = entry
-        self.done = False
-        self.error: KafkaError | None = None
-        self.offset = -1
-        self._journal = journal
-        self._lock = threading.Lock()
-        # Held while someone waits for the acknowledgement; released by :meth:`settle`.
-        self._gate: _thread.LockType | None = None
-        # Made on the first asyncio wait only: one object fewer per pipelined event for the
-        # cyclic garbage collector to track.
-        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] | None = None
-
-    def settle(self, error: KafkaError | None, message: Message | None) -> None:
-        with self._lock:
-            self.error = error
-            if error is None and message is not None:
-                offset = message.offset()
-                self.offset = offset if offset is not None else -1
-            self.done = True
-            gate = self._gate
-            waiters = self._waiters
-            if waiters:
-                self._waiters = None
-        if error is not None:
-            self._journal._failed(self)
-        if gate is not None:
-            gate.release()
-        if waiters:
-            self._journal._wake(waiters)
-
-    def wait(self, timeout: float) -> bool:
-        """Block until acknowledged or refused; ``False`` when ``timeout`` passed first."""
-        with self._lock:
-            if self.done:
-                return True
-            gate = self._gate
-            if gate is None:
-                gate = self._gate = _thread.allocate_lock()
-                gate.acquire()
-        # A bare lock rather than a threading.Event (a Condition and two more locks per wait):
-        # whoever passes the gate opens it again for any other waiter.
-        if not gate.acquire(timeout=timeout):
-            return False
-        gate.release()
-        return True
-
-    def async_waiter(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
-        future: asyncio.Future[None] = loop.create_future()
-        with self._lock:
-            if self.done:
-                future.set_result(None)
-            else:
-                if self._waiters is None:
-                    self._waiters = [(loop, future)]
-                else:
-                    self._waiters.append((loop, future))
-        return future
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-def _resolve_all(futures: list[asyncio.Future[None]]) -> None:
-    for future in futures:
-        if not future.done():
-            future.set_result(None)
-
-
-def _tail_moved(saga_id: str, after_seq: int, tail: int) -> TailMovedError:
-    return TailMovedError(
-        f"saga {saga_id!r} is at seq {tail}, not {after_seq}: another writer appended since it "
-        "was read; nothing was appended",
-        saga_id=saga_id,
-        seq=tail,
-    )
-
-
-def _expire(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_exception(TimeoutError())
-
-
-class _ReadCache:
-    """The latest read of recently read sagas, to continue instead of re-reading.
-
-    A partition only grows at its end, so a read continued from an earlier one (whatever its
-    age) gives what a read from the partition's start would: the cache can be stale, never
-    wrong.  Bounded (least recently used out); entries are copies no caller holds.
-    """
-
-    def __init__(self, size: int = _READ_CACHE) -> None:
-        self._size = size
-        self._reads: OrderedDict[str, SagaRead] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, saga_id: str) -> SagaRead | None:
-        with self._lock:
-            read = self._reads.get(saga_id)
-            if read is not None:
-                self._reads.move_to_end(saga_id)
-            return read
-
-    def put(self, read: SagaRead) -> None:
-        with self._lock:
-            previous = self._reads.get(read.saga_id)
-            if previous is not None and previous.next_offset > read.next_offset:
-                return
-            self._reads[read.saga_id] = read.copy()
-            self._reads.move_to_end(read.saga_id)
-            while len(self._reads) > self._size:
-                self._reads.popitem(last=False)
-
-
-class _SagaState:
-    """Per-saga serialisation, and the chain while this process owns the saga."""
-
-    __slots__ = (
-        "__weakref__",
-        "actor",
-        "chain",
-        "lease_hard",
-        "lease_soft",
-        "lock",
-        "owned",
-        "pending",
-        "poisoned",
-    )
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.actor: str | None = None
-        self.owned = False
-        self.poisoned = False
-        self.chain: list[JournalEntry] = []
-        self.pending: list[_Delivery] = []
-        # The writer lease on the journal's monotonic clock (docs/adr/0011-writer-lease.md):
-        # publish unconfirmed only before lease_soft; an acknowledgement after lease_hard is
-        # confirmed by reading the event back.
-        self.lease_soft = float("-inf")
-        self.lease_hard = float("-inf")
 
 
 class KafkaJournal:
@@ -383,21 +200,18 @@ class KafkaJournal:
             timeout=settings.read_timeout_s,
             index=index,
         )
-        self._reads = _ReadCache()
-        self._states: weakref.WeakValueDictionary[str, _SagaState] = weakref.WeakValueDictionary()
-        self._owned: dict[str, _SagaState] = {}
+        self._reads = ReadCache()
+        self._sagas = HeldSagas(
+            reader=self._reader,
+            monotonic=monotonic,
+            lease_soft_span=self._lease_soft_span,
+            lease_hard_span=self._lease_hard_span,
+        )
         self._partitions: dict[str, int] = {}
-        self._states_lock = threading.Lock()
-        self._failures: list[_Delivery] = []
-        self._failures_lock = threading.Lock()
-        self._wakeups: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
-        self._deadlines: collections.deque[
-            tuple[float, asyncio.AbstractEventLoop, asyncio.Future[None]]
-        ] = collections.deque()
         self._closed = False
-        self._stop = threading.Event()
-        self._poller = threading.Thread(target=self._poll, name="sagacity-kafka-poll", daemon=True)
-        self._poller.start()
+        self._deliveries = Deliveries(
+            self._producer, ack_timeout=self._ack_timeout, on_lost=self._sagas.mark_poisoned
+        )
 
     @classmethod
     def from_settings(
@@ -474,16 +288,17 @@ class KafkaJournal:
             SerializationError: an ``INTENT`` / ``AWAITING_APPROVAL`` payload is not JSON.
         """
         draft = self._prepare(draft)
-        state = self._state(draft.saga_id)
+        state = self._sagas.state(draft.saga_id)
         with state.lock:
             sent = self._monotonic()
             if not (state.owned and not state.poisoned and sent < state.lease_soft):
                 return self._append_confirmed(state, draft)
             entry, delivery = self._publish_owned(state, draft)
         if durable:
-            self._wait(delivery)
-            self._check_earlier(state, delivery)
-            self._renew(state, delivery, sent)
+            deliveries = self._deliveries
+            deliveries.wait(delivery)
+            deliveries.check_earlier(state, delivery)
+            self._sagas.renew(state, delivery, sent)
         return entry
 
     def append_after(
@@ -504,19 +319,20 @@ class KafkaJournal:
         if isinstance(after_seq, bool) or not isinstance(after_seq, int) or after_seq < 0:
             raise SerializationError(f"after_seq must be an int >= 0, got {after_seq!r}")
         draft = self._prepare(draft)
-        state = self._state(draft.saga_id)
+        state = self._sagas.state(draft.saga_id)
         with state.lock:
             sent = self._monotonic()
             if not (state.owned and not state.poisoned and sent < state.lease_soft):
                 return self._append_confirmed(state, draft, after_seq=after_seq)
             tail = state.chain[-1].seq
             if tail != after_seq:
-                raise _tail_moved(draft.saga_id, after_seq, tail)
+                raise tail_moved(draft.saga_id, after_seq, tail)
             entry, delivery = self._publish_owned(state, draft)
         if durable:
-            self._wait(delivery)
-            self._check_earlier(state, delivery)
-            self._renew(state, delivery, sent)
+            deliveries = self._deliveries
+            deliveries.wait(delivery)
+            deliveries.check_earlier(state, delivery)
+            self._sagas.renew(state, delivery, sent)
         return entry
 
     async def append_async(self, draft: EntryDraft, *, durable: bool = True) -> JournalEntry:
@@ -526,7 +342,7 @@ class KafkaJournal:
         acknowledgement as a future; confirmed appends run in the default executor.
         """
         draft = self._prepare(draft)
-        state = self._state(draft.saga_id)
+        state = self._sagas.state(draft.saga_id)
         loop = asyncio.get_running_loop()
         if state.lock.acquire(blocking=False):
             try:
@@ -538,15 +354,16 @@ class KafkaJournal:
                 state.lock.release()
             if fast:
                 if durable:
-                    await self._wait_async(delivery, loop)
-                    for earlier in self._earlier_unsettled(state, delivery):
+                    deliveries = self._deliveries
+                    await deliveries.wait_async(delivery, loop)
+                    for earlier in earlier_unsettled(state, delivery):
                         if not earlier.done:
-                            await self._settled_async(earlier, loop)
-                    self._check_earlier(state, delivery, waited=True)
+                            await deliveries.settled_async(earlier, loop)
+                    deliveries.check_earlier(state, delivery, waited=True)
                     if self._monotonic() >= state.lease_hard:
-                        await loop.run_in_executor(None, self._renew, state, delivery, sent)
+                        await loop.run_in_executor(None, self._sagas.renew, state, delivery, sent)
                     else:
-                        self._extend_lease(state, sent)
+                        self._sagas.extend_lease(state, sent)
                 return entry
         return await loop.run_in_executor(None, lambda: self.append(draft, durable=durable))
 
@@ -559,7 +376,7 @@ class KafkaJournal:
         """
         limit = self._ack_timeout + 1.0 if timeout is None else timeout
         remaining = self._producer.flush(limit)
-        self._raise_failures()
+        self._deliveries.raise_failures()
         if remaining:
             raise JournalUnavailableError(
                 f"{remaining} journal event(s) not acknowledged by Kafka within {limit:.1f}s"
@@ -575,7 +392,7 @@ class KafkaJournal:
         Raises:
             JournalUnavailableError: pending events failed, or the topic could not be read.
         """
-        state = self._states.get(saga_id)
+        state = self._sagas.get(saga_id)
         if state is not None:
             with state.lock:
                 if state.owned and not state.poisoned:
@@ -584,7 +401,7 @@ class KafkaJournal:
                 else:
                     pending, chain = [], None
             for delivery in pending:
-                self._wait(delivery)
+                self._deliveries.wait(delivery)
             if chain is not None:
                 return chain
         return tuple(self.read(saga_id).entries)
@@ -708,7 +525,7 @@ class KafkaJournal:
             recorded_at_us=int(self._wall_clock() * 1_000_000),
         )
         draft = self._prepare(draft)
-        state = self._state(saga_id)
+        state = self._sagas.state(saga_id)
         with state.lock:
             entry = self._append_confirmed(
                 state, draft, after_seq=view.last_seq, takeover_from=view.writer
@@ -727,8 +544,7 @@ class KafkaJournal:
         try:
             self.flush()
         finally:
-            self._stop.set()
-            self._poller.join(timeout=5)
+            self._deliveries.stop()
             self._reader.close()
 
     def __enter__(self) -> KafkaJournal:
@@ -764,17 +580,6 @@ class KafkaJournal:
                 draft = dataclasses.replace(draft, attributes={**draft.attributes, **lease})
         return draft
 
-    def _state(self, saga_id: str) -> _SagaState:
-        owned = self._owned.get(saga_id)  # the hot path: a saga this process holds
-        if owned is not None:
-            return owned
-        with self._states_lock:
-            state = self._states.get(saga_id)
-            if state is None:
-                state = _SagaState()
-                self._states[saga_id] = state
-            return state
-
     def _partition(self, saga_id: str) -> int:
         partition = self._partitions.get(saga_id)
         if partition is None:
@@ -783,58 +588,6 @@ class KafkaJournal:
                 self._partitions.clear()
             self._partitions[saga_id] = partition
         return partition
-
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            self._producer.poll(0.05)
-            if self._wakeups:
-                self._wake_batch()
-            if self._deadlines:
-                self._expire_overdue()
-
-    def _expire_overdue(self) -> None:
-        """Fail asyncio waits whose acknowledgement is overdue (in registration order).
-
-        Every wait has the same timeout, so the deque is in deadline order: it is swept from
-        the front until the first wait that is neither resolved nor overdue.
-        """
-        deadlines = self._deadlines
-        now = time.monotonic()
-        while deadlines:
-            deadline, loop, future = deadlines[0]
-            if not future.done():
-                if deadline > now:
-                    return
-                with contextlib.suppress(RuntimeError):  # a closed loop: nobody awaits it
-                    loop.call_soon_threadsafe(_expire, future)
-            deadlines.popleft()
-
-    def _wake(self, waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]) -> None:
-        """Resolve asyncio waiters of a settled event from the thread that settled it.
-
-        On the poll thread they are gathered and woken once per poll (one
-        ``call_soon_threadsafe`` per event loop for every acknowledgement that poll served);
-        elsewhere (a :meth:`flush`) at once.
-        """
-        if threading.get_ident() == self._poller.ident:
-            self._wakeups.extend(waiters)
-            return
-        for loop, future in waiters:
-            loop.call_soon_threadsafe(_resolve, future)
-
-    def _wake_batch(self) -> None:
-        batch, self._wakeups = self._wakeups, []
-        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
-        for loop, future in batch:
-            futures = by_loop.get(loop)
-            if futures is None:
-                by_loop[loop] = [future]
-            else:
-                futures.append(future)
-        for loop, futures in by_loop.items():
-            # A closed loop raises RuntimeError: nobody awaits those futures any more.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_resolve_all, futures)
 
     def _headers(self, entry: JournalEntry, key: bytes) -> list[tuple[str, str | bytes | None]]:
         event_type = entry.event_type
@@ -859,7 +612,7 @@ class KafkaJournal:
             )
         return headers
 
-    def _produce(self, entry: JournalEntry, value: bytes | None = None) -> _Delivery:
+    def _produce(self, entry: JournalEntry, value: bytes | None = None) -> Delivery:
         """Publish ``entry`` (size-checked first); the caller holds the saga's lock.
 
         ``value`` is ``entry``'s encoding when the caller made it already.
@@ -880,7 +633,7 @@ class KafkaJournal:
                 limit=self.max_event_bytes,
                 saga_id=entry.saga_id,
             )
-        delivery = _Delivery(entry, self)
+        delivery = Delivery(entry, self._deliveries)
         partition = self._partition(entry.saga_id)
         deadline: float | None = None
         while True:
@@ -910,198 +663,23 @@ class KafkaJournal:
                     f"Kafka refused the event: {exc}", saga_id=entry.saga_id, seq=entry.seq
                 ) from exc
 
-    def _failed(self, delivery: _Delivery) -> None:
-        """Record a refused event (from its delivery callback)."""
-        with self._failures_lock:
-            self._failures.append(delivery)
-        state = self._states.get(delivery.entry.saga_id)
-        if state is not None:
-            # The tail this process holds may not be on the topic: re-read before writing.
-            state.poisoned = True
-
-    def _raise_failures(self) -> None:
-        with self._failures_lock:
-            failures, self._failures = self._failures, []
-        if failures:
-            first = failures[0]
-            raise JournalUnavailableError(
-                f"{len(failures)} journal event(s) were not acknowledged by Kafka; first: "
-                f"{first.entry.event_type.value} seq {first.entry.seq}: {first.error}",
-                saga_id=first.entry.saga_id,
-                seq=first.entry.seq,
-            )
-
-    def _publish_owned(
-        self, state: _SagaState, draft: EntryDraft
-    ) -> tuple[JournalEntry, _Delivery]:
+    def _publish_owned(self, state: SagaState, draft: EntryDraft) -> tuple[JournalEntry, Delivery]:
         tail = state.chain[-1]
         entry, value = link_encoded(draft, seq=tail.seq + 1, prev_hash=tail.hash)
         delivery = self._produce(entry, value)
         state.chain.append(entry)
         pending = state.pending
         if len(pending) >= _PRUNE_PENDING:  # acknowledged ones dropped now and then, not per event
-            # Refused ones stay, for the durable append that reports them (_check_earlier).
+            # Refused ones stay, for the durable append that reports them (check_earlier).
             pending = state.pending = [d for d in pending if not d.done or d.error is not None]
         pending.append(delivery)
         if entry.event_type in HANDOFF_EVENTS:
-            self._release(draft.saga_id, state)
+            self._sagas.release(draft.saga_id, state)
         return entry, delivery
-
-    def _release(self, saga_id: str, state: _SagaState) -> None:
-        state.owned = False
-        state.actor = None
-        state.chain = []
-        with self._states_lock:
-            self._owned.pop(saga_id, None)
-
-    def _unacknowledged(self, entry: JournalEntry) -> JournalUnavailableError:
-        """Poison ``entry``'s saga and return the error for its missing acknowledgement."""
-        self._mark_poisoned(entry.saga_id)
-        return JournalUnavailableError(
-            f"Kafka did not acknowledge {entry.event_type.value} seq {entry.seq} of saga "
-            f"{entry.saga_id!r} within {self._ack_timeout:.1f}s",
-            saga_id=entry.saga_id,
-            seq=entry.seq,
-        )
-
-    def _wait(self, delivery: _Delivery) -> None:
-        entry = delivery.entry
-        if not delivery.wait(self._ack_timeout + 0.5):
-            raise self._unacknowledged(entry)
-        self._check_delivery(delivery)
-
-    async def _wait_async(self, delivery: _Delivery, loop: asyncio.AbstractEventLoop) -> None:
-        entry = delivery.entry
-        future = delivery.async_waiter(loop)
-        if not future.done():
-            # The poll thread expires it past the deadline: no timer (nor task) per event.
-            self._deadlines.append((time.monotonic() + self._ack_timeout + 0.5, loop, future))
-            try:
-                await future
-            except TimeoutError as exc:
-                raise self._unacknowledged(entry) from exc
-        self._check_delivery(delivery)
-
-    @staticmethod
-    def _earlier_unsettled(state: _SagaState, delivery: _Delivery) -> list[_Delivery]:
-        """The saga's events published before ``delivery`` that are not acknowledged (yet)."""
-        seq = delivery.entry.seq
-        return [
-            d for d in state.pending if d.entry.seq < seq and (d.error is not None or not d.done)
-        ]
-
-    async def _settled_async(self, delivery: _Delivery, loop: asyncio.AbstractEventLoop) -> None:
-        """Wait until ``delivery`` is acknowledged or refused (its error is not raised here)."""
-        with contextlib.suppress(JournalUnavailableError):
-            await self._wait_async(delivery, loop)
-
-    def _check_earlier(
-        self, state: _SagaState, delivery: _Delivery, *, waited: bool = False
-    ) -> None:
-        """Refuse an acknowledged durable event whose saga lost an earlier event.
-
-        The broker may acknowledge an event after refusing (or timing out) an earlier pipelined
-        one of the same saga; the acknowledged event then does not extend the chain on the
-        topic, and an ``INTENT`` acknowledged that way must not let its tool run.  Earlier
-        events not settled yet are waited for first (``waited``: the caller did).
-
-        Raises:
-            JournalUnavailableError: an earlier event of the saga was refused, or not
-                acknowledged within the ack timeout; the saga is re-read on its next append.
-        """
-        if not state.poisoned:
-            pending = state.pending
-            # The hot path: every earlier event acknowledged already (no list is built).
-            if all(d.done and d.error is None for d in pending if d is not delivery):
-                return
-        unsettled = self._earlier_unsettled(state, delivery)
-        if not waited:
-            for earlier in unsettled:
-                earlier.wait(self._ack_timeout + 0.5)
-        lost = [d for d in unsettled if d.error is not None or not d.done]
-        if not lost and not state.poisoned:
-            return
-        state.poisoned = True
-        entry = delivery.entry
-        if lost:
-            first = lost[0]
-            self._reported(lost)
-            why = f"the earlier {first.entry.event_type.value} seq {first.entry.seq} was " + (
-                f"refused ({first.error.str()})"
-                if first.error is not None
-                else f"not acknowledged within {self._ack_timeout:.1f}s"
-            )
-        else:
-            why = "an earlier event of the saga was not acknowledged"
-        raise JournalUnavailableError(
-            f"Kafka acknowledged {entry.event_type.value} seq {entry.seq} of saga "
-            f"{entry.saga_id!r}, but {why}: the chain on the topic may not hold seq "
-            f"{entry.seq}, so it is not confirmed (for an INTENT: the tool is not called); the "
-            "saga's next append reads the topic first",
-            saga_id=entry.saga_id,
-            seq=entry.seq,
-        )
-
-    def _reported(self, deliveries: Sequence[_Delivery]) -> None:
-        """Refused ``deliveries`` were reported to the caller that waited: flush need not."""
-        with self._failures_lock:
-            self._failures = [f for f in self._failures if f not in deliveries]
-
-    def _check_delivery(self, delivery: _Delivery) -> None:
-        if delivery.error is None:
-            return
-        entry = delivery.entry
-        self._reported([delivery])
-        raise JournalUnavailableError(
-            f"Kafka did not acknowledge {entry.event_type.value} seq {entry.seq} of saga "
-            f"{entry.saga_id!r}: {delivery.error.str()}",
-            saga_id=entry.saga_id,
-            seq=entry.seq,
-        )
-
-    def _extend_lease(self, state: _SagaState, sent: float) -> None:
-        """Renew the lease from an acknowledged event sent at ``sent`` (monotonic).
-
-        Unlocked: two acknowledgements racing may leave the earlier one's lease, which only
-        makes the next append confirm sooner.
-        """
-        if sent + self._lease_soft_span > state.lease_soft:
-            state.lease_soft = sent + self._lease_soft_span
-            state.lease_hard = sent + self._lease_hard_span
-
-    def _renew(self, state: _SagaState, delivery: _Delivery, sent: float) -> None:
-        """After a durable hot-path append: renew the lease, or confirm a late acknowledgement.
-
-        An event acknowledged only after the lease ran out may have reached the broker after
-        another process took the saga over; it is then read back, and if it is not the event
-        accepted at its seq the writer has lost the saga.
-
-        Raises:
-            WriterConflictError: the saga was taken over; the event is a reported fork.
-        """
-        if self._monotonic() >= state.lease_hard:
-            entry = delivery.entry
-            confirm = self._reader.read(entry.saga_id, until_offset=delivery.offset)
-            if confirm.accepted_offset(entry.seq) != delivery.offset:
-                with state.lock:
-                    self._release(entry.saga_id, state)
-                raise WriterConflictError(
-                    f"the lease on saga {entry.saga_id!r} ran out before the broker acknowledged "
-                    f"{entry.event_type.value} seq {entry.seq}, and another writer appended that "
-                    "seq first (a takeover): it is a reported fork, not part of the chain",
-                    saga_id=entry.saga_id,
-                    seq=entry.seq,
-                )
-        self._extend_lease(state, sent)
-
-    def _mark_poisoned(self, saga_id: str) -> None:
-        state = self._states.get(saga_id)
-        if state is not None:
-            state.poisoned = True
 
     def _append_confirmed(
         self,
-        state: _SagaState,
+        state: SagaState,
         draft: EntryDraft,
         *,
         after_seq: int | None = None,
@@ -1118,38 +696,16 @@ class KafkaJournal:
         state.pending = []
         current = self._read_latest(saga_id)
         owner = current.ownership
-        mine = owner.writer == self.writer_id or (
-            state.actor is not None and owner.writer == state.actor
+        mine = self._sagas.admit(
+            state, current, owner, writer_id=self.writer_id, takeover_from=takeover_from
         )
-        if state.owned and not (owner.live and mine):
-            # This journal held the saga (its lease ran out, or an acknowledgement failed) and
-            # the chain says it no longer does: it was taken over. Refuse before the caller
-            # acts (for an INTENT: before the tool is called).
-            self._release(saga_id, state)
-            raise WriterConflictError(
-                f"saga {saga_id!r} is no longer held by this writer: "
-                + (
-                    f"it is open by writer {owner.writer!r} (SAGA_OPENED at seq {owner.opened_seq})"
-                    if owner.live
-                    else f"seq {current.tail[0]} handed it off or ended it"
-                )
-                + "; nothing was appended",
-                saga_id=saga_id,
-            )
-        if owner.live and not mine and not (takeover_from and owner.writer == takeover_from):
-            raise WriterConflictError(
-                f"saga {saga_id!r} is open by writer {owner.writer!r} (SAGA_OPENED at seq "
-                f"{owner.opened_seq}); it accepts events from another writer only after it "
-                "hands the saga off (approval, compensation) or ends it",
-                saga_id=saga_id,
-            )
         seq, prev = current.tail
         if after_seq is not None and seq != after_seq:
-            raise _tail_moved(saga_id, after_seq, seq)
+            raise tail_moved(saga_id, after_seq, seq)
         entry = link(draft, seq=seq + 1, prev_hash=prev)
         sent = self._monotonic()
         delivery = self._produce(entry)
-        self._wait(delivery)
+        self._deliveries.wait(delivery)
         # Only what was published since the read above: from where it stopped to our offset.
         confirm = self._reader.read(saga_id, resume=current, until_offset=delivery.offset)
         self._reads.put(confirm)
@@ -1171,18 +727,7 @@ class KafkaJournal:
                 saga_id=saga_id,
                 seq=entry.seq,
             )
-        state.poisoned = False
-        takes_over = entry.event_type is EventType.SAGA_OPENED or (owner.live and mine)
-        if takes_over and entry.event_type not in HANDOFF_EVENTS:
-            state.owned = True
-            state.actor = owner.writer if mine and owner.live else entry.actor
-            if entry.event_type is EventType.SAGA_OPENED:
-                state.actor = entry.actor
-            state.chain = list(confirm.entries)
-            state.lease_soft = sent + self._lease_soft_span
-            state.lease_hard = sent + self._lease_hard_span
-            with self._states_lock:
-                self._owned[saga_id] = state
-        else:
-            self._release(saga_id, state)
+        self._sagas.confirmed(
+            state, entry, owner=owner, mine=mine, entries=confirm.entries, sent=sent
+        )
         return entry

@@ -7,12 +7,16 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from sagacity._events import EntryDraft, EventType
 from sagacity._undo import Undo
 from sagacity.errors import SerializationError
 
 RESULT_TEXT = "text"
 RESULT_JSON = "json"
 RESULT_REPR = "repr"
+
+JSON_PAYLOAD_EVENTS = frozenset({EventType.INTENT, EventType.AWAITING_APPROVAL})
+"""The event types whose payload is a tool's input and must be JSON."""
 
 
 def dumps(value: object) -> str:
@@ -86,6 +90,35 @@ def encode_payload(tool: str, arguments: Mapping[str, Any]) -> str:
             f"arguments of tool {tool!r} contain text that cannot be stored (a lone surrogate)"
         )
     return payload
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_JSON = json.JSONDecoder(parse_constant=_refuse_constant)
+"""One decoder for every payload check (``json.loads`` would build one per call); it refuses
+``NaN`` and ``Infinity``, which :func:`dumps` never writes."""
+
+
+def check_json_payload(draft: EntryDraft) -> None:
+    """Refuse a tool payload that is not JSON, before anything is journaled (or the tool runs).
+
+    The one rule every journal applies in ``append``: the payload of an ``INTENT`` or
+    ``AWAITING_APPROVAL`` (a tool's input) is JSON text; other events' payloads are not checked.
+
+    Raises:
+        SerializationError: the payload of an ``INTENT`` / ``AWAITING_APPROVAL`` is not JSON.
+    """
+    if draft.event_type not in JSON_PAYLOAD_EVENTS or draft.payload is None:
+        return
+    try:
+        _JSON.decode(draft.payload)
+    except ValueError as exc:
+        raise SerializationError(
+            f"the {draft.event_type.value} payload of tool {draft.tool!r} is not JSON: {exc}",
+            saga_id=draft.saga_id,
+        ) from exc
 
 
 def decode_payload(payload: str) -> dict[str, Any]:

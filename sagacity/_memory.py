@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
+from sagacity._codec import check_json_payload
 from sagacity._events import GENESIS_HASH, EntryDraft, JournalEntry
 from sagacity._requests import pending_requests
 from sagacity.chain import link
@@ -30,12 +31,14 @@ class InMemoryJournal:
 
         Raises:
             JournalUnavailableError: the journal was closed.
+            SerializationError: an ``INTENT`` / ``AWAITING_APPROVAL`` payload is not JSON.
         """
         with self._lock:
             if self._closed:
                 raise JournalUnavailableError(
                     "the in-memory journal is closed", saga_id=draft.saga_id
                 )
+            check_json_payload(draft)
             chain = self._chains.setdefault(draft.saga_id, [])
             prev = chain[-1].hash if chain else GENESIS_HASH
             entry = link(draft, seq=len(chain) + 1, prev_hash=prev)
@@ -50,7 +53,9 @@ class InMemoryJournal:
         Raises:
             TailMovedError: the chain has grown past ``after_seq``; nothing was appended.
             JournalUnavailableError: the journal was closed.
+            SerializationError: an ``INTENT`` / ``AWAITING_APPROVAL`` payload is not JSON.
         """
+        check_json_payload(draft)
         with self._lock:
             current = len(self._chains.get(draft.saga_id, ()))
             if current != after_seq:

@@ -63,6 +63,8 @@ class Journal(Protocol):
         Raises:
             JournalUnavailableError: the store could not make the entry durable in time.
             WriterConflictError: another writer owns the saga.
+            SerializationError: an ``INTENT`` / ``AWAITING_APPROVAL`` payload is not JSON
+                (:func:`sagacity._codec.check_json_payload`, the rule every journal applies).
         """
         ...
 

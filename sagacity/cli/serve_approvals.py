@@ -178,7 +178,7 @@ def approvals(
     from sagacity._env import client_settings
     from sagacity.consumers import configure_logging as configure
     from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
-    from sagacity.producer import check_reachable
+    from sagacity.producer import check_reachable, startup_timeout
 
     configure(log_level)
     settings = ApprovalsSettings.from_env(
@@ -203,7 +203,8 @@ def approvals(
     )
     if settings.bootstrap_servers:
         check_reachable(
-            {**client_settings(os.environ), "bootstrap.servers": settings.bootstrap_servers}
+            {**client_settings(os.environ), "bootstrap.servers": settings.bootstrap_servers},
+            timeout=startup_timeout(),
         )
     server = ApprovalsServer(settings)
     uvicorn.run(

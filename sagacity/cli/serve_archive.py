@@ -84,7 +84,7 @@ def archive(
     from sagacity._env import client_settings
     from sagacity.consumers import configure_logging as configure
     from sagacity.consumers.archive import ArchiveService, ArchiveSettings
-    from sagacity.producer import check_reachable
+    from sagacity.producer import check_reachable, startup_timeout
 
     configure(log_level)
     kafka_config = client_settings(os.environ)
@@ -105,7 +105,9 @@ def archive(
             writer_registry=writer_registry,
         )
     )
-    check_reachable({**kafka_config, "bootstrap.servers": bootstrap_servers})
+    check_reachable(
+        {**kafka_config, "bootstrap.servers": bootstrap_servers}, timeout=startup_timeout()
+    )
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: service.stop())
     service.run()

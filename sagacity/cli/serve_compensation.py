@@ -138,16 +138,21 @@ def compensation(
     import os
     import signal
 
-    from pydantic import ValidationError
-
     from sagacity._env import client_settings, read_index_settings_from_env
     from sagacity.consumers import configure_logging as configure
-    from sagacity.consumers.compensation import CompensationService, CompensationSettings
-    from sagacity.errors import ConfigurationError
-    from sagacity.producer import check_reachable
+    from sagacity.producer import BrokerCheck
 
     configure(log_level)
     client = client_settings(os.environ)
+    # Asked at once, answered while the service is imported and built: an unreachable broker
+    # is reported within 10 s of the command however slowly the start-up goes.
+    broker = BrokerCheck({**client, "bootstrap.servers": bootstrap_servers})
+
+    from pydantic import ValidationError
+
+    from sagacity.consumers.compensation import CompensationService, CompensationSettings
+    from sagacity.errors import ConfigurationError
+
     register = None
     upstream = None
     if mcp_upstream is not None or mcp_upstream_url is not None:
@@ -195,7 +200,7 @@ def compensation(
     except ValidationError as exc:
         raise ConfigurationError(f"invalid settings: {exc}") from exc
     service = CompensationService(settings, register=register)
-    check_reachable({**client, "bootstrap.servers": bootstrap_servers})
+    broker.result()
 
     def stop(signum: int, _frame: object) -> None:
         del signum

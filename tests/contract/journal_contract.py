@@ -24,8 +24,41 @@ import pytest
 
 from sagacity import GENESIS_HASH, EntryDraft, EventType, Journal, verify
 from sagacity.chain import payload_sha256
+from sagacity.errors import SerializationError
 
 E = EventType
+
+NOT_JSON = (
+    "",
+    " ",
+    "not json",
+    "{",
+    "{'amount': 1}",
+    '{"amount": 1} trailing',
+    '{"amount": 1,}',
+    "[1, 2,]",
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    '{"amount": NaN}',
+    '{"amount": -Infinity}',
+    "undefined",
+)
+"""Tool payloads every journal refuses (as ``INTENT`` and ``AWAITING_APPROVAL``)."""
+
+JSON = (
+    "{}",
+    '{"amount":"100","to":"ålice"}',
+    ' { "amount" : 1.5e3 }\n',
+    '"text"',
+    "0",
+    "-1.25",
+    "true",
+    "null",
+    "[1,[2,{}]]",
+    '{"nested":{"list":[null,false,"\\u00e9"]}}',
+)
+"""Tool payloads every journal accepts."""
 
 
 def _saga() -> str:
@@ -133,7 +166,7 @@ class JournalContract(abc.ABC):
                 start.wait()
                 for i in range(appends):
                     journal.append(
-                        # Tool payloads are JSON; adapters may refuse others (the Kafka one does).
+                        # Tool payloads are JSON; every journal refuses others (NOT_JSON).
                         EntryDraft(saga_id=saga, event_type=E.INTENT, payload=f'"{n}:{i}"')
                     )
             except BaseException as exc:  # reported below, never swallowed
@@ -205,6 +238,37 @@ class JournalContract(abc.ABC):
         entries = list(journal.entries(saga))
         assert sorted(int(e.payload or "-1") for e in entries) == list(range(50))
         assert verify(entries).ok
+
+    # -- tool payloads are JSON -------------------------------------------------------------
+    @pytest.mark.parametrize("event_type", [E.INTENT, E.AWAITING_APPROVAL])
+    def test_a_tool_payload_that_is_not_json_is_refused_and_nothing_appended(
+        self, journal: Journal, event_type: EventType
+    ) -> None:
+        saga = _saga()
+        for payload in NOT_JSON:
+            draft = EntryDraft(saga_id=saga, event_type=event_type, tool="pay", payload=payload)
+            with pytest.raises(SerializationError, match="payload of tool 'pay' is not JSON"):
+                journal.append(draft)
+            assert list(journal.entries(saga)) == [], payload
+        # Nothing was taken by the refusals: the next append is the saga's first.
+        entry = journal.append(EntryDraft(saga_id=saga, event_type=event_type, payload="{}"))
+        assert entry.seq == 1
+
+    @pytest.mark.parametrize("event_type", [E.INTENT, E.AWAITING_APPROVAL])
+    def test_a_json_tool_payload_is_accepted_exactly_as_given(
+        self, journal: Journal, event_type: EventType
+    ) -> None:
+        saga = _saga()
+        for payload in JSON:
+            journal.append(EntryDraft(saga_id=saga, event_type=event_type, payload=payload))
+        assert [e.payload for e in journal.entries(saga)] == list(JSON)
+
+    def test_payloads_of_other_events_are_not_checked(self, journal: Journal) -> None:
+        saga = _saga()
+        others = [E.SAGA_OPENED, E.EXECUTED, E.FAILED, E.SAGA_ENDED]
+        for event_type in others:
+            journal.append(EntryDraft(saga_id=saga, event_type=event_type, payload="not json"))
+        assert [e.event_type for e in journal.entries(saga)] == others
 
     # -- pending approvals ----------------------------------------------------------------
     def _request(self, journal: Journal, saga: str, signatures: int = 1) -> int:

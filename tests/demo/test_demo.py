@@ -237,3 +237,25 @@ def test_chain_tables_abbreviate_long_payloads_and_show_references() -> None:
     assert header.split() == ["SEQ", "EVENT", "TOOL", "PAYLOAD", "/", "RESULT", "ACTOR"]
     assert one.split() == ["1", "INTENT", "t", "p" * 49 + "...", "-"]
     assert two.split() == ["2", "APPROVED", "t", "ref_seq=1", "ann"]
+
+
+def test_the_demo_package_exports_its_settings_report_and_run() -> None:
+    import sagacity.demo
+
+    assert set(sagacity.demo.__all__) == {
+        "APPROVER",
+        "ATTACK_PAYLOAD",
+        "COMPENSATION_TOOLS",
+        "DEFAULT_TOPIC",
+        "DemoError",
+        "DemoReport",
+        "DemoSettings",
+        "Saga",
+        "abbreviate",
+        "chain_table",
+        "new_run_id",
+        "run",
+        "topic_from_env",
+    }
+    for name in sagacity.demo.__all__:
+        assert getattr(sagacity.demo, name) is not None

@@ -363,13 +363,13 @@ def test_readers_skip_undecodable_messages_into_a_report(
 def test_async_append_whose_ack_never_arrives_fails_and_poisons_the_saga(
     topic: str, journal_factory: JournalFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sagacity.producer import _journal
+    from sagacity.producer import _delivery
 
     journal = journal_factory(topic, ack_timeout_s=1.0)
     saga = f"lost-ack-{uuid.uuid4().hex[:6]}"
     _open(journal, saga)
     # Swallow every delivery report from here on: the journal never learns of the ack.
-    monkeypatch.setattr(_journal._Delivery, "settle", lambda self, error, message: None)
+    monkeypatch.setattr(_delivery.Delivery, "settle", lambda self, error, message: None)
 
     async def main() -> None:
         await journal.append_async(
@@ -380,7 +380,7 @@ def test_async_append_whose_ack_never_arrives_fails_and_poisons_the_saga(
         asyncio.run(main())
     monkeypatch.undo()
     # The saga is poisoned: the next append re-reads the topic instead of trusting the tail.
-    assert journal._states[saga].poisoned
+    assert journal._sagas.states[saga].poisoned
     entry = journal.append(EntryDraft(saga_id=saga, event_type=EventType.SAGA_ENDED))
     assert entry.seq == 3
     assert verify(journal.read(saga).entries).ok
@@ -395,7 +395,7 @@ def test_durable_intent_acknowledged_after_an_earlier_event_was_refused_is_not_c
     chain on the topic, so its append fails and the tool is not called."""
     from confluent_kafka import KafkaError
 
-    from sagacity.producer import _journal
+    from sagacity.producer import _delivery
 
     journal = journal_factory(topic)
     saga = f"gap-{mode}-{uuid.uuid4().hex[:6]}"
@@ -409,9 +409,9 @@ def test_durable_intent_acknowledged_after_an_earlier_event_was_refused_is_not_c
             intent_published.set()
         return delivery
 
-    settle = _journal._Delivery.settle
+    settle = _delivery.Delivery.settle
 
-    def refusing(self: _journal._Delivery, error: object, message: object) -> None:
+    def refusing(self: _delivery.Delivery, error: object, message: object) -> None:
         if self.entry.event_type is EventType.EXECUTED:
             # Held until the next INTENT is out, then reported as refused (it did land).
             assert intent_published.wait(10)
@@ -419,7 +419,7 @@ def test_durable_intent_acknowledged_after_an_earlier_event_was_refused_is_not_c
         settle(self, error, message)  # type: ignore[arg-type]
 
     monkeypatch.setattr(journal, "_produce", producing)
-    monkeypatch.setattr(_journal._Delivery, "settle", refusing)
+    monkeypatch.setattr(_delivery.Delivery, "settle", refusing)
     _call(journal, saga, 1)  # INTENT seq 2 acknowledged, EXECUTED seq 3 "refused"
     second = EntryDraft(saga_id=saga, event_type=EventType.INTENT, tool="t", payload='{"n":2}')
 
@@ -437,7 +437,7 @@ def test_durable_intent_acknowledged_after_an_earlier_event_was_refused_is_not_c
         append()
     assert "the tool is not called" in caught.value.message
     monkeypatch.undo()
-    assert journal._states[saga].poisoned
+    assert journal._sagas.states[saga].poisoned
     journal.flush()  # the refusal was reported to the appender, not again here
     # The next append reads the topic (where seq 3 and 4 did land) and extends its tail.
     ended = journal.append(EntryDraft(saga_id=saga, event_type=EventType.SAGA_ENDED))
