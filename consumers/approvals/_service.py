@@ -25,7 +25,7 @@ from sagacity._saga import Sagacity
 from sagacity._settlement import suspect_steps
 from sagacity.chain import verify
 from sagacity.consumers.approvals._auth import Principal
-from sagacity.consumers.approvals._store import ApprovalStore, RequestRow
+from sagacity.consumers.approvals._store import ApprovalStore
 from sagacity.errors import (
     AlreadyDecidedError,
     ApprovalExpiredError,
@@ -35,6 +35,7 @@ from sagacity.errors import (
     UnknownSagaError,
     WriterConflictError,
 )
+from sagacity.ports import RequestRow
 
 log = logging.getLogger("sagacity.approvals")
 

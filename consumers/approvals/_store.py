@@ -7,10 +7,8 @@ evidence: every decision and every resume reads the saga's chain through the cor
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -21,9 +19,9 @@ from sagacity import _attributes as attr
 from sagacity._events import EventType, JournalEntry
 from sagacity._requests import AWAITING_RESULT
 from sagacity.consumers.approvals._attention import SCHEMA as ATTENTION_SCHEMA
-from sagacity.consumers.approvals._attention import AttentionRow, apply_attention, attention_rows
+from sagacity.consumers.approvals._attention import apply_attention, attention_rows
 from sagacity.errors import DecisionInProgressError, PersistenceError
-from sagacity.journal import ApprovalRequest
+from sagacity.ports import OPEN_STATES, AttentionRow, GateStats, RequestRow, RowState
 
 DEFAULT_TOPIC = "sagacity.journal"
 
@@ -75,127 +73,6 @@ CREATE TABLE IF NOT EXISTS sagacity_approval_offset (
     PRIMARY KEY (topic, partition)
 );
 """
-
-OPEN_STATES = ("pending", "approved")
-
-
-class RowState(enum.StrEnum):
-    """Where a request stands in the working table (mirrors the chain, lags it at most)."""
-
-    PENDING = "pending"
-    """Open, not yet signed by enough people."""
-    APPROVED = "approved"
-    """Open and fully signed: waiting for resume."""
-    REJECTED = "rejected"
-    EXPIRED = "expired"
-    REFUSED = "refused"
-    """A resume was refused (payload changed, constraint) — closed."""
-    RESUMED = "resumed"
-    ENDED = "ended"
-    """The saga ended or was handed to compensation while the request was open."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class RequestRow:
-    """One row of ``sagacity_approval_request``."""
-
-    saga_id: str
-    seq: int
-    tool: str
-    payload: str
-    payload_sha256: str | None
-    requested_at_us: int
-    expires_at_us: int | None
-    signatures_required: int
-    policy_version: str
-    reversibility: str
-    state: RowState
-    signed_by: tuple[str, ...]
-    decision: str | None
-    decided_by: str | None
-    decided_at_us: int | None
-    decision_policy_version: str | None
-    closed_at_us: int | None
-
-    @property
-    def open(self) -> bool:
-        """Pending or approved-awaiting-resume."""
-        return self.state in (RowState.PENDING, RowState.APPROVED)
-
-    def request(self) -> ApprovalRequest:
-        """The request as the core sees it (for its deadline, for one)."""
-        return ApprovalRequest(
-            saga_id=self.saga_id,
-            seq=self.seq,
-            tool=self.tool,
-            payload=self.payload,
-            payload_sha256=self.payload_sha256,
-            requested_at_us=self.requested_at_us,
-            signatures_required=self.signatures_required,
-            expires_at_us=self.expires_at_us,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """The API representation."""
-        return {
-            "saga_id": self.saga_id,
-            "seq": self.seq,
-            "tool": self.tool,
-            "payload": self.payload,
-            "payload_sha256": self.payload_sha256,
-            "requested_at_us": self.requested_at_us,
-            "expires_at_us": self.expires_at_us,
-            "signatures_required": self.signatures_required,
-            "policy_version": self.policy_version,
-            "reversibility": self.reversibility,
-            "state": self.state.value,
-            "signed_by": list(self.signed_by),
-            "decision": self.decision,
-            "decided_by": self.decided_by,
-            "decided_at_us": self.decided_at_us,
-            "decision_policy_version": self.decision_policy_version,
-            "closed_at_us": self.closed_at_us,
-        }
-
-
-@dataclass(frozen=True, kw_only=True)
-class GateStats:
-    """Gate metrics over a window of decision times.
-
-    ``latency`` covers request journaled → deciding event journaled (the signature that
-    completed an approval, or the rejection); it does not measure when a person first looked.
-    """
-
-    window_s: float
-    approved: int
-    rejected: int
-    expired: int
-    pending: int
-    oldest_pending_age_s: float | None
-    latency_p50_s: float | None
-    latency_p95_s: float | None
-
-    @property
-    def approve_ratio(self) -> float | None:
-        """approved / (approved + rejected) in the window (``None`` with no decisions)."""
-        decided = self.approved + self.rejected
-        return self.approved / decided if decided else None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The API representation."""
-        return {
-            "window_s": self.window_s,
-            "approved": self.approved,
-            "rejected": self.rejected,
-            "expired": self.expired,
-            "pending": self.pending,
-            "approve_ratio": self.approve_ratio,
-            "oldest_pending_age_s": self.oldest_pending_age_s,
-            "latency_p50_s": self.latency_p50_s,
-            "latency_p95_s": self.latency_p95_s,
-            "latency_covers": "request journaled to deciding event journaled "
-            "(not time to first look)",
-        }
 
 
 def _row(record: dict[str, Any]) -> RequestRow:
@@ -397,6 +274,16 @@ class ApprovalStore:
         """Raise :class:`PersistenceError` unless the database answers."""
         with self.connect() as conn:
             conn.execute("SELECT 1")
+
+    def apply(self, entries: Iterable[JournalEntry]) -> None:
+        """Fold ``entries`` into the table in one transaction (see :func:`apply_entry`).
+
+        Raises:
+            PersistenceError: the database failed; nothing was folded.
+        """
+        with self.connect() as conn:
+            for entry in entries:
+                apply_entry(conn, entry, topic=self.topic)
 
     def apply_in(self, conn: psycopg.Connection[Any], entry: JournalEntry) -> None:
         """:func:`apply_entry` for this store's topic, in ``conn``'s transaction."""

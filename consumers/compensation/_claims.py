@@ -15,14 +15,13 @@ See docs/adr/0007-compensation-exactly-once.md.
 
 from __future__ import annotations
 
-import enum
 import threading
-from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
 
 from sagacity.errors import PersistenceError
+from sagacity.ports import Claim, ClaimStatus
 
 TABLE = "sagacity_compensation_claims"
 
@@ -46,37 +45,6 @@ CREATE TABLE IF NOT EXISTS {table} (
 
 # One advisory-lock namespace for the service (the first key of the two-int form).
 _LOCK_SPACE = 0x5A6A
-
-
-class ClaimStatus(enum.StrEnum):
-    """Where a claimed step stands."""
-
-    CLAIMED = "CLAIMED"
-    COMPENSATED = "COMPENSATED"
-    FAILED = "FAILED"
-    TIMED_OUT = "TIMED_OUT"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Claim:
-    """A step's claim row.
-
-    Attributes:
-        saga_id / step_seq: the step (its ``EXECUTED`` seq).
-        status: see :class:`ClaimStatus`.
-        attempts: how many times the undo was started.
-        result / result_encoding: what the undo returned, once ``COMPENSATED``.
-        fresh: this call created the row (no earlier attempt exists).
-    """
-
-    saga_id: str
-    step_seq: int
-    status: ClaimStatus
-    attempts: int
-    result: str | None = None
-    result_encoding: str | None = None
-    error: str | None = None
-    fresh: bool = False
 
 
 def _q(text: str) -> sql.Composed:

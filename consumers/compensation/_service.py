@@ -38,7 +38,7 @@ from sagacity._writer_signature import WriterKey
 from sagacity.chain import verify
 from sagacity.consumers._tools import register_tools
 from sagacity.consumers.compensation import _failpoints
-from sagacity.consumers.compensation._claims import Claim, ClaimStatus, ClaimStore
+from sagacity.consumers.compensation._claims import ClaimStore
 from sagacity.consumers.compensation._deadletter import DeadLetters, ensure_topic
 from sagacity.consumers.compensation._invoker import ClaimingInvoker
 from sagacity.consumers.compensation._journal import Revoked, ServiceJournal
@@ -52,6 +52,7 @@ from sagacity.errors import (
     SerializationError,
     ToolLoadError,
 )
+from sagacity.ports import Claim, ClaimStatus
 from sagacity.producer import ForkKind, KafkaJournal, ReadIndexSettings, SagaRead
 from sagacity.producer._clients import with_logger
 from sagacity.schemas import decode_entry

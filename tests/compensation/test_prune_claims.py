@@ -7,7 +7,8 @@ import pytest
 from click.testing import CliRunner
 
 from sagacity.cli import main
-from sagacity.consumers.compensation._claims import TABLE, ClaimStatus, ClaimStore
+from sagacity.consumers.compensation._claims import TABLE, ClaimStore
+from sagacity.ports import ClaimStatus
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 DAY_MS = 86_400_000

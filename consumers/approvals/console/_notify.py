@@ -21,8 +21,9 @@ from urllib.parse import quote
 import httpx
 
 from sagacity._saga import Sagacity
-from sagacity.consumers.approvals._store import OPEN_STATES, ApprovalStore, RequestRow
+from sagacity.consumers.approvals._store import ApprovalStore
 from sagacity.errors import SagacityError
+from sagacity.ports import OPEN_STATES, RequestRow
 
 log = logging.getLogger("sagacity.console.notify")
 
