@@ -5,14 +5,13 @@ docs/operations/compensation.md and docs/adr/0007-compensation-exactly-once.md.
 """
 
 from sagacity.consumers._tools import register_tools, resolve
-from sagacity.consumers.compensation._claims import ClaimStore
 from sagacity.consumers.compensation._invoker import ClaimingInvoker, sanitize_result
 from sagacity.consumers.compensation._service import (
     CompensationService,
     CompensationSettings,
     pending_request,
 )
-from sagacity.ports import Claim, ClaimStatus
+from sagacity.ports import Claim, ClaimStatus, ClaimStore
 
 __all__ = [
     "Claim",

@@ -38,7 +38,6 @@ from sagacity._writer_signature import WriterKey
 from sagacity.chain import verify
 from sagacity.consumers._tools import register_tools
 from sagacity.consumers.compensation import _failpoints
-from sagacity.consumers.compensation._claims import ClaimStore
 from sagacity.consumers.compensation._deadletter import DeadLetters, ensure_topic
 from sagacity.consumers.compensation._invoker import ClaimingInvoker
 from sagacity.consumers.compensation._journal import Revoked, ServiceJournal
@@ -53,6 +52,7 @@ from sagacity.errors import (
     ToolLoadError,
 )
 from sagacity.ports import Claim, ClaimStatus
+from sagacity.postgres import PostgresClaimStore
 from sagacity.producer import ForkKind, KafkaJournal, ReadIndexSettings, SagaRead
 from sagacity.producer._clients import with_logger
 from sagacity.schemas import decode_entry
@@ -245,7 +245,7 @@ class CompensationService:
         # Tools first: an un-importable target must fail before anything connects.
         self._sagacity = Sagacity(compensation="delegated", writer_id=self.writer_id)
         self.tool_names = self._register_tools(self._sagacity)
-        self._claims = ClaimStore(settings.database_url, instance=self.instance)
+        self._claims = PostgresClaimStore(settings.database_url, instance=self.instance)
         self._invoker = ClaimingInvoker(
             self._claims,
             timeout_s=settings.compensation_timeout_s,

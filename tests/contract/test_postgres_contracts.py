@@ -12,8 +12,8 @@ from sagacity._events import JournalEntry
 from sagacity.consumers.approvals._store import ApprovalStore
 from sagacity.consumers.archive._db import migrate
 from sagacity.consumers.archive._index import DEFAULT_GROUP, PostgresSagaIndex
-from sagacity.consumers.compensation._claims import ClaimStore as PostgresClaimStore
 from sagacity.ports import ClaimStore, RequestStore, SagaIndex
+from sagacity.postgres import PostgresClaimStore
 from sagacity.testing.contracts import (
     ClaimStoreContract,
     RequestStoreContract,
