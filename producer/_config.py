@@ -92,7 +92,7 @@ class ReadIndexSettings(BaseModel):
         if not self.enabled or not self.database_url:
             return None
         try:
-            from sagacity.consumers.archive._index import PostgresSagaIndex
+            from sagacity.postgres import PostgresSagaIndex
         except ImportError as exc:
             raise ConfigurationError(
                 f"the read index needs the archive's database driver: {exc} "

@@ -68,6 +68,7 @@ def migrate(
     migrations: Sequence[tuple[int, str]],
     *,
     substitutions: Mapping[str, str] | None = None,
+    check_first: bool = True,
 ) -> int:
     """Apply ``component``'s migrations not yet applied; return the version now in place.
 
@@ -78,6 +79,9 @@ def migrate(
         migrations: ``(version, sql)`` pairs in ascending order; each SQL re-runnable.
         substitutions: placeholders replaced in each SQL text before it runs (the archive's
             ``@schema@``).
+        check_first: return without locking or DDL when every migration is applied (a role
+            without the CREATE privilege can start); ``False`` always takes the lock and
+            creates the version table, as an explicit migration by the schema's owner does.
 
     Raises:
         PersistenceError: a migration failed (nothing of it stays), or the schema is at a
@@ -94,7 +98,7 @@ def migrate(
             f"{component} schema version {max(done)} is newer than this release understands "
             f"({known})"
         )
-    if all(v in done for v, _ in migrations):
+    if check_first and all(v in done for v, _ in migrations):
         return max(done, default=0)
     with mapped_errors(f"migrate the {component} schema"), conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (MIGRATION_LOCK, schema))

@@ -9,11 +9,10 @@ import psycopg
 import pytest
 
 from sagacity._events import JournalEntry
-from sagacity.consumers.approvals._store import ApprovalStore
 from sagacity.consumers.archive._db import migrate
-from sagacity.consumers.archive._index import DEFAULT_GROUP, PostgresSagaIndex
 from sagacity.ports import ClaimStore, RequestStore, SagaIndex
-from sagacity.postgres import PostgresClaimStore
+from sagacity.postgres import PostgresClaimStore, PostgresRequestStore, PostgresSagaIndex
+from sagacity.postgres._index import DEFAULT_GROUP
 from sagacity.testing.contracts import (
     ClaimStoreContract,
     RequestStoreContract,
@@ -38,7 +37,7 @@ class TestPostgresRequestStore(RequestStoreContract):
         self.dsn = pg_dsn
 
     def create_store(self) -> RequestStore:
-        return ApprovalStore(self.dsn)
+        return PostgresRequestStore(self.dsn)
 
 
 class TestPostgresSagaIndex(SagaIndexContract):

@@ -1,4 +1,5 @@
-"""Sagas that need a person, folded from the journal into PostgreSQL (the attention queue).
+"""Sagas that need a person, folded from the journal into PostgreSQL (the attention queue of
+:class:`~sagacity.postgres.PostgresRequestStore`).
 
 A saga enters the queue when a run ends ``COMPENSATION_FAILED`` (a step left dirty, an undo that
 failed, a ``SUSPECT`` step) and leaves it when a later run ends in any other final status (its
