@@ -14,6 +14,7 @@ from sagacity.errors import ArchiveSchemaError
 from sagacity.postgres._archive import archive_errors as mapped_errors
 from sagacity.postgres._archive import check_schema, current_schema, migrate_archive
 from sagacity.postgres._archive_schema import MIGRATIONS
+from sagacity.postgres._connect import connect as connect_database
 
 __all__ = [
     "ARCHIVER_ROLE",
@@ -34,8 +35,9 @@ def connect(
     conninfo: str, *, autocommit: bool = False, timeout: float = 10.0
 ) -> psycopg.Connection:
     """Open a connection (errors mapped); the caller closes it."""
-    with mapped_errors("connect to the archive database"):
-        return psycopg.connect(conninfo, autocommit=autocommit, connect_timeout=int(timeout))
+    return connect_database(
+        conninfo, autocommit=autocommit, timeout=timeout, action="connect to the archive database"
+    )
 
 
 def migrate(conn: psycopg.Connection) -> int:
