@@ -37,7 +37,8 @@ from bench.compensation_bench import _infrastructure, _machine, _pct
 from sagacity import EntryDraft, EventType, Reversibility, Sagacity, compensable
 from sagacity._events import GENESIS_HASH
 from sagacity.chain import link
-from sagacity.consumers.archive import BatchArchiver, PostgresSagaIndex, RawEvent, migrate
+from sagacity.consumers.archive import BatchArchiver, RawEvent, migrate
+from sagacity.postgres import PostgresSagaIndex
 from sagacity.producer import KafkaJournal, SagaReader
 from sagacity.schemas import encode_entry
 

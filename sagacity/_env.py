@@ -194,7 +194,7 @@ def read_index(settings: ReadIndexSettings) -> SagaIndex | None:
     if not settings.enabled or not settings.database_url:
         return None
     try:
-        from sagacity.consumers.archive._index import PostgresSagaIndex
+        from sagacity.postgres import PostgresSagaIndex
     except ImportError as exc:
         raise ConfigurationError(
             f"the read index needs the archive's database driver: {exc} "

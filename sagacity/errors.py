@@ -269,7 +269,9 @@ class PersistenceError(SagacityError):
 
 
 class PersistenceUnavailableError(PersistenceError):
-    """The database could not be reached or the connection was lost; retrying may succeed."""
+    """The database could not be reached, the connection was lost, or a concurrent transaction
+    won (serialization failure, deadlock): retrying may succeed (the one retry rule of
+    :mod:`sagacity.postgres`)."""
 
 
 class ArchiveSchemaError(PersistenceError):

@@ -17,7 +17,8 @@ from sagacity.consumers.approvals._consumer import RequestConsumer
 from sagacity.consumers.approvals._server import ApprovalsServer
 from sagacity.consumers.approvals._service import ApprovalService, Decided
 from sagacity.consumers.approvals._settings import ApprovalsSettings
-from sagacity.consumers.approvals._store import ApprovalStore, GateStats, RequestRow, RowState
+from sagacity.ports import GateStats, RequestRow, RowState
+from sagacity.postgres import PostgresRequestStore as ApprovalStore
 
 __all__ = [
     "SAGA_ID_PATTERN",

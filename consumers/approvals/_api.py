@@ -21,7 +21,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sagacity.consumers.approvals._auth import ANY_TOOL, Authenticator, Principal
 from sagacity.consumers.approvals._service import ApprovalService, Decided
-from sagacity.consumers.approvals._store import OPEN_STATES, RowState
 from sagacity.errors import (
     AlreadyDecidedError,
     ApprovalError,
@@ -45,6 +44,7 @@ from sagacity.errors import (
     UnverifiableApprovalError,
     WriterConflictError,
 )
+from sagacity.ports import OPEN_STATES, RowState
 
 log = logging.getLogger("sagacity.approvals")
 

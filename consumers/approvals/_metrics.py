@@ -14,7 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from sagacity.consumers.approvals._store import GateStats
+from sagacity.ports import GateStats
 
 
 class GateCollector(Collector):

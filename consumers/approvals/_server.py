@@ -21,12 +21,12 @@ from sagacity.consumers.approvals._consumer import RequestConsumer
 from sagacity.consumers.approvals._metrics import GateCollector, exposition
 from sagacity.consumers.approvals._service import ApprovalService
 from sagacity.consumers.approvals._settings import ApprovalsSettings
-from sagacity.consumers.approvals._store import ApprovalStore
 from sagacity.consumers.approvals.console import LoginLimiter, SessionStore, create_console
 from sagacity.consumers.approvals.console._archive import ArchiveView
 from sagacity.consumers.approvals.console._notify import Notifier
 from sagacity.errors import ConfigurationError, SagacityError, SigningKeyError
 from sagacity.journal import Journal
+from sagacity.postgres import PostgresRequestStore
 
 _READ_INDEX_VARS = ("SAGACITY_ARCHIVE_", "SAGACITY_READ_INDEX")
 
@@ -131,7 +131,7 @@ class ApprovalsServer:
         tools: Iterable[Any] = (),
     ) -> None:
         self.settings = settings
-        self.store = ApprovalStore(settings.database_url, topic=settings.topic)
+        self.store = PostgresRequestStore(settings.database_url, topic=settings.topic)
         self.journal = journal if journal is not None else journal_for(settings)
         self.sagacity = Sagacity(
             self.journal,

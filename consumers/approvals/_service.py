@@ -25,7 +25,6 @@ from sagacity._saga import Sagacity
 from sagacity._settlement import suspect_steps
 from sagacity.chain import verify
 from sagacity.consumers.approvals._auth import Principal
-from sagacity.consumers.approvals._store import ApprovalStore, RequestRow
 from sagacity.errors import (
     AlreadyDecidedError,
     ApprovalExpiredError,
@@ -35,6 +34,8 @@ from sagacity.errors import (
     UnknownSagaError,
     WriterConflictError,
 )
+from sagacity.ports import RequestRow
+from sagacity.postgres import PostgresRequestStore
 
 log = logging.getLogger("sagacity.approvals")
 
@@ -62,7 +63,7 @@ class ApprovalService:
     """
 
     def __init__(
-        self, sagacity: Sagacity, store: ApprovalStore, *, lock_timeout_s: float = 30.0
+        self, sagacity: Sagacity, store: PostgresRequestStore, *, lock_timeout_s: float = 30.0
     ) -> None:
         self.sagacity = sagacity
         self.store = store

@@ -1,9 +1,10 @@
 """The archive: the journal's hash chains in append-only Postgres, verified on ingest, signed,
 retained and exported for auditors (docs/adr/0006-archive-and-checkpoints.md).
 
-Names are imported from their modules on first use, so a process that needs one part (an
-agent's read index: :class:`PostgresSagaIndex`, psycopg only) does not import the others (the
-signing code needs the ``services`` extra's ``cryptography`` and ``pynacl``).
+Names are imported from their modules on first use, so a process that needs one part does not
+import the others (the signing code needs the ``services`` extra's ``cryptography`` and
+``pynacl``).  The agents' read index over the archive is the Postgres adapter's
+(:class:`sagacity.postgres.PostgresSagaIndex`).
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
         migrate,
     )
     from sagacity.consumers.archive._export import export_bundle
-    from sagacity.consumers.archive._index import PostgresSagaIndex
     from sagacity.consumers.archive._ingest import (
         BatchArchiver,
         BatchReport,
@@ -71,7 +71,6 @@ _MODULE_OF = {
     "BatchArchiver": "_ingest",
     "BatchReport": "_ingest",
     "Checkpoint": "_checkpoints",
-    "PostgresSagaIndex": "_index",
     "QuarantineReason": "_ingest",
     "RawEvent": "_ingest",
     "ReplayReport": "_replay",
@@ -119,7 +118,6 @@ __all__ = [
     "BatchArchiver",
     "BatchReport",
     "Checkpoint",
-    "PostgresSagaIndex",
     "QuarantineReason",
     "RawEvent",
     "ReplayReport",

@@ -1,41 +1,8 @@
-"""Archived rows read back as journal entries (the audit and the read index share this)."""
+"""Archived rows read back as entries (kept here for the archive's modules; the Postgres adapter
+declares them: :mod:`sagacity.postgres._rows`)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
-from typing import Any
+from sagacity.postgres._rows import ROW_COLUMNS, entry_of_row
 
-from sagacity._events import JournalEntry, event_type_of
-from sagacity.errors import SerializationError
-
-ROW_COLUMNS = (
-    "saga_id, seq, event_type, tool, payload, result, error, actor, attributes::text,"
-    " recorded_at_us, prev_hash, hash"
-)
-"""The select list of ``side_effect_journal`` that :func:`entry_of_row` reads."""
-
-
-def entry_of_row(row: Sequence[Any]) -> JournalEntry:
-    """The entry a row selected with :data:`ROW_COLUMNS` holds.
-
-    Raises:
-        SerializationError: the row is malformed.
-    """
-    try:
-        return JournalEntry(
-            saga_id=row[0],
-            seq=row[1],
-            event_type=event_type_of(row[2]),
-            tool=row[3],
-            payload=row[4],
-            result=row[5],
-            error=row[6],
-            actor=row[7],
-            attributes=json.loads(row[8]) if row[8] != "{}" else {},
-            recorded_at_us=row[9],
-            prev_hash=row[10],
-            hash=row[11],
-        )
-    except (ValueError, TypeError) as exc:
-        raise SerializationError(f"archived row {row[0]!r}/{row[1]} is malformed: {exc}") from exc
+__all__ = ["ROW_COLUMNS", "entry_of_row"]

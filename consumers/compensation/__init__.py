@@ -5,10 +5,10 @@ docs/operations/compensation.md and docs/adr/0007-compensation-exactly-once.md.
 """
 
 from sagacity.consumers._tools import register_tools, resolve
-from sagacity.consumers.compensation._claims import Claim, ClaimStatus, ClaimStore
 from sagacity.consumers.compensation._invoker import ClaimingInvoker, sanitize_result
 from sagacity.consumers.compensation._job import pending_request
 from sagacity.consumers.compensation._service import CompensationService, CompensationSettings
+from sagacity.ports import Claim, ClaimStatus, ClaimStore
 
 __all__ = [
     "Claim",

@@ -24,8 +24,8 @@ from typing import Any
 from sagacity._codec import decode_result, describe_error, encode_result
 from sagacity._compensation import CompensationCall
 from sagacity.consumers.compensation import _failpoints
-from sagacity.consumers.compensation._claims import ClaimStatus, ClaimStore
 from sagacity.errors import CompensationInDoubtError, CompensationTimeoutError
+from sagacity.ports import ClaimStatus, ClaimStore
 
 log = logging.getLogger("sagacity.compensation")
 

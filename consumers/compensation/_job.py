@@ -27,7 +27,6 @@ from sagacity._result import SagaResult, SagaStatus
 from sagacity._saga import Sagacity
 from sagacity.chain import verify
 from sagacity.consumers.compensation import _failpoints
-from sagacity.consumers.compensation._claims import Claim, ClaimStatus, ClaimStore
 from sagacity.consumers.compensation._invoker import ClaimingInvoker
 from sagacity.consumers.compensation._journal import Revoked, ServiceJournal
 from sagacity.errors import (
@@ -36,6 +35,7 @@ from sagacity.errors import (
     JournalError,
     PersistenceError,
 )
+from sagacity.ports import Claim, ClaimStatus, ClaimStore
 from sagacity.producer import ForkKind, SagaRead
 
 log = logging.getLogger("sagacity.compensation")

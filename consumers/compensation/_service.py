@@ -47,7 +47,6 @@ from sagacity.consumers._runtime import (
     client_config,
 )
 from sagacity.consumers._tools import register_tools
-from sagacity.consumers.compensation._claims import ClaimStore
 from sagacity.consumers.compensation._invoker import ClaimingInvoker
 from sagacity.consumers.compensation._job import (
     WRITER_PREFIX,
@@ -61,6 +60,7 @@ from sagacity.errors import (
     SerializationError,
     ToolLoadError,
 )
+from sagacity.postgres import PostgresClaimStore
 from sagacity.producer import KafkaJournal, ReadIndexSettings
 from sagacity.producer._clients import with_logger
 from sagacity.schemas import decode_entry
@@ -191,7 +191,7 @@ class CompensationService(Handler):
         # Tools first: an un-importable target must fail before anything connects.
         self._sagacity = Sagacity(compensation="delegated", writer_id=self.writer_id)
         self.tool_names = self._register_tools(self._sagacity)
-        self._claims = ClaimStore(settings.database_url, instance=self.instance)
+        self._claims = PostgresClaimStore(settings.database_url, instance=self.instance)
         self._invoker = ClaimingInvoker(
             self._claims,
             timeout_s=settings.compensation_timeout_s,

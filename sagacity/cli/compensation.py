@@ -49,8 +49,8 @@ def prune_claims(
     """
     from confluent_kafka.admin import AdminClient
 
-    from sagacity.consumers.compensation import ClaimStore
     from sagacity.errors import PersistenceError, SagacityError, TopicNotFoundError
+    from sagacity.postgres import PostgresClaimStore
     from sagacity.producer import describe_topic as describe
     from sagacity.producer import with_logger
 
@@ -86,7 +86,7 @@ def prune_claims(
             err=True,
         )
         raise SystemExit(1)
-    store = ClaimStore(database_url, instance="prune-claims")
+    store = PostgresClaimStore(database_url, instance="prune-claims")
     try:
         count = store.prune(older_than_s=age_s, apply=apply)
     except PersistenceError as exc:

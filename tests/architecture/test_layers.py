@@ -32,12 +32,6 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {
     # The named exception: Sagacity.from_env() delegates to the composition root (a lazy
     # import inside the method, so the core imports without the Kafka client).
     ("sagacity._saga", COMPOSITION_ROOT): "Sagacity.from_env delegates to the composition root",
-    # The read index is a Postgres adapter still living in the archive service's package;
-    # it moves to sagacity/postgres/ (issue 24, item 2), after which this entry goes.
-    (
-        COMPOSITION_ROOT,
-        "sagacity.consumers.archive._index",
-    ): "the read index moves to sagacity.postgres",
 }
 
 # Private modules of other packages the CLI may import, each with its reason.
@@ -58,7 +52,7 @@ CLI_PRIVATE_ALLOWED: dict[str, str] = {
 }
 
 KAFKA = ("confluent_kafka", "sagacity.producer")
-POSTGRES = ("psycopg", "psycopg_pool", "sagacity.postgres", "sagacity.consumers.archive._index")
+POSTGRES = ("psycopg", "psycopg_pool", "sagacity.postgres")
 
 
 def layer_of(module: str) -> int:

@@ -13,9 +13,10 @@ from archive_helpers import make_chain, rows
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from sagacity import Reversibility, Sagacity, SagaStatus, compensable
-from sagacity.consumers.archive import BatchArchiver, PostgresSagaIndex, RawEvent, generate_key
+from sagacity.consumers.archive import BatchArchiver, RawEvent, generate_key
 from sagacity.consumers.archive._retention import run_retention
 from sagacity.errors import SagaExistsError
+from sagacity.postgres import PostgresSagaIndex
 from sagacity.producer import KafkaJournal, SagaReader, partition_for
 from sagacity.schemas import encode_entry
 from tests.kafka.saga_mix import accepted, reported, write_mix
@@ -349,7 +350,7 @@ def test_one_lookup_of_many_sagas_equals_a_lookup_of_each(kafka_bootstrap, make_
         one_by_one = {n: index.lookup(topic, 0, n) for n in names}
         assert index.lookup_many(topic, 0, names) == one_by_one
         assert one_by_one["never-written"].events == ()
-        import sagacity.consumers.archive._index as index_module
+        import sagacity.postgres._index as index_module
 
         chunk = index_module._MANY
         index_module._MANY = 2  # several statements within the one snapshot

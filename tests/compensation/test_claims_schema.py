@@ -7,7 +7,8 @@ import threading
 import psycopg
 import pytest
 
-from sagacity.consumers.compensation._claims import TABLE, ClaimStore
+from sagacity.postgres._claims import TABLE
+from sagacity.postgres._claims import PostgresClaimStore as ClaimStore
 
 pytestmark = [pytest.mark.postgres]
 

@@ -7,7 +7,9 @@ import pytest
 from click.testing import CliRunner
 
 from sagacity.cli import main
-from sagacity.consumers.compensation._claims import TABLE, ClaimStatus, ClaimStore
+from sagacity.ports import ClaimStatus
+from sagacity.postgres._claims import TABLE
+from sagacity.postgres._claims import PostgresClaimStore as ClaimStore
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 DAY_MS = 86_400_000

@@ -3,10 +3,10 @@ the metrics and their chart."""
 
 from __future__ import annotations
 
-from sagacity.consumers.approvals._store import RequestRow, RowState
 from sagacity.consumers.approvals.console import _metrics
 from sagacity.consumers.approvals.console._routes import _safe_next, _visible_whitespace
 from sagacity.consumers.approvals.console._security import LoginLimiter
+from sagacity.ports import RequestRow, RowState
 
 
 def test_only_console_paths_are_followed_after_sign_in() -> None:

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
 from sagacity import EntryDraft, EventType, InMemoryJournal, Journal
 from sagacity.errors import JournalUnavailableError
-from tests.contract.journal_contract import JournalContract
+from sagacity.testing.contracts import JournalContract
 
 
 class TestInMemoryJournal(JournalContract):
-    @pytest.fixture
-    def make_journal(self) -> Callable[[], Journal]:
-        return InMemoryJournal
+    def create_journal(self) -> Journal:
+        return InMemoryJournal()
 
 
 def test_closed_journal_refuses_appends_and_keeps_entries() -> None:

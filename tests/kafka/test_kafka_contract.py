@@ -7,14 +7,15 @@ from collections.abc import Callable
 import pytest
 
 from sagacity.producer import KafkaJournal
-from tests.contract.journal_contract import JournalContract
+from sagacity.testing.contracts import JournalContract
 
 pytestmark = pytest.mark.kafka
 
 
 class TestKafkaJournalContract(JournalContract):
-    @pytest.fixture
-    def make_journal(
-        self, kafka_bootstrap: str, make_topic: Callable[..., str]
-    ) -> Callable[[], KafkaJournal]:
-        return lambda: KafkaJournal(kafka_bootstrap, topic=make_topic(partitions=3))
+    @pytest.fixture(autouse=True)
+    def _broker(self, kafka_bootstrap: str, make_topic: Callable[..., str]) -> None:
+        self.bootstrap, self.make_topic = kafka_bootstrap, make_topic
+
+    def create_journal(self) -> KafkaJournal:
+        return KafkaJournal(self.bootstrap, topic=self.make_topic(partitions=3))

@@ -7,9 +7,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-import psycopg
-
-from sagacity.errors import PersistenceError, UnknownSagaError
+from sagacity.errors import UnknownSagaError
+from sagacity.postgres import connect, mapped_errors
 
 
 class ArchiveView:
@@ -25,11 +24,11 @@ class ArchiveView:
     def _export(self, saga_id: str, out: Path) -> tuple[bool, str]:
         from sagacity.consumers.archive._export import export_bundle
 
-        try:
-            with psycopg.connect(self._dsn, connect_timeout=5) as conn:
-                audit = export_bundle(conn, saga_id, out)
-        except psycopg.Error as exc:
-            raise PersistenceError(f"cannot read the archive: {exc}") from exc
+        with (
+            connect(self._dsn, timeout=5, action="cannot read the archive") as conn,
+            mapped_errors("cannot read the archive"),
+        ):
+            audit = export_bundle(conn, saga_id, out)
         if audit.ok:
             return True, f"archive verifies {audit.events} events ({audit.checkpoints} signed)"
         return False, f"archive does NOT verify at seq {audit.bad_seq}: {audit.detail}"

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
-from sagacity.consumers.approvals._store import RequestRow
+from sagacity.ports import RequestRow
 
 WINDOWS = (("24 h", 86_400), ("7 days", 7 * 86_400))
 

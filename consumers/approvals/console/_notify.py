@@ -21,8 +21,9 @@ from urllib.parse import quote
 import httpx
 
 from sagacity._saga import Sagacity
-from sagacity.consumers.approvals._store import OPEN_STATES, ApprovalStore, RequestRow
 from sagacity.errors import SagacityError
+from sagacity.ports import OPEN_STATES, RequestRow
+from sagacity.postgres import PostgresRequestStore, migrate
 
 log = logging.getLogger("sagacity.console.notify")
 
@@ -106,7 +107,7 @@ class Notifier:
 
     def __init__(
         self,
-        store: ApprovalStore,
+        store: PostgresRequestStore,
         sagacity: Sagacity,
         *,
         urls: Sequence[str],
@@ -141,8 +142,7 @@ class Notifier:
     def migrate(self) -> None:
         """Create the notice table if it does not exist."""
         with self._store.connect() as conn:
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext('sagacity_console_notice'))")
-            conn.execute(SCHEMA)
+            migrate(conn, "sagacity_console_notice", ((1, SCHEMA),))
 
     def start(self) -> None:
         """Start watching (in a daemon thread)."""

@@ -34,7 +34,6 @@ from sagacity._settlement import SettlementOutcome, open_suspects
 from sagacity.chain import payload_sha256, verify
 from sagacity.consumers.approvals._auth import Principal, token_sha256
 from sagacity.consumers.approvals._service import ApprovalService
-from sagacity.consumers.approvals._store import OPEN_STATES, RequestRow
 from sagacity.consumers.approvals.console import _metrics
 from sagacity.consumers.approvals.console._security import (
     LoginLimiter,
@@ -55,6 +54,7 @@ from sagacity.errors import (
     SagacityError,
     UnknownSagaError,
 )
+from sagacity.ports import OPEN_STATES, RequestRow
 
 log = logging.getLogger("sagacity.console")
 

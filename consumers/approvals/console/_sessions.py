@@ -12,7 +12,7 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 
-from sagacity.consumers.approvals._store import ApprovalStore
+from sagacity.postgres import PostgresRequestStore, migrate
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sagacity_console_session (
@@ -50,15 +50,14 @@ class SessionStore:
         ttl_s: how long a session lasts after sign-in.
     """
 
-    def __init__(self, store: ApprovalStore, *, ttl_s: float) -> None:
+    def __init__(self, store: PostgresRequestStore, *, ttl_s: float) -> None:
         self._store = store
         self.ttl_s = ttl_s
 
     def migrate(self) -> None:
         """Create the table if it does not exist."""
         with self._store.connect() as conn:
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext('sagacity_console_schema'))")
-            conn.execute(SCHEMA)
+            migrate(conn, "sagacity_console_session", ((1, SCHEMA),))
 
     def create(self, *, token_sha256: str, principal: str, now_us: int) -> tuple[str, Session]:
         """A new session; returns the cookie value (the only copy of the id) and the session."""

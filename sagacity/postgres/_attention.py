@@ -1,4 +1,5 @@
-"""Sagas that need a person, folded from the journal into PostgreSQL (the attention queue).
+"""Sagas that need a person, folded from the journal into PostgreSQL (the attention queue of
+:class:`~sagacity.postgres.PostgresRequestStore`).
 
 A saga enters the queue when a run ends ``COMPENSATION_FAILED`` (a step left dirty, an undo that
 failed, a ``SUSPECT`` step) and leaves it when a later run ends in any other final status (its
@@ -9,7 +10,6 @@ in the request table already (states ``expired`` / ``refused``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -17,6 +17,7 @@ import psycopg
 from sagacity import _attributes as attr
 from sagacity._events import EventType, JournalEntry
 from sagacity._result import SagaStatus
+from sagacity.ports import AttentionRow
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sagacity_attention (
@@ -36,17 +37,6 @@ _LEAVES = frozenset(
         SagaStatus.EXPIRED.value,
     }
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class AttentionRow:
-    """One saga in the queue: its status, what its last run left (``dirty``) and since when."""
-
-    saga_id: str
-    status: str
-    detail: str
-    since_us: int
-    ended_seq: int
 
 
 def apply_attention(conn: psycopg.Connection[Any], entry: JournalEntry) -> None:

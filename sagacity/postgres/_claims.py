@@ -1,4 +1,5 @@
-"""Postgres claims: one row per compensated step, written before its undo is called.
+"""The claims in Postgres (:class:`~sagacity.ports.ClaimStore`): one row per compensated step,
+written before its undo is called.
 
 The row is the service's memory of what it did to the outside world, independent of Kafka:
 
@@ -15,16 +16,21 @@ See docs/adr/0007-compensation-exactly-once.md.
 
 from __future__ import annotations
 
-import enum
 import threading
-from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
 
-from sagacity.errors import PersistenceError
+from sagacity.ports import Claim, ClaimStatus
+from sagacity.postgres._connect import connect
+from sagacity.postgres._connect import ping as ping_database
+from sagacity.postgres._errors import mapped_errors
+from sagacity.postgres._migrate import migrate
 
 TABLE = "sagacity_compensation_claims"
+
+COMPONENT = "sagacity_compensation"
+"""The claims' migrations are recorded in ``sagacity_compensation_schema_version``."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS {table} (
@@ -48,50 +54,20 @@ CREATE TABLE IF NOT EXISTS {table} (
 _LOCK_SPACE = 0x5A6A
 
 
-class ClaimStatus(enum.StrEnum):
-    """Where a claimed step stands."""
-
-    CLAIMED = "CLAIMED"
-    COMPENSATED = "COMPENSATED"
-    FAILED = "FAILED"
-    TIMED_OUT = "TIMED_OUT"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Claim:
-    """A step's claim row.
-
-    Attributes:
-        saga_id / step_seq: the step (its ``EXECUTED`` seq).
-        status: see :class:`ClaimStatus`.
-        attempts: how many times the undo was started.
-        result / result_encoding: what the undo returned, once ``COMPENSATED``.
-        fresh: this call created the row (no earlier attempt exists).
-    """
-
-    saga_id: str
-    step_seq: int
-    status: ClaimStatus
-    attempts: int
-    result: str | None = None
-    result_encoding: str | None = None
-    error: str | None = None
-    fresh: bool = False
-
-
 def _q(text: str) -> sql.Composed:
     """``text`` with ``{table}`` bound to the claims table (an identifier, never a value)."""
     return sql.SQL(text).format(table=sql.Identifier(TABLE))
 
 
-def _persistence(action: str, exc: BaseException) -> PersistenceError:
-    error = PersistenceError(f"claims database: {action} failed: {exc}")
-    error.__cause__ = exc
-    return error
+def _migrations() -> tuple[tuple[int, str], ...]:
+    return ((1, _q(_SCHEMA).as_string()),)
 
 
-class ClaimStore:
+class PostgresClaimStore:
     """Claims and saga locks on one Postgres database; a connection per thread.
+
+    Errors are mapped by :mod:`sagacity.postgres._errors`: a lost connection raises
+    :class:`~sagacity.errors.PersistenceUnavailableError` (the next call reconnects).
 
     Args:
         conninfo: libpq URL or conninfo (its ``search_path`` picks the schema).
@@ -108,10 +84,7 @@ class ClaimStore:
     def _conn(self) -> psycopg.Connection[tuple[object, ...]]:
         conn: psycopg.Connection[tuple[object, ...]] | None = getattr(self._local, "conn", None)
         if conn is None or conn.closed or conn.broken:
-            try:
-                conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10)
-            except psycopg.Error as exc:
-                raise _persistence("connect", exc) from exc
+            conn = connect(self._conninfo, autocommit=True, action="connect to the claims database")
             self._local.conn = conn
             with self._all_lock:
                 self._all.append(conn)
@@ -123,46 +96,29 @@ class ClaimStore:
         Raises:
             PersistenceError: the database could not be reached or refused.
         """
-        try:
-            conn = self._conn()
-            # Instances start together: CREATE TABLE IF NOT EXISTS is not safe against a
-            # concurrent twin (both pass the check, one fails on the catalog's unique index).
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_SPACE, TABLE))
-                conn.execute(_q(_SCHEMA))
-        except psycopg.Error as exc:
-            raise _persistence("creating the claims table", exc) from exc
+        # Instances start together: the runner's advisory lock keeps CREATE TABLE IF NOT EXISTS
+        # from racing a concurrent twin (both pass the check, one fails on the catalog).
+        migrate(self._conn(), COMPONENT, _migrations())
 
     def ping(self) -> bool:
         """The database answers (on a short-lived connection of its own)."""
-        try:
-            with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=3) as conn:
-                conn.execute("SELECT 1")
-        except psycopg.Error:
-            return False
-        return True
+        return ping_database(self._conninfo)
 
     # --- saga locks ----------------------------------------------------------------------
     def try_lock_saga(self, saga_id: str) -> bool:
         """Take the saga's lock on this thread's session without waiting; ``True`` if held."""
-        try:
-            row = (
-                self._conn()
-                .execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (_LOCK_SPACE, saga_id))
-                .fetchone()
-            )
-        except psycopg.Error as exc:
-            raise _persistence("locking a saga", exc) from exc
+        conn = self._conn()
+        with mapped_errors("lock a saga"):
+            row = conn.execute(
+                "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (_LOCK_SPACE, saga_id)
+            ).fetchone()
         return bool(row and row[0])
 
     def unlock_saga(self, saga_id: str) -> None:
         """Release the saga's lock held by this thread's session."""
-        try:
-            self._conn().execute(
-                "SELECT pg_advisory_unlock(%s, hashtext(%s))", (_LOCK_SPACE, saga_id)
-            )
-        except psycopg.Error as exc:
-            raise _persistence("unlocking a saga", exc) from exc
+        conn = self._conn()
+        with mapped_errors("unlock a saga"):
+            conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (_LOCK_SPACE, saga_id))
 
     # --- claims --------------------------------------------------------------------------
     def claim(self, saga_id: str, step_seq: int, *, target: str, key: str) -> Claim:
@@ -174,7 +130,7 @@ class ClaimStore:
             PersistenceError: the database failed.
         """
         conn = self._conn()
-        try:
+        with mapped_errors("claim a step"):
             row = conn.execute(
                 _q(
                     "INSERT INTO {table} (saga_id, step_seq, target, idempotency_key, instance, "
@@ -198,8 +154,6 @@ class ClaimStore:
                 ),
                 (saga_id, step_seq),
             ).fetchone()
-        except psycopg.Error as exc:
-            raise _persistence("claiming a step", exc) from exc
         assert found is not None  # rows are never deleted
         return Claim(
             saga_id=saga_id,
@@ -213,7 +167,7 @@ class ClaimStore:
     def restart(self, saga_id: str, step_seq: int) -> None:
         """Record that the step's undo is being started again."""
         self._execute(
-            "recording a restart",
+            "record a restart",
             "UPDATE {table} SET attempts = attempts + 1, status = 'CLAIMED', instance = %s, "
             "error = NULL WHERE saga_id = %s AND step_seq = %s",
             (self._instance, saga_id, step_seq),
@@ -231,34 +185,28 @@ class ClaimStore:
     ) -> None:
         """Record how the step's undo ended."""
         self._execute(
-            "recording an outcome",
+            "record an outcome",
             "UPDATE {table} SET status = %s, result = %s, result_encoding = %s, error = %s, "
             "finished_at = now() WHERE saga_id = %s AND step_seq = %s",
             (status.value, result, result_encoding, error, saga_id, step_seq),
         )
 
     def _execute(self, action: str, query: str, params: tuple[object, ...]) -> None:
-        try:
-            self._conn().execute(_q(query), params)
-        except psycopg.Error as exc:
-            raise _persistence(action, exc) from exc
+        conn = self._conn()
+        with mapped_errors(action):
+            conn.execute(_q(query), params)
 
     def claims(self, saga_id: str) -> list[Claim]:
         """Every claim of the saga, by step."""
-        try:
-            rows = (
-                self._conn()
-                .execute(
-                    _q(
-                        "SELECT step_seq, status, attempts, result, result_encoding, error "
-                        "FROM {table} WHERE saga_id = %s ORDER BY step_seq"
-                    ),
-                    (saga_id,),
-                )
-                .fetchall()
-            )
-        except psycopg.Error as exc:
-            raise _persistence("reading claims", exc) from exc
+        conn = self._conn()
+        with mapped_errors("read claims"):
+            rows = conn.execute(
+                _q(
+                    "SELECT step_seq, status, attempts, result, result_encoding, error "
+                    "FROM {table} WHERE saga_id = %s ORDER BY step_seq"
+                ),
+                (saga_id,),
+            ).fetchall()
         return [
             Claim(
                 saga_id=saga_id,
@@ -285,11 +233,10 @@ class ClaimStore:
             " AND finished_at < now() - make_interval(secs => %s)"
         )
         verb = "DELETE FROM {table} WHERE " if apply else "SELECT count(*) FROM {table} WHERE "
-        try:
-            cursor = self._conn().execute(_q(verb + where), (older_than_s,))
+        conn = self._conn()
+        with mapped_errors("prune claims"):
+            cursor = conn.execute(_q(verb + where), (older_than_s,))
             count = cursor.rowcount if apply else int(str(cursor.fetchone()[0]))  # type: ignore[index]
-        except psycopg.Error as exc:
-            raise _persistence("pruning claims", exc) from exc
         return max(count, 0)
 
     def close(self) -> None:

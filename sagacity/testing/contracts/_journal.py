@@ -1,14 +1,17 @@
-"""The contract every :class:`~sagacity.Journal` adapter meets; subclass it per adapter.
+"""The contract every :class:`~sagacity.ports.Journal` adapter meets; subclass it per adapter.
 
-A subclass provides the ``make_journal`` fixture: a factory returning a fresh journal on a
-fresh store for each test (it may request other fixtures, e.g. a broker)::
+A subclass provides :meth:`JournalContract.create_journal`: a fresh journal on a fresh store
+for each call (fixtures the store needs can be taken by an autouse fixture of the subclass)::
 
     class TestKafkaJournal(JournalContract):
-        @pytest.fixture
-        def make_journal(self, kafka_bootstrap, make_topic):
-            return lambda: KafkaJournal(bootstrap=kafka_bootstrap, topic=make_topic())
+        @pytest.fixture(autouse=True)
+        def _broker(self, kafka_bootstrap, make_topic):
+            self.bootstrap, self.make_topic = kafka_bootstrap, make_topic
 
-Journals made by the factory are closed after the test.
+        def create_journal(self):
+            return KafkaJournal(self.bootstrap, topic=self.make_topic())
+
+Journals it creates are closed after the test.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import asyncio
 import itertools
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -68,14 +71,14 @@ def _saga() -> str:
 class JournalContract(abc.ABC):
     """Append, read a chain, derive pending approvals: the port's guarantees."""
 
-    @pytest.fixture
     @abc.abstractmethod
-    def make_journal(self) -> Callable[[], Journal]:
-        """A factory of journals on a fresh store (override as a fixture)."""
+    def create_journal(self) -> Journal:
+        """A journal on a fresh store."""
 
     @pytest.fixture
-    def journal(self, make_journal: Callable[[], Journal]) -> Iterator[Journal]:
-        journal = make_journal()
+    def journal(self) -> Iterator[Journal]:
+        """A journal from :meth:`create_journal`, closed after the test."""
+        journal = self.create_journal()
         try:
             yield journal
         finally:

@@ -1,4 +1,5 @@
-"""The archive as the journal readers' per-saga index (docs/adr/0010-saga-read-index.md).
+"""The archive as the journal readers' per-saga index (:class:`~sagacity.ports.SagaIndex`,
+docs/adr/0010-saga-read-index.md).
 
 For a saga of partition *p*, one REPEATABLE READ snapshot gives the archiver's committed offset
 ``C(p)`` (written in the same transactions as the rows), the saga's archived events, the
@@ -19,10 +20,12 @@ import psycopg
 
 from sagacity._defaults import DEFAULT_ARCHIVE_GROUP as DEFAULT_GROUP
 from sagacity._events import GENESIS_HASH
-from sagacity.consumers.archive._db import check_schema, mapped_errors
-from sagacity.consumers.archive._rows import ROW_COLUMNS, entry_of_row
 from sagacity.errors import ArchiveSchemaError, PersistenceError
-from sagacity.producer._index import IndexedEvent, IndexedPartition, IndexedSaga, RefusedMessage
+from sagacity.ports import IndexedEvent, IndexedPartition, IndexedSaga, RefusedMessage
+from sagacity.postgres._archive import archive_errors as mapped_errors
+from sagacity.postgres._archive import check_schema
+from sagacity.postgres._connect import with_search_path
+from sagacity.postgres._rows import ROW_COLUMNS, entry_of_row
 
 log = logging.getLogger("sagacity.reader")
 
@@ -98,7 +101,7 @@ def _indexed(
 
 
 class PostgresSagaIndex:
-    """:class:`sagacity.producer.SagaIndex` on a Postgres archive; thread-safe.
+    """:class:`sagacity.ports.SagaIndex` on a Postgres archive; thread-safe.
 
     One connection, opened on first use and reopened after a loss; each lookup is one
     read-only REPEATABLE READ transaction (five statements, pipelined).  After a failure to
@@ -123,14 +126,7 @@ class PostgresSagaIndex:
         timeout: float = 5.0,
         retry_s: float = 5.0,
     ) -> None:
-        if schema is not None:
-            from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-            params = conninfo_to_dict(conninfo)
-            quoted = '"' + schema.replace('"', '""') + '"'
-            params["options"] = f"{params.get('options') or ''} -c search_path={quoted}".strip()
-            conninfo = make_conninfo(**params)  # type: ignore[arg-type]
-        self._conninfo = conninfo
+        self._conninfo = with_search_path(conninfo, schema)
         self.consumer_group = consumer_group
         self._timeout = timeout
         self._retry_s = retry_s
@@ -171,7 +167,7 @@ class PostgresSagaIndex:
             self._conn = None
 
     def lookup(self, topic: str, partition: int, saga_id: str) -> IndexedSaga:
-        """See :meth:`sagacity.producer.SagaIndex.lookup`.
+        """See :meth:`sagacity.ports.SagaIndex.lookup`.
 
         Raises:
             PersistenceUnavailableError: the database cannot be reached.
@@ -264,7 +260,7 @@ class PostgresSagaIndex:
         return out
 
     def sagas_with_pending_requests(self, topic: str, partition: int) -> IndexedPartition:
-        """See :meth:`sagacity.producer.SagaIndex.sagas_with_pending_requests`.
+        """See :meth:`sagacity.ports.SagaIndex.sagas_with_pending_requests`.
 
         A superset: sagas of the partition with an archived ``AWAITING_APPROVAL`` whose last
         archived event does not end them, and sagas with an event refused for its time (which

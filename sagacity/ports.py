@@ -1,0 +1,557 @@
+"""The ports: what the core and the services need from a store, whichever holds it.
+
+Each port is a :class:`typing.Protocol` with the value objects it speaks in; adapters implement
+them (memory in :mod:`sagacity.testing`, Kafka in ``sagacity.producer``, Postgres in
+``sagacity.postgres``), and one contract suite per port (:mod:`sagacity.testing`) runs against
+each.  This module imports the standard library and the core only.
+
+* :class:`Journal` / :class:`ConditionalJournal`: the hash-chained event log.
+* :class:`SagaIndex`: where a reader finds a saga's archived prefix
+  (docs/adr/0010-saga-read-index.md).
+* :class:`ClaimStore`: the compensation service's claims and saga locks
+  (docs/adr/0007-compensation-exactly-once.md).
+* :class:`RequestStore`: the approvals service's view of requests folded from the journal.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from sagacity._events import GENESIS_HASH, EntryDraft, JournalEntry
+
+__all__ = [
+    "OPEN_STATES",
+    "ApprovalRequest",
+    "AttentionRow",
+    "Claim",
+    "ClaimStatus",
+    "ClaimStore",
+    "ConditionalJournal",
+    "GateStats",
+    "IndexedEvent",
+    "IndexedPartition",
+    "IndexedSaga",
+    "Journal",
+    "RefusedMessage",
+    "RequestRow",
+    "RequestStore",
+    "RowState",
+    "SagaIndex",
+]
+
+
+# -- journal ------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class ApprovalRequest:
+    """A pending human decision, derived from an ``AWAITING_APPROVAL`` entry.
+
+    Attributes:
+        saga_id / seq: the ``AWAITING_APPROVAL`` entry's position (the request's id).
+        tool: the gated tool.
+        payload: the exact input that was proposed (compact JSON of the arguments).
+        payload_sha256: SHA-256 of ``payload``'s UTF-8 bytes, hex; ``None`` only for a
+            damaged request, which resume refuses.
+        requested_at_us: when the request was journaled.
+        signatures_required: 1 for ``IRREVERSIBLE``, 2 for ``PRIVILEGED``.
+        signed_by: approvers who have signed so far, in order.
+        policy_version: the approval policy in force when the request was made.
+        expires_at_us: when the request lapses (``None``: no time limit).
+        reversibility: the gated tool's declared reversibility.
+    """
+
+    saga_id: str
+    seq: int
+    tool: str
+    payload: str
+    payload_sha256: str | None
+    requested_at_us: int
+    signatures_required: int
+    signed_by: tuple[str, ...] = ()
+    policy_version: str = "1"
+    expires_at_us: int | None = None
+    reversibility: str = "IRREVERSIBLE"
+
+    @property
+    def approved(self) -> bool:
+        """Enough distinct signatures have been journaled."""
+        return len(set(self.signed_by)) >= self.signatures_required
+
+
+@runtime_checkable
+class Journal(Protocol):
+    """An append-only, per-saga hash-chained event log.
+
+    The journal is the chain's single writer within a process: it assigns ``seq`` and the
+    hashes.  ``append`` returns only once the entry is durable in the backing store, unless
+    ``durable=False`` is passed, in which case durability is awaited by :meth:`flush`.
+    """
+
+    def append(self, draft: EntryDraft, *, durable: bool = True) -> JournalEntry:
+        """Link ``draft`` to the tail of its saga's chain and record it.
+
+        Raises:
+            JournalUnavailableError: the store could not make the entry durable in time.
+            WriterConflictError: another writer owns the saga.
+        """
+        ...
+
+    async def append_async(self, draft: EntryDraft, *, durable: bool = True) -> JournalEntry:
+        """:meth:`append` without blocking the event loop."""
+        ...
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every entry appended so far is durable.
+
+        Raises:
+            JournalUnavailableError: not all entries were acknowledged within ``timeout``.
+        """
+        ...
+
+    def entries(self, saga_id: str) -> Sequence[JournalEntry]:
+        """The saga's chain in seq order (empty when the saga is unknown)."""
+        ...
+
+    def pending_approvals(self, saga_id: str | None = None) -> Sequence[ApprovalRequest]:
+        """Approval requests that are neither executed, rejected, expired nor refused."""
+        ...
+
+    def close(self) -> None:
+        """Flush and release resources."""
+        ...
+
+
+@runtime_checkable
+class ConditionalJournal(Journal, Protocol):
+    """A journal that can append only onto the chain a caller read (compare-and-append).
+
+    Gate decisions use it when the journal offers it, so two processes deciding on the same
+    request (a double-clicked approve, approve racing reject, two resumes) cannot both succeed:
+    the second finds the tail moved, re-reads and is refused by the chain's new state.
+    """
+
+    def append_after(
+        self, draft: EntryDraft, *, after_seq: int, durable: bool = True
+    ) -> JournalEntry:
+        """:meth:`append` only if the saga's last seq is ``after_seq`` (0: an empty chain).
+
+        Raises:
+            TailMovedError: the chain has grown past ``after_seq``; nothing was appended.
+            JournalUnavailableError / WriterConflictError: as :meth:`append`.
+        """
+        ...
+
+
+# -- read index ---------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class IndexedEvent:
+    """An event the archiver accepted into a saga's chain.
+
+    Attributes:
+        topic / partition / offset: where the archiver read it.
+        entry: the event as archived (the reader re-hashes it).
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    entry: JournalEntry
+
+
+@dataclass(frozen=True, kw_only=True)
+class RefusedMessage:
+    """A message with the saga's key the archiver refused, bytes exactly as read.
+
+    Attributes:
+        offset: where it is in the partition.
+        value: the message value (``None`` for a tombstone).
+    """
+
+    offset: int
+    value: bytes | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexedSaga:
+    """What an index knows of one saga.
+
+    Attributes:
+        covered_to: the archiver has read every message of the partition below this offset;
+            ``None`` when it has not read the partition (the reader scans it).
+        keys_checked_from: events below this offset were archived without comparing the
+            message key with the saga the body names (``None``: none were compared); the
+            reader does not take such events from the index.
+        events: the accepted events, in seq order.
+        refused: refused messages with the saga's key below ``covered_to``, in offset order.
+        head: the archiver's head for the saga (``None`` if it has none).
+        base_seq / base_hash: the link the archived chain starts after (a retention anchor).
+    """
+
+    covered_to: int | None
+    keys_checked_from: int | None = None
+    events: Sequence[IndexedEvent] = field(default_factory=tuple)
+    refused: Sequence[RefusedMessage] = field(default_factory=tuple)
+    head: tuple[int, str] | None = None
+    base_seq: int = 0
+    base_hash: str = GENESIS_HASH
+
+
+@runtime_checkable
+class SagaIndex(Protocol):
+    """Finds a saga's archived prefix (an implementation: the Postgres archive,
+    :class:`sagacity.postgres.PostgresSagaIndex`).
+
+    An index may also offer ``lookup_many(topic, partition, saga_ids) -> dict[str,
+    IndexedSaga]``, every saga's :meth:`lookup` in one snapshot; scans for pending approvals
+    use it when present instead of one lookup per candidate saga.
+    """
+
+    def lookup(self, topic: str, partition: int, saga_id: str) -> IndexedSaga:
+        """The saga's archived prefix, in one consistent snapshot.
+
+        Raises:
+            ArchiveSchemaError: the database holds no archive; the reader scans the partition
+                without a warning (the index says so itself, once per process).
+            SagacityError: the index cannot answer (unreachable, not an index); the reader
+                then scans the partition.
+        """
+        ...
+
+    def sagas_with_pending_requests(self, topic: str, partition: int) -> IndexedPartition:
+        """Every saga of the partition whose archived chain may hold an open approval request."""
+        ...
+
+    def close(self) -> None:
+        """Release connections."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexedPartition:
+    """Sagas of one partition the archive knows, for scans (pending approvals).
+
+    Attributes:
+        covered_to: as :attr:`IndexedSaga.covered_to`.
+        sagas: saga ids whose archived chain may hold an open approval request (its last
+            ``AWAITING_APPROVAL`` is not followed by a decision).
+    """
+
+    covered_to: int | None
+    sagas: Sequence[str] = field(default_factory=tuple)
+
+
+# -- compensation claims ------------------------------------------------------------------
+class ClaimStatus(enum.StrEnum):
+    """Where a claimed step stands."""
+
+    CLAIMED = "CLAIMED"
+    COMPENSATED = "COMPENSATED"
+    FAILED = "FAILED"
+    TIMED_OUT = "TIMED_OUT"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """A step's claim.
+
+    Attributes:
+        saga_id / step_seq: the step (its ``EXECUTED`` seq).
+        status: see :class:`ClaimStatus`.
+        attempts: how many times the undo was started.
+        result / result_encoding: what the undo returned, once ``COMPENSATED``.
+        error: why the undo failed, once ``FAILED`` or ``TIMED_OUT``.
+        fresh: this call created the claim (no earlier attempt exists).
+    """
+
+    saga_id: str
+    step_seq: int
+    status: ClaimStatus
+    attempts: int
+    result: str | None = None
+    result_encoding: str | None = None
+    error: str | None = None
+    fresh: bool = False
+
+
+@runtime_checkable
+class ClaimStore(Protocol):
+    """The compensation service's memory of what it did to the outside world.
+
+    A step is claimed once, before its undo is called; a second attempt finds the claim and
+    learns what the first one got to.  A saga lock keeps two instances (or threads) from
+    compensating the same saga at once; it belongs to the calling thread and is released when
+    the store is closed (or its holder dies).  Claims in doubt (``CLAIMED``, ``TIMED_OUT``) are
+    never removed.
+    """
+
+    def ensure_schema(self) -> None:
+        """Create the store's tables if they do not exist (safe on every start, concurrently).
+
+        Raises:
+            PersistenceError: the store could not be reached or refused.
+        """
+        ...
+
+    def ping(self) -> bool:
+        """The store answers."""
+        ...
+
+    def try_lock_saga(self, saga_id: str) -> bool:
+        """Take the saga's lock for the calling thread without waiting; ``True`` if held.
+
+        Raises:
+            PersistenceError: the store failed.
+        """
+        ...
+
+    def unlock_saga(self, saga_id: str) -> None:
+        """Release the saga's lock held by the calling thread."""
+        ...
+
+    def claim(self, saga_id: str, step_seq: int, *, target: str, key: str) -> Claim:
+        """Create the step's claim (``fresh``, ``CLAIMED``), or return the existing one.
+
+        Raises:
+            PersistenceError: the store failed.
+        """
+        ...
+
+    def restart(self, saga_id: str, step_seq: int) -> None:
+        """Record that the step's undo is being started again (``CLAIMED``, one more attempt)."""
+        ...
+
+    def record(
+        self,
+        saga_id: str,
+        step_seq: int,
+        status: ClaimStatus,
+        *,
+        result: str | None = None,
+        result_encoding: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Record how the step's undo ended."""
+        ...
+
+    def claims(self, saga_id: str) -> list[Claim]:
+        """Every claim of the saga, by step."""
+        ...
+
+    def prune(self, *, older_than_s: float, apply: bool) -> int:
+        """Delete (with ``apply``; else count) ``COMPENSATED`` and ``FAILED`` claims finished
+        over ``older_than_s`` seconds ago.
+
+        Raises:
+            PersistenceError: the store failed.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release connections and the saga locks they hold."""
+        ...
+
+
+# -- approval requests --------------------------------------------------------------------
+class RowState(enum.StrEnum):
+    """Where a request stands in a request store (mirrors the chain, lags it at most)."""
+
+    PENDING = "pending"
+    """Open, not yet signed by enough people."""
+    APPROVED = "approved"
+    """Open and fully signed: waiting for resume."""
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    REFUSED = "refused"
+    """A resume was refused (payload changed, constraint) — closed."""
+    RESUMED = "resumed"
+    ENDED = "ended"
+    """The saga ended or was handed to compensation while the request was open."""
+
+
+OPEN_STATES = ("pending", "approved")
+"""The states of a request still open (``pending`` and ``approved``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestRow:
+    """One approval request as a request store holds it."""
+
+    saga_id: str
+    seq: int
+    tool: str
+    payload: str
+    payload_sha256: str | None
+    requested_at_us: int
+    expires_at_us: int | None
+    signatures_required: int
+    policy_version: str
+    reversibility: str
+    state: RowState
+    signed_by: tuple[str, ...]
+    decision: str | None
+    decided_by: str | None
+    decided_at_us: int | None
+    decision_policy_version: str | None
+    closed_at_us: int | None
+
+    @property
+    def open(self) -> bool:
+        """Pending or approved-awaiting-resume."""
+        return self.state in (RowState.PENDING, RowState.APPROVED)
+
+    def request(self) -> ApprovalRequest:
+        """The request as the core sees it (for its deadline, for one)."""
+        return ApprovalRequest(
+            saga_id=self.saga_id,
+            seq=self.seq,
+            tool=self.tool,
+            payload=self.payload,
+            payload_sha256=self.payload_sha256,
+            requested_at_us=self.requested_at_us,
+            signatures_required=self.signatures_required,
+            expires_at_us=self.expires_at_us,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The API representation."""
+        return {
+            "saga_id": self.saga_id,
+            "seq": self.seq,
+            "tool": self.tool,
+            "payload": self.payload,
+            "payload_sha256": self.payload_sha256,
+            "requested_at_us": self.requested_at_us,
+            "expires_at_us": self.expires_at_us,
+            "signatures_required": self.signatures_required,
+            "policy_version": self.policy_version,
+            "reversibility": self.reversibility,
+            "state": self.state.value,
+            "signed_by": list(self.signed_by),
+            "decision": self.decision,
+            "decided_by": self.decided_by,
+            "decided_at_us": self.decided_at_us,
+            "decision_policy_version": self.decision_policy_version,
+            "closed_at_us": self.closed_at_us,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateStats:
+    """Gate metrics over a window of decision times.
+
+    ``latency`` covers request journaled → deciding event journaled (the signature that
+    completed an approval, or the rejection); it does not measure when a person first looked.
+    """
+
+    window_s: float
+    approved: int
+    rejected: int
+    expired: int
+    pending: int
+    oldest_pending_age_s: float | None
+    latency_p50_s: float | None
+    latency_p95_s: float | None
+
+    @property
+    def approve_ratio(self) -> float | None:
+        """approved / (approved + rejected) in the window (``None`` with no decisions)."""
+        decided = self.approved + self.rejected
+        return self.approved / decided if decided else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The API representation."""
+        return {
+            "window_s": self.window_s,
+            "approved": self.approved,
+            "rejected": self.rejected,
+            "expired": self.expired,
+            "pending": self.pending,
+            "approve_ratio": self.approve_ratio,
+            "oldest_pending_age_s": self.oldest_pending_age_s,
+            "latency_p50_s": self.latency_p50_s,
+            "latency_p95_s": self.latency_p95_s,
+            "latency_covers": "request journaled to deciding event journaled "
+            "(not time to first look)",
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionRow:
+    """One saga in the attention queue: its status, what its last run left (``dirty``) and
+    since when."""
+
+    saga_id: str
+    status: str
+    detail: str
+    since_us: int
+    ended_seq: int
+
+
+@runtime_checkable
+class RequestStore(Protocol):
+    """Approval requests of one journal topic, folded from its events; never evidence.
+
+    Folding is idempotent (a replayed or repeated event changes nothing) and follows the
+    chain's rules (docs/adr/0005): the ``AWAITING_APPROVAL`` entry is the request, decisions
+    refer to it by ``ref_seq``, ``COMPENSATION_REQUESTED`` or a final ``SAGA_ENDED`` closes
+    whatever is still open before it.  A saga whose run ends ``COMPENSATION_FAILED`` enters the
+    attention queue until a later run ends in another final status.
+
+    A store may offer more (the Postgres one: transactions holding a request's row lock, and
+    the consumer's position written in the same transaction as the rows).
+    """
+
+    topic: str
+    """The journal topic whose requests the store holds."""
+
+    def migrate(self) -> None:
+        """Create the store's tables if they do not exist (safe on every start, concurrently)."""
+        ...
+
+    def ping(self) -> None:
+        """Raise :class:`~sagacity.errors.PersistenceError` unless the store answers."""
+        ...
+
+    def apply(self, entries: Iterable[JournalEntry]) -> None:
+        """Fold ``entries`` (in the topic's order) into the store, all or none.
+
+        Raises:
+            PersistenceError: the store failed; nothing was folded.
+        """
+        ...
+
+    def get(self, saga_id: str, seq: int) -> RequestRow | None:
+        """The request at ``seq`` of ``saga_id``, if folded."""
+        ...
+
+    def requests(
+        self,
+        *,
+        states: Sequence[str] = OPEN_STATES,
+        tools: Sequence[str] | None = None,
+        limit: int = 500,
+    ) -> list[RequestRow]:
+        """Requests in ``states`` (open by default), oldest first; ``tools`` filters by tool."""
+        ...
+
+    def decided(self, *, since_us: int) -> list[RequestRow]:
+        """Requests decided (approved, rejected, expired) at or after ``since_us``."""
+        ...
+
+    def closed(self, states: Sequence[str], *, since_us: int, limit: int = 200) -> list[RequestRow]:
+        """Requests closed in ``states`` at or after ``since_us``, newest first."""
+        ...
+
+    def overdue(self, now_us: int, ttl_us: int | None, *, limit: int = 100) -> list[RequestRow]:
+        """Open requests past their deadline (their own, or ``requested_at + ttl_us``)."""
+        ...
+
+    def stats(self, *, now_us: int, window_s: float) -> GateStats:
+        """Gate metrics for decisions journaled in the last ``window_s`` seconds."""
+        ...
+
+    def attention(self, *, limit: int = 500) -> list[AttentionRow]:
+        """Sagas whose last run ended ``COMPENSATION_FAILED``, oldest first."""
+        ...

@@ -1,0 +1,43 @@
+"""The Postgres adapter: connections, the error table, migrations, positions, and the stores
+behind the ports (:mod:`sagacity.ports`) that live in Postgres.
+
+* :func:`connect` / :func:`transaction`: the one way to reach the database; every psycopg
+  error leaves as a :class:`~sagacity.errors.PersistenceError`, retryable
+  (:class:`~sagacity.errors.PersistenceUnavailableError`) only after a lost connection, a
+  serialization failure or a deadlock (:func:`retryable`).
+* :func:`migrate`: versioned migrations under one advisory lock per schema.
+* :func:`positions` / :func:`store_positions`: consumer positions stored with the effects.
+* :class:`PostgresClaimStore` (:class:`~sagacity.ports.ClaimStore`), :class:`PostgresSagaIndex`
+  (:class:`~sagacity.ports.SagaIndex`, over the archive's tables), :class:`PostgresRequestStore`
+  (:class:`~sagacity.ports.RequestStore`, the approvals service's tables).
+"""
+
+from __future__ import annotations
+
+from sagacity.postgres._claims import PostgresClaimStore
+from sagacity.postgres._connect import connect, ping, transaction, with_search_path
+from sagacity.postgres._errors import error_class, map_error, mapped_errors, retryable
+from sagacity.postgres._index import PostgresSagaIndex
+from sagacity.postgres._migrate import applied_versions, current_schema, migrate
+from sagacity.postgres._positions import ensure_positions, positions, store_positions
+from sagacity.postgres._requests import PostgresRequestStore
+
+__all__ = [
+    "PostgresClaimStore",
+    "PostgresRequestStore",
+    "PostgresSagaIndex",
+    "applied_versions",
+    "connect",
+    "current_schema",
+    "ensure_positions",
+    "error_class",
+    "map_error",
+    "mapped_errors",
+    "migrate",
+    "ping",
+    "positions",
+    "retryable",
+    "store_positions",
+    "transaction",
+    "with_search_path",
+]

@@ -1,0 +1,239 @@
+"""The approvals' request store in memory: :class:`~sagacity.ports.RequestStore` for tests.
+
+Rows are derived from each saga's chain by the core's fold (:func:`sagacity._requests.
+request_states`), so the store agrees with :meth:`~sagacity.ports.Journal.pending_approvals`
+by construction; the contract suite holds the Postgres projection to the same rows.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterable, Sequence
+
+from sagacity import _attributes as attr
+from sagacity._events import EventType, JournalEntry
+from sagacity._requests import RequestState, RequestStatus, request_states
+from sagacity._result import SagaStatus
+from sagacity.ports import OPEN_STATES, AttentionRow, GateStats, RequestRow, RowState
+
+_LEAVES = frozenset(
+    {
+        SagaStatus.COMPLETED.value,
+        SagaStatus.COMPENSATED.value,
+        SagaStatus.REJECTED.value,
+        SagaStatus.EXPIRED.value,
+    }
+)
+"""Final statuses that take a saga out of the attention queue."""
+
+
+def request_row(state: RequestState, entries: Sequence[JournalEntry]) -> RequestRow:
+    """The row of one request, from its state in the core's fold and the saga's chain.
+
+    Signatures count until the request is fully signed (distinct approvers, in order); the
+    signature that completes it is the ``approved`` decision.  A rejection or an expiry is the
+    decision only when none was made before; every closing event sets ``closed_at_us``.
+    """
+    request = state.request
+    signed: list[str] = []
+    decision: JournalEntry | None = None
+    closing = state.closed_by.seq if state.closed_by is not None else math.inf
+    for entry in entries:
+        if entry.seq >= closing or len(signed) >= request.signatures_required:
+            break
+        if (
+            entry.event_type is EventType.APPROVED
+            and entry.actor
+            and entry.ref_seq == request.seq
+            and entry.actor not in signed
+        ):
+            signed.append(entry.actor)
+            if len(signed) >= request.signatures_required:
+                decision = entry
+    verdict = "approved" if decision is not None else None
+    closer = state.closed_by
+    if decision is None and closer is not None:
+        verdict = {RequestStatus.REJECTED: "rejected", RequestStatus.EXPIRED: "expired"}.get(
+            state.status
+        )
+        if verdict is not None:
+            decision = closer
+    if state.status is RequestStatus.PENDING:
+        row_state = RowState.APPROVED if verdict == "approved" else RowState.PENDING
+    else:
+        row_state = RowState(state.status.value)
+    return RequestRow(
+        saga_id=request.saga_id,
+        seq=request.seq,
+        tool=request.tool,
+        payload=request.payload,
+        payload_sha256=request.payload_sha256,
+        requested_at_us=request.requested_at_us,
+        expires_at_us=request.expires_at_us,
+        signatures_required=request.signatures_required,
+        policy_version=request.policy_version,
+        reversibility=request.reversibility,
+        state=row_state,
+        signed_by=tuple(signed),
+        decision=verdict,
+        decided_by=decision.actor if decision is not None else None,
+        decided_at_us=decision.recorded_at_us if decision is not None else None,
+        decision_policy_version=(
+            decision.attributes.get(attr.POLICY_VERSION) if decision is not None else None
+        ),
+        closed_at_us=closer.recorded_at_us if closer is not None else None,
+    )
+
+
+def _percentile(values: Sequence[int], fraction: float) -> float | None:
+    """Postgres' ``percentile_cont``: linear interpolation between the nearest ranks."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = fraction * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+class InMemoryRequestStore:
+    """Approval requests of one topic in process memory; safe under threads.
+
+    Args:
+        topic: the journal topic whose requests the store holds.
+    """
+
+    def __init__(self, *, topic: str = "sagacity.journal") -> None:
+        self.topic = topic
+        self._chains: dict[str, dict[int, JournalEntry]] = {}
+        self._rows: dict[tuple[str, int], RequestRow] = {}
+        self._attention: dict[str, AttentionRow] = {}
+        self._lock = threading.Lock()
+
+    def migrate(self) -> None:
+        """Nothing to create."""
+
+    def ping(self) -> None:
+        """Always answers."""
+
+    def apply(self, entries: Iterable[JournalEntry]) -> None:
+        """Fold ``entries`` into the store (idempotent)."""
+        with self._lock:
+            touched: set[str] = set()
+            for entry in entries:
+                self._chains.setdefault(entry.saga_id, {})[entry.seq] = entry
+                touched.add(entry.saga_id)
+                self._fold_attention(entry)
+            for saga_id in touched:
+                chain = [self._chains[saga_id][seq] for seq in sorted(self._chains[saga_id])]
+                for state in request_states(chain):
+                    self._rows[(saga_id, state.request.seq)] = request_row(state, chain)
+
+    def _fold_attention(self, entry: JournalEntry) -> None:
+        if entry.event_type is not EventType.SAGA_ENDED:
+            return
+        held = self._attention.get(entry.saga_id)
+        if entry.result == SagaStatus.COMPENSATION_FAILED.value:
+            if held is None or held.ended_seq < entry.seq:
+                self._attention[entry.saga_id] = AttentionRow(
+                    saga_id=entry.saga_id,
+                    status=entry.result,
+                    detail=entry.attributes.get(attr.DIRTY) or entry.error or "compensation failed",
+                    since_us=entry.recorded_at_us,
+                    ended_seq=entry.seq,
+                )
+        elif entry.result in _LEAVES and held is not None and held.ended_seq < entry.seq:
+            del self._attention[entry.saga_id]
+
+    def _all(self) -> list[RequestRow]:
+        with self._lock:
+            return list(self._rows.values())
+
+    def get(self, saga_id: str, seq: int) -> RequestRow | None:
+        """The request at ``seq`` of ``saga_id``, if folded."""
+        with self._lock:
+            return self._rows.get((saga_id, seq))
+
+    def requests(
+        self,
+        *,
+        states: Sequence[str] = OPEN_STATES,
+        tools: Sequence[str] | None = None,
+        limit: int = 500,
+    ) -> list[RequestRow]:
+        """Requests in ``states`` (open by default), oldest first; ``tools`` filters by tool."""
+        rows = [
+            r for r in self._all() if r.state.value in states and (tools is None or r.tool in tools)
+        ]
+        rows.sort(key=lambda r: (r.requested_at_us, r.saga_id, r.seq))
+        return rows[:limit]
+
+    def decided(self, *, since_us: int) -> list[RequestRow]:
+        """Requests decided (approved, rejected, expired) at or after ``since_us``."""
+        rows = [
+            r for r in self._all() if r.decided_at_us is not None and r.decided_at_us >= since_us
+        ]
+        return sorted(rows, key=lambda r: r.decided_at_us or 0)
+
+    def closed(self, states: Sequence[str], *, since_us: int, limit: int = 200) -> list[RequestRow]:
+        """Requests closed in ``states`` at or after ``since_us``, newest first."""
+        rows = [
+            r
+            for r in self._all()
+            if r.state.value in states and r.closed_at_us is not None and r.closed_at_us >= since_us
+        ]
+        rows.sort(key=lambda r: r.closed_at_us or 0, reverse=True)
+        return rows[:limit]
+
+    def overdue(self, now_us: int, ttl_us: int | None, *, limit: int = 100) -> list[RequestRow]:
+        """Open requests past their deadline (their own, or ``requested_at + ttl_us``)."""
+
+        def deadline(row: RequestRow) -> int | None:
+            limits = [
+                d
+                for d in (
+                    row.expires_at_us,
+                    None if ttl_us is None else row.requested_at_us + ttl_us,
+                )
+                if d is not None
+            ]
+            return min(limits) if limits else None
+
+        rows = []
+        for row in self._all():
+            due = deadline(row)
+            if row.open and due is not None and due < now_us:
+                rows.append(row)
+        rows.sort(key=lambda r: r.requested_at_us)
+        return rows[:limit]
+
+    def stats(self, *, now_us: int, window_s: float) -> GateStats:
+        """Gate metrics for decisions journaled in the last ``window_s`` seconds."""
+        since = now_us - int(window_s * 1_000_000)
+        rows = self._all()
+        decided = [r for r in rows if r.decided_at_us is not None and r.decided_at_us >= since]
+        latencies = [
+            (r.decided_at_us or 0) - r.requested_at_us
+            for r in decided
+            if r.decision in ("approved", "rejected")
+        ]
+        waiting = [r for r in rows if r.open]
+        oldest = min((r.requested_at_us for r in waiting), default=None)
+        p50, p95 = _percentile(latencies, 0.5), _percentile(latencies, 0.95)
+        return GateStats(
+            window_s=window_s,
+            approved=sum(r.decision == "approved" for r in decided),
+            rejected=sum(r.decision == "rejected" for r in decided),
+            expired=sum(r.decision == "expired" for r in decided),
+            pending=len(waiting),
+            oldest_pending_age_s=(now_us - oldest) / 1e6 if oldest is not None else None,
+            latency_p50_s=p50 / 1e6 if p50 is not None else None,
+            latency_p95_s=p95 / 1e6 if p95 is not None else None,
+        )
+
+    def attention(self, *, limit: int = 500) -> list[AttentionRow]:
+        """Sagas whose last run ended ``COMPENSATION_FAILED``, oldest first."""
+        with self._lock:
+            rows = sorted(self._attention.values(), key=lambda r: (r.since_us, r.saga_id))
+        return rows[:limit]

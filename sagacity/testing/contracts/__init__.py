@@ -1,0 +1,15 @@
+"""Contract suites, one per port: abstract pytest classes a test module subclasses per adapter.
+
+Each suite asks its subclass for a ``create_…()`` factory (and, for the read index, the
+archiver's writes); every test of the suite then runs against that adapter.  Sagacity runs
+each suite against its in-memory fake and its real adapter (Kafka, Postgres).
+"""
+
+from __future__ import annotations
+
+from sagacity.testing.contracts._claims import ClaimStoreContract
+from sagacity.testing.contracts._index import SagaIndexContract
+from sagacity.testing.contracts._journal import JournalContract
+from sagacity.testing.contracts._requests import RequestStoreContract
+
+__all__ = ["ClaimStoreContract", "JournalContract", "RequestStoreContract", "SagaIndexContract"]

@@ -1,0 +1,352 @@
+"""The contract every :class:`~sagacity.ports.RequestStore` meets; subclass it per adapter.
+
+A subclass provides :meth:`RequestStoreContract.create_store`: a store on a fresh database
+for each call, its tables not yet created.  The rows a store folds from a chain are the ones
+the core's fold gives (:func:`sagacity.testing.request_row`).
+"""
+
+from __future__ import annotations
+
+import abc
+import uuid
+from collections.abc import Sequence
+
+import pytest
+
+from sagacity import InMemoryJournal
+from sagacity._events import EntryDraft, EventType, JournalEntry
+from sagacity.chain import payload_sha256
+from sagacity.ports import RequestStore, RowState
+
+E = EventType
+PAYLOAD = '{"amount":"100","to":"alice"}'
+
+
+def _saga() -> str:
+    return f"contract-{uuid.uuid4().hex}"
+
+
+class _Chain:
+    """One saga's chain, built event by event with explicit times."""
+
+    def __init__(self, saga_id: str | None = None, *, start_us: int = 1_700_000_000_000_000):
+        self.saga_id = saga_id or _saga()
+        self._journal = InMemoryJournal()
+        self.now_us = start_us
+        self.entries: list[JournalEntry] = []
+
+    def add(
+        self,
+        kind: EventType,
+        *,
+        actor: str | None = None,
+        ref: int | None = None,
+        result: str | None = None,
+        after_us: int = 1_000_000,
+        **attributes: str,
+    ) -> JournalEntry:
+        self.now_us += after_us
+        if ref is not None:
+            attributes["ref_seq"] = str(ref)
+        entry = self._journal.append(
+            EntryDraft(
+                saga_id=self.saga_id,
+                event_type=kind,
+                tool="wire",
+                payload=PAYLOAD if kind is E.AWAITING_APPROVAL else None,
+                actor=actor,
+                result=result,
+                attributes=attributes,
+                recorded_at_us=self.now_us,
+            )
+        )
+        self.entries.append(entry)
+        return entry
+
+    def request(
+        self, *, signatures: int = 1, tool: str = "wire", expires_at_us: int | None = None
+    ) -> int:
+        attributes = {
+            "payload_sha256": payload_sha256(PAYLOAD),
+            "signatures_required": str(signatures),
+            "policy_version": "7",
+            "reversibility": "IRREVERSIBLE",
+        }
+        if expires_at_us is not None:
+            attributes["expires_at_us"] = str(expires_at_us)
+        self.now_us += 1_000_000
+        entry = self._journal.append(
+            EntryDraft(
+                saga_id=self.saga_id,
+                event_type=E.AWAITING_APPROVAL,
+                tool=tool,
+                payload=PAYLOAD,
+                attributes=attributes,
+                recorded_at_us=self.now_us,
+            )
+        )
+        self.entries.append(entry)
+        return entry.seq
+
+
+class RequestStoreContract(abc.ABC):
+    """Fold requests, signatures and closings idempotently; list, age and count them."""
+
+    @abc.abstractmethod
+    def create_store(self) -> RequestStore:
+        """A store on a fresh database, its tables not yet created."""
+
+    @pytest.fixture
+    def store(self) -> RequestStore:
+        """A store from :meth:`create_store`, migrated."""
+        store = self.create_store()
+        store.migrate()
+        return store
+
+    def fold(self, store: RequestStore, entries: Sequence[JournalEntry]) -> None:
+        """Fold ``entries`` as a consumer would: one event at a time, each replayed once."""
+        for entry in entries:
+            store.apply([entry])
+        store.apply(entries)
+
+    def test_it_implements_the_protocol(self, store: RequestStore) -> None:
+        assert isinstance(store, RequestStore)
+        store.ping()
+        store.migrate()  # repeatable
+
+    def test_a_request_is_folded_pending_with_its_fields(self, store: RequestStore) -> None:
+        chain = _Chain()
+        chain.add(E.SAGA_OPENED)
+        seq = chain.request(signatures=2, expires_at_us=1_800_000_000_000_000)
+        self.fold(store, chain.entries)
+        row = store.get(chain.saga_id, seq)
+        assert row is not None
+        assert (row.state, row.open, row.tool, row.payload) == (
+            RowState.PENDING,
+            True,
+            "wire",
+            PAYLOAD,
+        )
+        assert row.payload_sha256 == payload_sha256(PAYLOAD)
+        assert (row.signatures_required, row.policy_version, row.reversibility) == (
+            2,
+            "7",
+            "IRREVERSIBLE",
+        )
+        assert (row.requested_at_us, row.expires_at_us) == (
+            chain.entries[-1].recorded_at_us,
+            1_800_000_000_000_000,
+        )
+        assert row.signed_by == ()
+        assert (row.decision, row.decided_by, row.closed_at_us) == (None, None, None)
+        assert store.get(chain.saga_id, seq + 1) is None
+        assert store.get(_saga(), 1) is None
+
+    def test_distinct_signatures_until_fully_signed(self, store: RequestStore) -> None:
+        chain = _Chain()
+        seq = chain.request(signatures=2)
+        chain.add(E.APPROVED, actor="nadia", ref=seq, policy_version="7")
+        chain.add(E.APPROVED, actor="nadia", ref=seq, policy_version="7")
+        self.fold(store, chain.entries)
+        row = store.get(chain.saga_id, seq)
+        assert row is not None
+        assert (row.state, row.signed_by, row.decision) == (RowState.PENDING, ("nadia",), None)
+        completing = chain.add(E.APPROVED, actor="omar", ref=seq, policy_version="8")
+        chain.add(E.APPROVED, actor="pia", ref=seq, policy_version="9")
+        self.fold(store, chain.entries)
+        row = store.get(chain.saga_id, seq)
+        assert row is not None
+        assert (row.state, row.open, row.signed_by) == (RowState.APPROVED, True, ("nadia", "omar"))
+        assert (row.decision, row.decided_by, row.decided_at_us, row.decision_policy_version) == (
+            "approved",
+            "omar",
+            completing.recorded_at_us,
+            "8",
+        )
+        assert row.closed_at_us is None
+
+    def test_a_rejection_decides_and_closes(self, store: RequestStore) -> None:
+        chain = _Chain()
+        seq = chain.request(signatures=2)
+        chain.add(E.APPROVED, actor="nadia", ref=seq)
+        rejection = chain.add(E.REJECTED, actor="omar", ref=seq, policy_version="7")
+        chain.add(E.APPROVED, actor="pia", ref=seq)  # too late: closed
+        self.fold(store, chain.entries)
+        row = store.get(chain.saga_id, seq)
+        assert row is not None
+        assert (row.state, row.open, row.signed_by) == (RowState.REJECTED, False, ("nadia",))
+        assert (row.decision, row.decided_by, row.decided_at_us) == (
+            "rejected",
+            "omar",
+            rejection.recorded_at_us,
+        )
+        assert row.closed_at_us == rejection.recorded_at_us
+
+    def test_closing_an_approved_request_keeps_its_decision(self, store: RequestStore) -> None:
+        chain = _Chain()
+        seq = chain.request()
+        approval = chain.add(E.APPROVED, actor="nadia", ref=seq)
+        expiry = chain.add(E.EXPIRED, ref=seq)
+        self.fold(store, chain.entries)
+        row = store.get(chain.saga_id, seq)
+        assert row is not None
+        assert (row.state, row.decision, row.decided_by) == (RowState.EXPIRED, "approved", "nadia")
+        assert (row.decided_at_us, row.closed_at_us) == (
+            approval.recorded_at_us,
+            expiry.recorded_at_us,
+        )
+
+    @pytest.mark.parametrize(
+        ("closing", "state", "decision"),
+        [
+            (E.EXPIRED, RowState.EXPIRED, "expired"),
+            (E.RESUME_REFUSED, RowState.REFUSED, None),
+            (E.CONSTRAINT_VIOLATED, RowState.REFUSED, None),
+            (E.INTENT, RowState.RESUMED, None),
+        ],
+    )
+    def test_each_closing_event(
+        self, store: RequestStore, closing: EventType, state: RowState, decision: str | None
+    ) -> None:
+        chain = _Chain()
+        seq = chain.request()
+        closer = chain.add(closing, ref=seq)
+        chain.add(E.REJECTED, actor="late", ref=seq)  # the first closing wins
+        self.fold(store, chain.entries)
+        row = store.get(chain.saga_id, seq)
+        assert row is not None
+        assert (row.state, row.decision, row.closed_at_us) == (
+            state,
+            decision,
+            closer.recorded_at_us,
+        )
+
+    def test_the_end_of_the_saga_closes_what_is_open(self, store: RequestStore) -> None:
+        chain = _Chain()
+        first = chain.request()
+        second = chain.request()
+        chain.add(E.REJECTED, actor="omar", ref=first)
+        chain.add(E.SAGA_ENDED, result="AWAITING_APPROVAL")  # leaves requests open
+        self.fold(store, chain.entries)
+        row = store.get(chain.saga_id, second)
+        assert row is not None
+        assert row.state is RowState.PENDING
+        end = chain.add(E.COMPENSATION_REQUESTED)
+        later = chain.request()
+        self.fold(store, chain.entries)
+        first_row, second_row, later_row = (
+            store.get(chain.saga_id, s) for s in (first, second, later)
+        )
+        assert first_row is not None
+        assert first_row.state is RowState.REJECTED
+        assert second_row is not None
+        assert (second_row.state, second_row.closed_at_us) == (RowState.ENDED, end.recorded_at_us)
+        assert later_row is not None
+        assert later_row.state is RowState.PENDING
+
+    def test_decisions_without_a_request_change_nothing(self, store: RequestStore) -> None:
+        chain = _Chain()
+        seq = chain.request()
+        chain.add(E.APPROVED, actor="nadia", ref=seq + 10)
+        chain.add(E.REJECTED, actor="omar", ref=seq + 10)
+        chain.add(E.APPROVED, actor="", ref=seq)  # no approver: not a signature
+        self.fold(store, chain.entries)
+        row = store.get(chain.saga_id, seq)
+        assert row is not None
+        assert (row.state, row.signed_by) == (RowState.PENDING, ())
+        assert store.get(chain.saga_id, seq + 10) is None
+
+    def test_listing_filters_and_orders(self, store: RequestStore) -> None:
+        chains = [_Chain(start_us=1_700_000_000_000_000 + n * 10_000_000) for n in range(4)]
+        seqs = [
+            chain.request(tool=tool)
+            for chain, tool in zip(chains, ("wire", "wire", "delete", "wire"), strict=True)
+        ]
+        chains[1].add(E.REJECTED, actor="omar", ref=seqs[1])
+        for chain in reversed(chains):
+            self.fold(store, chain.entries)
+        ids = [c.saga_id for c in chains]
+        assert [r.saga_id for r in store.requests()] == [ids[0], ids[2], ids[3]]
+        assert [r.saga_id for r in store.requests(tools=["wire"])] == [ids[0], ids[3]]
+        assert [r.saga_id for r in store.requests(limit=1)] == [ids[0]]
+        assert [r.saga_id for r in store.requests(states=["rejected"])] == [ids[1]]
+        assert [r.saga_id for r in store.requests(states=["pending", "rejected"])] == ids
+        assert [r.saga_id for r in store.requests(tools=["nothing"])] == []
+
+    def test_decided_and_closed_since(self, store: RequestStore) -> None:
+        approved, rejected, open_ = _Chain(), _Chain(), _Chain()
+        a = approved.request()
+        approval = approved.add(E.APPROVED, actor="nadia", ref=a)
+        r = rejected.request()
+        rejection = rejected.add(E.REJECTED, actor="omar", ref=r, after_us=5_000_000)
+        open_.request()
+        for chain in (approved, rejected, open_):
+            self.fold(store, chain.entries)
+        assert [x.saga_id for x in store.decided(since_us=approval.recorded_at_us)] == [
+            approved.saga_id,
+            rejected.saga_id,
+        ]
+        assert [x.saga_id for x in store.decided(since_us=approval.recorded_at_us + 1)] == [
+            rejected.saga_id
+        ]
+        assert [
+            x.saga_id for x in store.closed(["rejected"], since_us=rejection.recorded_at_us)
+        ] == [rejected.saga_id]
+        assert store.closed(["rejected"], since_us=rejection.recorded_at_us + 1) == []
+        assert store.closed(["approved"], since_us=0) == []  # approved is open, not closed
+
+    def test_overdue_by_own_deadline_or_ttl(self, store: RequestStore) -> None:
+        own, by_ttl, fresh, closed = _Chain(), _Chain(), _Chain(), _Chain()
+        base = own.now_us
+        own.request(expires_at_us=base + 5_000_000)
+        by_ttl.request()
+        fresh.request(expires_at_us=base + 100_000_000)
+        seq = closed.request(expires_at_us=base + 5_000_000)
+        closed.add(E.REJECTED, actor="omar", ref=seq)
+        for chain in (own, by_ttl, fresh, closed):
+            self.fold(store, chain.entries)
+        now = base + 10_000_000
+        assert {r.saga_id for r in store.overdue(now, None)} == {own.saga_id}
+        # The earlier of the two deadlines counts.
+        assert {r.saga_id for r in store.overdue(now, 100_000_000)} == {own.saga_id}
+        assert {r.saga_id for r in store.overdue(now, 2_000_000)} == {
+            own.saga_id,
+            by_ttl.saga_id,
+            fresh.saga_id,
+        }
+        assert len(store.overdue(now, 2_000_000, limit=1)) == 1
+
+    def test_stats_over_a_window(self, store: RequestStore) -> None:
+        chains = [_Chain() for _ in range(4)]
+        seqs = [chain.request() for chain in chains]
+        chains[0].add(E.APPROVED, actor="a", ref=seqs[0], after_us=2_000_000)
+        chains[1].add(E.APPROVED, actor="b", ref=seqs[1], after_us=4_000_000)
+        chains[2].add(E.REJECTED, actor="c", ref=seqs[2], after_us=6_000_000)
+        for chain in chains:
+            self.fold(store, chain.entries)
+        now = chains[2].now_us + 1_000_000
+        stats = store.stats(now_us=now, window_s=3600)
+        assert (stats.approved, stats.rejected, stats.expired, stats.pending) == (2, 1, 0, 3)
+        assert stats.approve_ratio == pytest.approx(2 / 3)
+        assert stats.latency_p50_s == pytest.approx(4.0)
+        assert stats.latency_p95_s == pytest.approx(5.8)
+        assert stats.oldest_pending_age_s == pytest.approx(
+            (now - chains[0].entries[0].recorded_at_us) / 1e6
+        )
+        empty = store.stats(now_us=now + 10**10, window_s=1)
+        assert (empty.approved, empty.latency_p50_s, empty.approve_ratio) == (0, None, None)
+
+    def test_the_attention_queue(self, store: RequestStore) -> None:
+        chain = _Chain()
+        failed = chain.add(E.SAGA_ENDED, result="COMPENSATION_FAILED", dirty="refund@3")
+        self.fold(store, chain.entries)
+        (row,) = [r for r in store.attention() if r.saga_id == chain.saga_id]
+        assert (row.status, row.detail, row.since_us, row.ended_seq) == (
+            "COMPENSATION_FAILED",
+            "refund@3",
+            failed.recorded_at_us,
+            failed.seq,
+        )
+        chain.add(E.SAGA_ENDED, result="COMPENSATED")
+        self.fold(store, chain.entries)
+        assert [r for r in store.attention() if r.saga_id == chain.saga_id] == []

@@ -1,0 +1,48 @@
+"""The in-memory fakes of sagacity.testing meet their ports' contracts."""
+
+from __future__ import annotations
+
+from sagacity._events import JournalEntry
+from sagacity.ports import ClaimStore, RequestStore, SagaIndex
+from sagacity.testing import InMemoryClaimStore, InMemoryRequestStore, InMemorySagaIndex
+from sagacity.testing.contracts import (
+    ClaimStoreContract,
+    RequestStoreContract,
+    SagaIndexContract,
+)
+
+
+class TestInMemoryClaimStore(ClaimStoreContract):
+    def create_store(self) -> ClaimStore:
+        return InMemoryClaimStore()
+
+
+class TestInMemoryRequestStore(RequestStoreContract):
+    def create_store(self) -> RequestStore:
+        return InMemoryRequestStore()
+
+
+class TestInMemorySagaIndex(SagaIndexContract):
+    def create_index(self) -> SagaIndex:
+        self.fake = InMemorySagaIndex()
+        return self.fake
+
+    def archive(self, *, topic: str, partition: int, offset: int, entry: JournalEntry) -> None:
+        self.fake.archive(topic=topic, partition=partition, offset=offset, entry=entry)
+
+    def refuse(
+        self,
+        *,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        reason: str,
+    ) -> None:
+        self.fake.refuse(
+            topic=topic, partition=partition, offset=offset, key=key, value=value, reason=reason
+        )
+
+    def cover(self, *, topic: str, partition: int, next_offset: int) -> None:
+        self.fake.cover(topic=topic, partition=partition, next_offset=next_offset)

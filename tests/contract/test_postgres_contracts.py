@@ -1,0 +1,115 @@
+"""The Postgres adapters meet their ports' contracts, on a real server (a schema per test)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from sagacity._events import JournalEntry
+from sagacity.consumers.archive._db import migrate
+from sagacity.ports import ClaimStore, RequestStore, SagaIndex
+from sagacity.postgres import PostgresClaimStore, PostgresRequestStore, PostgresSagaIndex
+from sagacity.postgres._index import DEFAULT_GROUP
+from sagacity.testing.contracts import (
+    ClaimStoreContract,
+    RequestStoreContract,
+    SagaIndexContract,
+)
+
+pytestmark = [pytest.mark.postgres]
+
+
+class TestPostgresClaimStore(ClaimStoreContract):
+    @pytest.fixture(autouse=True)
+    def _database(self, pg_dsn: str) -> None:
+        self.dsn = pg_dsn
+
+    def create_store(self) -> ClaimStore:
+        return PostgresClaimStore(self.dsn, instance="contract")
+
+
+class TestPostgresRequestStore(RequestStoreContract):
+    @pytest.fixture(autouse=True)
+    def _database(self, pg_dsn: str) -> None:
+        self.dsn = pg_dsn
+
+    def create_store(self) -> RequestStore:
+        return PostgresRequestStore(self.dsn)
+
+
+class TestPostgresSagaIndex(SagaIndexContract):
+    """The index reads an archive whose rows are written here as the archiver writes them."""
+
+    @pytest.fixture(autouse=True)
+    def _archive(self, pg_dsn: str) -> Iterator[None]:
+        self.dsn = pg_dsn
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            migrate(conn)
+        self.conn = psycopg.connect(pg_dsn, autocommit=True)
+        try:
+            yield
+        finally:
+            self.conn.close()
+
+    def create_index(self) -> SagaIndex:
+        return PostgresSagaIndex(self.dsn)
+
+    def archive(self, *, topic: str, partition: int, offset: int, entry: JournalEntry) -> None:
+        self.conn.execute("SELECT sgc_ensure_month(%s)", (entry.recorded_at_us,))
+        self.conn.execute(
+            "INSERT INTO side_effect_journal (saga_id, seq, event_type, tool, payload, result,"
+            " error, actor, attributes, recorded_at_us, hash, prev_hash, topic, kafka_partition,"
+            " kafka_offset) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s,"
+            " %s, %s)",
+            (
+                entry.saga_id,
+                entry.seq,
+                str(entry.event_type),
+                entry.tool,
+                entry.payload,
+                entry.result,
+                entry.error,
+                entry.actor,
+                json.dumps(dict(entry.attributes)),
+                entry.recorded_at_us,
+                entry.hash,
+                entry.prev_hash,
+                topic,
+                partition,
+                offset,
+            ),
+        )
+        self.conn.execute(
+            "INSERT INTO archive_saga_head (saga_id, head_seq, head_hash) VALUES (%s, %s, %s)"
+            " ON CONFLICT (saga_id) DO UPDATE SET head_seq = EXCLUDED.head_seq,"
+            " head_hash = EXCLUDED.head_hash WHERE archive_saga_head.head_seq < EXCLUDED.head_seq",
+            (entry.saga_id, entry.seq, entry.hash),
+        )
+
+    def refuse(
+        self,
+        *,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        reason: str,
+    ) -> None:
+        self.conn.execute(
+            "INSERT INTO archive_quarantine (reason, detail, topic, kafka_partition, kafka_offset,"
+            " raw_key, raw_value) VALUES (%s, 'refused by the contract', %s, %s, %s, %s, %s)",
+            (reason, topic, partition, offset, key, value),
+        )
+
+    def cover(self, *, topic: str, partition: int, next_offset: int) -> None:
+        self.conn.execute(
+            "INSERT INTO archive_consumer_offset (consumer_group, topic, kafka_partition,"
+            " next_offset, keys_checked_from) VALUES (%s, %s, %s, %s, 0)"
+            " ON CONFLICT (consumer_group, topic, kafka_partition)"
+            " DO UPDATE SET next_offset = EXCLUDED.next_offset",
+            (DEFAULT_GROUP, topic, partition, next_offset),
+        )
