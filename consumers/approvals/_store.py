@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sagacity.postgres._requests import DEFAULT_TOPIC, SCHEMA, apply_entry
+from sagacity._defaults import DEFAULT_TOPIC
+from sagacity.postgres._requests import SCHEMA, apply_entry
 from sagacity.postgres._requests import PostgresRequestStore as ApprovalStore
 
 __all__ = ["DEFAULT_TOPIC", "SCHEMA", "ApprovalStore", "apply_entry"]

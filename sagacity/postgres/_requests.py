@@ -17,6 +17,7 @@ import psycopg.errors
 from psycopg.rows import dict_row
 
 from sagacity import _attributes as attr
+from sagacity._defaults import DEFAULT_TOPIC
 from sagacity._events import EventType, JournalEntry
 from sagacity._requests import AWAITING_RESULT
 from sagacity.errors import DecisionInProgressError
@@ -26,8 +27,6 @@ from sagacity.postgres._attention import apply_attention, attention_rows
 from sagacity.postgres._connect import connect
 from sagacity.postgres._errors import map_error
 from sagacity.postgres._migrate import migrate
-
-DEFAULT_TOPIC = "sagacity.journal"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sagacity_approval_request (

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterable, Sequence
 
 from sagacity import _attributes as attr
+from sagacity._defaults import DEFAULT_TOPIC
 from sagacity._events import EventType, JournalEntry
 from sagacity._requests import RequestState, RequestStatus, request_states
 from sagacity._result import SagaStatus
@@ -104,7 +105,7 @@ class InMemoryRequestStore:
         topic: the journal topic whose requests the store holds.
     """
 
-    def __init__(self, *, topic: str = "sagacity.journal") -> None:
+    def __init__(self, *, topic: str = DEFAULT_TOPIC) -> None:
         self.topic = topic
         self._chains: dict[str, dict[int, JournalEntry]] = {}
         self._rows: dict[tuple[str, int], RequestRow] = {}

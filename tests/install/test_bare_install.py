@@ -63,11 +63,12 @@ def test_the_archive_package_still_exports_every_name() -> None:
     for name in archive.__all__:
         value = getattr(archive, name)
         home = getattr(value, "__module__", "") if not isinstance(value, str) else ""
-        # The schema check is the Postgres adapter's, shared with the read index.
+        # The schema check and the error mapping are the Postgres adapter's, shared with the
+        # read index.
         assert (
             home.startswith("sagacity.consumers.archive._")
             or name == "ARCHIVER_ROLE"
-            or (name == "check_schema" and home == "sagacity.postgres._archive")
+            or (name in {"check_schema", "mapped_errors"} and home == "sagacity.postgres._archive")
         )
     assert set(archive.__all__) <= set(dir(archive))
     with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
