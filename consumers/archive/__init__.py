@@ -13,10 +13,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sagacity.consumers.archive._audit import (
-        AuditReason,
         AuditSummary,
         RetentionAudit,
-        RoundAudit,
         SagaAudit,
         audit,
         iter_audits,
@@ -43,10 +41,12 @@ if TYPE_CHECKING:
         QuarantineReason,
         RawEvent,
     )
+    from sagacity.consumers.archive._reasons import AuditReason
+    from sagacity.consumers.archive._roundaudit import RoundAudit
 
 _MODULE_OF = {
     "ARCHIVER_ROLE": "_db",
-    "AuditReason": "_audit",
+    "AuditReason": "_reasons",
     "AuditSummary": "_audit",
     "Authorship": "_authorship",
     "BatchArchiver": "_ingest",
@@ -56,7 +56,7 @@ _MODULE_OF = {
     "QuarantineReason": "_ingest",
     "RawEvent": "_ingest",
     "RetentionAudit": "_audit",
-    "RoundAudit": "_audit",
+    "RoundAudit": "_roundaudit",
     "SagaAudit": "_audit",
     "SignedRound": "_checkpoints",
     "Signer": "_checkpoints",

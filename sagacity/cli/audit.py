@@ -207,7 +207,7 @@ def _summary_json(summary: AuditSummary, *, pinned: bool) -> dict[str, Any]:
 
 
 def _print_summary(summary: AuditSummary, *, pinned: bool, every_saga: bool) -> None:
-    from sagacity.consumers.archive._audit import AuditReason
+    from sagacity.consumers.archive import AuditReason
 
     if summary.failures:
         click.echo(f"{'saga':<40} {'seq':>8}  {'reason':<20} detail")
