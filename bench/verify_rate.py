@@ -135,7 +135,7 @@ def main() -> None:
                 ),
                 (
                     "chain check only: binary COPY in chain order into the bulk verifier"
-                    f" ({'compiled' if NATIVE else 'Python'}; not yet verify's path)",
+                    f" ({'compiled' if NATIVE else 'Python'}, as verify --all)",
                     f"{bulk:.2f}",
                     f"{n / bulk:,.0f}",
                     f"{n / bulk / sha_rate:.3f}x",

@@ -2,9 +2,10 @@
 
 One consistent snapshot (REPEATABLE READ, read only) is read in two passes.  First the signing
 rounds (:mod:`~sagacity.consumers.archive._roundaudit`) and the signed retention records;
-only those that fail are remembered.  Then four streams ordered by saga id (rows,
-checkpoints, retention anchors, heads) are merged, so memory holds one saga at a time however
-large the archive.
+only those that fail are remembered.  Then four streams ordered by saga id (the chains'
+verdicts or rows, checkpoints, retention anchors, heads) are merged, so memory holds one
+saga at a time however large the archive (and, auditing every saga, each saga's retention
+anchor: one seq and hash per saga whose start retention removed).
 
 Per saga the first finding wins, in this order (docs/adr/0017-audit-coverage.md): the chain over
 every archived row; each checkpoint (its round or signature, then its seq and hash against the
@@ -21,20 +22,23 @@ import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from sagacity._events import GENESIS_HASH, JournalEntry
 from sagacity.chain import canonical_bytes_of, verify
+from sagacity.consumers.archive._chainstream import chain_rows
 from sagacity.consumers.archive._checkpoints import (
     Checkpoint,
     bytes_signature_valid,
     signature_valid,
 )
 from sagacity.consumers.archive._db import check_schema, mapped_errors
+from sagacity.consumers.archive._fastverify import NATIVE, BatchVerdict, chain_verifier
 from sagacity.consumers.archive._merkle import RootBuilder
 from sagacity.consumers.archive._reasons import AuditReason
 from sagacity.consumers.archive._retention import (
@@ -583,16 +587,23 @@ def iter_audits(
     pinned_keys: Sequence[bytes] = (),
     fetch: int = 5_000,
     reference: bool = False,
+    bulk: bool | None = None,
     rounds: RoundAudit | None = None,
     known_rounds: Mapping[int, str] | None = None,
     retention: RetentionAudit | None = None,
 ) -> Iterator[SagaAudit]:
     """Audit one saga, or every saga of the archive in saga id order.
 
-    A saga's chain is first checked straight from its rows' columns; one that does not pass
+    A saga's chain is first checked without rebuilding its entries; one that does not pass
     that way (or ``reference=True``: every saga) is judged by the reference path, each row
     rebuilt as a :class:`JournalEntry` and verified by :func:`sagacity.chain.verify`, which
-    gives every finding.  Both give the same audits; tests compare them.
+    gives every finding.  Every path gives the same audits; tests compare them.
+
+    When every saga is audited, the rows go by binary ``COPY`` into the bulk verifier
+    (:mod:`~sagacity.consumers.archive._fastverify`), on a second connection reading the same
+    snapshot (a connection streaming a ``COPY`` can run nothing else); a saga it cannot judge
+    (a row that is not a valid entry) goes to the reference path.  Otherwise each saga's rows
+    are checked straight from their columns.
 
     ``rounds``, when given, receives the audit of the signing rounds (checked first, in the
     same snapshot): a round that fails fails every checkpoint of it, and one whose
@@ -600,15 +611,22 @@ def iter_audits(
     published earlier from :attr:`RoundAudit.latest`) must still be in the archive with those
     roots; checked when auditing every saga.
 
-    Raises:
-        ValueError: ``known_rounds`` with a ``saga_id``.
+    Args:
+        bulk: ``True`` the bulk verifier (compiled where installed, else its Python twin),
+            ``False`` the column check; by default the bulk verifier when every saga is
+            audited and the compiled module is installed (:data:`_fastverify.NATIVE`).  Where
+            the snapshot cannot be shared with a second connection, the column check runs.
 
     Raises:
+        ValueError: ``known_rounds`` with a ``saga_id``.
         ArchiveSchemaError: the connection does not reach an archive.
         PersistenceError: the database failed.
     """
     if known_rounds and saga_id is not None:
         raise ValueError("known rounds are checked when every saga is audited, not one")
+    if bulk is None:
+        bulk = NATIVE and saga_id is None
+    bulk = bulk and not reference
     version = check_schema(conn)
     keys = trusted_keys(conn, pinned_keys)
     where = "WHERE saga_id = %(s)s" if saga_id is not None else ""
@@ -662,23 +680,37 @@ def iter_audits(
         if retention is not None:
             retention.records += checked_records.records
             retention.failed.update(checked_records.failed)
-        streams: list[Iterator[tuple[str, list[Sequence[Any]]]]] = []
+        reader = _snapshot_reader(conn) if bulk else None
+        streams: list[Iterator[tuple[str, Any]]] = []
+        if reader is not None:
+            cursors.enter_context(reader)
+            anchors_of = {
+                str(r[0]): (int(r[1]), str(r[2])) for r in conn.execute(queries[2], {"s": saga_id})
+            }
+            verdicts = _verdicts(reader, saga_ids=None, anchors=anchors_of)
+            cursors.enter_context(contextlib.closing(verdicts))  # before the reader closes
+            streams.append(verdicts)
         for i, query in enumerate(queries):
+            if i == 0 and reader is not None:
+                continue
             cur = cursors.enter_context(conn.cursor(name=f"sgc_audit_{i}"))
             cur.itersize = fetch
             cur.execute(query, {"s": saga_id})
             streams.append(_grouped(_fetched(cur, fetch)))
-        current: list[tuple[str, list[Sequence[Any]]] | None] = [next(s, None) for s in streams]
+        current: list[tuple[str, Any] | None] = [next(s, None) for s in streams]
         while any(c is not None for c in current):
             saga = min(c[0] for c in current if c is not None)
-            parts: list[list[Sequence[Any]]] = []
+            parts: list[Any] = []
             for i, c in enumerate(current):
                 if c is not None and c[0] == saga:
                     parts.append(c[1])
                     current[i] = next(streams[i], None)
                 else:
-                    parts.append([])
-            rows, cps, anchors, heads = parts
+                    parts.append(None)
+            chain, cps, anchors, heads = parts
+            verdict: BatchVerdict | None = chain if reader is not None else None
+            rows: Sequence[Sequence[Any]] = [] if reader is not None else (chain or [])
+            events = len(rows) if verdict is None else verdict.events
             checkpoints = [
                 Checkpoint(
                     saga_id=c[0],
@@ -690,7 +722,7 @@ def iter_audits(
                     round_id=None if c[6] is None else int(c[6]),
                     leaf_index=None if c[7] is None else int(c[7]),
                 )
-                for c in cps
+                for c in cps or ()
             ]
             anchor = (int(anchors[0][1]), anchors[0][2]) if anchors else None
             recorded_head = (int(heads[0][1]), heads[0][2]) if heads else None
@@ -699,7 +731,7 @@ def iter_audits(
                 yield SagaAudit(
                     saga_id=saga,
                     ok=False,
-                    events=len(rows),
+                    events=events,
                     head_seq=after_seq,
                     head_hash=after_hash,
                     bad_seq=after_seq,
@@ -707,18 +739,39 @@ def iter_audits(
                     detail=checked_records.failed[anchors[0][3]],
                 )
                 continue
-            head = (
-                None
-                if reference
-                else _verified_head(rows, after_seq=after_seq, after_hash=after_hash)
-            )
+            if verdict is not None and verdict.refer:
+                # A row the bulk verifier cannot judge: the saga's rows, for the paths below.
+                rows = conn.execute(
+                    f"SELECT {ROW_COLUMNS} FROM side_effect_journal"  # noqa: S608
+                    " WHERE saga_id = %s ORDER BY archive_id",
+                    (saga,),
+                ).fetchall()
+                verdict, events = None, len(rows)
+            elif verdict is not None and not verdict.ok:
+                assert verdict.reason is not None
+                yield SagaAudit(
+                    saga_id=saga,
+                    ok=False,
+                    events=events,
+                    head_seq=verdict.head_seq,
+                    head_hash=verdict.head_hash,
+                    bad_seq=verdict.bad_seq,
+                    reason=AuditReason(verdict.reason.value),
+                    detail=verdict.detail,
+                )
+                continue
+            head, by_seq = None, None
+            if verdict is not None:
+                head, by_seq = (verdict.head_seq, verdict.head_hash), verdict.hashes_by_seq()
+            elif not reference:
+                head = _verified_head(rows, after_seq=after_seq, after_hash=after_hash)
             if head is not None:
                 yield _judge_checkpoints(
                     saga,
-                    events=len(rows),
+                    events=events,
                     head_seq=head[0],
                     head_hash=head[1],
-                    by_seq={r[1]: r[11] for r in rows},
+                    by_seq=by_seq if by_seq is not None else {r[1]: r[11] for r in rows},
                     checkpoints=checkpoints,
                     after_seq=after_seq,
                     after_hash=after_hash,
@@ -750,6 +803,43 @@ def iter_audits(
                 keys=keys,
                 rounds=checked_rounds,
             )
+
+
+def _snapshot_reader(conn: psycopg.Connection) -> psycopg.Connection | None:
+    """A second connection to the archive reading ``conn``'s snapshot (exported: the same rows,
+    whatever is committed meanwhile) and search path; ``None`` where it cannot connect (a
+    connection limit, a pooler), and the caller then reads the rows on ``conn``."""
+    # Not in a savepoint: PostgreSQL exports only a top-level transaction's snapshot.
+    shared = conn.execute("SELECT pg_export_snapshot(), current_setting('search_path')").fetchone()
+    assert shared is not None
+    snapshot, search_path = shared
+    try:
+        reader = psycopg.connect(conn.info.dsn, password=conn.info.password or None)
+    except psycopg.Error:
+        return None
+    try:
+        reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        reader.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
+        reader.execute("SELECT set_config('search_path', %s, true)", (search_path,))
+    except BaseException:
+        reader.close()
+        raise
+    return reader
+
+
+def _verdicts(
+    reader: psycopg.Connection,
+    *,
+    saga_ids: Sequence[str] | None,
+    anchors: Mapping[str, tuple[int, str]],
+) -> Generator[tuple[str, BatchVerdict]]:
+    """The bulk verifier's verdicts on the rows ``reader`` streams, by saga id order."""
+    verifier = chain_verifier(anchors=anchors)
+    for block in chain_rows(reader, saga_ids=saga_ids):
+        for verdict in verifier.feed(block):
+            yield verdict.saga_id, verdict
+    for verdict in verifier.finish():
+        yield verdict.saga_id, verdict
 
 
 def audit(
