@@ -1,6 +1,6 @@
 """Archive write throughput against a raw COPY of the same rows, in the same run.
 
-    python bench/archive_throughput.py [--events 200000] [--sagas 20000] [--batch 2000]
+    python bench/archive_throughput.py [--events 200000] [--sagas 20000] [--quick] [--batch 2000]
 
 The archiver's figure covers its whole write path per batch: Avro decode, the chain check of
 every event against its saga's archived head, COPY of the rows, the head compare-and-set and
@@ -66,9 +66,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--sagas", type=int, default=20_000)
+    parser.add_argument(
+        "--quick", action="store_true", help="50,000 events over 5,000 sagas (a shared machine)"
+    )
     parser.add_argument("--batch", type=int, default=2_000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    if args.quick:
+        args.events, args.sagas = 50_000, 5_000
     dsn = database_url()
     chain = list(entries(args.events, args.sagas))
     raw = raw_events(chain)
