@@ -16,10 +16,8 @@ if TYPE_CHECKING:
     from sagacity.consumers.archive._abandoned import quiet_sagas
     from sagacity.consumers.archive._abandoned import sweep as sweep_abandoned
     from sagacity.consumers.archive._audit import (
-        AuditReason,
         AuditSummary,
         RetentionAudit,
-        RoundAudit,
         SagaAudit,
         audit,
         iter_audits,
@@ -58,13 +56,15 @@ if TYPE_CHECKING:
     from sagacity.consumers.archive._watch import AuditorState, post_alerts, watch_once
     from sagacity.consumers.archive._witness import publish as publish_witness
     from sagacity.consumers.archive._witness import read as read_witness
+    from sagacity.consumers.archive._reasons import AuditReason
+    from sagacity.consumers.archive._roundaudit import RoundAudit
 
 # Public name → its module (``module:attribute`` when exported under another name).
 _MODULE_OF = {
     "ARCHIVER_ROLE": "_db",
     "ArchiveService": "_service",
     "ArchiveSettings": "_service",
-    "AuditReason": "_audit",
+    "AuditReason": "_reasons",
     "AuditSummary": "_audit",
     "AuditorState": "_watch",
     "Authorship": "_authorship",
@@ -75,7 +75,7 @@ _MODULE_OF = {
     "RawEvent": "_ingest",
     "ReplayReport": "_replay",
     "RetentionAudit": "_audit",
-    "RoundAudit": "_audit",
+    "RoundAudit": "_roundaudit",
     "SagaAudit": "_audit",
     "SignedRound": "_checkpoints",
     "Signer": "_checkpoints",

@@ -1,10 +1,11 @@
 """Verifying the archive: every saga's chain in stored order, then its signed checkpoints.
 
 One consistent snapshot (REPEATABLE READ, read only) is read in two passes.  First the signing
-rounds (docs/adr/0012-checkpoint-rounds.md): each round's checkpoint rows, in leaf order, must
-hash to the Merkle root its one signature covers; only the rounds that fail are remembered.
-Then four streams ordered by saga id (rows, checkpoints, retention anchors, heads) are merged,
-so memory holds one saga at a time however large the archive.
+rounds (:mod:`~sagacity.consumers.archive._roundaudit`) and the signed retention records;
+only those that fail are remembered.  Then four streams ordered by saga id (the chains'
+verdicts or rows, checkpoints, retention anchors, heads) are merged, so memory holds one
+saga at a time however large the archive (and, auditing every saga, each saga's retention
+anchor: one seq and hash per saga whose start retention removed).
 
 Per saga the first finding wins, in this order (docs/adr/0017-audit-coverage.md): the chain over
 every archived row; each checkpoint (its round or signature, then its seq and hash against the
@@ -18,36 +19,35 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import enum
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from sagacity._events import GENESIS_HASH, JournalEntry
-from sagacity.chain import BreakReason, canonical_bytes_of, verify
+from sagacity.chain import canonical_bytes_of, verify
+from sagacity.consumers.archive._chainstream import chain_rows
 from sagacity.consumers.archive._checkpoints import (
-    FIRST_PREV_ROOT,
-    LOG_ROUND_FORMAT,
     Checkpoint,
-    SignedRound,
     bytes_signature_valid,
-    leaf_hash,
-    leaves_in_order,
     signature_valid,
 )
 from sagacity.consumers.archive._db import check_schema, mapped_errors
-from sagacity.consumers.archive._merkle import RootBuilder, decode_frontier
+from sagacity.consumers.archive._fastverify import NATIVE, BatchVerdict, chain_verifier
+from sagacity.consumers.archive._merkle import RootBuilder
+from sagacity.consumers.archive._reasons import AuditReason
 from sagacity.consumers.archive._retention import (
     NO_ANCHORS_ROOT,
     RECORD_COLUMNS,
     anchor_leaf,
     record_of_row,
 )
+from sagacity.consumers.archive._roundaudit import RoundAudit, audit_rounds
 from sagacity.consumers.archive._rows import ROW_COLUMNS, entry_of_row
 from sagacity.consumers.archive._schema import (
     LOG_VERSION,
@@ -55,35 +55,6 @@ from sagacity.consumers.archive._schema import (
     checkpoint_round_columns,
 )
 from sagacity.errors import SerializationError
-
-
-class AuditReason(enum.StrEnum):
-    """Why a saga fails the audit: a chain break (docs/adr/0002) or a checkpoint finding."""
-
-    WRONG_GENESIS = BreakReason.WRONG_GENESIS.value
-    GAP = BreakReason.GAP.value
-    REORDERED = BreakReason.REORDERED.value
-    BROKEN_LINK = BreakReason.BROKEN_LINK.value
-    EDITED = BreakReason.EDITED.value
-    FOREIGN_SAGA = BreakReason.FOREIGN_SAGA.value
-    TRUNCATED = "truncated"
-    """The archive ends below a signed checkpoint (or below its own recorded head)."""
-    CHECKPOINT_MISMATCH = "checkpoint_mismatch"
-    """A signed checkpoint's hash differs from the archived entry at that seq: rewritten."""
-    BAD_SIGNATURE = "bad_signature"
-    """A checkpoint's signature does not verify: the checkpoint was altered or forged."""
-    UNKNOWN_KEY = "unknown_key"
-    """A checkpoint is signed by a key that is not trusted."""
-    FORGED_ANCHOR = "forged_anchor"
-    """The saga's retention anchor is not a leaf of a validly signed retention record."""
-    BEYOND_HEAD = "beyond_head"
-    """Archived rows go past the head the archiver recorded (or no head is recorded): they
-    were written by something other than the archiver."""
-    HEAD_MISMATCH = "head_mismatch"
-    """The chain ends at the recorded head's seq with another hash than the one recorded."""
-    UNSIGNED = "unsigned"
-    """No checkpoint covers the saga's newest events: a failure only when signatures are
-    required (``require_signed``); otherwise counted, not failed."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,20 +75,6 @@ class SagaAudit:
     unsigned: int = 0
     """How many of the saga's newest archived events no checkpoint covers (0 for a saga that
     failed: its coverage means nothing)."""
-
-
-@dataclass(kw_only=True)
-class RoundAudit:
-    """The signing rounds an audit checked, and the findings of those that failed (by round
-    id: every checkpoint of a failed round fails with that finding)."""
-
-    rounds: int = 0
-    failed: dict[int, tuple[AuditReason, str]] = field(default_factory=dict)
-    latest: tuple[int, str] | None = None
-    """The last round the archive holds (id, root): publish it, and pass it back as a known
-    round next time (:func:`iter_audits` ``known_rounds``) to catch rounds removed at the end."""
-    last: SignedRound | None = None
-    """That last round in full (a witness publishes it)."""
 
 
 @dataclass(kw_only=True)
@@ -529,284 +486,6 @@ def _grouped(cursor: Iterator[Sequence[Any]]) -> Iterator[tuple[str, list[Sequen
         yield current, group
 
 
-def _judge_round(
-    round_id: int,
-    signed: SignedRound | None,
-    *,
-    leaves: int,
-    root: bytes | None,
-    log_size: int | None,
-    problem: str | None,
-    keys: Mapping[str, bytes],
-    previous: tuple[int, str] | None,
-) -> tuple[AuditReason, str] | None:
-    """The finding on one round (``None``: verified), from its row, its leaves and the round
-    before it in the archive: ``previous`` (id, root), ``None`` for the first.  ``root`` is the
-    root rebuilt from the archive: over the round's own leaves for the first format, over the
-    log up to it (``log_size`` leaves) for a round of the log."""
-    if signed is None:
-        return AuditReason.BAD_SIGNATURE, (
-            f"checkpoints name signing round {round_id}, which the archive does not hold"
-        )
-    public = keys.get(signed.key_id)
-    if public is None:
-        return AuditReason.UNKNOWN_KEY, (
-            f"round {round_id} is signed by untrusted key {signed.key_id}"
-        )
-    if not signature_valid(public, signed):
-        return AuditReason.BAD_SIGNATURE, f"the signature of round {round_id} does not verify"
-    if problem is not None:
-        return AuditReason.BAD_SIGNATURE, f"round {round_id}: {problem}"
-    if signed.prev_root != (previous[1] if previous else FIRST_PREV_ROOT):
-        return AuditReason.BAD_SIGNATURE, (
-            f"round {round_id} does not follow round {previous[0]} (its previous root differs):"
-            " a signing round between them was removed or replaced"
-            if previous
-            else f"round {round_id} is the first the archive holds, but it follows another"
-            " round: earlier signing rounds were removed"
-        )
-    if leaves != signed.leaf_count:
-        return AuditReason.BAD_SIGNATURE, (
-            f"round {round_id} signed {signed.leaf_count} heads; the archive holds {leaves} "
-            "of its checkpoints (rows were removed or added)"
-        )
-    if signed.format == LOG_ROUND_FORMAT:
-        if log_size != signed.tree_size:
-            return AuditReason.BAD_SIGNATURE, (
-                f"round {round_id} signed a log of {signed.tree_size} heads; the archive holds "
-                f"{log_size} up to it (checkpoints of earlier rounds were removed or added)"
-            )
-        if root is None or root.hex() != signed.root:
-            return AuditReason.BAD_SIGNATURE, (
-                f"round {round_id}: the checkpoints signed up to it do not hash to the signed "
-                "root (a checkpoint of this round or of an earlier one was changed)"
-            )
-        return None
-    if root is None or root.hex() != signed.root:
-        return AuditReason.BAD_SIGNATURE, (
-            f"round {round_id}: its checkpoints do not hash to the signed root (a checkpoint "
-            "of the round was edited)"
-        )
-    return None
-
-
-def _round_of_row(row: Sequence[Any]) -> SignedRound:
-    """A round from ``round_id, leaf_count, root, prev_root, signed_at_us, key_id, signature,
-    format, tree_size``."""
-    return SignedRound(
-        round_id=int(row[0]),
-        leaf_count=int(row[1]),
-        root=row[2],
-        prev_root=row[3],
-        signed_at_us=int(row[4]),
-        key_id=row[5],
-        signature=row[6],
-        format=int(row[7]),
-        tree_size=None if row[8] is None else int(row[8]),
-    )
-
-
-def round_select(version: int, alias: str = "") -> str:
-    """The select list :func:`_round_of_row` reads, for an archive at ``version``."""
-    a = f"{alias}." if alias else ""
-    log = f"{a}format, {a}tree_size" if version >= LOG_VERSION else "1, NULL::bigint"
-    return (
-        f"{a}round_id, {a}leaf_count, {a}root, {a}prev_root, {a}signed_at_us, {a}key_id,"
-        f" {a}signature, {log}"
-    )
-
-
-def _log_before(
-    conn: psycopg.Connection, previous: Sequence[Any] | None, version: int
-) -> RootBuilder:
-    """The log as it stood before a round, from the round before it (``round_id, format,
-    tree_size, frontier``; ``None``: no round before): its frontier when that is well formed,
-    else every leaf up to it, read once (the frontier is not signed; a wrong one only makes the
-    round fail, so a failure is re-checked from the leaves)."""
-    if previous is None:
-        return RootBuilder()
-    if version >= LOG_VERSION and previous[1] == LOG_ROUND_FORMAT and previous[3] is not None:
-        with contextlib.suppress(ValueError, TypeError):
-            return RootBuilder.from_frontier(int(previous[2]), decode_frontier(previous[3]))
-    return _log_from_leaves(conn, int(previous[0]))
-
-
-def _log_from_leaves(conn: psycopg.Connection, up_to_round: int) -> RootBuilder:
-    builder = RootBuilder()
-    for leaf in leaves_in_order(conn, up_to_round=up_to_round):
-        builder.add(leaf)
-    return builder
-
-
-def _leaf_problem(
-    leaf: Sequence[Any], expected: int, last_saga: str | None, signed: SignedRound | None
-) -> str | None:
-    """What is wrong with a round's leaf row ``(round_id, leaf_index, saga_id, seq, hash,
-    signed_at_us, key_id)`` expected at index ``expected``, if anything."""
-    index = int(leaf[1])
-    if index != expected:
-        after = f" (after saga {last_saga!r})" if last_saga is not None else ""
-        return (
-            f"leaf {expected} is missing{after}"
-            if index > expected
-            else f"leaf {index} appears twice"
-        )
-    if signed is not None and (leaf[5] != signed.signed_at_us or leaf[6] != signed.key_id):
-        return (
-            f"leaf {index} shows a signing time or key other than its round's"
-            " (those fields are covered by the round's signature only)"
-        )
-    return None
-
-
-def _audit_rounds(
-    conn: psycopg.Connection,
-    *,
-    saga_id: str | None,
-    keys: Mapping[str, bytes],
-    fetch: int,
-    known: Mapping[int, str],
-    version: int,
-) -> RoundAudit:
-    """Check every signing round (or, for one saga, the rounds its checkpoints belong to)
-    inside the caller's snapshot; leaves are streamed in order, so memory stays flat.  Each
-    round's link to the round before it is checked either way; the ``known`` rounds (id: root,
-    recorded earlier) only when all rounds are (``saga_id`` None).
-
-    Every leaf goes into one log builder (a stack of perfect subtree roots: O(log n)), whose
-    root at each round of the log (``SGCR2``) must be the signed one: a round rewritten and
-    re-signed breaks every round after it.  For one saga, each round of the log is rebuilt
-    from the log's frontier before it (docs/adr/0015-round-log.md)."""
-    audit = RoundAudit()
-    unseen = {round_id: root.lower() for round_id, root in known.items()}
-    scope = (
-        " AND round_id IN (SELECT round_id FROM archive_checkpoint WHERE saga_id = %(s)s)"
-        if saga_id is not None
-        else ""
-    )
-    log_columns = "b.format, b.tree_size, b.frontier" if version >= LOG_VERSION else "1, NULL, NULL"
-    with (
-        conn.cursor(name="sgc_audit_rounds") as round_cur,
-        conn.cursor(name="sgc_audit_leaves") as leaf_cur,
-    ):
-        round_cur.itersize = leaf_cur.itersize = fetch
-        columns = round_select(version, "r")
-        if saga_id is None:
-            query = (
-                f"SELECT {columns}, NULL, NULL, NULL, NULL, NULL"  # noqa: S608
-                " FROM archive_checkpoint_round r ORDER BY r.round_id"
-            )
-        else:
-            # One saga's rounds come with the round before each (whatever sagas it signed), so
-            # that their links are checked as the whole-archive pass checks them.
-            query = (
-                f"SELECT {columns}, b.round_id, b.root, {log_columns}"  # noqa: S608
-                " FROM archive_checkpoint_round r LEFT JOIN LATERAL (SELECT *"
-                " FROM archive_checkpoint_round q WHERE q.round_id < r.round_id"
-                " ORDER BY q.round_id DESC LIMIT 1) b ON true WHERE r.round_id IN"
-                " (SELECT round_id FROM archive_checkpoint WHERE saga_id = %(s)s)"
-                " ORDER BY r.round_id"
-            )
-        round_cur.execute(query, {"s": saga_id})
-        leaf_cur.execute(
-            "SELECT round_id, leaf_index, saga_id, seq, hash, signed_at_us, key_id"  # noqa: S608
-            f" FROM archive_checkpoint WHERE round_id IS NOT NULL{scope}"
-            " ORDER BY round_id, leaf_index",
-            {"s": saga_id},
-        )
-        round_rows, leaf_rows = iter(round_cur), iter(leaf_cur)
-        row = next(round_rows, None)
-        leaf = next(leaf_rows, None)
-        previous: tuple[int, str] | None = None
-        log = RootBuilder()  # every leaf so far (the whole archive), in log order
-        while row is not None or leaf is not None:
-            round_id = min(int(r[0]) for r in (row, leaf) if r is not None)
-            signed = None
-            before: Sequence[Any] | None = None
-            if row is not None and int(row[0]) == round_id:
-                signed = _round_of_row(row)
-                if saga_id is not None:
-                    previous = None if row[9] is None else (int(row[9]), row[10])
-                    before = None if row[9] is None else (row[9], row[11], row[12], row[13])
-                row = next(round_rows, None)
-            in_log = signed is not None and signed.format == LOG_ROUND_FORMAT
-            if saga_id is not None and in_log:
-                log = _log_before(conn, before, version)
-            own = None if in_log else RootBuilder()  # a first-format round's own root
-            kept: list[bytes] | None = [] if saga_id is not None and in_log else None
-            leaves, problem, last_saga = 0, None, None
-            at_us, key = (signed.signed_at_us, signed.key_id) if signed else (None, None)
-            add = log.add
-            while leaf is not None and int(leaf[0]) == round_id:
-                index = int(leaf[1])
-                if problem is None and (index != leaves or leaf[5] != at_us or leaf[6] != key):
-                    problem = _leaf_problem(leaf, leaves, last_saga, signed)
-                try:
-                    hashed = leaf_hash(saga_id=leaf[2], seq=int(leaf[3]), hash=leaf[4])
-                except (TypeError, ValueError, UnicodeError) as exc:
-                    problem = problem or f"leaf {index} cannot be hashed: {exc}"
-                    hashed = bytes(32)
-                add(hashed)
-                if own is not None:
-                    own.add(hashed)
-                if kept is not None:
-                    kept.append(hashed)
-                last_saga = leaf[2]
-                leaves += 1
-                leaf = next(leaf_rows, None)
-            audit.rounds += 1
-            finding = _judge_round(
-                round_id,
-                signed,
-                leaves=leaves,
-                root=log.root() if own is None else own.root(),
-                log_size=log.count,
-                problem=problem,
-                keys=keys,
-                previous=previous,
-            )
-            if finding is not None and kept is not None and before is not None:
-                # The stored frontier is not evidence: judge again from the leaves themselves.
-                log = _log_from_leaves(conn, int(before[0]))
-                for hashed in kept:
-                    log.add(hashed)
-                finding = _judge_round(
-                    round_id,
-                    signed,
-                    leaves=leaves,
-                    root=log.root(),
-                    log_size=log.count,
-                    problem=problem,
-                    keys=keys,
-                    previous=previous,
-                )
-            if signed is not None:
-                recorded = unseen.pop(round_id, None)
-                if finding is None and recorded is not None and recorded != signed.root:
-                    finding = (
-                        AuditReason.BAD_SIGNATURE,
-                        (
-                            f"round {round_id} was recorded with root {recorded[:16]}…; the archive"
-                            f" holds root {signed.root[:16]}…: the round was replaced"
-                        ),
-                    )
-                previous = (round_id, signed.root)
-                audit.last = signed
-            if finding is not None:
-                audit.failed[round_id] = finding
-        audit.latest = previous
-    if saga_id is None:
-        for round_id, root in sorted(unseen.items()):
-            audit.failed[round_id] = (
-                AuditReason.TRUNCATED,
-                (
-                    f"round {round_id} (root {root[:16]}…), recorded earlier, is not in the"
-                    " archive: signing rounds were removed"
-                ),
-            )
-    return audit
-
-
 def _judge_record(
     name: str,
     row: Sequence[Any] | None,
@@ -908,16 +587,23 @@ def iter_audits(
     pinned_keys: Sequence[bytes] = (),
     fetch: int = 5_000,
     reference: bool = False,
+    bulk: bool | None = None,
     rounds: RoundAudit | None = None,
     known_rounds: Mapping[int, str] | None = None,
     retention: RetentionAudit | None = None,
 ) -> Iterator[SagaAudit]:
     """Audit one saga, or every saga of the archive in saga id order.
 
-    A saga's chain is first checked straight from its rows' columns; one that does not pass
+    A saga's chain is first checked without rebuilding its entries; one that does not pass
     that way (or ``reference=True``: every saga) is judged by the reference path, each row
     rebuilt as a :class:`JournalEntry` and verified by :func:`sagacity.chain.verify`, which
-    gives every finding.  Both give the same audits; tests compare them.
+    gives every finding.  Every path gives the same audits; tests compare them.
+
+    When every saga is audited, the rows go by binary ``COPY`` into the bulk verifier
+    (:mod:`~sagacity.consumers.archive._fastverify`), on a second connection reading the same
+    snapshot (a connection streaming a ``COPY`` can run nothing else); a saga it cannot judge
+    (a row that is not a valid entry) goes to the reference path.  Otherwise each saga's rows
+    are checked straight from their columns.
 
     ``rounds``, when given, receives the audit of the signing rounds (checked first, in the
     same snapshot): a round that fails fails every checkpoint of it, and one whose
@@ -925,15 +611,22 @@ def iter_audits(
     published earlier from :attr:`RoundAudit.latest`) must still be in the archive with those
     roots; checked when auditing every saga.
 
-    Raises:
-        ValueError: ``known_rounds`` with a ``saga_id``.
+    Args:
+        bulk: ``True`` the bulk verifier (compiled where installed, else its Python twin),
+            ``False`` the column check; by default the bulk verifier when every saga is
+            audited and the compiled module is installed (:data:`_fastverify.NATIVE`).  Where
+            the snapshot cannot be shared with a second connection, the column check runs.
 
     Raises:
+        ValueError: ``known_rounds`` with a ``saga_id``.
         ArchiveSchemaError: the connection does not reach an archive.
         PersistenceError: the database failed.
     """
     if known_rounds and saga_id is not None:
         raise ValueError("known rounds are checked when every saga is audited, not one")
+    if bulk is None:
+        bulk = NATIVE and saga_id is None
+    bulk = bulk and not reference
     version = check_schema(conn)
     keys = trusted_keys(conn, pinned_keys)
     where = "WHERE saga_id = %(s)s" if saga_id is not None else ""
@@ -958,7 +651,7 @@ def iter_audits(
     ):
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         checked_rounds = (
-            _audit_rounds(
+            audit_rounds(
                 conn,
                 saga_id=saga_id,
                 keys=keys,
@@ -987,23 +680,37 @@ def iter_audits(
         if retention is not None:
             retention.records += checked_records.records
             retention.failed.update(checked_records.failed)
-        streams: list[Iterator[tuple[str, list[Sequence[Any]]]]] = []
+        reader = _snapshot_reader(conn) if bulk else None
+        streams: list[Iterator[tuple[str, Any]]] = []
+        if reader is not None:
+            cursors.enter_context(reader)
+            anchors_of = {
+                str(r[0]): (int(r[1]), str(r[2])) for r in conn.execute(queries[2], {"s": saga_id})
+            }
+            verdicts = _verdicts(reader, saga_ids=None, anchors=anchors_of)
+            cursors.enter_context(contextlib.closing(verdicts))  # before the reader closes
+            streams.append(verdicts)
         for i, query in enumerate(queries):
+            if i == 0 and reader is not None:
+                continue
             cur = cursors.enter_context(conn.cursor(name=f"sgc_audit_{i}"))
             cur.itersize = fetch
             cur.execute(query, {"s": saga_id})
             streams.append(_grouped(_fetched(cur, fetch)))
-        current: list[tuple[str, list[Sequence[Any]]] | None] = [next(s, None) for s in streams]
+        current: list[tuple[str, Any] | None] = [next(s, None) for s in streams]
         while any(c is not None for c in current):
             saga = min(c[0] for c in current if c is not None)
-            parts: list[list[Sequence[Any]]] = []
+            parts: list[Any] = []
             for i, c in enumerate(current):
                 if c is not None and c[0] == saga:
                     parts.append(c[1])
                     current[i] = next(streams[i], None)
                 else:
-                    parts.append([])
-            rows, cps, anchors, heads = parts
+                    parts.append(None)
+            chain, cps, anchors, heads = parts
+            verdict: BatchVerdict | None = chain if reader is not None else None
+            rows: Sequence[Sequence[Any]] = [] if reader is not None else (chain or [])
+            events = len(rows) if verdict is None else verdict.events
             checkpoints = [
                 Checkpoint(
                     saga_id=c[0],
@@ -1015,7 +722,7 @@ def iter_audits(
                     round_id=None if c[6] is None else int(c[6]),
                     leaf_index=None if c[7] is None else int(c[7]),
                 )
-                for c in cps
+                for c in cps or ()
             ]
             anchor = (int(anchors[0][1]), anchors[0][2]) if anchors else None
             recorded_head = (int(heads[0][1]), heads[0][2]) if heads else None
@@ -1024,7 +731,7 @@ def iter_audits(
                 yield SagaAudit(
                     saga_id=saga,
                     ok=False,
-                    events=len(rows),
+                    events=events,
                     head_seq=after_seq,
                     head_hash=after_hash,
                     bad_seq=after_seq,
@@ -1032,18 +739,39 @@ def iter_audits(
                     detail=checked_records.failed[anchors[0][3]],
                 )
                 continue
-            head = (
-                None
-                if reference
-                else _verified_head(rows, after_seq=after_seq, after_hash=after_hash)
-            )
+            if verdict is not None and verdict.refer:
+                # A row the bulk verifier cannot judge: the saga's rows, for the paths below.
+                rows = conn.execute(
+                    f"SELECT {ROW_COLUMNS} FROM side_effect_journal"  # noqa: S608
+                    " WHERE saga_id = %s ORDER BY archive_id",
+                    (saga,),
+                ).fetchall()
+                verdict, events = None, len(rows)
+            elif verdict is not None and not verdict.ok:
+                assert verdict.reason is not None
+                yield SagaAudit(
+                    saga_id=saga,
+                    ok=False,
+                    events=events,
+                    head_seq=verdict.head_seq,
+                    head_hash=verdict.head_hash,
+                    bad_seq=verdict.bad_seq,
+                    reason=AuditReason(verdict.reason.value),
+                    detail=verdict.detail,
+                )
+                continue
+            head, by_seq = None, None
+            if verdict is not None:
+                head, by_seq = (verdict.head_seq, verdict.head_hash), verdict.hashes_by_seq()
+            elif not reference:
+                head = _verified_head(rows, after_seq=after_seq, after_hash=after_hash)
             if head is not None:
                 yield _judge_checkpoints(
                     saga,
-                    events=len(rows),
+                    events=events,
                     head_seq=head[0],
                     head_hash=head[1],
-                    by_seq={r[1]: r[11] for r in rows},
+                    by_seq=by_seq if by_seq is not None else {r[1]: r[11] for r in rows},
                     checkpoints=checkpoints,
                     after_seq=after_seq,
                     after_hash=after_hash,
@@ -1075,6 +803,43 @@ def iter_audits(
                 keys=keys,
                 rounds=checked_rounds,
             )
+
+
+def _snapshot_reader(conn: psycopg.Connection) -> psycopg.Connection | None:
+    """A second connection to the archive reading ``conn``'s snapshot (exported: the same rows,
+    whatever is committed meanwhile) and search path; ``None`` where it cannot connect (a
+    connection limit, a pooler), and the caller then reads the rows on ``conn``."""
+    # Not in a savepoint: PostgreSQL exports only a top-level transaction's snapshot.
+    shared = conn.execute("SELECT pg_export_snapshot(), current_setting('search_path')").fetchone()
+    assert shared is not None
+    snapshot, search_path = shared
+    try:
+        reader = psycopg.connect(conn.info.dsn, password=conn.info.password or None)
+    except psycopg.Error:
+        return None
+    try:
+        reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        reader.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
+        reader.execute("SELECT set_config('search_path', %s, true)", (search_path,))
+    except BaseException:
+        reader.close()
+        raise
+    return reader
+
+
+def _verdicts(
+    reader: psycopg.Connection,
+    *,
+    saga_ids: Sequence[str] | None,
+    anchors: Mapping[str, tuple[int, str]],
+) -> Generator[tuple[str, BatchVerdict]]:
+    """The bulk verifier's verdicts on the rows ``reader`` streams, by saga id order."""
+    verifier = chain_verifier(anchors=anchors)
+    for block in chain_rows(reader, saga_ids=saga_ids):
+        for verdict in verifier.feed(block):
+            yield verdict.saga_id, verdict
+    for verdict in verifier.finish():
+        yield verdict.saga_id, verdict
 
 
 def audit(

@@ -10,11 +10,14 @@ at a time, whatever the number of rows or sagas.
 
 from __future__ import annotations
 
+import select
 import struct
 from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
 import psycopg
+from psycopg import pq
+from psycopg.abc import Buffer
 
 from sagacity.consumers.archive._db import mapped_errors
 from sagacity.consumers.archive._fastverify import SIGNATURE
@@ -27,6 +30,8 @@ _I16 = struct.Struct(">h").unpack_from
 _I32 = struct.Struct(">i").unpack_from
 _I64 = struct.Struct(">q").unpack_from
 _INT_COLUMNS = frozenset({1, 9})  # seq, recorded_at_us
+_TRAILER = b"\xff\xff"
+_EMPTY_STREAM = 19 + 2  # the header (no extension) and the trailer in one message
 
 
 def chain_rows(
@@ -58,7 +63,7 @@ def chain_rows(
     with mapped_errors("stream archived rows"), conn.cursor().copy(query, params) as copy:
         pending: list[Any] = []
         size = 0
-        for message in copy:
+        for message in copy_messages(conn, copy):
             pending.append(message)
             size += len(message)
             if size >= block_size:
@@ -67,6 +72,53 @@ def chain_rows(
                 size = 0
         if pending:
             yield b"".join(pending)
+
+
+def copy_messages(conn: psycopg.Connection[Any], copy: psycopg.Copy) -> Iterator[Buffer]:
+    """The messages of a binary ``COPY ... TO STDOUT`` that ``copy`` has started, read from
+    libpq directly: about a third of the cost of iterating ``copy`` (psycopg's generator and
+    wait machinery run once per message, and the server sends one message per row).
+
+    The stream ends at its trailer (PostgreSQL sends it as a message of its own, after the
+    header when there are no rows); before it is yielded, ``copy`` reads the server's
+    completion, leaving the connection as iterating ``copy`` would.
+
+    Raises:
+        psycopg.Error: the server reported an error, or the connection was lost.
+    """
+    pgconn = conn.pgconn
+    get = pgconn.get_copy_data
+    while True:
+        size, data = get(1)
+        if size > 0:
+            # A row's message is longer (its 12 field lengths alone are 48 bytes).
+            if size <= _EMPTY_STREAM and _is_trailer(bytes(data)):
+                # The server's completion is read before the trailer is handed on, so that a
+                # reader stopping at the trailer leaves no COPY in progress.
+                if copy.read():
+                    raise psycopg.OperationalError("the COPY stream went on after its trailer")
+                yield data
+                return
+            yield data
+        elif size == 0:  # nothing buffered: wait for the server (without holding the GIL)
+            select.select([pgconn.socket], [], [])
+            pgconn.consume_input()
+        else:  # the stream stopped before its trailer: the error is in libpq's results
+            results = []
+            while (result := pgconn.get_result()) is not None:
+                results.append(result)
+            for result in results:
+                if result.status != pq.ExecStatus.COMMAND_OK:
+                    raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
+            raise psycopg.OperationalError("the COPY stream ended before its trailer")
+
+
+def _is_trailer(message: bytes) -> bool:
+    return message == _TRAILER or (
+        len(message) == _EMPTY_STREAM
+        and message.startswith(SIGNATURE)
+        and message.endswith(_TRAILER)
+    )
 
 
 def decoded_rows(blocks: Iterable[bytes]) -> Iterator[tuple[Any, ...]]:

@@ -17,15 +17,13 @@ is installed and not turned off with ``SAGACITY_NATIVE=0`` (:data:`NATIVE`); oth
 :class:`PyCopyChainVerifier`, the Python twin with the same contract (tests run both on the
 same bytes).
 
-How ``verify`` uses it (``consumers/archive/_audit.py``, ``iter_audits``): instead of the
-stream of rows grouped by saga, it reads :func:`~sagacity.consumers.archive._chainstream.chain_rows`
-(in its REPEATABLE READ snapshot) into ``chain_verifier(anchors=...)`` (the retention anchors
-of the run, read before) and merges the verdicts, which come ordered by saga id like its other
-streams, with the checkpoints and heads.  An ``ok`` verdict replaces ``_verified_head``: its
-``head_seq``/``head_hash``, ``events`` and ``hashes_by_seq()`` (for ``by_seq``) go to
-``_judge_checkpoints`` as they are.  A broken verdict is the chain half of ``judge`` (GAP
-already told from REORDERED).  A ``refer`` verdict sends the saga to today's path: its rows
-are selected again and judged by ``judge`` (or reported as malformed), exactly as now.
+How ``verify`` uses it (:func:`sagacity.consumers.archive._audit.iter_audits`, every saga):
+:func:`~sagacity.consumers.archive._chainstream.chain_rows`, on a second connection reading
+the audit's REPEATABLE READ snapshot, into ``chain_verifier(anchors=...)`` (the retention
+anchors, read before), its verdicts merged by saga id with the checkpoints and heads.  An
+``ok`` verdict's head and :meth:`BatchVerdict.hashes_by_seq` go to the checkpoint check; a
+broken one is the audit's finding as it is; a ``refer`` verdict sends the saga's rows,
+selected again, to the column check and the reference path.
 """
 
 from __future__ import annotations

@@ -7,10 +7,13 @@ from __future__ import annotations
 import contextlib
 import enum
 import hashlib
+import importlib
 import json
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import NoneType
 from typing import Any
 
 import psycopg
@@ -229,6 +232,9 @@ class BatchArchiver:
         # The journal's own wire format is checked from its decoded record's fields; a
         # decoder given by the caller goes through JournalEntry (the reference path).
         self._fields = _avro_record_decoder() if decode is None else None
+        # And first, where it is installed, by the compiled module, for the current schema.
+        self._native_row = _native_archive_row() if decode is None else None
+        self._prefix = _current_prefix() if self._native_row is not None else b""
         self._retries = retries
         self._retry_delay = retry_delay
         self._conn: psycopg.Connection | None = None
@@ -319,7 +325,12 @@ class BatchArchiver:
 
     def _decode_one(self, ev: RawEvent) -> _Checked | _Refusal:
         checked = None
-        if self._fields is not None:
+        native = self._native_row
+        if native is not None and type(ev.value) is bytes and type(ev.key) in (bytes, NoneType):
+            row = native(self._prefix, ev.key, ev.value, ev.topic, ev.partition, ev.offset)
+            if row is not None:
+                checked = _Checked(row)
+        if checked is None and self._fields is not None:
             checked = _checked_from_record(ev, self._fields)
         if checked is None:
             # Anything the record path did not accept is decided (and explained) here.
@@ -576,6 +587,30 @@ def _avro_decoder() -> Decoder:
 
 
 RecordDecoder = Callable[[bytes], dict[str, Any]]
+
+NativeRow = Callable[[bytes, bytes | None, bytes, str, int, int], tuple[Any, ...] | None]
+"""``sagacity_native.archive_row``: (prefix, key, value, topic, partition, offset) to the row
+:func:`_checked_from_record` would build, or ``None`` to leave the event to the Python paths."""
+
+
+def _native_archive_row() -> NativeRow | None:
+    """The compiled ingest check (docs/adr/0013-compiled-hot-path.md), unless it is not
+    installed or ``SAGACITY_NATIVE=0``."""
+    if os.environ.get("SAGACITY_NATIVE", "1") == "0":
+        return None
+    try:
+        module = importlib.import_module("sagacity_native")
+    except ImportError:
+        return None
+    native: NativeRow | None = getattr(module, "archive_row", None)
+    return native
+
+
+def _current_prefix() -> bytes:
+    """The first bytes of a message of the current schema: marker and fingerprint."""
+    from sagacity.schemas._codec import MAGIC, current_schema
+
+    return MAGIC + current_schema().fingerprint
 
 
 def _avro_record_decoder() -> RecordDecoder:

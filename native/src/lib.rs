@@ -7,11 +7,14 @@
 //!
 //! `verify.rs`: the archive's chain check over a binary `COPY` stream of archived rows
 //! (`sagacity.consumers.archive._fastverify`; docs/adr/0013-compiled-hot-path.md).
+//! `ingest.rs`: the archive's check of one journal message and the row it writes
+//! (`sagacity.consumers.archive._ingest`).
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 use sha2::{Digest, Sha256};
 
+mod ingest;
 mod verify;
 
 const CANONICAL_MAGIC: &[u8] = b"SGC1";
@@ -180,6 +183,7 @@ fn link_encode<'py>(
 #[pymodule]
 fn sagacity_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(link_encode, m)?)?;
+    m.add_function(wrap_pyfunction!(ingest::archive_row, m)?)?;
     m.add_class::<verify::CopyChainVerifier>()?;
     Ok(())
 }

@@ -7,6 +7,9 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
+import shutil
+from pathlib import Path
 from typing import Any
 
 import fastavro
@@ -22,6 +25,7 @@ from sagacity.consumers.archive._ingest import (
     _avro_record_decoder,
     _checked_from_record,
     _journal_row,
+    _native_archive_row,
     _Refusal,
 )
 from sagacity.schemas import encode_entry
@@ -204,3 +208,160 @@ def test_a_mixed_batch_gives_the_same_reports_and_rows_on_both_paths(pg_dsn):
     assert len(quarantine) == 2 + len(BAD_RECORDS)
     assert len(journal) == 6
     assert heads == [("saga-a", 4, chain[3].hash), ("saga-b", 2, chain[6].hash)]
+
+
+# --- the compiled check (sagacity_native.archive_row) against the record path -------------
+
+NATIVE_ROW = _native_archive_row()
+PREFIX = MAGIC + current_schema().fingerprint
+
+
+def _native_or_skip() -> Any:
+    if NATIVE_ROW is None:
+        # test_the_compiled_check_is_built_where_cargo_is fails where the module should be.
+        pytest.skip("the compiled module is off (SAGACITY_NATIVE=0) or not installed")
+    return NATIVE_ROW
+
+
+def native_and_record(ev: RawEvent) -> tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]:
+    """(the compiled check's row or None, the record path's row or None), asserted to agree:
+    the compiled check accepts only what the record path accepts, with the same row."""
+    native = _native_or_skip()(PREFIX, ev.key, ev.value, ev.topic, ev.partition, ev.offset)
+    checked = _checked_from_record(ev, _avro_record_decoder())
+    record = None if checked is None else checked.row
+    if native is not None:
+        assert native == record
+    return native, record
+
+
+def test_the_compiled_check_is_built_where_cargo_is() -> None:
+    wanted = os.environ.get("SAGACITY_NATIVE", "1") != "0"
+    cargo = shutil.which("cargo") or (Path.home() / ".cargo" / "bin" / "cargo").exists()
+    if wanted and cargo:
+        assert NATIVE_ROW is not None, "cargo is here but sagacity-native has no archive_row"
+    if not wanted:
+        assert NATIVE_ROW is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(draft=drafts, seq=st.integers(min_value=1, max_value=2**62 - 1), edit=st.booleans())
+def test_the_compiled_check_accepts_what_the_record_path_accepts(draft, seq, edit):
+    entry = link(draft, seq=seq, prev_hash=GENESIS_HASH)
+    if edit:
+        entry = dataclasses.replace(entry, payload=(entry.payload or "") + "!")
+    ev = RawEvent(
+        topic="t", partition=3, offset=seq, key=entry.saga_id.encode(), value=encode_entry(entry)
+    )
+    native, record = native_and_record(ev)
+    # Every valid entry of the current schema is the compiled check's (not left to Python).
+    assert (native is None) == (record is None)
+    foreign = dataclasses.replace(ev, key=ev.key + b"x")
+    assert native_and_record(foreign) == (None, None)
+
+
+@pytest.mark.parametrize("case", sorted(BAD_RECORDS))
+def test_the_compiled_check_refuses_records_that_are_not_entries(case):
+    changes = BAD_RECORDS[case]
+    saga = changes.get("saga_id", "s")
+    ev = RawEvent(topic="t", partition=0, offset=1, key=saga.encode(), value=raw_record(**changes))
+    assert native_and_record(ev) == (None, None)
+
+
+def _avro_long(value: int) -> bytes:
+    zigzag = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while zigzag > 0x7F:
+        out.append(zigzag & 0x7F | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+    return bytes(out)
+
+
+def _avro_string(text: str) -> bytes:
+    data = text.encode()
+    return _avro_long(len(data)) + data
+
+
+def _message(attributes: bytes, *, header: bytes = PREFIX, tail: bytes = b"") -> bytes:
+    """A message written by hand (``attributes``: the map's encoded blocks), hashed over
+    attributes {"k": "v"}."""
+    good = make_chain("s", 2)[1]
+    draft = EntryDraft(
+        saga_id="s", event_type=EventType.INTENT, attributes={"k": "v"}, recorded_at_us=BASE_US
+    )
+    entry = link(draft, seq=2, prev_hash=good.prev_hash)
+    body = (
+        _avro_long(1)
+        + _avro_string("s")
+        + _avro_long(2)
+        + _avro_string("INTENT")
+        + b"\x00" * 5
+        + _avro_long(BASE_US)
+        + attributes
+        + _avro_string(entry.prev_hash)
+        + _avro_string(entry.hash)
+    )
+    return header + body + tail
+
+
+ENCODINGS = {
+    # name: (value, accepted by the record path)
+    "plain": (_message(b"\x02" + _avro_string("k") + _avro_string("v") + b"\x00"), True),
+    "negative_block_count": (
+        _message(b"\x01" + _avro_long(4) + _avro_string("k") + _avro_string("v") + b"\x00"),
+        True,
+    ),
+    "key_written_twice": (
+        _message(b"\x04" + (_avro_string("k") + _avro_string("v")) * 2 + b"\x00"),
+        True,
+    ),
+    "overlong_length": (_message(b"\x02\x82\x00k" + _avro_string("v") + b"\x00"), True),
+    "trailing_byte": (
+        _message(b"\x02" + _avro_string("k") + _avro_string("v") + b"\x00", tail=b"\x00"),
+        False,
+    ),
+    "other_schema": (
+        _message(
+            b"\x02" + _avro_string("k") + _avro_string("v") + b"\x00", header=MAGIC + b"\x00" * 8
+        ),
+        False,
+    ),
+    "truncated": (_message(b"\x02" + _avro_string("k"))[:-3], False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ENCODINGS))
+def test_the_compiled_check_on_hand_written_encodings(case):
+    value, accepted = ENCODINGS[case]
+    native, record = native_and_record(
+        RawEvent(topic="t", partition=0, offset=1, key=b"s", value=value)
+    )
+    assert (record is not None) == accepted
+    if case == "plain":
+        assert native is not None
+
+
+def test_no_flipped_bit_is_accepted_by_the_compiled_check_alone():
+    # Every single-bit change of a valid message: the compiled check accepts it only where the
+    # record path does, with the same row (native_and_record asserts it).
+    entry = make_chain("saga-é", 3)[2]
+    entry = link(
+        dataclasses.replace(entry, attributes={"q": 'a "quoted" \\ \n\t\x01 ✓'}, tool="t"),
+        seq=3,
+        prev_hash=entry.prev_hash,
+    )
+    value = encode_entry(entry)
+    key = entry.saga_id.encode()
+    accepted = set()
+    for i in range(len(value) * 8):
+        flipped = bytearray(value)
+        flipped[i // 8] ^= 1 << (i % 8)
+        native, _ = native_and_record(
+            RawEvent(topic="t", partition=0, offset=1, key=key, value=bytes(flipped))
+        )
+        if native is not None:
+            accepted.add(i // 8)
+    assert native_and_record(RawEvent(topic="t", partition=0, offset=1, key=key, value=value))[0]
+    # The hash covers every field but schema_version (the byte after the prefix, which is not
+    # part of the entry), and the prefix picks the schema.
+    assert accepted == {len(PREFIX)}

@@ -5,7 +5,11 @@ field kind and on each way a row can be tampered with, including rows that are n
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
+import os
+import subprocess
+import sys
 
 import psycopg
 import pytest
@@ -17,11 +21,12 @@ from sagacity.consumers.archive import (
     AuditReason,
     SagaAudit,
     Signer,
+    _audit,
     generate_key,
     iter_audits,
     sign_pending,
 )
-from sagacity.consumers.archive._audit import _verified_head
+from sagacity.consumers.archive._audit import _snapshot_reader, _verified_head
 from sagacity.consumers.archive._retention import sign_records
 from sagacity.consumers.archive._rows import ROW_COLUMNS
 
@@ -100,12 +105,17 @@ def tamper(dsn: str, *statements: tuple[str, tuple[object, ...]]) -> None:
 
 
 def audits(dsn: str, signer: Signer) -> list[SagaAudit]:
-    """Both paths' audits, asserted equal; returned once."""
+    """Every path's audits, asserted equal; returned once.  The bulk verifier is the compiled
+    one where it is installed, its Python twin under SAGACITY_NATIVE=0 (the suite runs both)."""
     with psycopg.connect(dsn) as conn:
         fast = list(iter_audits(conn, pinned_keys=[signer.public_raw]))
+        bulk = list(iter_audits(conn, pinned_keys=[signer.public_raw], bulk=True))
+        columns = list(iter_audits(conn, pinned_keys=[signer.public_raw], bulk=False))
         reference = list(iter_audits(conn, pinned_keys=[signer.public_raw], reference=True))
         one = list(iter_audits(conn, saga_id=RICH, pinned_keys=[signer.public_raw]))
     assert fast == reference
+    assert bulk == reference
+    assert columns == reference
     assert one == [a for a in fast if a.saga_id == RICH]
     assert [a.saga_id for a in fast] == sorted([RICH, "saga-plain"], key=str.encode)
     return fast
@@ -318,3 +328,85 @@ def test_a_chain_linked_from_a_seq_zero_anchor_is_left_to_the_reference_path():
     ]
     assert _verified_head(rows[1:], after_seq=1, after_hash=entries[0].hash) == (3, prev)
     assert _verified_head(rows, after_seq=0, after_hash=start) is None
+
+
+def test_the_bulk_reader_sees_the_audits_snapshot(archived, archive_dsn):
+    # The rows are streamed on a second connection: it must read the audit's snapshot and
+    # schema, not rows committed after the snapshot was taken.
+    with psycopg.connect(archive_dsn) as conn, conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        before = conn.execute("SELECT count(*) FROM side_effect_journal").fetchone()
+        reader = _snapshot_reader(conn)
+        assert reader is not None
+        with reader:
+            tamper(archive_dsn, ("DELETE FROM side_effect_journal WHERE saga_id = %s", (RICH,)))
+            seen = reader.execute("SELECT count(*) FROM side_effect_journal").fetchone()
+            after = conn.execute("SELECT count(*) FROM side_effect_journal").fetchone()
+    assert before == seen == after == (6 + 4,)
+
+
+def test_without_a_second_connection_the_columns_are_checked(
+    archived, archive_dsn, signer, monkeypatch
+):
+    # A server or pooler that refuses the second connection: the same audits, read on one.
+    def refused(*args: object, **kwargs: object) -> psycopg.Connection:
+        raise psycopg.OperationalError("too many connections")
+
+    tamper(archive_dsn, _set("payload", "", 1))
+    expected = audits(archive_dsn, signer)
+    monkeypatch.setattr(_audit.psycopg, "connect", refused)
+    with psycopg.Connection.connect(archive_dsn) as conn:
+        got = list(iter_audits(conn, pinned_keys=[signer.public_raw], bulk=True))
+    assert got == expected
+    assert [a.reason for a in got if not a.ok] == [AuditReason.EDITED]
+
+
+_AUDIT_IN_ANOTHER_PROCESS = """
+import json, sys
+import psycopg
+from sagacity.consumers.archive import iter_audits
+from sagacity.consumers.archive._fastverify import NATIVE
+with psycopg.connect(sys.argv[1]) as conn:
+    found = [repr(a) for a in iter_audits(conn, pinned_keys=[bytes.fromhex(sys.argv[2])])]
+print(json.dumps({"native": NATIVE, "audits": found}))
+"""
+
+
+@pytest.mark.parametrize("case", ["intact", "time_moved", "attribute_value_not_text"])
+def test_audits_agree_with_and_without_the_compiled_module(archived, archive_dsn, signer, case):
+    # The whole audit as `sagacity verify --all` runs it, in a process with the compiled
+    # module (where it is built) and in one with SAGACITY_NATIVE=0: the same audits.
+    if case != "intact":
+        tamper(archive_dsn, *CASES[case][0])
+    runs = {}
+    for native in ("1", "0"):
+        env = {**os.environ, "SAGACITY_NATIVE": native}
+        out = subprocess.run(
+            [sys.executable, "-c", _AUDIT_IN_ANOTHER_PROCESS, archive_dsn, signer.public_raw.hex()],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
+        runs[native] = json.loads(out.stdout)
+    assert runs["0"]["native"] is False
+    # Whatever this process runs with, the first process ran the compiled module if installed.
+    assert runs["1"]["native"] is (importlib.util.find_spec("sagacity_native") is not None)
+    assert runs["1"]["audits"] == runs["0"]["audits"]
+    assert runs["0"]["audits"] == [repr(a) for a in audits(archive_dsn, signer)]
+
+
+def test_the_bulk_verifier_judges_intact_sagas_alone(archived, archive_dsn, signer, monkeypatch):
+    # With the bulk verifier, neither the column check nor the reference path sees an intact
+    # saga (the comparisons above do exercise it).
+    def unused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("an intact saga left the bulk verifier")
+
+    expected = audits(archive_dsn, signer)
+    monkeypatch.setattr(_audit, "_verified_head", unused)
+    monkeypatch.setattr(_audit, "judge", unused)
+    with psycopg.connect(archive_dsn) as conn:
+        got = list(iter_audits(conn, pinned_keys=[signer.public_raw], bulk=True))
+    assert got == expected
+    assert all(a.ok for a in got)

@@ -12,7 +12,12 @@ from archive_helpers import as_raw, make_chain
 
 from sagacity._events import GENESIS_HASH, EntryDraft, EventType
 from sagacity.chain import BreakReason, link, verify
-from sagacity.consumers.archive._chainstream import CHAIN_ORDER, chain_rows, decoded_rows
+from sagacity.consumers.archive._chainstream import (
+    CHAIN_ORDER,
+    chain_rows,
+    copy_messages,
+    decoded_rows,
+)
 from sagacity.consumers.archive._fastverify import NATIVE, chain_verifier
 from sagacity.consumers.archive._rows import ROW_COLUMNS, entry_of_row
 
@@ -176,3 +181,43 @@ def test_blocks_join_rows_up_to_the_block_size(archived, archive_dsn):
     assert len(whole) == 1
     assert all(len(b) >= 1_000 for b in joined[:-1])
     assert max(map(len, joined)) < 1_000 + max(map(len, one_per_row))
+
+
+def test_an_empty_stream_ends_and_leaves_the_connection_usable(archived, archive_dsn):
+    # No rows: PostgreSQL sends the header and the trailer as one message.
+    with psycopg.connect(archive_dsn) as conn:
+        blocks = list(chain_rows(conn, saga_ids=["no-such-saga"]))
+        assert list(decoded_rows(blocks)) == []
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+        assert len(list(decoded_rows(chain_rows(conn)))) == 5 * 7
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_a_server_error_mid_stream_is_raised(archive_dsn):
+    # Rows first, then an error: raised as the server's, and the connection is usable after
+    # its transaction is rolled back.
+    with psycopg.connect(archive_dsn) as conn:
+        query = "COPY (SELECT 1 / (g - 3) FROM generate_series(1, 5) g) TO STDOUT (FORMAT BINARY)"
+        with (
+            pytest.raises(psycopg.errors.DivisionByZero),
+            conn.cursor().copy(query) as copy,
+        ):
+            for _message in copy_messages(conn, copy):
+                pass
+        conn.rollback()
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_messages_read_directly_are_those_psycopg_reads(archived, archive_dsn):
+    query = (
+        f"COPY (SELECT {ROW_COLUMNS} FROM side_effect_journal ORDER BY {CHAIN_ORDER})"
+        " TO STDOUT (FORMAT BINARY)"
+    )
+    with psycopg.connect(archive_dsn) as conn:
+        with conn.cursor().copy(query) as copy:
+            direct = [bytes(m) for m in copy_messages(conn, copy)]
+        with conn.cursor().copy(query) as copy:
+            iterated = [bytes(m) for m in copy]
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    assert direct == iterated
+    assert direct[-1] == b"\xff\xff"

@@ -1,0 +1,36 @@
+"""Why a saga, a signing round or a retention record fails the audit."""
+
+from __future__ import annotations
+
+import enum
+
+from sagacity.chain import BreakReason
+
+
+class AuditReason(enum.StrEnum):
+    """Why a saga fails the audit: a chain break (docs/adr/0002) or a checkpoint finding."""
+
+    WRONG_GENESIS = BreakReason.WRONG_GENESIS.value
+    GAP = BreakReason.GAP.value
+    REORDERED = BreakReason.REORDERED.value
+    BROKEN_LINK = BreakReason.BROKEN_LINK.value
+    EDITED = BreakReason.EDITED.value
+    FOREIGN_SAGA = BreakReason.FOREIGN_SAGA.value
+    TRUNCATED = "truncated"
+    """The archive ends below a signed checkpoint (or below its own recorded head)."""
+    CHECKPOINT_MISMATCH = "checkpoint_mismatch"
+    """A signed checkpoint's hash differs from the archived entry at that seq: rewritten."""
+    BAD_SIGNATURE = "bad_signature"
+    """A checkpoint's signature does not verify: the checkpoint was altered or forged."""
+    UNKNOWN_KEY = "unknown_key"
+    """A checkpoint is signed by a key that is not trusted."""
+    FORGED_ANCHOR = "forged_anchor"
+    """The saga's retention anchor is not a leaf of a validly signed retention record."""
+    BEYOND_HEAD = "beyond_head"
+    """Archived rows go past the head the archiver recorded (or no head is recorded): they
+    were written by something other than the archiver."""
+    HEAD_MISMATCH = "head_mismatch"
+    """The chain ends at the recorded head's seq with another hash than the one recorded."""
+    UNSIGNED = "unsigned"
+    """No checkpoint covers the saga's newest events: a failure only when signatures are
+    required (``require_signed``); otherwise counted, not failed."""

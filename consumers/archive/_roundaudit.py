@@ -1,0 +1,320 @@
+"""Auditing the signing rounds: each round's checkpoints, in leaf order, must hash to the root
+its one signature covers, and each round must follow the one before it
+(docs/adr/0012-checkpoint-rounds.md, docs/adr/0015-round-log.md).
+
+:func:`audit_rounds` runs first in the audit's snapshot; it remembers only the rounds that
+fail, and every checkpoint of a failed round then fails its saga with that finding.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from sagacity.consumers.archive._checkpoints import (
+    FIRST_PREV_ROOT,
+    LOG_ROUND_FORMAT,
+    SignedRound,
+    leaf_hash,
+    leaves_in_order,
+    signature_valid,
+)
+from sagacity.consumers.archive._merkle import RootBuilder, decode_frontier
+from sagacity.consumers.archive._reasons import AuditReason
+from sagacity.consumers.archive._schema import LOG_VERSION
+
+
+@dataclass(kw_only=True)
+class RoundAudit:
+    """The signing rounds an audit checked, and the findings of those that failed (by round
+    id: every checkpoint of a failed round fails with that finding)."""
+
+    rounds: int = 0
+    failed: dict[int, tuple[AuditReason, str]] = field(default_factory=dict)
+    latest: tuple[int, str] | None = None
+    """The last round the archive holds (id, root): publish it, and pass it back as a known
+    round next time (:func:`iter_audits` ``known_rounds``) to catch rounds removed at the end."""
+    last: SignedRound | None = None
+    """That last round in full (a witness publishes it)."""
+
+
+def _judge_round(
+    round_id: int,
+    signed: SignedRound | None,
+    *,
+    leaves: int,
+    root: bytes | None,
+    log_size: int | None,
+    problem: str | None,
+    keys: Mapping[str, bytes],
+    previous: tuple[int, str] | None,
+) -> tuple[AuditReason, str] | None:
+    """The finding on one round (``None``: verified), from its row, its leaves and the round
+    before it in the archive: ``previous`` (id, root), ``None`` for the first.  ``root`` is the
+    root rebuilt from the archive: over the round's own leaves for the first format, over the
+    log up to it (``log_size`` leaves) for a round of the log."""
+    if signed is None:
+        return AuditReason.BAD_SIGNATURE, (
+            f"checkpoints name signing round {round_id}, which the archive does not hold"
+        )
+    public = keys.get(signed.key_id)
+    if public is None:
+        return AuditReason.UNKNOWN_KEY, (
+            f"round {round_id} is signed by untrusted key {signed.key_id}"
+        )
+    if not signature_valid(public, signed):
+        return AuditReason.BAD_SIGNATURE, f"the signature of round {round_id} does not verify"
+    if problem is not None:
+        return AuditReason.BAD_SIGNATURE, f"round {round_id}: {problem}"
+    if signed.prev_root != (previous[1] if previous else FIRST_PREV_ROOT):
+        return AuditReason.BAD_SIGNATURE, (
+            f"round {round_id} does not follow round {previous[0]} (its previous root differs):"
+            " a signing round between them was removed or replaced"
+            if previous
+            else f"round {round_id} is the first the archive holds, but it follows another"
+            " round: earlier signing rounds were removed"
+        )
+    if leaves != signed.leaf_count:
+        return AuditReason.BAD_SIGNATURE, (
+            f"round {round_id} signed {signed.leaf_count} heads; the archive holds {leaves} "
+            "of its checkpoints (rows were removed or added)"
+        )
+    if signed.format == LOG_ROUND_FORMAT:
+        if log_size != signed.tree_size:
+            return AuditReason.BAD_SIGNATURE, (
+                f"round {round_id} signed a log of {signed.tree_size} heads; the archive holds "
+                f"{log_size} up to it (checkpoints of earlier rounds were removed or added)"
+            )
+        if root is None or root.hex() != signed.root:
+            return AuditReason.BAD_SIGNATURE, (
+                f"round {round_id}: the checkpoints signed up to it do not hash to the signed "
+                "root (a checkpoint of this round or of an earlier one was changed)"
+            )
+        return None
+    if root is None or root.hex() != signed.root:
+        return AuditReason.BAD_SIGNATURE, (
+            f"round {round_id}: its checkpoints do not hash to the signed root (a checkpoint "
+            "of the round was edited)"
+        )
+    return None
+
+
+def _round_of_row(row: Sequence[Any]) -> SignedRound:
+    """A round from ``round_id, leaf_count, root, prev_root, signed_at_us, key_id, signature,
+    format, tree_size``."""
+    return SignedRound(
+        round_id=int(row[0]),
+        leaf_count=int(row[1]),
+        root=row[2],
+        prev_root=row[3],
+        signed_at_us=int(row[4]),
+        key_id=row[5],
+        signature=row[6],
+        format=int(row[7]),
+        tree_size=None if row[8] is None else int(row[8]),
+    )
+
+
+def round_select(version: int, alias: str = "") -> str:
+    """The select list :func:`_round_of_row` reads, for an archive at ``version``."""
+    a = f"{alias}." if alias else ""
+    log = f"{a}format, {a}tree_size" if version >= LOG_VERSION else "1, NULL::bigint"
+    return (
+        f"{a}round_id, {a}leaf_count, {a}root, {a}prev_root, {a}signed_at_us, {a}key_id,"
+        f" {a}signature, {log}"
+    )
+
+
+def _log_before(
+    conn: psycopg.Connection, previous: Sequence[Any] | None, version: int
+) -> RootBuilder:
+    """The log as it stood before a round, from the round before it (``round_id, format,
+    tree_size, frontier``; ``None``: no round before): its frontier when that is well formed,
+    else every leaf up to it, read once (the frontier is not signed; a wrong one only makes the
+    round fail, so a failure is re-checked from the leaves)."""
+    if previous is None:
+        return RootBuilder()
+    if version >= LOG_VERSION and previous[1] == LOG_ROUND_FORMAT and previous[3] is not None:
+        with contextlib.suppress(ValueError, TypeError):
+            return RootBuilder.from_frontier(int(previous[2]), decode_frontier(previous[3]))
+    return _log_from_leaves(conn, int(previous[0]))
+
+
+def _log_from_leaves(conn: psycopg.Connection, up_to_round: int) -> RootBuilder:
+    builder = RootBuilder()
+    for leaf in leaves_in_order(conn, up_to_round=up_to_round):
+        builder.add(leaf)
+    return builder
+
+
+def _leaf_problem(
+    leaf: Sequence[Any], expected: int, last_saga: str | None, signed: SignedRound | None
+) -> str | None:
+    """What is wrong with a round's leaf row ``(round_id, leaf_index, saga_id, seq, hash,
+    signed_at_us, key_id)`` expected at index ``expected``, if anything."""
+    index = int(leaf[1])
+    if index != expected:
+        after = f" (after saga {last_saga!r})" if last_saga is not None else ""
+        return (
+            f"leaf {expected} is missing{after}"
+            if index > expected
+            else f"leaf {index} appears twice"
+        )
+    if signed is not None and (leaf[5] != signed.signed_at_us or leaf[6] != signed.key_id):
+        return (
+            f"leaf {index} shows a signing time or key other than its round's"
+            " (those fields are covered by the round's signature only)"
+        )
+    return None
+
+
+def audit_rounds(
+    conn: psycopg.Connection,
+    *,
+    saga_id: str | None,
+    keys: Mapping[str, bytes],
+    fetch: int,
+    known: Mapping[int, str],
+    version: int,
+) -> RoundAudit:
+    """Check every signing round (or, for one saga, the rounds its checkpoints belong to)
+    inside the caller's snapshot; leaves are streamed in order, so memory stays flat.  Each
+    round's link to the round before it is checked either way; the ``known`` rounds (id: root,
+    recorded earlier) only when all rounds are (``saga_id`` None).
+
+    Every leaf goes into one log builder (a stack of perfect subtree roots: O(log n)), whose
+    root at each round of the log (``SGCR2``) must be the signed one: a round rewritten and
+    re-signed breaks every round after it.  For one saga, each round of the log is rebuilt
+    from the log's frontier before it (docs/adr/0015-round-log.md)."""
+    audit = RoundAudit()
+    unseen = {round_id: root.lower() for round_id, root in known.items()}
+    scope = (
+        " AND round_id IN (SELECT round_id FROM archive_checkpoint WHERE saga_id = %(s)s)"
+        if saga_id is not None
+        else ""
+    )
+    log_columns = "b.format, b.tree_size, b.frontier" if version >= LOG_VERSION else "1, NULL, NULL"
+    with (
+        conn.cursor(name="sgc_audit_rounds") as round_cur,
+        conn.cursor(name="sgc_audit_leaves") as leaf_cur,
+    ):
+        round_cur.itersize = leaf_cur.itersize = fetch
+        columns = round_select(version, "r")
+        if saga_id is None:
+            query = (
+                f"SELECT {columns}, NULL, NULL, NULL, NULL, NULL"  # noqa: S608
+                " FROM archive_checkpoint_round r ORDER BY r.round_id"
+            )
+        else:
+            # One saga's rounds come with the round before each (whatever sagas it signed), so
+            # that their links are checked as the whole-archive pass checks them.
+            query = (
+                f"SELECT {columns}, b.round_id, b.root, {log_columns}"  # noqa: S608
+                " FROM archive_checkpoint_round r LEFT JOIN LATERAL (SELECT *"
+                " FROM archive_checkpoint_round q WHERE q.round_id < r.round_id"
+                " ORDER BY q.round_id DESC LIMIT 1) b ON true WHERE r.round_id IN"
+                " (SELECT round_id FROM archive_checkpoint WHERE saga_id = %(s)s)"
+                " ORDER BY r.round_id"
+            )
+        round_cur.execute(query, {"s": saga_id})
+        leaf_cur.execute(
+            "SELECT round_id, leaf_index, saga_id, seq, hash, signed_at_us, key_id"  # noqa: S608
+            f" FROM archive_checkpoint WHERE round_id IS NOT NULL{scope}"
+            " ORDER BY round_id, leaf_index",
+            {"s": saga_id},
+        )
+        round_rows, leaf_rows = iter(round_cur), iter(leaf_cur)
+        row = next(round_rows, None)
+        leaf = next(leaf_rows, None)
+        previous: tuple[int, str] | None = None
+        log = RootBuilder()  # every leaf so far (the whole archive), in log order
+        while row is not None or leaf is not None:
+            round_id = min(int(r[0]) for r in (row, leaf) if r is not None)
+            signed = None
+            before: Sequence[Any] | None = None
+            if row is not None and int(row[0]) == round_id:
+                signed = _round_of_row(row)
+                if saga_id is not None:
+                    previous = None if row[9] is None else (int(row[9]), row[10])
+                    before = None if row[9] is None else (row[9], row[11], row[12], row[13])
+                row = next(round_rows, None)
+            in_log = signed is not None and signed.format == LOG_ROUND_FORMAT
+            if saga_id is not None and in_log:
+                log = _log_before(conn, before, version)
+            own = None if in_log else RootBuilder()  # a first-format round's own root
+            kept: list[bytes] | None = [] if saga_id is not None and in_log else None
+            leaves, problem, last_saga = 0, None, None
+            at_us, key = (signed.signed_at_us, signed.key_id) if signed else (None, None)
+            add = log.add
+            while leaf is not None and int(leaf[0]) == round_id:
+                index = int(leaf[1])
+                if problem is None and (index != leaves or leaf[5] != at_us or leaf[6] != key):
+                    problem = _leaf_problem(leaf, leaves, last_saga, signed)
+                try:
+                    hashed = leaf_hash(saga_id=leaf[2], seq=int(leaf[3]), hash=leaf[4])
+                except (TypeError, ValueError, UnicodeError) as exc:
+                    problem = problem or f"leaf {index} cannot be hashed: {exc}"
+                    hashed = bytes(32)
+                add(hashed)
+                if own is not None:
+                    own.add(hashed)
+                if kept is not None:
+                    kept.append(hashed)
+                last_saga = leaf[2]
+                leaves += 1
+                leaf = next(leaf_rows, None)
+            audit.rounds += 1
+            finding = _judge_round(
+                round_id,
+                signed,
+                leaves=leaves,
+                root=log.root() if own is None else own.root(),
+                log_size=log.count,
+                problem=problem,
+                keys=keys,
+                previous=previous,
+            )
+            if finding is not None and kept is not None and before is not None:
+                # The stored frontier is not evidence: judge again from the leaves themselves.
+                log = _log_from_leaves(conn, int(before[0]))
+                for hashed in kept:
+                    log.add(hashed)
+                finding = _judge_round(
+                    round_id,
+                    signed,
+                    leaves=leaves,
+                    root=log.root(),
+                    log_size=log.count,
+                    problem=problem,
+                    keys=keys,
+                    previous=previous,
+                )
+            if signed is not None:
+                recorded = unseen.pop(round_id, None)
+                if finding is None and recorded is not None and recorded != signed.root:
+                    finding = (
+                        AuditReason.BAD_SIGNATURE,
+                        (
+                            f"round {round_id} was recorded with root {recorded[:16]}…; the archive"
+                            f" holds root {signed.root[:16]}…: the round was replaced"
+                        ),
+                    )
+                previous = (round_id, signed.root)
+                audit.last = signed
+            if finding is not None:
+                audit.failed[round_id] = finding
+        audit.latest = previous
+    if saga_id is None:
+        for round_id, root in sorted(unseen.items()):
+            audit.failed[round_id] = (
+                AuditReason.TRUNCATED,
+                (
+                    f"round {round_id} (root {root[:16]}…), recorded earlier, is not in the"
+                    " archive: signing rounds were removed"
+                ),
+            )
+    return audit
