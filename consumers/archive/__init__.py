@@ -50,14 +50,14 @@ if TYPE_CHECKING:
         QuarantineReason,
         RawEvent,
     )
+    from sagacity.consumers.archive._reasons import AuditReason
     from sagacity.consumers.archive._replay import ReplayReport, diff_with_archive, read_topic
     from sagacity.consumers.archive._retention import parse_keep, run_retention, sign_records
+    from sagacity.consumers.archive._roundaudit import RoundAudit
     from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
     from sagacity.consumers.archive._watch import AuditorState, post_alerts, watch_once
     from sagacity.consumers.archive._witness import publish as publish_witness
     from sagacity.consumers.archive._witness import read as read_witness
-    from sagacity.consumers.archive._reasons import AuditReason
-    from sagacity.consumers.archive._roundaudit import RoundAudit
 
 # Public name → its module (``module:attribute`` when exported under another name).
 _MODULE_OF = {
