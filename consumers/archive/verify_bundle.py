@@ -151,22 +151,31 @@ def _field(value: bytes | None) -> bytes:
     return struct.pack(">I", len(value)) + value
 
 
-def _text(value: Any) -> bytes:
-    if value is None:
+def _text(value: Any, *, name: bool = False) -> bytes:
+    # The text rules: Unicode scalar values (encode refuses a lone surrogate), no U+0000; a
+    # name (saga id, event type) is not null and not empty.
+    if value is None and not name:
         return _field(None)
     if not isinstance(value, str):
         raise ValueError(f"expected text, got {type(value).__name__}")
+    if "\x00" in value:
+        raise ValueError("text must not contain U+0000")
+    if name and not value:
+        raise ValueError("a saga id or event type must not be empty")
     return _field(value.encode("utf-8"))
 
 
-def _int(value: Any) -> bytes:
+def _int(value: Any, *, low: int = -(2**63)) -> bytes:
     if not isinstance(value, int) or isinstance(value, bool):
         raise ValueError("expected an integer")
+    if not low <= value < 2**63:
+        raise ValueError(f"{value} is out of range")
     return _field(struct.pack(">q", value))
 
 
 def canonical(event: dict[str, Any]) -> bytes:
-    """``C(entry)``: magic ``SGC1`` then length-prefixed fields and the sorted attribute map."""
+    """``C(entry)``: magic ``SGC1`` then length-prefixed fields and the sorted attribute map;
+    ``ValueError`` for an event that breaks a rule of the form (tests/vectors/negative-v1.json)."""
     attributes = event.get("attributes") or {}
     if not isinstance(attributes, dict):
         raise ValueError("attributes must be an object")
@@ -174,13 +183,15 @@ def canonical(event: dict[str, Any]) -> bytes:
     for key, value in attributes.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise ValueError("attribute keys and values must be text")
+        if "\x00" in key or "\x00" in value:
+            raise ValueError("text must not contain U+0000")
         items.append((key.encode("utf-8"), value.encode("utf-8")))
     items.sort()
     out = [
         b"SGC1",
-        _text(event["saga_id"]),
-        _int(event["seq"]),
-        _text(event["event_type"]),
+        _text(event["saga_id"], name=True),
+        _int(event["seq"], low=1),
+        _text(event["event_type"], name=True),
         _text(event.get("tool")),
         _text(event.get("payload")),
         _text(event.get("result")),
@@ -552,7 +563,7 @@ def verify_chain(
             )
         try:
             recomputed = entry_hash(event)
-        except (KeyError, ValueError) as exc:
+        except (KeyError, ValueError, TypeError, struct.error) as exc:
             raise VerificationError(expected, "edited", f"entry cannot be hashed: {exc}") from exc
         if recomputed != event.get("hash"):
             raise VerificationError(expected, "edited", "content does not match its recorded hash")
