@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sagacity._events import GENESIS_HASH, EntryDraft, JournalEntry
@@ -125,6 +125,62 @@ class ChainVerdict:
     detail: str | None = None
 
 
+def link_break(
+    *,
+    saga_id: str,
+    expected_seq: int,
+    prev_hash: str,
+    entry_saga_id: object,
+    entry_seq: int,
+    entry_prev_hash: object,
+    entry_hash: object,
+    recompute: Callable[[], str],
+    stored_later: Callable[[int], bool],
+) -> tuple[BreakReason, str] | None:
+    """Why the next stored entry breaks a chain walked so far, or ``None``: the one rule every
+    walker applies (docs/adr/0002-hash-chain.md, "What a verifier reports"; the standalone
+    verifier keeps a copy, the compiled walker a port, and tests/conformance runs them all).
+
+    Args:
+        saga_id / expected_seq / prev_hash: the walk so far: its saga, the seq expected next,
+            the last verified hash (the genesis hash or an anchor's before the first).
+        entry_saga_id / entry_seq / entry_prev_hash / entry_hash: the entry's stored fields.
+        recompute: the entry's hash computed from its content (``SerializationError``: it
+            cannot be hashed, which is an edit).
+        stored_later: whether a seq is stored after this entry (a swap, not a gap).
+    """
+    if entry_saga_id != saga_id:
+        return BreakReason.FOREIGN_SAGA, f"entry belongs to saga {entry_saga_id!r}"
+    if expected_seq == 1 and entry_seq == 1 and entry_prev_hash != GENESIS_HASH:
+        shown = entry_prev_hash[:16] if isinstance(entry_prev_hash, str) else entry_prev_hash
+        return (
+            BreakReason.WRONG_GENESIS,
+            f"seq 1 has previous hash {shown}…, not the genesis hash",
+        )
+    if entry_seq > expected_seq:
+        if stored_later(expected_seq):
+            return (
+                BreakReason.REORDERED,
+                f"seq {entry_seq} found where seq {expected_seq} was expected "
+                f"(seq {expected_seq} is stored later)",
+            )
+        return BreakReason.GAP, f"seq {expected_seq} is missing (found {entry_seq})"
+    if entry_seq < expected_seq:
+        return (
+            BreakReason.REORDERED,
+            f"seq {entry_seq} found where seq {expected_seq} was expected",
+        )
+    try:
+        recomputed = recompute()
+    except SerializationError as exc:
+        return BreakReason.EDITED, f"entry cannot be hashed: {exc}"
+    if recomputed != entry_hash:
+        return BreakReason.EDITED, "content does not match its recorded hash"
+    if entry_prev_hash != prev_hash:
+        return BreakReason.BROKEN_LINK, "previous hash is not the preceding entry's"
+    return None
+
+
 def verify(
     entries: Iterable[JournalEntry],
     *,
@@ -160,34 +216,21 @@ def verify(
         count += 1
         saga = saga_id if saga_id is not None else entry.saga_id
         saga_id = saga
-        if entry.saga_id != saga:
-            return broken(BreakReason.FOREIGN_SAGA, f"entry belongs to saga {entry.saga_id!r}")
-        if expected_seq == 1 and entry.seq == 1 and entry.prev_hash != GENESIS_HASH:
-            return broken(
-                BreakReason.WRONG_GENESIS,
-                f"seq 1 has previous hash {entry.prev_hash[:16]}…, not the genesis hash",
-            )
-        if entry.seq > expected_seq:
-            if any(later.seq == expected_seq for later in stored[position + 1 :]):
-                return broken(
-                    BreakReason.REORDERED,
-                    f"seq {entry.seq} found where seq {expected_seq} was expected "
-                    f"(seq {expected_seq} is stored later)",
-                )
-            return broken(BreakReason.GAP, f"seq {expected_seq} is missing (found {entry.seq})")
-        if entry.seq < expected_seq:
-            return broken(
-                BreakReason.REORDERED,
-                f"seq {entry.seq} found where seq {expected_seq} was expected",
-            )
-        try:
-            recomputed = compute_hash(entry.prev_hash, entry, seq=entry.seq)
-        except SerializationError as exc:
-            return broken(BreakReason.EDITED, f"entry cannot be hashed: {exc}")
-        if recomputed != entry.hash:
-            return broken(BreakReason.EDITED, "content does not match its recorded hash")
-        if entry.prev_hash != prev:
-            return broken(BreakReason.BROKEN_LINK, "previous hash is not the preceding entry's")
+        found = link_break(
+            saga_id=saga,
+            expected_seq=expected_seq,
+            prev_hash=prev,
+            entry_saga_id=entry.saga_id,
+            entry_seq=entry.seq,
+            entry_prev_hash=entry.prev_hash,
+            entry_hash=entry.hash,
+            recompute=lambda e=entry: compute_hash(e.prev_hash, e, seq=e.seq),  # type: ignore[misc]
+            stored_later=lambda seq, p=position: any(  # type: ignore[misc]
+                later.seq == seq for later in stored[p + 1 :]
+            ),
+        )
+        if found is not None:
+            return broken(*found)
         prev = entry.hash
         expected_seq += 1
     return ChainVerdict(ok=True, length=count, head_seq=expected_seq - 1, head_hash=prev)

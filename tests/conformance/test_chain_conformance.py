@@ -441,9 +441,9 @@ NATIVE_WALKERS = {"fastverify-native"}
 BREAK_NAMERS = {
     # Every function of the product that names a chain break ("broken_link"), and the walker
     # of this module that runs it (or why none needs to).
-    "sagacity/chain.py:verify": "reference",
+    "sagacity/chain.py:link_break": "reference",
     "consumers/archive/_fastverify.py:_Saga.check": "fastverify-python",
-    "consumers/archive/verify_bundle.py:verify_chain": "standalone",
+    "consumers/archive/verify_bundle.py:link_break": "standalone",
     "native/src/verify.rs": "fastverify-native",
 }
 BREAK_NAMERS_ELSEWHERE = {
