@@ -276,10 +276,10 @@ def canonical_bytes_of(
         raise SerializationError("a text field contains U+0000")
     items = None
     if attributes:
-        items = sorted((k.encode("utf-8"), v.encode("utf-8")) for k, v in attributes.items())
-        for key, value in items:
-            if b"\x00" in key or b"\x00" in value:
-                raise SerializationError("an attribute contains U+0000")
+        items = sorted([(k.encode("utf-8"), v.encode("utf-8")) for k, v in attributes.items()])
+        # Every key and value encoded, so each is text: joined, one scan finds a U+0000.
+        if "\x00" in "".join(attributes) or "\x00" in "".join(attributes.values()):
+            raise SerializationError("an attribute contains U+0000")
     return canonical_layout(
         saga_id.encode("utf-8"),
         seq,
@@ -320,13 +320,11 @@ def canonical_layout(
         SerializationError: an int does not fit int64, or a field is too large for the form.
     """
     try:
-        if items:
-            pairs = [_U32(len(items))]
-            for key, value in items:
-                pairs += (_U32(len(key)), key, _U32(len(value)), value)
-            mapped = b"".join(pairs)
-        else:
-            mapped = _EMPTY_ATTRIBUTES
+        mapped = (
+            _U32(len(items)) + b"".join([_U32(len(k)) + k + _U32(len(v)) + v for k, v in items])
+            if items
+            else _EMPTY_ATTRIBUTES
+        )
         out = b"".join(
             (
                 prefix,
