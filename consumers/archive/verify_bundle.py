@@ -535,41 +535,47 @@ class VerificationError(Exception):
         self.seq, self.reason, self.detail = seq, reason, detail
 
 
-def link_break(
+def check_link(
     saga_id: str,
     expected: int,
     prev: str,
     event: dict[str, Any],
     later: list[Any],
     position: int,
-) -> tuple[str, str] | None:
-    """Why ``event`` breaks the chain walked so far (``expected`` the seq due next, ``prev``
-    the last verified hash), as (reason, detail), or ``None``; ``later[position + 1:]`` are
-    the seqs stored after it (a swap, not a gap).  A copy of
-    ``sagacity.chain.link_break`` (this file imports nothing of the product); the product's
-    conformance suite runs both over the same vectors."""
+) -> None:
+    """Raise unless ``event`` continues the chain walked so far (``expected`` the seq due next,
+    ``prev`` the last verified hash); ``later[position + 1:]`` are the seqs stored after it (a
+    swap, not a gap).  A copy of ``sagacity.chain.link_break`` (this file imports nothing of
+    the product); the product's conformance suite runs both over the same vectors."""
     seq = event.get("seq")
     if event.get("saga_id") != saga_id:
-        return "foreign_saga", f"entry belongs to saga {event.get('saga_id')!r}"
+        raise VerificationError(
+            expected, "foreign_saga", f"entry belongs to saga {event.get('saga_id')!r}"
+        )
     if not isinstance(seq, int) or isinstance(seq, bool):
-        return "edited", "seq is not an integer"
+        raise VerificationError(expected, "edited", "seq is not an integer")
     if expected == 1 and seq == 1 and event.get("prev_hash") != GENESIS_HASH:
-        return "wrong_genesis", "seq 1 does not start at the genesis hash"
+        raise VerificationError(1, "wrong_genesis", "seq 1 does not start at the genesis hash")
     if seq > expected:
         if expected in later[position + 1 :]:
-            return "reordered", f"seq {expected} is stored after seq {seq}"
-        return "gap", f"seq {expected} is missing (found {seq})"
+            raise VerificationError(
+                expected, "reordered", f"seq {expected} is stored after seq {seq}"
+            )
+        raise VerificationError(expected, "gap", f"seq {expected} is missing (found {seq})")
     if seq < expected:
-        return "reordered", f"seq {seq} found where {expected} was expected"
+        raise VerificationError(
+            expected, "reordered", f"seq {seq} found where {expected} was expected"
+        )
     try:
         recomputed = entry_hash(event)
     except (KeyError, ValueError, TypeError, struct.error) as exc:
-        return "edited", f"entry cannot be hashed: {exc}"
+        raise VerificationError(expected, "edited", f"entry cannot be hashed: {exc}") from exc
     if recomputed != event.get("hash"):
-        return "edited", "content does not match its recorded hash"
+        raise VerificationError(expected, "edited", "content does not match its recorded hash")
     if event.get("prev_hash") != prev:
-        return "broken_link", "previous hash is not the preceding entry's"
-    return None
+        raise VerificationError(
+            expected, "broken_link", "previous hash is not the preceding entry's"
+        )
 
 
 def verify_chain(
@@ -579,9 +585,7 @@ def verify_chain(
     expected, prev = after_seq + 1, after_hash
     seqs = [e.get("seq") for e in events]
     for position, event in enumerate(events):
-        found = link_break(saga_id, expected, prev, event, seqs, position)
-        if found is not None:
-            raise VerificationError(expected, *found)
+        check_link(saga_id, expected, prev, event, seqs, position)
         prev = event["hash"]
         expected += 1
     return expected - 1, prev

@@ -443,7 +443,7 @@ BREAK_NAMERS = {
     # of this module that runs it (or why none needs to).
     "sagacity/chain.py:link_break": "reference",
     "consumers/archive/_fastverify.py:_Saga.check": "fastverify-python",
-    "consumers/archive/verify_bundle.py:link_break": "standalone",
+    "consumers/archive/verify_bundle.py:check_link": "standalone",
     "native/src/verify.rs": "fastverify-native",
 }
 BREAK_NAMERS_ELSEWHERE = {
