@@ -132,6 +132,9 @@ _NO_ATTRIBUTES: Mapping[str, str] = MappingProxyType({})
 def _freeze(attributes: Mapping[str, str] | None) -> Mapping[str, str]:
     if not attributes:
         return _NO_ATTRIBUTES
+    if type(attributes) is not dict and not isinstance(attributes, Mapping):
+        # dict() would read a list of pairs as a map: the form's attributes are a map only.
+        raise SerializationError(f"attributes must be a mapping, got {type(attributes).__name__}")
     items = dict(attributes)
     for key, value in items.items():
         _check_text("attribute key", key)

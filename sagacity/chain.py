@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sagacity._events import GENESIS_HASH, EntryDraft, JournalEntry
@@ -24,60 +24,34 @@ _U32 = struct.Struct(">I").pack
 _INT_FIELD = struct.Struct(">Iq").pack  # the length (8) and the big-endian int64
 
 
-def _field(value: bytes | None) -> bytes:
-    if value is None:
-        return _NULL
-    if len(value) >= 0xFFFFFFFF:
-        raise SerializationError("field too large for the canonical form")
-    return _U32(len(value)) + value
-
-
-def _text(value: str | None) -> bytes:
-    if value is None:
-        return _NULL
-    data = value.encode("utf-8")
-    if len(data) >= 0xFFFFFFFF:
-        raise SerializationError("field too large for the canonical form")
-    return _U32(len(data)) + data
-
-
-def _int(value: int) -> bytes:
-    try:
-        return _INT_FIELD(8, value)
-    except struct.error as exc:
-        raise SerializationError(f"{value} does not fit the canonical form's int64") from exc
-
-
-def _attributes(attributes: Mapping[str, str]) -> bytes:
-    if not attributes:
-        return _EMPTY_ATTRIBUTES
-    items = sorted((k.encode("utf-8"), v.encode("utf-8")) for k, v in attributes.items())
-    out = [struct.pack(">I", len(items))]
-    for key, value in items:
-        out.append(_field(key))
-        out.append(_field(value))
-    return b"".join(out)
-
-
 _EMPTY_ATTRIBUTES = _U32(0)
 
 
 def canonical_bytes(entry: EntryDraft, *, seq: int) -> bytes:
-    """The exact bytes hashed for an entry at ``seq`` (docs/adr/0002-hash-chain.md)."""
-    return b"".join(
-        (
-            CANONICAL_MAGIC,
-            _text(entry.saga_id),
-            _int(seq),
-            _text(entry.event_type.value),
-            _text(entry.tool),
-            _text(entry.payload),
-            _text(entry.result),
-            _text(entry.error),
-            _text(entry.actor),
-            _int(entry.recorded_at_us),
-            _attributes(entry.attributes),
-        )
+    """The exact bytes hashed for an entry at ``seq`` (docs/adr/0002-hash-chain.md).
+
+    Raises:
+        SerializationError: ``seq`` does not fit int64, or a field is too large for the form.
+    """
+    attributes = entry.attributes
+    tool, payload, result, error, actor = (
+        None if v is None else v.encode("utf-8")
+        for v in (entry.tool, entry.payload, entry.result, entry.error, entry.actor)
+    )
+    return canonical_layout(
+        entry.saga_id.encode("utf-8"),
+        seq,
+        entry.event_type.value.encode("utf-8"),
+        tool,
+        payload,
+        result,
+        error,
+        actor,
+        entry.recorded_at_us,
+        # A draft's attributes are sorted by key when it is made (code points sort as bytes).
+        [(k.encode("utf-8"), v.encode("utf-8")) for k, v in attributes.items()]
+        if attributes
+        else None,
     )
 
 
@@ -151,6 +125,62 @@ class ChainVerdict:
     detail: str | None = None
 
 
+def link_break(
+    *,
+    saga_id: str,
+    expected_seq: int,
+    prev_hash: str,
+    entry_saga_id: object,
+    entry_seq: int,
+    entry_prev_hash: object,
+    entry_hash: object,
+    recompute: Callable[[], str],
+    stored_later: Callable[[int], bool],
+) -> tuple[BreakReason, str] | None:
+    """Why the next stored entry breaks a chain walked so far, or ``None``: the one rule every
+    walker applies (docs/adr/0002-hash-chain.md, "What a verifier reports"; the standalone
+    verifier keeps a copy, the compiled walker a port, and tests/conformance runs them all).
+
+    Args:
+        saga_id / expected_seq / prev_hash: the walk so far: its saga, the seq expected next,
+            the last verified hash (the genesis hash or an anchor's before the first).
+        entry_saga_id / entry_seq / entry_prev_hash / entry_hash: the entry's stored fields.
+        recompute: the entry's hash computed from its content (``SerializationError``: it
+            cannot be hashed, which is an edit).
+        stored_later: whether a seq is stored after this entry (a swap, not a gap).
+    """
+    if entry_saga_id != saga_id:
+        return BreakReason.FOREIGN_SAGA, f"entry belongs to saga {entry_saga_id!r}"
+    if expected_seq == 1 and entry_seq == 1 and entry_prev_hash != GENESIS_HASH:
+        shown = entry_prev_hash[:16] if isinstance(entry_prev_hash, str) else entry_prev_hash
+        return (
+            BreakReason.WRONG_GENESIS,
+            f"seq 1 has previous hash {shown}…, not the genesis hash",
+        )
+    if entry_seq > expected_seq:
+        if stored_later(expected_seq):
+            return (
+                BreakReason.REORDERED,
+                f"seq {entry_seq} found where seq {expected_seq} was expected "
+                f"(seq {expected_seq} is stored later)",
+            )
+        return BreakReason.GAP, f"seq {expected_seq} is missing (found {entry_seq})"
+    if entry_seq < expected_seq:
+        return (
+            BreakReason.REORDERED,
+            f"seq {entry_seq} found where seq {expected_seq} was expected",
+        )
+    try:
+        recomputed = recompute()
+    except SerializationError as exc:
+        return BreakReason.EDITED, f"entry cannot be hashed: {exc}"
+    if recomputed != entry_hash:
+        return BreakReason.EDITED, "content does not match its recorded hash"
+    if entry_prev_hash != prev_hash:
+        return BreakReason.BROKEN_LINK, "previous hash is not the preceding entry's"
+    return None
+
+
 def verify(
     entries: Iterable[JournalEntry],
     *,
@@ -186,34 +216,21 @@ def verify(
         count += 1
         saga = saga_id if saga_id is not None else entry.saga_id
         saga_id = saga
-        if entry.saga_id != saga:
-            return broken(BreakReason.FOREIGN_SAGA, f"entry belongs to saga {entry.saga_id!r}")
-        if expected_seq == 1 and entry.seq == 1 and entry.prev_hash != GENESIS_HASH:
-            return broken(
-                BreakReason.WRONG_GENESIS,
-                f"seq 1 has previous hash {entry.prev_hash[:16]}…, not the genesis hash",
-            )
-        if entry.seq > expected_seq:
-            if any(later.seq == expected_seq for later in stored[position + 1 :]):
-                return broken(
-                    BreakReason.REORDERED,
-                    f"seq {entry.seq} found where seq {expected_seq} was expected "
-                    f"(seq {expected_seq} is stored later)",
-                )
-            return broken(BreakReason.GAP, f"seq {expected_seq} is missing (found {entry.seq})")
-        if entry.seq < expected_seq:
-            return broken(
-                BreakReason.REORDERED,
-                f"seq {entry.seq} found where seq {expected_seq} was expected",
-            )
-        try:
-            recomputed = compute_hash(entry.prev_hash, entry, seq=entry.seq)
-        except SerializationError as exc:
-            return broken(BreakReason.EDITED, f"entry cannot be hashed: {exc}")
-        if recomputed != entry.hash:
-            return broken(BreakReason.EDITED, "content does not match its recorded hash")
-        if entry.prev_hash != prev:
-            return broken(BreakReason.BROKEN_LINK, "previous hash is not the preceding entry's")
+        found = link_break(
+            saga_id=saga,
+            expected_seq=expected_seq,
+            prev_hash=prev,
+            entry_saga_id=entry.saga_id,
+            entry_seq=entry.seq,
+            entry_prev_hash=entry.prev_hash,
+            entry_hash=entry.hash,
+            recompute=lambda e=entry: compute_hash(e.prev_hash, e, seq=e.seq),  # type: ignore[misc]
+            stored_later=lambda seq, p=position: any(  # type: ignore[misc]
+                later.seq == seq for later in stored[p + 1 :]
+            ),
+        )
+        if found is not None:
+            return broken(*found)
         prev = entry.hash
         expected_seq += 1
     return ChainVerdict(ok=True, length=count, head_seq=expected_seq - 1, head_hash=prev)
@@ -235,128 +252,111 @@ def canonical_bytes_of(
 
     For readers that hold an entry's columns (an archive row, a decoded Avro record) and would
     otherwise build a validated :class:`JournalEntry` only to hash it.  ``event_type`` is the
-    type's name as written.  The values are not validated beyond what encoding needs: callers
-    must check the text rules of docs/adr/0002-hash-chain.md themselves (or fall back to the
-    reference path) before trusting a match.
+    type's name as written.  It refuses every input ``tests/vectors/negative-v1.json`` lists,
+    as building the entry would.
 
     Raises:
-        SerializationError: a field is too large for the form.
-        UnicodeEncodeError / AttributeError / struct.error: a value is not text or an int.
+        SerializationError: ``seq`` is not an int from 1, ``recorded_at_us`` not an int, an int
+            does not fit int64, ``saga_id`` or ``event_type`` is empty, a text holds U+0000, or
+            a field is too large for the form.
+        UnicodeEncodeError / AttributeError: a value is not text (a lone surrogate, a number).
     """
-    try:
-        return _canonical_bytes_fast(
-            saga_id,
-            seq,
-            event_type,
-            tool,
-            payload,
-            result,
-            error,
-            actor,
-            recorded_at_us,
-            attributes,
-        )
-    except struct.error:
-        # A length beyond 32 bits, or an int beyond 64: the reference's checks say which.
-        return _canonical_bytes_checked(
-            saga_id,
-            seq,
-            event_type,
-            tool,
-            payload,
-            result,
-            error,
-            actor,
-            recorded_at_us,
-            attributes,
-        )
+    if type(seq) is not int and (not isinstance(seq, int) or isinstance(seq, bool)):
+        raise SerializationError("seq must be an int >= 1")
+    if seq < 1:
+        raise SerializationError("seq must be an int >= 1")
+    if type(recorded_at_us) is not int and (
+        not isinstance(recorded_at_us, int) or isinstance(recorded_at_us, bool)
+    ):
+        raise SerializationError("recorded_at_us must be an int (microseconds)")
+    if not saga_id or not event_type:
+        raise SerializationError("saga_id and event_type must be non-empty text")
+    # The text rule; None formats as "None", which holds no U+0000.
+    if "\x00" in f"{saga_id}{event_type}{tool}{payload}{result}{error}{actor}":
+        raise SerializationError("a text field contains U+0000")
+    items = None
+    if attributes:
+        items = sorted([(k.encode("utf-8"), v.encode("utf-8")) for k, v in attributes.items()])
+        # Every key and value encoded, so each is text: joined, one scan finds a U+0000.
+        if "\x00" in "".join(attributes) or "\x00" in "".join(attributes.values()):
+            raise SerializationError("an attribute contains U+0000")
+    return canonical_layout(
+        saga_id.encode("utf-8"),
+        seq,
+        event_type.encode("utf-8"),
+        None if tool is None else tool.encode("utf-8"),
+        None if payload is None else payload.encode("utf-8"),
+        None if result is None else result.encode("utf-8"),
+        None if error is None else error.encode("utf-8"),
+        None if actor is None else actor.encode("utf-8"),
+        recorded_at_us,
+        items,
+    )
 
 
 _MAGIC_AND_LENGTH = struct.Struct(">4sI").pack  # the magic, then F(saga_id)'s length
+_LIMIT = 0xFFFFFFFF  # F(bytes) needs len < 2^32 - 1: the all-ones length is the null marker
 
 
-def _canonical_bytes_fast(
-    saga_id: str,
+def canonical_layout(
+    saga: bytes,
     seq: int,
-    event_type: str,
-    tool: str | None,
-    payload: str | None,
-    result: str | None,
-    error: str | None,
-    actor: str | None,
+    kind: bytes,
+    tool: bytes | None,
+    payload: bytes | None,
+    result: bytes | None,
+    error: bytes | None,
+    actor: bytes | None,
     recorded_at_us: int,
-    attributes: Mapping[str, str] | None,
+    items: Sequence[tuple[bytes, bytes]] | None,
+    prefix: bytes = b"",
 ) -> bytes:
-    # One expression per field, unrolled: this runs once per event on the archive's paths.
-    saga = saga_id.encode("utf-8")
-    kind = event_type.encode("utf-8")
-    if attributes:
-        items = sorted((k.encode("utf-8"), v.encode("utf-8")) for k, v in attributes.items())
-        pairs = [_U32(len(items))]
-        for key, value in items:
-            pairs += (_U32(len(key)), key, _U32(len(value)), value)
-        mapped = b"".join(pairs)
-    else:
-        mapped = _EMPTY_ATTRIBUTES
-    parts = (
-        _MAGIC_AND_LENGTH(CANONICAL_MAGIC, len(saga)),
-        saga,
-        _INT_FIELD(8, seq),
-        _U32(len(kind)),
-        kind,
-        _NULL if tool is None else _U32(len(data := tool.encode("utf-8"))) + data,
-        _NULL if payload is None else _U32(len(data := payload.encode("utf-8"))) + data,
-        _NULL if result is None else _U32(len(data := result.encode("utf-8"))) + data,
-        _NULL if error is None else _U32(len(data := error.encode("utf-8"))) + data,
-        _NULL if actor is None else _U32(len(data := actor.encode("utf-8"))) + data,
-        _INT_FIELD(8, recorded_at_us),
-        mapped,
-    )
-    out = b"".join(parts)
-    if len(out) >= 0xFFFFFFFF:
-        # A field may be too large: rebuilt with the reference's checks, which refuse it.
-        return _canonical_bytes_checked(
-            saga_id,
-            seq,
-            event_type,
-            tool,
-            payload,
-            result,
-            error,
-            actor,
-            recorded_at_us,
-            attributes,
+    """``prefix || C(entry)`` from the fields' UTF-8 bytes and the attribute pairs sorted by
+    key: the one Python writer of the form (:func:`canonical_bytes`, :func:`canonical_bytes_of`
+    and the journal's encoder, ``schemas._codec``, call it).  ``prefix`` lets a caller hash
+    ``prev || C`` without copying ``C`` again.
+
+    Raises:
+        SerializationError: an int does not fit int64, or a field is too large for the form.
+    """
+    try:
+        mapped = (
+            _U32(len(items)) + b"".join([_U32(len(k)) + k + _U32(len(v)) + v for k, v in items])
+            if items
+            else _EMPTY_ATTRIBUTES
         )
+        out = b"".join(
+            (
+                prefix,
+                _MAGIC_AND_LENGTH(CANONICAL_MAGIC, len(saga)),
+                saga,
+                _INT_FIELD(8, seq),
+                _U32(len(kind)),
+                kind,
+                _NULL if tool is None else _U32(len(tool)) + tool,
+                _NULL if payload is None else _U32(len(payload)) + payload,
+                _NULL if result is None else _U32(len(result)) + result,
+                _NULL if error is None else _U32(len(error)) + error,
+                _NULL if actor is None else _U32(len(actor)) + actor,
+                _INT_FIELD(8, recorded_at_us),
+                mapped,
+            )
+        )
+    except struct.error as exc:
+        for number in (seq, recorded_at_us):
+            if not -(2**63) <= number < 2**63:
+                raise SerializationError(
+                    f"{number} does not fit the canonical form's int64"
+                ) from exc
+        raise SerializationError("field too large for the canonical form") from exc
+    if len(out) >= _LIMIT:
+        # Only so large an output can hold a field of exactly the null marker's length.
+        parts = [saga, kind, tool, payload, result, error, actor]
+        for key, value in items or ():
+            parts += (key, value)
+        if any(part is not None and len(part) >= _LIMIT for part in parts):
+            raise SerializationError("field too large for the canonical form")
     return out
-
-
-def _canonical_bytes_checked(
-    saga_id: str,
-    seq: int,
-    event_type: str,
-    tool: str | None,
-    payload: str | None,
-    result: str | None,
-    error: str | None,
-    actor: str | None,
-    recorded_at_us: int,
-    attributes: Mapping[str, str] | None,
-) -> bytes:
-    return b"".join(
-        (
-            CANONICAL_MAGIC,
-            _text(saga_id),
-            _int(seq),
-            _text(event_type),
-            _text(tool),
-            _text(payload),
-            _text(result),
-            _text(error),
-            _text(actor),
-            _int(recorded_at_us),
-            _attributes(attributes or {}),
-        )
-    )
 
 
 def hash_of(prev_digest: bytes, canonical: bytes) -> str:

@@ -23,7 +23,7 @@ import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from sagacity._events import EntryDraft, JournalEntry, event_type_of
-from sagacity.chain import CANONICAL_MAGIC, link
+from sagacity.chain import canonical_layout, link
 from sagacity.errors import SerializationError
 
 MAGIC = b"\xc3\x01"
@@ -337,14 +337,6 @@ def decode_entry(data: bytes) -> JournalEntry:
 
 
 _U32 = struct.Struct(">I").pack
-_INT_FIELD = struct.Struct(">Iq").pack
-_CANONICAL_NULL = b"\xff\xff\xff\xff"
-_CANONICAL_NO_ATTRIBUTES = _U32(0)
-_FIELD_LIMIT = 0xFFFFFFFF
-
-
-def _canonical_text(data: bytes | None) -> bytes:
-    return _CANONICAL_NULL if data is None else _U32(len(data)) + data
 
 
 def _avro_optional(data: bytes | None) -> bytes:
@@ -450,43 +442,22 @@ def _link_encoded_python(
     if attributes:
         # A draft's attributes are sorted by key (as UTF-8 bytes) when it is made.
         items = [(k.encode("utf-8"), v.encode("utf-8")) for k, v in attributes.items()]
-        canonical_attributes = _U32(len(items)) + b"".join(
-            _U32(len(k)) + k + _U32(len(v)) + v for k, v in items
-        )
         avro_attributes = (
             _long(len(items))
             + b"".join(_avro_bytes(k) + _avro_bytes(v) for k, v in items)
             + _LENGTHS[0]
         )
     else:
-        canonical_attributes = _CANONICAL_NO_ATTRIBUTES
+        items = None
         avro_attributes = _LENGTHS[0]
+    # prev || C(entry), written by the chain's one Python writer (docs/adr/0002-hash-chain.md).
+    hashed = canonical_layout(
+        saga, seq, kind, tool, payload, result, error, actor, recorded, items, prefix=prev
+    )
     try:
-        hashed = b"".join(
-            (
-                prev,
-                CANONICAL_MAGIC,
-                _U32(len(saga)),
-                saga,
-                _INT_FIELD(8, seq),
-                _U32(len(kind)),
-                kind,
-                _canonical_text(tool),
-                _canonical_text(payload),
-                _canonical_text(result),
-                _canonical_text(error),
-                _canonical_text(actor),
-                _INT_FIELD(8, recorded),
-                canonical_attributes,
-            )
-        )
         time_field = _long(recorded)
     except (struct.error, OverflowError) as exc:
         raise SerializationError(f"entry does not fit the journal schema: {exc}") from exc
-    if len(hashed) >= _FIELD_LIMIT and any(
-        len(part) >= _FIELD_LIMIT for part in (saga, tool, payload, result, error, actor) if part
-    ):
-        raise SerializationError("field too large for the canonical form")
     digest = hashlib.sha256(hashed).hexdigest()
     entry = JournalEntry._linked(draft, seq=seq, prev_hash=prev_hash, hash=digest)
     value = b"".join(

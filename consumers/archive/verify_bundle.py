@@ -151,22 +151,31 @@ def _field(value: bytes | None) -> bytes:
     return struct.pack(">I", len(value)) + value
 
 
-def _text(value: Any) -> bytes:
-    if value is None:
+def _text(value: Any, *, name: bool = False) -> bytes:
+    # The text rules: Unicode scalar values (encode refuses a lone surrogate), no U+0000; a
+    # name (saga id, event type) is not null and not empty.
+    if value is None and not name:
         return _field(None)
     if not isinstance(value, str):
         raise ValueError(f"expected text, got {type(value).__name__}")
+    if "\x00" in value:
+        raise ValueError("text must not contain U+0000")
+    if name and not value:
+        raise ValueError("a saga id or event type must not be empty")
     return _field(value.encode("utf-8"))
 
 
-def _int(value: Any) -> bytes:
+def _int(value: Any, *, low: int = -(2**63)) -> bytes:
     if not isinstance(value, int) or isinstance(value, bool):
         raise ValueError("expected an integer")
+    if not low <= value < 2**63:
+        raise ValueError(f"{value} is out of range")
     return _field(struct.pack(">q", value))
 
 
 def canonical(event: dict[str, Any]) -> bytes:
-    """``C(entry)``: magic ``SGC1`` then length-prefixed fields and the sorted attribute map."""
+    """``C(entry)``: magic ``SGC1`` then length-prefixed fields and the sorted attribute map;
+    ``ValueError`` for an event that breaks a rule of the form (tests/vectors/negative-v1.json)."""
     attributes = event.get("attributes") or {}
     if not isinstance(attributes, dict):
         raise ValueError("attributes must be an object")
@@ -174,13 +183,15 @@ def canonical(event: dict[str, Any]) -> bytes:
     for key, value in attributes.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise ValueError("attribute keys and values must be text")
+        if "\x00" in key or "\x00" in value:
+            raise ValueError("text must not contain U+0000")
         items.append((key.encode("utf-8"), value.encode("utf-8")))
     items.sort()
     out = [
         b"SGC1",
-        _text(event["saga_id"]),
-        _int(event["seq"]),
-        _text(event["event_type"]),
+        _text(event["saga_id"], name=True),
+        _int(event["seq"], low=1),
+        _text(event["event_type"], name=True),
         _text(event.get("tool")),
         _text(event.get("payload")),
         _text(event.get("result")),
@@ -524,6 +535,49 @@ class VerificationError(Exception):
         self.seq, self.reason, self.detail = seq, reason, detail
 
 
+def check_link(
+    saga_id: str,
+    expected: int,
+    prev: str,
+    event: dict[str, Any],
+    later: list[Any],
+    position: int,
+) -> None:
+    """Raise unless ``event`` continues the chain walked so far (``expected`` the seq due next,
+    ``prev`` the last verified hash); ``later[position + 1:]`` are the seqs stored after it (a
+    swap, not a gap).  A copy of ``sagacity.chain.link_break`` (this file imports nothing of
+    the product); the product's conformance suite runs both over the same vectors."""
+    seq = event.get("seq")
+    if event.get("saga_id") != saga_id:
+        raise VerificationError(
+            expected, "foreign_saga", f"entry belongs to saga {event.get('saga_id')!r}"
+        )
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        raise VerificationError(expected, "edited", "seq is not an integer")
+    if expected == 1 and seq == 1 and event.get("prev_hash") != GENESIS_HASH:
+        raise VerificationError(1, "wrong_genesis", "seq 1 does not start at the genesis hash")
+    if seq > expected:
+        if expected in later[position + 1 :]:
+            raise VerificationError(
+                expected, "reordered", f"seq {expected} is stored after seq {seq}"
+            )
+        raise VerificationError(expected, "gap", f"seq {expected} is missing (found {seq})")
+    if seq < expected:
+        raise VerificationError(
+            expected, "reordered", f"seq {seq} found where {expected} was expected"
+        )
+    try:
+        recomputed = entry_hash(event)
+    except (KeyError, ValueError, TypeError, struct.error) as exc:
+        raise VerificationError(expected, "edited", f"entry cannot be hashed: {exc}") from exc
+    if recomputed != event.get("hash"):
+        raise VerificationError(expected, "edited", "content does not match its recorded hash")
+    if event.get("prev_hash") != prev:
+        raise VerificationError(
+            expected, "broken_link", "previous hash is not the preceding entry's"
+        )
+
+
 def verify_chain(
     saga_id: str, events: list[dict[str, Any]], after_seq: int, after_hash: str
 ) -> tuple[int, str]:
@@ -531,35 +585,7 @@ def verify_chain(
     expected, prev = after_seq + 1, after_hash
     seqs = [e.get("seq") for e in events]
     for position, event in enumerate(events):
-        seq = event.get("seq")
-        if event.get("saga_id") != saga_id:
-            raise VerificationError(
-                expected, "foreign_saga", f"entry belongs to {event.get('saga_id')!r}"
-            )
-        if not isinstance(seq, int):
-            raise VerificationError(expected, "edited", "seq is not an integer")
-        if expected == 1 and seq == 1 and event.get("prev_hash") != GENESIS_HASH:
-            raise VerificationError(1, "wrong_genesis", "seq 1 does not start at the genesis hash")
-        if seq > expected:
-            if expected in seqs[position + 1 :]:
-                raise VerificationError(
-                    expected, "reordered", f"seq {expected} is stored after seq {seq}"
-                )
-            raise VerificationError(expected, "gap", f"seq {expected} is missing (found {seq})")
-        if seq < expected:
-            raise VerificationError(
-                expected, "reordered", f"seq {seq} found where {expected} was expected"
-            )
-        try:
-            recomputed = entry_hash(event)
-        except (KeyError, ValueError) as exc:
-            raise VerificationError(expected, "edited", f"entry cannot be hashed: {exc}") from exc
-        if recomputed != event.get("hash"):
-            raise VerificationError(expected, "edited", "content does not match its recorded hash")
-        if event.get("prev_hash") != prev:
-            raise VerificationError(
-                expected, "broken_link", "previous hash is not the preceding entry's"
-            )
+        check_link(saga_id, expected, prev, event, seqs, position)
         prev = event["hash"]
         expected += 1
     return expected - 1, prev

@@ -11,7 +11,7 @@
 //! (`sagacity.consumers.archive._ingest`).
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString};
+use pyo3::types::{PyBool, PyBytes, PyString};
 use sha2::{Digest, Sha256};
 
 mod ingest;
@@ -80,7 +80,8 @@ fn text<'a>(value: &'a Option<Bound<'_, PyString>>) -> PyResult<Option<&'a [u8]>
 /// `header`: the Avro single-object marker, schema fingerprint and the `schema_version` field;
 /// `prev`: the previous hash's 32 bytes and `prev_hash` its text as given; `attributes`: the
 /// draft's mapping, already sorted by key.  Returns `(hash as lowercase hex, message value)`,
-/// or `None` when a field does not fit the canonical form (the caller's Python path raises).
+/// or `None` when a field does not fit the canonical form or breaks a text rule, or `seq` is
+/// below 1 (the caller's Python path raises).
 #[pyfunction]
 #[pyo3(signature = (header, prev, prev_hash, seq, saga, kind, tool, payload, result, error, actor, recorded_at_us, attributes))]
 #[allow(clippy::too_many_arguments)]
@@ -89,7 +90,7 @@ fn link_encode<'py>(
     header: &[u8],
     prev: &[u8],
     prev_hash: Bound<'py, PyString>,
-    seq: i64,
+    seq: Bound<'py, PyAny>,
     saga: Bound<'py, PyString>,
     kind: Bound<'py, PyString>,
     tool: Option<Bound<'py, PyString>>,
@@ -100,6 +101,10 @@ fn link_encode<'py>(
     recorded_at_us: i64,
     attributes: Bound<'py, PyAny>,
 ) -> PyResult<Option<(Bound<'py, PyString>, Bound<'py, PyBytes>)>> {
+    if seq.is_instance_of::<PyBool>() {
+        return Ok(None); // an int to Python, not a seq
+    }
+    let seq: i64 = seq.extract()?;
     let saga = saga.to_str()?.as_bytes();
     let kind = kind.to_str()?.as_bytes();
     let texts = [
@@ -119,7 +124,18 @@ fn link_encode<'py>(
     for (k, v) in &items {
         pairs.push((k.to_str()?.as_bytes(), v.to_str()?.as_bytes()));
     }
-    let all_fit = fits(saga)
+    // The text rules and the seq's range (docs/adr/0002-hash-chain.md): what the Python path
+    // refuses is handed back to it, never hashed here (tests/vectors/negative-v1.json).
+    let no_nul = |d: &[u8]| !d.contains(&0);
+    let valid = seq >= 1
+        && !saga.is_empty()
+        && !kind.is_empty()
+        && no_nul(saga)
+        && no_nul(kind)
+        && texts.iter().all(|t| t.map_or(true, no_nul))
+        && pairs.iter().all(|(k, v)| no_nul(k) && no_nul(v));
+    let all_fit = valid
+        && fits(saga)
         && fits(kind)
         && texts.iter().all(|t| t.map_or(true, fits))
         && pairs.iter().all(|(k, v)| fits(k) && fits(v))

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sagacity._events import GENESIS_HASH, EntryDraft, EventType, UnknownEventType
-from sagacity.chain import canonical_bytes_of, hash_of, link
+from sagacity.chain import canonical_layout, hash_of, link
 from sagacity.consumers.archive import BatchArchiver, QuarantineReason, RawEvent
 from sagacity.consumers.archive._ingest import (
     _avro_record_decoder,
@@ -99,9 +99,15 @@ def raw_record(**changes: Any) -> bytes:
     record = {**entry_record(good), **changes}
     if "hash" not in changes and "prev_hash" not in changes:
         # Hashed over the changed fields: only the entry rules, not the hash, can refuse it.
-        canonical = canonical_bytes_of(
-            *(record[k] for k in ("saga_id", "seq", "event_type", "tool", "payload")),
-            *(record[k] for k in ("result", "error", "actor", "recorded_at_us", "attributes")),
+        # The form's layout without its checks (canonical_bytes_of refuses these records).
+        text = ("tool", "payload", "result", "error", "actor")
+        canonical = canonical_layout(
+            record["saga_id"].encode(),
+            record["seq"],
+            record["event_type"].encode(),
+            *(None if record[k] is None else record[k].encode() for k in text),
+            record["recorded_at_us"],
+            sorted((k.encode(), v.encode()) for k, v in (record["attributes"] or {}).items()),
         )
         record["hash"] = hash_of(bytes.fromhex(record["prev_hash"]), canonical)
     buf = io.BytesIO()

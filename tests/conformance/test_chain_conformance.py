@@ -1,0 +1,660 @@
+"""The evidence format in one place: every writer of the canonical form and every walker of a
+chain, run over every vector of ``tests/vectors/`` (docs/adr/0002-hash-chain.md).
+
+Writers must reproduce each entry of ``chain-v1.json`` byte for byte and refuse each entry of
+``negative-v1.json``; walkers must give the verdict of ``verdicts-v1.json`` (reason and seq)
+and accept no chain holding a negative entry.  The standalone bundle verifier runs in-process
+and as the auditor runs it: ``python -I verify_bundle.py`` on bundles built from the vectors.
+
+The registries below are checked against the code: a function that writes the form's magic or
+names a chain break, anywhere in the product, fails this module until it is registered here
+(and so run over the vectors).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sagacity import GENESIS_HASH, BreakReason, EntryDraft, JournalEntry, verify
+from sagacity._events import event_type_of
+from sagacity.chain import canonical_bytes, canonical_bytes_of, compute_hash, hash_of, link
+from sagacity.consumers.archive import _audit, _fastverify, verify_bundle
+from sagacity.consumers.archive._rows import entry_of_row
+from sagacity.errors import SerializationError
+from sagacity.schemas import _codec
+
+ROOT = Path(__file__).resolve().parents[2]
+VECTORS = ROOT / "tests" / "vectors"
+CHAINS = json.loads((VECTORS / "chain-v1.json").read_text(encoding="utf-8"))
+VERDICTS = json.loads((VECTORS / "verdicts-v1.json").read_text(encoding="utf-8"))
+NEGATIVE = json.loads((VECTORS / "negative-v1.json").read_text(encoding="utf-8"))
+
+VECTOR_ENTRIES = [e for chain in CHAINS["chains"] for e in chain["entries"]]
+NEGATIVE_CASES = {case["name"]: case for case in NEGATIVE["cases"]}
+VERDICT_CASES = {case["name"]: case for case in VERDICTS["cases"]}
+
+try:
+    import sagacity_native
+except ImportError:  # pragma: no cover - where cargo is, the test below fails instead
+    sagacity_native = None  # type: ignore[assignment]
+
+NATIVE_WANTED = os.environ.get("SAGACITY_NATIVE", "1") != "0"
+NATIVE = sagacity_native is not None and NATIVE_WANTED
+
+
+def test_the_native_writer_is_run_where_cargo_is() -> None:
+    """Where cargo is (and ``SAGACITY_NATIVE`` is not 0) the compiled writer and walker must be
+    importable: this module never checks only the Python ones by accident."""
+    cargo = shutil.which("cargo") or (Path.home() / ".cargo" / "bin" / "cargo").exists()
+    if NATIVE_WANTED and cargo:
+        assert NATIVE, "cargo is here but sagacity-native is not installed"
+        assert _codec.NATIVE
+        assert _fastverify.NATIVE
+
+
+# --- writers -------------------------------------------------------------------------------------
+
+
+class RefusedError(Exception):
+    """A writer refused its input, in the way its contract says it refuses."""
+
+
+def _draft(e: dict[str, Any]) -> EntryDraft:
+    return EntryDraft(
+        saga_id=e["saga_id"],
+        event_type=event_type_of(e["event_type"]),
+        tool=e["tool"],
+        payload=e["payload"],
+        result=e["result"],
+        error=e["error"],
+        actor=e["actor"],
+        attributes=e["attributes"] or {},
+        recorded_at_us=e["recorded_at_us"],
+    )
+
+
+def _prev_digest(prev_hash: Any) -> bytes:
+    # For the writers that take the previous hash as its 32 raw bytes: not hex is refused here.
+    try:
+        return bytes.fromhex(prev_hash)
+    except (ValueError, TypeError) as exc:
+        raise RefusedError(str(exc)) from exc
+
+
+def write_reference(e: dict[str, Any]) -> tuple[bytes | None, str]:
+    """``canonical_bytes`` / ``compute_hash`` of the entry ``JournalEntry.from_dict`` makes."""
+    try:
+        entry = JournalEntry.from_dict(e)
+        return canonical_bytes(entry, seq=entry.seq), compute_hash(
+            entry.prev_hash, entry, seq=entry.seq
+        )
+    except SerializationError as exc:
+        raise RefusedError(exc.message) from exc
+
+
+def write_fields(e: dict[str, Any]) -> tuple[bytes | None, str]:
+    """``canonical_bytes_of`` (the Python writer from field values) then ``hash_of``."""
+    try:
+        canonical = canonical_bytes_of(
+            e["saga_id"],
+            e["seq"],
+            e["event_type"],
+            e["tool"],
+            e["payload"],
+            e["result"],
+            e["error"],
+            e["actor"],
+            e["recorded_at_us"],
+            e["attributes"],
+        )
+        return canonical, hash_of(_prev_digest(e["prev_hash"]), canonical)
+    except SerializationError as exc:
+        raise RefusedError(exc.message) from exc
+    except (UnicodeEncodeError, AttributeError) as exc:  # its documented "not text"
+        raise RefusedError(str(exc)) from exc
+
+
+def write_link(e: dict[str, Any]) -> tuple[bytes | None, str]:
+    """``chain.link`` of the draft (what the in-memory journal appends)."""
+    try:
+        return None, link(_draft(e), seq=e["seq"], prev_hash=e["prev_hash"]).hash
+    except SerializationError as exc:
+        raise RefusedError(exc.message) from exc
+
+
+def _link_encoded(e: dict[str, Any], native: Any) -> tuple[bytes | None, str]:
+    saved = _codec._native_link_encode
+    _codec._native_link_encode = native
+    try:
+        entry, value = _codec.link_encoded(_draft(e), seq=e["seq"], prev_hash=e["prev_hash"])
+    except SerializationError as exc:
+        raise RefusedError(exc.message) from exc
+    finally:
+        _codec._native_link_encode = saved
+    # The Avro value carries the same entry (docs/adr/0003-wire-format.md).
+    assert _codec.decode_entry(value) == entry
+    return None, entry.hash
+
+
+def write_codec_python(e: dict[str, Any]) -> tuple[bytes | None, str]:
+    """``schemas.link_encoded`` on its Python path (the journal's hot path without cargo)."""
+    return _link_encoded(e, None)
+
+
+def write_codec_native(e: dict[str, Any]) -> tuple[bytes | None, str]:
+    """``schemas.link_encoded`` on its compiled path."""
+    return _link_encoded(e, sagacity_native.link_encode)
+
+
+def write_native(e: dict[str, Any]) -> tuple[bytes | None, str]:
+    """``sagacity_native.link_encode`` called directly: ``None`` (or a Python error) refuses."""
+    attributes = e["attributes"]
+    if isinstance(attributes, dict):
+        # The caller hands over a draft's mapping, sorted by key.
+        attributes = dict(sorted(attributes.items(), key=lambda kv: str(kv[0])))
+    prev = _prev_digest(e["prev_hash"])
+    try:
+        out = sagacity_native.link_encode(
+            b"",
+            prev,
+            e["prev_hash"],
+            e["seq"],
+            e["saga_id"],
+            e["event_type"],
+            e["tool"],
+            e["payload"],
+            e["result"],
+            e["error"],
+            e["actor"],
+            e["recorded_at_us"],
+            attributes,
+        )
+    except (AttributeError, OverflowError, TypeError, ValueError) as exc:
+        raise RefusedError(str(exc)) from exc
+    if out is None:
+        raise RefusedError("the compiled writer hands the entry back")
+    return None, out[0]
+
+
+def write_standalone(e: dict[str, Any]) -> tuple[bytes | None, str]:
+    """``verify_bundle.canonical`` / ``entry_hash``: the auditors' copy (standard library)."""
+    try:
+        return verify_bundle.canonical(e), verify_bundle.entry_hash(e)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RefusedError(str(exc)) from exc
+
+
+WRITERS: dict[str, Callable[[dict[str, Any]], tuple[bytes | None, str]]] = {
+    "reference": write_reference,
+    "fields": write_fields,
+    "link": write_link,
+    "codec-python": write_codec_python,
+    "codec-native": write_codec_native,
+    "native": write_native,
+    "standalone": write_standalone,
+}
+NATIVE_WRITERS = {"codec-native", "native"}
+
+WRITER_FUNCTIONS = {
+    # Every function of the product that writes the form's magic, and the writer (or walker,
+    # below) of this module that runs it over the vectors.
+    # The one Python writer: canonical_bytes, canonical_bytes_of and the journal's encoder
+    # (schemas._codec) all call it.
+    "sagacity/chain.py:canonical_layout": "fields",
+    "consumers/archive/verify_bundle.py:canonical": "standalone",
+    "consumers/archive/_fastverify.py:_Saga.check": "walker:fastverify-python",
+    "native/src/lib.rs": "native",
+    "native/src/verify.rs": "walker:fastverify-native",
+}
+
+
+def _native_or_skip(name: str) -> None:
+    if name in NATIVE_WRITERS and not NATIVE:
+        # test_the_native_writer_is_run_where_cargo_is fails where the module should be.
+        pytest.skip("the compiled module is off (SAGACITY_NATIVE=0) or not built here")
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_every_writer_reproduces_every_vector(writer: str) -> None:
+    _native_or_skip(writer)
+    for e in VECTOR_ENTRIES:
+        canonical, digest = WRITERS[writer](e)
+        if canonical is not None:
+            assert canonical.hex() == e["canonical_hex"], (writer, e["saga_id"], e["seq"])
+        assert digest == e["hash"], (writer, e["saga_id"], e["seq"])
+
+
+@pytest.mark.parametrize("case", sorted(NEGATIVE_CASES))
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_every_writer_refuses_every_negative_vector(writer: str, case: str) -> None:
+    _native_or_skip(writer)
+    entry = NEGATIVE_CASES[case]["entry"]
+    with pytest.raises(RefusedError):
+        WRITERS[writer](entry)
+
+
+def test_the_negative_vectors_name_their_reasons() -> None:
+    reasons = set(NEGATIVE["reasons"])
+    assert {case["reason"] for case in NEGATIVE["cases"]} == reasons
+    # A writer that checks nothing would chain most of them: the vectors hold that hash.
+    assert sum(case["entry"]["hash"] is not None for case in NEGATIVE["cases"]) >= 18
+
+
+def _magic_users() -> set[str]:
+    """``file:function`` for every Python function of the product that uses the canonical
+    form's magic (``b"SGC1"`` or ``CANONICAL_MAGIC``), and every Rust file that does."""
+    found: set[str] = set()
+    for top in ("sagacity", "producer", "consumers", "schemas"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            if any(p.is_symlink() for p in [path, *path.parents] if ROOT in p.parents):
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            rel = path.relative_to(ROOT).as_posix()
+            for scope, function in _functions(tree):
+                if _uses_magic(function):
+                    found.add(f"{rel}:{scope}")
+    for path in sorted((ROOT / "native" / "src").rglob("*.rs")):
+        text = path.read_text(encoding="utf-8")
+        if re.search(r'b"SGC1"', text):
+            found.add(path.relative_to(ROOT).as_posix())
+    return found
+
+
+def _functions(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, ast.AST]]:
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.ClassDef):
+            yield from _functions(node, f"{prefix}{node.name}.")
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield f"{prefix}{node.name}", node
+
+
+def _uses_magic(function: ast.AST) -> bool:
+    for node in ast.walk(function):
+        if isinstance(node, ast.Constant) and node.value == b"SGC1":
+            return True
+        if isinstance(node, ast.Name) and node.id == "CANONICAL_MAGIC":
+            return True
+    return False
+
+
+def test_every_writer_of_the_form_is_registered() -> None:
+    """A new writer fails here until it is registered (and so run over every vector)."""
+    assert _magic_users() == set(WRITER_FUNCTIONS)
+    for runner in WRITER_FUNCTIONS.values():
+        assert runner in WRITERS or runner.removeprefix("walker:") in WALKERS
+
+
+# --- walkers -------------------------------------------------------------------------------------
+
+
+Verdict = dict[str, Any]
+"""``{"ok": bool}`` plus, when a walker says why, ``reason`` and ``bad_seq``; ``refused`` when
+the walker will not read the chain at all (a row that is not an entry)."""
+
+
+def _rows_of(events: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    return [
+        [
+            e["saga_id"],
+            e["seq"],
+            e["event_type"],
+            e["tool"],
+            e["payload"],
+            e["result"],
+            e["error"],
+            e["actor"],
+            json.dumps(e["attributes"] or {}),
+            e["recorded_at_us"],
+            e["prev_hash"],
+            e["hash"],
+        ]
+        for e in events
+    ]
+
+
+_ROW_NAMES = (
+    *("saga_id", "seq", "event_type", "tool", "payload", "result", "error", "actor"),
+    *("attributes", "recorded_at_us", "prev_hash", "hash"),
+)
+
+
+def _event_of_row(row: Sequence[Any]) -> dict[str, Any]:
+    event = dict(zip(_ROW_NAMES, row, strict=True))
+    event["attributes"] = json.loads(row[8])
+    return event
+
+
+def _chain_verdict(ok: bool, reason: Any = None, bad_seq: Any = None) -> Verdict:
+    if ok:
+        return {"ok": True}
+    return {"ok": False, "reason": None if reason is None else str(reason), "bad_seq": bad_seq}
+
+
+def walk_reference(rows: list[list[Any]], saga_id: str, anchor: tuple[int, str]) -> Verdict:
+    """``sagacity.chain.verify`` on the entries the rows hold."""
+    try:
+        entries = [entry_of_row(r) for r in rows]
+    except SerializationError:
+        return {"ok": False, "refused": True}
+    v = verify(entries, saga_id=saga_id, after_seq=anchor[0], after_hash=anchor[1])
+    return _chain_verdict(v.ok, v.reason and v.reason.value, v.bad_seq)
+
+
+def walk_audit(rows: list[list[Any]], saga_id: str, anchor: tuple[int, str]) -> Verdict:
+    """The archive audit's per-saga judgement (``_audit.judge``; no checkpoints), after its
+    fast path over the columns (``_verified_head``), which must never pass a chain the
+    reference does not."""
+    head = _audit._verified_head(rows, after_seq=anchor[0], after_hash=anchor[1])
+    try:
+        entries = [entry_of_row(r) for r in rows]
+    except SerializationError:
+        assert head is None, "the audit's fast path passed rows that are not entries"
+        return {"ok": False, "refused": True}
+    audit = _audit.judge(
+        saga_id,
+        entries,
+        anchor=anchor if anchor[0] else None,
+        recorded_head=None,
+        keys={},
+    )
+    if head is not None:
+        assert (head[0], head[1]) == (audit.head_seq, audit.head_hash)
+    if audit.reason is _audit.AuditReason.BEYOND_HEAD or audit.ok:
+        # The chain verified; no head is recorded here, so rows past "none" are expected.
+        return {"ok": True}
+    return _chain_verdict(False, audit.reason and audit.reason.value, audit.bad_seq)
+
+
+def _copy_binary(rows: list[list[Any]]) -> bytes:
+    out = [b"PGCOPY\n\xff\r\n\x00", struct.pack(">ii", 0, 0)]
+    for row in rows:
+        out.append(struct.pack(">h", len(row)))
+        for column, value in enumerate(row):
+            if value is None:
+                out.append(struct.pack(">i", -1))
+            elif column in (1, 9):
+                out.append(struct.pack(">iq", 8, value))
+            else:
+                data = value.encode("utf-8")
+                out.append(struct.pack(">i", len(data)) + data)
+    out.append(struct.pack(">h", -1))
+    return b"".join(out)
+
+
+def _walk_fast(rows: list[list[Any]], saga_id: str, anchor: tuple[int, str], *, native: bool):
+    verifier = _fastverify.chain_verifier(
+        saga_id=saga_id, anchors={saga_id: anchor} if anchor[0] else None, native=native
+    )
+    try:
+        verdicts = verifier.feed(_copy_binary(rows)) + verifier.finish()
+    except ValueError:
+        return {"ok": False, "refused": True}  # not the archive's rows: refused whole
+    assert [v.saga_id for v in verdicts] == [saga_id]
+    v = verdicts[0]
+    if v.refer:
+        return {"ok": False, "refused": True}
+    return _chain_verdict(v.ok, v.reason and v.reason.value, v.bad_seq)
+
+
+def walk_fast_python(rows: list[list[Any]], saga_id: str, anchor: tuple[int, str]) -> Verdict:
+    """The archive's bulk verifier, Python twin, over a binary ``COPY`` of the rows."""
+    return _walk_fast(rows, saga_id, anchor, native=False)
+
+
+def walk_fast_native(rows: list[list[Any]], saga_id: str, anchor: tuple[int, str]) -> Verdict:
+    """The archive's bulk verifier, compiled."""
+    return _walk_fast(rows, saga_id, anchor, native=True)
+
+
+def walk_standalone(rows: list[list[Any]], saga_id: str, anchor: tuple[int, str]) -> Verdict:
+    """``verify_bundle.verify_chain`` in-process, on the events a bundle would hold."""
+    events = [_event_of_row(r) for r in rows]
+    try:
+        verify_bundle.verify_chain(saga_id, events, anchor[0], anchor[1])
+    except verify_bundle.VerificationError as failure:
+        return _chain_verdict(False, failure.reason, failure.seq)
+    return {"ok": True}
+
+
+WALKERS: dict[str, Callable[[list[list[Any]], str, tuple[int, str]], Verdict]] = {
+    "reference": walk_reference,
+    "audit": walk_audit,
+    "fastverify-python": walk_fast_python,
+    "fastverify-native": walk_fast_native,
+    "standalone": walk_standalone,
+}
+NATIVE_WALKERS = {"fastverify-native"}
+
+BREAK_NAMERS = {
+    # Every function of the product that names a chain break ("broken_link"), and the walker
+    # of this module that runs it (or why none needs to).
+    "sagacity/chain.py:link_break": "reference",
+    "consumers/archive/_fastverify.py:_Saga.check": "fastverify-python",
+    "consumers/archive/verify_bundle.py:check_link": "standalone",
+    "native/src/verify.rs": "fastverify-native",
+}
+BREAK_NAMERS_ELSEWHERE = {
+    # Walkers whose input is not a stored chain, run by their own suites on a real stack.
+    "consumers/archive/_ingest.py:BatchArchiver._classify": (
+        "ingest: one event against the archived head, in a transaction"
+        " (tests/archive/test_archive_ingest*)"
+    ),
+    "consumers/archive/_watch.py:_record_new": (
+        "the round log's links (prev_root), not a saga's chain (tests/archive/test_round_log*)"
+    ),
+}
+
+
+def _segments(case: dict[str, Any]) -> list[tuple[str, list[list[Any]]]]:
+    """The case's rows as each saga's walk: all of them for one saga when the case names it,
+    else each run of one saga's rows in stream order."""
+    if case["saga_id"] is not None:
+        return [(case["saga_id"], case["rows"])]
+    out: list[tuple[str, list[list[Any]]]] = []
+    for row in case["rows"]:
+        if out and out[-1][0] == row[0]:
+            out[-1][1].append(row)
+        else:
+            out.append((row[0], [row]))
+    return out
+
+
+def _expected(verdict: dict[str, Any]) -> Verdict:
+    if verdict["refer"]:
+        return {"ok": False, "refused": True}
+    return _chain_verdict(verdict["ok"], verdict["reason"], verdict["bad_seq"])
+
+
+def _agrees(got: Verdict, expected: Verdict) -> bool:
+    if expected.get("refused"):
+        # A row that is not an entry: a walker refuses to read it, or fails the chain there or
+        # before; it never passes the chain.
+        return not got["ok"]
+    return got == expected
+
+
+@pytest.mark.parametrize("case", sorted(VERDICT_CASES))
+@pytest.mark.parametrize("walker", sorted(WALKERS))
+def test_every_walker_gives_every_verdict(walker: str, case: str) -> None:
+    if walker in NATIVE_WALKERS and not NATIVE:
+        pytest.skip("the compiled module is off (SAGACITY_NATIVE=0) or not built here")
+    spec = VERDICT_CASES[case]
+    segments = _segments(spec) or [(spec["saga_id"], [])]
+    assert len(segments) == len(spec["verdicts"])
+    for (saga_id, rows), verdict in zip(segments, spec["verdicts"], strict=True):
+        assert verdict["saga_id"] == saga_id
+        seq, anchor_hash = spec["anchors"].get(saga_id, (0, GENESIS_HASH))
+        got = WALKERS[walker](rows, saga_id, (seq, anchor_hash))
+        assert _agrees(got, _expected(verdict)), (walker, saga_id, got, verdict)
+
+
+def _negative_chain(case: dict[str, Any]) -> list[dict[str, Any]]:
+    """Seq 1 of a valid chain, then the negative entry placed at seq 2 with the hash a writer
+    that checks nothing computes: only the rule the entry breaks makes the chain invalid."""
+    first = {**NEGATIVE_CASES["nul_in_saga_id"]["entry"]}
+    first.update(saga_id="neg-1", event_type="SAGA_OPENED", tool=None, payload=None)
+    first["hash"] = verify_bundle.entry_hash(first)
+    return [first, case["entry"]]
+
+
+@pytest.mark.parametrize("case", sorted(NEGATIVE_CASES))
+@pytest.mark.parametrize("walker", sorted(WALKERS))
+def test_no_walker_passes_a_chain_holding_a_negative_entry(walker: str, case: str) -> None:
+    if walker in NATIVE_WALKERS and not NATIVE:
+        pytest.skip("the compiled module is off (SAGACITY_NATIVE=0) or not built here")
+    spec = NEGATIVE_CASES[case]
+    entry = spec["entry"]
+    chains = [[entry]]
+    if entry["hash"] is not None and entry["seq"] == 1 and entry["prev_hash"] == GENESIS_HASH:
+        chains.append(_negative_chain(spec))
+    for chain in chains:
+        if walker != "standalone" and not _row_representable(chain):
+            continue  # the archive's columns cannot hold it (a row is text and int64)
+        got = WALKERS[walker](_rows_of(chain), "neg-1", (0, GENESIS_HASH))
+        assert not got["ok"], (walker, case, got)
+        if "reason" in got:
+            assert got["reason"] in set(BreakReason), got
+
+
+def _row_representable(chain: list[dict[str, Any]]) -> bool:
+    for e in chain:
+        for name in ("saga_id", "event_type", "tool", "payload", "result", "error", "actor"):
+            value = e[name]
+            if value is not None and not isinstance(value, str):
+                return False
+            if isinstance(value, str):
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError:
+                    return False
+        for name in ("seq", "recorded_at_us"):
+            value = e[name]
+            if type(value) is not int or not -(2**63) <= value < 2**63:
+                return False
+        if not isinstance(e["attributes"], dict | None) or not isinstance(e["hash"], str):
+            return False
+    return True
+
+
+def test_every_break_namer_is_registered() -> None:
+    """Every function naming a chain break is one of the walkers run here."""
+    found: set[str] = set()
+    for top in ("sagacity", "producer", "consumers", "schemas"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            if any(p.is_symlink() for p in [path, *path.parents] if ROOT in p.parents):
+                continue
+            rel = path.relative_to(ROOT).as_posix()
+            for scope, function in _functions(ast.parse(path.read_text(encoding="utf-8"))):
+                if any(
+                    (isinstance(n, ast.Constant) and n.value == "broken_link")
+                    or (isinstance(n, ast.Attribute) and n.attr == "BROKEN_LINK")
+                    for n in ast.walk(function)
+                ):
+                    found.add(f"{rel}:{scope}")
+    for path in sorted((ROOT / "native" / "src").rglob("*.rs")):
+        if '"broken_link"' in path.read_text(encoding="utf-8"):
+            found.add(path.relative_to(ROOT).as_posix())
+    assert found == set(BREAK_NAMERS) | set(BREAK_NAMERS_ELSEWHERE)
+    assert set(BREAK_NAMERS.values()) <= set(WALKERS)
+
+
+def test_one_set_of_reason_codes() -> None:
+    """The chain-break names of every walker and report are the core's :class:`BreakReason`."""
+    breaks = {r.value for r in BreakReason}
+    assert breaks <= {r.value for r in _audit.AuditReason}
+    from sagacity.consumers.archive._ingest import QuarantineReason
+
+    # Ingest refuses one event at a time: its chain findings are the core's names.
+    assert breaks - {"foreign_saga", "reordered"} <= {r.value for r in QuarantineReason}
+    standalone = set(re.findall(r'"([a-z_]+)"', Path(verify_bundle.__file__).read_text()))
+    assert breaks <= standalone
+
+
+# --- the standalone verifier as auditors run it ------------------------------------------------
+
+
+def _bundle(directory: Path, saga_id: str, rows: list[list[Any]]) -> Path:
+    """A bundle (format 3, no checkpoints) holding ``rows`` as its events."""
+    directory.mkdir(parents=True)
+    events = [_event_of_row(r) for r in rows]
+    data = "".join(json.dumps(e, sort_keys=True) + "\n" for e in events).encode("utf-8")
+    (directory / "events.jsonl").write_bytes(data)
+    head_seq, head_hash = (rows[-1][1], rows[-1][11]) if rows else (0, GENESIS_HASH)
+    manifest = {
+        "format": "sagacity-audit-bundle/3",
+        "saga_id": saga_id,
+        "events": len(events),
+        "events_sha256": hashlib.sha256(data).hexdigest(),
+        "head_seq": head_seq,
+        "head_hash": head_hash,
+        "anchor": None,
+        "canonical_form": "SGC1",
+        "checkpoint_form": "SGCR2",
+        "checkpoints": [],
+        "unsigned": ["exported_at", "public_keys", "archive_verdict"],
+    }
+    (directory / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    shutil.copy(verify_bundle.__file__, directory / "verify_bundle.py")
+    return directory
+
+
+def run_standalone(directory: Path) -> Verdict:
+    """``python -I verify_bundle.py DIR --allow-unsigned`` (the chain alone is judged)."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            str(directory / "verify_bundle.py"),
+            str(directory),
+            "--allow-unsigned",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=directory,
+    )
+    if proc.returncode == 0:
+        return {"ok": True}
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    found = re.match(r"FAILED: ([a-z_]+) at seq (\S+): ", proc.stdout)
+    assert found is not None, proc.stdout
+    bad_seq = None if found.group(2) == "None" else int(found.group(2))
+    return _chain_verdict(False, found.group(1), bad_seq)
+
+
+def test_the_standalone_verifier_run_as_auditors_run_it(tmp_path: Path) -> None:
+    """Every verdict vector (without a retention anchor, which needs a signed record) and every
+    negative entry, as bundles checked by ``python -I verify_bundle.py``."""
+    count = 0
+    for name, spec in sorted(VERDICT_CASES.items()):
+        for (saga_id, rows), verdict in zip(_segments(spec), spec["verdicts"], strict=False):
+            if saga_id in spec["anchors"] or not rows:
+                continue
+            got = run_standalone(_bundle(tmp_path / f"{name}-{saga_id}", saga_id, rows))
+            assert _agrees(got, _expected(verdict)), (name, saga_id, got, verdict)
+            count += 1
+    for name, spec in sorted(NEGATIVE_CASES.items()):
+        entry = spec["entry"]
+        if entry["hash"] is None or entry["seq"] != 1 or entry["prev_hash"] != GENESIS_HASH:
+            continue
+        for i, chain in enumerate(([entry], _negative_chain(spec))):
+            got = run_standalone(
+                _bundle(tmp_path / f"negative-{name}-{i}", "neg-1", _rows_of(chain))
+            )
+            assert not got["ok"], (name, got)
+            assert got["reason"] in set(BreakReason), (name, got)
+            count += 1
+    assert count >= 30
