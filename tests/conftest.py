@@ -17,7 +17,6 @@ never see each other's data and run in any order.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
 import os
@@ -30,6 +29,8 @@ from contextlib import ExitStack
 from typing import Any
 
 import pytest
+
+from tests._loops import close_default_event_loop
 
 KAFKA_IMAGE = "confluentinc/cp-kafka:7.9.0"
 POSTGRES_IMAGE = "postgres:16"
@@ -173,16 +174,7 @@ def _close_lingering_event_loop(request: pytest.FixtureRequest) -> Iterator[None
     """
     yield
     _collect_leaks(request.node.nodeid)
-    policy = asyncio.get_event_loop_policy()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            loop = policy.get_event_loop()
-    except RuntimeError:
-        return
-    if not loop.is_running():
-        loop.close()
-        policy.set_event_loop(None)
+    close_default_event_loop()
 
 
 _INFRASTRUCTURE = pytest.StashKey[_Infrastructure]()

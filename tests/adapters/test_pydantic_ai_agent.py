@@ -27,6 +27,7 @@ from sagacity.adapters import ModelLines
 from sagacity.adapters.pydantic_ai import journaled
 from sagacity.errors import DeclarationError, PolicyError
 from sagacity.policy import Policy, PolicyWarning
+from tests._loops import close_default_event_loop
 
 from . import shop
 from .conftest import KafkaLane
@@ -213,6 +214,7 @@ def test_streaming_and_iter_runs_journal_the_same_chain_as_run(kafka: KafkaLane)
 
     plain = journaled(build(Script(*TURNS), Inventory()), fresh(), policy=POLICY)
     plain.run_sync("order")
+    close_default_event_loop()  # run_sync's loop, before asyncio.run below replaces it
     assert plain.last_saga is not None
     chains.append(chain(plain.last_saga.saga_id))
 
