@@ -22,7 +22,7 @@ import pytest
 
 from sagacity import JournalEntry
 from sagacity._ed25519 import key_id_of
-from sagacity.consumers.archive import _audit, verify_bundle
+from sagacity.consumers.archive import _audit, _roundaudit, verify_bundle
 from sagacity.consumers.archive._checkpoints import (
     Checkpoint,
     bytes_signature_valid,
@@ -103,7 +103,7 @@ def test_rounds(index: int) -> None:
         builder.add(leaf)
     assert builder.root() == bytes.fromhex(d["root"])
     assert (
-        _audit._judge_round(
+        _roundaudit._judge_round(
             d["round_id"],
             signed,
             leaves=d["leaf_count"],
@@ -299,7 +299,7 @@ def test_every_negative_vector_is_refused_by_the_archive(name: str) -> None:
         original = V["rounds"][int(which) - 1]
         if d.get("format") != original["format"] and "tree_size" in d:
             del d["tree_size"]  # a first-format round has no tree size
-        finding = _audit._judge_round(
+        finding = _roundaudit._judge_round(
             d["round_id"],
             round_from_dict(_round(d)),
             leaves=original["leaf_count"],
