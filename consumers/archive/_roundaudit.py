@@ -25,6 +25,7 @@ from sagacity.consumers.archive._checkpoints import (
 )
 from sagacity.consumers.archive._merkle import RootBuilder, decode_frontier
 from sagacity.consumers.archive._reasons import AuditReason
+from sagacity.consumers.archive._roundlog import round_of_row
 from sagacity.consumers.archive._schema import LOG_VERSION
 
 
@@ -103,24 +104,8 @@ def _judge_round(
     return None
 
 
-def _round_of_row(row: Sequence[Any]) -> SignedRound:
-    """A round from ``round_id, leaf_count, root, prev_root, signed_at_us, key_id, signature,
-    format, tree_size``."""
-    return SignedRound(
-        round_id=int(row[0]),
-        leaf_count=int(row[1]),
-        root=row[2],
-        prev_root=row[3],
-        signed_at_us=int(row[4]),
-        key_id=row[5],
-        signature=row[6],
-        format=int(row[7]),
-        tree_size=None if row[8] is None else int(row[8]),
-    )
-
-
 def round_select(version: int, alias: str = "") -> str:
-    """The select list :func:`_round_of_row` reads, for an archive at ``version``."""
+    """The select list :func:`round_of_row` reads, for an archive at ``version``."""
     a = f"{alias}." if alias else ""
     log = f"{a}format, {a}tree_size" if version >= LOG_VERSION else "1, NULL::bigint"
     return (
@@ -237,7 +222,7 @@ def audit_rounds(
             signed = None
             before: Sequence[Any] | None = None
             if row is not None and int(row[0]) == round_id:
-                signed = _round_of_row(row)
+                signed = round_of_row(row)
                 if saga_id is not None:
                     previous = None if row[9] is None else (int(row[9]), row[10])
                     before = None if row[9] is None else (row[9], row[11], row[12], row[13])

@@ -41,7 +41,9 @@ def _select(version: int) -> str:
     return f"{_COLUMNS}, {log}"
 
 
-def _signed(row: Sequence[Any]) -> SignedRound:
+def round_of_row(row: Sequence[Any]) -> SignedRound:
+    """A round from ``round_id, leaf_count, root, prev_root, signed_at_us, key_id, signature,
+    format, tree_size`` (further columns are ignored)."""
     return SignedRound(
         round_id=int(row[0]),
         leaf_count=int(row[1]),
@@ -68,7 +70,7 @@ def rounds_after(
             " WHERE round_id > %s ORDER BY round_id LIMIT %s",
             (round_id, limit),
         ).fetchall()
-    return [_signed(r) for r in rows]
+    return [round_of_row(r) for r in rows]
 
 
 def round_by_id(conn: psycopg.Connection, round_id: int) -> SignedRound | None:
@@ -82,7 +84,7 @@ def round_by_id(conn: psycopg.Connection, round_id: int) -> SignedRound | None:
             " WHERE round_id = %s",
             (round_id,),
         ).fetchone()
-    return None if row is None else _signed(row)
+    return None if row is None else round_of_row(row)
 
 
 def log_after(conn: psycopg.Connection, round_id: int | None) -> RootBuilder:

@@ -10,9 +10,8 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
-use sha2::{Digest, Sha256};
 
-use crate::{field, int_field, optional_field, CANONICAL_MAGIC, HEX};
+use crate::canonical_hex;
 
 /// Event times a monthly partition can hold: 1970-01-01 up to (not including) year 10000.
 const MAX_US: i64 = 253_402_300_800_000_000;
@@ -207,27 +206,16 @@ pub fn archive_row<'py>(
     if sorted.windows(2).any(|w| w[0].0 == w[1].0) {
         return Ok(None); // a key written twice: the Python path's to read
     }
-    let mut hashed = Vec::with_capacity(160 + value.len());
-    hashed.extend_from_slice(&prev);
-    hashed.extend_from_slice(CANONICAL_MAGIC);
-    field(&mut hashed, event.saga.as_bytes());
-    int_field(&mut hashed, event.seq);
-    field(&mut hashed, event.kind.as_bytes());
-    for t in event.texts {
-        optional_field(&mut hashed, t.map(str::as_bytes));
-    }
-    int_field(&mut hashed, event.recorded_at_us);
-    hashed.extend_from_slice(&(sorted.len() as u32).to_be_bytes());
-    for (k, v) in &sorted {
-        field(&mut hashed, k);
-        field(&mut hashed, v);
-    }
-    let digest = Sha256::digest(&hashed);
-    let mut hex = [0u8; 64];
-    for (i, byte) in digest.iter().enumerate() {
-        hex[2 * i] = HEX[(byte >> 4) as usize];
-        hex[2 * i + 1] = HEX[(byte & 0x0f) as usize];
-    }
+    let hex = canonical_hex(
+        &prev,
+        event.saga.as_bytes(),
+        event.seq,
+        event.kind.as_bytes(),
+        event.texts.map(|t| t.map(str::as_bytes)),
+        event.recorded_at_us,
+        &sorted,
+        160 + value.len(),
+    );
     if hex != event.hash.as_bytes() {
         return Ok(None);
     }

@@ -75,6 +75,45 @@ fn text<'a>(value: &'a Option<Bound<'_, PyString>>) -> PyResult<Option<&'a [u8]>
     }
 }
 
+/// The entry's hash, lower-case hex: SHA-256 of `prev` (32 bytes) and the canonical bytes of
+/// docs/adr/0002-hash-chain.md (`pairs` sorted by key, each key once).  The one compiled writer
+/// of the form, for the journal's `link_encode` and the archive's `archive_row`; the caller has
+/// checked the text rules, the seq's range and that every field fits.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn canonical_hex(
+    prev: &[u8],
+    saga: &[u8],
+    seq: i64,
+    kind: &[u8],
+    texts: [Option<&[u8]>; 5],
+    recorded_at_us: i64,
+    pairs: &[(&[u8], &[u8])],
+    capacity: usize,
+) -> [u8; 64] {
+    let mut hashed = Vec::with_capacity(capacity);
+    hashed.extend_from_slice(prev);
+    hashed.extend_from_slice(CANONICAL_MAGIC);
+    field(&mut hashed, saga);
+    int_field(&mut hashed, seq);
+    field(&mut hashed, kind);
+    for t in texts {
+        optional_field(&mut hashed, t);
+    }
+    int_field(&mut hashed, recorded_at_us);
+    hashed.extend_from_slice(&(pairs.len() as u32).to_be_bytes());
+    for (k, v) in pairs {
+        field(&mut hashed, k);
+        field(&mut hashed, v);
+    }
+    let digest = Sha256::digest(&hashed);
+    let mut hex = [0u8; 64];
+    for (i, byte) in digest.iter().enumerate() {
+        hex[2 * i] = HEX[(byte >> 4) as usize];
+        hex[2 * i + 1] = HEX[(byte & 0x0f) as usize];
+    }
+    hex
+}
+
 /// Link and encode one event.
 ///
 /// `header`: the Avro single-object marker, schema fingerprint and the `schema_version` field;
@@ -146,29 +185,21 @@ fn link_encode<'py>(
 
     let body: usize = saga.len()
         + kind.len()
-        + texts.iter().map(|t| t.map_or(0, |d| d.len())).sum::<usize>()
+        + texts
+            .iter()
+            .map(|t| t.map_or(0, |d| d.len()))
+            .sum::<usize>()
         + pairs.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
-    let mut hashed = Vec::with_capacity(96 + body + 8 * pairs.len());
-    hashed.extend_from_slice(prev);
-    hashed.extend_from_slice(CANONICAL_MAGIC);
-    field(&mut hashed, saga);
-    int_field(&mut hashed, seq);
-    field(&mut hashed, kind);
-    for t in texts {
-        optional_field(&mut hashed, t);
-    }
-    int_field(&mut hashed, recorded_at_us);
-    hashed.extend_from_slice(&(pairs.len() as u32).to_be_bytes());
-    for (k, v) in &pairs {
-        field(&mut hashed, k);
-        field(&mut hashed, v);
-    }
-    let digest = Sha256::digest(&hashed);
-    let mut hex = [0u8; 64];
-    for (i, byte) in digest.iter().enumerate() {
-        hex[2 * i] = HEX[(byte >> 4) as usize];
-        hex[2 * i + 1] = HEX[(byte & 0x0f) as usize];
-    }
+    let hex = canonical_hex(
+        prev,
+        saga,
+        seq,
+        kind,
+        texts,
+        recorded_at_us,
+        &pairs,
+        96 + body + 8 * pairs.len(),
+    );
 
     let prev_text = prev_hash.to_str()?.as_bytes();
     let mut value = Vec::with_capacity(header.len() + 160 + body + 4 * pairs.len());
