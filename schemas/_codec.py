@@ -8,10 +8,8 @@ Avro binary.  See docs/adr/0003-wire-format.md.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import io
 import json
-import os
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,6 +21,7 @@ import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from sagacity._events import EntryDraft, JournalEntry, event_type_of
+from sagacity._native import native
 from sagacity.chain import canonical_layout, link
 from sagacity.errors import SerializationError
 
@@ -354,13 +353,7 @@ def _avro_bytes(data: bytes) -> bytes:
 def _load_native() -> Callable[..., tuple[str, bytes] | None] | None:
     """The compiled hot path (``native/``, package ``sagacity-native``) when it is installed
     and not turned off with ``SAGACITY_NATIVE=0``; ``None`` otherwise."""
-    if os.environ.get("SAGACITY_NATIVE", "1") == "0":
-        return None
-    try:
-        module = importlib.import_module("sagacity_native")
-    except ImportError:
-        return None
-    function: Callable[..., tuple[str, bytes] | None] = module.link_encode
+    function: Callable[..., tuple[str, bytes] | None] | None = native("link_encode")
     return function
 
 

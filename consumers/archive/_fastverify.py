@@ -29,15 +29,14 @@ selected again, to the column check and the reference path.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
-import os
 import struct
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sagacity._events import GENESIS_HASH
+from sagacity._native import native
 from sagacity.chain import BreakReason
 
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
@@ -119,14 +118,8 @@ class _Verifier(Protocol):
 
 
 def _load_native() -> Callable[..., _Verifier] | None:
-    if os.environ.get("SAGACITY_NATIVE", "1") == "0":
-        return None
-    try:
-        module = importlib.import_module("sagacity_native")
-    except ImportError:
-        return None
-    native: Callable[..., _Verifier] | None = getattr(module, "CopyChainVerifier", None)
-    return native
+    function: Callable[..., _Verifier] | None = native("CopyChainVerifier")
+    return function
 
 
 _NATIVE_VERIFIER = _load_native()

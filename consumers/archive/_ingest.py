@@ -7,9 +7,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import hashlib
-import importlib
 import json
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +17,7 @@ from typing import Any
 import psycopg
 
 from sagacity._events import GENESIS_HASH, JournalEntry
+from sagacity._native import native
 from sagacity.chain import canonical_bytes_of, compute_hash
 from sagacity.consumers.archive._authorship import Authorship
 from sagacity.consumers.archive._db import mapped_errors
@@ -596,14 +595,8 @@ NativeRow = Callable[[bytes, bytes | None, bytes, str, int, int], tuple[Any, ...
 def _native_archive_row() -> NativeRow | None:
     """The compiled ingest check (docs/adr/0013-compiled-hot-path.md), unless it is not
     installed or ``SAGACITY_NATIVE=0``."""
-    if os.environ.get("SAGACITY_NATIVE", "1") == "0":
-        return None
-    try:
-        module = importlib.import_module("sagacity_native")
-    except ImportError:
-        return None
-    native: NativeRow | None = getattr(module, "archive_row", None)
-    return native
+    function: NativeRow | None = native("archive_row")
+    return function
 
 
 def _current_prefix() -> bytes:

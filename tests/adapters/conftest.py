@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
-import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 
 import pytest
+
+from tests._loops import close_default_event_loop
 
 
 @pytest.fixture(autouse=True)
@@ -18,15 +18,7 @@ def _close_the_default_event_loop() -> Iterator[None]:
     # it for later runs (a later asyncio.run replaces it without closing it); close it after
     # each test, or it is reported unclosed when the interpreter exits.
     yield
-    policy = asyncio.get_event_loop_policy()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            loop = policy.get_event_loop()
-    except RuntimeError:
-        return
-    loop.close()
-    policy.set_event_loop(None)
+    close_default_event_loop()
 
 
 class KafkaLane:
