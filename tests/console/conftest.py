@@ -42,14 +42,31 @@ TOOLS = {"alice": ["*"], "bob": ["*"], "carol": ["charge"]}
 
 
 def submit(driver: Any, button: Any, timeout: float = 20) -> None:
-    """Click a form's button and wait until the page it leads to has replaced this one."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
+    """Click a form's button and wait until the page it leads to has replaced this one.
+
+    The old page is marked with a script variable and the wait is for a document without it
+    that has finished loading. Asking an element of the old page whether it is stale races
+    the navigation: Chromium can answer that its node "does not belong to the document", an
+    error that is not Selenium's stale-element one.
+    """
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support.wait import WebDriverWait
 
-    page = driver.find_element(By.TAG_NAME, "html")
+    marker = f"sagacityOld{uuid.uuid4().hex}"
+    driver.execute_script(f"window.{marker} = true;")
     button.click()
-    WebDriverWait(driver, timeout).until(expected_conditions.staleness_of(page))
+
+    def replaced(d: Any) -> bool:
+        try:
+            return bool(
+                d.execute_script(
+                    f"return window.{marker} === undefined && document.readyState === 'complete';"
+                )
+            )
+        except WebDriverException:
+            return False  # mid-navigation: no document to ask yet
+
+    WebDriverWait(driver, timeout).until(replaced)
 
 
 def browsers_available() -> bool:
