@@ -159,6 +159,10 @@ def _collect_leaks(nodeid: str) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResourceWarning)
         gc.collect()
+        # What survived is moved out of the collector's sight, so the next test's collection
+        # looks only at what that test made: a full collection over the whole session's heap
+        # after every test cost more than many of the tests.
+        gc.freeze()
     for leak in caught:
         if issubclass(leak.category, ResourceWarning):
             sys.stderr.write(f"resource left by {nodeid}: {leak.message}\n")
@@ -175,6 +179,17 @@ def _close_lingering_event_loop(request: pytest.FixtureRequest) -> Iterator[None
     yield
     _collect_leaks(request.node.nodeid)
     close_default_event_loop()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _collect_everything_between_modules() -> Iterator[None]:
+    """Give the collector the whole heap back once a module (and its fixtures) is done.
+
+    Each test's collection freezes what survives it; what a module's fixtures held and let go
+    in a cycle is found by the next test's collection after this.
+    """
+    yield
+    gc.unfreeze()
 
 
 _INFRASTRUCTURE = pytest.StashKey[_Infrastructure]()
