@@ -22,7 +22,12 @@ from sagacity._decision_signature import DECISION_EVENTS
 from sagacity._events import EntryDraft, EventType, JournalEntry, UnknownEventType
 from sagacity._invoke import call_async, call_blocking
 from sagacity._registry import RegisteredTool
-from sagacity._requests import RequestState, pending_requests, request_state
+from sagacity._requests import (
+    RequestState,
+    approval_refusal,
+    pending_requests,
+    request_state,
+)
 from sagacity._result import SagaResult, SagaStatus
 from sagacity._tool import check_constraint, executed_draft, failed_draft, intent_draft
 from sagacity.chain import payload_sha256, verify
@@ -446,11 +451,7 @@ class ApprovalDesk:
         verifier = self._s.decision_verifier
         if verifier is not None:
             for approval in approvals:
-                reason = verifier.check(approval)
-                if reason is None and (
-                    approval.attributes.get(attr.PAYLOAD_SHA256) != request.payload_sha256
-                ):
-                    reason = "signed for another payload than the request's"
+                reason = approval_refusal(verifier, approval, request)
                 if reason is not None:
                     self._refuse(
                         request,

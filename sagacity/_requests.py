@@ -8,12 +8,16 @@ is the same whichever store holds the chain.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sagacity import _attributes as attr
 from sagacity._events import EventType, JournalEntry
 from sagacity.journal import ApprovalRequest
+
+if TYPE_CHECKING:
+    from sagacity._decision_signature import DecisionVerifier
 
 AWAITING_RESULT = "AWAITING_APPROVAL"
 """``SAGA_ENDED.result`` of a run that left requests open."""
@@ -52,11 +56,22 @@ class RequestState:
     request: ApprovalRequest
     status: RequestStatus
     closed_by: JournalEntry | None = None
+    approvals: tuple[JournalEntry, ...] = ()
+    """The ``APPROVED`` entries that give the request its signatures, in chain order: one per
+    approver, before its closure, until it has the signatures it needs."""
 
     @property
     def pending(self) -> bool:
         """Still open for decisions and resume."""
         return self.status is RequestStatus.PENDING
+
+    @property
+    def approved_by(self) -> JournalEntry | None:
+        """The approval that gave the request its last required signature (``None``: the
+        request does not have the signatures it needs)."""
+        if self.approvals and len(self.approvals) >= self.request.signatures_required:
+            return self.approvals[-1]
+        return None
 
     def describe_closure(self) -> str:
         """A sentence saying what closed the request."""
@@ -84,6 +99,75 @@ def _int_attr(entry: JournalEntry, key: str, default: int | None) -> int | None:
         return default
 
 
+def ref_of(entry: JournalEntry) -> int | None:
+    """The seq ``entry`` refers to (``ref_seq``); ``None`` when absent or not an integer, so
+    an entry with a damaged reference refers to nothing."""
+    return _int_attr(entry, attr.REF_SEQ, None)
+
+
+Counts = Callable[[JournalEntry, ApprovalRequest], bool]
+"""Whether an ``APPROVED`` entry counts as a signature of a request (see :func:`verified_by`)."""
+
+
+def approval_refusal(
+    verifier: DecisionVerifier, approval: JournalEntry, request: ApprovalRequest
+) -> str | None:
+    """Why ``approval`` does not count for ``request`` under ``verifier`` (``None``: it does).
+
+    The resume's rule: the approvals service's signature verifies against a pinned key, and
+    it was signed for the request's payload.
+    """
+    reason = verifier.check(approval)
+    if reason is None and approval.attributes.get(attr.PAYLOAD_SHA256) != request.payload_sha256:
+        reason = "signed for another payload than the request's"
+    return reason
+
+
+def verified_by(verifier: DecisionVerifier | None) -> Counts | None:
+    """The :data:`Counts` of approvals that verify under ``verifier`` (:func:`approval_refusal`);
+    ``None`` (every journaled approval counts) without one."""
+    if verifier is None:
+        return None
+    pinned = verifier
+
+    def counts(approval: JournalEntry, request: ApprovalRequest) -> bool:
+        return approval_refusal(pinned, approval, request) is None
+
+    return counts
+
+
+def _closes_all(entry: JournalEntry) -> bool:
+    return entry.event_type is EventType.COMPENSATION_REQUESTED or (
+        entry.event_type is EventType.SAGA_ENDED and entry.result != AWAITING_RESULT
+    )
+
+
+def affects_requests(entry: JournalEntry) -> bool:
+    """Whether :func:`request_states` reads ``entry``: a request, an end of the saga, or a
+    decision or closing event that refers to a seq.  The fold of a chain equals the fold of
+    the entries of it this accepts."""
+    kind = entry.event_type
+    if kind is EventType.AWAITING_APPROVAL or _closes_all(entry):
+        return True
+    if ref_of(entry) is None:
+        return False
+    if kind is EventType.APPROVED:
+        return bool(entry.actor)
+    return isinstance(kind, EventType) and kind in _CLOSING
+
+
+def request_input(held: Iterable[JournalEntry], entry: JournalEntry) -> bool:
+    """Whether a projection holding ``held`` (the entries of one saga it kept so far) keeps
+    ``entry`` to fold the saga's requests: a request, or an entry :func:`affects_requests`
+    after one of the saga's requests.  Entries arrive in seq order, and what precedes every
+    request closes and signs nothing, so the kept entries fold as the whole chain does."""
+    if entry.event_type is EventType.AWAITING_APPROVAL:
+        return True
+    return affects_requests(entry) and any(
+        e.event_type is EventType.AWAITING_APPROVAL and e.seq < entry.seq for e in held
+    )
+
+
 def _request(entry: JournalEntry, signed_by: tuple[str, ...]) -> ApprovalRequest:
     return ApprovalRequest(
         saga_id=entry.saga_id,
@@ -101,48 +185,63 @@ def _request(entry: JournalEntry, signed_by: tuple[str, ...]) -> ApprovalRequest
     )
 
 
-def request_states(entries: Iterable[JournalEntry]) -> list[RequestState]:
+def request_states(
+    entries: Iterable[JournalEntry], *, counts: Counts | None = None
+) -> list[RequestState]:
     """Every approval request of one saga's chain with its current state, in seq order.
 
     One pass over the chain: a request is closed by the first later entry that refers to it
     with a closing event, or by the first later end of the saga (a ``COMPENSATION_REQUESTED``
     or a ``SAGA_ENDED`` that did not leave requests open); ``APPROVED`` entries before that add
-    signatures.
+    signatures.  ``counts`` says which ``APPROVED`` entries sign (default: every one with an
+    approver; :func:`verified_by` gives the resume's rule).
     """
-    found: dict[int, tuple[JournalEntry, list[str]]] = {}
+    found: dict[int, tuple[JournalEntry, ApprovalRequest, list[JournalEntry]]] = {}
     closed: dict[int, tuple[RequestStatus, JournalEntry]] = {}
     for entry in entries:
         if entry.event_type is EventType.AWAITING_APPROVAL:
-            found[entry.seq] = (entry, [])
+            found[entry.seq] = (entry, _request(entry, ()), [])
             continue
-        if entry.event_type is EventType.COMPENSATION_REQUESTED or (
-            entry.event_type is EventType.SAGA_ENDED and entry.result != AWAITING_RESULT
-        ):
+        if _closes_all(entry):
             for seq in found:
                 closed.setdefault(seq, (RequestStatus.ENDED, entry))
             continue
-        ref = entry.ref_seq
+        ref = ref_of(entry)
         if ref is None or ref not in found or ref in closed:
             continue
         if entry.event_type is EventType.APPROVED and entry.actor:
-            found[ref][1].append(entry.actor)
+            if counts is None or counts(entry, found[ref][1]):
+                found[ref][2].append(entry)
         elif isinstance(entry.event_type, EventType) and entry.event_type in _CLOSING:
             # An event type this release does not know closes nothing here; a resume refuses
             # a request followed by one (it may have closed it).
             closed[ref] = (_CLOSING[entry.event_type], entry)
     states: list[RequestState] = []
     for seq in sorted(found):
-        entry, signed = found[seq]
+        entry, request, signed = found[seq]
         status, closed_by = closed.get(seq, (RequestStatus.PENDING, None))
+        approvals: list[JournalEntry] = []
+        for approval in signed:
+            if len(approvals) >= request.signatures_required:
+                break
+            if all(a.actor != approval.actor for a in approvals):
+                approvals.append(approval)
         states.append(
-            RequestState(request=_request(entry, tuple(signed)), status=status, closed_by=closed_by)
+            RequestState(
+                request=_request(entry, tuple(a.actor or "" for a in signed)),
+                status=status,
+                closed_by=closed_by,
+                approvals=tuple(approvals),
+            )
         )
     return states
 
 
-def request_state(entries: Sequence[JournalEntry], seq: int) -> RequestState | None:
+def request_state(
+    entries: Sequence[JournalEntry], seq: int, *, counts: Counts | None = None
+) -> RequestState | None:
     """The request at ``seq`` (``None`` when ``seq`` is not an ``AWAITING_APPROVAL`` entry)."""
-    for state in request_states(entries):
+    for state in request_states(entries, counts=counts):
         if state.request.seq == seq:
             return state
     return None

@@ -21,7 +21,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from sagacity import _attributes as attr
 from sagacity._events import GENESIS_HASH, JournalEntry
+from sagacity._requests import RequestState, RequestStatus
 from sagacity.journal import ApprovalRequest, ConditionalJournal, Journal
 
 __all__ = [
@@ -297,6 +299,52 @@ class RequestRow:
     decision_policy_version: str | None
     closed_at_us: int | None
 
+    @classmethod
+    def from_state(cls, state: RequestState) -> RequestRow:
+        """The row of one request, from its state in the core's fold
+        (:func:`sagacity._requests.request_states`): every store holds exactly this.
+
+        Signatures are the fold's approvals (distinct approvers, in order, until fully signed);
+        the one that completes the request is the ``approved`` decision.  A rejection or an
+        expiry is the decision only when none was made before; every closing event sets
+        ``closed_at_us``.
+        """
+        request = state.request
+        closer = state.closed_by
+        decision = state.approved_by
+        verdict = "approved" if decision is not None else None
+        if decision is None and closer is not None:
+            verdict = {RequestStatus.REJECTED: "rejected", RequestStatus.EXPIRED: "expired"}.get(
+                state.status
+            )
+            if verdict is not None:
+                decision = closer
+        if state.status is RequestStatus.PENDING:
+            row_state = RowState.APPROVED if verdict == "approved" else RowState.PENDING
+        else:
+            row_state = RowState(state.status.value)
+        return cls(
+            saga_id=request.saga_id,
+            seq=request.seq,
+            tool=request.tool,
+            payload=request.payload,
+            payload_sha256=request.payload_sha256,
+            requested_at_us=request.requested_at_us,
+            expires_at_us=request.expires_at_us,
+            signatures_required=request.signatures_required,
+            policy_version=request.policy_version,
+            reversibility=request.reversibility,
+            state=row_state,
+            signed_by=tuple(a.actor or "" for a in state.approvals),
+            decision=verdict,
+            decided_by=decision.actor if decision is not None else None,
+            decided_at_us=decision.recorded_at_us if decision is not None else None,
+            decision_policy_version=(
+                decision.attributes.get(attr.POLICY_VERSION) if decision is not None else None
+            ),
+            closed_at_us=closer.recorded_at_us if closer is not None else None,
+        )
+
     @property
     def open(self) -> bool:
         """Pending or approved-awaiting-resume."""
@@ -394,11 +442,16 @@ class AttentionRow:
 class RequestStore(Protocol):
     """Approval requests of one journal topic, folded from its events; never evidence.
 
-    Folding is idempotent (a replayed or repeated event changes nothing) and follows the
-    chain's rules (docs/adr/0005): the ``AWAITING_APPROVAL`` entry is the request, decisions
-    refer to it by ``ref_seq``, ``COMPENSATION_REQUESTED`` or a final ``SAGA_ENDED`` closes
-    whatever is still open before it.  A saga whose run ends ``COMPENSATION_FAILED`` enters the
-    attention queue until a later run ends in another final status.
+    Folding is idempotent (a replayed or repeated event changes nothing: the first event at a
+    seq of a saga is the one kept) and the rows are the core's fold
+    (:func:`sagacity._requests.request_states`, mapped by :meth:`RequestRow.from_state`): the
+    ``AWAITING_APPROVAL`` entry is the request, decisions refer to it by ``ref_seq``,
+    ``COMPENSATION_REQUESTED`` or a final ``SAGA_ENDED`` closes whatever is still open before
+    it (docs/adr/0005).  A store made with the approvals service's decision verifier counts an
+    ``APPROVED`` as a signature only when it verifies as the resume requires
+    (:func:`sagacity._requests.verified_by`); without one, every journaled approval counts.  A
+    saga whose run ends ``COMPENSATION_FAILED`` enters the attention queue until a later run
+    ends in another final status.
 
     A store may offer more (the Postgres one: transactions holding a request's row lock, and
     the consumer's position written in the same transaction as the rows).

@@ -24,7 +24,7 @@ from sagacity.consumers._runtime import (
     TablePositions,
     client_config,
 )
-from sagacity.consumers.approvals._store import ApprovalStore, apply_entry
+from sagacity.consumers.approvals._store import ApprovalStore
 from sagacity.errors import SagacityError, SerializationError
 from sagacity.schemas import decode_entry
 
@@ -126,7 +126,7 @@ class RequestConsumer(Handler):
                 except SerializationError as exc:
                     poison.append((message, exc.message))
                     continue
-                apply_entry(conn, entry, topic=self._topic)
+                self._store.apply_in(conn, entry)
                 applied += 1
             for partition, next_offset in positions.items():
                 self._store.store_offset(conn, self._topic, partition, next_offset)

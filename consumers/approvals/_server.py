@@ -131,7 +131,6 @@ class ApprovalsServer:
         tools: Iterable[Any] = (),
     ) -> None:
         self.settings = settings
-        self.store = PostgresRequestStore(settings.database_url, topic=settings.topic)
         self.journal = journal if journal is not None else journal_for(settings)
         self.sagacity = Sagacity(
             self.journal,
@@ -140,6 +139,12 @@ class ApprovalsServer:
             policy_version=settings.policy_version,
             decision_signer=decision_signer(settings, self.journal),
             approvals_public_key=settings.public_key,
+        )
+        # The rows count the approvals the resume counts: those the service's keys verify.
+        self.store = PostgresRequestStore(
+            settings.database_url,
+            topic=settings.topic,
+            verifier=self.sagacity.decision_verifier,
         )
         register_tools(self.sagacity, settings.tools, required=False)
         for tool in tools:

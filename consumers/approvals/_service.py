@@ -242,14 +242,7 @@ class ApprovalService:
         for row in self.store.overdue(now, self.sagacity.approval_ttl_us):
             try:
                 with self.store.connect() as conn:
-                    locked = conn.execute(
-                        """SELECT 1 FROM sagacity_approval_request
-                           WHERE topic = %s AND saga_id = %s AND seq = %s
-                             AND state IN ('pending', 'approved')
-                           FOR UPDATE SKIP LOCKED""",
-                        (self.store.topic, row.saga_id, row.seq),
-                    ).fetchone()
-                    if locked is None:
+                    if not self.store.lock_open(conn, row.saga_id, row.seq):
                         continue
                     try:
                         self._expire_one(row.saga_id, row.seq)

@@ -4,6 +4,12 @@ requests, their state, the attention queue, consumer offsets.
 The table is a materialised view of the chain, kept so pending requests survive a restart and
 can be listed without scanning the topic, and so replicas have a row to lock.  It is never
 evidence: every decision and every resume reads the saga's chain through the core.
+
+Rows are the core's fold, never SQL's: the entries of a saga the fold reads
+(:func:`sagacity._requests.request_input`) are kept in ``sagacity_approval_event``, and each
+new one refolds the saga (:func:`sagacity._requests.request_states`, approvals counted as the
+resume counts them) and upserts the rows that changed, in the transaction that stores the
+consumer's position (docs/adr/0022-request-projection-from-the-core-fold.md).
 """
 
 from __future__ import annotations
@@ -14,13 +20,14 @@ from typing import Any
 
 import psycopg
 import psycopg.errors
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
+from psycopg.types.json import Jsonb
 
-from sagacity import _attributes as attr
+from sagacity._decision_signature import DecisionVerifier
 from sagacity._defaults import DEFAULT_TOPIC
-from sagacity._events import EventType, JournalEntry
-from sagacity._requests import AWAITING_RESULT
-from sagacity.errors import DecisionInProgressError
+from sagacity._events import JournalEntry
+from sagacity._requests import Counts, affects_requests, request_input, request_states, verified_by
+from sagacity.errors import DecisionInProgressError, SerializationError
 from sagacity.ports import OPEN_STATES, AttentionRow, GateStats, RequestRow, RowState
 from sagacity.postgres._attention import SCHEMA as ATTENTION_SCHEMA
 from sagacity.postgres._attention import apply_attention, attention_rows
@@ -78,6 +85,43 @@ CREATE TABLE IF NOT EXISTS sagacity_approval_offset (
 """
 
 
+EVENTS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sagacity_approval_event (
+    topic   text    NOT NULL,
+    saga_id text    NOT NULL,
+    seq     integer NOT NULL,
+    entry   jsonb   NOT NULL,
+    PRIMARY KEY (topic, saga_id, seq)
+);
+-- Rows folded before the events were kept are rebuilt from the topic: every stored position
+-- goes back to the first offset (Kafka starts a partition whose first offsets are gone at
+-- its earliest), and each request's row is upserted again as its events come by.
+UPDATE sagacity_approval_offset SET next_offset = 0;
+"""
+"""Migration 2: the saga's request events beside the rows, and the rebuild from the topic."""
+
+SAGA_LOCK = 0x53474152
+"""The first key ("SGAR") of a saga's advisory lock; the second is ``hashtext`` of its topic and
+id.  Folding an event and deciding on a request take it before any request row."""
+
+_UPSERT = """
+INSERT INTO sagacity_approval_request (topic, saga_id, seq, tool, payload, payload_sha256,
+    requested_at_us, expires_at_us, signatures_required, policy_version, reversibility, state,
+    signed_by, decision, decided_by, decided_at_us, decision_policy_version, closed_at_us)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (topic, saga_id, seq) DO UPDATE SET
+    tool = EXCLUDED.tool, payload = EXCLUDED.payload, payload_sha256 = EXCLUDED.payload_sha256,
+    requested_at_us = EXCLUDED.requested_at_us, expires_at_us = EXCLUDED.expires_at_us,
+    signatures_required = EXCLUDED.signatures_required,
+    policy_version = EXCLUDED.policy_version, reversibility = EXCLUDED.reversibility,
+    state = EXCLUDED.state, signed_by = EXCLUDED.signed_by, decision = EXCLUDED.decision,
+    decided_by = EXCLUDED.decided_by, decided_at_us = EXCLUDED.decided_at_us,
+    decision_policy_version = EXCLUDED.decision_policy_version,
+    closed_at_us = EXCLUDED.closed_at_us
+"""
+"""Write one request's row (see :func:`_values`)."""
+
+
 def _row(record: dict[str, Any]) -> RequestRow:
     return RequestRow(
         saga_id=record["saga_id"],
@@ -100,132 +144,95 @@ def _row(record: dict[str, Any]) -> RequestRow:
     )
 
 
-def _int(raw: str | None, default: int | None) -> int | None:
-    if raw is None:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        return default
-
-
-_CLOSING = {
-    EventType.REJECTED: RowState.REJECTED,
-    EventType.EXPIRED: RowState.EXPIRED,
-    EventType.RESUME_REFUSED: RowState.REFUSED,
-    EventType.CONSTRAINT_VIOLATED: RowState.REFUSED,
-    EventType.INTENT: RowState.RESUMED,
-}
-
-
-def apply_entry(conn: psycopg.Connection[Any], entry: JournalEntry, *, topic: str) -> None:
-    """Fold one journal event of ``topic`` into the table; idempotent, so replays and repeats
-    are harmless.  Rows are keyed by topic: two topics sharing a database never mix.
-
-    The rules follow ``sagacity._requests`` (docs/adr/0005): the ``AWAITING_APPROVAL`` entry is
-    the request, decisions refer to it by ``ref_seq``, ``COMPENSATION_REQUESTED`` or a final
-    ``SAGA_ENDED`` closes whatever is still open before it.
-    """
-    kind = entry.event_type
-    apply_attention(conn, entry)
-    if kind is EventType.AWAITING_APPROVAL:
-        conn.execute(
-            """INSERT INTO sagacity_approval_request (topic, saga_id, seq, tool, payload,
-                   payload_sha256, requested_at_us, expires_at_us, signatures_required,
-                   policy_version, reversibility)
-               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-               ON CONFLICT (topic, saga_id, seq) DO NOTHING""",
-            (
-                topic,
-                entry.saga_id,
-                entry.seq,
-                entry.tool or "",
-                entry.payload or "",
-                entry.attributes.get(attr.PAYLOAD_SHA256) or None,
-                entry.recorded_at_us,
-                _int(entry.attributes.get(attr.EXPIRES_AT_US), None),
-                # A damaged count must not lower the bar (as the core reads it).
-                max(1, _int(entry.attributes.get(attr.SIGNATURES_REQUIRED), 2) or 2),
-                entry.attributes.get(attr.POLICY_VERSION, ""),
-                entry.attributes.get(attr.REVERSIBILITY, ""),
-            ),
-        )
-        return
-    if kind is EventType.COMPENSATION_REQUESTED or (
-        kind is EventType.SAGA_ENDED and entry.result != AWAITING_RESULT
-    ):
-        conn.execute(
-            """UPDATE sagacity_approval_request SET state = 'ended', closed_at_us = %s
-               WHERE topic = %s AND saga_id = %s AND seq < %s
-                 AND state IN ('pending', 'approved')""",
-            (entry.recorded_at_us, topic, entry.saga_id, entry.seq),
-        )
-        return
-    ref = _int(entry.attributes.get(attr.REF_SEQ), None)
-    if ref is None:
-        return
-    policy = entry.attributes.get(attr.POLICY_VERSION)
-    if kind is EventType.APPROVED and entry.actor:
-        conn.execute(
-            """UPDATE sagacity_approval_request
-               SET signed_by = array_append(signed_by, %(actor)s)
-               WHERE topic = %(topic)s AND saga_id = %(saga)s AND seq = %(ref)s
-                 AND state = 'pending' AND NOT (%(actor)s = ANY(signed_by))""",
-            {"actor": entry.actor, "topic": topic, "saga": entry.saga_id, "ref": ref},
-        )
-        conn.execute(
-            """UPDATE sagacity_approval_request
-               SET state = 'approved', decision = 'approved', decided_by = %(actor)s,
-                   decided_at_us = %(at)s, decision_policy_version = %(policy)s
-               WHERE topic = %(topic)s AND saga_id = %(saga)s AND seq = %(ref)s
-                 AND state = 'pending' AND cardinality(signed_by) >= signatures_required""",
-            {
-                "topic": topic,
-                "actor": entry.actor,
-                "at": entry.recorded_at_us,
-                "policy": policy,
-                "saga": entry.saga_id,
-                "ref": ref,
-            },
-        )
-        return
-    # An event type this release does not know closes nothing (neutral, as in the core).
-    state = _CLOSING.get(kind) if isinstance(kind, EventType) else None
-    if state is None:
-        return
-    # A human rejection is the request's decision; other closings keep an earlier approval.
+def lock_saga(conn: psycopg.Connection[Any], topic: str, saga_id: str) -> None:
+    """Take the saga's advisory lock until ``conn``'s transaction ends (waits for it)."""
     conn.execute(
-        """UPDATE sagacity_approval_request
-           SET state = %(state)s, closed_at_us = %(at)s,
-               decision = CASE WHEN %(decision)s::text IS NOT NULL AND decision IS NULL
-                               THEN %(decision)s ELSE decision END,
-               decided_by = CASE WHEN %(decision)s::text IS NOT NULL AND decision IS NULL
-                                 THEN %(actor)s ELSE decided_by END,
-               decided_at_us = CASE WHEN %(decision)s::text IS NOT NULL AND decision IS NULL
-                                    THEN %(at)s ELSE decided_at_us END,
-               decision_policy_version = CASE
-                   WHEN %(decision)s::text IS NOT NULL AND decision IS NULL
-                   THEN %(policy)s ELSE decision_policy_version END
-           WHERE topic = %(topic)s AND saga_id = %(saga)s AND seq = %(ref)s
-             AND state IN ('pending', 'approved')""",
-        {
-            "topic": topic,
-            "state": state.value,
-            "at": entry.recorded_at_us,
-            "decision": {RowState.REJECTED: "rejected", RowState.EXPIRED: "expired"}.get(state),
-            "actor": entry.actor,
-            "policy": policy,
-            "saga": entry.saga_id,
-            "ref": ref,
-        },
+        "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (SAGA_LOCK, f"{topic}\n{saga_id}")
     )
+
+
+def _kept(conn: psycopg.Connection[Any], topic: str, saga_id: str) -> list[JournalEntry]:
+    with conn.cursor(row_factory=tuple_row) as cursor:
+        records = cursor.execute(
+            """SELECT entry FROM sagacity_approval_event
+               WHERE topic = %s AND saga_id = %s ORDER BY seq""",
+            (topic, saga_id),
+        ).fetchall()
+    try:
+        return [JournalEntry.from_dict(record[0]) for record in records]
+    except SerializationError as exc:
+        raise SerializationError(
+            f"a kept event of saga {saga_id!r} on {topic!r} does not decode ({exc.message}); "
+            "rebuild the approvals' tables from the topic"
+        ) from exc
+
+
+def apply_entry(
+    conn: psycopg.Connection[Any], entry: JournalEntry, *, topic: str, counts: Counts | None
+) -> None:
+    """Fold one journal event of ``topic`` into the tables; idempotent, so replays and repeats
+    are harmless (the first event at a seq of a saga is the one kept).  Rows are keyed by
+    topic: two topics sharing a database never mix.
+
+    The event is kept when the core's fold reads it (:func:`sagacity._requests.request_input`),
+    then the saga's kept events are folded by the core (:func:`sagacity._requests.
+    request_states` with ``counts``, the approvals that sign) and the rows whose state changed
+    are upserted.  Runs under the saga's advisory lock (:func:`lock_saga`), so concurrent
+    folds of one saga follow each other.
+    """
+    apply_attention(conn, entry)
+    if not affects_requests(entry):
+        return
+    lock_saga(conn, topic, entry.saga_id)
+    held = _kept(conn, topic, entry.saga_id)
+    if any(e.seq == entry.seq for e in held) or not request_input(held, entry):
+        return
+    conn.execute(
+        """INSERT INTO sagacity_approval_event (topic, saga_id, seq, entry)
+           VALUES (%s, %s, %s, %s)""",
+        (topic, entry.saga_id, entry.seq, Jsonb(entry.to_dict())),
+    )
+    before = {s.request.seq: RequestRow.from_state(s) for s in request_states(held, counts=counts)}
+    chain = sorted([*held, entry], key=lambda e: e.seq)
+    for state in request_states(chain, counts=counts):
+        row = RequestRow.from_state(state)
+        if before.get(row.seq) == row:
+            continue
+        conn.execute(_UPSERT, _values(topic, row))
+
+
+def _values(topic: str, row: RequestRow) -> tuple[Any, ...]:
+    return (
+        topic,
+        row.saga_id,
+        row.seq,
+        row.tool,
+        row.payload,
+        row.payload_sha256,
+        row.requested_at_us,
+        row.expires_at_us,
+        row.signatures_required,
+        row.policy_version,
+        row.reversibility,
+        row.state.value,
+        list(row.signed_by),
+        row.decision,
+        row.decided_by,
+        row.decided_at_us,
+        row.decision_policy_version,
+        row.closed_at_us,
+    )
+
+
+def _first(record: Any) -> Any:
+    return record[0] if isinstance(record, tuple | list) else next(iter(record.values()))
 
 
 COMPONENT = "sagacity_approvals"
 """The tables' migrations are recorded in ``sagacity_approvals_schema_version``."""
 
-MIGRATIONS: tuple[tuple[int, str], ...] = ((1, SCHEMA + ATTENTION_SCHEMA),)
-"""The request, offset and attention tables (each statement re-runnable)."""
+MIGRATIONS: tuple[tuple[int, str], ...] = ((1, SCHEMA + ATTENTION_SCHEMA), (2, EVENTS_SCHEMA))
+"""The request, offset and attention tables; the kept events (each statement re-runnable)."""
 
 
 class PostgresRequestStore:
@@ -236,6 +243,9 @@ class PostgresRequestStore:
         topic: the journal topic whose requests this store holds; the rows of other topics
             in the same database are neither read nor written.
         connect_timeout: seconds to wait for a connection.
+        verifier: the approvals service's decision keys: an ``APPROVED`` counts as a signature
+            only when it verifies as the resume requires.  ``None``: every journaled approval
+            counts (a journal only trusted writers append to).
 
     Every psycopg error is mapped by :mod:`sagacity.postgres._errors` (a lost connection is
     retryable), a lock another decision holds to
@@ -243,11 +253,17 @@ class PostgresRequestStore:
     """
 
     def __init__(
-        self, dsn: str, *, topic: str = DEFAULT_TOPIC, connect_timeout: float = 5.0
+        self,
+        dsn: str,
+        *,
+        topic: str = DEFAULT_TOPIC,
+        connect_timeout: float = 5.0,
+        verifier: DecisionVerifier | None = None,
     ) -> None:
         self._dsn = dsn
         self.topic = topic
         self._timeout = connect_timeout
+        self._counts = verified_by(verifier)
 
     @contextmanager
     def connect(self) -> Iterator[psycopg.Connection[Any]]:
@@ -293,11 +309,11 @@ class PostgresRequestStore:
         """
         with self.connect() as conn:
             for entry in entries:
-                apply_entry(conn, entry, topic=self.topic)
+                self.apply_in(conn, entry)
 
     def apply_in(self, conn: psycopg.Connection[Any], entry: JournalEntry) -> None:
-        """:func:`apply_entry` for this store's topic, in ``conn``'s transaction."""
-        apply_entry(conn, entry, topic=self.topic)
+        """:func:`apply_entry` for this store's topic and verifier, in ``conn``'s transaction."""
+        apply_entry(conn, entry, topic=self.topic, counts=self._counts)
 
     # -- reading ----------------------------------------------------------------------------
     def get(self, saga_id: str, seq: int) -> RequestRow | None:
@@ -308,14 +324,34 @@ class PostgresRequestStore:
     def get_in(
         self, conn: psycopg.Connection[Any], saga_id: str, seq: int, *, lock: bool = False
     ) -> RequestRow | None:
-        """The row, read in ``conn``'s transaction; ``lock`` takes its row lock (FOR UPDATE)."""
+        """The row, read in ``conn``'s transaction; ``lock`` takes the saga's lock (that folding
+        takes, :func:`lock_saga`) and then the row's (FOR UPDATE)."""
         query = (
             "SELECT * FROM sagacity_approval_request WHERE topic = %s AND saga_id = %s AND seq = %s"
         )
         if lock:
+            lock_saga(conn, self.topic, saga_id)
             query += " FOR UPDATE"
         record = conn.execute(query, (self.topic, saga_id, seq)).fetchone()
         return _row(record) if record is not None else None
+
+    def lock_open(self, conn: psycopg.Connection[Any], saga_id: str, seq: int) -> bool:
+        """Take the saga's lock and the open request's row lock in ``conn``'s transaction,
+        without waiting; ``False`` when either is held elsewhere or the request is closed."""
+        taken = conn.execute(
+            "SELECT pg_try_advisory_xact_lock(%s, hashtext(%s)) AS taken",
+            (SAGA_LOCK, f"{self.topic}\n{saga_id}"),
+        ).fetchone()
+        if taken is None or not _first(taken):
+            return False
+        locked = conn.execute(
+            """SELECT 1 FROM sagacity_approval_request
+               WHERE topic = %s AND saga_id = %s AND seq = %s
+                 AND state IN ('pending', 'approved')
+               FOR UPDATE SKIP LOCKED""",
+            (self.topic, saga_id, seq),
+        ).fetchone()
+        return locked is not None
 
     def requests(
         self,

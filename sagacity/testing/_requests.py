@@ -1,8 +1,8 @@
 """The approvals' request store in memory: :class:`~sagacity.ports.RequestStore` for tests.
 
-Rows are derived from each saga's chain by the core's fold (:func:`sagacity._requests.
-request_states`), so the store agrees with :meth:`~sagacity.ports.Journal.pending_approvals`
-by construction; the contract suite holds the Postgres projection to the same rows.
+Rows are derived from each saga's kept entries by the core's fold (:func:`sagacity._requests.
+request_states`, the entries kept by :func:`sagacity._requests.request_input`), as the
+Postgres projection derives them; the contract suite holds both to the same rows.
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ import threading
 from collections.abc import Iterable, Sequence
 
 from sagacity import _attributes as attr
+from sagacity._decision_signature import DecisionVerifier
 from sagacity._defaults import DEFAULT_TOPIC
 from sagacity._events import EventType, JournalEntry
-from sagacity._requests import RequestState, RequestStatus, request_states
+from sagacity._requests import RequestState, request_input, request_states, verified_by
 from sagacity._result import SagaStatus
-from sagacity.ports import OPEN_STATES, AttentionRow, GateStats, RequestRow, RowState
+from sagacity.ports import OPEN_STATES, AttentionRow, GateStats, RequestRow
 
 _LEAVES = frozenset(
     {
@@ -29,62 +30,11 @@ _LEAVES = frozenset(
 """Final statuses that take a saga out of the attention queue."""
 
 
-def request_row(state: RequestState, entries: Sequence[JournalEntry]) -> RequestRow:
-    """The row of one request, from its state in the core's fold and the saga's chain.
-
-    Signatures count until the request is fully signed (distinct approvers, in order); the
-    signature that completes it is the ``approved`` decision.  A rejection or an expiry is the
-    decision only when none was made before; every closing event sets ``closed_at_us``.
-    """
-    request = state.request
-    signed: list[str] = []
-    decision: JournalEntry | None = None
-    closing = state.closed_by.seq if state.closed_by is not None else math.inf
-    for entry in entries:
-        if entry.seq >= closing or len(signed) >= request.signatures_required:
-            break
-        if (
-            entry.event_type is EventType.APPROVED
-            and entry.actor
-            and entry.ref_seq == request.seq
-            and entry.actor not in signed
-        ):
-            signed.append(entry.actor)
-            if len(signed) >= request.signatures_required:
-                decision = entry
-    verdict = "approved" if decision is not None else None
-    closer = state.closed_by
-    if decision is None and closer is not None:
-        verdict = {RequestStatus.REJECTED: "rejected", RequestStatus.EXPIRED: "expired"}.get(
-            state.status
-        )
-        if verdict is not None:
-            decision = closer
-    if state.status is RequestStatus.PENDING:
-        row_state = RowState.APPROVED if verdict == "approved" else RowState.PENDING
-    else:
-        row_state = RowState(state.status.value)
-    return RequestRow(
-        saga_id=request.saga_id,
-        seq=request.seq,
-        tool=request.tool,
-        payload=request.payload,
-        payload_sha256=request.payload_sha256,
-        requested_at_us=request.requested_at_us,
-        expires_at_us=request.expires_at_us,
-        signatures_required=request.signatures_required,
-        policy_version=request.policy_version,
-        reversibility=request.reversibility,
-        state=row_state,
-        signed_by=tuple(signed),
-        decision=verdict,
-        decided_by=decision.actor if decision is not None else None,
-        decided_at_us=decision.recorded_at_us if decision is not None else None,
-        decision_policy_version=(
-            decision.attributes.get(attr.POLICY_VERSION) if decision is not None else None
-        ),
-        closed_at_us=closer.recorded_at_us if closer is not None else None,
-    )
+def request_row(state: RequestState, entries: Sequence[JournalEntry] = ()) -> RequestRow:
+    """The row of one request from its state in the core's fold
+    (:meth:`~sagacity.ports.RequestRow.from_state`; ``entries`` is not needed any more)."""
+    del entries
+    return RequestRow.from_state(state)
 
 
 def _percentile(values: Sequence[int], fraction: float) -> float | None:
@@ -103,11 +53,16 @@ class InMemoryRequestStore:
 
     Args:
         topic: the journal topic whose requests the store holds.
+        verifier: the approvals service's decision keys: an ``APPROVED`` counts only when it
+            verifies as the resume requires.  ``None``: every journaled approval counts.
     """
 
-    def __init__(self, *, topic: str = DEFAULT_TOPIC) -> None:
+    def __init__(
+        self, *, topic: str = DEFAULT_TOPIC, verifier: DecisionVerifier | None = None
+    ) -> None:
         self.topic = topic
-        self._chains: dict[str, dict[int, JournalEntry]] = {}
+        self._counts = verified_by(verifier)
+        self._kept: dict[str, dict[int, JournalEntry]] = {}
         self._rows: dict[tuple[str, int], RequestRow] = {}
         self._attention: dict[str, AttentionRow] = {}
         self._lock = threading.Lock()
@@ -119,17 +74,20 @@ class InMemoryRequestStore:
         """Always answers."""
 
     def apply(self, entries: Iterable[JournalEntry]) -> None:
-        """Fold ``entries`` into the store (idempotent)."""
+        """Fold ``entries`` into the store (idempotent: the first entry at a seq is kept)."""
         with self._lock:
             touched: set[str] = set()
             for entry in entries:
-                self._chains.setdefault(entry.saga_id, {})[entry.seq] = entry
-                touched.add(entry.saga_id)
                 self._fold_attention(entry)
+                kept = self._kept.setdefault(entry.saga_id, {})
+                if entry.seq in kept or not request_input(kept.values(), entry):
+                    continue
+                kept[entry.seq] = entry
+                touched.add(entry.saga_id)
             for saga_id in touched:
-                chain = [self._chains[saga_id][seq] for seq in sorted(self._chains[saga_id])]
-                for state in request_states(chain):
-                    self._rows[(saga_id, state.request.seq)] = request_row(state, chain)
+                chain = [self._kept[saga_id][seq] for seq in sorted(self._kept[saga_id])]
+                for state in request_states(chain, counts=self._counts):
+                    self._rows[(saga_id, state.request.seq)] = RequestRow.from_state(state)
 
     def _fold_attention(self, entry: JournalEntry) -> None:
         if entry.event_type is not EventType.SAGA_ENDED:

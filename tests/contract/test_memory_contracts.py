@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sagacity._decision_signature import DecisionVerifier
 from sagacity._events import JournalEntry
 from sagacity.ports import ClaimStore, RequestStore, SagaIndex
 from sagacity.testing import InMemoryClaimStore, InMemoryRequestStore, InMemorySagaIndex
@@ -18,8 +19,8 @@ class TestInMemoryClaimStore(ClaimStoreContract):
 
 
 class TestInMemoryRequestStore(RequestStoreContract):
-    def create_store(self) -> RequestStore:
-        return InMemoryRequestStore()
+    def create_store(self, *, verifier: DecisionVerifier | None = None) -> RequestStore:
+        return InMemoryRequestStore(verifier=verifier)
 
 
 class TestInMemorySagaIndex(SagaIndexContract):

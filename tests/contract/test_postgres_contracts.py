@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
+from sagacity._decision_signature import DecisionVerifier
 from sagacity._events import JournalEntry
 from sagacity.consumers.archive._db import migrate
 from sagacity.ports import ClaimStore, RequestStore, SagaIndex
@@ -36,8 +37,8 @@ class TestPostgresRequestStore(RequestStoreContract):
     def _database(self, pg_dsn: str) -> None:
         self.dsn = pg_dsn
 
-    def create_store(self) -> RequestStore:
-        return PostgresRequestStore(self.dsn)
+    def create_store(self, *, verifier: DecisionVerifier | None = None) -> RequestStore:
+        return PostgresRequestStore(self.dsn, verifier=verifier)
 
 
 class TestPostgresSagaIndex(SagaIndexContract):

@@ -1,25 +1,30 @@
 """The contract every :class:`~sagacity.ports.RequestStore` meets; subclass it per adapter.
 
 A subclass provides :meth:`RequestStoreContract.create_store`: a store on a fresh database
-for each call, its tables not yet created.  The rows a store folds from a chain are the ones
-the core's fold gives (:func:`sagacity.testing.request_row`).
+for each call, its tables not yet created, counting approvals with the verifier given.  The
+rows a store folds from a chain are the ones the core's fold gives
+(:meth:`sagacity.ports.RequestRow.from_state`).
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
 import uuid
 from collections.abc import Sequence
 
 import pytest
 
 from sagacity import InMemoryJournal
+from sagacity._decision_signature import DecisionSigner, DecisionVerifier
 from sagacity._events import EntryDraft, EventType, JournalEntry
+from sagacity._requests import request_states, verified_by
 from sagacity.chain import payload_sha256
-from sagacity.ports import RequestStore, RowState
+from sagacity.ports import RequestRow, RequestStore, RowState
 
 E = EventType
 PAYLOAD = '{"amount":"100","to":"alice"}'
+PAYLOAD_SHA = payload_sha256(PAYLOAD)
 
 
 def _saga() -> str:
@@ -43,23 +48,23 @@ class _Chain:
         ref: int | None = None,
         result: str | None = None,
         after_us: int = 1_000_000,
+        signer: DecisionSigner | None = None,
         **attributes: str,
     ) -> JournalEntry:
         self.now_us += after_us
         if ref is not None:
             attributes["ref_seq"] = str(ref)
-        entry = self._journal.append(
-            EntryDraft(
-                saga_id=self.saga_id,
-                event_type=kind,
-                tool="wire",
-                payload=PAYLOAD if kind is E.AWAITING_APPROVAL else None,
-                actor=actor,
-                result=result,
-                attributes=attributes,
-                recorded_at_us=self.now_us,
-            )
+        draft = EntryDraft(
+            saga_id=self.saga_id,
+            event_type=kind,
+            tool="wire",
+            payload=PAYLOAD if kind is E.AWAITING_APPROVAL else None,
+            actor=actor,
+            result=result,
+            attributes=attributes,
+            recorded_at_us=self.now_us,
         )
+        entry = self._journal.append(signer.sign(draft) if signer is not None else draft)
         self.entries.append(entry)
         return entry
 
@@ -93,8 +98,9 @@ class RequestStoreContract(abc.ABC):
     """Fold requests, signatures and closings idempotently; list, age and count them."""
 
     @abc.abstractmethod
-    def create_store(self) -> RequestStore:
-        """A store on a fresh database, its tables not yet created."""
+    def create_store(self, *, verifier: DecisionVerifier | None = None) -> RequestStore:
+        """A store on a fresh database, its tables not yet created; ``verifier`` (the
+        approvals service's decision keys) decides which approvals sign, ``None``: all."""
 
     @pytest.fixture
     def store(self) -> RequestStore:
@@ -350,3 +356,118 @@ class RequestStoreContract(abc.ABC):
         chain.add(E.SAGA_ENDED, result="COMPENSATED")
         self.fold(store, chain.entries)
         assert [r for r in store.attention() if r.saga_id == chain.saga_id] == []
+
+    def rows(self, store: RequestStore, chain: _Chain) -> list[RequestRow]:
+        """The rows ``store`` holds for ``chain``'s requests."""
+        seqs = [e.seq for e in chain.entries if e.event_type is E.AWAITING_APPROVAL]
+        return [row for row in (store.get(chain.saga_id, s) for s in seqs) if row is not None]
+
+    def test_rows_are_the_core_fold(self) -> None:
+        signer = DecisionSigner.ephemeral()
+        verifier = DecisionVerifier([signer.public_raw])
+        store = self.create_store(verifier=verifier)
+        store.migrate()
+        chain = _Chain()
+        first = chain.request(signatures=2)
+        second = chain.request()
+        chain.add(E.APPROVED, actor="nadia", ref=first, signer=signer, payload_sha256=PAYLOAD_SHA)
+        chain.add(E.APPROVED, actor="mallory", ref=first)
+        chain.add(E.REJECTED, actor="omar", ref=second, signer=signer)
+        chain.add(E.SAGA_ENDED, result="COMPENSATED")
+        self.fold(store, chain.entries)
+        expected = [
+            RequestRow.from_state(s)
+            for s in request_states(chain.entries, counts=verified_by(verifier))
+        ]
+        assert self.rows(store, chain) == expected
+        assert [r.state for r in expected] == [RowState.ENDED, RowState.REJECTED]
+
+    def test_an_approval_the_service_did_not_sign_is_no_signature(self) -> None:
+        service = DecisionSigner.ephemeral()
+        store = self.create_store(verifier=DecisionVerifier([service.public_raw]))
+        store.migrate()
+        chain = _Chain()
+        seq = chain.request(signatures=2)
+        # Forged on the topic: unsigned, signed with another key, signed for another payload,
+        # a genuine signature moved to another approver.
+        chain.add(E.APPROVED, actor="mallory", ref=seq, payload_sha256=PAYLOAD_SHA)
+        other = DecisionSigner.ephemeral()
+        chain.add(E.APPROVED, actor="eve", ref=seq, signer=other, payload_sha256=PAYLOAD_SHA)
+        chain.add(E.APPROVED, actor="trent", ref=seq, signer=service, payload_sha256="0" * 64)
+        genuine = service.sign(
+            EntryDraft(
+                saga_id=chain.saga_id,
+                event_type=E.APPROVED,
+                tool="wire",
+                actor="nadia",
+                attributes={"ref_seq": str(seq), "payload_sha256": PAYLOAD_SHA},
+                recorded_at_us=chain.now_us + 1,
+            )
+        )
+        chain.add(
+            E.APPROVED,
+            actor="victor",
+            ref=seq,
+            payload_sha256=PAYLOAD_SHA,
+            decision_signature=genuine.attributes["decision_signature"],
+        )
+        self.fold(store, chain.entries)
+        row = store.get(chain.saga_id, seq)
+        assert row is not None
+        assert (row.state, row.signed_by, row.decision, row.decided_by) == (
+            RowState.PENDING,
+            (),
+            None,
+            None,
+        )
+        assert store.stats(now_us=chain.now_us, window_s=3600).approved == 0
+        # One approval the service signed counts; the second completes the request.
+        chain.add(E.APPROVED, actor="nadia", ref=seq, signer=service, payload_sha256=PAYLOAD_SHA)
+        chain.add(E.APPROVED, actor="mallory", ref=seq, payload_sha256=PAYLOAD_SHA)
+        self.fold(store, chain.entries)
+        row = store.get(chain.saga_id, seq)
+        assert row is not None
+        assert (row.state, row.signed_by) == (RowState.PENDING, ("nadia",))
+        done = chain.add(
+            E.APPROVED, actor="omar", ref=seq, signer=service, payload_sha256=PAYLOAD_SHA
+        )
+        self.fold(store, chain.entries)
+        row = store.get(chain.saga_id, seq)
+        assert row is not None
+        assert (row.state, row.signed_by, row.decided_by, row.decided_at_us) == (
+            RowState.APPROVED,
+            ("nadia", "omar"),
+            "omar",
+            done.recorded_at_us,
+        )
+
+    def test_a_repeated_entry_changes_nothing(self, store: RequestStore) -> None:
+        chain = _Chain()
+        seq = chain.request(signatures=2)
+        approval = chain.add(E.APPROVED, actor="nadia", ref=seq)
+        self.fold(store, chain.entries)
+        before = self.rows(store, chain)
+        # The same entry delivered again, alone and in a batch, and another entry at its seq
+        # (a fork of the chain): the first entry at a seq is the one folded.
+        store.apply([approval])
+        store.apply([approval, approval])
+        fork = dataclasses.replace(approval, actor="mallory")
+        closing = dataclasses.replace(approval, event_type=E.REJECTED, actor="mallory")
+        store.apply([fork, closing])
+        assert self.rows(store, chain) == before
+        assert before[0].signed_by == ("nadia",)
+
+    def test_a_damaged_reference_refers_to_nothing(self, store: RequestStore) -> None:
+        chain = _Chain()
+        seq = chain.request()
+        chain.add(E.APPROVED, actor="nadia", ref_seq="first")
+        chain.add(E.REJECTED, actor="omar", ref_seq=f"{seq}x")
+        self.fold(store, chain.entries)
+        row = store.get(chain.saga_id, seq)
+        assert row is not None
+        assert (row.state, row.signed_by) == (RowState.PENDING, ())
+        chain.add(E.APPROVED, actor="nadia", ref=seq)
+        self.fold(store, chain.entries)
+        row = store.get(chain.saga_id, seq)
+        assert row is not None
+        assert (row.state, row.signed_by) == (RowState.APPROVED, ("nadia",))
