@@ -9,11 +9,11 @@ import psycopg
 import pytest
 
 from sagacity._decision_signature import DecisionVerifier
+from sagacity._defaults import DEFAULT_ARCHIVE_GROUP as DEFAULT_GROUP
 from sagacity._events import JournalEntry
 from sagacity.consumers.archive._db import migrate
 from sagacity.ports import ClaimStore, RequestStore, SagaIndex
 from sagacity.postgres import PostgresClaimStore, PostgresRequestStore, PostgresSagaIndex
-from sagacity.postgres._index import DEFAULT_GROUP
 from sagacity.testing.contracts import (
     ClaimStoreContract,
     RequestStoreContract,
