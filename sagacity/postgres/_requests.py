@@ -23,6 +23,7 @@ from sagacity._requests import AWAITING_RESULT
 from sagacity.errors import DecisionInProgressError
 from sagacity.ports import OPEN_STATES, AttentionRow, GateStats, RequestRow, RowState
 from sagacity.postgres._attention import SCHEMA as ATTENTION_SCHEMA
+from sagacity.postgres._attention import TOPIC_SCHEMA as ATTENTION_TOPIC_SCHEMA
 from sagacity.postgres._attention import apply_attention, attention_rows
 from sagacity.postgres._connect import connect
 from sagacity.postgres._errors import map_error
@@ -127,7 +128,7 @@ def apply_entry(conn: psycopg.Connection[Any], entry: JournalEntry, *, topic: st
     ``SAGA_ENDED`` closes whatever is still open before it.
     """
     kind = entry.event_type
-    apply_attention(conn, entry)
+    apply_attention(conn, entry, topic=topic)
     if kind is EventType.AWAITING_APPROVAL:
         conn.execute(
             """INSERT INTO sagacity_approval_request (topic, saga_id, seq, tool, payload,
@@ -224,8 +225,12 @@ def apply_entry(conn: psycopg.Connection[Any], entry: JournalEntry, *, topic: st
 COMPONENT = "sagacity_approvals"
 """The tables' migrations are recorded in ``sagacity_approvals_schema_version``."""
 
-MIGRATIONS: tuple[tuple[int, str], ...] = ((1, SCHEMA + ATTENTION_SCHEMA),)
-"""The request, offset and attention tables (each statement re-runnable)."""
+MIGRATIONS: tuple[tuple[int, str], ...] = (
+    (1, SCHEMA + ATTENTION_SCHEMA),
+    (2, ATTENTION_TOPIC_SCHEMA),
+)
+"""The request, offset and attention tables, then the attention queue keyed by topic (each
+statement re-runnable)."""
 
 
 class PostgresRequestStore:
@@ -279,6 +284,7 @@ class PostgresRequestStore:
             conn.execute(
                 "UPDATE sagacity_approval_request SET topic = %s WHERE topic = ''", (self.topic,)
             )
+            conn.execute("UPDATE sagacity_attention SET topic = %s WHERE topic = ''", (self.topic,))
 
     def ping(self) -> None:
         """Raise :class:`PersistenceError` unless the database answers."""
@@ -343,28 +349,30 @@ class PostgresRequestStore:
         return [_row(r) for r in records]
 
     def attention(self, *, limit: int = 500) -> list[AttentionRow]:
-        """Sagas whose last run ended ``COMPENSATION_FAILED``, oldest first."""
+        """Sagas of this topic whose last run ended ``COMPENSATION_FAILED``, oldest first."""
         with self.connect() as conn:
-            return attention_rows(conn, limit=limit)
+            return attention_rows(conn, topic=self.topic, limit=limit)
 
     def decided(self, *, since_us: int) -> list[RequestRow]:
-        """Requests decided (approved, rejected, expired) at or after ``since_us``."""
+        """Requests of this topic decided (approved, rejected, expired) at or after
+        ``since_us``."""
         with self.connect() as conn:
             records = conn.execute(
                 """SELECT * FROM sagacity_approval_request
-                   WHERE decided_at_us >= %s ORDER BY decided_at_us""",
-                (since_us,),
+                   WHERE topic = %s AND decided_at_us >= %s ORDER BY decided_at_us""",
+                (self.topic, since_us),
             ).fetchall()
         return [_row(r) for r in records]
 
     def closed(self, states: Sequence[str], *, since_us: int, limit: int = 200) -> list[RequestRow]:
-        """Requests closed in ``states`` at or after ``since_us``, newest first."""
+        """Requests of this topic closed in ``states`` at or after ``since_us``, newest
+        first."""
         with self.connect() as conn:
             records = conn.execute(
                 """SELECT * FROM sagacity_approval_request
-                   WHERE state = ANY(%s) AND closed_at_us >= %s
+                   WHERE topic = %s AND state = ANY(%s) AND closed_at_us >= %s
                    ORDER BY closed_at_us DESC LIMIT %s""",
-                (list(states), since_us, limit),
+                (self.topic, list(states), since_us, limit),
             ).fetchall()
         return [_row(r) for r in records]
 
