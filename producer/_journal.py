@@ -709,9 +709,17 @@ class KafkaJournal:
         # Only what was published since the read above: from where it stopped to our offset.
         confirm = self._reader.read(saga_id, resume=current, until_offset=delivery.offset)
         self._reads.put(confirm)
-        if confirm.accepted_offset(entry.seq) != delivery.offset:
-            at = entry.seq - confirm.base_seq - 1
-            winner = confirm.entries[at] if 0 <= at < len(confirm.entries) else None
+        at = entry.seq - confirm.base_seq - 1
+        winner = confirm.entries[at] if 0 <= at < len(confirm.entries) else None
+        # An event sent again after its acknowledgement was lost (a broker fault) can find its
+        # own first copy accepted at its seq: the same content (the hash covers it all, the
+        # writer attribute included) from this writer is this append, confirmed.
+        own_copy = (
+            winner is not None
+            and winner.hash == entry.hash
+            and winner.attributes.get(attr.WRITER) == self.writer_id
+        )
+        if confirm.accepted_offset(entry.seq) != delivery.offset and not own_copy:
             who = f"{winner.event_type.value} by {winner.actor!r}" if winner else "another event"
             if after_seq is not None:
                 raise TailMovedError(

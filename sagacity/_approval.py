@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from sagacity import _attributes as attr
-from sagacity._codec import decode_payload
+from sagacity._codec import decode_payload, decode_result
 from sagacity._decision_signature import DECISION_EVENTS
 from sagacity._events import EntryDraft, EventType, JournalEntry, UnknownEventType
 from sagacity._invoke import call_async, call_blocking
@@ -25,10 +25,12 @@ from sagacity._registry import RegisteredTool
 from sagacity._requests import (
     RequestState,
     approval_refusal,
+    interrupted_resume,
     pending_requests,
     request_state,
 )
 from sagacity._result import SagaResult, SagaStatus
+from sagacity._settlement import PHASE_CALL
 from sagacity._tool import check_constraint, executed_draft, failed_draft, intent_draft
 from sagacity.chain import payload_sha256, verify
 from sagacity.errors import (
@@ -43,6 +45,7 @@ from sagacity.errors import (
     InvalidArgumentError,
     PayloadMismatchError,
     SerializationError,
+    StepInDoubtError,
     TailMovedError,
     UnknownSagaError,
     UnverifiableApprovalError,
@@ -58,6 +61,9 @@ NO_PINNED_KEY = (
     "shared: approvals on it cannot be verified"
 )
 PAYLOAD_CHANGED = "payload changed since approval"
+IN_DOUBT = (
+    "INTENT without an outcome (its resume was interrupted): an effect may exist; needs a person"
+)
 
 
 def already_signed(approver: str) -> str:
@@ -504,17 +510,7 @@ class ApprovalDesk:
     ) -> SagaResult:
         s = self._s
         if exc is not None:
-            return s.end_saga(
-                request.saga_id,
-                cause=EventType.FAILED,
-                ref_seq=request.seq,
-                error=f"{type(exc).__name__}: {exc}",
-                clean_status=SagaStatus.COMPENSATED,
-                report=None
-                if s.compensation_mode == "delegated"
-                else s._runner().run(request.saga_id),
-                exception=exc,
-            )
+            return self._end_failed(request, f"{type(exc).__name__}: {exc}", exc)
         remaining = pending_requests(s.journal.entries(request.saga_id))
         status = SagaStatus.AWAITING_APPROVAL if remaining else SagaStatus.COMPLETED
         s.journal.append(
@@ -534,6 +530,91 @@ class ApprovalDesk:
             awaiting_tool_name=remaining[0].tool if remaining else None,
             awaiting_seq=remaining[0].seq if remaining else None,
         )
+
+    def _end_failed(
+        self, request: ApprovalRequest, error: str, exc: Exception | None
+    ) -> SagaResult:
+        """End the saga after the resumed call failed: compensate it (or hand it over)."""
+        s = self._s
+        return s.end_saga(
+            request.saga_id,
+            cause=EventType.FAILED,
+            ref_seq=request.seq,
+            error=error,
+            clean_status=SagaStatus.COMPENSATED,
+            report=None if s.compensation_mode == "delegated" else s._runner().run(request.saga_id),
+            exception=exc,
+        )
+
+    def _finish_interrupted(self, saga_id: str, seq: int, payload: str) -> SagaResult | None:
+        """Finish a resume of the request that stopped before the saga's end, never calling
+        the tool again (``None`` when no resume of it was interrupted).
+
+        With the call's outcome on the chain, the saga is ended as the resume would have ended
+        it.  Without one the call may have taken effect: the step is journaled ``SUSPECT``
+        (onto the chain just read, so an outcome journaled meanwhile wins) and the saga
+        compensated, or handed to compensation, for a person to settle it.
+
+        Raises:
+            PayloadMismatchError: ``payload`` is not the approved one (nothing journaled).
+            StepInDoubtError: the call has no outcome (journaled as above).
+            TailMovedError: another writer appended since the chain was read.
+        """
+        entries, state = self._load(saga_id, seq)
+        intent = interrupted_resume(entries, state)
+        if intent is None:
+            return None
+        request = state.request
+        if payload != intent.payload or payload_sha256(payload) != request.payload_sha256:
+            raise PayloadMismatchError(
+                PAYLOAD_CHANGED,
+                saga_id=saga_id,
+                seq=seq,
+                detail=f"the resume started at seq {intent.seq} ran the approved payload; "
+                "nothing was journaled for this attempt",
+            )
+        outcome = next(
+            (
+                e
+                for e in entries
+                if e.seq > intent.seq
+                and e.ref_seq == intent.seq
+                and e.event_type in (EventType.EXECUTED, EventType.FAILED)
+            ),
+            None,
+        )
+        if outcome is not None and outcome.event_type is EventType.EXECUTED:
+            value = decode_result(outcome.result, outcome.attributes.get(attr.RESULT_ENCODING))
+            return self._after_resume(request, value, None)
+        if outcome is not None:
+            return self._end_failed(request, outcome.error or "the approved call failed", None)
+        s = self._s
+        suspect = EntryDraft(
+            saga_id=request.saga_id,
+            event_type=EventType.SUSPECT,
+            tool=intent.tool,
+            payload=intent.payload,
+            error=IN_DOUBT,
+            actor=s.writer_id,
+            attributes={attr.REF_SEQ: str(intent.seq), attr.PHASE: PHASE_CALL},
+            recorded_at_us=s.now_us(),
+        )
+        self._append_decision(suspect, entries[-1].seq)
+        message = (
+            f"the approved call of {request.tool} is in doubt: an earlier resume journaled its "
+            f"INTENT (seq {intent.seq}) and stopped before recording an outcome, so it may have "
+            "taken effect and is not run again; the step is SUSPECT for a person to settle "
+            "(the saga was handed to compensation)"
+        )
+        result = s.end_saga(
+            request.saga_id,
+            cause=EventType.SUSPECT,
+            ref_seq=intent.seq,
+            error=message,
+            clean_status=SagaStatus.COMPENSATED,
+            report=None if s.compensation_mode == "delegated" else s._runner().run(request.saga_id),
+        )
+        raise StepInDoubtError(message, saga_id=saga_id, seq=seq, result=result)
 
     def _check_and_intend(
         self, saga_id: str, seq: int, payload: str, requested_by: str | None
@@ -560,6 +641,9 @@ class ApprovalDesk:
             )
         _check_seq(seq)
         with self._claim(str(saga_id), seq):
+            finished = _retrying(lambda: self._finish_interrupted(saga_id, seq, payload))
+            if finished is not None:
+                return finished
             request, tool, arguments, intent = _retrying(
                 lambda: self._check_and_intend(saga_id, seq, payload, requested_by)
             )
@@ -588,6 +672,11 @@ class ApprovalDesk:
         with self._claim(str(saga_id), seq):
             # The checks read and verify the chain (and may compensate a refused resume): off
             # the event loop.
+            finished = await asyncio.to_thread(
+                _retrying, lambda: self._finish_interrupted(saga_id, seq, payload)
+            )
+            if finished is not None:
+                return finished
             request, tool, arguments, intent = await asyncio.to_thread(
                 _retrying, lambda: self._check_and_intend(saga_id, seq, payload, requested_by)
             )

@@ -250,3 +250,23 @@ def request_state(
 def pending_requests(entries: Iterable[JournalEntry]) -> list[ApprovalRequest]:
     """The open requests of one saga's chain, in seq order."""
     return [state.request for state in request_states(entries) if state.pending]
+
+
+def interrupted_resume(entries: Sequence[JournalEntry], state: RequestState) -> JournalEntry | None:
+    """The resumed ``INTENT`` of a request whose resume stopped before the saga's end.
+
+    A resume journals the call's ``INTENT`` (which closes the request), its outcome and then
+    ends the saga; a process that died in between leaves the ``INTENT`` with no ``SAGA_ENDED``
+    nor ``COMPENSATION_REQUESTED`` after it.  ``None`` when the request was not resumed, or its
+    resume ended the saga (or handed it to compensation).
+    """
+    intent = state.closed_by
+    if state.status is not RequestStatus.RESUMED or intent is None:
+        return None
+    for entry in entries:
+        if entry.seq > intent.seq and entry.event_type in (
+            EventType.SAGA_ENDED,
+            EventType.COMPENSATION_REQUESTED,
+        ):
+            return None
+    return intent

@@ -698,6 +698,13 @@ class Sagacity:
         request is still open.  ``requested_by`` (who asked for the resume, e.g. the
         authenticated principal) is journaled on the ``INTENT`` or on the refusal.
 
+        A resume of the request that stopped after the call's ``INTENT`` and before the saga's
+        end (its process died) is finished instead, and the tool is never called again: with
+        the call's ``EXECUTED`` (or ``FAILED``) on the chain the saga is ended as that resume
+        would have ended it; without an outcome the step is journaled ``SUSPECT``, the saga
+        compensated (or handed to compensation) and
+        :class:`~sagacity.errors.StepInDoubtError` raised.
+
         Raises:
             InvalidArgumentError: ``payload`` is not a str, or a bad seq.
             UnknownSagaError: no such saga.
@@ -709,6 +716,7 @@ class Sagacity:
             ConstraintViolation: the policy refuses the call (journaled, compensated).
             ApprovalExpiredError: the request lapsed (journaled ``EXPIRED``, compensated).
             ChainIntegrityError: the saga's chain does not verify.
+            StepInDoubtError: an interrupted resume left the call without an outcome.
         """
         return self._desk.resume(saga_id, seq, payload, requested_by=requested_by)
 

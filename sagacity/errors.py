@@ -227,6 +227,15 @@ class ApprovalExpiredError(ApprovalError):
     """The approval request's time to live has passed."""
 
 
+class StepInDoubtError(ApprovalError):
+    """A resume found the approved call already started by an earlier resume that never
+    recorded its outcome: the call may have taken effect, so it is not made again.
+
+    The step is journaled ``SUSPECT`` for a person to settle, and the saga handed to
+    compensation (:attr:`result`).
+    """
+
+
 class AuthenticationError(SagacityError):
     """A request to the approvals service carried no credentials, or unknown ones."""
 

@@ -28,7 +28,7 @@ from sagacity.errors import ConfigurationError, SagacityError, SigningKeyError
 from sagacity.journal import Journal
 from sagacity.postgres import PostgresRequestStore
 
-_READ_INDEX_VARS = ("SAGACITY_ARCHIVE_", "SAGACITY_READ_INDEX")
+_SERVICE = "APPROVALS"
 
 log = logging.getLogger("sagacity.approvals")
 
@@ -74,10 +74,17 @@ def decision_signer(settings: ApprovalsSettings, journal: Journal) -> DecisionSi
 
 
 def journal_for(settings: ApprovalsSettings) -> Journal:
-    """The Kafka journal the settings name.
+    """The Kafka journal the settings name, assembled by the composition root.
+
+    The journal's settings are read as every service's are (:func:`sagacity._env.
+    kafka_settings_from_env` with the ``APPROVALS`` prefix): librdkafka settings from
+    ``SAGACITY_KAFKA_*`` (TLS, SASL), ``SAGACITY_APPROVALS_X`` then ``SAGACITY_X`` for the
+    others (writer id and key, timeouts, lease, read index); the bootstrap servers, topic and
+    database of ``settings`` (options included) win over the variables.
 
     Raises:
-        ConfigurationError: no bootstrap servers, or the Kafka journal is not installed.
+        ConfigurationError: no bootstrap servers, a variable is invalid, or the Kafka journal is
+            not installed.
     """
     if not settings.bootstrap_servers:
         raise ConfigurationError(
@@ -89,26 +96,21 @@ def journal_for(settings: ApprovalsSettings) -> Journal:
         raise ConfigurationError(f"the Kafka journal cannot be imported: {exc}") from exc
     # Reads take sagas' archived prefixes from the archive when it shares the service's
     # database (or SAGACITY_ARCHIVE_DATABASE_URL names it): docs/adr/0010-saga-read-index.md.
-    archive = {k: v for k, v in os.environ.items() if k.startswith(_READ_INDEX_VARS)}
-    kafka = kafka_settings_from_env(
-        {
-            **archive,
-            "SAGACITY_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-            "SAGACITY_TOPIC": settings.topic,
-            "SAGACITY_DATABASE_URL": settings.database_url,
-            # Per-writer signing (docs/adr/0014-signed-decisions-and-writers.md).
-            **{
-                f"SAGACITY_WRITER_{name}": value
-                for name in ("ID", "KEY")
-                if (
-                    value := os.environ.get(f"SAGACITY_APPROVALS_WRITER_{name}")
-                    or os.environ.get(f"SAGACITY_WRITER_{name}")
-                )
-            },
-        }
-    )
-    journal: Journal = kafka_journal(kafka)
+    given = {
+        "BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "TOPIC": settings.topic,
+        "DATABASE_URL": settings.database_url,
+    }
+    environ = {**os.environ, **{f"SAGACITY_{_SERVICE}_{k}": v for k, v in given.items()}}
+    journal: Journal = kafka_journal(kafka_settings_from_env(environ, service=_SERVICE))
     return journal
+
+
+def _client_settings() -> dict[str, str]:
+    """librdkafka settings from ``SAGACITY_KAFKA_*`` (TLS, SASL), for the request consumer."""
+    from sagacity._env import client_settings
+
+    return client_settings()
 
 
 class ApprovalsServer:
@@ -160,6 +162,7 @@ class ApprovalsServer:
                 bootstrap_servers=settings.bootstrap_servers or "",
                 topic=settings.topic,
                 group_id=settings.group_id,
+                client=_client_settings(),
             )
             if consume
             else None

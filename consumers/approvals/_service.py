@@ -19,7 +19,7 @@ import psycopg
 
 from sagacity._approval import load_chain
 from sagacity._outcome import outcome_from_chain
-from sagacity._requests import request_state
+from sagacity._requests import interrupted_resume, request_state
 from sagacity._result import SagaResult
 from sagacity._saga import Sagacity
 from sagacity._settlement import suspect_steps
@@ -184,6 +184,8 @@ class ApprovalService:
 
         Raises:
             AlreadyDecidedError: the request is closed (rejected, expired, resumed …).
+            StepInDoubtError: an earlier resume stopped after the call's ``INTENT`` without an
+                outcome: the call is not made again (see :meth:`Sagacity.resume_saga`).
             ApprovalMissingError: ``no human approval recorded`` / too few signatures.
             PayloadMismatchError: ``payload changed since approval`` (journaled, compensation
                 requested, the tool not called).
@@ -192,10 +194,12 @@ class ApprovalService:
         """
 
         def act(row: RequestRow) -> SagaResult | None:
-            state = request_state(load_chain(self.sagacity.journal, saga_id), seq)
+            entries = load_chain(self.sagacity.journal, saga_id)
+            state = request_state(entries, seq)
             if state is None:
                 raise ApprovalNotFound(f"no approval request at {saga_id}/{seq}")
-            if not state.pending:
+            # A resume a crash stopped before the saga's end is finished by the core.
+            if not state.pending and interrupted_resume(entries, state) is None:
                 raise AlreadyDecidedError(
                     f"cannot resume: {state.describe_closure()}", saga_id=saga_id, seq=seq
                 )

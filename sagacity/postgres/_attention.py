@@ -4,8 +4,9 @@
 A saga enters the queue when a run ends ``COMPENSATION_FAILED`` (a step left dirty, an undo that
 failed, a ``SUSPECT`` step) and leaves it when a later run ends in any other final status (its
 suspects settled, its undo retried).  Like the request table it is a view of the chain, never
-evidence: pages read the saga's chain for the detail.  Expired requests and refused resumes are
-in the request table already (states ``expired`` / ``refused``).
+evidence: pages read the saga's chain for the detail.  Rows are keyed by topic, as the request
+table's: two topics sharing a database keep separate queues.  Expired requests and refused
+resumes are in the request table already (states ``expired`` / ``refused``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,26 @@ CREATE TABLE IF NOT EXISTS sagacity_attention (
     ended_seq    integer NOT NULL
 );
 """
+"""The queue as first made (one topic per database)."""
+
+TOPIC_SCHEMA = """
+-- Sagas of every topic sharing the database: the queue is keyed by topic.
+ALTER TABLE sagacity_attention ADD COLUMN IF NOT EXISTS topic text NOT NULL DEFAULT '';
+ALTER TABLE sagacity_attention ALTER COLUMN topic DROP DEFAULT;
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_index i
+        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+        WHERE i.indrelid = 'sagacity_attention'::regclass AND i.indisprimary
+          AND a.attname = 'topic'
+    ) THEN
+        ALTER TABLE sagacity_attention DROP CONSTRAINT sagacity_attention_pkey;
+        ALTER TABLE sagacity_attention ADD PRIMARY KEY (topic, saga_id);
+    END IF;
+END $$;
+"""
+"""The queue keyed by topic (rows made before it are given their topic by the store)."""
 
 _LEAVES = frozenset(
     {
@@ -39,34 +60,39 @@ _LEAVES = frozenset(
 )
 
 
-def apply_attention(conn: psycopg.Connection[Any], entry: JournalEntry) -> None:
-    """Fold one journal event into the queue; idempotent (a replay never moves it back)."""
+def apply_attention(conn: psycopg.Connection[Any], entry: JournalEntry, *, topic: str) -> None:
+    """Fold one journal event of ``topic`` into the queue; idempotent (a replay never moves it
+    back)."""
     if entry.event_type is not EventType.SAGA_ENDED:
         return
     if entry.result == SagaStatus.COMPENSATION_FAILED.value:
         detail = entry.attributes.get(attr.DIRTY) or entry.error or "compensation failed"
         conn.execute(
-            """INSERT INTO sagacity_attention (saga_id, status, detail, since_us, ended_seq)
-               VALUES (%s, %s, %s, %s, %s)
-               ON CONFLICT (saga_id) DO UPDATE
+            """INSERT INTO sagacity_attention
+                   (topic, saga_id, status, detail, since_us, ended_seq)
+               VALUES (%s, %s, %s, %s, %s, %s)
+               ON CONFLICT (topic, saga_id) DO UPDATE
                SET status = EXCLUDED.status, detail = EXCLUDED.detail,
                    since_us = EXCLUDED.since_us, ended_seq = EXCLUDED.ended_seq
                WHERE sagacity_attention.ended_seq < EXCLUDED.ended_seq""",
-            (entry.saga_id, entry.result, detail, entry.recorded_at_us, entry.seq),
+            (topic, entry.saga_id, entry.result, detail, entry.recorded_at_us, entry.seq),
         )
     elif entry.result in _LEAVES:
         conn.execute(
-            "DELETE FROM sagacity_attention WHERE saga_id = %s AND ended_seq < %s",
-            (entry.saga_id, entry.seq),
+            """DELETE FROM sagacity_attention
+               WHERE topic = %s AND saga_id = %s AND ended_seq < %s""",
+            (topic, entry.saga_id, entry.seq),
         )
 
 
-def attention_rows(conn: psycopg.Connection[Any], *, limit: int = 500) -> list[AttentionRow]:
-    """The sagas in the queue, oldest first."""
+def attention_rows(
+    conn: psycopg.Connection[Any], *, topic: str, limit: int = 500
+) -> list[AttentionRow]:
+    """The sagas of ``topic`` in the queue, oldest first."""
     records = conn.execute(
         """SELECT saga_id, status, detail, since_us, ended_seq FROM sagacity_attention
-           ORDER BY since_us, saga_id LIMIT %s""",
-        (limit,),
+           WHERE topic = %s ORDER BY since_us, saga_id LIMIT %s""",
+        (topic, limit),
     ).fetchall()
     return [
         AttentionRow(

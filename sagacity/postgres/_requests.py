@@ -30,6 +30,7 @@ from sagacity._requests import Counts, affects_requests, request_input, request_
 from sagacity.errors import DecisionInProgressError, SerializationError
 from sagacity.ports import OPEN_STATES, AttentionRow, GateStats, RequestRow, RowState
 from sagacity.postgres._attention import SCHEMA as ATTENTION_SCHEMA
+from sagacity.postgres._attention import TOPIC_SCHEMA as ATTENTION_TOPIC_SCHEMA
 from sagacity.postgres._attention import apply_attention, attention_rows
 from sagacity.postgres._connect import connect
 from sagacity.postgres._errors import map_error
@@ -180,7 +181,7 @@ def apply_entry(
     are upserted.  Runs under the saga's advisory lock (:func:`lock_saga`), so concurrent
     folds of one saga follow each other.
     """
-    apply_attention(conn, entry)
+    apply_attention(conn, entry, topic=topic)
     if not affects_requests(entry):
         return
     lock_saga(conn, topic, entry.saga_id)
@@ -231,8 +232,13 @@ def _first(record: Any) -> Any:
 COMPONENT = "sagacity_approvals"
 """The tables' migrations are recorded in ``sagacity_approvals_schema_version``."""
 
-MIGRATIONS: tuple[tuple[int, str], ...] = ((1, SCHEMA + ATTENTION_SCHEMA), (2, EVENTS_SCHEMA))
-"""The request, offset and attention tables; the kept events (each statement re-runnable)."""
+MIGRATIONS: tuple[tuple[int, str], ...] = (
+    (1, SCHEMA + ATTENTION_SCHEMA),
+    (2, EVENTS_SCHEMA),
+    (3, ATTENTION_TOPIC_SCHEMA),
+)
+"""The request, offset and attention tables; the kept events; the attention queue keyed by
+topic (each statement re-runnable)."""
 
 
 class PostgresRequestStore:
@@ -295,6 +301,7 @@ class PostgresRequestStore:
             conn.execute(
                 "UPDATE sagacity_approval_request SET topic = %s WHERE topic = ''", (self.topic,)
             )
+            conn.execute("UPDATE sagacity_attention SET topic = %s WHERE topic = ''", (self.topic,))
 
     def ping(self) -> None:
         """Raise :class:`PersistenceError` unless the database answers."""
@@ -379,28 +386,30 @@ class PostgresRequestStore:
         return [_row(r) for r in records]
 
     def attention(self, *, limit: int = 500) -> list[AttentionRow]:
-        """Sagas whose last run ended ``COMPENSATION_FAILED``, oldest first."""
+        """Sagas of this topic whose last run ended ``COMPENSATION_FAILED``, oldest first."""
         with self.connect() as conn:
-            return attention_rows(conn, limit=limit)
+            return attention_rows(conn, topic=self.topic, limit=limit)
 
     def decided(self, *, since_us: int) -> list[RequestRow]:
-        """Requests decided (approved, rejected, expired) at or after ``since_us``."""
+        """Requests of this topic decided (approved, rejected, expired) at or after
+        ``since_us``."""
         with self.connect() as conn:
             records = conn.execute(
                 """SELECT * FROM sagacity_approval_request
-                   WHERE decided_at_us >= %s ORDER BY decided_at_us""",
-                (since_us,),
+                   WHERE topic = %s AND decided_at_us >= %s ORDER BY decided_at_us""",
+                (self.topic, since_us),
             ).fetchall()
         return [_row(r) for r in records]
 
     def closed(self, states: Sequence[str], *, since_us: int, limit: int = 200) -> list[RequestRow]:
-        """Requests closed in ``states`` at or after ``since_us``, newest first."""
+        """Requests of this topic closed in ``states`` at or after ``since_us``, newest
+        first."""
         with self.connect() as conn:
             records = conn.execute(
                 """SELECT * FROM sagacity_approval_request
-                   WHERE state = ANY(%s) AND closed_at_us >= %s
+                   WHERE topic = %s AND state = ANY(%s) AND closed_at_us >= %s
                    ORDER BY closed_at_us DESC LIMIT %s""",
-                (list(states), since_us, limit),
+                (self.topic, list(states), since_us, limit),
             ).fetchall()
         return [_row(r) for r in records]
 

@@ -123,6 +123,7 @@ def test_every_error_family_maps_to_a_documented_status() -> None:
         errors.DecisionInProgressError: 409,
         errors.ApprovalMissingError: 409,
         errors.PayloadMismatchError: 409,
+        errors.StepInDoubtError: 409,
         errors.UnverifiableApprovalError: 409,
         errors.ConstraintViolation: 409,
         errors.ApprovalExpiredError: 409,

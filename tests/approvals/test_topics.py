@@ -1,6 +1,6 @@
-"""Two journal topics sharing one database keep separate approval queues and stats: each
-service folds, lists, expires and counts only its own topic's requests (real Kafka and
-PostgreSQL; the same saga id on both topics)."""
+"""Two journal topics sharing one database keep separate approval queues, attention queues and
+stats: each service folds, lists, expires and counts only its own topic's requests and sagas
+(real Kafka and PostgreSQL; the same saga id on both topics)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from collections.abc import Callable
 import psycopg
 import pytest
 
-from sagacity import Sagacity, SagaStatus
+from sagacity import EntryDraft, EventType, InMemoryJournal, JournalEntry, Sagacity, SagaStatus
 from sagacity.consumers.approvals import ApprovalStore, RequestConsumer
+from sagacity.postgres._migrate import migrate
+from sagacity.postgres._requests import COMPONENT, MIGRATIONS
 from sagacity.producer import KafkaJournal
 
 from .tools import Bank
@@ -113,3 +115,100 @@ def test_a_table_made_before_topics_were_recorded_is_migrated(pg_dsn: str) -> No
             " WHERE conrelid = 'sagacity_approval_request'::regclass AND contype = 'p'"
         ).fetchone()
     assert key == ("PRIMARY KEY (topic, saga_id, seq)",)
+
+
+def _ended(journal: InMemoryJournal, saga_id: str, result: str) -> JournalEntry:
+    """A run of ``saga_id`` ending ``result`` (a step left dirty when it failed)."""
+    if not journal.entries(saga_id):
+        journal.append(EntryDraft(saga_id=saga_id, event_type=EventType.SAGA_OPENED))
+    dirty = {"dirty": "seq 2 reserve: no undo"} if result == "COMPENSATION_FAILED" else {}
+    return journal.append(
+        EntryDraft(
+            saga_id=saga_id, event_type=EventType.SAGA_ENDED, result=result, attributes=dirty
+        )
+    )
+
+
+def test_two_topics_in_one_database_keep_separate_attention_queues(pg_dsn: str) -> None:
+    stores = {t: ApprovalStore(pg_dsn, topic=t) for t in ("orders.journal", "payroll.journal")}
+    for store in stores.values():
+        store.migrate()
+    orders, payroll = stores["orders.journal"], stores["payroll.journal"]
+    on_orders, on_payroll = InMemoryJournal(), InMemoryJournal()
+    # The same saga id on both topics, and a saga on one topic only.
+    orders.apply([_ended(on_orders, "shared-id", "COMPENSATION_FAILED")])
+    orders.apply([_ended(on_orders, "only-orders", "COMPENSATION_FAILED")])
+    payroll.apply([_ended(on_payroll, "shared-id", "COMPENSATION_FAILED")])
+
+    assert {r.saga_id for r in orders.attention()} == {"shared-id", "only-orders"}
+    assert {r.saga_id for r in payroll.attention()} == {"shared-id"}
+    # A later clean end on one topic takes the saga out of that topic's queue only.
+    payroll.apply([_ended(on_payroll, "shared-id", "COMPENSATED")])
+    assert payroll.attention() == []
+    assert {r.saga_id for r in orders.attention()} == {"shared-id", "only-orders"}
+
+
+def test_an_attention_table_made_before_topics_were_recorded_is_migrated(pg_dsn: str) -> None:
+    old = ApprovalStore(pg_dsn, topic="orders.journal")
+    with psycopg.connect(pg_dsn) as conn:
+        # What the first migration made: the table without a topic, one saga in it.
+        migrate(conn, COMPONENT, MIGRATIONS[:1])
+        conn.execute(
+            "INSERT INTO sagacity_attention (saga_id, status, detail, since_us, ended_seq)"
+            " VALUES ('old', 'COMPENSATION_FAILED', 'seq 2 reserve: no undo', 1, 5)"
+        )
+    old.migrate()
+    old.migrate()  # idempotent
+    assert [r.saga_id for r in old.attention()] == ["old"]
+    assert ApprovalStore(pg_dsn, topic="other.journal").attention() == []
+    with psycopg.connect(pg_dsn) as conn:
+        key = conn.execute(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE conrelid = 'sagacity_attention'::regclass AND contype = 'p'"
+        ).fetchone()
+    assert key == ("PRIMARY KEY (topic, saga_id)",)
+
+
+def _expired(journal: InMemoryJournal, saga_id: str) -> list[JournalEntry]:
+    """A saga whose approval request lapsed: opened, the request, its ``EXPIRED``."""
+    opened = journal.append(EntryDraft(saga_id=saga_id, event_type=EventType.SAGA_OPENED))
+    request = journal.append(
+        EntryDraft(
+            saga_id=saga_id,
+            event_type=EventType.AWAITING_APPROVAL,
+            tool="send_wire_transfer",
+            payload='{"amount":"1","to":"bob"}',
+            recorded_at_us=1_000,
+            attributes={"signatures_required": "1"},
+        )
+    )
+    expired = journal.append(
+        EntryDraft(
+            saga_id=saga_id,
+            event_type=EventType.EXPIRED,
+            tool="send_wire_transfer",
+            recorded_at_us=2_000,
+            attributes={"ref_seq": str(request.seq)},
+        )
+    )
+    return [opened, request, expired]
+
+
+def test_two_topics_in_one_database_list_only_their_own_closed_and_decided_requests(
+    pg_dsn: str,
+) -> None:
+    orders = ApprovalStore(pg_dsn, topic="orders.journal")
+    payroll = ApprovalStore(pg_dsn, topic="payroll.journal")
+    orders.migrate()
+    orders.apply(_expired(InMemoryJournal(), "shared-id"))
+    payroll.apply(_expired(InMemoryJournal(), "shared-id"))
+    payroll.apply(_expired(InMemoryJournal(), "only-payroll"))
+
+    # What the console's attention page and metrics page read.
+    assert [r.saga_id for r in orders.closed(("expired",), since_us=0)] == ["shared-id"]
+    assert [r.saga_id for r in orders.decided(since_us=0)] == ["shared-id"]
+    assert {r.saga_id for r in payroll.closed(("expired",), since_us=0)} == {
+        "shared-id",
+        "only-payroll",
+    }
+    assert {r.saga_id for r in payroll.decided(since_us=0)} == {"shared-id", "only-payroll"}

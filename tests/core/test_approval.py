@@ -660,3 +660,58 @@ def test_reject_racing_a_resume_loses_cleanly() -> None:
     with pytest.raises(AlreadyDecidedError, match="already resumed"):
         rejecter.reject("race-reject", seq, "omar")
     assert only(journal.entries("race-reject"), E.REJECTED) == []
+
+
+def _interrupt_resume(sagacity: Sagacity, seq: int, *, executed: bool) -> None:
+    """What a resume journals before its process dies: the call's INTENT (and EXECUTED)."""
+    from sagacity._tool import executed_draft, intent_draft
+
+    tool = sagacity.registry.get("send_wire_transfer")
+    assert tool is not None
+    draft = intent_draft(sagacity, tool.definition, "transfer-77", ALICE, seq)
+    intent = sagacity.journal.append(draft)
+    if executed:
+        sagacity.journal.append(executed_draft(sagacity, tool.definition, intent, "transfer-ok"))
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_interrupted_resume_is_finished_without_calling_again(
+    sagacity: Sagacity, banking: Any, bank: Bank, run: str
+) -> None:
+    import asyncio
+
+    seq = _gate(sagacity, banking)
+    sagacity.approve("transfer-77", seq, "manager@company.com")
+    _interrupt_resume(sagacity, seq, executed=True)
+    if run == "sync":
+        result = sagacity.resume_saga("transfer-77", seq, ALICE)
+    else:
+        result = asyncio.run(sagacity.resume_saga_async("transfer-77", seq, ALICE))
+    assert (result.status, result.value) == (SagaStatus.COMPLETED, "transfer-ok")
+    assert bank.wires == []
+    assert kinds(sagacity.journal.entries("transfer-77"))[-3:] == [
+        (E.INTENT, "send_wire_transfer"),
+        (E.EXECUTED, "send_wire_transfer"),
+        (E.SAGA_ENDED, None),
+    ]
+
+
+def test_interrupted_resume_without_outcome_is_suspect_and_compensated_inline(
+    sagacity: Sagacity, banking: Any, bank: Bank
+) -> None:
+    from sagacity.errors import StepInDoubtError
+
+    seq = _gate(sagacity, banking)
+    sagacity.approve("transfer-77", seq, "manager@company.com")
+    _interrupt_resume(sagacity, seq, executed=False)
+    with pytest.raises(StepInDoubtError, match="in doubt") as caught:
+        sagacity.resume_saga("transfer-77", seq, ALICE)
+    assert bank.wires == []
+    result = caught.value.result
+    assert result is not None
+    assert result.status is SagaStatus.COMPENSATION_FAILED
+    assert [s.tool for s in result.suspects] == ["send_wire_transfer"]
+    assert [c.tool for c in bank.released] == ["reserve_inventory"]
+    entries = sagacity.journal.entries("transfer-77")
+    assert [e.event_type for e in entries].count(E.SUSPECT) == 1
+    assert entries[-1].event_type is E.SAGA_ENDED

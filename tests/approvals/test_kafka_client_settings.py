@@ -1,0 +1,106 @@
+"""The approvals service's Kafka clients take the ``SAGACITY_KAFKA_*`` settings (TLS, SASL …)
+and the journal settings from the composition root, like every other service (real Kafka)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
+from sagacity.consumers.approvals._server import journal_for
+from sagacity.errors import JournalUnavailableError
+from sagacity.producer import KafkaJournal
+
+pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
+
+
+def _settings(
+    bootstrap: str, topic: str, dsn: str, auth_file: Path, signing_key: str | None = None
+) -> ApprovalsSettings:
+    return ApprovalsSettings(
+        database_url=dsn,
+        bootstrap_servers=bootstrap,
+        topic=topic,
+        auth_file=str(auth_file),
+        signing_key=signing_key,
+    )
+
+
+def test_the_journal_takes_the_kafka_client_settings(
+    kafka_bootstrap: str,
+    make_topic: Callable[..., str],
+    pg_dsn: str,
+    auth_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SAGACITY_KAFKA_CLIENT_ID", "approvals-under-test")
+    monkeypatch.setenv("SAGACITY_READ_INDEX", "off")
+    journal = journal_for(_settings(kafka_bootstrap, make_topic(), pg_dsn, auth_file))
+    try:
+        assert isinstance(journal, KafkaJournal)
+        assert journal._client_config["client.id"] == "approvals-under-test"
+        assert journal._client_config["bootstrap.servers"] == kafka_bootstrap
+    finally:
+        journal.close()
+
+
+def test_a_tls_setting_reaches_the_journal_client(
+    kafka_bootstrap: str,
+    make_topic: Callable[..., str],
+    pg_dsn: str,
+    auth_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The broker listens in plain text: a client that took the setting cannot reach it.
+    monkeypatch.setenv("SAGACITY_KAFKA_SECURITY_PROTOCOL", "SSL")
+    monkeypatch.setenv("SAGACITY_APPROVALS_STARTUP_TIMEOUT_S", "2")
+    monkeypatch.setenv("SAGACITY_READ_INDEX", "off")
+    with pytest.raises(JournalUnavailableError):
+        journal_for(_settings(kafka_bootstrap, make_topic(), pg_dsn, auth_file))
+
+
+def test_the_settings_given_win_over_the_variables(
+    kafka_bootstrap: str,
+    make_topic: Callable[..., str],
+    pg_dsn: str,
+    auth_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topic = make_topic()
+    monkeypatch.setenv("SAGACITY_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    monkeypatch.setenv("SAGACITY_APPROVALS_TOPIC", "not-this-topic")
+    monkeypatch.setenv("SAGACITY_APPROVALS_WRITER_ID", "approvals-7")
+    monkeypatch.setenv("SAGACITY_READ_INDEX", "off")
+    journal = journal_for(_settings(kafka_bootstrap, topic, pg_dsn, auth_file))
+    try:
+        assert isinstance(journal, KafkaJournal)
+        assert (journal.topic, journal.writer_id) == (topic, "approvals-7")
+    finally:
+        journal.close()
+
+
+def test_the_request_consumer_takes_the_kafka_client_settings(
+    kafka_bootstrap: str,
+    make_topic: Callable[..., str],
+    pg_dsn: str,
+    auth_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sagacity._decision_signature import generate_key
+
+    generate_key(tmp_path / "approvals.pem")
+    monkeypatch.setenv("SAGACITY_KAFKA_CLIENT_ID", "approvals-under-test")
+    topic = make_topic()
+    journal = KafkaJournal(kafka_bootstrap, topic=topic)
+    try:
+        server = ApprovalsServer(
+            _settings(kafka_bootstrap, topic, pg_dsn, auth_file, str(tmp_path / "approvals.pem")),
+            journal=journal,
+        )
+        assert server.consumer is not None
+        assert server.consumer.runtime.options.config["client.id"] == "approvals-under-test"
+    finally:
+        journal.close()
