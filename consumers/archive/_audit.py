@@ -38,7 +38,13 @@ from sagacity.consumers.archive._checkpoints import (
     signature_valid,
 )
 from sagacity.consumers.archive._db import check_schema, mapped_errors
-from sagacity.consumers.archive._fastverify import NATIVE, BatchVerdict, chain_verifier
+from sagacity.consumers.archive._fastverify import (
+    NATIVE,
+    NATIVE_AUDITOR,
+    BatchVerdict,
+    batch_verdict,
+    chain_verifier,
+)
 from sagacity.consumers.archive._merkle import RootBuilder
 from sagacity.consumers.archive._reasons import AuditReason
 from sagacity.consumers.archive._retention import (
@@ -682,11 +688,55 @@ def iter_audits(
             retention.failed.update(checked_records.failed)
         reader = _snapshot_reader(conn) if bulk else None
         streams: list[Iterator[tuple[str, Any]]] = []
+
+        def one(
+            saga: str,
+            verdict: BatchVerdict | None,
+            rows: Sequence[Sequence[Any]],
+            cps: Sequence[Sequence[Any]] | None,
+            anchors: Sequence[Sequence[Any]] | None,
+            heads: Sequence[Sequence[Any]] | None,
+        ) -> SagaAudit:
+            return _audit_one(
+                conn,
+                saga,
+                verdict=verdict,
+                rows=rows,
+                cps=cps,
+                anchors=anchors,
+                heads=heads,
+                keys=keys,
+                rounds=checked_rounds,
+                records=checked_records,
+                reference=reference,
+            )
+
         if reader is not None:
             cursors.enter_context(reader)
-            anchors_of = {
-                str(r[0]): (int(r[1]), str(r[2])) for r in conn.execute(queries[2], {"s": saga_id})
-            }
+            anchor_rows = {str(r[0]): r for r in conn.execute(queries[2], {"s": saga_id})}
+            anchors_of = {k: (int(r[1]), str(r[2])) for k, r in anchor_rows.items()}
+            if NATIVE_AUDITOR is not None and NATIVE:
+                named = [cursors.enter_context(conn.cursor(name=f"sgc_audit_{i}")) for i in (1, 3)]
+                for cur, i in zip(named, (1, 3), strict=True):
+                    cur.itersize = fetch
+                    cur.execute(queries[i], {"s": saga_id})
+                merged = _merged_audits(
+                    NATIVE_AUDITOR(
+                        anchors=anchors_of,
+                        failed_rounds=set(checked_rounds.failed),
+                        refer={k for k, r in anchor_rows.items() if r[3] in checked_records.failed},
+                    ),
+                    reader,
+                    checkpoints=named[0],
+                    heads=named[1],
+                    fetch=fetch,
+                    anchors=anchors_of,
+                    anchor_rows=anchor_rows,
+                    judge_back=one,
+                )
+                cursors.enter_context(contextlib.closing(merged))  # before the reader closes
+                yield from merged
+                return
             verdicts = _verdicts(reader, saga_ids=None, anchors=anchors_of)
             cursors.enter_context(contextlib.closing(verdicts))  # before the reader closes
             streams.append(verdicts)
@@ -708,101 +758,174 @@ def iter_audits(
                 else:
                     parts.append(None)
             chain, cps, anchors, heads = parts
-            verdict: BatchVerdict | None = chain if reader is not None else None
-            rows: Sequence[Sequence[Any]] = [] if reader is not None else (chain or [])
-            events = len(rows) if verdict is None else verdict.events
-            checkpoints = [
-                Checkpoint(
-                    saga_id=c[0],
-                    seq=int(c[1]),
-                    hash=c[2],
-                    signed_at_us=int(c[3]),
-                    key_id=c[4],
-                    signature=c[5],
-                    round_id=None if c[6] is None else int(c[6]),
-                    leaf_index=None if c[7] is None else int(c[7]),
-                )
-                for c in cps or ()
-            ]
-            anchor = (int(anchors[0][1]), anchors[0][2]) if anchors else None
-            recorded_head = (int(heads[0][1]), heads[0][2]) if heads else None
-            after_seq, after_hash = anchor if anchor is not None else (0, GENESIS_HASH)
-            if anchors and anchors[0][3] in checked_records.failed:
-                yield SagaAudit(
-                    saga_id=saga,
-                    ok=False,
-                    events=events,
-                    head_seq=after_seq,
-                    head_hash=after_hash,
-                    bad_seq=after_seq,
-                    reason=AuditReason.FORGED_ANCHOR,
-                    detail=checked_records.failed[anchors[0][3]],
-                )
-                continue
-            if verdict is not None and verdict.refer:
-                # A row the bulk verifier cannot judge: the saga's rows, for the paths below.
-                rows = conn.execute(
-                    f"SELECT {ROW_COLUMNS} FROM side_effect_journal"  # noqa: S608
-                    " WHERE saga_id = %s ORDER BY archive_id",
-                    (saga,),
-                ).fetchall()
-                verdict, events = None, len(rows)
-            elif verdict is not None and not verdict.ok:
-                assert verdict.reason is not None
-                yield SagaAudit(
-                    saga_id=saga,
-                    ok=False,
-                    events=events,
-                    head_seq=verdict.head_seq,
-                    head_hash=verdict.head_hash,
-                    bad_seq=verdict.bad_seq,
-                    reason=AuditReason(verdict.reason.value),
-                    detail=verdict.detail,
-                )
-                continue
-            head, by_seq = None, None
-            if verdict is not None:
-                head, by_seq = (verdict.head_seq, verdict.head_hash), verdict.hashes_by_seq()
-            elif not reference:
-                head = _verified_head(rows, after_seq=after_seq, after_hash=after_hash)
-            if head is not None:
-                yield _judge_checkpoints(
-                    saga,
-                    events=events,
-                    head_seq=head[0],
-                    head_hash=head[1],
-                    by_seq=by_seq if by_seq is not None else {r[1]: r[11] for r in rows},
-                    checkpoints=checkpoints,
-                    after_seq=after_seq,
-                    after_hash=after_hash,
-                    recorded_head=recorded_head,
-                    keys=keys,
-                    rounds=checked_rounds,
-                )
-                continue
-            try:
-                entries = [entry_of_row(r) for r in rows]
-            except SerializationError as exc:
-                yield SagaAudit(
-                    saga_id=saga,
-                    ok=False,
-                    events=len(rows),
-                    head_seq=0,
-                    head_hash=GENESIS_HASH,
-                    bad_seq=None,
-                    reason=AuditReason.EDITED,
-                    detail=exc.message,
-                )
-                continue
-            yield judge(
-                saga,
-                entries,
-                checkpoints=checkpoints,
-                anchor=anchor,
-                recorded_head=recorded_head,
-                keys=keys,
-                rounds=checked_rounds,
-            )
+            if reader is not None:
+                yield one(saga, chain, [], cps, anchors, heads)
+            else:
+                yield one(saga, None, chain or [], cps, anchors, heads)
+
+
+def _merged_audits(
+    auditor: Any,
+    reader: psycopg.Connection,
+    *,
+    checkpoints: psycopg.ServerCursor[Any],
+    heads: psycopg.ServerCursor[Any],
+    fetch: int,
+    anchors: Mapping[str, tuple[int, str]],
+    anchor_rows: Mapping[str, Sequence[Any]],
+    judge_back: Callable[..., SagaAudit],
+) -> Generator[SagaAudit]:
+    """Every saga's audit from the compiled merge (``sagacity_native.ChainAuditor``): the rows
+    ``reader`` streams, checkpoints and heads a fetch at a time.  The sagas it judges come back
+    as a few fields; the others, with what was read for them, go to ``judge_back`` (the Python
+    path, which explains every finding)."""
+
+    def drain() -> Iterator[SagaAudit]:
+        while True:
+            out, need_checkpoints, need_heads = auditor.take()
+            for t in out:
+                if t[1]:
+                    yield SagaAudit(
+                        saga_id=t[0],
+                        ok=True,
+                        events=t[2],
+                        head_seq=t[3],
+                        head_hash=t[4],
+                        checkpoints=t[5],
+                        signed_seq=t[6],
+                        unsigned=t[7],
+                    )
+                else:
+                    saga, verdict, cps, head = t[0], t[2], t[3], t[4]
+                    anchor = anchor_rows.get(saga)
+                    yield judge_back(
+                        saga,
+                        None if verdict is None else batch_verdict(verdict, anchors),
+                        [],
+                        cps or None,
+                        None if anchor is None else [anchor],
+                        head or None,
+                    )
+            if not (need_checkpoints or need_heads):
+                return
+            if need_checkpoints:
+                auditor.add_checkpoints(checkpoints.fetchmany(fetch))
+            if need_heads:
+                auditor.add_heads(heads.fetchmany(fetch))
+
+    for block in chain_rows(reader):
+        auditor.feed(block)
+        yield from drain()
+    auditor.finish()
+    yield from drain()
+
+
+def _audit_one(
+    conn: psycopg.Connection,
+    saga: str,
+    *,
+    verdict: BatchVerdict | None,
+    rows: Sequence[Sequence[Any]],
+    cps: Sequence[Sequence[Any]] | None,
+    anchors: Sequence[Sequence[Any]] | None,
+    heads: Sequence[Sequence[Any]] | None,
+    keys: Mapping[str, bytes],
+    rounds: RoundAudit,
+    records: RetentionAudit,
+    reference: bool,
+) -> SagaAudit:
+    """One saga's audit in :func:`iter_audits`, from what the merge read for it: the bulk
+    verifier's ``verdict`` (or, without it, the saga's ``rows``), its checkpoint rows, its
+    retention anchor row and its recorded head row."""
+    events = len(rows) if verdict is None else verdict.events
+    checkpoints = [
+        Checkpoint(
+            saga_id=c[0],
+            seq=int(c[1]),
+            hash=c[2],
+            signed_at_us=int(c[3]),
+            key_id=c[4],
+            signature=c[5],
+            round_id=None if c[6] is None else int(c[6]),
+            leaf_index=None if c[7] is None else int(c[7]),
+        )
+        for c in cps or ()
+    ]
+    anchor = (int(anchors[0][1]), anchors[0][2]) if anchors else None
+    recorded_head = (int(heads[0][1]), heads[0][2]) if heads else None
+    after_seq, after_hash = anchor if anchor is not None else (0, GENESIS_HASH)
+    if anchors and anchors[0][3] in records.failed:
+        return SagaAudit(
+            saga_id=saga,
+            ok=False,
+            events=events,
+            head_seq=after_seq,
+            head_hash=after_hash,
+            bad_seq=after_seq,
+            reason=AuditReason.FORGED_ANCHOR,
+            detail=records.failed[anchors[0][3]],
+        )
+    if verdict is not None and verdict.refer:
+        # A row the bulk verifier cannot judge: the saga's rows, for the paths below.
+        rows = conn.execute(
+            f"SELECT {ROW_COLUMNS} FROM side_effect_journal"  # noqa: S608
+            " WHERE saga_id = %s ORDER BY archive_id",
+            (saga,),
+        ).fetchall()
+        verdict, events = None, len(rows)
+    elif verdict is not None and not verdict.ok:
+        assert verdict.reason is not None
+        return SagaAudit(
+            saga_id=saga,
+            ok=False,
+            events=events,
+            head_seq=verdict.head_seq,
+            head_hash=verdict.head_hash,
+            bad_seq=verdict.bad_seq,
+            reason=AuditReason(verdict.reason.value),
+            detail=verdict.detail,
+        )
+    head, by_seq = None, None
+    if verdict is not None:
+        head, by_seq = (verdict.head_seq, verdict.head_hash), verdict.hashes_by_seq()
+    elif not reference:
+        head = _verified_head(rows, after_seq=after_seq, after_hash=after_hash)
+    if head is not None:
+        return _judge_checkpoints(
+            saga,
+            events=events,
+            head_seq=head[0],
+            head_hash=head[1],
+            by_seq=by_seq if by_seq is not None else {r[1]: r[11] for r in rows},
+            checkpoints=checkpoints,
+            after_seq=after_seq,
+            after_hash=after_hash,
+            recorded_head=recorded_head,
+            keys=keys,
+            rounds=rounds,
+        )
+    try:
+        entries = [entry_of_row(r) for r in rows]
+    except SerializationError as exc:
+        return SagaAudit(
+            saga_id=saga,
+            ok=False,
+            events=len(rows),
+            head_seq=0,
+            head_hash=GENESIS_HASH,
+            bad_seq=None,
+            reason=AuditReason.EDITED,
+            detail=exc.message,
+        )
+    return judge(
+        saga,
+        entries,
+        checkpoints=checkpoints,
+        anchor=anchor,
+        recorded_head=recorded_head,
+        keys=keys,
+        rounds=rounds,
+    )
 
 
 def _snapshot_reader(conn: psycopg.Connection) -> psycopg.Connection | None:

@@ -7,6 +7,8 @@
 //!
 //! `verify.rs`: the archive's chain check over a binary `COPY` stream of archived rows
 //! (`sagacity.consumers.archive._fastverify`; docs/adr/0013-compiled-hot-path.md).
+//! `audit.rs`: the audit's merge of those verdicts with each saga's checkpoints and head
+//! (`sagacity.consumers.archive._audit`).
 //! `ingest.rs`: the archive's check of one journal message and the row it writes
 //! (`sagacity.consumers.archive._ingest`).
 
@@ -14,6 +16,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyString};
 use sha2::{Digest, Sha256};
 
+mod audit;
 mod ingest;
 mod verify;
 
@@ -232,5 +235,6 @@ fn sagacity_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(link_encode, m)?)?;
     m.add_function(wrap_pyfunction!(ingest::archive_row, m)?)?;
     m.add_class::<verify::CopyChainVerifier>()?;
+    m.add_class::<audit::ChainAuditor>()?;
     Ok(())
 }
