@@ -21,8 +21,9 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -656,6 +657,12 @@ def iter_audits(
         contextlib.ExitStack() as cursors,
     ):
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        reader = _snapshot_reader(conn) if bulk else None
+        blocks: _FirstBlockAhead | None = None
+        if reader is not None:
+            cursors.enter_context(reader)
+            # The server sorts the rows for the stream while the rounds are audited below.
+            blocks = cursors.enter_context(contextlib.closing(_FirstBlockAhead(chain_rows(reader))))
         checked_rounds = (
             audit_rounds(
                 conn,
@@ -686,7 +693,6 @@ def iter_audits(
         if retention is not None:
             retention.records += checked_records.records
             retention.failed.update(checked_records.failed)
-        reader = _snapshot_reader(conn) if bulk else None
         streams: list[Iterator[tuple[str, Any]]] = []
 
         def one(
@@ -711,8 +717,7 @@ def iter_audits(
                 reference=reference,
             )
 
-        if reader is not None:
-            cursors.enter_context(reader)
+        if blocks is not None:
             anchor_rows = {str(r[0]): r for r in conn.execute(queries[2], {"s": saga_id})}
             anchors_of = {k: (int(r[1]), str(r[2])) for k, r in anchor_rows.items()}
             if NATIVE_AUDITOR is not None and NATIVE:
@@ -726,7 +731,7 @@ def iter_audits(
                         failed_rounds=set(checked_rounds.failed),
                         refer={k for k, r in anchor_rows.items() if r[3] in checked_records.failed},
                     ),
-                    reader,
+                    blocks,
                     checkpoints=named[0],
                     heads=named[1],
                     fetch=fetch,
@@ -737,7 +742,7 @@ def iter_audits(
                 cursors.enter_context(contextlib.closing(merged))  # before the reader closes
                 yield from merged
                 return
-            verdicts = _verdicts(reader, saga_ids=None, anchors=anchors_of)
+            verdicts = _verdicts(blocks, anchors=anchors_of)
             cursors.enter_context(contextlib.closing(verdicts))  # before the reader closes
             streams.append(verdicts)
         for i, query in enumerate(queries):
@@ -766,7 +771,7 @@ def iter_audits(
 
 def _merged_audits(
     auditor: Any,
-    reader: psycopg.Connection,
+    blocks: Iterable[bytes],
     *,
     checkpoints: psycopg.ServerCursor[Any],
     heads: psycopg.ServerCursor[Any],
@@ -776,7 +781,7 @@ def _merged_audits(
     judge_back: Callable[..., SagaAudit],
 ) -> Generator[SagaAudit]:
     """Every saga's audit from the compiled merge (``sagacity_native.ChainAuditor``): the rows
-    ``reader`` streams, checkpoints and heads a fetch at a time.  The sagas it judges come back
+    streamed in ``blocks``, checkpoints and heads a fetch at a time.  The sagas it judges come back
     as a few fields; the others, with what was read for them, go to ``judge_back`` (the Python
     path, which explains every finding)."""
 
@@ -813,7 +818,7 @@ def _merged_audits(
             if need_heads:
                 auditor.add_heads(heads.fetchmany(fetch))
 
-    for block in chain_rows(reader):
+    for block in blocks:
         auditor.feed(block)
         yield from drain()
     auditor.finish()
@@ -951,18 +956,48 @@ def _snapshot_reader(conn: psycopg.Connection) -> psycopg.Connection | None:
 
 
 def _verdicts(
-    reader: psycopg.Connection,
-    *,
-    saga_ids: Sequence[str] | None,
-    anchors: Mapping[str, tuple[int, str]],
+    blocks: Iterable[bytes], *, anchors: Mapping[str, tuple[int, str]]
 ) -> Generator[tuple[str, BatchVerdict]]:
-    """The bulk verifier's verdicts on the rows ``reader`` streams, by saga id order."""
+    """The bulk verifier's verdicts on the blocks of :func:`chain_rows`, by saga id order."""
     verifier = chain_verifier(anchors=anchors)
-    for block in chain_rows(reader, saga_ids=saga_ids):
+    for block in blocks:
         for verdict in verifier.feed(block):
             yield verdict.saga_id, verdict
     for verdict in verifier.finish():
         yield verdict.saga_id, verdict
+
+
+class _FirstBlockAhead:
+    """The blocks of a stream, the first read at once in a thread of its own: the server sorts
+    the rows and starts sending them while the caller reads other things on its connection
+    (psycopg and ``select`` release the GIL while they wait).  Iterate it once; ``close`` waits
+    for the thread and closes the stream, read or not."""
+
+    def __init__(self, blocks: Generator[bytes]) -> None:
+        self._blocks = blocks
+        self._first: bytes | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._read_first, name="sagacity-audit-stream")
+        self._thread.start()
+
+    def _read_first(self) -> None:
+        try:
+            self._first = next(self._blocks, None)
+        except BaseException as exc:  # handed to the reader of the blocks
+            self._error = exc
+
+    def __iter__(self) -> Iterator[bytes]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        if self._first is not None:
+            yield self._first
+        yield from self._blocks
+
+    def close(self) -> None:
+        """Wait for the thread; then close the stream."""
+        self._thread.join()
+        self._blocks.close()
 
 
 def audit(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import select
 import struct
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Generator, Iterable, Iterator
 from typing import Any
 
 import psycopg
@@ -39,7 +39,7 @@ def chain_rows(
     *,
     saga_ids: Collection[str] | None = None,
     block_size: int = 65_536,
-) -> Iterator[bytes]:
+) -> Generator[bytes]:
     """The blocks of a binary ``COPY`` of :data:`~sagacity.consumers.archive._rows.ROW_COLUMNS`
     for ``saga_ids`` (every saga when ``None``), in :data:`CHAIN_ORDER`.
 
