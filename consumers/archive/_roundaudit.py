@@ -9,12 +9,13 @@ fail, and every checkpoint of a failed round then fails its saga with that findi
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 
+from sagacity._native import native
 from sagacity.consumers.archive._checkpoints import (
     FIRST_PREV_ROOT,
     LOG_ROUND_FORMAT,
@@ -27,6 +28,17 @@ from sagacity.consumers.archive._merkle import RootBuilder, decode_frontier
 from sagacity.consumers.archive._reasons import AuditReason
 from sagacity.consumers.archive._roundlog import round_of_row
 from sagacity.consumers.archive._schema import LOG_VERSION
+
+
+def _python_leaf(saga_id: Any, seq: Any, hash: Any) -> bytes | None:
+    return None  # the compiled module is not there: leaf_hash below
+
+
+_native_leaf: Callable[[Any, Any, Any], bytes | None] | None = native("leaf_hash")
+native_leaf: Callable[[Any, Any, Any], bytes | None] = _native_leaf or _python_leaf
+"""A leaf's hash from the compiled module (``sagacity_native.leaf_hash``, byte for byte
+:func:`leaf_hash`'s), or ``None`` for anything :func:`leaf_hash` must judge (it raises, and
+the finding quotes its message) or when the module is not there."""
 
 
 @dataclass(kw_only=True)
@@ -240,7 +252,10 @@ def audit_rounds(
                 if problem is None and (index != leaves or leaf[5] != at_us or leaf[6] != key):
                     problem = _leaf_problem(leaf, leaves, last_saga, signed)
                 try:
-                    hashed = leaf_hash(saga_id=leaf[2], seq=int(leaf[3]), hash=leaf[4])
+                    seq = int(leaf[3])
+                    hashed = native_leaf(leaf[2], seq, leaf[4]) or leaf_hash(
+                        saga_id=leaf[2], seq=seq, hash=leaf[4]
+                    )
                 except (TypeError, ValueError, UnicodeError) as exc:
                     problem = problem or f"leaf {index} cannot be hashed: {exc}"
                     hashed = bytes(32)

@@ -68,6 +68,10 @@ def test_leaves_and_the_head_checkpoint() -> None:
     for head in V["heads"]:
         fields = {"saga_id": head["saga_id"], "seq": head["seq"], "hash": head["hash"]}
         assert leaf_hash(**fields).hex() == head["leaf_hex"]
+        if _roundaudit._native_leaf is not None:  # the audit's compiled leaf hash
+            native = _roundaudit._native_leaf(head["saga_id"], head["seq"], head["hash"])
+            assert native is not None
+            assert native.hex() == head["leaf_hex"]
         assert (
             verify_bundle.leaf_hash(head["saga_id"], head["seq"], head["hash"]).hex()
             == (head["leaf_hex"])
@@ -478,3 +482,24 @@ def test_the_compiled_merge_judges_the_vectors_checkpoints_as_the_audit() -> Non
             assert python.reason is reason
     assert _judged_by_python(cases[1][0], set()).reason is _audit.AuditReason.CHECKPOINT_MISMATCH
     assert _judged_by_python(cases[2][0], set()).ok  # a valid signature of its own
+
+
+@pytest.mark.skipif(
+    _roundaudit._native_leaf is None,
+    reason="the compiled module is off (SAGACITY_NATIVE=0) or not installed",
+)
+def test_the_compiled_leaf_hash_leaves_what_it_cannot_hash_to_python() -> None:
+    # What leaf_hash refuses (its message is the audit's finding) the compiled one hands back.
+    native = _roundaudit._native_leaf
+    assert native is not None
+    head = V["heads"][0]
+    for saga_id, seq, hash_ in [
+        (head["saga_id"], head["seq"], "é" * 64),  # a hash that is not ASCII
+        ("lone \ud800 surrogate", head["seq"], head["hash"]),
+        (None, head["seq"], head["hash"]),
+        (head["saga_id"], "3", head["hash"]),
+        (head["saga_id"], 2**63, head["hash"]),
+    ]:
+        assert native(saga_id, seq, hash_) is None
+        with pytest.raises(Exception):  # noqa: B017  # each its own type and message
+            leaf_hash(saga_id=saga_id, seq=seq, hash=hash_)  # type: ignore[arg-type]
