@@ -9,7 +9,7 @@ fail, and every checkpoint of a failed round then fails its saga with that findi
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +114,13 @@ def _judge_round(
             "of the round was edited)"
         )
     return None
+
+
+def _fetched(cursor: psycopg.ServerCursor[Any], size: int) -> Iterator[Sequence[Any]]:
+    """The rows of a named cursor, ``size`` a fetch (psycopg's iteration costs a call into
+    its cursor per row; this, one per fetch)."""
+    while rows := cursor.fetchmany(size):
+        yield from rows
 
 
 def round_select(version: int, alias: str = "") -> str:
@@ -224,7 +231,7 @@ def audit_rounds(
             " ORDER BY round_id, leaf_index",
             {"s": saga_id},
         )
-        round_rows, leaf_rows = iter(round_cur), iter(leaf_cur)
+        round_rows, leaf_rows = _fetched(round_cur, fetch), _fetched(leaf_cur, fetch)
         row = next(round_rows, None)
         leaf = next(leaf_rows, None)
         previous: tuple[int, str] | None = None
