@@ -5,7 +5,10 @@ rounds (:mod:`~sagacity.consumers.archive._roundaudit`) and the signed retention
 only those that fail are remembered.  Then four streams ordered by saga id (the chains'
 verdicts or rows, checkpoints, retention anchors, heads) are merged, so memory holds one
 saga at a time however large the archive (and, auditing every saga, each saga's retention
-anchor: one seq and hash per saga whose start retention removed).
+anchor: one seq and hash per saga whose start retention removed).  Auditing every saga with
+the compiled module, the merge runs there (``sagacity_native.ChainAuditor``): it judges each
+saga whose chain, checkpoints and head agree, and hands every other saga, with what was read
+for it, to the Python path here (:func:`_audit_one`), which gives every finding.
 
 Per saga the first finding wins, in this order (docs/adr/0017-audit-coverage.md): the chain over
 every archived row; each checkpoint (its round or signature, then its seq and hash against the
@@ -608,9 +611,11 @@ def iter_audits(
 
     When every saga is audited, the rows go by binary ``COPY`` into the bulk verifier
     (:mod:`~sagacity.consumers.archive._fastverify`), on a second connection reading the same
-    snapshot (a connection streaming a ``COPY`` can run nothing else); a saga it cannot judge
-    (a row that is not a valid entry) goes to the reference path.  Otherwise each saga's rows
-    are checked straight from their columns.
+    snapshot (a connection streaming a ``COPY`` can run nothing else; the stream starts, and
+    the server sorts its rows, while the rounds are checked); a saga it cannot judge (a row
+    that is not a valid entry) goes to the reference path.  With the compiled module the merge
+    with checkpoints and heads runs there too (:func:`_merged_audits`).  Otherwise each saga's
+    rows are checked straight from their columns.
 
     ``rounds``, when given, receives the audit of the signing rounds (checked first, in the
     same snapshot): a round that fails fails every checkpoint of it, and one whose

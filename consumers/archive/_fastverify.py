@@ -23,7 +23,9 @@ the audit's REPEATABLE READ snapshot, into ``chain_verifier(anchors=...)`` (the 
 anchors, read before), its verdicts merged by saga id with the checkpoints and heads.  An
 ``ok`` verdict's head and :meth:`BatchVerdict.hashes_by_seq` go to the checkpoint check; a
 broken one is the audit's finding as it is; a ``refer`` verdict sends the saga's rows,
-selected again, to the column check and the reference path.
+selected again, to the column check and the reference path.  With the compiled module that
+merge runs compiled too (:data:`NATIVE_AUDITOR`): only the sagas whose chain, checkpoints and
+head do not simply agree come back to Python, with their verdict (:func:`batch_verdict`).
 """
 
 from __future__ import annotations
