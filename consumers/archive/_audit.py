@@ -662,12 +662,9 @@ def iter_audits(
         contextlib.ExitStack() as cursors,
     ):
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        reader = _snapshot_reader(conn) if bulk else None
-        blocks: _FirstBlockAhead | None = None
-        if reader is not None:
-            cursors.enter_context(reader)
-            # The server sorts the rows for the stream while the rounds are audited below.
-            blocks = cursors.enter_context(contextlib.closing(_FirstBlockAhead(chain_rows(reader))))
+        # The second connection is made, and the server sorts the rows for the stream, while
+        # the rounds are audited below.
+        stream = cursors.enter_context(contextlib.closing(_RowStream(conn))) if bulk else None
         checked_rounds = (
             audit_rounds(
                 conn,
@@ -699,6 +696,7 @@ def iter_audits(
             retention.records += checked_records.records
             retention.failed.update(checked_records.failed)
         streams: list[Iterator[tuple[str, Any]]] = []
+        streamed = stream is not None and stream.connected()
 
         def one(
             saga: str,
@@ -722,7 +720,7 @@ def iter_audits(
                 reference=reference,
             )
 
-        if blocks is not None:
+        if stream is not None and streamed:
             anchor_rows = {str(r[0]): r for r in conn.execute(queries[2], {"s": saga_id})}
             anchors_of = {k: (int(r[1]), str(r[2])) for k, r in anchor_rows.items()}
             if NATIVE_AUDITOR is not None and NATIVE:
@@ -736,7 +734,7 @@ def iter_audits(
                         failed_rounds=set(checked_rounds.failed),
                         refer={k for k, r in anchor_rows.items() if r[3] in checked_records.failed},
                     ),
-                    blocks,
+                    stream,
                     checkpoints=named[0],
                     heads=named[1],
                     fetch=fetch,
@@ -747,11 +745,11 @@ def iter_audits(
                 cursors.enter_context(contextlib.closing(merged))  # before the reader closes
                 yield from merged
                 return
-            verdicts = _verdicts(blocks, anchors=anchors_of)
+            verdicts = _verdicts(stream, anchors=anchors_of)
             cursors.enter_context(contextlib.closing(verdicts))  # before the reader closes
             streams.append(verdicts)
         for i, query in enumerate(queries):
-            if i == 0 and reader is not None:
+            if i == 0 and streamed:
                 continue
             cur = cursors.enter_context(conn.cursor(name=f"sgc_audit_{i}"))
             cur.itersize = fetch
@@ -768,7 +766,7 @@ def iter_audits(
                 else:
                     parts.append(None)
             chain, cps, anchors, heads = parts
-            if reader is not None:
+            if streamed:
                 yield one(saga, chain, [], cps, anchors, heads)
             else:
                 yield one(saga, None, chain or [], cps, anchors, heads)
@@ -942,12 +940,24 @@ def _snapshot_reader(conn: psycopg.Connection) -> psycopg.Connection | None:
     """A second connection to the archive reading ``conn``'s snapshot (exported: the same rows,
     whatever is committed meanwhile) and search path; ``None`` where it cannot connect (a
     connection limit, a pooler), and the caller then reads the rows on ``conn``."""
+    return _reader_of(*_shared_snapshot(conn))
+
+
+def _shared_snapshot(conn: psycopg.Connection) -> tuple[str, str | None, str, str]:
+    """What a second connection needs to read ``conn``'s snapshot: ``conn``'s conninfo and
+    password, its exported snapshot and its search path."""
     # Not in a savepoint: PostgreSQL exports only a top-level transaction's snapshot.
     shared = conn.execute("SELECT pg_export_snapshot(), current_setting('search_path')").fetchone()
     assert shared is not None
-    snapshot, search_path = shared
+    return conn.info.dsn, conn.info.password or None, str(shared[0]), str(shared[1])
+
+
+def _reader_of(
+    dsn: str, password: str | None, snapshot: str, search_path: str
+) -> psycopg.Connection | None:
+    """The second connection of :func:`_snapshot_reader`, from :func:`_shared_snapshot`."""
     try:
-        reader = psycopg.connect(conn.info.dsn, password=conn.info.password or None)
+        reader = psycopg.connect(dsn, password=password)
     except psycopg.Error:
         return None
     try:
@@ -972,37 +982,65 @@ def _verdicts(
         yield verdict.saga_id, verdict
 
 
-class _FirstBlockAhead:
-    """The blocks of a stream, the first read at once in a thread of its own: the server sorts
-    the rows and starts sending them while the caller reads other things on its connection
-    (psycopg and ``select`` release the GIL while they wait).  Iterate it once; ``close`` waits
-    for the thread and closes the stream, read or not."""
+class _RowStream:
+    """Every saga's rows by binary ``COPY`` (:func:`chain_rows`) on a second connection reading
+    ``conn``'s snapshot (:func:`_snapshot_reader`), opened and started in a thread of its own:
+    the connection is made, and the server sorts the rows and sends the first of them, while
+    the caller reads other things on ``conn`` (psycopg and ``select`` release the GIL while
+    they wait).
 
-    def __init__(self, blocks: Generator[bytes]) -> None:
-        self._blocks = blocks
+    :meth:`connected` says whether the second connection could be made (if not, the caller
+    reads the rows on ``conn``); then iterate the blocks once.  :meth:`close` waits for the
+    thread, then closes the stream (read or not) and the connection.
+    """
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        shared = _shared_snapshot(conn)
+        self._reader: psycopg.Connection | None = None
+        self._blocks: Generator[bytes] | None = None
         self._first: bytes | None = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._read_first, name="sagacity-audit-stream")
+        self._thread = threading.Thread(
+            target=self._start, args=shared, name="sagacity-audit-stream"
+        )
         self._thread.start()
 
-    def _read_first(self) -> None:
+    def _start(self, dsn: str, password: str | None, snapshot: str, search_path: str) -> None:
         try:
-            self._first = next(self._blocks, None)
-        except BaseException as exc:  # handed to the reader of the blocks
+            self._reader = _reader_of(dsn, password, snapshot, search_path)
+            if self._reader is not None:
+                self._blocks = chain_rows(self._reader)
+                self._first = next(self._blocks, None)
+        except BaseException as exc:  # raised to the caller by connected()
             self._error = exc
 
-    def __iter__(self) -> Iterator[bytes]:
+    def connected(self) -> bool:
+        """Whether the rows are streamed on a second connection (waits for the first block).
+
+        Raises:
+            PersistenceError: the database failed opening or starting the stream.
+        """
         self._thread.join()
         if self._error is not None:
             raise self._error
+        return self._reader is not None
+
+    def __iter__(self) -> Iterator[bytes]:
+        if not self.connected() or self._blocks is None:
+            raise RuntimeError("no second connection: the rows are read on the audit's")
         if self._first is not None:
             yield self._first
         yield from self._blocks
 
     def close(self) -> None:
-        """Wait for the thread; then close the stream."""
+        """Wait for the thread; then close the stream and the second connection."""
         self._thread.join()
-        self._blocks.close()
+        try:
+            if self._blocks is not None:
+                self._blocks.close()
+        finally:
+            if self._reader is not None:
+                self._reader.close()
 
 
 def audit(
