@@ -174,12 +174,12 @@ fn link_encode<'py>(
         && !kind.is_empty()
         && no_nul(saga)
         && no_nul(kind)
-        && texts.iter().all(|t| t.map_or(true, no_nul))
+        && texts.iter().all(|t| t.is_none_or(no_nul))
         && pairs.iter().all(|(k, v)| no_nul(k) && no_nul(v));
     let all_fit = valid
         && fits(saga)
         && fits(kind)
-        && texts.iter().all(|t| t.map_or(true, fits))
+        && texts.iter().all(|t| t.is_none_or(fits))
         && pairs.iter().all(|(k, v)| fits(k) && fits(v))
         && pairs.len() < u32::MAX as usize;
     if !all_fit || prev.len() != 32 {
