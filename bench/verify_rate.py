@@ -36,7 +36,7 @@ from _archive_common import (
 
 from sagacity.chain import canonical_bytes
 from sagacity.consumers.archive import BatchArchiver, audit, generate_key, sign_pending
-from sagacity.consumers.archive._chainstream import chain_rows, copy_messages
+from sagacity.consumers.archive._chainstream import chain_rows, copy_blocks
 from sagacity.consumers.archive._fastverify import NATIVE, chain_verifier
 from sagacity.consumers.archive._rows import ROW_COLUMNS
 
@@ -48,8 +48,9 @@ def _copy_out_seconds(conn: psycopg.Connection, order: str, *, binary: bool = Fa
     runs = []
     for _ in range(3):
         with Timer() as t, conn.cursor().copy(query) as copy:
-            # Binary: read as chain_rows reads it (libpq directly); text: psycopg's iteration.
-            for _block in copy_messages(conn, copy) if binary else copy:
+            # Binary: read as chain_rows reads it (libpq directly, in blocks); text: psycopg's
+            # iteration.
+            for _block in copy_blocks(conn, copy, 65_536) if binary else copy:
                 pass
         runs.append(t.seconds)
     conn.rollback()

@@ -5,7 +5,10 @@ rounds (:mod:`~sagacity.consumers.archive._roundaudit`) and the signed retention
 only those that fail are remembered.  Then four streams ordered by saga id (the chains'
 verdicts or rows, checkpoints, retention anchors, heads) are merged, so memory holds one
 saga at a time however large the archive (and, auditing every saga, each saga's retention
-anchor: one seq and hash per saga whose start retention removed).
+anchor: one seq and hash per saga whose start retention removed).  Auditing every saga with
+the compiled module, the merge runs there (``sagacity_native.ChainAuditor``): it judges each
+saga whose chain, checkpoints and head agree, and hands every other saga, with what was read
+for it, to the Python path here (:func:`_audit_one`), which gives every finding.
 
 Per saga the first finding wins, in this order (docs/adr/0017-audit-coverage.md): the chain over
 every archived row; each checkpoint (its round or signature, then its seq and hash against the
@@ -21,8 +24,9 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +42,13 @@ from sagacity.consumers.archive._checkpoints import (
     signature_valid,
 )
 from sagacity.consumers.archive._db import check_schema, mapped_errors
-from sagacity.consumers.archive._fastverify import NATIVE, BatchVerdict, chain_verifier
+from sagacity.consumers.archive._fastverify import (
+    NATIVE,
+    NATIVE_AUDITOR,
+    BatchVerdict,
+    batch_verdict,
+    chain_verifier,
+)
 from sagacity.consumers.archive._merkle import RootBuilder
 from sagacity.consumers.archive._reasons import AuditReason
 from sagacity.consumers.archive._retention import (
@@ -601,9 +611,11 @@ def iter_audits(
 
     When every saga is audited, the rows go by binary ``COPY`` into the bulk verifier
     (:mod:`~sagacity.consumers.archive._fastverify`), on a second connection reading the same
-    snapshot (a connection streaming a ``COPY`` can run nothing else); a saga it cannot judge
-    (a row that is not a valid entry) goes to the reference path.  Otherwise each saga's rows
-    are checked straight from their columns.
+    snapshot (a connection streaming a ``COPY`` can run nothing else; the stream starts, and
+    the server sorts its rows, while the rounds are checked); a saga it cannot judge (a row
+    that is not a valid entry) goes to the reference path.  With the compiled module the merge
+    with checkpoints and heads runs there too (:func:`_merged_audits`).  Otherwise each saga's
+    rows are checked straight from their columns.
 
     ``rounds``, when given, receives the audit of the signing rounds (checked first, in the
     same snapshot): a round that fails fails every checkpoint of it, and one whose
@@ -650,6 +662,9 @@ def iter_audits(
         contextlib.ExitStack() as cursors,
     ):
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        # The second connection is made, and the server sorts the rows for the stream, while
+        # the rounds are audited below.
+        stream = cursors.enter_context(contextlib.closing(_RowStream(conn))) if bulk else None
         checked_rounds = (
             audit_rounds(
                 conn,
@@ -680,18 +695,61 @@ def iter_audits(
         if retention is not None:
             retention.records += checked_records.records
             retention.failed.update(checked_records.failed)
-        reader = _snapshot_reader(conn) if bulk else None
         streams: list[Iterator[tuple[str, Any]]] = []
-        if reader is not None:
-            cursors.enter_context(reader)
-            anchors_of = {
-                str(r[0]): (int(r[1]), str(r[2])) for r in conn.execute(queries[2], {"s": saga_id})
-            }
-            verdicts = _verdicts(reader, saga_ids=None, anchors=anchors_of)
+        streamed = stream is not None and stream.connected()
+
+        def one(
+            saga: str,
+            verdict: BatchVerdict | None,
+            rows: Sequence[Sequence[Any]],
+            cps: Sequence[Sequence[Any]] | None,
+            anchors: Sequence[Sequence[Any]] | None,
+            heads: Sequence[Sequence[Any]] | None,
+        ) -> SagaAudit:
+            return _audit_one(
+                conn,
+                saga,
+                verdict=verdict,
+                rows=rows,
+                cps=cps,
+                anchors=anchors,
+                heads=heads,
+                keys=keys,
+                rounds=checked_rounds,
+                records=checked_records,
+                reference=reference,
+            )
+
+        if stream is not None and streamed:
+            anchor_rows = {str(r[0]): r for r in conn.execute(queries[2], {"s": saga_id})}
+            anchors_of = {k: (int(r[1]), str(r[2])) for k, r in anchor_rows.items()}
+            if NATIVE_AUDITOR is not None and NATIVE:
+                named = [cursors.enter_context(conn.cursor(name=f"sgc_audit_{i}")) for i in (1, 3)]
+                for cur, i in zip(named, (1, 3), strict=True):
+                    cur.itersize = fetch
+                    cur.execute(queries[i], {"s": saga_id})
+                merged = _merged_audits(
+                    NATIVE_AUDITOR(
+                        anchors=anchors_of,
+                        failed_rounds=set(checked_rounds.failed),
+                        refer={k for k, r in anchor_rows.items() if r[3] in checked_records.failed},
+                    ),
+                    stream,
+                    checkpoints=named[0],
+                    heads=named[1],
+                    fetch=fetch,
+                    anchors=anchors_of,
+                    anchor_rows=anchor_rows,
+                    judge_back=one,
+                )
+                cursors.enter_context(contextlib.closing(merged))  # before the reader closes
+                yield from merged
+                return
+            verdicts = _verdicts(stream, anchors=anchors_of)
             cursors.enter_context(contextlib.closing(verdicts))  # before the reader closes
             streams.append(verdicts)
         for i, query in enumerate(queries):
-            if i == 0 and reader is not None:
+            if i == 0 and streamed:
                 continue
             cur = cursors.enter_context(conn.cursor(name=f"sgc_audit_{i}"))
             cur.itersize = fetch
@@ -708,113 +766,198 @@ def iter_audits(
                 else:
                     parts.append(None)
             chain, cps, anchors, heads = parts
-            verdict: BatchVerdict | None = chain if reader is not None else None
-            rows: Sequence[Sequence[Any]] = [] if reader is not None else (chain or [])
-            events = len(rows) if verdict is None else verdict.events
-            checkpoints = [
-                Checkpoint(
-                    saga_id=c[0],
-                    seq=int(c[1]),
-                    hash=c[2],
-                    signed_at_us=int(c[3]),
-                    key_id=c[4],
-                    signature=c[5],
-                    round_id=None if c[6] is None else int(c[6]),
-                    leaf_index=None if c[7] is None else int(c[7]),
-                )
-                for c in cps or ()
-            ]
-            anchor = (int(anchors[0][1]), anchors[0][2]) if anchors else None
-            recorded_head = (int(heads[0][1]), heads[0][2]) if heads else None
-            after_seq, after_hash = anchor if anchor is not None else (0, GENESIS_HASH)
-            if anchors and anchors[0][3] in checked_records.failed:
-                yield SagaAudit(
-                    saga_id=saga,
-                    ok=False,
-                    events=events,
-                    head_seq=after_seq,
-                    head_hash=after_hash,
-                    bad_seq=after_seq,
-                    reason=AuditReason.FORGED_ANCHOR,
-                    detail=checked_records.failed[anchors[0][3]],
-                )
-                continue
-            if verdict is not None and verdict.refer:
-                # A row the bulk verifier cannot judge: the saga's rows, for the paths below.
-                rows = conn.execute(
-                    f"SELECT {ROW_COLUMNS} FROM side_effect_journal"  # noqa: S608
-                    " WHERE saga_id = %s ORDER BY archive_id",
-                    (saga,),
-                ).fetchall()
-                verdict, events = None, len(rows)
-            elif verdict is not None and not verdict.ok:
-                assert verdict.reason is not None
-                yield SagaAudit(
-                    saga_id=saga,
-                    ok=False,
-                    events=events,
-                    head_seq=verdict.head_seq,
-                    head_hash=verdict.head_hash,
-                    bad_seq=verdict.bad_seq,
-                    reason=AuditReason(verdict.reason.value),
-                    detail=verdict.detail,
-                )
-                continue
-            head, by_seq = None, None
-            if verdict is not None:
-                head, by_seq = (verdict.head_seq, verdict.head_hash), verdict.hashes_by_seq()
-            elif not reference:
-                head = _verified_head(rows, after_seq=after_seq, after_hash=after_hash)
-            if head is not None:
-                yield _judge_checkpoints(
-                    saga,
-                    events=events,
-                    head_seq=head[0],
-                    head_hash=head[1],
-                    by_seq=by_seq if by_seq is not None else {r[1]: r[11] for r in rows},
-                    checkpoints=checkpoints,
-                    after_seq=after_seq,
-                    after_hash=after_hash,
-                    recorded_head=recorded_head,
-                    keys=keys,
-                    rounds=checked_rounds,
-                )
-                continue
-            try:
-                entries = [entry_of_row(r) for r in rows]
-            except SerializationError as exc:
-                yield SagaAudit(
-                    saga_id=saga,
-                    ok=False,
-                    events=len(rows),
-                    head_seq=0,
-                    head_hash=GENESIS_HASH,
-                    bad_seq=None,
-                    reason=AuditReason.EDITED,
-                    detail=exc.message,
-                )
-                continue
-            yield judge(
-                saga,
-                entries,
-                checkpoints=checkpoints,
-                anchor=anchor,
-                recorded_head=recorded_head,
-                keys=keys,
-                rounds=checked_rounds,
-            )
+            if streamed:
+                yield one(saga, chain, [], cps, anchors, heads)
+            else:
+                yield one(saga, None, chain or [], cps, anchors, heads)
+
+
+def _merged_audits(
+    auditor: Any,
+    blocks: Iterable[bytes],
+    *,
+    checkpoints: psycopg.ServerCursor[Any],
+    heads: psycopg.ServerCursor[Any],
+    fetch: int,
+    anchors: Mapping[str, tuple[int, str]],
+    anchor_rows: Mapping[str, Sequence[Any]],
+    judge_back: Callable[..., SagaAudit],
+) -> Generator[SagaAudit]:
+    """Every saga's audit from the compiled merge (``sagacity_native.ChainAuditor``): the rows
+    streamed in ``blocks``, checkpoints and heads a fetch at a time.  The sagas it judges come back
+    as a few fields; the others, with what was read for them, go to ``judge_back`` (the Python
+    path, which explains every finding)."""
+
+    def drain() -> Iterator[SagaAudit]:
+        while True:
+            out, need_checkpoints, need_heads = auditor.take()
+            for t in out:
+                if t[1]:
+                    yield SagaAudit(
+                        saga_id=t[0],
+                        ok=True,
+                        events=t[2],
+                        head_seq=t[3],
+                        head_hash=t[4],
+                        checkpoints=t[5],
+                        signed_seq=t[6],
+                        unsigned=t[7],
+                    )
+                else:
+                    saga, verdict, cps, head = t[0], t[2], t[3], t[4]
+                    anchor = anchor_rows.get(saga)
+                    yield judge_back(
+                        saga,
+                        None if verdict is None else batch_verdict(verdict, anchors),
+                        [],
+                        cps or None,
+                        None if anchor is None else [anchor],
+                        head or None,
+                    )
+            if not (need_checkpoints or need_heads):
+                return
+            if need_checkpoints:
+                auditor.add_checkpoints(checkpoints.fetchmany(fetch))
+            if need_heads:
+                auditor.add_heads(heads.fetchmany(fetch))
+
+    for block in blocks:
+        auditor.feed(block)
+        yield from drain()
+    auditor.finish()
+    yield from drain()
+
+
+def _audit_one(
+    conn: psycopg.Connection,
+    saga: str,
+    *,
+    verdict: BatchVerdict | None,
+    rows: Sequence[Sequence[Any]],
+    cps: Sequence[Sequence[Any]] | None,
+    anchors: Sequence[Sequence[Any]] | None,
+    heads: Sequence[Sequence[Any]] | None,
+    keys: Mapping[str, bytes],
+    rounds: RoundAudit,
+    records: RetentionAudit,
+    reference: bool,
+) -> SagaAudit:
+    """One saga's audit in :func:`iter_audits`, from what the merge read for it: the bulk
+    verifier's ``verdict`` (or, without it, the saga's ``rows``), its checkpoint rows, its
+    retention anchor row and its recorded head row."""
+    events = len(rows) if verdict is None else verdict.events
+    checkpoints = [
+        Checkpoint(
+            saga_id=c[0],
+            seq=int(c[1]),
+            hash=c[2],
+            signed_at_us=int(c[3]),
+            key_id=c[4],
+            signature=c[5],
+            round_id=None if c[6] is None else int(c[6]),
+            leaf_index=None if c[7] is None else int(c[7]),
+        )
+        for c in cps or ()
+    ]
+    anchor = (int(anchors[0][1]), anchors[0][2]) if anchors else None
+    recorded_head = (int(heads[0][1]), heads[0][2]) if heads else None
+    after_seq, after_hash = anchor if anchor is not None else (0, GENESIS_HASH)
+    if anchors and anchors[0][3] in records.failed:
+        return SagaAudit(
+            saga_id=saga,
+            ok=False,
+            events=events,
+            head_seq=after_seq,
+            head_hash=after_hash,
+            bad_seq=after_seq,
+            reason=AuditReason.FORGED_ANCHOR,
+            detail=records.failed[anchors[0][3]],
+        )
+    if verdict is not None and verdict.refer:
+        # A row the bulk verifier cannot judge: the saga's rows, for the paths below.
+        rows = conn.execute(
+            f"SELECT {ROW_COLUMNS} FROM side_effect_journal"  # noqa: S608
+            " WHERE saga_id = %s ORDER BY archive_id",
+            (saga,),
+        ).fetchall()
+        verdict, events = None, len(rows)
+    elif verdict is not None and not verdict.ok:
+        assert verdict.reason is not None
+        return SagaAudit(
+            saga_id=saga,
+            ok=False,
+            events=events,
+            head_seq=verdict.head_seq,
+            head_hash=verdict.head_hash,
+            bad_seq=verdict.bad_seq,
+            reason=AuditReason(verdict.reason.value),
+            detail=verdict.detail,
+        )
+    head, by_seq = None, None
+    if verdict is not None:
+        head, by_seq = (verdict.head_seq, verdict.head_hash), verdict.hashes_by_seq()
+    elif not reference:
+        head = _verified_head(rows, after_seq=after_seq, after_hash=after_hash)
+    if head is not None:
+        return _judge_checkpoints(
+            saga,
+            events=events,
+            head_seq=head[0],
+            head_hash=head[1],
+            by_seq=by_seq if by_seq is not None else {r[1]: r[11] for r in rows},
+            checkpoints=checkpoints,
+            after_seq=after_seq,
+            after_hash=after_hash,
+            recorded_head=recorded_head,
+            keys=keys,
+            rounds=rounds,
+        )
+    try:
+        entries = [entry_of_row(r) for r in rows]
+    except SerializationError as exc:
+        return SagaAudit(
+            saga_id=saga,
+            ok=False,
+            events=len(rows),
+            head_seq=0,
+            head_hash=GENESIS_HASH,
+            bad_seq=None,
+            reason=AuditReason.EDITED,
+            detail=exc.message,
+        )
+    return judge(
+        saga,
+        entries,
+        checkpoints=checkpoints,
+        anchor=anchor,
+        recorded_head=recorded_head,
+        keys=keys,
+        rounds=rounds,
+    )
 
 
 def _snapshot_reader(conn: psycopg.Connection) -> psycopg.Connection | None:
     """A second connection to the archive reading ``conn``'s snapshot (exported: the same rows,
     whatever is committed meanwhile) and search path; ``None`` where it cannot connect (a
     connection limit, a pooler), and the caller then reads the rows on ``conn``."""
+    return _reader_of(*_shared_snapshot(conn))
+
+
+def _shared_snapshot(conn: psycopg.Connection) -> tuple[str, str | None, str, str]:
+    """What a second connection needs to read ``conn``'s snapshot: ``conn``'s conninfo and
+    password, its exported snapshot and its search path."""
     # Not in a savepoint: PostgreSQL exports only a top-level transaction's snapshot.
     shared = conn.execute("SELECT pg_export_snapshot(), current_setting('search_path')").fetchone()
     assert shared is not None
-    snapshot, search_path = shared
+    return conn.info.dsn, conn.info.password or None, str(shared[0]), str(shared[1])
+
+
+def _reader_of(
+    dsn: str, password: str | None, snapshot: str, search_path: str
+) -> psycopg.Connection | None:
+    """The second connection of :func:`_snapshot_reader`, from :func:`_shared_snapshot`."""
     try:
-        reader = psycopg.connect(conn.info.dsn, password=conn.info.password or None)
+        reader = psycopg.connect(dsn, password=password)
     except psycopg.Error:
         return None
     try:
@@ -828,18 +971,76 @@ def _snapshot_reader(conn: psycopg.Connection) -> psycopg.Connection | None:
 
 
 def _verdicts(
-    reader: psycopg.Connection,
-    *,
-    saga_ids: Sequence[str] | None,
-    anchors: Mapping[str, tuple[int, str]],
+    blocks: Iterable[bytes], *, anchors: Mapping[str, tuple[int, str]]
 ) -> Generator[tuple[str, BatchVerdict]]:
-    """The bulk verifier's verdicts on the rows ``reader`` streams, by saga id order."""
+    """The bulk verifier's verdicts on the blocks of :func:`chain_rows`, by saga id order."""
     verifier = chain_verifier(anchors=anchors)
-    for block in chain_rows(reader, saga_ids=saga_ids):
+    for block in blocks:
         for verdict in verifier.feed(block):
             yield verdict.saga_id, verdict
     for verdict in verifier.finish():
         yield verdict.saga_id, verdict
+
+
+class _RowStream:
+    """Every saga's rows by binary ``COPY`` (:func:`chain_rows`) on a second connection reading
+    ``conn``'s snapshot (:func:`_snapshot_reader`), opened and started in a thread of its own:
+    the connection is made, and the server sorts the rows and sends the first of them, while
+    the caller reads other things on ``conn`` (psycopg and ``select`` release the GIL while
+    they wait).
+
+    :meth:`connected` says whether the second connection could be made (if not, the caller
+    reads the rows on ``conn``); then iterate the blocks once.  :meth:`close` waits for the
+    thread, then closes the stream (read or not) and the connection.
+    """
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        shared = _shared_snapshot(conn)
+        self._reader: psycopg.Connection | None = None
+        self._blocks: Generator[bytes] | None = None
+        self._first: bytes | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._start, args=shared, name="sagacity-audit-stream"
+        )
+        self._thread.start()
+
+    def _start(self, dsn: str, password: str | None, snapshot: str, search_path: str) -> None:
+        try:
+            self._reader = _reader_of(dsn, password, snapshot, search_path)
+            if self._reader is not None:
+                self._blocks = chain_rows(self._reader)
+                self._first = next(self._blocks, None)
+        except BaseException as exc:  # raised to the caller by connected()
+            self._error = exc
+
+    def connected(self) -> bool:
+        """Whether the rows are streamed on a second connection (waits for the first block).
+
+        Raises:
+            PersistenceError: the database failed opening or starting the stream.
+        """
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._reader is not None
+
+    def __iter__(self) -> Iterator[bytes]:
+        if not self.connected() or self._blocks is None:
+            raise RuntimeError("no second connection: the rows are read on the audit's")
+        if self._first is not None:
+            yield self._first
+        yield from self._blocks
+
+    def close(self) -> None:
+        """Wait for the thread; then close the stream and the second connection."""
+        self._thread.join()
+        try:
+            if self._blocks is not None:
+                self._blocks.close()
+        finally:
+            if self._reader is not None:
+                self._reader.close()
 
 
 def audit(

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import select
 import struct
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Generator, Iterable, Iterator
 from typing import Any
 
 import psycopg
 from psycopg import pq
-from psycopg.abc import Buffer
 
 from sagacity.consumers.archive._db import mapped_errors
 from sagacity.consumers.archive._fastverify import SIGNATURE
@@ -39,13 +38,13 @@ def chain_rows(
     *,
     saga_ids: Collection[str] | None = None,
     block_size: int = 65_536,
-) -> Iterator[bytes]:
+) -> Generator[bytes]:
     """The blocks of a binary ``COPY`` of :data:`~sagacity.consumers.archive._rows.ROW_COLUMNS`
     for ``saga_ids`` (every saga when ``None``), in :data:`CHAIN_ORDER`.
 
     The server sends one message per row; they are joined into blocks of about
-    ``block_size`` bytes (a row larger than that is a block of its own), so that a consumer
-    such as the compiled verifier is called once per block, not once per row.
+    ``block_size`` bytes (:func:`copy_blocks`; a row larger than that is a block of its own),
+    so that a consumer such as the compiled verifier is called once per block, not per row.
 
     Runs in the connection's current transaction (a caller wanting one snapshot with other
     reads opens a REPEATABLE READ transaction first).  Stop iterating early and the rest of the
@@ -61,26 +60,30 @@ def chain_rows(
     )
     params = {"ids": list(saga_ids)} if saga_ids is not None else None
     with mapped_errors("stream archived rows"), conn.cursor().copy(query, params) as copy:
-        pending: list[Any] = []
-        size = 0
-        for message in copy_messages(conn, copy):
-            pending.append(message)
-            size += len(message)
-            if size >= block_size:
-                yield b"".join(pending)
-                pending.clear()
-                size = 0
-        if pending:
-            yield b"".join(pending)
+        yield from copy_blocks(conn, copy, block_size)
 
 
-def copy_messages(conn: psycopg.Connection[Any], copy: psycopg.Copy) -> Iterator[Buffer]:
-    """The messages of a binary ``COPY ... TO STDOUT`` that ``copy`` has started, read from
-    libpq directly: about a third of the cost of iterating ``copy`` (psycopg's generator and
-    wait machinery run once per message, and the server sends one message per row).
+def copy_messages(conn: psycopg.Connection[Any], copy: psycopg.Copy) -> Iterator[bytes]:
+    """The messages of a binary ``COPY ... TO STDOUT`` that ``copy`` has started, one by one,
+    read as :func:`copy_blocks` reads them.
+
+    Raises:
+        psycopg.Error: the server reported an error, or the connection was lost.
+    """
+    return copy_blocks(conn, copy, 0)
+
+
+def copy_blocks(
+    conn: psycopg.Connection[Any], copy: psycopg.Copy, block_size: int
+) -> Generator[bytes]:
+    """The messages of a binary ``COPY ... TO STDOUT`` that ``copy`` has started, joined into
+    blocks of about ``block_size`` bytes (0: each message alone), read from libpq directly:
+    about a third of the cost of iterating ``copy`` (psycopg's generator and wait machinery
+    run once per message, and the server sends one message per row), and one loop a message
+    here, not a generator per message joined by another.
 
     The stream ends at its trailer (PostgreSQL sends it as a message of its own, after the
-    header when there are no rows); before it is yielded, ``copy`` reads the server's
+    header when there are no rows); before its block is yielded, ``copy`` reads the server's
     completion, leaving the connection as iterating ``copy`` would.
 
     Raises:
@@ -88,19 +91,27 @@ def copy_messages(conn: psycopg.Connection[Any], copy: psycopg.Copy) -> Iterator
     """
     pgconn = conn.pgconn
     get = pgconn.get_copy_data
+    pending: list[Any] = []
+    add = pending.append
+    size = 0
     while True:
-        size, data = get(1)
-        if size > 0:
+        length, data = get(1)
+        if length > 0:
+            add(data)
             # A row's message is longer (its 12 field lengths alone are 48 bytes).
-            if size <= _EMPTY_STREAM and _is_trailer(bytes(data)):
+            if length <= _EMPTY_STREAM and _is_trailer(bytes(data)):
                 # The server's completion is read before the trailer is handed on, so that a
                 # reader stopping at the trailer leaves no COPY in progress.
                 if copy.read():
                     raise psycopg.OperationalError("the COPY stream went on after its trailer")
-                yield data
+                yield b"".join(pending)
                 return
-            yield data
-        elif size == 0:  # nothing buffered: wait for the server (without holding the GIL)
+            size += length
+            if size >= block_size:
+                yield b"".join(pending)
+                pending.clear()
+                size = 0
+        elif length == 0:  # nothing buffered: wait for the server (without holding the GIL)
             select.select([pgconn.socket], [], [])
             pgconn.consume_input()
         else:  # the stream stopped before its trailer: the error is in libpq's results

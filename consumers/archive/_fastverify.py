@@ -23,7 +23,9 @@ the audit's REPEATABLE READ snapshot, into ``chain_verifier(anchors=...)`` (the 
 anchors, read before), its verdicts merged by saga id with the checkpoints and heads.  An
 ``ok`` verdict's head and :meth:`BatchVerdict.hashes_by_seq` go to the checkpoint check; a
 broken one is the audit's finding as it is; a ``refer`` verdict sends the saga's rows,
-selected again, to the column check and the reference path.
+selected again, to the column check and the reference path.  With the compiled module that
+merge runs compiled too (:data:`NATIVE_AUDITOR`): only the sagas whose chain, checkpoints and
+head do not simply agree come back to Python, with their verdict (:func:`batch_verdict`).
 """
 
 from __future__ import annotations
@@ -125,6 +127,10 @@ def _load_native() -> Callable[..., _Verifier] | None:
 _NATIVE_VERIFIER = _load_native()
 NATIVE = _NATIVE_VERIFIER is not None
 """Whether :func:`chain_verifier` runs compiled (docs/adr/0013-compiled-hot-path.md)."""
+NATIVE_AUDITOR: Callable[..., Any] | None = native("ChainAuditor") if NATIVE else None
+"""The compiled merge of the verifier's verdicts with each saga's checkpoints and head
+(``sagacity_native.ChainAuditor``, used by :func:`sagacity.consumers.archive._audit.iter_audits`
+when every saga is audited), or ``None``."""
 
 
 class ChainVerifier:
@@ -159,21 +165,26 @@ class ChainVerifier:
         return [self._verdict(t) for t in self._inner.finish()]
 
     def _verdict(self, t: VerdictTuple) -> BatchVerdict:
-        anchor = self._anchors.get(t[0])
-        return BatchVerdict(
-            saga_id=t[0],
-            ok=t[1],
-            refer=t[2],
-            events=t[3],
-            length=t[4],
-            head_seq=t[5],
-            head_hash=t[6],
-            bad_seq=t[7],
-            reason=None if t[8] is None else BreakReason(t[8]),
-            detail=t[9],
-            first_seq=1 if anchor is None else anchor[0] + 1,
-            digests=t[10],
-        )
+        return batch_verdict(t, self._anchors)
+
+
+def batch_verdict(t: VerdictTuple, anchors: Mapping[str, tuple[int, str]]) -> BatchVerdict:
+    """The :class:`BatchVerdict` of a verifier's verdict tuple (``anchors``: as the verifier's)."""
+    anchor = anchors.get(t[0])
+    return BatchVerdict(
+        saga_id=t[0],
+        ok=t[1],
+        refer=t[2],
+        events=t[3],
+        length=t[4],
+        head_seq=t[5],
+        head_hash=t[6],
+        bad_seq=t[7],
+        reason=None if t[8] is None else BreakReason(t[8]),
+        detail=t[9],
+        first_seq=1 if anchor is None else anchor[0] + 1,
+        digests=t[10],
+    )
 
 
 def chain_verifier(

@@ -9,12 +9,13 @@ fail, and every checkpoint of a failed round then fails its saga with that findi
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 
+from sagacity._native import native
 from sagacity.consumers.archive._checkpoints import (
     FIRST_PREV_ROOT,
     LOG_ROUND_FORMAT,
@@ -27,6 +28,17 @@ from sagacity.consumers.archive._merkle import RootBuilder, decode_frontier
 from sagacity.consumers.archive._reasons import AuditReason
 from sagacity.consumers.archive._roundlog import round_of_row
 from sagacity.consumers.archive._schema import LOG_VERSION
+
+
+def _python_leaf(saga_id: Any, seq: Any, hash: Any) -> bytes | None:
+    return None  # the compiled module is not there: leaf_hash below
+
+
+_native_leaf: Callable[[Any, Any, Any], bytes | None] | None = native("leaf_hash")
+native_leaf: Callable[[Any, Any, Any], bytes | None] = _native_leaf or _python_leaf
+"""A leaf's hash from the compiled module (``sagacity_native.leaf_hash``, byte for byte
+:func:`leaf_hash`'s), or ``None`` for anything :func:`leaf_hash` must judge (it raises, and
+the finding quotes its message) or when the module is not there."""
 
 
 @dataclass(kw_only=True)
@@ -102,6 +114,13 @@ def _judge_round(
             "of the round was edited)"
         )
     return None
+
+
+def _fetched(cursor: psycopg.ServerCursor[Any], size: int) -> Iterator[Sequence[Any]]:
+    """The rows of a named cursor, ``size`` a fetch (psycopg's iteration costs a call into
+    its cursor per row; this, one per fetch)."""
+    while rows := cursor.fetchmany(size):
+        yield from rows
 
 
 def round_select(version: int, alias: str = "") -> str:
@@ -212,7 +231,7 @@ def audit_rounds(
             " ORDER BY round_id, leaf_index",
             {"s": saga_id},
         )
-        round_rows, leaf_rows = iter(round_cur), iter(leaf_cur)
+        round_rows, leaf_rows = _fetched(round_cur, fetch), _fetched(leaf_cur, fetch)
         row = next(round_rows, None)
         leaf = next(leaf_rows, None)
         previous: tuple[int, str] | None = None
@@ -240,7 +259,10 @@ def audit_rounds(
                 if problem is None and (index != leaves or leaf[5] != at_us or leaf[6] != key):
                     problem = _leaf_problem(leaf, leaves, last_saga, signed)
                 try:
-                    hashed = leaf_hash(saga_id=leaf[2], seq=int(leaf[3]), hash=leaf[4])
+                    seq = int(leaf[3])
+                    hashed = native_leaf(leaf[2], seq, leaf[4]) or leaf_hash(
+                        saga_id=leaf[2], seq=seq, hash=leaf[4]
+                    )
                 except (TypeError, ValueError, UnicodeError) as exc:
                     problem = problem or f"leaf {index} cannot be hashed: {exc}"
                     hashed = bytes(32)

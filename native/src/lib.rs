@@ -7,13 +7,16 @@
 //!
 //! `verify.rs`: the archive's chain check over a binary `COPY` stream of archived rows
 //! (`sagacity.consumers.archive._fastverify`; docs/adr/0013-compiled-hot-path.md).
+//! `audit.rs`: the audit's merge of those verdicts with each saga's checkpoints and head
+//! (`sagacity.consumers.archive._audit`).
 //! `ingest.rs`: the archive's check of one journal message and the row it writes
 //! (`sagacity.consumers.archive._ingest`).
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyString};
+use pyo3::types::{PyBool, PyBytes, PyInt, PyString};
 use sha2::{Digest, Sha256};
 
+mod audit;
 mod ingest;
 mod verify;
 
@@ -171,12 +174,12 @@ fn link_encode<'py>(
         && !kind.is_empty()
         && no_nul(saga)
         && no_nul(kind)
-        && texts.iter().all(|t| t.map_or(true, no_nul))
+        && texts.iter().all(|t| t.is_none_or(no_nul))
         && pairs.iter().all(|(k, v)| no_nul(k) && no_nul(v));
     let all_fit = valid
         && fits(saga)
         && fits(kind)
-        && texts.iter().all(|t| t.map_or(true, fits))
+        && texts.iter().all(|t| t.is_none_or(fits))
         && pairs.iter().all(|(k, v)| fits(k) && fits(v))
         && pairs.len() < u32::MAX as usize;
     if !all_fit || prev.len() != 32 {
@@ -227,10 +230,39 @@ fn link_encode<'py>(
     Ok(Some((hash, PyBytes::new(py, &value))))
 }
 
+/// The Merkle leaf of one signed head, as `sagacity.consumers.archive._checkpoints.leaf_hash`
+/// computes it: `SHA-256(0x00 || "SGCL1" || F(saga_id) || F(int64_be(seq)) || F(hash))`
+/// (docs/adr/0012-checkpoint-rounds.md).  `None` for anything that function must judge
+/// (a value of another type, text it cannot encode, a seq beyond 64 bits): it raises, and
+/// the audit quotes its message.
+#[pyfunction]
+fn leaf_hash<'py>(
+    py: Python<'py>,
+    saga_id: &Bound<'py, PyAny>,
+    seq: &Bound<'py, PyAny>,
+    hash: &Bound<'py, PyAny>,
+) -> Option<Bound<'py, PyBytes>> {
+    let saga = saga_id.downcast::<PyString>().ok()?.to_str().ok()?;
+    let seq: i64 = seq.downcast::<PyInt>().ok()?.extract().ok()?;
+    let hash = hash.downcast::<PyString>().ok()?.to_str().ok()?;
+    if !hash.is_ascii() || !fits(saga.as_bytes()) || !fits(hash.as_bytes()) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(1 + 5 + 4 + saga.len() + 12 + 4 + hash.len());
+    out.push(0u8);
+    out.extend_from_slice(b"SGCL1");
+    field(&mut out, saga.as_bytes());
+    field(&mut out, &seq.to_be_bytes());
+    field(&mut out, hash.as_bytes());
+    Some(PyBytes::new(py, &Sha256::digest(&out)))
+}
+
 #[pymodule]
 fn sagacity_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(link_encode, m)?)?;
     m.add_function(wrap_pyfunction!(ingest::archive_row, m)?)?;
+    m.add_function(wrap_pyfunction!(leaf_hash, m)?)?;
     m.add_class::<verify::CopyChainVerifier>()?;
+    m.add_class::<audit::ChainAuditor>()?;
     Ok(())
 }

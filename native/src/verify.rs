@@ -21,7 +21,7 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// A saga's verdict: (saga_id, ok, refer, events, length, head_seq, head_hash, bad_seq, reason,
 /// detail, digests): `digests` holds the 32-byte hashes of the verified links, in seq order.
-type Verdict = (
+pub(crate) type Verdict = (
     String,
     bool,
     bool,
@@ -64,8 +64,8 @@ struct Pending {
     head_hash: String,
 }
 
-struct Saga {
-    id: String,
+pub(crate) struct Saga {
+    pub(crate) id: String,
     expected: i64,
     prev: [u8; 32],
     prev_hex: String,
@@ -277,7 +277,7 @@ pub struct CopyChainVerifier {
     ended: bool,
     scope: Option<String>,
     anchors: HashMap<String, (i64, String)>,
-    current: Option<Saga>,
+    pub(crate) current: Option<Saga>,
     last_saga: Option<String>,
     scratch: Vec<u8>,
 }
@@ -308,7 +308,152 @@ impl CopyChainVerifier {
         saga
     }
 
-    fn verdict(saga: Saga) -> Verdict {
+    /// Take the next bytes of the stream; the sagas it completed go to `out`.
+    pub(crate) fn feed_sagas(&mut self, chunk: &[u8], out: &mut Vec<Saga>) -> PyResult<()> {
+        if self.ended {
+            if chunk.is_empty() {
+                return Ok(());
+            }
+            return Err(bad("bytes after the trailer"));
+        }
+        self.buf.extend_from_slice(chunk);
+        let data = std::mem::take(&mut self.buf);
+        let mut at = 0usize;
+        if !self.started {
+            if data.len() < 19 {
+                self.buf = data;
+                return Ok(());
+            }
+            if &data[..11] != SIGNATURE {
+                return Err(bad("the signature is missing"));
+            }
+            let extension = read_i32(&data, 15);
+            if extension < 0 {
+                return Err(bad("negative header extension"));
+            }
+            let skip = 19 + extension as usize;
+            if data.len() < skip {
+                self.buf = data;
+                return Ok(());
+            }
+            at = skip;
+            self.started = true;
+        }
+        let mut offsets = [(0usize, -1i32); 12];
+        loop {
+            if data.len() < at + 2 {
+                break;
+            }
+            let count = read_i16(&data, at);
+            if count == -1 {
+                self.ended = true;
+                at += 2;
+                if at != data.len() {
+                    return Err(bad("bytes after the trailer"));
+                }
+                break;
+            }
+            if count != COLUMNS {
+                return Err(bad(&format!("a row has {count} columns, not {COLUMNS}")));
+            }
+            let mut p = at + 2;
+            let mut complete = true;
+            for slot in offsets.iter_mut() {
+                if data.len() < p + 4 {
+                    complete = false;
+                    break;
+                }
+                let len = read_i32(&data, p);
+                p += 4;
+                if len < -1 {
+                    return Err(bad("negative field length"));
+                }
+                if len >= 0 {
+                    if data.len() < p + len as usize {
+                        complete = false;
+                        break;
+                    }
+                    *slot = (p, len);
+                    p += len as usize;
+                } else {
+                    *slot = (p, -1);
+                }
+            }
+            if !complete {
+                break;
+            }
+            at = p;
+            let get = |i: usize| -> Option<&[u8]> {
+                let (start, len) = offsets[i];
+                (len >= 0).then(|| &data[start..start + len as usize])
+            };
+            let int = |i: usize| -> PyResult<i64> {
+                match get(i) {
+                    Some(d) if d.len() == 8 => Ok(i64::from_be_bytes(d.try_into().expect("8"))),
+                    _ => Err(bad(&format!("column {} is not a bigint", i + 1))),
+                }
+            };
+            let saga_bytes = get(0).ok_or_else(|| bad("a saga id is null"))?;
+            let row = Row {
+                saga: saga_bytes,
+                seq: int(1)?,
+                kind: get(2).unwrap_or(b""),
+                texts: [get(3), get(4), get(5), get(6), get(7)],
+                attributes: get(8).unwrap_or(b"\x00"),
+                recorded_at_us: int(9)?,
+                prev_hash: get(10).unwrap_or(b""),
+                hash: get(11).unwrap_or(b"\x00"),
+            };
+            let key: &[u8] = match &self.scope {
+                Some(s) => s.as_bytes(),
+                None => row.saga,
+            };
+            let same = self
+                .current
+                .as_ref()
+                .is_some_and(|s| s.id.as_bytes() == key);
+            if !same {
+                let id = std::str::from_utf8(key)
+                    .map_err(|_| bad("a saga id is not UTF-8"))?
+                    .to_string();
+                if let Some(last) = &self.last_saga {
+                    if last.as_bytes() >= key {
+                        return Err(PyValueError::new_err(format!(
+                            "rows are not in chain order: saga {} after {}",
+                            py_repr(&id),
+                            py_repr(last)
+                        )));
+                    }
+                }
+                if let Some(done) = self.current.take() {
+                    out.push(done);
+                }
+                self.last_saga = Some(id.clone());
+                self.current = Some(self.open(id));
+            }
+            let saga = self.current.as_mut().expect("opened");
+            Self::check(saga, &row, &mut self.scratch);
+        }
+        self.buf = data[at..].to_vec();
+        Ok(())
+    }
+
+    /// The end of the stream: the last saga (and, verifying one saga that has no rows, that
+    /// saga, empty) go to `out`.
+    pub(crate) fn finish_sagas(&mut self, out: &mut Vec<Saga>) -> PyResult<()> {
+        if !self.ended && (self.started || !self.buf.is_empty()) {
+            return Err(bad("the stream ends before its trailer"));
+        }
+        if let Some(done) = self.current.take() {
+            out.push(done);
+        } else if let Some(scope) = self.scope.take() {
+            let saga = self.open(scope);
+            out.push(saga);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn verdict(saga: Saga) -> Verdict {
         let mut broken = saga.broken;
         if let Some(p) = saga.pending {
             // The expected seq never appeared later: a deletion.
@@ -530,7 +675,10 @@ impl CopyChainVerifier {
     /// (seq, hash) a saga's rows continue from (retention), genesis otherwise.
     #[new]
     #[pyo3(signature = (*, saga_id=None, anchors=None))]
-    fn new(saga_id: Option<String>, anchors: Option<HashMap<String, (i64, String)>>) -> Self {
+    pub(crate) fn new(
+        saga_id: Option<String>,
+        anchors: Option<HashMap<String, (i64, String)>>,
+    ) -> Self {
         CopyChainVerifier {
             buf: Vec::new(),
             started: false,
@@ -545,148 +693,16 @@ impl CopyChainVerifier {
 
     /// Take the next bytes of the stream; returns the verdicts of the sagas it completed.
     fn feed(&mut self, chunk: &[u8]) -> PyResult<Vec<Verdict>> {
-        if self.ended {
-            if chunk.is_empty() {
-                return Ok(Vec::new());
-            }
-            return Err(bad("bytes after the trailer"));
-        }
-        self.buf.extend_from_slice(chunk);
-        let data = std::mem::take(&mut self.buf);
-        let mut at = 0usize;
-        let mut out = Vec::new();
-        if !self.started {
-            if data.len() < 19 {
-                self.buf = data;
-                return Ok(out);
-            }
-            if &data[..11] != SIGNATURE {
-                return Err(bad("the signature is missing"));
-            }
-            let extension = read_i32(&data, 15);
-            if extension < 0 {
-                return Err(bad("negative header extension"));
-            }
-            let skip = 19 + extension as usize;
-            if data.len() < skip {
-                self.buf = data;
-                return Ok(out);
-            }
-            at = skip;
-            self.started = true;
-        }
-        let mut offsets = [(0usize, -1i32); 12];
-        loop {
-            if data.len() < at + 2 {
-                break;
-            }
-            let count = read_i16(&data, at);
-            if count == -1 {
-                self.ended = true;
-                at += 2;
-                if at != data.len() {
-                    return Err(bad("bytes after the trailer"));
-                }
-                break;
-            }
-            if count != COLUMNS {
-                return Err(bad(&format!("a row has {count} columns, not {COLUMNS}")));
-            }
-            let mut p = at + 2;
-            let mut complete = true;
-            for slot in offsets.iter_mut() {
-                if data.len() < p + 4 {
-                    complete = false;
-                    break;
-                }
-                let len = read_i32(&data, p);
-                p += 4;
-                if len < -1 {
-                    return Err(bad("negative field length"));
-                }
-                if len >= 0 {
-                    if data.len() < p + len as usize {
-                        complete = false;
-                        break;
-                    }
-                    *slot = (p, len);
-                    p += len as usize;
-                } else {
-                    *slot = (p, -1);
-                }
-            }
-            if !complete {
-                break;
-            }
-            at = p;
-            let get = |i: usize| -> Option<&[u8]> {
-                let (start, len) = offsets[i];
-                (len >= 0).then(|| &data[start..start + len as usize])
-            };
-            let int = |i: usize| -> PyResult<i64> {
-                match get(i) {
-                    Some(d) if d.len() == 8 => Ok(i64::from_be_bytes(d.try_into().expect("8"))),
-                    _ => Err(bad(&format!("column {} is not a bigint", i + 1))),
-                }
-            };
-            let saga_bytes = get(0).ok_or_else(|| bad("a saga id is null"))?;
-            let row = Row {
-                saga: saga_bytes,
-                seq: int(1)?,
-                kind: get(2).unwrap_or(b""),
-                texts: [get(3), get(4), get(5), get(6), get(7)],
-                attributes: get(8).unwrap_or(b"\x00"),
-                recorded_at_us: int(9)?,
-                prev_hash: get(10).unwrap_or(b""),
-                hash: get(11).unwrap_or(b"\x00"),
-            };
-            let key: &[u8] = match &self.scope {
-                Some(s) => s.as_bytes(),
-                None => row.saga,
-            };
-            let same = self
-                .current
-                .as_ref()
-                .is_some_and(|s| s.id.as_bytes() == key);
-            if !same {
-                let id = std::str::from_utf8(key)
-                    .map_err(|_| bad("a saga id is not UTF-8"))?
-                    .to_string();
-                if let Some(last) = &self.last_saga {
-                    if last.as_bytes() >= key {
-                        return Err(PyValueError::new_err(format!(
-                            "rows are not in chain order: saga {} after {}",
-                            py_repr(&id),
-                            py_repr(last)
-                        )));
-                    }
-                }
-                if let Some(done) = self.current.take() {
-                    out.push(Self::verdict(done));
-                }
-                self.last_saga = Some(id.clone());
-                self.current = Some(self.open(id));
-            }
-            let saga = self.current.as_mut().expect("opened");
-            Self::check(saga, &row, &mut self.scratch);
-        }
-        self.buf = data[at..].to_vec();
-        Ok(out)
+        let mut done = Vec::new();
+        self.feed_sagas(chunk, &mut done)?;
+        Ok(done.into_iter().map(Self::verdict).collect())
     }
 
     /// The end of the stream: the last saga's verdict (and, verifying one saga that has no
     /// rows, its empty verdict).
     fn finish(&mut self) -> PyResult<Vec<Verdict>> {
-        if !self.ended && (self.started || !self.buf.is_empty()) {
-            return Err(bad("the stream ends before its trailer"));
-        }
-        let mut out = Vec::new();
-        if let Some(done) = self.current.take() {
-            out.push(Self::verdict(done));
-        } else if let Some(scope) = self.scope.take() {
-            let saga = self.open(scope);
-            out.push(Self::verdict(saga));
-        }
-        Ok(out)
+        let mut done = Vec::new();
+        self.finish_sagas(&mut done)?;
+        Ok(done.into_iter().map(Self::verdict).collect())
     }
 }

@@ -51,8 +51,11 @@ def both_paths_agree(dsn: str, signer: Signer) -> None:
     """The audit straight from the columns equals the reference path's, saga by saga."""
     with psycopg.connect(dsn) as conn:
         fast = list(iter_audits(conn, pinned_keys=[signer.public_raw]))
+        # One row a fetch: the merge of chains, checkpoints and heads waits on every source.
+        fetched_one_by_one = list(iter_audits(conn, pinned_keys=[signer.public_raw], fetch=1))
         reference = list(iter_audits(conn, pinned_keys=[signer.public_raw], reference=True))
     assert fast == reference
+    assert fetched_one_by_one == reference
     assert len(fast) == 3
 
 

@@ -419,6 +419,40 @@ def walk_fast_native(rows: list[list[Any]], saga_id: str, anchor: tuple[int, str
     return _walk_fast(rows, saga_id, anchor, native=True)
 
 
+def walk_audit_native(rows: list[list[Any]], saga_id: str, anchor: tuple[int, str]) -> Verdict:
+    """The audit's compiled merge (``sagacity_native.ChainAuditor``) over the rows, with the
+    head the archiver would have recorded for them (the last row's seq and hash): a saga it
+    judges passes; one it hands back gives the verdict it hands back with it.  A saga's rows
+    as the audit streams them never hold another saga's (they are grouped by the column), so
+    a walk holding foreign rows is the compiled verifier's alone."""
+    if any(r[0] != saga_id for r in rows):
+        return walk_fast_native(rows, saga_id, anchor)
+    assert _fastverify.NATIVE_AUDITOR is not None
+    auditor = _fastverify.NATIVE_AUDITOR(
+        anchors={saga_id: anchor} if anchor[0] else {}, failed_rounds=set(), refer=set()
+    )
+    try:
+        auditor.feed(_copy_binary(rows))
+        auditor.finish()
+    except ValueError:
+        return {"ok": False, "refused": True}
+    auditor.add_checkpoints([])
+    auditor.add_heads([(saga_id, rows[-1][1], rows[-1][11])] if rows else [])
+    auditor.add_heads([])
+    out, need_checkpoints, need_heads = auditor.take()
+    assert (need_checkpoints, need_heads) == (False, False)
+    if not rows:
+        assert out == ([] if not anchor[0] else [(saga_id, False, None, [], [])])
+        return {"ok": True}  # nothing to walk (the Python path judges an anchor alone)
+    assert [t[0] for t in out] == [saga_id]
+    if out[0][1]:
+        return {"ok": True}
+    v = _fastverify.batch_verdict(out[0][2], {})
+    if v.refer:
+        return {"ok": False, "refused": True}
+    return _chain_verdict(v.ok, v.reason and v.reason.value, v.bad_seq)
+
+
 def walk_standalone(rows: list[list[Any]], saga_id: str, anchor: tuple[int, str]) -> Verdict:
     """``verify_bundle.verify_chain`` in-process, on the events a bundle would hold."""
     events = [_event_of_row(r) for r in rows]
@@ -434,9 +468,10 @@ WALKERS: dict[str, Callable[[list[list[Any]], str, tuple[int, str]], Verdict]] =
     "audit": walk_audit,
     "fastverify-python": walk_fast_python,
     "fastverify-native": walk_fast_native,
+    "audit-native": walk_audit_native,
     "standalone": walk_standalone,
 }
-NATIVE_WALKERS = {"fastverify-native"}
+NATIVE_WALKERS = {"fastverify-native", "audit-native"}
 
 BREAK_NAMERS = {
     # Every function of the product that names a chain break ("broken_link"), and the walker

@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,7 @@ import pytest
 
 from sagacity import JournalEntry
 from sagacity._ed25519 import key_id_of
-from sagacity.consumers.archive import _audit, _roundaudit, verify_bundle
+from sagacity.consumers.archive import _audit, _fastverify, _roundaudit, verify_bundle
 from sagacity.consumers.archive._checkpoints import (
     Checkpoint,
     bytes_signature_valid,
@@ -67,6 +68,10 @@ def test_leaves_and_the_head_checkpoint() -> None:
     for head in V["heads"]:
         fields = {"saga_id": head["saga_id"], "seq": head["seq"], "hash": head["hash"]}
         assert leaf_hash(**fields).hex() == head["leaf_hex"]
+        if _roundaudit._native_leaf is not None:  # the audit's compiled leaf hash
+            native = _roundaudit._native_leaf(head["saga_id"], head["seq"], head["hash"])
+            assert native is not None
+            assert native.hex() == head["leaf_hex"]
         assert (
             verify_bundle.leaf_hash(head["saga_id"], head["seq"], head["hash"]).hex()
             == (head["leaf_hex"])
@@ -359,3 +364,142 @@ def test_the_negative_vectors_cover_every_target_and_reason() -> None:
         "unknown_key",
         "forged_anchor",
     }
+
+
+# --- the audit's compiled merge of a chain with its checkpoints and head ---------------------
+
+
+def _binary_rows(events: list[dict[str, Any]]) -> bytes:
+    """The events as the archive's binary ``COPY`` of ``ROW_COLUMNS`` sends them."""
+    out = [b"PGCOPY\n\xff\r\n\x00", struct.pack(">ii", 0, 0)]
+    for e in events:
+        values = [e[k] for k in ("saga_id", "seq", "event_type", "tool", "payload", "result")]
+        values += [e["error"], e["actor"], json.dumps(e["attributes"] or {})]
+        values += [e["recorded_at_us"], e["prev_hash"], e["hash"]]
+        out.append(struct.pack(">h", len(values)))
+        for column, value in enumerate(values):
+            if value is None:
+                out.append(struct.pack(">i", -1))
+            elif column in (1, 9):
+                out.append(struct.pack(">iq", 8, value))
+            else:
+                data = value.encode("utf-8")
+                out.append(struct.pack(">i", len(data)) + data)
+    out.append(struct.pack(">h", -1))
+    return b"".join(out)
+
+
+def _round_checkpoints() -> list[tuple[Any, ...]]:
+    """The vectors' round checkpoints of the chain's saga, as the audit selects them."""
+    out = []
+    for d in V["rounds"]:
+        for c in d["checkpoints"]:
+            head = V["heads"][c["head"]]
+            if head["saga_id"] == SAGA:
+                row = (SAGA, head["seq"], head["hash"], d["signed_at_us"], d["key_id"], "")
+                out.append((*row, d["round_id"], c["leaf_index"]))
+    return out
+
+
+def _merge(checkpoints: list[tuple[Any, ...]], failed_rounds: set[int]) -> tuple[Any, ...]:
+    """The compiled merge's one output for the chain, its checkpoints and its recorded head."""
+    assert _fastverify.NATIVE_AUDITOR is not None
+    auditor = _fastverify.NATIVE_AUDITOR(anchors={}, failed_rounds=failed_rounds, refer=set())
+    auditor.feed(_binary_rows(EVENTS))
+    auditor.finish()
+    auditor.add_checkpoints(sorted(checkpoints, key=lambda c: c[0].encode()))
+    auditor.add_checkpoints([])
+    auditor.add_heads([(SAGA, EVENTS[-1]["seq"], EVENTS[-1]["hash"])])
+    auditor.add_heads([])
+    out, need_checkpoints, need_heads = auditor.take()
+    assert (need_checkpoints, need_heads) == (False, False)
+    assert len(out) == 1
+    return tuple(out[0])
+
+
+def _judged_by_python(checkpoints: list[tuple[Any, ...]], failed_rounds: set[int]) -> Any:
+    return _audit.judge(
+        SAGA,
+        [JournalEntry.from_dict(e) for e in EVENTS],
+        checkpoints=[
+            Checkpoint(
+                saga_id=c[0],
+                seq=c[1],
+                hash=c[2],
+                signed_at_us=c[3],
+                key_id=c[4],
+                signature=c[5],
+                round_id=c[6],
+                leaf_index=c[7],
+            )
+            for c in checkpoints
+        ],
+        recorded_head=(EVENTS[-1]["seq"], EVENTS[-1]["hash"]),
+        keys=KEYS,
+        rounds=_roundaudit.RoundAudit(
+            failed=dict.fromkeys(failed_rounds, (_audit.AuditReason.BAD_SIGNATURE, "failed"))
+        ),
+    )
+
+
+@pytest.mark.skipif(
+    _fastverify.NATIVE_AUDITOR is None,
+    reason="the compiled module is off (SAGACITY_NATIVE=0) or not installed",
+)
+def test_the_compiled_merge_judges_the_vectors_checkpoints_as_the_audit() -> None:
+    checkpoints = _round_checkpoints()
+    assert len(checkpoints) >= 2
+    # Every checkpoint of verified rounds names the chain: the merge passes it, as the audit.
+    out = _merge(checkpoints, set())
+    expected = _judged_by_python(checkpoints, set())
+    assert expected.ok
+    assert out == (
+        SAGA,
+        True,
+        expected.events,
+        expected.head_seq,
+        expected.head_hash,
+        expected.checkpoints,
+        expected.signed_seq,
+        expected.unsigned,
+    )
+    # A failed round, a checkpoint whose seq was altered (the negative vector's change) and
+    # one signed on its own: each goes back to the Python path, which explains the finding.
+    altered = next(n for n in V["negative"] if n["name"] == "head_checkpoint_seq_altered")
+    own = V["checkpoint"]
+    own_row = (SAGA, own["seq"], own["hash"], own["signed_at_us"], own["key_id"])
+    cases = [
+        (checkpoints, {checkpoints[0][6]}, _audit.AuditReason.BAD_SIGNATURE),
+        ([(*checkpoints[0][:1], altered["set"]["seq"], *checkpoints[0][2:])], set(), None),
+        ([(*own_row, own["signature"], None, None)], set(), None),
+    ]
+    for cps, failed, reason in cases:
+        out = _merge(cps, failed)
+        assert out[:2] == (SAGA, False)
+        assert out[3] == sorted(cps, key=lambda c: c[0].encode())
+        python = _judged_by_python(cps, failed)
+        if reason is not None:
+            assert python.reason is reason
+    assert _judged_by_python(cases[1][0], set()).reason is _audit.AuditReason.CHECKPOINT_MISMATCH
+    assert _judged_by_python(cases[2][0], set()).ok  # a valid signature of its own
+
+
+@pytest.mark.skipif(
+    _roundaudit._native_leaf is None,
+    reason="the compiled module is off (SAGACITY_NATIVE=0) or not installed",
+)
+def test_the_compiled_leaf_hash_leaves_what_it_cannot_hash_to_python() -> None:
+    # What leaf_hash refuses (its message is the audit's finding) the compiled one hands back.
+    native = _roundaudit._native_leaf
+    assert native is not None
+    head = V["heads"][0]
+    for saga_id, seq, hash_ in [
+        (head["saga_id"], head["seq"], "é" * 64),  # a hash that is not ASCII
+        ("lone \ud800 surrogate", head["seq"], head["hash"]),
+        (None, head["seq"], head["hash"]),
+        (head["saga_id"], "3", head["hash"]),
+        (head["saga_id"], 2**63, head["hash"]),
+    ]:
+        assert native(saga_id, seq, hash_) is None
+        with pytest.raises(Exception):  # noqa: B017  # each its own type and message
+            leaf_hash(saga_id=saga_id, seq=seq, hash=hash_)  # type: ignore[arg-type]
