@@ -333,3 +333,57 @@ class ProcessStartError(DevStackError):
         full = f"{message}\n--- last lines of the log ---\n{log_tail}" if log_tail else message
         super().__init__(full)
         self.log_tail = log_tail
+
+
+# --- encryption and erasure ----------------------------------------------------------------
+class EncryptionError(SagacityError):
+    """A journal field could not be sealed or opened with its saga's data key."""
+
+
+class KeyEncryptionKeyError(EncryptionError, ConfigurationError):
+    """The key-encryption key is not configured, cannot be read, is not one, or is not the one
+    the stored data keys are wrapped under.
+
+    Attributes:
+        setting: the setting that names the key file (``SAGACITY_KEY_ENCRYPTION_KEY_FILE``).
+    """
+
+    def __init__(self, message: str, *, setting: str, saga_id: str | None = None):
+        super().__init__(f"{setting}: {message}", saga_id=saga_id)
+        self.setting = setting
+
+
+class CiphertextAuthenticationError(EncryptionError):
+    """A sealed field or a wrapped data key failed AEAD authentication: it was altered, or it
+    is opened with another key or for another place (saga, seq, field) than it was sealed for.
+
+    Attributes:
+        field: the journal field concerned (``payload``, ``result``), when there is one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        saga_id: str | None = None,
+        seq: int | None = None,
+        field: str | None = None,
+    ):
+        super().__init__(message, saga_id=saga_id, seq=seq)
+        self.field = field
+
+
+class SagaErasedError(EncryptionError):
+    """The saga's data key was destroyed (an erasure): nothing of it can be opened or sealed.
+
+    Attributes:
+        erased_at: when the key was destroyed (ISO 8601, UTC).
+    """
+
+    def __init__(self, message: str, *, saga_id: str, erased_at: str | None = None):
+        super().__init__(message, saga_id=saga_id)
+        self.erased_at = erased_at
+
+
+class DataKeyNotFoundError(EncryptionError):
+    """No data key exists for the saga: nothing of it was ever sealed."""

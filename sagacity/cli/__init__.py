@@ -23,6 +23,7 @@ _GROUPS: tuple[tuple[str, str], ...] = (
     ("sagacity.cli.serve", "serve"),
     ("sagacity.cli.archive", "archive"),
     ("sagacity.cli.approvals", "approvals"),
+    ("sagacity.cli.keys", "keys"),
     ("sagacity.cli.compensation", "compensation"),
     ("sagacity.cli.mcp", "mcp"),
     ("sagacity.cli.audit", "verify"),

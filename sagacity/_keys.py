@@ -1,0 +1,417 @@
+"""The key service: every reader and writer of sealed journal fields goes through it.
+
+:class:`KeyService` seals and opens a saga's fields with the saga's data key (created on first
+use, stored wrapped by the key-encryption key), destroys a saga's key for an erasure, and
+rewraps every stored key under a new KEK for a rotation.  Where the wrapped keys live is a
+:class:`KeyStore`: :mod:`sagacity.keystore_postgres`, or :class:`InMemoryKeyStore` for tests
+and single-process use.  See docs/adr/0019-erasure.md.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
+
+from sagacity._envelope import KEK_SETTING, DataKey, KeyRing
+from sagacity.errors import DataKeyNotFoundError, KeyEncryptionKeyError, SagaErasedError
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredKey:
+    """A saga's row in the key store.
+
+    Attributes:
+        saga_id: the saga.
+        kek_id: the KEK its data key is wrapped under; ``None`` once erased.
+        wrapped: the wrapped data key; ``None`` once erased.
+        erased_at / erased_by / reason: when, by whom and why the key was destroyed.
+    """
+
+    saga_id: str
+    kek_id: str | None
+    wrapped: bytes | None
+    erased_at: datetime | None = None
+    erased_by: str | None = None
+    reason: str | None = None
+
+    @property
+    def erased(self) -> bool:
+        """The data key was destroyed."""
+        return self.erased_at is not None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Destruction:
+    """What :meth:`KeyService.destroy` found and did.
+
+    Attributes:
+        saga_id: the saga.
+        destroyed: this call destroyed the key (``False``: it was destroyed already).
+        had_key: a data key existed (``False``: nothing of the saga was ever sealed; the
+            saga is marked erased all the same, so no key is created for it later).
+        erased_at / erased_by / reason: the erasure on record (the first one's).
+    """
+
+    saga_id: str
+    destroyed: bool
+    had_key: bool
+    erased_at: datetime
+    erased_by: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rotation:
+    """What :meth:`KeyService.rotate` did.
+
+    Attributes:
+        new_kek_id: the KEK every key is now wrapped under.
+        rewrapped: keys rewrapped by this call.
+        by_kek: how many live keys each KEK wraps after the run.
+    """
+
+    new_kek_id: str
+    rewrapped: int
+    by_kek: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        """Every live key is wrapped under the new KEK: the others may be destroyed."""
+        return all(kek_id == self.new_kek_id for kek_id in self.by_kek)
+
+
+class KeyStore(Protocol):
+    """Where the wrapped data keys live (one row per saga, the erased ones kept as markers)."""
+
+    def ensure_schema(self) -> None:
+        """Create the store if missing (safe for instances starting together)."""
+
+    def load(self, saga_id: str) -> StoredKey | None:
+        """The saga's row, or ``None``."""
+
+    def create(self, saga_id: str, *, kek_id: str, wrapped: bytes) -> StoredKey:
+        """Store the saga's first key; when a row exists already (a concurrent first use, or
+        an erasure), return that row unchanged instead."""
+
+    def destroy(self, saga_id: str, *, actor: str, reason: str) -> tuple[StoredKey, bool, bool]:
+        """Erase the saga's key (a marker row when it had none); the row after, whether this
+        call erased it, and whether a key existed. Concurrent calls erase once."""
+
+    def pending_rewrap(
+        self, *, kek_ids: tuple[str, ...], after: str, limit: int
+    ) -> list[StoredKey]:
+        """Live keys wrapped under one of ``kek_ids``, by saga id after ``after``."""
+
+    def rewrap(
+        self, saga_id: str, *, old_kek_id: str, old_wrapped: bytes, kek_id: str, wrapped: bytes
+    ) -> bool:
+        """Replace the saga's wrapped key if it is still ``old_wrapped`` (not erased or
+        rewrapped meanwhile); whether it was replaced."""
+
+    def count_by_kek(self) -> dict[str, int]:
+        """How many live keys each KEK wraps."""
+
+    def kek_ids(self) -> set[str]:
+        """The KEKs live keys are wrapped under (cheap: read at every start-up)."""
+
+    def close(self) -> None:
+        """Release the store's connections."""
+
+
+class KeyService:
+    """Seals and opens journal fields with per-saga data keys.
+
+    Args:
+        store: where the wrapped keys live.
+        keyring: the KEKs held (the first wraps new keys).
+        cache_size: data keys kept unwrapped in memory (least recently used dropped).
+        cache_ttl: seconds a cached key is used before the store is asked again; bounds how
+            long another process keeps opening a saga after it was erased.
+    """
+
+    def __init__(
+        self,
+        store: KeyStore,
+        keyring: KeyRing,
+        *,
+        cache_size: int = 4096,
+        cache_ttl: float = 60.0,
+    ) -> None:
+        self._store = store
+        self._keyring = keyring
+        self._cache_size = cache_size
+        self._cache_ttl = cache_ttl
+        self._cache: OrderedDict[str, tuple[DataKey, float]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._ready = False
+        # Bumped by every forget: a key loaded before a destroy is not cached after it.
+        self._epoch = 0
+
+    def _ensure_schema(self) -> None:
+        if not self._ready:
+            self._store.ensure_schema()
+            self._ready = True
+
+    @property
+    def keyring(self) -> KeyRing:
+        """The KEKs this service holds."""
+        return self._keyring
+
+    def close(self) -> None:
+        """Release the store's connections."""
+        self._store.close()
+
+    def check(self) -> None:
+        """Create the store if missing and refuse KEKs that cannot open the stored keys.
+
+        Run at start-up: a service holding the wrong KEK stops here, naming the setting,
+        instead of failing on the first event it reads.
+
+        Raises:
+            KeyEncryptionKeyError: some stored keys are wrapped under a KEK not held.
+            PersistenceError: the store could not be reached.
+        """
+        self._ensure_schema()
+        missing = sorted(self._store.kek_ids() - set(self._keyring.key_ids))
+        if missing:
+            raise KeyEncryptionKeyError(
+                f"data keys are wrapped under key-encryption key(s) {', '.join(missing)}, "
+                f"which this process does not hold (it holds {', '.join(self._keyring.key_ids)})",
+                setting=KEK_SETTING,
+            )
+
+    # --- sealing ---------------------------------------------------------------------------
+    def seal(self, saga_id: str, seq: int, field_name: str, plaintext: bytes) -> bytes:
+        """``plaintext`` sealed for (``saga_id``, ``seq``, ``field_name``); the saga's data key
+        is created on its first use.
+
+        Raises:
+            SagaErasedError: the saga was erased; nothing more of it is sealed.
+            KeyEncryptionKeyError: the saga's key is wrapped under a KEK not held.
+            PersistenceError: the store could not be reached.
+        """
+        return self._key(saga_id, create=True).seal(seq, field_name, plaintext)
+
+    def open(self, saga_id: str, seq: int, field_name: str, sealed: bytes) -> bytes:
+        """The plaintext of a field sealed for (``saga_id``, ``seq``, ``field_name``).
+
+        Raises:
+            CiphertextAuthenticationError: "authentication failed" (altered, or misplaced).
+            SagaErasedError: the saga was erased.
+            DataKeyNotFoundError: nothing of the saga was ever sealed.
+            KeyEncryptionKeyError: the saga's key is wrapped under a KEK not held.
+            PersistenceError: the store could not be reached.
+        """
+        return self._key(saga_id, create=False).open(seq, field_name, sealed)
+
+    def _key(self, saga_id: str, *, create: bool) -> DataKey:
+        now = time.monotonic()
+        with self._lock:
+            hit = self._cache.get(saga_id)
+            if hit is not None and hit[1] > now:
+                self._cache.move_to_end(saga_id)
+                return hit[0]
+            epoch = self._epoch
+        self._ensure_schema()
+        row = self._store.load(saga_id)
+        if row is None:
+            if not create:
+                raise DataKeyNotFoundError(
+                    f"saga {saga_id!r} has no data key: nothing of it was sealed",
+                    saga_id=saga_id,
+                )
+            key, raw = DataKey.generate(saga_id)
+            wrapped = self._keyring.primary.wrap(saga_id, raw)
+            row = self._store.create(saga_id, kek_id=self._keyring.primary.key_id, wrapped=wrapped)
+            if row.wrapped != wrapped:  # another process created it first: use theirs
+                key = self._unwrap(row)
+        else:
+            key = self._unwrap(row)
+        with self._lock:
+            if epoch == self._epoch:
+                self._cache[saga_id] = (key, now + self._cache_ttl)
+                self._cache.move_to_end(saga_id)
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        return key
+
+    def _unwrap(self, row: StoredKey) -> DataKey:
+        if row.erased or row.kek_id is None or row.wrapped is None:
+            raise _erased(row)
+        kek = self._keyring.get(row.kek_id)
+        if kek is None:
+            raise KeyEncryptionKeyError(
+                f"the data key of saga {row.saga_id!r} is wrapped under key-encryption key "
+                f"{row.kek_id}, which this process does not hold (it holds "
+                f"{', '.join(self._keyring.key_ids)})",
+                setting=KEK_SETTING,
+                saga_id=row.saga_id,
+            )
+        return DataKey.of(row.saga_id, kek.unwrap(row.saga_id, row.wrapped))
+
+    def forget(self, saga_id: str) -> None:
+        """Drop the saga's key from this process's cache."""
+        with self._lock:
+            self._epoch += 1
+            self._cache.pop(saga_id, None)
+
+    # --- erasure and rotation --------------------------------------------------------------
+    def destroy(self, saga_id: str, *, actor: str, reason: str) -> Destruction:
+        """Destroy the saga's data key: every field sealed under it becomes unreadable.
+
+        Idempotent: a second call (or a concurrent one) destroys nothing and reports the first
+        erasure.  Other processes stop opening the saga when their cached key expires
+        (``cache_ttl``).
+
+        Raises:
+            PersistenceError: the store could not be reached.
+        """
+        self.forget(saga_id)
+        self._ensure_schema()
+        row, destroyed, had_key = self._store.destroy(saga_id, actor=actor, reason=reason)
+        self.forget(saga_id)
+        assert row.erased_at is not None
+        return Destruction(
+            saga_id=saga_id,
+            destroyed=destroyed,
+            had_key=had_key,
+            erased_at=row.erased_at,
+            erased_by=row.erased_by or "",
+            reason=row.reason or "",
+        )
+
+    def rotate(self, *, batch: int = 500) -> Rotation:
+        """Rewrap every live data key under the primary KEK, unwrapping with the others.
+
+        Safe while readers and writers run (each key is replaced only if unchanged since it
+        was read), and safe to run again; keys under a KEK this process does not hold are
+        left and counted in the result.
+
+        Raises:
+            CiphertextAuthenticationError: a stored key does not open under its KEK.
+            PersistenceError: the store could not be reached.
+        """
+        self._ensure_schema()
+        primary = self._keyring.primary
+        olds = tuple(k for k in self._keyring.key_ids if k != primary.key_id)
+        rewrapped = 0
+        after = ""
+        while olds:
+            rows = self._store.pending_rewrap(kek_ids=olds, after=after, limit=batch)
+            if not rows:
+                break
+            for row in rows:
+                after = row.saga_id
+                if row.kek_id is None or row.wrapped is None:
+                    continue
+                old = self._keyring.get(row.kek_id)
+                assert old is not None
+                raw = old.unwrap(row.saga_id, row.wrapped)
+                if self._store.rewrap(
+                    row.saga_id,
+                    old_kek_id=row.kek_id,
+                    old_wrapped=row.wrapped,
+                    kek_id=primary.key_id,
+                    wrapped=primary.wrap(row.saga_id, raw),
+                ):
+                    rewrapped += 1
+        return Rotation(
+            new_kek_id=primary.key_id, rewrapped=rewrapped, by_kek=self._store.count_by_kek()
+        )
+
+
+def _erased(row: StoredKey) -> SagaErasedError:
+    when = row.erased_at.isoformat() if row.erased_at else None
+    return SagaErasedError(
+        f"saga {row.saga_id!r} was erased{f' at {when}' if when else ''}: its data key was "
+        "destroyed and its sealed fields cannot be opened",
+        saga_id=row.saga_id,
+        erased_at=when,
+    )
+
+
+class InMemoryKeyStore:
+    """The :class:`KeyStore` port in process memory, for tests and single-process use.
+
+    Behaves as the Postgres store does (the same contract suite runs against both): one row per
+    saga, the first creator wins, an erasure keeps a marker and happens once, a rewrap replaces
+    a key only if unchanged.  Keys last as long as the process.
+    """
+
+    def __init__(self) -> None:
+        self._rows: dict[str, StoredKey] = {}
+        self._lock = threading.Lock()
+
+    def ensure_schema(self) -> None:
+        """Nothing to create."""
+
+    def load(self, saga_id: str) -> StoredKey | None:
+        """The saga's row, or ``None``."""
+        with self._lock:
+            return self._rows.get(saga_id)
+
+    def create(self, saga_id: str, *, kek_id: str, wrapped: bytes) -> StoredKey:
+        """Store the saga's first key, or return the row already there."""
+        with self._lock:
+            return self._rows.setdefault(
+                saga_id, StoredKey(saga_id=saga_id, kek_id=kek_id, wrapped=wrapped)
+            )
+
+    def destroy(self, saga_id: str, *, actor: str, reason: str) -> tuple[StoredKey, bool, bool]:
+        """Erase the saga's key (a marker row when it had none), once."""
+        with self._lock:
+            found = self._rows.get(saga_id)
+            if found is not None and found.erased:
+                return found, False, True
+            erased = StoredKey(
+                saga_id=saga_id,
+                kek_id=None,
+                wrapped=None,
+                erased_at=datetime.now(UTC),
+                erased_by=actor,
+                reason=reason,
+            )
+            self._rows[saga_id] = erased
+            return erased, True, found is not None
+
+    def pending_rewrap(
+        self, *, kek_ids: tuple[str, ...], after: str, limit: int
+    ) -> list[StoredKey]:
+        """Live keys under one of ``kek_ids``, by saga id after ``after``."""
+        with self._lock:
+            rows = sorted(
+                (r for r in self._rows.values() if r.kek_id in kek_ids and r.saga_id > after),
+                key=lambda r: r.saga_id,
+            )
+        return rows[:limit]
+
+    def rewrap(
+        self, saga_id: str, *, old_kek_id: str, old_wrapped: bytes, kek_id: str, wrapped: bytes
+    ) -> bool:
+        """Replace the wrapped key if unchanged since it was read."""
+        with self._lock:
+            found = self._rows.get(saga_id)
+            if found is None or (found.kek_id, found.wrapped) != (old_kek_id, old_wrapped):
+                return False
+            self._rows[saga_id] = StoredKey(saga_id=saga_id, kek_id=kek_id, wrapped=wrapped)
+            return True
+
+    def count_by_kek(self) -> dict[str, int]:
+        """How many live keys each KEK wraps."""
+        counts: dict[str, int] = {}
+        with self._lock:
+            for row in self._rows.values():
+                if row.kek_id is not None:
+                    counts[row.kek_id] = counts.get(row.kek_id, 0) + 1
+        return counts
+
+    def kek_ids(self) -> set[str]:
+        """The KEKs live keys are wrapped under."""
+        return set(self.count_by_kek())
+
+    def close(self) -> None:
+        """Nothing to release."""
