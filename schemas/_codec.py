@@ -23,7 +23,7 @@ import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from sagacity._events import EntryDraft, JournalEntry, event_type_of
-from sagacity.chain import canonical_layout, link
+from sagacity.chain import canonical_bytes, canonical_layout, link
 from sagacity.errors import SerializationError
 
 MAGIC = b"\xc3\x01"
@@ -32,7 +32,7 @@ MAGIC = b"\xc3\x01"
 HEADER_SIZE = len(MAGIC) + 8
 """Bytes before the Avro body: the marker and the schema fingerprint."""
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The version of ``journal_event.avsc``; ``released/journal_event.v<N>.avsc`` is its copy."""
 
 _SCHEMA_FILE = "journal_event.avsc"
@@ -112,6 +112,9 @@ def entry_record(entry: JournalEntry) -> dict[str, Any]:
         "attributes": dict(entry.attributes),
         "prev_hash": entry.prev_hash,
         "hash": entry.hash,
+        "form": entry.form,
+        "commitments": dict(entry.commitments),
+        "salts": dict(entry.salts),
     }
 
 
@@ -182,6 +185,9 @@ _ENCODER_LAYOUT = (
     ("attributes", {"type": "map", "values": "string"}),
     ("prev_hash", "string"),
     ("hash", "string"),
+    ("form", "int"),
+    ("commitments", {"type": "map", "values": "string"}),
+    ("salts", {"type": "map", "values": "string"}),
 )
 """The fields, in order, that :func:`_encode_body` writes; checked against the schema once."""
 
@@ -230,7 +236,26 @@ def _encode_body(entry: JournalEntry) -> bytes:
     parts.append(_LENGTHS[0])  # the end of the map's blocks
     parts.append(_string(entry.prev_hash))
     parts.append(_string(entry.hash))
+    parts.append(_form_tail(entry))
     return b"".join(parts)
+
+
+_FORM_1_TAIL = _LENGTHS[1] + _LENGTHS[0] + _LENGTHS[0]
+"""``form`` 1, no commitments, no salts: the end of every form-1 event."""
+
+
+def _hex_map(mapping: Mapping[str, str]) -> bytes:
+    if not mapping:
+        return _LENGTHS[0]
+    body = b"".join(_string(k) + _string(v) for k, v in mapping.items())
+    return _long(len(mapping)) + body + _LENGTHS[0]
+
+
+def _form_tail(entry: EntryDraft) -> bytes:
+    """The Avro of ``form``, ``commitments`` and ``salts`` (docs/adr/0019-erasure.md)."""
+    if entry.form == 1:
+        return _FORM_1_TAIL
+    return _long(entry.form) + _hex_map(entry.commitments) + _hex_map(entry.salts)
 
 
 def encode_entry(entry: JournalEntry) -> bytes:
@@ -333,6 +358,9 @@ def decode_entry(data: bytes) -> JournalEntry:
         recorded_at_us=record["recorded_at_us"],
         prev_hash=record["prev_hash"],
         hash=record["hash"],
+        form=record["form"],
+        commitments=record["commitments"],
+        salts=record["salts"],
     )
 
 
@@ -417,12 +445,16 @@ def link_encoded(draft: EntryDraft, *, seq: int, prev_hash: str) -> tuple[Journa
                 draft.actor,
                 draft.recorded_at_us,
                 draft.attributes,
+                draft.form,
+                draft.commitments,
+                draft.salts,
             )
         except (OverflowError, TypeError, ValueError):
             out = None  # the Python path below says what is wrong
         if out is not None:
             digest, value = out
-            return JournalEntry._linked(draft, seq=seq, prev_hash=prev_hash, hash=digest), value
+            entry = JournalEntry._linked(draft, seq=seq, prev_hash=prev_hash, hash=digest)
+            return entry, value
     return _link_encoded_python(draft, seq=seq, prev_hash=prev_hash, prev=prev)
 
 
@@ -451,9 +483,12 @@ def _link_encoded_python(
         items = None
         avro_attributes = _LENGTHS[0]
     # prev || C(entry), written by the chain's one Python writer (docs/adr/0002-hash-chain.md).
-    hashed = canonical_layout(
-        saga, seq, kind, tool, payload, result, error, actor, recorded, items, prefix=prev
-    )
+    if draft.form == 1:
+        hashed = canonical_layout(
+            saga, seq, kind, tool, payload, result, error, actor, recorded, items, prefix=prev
+        )
+    else:
+        hashed = prev + canonical_bytes(draft, seq=seq)
     try:
         time_field = _long(recorded)
     except (struct.error, OverflowError) as exc:
@@ -478,6 +513,7 @@ def _link_encoded_python(
             _string(prev_hash),
             _LENGTHS[64],
             digest.encode(),
+            _form_tail(draft),
         )
     )
     return entry, value
