@@ -48,8 +48,9 @@ from sagacity.consumers.archive._retention import (
     anchor_leaf,
     record_of_row,
 )
-from sagacity.consumers.archive._rows import ROW_COLUMNS, entry_of_row
+from sagacity.consumers.archive._rows import FORM_COLUMNS, ROW_COLUMNS, entry_of_row
 from sagacity.consumers.archive._schema import (
+    FORMS_VERSION,
     LOG_VERSION,
     ROUNDS_VERSION,
     checkpoint_round_columns,
@@ -939,9 +940,11 @@ def iter_audits(
     where = "WHERE saga_id = %(s)s" if saga_id is not None else ""
     order = 'ORDER BY saga_id COLLATE "C"'
     round_columns = checkpoint_round_columns(version)
+    forms = version >= FORMS_VERSION
+    columns = ROW_COLUMNS + (FORM_COLUMNS if forms else "")
     # Only constant fragments are interpolated; the saga id is a bound parameter.
     queries = (
-        f"SELECT {ROW_COLUMNS} FROM side_effect_journal {where} {order}, archive_id",  # noqa: S608
+        f"SELECT {columns} FROM side_effect_journal {where} {order}, archive_id",  # noqa: S608
         "SELECT saga_id, seq, hash, signed_at_us, key_id, signature,"  # noqa: S608
         f" {round_columns} FROM archive_checkpoint {where} {order}",
         f"SELECT saga_id, max(seq), (array_agg(hash ORDER BY seq DESC))[1],"  # noqa: S608
@@ -1032,10 +1035,15 @@ def iter_audits(
                     detail=checked_records.failed[anchors[0][3]],
                 )
                 continue
+            # The fast path hashes form 1 from the columns; form 2 is the reference path's.
             head = (
                 None
-                if reference
-                else _verified_head(rows, after_seq=after_seq, after_hash=after_hash)
+                if reference or (forms and any(r[12] != 1 for r in rows))
+                else _verified_head(
+                    [r[:12] for r in rows] if forms else rows,
+                    after_seq=after_seq,
+                    after_hash=after_hash,
+                )
             )
             if head is not None:
                 yield _judge_checkpoints(
@@ -1053,7 +1061,7 @@ def iter_audits(
                 )
                 continue
             try:
-                entries = [entry_of_row(r) for r in rows]
+                entries = [entry_of_row(r, forms=forms) for r in rows]
             except SerializationError as exc:
                 yield SagaAudit(
                     saga_id=saga,

@@ -19,7 +19,8 @@ import psycopg
 
 from sagacity._events import GENESIS_HASH
 from sagacity.consumers.archive._db import check_schema, mapped_errors
-from sagacity.consumers.archive._rows import ROW_COLUMNS, entry_of_row
+from sagacity.consumers.archive._rows import FORM_COLUMNS, ROW_COLUMNS, entry_of_row
+from sagacity.consumers.archive._schema import FORMS_VERSION
 from sagacity.errors import ArchiveSchemaError, PersistenceError
 from sagacity.producer._index import IndexedEvent, IndexedPartition, IndexedSaga, RefusedMessage
 
@@ -78,8 +79,14 @@ def _indexed(
     if position is None:
         return IndexedSaga(covered_to=None)
     covered_to = int(position[0])
+    # Rows of an archive at schema 6 on end with the chain form's columns (FORM_COLUMNS).
     events = [
-        IndexedEvent(topic=r[12], partition=int(r[13]), offset=int(r[14]), entry=entry_of_row(r))
+        IndexedEvent(
+            topic=r[12],
+            partition=int(r[13]),
+            offset=int(r[14]),
+            entry=entry_of_row((*r[:12], *r[15:]), forms=True) if len(r) > 15 else entry_of_row(r),
+        )
         for r in rows
     ]
     return IndexedSaga(
@@ -136,6 +143,7 @@ class PostgresSagaIndex:
         self._retry_s = retry_s
         self._failed: tuple[float, PersistenceError] | None = None
         self._conn: psycopg.Connection | None = None
+        self._forms = False  # the archive holds the chain form's columns (schema 6 on)
         self._lock = threading.Lock()
 
     def _connection(self) -> psycopg.Connection:
@@ -150,7 +158,7 @@ class PostgresSagaIndex:
                     self._conninfo, connect_timeout=max(1, int(self._timeout)), autocommit=True
                 )
             try:
-                check_schema(conn)
+                self._forms = check_schema(conn) >= FORMS_VERSION
             except ArchiveSchemaError as exc:
                 conn.close()
                 _say_not_an_archive(self._conninfo, exc)
@@ -222,6 +230,7 @@ class PostgresSagaIndex:
                         offsets = conn.execute(_POSITION, (self.consumer_group, topic, partition))
                     found_rows = conn.execute(
                         f"SELECT {ROW_COLUMNS}, topic, kafka_partition, kafka_offset"  # noqa: S608
+                        f"{FORM_COLUMNS if self._forms else ''}"
                         " FROM side_effect_journal WHERE saga_id = ANY(%s)"
                         " ORDER BY saga_id, seq, archive_id",
                         (chunk,),

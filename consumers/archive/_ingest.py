@@ -44,6 +44,9 @@ JOURNAL_COLUMNS = (
     "topic",
     "kafka_partition",
     "kafka_offset",
+    "form",
+    "commitments",
+    "salts",
 )
 """The columns the archiver writes (the rest are defaults or generated)."""
 
@@ -171,6 +174,9 @@ def _journal_row(
         topic,
         partition,
         offset,
+        entry.form,
+        json.dumps(dict(entry.commitments)) if entry.commitments else "{}",
+        json.dumps(dict(entry.salts)) if entry.salts else "{}",
     )
 
 
@@ -630,6 +636,10 @@ def _checked_from_record(ev: RawEvent, decode_record: RecordDecoder) -> _Checked
             # None formats as "None", which holds no U+0000.
             or "\x00" in f"{saga_id}{event_type}{tool}{payload}{result}{error}{actor}"
             or ev.key != saga_id.encode("utf-8")  # lone surrogates raise: left to the reference
+            # Form 2 (docs/adr/0019-erasure.md), or form 1 showing commitments: the reference.
+            or record.get("form", 1) != 1
+            or record.get("commitments")
+            or record.get("salts")
         ):
             return None
         if attributes:
@@ -675,5 +685,8 @@ def _checked_from_record(ev: RawEvent, decode_record: RecordDecoder) -> _Checked
             ev.topic,
             ev.partition,
             ev.offset,
+            1,
+            "{}",
+            "{}",
         )
     )

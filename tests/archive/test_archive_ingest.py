@@ -150,3 +150,56 @@ def test_an_event_keyed_as_another_saga_is_quarantined_as_foreign(archiver, arch
     ) == [("foreign", "saga-a", 2, b"saga-b"), ("foreign", "saga-a", 2, None)]
     assert rows(archive_dsn, "SELECT head_seq FROM archive_saga_head") == [(1,)]
     assert rows(archive_dsn, "SELECT keys_checked_from FROM archive_consumer_offset") == [(0,)]
+
+
+def test_a_form_2_chain_is_archived_with_its_commitments_and_salts(archiver, archive_dsn):
+    """docs/adr/0019-erasure.md: the archive keeps what recomputes a form-2 hash once the
+    values and salts are erased; form-1 rows show form 1 and empty maps."""
+    from sagacity import JournalEntry, verify
+    from sagacity.chain import committing
+
+    v1 = make_chain("saga-v1", 2)
+    v2 = []
+    prev = v1[0].prev_hash
+    for entry in make_chain("saga-v2", 4):
+        draft = committing(dataclasses.replace(entry, saga_id="saga-v2"))
+        v2.append(link(draft, seq=entry.seq, prev_hash=prev))
+        prev = v2[-1].hash
+    report = archiver.archive(as_raw(v1 + v2))
+    assert (report.archived, report.quarantined_total) == (6, 0)
+    got = rows(
+        archive_dsn,
+        "SELECT saga_id, seq, form, commitments, salts, payload, result, attributes,"
+        " event_type, tool, error, actor, recorded_at_us, prev_hash, hash"
+        " FROM side_effect_journal ORDER BY archive_id",
+    )
+    assert [(r[0], r[2], r[3], r[4]) for r in got[:2]] == [
+        ("saga-v1", 1, {}, {}),
+        ("saga-v1", 1, {}, {}),
+    ]
+    assert [(r[2], r[3], r[4]) for r in got[2:]] == [
+        (2, dict(e.commitments), dict(e.salts)) for e in v2
+    ]
+    assert any(r[5] is not None for r in got[2:])
+
+    def entry(r, *, erased):  # the row as an entry, its values and salts erased or not
+        return JournalEntry(
+            saga_id=r[0],
+            seq=r[1],
+            event_type=r[8],
+            tool=r[9],
+            payload=None if erased else r[5],
+            result=None if erased else r[6],
+            error=None if erased else r[10],
+            actor=r[11],
+            attributes=r[7],
+            recorded_at_us=r[12],
+            prev_hash=r[13],
+            hash=r[14],
+            form=r[2],
+            commitments=r[3],
+            salts={} if erased else r[4],
+        )
+
+    assert verify([entry(r, erased=False) for r in got[2:]]).ok
+    assert verify([entry(r, erased=True) for r in got[2:]]).ok
