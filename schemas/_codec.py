@@ -17,14 +17,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from sagacity._events import EntryDraft, JournalEntry, event_type_of
-from sagacity.chain import canonical_bytes, canonical_layout, link
-from sagacity.errors import SerializationError
+from sagacity._events import DATA_ATTRIBUTES, EntryDraft, JournalEntry, event_type_of
+from sagacity.chain import SALT_BYTES, canonical_bytes, canonical_layout, link
+from sagacity.errors import SagaErasedError, SerializationError
 
 MAGIC = b"\xc3\x01"
 """The Avro single-object encoding marker that starts every journal message value."""
@@ -115,6 +115,7 @@ def entry_record(entry: JournalEntry) -> dict[str, Any]:
         "form": entry.form,
         "commitments": dict(entry.commitments),
         "salts": dict(entry.salts),
+        "sealed": {},
     }
 
 
@@ -188,6 +189,7 @@ _ENCODER_LAYOUT = (
     ("form", "int"),
     ("commitments", {"type": "map", "values": "string"}),
     ("salts", {"type": "map", "values": "string"}),
+    ("sealed", {"type": "map", "values": "bytes"}),
 )
 """The fields, in order, that :func:`_encode_body` writes; checked against the schema once."""
 
@@ -240,8 +242,8 @@ def _encode_body(entry: JournalEntry) -> bytes:
     return b"".join(parts)
 
 
-_FORM_1_TAIL = _LENGTHS[1] + _LENGTHS[0] + _LENGTHS[0]
-"""``form`` 1, no commitments, no salts: the end of every form-1 event."""
+_FORM_1_TAIL = _LENGTHS[1] + _LENGTHS[0] + _LENGTHS[0] + _LENGTHS[0]
+"""``form`` 1, no commitments, no salts, nothing sealed: the end of every form-1 event."""
 
 
 def _hex_map(mapping: Mapping[str, str]) -> bytes:
@@ -255,7 +257,8 @@ def _form_tail(entry: EntryDraft) -> bytes:
     """The Avro of ``form``, ``commitments`` and ``salts`` (docs/adr/0019-erasure.md)."""
     if entry.form == 1:
         return _FORM_1_TAIL
-    return _long(entry.form) + _hex_map(entry.commitments) + _hex_map(entry.salts)
+    tail = _long(entry.form) + _hex_map(entry.commitments) + _hex_map(entry.salts)
+    return tail + _LENGTHS[0]  # nothing sealed: see encode_sealed
 
 
 def encode_entry(entry: JournalEntry) -> bytes:
@@ -278,6 +281,96 @@ def encode_entry(entry: JournalEntry) -> bytes:
     except (ValueError, TypeError, OverflowError) as exc:
         raise SerializationError(f"entry does not fit the journal schema: {exc}") from exc
     return buf.getvalue()
+
+
+class FieldSealer(Protocol):
+    """What sealing and opening need of :class:`sagacity._keys.KeyService`."""
+
+    def seal(self, saga_id: str, seq: int, field_name: str, plaintext: bytes) -> bytes: ...
+
+    def open(self, saga_id: str, seq: int, field_name: str, sealed: bytes) -> bytes: ...
+
+
+def _openings(entry: JournalEntry) -> dict[str, str]:
+    """The data fields of a form-2 entry whose value is present, by name."""
+    values = {"payload": entry.payload, "result": entry.result, "error": entry.error}
+    values.update((k, v) for k, v in entry.attributes.items() if k in DATA_ATTRIBUTES)
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def encode_sealed(entry: JournalEntry, keys: FieldSealer) -> bytes:
+    """The message value for a form-2 ``entry`` with each data field's opening (salt, then the
+    value's UTF-8) sealed under the saga's data key (docs/adr/0019-erasure.md §3): the values,
+    data attributes and salts are left out, the commitments and ``sealed`` carry them.
+
+    Raises:
+        SerializationError: ``entry`` is form 1 (it has no openings to seal), or a field does
+            not fit the schema.
+        EncryptionError / PersistenceError: from ``keys`` (a saga erased, the store down).
+    """
+    if entry.form != 2:
+        raise SerializationError("only a form-2 entry is sealed: form 1 has no openings")
+    sealed = {
+        name: keys.seal(
+            entry.saga_id,
+            entry.seq,
+            name,
+            bytes.fromhex(entry.salts[name]) + value.encode("utf-8"),
+        )
+        for name, value in _openings(entry).items()
+    }
+    record = entry_record(entry)
+    record.update(
+        payload=None,
+        result=None,
+        error=None,
+        attributes={k: v for k, v in entry.attributes.items() if k not in DATA_ATTRIBUTES},
+        salts={},
+        sealed=sealed,
+    )
+    writer = current_schema()
+    buf = io.BytesIO()
+    buf.write(MAGIC)
+    buf.write(writer.fingerprint)
+    try:
+        fastavro.schemaless_writer(buf, writer.schema, record, strict=True)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise SerializationError(f"entry does not fit the journal schema: {exc}") from exc
+    return buf.getvalue()
+
+
+def _opened(record: dict[str, Any], keys: FieldSealer | None) -> None:
+    """Fill ``record``'s values and salts from its sealed openings, in place; without ``keys``,
+    or for an erased saga, the fields stay absent (the entry then verifies by its commitments
+    alone, as an erased one does).
+
+    Raises:
+        CiphertextAuthenticationError: a sealed field was altered or moved ("authentication
+            failed").
+        SerializationError: an opening is shorter than its salt.
+    """
+    sealed = record.get("sealed") or {}
+    if not sealed or keys is None:
+        return
+    opened: dict[str, bytes] = {}
+    for name, box in sorted(sealed.items()):
+        try:
+            opened[name] = keys.open(record["saga_id"], record["seq"], name, box)
+        except SagaErasedError:
+            return  # erased: nothing is opened
+    salts = dict(record["salts"])
+    attributes = dict(record["attributes"])
+    for name, opening in opened.items():
+        if len(opening) < SALT_BYTES:
+            raise SerializationError(f"the opening of {name} is shorter than its salt")
+        salt, value = opening[:SALT_BYTES], opening[SALT_BYTES:].decode("utf-8")
+        salts[name] = salt.hex()
+        if name in DATA_ATTRIBUTES:
+            attributes[name] = value
+        else:
+            record[name] = value
+    record["salts"] = salts
+    record["attributes"] = attributes
 
 
 def peek_fingerprint(data: bytes) -> bytes:
@@ -332,8 +425,10 @@ def decode_record(data: bytes) -> dict[str, Any]:
     return record
 
 
-def decode_entry(data: bytes) -> JournalEntry:
-    """The :class:`JournalEntry` of a message value, every field exactly as written.
+def decode_entry(data: bytes, *, keys: FieldSealer | None = None) -> JournalEntry:
+    """The :class:`JournalEntry` of a message value, every field exactly as written; sealed
+    openings (docs/adr/0019-erasure.md §3) opened with ``keys``, else left out (the entry then
+    verifies by its commitments, its values absent).
 
     The hash is not checked here (a verifier reports edited entries); it recomputes exactly
     for every entry :func:`encode_entry` produced.  An event type this release does not know
@@ -341,8 +436,14 @@ def decode_entry(data: bytes) -> JournalEntry:
 
     Raises:
         SerializationError: with the reason, for anything that is not a decodable entry.
+        CiphertextAuthenticationError: a sealed field does not authenticate.
+        EncryptionError / PersistenceError: from ``keys``.
     """
     record = decode_record(data)
+    try:
+        _opened(record, keys)
+    except UnicodeDecodeError as exc:
+        raise SerializationError(f"an opened value is not UTF-8: {exc}") from exc
     return JournalEntry(
         saga_id=record["saga_id"],
         seq=record["seq"],

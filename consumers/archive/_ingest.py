@@ -640,6 +640,7 @@ def _checked_from_record(ev: RawEvent, decode_record: RecordDecoder) -> _Checked
             or record.get("form", 1) != 1
             or record.get("commitments")
             or record.get("salts")
+            or record.get("sealed")
         ):
             return None
         if attributes:

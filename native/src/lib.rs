@@ -21,8 +21,8 @@ const CANONICAL_MAGIC_V2: &[u8] = b"SGC2";
 const COMMITMENT_MAGIC: &[u8] = b"SGK1";
 const DATA_FIELDS: [&str; 3] = ["payload", "result", "error"];
 const DATA_ATTRIBUTES: [&str; 2] = ["note", "undo_arguments"];
-/// `form` 1, an empty `commitments` map, an empty `salts` map: the Avro end of a form-1 event.
-const FORM_1_TAIL: [u8; 3] = [2, 0, 0];
+/// `form` 1, empty `commitments`, `salts` and `sealed` maps: the Avro end of a form-1 event.
+const FORM_1_TAIL: [u8; 4] = [2, 0, 0, 0];
 const CANONICAL_NULL: [u8; 4] = [0xff; 4];
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
@@ -158,7 +158,7 @@ fn text<'a>(value: &'a Option<Bound<'_, PyString>>) -> PyResult<Option<&'a [u8]>
 /// attributes as their commitments, made from the `salts` given (hex, by field name) and equal
 /// to the `commitments` given, or taken from `commitments` where a value was erased; an
 /// opening that is incomplete or does not match is handed back likewise.  The Avro value ends
-/// with `form` and the two maps (schema v2).
+/// with `form`, the two maps and an empty `sealed` map (schema v2).
 #[pyfunction]
 #[pyo3(signature = (header, prev, prev_hash, seq, saga, kind, tool, payload, result, error, actor, recorded_at_us, attributes, form=1, commitments=BTreeMap::new(), salts=BTreeMap::new()))]
 #[allow(clippy::too_many_arguments)]
@@ -337,6 +337,7 @@ fn link_encode<'py>(
         avro_long(&mut value, 2);
         avro_hex_map(&mut value, &commitments);
         avro_hex_map(&mut value, &salts);
+        value.push(0); // nothing sealed: the Python path seals (schemas._codec.encode_sealed)
     } else {
         value.extend_from_slice(&FORM_1_TAIL);
     }
