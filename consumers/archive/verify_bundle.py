@@ -796,12 +796,32 @@ def verify_bundle(
         )
     if unsigned_fields:
         notes.append("unsigned, shown for information: " + ", ".join(unsigned_fields))
+    erased = erased_fields(events)
+    if erased:
+        notes.append(
+            "erased (verified by their commitments, the data withheld): "
+            + "; ".join(f"seq {seq}: {', '.join(names)}" for seq, names in erased)
+        )
     return (
         f"OK: saga {saga_id}: {len(events)} events, head seq {head_seq} ({head_hash[:16]}…), "
         f"{checked} signed checkpoint(s) verified"
         + ("" if pinned_key is not None else " (key taken from the manifest: pin it)")
         + "".join(f"\n  {n}" for n in notes)
     )
+
+
+def erased_fields(events: list[dict[str, Any]]) -> list[tuple[int, list[str]]]:
+    """The form-2 events' data fields present only as a commitment (docs/adr/0019-erasure.md):
+    (seq, field names), in file order."""
+    out = []
+    for event in events:
+        if event.get("form") != 2:
+            continue
+        salts = event.get("salts") or {}
+        names = sorted(n for n in event.get("commitments") or {} if n not in salts)
+        if names:
+            out.append((event["seq"], names))
+    return out
 
 
 def coverage_notes(

@@ -841,3 +841,39 @@ def test_the_standalone_verifier_run_as_auditors_run_it_on_v2(tmp_path: Path) ->
         (directory / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
         got = run_standalone(directory)
         assert got == _chain_verdict(**spec["verdict"]), (name, got)
+
+
+def test_the_standalone_verifier_reports_the_erased_fields(tmp_path: Path) -> None:
+    """An erased chain passes and the verifier names each seq's erased fields."""
+    for name in ("erased", "partly_erased"):
+        spec = VERDICT_CASES_V2[name]
+        events = spec["events"]
+        directory = tmp_path / name
+        _bundle(directory, spec["saga_id"], _rows_of(events))
+        data = "".join(json.dumps(e, sort_keys=True) + "\n" for e in events).encode("utf-8")
+        (directory / "events.jsonl").write_bytes(data)
+        manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+        manifest.update(events_sha256=hashlib.sha256(data).hexdigest(), canonical_form="SGC2")
+        (directory / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-I",
+                str(directory / "verify_bundle.py"),
+                str(directory),
+                "--allow-unsigned",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=directory,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        if name == "partly_erased":
+            assert "erased (verified by their commitments, the data withheld): seq 2: payload" in (
+                proc.stdout
+            )
+        else:
+            assert "seq 2: payload; seq 3: result, undo_arguments;" in proc.stdout
+    intact = VERDICT_CASES_V2["intact"]["events"]
+    assert verify_bundle.erased_fields(intact) == []
