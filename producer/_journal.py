@@ -34,7 +34,7 @@ from sagacity import _attributes as attr
 from sagacity._events import EntryDraft, EventType, JournalEntry, with_attribute
 from sagacity._writer_signature import HEADER as WRITER_HEADER
 from sagacity._writer_signature import WriterKey
-from sagacity.chain import link
+from sagacity.chain import committing, link
 from sagacity.errors import (
     ConfigurationError,
     EventTooLargeError,
@@ -68,6 +68,7 @@ from sagacity.producer._topic import (
 )
 from sagacity.producer._trace import current_traceparent, valid_traceparent
 from sagacity.schemas import current_schema, encode_entry, link_encoded
+from sagacity.schemas._codec import FieldSealer, encode_sealed
 
 RECORD_OVERHEAD = 128
 """Bytes reserved beyond key, value and headers for Kafka's record and batch framing."""
@@ -288,6 +289,9 @@ class KafkaJournal:
             ``time.time``); replaceable to simulate a paused writer or a late taker.
         index: where reads find sagas' archived prefixes instead of scanning partitions from
             their start (docs/adr/0010-saga-read-index.md); closed with the journal.
+        keys: the key service (:class:`sagacity._keys.KeyService`): sagas opened by this
+            journal are written in chain form 2, their data sealed on the topic, and reads
+            open them (docs/adr/0019-erasure.md); not with ``index`` (ConfigurationError).
 
     Raises:
         TopicNotFoundError: the topic does not exist.
@@ -311,6 +315,7 @@ class KafkaJournal:
         wall_clock: Callable[[], float] = time.time,
         index: SagaIndex | None = None,
         writer_key: WriterKey | None = None,
+        keys: FieldSealer | None = None,
     ) -> None:
         try:
             settings = KafkaJournalSettings(
@@ -382,7 +387,11 @@ class KafkaJournal:
             partitions=info.partitions,
             timeout=settings.read_timeout_s,
             index=index,
+            keys=keys,
         )
+        # With a key service, a saga opened here is written in chain form 2 with its data
+        # sealed (docs/adr/0019-erasure.md); a saga keeps the form of its SAGA_OPENED.
+        self._keys = keys
         self._reads = _ReadCache()
         self._states: weakref.WeakValueDictionary[str, _SagaState] = weakref.WeakValueDictionary()
         self._owned: dict[str, _SagaState] = {}
@@ -922,7 +931,11 @@ class KafkaJournal:
         self, state: _SagaState, draft: EntryDraft
     ) -> tuple[JournalEntry, _Delivery]:
         tail = state.chain[-1]
-        entry, value = link_encoded(draft, seq=tail.seq + 1, prev_hash=tail.hash)
+        if self._keys is not None and tail.form == 2:
+            entry = link(committing(draft), seq=tail.seq + 1, prev_hash=tail.hash)
+            value = encode_sealed(entry, self._keys)
+        else:
+            entry, value = link_encoded(draft, seq=tail.seq + 1, prev_hash=tail.hash)
         delivery = self._produce(entry, value)
         state.chain.append(entry)
         pending = state.pending
@@ -1133,9 +1146,16 @@ class KafkaJournal:
         seq, prev = current.tail
         if after_seq is not None and seq != after_seq:
             raise _tail_moved(saga_id, after_seq, seq)
-        entry = link(draft, seq=seq + 1, prev_hash=prev)
+        value = None
+        if self._keys is not None and (
+            current.entries[-1].form == 2 if current.entries else seq == 0
+        ):
+            entry = link(committing(draft), seq=seq + 1, prev_hash=prev)
+            value = encode_sealed(entry, self._keys)
+        else:
+            entry = link(draft, seq=seq + 1, prev_hash=prev)
         sent = self._monotonic()
-        delivery = self._produce(entry)
+        delivery = self._produce(entry, value)
         self._wait(delivery)
         # Only what was published since the read above: from where it stopped to our offset.
         confirm = self._reader.read(saga_id, resume=current, until_offset=delivery.offset)
