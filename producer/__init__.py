@@ -30,6 +30,7 @@ from sagacity.producer._reader import (
     Skipped,
     ownership,
 )
+from sagacity.producer._sealing import key_service_from_env
 from sagacity.producer._trace import current_traceparent, traced, valid_traceparent
 
 
@@ -47,7 +48,9 @@ def journal_from_env(
         TopicNotFoundError / TopicConfigError / JournalUnavailableError: as
             :class:`KafkaJournal`.
     """
-    return KafkaJournal.from_settings(KafkaJournalSettings.from_env(environ), writer_id=writer_id)
+    settings = KafkaJournalSettings.from_env(environ)
+    keys = key_service_from_env(environ)
+    return KafkaJournal.from_settings(settings, writer_id=writer_id, keys=keys)
 
 
 __all__ = [
@@ -74,6 +77,7 @@ __all__ = [
     "check_json_payload",
     "current_traceparent",
     "journal_from_env",
+    "key_service_from_env",
     "murmur2",
     "ownership",
     "partition_for",

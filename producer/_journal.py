@@ -410,14 +410,20 @@ class KafkaJournal:
 
     @classmethod
     def from_settings(
-        cls, settings: KafkaJournalSettings, *, writer_id: str | None = None
+        cls,
+        settings: KafkaJournalSettings,
+        *,
+        writer_id: str | None = None,
+        keys: FieldSealer | None = None,
     ) -> KafkaJournal:
-        """A journal configured by ``settings`` (with the read index they name, if any).
+        """A journal configured by ``settings`` (with the read index they name, if any, unless
+        ``keys`` seal its data: the archive does not keep sealed openings yet, so reads then
+        scan the topic).
 
         Raises:
             ConfigurationError: a read index is configured but its driver is not installed.
         """
-        index = settings.read_index.build()
+        index = None if keys is not None else settings.read_index.build()
         writer_id = writer_id or settings.writer_id
         writer_key = None
         if settings.writer_key is not None:
@@ -442,6 +448,7 @@ class KafkaJournal:
             max_clock_skew_s=settings.max_clock_skew_s,
             index=index,
             writer_key=writer_key,
+            keys=keys,
         )
 
     # --- properties ------------------------------------------------------------------------

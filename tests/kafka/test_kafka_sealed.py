@@ -3,20 +3,27 @@ in clear on the topic, the saga still runs, compensates and verifies, and reader
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from sagacity import EventType, Sagacity, SagaStatus, compensable, compensation, verify
-from sagacity._envelope import KeyEncryptionKey, KeyRing
+from sagacity._envelope import KeyEncryptionKey, KeyRing, write_key_encryption_key
 from sagacity._keys import InMemoryKeyStore, KeyService
-from sagacity.errors import ConfigurationError
-from sagacity.producer import KafkaJournal, partition_for
+from sagacity.errors import ConfigurationError, KeyEncryptionKeyError
+from sagacity.producer import (
+    KafkaJournal,
+    journal_from_env,
+    key_service_from_env,
+    partition_for,
+)
 from sagacity.schemas import decode_entry
 
 pytestmark = pytest.mark.kafka
@@ -116,3 +123,56 @@ def test_a_key_service_with_the_archive_index_is_refused(kafka_bootstrap: str, t
     keys = KeyService(InMemoryKeyStore(), KeyRing((KeyEncryptionKey.of(os.urandom(32)),)))
     with pytest.raises(ConfigurationError, match="leave the index out"):
         KafkaJournal(kafka_bootstrap, topic=topic, keys=keys, index=object())  # type: ignore[arg-type]
+
+
+@pytest.mark.postgres
+def test_journal_from_env_seals_with_the_key_file_and_says_so_without_it(
+    kafka_bootstrap: str,
+    topic: str,
+    pg_dsn: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """SAGACITY_KEY_ENCRYPTION_KEY_FILE set: the journal seals (keys stored in Postgres);
+    unset: one line at start-up says the data travels in clear; a wrong file is refused,
+    naming the setting."""
+    env = {"SAGACITY_BOOTSTRAP_SERVERS": kafka_bootstrap, "SAGACITY_TOPIC": topic}
+    with caplog.at_level(logging.WARNING, logger="sagacity.journal"):
+        plain = journal_from_env(env)
+    try:
+        lines = [r.getMessage() for r in caplog.records if r.name == "sagacity.journal"]
+        assert len(lines) == 1
+        assert "not encrypted: SAGACITY_KEY_ENCRYPTION_KEY_FILE is not set" in lines[0]
+    finally:
+        plain.close()
+    kek = tmp_path / "journal.kek"
+    write_key_encryption_key(kek)
+    sealed_env = {
+        **env,
+        "SAGACITY_KEY_ENCRYPTION_KEY_FILE": str(kek),
+        "SAGACITY_DATABASE_URL": pg_dsn,
+    }
+    journal = journal_from_env(sealed_env)
+    try:
+        sagacity = Sagacity(journal=journal)
+        tools = sagacity.wrap(Mailer())
+        saga = f"mail-{uuid.uuid4().hex}"
+        sagacity.saga(saga, lambda: tools.send("c@example.org", MARKER))
+        raw = [
+            m
+            for m in _raw(kafka_bootstrap, topic, partition_for(saga.encode(), 6))
+            if m.key() == saga.encode()
+        ]
+        assert raw
+        assert not any(MARKER.encode() in m.value() for m in raw)
+        read = journal.reader.read(saga)
+        assert verify(read.entries).ok
+        assert MARKER in (read.entries[1].payload or "")
+    finally:
+        journal.close()
+    with pytest.raises(KeyEncryptionKeyError, match="SAGACITY_KEY_ENCRYPTION_KEY_FILE"):
+        key_service_from_env(
+            {**sealed_env, "SAGACITY_KEY_ENCRYPTION_KEY_FILE": str(tmp_path / "none")}
+        )
+    with pytest.raises(ConfigurationError, match="SAGACITY_DATABASE_URL"):
+        key_service_from_env({"SAGACITY_KEY_ENCRYPTION_KEY_FILE": str(kek)})
