@@ -48,8 +48,9 @@ from sagacity.consumers.archive._retention import (
     record_of_row,
 )
 from sagacity.consumers.archive._roundaudit import RoundAudit, audit_rounds
-from sagacity.consumers.archive._rows import ROW_COLUMNS, entry_of_row
+from sagacity.consumers.archive._rows import FORM_COLUMNS, ROW_COLUMNS, entry_of_row
 from sagacity.consumers.archive._schema import (
+    FORMS_VERSION,
     LOG_VERSION,
     ROUNDS_VERSION,
     checkpoint_round_columns,
@@ -632,9 +633,11 @@ def iter_audits(
     where = "WHERE saga_id = %(s)s" if saga_id is not None else ""
     order = 'ORDER BY saga_id COLLATE "C"'
     round_columns = checkpoint_round_columns(version)
+    forms = version >= FORMS_VERSION
+    columns = ROW_COLUMNS + (FORM_COLUMNS if forms else "")
     # Only constant fragments are interpolated; the saga id is a bound parameter.
     queries = (
-        f"SELECT {ROW_COLUMNS} FROM side_effect_journal {where} {order}, archive_id",  # noqa: S608
+        f"SELECT {columns} FROM side_effect_journal {where} {order}, archive_id",  # noqa: S608
         "SELECT saga_id, seq, hash, signed_at_us, key_id, signature,"  # noqa: S608
         f" {round_columns} FROM archive_checkpoint {where} {order}",
         f"SELECT saga_id, max(seq), (array_agg(hash ORDER BY seq DESC))[1],"  # noqa: S608
@@ -687,7 +690,7 @@ def iter_audits(
             anchors_of = {
                 str(r[0]): (int(r[1]), str(r[2])) for r in conn.execute(queries[2], {"s": saga_id})
             }
-            verdicts = _verdicts(reader, saga_ids=None, anchors=anchors_of)
+            verdicts = _verdicts(reader, saga_ids=None, anchors=anchors_of, forms=forms)
             cursors.enter_context(contextlib.closing(verdicts))  # before the reader closes
             streams.append(verdicts)
         for i, query in enumerate(queries):
@@ -740,9 +743,10 @@ def iter_audits(
                 )
                 continue
             if verdict is not None and verdict.refer:
-                # A row the bulk verifier cannot judge: the saga's rows, for the paths below.
+                # A row the bulk verifier cannot judge (a form-2 row among them): the saga's
+                # rows, for the paths below.
                 rows = conn.execute(
-                    f"SELECT {ROW_COLUMNS} FROM side_effect_journal"  # noqa: S608
+                    f"SELECT {columns} FROM side_effect_journal"  # noqa: S608
                     " WHERE saga_id = %s ORDER BY archive_id",
                     (saga,),
                 ).fetchall()
@@ -763,8 +767,13 @@ def iter_audits(
             head, by_seq = None, None
             if verdict is not None:
                 head, by_seq = (verdict.head_seq, verdict.head_hash), verdict.hashes_by_seq()
-            elif not reference:
-                head = _verified_head(rows, after_seq=after_seq, after_hash=after_hash)
+            elif not reference and not (forms and any(r[12] != 1 for r in rows)):
+                # The column check hashes form 1; form 2 is the reference path's.
+                head = _verified_head(
+                    [r[:12] for r in rows] if forms else rows,
+                    after_seq=after_seq,
+                    after_hash=after_hash,
+                )
             if head is not None:
                 yield _judge_checkpoints(
                     saga,
@@ -781,7 +790,7 @@ def iter_audits(
                 )
                 continue
             try:
-                entries = [entry_of_row(r) for r in rows]
+                entries = [entry_of_row(r, forms=forms) for r in rows]
             except SerializationError as exc:
                 yield SagaAudit(
                     saga_id=saga,
@@ -832,10 +841,12 @@ def _verdicts(
     *,
     saga_ids: Sequence[str] | None,
     anchors: Mapping[str, tuple[int, str]],
+    forms: bool = False,
 ) -> Generator[tuple[str, BatchVerdict]]:
-    """The bulk verifier's verdicts on the rows ``reader`` streams, by saga id order."""
+    """The bulk verifier's verdicts on the rows ``reader`` streams, by saga id order (with
+    ``forms``, a saga holding a form-2 row is referred: the bulk verifier hashes form 1)."""
     verifier = chain_verifier(anchors=anchors)
-    for block in chain_rows(reader, saga_ids=saga_ids):
+    for block in chain_rows(reader, saga_ids=saga_ids, forms_only_first=forms):
         for verdict in verifier.feed(block):
             yield verdict.saga_id, verdict
     for verdict in verifier.finish():
