@@ -31,7 +31,7 @@ from sagacity._codec import check_json_payload
 from sagacity._events import EntryDraft, EventType, JournalEntry, with_attribute
 from sagacity._writer_signature import HEADER as WRITER_HEADER
 from sagacity._writer_signature import WriterKey
-from sagacity.chain import link
+from sagacity.chain import committing, link
 from sagacity.errors import (
     ConfigurationError,
     EventTooLargeError,
@@ -67,6 +67,7 @@ from sagacity.producer._topic import (
 )
 from sagacity.producer._trace import current_traceparent, valid_traceparent
 from sagacity.schemas import current_schema, encode_entry, link_encoded
+from sagacity.schemas._codec import FieldSealer, encode_sealed
 
 RECORD_OVERHEAD = 128
 """Bytes reserved beyond key, value and headers for Kafka's record and batch framing."""
@@ -105,6 +106,9 @@ class KafkaJournal:
             ``time.time``); replaceable to simulate a paused writer or a late taker.
         index: where reads find sagas' archived prefixes instead of scanning partitions from
             their start (docs/adr/0010-saga-read-index.md); closed with the journal.
+        keys: the key service (:class:`sagacity._keys.KeyService`): sagas opened by this
+            journal are written in chain form 2, their data sealed on the topic, and reads
+            open them (docs/adr/0019-erasure.md); not with ``index`` (ConfigurationError).
 
     Raises:
         TopicNotFoundError: the topic does not exist.
@@ -128,6 +132,7 @@ class KafkaJournal:
         wall_clock: Callable[[], float] = time.time,
         index: SagaIndex | None = None,
         writer_key: WriterKey | None = None,
+        keys: FieldSealer | None = None,
     ) -> None:
         try:
             settings = KafkaJournalSettings(
@@ -199,7 +204,11 @@ class KafkaJournal:
             partitions=info.partitions,
             timeout=settings.read_timeout_s,
             index=index,
+            keys=keys,
         )
+        # With a key service, a saga opened here is written in chain form 2 with its data
+        # sealed (docs/adr/0019-erasure.md); a saga keeps the form of its SAGA_OPENED.
+        self._keys = keys
         self._reads = ReadCache()
         self._sagas = HeldSagas(
             reader=self._reader,
@@ -220,18 +229,21 @@ class KafkaJournal:
         *,
         writer_id: str | None = None,
         index: SagaIndex | None = None,
+        keys: FieldSealer | None = None,
     ) -> KafkaJournal:
         """A journal configured by ``settings``, reading through ``index``.
 
         ``index`` is the read index ``settings.read_index`` names, built by the caller: this
         adapter does not import the Postgres one (``sagacity._env.kafka_journal`` builds both).
+        With ``keys`` sealing its data there is no index (the archive does not keep sealed
+        openings yet, so reads scan the topic).
 
         Raises:
             ConfigurationError: ``settings.read_index`` names an archive database but no index
                 is given, or the writer key cannot be used.
         """
         named = settings.read_index
-        if index is None and named.enabled and named.database_url:
+        if index is None and keys is None and named.enabled and named.database_url:
             raise ConfigurationError(
                 "settings.read_index names an archive database but no index was given: pass "
                 "index= (the Postgres read index), or set read_index.enabled=False"
@@ -260,6 +272,7 @@ class KafkaJournal:
             max_clock_skew_s=settings.max_clock_skew_s,
             index=index,
             writer_key=writer_key,
+            keys=keys,
         )
 
     # --- properties ------------------------------------------------------------------------
@@ -665,7 +678,11 @@ class KafkaJournal:
 
     def _publish_owned(self, state: SagaState, draft: EntryDraft) -> tuple[JournalEntry, Delivery]:
         tail = state.chain[-1]
-        entry, value = link_encoded(draft, seq=tail.seq + 1, prev_hash=tail.hash)
+        if self._keys is not None and tail.form == 2:
+            entry = link(committing(draft), seq=tail.seq + 1, prev_hash=tail.hash)
+            value = encode_sealed(entry, self._keys)
+        else:
+            entry, value = link_encoded(draft, seq=tail.seq + 1, prev_hash=tail.hash)
         delivery = self._produce(entry, value)
         state.chain.append(entry)
         pending = state.pending
@@ -702,9 +719,16 @@ class KafkaJournal:
         seq, prev = current.tail
         if after_seq is not None and seq != after_seq:
             raise tail_moved(saga_id, after_seq, seq)
-        entry = link(draft, seq=seq + 1, prev_hash=prev)
+        value = None
+        if self._keys is not None and (
+            current.entries[-1].form == 2 if current.entries else seq == 0
+        ):
+            entry = link(committing(draft), seq=seq + 1, prev_hash=prev)
+            value = encode_sealed(entry, self._keys)
+        else:
+            entry = link(draft, seq=seq + 1, prev_hash=prev)
         sent = self._monotonic()
-        delivery = self._produce(entry)
+        delivery = self._produce(entry, value)
         self._deliveries.wait(delivery)
         # Only what was published since the read above: from where it stopped to our offset.
         confirm = self._reader.read(saga_id, resume=current, until_offset=delivery.offset)

@@ -24,6 +24,8 @@ from sagacity._events import GENESIS_HASH, EventType, JournalEntry
 from sagacity.chain import compute_hash
 from sagacity.errors import (
     ArchiveSchemaError,
+    CiphertextAuthenticationError,
+    ConfigurationError,
     JournalUnavailableError,
     SagacityError,
     SerializationError,
@@ -32,6 +34,7 @@ from sagacity.producer._clients import with_logger
 from sagacity.producer._index import IndexedSaga, SagaIndex
 from sagacity.producer._partition import partition_for
 from sagacity.schemas import decode_entry
+from sagacity.schemas._codec import FieldSealer
 
 log = logging.getLogger("sagacity.reader")
 
@@ -402,6 +405,8 @@ class SagaReader:
         partitions: its partition count.
         timeout: the longest one partition read may take.
         index: where to find sagas' archived prefixes (closed with the reader).
+        keys: the key service opening sealed data fields (docs/adr/0019-erasure.md); a
+            sealed field that fails authentication is skipped as "authentication failed".
     """
 
     def __init__(
@@ -412,7 +417,16 @@ class SagaReader:
         partitions: int,
         timeout: float = 30.0,
         index: SagaIndex | None = None,
+        keys: FieldSealer | None = None,
     ) -> None:
+        if keys is not None and index is not None:
+            # The archive keeps a sealed event's commitments, not its sealed openings yet: an
+            # indexed read would return entries without their data.
+            raise ConfigurationError(
+                "a reader with a key service reads the topic, not the archive's index: "
+                "leave the index out (docs/adr/0019-erasure.md)"
+            )
+        self._keys = keys
         self._topic = topic
         self._index = index
         self._warned_at = -60.0
@@ -490,6 +504,18 @@ class SagaReader:
         else:
             out = SagaRead(saga_id=saga_id, partition=partition)
         return self._continue(out, until_offset)
+
+    def _decode(self, value: bytes) -> JournalEntry:
+        """``value``'s entry, its sealed openings opened with the key service (if any).
+
+        Raises:
+            SerializationError: not an entry, or a sealed field fails authentication
+                ("authentication failed"): the message is skipped like any undecodable one.
+        """
+        try:
+            return decode_entry(value, keys=self._keys)
+        except CiphertextAuthenticationError as exc:
+            raise SerializationError(f"authentication failed: {exc.message}") from exc
 
     def _from_index(
         self,
@@ -569,7 +595,7 @@ class SagaReader:
                 continue
             offset = _offset(message)
             try:
-                entry = decode_entry(message.value() or b"")
+                entry = self._decode(message.value() or b"")
             except SerializationError as exc:
                 out.skipped.append(
                     Skipped(partition=partition, offset=offset, key=key, reason=exc.message)
@@ -592,7 +618,7 @@ class SagaReader:
             out.end_offset = offset + 1
             key = message.key()
             try:
-                entry = decode_entry(message.value() or b"")
+                entry = self._decode(message.value() or b"")
             except SerializationError as exc:
                 out.skipped.append(
                     Skipped(partition=partition, offset=offset, key=key, reason=exc.message)
@@ -662,7 +688,7 @@ class SagaReader:
                 if offset < out.next_offset:
                     continue
                 try:
-                    entry = decode_entry(message.value() or b"")
+                    entry = self._decode(message.value() or b"")
                 except SerializationError as exc:
                     out.skipped.append(
                         Skipped(partition=partition, offset=offset, key=key, reason=exc.message)

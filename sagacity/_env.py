@@ -15,6 +15,7 @@ code alone.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from collections.abc import Mapping
 
@@ -26,6 +27,8 @@ from sagacity._defaults import (
     DEFAULT_COMPENSATION_GROUP,
     DEFAULT_TOPIC,
 )
+from sagacity._envelope import KEK_SETTING, KeyRing
+from sagacity._keys import KeyService
 from sagacity._settings import SagacitySettings
 from sagacity.errors import ConfigurationError
 from sagacity.producer import KafkaJournal, KafkaJournalSettings, ReadIndexSettings, SagaIndex
@@ -40,9 +43,12 @@ __all__ = [
     "journal_from_env",
     "kafka_journal",
     "kafka_settings_from_env",
+    "key_service_from_env",
     "read_index",
     "read_index_settings_from_env",
 ]
+
+log = logging.getLogger("sagacity.journal")
 
 _CLIENT_PREFIX = "SAGACITY_KAFKA_"
 _OFF = frozenset({"0", "off", "false", "no"})
@@ -205,17 +211,63 @@ def read_index(settings: ReadIndexSettings) -> SagaIndex | None:
     )
 
 
-def kafka_journal(settings: KafkaJournalSettings, *, writer_id: str | None = None) -> KafkaJournal:
-    """A :class:`KafkaJournal` configured by ``settings``, reading through the index they name.
+def key_service_from_env(environ: Mapping[str, str] | None = None) -> KeyService | None:
+    """The key service ``SAGACITY_KEY_ENCRYPTION_KEY_FILE`` configures (its keys stored in
+    ``SAGACITY_DATABASE_URL``), checked against the stored keys; ``None`` when the variable is
+    unset, which is logged once: the journal then writes its data in clear, as before
+    (docs/adr/0019-erasure.md §3).
+
+    Raises:
+        KeyEncryptionKeyError: the key file is missing or malformed, or does not open the
+            stored keys (the message names the setting).
+        ConfigurationError: ``SAGACITY_DATABASE_URL`` is not set.
+        PersistenceError: the key store could not be reached.
+    """
+    env = os.environ if environ is None else environ
+    value = env.get(KEK_SETTING, "").strip()
+    if not value:
+        log.warning(
+            "journal data is not encrypted: %s is not set (payloads and results travel and are "
+            "archived in clear; docs/adr/0019-erasure.md)",
+            KEK_SETTING,
+        )
+        return None
+    ring = KeyRing.from_setting(value)
+    url = env.get("SAGACITY_DATABASE_URL", "").strip()
+    if not url:
+        raise ConfigurationError(
+            f"{KEK_SETTING} is set: SAGACITY_DATABASE_URL must name the database holding the "
+            "data keys"
+        )
+    from sagacity.keystore_postgres import PostgresKeyStore  # the Postgres driver, only here
+
+    service = KeyService(PostgresKeyStore(url), ring)
+    try:
+        service.check()
+    except BaseException:
+        service.close()
+        raise
+    return service
+
+
+def kafka_journal(
+    settings: KafkaJournalSettings,
+    *,
+    writer_id: str | None = None,
+    keys: KeyService | None = None,
+) -> KafkaJournal:
+    """A :class:`KafkaJournal` configured by ``settings``, reading through the index they name
+    (none when ``keys`` seal its data: the archive does not keep sealed openings yet, so reads
+    scan the topic).
 
     Raises:
         ConfigurationError: the read index's driver is missing, or the writer key is unusable.
         TopicNotFoundError / TopicConfigError / JournalUnavailableError: as
             :class:`KafkaJournal`.
     """
-    index = read_index(settings.read_index)
+    index = None if keys is not None else read_index(settings.read_index)
     try:
-        return KafkaJournal.from_settings(settings, writer_id=writer_id, index=index)
+        return KafkaJournal.from_settings(settings, writer_id=writer_id, index=index, keys=keys)
     except BaseException:
         if index is not None:
             index.close()
@@ -228,14 +280,24 @@ def journal_from_env(
     service: str = "",
     writer_id: str | None = None,
 ) -> KafkaJournal:
-    """The Kafka journal ``SAGACITY_*`` variables configure (:func:`kafka_settings_from_env`).
+    """The Kafka journal ``SAGACITY_*`` variables configure (:func:`kafka_settings_from_env`),
+    sealing its data with the key service of :func:`key_service_from_env` when
+    ``SAGACITY_KEY_ENCRYPTION_KEY_FILE`` is set.
 
     This is what ``Sagacity.from_env()`` uses: the same agent code runs against the in-memory
     journal in unit tests and against Kafka in production.
 
     Raises:
         ConfigurationError: a variable is missing or invalid.
+        KeyEncryptionKeyError: the key-encryption key file is missing, malformed or wrong.
         TopicNotFoundError / TopicConfigError / JournalUnavailableError: as
             :class:`KafkaJournal`.
     """
-    return kafka_journal(kafka_settings_from_env(environ, service=service), writer_id=writer_id)
+    settings = kafka_settings_from_env(environ, service=service)
+    keys = key_service_from_env(environ)
+    try:
+        return kafka_journal(settings, writer_id=writer_id, keys=keys)
+    except BaseException:
+        if keys is not None:
+            keys.close()
+        raise

@@ -145,6 +145,37 @@ def _freeze(attributes: Mapping[str, str] | None) -> Mapping[str, str]:
     return MappingProxyType(dict(sorted(items.items())))
 
 
+_NO_COMMITMENTS: Mapping[str, str] = MappingProxyType({})
+
+DATA_FIELDS = ("payload", "result", "error")
+"""The entry's fields a form-2 chain commits to instead of hashing them in clear."""
+DATA_ATTRIBUTES = frozenset({"undo_arguments", "note"})
+"""The attributes that hold data (docs/adr/0019-erasure.md §1): committed to in form 2."""
+
+
+def _check_form(draft: EntryDraft) -> None:
+    """The rules of ``form``, ``commitments`` and ``salts`` (their agreement with the values
+    is the chain's to check: :func:`sagacity.chain.canonical_bytes`)."""
+    if type(draft.form) is not int or draft.form not in (1, 2):
+        raise SerializationError(f"unknown chain form {draft.form!r}")
+    for name in ("commitments", "salts"):
+        mapping = getattr(draft, name)
+        if not isinstance(mapping, Mapping):
+            raise SerializationError(f"{name} must be a mapping")
+        if mapping and draft.form == 1:
+            raise SerializationError(f"a form-1 entry has no {name}")
+        for key, value in mapping.items():
+            if key not in DATA_FIELDS and key not in DATA_ATTRIBUTES:
+                raise SerializationError(f"{name} names {key!r}, which is not a data field")
+            if not isinstance(value, str) or len(value) != 64:
+                raise SerializationError(f"{name}[{key!r}] must be 64 hex digits")
+            try:
+                bytes.fromhex(value)
+            except ValueError as exc:
+                raise SerializationError(f"{name}[{key!r}] must be 64 hex digits") from exc
+        object.__setattr__(draft, name, MappingProxyType(dict(sorted(mapping.items()))))
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class EntryDraft:
     """An event before the journal places it in a chain (no seq, no hashes yet).
@@ -160,6 +191,13 @@ class EntryDraft:
         actor: who acted: the approver principal, or the writer's id.
         attributes: small string facts (``payload_sha256``, ``ref_seq``, ``policy_version`` …).
         recorded_at_us: event time in microseconds since the epoch; defaults to now.
+        form: the chain form the entry is hashed in: 1 (``SGC1``, the data in clear) or 2
+            (``SGC2``, salted commitments to the data; docs/adr/0019-erasure.md §1).
+        commitments: form 2: a data field's commitment (64 hex), by field name (``payload``,
+            ``result``, ``error``, a data attribute's key); required once the field's value is
+            erased, optional beside it (it must then match).
+        salts: form 2: the salt (64 hex) of each data field whose value is present: with the
+            value it is the field's opening.
     """
 
     saga_id: str
@@ -171,8 +209,13 @@ class EntryDraft:
     actor: str | None = None
     attributes: Mapping[str, str] = field(default_factory=dict)
     recorded_at_us: int = field(default_factory=now_micros)
+    form: int = 1
+    commitments: Mapping[str, str] = field(default_factory=lambda: _NO_COMMITMENTS)
+    salts: Mapping[str, str] = field(default_factory=lambda: _NO_COMMITMENTS)
 
     def __post_init__(self) -> None:
+        if self.form != 1 or self.commitments or self.salts:
+            _check_form(self)
         if not isinstance(self.saga_id, str) or not self.saga_id:
             raise SerializationError("saga_id must be a non-empty str")
         _check_text("saga_id", self.saga_id)
@@ -234,8 +277,9 @@ class JournalEntry(EntryDraft):
         return int(raw) if raw is not None else None
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of every field (the export and API representation)."""
-        return {
+        """A JSON-ready dict of every field (the export and API representation); a form-2
+        entry adds ``form``, ``commitments`` and ``salts``."""
+        out: dict[str, Any] = {
             "saga_id": self.saga_id,
             "seq": self.seq,
             "event_type": self.event_type.value,
@@ -249,6 +293,9 @@ class JournalEntry(EntryDraft):
             "prev_hash": self.prev_hash,
             "hash": self.hash,
         }
+        if self.form != 1:
+            out.update(form=self.form, commitments=dict(self.commitments), salts=dict(self.salts))
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JournalEntry:
@@ -267,6 +314,9 @@ class JournalEntry(EntryDraft):
                 recorded_at_us=data["recorded_at_us"],
                 prev_hash=data["prev_hash"],
                 hash=data["hash"],
+                form=data.get("form", 1),
+                commitments=data.get("commitments") or _NO_COMMITMENTS,
+                salts=data.get("salts") or _NO_COMMITMENTS,
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise SerializationError(f"not a journal entry: {exc}") from exc

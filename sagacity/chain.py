@@ -7,17 +7,24 @@ the standard library so that auditors' tools can reuse it.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
+import secrets
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from sagacity._events import GENESIS_HASH, EntryDraft, JournalEntry
+from sagacity._events import DATA_ATTRIBUTES, GENESIS_HASH, EntryDraft, JournalEntry
 from sagacity.errors import SerializationError
 
 CANONICAL_MAGIC = b"SGC1"
 """Leading bytes of every canonical form; the version of the form itself."""
+CANONICAL_MAGIC_V2 = b"SGC2"
+"""Form 2: the data fields committed to, not hashed in clear (docs/adr/0019-erasure.md §1)."""
+COMMITMENT_MAGIC = b"SGK1"
+"""Leading bytes of every commitment's preimage."""
+SALT_BYTES = 32
 
 _NULL = b"\xff\xff\xff\xff"
 _U32 = struct.Struct(">I").pack
@@ -28,11 +35,28 @@ _EMPTY_ATTRIBUTES = _U32(0)
 
 
 def canonical_bytes(entry: EntryDraft, *, seq: int) -> bytes:
-    """The exact bytes hashed for an entry at ``seq`` (docs/adr/0002-hash-chain.md).
+    """The exact bytes hashed for an entry at ``seq`` (docs/adr/0002-hash-chain.md; form 2:
+    docs/adr/0019-erasure.md).
 
     Raises:
-        SerializationError: ``seq`` does not fit int64, or a field is too large for the form.
+        SerializationError: ``seq`` does not fit int64, a field is too large for the form, or
+            (form 2) a data field's opening is incomplete or does not match its commitment.
     """
+    if entry.form != 1:
+        return canonical_bytes_v2_of(
+            entry.saga_id,
+            seq,
+            entry.event_type.value,
+            entry.tool,
+            entry.payload,
+            entry.result,
+            entry.error,
+            entry.actor,
+            entry.recorded_at_us,
+            entry.attributes,
+            commitments=entry.commitments,
+            salts=entry.salts,
+        )
     attributes = entry.attributes
     tool, payload, result, error, actor = (
         None if v is None else v.encode("utf-8")
@@ -294,6 +318,155 @@ def canonical_bytes_of(
     )
 
 
+def commitment(name: str, salt: bytes, value: str) -> bytes:
+    """``K(name, value)``: SHA-256 of ``"SGK1" || F(name) || F(salt) || F(utf8(value))``, 32 raw
+    bytes (docs/adr/0019-erasure.md §1).
+
+    Raises:
+        SerializationError: ``salt`` is not 32 bytes.
+    """
+    if len(salt) != SALT_BYTES:
+        raise SerializationError(f"the salt of {name} must be {SALT_BYTES} bytes")
+    raw_name, raw_value = name.encode("utf-8"), value.encode("utf-8")
+    return hashlib.sha256(
+        b"".join(
+            (
+                COMMITMENT_MAGIC,
+                _U32(len(raw_name)),
+                raw_name,
+                _U32(SALT_BYTES),
+                salt,
+                _U32(len(raw_value)),
+                raw_value,
+            )
+        )
+    ).digest()
+
+
+def committed(
+    name: str, value: str | None, commitments: Mapping[str, str], salts: Mapping[str, str]
+) -> bytes | None:
+    """A form-2 data field as hashed: its commitment, computed from its opening (``salt`` and
+    ``value``) when the value is present, else the stored one (the value was erased), else
+    ``None`` (the field is null).
+
+    Raises:
+        SerializationError: a value without its salt, a salt without its value, or an opening
+            that does not match the stored commitment.
+    """
+    stored = commitments.get(name)
+    salt = salts.get(name)
+    if value is None:
+        if salt is not None:
+            raise SerializationError(f"{name} has a salt but no value")
+        return None if stored is None else bytes.fromhex(stored)
+    if salt is None:
+        raise SerializationError(f"{name} has a value but no salt: it cannot be committed to")
+    computed = commitment(name, bytes.fromhex(salt), value)
+    if stored is not None and bytes.fromhex(stored) != computed:
+        raise SerializationError(f"the opening of {name} does not match its commitment")
+    return computed
+
+
+def canonical_bytes_v2_of(
+    saga_id: str,
+    seq: int,
+    event_type: str,
+    tool: str | None,
+    payload: str | None,
+    result: str | None,
+    error: str | None,
+    actor: str | None,
+    recorded_at_us: int,
+    attributes: Mapping[str, str] | None,
+    *,
+    commitments: Mapping[str, str],
+    salts: Mapping[str, str],
+) -> bytes:
+    """``C2(entry)`` (docs/adr/0019-erasure.md §1) from plain field values:
+    :func:`canonical_bytes_of` with ``payload``, ``result``, ``error`` and the data attributes
+    (``undo_arguments``, ``note``) replaced by their commitments.  A value present is
+    committed to with its salt (and checked against a stored commitment); an erased one (no
+    value, no salt) is its stored commitment.
+
+    Raises:
+        SerializationError: as :func:`canonical_bytes_of`, or as :func:`committed`.
+    """
+    if "\x00" in f"{saga_id}{event_type}{tool}{payload}{result}{error}{actor}":
+        raise SerializationError("a text field contains U+0000")
+    for name in (*commitments, *salts):
+        if name not in DATA_ATTRIBUTES and name not in ("payload", "result", "error"):
+            raise SerializationError(f"{name!r} is not a data field: it has no commitment")
+    try:
+        fields = [committed(n, v, commitments, salts) for n, v in _data(payload, result, error)]
+        items: list[tuple[bytes, bytes]] = []
+        for key, value in (attributes or {}).items():
+            if "\x00" in key or "\x00" in value:
+                raise SerializationError("an attribute contains U+0000")
+            if key in DATA_ATTRIBUTES:
+                digest = committed(key, value, commitments, salts)
+                assert digest is not None  # the value is present
+                items.append((key.encode("utf-8"), digest))
+            else:
+                items.append((key.encode("utf-8"), value.encode("utf-8")))
+        for key in commitments.keys() & DATA_ATTRIBUTES:
+            if key not in (attributes or {}):
+                digest = committed(key, None, commitments, salts)
+                assert digest is not None  # the key has a commitment
+                items.append((key.encode("utf-8"), digest))
+        unused = salts.keys() & DATA_ATTRIBUTES - (attributes or {}).keys()
+        if unused:
+            raise SerializationError(f"{min(unused)} has a salt but no value")
+    except ValueError as exc:  # hex checked when the entry was made; from fields, here
+        raise SerializationError(f"a commitment or salt is not hex: {exc}") from exc
+    if type(seq) is not int or seq < 1:
+        raise SerializationError("seq must be an int >= 1")
+    if type(recorded_at_us) is not int:
+        raise SerializationError("recorded_at_us must be an int (microseconds)")
+    if not saga_id or not event_type:
+        raise SerializationError("saga_id and event_type must be non-empty text")
+    return canonical_layout(
+        saga_id.encode("utf-8"),
+        seq,
+        event_type.encode("utf-8"),
+        None if tool is None else tool.encode("utf-8"),
+        fields[0],
+        fields[1],
+        fields[2],
+        None if actor is None else actor.encode("utf-8"),
+        recorded_at_us,
+        sorted(items),
+        magic=CANONICAL_MAGIC_V2,
+    )
+
+
+def committing(draft: EntryDraft, *, salt: Callable[[str], bytes] | None = None) -> EntryDraft:
+    """``draft`` in form 2: a salt for each data field present (drawn fresh, or ``salt(name)``
+    for reproducible vectors) and the commitment its opening makes.
+
+    Raises:
+        SerializationError: ``draft`` is already in form 2.
+    """
+    if draft.form != 1:
+        raise SerializationError("the entry is already in form 2")
+    draw = salt if salt is not None else lambda _name: secrets.token_bytes(SALT_BYTES)
+    present = [(n, v) for n, v in _data(draft.payload, draft.result, draft.error) if v is not None]
+    present += [(k, v) for k, v in draft.attributes.items() if k in DATA_ATTRIBUTES]
+    salts = {name: draw(name) for name, _value in present}
+    return dataclasses.replace(
+        draft,
+        form=2,
+        salts={name: s.hex() for name, s in salts.items()},
+        commitments={name: commitment(name, salts[name], v).hex() for name, v in present},
+    )
+
+
+def _data(
+    payload: str | None, result: str | None, error: str | None
+) -> tuple[tuple[str, str | None], ...]:
+    return (("payload", payload), ("result", result), ("error", error))
+
+
 _MAGIC_AND_LENGTH = struct.Struct(">4sI").pack  # the magic, then F(saga_id)'s length
 _LIMIT = 0xFFFFFFFF  # F(bytes) needs len < 2^32 - 1: the all-ones length is the null marker
 
@@ -310,11 +483,15 @@ def canonical_layout(
     recorded_at_us: int,
     items: Sequence[tuple[bytes, bytes]] | None,
     prefix: bytes = b"",
+    *,
+    magic: bytes = CANONICAL_MAGIC,
 ) -> bytes:
-    """``prefix || C(entry)`` from the fields' UTF-8 bytes and the attribute pairs sorted by
-    key: the one Python writer of the form (:func:`canonical_bytes`, :func:`canonical_bytes_of`
-    and the journal's encoder, ``schemas._codec``, call it).  ``prefix`` lets a caller hash
-    ``prev || C`` without copying ``C`` again.
+    """``prefix || C(entry)`` (or ``C2`` with ``magic`` ``SGC2``, the data fields and data
+    attributes given as their commitments) from the fields' UTF-8 bytes and the attribute
+    pairs sorted by key: the one Python writer of the form (:func:`canonical_bytes`,
+    :func:`canonical_bytes_of`, :func:`canonical_bytes_v2_of` and the journal's encoder,
+    ``schemas._codec``, call it).  ``prefix`` lets a caller hash ``prev || C`` without copying
+    ``C`` again.
 
     Raises:
         SerializationError: an int does not fit int64, or a field is too large for the form.
@@ -328,7 +505,7 @@ def canonical_layout(
         out = b"".join(
             (
                 prefix,
-                _MAGIC_AND_LENGTH(CANONICAL_MAGIC, len(saga)),
+                _MAGIC_AND_LENGTH(magic, len(saga)),
                 saga,
                 _INT_FIELD(8, seq),
                 _U32(len(kind)),

@@ -15,15 +15,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from sagacity._events import EntryDraft, JournalEntry, event_type_of
+from sagacity._events import DATA_ATTRIBUTES, EntryDraft, JournalEntry, event_type_of
 from sagacity._native import native
-from sagacity.chain import canonical_layout, link
-from sagacity.errors import SerializationError
+from sagacity.chain import SALT_BYTES, canonical_bytes, canonical_layout, link
+from sagacity.errors import SagaErasedError, SerializationError
 
 MAGIC = b"\xc3\x01"
 """The Avro single-object encoding marker that starts every journal message value."""
@@ -31,7 +31,7 @@ MAGIC = b"\xc3\x01"
 HEADER_SIZE = len(MAGIC) + 8
 """Bytes before the Avro body: the marker and the schema fingerprint."""
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The version of ``journal_event.avsc``; ``released/journal_event.v<N>.avsc`` is its copy."""
 
 _SCHEMA_FILE = "journal_event.avsc"
@@ -111,6 +111,10 @@ def entry_record(entry: JournalEntry) -> dict[str, Any]:
         "attributes": dict(entry.attributes),
         "prev_hash": entry.prev_hash,
         "hash": entry.hash,
+        "form": entry.form,
+        "commitments": dict(entry.commitments),
+        "salts": dict(entry.salts),
+        "sealed": {},
     }
 
 
@@ -181,6 +185,10 @@ _ENCODER_LAYOUT = (
     ("attributes", {"type": "map", "values": "string"}),
     ("prev_hash", "string"),
     ("hash", "string"),
+    ("form", "int"),
+    ("commitments", {"type": "map", "values": "string"}),
+    ("salts", {"type": "map", "values": "string"}),
+    ("sealed", {"type": "map", "values": "bytes"}),
 )
 """The fields, in order, that :func:`_encode_body` writes; checked against the schema once."""
 
@@ -229,7 +237,27 @@ def _encode_body(entry: JournalEntry) -> bytes:
     parts.append(_LENGTHS[0])  # the end of the map's blocks
     parts.append(_string(entry.prev_hash))
     parts.append(_string(entry.hash))
+    parts.append(_form_tail(entry))
     return b"".join(parts)
+
+
+_FORM_1_TAIL = _LENGTHS[1] + _LENGTHS[0] + _LENGTHS[0] + _LENGTHS[0]
+"""``form`` 1, no commitments, no salts, nothing sealed: the end of every form-1 event."""
+
+
+def _hex_map(mapping: Mapping[str, str]) -> bytes:
+    if not mapping:
+        return _LENGTHS[0]
+    body = b"".join(_string(k) + _string(v) for k, v in mapping.items())
+    return _long(len(mapping)) + body + _LENGTHS[0]
+
+
+def _form_tail(entry: EntryDraft) -> bytes:
+    """The Avro of ``form``, ``commitments`` and ``salts`` (docs/adr/0019-erasure.md)."""
+    if entry.form == 1:
+        return _FORM_1_TAIL
+    tail = _long(entry.form) + _hex_map(entry.commitments) + _hex_map(entry.salts)
+    return tail + _LENGTHS[0]  # nothing sealed: see encode_sealed
 
 
 def encode_entry(entry: JournalEntry) -> bytes:
@@ -252,6 +280,96 @@ def encode_entry(entry: JournalEntry) -> bytes:
     except (ValueError, TypeError, OverflowError) as exc:
         raise SerializationError(f"entry does not fit the journal schema: {exc}") from exc
     return buf.getvalue()
+
+
+class FieldSealer(Protocol):
+    """What sealing and opening need of :class:`sagacity._keys.KeyService`."""
+
+    def seal(self, saga_id: str, seq: int, field_name: str, plaintext: bytes) -> bytes: ...
+
+    def open(self, saga_id: str, seq: int, field_name: str, sealed: bytes) -> bytes: ...
+
+
+def _openings(entry: JournalEntry) -> dict[str, str]:
+    """The data fields of a form-2 entry whose value is present, by name."""
+    values = {"payload": entry.payload, "result": entry.result, "error": entry.error}
+    values.update((k, v) for k, v in entry.attributes.items() if k in DATA_ATTRIBUTES)
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def encode_sealed(entry: JournalEntry, keys: FieldSealer) -> bytes:
+    """The message value for a form-2 ``entry`` with each data field's opening (salt, then the
+    value's UTF-8) sealed under the saga's data key (docs/adr/0019-erasure.md §3): the values,
+    data attributes and salts are left out, the commitments and ``sealed`` carry them.
+
+    Raises:
+        SerializationError: ``entry`` is form 1 (it has no openings to seal), or a field does
+            not fit the schema.
+        EncryptionError / PersistenceError: from ``keys`` (a saga erased, the store down).
+    """
+    if entry.form != 2:
+        raise SerializationError("only a form-2 entry is sealed: form 1 has no openings")
+    sealed = {
+        name: keys.seal(
+            entry.saga_id,
+            entry.seq,
+            name,
+            bytes.fromhex(entry.salts[name]) + value.encode("utf-8"),
+        )
+        for name, value in _openings(entry).items()
+    }
+    record = entry_record(entry)
+    record.update(
+        payload=None,
+        result=None,
+        error=None,
+        attributes={k: v for k, v in entry.attributes.items() if k not in DATA_ATTRIBUTES},
+        salts={},
+        sealed=sealed,
+    )
+    writer = current_schema()
+    buf = io.BytesIO()
+    buf.write(MAGIC)
+    buf.write(writer.fingerprint)
+    try:
+        fastavro.schemaless_writer(buf, writer.schema, record, strict=True)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise SerializationError(f"entry does not fit the journal schema: {exc}") from exc
+    return buf.getvalue()
+
+
+def _opened(record: dict[str, Any], keys: FieldSealer | None) -> None:
+    """Fill ``record``'s values and salts from its sealed openings, in place; without ``keys``,
+    or for an erased saga, the fields stay absent (the entry then verifies by its commitments
+    alone, as an erased one does).
+
+    Raises:
+        CiphertextAuthenticationError: a sealed field was altered or moved ("authentication
+            failed").
+        SerializationError: an opening is shorter than its salt.
+    """
+    sealed = record.get("sealed") or {}
+    if not sealed or keys is None:
+        return
+    opened: dict[str, bytes] = {}
+    for name, box in sorted(sealed.items()):
+        try:
+            opened[name] = keys.open(record["saga_id"], record["seq"], name, box)
+        except SagaErasedError:
+            return  # erased: nothing is opened
+    salts = dict(record["salts"])
+    attributes = dict(record["attributes"])
+    for name, opening in opened.items():
+        if len(opening) < SALT_BYTES:
+            raise SerializationError(f"the opening of {name} is shorter than its salt")
+        salt, value = opening[:SALT_BYTES], opening[SALT_BYTES:].decode("utf-8")
+        salts[name] = salt.hex()
+        if name in DATA_ATTRIBUTES:
+            attributes[name] = value
+        else:
+            record[name] = value
+    record["salts"] = salts
+    record["attributes"] = attributes
 
 
 def peek_fingerprint(data: bytes) -> bytes:
@@ -306,8 +424,10 @@ def decode_record(data: bytes) -> dict[str, Any]:
     return record
 
 
-def decode_entry(data: bytes) -> JournalEntry:
-    """The :class:`JournalEntry` of a message value, every field exactly as written.
+def decode_entry(data: bytes, *, keys: FieldSealer | None = None) -> JournalEntry:
+    """The :class:`JournalEntry` of a message value, every field exactly as written; sealed
+    openings (docs/adr/0019-erasure.md §3) opened with ``keys``, else left out (the entry then
+    verifies by its commitments, its values absent).
 
     The hash is not checked here (a verifier reports edited entries); it recomputes exactly
     for every entry :func:`encode_entry` produced.  An event type this release does not know
@@ -315,8 +435,14 @@ def decode_entry(data: bytes) -> JournalEntry:
 
     Raises:
         SerializationError: with the reason, for anything that is not a decodable entry.
+        CiphertextAuthenticationError: a sealed field does not authenticate.
+        EncryptionError / PersistenceError: from ``keys``.
     """
     record = decode_record(data)
+    try:
+        _opened(record, keys)
+    except UnicodeDecodeError as exc:
+        raise SerializationError(f"an opened value is not UTF-8: {exc}") from exc
     return JournalEntry(
         saga_id=record["saga_id"],
         seq=record["seq"],
@@ -332,6 +458,9 @@ def decode_entry(data: bytes) -> JournalEntry:
         recorded_at_us=record["recorded_at_us"],
         prev_hash=record["prev_hash"],
         hash=record["hash"],
+        form=record["form"],
+        commitments=record["commitments"],
+        salts=record["salts"],
     )
 
 
@@ -410,12 +539,16 @@ def link_encoded(draft: EntryDraft, *, seq: int, prev_hash: str) -> tuple[Journa
                 draft.actor,
                 draft.recorded_at_us,
                 draft.attributes,
+                draft.form,
+                draft.commitments,
+                draft.salts,
             )
         except (OverflowError, TypeError, ValueError):
             out = None  # the Python path below says what is wrong
         if out is not None:
             digest, value = out
-            return JournalEntry._linked(draft, seq=seq, prev_hash=prev_hash, hash=digest), value
+            entry = JournalEntry._linked(draft, seq=seq, prev_hash=prev_hash, hash=digest)
+            return entry, value
     return _link_encoded_python(draft, seq=seq, prev_hash=prev_hash, prev=prev)
 
 
@@ -444,9 +577,12 @@ def _link_encoded_python(
         items = None
         avro_attributes = _LENGTHS[0]
     # prev || C(entry), written by the chain's one Python writer (docs/adr/0002-hash-chain.md).
-    hashed = canonical_layout(
-        saga, seq, kind, tool, payload, result, error, actor, recorded, items, prefix=prev
-    )
+    if draft.form == 1:
+        hashed = canonical_layout(
+            saga, seq, kind, tool, payload, result, error, actor, recorded, items, prefix=prev
+        )
+    else:
+        hashed = prev + canonical_bytes(draft, seq=seq)
     try:
         time_field = _long(recorded)
     except (struct.error, OverflowError) as exc:
@@ -471,6 +607,7 @@ def _link_encoded_python(
             _string(prev_hash),
             _LENGTHS[64],
             digest.encode(),
+            _form_tail(draft),
         )
     )
     return entry, value

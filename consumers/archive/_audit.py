@@ -58,8 +58,9 @@ from sagacity.consumers.archive._retention import (
     record_of_row,
 )
 from sagacity.consumers.archive._roundaudit import RoundAudit, audit_rounds
-from sagacity.consumers.archive._rows import ROW_COLUMNS, entry_of_row
+from sagacity.consumers.archive._rows import FORM_COLUMNS, ROW_COLUMNS, entry_of_row
 from sagacity.consumers.archive._schema import (
+    FORMS_VERSION,
     LOG_VERSION,
     ROUNDS_VERSION,
     checkpoint_round_columns,
@@ -644,9 +645,11 @@ def iter_audits(
     where = "WHERE saga_id = %(s)s" if saga_id is not None else ""
     order = 'ORDER BY saga_id COLLATE "C"'
     round_columns = checkpoint_round_columns(version)
+    forms = version >= FORMS_VERSION
+    columns = ROW_COLUMNS + (FORM_COLUMNS if forms else "")
     # Only constant fragments are interpolated; the saga id is a bound parameter.
     queries = (
-        f"SELECT {ROW_COLUMNS} FROM side_effect_journal {where} {order}, archive_id",  # noqa: S608
+        f"SELECT {columns} FROM side_effect_journal {where} {order}, archive_id",  # noqa: S608
         "SELECT saga_id, seq, hash, signed_at_us, key_id, signature,"  # noqa: S608
         f" {round_columns} FROM archive_checkpoint {where} {order}",
         f"SELECT saga_id, max(seq), (array_agg(hash ORDER BY seq DESC))[1],"  # noqa: S608
@@ -664,7 +667,7 @@ def iter_audits(
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         # The second connection is made, and the server sorts the rows for the stream, while
         # the rounds are audited below.
-        stream = cursors.enter_context(contextlib.closing(_RowStream(conn))) if bulk else None
+        stream = cursors.enter_context(contextlib.closing(_RowStream(conn, forms=forms))) if bulk else None
         checked_rounds = (
             audit_rounds(
                 conn,
@@ -718,6 +721,8 @@ def iter_audits(
                 rounds=checked_rounds,
                 records=checked_records,
                 reference=reference,
+                forms=forms,
+                columns=columns,
             )
 
         if stream is not None and streamed:
@@ -841,10 +846,13 @@ def _audit_one(
     rounds: RoundAudit,
     records: RetentionAudit,
     reference: bool,
+    forms: bool,
+    columns: str,
 ) -> SagaAudit:
     """One saga's audit in :func:`iter_audits`, from what the merge read for it: the bulk
-    verifier's ``verdict`` (or, without it, the saga's ``rows``), its checkpoint rows, its
-    retention anchor row and its recorded head row."""
+    verifier's ``verdict`` (or, without it, the saga's ``rows``, of ``columns``), its checkpoint
+    rows, its retention anchor row and its recorded head row.  With ``forms`` (an archive
+    holding chain forms) the rows end with the form columns."""
     events = len(rows) if verdict is None else verdict.events
     checkpoints = [
         Checkpoint(
@@ -874,9 +882,10 @@ def _audit_one(
             detail=records.failed[anchors[0][3]],
         )
     if verdict is not None and verdict.refer:
-        # A row the bulk verifier cannot judge: the saga's rows, for the paths below.
+        # A row the bulk verifier cannot judge (a form-2 row among them): the saga's rows,
+        # for the paths below.
         rows = conn.execute(
-            f"SELECT {ROW_COLUMNS} FROM side_effect_journal"  # noqa: S608
+            f"SELECT {columns} FROM side_effect_journal"  # noqa: S608
             " WHERE saga_id = %s ORDER BY archive_id",
             (saga,),
         ).fetchall()
@@ -896,8 +905,11 @@ def _audit_one(
     head, by_seq = None, None
     if verdict is not None:
         head, by_seq = (verdict.head_seq, verdict.head_hash), verdict.hashes_by_seq()
-    elif not reference:
-        head = _verified_head(rows, after_seq=after_seq, after_hash=after_hash)
+    elif not reference and not (forms and any(r[12] != 1 for r in rows)):
+        # The column check hashes form 1; form 2 is the reference path's.
+        head = _verified_head(
+            [r[:12] for r in rows] if forms else rows, after_seq=after_seq, after_hash=after_hash
+        )
     if head is not None:
         return _judge_checkpoints(
             saga,
@@ -913,7 +925,7 @@ def _audit_one(
             rounds=rounds,
         )
     try:
-        entries = [entry_of_row(r) for r in rows]
+        entries = [entry_of_row(r, forms=forms) for r in rows]
     except SerializationError as exc:
         return SagaAudit(
             saga_id=saga,
@@ -994,8 +1006,9 @@ class _RowStream:
     thread, then closes the stream (read or not) and the connection.
     """
 
-    def __init__(self, conn: psycopg.Connection) -> None:
+    def __init__(self, conn: psycopg.Connection, *, forms: bool = False) -> None:
         shared = _shared_snapshot(conn)
+        self._forms = forms
         self._reader: psycopg.Connection | None = None
         self._blocks: Generator[bytes] | None = None
         self._first: bytes | None = None
@@ -1009,7 +1022,7 @@ class _RowStream:
         try:
             self._reader = _reader_of(dsn, password, snapshot, search_path)
             if self._reader is not None:
-                self._blocks = chain_rows(self._reader)
+                self._blocks = chain_rows(self._reader, forms_only_first=self._forms)
                 self._first = next(self._blocks, None)
         except BaseException as exc:  # raised to the caller by connected()
             self._error = exc

@@ -38,6 +38,7 @@ def chain_rows(
     *,
     saga_ids: Collection[str] | None = None,
     block_size: int = 65_536,
+    forms_only_first: bool = False,
 ) -> Generator[bytes]:
     """The blocks of a binary ``COPY`` of :data:`~sagacity.consumers.archive._rows.ROW_COLUMNS`
     for ``saga_ids`` (every saga when ``None``), in :data:`CHAIN_ORDER`.
@@ -45,6 +46,10 @@ def chain_rows(
     The server sends one message per row; they are joined into blocks of about
     ``block_size`` bytes (:func:`copy_blocks`; a row larger than that is a block of its own),
     so that a consumer such as the compiled verifier is called once per block, not per row.
+
+    With ``forms_only_first`` (an archive at schema 6 on, which holds chain forms), a form-2
+    row's ``prev_hash`` is streamed as NULL: the bulk verifier, which hashes form 1, then
+    refers its saga to the reference path (docs/adr/0019-erasure.md) instead of judging it.
 
     Runs in the connection's current transaction (a caller wanting one snapshot with other
     reads opens a REPEATABLE READ transaction first).  Stop iterating early and the rest of the
@@ -54,8 +59,11 @@ def chain_rows(
         PersistenceError: the database failed.
     """
     where = "WHERE saga_id = ANY(%(ids)s)" if saga_ids is not None else ""
+    columns = ROW_COLUMNS
+    if forms_only_first:
+        columns = columns.replace(" prev_hash,", " CASE WHEN form = 1 THEN prev_hash END,")
     query = (
-        f"COPY (SELECT {ROW_COLUMNS} FROM side_effect_journal {where}"  # noqa: S608
+        f"COPY (SELECT {columns} FROM side_effect_journal {where}"  # noqa: S608
         f" ORDER BY {CHAIN_ORDER}) TO STDOUT (FORMAT BINARY)"
     )
     params = {"ids": list(saga_ids)} if saga_ids is not None else None

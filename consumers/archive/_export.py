@@ -27,7 +27,11 @@ from sagacity.consumers.archive._roundlog import (
     round_by_id,
     round_to_dict,
 )
-from sagacity.consumers.archive._schema import LOG_VERSION, checkpoint_round_columns
+from sagacity.consumers.archive._schema import (
+    FORMS_VERSION,
+    LOG_VERSION,
+    checkpoint_round_columns,
+)
 from sagacity.consumers.archive.verify_bundle import UNSIGNED_FIELDS
 from sagacity.errors import RoundLogError, UnknownSagaError
 
@@ -182,10 +186,11 @@ def export_bundle(
         # One snapshot: rows, checkpoints, rounds and anchor of the same moment (a round signed
         # between two reads would show a checkpoint past the exported head).
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        forms = ", form, commitments, salts" if version >= FORMS_VERSION else ""
         rows = conn.execute(
-            "SELECT saga_id, seq, event_type, tool, payload, result, error, actor, attributes,"
-            " recorded_at_us, prev_hash, hash FROM side_effect_journal WHERE saga_id = %s"
-            " ORDER BY archive_id",
+            "SELECT saga_id, seq, event_type, tool, payload, result, error, actor, attributes,"  # noqa: S608
+            f" recorded_at_us, prev_hash, hash{forms} FROM side_effect_journal"
+            " WHERE saga_id = %s ORDER BY archive_id",
             (saga_id,),
         ).fetchall()
         checkpoints = [
@@ -206,10 +211,18 @@ def export_bundle(
     keys = trusted_keys(conn)
     out.mkdir(parents=True, exist_ok=True)
     lines = []
+    form_2 = False
     for r in rows:
+        # A form-2 event shows its form, commitments and salts (docs/adr/0019-erasure.md);
+        # a form-1 event shows none of them, as before.
+        shown = (
+            {"form": 2, "commitments": r[13], "salts": r[14]} if len(r) > 12 and r[12] != 1 else {}
+        )
+        form_2 = form_2 or bool(shown)
         lines.append(
             json.dumps(
                 {
+                    **shown,
                     "saga_id": r[0],
                     "seq": r[1],
                     "event_type": r[2],
@@ -240,7 +253,7 @@ def export_bundle(
         "head_seq": head_seq,
         "head_hash": head_hash,
         "anchor": anchor,
-        "canonical_form": "SGC1",
+        "canonical_form": "SGC2" if form_2 else "SGC1",
         "checkpoint_form": "SGCR2",
         "checkpoints": checkpoints,
         "unsigned": list(UNSIGNED_FIELDS),

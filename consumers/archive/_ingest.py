@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import NoneType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -21,7 +22,15 @@ from sagacity._native import native
 from sagacity.chain import canonical_bytes_of, compute_hash
 from sagacity.consumers.archive._authorship import Authorship
 from sagacity.consumers.archive._db import mapped_errors
-from sagacity.errors import PersistenceError, PersistenceUnavailableError, SagacityError
+from sagacity.errors import (
+    CiphertextAuthenticationError,
+    PersistenceError,
+    PersistenceUnavailableError,
+    SagacityError,
+)
+
+if TYPE_CHECKING:
+    from sagacity.schemas._codec import FieldSealer
 
 Decoder = Callable[[bytes], JournalEntry]
 """Turns a Kafka message value into a journal entry; raises on bytes it cannot decode."""
@@ -46,6 +55,9 @@ JOURNAL_COLUMNS = (
     "topic",
     "kafka_partition",
     "kafka_offset",
+    "form",
+    "commitments",
+    "salts",
 )
 """The columns the archiver writes (the rest are defaults or generated)."""
 
@@ -75,6 +87,9 @@ class QuarantineReason(enum.StrEnum):
     """The event time is outside what the archive can partition (before 1970, after 9999)."""
     FOREIGN = "foreign"
     """The message's key is not the saga its body names (no reader of either saga accepts it)."""
+    AUTHENTICATION_FAILED = "authentication failed"
+    """A sealed data field does not authenticate under its saga's data key: altered, or moved
+    to another saga, seq or field (docs/adr/0019-erasure.md §3)."""
     UNSIGNED_DECISION = "unsigned_decision"
     """An ``APPROVED`` without the approvals service's signature (a pinned key is set)."""
     BAD_DECISION_SIGNATURE = "bad_decision_signature"
@@ -173,6 +188,9 @@ def _journal_row(
         topic,
         partition,
         offset,
+        entry.form,
+        json.dumps(dict(entry.commitments)) if entry.commitments else "{}",
+        json.dumps(dict(entry.salts)) if entry.salts else "{}",
     )
 
 
@@ -212,6 +230,10 @@ class BatchArchiver:
         retry_delay: seconds between attempts (doubling, capped at 5 s).
         authorship: who may write (decision signatures, the writer registry); ``None``
             checks neither.
+        keys: the key service (docs/adr/0019-erasure.md): a sealed event's data is opened
+            into the value columns beside its commitments (without it, or for an erased saga,
+            the commitments alone are stored); a sealed field that does not authenticate is
+            quarantined as ``authentication failed``.  Not with ``decode``.
     """
 
     def __init__(
@@ -223,11 +245,14 @@ class BatchArchiver:
         retries: int = 20,
         retry_delay: float = 0.2,
         authorship: Authorship | None = None,
+        keys: FieldSealer | None = None,
     ) -> None:
+        if keys is not None and decode is not None:
+            raise ValueError("keys open the journal's own wire format: give keys or decode")
         self._conninfo = conninfo
         self._authorship = authorship
         self.consumer_group = consumer_group
-        self._decode = decode if decode is not None else _avro_decoder()
+        self._decode = decode if decode is not None else _avro_decoder(keys)
         # The journal's own wire format is checked from its decoded record's fields; a
         # decoder given by the caller goes through JournalEntry (the reference path).
         self._fields = _avro_record_decoder() if decode is None else None
@@ -349,6 +374,8 @@ class BatchArchiver:
             return _Refusal(QuarantineReason.UNDECODABLE, "message has no value (tombstone)", ev)
         try:
             entry = self._decode(ev.value)
+        except CiphertextAuthenticationError as exc:
+            return _Refusal(QuarantineReason.AUTHENTICATION_FAILED, exc.message, ev)
         except SagacityError as exc:
             return _Refusal(QuarantineReason.UNDECODABLE, exc.message, ev)
         except Exception as exc:
@@ -579,10 +606,12 @@ class BatchArchiver:
 _DUPLICATE = object()
 
 
-def _avro_decoder() -> Decoder:
+def _avro_decoder(keys: FieldSealer | None = None) -> Decoder:
     from sagacity.schemas import decode_entry
 
-    return decode_entry
+    if keys is None:
+        return decode_entry
+    return functools.partial(decode_entry, keys=keys)
 
 
 RecordDecoder = Callable[[bytes], dict[str, Any]]
@@ -658,6 +687,11 @@ def _checked_from_record(ev: RawEvent, decode_record: RecordDecoder) -> _Checked
             # None formats as "None", which holds no U+0000.
             or "\x00" in f"{saga_id}{event_type}{tool}{payload}{result}{error}{actor}"
             or ev.key != saga_id.encode("utf-8")  # lone surrogates raise: left to the reference
+            # Form 2 (docs/adr/0019-erasure.md), or form 1 showing commitments: the reference.
+            or record.get("form", 1) != 1
+            or record.get("commitments")
+            or record.get("salts")
+            or record.get("sealed")
         ):
             return None
         if attributes:
@@ -703,5 +737,8 @@ def _checked_from_record(ev: RawEvent, decode_record: RecordDecoder) -> _Checked
             ev.topic,
             ev.partition,
             ev.offset,
+            1,
+            "{}",
+            "{}",
         )
     )

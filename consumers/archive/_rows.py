@@ -3,6 +3,6 @@ declares them: :mod:`sagacity.postgres._rows`)."""
 
 from __future__ import annotations
 
-from sagacity.postgres._rows import ROW_COLUMNS, entry_of_row
+from sagacity.postgres._rows import FORM_COLUMNS, ROW_COLUMNS, entry_of_row
 
-__all__ = ["ROW_COLUMNS", "entry_of_row"]
+__all__ = ["FORM_COLUMNS", "ROW_COLUMNS", "entry_of_row"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from sagacity.postgres._archive_schema import (
     APPEND_ONLY_TABLES,
     ARCHIVE_TABLES,
+    FORMS_VERSION,
     LOG_VERSION,
     MIGRATIONS,
     ROUNDS_VERSION,
@@ -16,6 +17,7 @@ from sagacity.postgres._archive_schema import (
 __all__ = [
     "APPEND_ONLY_TABLES",
     "ARCHIVE_TABLES",
+    "FORMS_VERSION",
     "LOG_VERSION",
     "MIGRATIONS",
     "ROUNDS_VERSION",

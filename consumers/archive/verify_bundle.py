@@ -60,7 +60,7 @@ version 2 did not, and its unsigned fields were those of :data:`UNSIGNED_FIELDS`
 CHECKED_FIELDS = frozenset(
     {
         "format",  # must be one of FORMATS
-        "canonical_form",  # must be SGC1
+        "canonical_form",  # SGC1, or SGC2 (docs/adr/0019-erasure.md): each event names its form
         "checkpoint_form",  # a label: each checkpoint is checked by its own shape
         "saga_id",  # signed: in every checkpoint and every event's hash
         "events",  # the number of events in events.jsonl
@@ -80,6 +80,9 @@ export time and the keys the archive lists (pin the published key instead)."""
 
 EVENT_FIELDS = frozenset(
     {
+        "form",
+        "commitments",
+        "salts",
         "saga_id",
         "seq",
         "event_type",
@@ -173,9 +176,53 @@ def _int(value: Any, *, low: int = -(2**63)) -> bytes:
     return _field(struct.pack(">q", value))
 
 
+DATA_ATTRIBUTES = ("note", "undo_arguments")
+
+
+def commitment(name: str, salt_hex: Any, value: str) -> bytes:
+    """``K(name, value)`` = SHA-256(``"SGK1" || F(name) || F(salt) || F(utf8(value))``)."""
+    if not isinstance(salt_hex, str):
+        raise ValueError(f"the salt of {name} is not hex")
+    salt = bytes.fromhex(salt_hex)
+    if len(salt) != 32:
+        raise ValueError(f"the salt of {name} must be 32 bytes")
+    preimage = b"SGK1" + _field(name.encode("utf-8")) + _field(salt) + _text(value)
+    return hashlib.sha256(preimage).digest()
+
+
+def committed(name: str, value: Any, event: dict[str, Any]) -> bytes | None:
+    """A form-2 data field as hashed (docs/adr/0019-erasure.md §1): the commitment its opening
+    (value and salt) makes, which must equal a stored one; the stored one when the value was
+    erased; ``None`` for a null field.  ``ValueError`` for a value without its salt, a salt
+    without its value, or an opening that does not match its commitment."""
+    commitments = event.get("commitments") or {}
+    salts = event.get("salts") or {}
+    if not isinstance(commitments, dict) or not isinstance(salts, dict):
+        raise ValueError("commitments and salts must be objects")
+    stored, salt = commitments.get(name), salts.get(name)
+    if stored is not None and (not isinstance(stored, str) or len(bytes.fromhex(stored)) != 32):
+        raise ValueError(f"the commitment of {name} must be 32 bytes of hex")
+    if value is None:
+        if salt is not None:
+            raise ValueError(f"{name} has a salt but no value")
+        return None if stored is None else bytes.fromhex(stored)
+    if salt is None:
+        raise ValueError(f"{name} has a value but no salt")
+    computed = commitment(name, salt, value)
+    if stored is not None and bytes.fromhex(stored) != computed:
+        raise ValueError(f"the opening of {name} does not match its commitment")
+    return computed
+
+
 def canonical(event: dict[str, Any]) -> bytes:
-    """``C(entry)``: magic ``SGC1`` then length-prefixed fields and the sorted attribute map;
-    ``ValueError`` for an event that breaks a rule of the form (tests/vectors/negative-v1.json)."""
+    """``C(entry)``: magic ``SGC1`` then length-prefixed fields and the sorted attribute map
+    (form 2, ``SGC2``: the data fields and data attributes as their commitments); ``ValueError``
+    for an event that breaks a rule of the form (tests/vectors/negative-v1.json, -v2.json)."""
+    form = event.get("form", 1)
+    if form == 2:
+        return canonical_v2(event)
+    if form != 1 or "commitments" in event or "salts" in event:
+        raise ValueError(f"unknown canonical form {form!r}")
     attributes = event.get("attributes") or {}
     if not isinstance(attributes, dict):
         raise ValueError("attributes must be an object")
@@ -203,6 +250,47 @@ def canonical(event: dict[str, Any]) -> bytes:
     for key, value in items:
         out.append(_field(key))
         out.append(_field(value))
+    return b"".join(out)
+
+
+def canonical_v2(event: dict[str, Any]) -> bytes:
+    """``C2(entry)`` (docs/adr/0019-erasure.md §1)."""
+    attributes = event.get("attributes") or {}
+    if not isinstance(attributes, dict):
+        raise ValueError("attributes must be an object")
+    commitments = event.get("commitments") or {}
+    salts = event.get("salts") or {}
+    if not isinstance(commitments, dict) or not isinstance(salts, dict):
+        raise ValueError("commitments and salts must be objects")
+    for name in (*commitments, *salts):
+        if name not in ("payload", "result", "error", *DATA_ATTRIBUTES):
+            raise ValueError(f"{name!r} is not a data field")
+    items = []
+    for key, value in attributes.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise ValueError("attribute keys and values must be text")
+        if "\x00" in key or "\x00" in value:
+            raise ValueError("text must not contain U+0000")
+        if key in DATA_ATTRIBUTES:
+            items.append((key.encode("utf-8"), committed(key, value, event)))
+        else:
+            items.append((key.encode("utf-8"), value.encode("utf-8")))
+    for key in DATA_ATTRIBUTES:
+        if key not in attributes and (key in commitments or key in salts):
+            items.append((key.encode("utf-8"), committed(key, None, event)))
+    items.sort()
+    out = [b"SGC2", _text(event["saga_id"], name=True), _int(event["seq"], low=1)]
+    out.append(_text(event["event_type"], name=True))
+    out.append(_text(event.get("tool")))
+    for name in ("payload", "result", "error"):
+        value = event.get(name)
+        if value is not None:
+            _text(value)  # the text rules hold for an opened value too
+        out.append(_field(committed(name, value, event)))
+    out += [_text(event.get("actor")), _int(event["recorded_at_us"]), struct.pack(">I", len(items))]
+    for key, raw in items:
+        out.append(_field(key))
+        out.append(_field(raw))
     return b"".join(out)
 
 
@@ -614,7 +702,7 @@ def check_manifest_fields(manifest: dict[str, Any]) -> list[str]:
     (``ValueError``: it cannot be read)."""
     if manifest.get("format") not in FORMATS:
         raise ValueError(f"unknown bundle format {manifest.get('format')!r}")
-    if manifest.get("canonical_form", "SGC1") != "SGC1":
+    if manifest.get("canonical_form", "SGC1") not in ("SGC1", "SGC2"):
         raise ValueError(f"unknown canonical form {manifest.get('canonical_form')!r}")
     unsigned = manifest.get("unsigned", list(UNSIGNED_FIELDS))
     if not isinstance(unsigned, list) or not all(isinstance(u, str) for u in unsigned):
@@ -712,12 +800,32 @@ def verify_bundle(
         )
     if unsigned_fields:
         notes.append("unsigned, shown for information: " + ", ".join(unsigned_fields))
+    erased = erased_fields(events)
+    if erased:
+        notes.append(
+            "erased (verified by their commitments, the data withheld): "
+            + "; ".join(f"seq {seq}: {', '.join(names)}" for seq, names in erased)
+        )
     return (
         f"OK: saga {saga_id}: {len(events)} events, head seq {head_seq} ({head_hash[:16]}…), "
         f"{checked} signed checkpoint(s) verified"
         + ("" if pinned_key is not None else " (key taken from the manifest: pin it)")
         + "".join(f"\n  {n}" for n in notes)
     )
+
+
+def erased_fields(events: list[dict[str, Any]]) -> list[tuple[int, list[str]]]:
+    """The form-2 events' data fields present only as a commitment (docs/adr/0019-erasure.md):
+    (seq, field names), in file order."""
+    out = []
+    for event in events:
+        if event.get("form") != 2:
+            continue
+        salts = event.get("salts") or {}
+        names = sorted(n for n in event.get("commitments") or {} if n not in salts)
+        if names:
+            out.append((event["seq"], names))
+    return out
 
 
 def coverage_notes(

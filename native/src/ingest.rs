@@ -6,12 +6,14 @@
 //! `sagacity.consumers.archive._ingest` calls it before its Python paths when it is installed.
 //! It accepts only what those paths accept, with the same row; anything else (another schema,
 //! a field that is not valid, a hash that does not match, an odd encoding) it hands back as
-//! `None`, and the Python paths decide and explain.
+//! `None`, and the Python paths decide and explain.  Of schema v2 it takes form-1 events only:
+//! a form-2 event (commitments, salts) or a sealed one (docs/adr/0019-erasure.md) is handed
+//! back, since opening sealed data needs the key service, which only the Python path has.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 
-use crate::canonical_hex;
+use crate::{canonical_hex, FORM_1_TAIL};
 
 /// Event times a monthly partition can hold: 1970-01-01 up to (not including) year 10000.
 const MAX_US: i64 = 253_402_300_800_000_000;
@@ -156,7 +158,8 @@ fn decode<'a>(prefix: &[u8], key: Option<&[u8]>, value: &'a [u8]) -> Option<Even
     let attributes = avro.map()?;
     let prev_hash = avro.text()?;
     let hash = avro.text()?;
-    let valid = avro.at == value.len()
+    // Form 1: `form` 1, no commitments, no salts, nothing sealed (anything else: Python's).
+    let valid = value.get(avro.at..) == Some(&FORM_1_TAIL[..])
         && !saga.is_empty()
         && seq >= 1
         && !kind.is_empty()
@@ -179,7 +182,8 @@ fn decode<'a>(prefix: &[u8], key: Option<&[u8]>, value: &'a [u8]) -> Option<Even
 /// `prefix`: the single-object marker and the current schema's fingerprint (a message of
 /// another schema is the Python path's).  Returns the row the archiver writes (`saga_id, seq,
 /// event_type, tool, payload, result, error, actor, attributes as JSON text, recorded_at_us,
-/// hash, prev_hash, topic, partition, offset`), or `None`: the Python paths decide.
+/// hash, prev_hash, topic, partition, offset, form, commitments, salts` — the last three
+/// always `1, "{}", "{}"`), or `None`: the Python paths decide (every form-2 or sealed event).
 #[pyfunction]
 #[pyo3(signature = (prefix, key, value, topic, partition, offset))]
 pub fn archive_row<'py>(
@@ -207,6 +211,7 @@ pub fn archive_row<'py>(
         return Ok(None); // a key written twice: the Python path's to read
     }
     let hex = canonical_hex(
+        1,
         &prev,
         event.saga.as_bytes(),
         event.seq,
@@ -257,6 +262,9 @@ pub fn archive_row<'py>(
         topic,
         partition,
         offset,
+        1i64.into_pyobject(py)?.into_any(),
+        PyString::new(py, "{}").into_any(),
+        PyString::new(py, "{}").into_any(),
     ];
     Ok(Some(PyTuple::new(py, row)?))
 }

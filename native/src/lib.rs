@@ -15,12 +15,20 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyInt, PyString};
 use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
 
 mod audit;
 mod ingest;
 mod verify;
 
 const CANONICAL_MAGIC: &[u8] = b"SGC1";
+/// Form 2 (docs/adr/0019-erasure.md §1): the data fields committed to, not hashed in clear.
+const CANONICAL_MAGIC_V2: &[u8] = b"SGC2";
+const COMMITMENT_MAGIC: &[u8] = b"SGK1";
+const DATA_FIELDS: [&str; 3] = ["payload", "result", "error"];
+const DATA_ATTRIBUTES: [&str; 2] = ["note", "undo_arguments"];
+/// `form` 1, empty `commitments`, `salts` and `sealed` maps: the Avro end of a form-1 event.
+pub(crate) const FORM_1_TAIL: [u8; 4] = [2, 0, 0, 0];
 const CANONICAL_NULL: [u8; 4] = [0xff; 4];
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
@@ -71,6 +79,72 @@ fn avro_optional(out: &mut Vec<u8>, data: Option<&[u8]>) {
     }
 }
 
+fn unhex(text: &str) -> Option<[u8; 32]> {
+    let raw = text.as_bytes();
+    if raw.len() != 64 {
+        return None;
+    }
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    };
+    let mut out = [0u8; 32];
+    for (i, pair) in raw.chunks(2).enumerate() {
+        out[i] = (digit(pair[0])? << 4) | digit(pair[1])?;
+    }
+    Some(out)
+}
+
+/// `K(name, value)` = SHA-256("SGK1" || F(name) || F(salt) || F(utf8(value))).
+fn commitment(name: &[u8], salt: &[u8; 32], value: &[u8]) -> [u8; 32] {
+    let mut preimage = Vec::with_capacity(48 + name.len() + value.len());
+    preimage.extend_from_slice(COMMITMENT_MAGIC);
+    field(&mut preimage, name);
+    field(&mut preimage, salt);
+    field(&mut preimage, value);
+    Sha256::digest(&preimage).into()
+}
+
+/// A form-2 data field as hashed: its opening's commitment (equal to a stored one), the stored
+/// one when the value was erased, `Ok(None)` for a null field; `Err` for an incomplete or
+/// mismatched opening (the Python path says which).
+fn committed(
+    name: &str,
+    value: Option<&[u8]>,
+    commitments: &BTreeMap<String, String>,
+    salts: &BTreeMap<String, String>,
+) -> Result<Option<[u8; 32]>, ()> {
+    let stored = match commitments.get(name) {
+        None => None,
+        Some(text) => Some(unhex(text).ok_or(())?),
+    };
+    match (value, salts.get(name)) {
+        (None, Some(_)) => Err(()),
+        (None, None) => Ok(stored),
+        (Some(_), None) => Err(()),
+        (Some(v), Some(salt)) => {
+            let made = commitment(name.as_bytes(), &unhex(salt).ok_or(())?, v);
+            match stored {
+                Some(s) if s != made => Err(()),
+                _ => Ok(Some(made)),
+            }
+        }
+    }
+}
+
+fn avro_hex_map(out: &mut Vec<u8>, map: &BTreeMap<String, String>) {
+    if !map.is_empty() {
+        avro_long(out, map.len() as i64);
+        for (k, v) in map {
+            avro_bytes(out, k.as_bytes());
+            avro_bytes(out, v.as_bytes());
+        }
+    }
+    out.push(0);
+}
+
 fn text<'a>(value: &'a Option<Bound<'_, PyString>>) -> PyResult<Option<&'a [u8]>> {
     match value {
         None => Ok(None),
@@ -82,8 +156,13 @@ fn text<'a>(value: &'a Option<Bound<'_, PyString>>) -> PyResult<Option<&'a [u8]>
 /// docs/adr/0002-hash-chain.md (`pairs` sorted by key, each key once).  The one compiled writer
 /// of the form, for the journal's `link_encode` and the archive's `archive_row`; the caller has
 /// checked the text rules, the seq's range and that every field fits.
+///
+/// `form` 2 (docs/adr/0019-erasure.md §1) writes `SGC2` over the same layout: the caller gives
+/// the commitments (32 bytes each) of payload, result and error in `texts` and of the data
+/// attributes in `pairs`; any other form is form 1 (`SGC1`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn canonical_hex(
+    form: i64,
     prev: &[u8],
     saga: &[u8],
     seq: i64,
@@ -95,7 +174,11 @@ pub(crate) fn canonical_hex(
 ) -> [u8; 64] {
     let mut hashed = Vec::with_capacity(capacity);
     hashed.extend_from_slice(prev);
-    hashed.extend_from_slice(CANONICAL_MAGIC);
+    hashed.extend_from_slice(if form == 2 {
+        CANONICAL_MAGIC_V2
+    } else {
+        CANONICAL_MAGIC
+    });
     field(&mut hashed, saga);
     int_field(&mut hashed, seq);
     field(&mut hashed, kind);
@@ -124,8 +207,14 @@ pub(crate) fn canonical_hex(
 /// draft's mapping, already sorted by key.  Returns `(hash as lowercase hex, message value)`,
 /// or `None` when a field does not fit the canonical form or breaks a text rule, or `seq` is
 /// below 1 (the caller's Python path raises).
+///
+/// `form` 2 (docs/adr/0019-erasure.md §1) hashes `SGC2`: payload, result, error and the data
+/// attributes as their commitments, made from the `salts` given (hex, by field name) and equal
+/// to the `commitments` given, or taken from `commitments` where a value was erased; an
+/// opening that is incomplete or does not match is handed back likewise.  The Avro value ends
+/// with `form`, the two maps and an empty `sealed` map (schema v2).
 #[pyfunction]
-#[pyo3(signature = (header, prev, prev_hash, seq, saga, kind, tool, payload, result, error, actor, recorded_at_us, attributes))]
+#[pyo3(signature = (header, prev, prev_hash, seq, saga, kind, tool, payload, result, error, actor, recorded_at_us, attributes, form=1, commitments=BTreeMap::new(), salts=BTreeMap::new()))]
 #[allow(clippy::too_many_arguments)]
 fn link_encode<'py>(
     py: Python<'py>,
@@ -142,6 +231,9 @@ fn link_encode<'py>(
     actor: Option<Bound<'py, PyString>>,
     recorded_at_us: i64,
     attributes: Bound<'py, PyAny>,
+    form: i64,
+    commitments: BTreeMap<String, String>,
+    salts: BTreeMap<String, String>,
 ) -> PyResult<Option<(Bound<'py, PyString>, Bound<'py, PyBytes>)>> {
     if seq.is_instance_of::<PyBool>() {
         return Ok(None); // an int to Python, not a seq
@@ -185,6 +277,48 @@ fn link_encode<'py>(
     if !all_fit || prev.len() != 32 {
         return Ok(None);
     }
+    // Form 2: the data fields and data attributes as hashed (their commitments).
+    let v2 = match form {
+        1 if commitments.is_empty() && salts.is_empty() => false,
+        2 => true,
+        _ => return Ok(None),
+    };
+    let mut data: [Option<[u8; 32]>; 3] = [None; 3];
+    let mut hashed_pairs: Vec<(&[u8], Vec<u8>)> = Vec::new();
+    if v2 {
+        let known =
+            |k: &String| DATA_FIELDS.contains(&k.as_str()) || DATA_ATTRIBUTES.contains(&k.as_str());
+        if !commitments.keys().all(known) || !salts.keys().all(known) {
+            return Ok(None);
+        }
+        for (i, name) in DATA_FIELDS.iter().enumerate() {
+            match committed(name, texts[i + 1], &commitments, &salts) {
+                Ok(c) => data[i] = c,
+                Err(()) => return Ok(None),
+            }
+        }
+        for (k, v) in &pairs {
+            let key = std::str::from_utf8(k).expect("a Python str is UTF-8");
+            if DATA_ATTRIBUTES.contains(&key) {
+                match committed(key, Some(v), &commitments, &salts) {
+                    Ok(Some(c)) => hashed_pairs.push((k, c.to_vec())),
+                    _ => return Ok(None),
+                }
+            } else {
+                hashed_pairs.push((k, v.to_vec()));
+            }
+        }
+        for key in DATA_ATTRIBUTES {
+            let present = pairs.iter().any(|(k, _)| *k == key.as_bytes());
+            if !present && (commitments.contains_key(key) || salts.contains_key(key)) {
+                match committed(key, None, &commitments, &salts) {
+                    Ok(Some(c)) => hashed_pairs.push((key.as_bytes(), c.to_vec())),
+                    _ => return Ok(None),
+                }
+            }
+        }
+        hashed_pairs.sort();
+    }
 
     let body: usize = saga.len()
         + kind.len()
@@ -193,16 +327,39 @@ fn link_encode<'py>(
             .map(|t| t.map_or(0, |d| d.len()))
             .sum::<usize>()
         + pairs.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
-    let hex = canonical_hex(
-        prev,
-        saga,
-        seq,
-        kind,
-        texts,
-        recorded_at_us,
-        &pairs,
-        96 + body + 8 * pairs.len(),
-    );
+    let hex = if v2 {
+        let committed_pairs: Vec<(&[u8], &[u8])> =
+            hashed_pairs.iter().map(|(k, v)| (*k, &v[..])).collect();
+        canonical_hex(
+            2,
+            prev,
+            saga,
+            seq,
+            kind,
+            [
+                texts[0],
+                data[0].as_ref().map(|d| &d[..]),
+                data[1].as_ref().map(|d| &d[..]),
+                data[2].as_ref().map(|d| &d[..]),
+                texts[4],
+            ],
+            recorded_at_us,
+            &committed_pairs,
+            96 + body + 40 * committed_pairs.len(),
+        )
+    } else {
+        canonical_hex(
+            1,
+            prev,
+            saga,
+            seq,
+            kind,
+            texts,
+            recorded_at_us,
+            &pairs,
+            96 + body + 8 * pairs.len(),
+        )
+    };
 
     let prev_text = prev_hash.to_str()?.as_bytes();
     let mut value = Vec::with_capacity(header.len() + 160 + body + 4 * pairs.len());
@@ -224,6 +381,14 @@ fn link_encode<'py>(
     value.push(0);
     avro_bytes(&mut value, prev_text);
     avro_bytes(&mut value, &hex);
+    if v2 {
+        avro_long(&mut value, 2);
+        avro_hex_map(&mut value, &commitments);
+        avro_hex_map(&mut value, &salts);
+        value.push(0); // nothing sealed: the Python path seals (schemas._codec.encode_sealed)
+    } else {
+        value.extend_from_slice(&FORM_1_TAIL);
+    }
 
     // The hex digits are ASCII, so this is valid UTF-8.
     let hash = PyString::new(py, std::str::from_utf8(&hex).expect("hex is ASCII"));

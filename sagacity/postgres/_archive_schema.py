@@ -269,6 +269,17 @@ CREATE INDEX IF NOT EXISTS archive_retention_anchor_leaf
     ON archive_retention_anchor (partition_name, leaf_index);
 """,
     ),
+    (
+        6,
+        r"""
+-- Chain form 2 (docs/adr/0019-erasure.md): the form an entry is hashed in, its commitments and
+-- the salts of the values present (hex, by field name; empty for form 1).  With them a form-2
+-- entry's hash is recomputed from its commitments once its values and salts are erased.
+ALTER TABLE side_effect_journal ADD COLUMN IF NOT EXISTS form smallint NOT NULL DEFAULT 1;
+ALTER TABLE side_effect_journal ADD COLUMN IF NOT EXISTS commitments jsonb NOT NULL DEFAULT '{}';
+ALTER TABLE side_effect_journal ADD COLUMN IF NOT EXISTS salts jsonb NOT NULL DEFAULT '{}';
+""",
+    ),
 )
 """(version, SQL) pairs, applied in order; each is re-runnable.  ``@schema@`` stands for the
 quoted name of the archive's schema (SECURITY DEFINER code names every object it uses)."""
@@ -295,6 +306,10 @@ ROUNDS_VERSION = 4
 LOG_VERSION = 5
 """The schema version from which rounds form a log and retention records are signed
 (docs/adr/0015-round-log.md)."""
+
+FORMS_VERSION = 6
+"""The schema version from which the journal table holds each entry's chain form, commitments
+and salts (docs/adr/0019-erasure.md)."""
 
 
 def checkpoint_round_columns(version: int) -> str:

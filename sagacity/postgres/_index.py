@@ -24,8 +24,9 @@ from sagacity.errors import ArchiveSchemaError, PersistenceError
 from sagacity.ports import IndexedEvent, IndexedPartition, IndexedSaga, RefusedMessage
 from sagacity.postgres._archive import archive_errors as mapped_errors
 from sagacity.postgres._archive import check_schema
+from sagacity.postgres._archive_schema import FORMS_VERSION
 from sagacity.postgres._connect import with_search_path
-from sagacity.postgres._rows import ROW_COLUMNS, entry_of_row
+from sagacity.postgres._rows import FORM_COLUMNS, ROW_COLUMNS, entry_of_row
 
 log = logging.getLogger("sagacity.reader")
 
@@ -81,8 +82,14 @@ def _indexed(
     if position is None:
         return IndexedSaga(covered_to=None)
     covered_to = int(position[0])
+    # Rows of an archive at schema 6 on end with the chain form's columns (FORM_COLUMNS).
     events = [
-        IndexedEvent(topic=r[12], partition=int(r[13]), offset=int(r[14]), entry=entry_of_row(r))
+        IndexedEvent(
+            topic=r[12],
+            partition=int(r[13]),
+            offset=int(r[14]),
+            entry=entry_of_row((*r[:12], *r[15:]), forms=True) if len(r) > 15 else entry_of_row(r),
+        )
         for r in rows
     ]
     return IndexedSaga(
@@ -132,6 +139,7 @@ class PostgresSagaIndex:
         self._retry_s = retry_s
         self._failed: tuple[float, PersistenceError] | None = None
         self._conn: psycopg.Connection | None = None
+        self._forms = False  # the archive holds the chain form's columns (schema 6 on)
         self._lock = threading.Lock()
 
     def _connection(self) -> psycopg.Connection:
@@ -146,7 +154,7 @@ class PostgresSagaIndex:
                     self._conninfo, connect_timeout=max(1, int(self._timeout)), autocommit=True
                 )
             try:
-                check_schema(conn)
+                self._forms = check_schema(conn) >= FORMS_VERSION
             except ArchiveSchemaError as exc:
                 conn.close()
                 _say_not_an_archive(self._conninfo, exc)
@@ -218,6 +226,7 @@ class PostgresSagaIndex:
                         offsets = conn.execute(_POSITION, (self.consumer_group, topic, partition))
                     found_rows = conn.execute(
                         f"SELECT {ROW_COLUMNS}, topic, kafka_partition, kafka_offset"  # noqa: S608
+                        f"{FORM_COLUMNS if self._forms else ''}"
                         " FROM side_effect_journal WHERE saga_id = ANY(%s)"
                         " ORDER BY saga_id, seq, archive_id",
                         (chunk,),

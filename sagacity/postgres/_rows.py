@@ -15,9 +15,14 @@ ROW_COLUMNS = (
 )
 """The select list of ``side_effect_journal`` that :func:`entry_of_row` reads."""
 
+FORM_COLUMNS = ", form, commitments::text, salts::text"
+"""Appended to :data:`ROW_COLUMNS` (archive schema 6 on, ``FORMS_VERSION``): each entry's
+chain form, commitments and salts (docs/adr/0019-erasure.md), read with ``forms=True``."""
 
-def entry_of_row(row: Sequence[Any]) -> JournalEntry:
-    """The entry a row selected with :data:`ROW_COLUMNS` holds.
+
+def entry_of_row(row: Sequence[Any], *, forms: bool = False) -> JournalEntry:
+    """The entry a row selected with :data:`ROW_COLUMNS` holds (with ``forms``, followed by
+    :data:`FORM_COLUMNS`).
 
     Raises:
         SerializationError: the row is malformed.
@@ -36,6 +41,11 @@ def entry_of_row(row: Sequence[Any]) -> JournalEntry:
             recorded_at_us=row[9],
             prev_hash=row[10],
             hash=row[11],
+            **(
+                {"form": row[12], "commitments": json.loads(row[13]), "salts": json.loads(row[14])}
+                if forms
+                else {}
+            ),
         )
     except (ValueError, TypeError) as exc:
         raise SerializationError(f"archived row {row[0]!r}/{row[1]} is malformed: {exc}") from exc

@@ -450,3 +450,46 @@ def test_verifier_imports_only_the_standard_library():
         if line.startswith(("import ", "from "))
     }
     assert imported <= {"__future__", "hashlib", "json", "struct", "sys", "pathlib", "typing"}
+
+
+def _committed_chain(saga_id: str, n: int) -> list:
+    """A valid form-2 chain (docs/adr/0019-erasure.md): every data field committed to."""
+    from sagacity.chain import committing
+
+    out = []
+    prev = "0" * 64
+    for entry in make_chain(saga_id, n):
+        out.append(link(committing(dataclasses.replace(entry)), seq=entry.seq, prev_hash=prev))
+        prev = out[-1].hash
+    return out
+
+
+def test_a_form_2_saga_is_audited_exported_and_verified(archiver, archive_dsn, tmp_path):
+    """The archive's audit reads the commitments, the bundle carries them (canonical form
+    SGC2), the auditor's verifier passes it, and fails it when an opening is altered."""
+    from sagacity.consumers.archive import iter_audits
+
+    signer = generate_key(tmp_path / "k.pem")
+    chain = _committed_chain("saga-v2", 5)
+    archiver.archive(as_raw(chain))
+    with psycopg.connect(archive_dsn) as conn:
+        sign_pending(conn, signer)
+        (audit,) = list(iter_audits(conn, saga_id="saga-v2"))
+        assert audit.ok, audit
+        assert audit.head_seq == 5
+        verdict = export_bundle(conn, "saga-v2", tmp_path / "bundle")
+    assert verdict.ok
+    bundle = tmp_path / "bundle"
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["canonical_form"] == "SGC2"
+    events = _events(bundle)
+    assert [e["form"] for e in events] == [2] * 5
+    assert events[1]["commitments"] == dict(chain[1].commitments)
+    code, out = check(bundle, signer.public_hex)
+    assert code == 0, out
+    altered = [dict(e) for e in events]
+    altered[1]["payload"] = altered[1]["payload"].replace("order", "ORDER")
+    _write(bundle, altered)
+    code, out = check(bundle, signer.public_hex)
+    assert code == 1
+    assert "FAILED: edited at seq 2" in out

@@ -150,3 +150,140 @@ def test_an_event_keyed_as_another_saga_is_quarantined_as_foreign(archiver, arch
     ) == [("foreign", "saga-a", 2, b"saga-b"), ("foreign", "saga-a", 2, None)]
     assert rows(archive_dsn, "SELECT head_seq FROM archive_saga_head") == [(1,)]
     assert rows(archive_dsn, "SELECT keys_checked_from FROM archive_consumer_offset") == [(0,)]
+
+
+def test_a_form_2_chain_is_archived_with_its_commitments_and_salts(archiver, archive_dsn):
+    """docs/adr/0019-erasure.md: the archive keeps what recomputes a form-2 hash once the
+    values and salts are erased; form-1 rows show form 1 and empty maps."""
+    from sagacity import JournalEntry, verify
+    from sagacity.chain import committing
+
+    v1 = make_chain("saga-v1", 2)
+    v2 = []
+    prev = v1[0].prev_hash
+    for entry in make_chain("saga-v2", 4):
+        draft = committing(dataclasses.replace(entry, saga_id="saga-v2"))
+        v2.append(link(draft, seq=entry.seq, prev_hash=prev))
+        prev = v2[-1].hash
+    report = archiver.archive(as_raw(v1 + v2))
+    assert (report.archived, report.quarantined_total) == (6, 0)
+    got = rows(
+        archive_dsn,
+        "SELECT saga_id, seq, form, commitments, salts, payload, result, attributes,"
+        " event_type, tool, error, actor, recorded_at_us, prev_hash, hash"
+        " FROM side_effect_journal ORDER BY archive_id",
+    )
+    assert [(r[0], r[2], r[3], r[4]) for r in got[:2]] == [
+        ("saga-v1", 1, {}, {}),
+        ("saga-v1", 1, {}, {}),
+    ]
+    assert [(r[2], r[3], r[4]) for r in got[2:]] == [
+        (2, dict(e.commitments), dict(e.salts)) for e in v2
+    ]
+    assert any(r[5] is not None for r in got[2:])
+
+    def entry(r, *, erased):  # the row as an entry, its values and salts erased or not
+        return JournalEntry(
+            saga_id=r[0],
+            seq=r[1],
+            event_type=r[8],
+            tool=r[9],
+            payload=None if erased else r[5],
+            result=None if erased else r[6],
+            error=None if erased else r[10],
+            actor=r[11],
+            attributes=r[7],
+            recorded_at_us=r[12],
+            prev_hash=r[13],
+            hash=r[14],
+            form=r[2],
+            commitments=r[3],
+            salts={} if erased else r[4],
+        )
+
+    assert verify([entry(r, erased=False) for r in got[2:]]).ok
+    assert verify([entry(r, erased=True) for r in got[2:]]).ok
+
+
+def test_sealed_events_are_archived_opened_with_the_keys_and_quarantined_when_altered(
+    archive_dsn,
+):
+    """docs/adr/0019-erasure.md: with the key service the value columns are filled beside the
+    commitments; without it only the commitments are stored (which verify); a sealed field
+    that does not authenticate is quarantined as "authentication failed"."""
+    import os
+
+    from sagacity._envelope import KeyEncryptionKey, KeyRing
+    from sagacity._keys import InMemoryKeyStore, KeyService
+    from sagacity.chain import committing
+    from sagacity.consumers.archive import BatchArchiver
+    from sagacity.schemas._codec import decode_record, encode_sealed
+
+    keys = KeyService(InMemoryKeyStore(), KeyRing((KeyEncryptionKey.of(os.urandom(32)),)))
+    chain = []
+    prev = "0" * 64
+    for entry in make_chain("sealed-1", 4):
+        chain.append(link(committing(dataclasses.replace(entry)), seq=entry.seq, prev_hash=prev))
+        prev = chain[-1].hash
+    values = [encode_sealed(e, keys) for e in chain]
+    assert not any(b"\xc3\xa9 \xe2\x9c\x93" in v for v in values)  # the payloads' "é ✓"
+    raw = [
+        RawEvent(topic="t", partition=0, offset=i, key=b"sealed-1", value=v)
+        for i, v in enumerate(values)
+    ]
+    # An altered sealed payload at the next offset: quarantined, nothing else changes.
+    box = decode_record(values[3])["sealed"]["payload"]
+    altered = bytearray(values[3])
+    altered[values[3].index(box) + 3] ^= 1
+    raw.append(RawEvent(topic="t", partition=0, offset=4, key=b"sealed-1", value=bytes(altered)))
+    archiver = BatchArchiver(archive_dsn, consumer_group="g", keys=keys)
+    try:
+        report = archiver.archive(raw)
+    finally:
+        archiver.close()
+    assert report.archived == 4
+    assert report.quarantined == {QuarantineReason.AUTHENTICATION_FAILED: 1}
+    got = rows(
+        archive_dsn,
+        "SELECT payload, result, commitments, salts FROM side_effect_journal ORDER BY seq",
+    )
+    assert [r[0] for r in got] == [e.payload for e in chain]
+    assert [r[1] for r in got] == [e.result for e in chain]
+    assert [r[2] for r in got] == [dict(e.commitments) for e in chain]
+    assert [r[3] for r in got] == [dict(e.salts) for e in chain]
+    assert rows(archive_dsn, "SELECT reason FROM archive_quarantine") == [
+        ("authentication failed",)
+    ]
+    with pytest.raises(ValueError, match="give keys or decode"):
+        BatchArchiver(archive_dsn, consumer_group="g", keys=keys, decode=lambda v: chain[0])
+
+
+def test_sealed_events_archived_without_the_keys_keep_their_commitments(archiver, archive_dsn):
+    import os
+
+    from sagacity import verify
+    from sagacity._envelope import KeyEncryptionKey, KeyRing
+    from sagacity._keys import InMemoryKeyStore, KeyService
+    from sagacity.chain import committing
+    from sagacity.consumers.archive import iter_audits
+    from sagacity.schemas._codec import encode_sealed
+
+    keys = KeyService(InMemoryKeyStore(), KeyRing((KeyEncryptionKey.of(os.urandom(32)),)))
+    chain = []
+    prev = "0" * 64
+    for entry in make_chain("sealed-2", 3):
+        chain.append(link(committing(dataclasses.replace(entry)), seq=entry.seq, prev_hash=prev))
+        prev = chain[-1].hash
+    raw = [
+        RawEvent(topic="t", partition=0, offset=i, key=b"sealed-2", value=encode_sealed(e, keys))
+        for i, e in enumerate(chain)
+    ]
+    assert archiver.archive(raw).archived == 3
+    got = rows(archive_dsn, "SELECT payload, result, salts FROM side_effect_journal")
+    assert all(r == (None, None, {}) for r in got)
+    import psycopg
+
+    with psycopg.connect(archive_dsn) as conn:
+        (audit,) = list(iter_audits(conn, saga_id="sealed-2"))
+    assert audit.ok
+    assert verify([dataclasses.replace(e, payload=None, result=None, salts={}) for e in chain]).ok

@@ -288,9 +288,13 @@ def _avro_string(text: str) -> bytes:
     return _avro_long(len(data)) + data
 
 
+FORM_1_TAIL = b"\x02\x00\x00\x00"
+"""Schema v2's end of a form-1 event: ``form`` 1, no commitments, salts or sealed fields."""
+
+
 def _message(attributes: bytes, *, header: bytes = PREFIX, tail: bytes = b"") -> bytes:
     """A message written by hand (``attributes``: the map's encoded blocks), hashed over
-    attributes {"k": "v"}."""
+    attributes {"k": "v"}, ending as a form-1 event does, then ``tail``."""
     good = make_chain("s", 2)[1]
     draft = EntryDraft(
         saga_id="s", event_type=EventType.INTENT, attributes={"k": "v"}, recorded_at_us=BASE_US
@@ -306,6 +310,7 @@ def _message(attributes: bytes, *, header: bytes = PREFIX, tail: bytes = b"") ->
         + attributes
         + _avro_string(entry.prev_hash)
         + _avro_string(entry.hash)
+        + FORM_1_TAIL
     )
     return header + body + tail
 
@@ -371,3 +376,109 @@ def test_no_flipped_bit_is_accepted_by_the_compiled_check_alone():
     # The hash covers every field but schema_version (the byte after the prefix, which is not
     # part of the entry), and the prefix picks the schema.
     assert accepted == {len(PREFIX)}
+
+
+# --- chain form 2 (docs/adr/0019-erasure.md): the compiled check hands it to Python ----------
+
+
+@pytest.mark.postgres
+def test_a_sealed_form_2_event_is_archived_alike_with_and_without_the_compiled_module(
+    pg_dsn, monkeypatch
+):
+    """Sealed form-2 events (opened with the key service), an unsealed form-2 event, an
+    altered sealed one and a form-1 chain: the same rows, commitments, salts, quarantine and
+    heads whether the compiled check runs or not, since it hands every form-2 or sealed event
+    back to the Python path; the audit, bulk or not, passes both archives."""
+    from psycopg import connect
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from sagacity._envelope import KeyEncryptionKey, KeyRing
+    from sagacity._keys import InMemoryKeyStore, KeyService
+    from sagacity.chain import committing
+    from sagacity.consumers.archive import _audit, iter_audits, migrate
+    from sagacity.schemas._codec import decode_record, encode_sealed
+
+    keys = KeyService(InMemoryKeyStore(), KeyRing((KeyEncryptionKey.of(os.urandom(32)),)))
+    sealed: list[Any] = []
+    prev = GENESIS_HASH
+    for entry in make_chain("sealed-n", 4):
+        sealed.append(link(committing(dataclasses.replace(entry)), seq=entry.seq, prev_hash=prev))
+        prev = sealed[-1].hash
+    values = [encode_sealed(e, keys) for e in sealed[:3]] + [encode_entry(sealed[3])]
+    box = decode_record(values[2])["sealed"]["payload"]
+    altered = bytearray(values[2])
+    altered[values[2].index(box) + 3] ^= 1
+    events = [
+        *[
+            RawEvent(topic="t", partition=0, offset=i, key=b"sealed-n", value=v)
+            for i, v in enumerate(values[:2])
+        ],
+        RawEvent(topic="t", partition=0, offset=2, key=b"sealed-n", value=bytes(altered)),
+        RawEvent(topic="t", partition=0, offset=3, key=b"sealed-n", value=values[2]),
+        RawEvent(topic="t", partition=0, offset=4, key=b"sealed-n", value=values[3]),
+        *as_raw(make_chain("plain-n", 3), partition=1),
+    ]
+    if NATIVE_ROW is not None:
+        # Every form-2 message, sealed or not, is handed back; form 1 is taken.
+        for ev in events:
+            got = NATIVE_ROW(PREFIX, ev.key, ev.value, ev.topic, ev.partition, ev.offset)
+            assert (got is None) == (ev.key == b"sealed-n"), ev
+    streamed: list[bool] = []
+    verdicts = _audit._verdicts
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        streamed.append(kwargs["forms"])
+        return verdicts(*args, **kwargs)
+
+    monkeypatch.setattr(_audit, "_verdicts", counted)
+    outcomes = []
+    for mode in ("compiled", "python"):
+        monkeypatch.setenv("SAGACITY_NATIVE", "1" if mode == "compiled" else "0")
+        params = conninfo_to_dict(pg_dsn)
+        with connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS sealed_{mode} CASCADE")
+            conn.execute(f"CREATE SCHEMA sealed_{mode}")
+        params["options"] = f"-c search_path=sealed_{mode}"
+        dsn = make_conninfo(**params)
+        with connect(dsn, autocommit=True) as conn:
+            migrate(conn)
+        archiver = BatchArchiver(dsn, consumer_group="g", keys=keys)
+        assert (archiver._native_row is not None) == (mode == "compiled" and NATIVE_ROW is not None)
+        try:
+            report = archiver.archive(events)
+        finally:
+            archiver.close()
+        streamed.clear()
+        with connect(dsn) as conn:
+            audits = {
+                bulk: [(a.saga_id, a.ok, a.events) for a in iter_audits(conn, bulk=bulk)]
+                for bulk in (True, False)
+            }
+        assert streamed == [True]  # the bulk audit streamed the rows, form-2 ones referred
+        outcomes.append(
+            (
+                (report.archived, report.duplicates, report.quarantined),
+                rows(
+                    dsn,
+                    "SELECT saga_id, seq, event_type, tool, payload, result, error, actor,"
+                    " attributes, recorded_at_us, hash, prev_hash, kafka_offset, form,"
+                    " commitments, salts FROM side_effect_journal ORDER BY saga_id, seq",
+                ),
+                rows(dsn, "SELECT reason, saga_id, seq, kafka_offset FROM archive_quarantine"),
+                rows(dsn, "SELECT saga_id, head_seq, head_hash FROM archive_saga_head ORDER BY 1"),
+                audits,
+            )
+        )
+        with connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA sealed_{mode} CASCADE")
+    assert outcomes[0] == outcomes[1]
+    counts, journal, quarantine, heads, audits = outcomes[0]
+    assert counts == (7, 0, {QuarantineReason.AUTHENTICATION_FAILED: 1})
+    assert quarantine == [("authentication failed", None, None, 2)]
+    sealed_rows = [r for r in journal if r[0] == "sealed-n"]
+    assert [(r[4], r[5], r[13], r[14], r[15]) for r in sealed_rows] == [
+        (e.payload, e.result, 2, dict(e.commitments), dict(e.salts)) for e in sealed
+    ]
+    assert [r[13:] for r in journal if r[0] == "plain-n"] == [(1, {}, {})] * 3
+    assert heads == [("plain-n", 3, journal[2][10]), ("sealed-n", 4, sealed[3].hash)]
+    assert audits[True] == audits[False] == [("plain-n", True, 3), ("sealed-n", True, 4)]

@@ -466,3 +466,34 @@ def test_migration_3_marks_rows_archived_before_it_as_unchecked(pg_dsn):
     assert rows(pg_dsn, "SELECT next_offset, keys_checked_from FROM archive_consumer_offset") == [
         (120, 120)
     ]
+
+
+def test_a_form_2_saga_reads_the_same_through_the_index(
+    kafka_bootstrap, make_topic, archive_dsn, reader_pair
+):
+    """docs/adr/0019-erasure.md: the index returns a form-2 entry with its commitments and
+    salts, as the topic holds it (an index without them would return entries that no longer
+    hash)."""
+    import dataclasses
+
+    from sagacity import verify
+    from sagacity.chain import committing, link
+
+    topic = make_topic(partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 20})
+    chain = []
+    prev = "0" * 64
+    for entry in make_chain("committed-one", 4):
+        chain.append(link(committing(dataclasses.replace(entry)), seq=entry.seq, prev_hash=prev))
+        prev = chain[-1].hash
+    for e in chain:
+        producer.produce(topic, key=b"committed-one", value=encode_entry(e), partition=0)
+    assert producer.flush(30) == 0
+    archive_topic(kafka_bootstrap, topic, 1, archive_dsn)
+    plain, indexed = reader_pair(topic, 1)
+    full, fast = plain.read("committed-one"), indexed.read("committed-one")
+    assert fast.source != full.source
+    assert list(fast.entries) == list(full.entries) == chain
+    assert all(e.form == 2 for e in fast.entries)
+    assert [bool(e.commitments) for e in fast.entries] == [False, True, True, True]
+    assert verify(fast.entries).ok

@@ -3,7 +3,9 @@ chain, run over every vector of ``tests/vectors/`` (docs/adr/0002-hash-chain.md)
 
 Writers must reproduce each entry of ``chain-v1.json`` byte for byte and refuse each entry of
 ``negative-v1.json``; walkers must give the verdict of ``verdicts-v1.json`` (reason and seq)
-and accept no chain holding a negative entry.  The standalone bundle verifier runs in-process
+and accept no chain holding a negative entry.  Form 2 (docs/adr/0019-erasure.md) has its own
+three files (``chain-v2.json``, ``negative-v2.json``, ``verdicts-v2.json``) and its own
+registries of the writers and walkers that read it.  The standalone bundle verifier runs in-process
 and as the auditor runs it: ``python -I verify_bundle.py`` on bundles built from the vectors.
 
 The registries below are checked against the code: a function that writes the form's magic or
@@ -30,7 +32,14 @@ import pytest
 
 from sagacity import GENESIS_HASH, BreakReason, EntryDraft, JournalEntry, verify
 from sagacity._events import event_type_of
-from sagacity.chain import canonical_bytes, canonical_bytes_of, compute_hash, hash_of, link
+from sagacity.chain import (
+    canonical_bytes,
+    canonical_bytes_of,
+    canonical_bytes_v2_of,
+    compute_hash,
+    hash_of,
+    link,
+)
 from sagacity.consumers.archive import _audit, _fastverify, verify_bundle
 from sagacity.consumers.archive._rows import entry_of_row
 from sagacity.errors import SerializationError
@@ -42,7 +51,14 @@ CHAINS = json.loads((VECTORS / "chain-v1.json").read_text(encoding="utf-8"))
 VERDICTS = json.loads((VECTORS / "verdicts-v1.json").read_text(encoding="utf-8"))
 NEGATIVE = json.loads((VECTORS / "negative-v1.json").read_text(encoding="utf-8"))
 
+CHAINS_V2 = json.loads((VECTORS / "chain-v2.json").read_text(encoding="utf-8"))
+VERDICTS_V2 = json.loads((VECTORS / "verdicts-v2.json").read_text(encoding="utf-8"))
+NEGATIVE_V2 = json.loads((VECTORS / "negative-v2.json").read_text(encoding="utf-8"))
+
 VECTOR_ENTRIES = [e for chain in CHAINS["chains"] for e in chain["entries"]]
+VECTOR_ENTRIES_V2 = [e for chain in CHAINS_V2["chains"] for e in chain["entries"]]
+NEGATIVE_CASES_V2 = {case["name"]: case for case in NEGATIVE_V2["cases"]}
+VERDICT_CASES_V2 = {case["name"]: case for case in VERDICTS_V2["cases"]}
 NEGATIVE_CASES = {case["name"]: case for case in NEGATIVE["cases"]}
 VERDICT_CASES = {case["name"]: case for case in VERDICTS["cases"]}
 
@@ -73,6 +89,21 @@ class RefusedError(Exception):
 
 
 def _draft(e: dict[str, Any]) -> EntryDraft:
+    if "form" in e or "commitments" in e or "salts" in e:
+        return EntryDraft(
+            saga_id=e["saga_id"],
+            event_type=event_type_of(e["event_type"]),
+            tool=e["tool"],
+            payload=e["payload"],
+            result=e["result"],
+            error=e["error"],
+            actor=e["actor"],
+            attributes=e["attributes"] or {},
+            recorded_at_us=e["recorded_at_us"],
+            form=e["form"],
+            commitments=e.get("commitments") or {},
+            salts=e.get("salts") or {},
+        )
     return EntryDraft(
         saga_id=e["saga_id"],
         event_type=event_type_of(e["event_type"]),
@@ -124,6 +155,32 @@ def write_fields(e: dict[str, Any]) -> tuple[bytes | None, str]:
     except SerializationError as exc:
         raise RefusedError(exc.message) from exc
     except (UnicodeEncodeError, AttributeError) as exc:  # its documented "not text"
+        raise RefusedError(str(exc)) from exc
+
+
+def write_fields_v2(e: dict[str, Any]) -> tuple[bytes | None, str]:
+    """``canonical_bytes_v2_of`` (the Python writer of form 2 from field values), ``hash_of``."""
+    if e.get("form") != 2:
+        raise RefusedError(f"not a form-2 entry: form {e.get('form')!r}")
+    try:
+        canonical = canonical_bytes_v2_of(
+            e["saga_id"],
+            e["seq"],
+            e["event_type"],
+            e["tool"],
+            e["payload"],
+            e["result"],
+            e["error"],
+            e["actor"],
+            e["recorded_at_us"],
+            e["attributes"],
+            commitments=e.get("commitments") or {},
+            salts=e.get("salts") or {},
+        )
+        return canonical, hash_of(_prev_digest(e["prev_hash"]), canonical)
+    except SerializationError as exc:
+        raise RefusedError(exc.message) from exc
+    except (UnicodeEncodeError, AttributeError) as exc:
         raise RefusedError(str(exc)) from exc
 
 
@@ -181,6 +238,9 @@ def write_native(e: dict[str, Any]) -> tuple[bytes | None, str]:
             e["actor"],
             e["recorded_at_us"],
             attributes,
+            e.get("form", 1),
+            e.get("commitments") or {},
+            e.get("salts") or {},
         )
     except (AttributeError, OverflowError, TypeError, ValueError) as exc:
         raise RefusedError(str(exc)) from exc
@@ -208,12 +268,25 @@ WRITERS: dict[str, Callable[[dict[str, Any]], tuple[bytes | None, str]]] = {
 }
 NATIVE_WRITERS = {"codec-native", "native"}
 
+WRITERS_V2: dict[str, Callable[[dict[str, Any]], tuple[bytes | None, str]]] = {
+    # The writers of form 2.
+    "codec-python": write_codec_python,
+    "codec-native": write_codec_native,
+    "native": write_native,
+    "reference": write_reference,
+    "fields": write_fields_v2,
+    "link": write_link,
+    "standalone": write_standalone,
+}
+
 WRITER_FUNCTIONS = {
     # Every function of the product that writes the form's magic, and the writer (or walker,
     # below) of this module that runs it over the vectors.
     # The one Python writer: canonical_bytes, canonical_bytes_of and the journal's encoder
     # (schemas._codec) all call it.
     "sagacity/chain.py:canonical_layout": "fields",
+    "sagacity/chain.py:canonical_bytes_v2_of": "v2:fields",
+    "consumers/archive/verify_bundle.py:canonical_v2": "v2:standalone",
     "consumers/archive/verify_bundle.py:canonical": "standalone",
     "consumers/archive/_fastverify.py:_Saga.check": "walker:fastverify-python",
     "native/src/lib.rs": "native",
@@ -268,7 +341,7 @@ def _magic_users() -> set[str]:
                     found.add(f"{rel}:{scope}")
     for path in sorted((ROOT / "native" / "src").rglob("*.rs")):
         text = path.read_text(encoding="utf-8")
-        if re.search(r'b"SGC1"', text):
+        if re.search(r'b"SGC[12]"', text):
             found.add(path.relative_to(ROOT).as_posix())
     return found
 
@@ -283,9 +356,9 @@ def _functions(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, ast.AST]]
 
 def _uses_magic(function: ast.AST) -> bool:
     for node in ast.walk(function):
-        if isinstance(node, ast.Constant) and node.value == b"SGC1":
+        if isinstance(node, ast.Constant) and node.value in (b"SGC1", b"SGC2"):
             return True
-        if isinstance(node, ast.Name) and node.id == "CANONICAL_MAGIC":
+        if isinstance(node, ast.Name) and node.id in ("CANONICAL_MAGIC", "CANONICAL_MAGIC_V2"):
             return True
     return False
 
@@ -294,7 +367,10 @@ def test_every_writer_of_the_form_is_registered() -> None:
     """A new writer fails here until it is registered (and so run over every vector)."""
     assert _magic_users() == set(WRITER_FUNCTIONS)
     for runner in WRITER_FUNCTIONS.values():
-        assert runner in WRITERS or runner.removeprefix("walker:") in WALKERS
+        if runner.startswith("v2:"):
+            assert runner.removeprefix("v2:") in WRITERS_V2
+        else:
+            assert runner in WRITERS or runner.removeprefix("walker:") in WALKERS
 
 
 # --- walkers -------------------------------------------------------------------------------------
@@ -693,3 +769,205 @@ def test_the_standalone_verifier_run_as_auditors_run_it(tmp_path: Path) -> None:
             assert got["reason"] in set(BreakReason), (name, got)
             count += 1
     assert count >= 30
+
+
+# --- form 2 (docs/adr/0019-erasure.md) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS_V2))
+def test_every_v2_writer_reproduces_every_v2_vector(writer: str) -> None:
+    """Opened, erased and partly erased entries alike: an erased field hashes the same."""
+    _native_or_skip(writer)
+    for e in VECTOR_ENTRIES_V2:
+        canonical, digest = WRITERS_V2[writer](e)
+        if canonical is not None:
+            assert canonical.hex() == e["canonical_hex"], (writer, e["saga_id"], e["seq"])
+        assert digest == e["hash"], (writer, e["saga_id"], e["seq"])
+
+
+def test_the_v2_vectors_erase_without_changing_a_hash() -> None:
+    opened, erased = (c["entries"] for c in CHAINS_V2["chains"][:2])
+    assert [e["hash"] for e in opened] == [e["hash"] for e in erased]
+    assert all(e["payload"] is None and not e["salts"] for e in erased)
+    data = ("payload", "result", "error")
+    assert sum(any(e[n] is not None for n in data) for e in opened) == 5
+
+
+@pytest.mark.parametrize("case", sorted(NEGATIVE_CASES_V2))
+@pytest.mark.parametrize("writer", sorted(WRITERS_V2))
+def test_every_v2_writer_refuses_every_negative_v2_vector(writer: str, case: str) -> None:
+    _native_or_skip(writer)
+    with pytest.raises(RefusedError):
+        WRITERS_V2[writer](NEGATIVE_CASES_V2[case]["entry"])
+
+
+def test_the_negative_v2_vectors_name_their_reasons() -> None:
+    assert {case["reason"] for case in NEGATIVE_V2["cases"]} == set(NEGATIVE_V2["reasons"])
+
+
+def walk_reference_events(events: list[dict[str, Any]], saga_id: str) -> Verdict:
+    """``sagacity.chain.verify`` on the entries ``JournalEntry.from_dict`` makes of events."""
+    try:
+        entries = [JournalEntry.from_dict(e) for e in events]
+    except SerializationError:
+        return {"ok": False, "refused": True}
+    v = verify(entries, saga_id=saga_id)
+    return _chain_verdict(v.ok, v.reason and v.reason.value, v.bad_seq)
+
+
+def walk_standalone_events(events: list[dict[str, Any]], saga_id: str) -> Verdict:
+    """``verify_bundle.verify_chain`` in-process on a bundle's events."""
+    try:
+        verify_bundle.verify_chain(saga_id, events, 0, GENESIS_HASH)
+    except verify_bundle.VerificationError as failure:
+        return _chain_verdict(False, failure.reason, failure.seq)
+    return {"ok": True}
+
+
+def _form_rows_of(events: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    """The archive's rows of ``events`` at schema 6 on: ``ROW_COLUMNS`` then ``FORM_COLUMNS``
+    (form, commitments and salts as JSON text)."""
+    return [
+        [
+            *row,
+            e.get("form", 1),
+            json.dumps(e.get("commitments") or {}),
+            json.dumps(e.get("salts") or {}),
+        ]
+        for row, e in zip(_rows_of(events), events, strict=True)
+    ]
+
+
+def walk_audit_events(events: list[dict[str, Any]], saga_id: str) -> Verdict:
+    """The archive audit's per-saga judgement on the rows of an archive holding chain forms,
+    as ``iter_audits`` makes it: the column check for form 1 (it must never pass a chain the
+    reference does not), every saga holding a form-2 row by the reference path."""
+    rows = _form_rows_of(events)
+    head = (
+        None
+        if any(r[12] != 1 for r in rows)
+        else _audit._verified_head([r[:12] for r in rows], after_seq=0, after_hash=GENESIS_HASH)
+    )
+    try:
+        entries = [entry_of_row(r, forms=True) for r in rows]
+    except SerializationError:
+        assert head is None, "the audit's column check passed rows that are not entries"
+        return {"ok": False, "refused": True}
+    audit = _audit.judge(saga_id, entries, anchor=None, recorded_head=None, keys={})
+    if head is not None:
+        assert (head[0], head[1]) == (audit.head_seq, audit.head_hash)
+    if audit.reason is _audit.AuditReason.BEYOND_HEAD or audit.ok:
+        return {"ok": True}
+    return _chain_verdict(False, audit.reason and audit.reason.value, audit.bad_seq)
+
+
+def _streamed_rows_of(events: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    """The rows the audit's binary ``COPY`` streams from an archive holding chain forms
+    (``chain_rows(forms_only_first=True)``): a form-2 row's previous hash as NULL."""
+    return [[*r[:10], r[10] if r[12] == 1 else None, r[11]] for r in _form_rows_of(events)]
+
+
+WALKERS_V2: dict[str, Callable[[list[dict[str, Any]], str], Verdict]] = {
+    # The walkers of form-2 chains, over events.  The archive's bulk verifier (_fastverify on
+    # both paths) hashes form 1 only: it refers every form-2 chain to the audit's reference
+    # path (test_the_bulk_verifier_refers_every_v2_chain).
+    "reference": walk_reference_events,
+    "audit": walk_audit_events,
+    "standalone": walk_standalone_events,
+}
+
+
+@pytest.mark.parametrize("case", sorted(VERDICT_CASES_V2))
+@pytest.mark.parametrize("walker", ["fastverify-native", "fastverify-python"])
+def test_the_bulk_verifier_refers_every_v2_chain(walker: str, case: str) -> None:
+    """Every form-2 verdict vector, as the audit streams it, is left to the reference path
+    (which gives the vector's verdict: test_every_v2_walker_gives_every_v2_verdict)."""
+    if walker in NATIVE_WALKERS and not NATIVE:
+        pytest.skip("the compiled module is off (SAGACITY_NATIVE=0) or not built here")
+    spec = VERDICT_CASES_V2[case]
+    rows = _streamed_rows_of(spec["events"])
+    assert any(r[10] is None for r in rows)
+    got = WALKERS[walker](rows, spec["saga_id"], (0, GENESIS_HASH))
+    assert got == {"ok": False, "refused": True}, (walker, case, got)
+
+
+@pytest.mark.parametrize("case", sorted(VERDICT_CASES_V2))
+@pytest.mark.parametrize("walker", sorted(WALKERS_V2))
+def test_every_v2_walker_gives_every_v2_verdict(walker: str, case: str) -> None:
+    spec = VERDICT_CASES_V2[case]
+    got = WALKERS_V2[walker](spec["events"], spec["saga_id"])
+    assert got == _chain_verdict(**spec["verdict"]), (walker, case, got)
+
+
+@pytest.mark.parametrize("case", sorted(NEGATIVE_CASES_V2))
+@pytest.mark.parametrize("walker", sorted(WALKERS_V2))
+def test_no_v2_walker_passes_a_chain_holding_a_negative_v2_entry(walker: str, case: str) -> None:
+    """Seq 1 of the vectors' saga, then the negative entry where its unaltered twin was."""
+    first = {k: v for k, v in VECTOR_ENTRIES_V2[0].items() if k != "canonical_hex"}
+    entry = NEGATIVE_CASES_V2[case]["entry"]
+    assert entry["seq"] == 2 or entry["seq"] == 3
+    chain = [first] if entry["seq"] == 2 else [first, VECTOR_ENTRIES_V2[1]]
+    chain = [{k: v for k, v in e.items() if k != "canonical_hex"} for e in chain]
+    got = WALKERS_V2[walker]([*chain, entry], first["saga_id"])
+    assert not got["ok"], (walker, case, got)
+    if "reason" in got:
+        assert got["reason"] == "edited", got
+
+
+def test_the_standalone_verifier_run_as_auditors_run_it_on_v2(tmp_path: Path) -> None:
+    """Every form-2 verdict vector as a bundle (canonical form SGC2) checked by
+    ``python -I verify_bundle.py``."""
+    for name, spec in sorted(VERDICT_CASES_V2.items()):
+        directory = tmp_path / name
+        events = spec["events"]
+        rows = _rows_of(events)
+        _bundle(directory, spec["saga_id"], rows)
+        # The bundle holds the events as exported, form-2 fields included.
+        data = "".join(json.dumps(e, sort_keys=True) + "\n" for e in events).encode("utf-8")
+        (directory / "events.jsonl").write_bytes(data)
+        manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+        manifest.update(
+            events_sha256=hashlib.sha256(data).hexdigest(),
+            canonical_form="SGC2",
+            head_seq=events[-1]["seq"],
+            head_hash=events[-1]["hash"],
+        )
+        (directory / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+        got = run_standalone(directory)
+        assert got == _chain_verdict(**spec["verdict"]), (name, got)
+
+
+def test_the_standalone_verifier_reports_the_erased_fields(tmp_path: Path) -> None:
+    """An erased chain passes and the verifier names each seq's erased fields."""
+    for name in ("erased", "partly_erased"):
+        spec = VERDICT_CASES_V2[name]
+        events = spec["events"]
+        directory = tmp_path / name
+        _bundle(directory, spec["saga_id"], _rows_of(events))
+        data = "".join(json.dumps(e, sort_keys=True) + "\n" for e in events).encode("utf-8")
+        (directory / "events.jsonl").write_bytes(data)
+        manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+        manifest.update(events_sha256=hashlib.sha256(data).hexdigest(), canonical_form="SGC2")
+        (directory / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-I",
+                str(directory / "verify_bundle.py"),
+                str(directory),
+                "--allow-unsigned",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=directory,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        if name == "partly_erased":
+            assert "erased (verified by their commitments, the data withheld): seq 2: payload" in (
+                proc.stdout
+            )
+        else:
+            assert "seq 2: payload; seq 3: result, undo_arguments;" in proc.stdout
+    intact = VERDICT_CASES_V2["intact"]["events"]
+    assert verify_bundle.erased_fields(intact) == []

@@ -225,7 +225,8 @@ def _evidence(case: dict[str, Any] | None) -> dict[str, Any]:
 def _write_bundle(directory: Path, evidence: dict[str, Any], *, anchored: bool) -> Path:
     directory.mkdir(parents=True)
     events = [
-        {k: e[k] for k in verify_bundle.EVENT_FIELDS}
+        # A form-1 event is exported without the form-2 fields (form, commitments, salts).
+        {k: e[k] for k in verify_bundle.EVENT_FIELDS if k in e}
         for e in EVENTS
         if not anchored or e["seq"] > evidence["anchor"]["seq"]
     ]

@@ -18,7 +18,7 @@ import pytest
 from fastavro.read import SchemaResolutionError
 
 from sagacity import EntryDraft, EventType
-from sagacity.chain import link
+from sagacity.chain import committing, link
 from sagacity.errors import SerializationError
 from sagacity.schemas import (
     MAGIC,
@@ -52,7 +52,9 @@ def _samples() -> list[dict[str, Any]]:
         seq=2,
         prev_hash=bare.hash,
     )
-    return [entry_record(bare), entry_record(full)]
+    # Form 2 (docs/adr/0019-erasure.md): the commitment and salt maps filled.
+    committed = link(committing(full), seq=3, prev_hash=full.hash)
+    return [entry_record(bare), entry_record(full), entry_record(committed)]
 
 
 def _write(schema: Any, records: Iterable[dict[str, Any]]) -> list[bytes]:

@@ -1,0 +1,116 @@
+"""Sealed openings on the wire (docs/adr/0019-erasure.md §3): a form-2 entry's data fields
+travel sealed under the saga's data key; a reader with the key service gets the entry back
+exactly, one without it (or after an erasure) gets the commitments alone, which still verify."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import fastavro
+import pytest
+
+from sagacity import GENESIS_HASH, EntryDraft, EventType, JournalEntry, verify
+from sagacity._envelope import KeyEncryptionKey, KeyRing
+from sagacity._keys import InMemoryKeyStore, KeyService
+from sagacity.chain import committing, link
+from sagacity.errors import CiphertextAuthenticationError, SerializationError
+from sagacity.schemas import MAGIC, current_schema, decode_entry, encode_entry
+from sagacity.schemas._codec import decode_record, encode_sealed
+
+MARKER = "MARKER-5c1e"
+
+
+@pytest.fixture
+def keys() -> KeyService:
+    return KeyService(InMemoryKeyStore(), KeyRing((KeyEncryptionKey.of(os.urandom(32)),)))
+
+
+def _chain() -> list[JournalEntry]:
+    drafts = [
+        EntryDraft(saga_id="s-1", event_type=EventType.SAGA_OPENED),
+        EntryDraft(
+            saga_id="s-1",
+            event_type=EventType.INTENT,
+            tool="mail",
+            payload=f'{{"to":"ada@example.org","body":"{MARKER}"}}',
+        ),
+        EntryDraft(
+            saga_id="s-1",
+            event_type=EventType.EXECUTED,
+            tool="mail",
+            result=f"sent {MARKER}",
+            attributes={"ref_seq": "2", "undo_arguments": f'{{"id":"{MARKER}"}}'},
+        ),
+        EntryDraft(saga_id="s-1", event_type=EventType.FAILED, tool="mail", error=MARKER),
+    ]
+    out: list[JournalEntry] = []
+    prev = GENESIS_HASH
+    for seq, draft in enumerate(drafts, start=1):
+        out.append(link(committing(draft), seq=seq, prev_hash=prev))
+        prev = out[-1].hash
+    return out
+
+
+def test_sealed_values_are_not_on_the_wire_and_open_exactly(keys: KeyService) -> None:
+    chain = _chain()
+    values = [encode_sealed(e, keys) for e in chain]
+    assert not any(MARKER.encode() in v for v in values)
+    assert not any(
+        e.salts[n].encode() in v for e, v in zip(chain, values, strict=True) for n in e.salts
+    )
+    assert [decode_entry(v, keys=keys) for v in values] == chain
+    # The unsealed encoding carries the values in clear, as form 1 does.
+    assert MARKER.encode() in encode_entry(chain[1])
+
+
+def test_without_the_key_or_after_erasure_the_commitments_verify(keys: KeyService) -> None:
+    chain = _chain()
+    values = [encode_sealed(e, keys) for e in chain]
+    blind = [decode_entry(v) for v in values]
+    assert all(e.payload is None and e.result is None and not e.salts for e in blind)
+    assert "undo_arguments" not in blind[2].attributes
+    assert [e.hash for e in blind] == [e.hash for e in chain]
+    assert verify(blind).ok
+    keys.destroy("s-1", actor="dpo@example.org", reason="request 7")
+    erased = [decode_entry(v, keys=keys) for v in values]
+    assert erased == blind
+    assert verify(erased).ok
+
+
+def test_an_altered_sealed_field_fails_authentication(keys: KeyService) -> None:
+    entry = _chain()[1]
+    value = bytearray(encode_sealed(entry, keys))
+    box = decode_record(bytes(value))["sealed"]["payload"]
+    at = bytes(value).index(box)
+    value[at + len(box) // 2] ^= 1
+    with pytest.raises(CiphertextAuthenticationError, match="authentication failed"):
+        decode_entry(bytes(value), keys=keys)
+
+
+def _message(record: dict[str, object]) -> bytes:
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, current_schema().schema, record, strict=True)
+    return MAGIC + current_schema().fingerprint + buf.getvalue()
+
+
+def test_a_sealed_field_moved_fails_authentication(keys: KeyService) -> None:
+    """Sealed under (saga, seq, field): moved to another field or seq, it does not open."""
+    chain = _chain()
+    record = decode_record(encode_sealed(chain[2], keys))
+    assert set(record["sealed"]) == {"result", "undo_arguments"}
+    to_field = dict(record, sealed={"error": record["sealed"]["result"]})
+    with pytest.raises(CiphertextAuthenticationError, match="authentication failed"):
+        decode_entry(_message(to_field), keys=keys)
+    later = decode_record(encode_sealed(chain[3], keys))
+    to_seq = dict(later, sealed={"error": record["sealed"]["result"]})
+    with pytest.raises(CiphertextAuthenticationError, match="authentication failed"):
+        decode_entry(_message(to_seq), keys=keys)
+
+
+def test_form_1_is_not_sealed(keys: KeyService) -> None:
+    entry = link(
+        EntryDraft(saga_id="s", event_type=EventType.INTENT), seq=1, prev_hash=GENESIS_HASH
+    )
+    with pytest.raises(SerializationError, match="only a form-2 entry is sealed"):
+        encode_sealed(entry, keys)
