@@ -667,7 +667,11 @@ def iter_audits(
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         # The second connection is made, and the server sorts the rows for the stream, while
         # the rounds are audited below.
-        stream = cursors.enter_context(contextlib.closing(_RowStream(conn, forms=forms))) if bulk else None
+        stream = (
+            cursors.enter_context(contextlib.closing(_RowStream(conn, forms=forms)))
+            if bulk
+            else None
+        )
         checked_rounds = (
             audit_rounds(
                 conn,
