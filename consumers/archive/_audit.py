@@ -850,8 +850,8 @@ def _audit_one(
     rounds: RoundAudit,
     records: RetentionAudit,
     reference: bool,
-    forms: bool,
-    columns: str,
+    forms: bool = False,
+    columns: str = ROW_COLUMNS,
 ) -> SagaAudit:
     """One saga's audit in :func:`iter_audits`, from what the merge read for it: the bulk
     verifier's ``verdict`` (or, without it, the saga's ``rows``, of ``columns``), its checkpoint
