@@ -282,6 +282,11 @@ class KafkaJournal:
         return self._topic
 
     @property
+    def keys(self) -> FieldSealer | None:
+        """The key service sealing and opening this journal's data (``None``: in clear)."""
+        return self._keys
+
+    @property
     def reader(self) -> SagaReader:
         """The journal's reader (shares its connection settings)."""
         return self._reader

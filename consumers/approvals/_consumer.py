@@ -25,8 +25,9 @@ from sagacity.consumers._runtime import (
     client_config,
 )
 from sagacity.consumers.approvals._store import ApprovalStore
-from sagacity.errors import SagacityError, SerializationError
+from sagacity.errors import CiphertextAuthenticationError, SagacityError, SerializationError
 from sagacity.schemas import decode_entry
+from sagacity.schemas._codec import FieldSealer
 
 log = logging.getLogger("sagacity.approvals")
 
@@ -45,6 +46,9 @@ class RequestConsumer(Handler):
         store: the working table.
         bootstrap_servers / topic / group_id: where to read and as which group.
         client: extra librdkafka settings (TLS/SASL).
+        keys: the key service opening sealed events (docs/adr/0019-erasure.md §3); an event
+            whose sealed field does not authenticate is skipped as undecodable, reason
+            ``authentication failed``.
     """
 
     def __init__(
@@ -55,8 +59,10 @@ class RequestConsumer(Handler):
         topic: str,
         group_id: str = DEFAULT_GROUP,
         client: Mapping[str, str] | None = None,
+        keys: FieldSealer | None = None,
     ) -> None:
         self._store = store
+        self._keys = keys
         self._topic = topic
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -115,16 +121,19 @@ class RequestConsumer(Handler):
     def handle(self, messages: Sequence[Message]) -> None:
         """Fold ``messages`` and store their positions in one transaction."""
         positions: dict[int, int] = {}
-        poison: list[tuple[Message, str]] = []
+        poison: list[tuple[Message, str, str]] = []
         applied = 0
         with self._store.connect() as conn:
             for message in messages:
                 partition = message.partition() or 0
                 positions[partition] = (message.offset() or 0) + 1
                 try:
-                    entry = decode_entry(message.value() or b"")
+                    entry = decode_entry(message.value() or b"", keys=self._keys)
                 except SerializationError as exc:
-                    poison.append((message, exc.message))
+                    poison.append((message, "undecodable", exc.message))
+                    continue
+                except CiphertextAuthenticationError as exc:
+                    poison.append((message, "authentication failed", exc.message))
                     continue
                 self._store.apply_in(conn, entry)
                 applied += 1
@@ -132,5 +141,5 @@ class RequestConsumer(Handler):
                 self._store.store_offset(conn, self._topic, partition, next_offset)
         # Counted once the transaction committed: a failed batch is folded again later.
         self.applied += applied
-        for message, detail in poison:
-            self.runtime.poison(message, reason="undecodable", detail=detail)
+        for message, reason, detail in poison:
+            self.runtime.poison(message, reason=reason, detail=detail)

@@ -74,7 +74,8 @@ def decision_signer(settings: ApprovalsSettings, journal: Journal) -> DecisionSi
 
 
 def journal_for(settings: ApprovalsSettings) -> Journal:
-    """The Kafka journal the settings name, assembled by the composition root.
+    """The Kafka journal the settings name, assembled by the composition root, opening sealed
+    sagas with the key service ``SAGACITY_KEY_ENCRYPTION_KEY_FILE`` configures.
 
     The journal's settings are read as every service's are (:func:`sagacity._env.
     kafka_settings_from_env` with the ``APPROVALS`` prefix): librdkafka settings from
@@ -85,13 +86,15 @@ def journal_for(settings: ApprovalsSettings) -> Journal:
     Raises:
         ConfigurationError: no bootstrap servers, a variable is invalid, or the Kafka journal is
             not installed.
+        KeyEncryptionKeyError: the key-encryption key file is missing, malformed or not the one
+            the stored data keys are wrapped under (the message names the setting).
     """
     if not settings.bootstrap_servers:
         raise ConfigurationError(
             "the approvals service reads the journal topic: set SAGACITY_BOOTSTRAP_SERVERS"
         )
     try:
-        from sagacity._env import kafka_journal, kafka_settings_from_env
+        from sagacity._env import kafka_journal, kafka_settings_from_env, key_service_from_env
     except ImportError as exc:
         raise ConfigurationError(f"the Kafka journal cannot be imported: {exc}") from exc
     # Reads take sagas' archived prefixes from the archive when it shares the service's
@@ -102,7 +105,18 @@ def journal_for(settings: ApprovalsSettings) -> Journal:
         "DATABASE_URL": settings.database_url,
     }
     environ = {**os.environ, **{f"SAGACITY_{_SERVICE}_{k}": v for k, v in given.items()}}
-    journal: Journal = kafka_journal(kafka_settings_from_env(environ, service=_SERVICE))
+    journal_settings = kafka_settings_from_env(environ, service=_SERVICE)
+    # Sealed sagas are opened through the key service (docs/adr/0019-erasure.md §3); its keys
+    # live in SAGACITY_DATABASE_URL, else the service's own database.
+    if not environ.get("SAGACITY_DATABASE_URL") and settings.database_url:
+        environ["SAGACITY_DATABASE_URL"] = settings.database_url
+    keys = key_service_from_env(environ)
+    try:
+        journal: Journal = kafka_journal(journal_settings, keys=keys)
+    except BaseException:
+        if keys is not None:
+            keys.close()
+        raise
     return journal
 
 
@@ -163,6 +177,7 @@ class ApprovalsServer:
                 topic=settings.topic,
                 group_id=settings.group_id,
                 client=_client_settings(),
+                keys=getattr(self.journal, "keys", None),
             )
             if consume
             else None

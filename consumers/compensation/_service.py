@@ -56,6 +56,7 @@ from sagacity.consumers.compensation._job import (
 from sagacity.consumers.compensation._journal import Revoked, ServiceJournal
 from sagacity.consumers.compensation._metrics import HealthServer, Metrics
 from sagacity.errors import (
+    CiphertextAuthenticationError,
     DeclarationError,
     SerializationError,
     ToolLoadError,
@@ -64,6 +65,7 @@ from sagacity.postgres import PostgresClaimStore
 from sagacity.producer import KafkaJournal, ReadIndexSettings
 from sagacity.producer._clients import with_logger
 from sagacity.schemas import decode_entry
+from sagacity.schemas._codec import FieldSealer
 
 log = logging.getLogger("sagacity.compensation")
 
@@ -155,6 +157,9 @@ class CompensationService(Handler):
         register: registers further tools on each ``Sagacity`` the service makes (the tools
             of an upstream MCP server, declared by a tool policy); with it ``settings.tools``
             may be empty.
+        keys: the key service opening sealed sagas and sealing what the service journals for
+            them (docs/adr/0019-erasure.md §3); its caller closes it.  A request whose sealed
+            field does not authenticate is dead-lettered, reason ``authentication failed``.
 
     Raises:
         ToolLoadError: a ``--tools`` target cannot be imported, or no tool is given (raised
@@ -166,9 +171,11 @@ class CompensationService(Handler):
         settings: CompensationSettings,
         *,
         register: Callable[[Sagacity], None] | None = None,
+        keys: FieldSealer | None = None,
     ) -> None:
         self.settings = settings
         self._register = register
+        self._keys = keys
         self.instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}"
         self.writer_id = f"{WRITER_PREFIX}{self.instance}/{uuid.uuid4().hex[:8]}"
         self.metrics = Metrics()
@@ -324,8 +331,10 @@ class CompensationService(Handler):
             topic=s.topic,
             client=dict(s.client),
             writer_id=f"{WRITER_PREFIX}{s.group_id}",
-            index=read_index(index),
+            # The archive keeps no sealed openings yet: with keys, reads scan the topic.
+            index=read_index(index) if self._keys is None else None,
             writer_key=self._writer_key,
+            keys=self._keys,
         )
         with self._lock:
             self._journals.append(journal)
@@ -501,9 +510,12 @@ class CompensationService(Handler):
                 return
             part.add(offset)
         try:
-            entry = decode_entry(message.value() or b"")
+            entry = decode_entry(message.value() or b"", keys=self._keys)
         except SerializationError as exc:
             self._dead_letter_now(message, part, "undecodable", exc.message)
+            return
+        except CiphertextAuthenticationError as exc:
+            self._dead_letter_now(message, part, "authentication failed", exc.message)
             return
         if entry.event_type is EventType.COMPENSATION_REQUESTED:
             work = _Work(

@@ -199,8 +199,18 @@ def compensation(
         )
     except ValidationError as exc:
         raise ConfigurationError(f"invalid settings: {exc}") from exc
-    service = CompensationService(settings, register=register)
-    broker.result()
+    from sagacity._env import key_service_from_env
+
+    # Sealed sagas are opened through the key service (docs/adr/0019-erasure.md §3): a wrong
+    # or missing key-encryption key stops the start-up, naming the setting.
+    keys = key_service_from_env({"SAGACITY_DATABASE_URL": database_url, **os.environ})
+    try:
+        service = CompensationService(settings, register=register, keys=keys)
+        broker.result()
+    except BaseException:
+        if keys is not None:
+            keys.close()
+        raise
 
     def stop(signum: int, _frame: object) -> None:
         del signum
@@ -213,3 +223,5 @@ def compensation(
     finally:
         if upstream is not None:
             upstream.close()
+        if keys is not None:
+            keys.close()

@@ -37,7 +37,12 @@ class Bank:
 
     @compensation
     def release_inventory(self, context: CompensationContext) -> None:
-        _record("release_inventory")
+        # The hold released, as the service read it from the chain (opened when sealed).
+        _record(
+            "release_inventory",
+            sku=str(context.arguments.get("sku")),
+            held=context.result_text or "",
+        )
 
     @compensable(reversibility=Reversibility.IRREVERSIBLE)
     def send_wire_transfer(self, amount: str, to: str) -> str:

@@ -1,0 +1,180 @@
+"""Sealed sagas through the approvals and compensation services, each its own OS process, on
+real Kafka and PostgreSQL (docs/adr/0019-erasure.md §3: every reader opens through the key
+service; a wrong or missing key-encryption key stops a service at start-up)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from sagacity import EventType, Sagacity, SagaStatus
+from sagacity._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
+from sagacity._keys import KeyService
+from sagacity.keystore_postgres import PostgresKeyStore
+from sagacity.producer import KafkaJournal
+
+from ._process import REPO
+from .conftest import ALICE, bearer
+from .test_processes import Deployment, listed, wait_for
+from .tools import calls
+
+pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
+E = EventType
+
+
+@pytest.fixture
+def sealed(
+    kafka_bootstrap: str,
+    make_topic: Callable[..., str],
+    pg_dsn: str,
+    auth_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Deployment]:
+    """A deployment whose agent seals its sagas; the services get the same key file."""
+    d = Deployment(kafka_bootstrap, make_topic(partitions=3), pg_dsn, auth_file, tmp_path)
+    monkeypatch.setenv("SAGACITY_TEST_CALL_LOG", str(d.calls))
+    kek = write_key_encryption_key(tmp_path / "journal.kek")
+    keys = KeyService(PostgresKeyStore(pg_dsn), KeyRing((kek,)))
+    d.env[KEK_SETTING] = str(tmp_path / "journal.kek")
+    d.journal.close()
+    d.journal = KafkaJournal(kafka_bootstrap, topic=d.env["SAGACITY_TOPIC"], keys=keys)
+    d.agent = Sagacity(
+        d.journal,
+        compensation="delegated",
+        approvals_public_key=d.env["SAGACITY_APPROVALS_PUBLIC_KEY"],
+    )
+    from .tools import Bank
+
+    d.bank = d.agent.wrap(Bank())
+    try:
+        yield d
+    finally:
+        d.close()
+        keys.close()
+
+
+def _raw_values(bootstrap: str, topic: str) -> list[bytes]:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "raw-reader", "enable.auto.commit": False}
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=10)
+        parts = [TopicPartition(topic, p, 0) for p in metadata.topics[topic].partitions]
+        consumer.assign(parts)
+        ends = {p.partition: consumer.get_watermark_offsets(p, timeout=10)[1] for p in parts}
+        values: list[bytes] = []
+        seen = dict.fromkeys(ends, 0)
+        while any(seen[p] < ends[p] for p in ends):
+            message = consumer.poll(2)
+            if message is None or message.error():
+                continue
+            values.append(message.value() or b"")
+            seen[message.partition() or 0] = (message.offset() or 0) + 1
+        return values
+    finally:
+        consumer.close()
+
+
+def test_a_sealed_saga_is_approved_with_its_exact_payload_and_resumed(sealed: Deployment) -> None:
+    replica = sealed.replica()
+    replica.wait_ready()
+    seq = sealed.gate("sealed-wire")
+    [request] = wait_for(lambda: listed(replica))
+    # The topic holds the payload sealed; the service shows the opened bytes, bound by hash.
+    assert all(
+        b"alice" not in value
+        for value in _raw_values(
+            sealed.env["SAGACITY_BOOTSTRAP_SERVERS"], sealed.env["SAGACITY_TOPIC"]
+        )
+    )
+    assert (request["saga_id"], request["seq"], request["payload"]) == ("sealed-wire", seq, ALICE)
+    assert request["payload_sha256"] == hashlib.sha256(ALICE.encode()).hexdigest()
+    url = replica.url
+    assert httpx.post(
+        f"{url}/sagacity/approve/sealed-wire/{seq}", headers=bearer("alice")
+    ).is_success
+    done = httpx.post(
+        f"{url}/sagacity/resume/sealed-wire/{seq}",
+        json={"payload": ALICE},
+        headers=bearer("alice"),
+        timeout=30,
+    )
+    assert done.status_code == 200, done.text
+    assert done.json()["saga_status"] == "COMPLETED"
+    assert sealed.wires() == [{"tool": "send_wire_transfer", "amount": "100", "to": "alice"}]
+    assert sealed.kinds("sealed-wire")[-4:] == ["APPROVED", "INTENT", "EXECUTED", "SAGA_ENDED"]
+    [intent] = [e for e in sealed.entries("sealed-wire", E.INTENT) if e.seq > seq]
+    assert intent.form == 2
+    assert intent.payload == ALICE
+
+
+def test_a_refused_sealed_saga_is_compensated_with_its_undo_arguments_opened(
+    sealed: Deployment,
+) -> None:
+    replica = sealed.replica()
+    replica.wait_ready()
+    seq = sealed.gate("sealed-refused")
+    wait_for(lambda: listed(replica))
+    assert httpx.post(
+        f"{replica.url}/sagacity/reject/sealed-refused/{seq}", headers=bearer("alice")
+    ).is_success
+    sealed.compensation_service()
+    outcome = sealed.agent.wait_for_outcome("sealed-refused", timeout=60)
+    assert outcome.status is SagaStatus.REJECTED, sealed.kinds("sealed-refused")
+    [undone] = sealed.entries("sealed-refused", E.COMPENSATED)
+    assert outcome.compensated == (undone.ref_seq,)
+    assert undone.form == 2
+    [released] = [c for c in calls(sealed.calls) if c["tool"] == "release_inventory"]
+    assert released == {"tool": "release_inventory", "sku": "SKU-9", "held": "held-SKU-9"}
+    assert sealed.wires() == []
+
+
+def _serve(service: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    args = {
+        "approvals": ["--auth", env["AUTH"], "--tools", "tests.approvals.tools:Bank"],
+        "compensation": [
+            "--tools",
+            "tests.approvals.tools:BANK",
+            "--bootstrap-servers",
+            env["SAGACITY_BOOTSTRAP_SERVERS"],
+            "--database-url",
+            env["SAGACITY_DATABASE_URL"],
+            "--topic",
+            env["SAGACITY_TOPIC"],
+        ],
+    }[service]
+    return subprocess.run(
+        [sys.executable, "-c", "from sagacity.cli import main; main()", "serve", service, *args],
+        cwd=REPO,
+        env={**os.environ, **env, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("service", ["approvals", "compensation"])
+def test_a_service_refuses_to_start_with_a_missing_or_wrong_key_file(
+    sealed: Deployment, auth_file: Path, tmp_path: Path, service: str
+) -> None:
+    # Data keys exist under the deployment's key; another key file cannot open them.
+    sealed.gate("sealed-first")
+    other = tmp_path / "other.kek"
+    write_key_encryption_key(other)
+    for key_file in (tmp_path / "missing.kek", other):
+        env = {**sealed.env, KEK_SETTING: str(key_file), "AUTH": str(auth_file)}
+        done = _serve(service, env)
+        assert done.returncode != 0, (service, key_file, done.stderr)
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1, (service, done.stderr)
+        assert KEK_SETTING in errors[0], (service, done.stderr)
