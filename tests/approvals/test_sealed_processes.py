@@ -8,18 +8,20 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from sagacity import EventType, Sagacity, SagaStatus
 from sagacity._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
 from sagacity._keys import KeyService
 from sagacity.keystore_postgres import PostgresKeyStore
 from sagacity.producer import KafkaJournal
+from sagacity.schemas._codec import decode_record
 
 from ._process import REPO
 from .conftest import ALICE, bearer
@@ -178,3 +180,47 @@ def test_a_service_refuses_to_start_with_a_missing_or_wrong_key_file(
         errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
         assert len(errors) == 1, (service, done.stderr)
         assert KEK_SETTING in errors[0], (service, done.stderr)
+
+
+def test_a_sealed_field_that_fails_authentication_is_dead_lettered_as_sent(
+    sealed: Deployment,
+) -> None:
+    bootstrap, topic = sealed.env["SAGACITY_BOOTSTRAP_SERVERS"], sealed.env["SAGACITY_TOPIC"]
+    sealed.compensation_service()
+    sealed.gate("sealed-altered")
+    [value] = [
+        v
+        for v in _raw_values(bootstrap, topic)
+        if (record := decode_record(v))["saga_id"] == "sealed-altered"
+        and record["event_type"] == "INTENT"
+        and record["tool"] == "reserve_inventory"
+    ]
+    box = decode_record(value)["sealed"]["payload"]
+    altered = bytearray(value)
+    altered[value.index(box) + len(box) // 2] ^= 1
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(topic, key=b"sealed-altered", value=bytes(altered))
+    producer.flush(10)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"dlq-{topic}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([f"{topic}.dlq"])
+    try:
+        deadline = time.monotonic() + 60
+        message = None
+        while message is None and time.monotonic() < deadline:
+            polled = consumer.poll(1)
+            if polled is not None and not polled.error():
+                message = polled
+    finally:
+        consumer.close()
+    assert message is not None, "nothing was dead-lettered"
+    headers = {k: (v or b"").decode() for k, v in message.headers() or []}
+    assert headers["sagacity.dlq.reason"] == "authentication failed"
+    assert message.value() == bytes(altered)
+    assert message.key() == b"sealed-altered"
