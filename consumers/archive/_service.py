@@ -47,6 +47,7 @@ from sagacity.errors import (
     RoundLogError,
     WitnessError,
 )
+from sagacity.schemas._codec import FieldSealer
 
 log = logging.getLogger("sagacity.archive")
 
@@ -177,7 +178,16 @@ def authorship_of(settings: ArchiveSettings) -> Authorship:
 
 
 class ArchiveService(Handler):
-    """Runs the archive consumer until :meth:`stop` (or a signal handler) is called."""
+    """Runs the archive consumer until :meth:`stop` (or a signal handler) is called.
+
+    Args:
+        settings: see :class:`ArchiveSettings`.
+        decode: the message decoder (default: the journal's wire format).
+        metrics: the counters to serve (default: new ones).
+        keys: the key service filling the value columns of sealed events (its caller closes
+            it); a sealed field that fails authentication is quarantined, reason
+            ``authentication failed`` (docs/adr/0019-erasure.md §3).
+    """
 
     def __init__(
         self,
@@ -185,6 +195,7 @@ class ArchiveService(Handler):
         *,
         decode: Decoder | None = None,
         metrics: ArchiveMetrics | None = None,
+        keys: FieldSealer | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics if metrics is not None else ArchiveMetrics()
@@ -194,6 +205,7 @@ class ArchiveService(Handler):
             consumer_group=settings.group_id,
             decode=decode,
             authorship=self._authorship,
+            keys=keys,
         )
         self._signer = Signer.from_file(settings.signing_key) if settings.signing_key else None
         self._stop = threading.Event()

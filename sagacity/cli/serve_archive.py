@@ -81,33 +81,41 @@ def archive(
     import os
     import signal
 
-    from sagacity._env import client_settings
+    from sagacity._env import client_settings, key_service_from_env
     from sagacity.consumers import configure_logging as configure
     from sagacity.consumers.archive import ArchiveService, ArchiveSettings
     from sagacity.producer import check_reachable, startup_timeout
 
     configure(log_level)
     kafka_config = client_settings(os.environ)
-    service = ArchiveService(
-        ArchiveSettings(
-            bootstrap_servers=bootstrap_servers,
-            database_url=conninfo(database_url, schema),
-            topic=topic,
-            group_id=group,
-            batch_size=batch_size,
-            signing_key=signing_key,
-            checkpoint_interval=checkpoint_interval,
-            metrics_port=port,
-            witness=witness,
-            metrics_host=host,
-            kafka_config=kafka_config,
-            approvals_public_key=approvals_public_key,
-            writer_registry=writer_registry,
+    # Sealed events are opened through the key service (docs/adr/0019-erasure.md §3): a wrong
+    # or missing key-encryption key stops the start-up, naming the setting.
+    keys = key_service_from_env({"SAGACITY_DATABASE_URL": database_url, **os.environ})
+    try:
+        service = ArchiveService(
+            ArchiveSettings(
+                bootstrap_servers=bootstrap_servers,
+                database_url=conninfo(database_url, schema),
+                topic=topic,
+                group_id=group,
+                batch_size=batch_size,
+                signing_key=signing_key,
+                checkpoint_interval=checkpoint_interval,
+                metrics_port=port,
+                witness=witness,
+                metrics_host=host,
+                kafka_config=kafka_config,
+                approvals_public_key=approvals_public_key,
+                writer_registry=writer_registry,
+            ),
+            keys=keys,
         )
-    )
-    check_reachable(
-        {**kafka_config, "bootstrap.servers": bootstrap_servers}, timeout=startup_timeout()
-    )
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: service.stop())
-    service.run()
+        check_reachable(
+            {**kafka_config, "bootstrap.servers": bootstrap_servers}, timeout=startup_timeout()
+        )
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: service.stop())
+        service.run()
+    finally:
+        if keys is not None:
+            keys.close()
