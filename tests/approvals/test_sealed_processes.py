@@ -5,7 +5,9 @@ service; a wrong or missing key-encryption key stops a service at start-up)."""
 from __future__ import annotations
 
 import hashlib
+import html
 import os
+import re
 import subprocess
 import sys
 import time
@@ -24,7 +26,7 @@ from sagacity.producer import KafkaJournal
 from sagacity.schemas._codec import decode_record
 
 from ._process import REPO
-from .conftest import ALICE, bearer
+from .conftest import ALICE, TOKENS, bearer
 from .test_processes import Deployment, listed, wait_for
 from .tools import calls
 
@@ -224,3 +226,25 @@ def test_a_sealed_field_that_fails_authentication_is_dead_lettered_as_sent(
     assert headers["sagacity.dlq.reason"] == "authentication failed"
     assert message.value() == bytes(altered)
     assert message.key() == b"sealed-altered"
+
+
+def test_the_console_shows_a_sealed_requests_opened_payload(sealed: Deployment) -> None:
+    replica = sealed.replica()
+    replica.wait_ready()
+    seq = sealed.gate("sealed-console")
+    wait_for(lambda: listed(replica))
+    with httpx.Client(base_url=replica.url, timeout=10) as browser:
+        form = browser.get("/ui/login")
+        found = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert found is not None, form.text
+        signed_in = browser.post(
+            "/ui/login", data={"csrf": found.group(1), "token": TOKENS["alice"], "next": "/ui/"}
+        )
+        assert signed_in.status_code in (200, 303), signed_in.text
+        page = browser.get(f"/ui/requests/sealed-console/{seq}")
+    assert page.status_code == 200, page.text
+    shown = re.search(r'<pre class="payload">(.*?)</pre>', page.text, re.S)
+    assert shown is not None, page.text
+    assert html.unescape(shown.group(1)) == ALICE
+    assert '<span class="ok">matches the request' in page.text
+    assert "does NOT match" not in page.text
