@@ -15,8 +15,11 @@ from sagacity.cli._db_options import EXIT_FAILED, conninfo, database_options, fa
 from sagacity.cli._options import bootstrap_servers_option, topic_option
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     import psycopg
 
+    from sagacity import JournalEntry
     from sagacity.consumers.archive import AuditSummary, ReplayReport
 
 
@@ -319,18 +322,29 @@ def replay(
     timeout: float,
     as_json: bool,
 ) -> None:
-    """Read the topic itself, verify its chains and diff them against the archive."""
+    """Read the topic itself, verify its chains and diff them against the archive.
+
+    Sealed events are opened through the key service ``SAGACITY_KEY_ENCRYPTION_KEY_FILE``
+    configures (a field that fails authentication is reported undecodable); without it their
+    chains verify by their commitments and the output says how many events stayed sealed.
+    """
+    import functools
     import os
 
-    from sagacity._env import client_settings
+    from sagacity._env import client_settings, key_service_from_env
+    from sagacity._envelope import KEK_SETTING
     from sagacity.consumers.archive import connect, diff_with_archive, read_topic
     from sagacity.errors import SagacityError
+    from sagacity.schemas import decode_entry
 
+    keys = None
     try:
+        keys = key_service_from_env({"SAGACITY_DATABASE_URL": database_url, **os.environ})
         report, chains = read_topic(
             bootstrap_servers,
             topic,
             saga_id=saga_id,
+            decode=functools.partial(decode_entry, keys=keys) if keys is not None else None,
             kafka_config=client_settings(os.environ),
             timeout=timeout,
         )
@@ -338,12 +352,27 @@ def replay(
             diff_with_archive(conn, report, chains, saga_id=saga_id)
     except SagacityError as exc:
         fail(exc)
+    finally:
+        if keys is not None:
+            keys.close()
+    sealed = _sealed_unopened(chains)
     if as_json:
-        click.echo(json.dumps(_replay_json(report), indent=2))
+        click.echo(json.dumps({**_replay_json(report), "sealed_unopened": sealed}, indent=2))
     else:
         _print_replay(report)
+        if sealed:
+            why = "their sagas were erased" if keys is not None else f"{KEK_SETTING} is not set"
+            click.echo(
+                f"note: {sealed} event(s) hold sealed data not opened ({why}): their chains "
+                "verify by their commitments"
+            )
     if not report.ok:
         raise click.exceptions.Exit(EXIT_FAILED)
+
+
+def _sealed_unopened(chains: Mapping[str, Sequence[JournalEntry]]) -> int:
+    """Events whose data fields travel sealed and were not opened (commitments, no salts)."""
+    return sum(1 for chain in chains.values() for e in chain if e.commitments and not e.salts)
 
 
 def _print_replay(report: ReplayReport) -> None:

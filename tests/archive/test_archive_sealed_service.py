@@ -116,6 +116,34 @@ def test_the_archive_service_opens_sealed_events_and_quarantines_altered_ones(
     assert archived == [(1, None), (2, MARKER)]
     assert quarantined == [("authentication failed",)]
 
+    # Replay opens the topic's sealed events with the key (the altered copy does not
+    # authenticate); without it the chain verifies by its commitments and says so.
+    replay = [
+        sys.executable,
+        "-c",
+        "from sagacity.cli import main; main()",
+        "replay",
+        "--database-url",
+        archive_dsn,
+        "--bootstrap-servers",
+        kafka_bootstrap,
+        "--topic",
+        topic,
+    ]
+    opened = subprocess.run(
+        replay, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert opened.returncode == 1, opened.stdout + opened.stderr
+    assert "authentication failed" in opened.stdout
+    assert "sealed data not opened" not in opened.stdout
+    bare = {k: v for k, v in env.items() if k != KEK_SETTING}
+    sealed = subprocess.run(
+        replay, cwd=ROOT, env=bare, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert sealed.returncode == 0, sealed.stdout + sealed.stderr
+    assert f"sealed data not opened ({KEK_SETTING} is not set)" in sealed.stdout
+    assert MARKER not in sealed.stdout
+
 
 def test_the_archive_service_refuses_to_start_with_a_missing_or_wrong_key_file(
     kafka_bootstrap: str, make_topic: Callable[..., str], archive_dsn: str, tmp_path: Path
