@@ -289,6 +289,13 @@ def export(
     except SagacityError as exc:
         fail(exc)
     click.echo(f"wrote {out}/ ({verdict.events} events, head seq {verdict.head_seq})")
+    sealed = _sealed_in_bundle(out)
+    if sealed:
+        click.echo(
+            f"note: {sealed} event(s) hold sealed data the archive did not open (it runs without "
+            "SAGACITY_KEY_ENCRYPTION_KEY_FILE, or the saga was erased): the bundle carries their "
+            "commitments, which verify, not their values"
+        )
     click.echo(f"check it with: python3 -I {out}/verify_bundle.py {out} --public-key <key>")
     if verdict.ok and verdict.unsigned:
         click.echo(
@@ -373,6 +380,16 @@ def replay(
 def _sealed_unopened(chains: Mapping[str, Sequence[JournalEntry]]) -> int:
     """Events whose data fields travel sealed and were not opened (commitments, no salts)."""
     return sum(1 for chain in chains.values() for e in chain if e.commitments and not e.salts)
+
+
+def _sealed_in_bundle(out: Path) -> int:
+    """Events of a written bundle with commitments but no openings (sealed, not opened)."""
+    count = 0
+    with (out / "events.jsonl").open(encoding="utf-8") as events:
+        for line in events:
+            event = json.loads(line)
+            count += bool(event.get("commitments")) and not event.get("salts")
+    return count
 
 
 def _print_replay(report: ReplayReport) -> None:

@@ -3,6 +3,7 @@ on real Kafka and PostgreSQL (docs/adr/0019-erasure.md §3)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,9 +18,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from sagacity import EntryDraft, EventType
 from sagacity._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
 from sagacity._keys import KeyService
+from sagacity.chain import committing, link
+from sagacity.consumers.archive import BatchArchiver, RawEvent
 from sagacity.keystore_postgres import PostgresKeyStore
 from sagacity.producer import KafkaJournal
-from sagacity.schemas._codec import decode_record
+from sagacity.schemas._codec import decode_record, encode_sealed
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
@@ -143,6 +146,83 @@ def test_the_archive_service_opens_sealed_events_and_quarantines_altered_ones(
     assert sealed.returncode == 0, sealed.stdout + sealed.stderr
     assert f"sealed data not opened ({KEK_SETTING} is not set)" in sealed.stdout
     assert MARKER not in sealed.stdout
+    # The archive opened the saga: its bundle holds the values, no note.
+    exported = _export(archive_dsn, "sealed-arch", tmp_path / "bundle")
+    assert "sealed data" not in exported
+    lines = (tmp_path / "bundle" / "events.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line)["payload"] for line in lines] == [None, MARKER]
+
+
+def _export(dsn: str, saga_id: str, out: Path) -> str:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from sagacity.cli import main; main()",
+            "export",
+            "--database-url",
+            dsn,
+            "--saga",
+            saga_id,
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_an_export_of_a_saga_archived_sealed_says_its_data_is_sealed(
+    archive_dsn: str, tmp_path: Path
+) -> None:
+    """Archived without the keys, a sealed saga's bundle carries its commitments; the export
+    says so and the bundle still verifies."""
+    keys = KeyService(
+        PostgresKeyStore(archive_dsn),
+        KeyRing((write_key_encryption_key(tmp_path / "journal.kek"),)),
+    )
+    chain = []
+    prev = "0" * 64
+    try:
+        for draft in (
+            EntryDraft(saga_id="sealed-exp", event_type=EventType.SAGA_OPENED),
+            EntryDraft(
+                saga_id="sealed-exp", event_type=EventType.INTENT, tool="mail", payload=MARKER
+            ),
+        ):
+            entry = link(committing(draft), seq=len(chain) + 1, prev_hash=prev)
+            chain.append(entry)
+            prev = entry.hash
+        raw = [
+            RawEvent(
+                topic="t", partition=0, offset=i, key=b"sealed-exp", value=encode_sealed(e, keys)
+            )
+            for i, e in enumerate(chain)
+        ]
+    finally:
+        keys.close()
+    archiver = BatchArchiver(archive_dsn, consumer_group="g")
+    try:
+        assert archiver.archive(raw).archived == 2
+    finally:
+        archiver.close()
+    out = tmp_path / "bundle"
+    shown = _export(archive_dsn, "sealed-exp", out)
+    assert "note: 1 event(s) hold sealed data the archive did not open" in shown
+    assert "marker-archive" not in (out / "events.jsonl").read_text(encoding="utf-8")
+    verified = subprocess.run(
+        [sys.executable, "-I", str(out / "verify_bundle.py"), str(out), "--allow-unsigned"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
 def test_the_archive_service_refuses_to_start_with_a_missing_or_wrong_key_file(
