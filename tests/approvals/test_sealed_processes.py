@@ -222,8 +222,8 @@ def test_a_sealed_field_that_fails_authentication_is_dead_lettered_as_sent(
     finally:
         consumer.close()
     assert message is not None, "nothing was dead-lettered"
-    headers = {k: (v or b"").decode() for k, v in message.headers() or []}
-    assert headers["sagacity.dlq.reason"] == "authentication failed"
+    headers = dict(message.headers() or [])
+    assert headers["sagacity.dlq.reason"] == b"authentication failed"
     assert message.value() == bytes(altered)
     assert message.key() == b"sealed-altered"
 

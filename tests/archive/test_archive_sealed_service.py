@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from sagacity import EntryDraft, EventType
+from sagacity import EntryDraft, EventType, JournalEntry
 from sagacity._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
 from sagacity._keys import KeyService
 from sagacity.chain import committing, link
@@ -186,7 +186,7 @@ def test_an_export_of_a_saga_archived_sealed_says_its_data_is_sealed(
         PostgresKeyStore(archive_dsn),
         KeyRing((write_key_encryption_key(tmp_path / "journal.kek"),)),
     )
-    chain = []
+    chain: list[JournalEntry] = []
     prev = "0" * 64
     try:
         for draft in (
