@@ -188,6 +188,8 @@ def test_a_sealed_field_that_fails_authentication_is_dead_lettered_as_sent(
     sealed: Deployment,
 ) -> None:
     bootstrap, topic = sealed.env["SAGACITY_BOOTSTRAP_SERVERS"], sealed.env["SAGACITY_TOPIC"]
+    replica = sealed.replica()
+    replica.wait_ready()
     sealed.compensation_service()
     sealed.gate("sealed-altered")
     [value] = [
@@ -226,6 +228,10 @@ def test_a_sealed_field_that_fails_authentication_is_dead_lettered_as_sent(
     assert headers["sagacity.dlq.reason"] == b"authentication failed"
     assert message.value() == bytes(altered)
     assert message.key() == b"sealed-altered"
+    # The approvals consumer skips it (counted), folding the rest.
+    skipped = 'sagacity_approvals_consumer_events_total{outcome="skipped"} 1.0'
+    wait_for(lambda: skipped in httpx.get(f"{replica.url}/metrics").text)
+    assert [r["saga_id"] for r in listed(replica)] == ["sealed-altered"]
 
 
 def test_the_console_shows_a_sealed_requests_opened_payload(sealed: Deployment) -> None:
