@@ -211,11 +211,29 @@ def read_index(settings: ReadIndexSettings) -> SagaIndex | None:
     )
 
 
+_announced = False
+
+
+def announce_clear_data() -> None:
+    """Say, once per process, that no key-encryption key is configured: the journal's data
+    travels and is archived in clear (docs/adr/0019-erasure.md §3).  Called once a component
+    has started, so a start-up that fails says only why it failed, in one line."""
+    global _announced
+    if _announced:
+        return
+    _announced = True
+    log.warning(
+        "journal data is not encrypted: %s is not set (payloads and results travel and are "
+        "archived in clear; docs/adr/0019-erasure.md)",
+        KEK_SETTING,
+    )
+
+
 def key_service_from_env(environ: Mapping[str, str] | None = None) -> KeyService | None:
     """The key service ``SAGACITY_KEY_ENCRYPTION_KEY_FILE`` configures (its keys stored in
     ``SAGACITY_DATABASE_URL``), checked against the stored keys; ``None`` when the variable is
-    unset, which is logged once: the journal then writes its data in clear, as before
-    (docs/adr/0019-erasure.md §3).
+    unset: the journal then writes its data in clear, as before, which the caller says once it
+    has started (:func:`announce_clear_data`; docs/adr/0019-erasure.md §3).
 
     Raises:
         KeyEncryptionKeyError: the key file is missing or malformed, or does not open the
@@ -226,11 +244,6 @@ def key_service_from_env(environ: Mapping[str, str] | None = None) -> KeyService
     env = os.environ if environ is None else environ
     value = env.get(KEK_SETTING, "").strip()
     if not value:
-        log.warning(
-            "journal data is not encrypted: %s is not set (payloads and results travel and are "
-            "archived in clear; docs/adr/0019-erasure.md)",
-            KEK_SETTING,
-        )
         return None
     ring = KeyRing.from_setting(value)
     url = env.get("SAGACITY_DATABASE_URL", "").strip()
@@ -296,8 +309,11 @@ def journal_from_env(
     settings = kafka_settings_from_env(environ, service=service)
     keys = key_service_from_env(environ)
     try:
-        return kafka_journal(settings, writer_id=writer_id, keys=keys)
+        journal = kafka_journal(settings, writer_id=writer_id, keys=keys)
     except BaseException:
         if keys is not None:
             keys.close()
         raise
+    if keys is None:
+        announce_clear_data()
+    return journal

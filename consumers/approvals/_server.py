@@ -94,7 +94,12 @@ def journal_for(settings: ApprovalsSettings) -> Journal:
             "the approvals service reads the journal topic: set SAGACITY_BOOTSTRAP_SERVERS"
         )
     try:
-        from sagacity._env import kafka_journal, kafka_settings_from_env, key_service_from_env
+        from sagacity._env import (
+            announce_clear_data,
+            kafka_journal,
+            kafka_settings_from_env,
+            key_service_from_env,
+        )
     except ImportError as exc:
         raise ConfigurationError(f"the Kafka journal cannot be imported: {exc}") from exc
     # Reads take sagas' archived prefixes from the archive when it shares the service's
@@ -117,6 +122,8 @@ def journal_for(settings: ApprovalsSettings) -> Journal:
         if keys is not None:
             keys.close()
         raise
+    if keys is None:
+        announce_clear_data()
     return journal
 
 

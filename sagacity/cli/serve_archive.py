@@ -81,7 +81,7 @@ def archive(
     import os
     import signal
 
-    from sagacity._env import client_settings, key_service_from_env
+    from sagacity._env import announce_clear_data, client_settings, key_service_from_env
     from sagacity.consumers import configure_logging as configure
     from sagacity.consumers.archive import ArchiveService, ArchiveSettings
     from sagacity.producer import check_reachable, startup_timeout
@@ -113,6 +113,8 @@ def archive(
         check_reachable(
             {**kafka_config, "bootstrap.servers": bootstrap_servers}, timeout=startup_timeout()
         )
+        if keys is None:
+            announce_clear_data()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: service.stop())
         service.run()

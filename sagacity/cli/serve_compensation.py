@@ -199,7 +199,7 @@ def compensation(
         )
     except ValidationError as exc:
         raise ConfigurationError(f"invalid settings: {exc}") from exc
-    from sagacity._env import key_service_from_env
+    from sagacity._env import announce_clear_data, key_service_from_env
 
     # Sealed sagas are opened through the key service (docs/adr/0019-erasure.md §3): a wrong
     # or missing key-encryption key stops the start-up, naming the setting.
@@ -207,6 +207,8 @@ def compensation(
     try:
         service = CompensationService(settings, register=register, keys=keys)
         broker.result()
+        if keys is None:
+            announce_clear_data()
     except BaseException:
         if keys is not None:
             keys.close()

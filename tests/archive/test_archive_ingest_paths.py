@@ -433,7 +433,10 @@ def test_a_sealed_form_2_event_is_archived_alike_with_and_without_the_compiled_m
     monkeypatch.setattr(_audit, "_RowStream", counted)
     outcomes = []
     for mode in ("compiled", "python"):
-        monkeypatch.setenv("SAGACITY_NATIVE", "1" if mode == "compiled" else "0")
+        monkeypatch.setenv(
+            "SAGACITY_NATIVE",
+            os.environ.get("SAGACITY_NATIVE", "1") if mode == "compiled" else "0",
+        )
         params = conninfo_to_dict(pg_dsn)
         with connect(pg_dsn, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS sealed_{mode} CASCADE")

@@ -128,19 +128,25 @@ def test_journal_from_env_seals_with_the_key_file_and_says_so_without_it(
     pg_dsn: str,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """SAGACITY_KEY_ENCRYPTION_KEY_FILE set: the journal seals (keys stored in Postgres);
-    unset: one line at start-up says the data travels in clear; a wrong file is refused,
-    naming the setting."""
+    unset: one line, once per process, says the data travels in clear once the journal has
+    started; a wrong file is refused, naming the setting."""
+    import sagacity._env
+
+    monkeypatch.setattr(sagacity._env, "_announced", False)
     env = {"SAGACITY_BOOTSTRAP_SERVERS": kafka_bootstrap, "SAGACITY_TOPIC": topic}
     with caplog.at_level(logging.WARNING, logger="sagacity.journal"):
         plain = journal_from_env(env)
+        again = journal_from_env(env)
     try:
         lines = [r.getMessage() for r in caplog.records if r.name == "sagacity.journal"]
         assert len(lines) == 1
         assert "not encrypted: SAGACITY_KEY_ENCRYPTION_KEY_FILE is not set" in lines[0]
     finally:
         plain.close()
+        again.close()
     kek = tmp_path / "journal.kek"
     write_key_encryption_key(kek)
     sealed_env = {
