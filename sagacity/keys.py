@@ -7,10 +7,11 @@ store).  See docs/operations/keys.md.
 
 from __future__ import annotations
 
-from sagacity._envelope import KeyEncryptionKey, KeyRing, write_key_encryption_key
+from sagacity._envelope import KEK_SETTING, KeyEncryptionKey, KeyRing, write_key_encryption_key
 from sagacity._keys import Destruction, KeyService, KeyStore, Rotation, StoredKey
 
 __all__ = [
+    "KEK_SETTING",
     "Destruction",
     "KeyEncryptionKey",
     "KeyRing",

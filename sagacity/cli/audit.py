@@ -339,9 +339,9 @@ def replay(
     import os
 
     from sagacity._env import client_settings, key_service_from_env
-    from sagacity._envelope import KEK_SETTING
     from sagacity.consumers.archive import connect, diff_with_archive, read_topic
     from sagacity.errors import SagacityError
+    from sagacity.keys import KEK_SETTING
     from sagacity.schemas import decode_entry
 
     keys = None
