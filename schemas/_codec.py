@@ -156,6 +156,8 @@ def _long(value: int) -> bytes:
 
 
 _LENGTHS = tuple(_varint(n << 1) for n in range(_LENGTH_CACHE))
+# An empty map for the compiled hot path's form-1 calls (it copies, never changes it).
+_NO_MAP: dict[str, str] = {}
 """The encoded ``long`` of every small length, so that most strings cost one lookup."""
 _NULL_BRANCH = b"\x00"  # union index 0: null
 _STRING_BRANCH = b"\x02"  # union index 1: string
@@ -540,8 +542,9 @@ def link_encoded(draft: EntryDraft, *, seq: int, prev_hash: str) -> tuple[Journa
                 draft.recorded_at_us,
                 draft.attributes,
                 draft.form,
-                draft.commitments,
-                draft.salts,
+                # The compiled function takes dicts; a draft's maps are read-only views.
+                dict(draft.commitments) if draft.commitments else _NO_MAP,
+                dict(draft.salts) if draft.salts else _NO_MAP,
             )
         except (OverflowError, TypeError, ValueError):
             out = None  # the Python path below says what is wrong

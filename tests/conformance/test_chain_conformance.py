@@ -212,8 +212,18 @@ def write_codec_python(e: dict[str, Any]) -> tuple[bytes | None, str]:
 
 
 def write_codec_native(e: dict[str, Any]) -> tuple[bytes | None, str]:
-    """``schemas.link_encoded`` on its compiled path."""
-    return _link_encoded(e, sagacity_native.link_encode)
+    """``schemas.link_encoded`` on its compiled path, which must take every entry it accepts
+    (a call that raises or declines falls back to Python, and would check that path twice)."""
+    taken: list[bool] = []
+
+    def compiled(*args: Any) -> Any:
+        out = sagacity_native.link_encode(*args)
+        taken.append(out is not None)
+        return out
+
+    written = _link_encoded(e, compiled)
+    assert taken == [True], "the compiled path did not take an entry link_encoded accepted"
+    return written
 
 
 def write_native(e: dict[str, Any]) -> tuple[bytes | None, str]:
