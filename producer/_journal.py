@@ -684,7 +684,7 @@ class KafkaJournal:
     def _publish_owned(self, state: SagaState, draft: EntryDraft) -> tuple[JournalEntry, Delivery]:
         tail = state.chain[-1]
         if self._keys is not None and tail.form == 2:
-            entry = link(committing(draft), seq=tail.seq + 1, prev_hash=tail.hash)
+            entry, _ = link_encoded(committing(draft), seq=tail.seq + 1, prev_hash=tail.hash)
             value = encode_sealed(entry, self._keys)
         else:
             entry, value = link_encoded(draft, seq=tail.seq + 1, prev_hash=tail.hash)
@@ -728,7 +728,11 @@ class KafkaJournal:
         if self._keys is not None and (
             current.entries[-1].form == 2 if current.entries else seq == 0
         ):
-            entry = link(committing(draft), seq=seq + 1, prev_hash=prev)
+            if seq == 0:
+                # The saga's data key is made as it opens, not on its first tool call
+                # (docs/adr/0019-erasure.md, Consequences).
+                self._keys.prepare(saga_id)
+            entry, _ = link_encoded(committing(draft), seq=seq + 1, prev_hash=prev)
             value = encode_sealed(entry, self._keys)
         else:
             entry = link(draft, seq=seq + 1, prev_hash=prev)

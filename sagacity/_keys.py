@@ -196,6 +196,17 @@ class KeyService:
         """
         return self._key(saga_id, create=True).seal(seq, field_name, plaintext)
 
+    def prepare(self, saga_id: str) -> None:
+        """Make the saga's data key now (or load it), so that its first sealed field costs no
+        round trip to the store: the journal calls it as it opens a sealed saga.
+
+        Raises:
+            SagaErasedError: the saga was erased.
+            KeyEncryptionKeyError: the saga's key is wrapped under a KEK not held.
+            PersistenceError: the store could not be reached.
+        """
+        self._key(saga_id, create=True)
+
     def open(self, saga_id: str, seq: int, field_name: str, sealed: bytes) -> bytes:
         """The plaintext of a field sealed for (``saga_id``, ``seq``, ``field_name``).
 

@@ -449,10 +449,16 @@ def committing(draft: EntryDraft, *, salt: Callable[[str], bytes] | None = None)
     """
     if draft.form != 1:
         raise SerializationError("the entry is already in form 2")
-    draw = salt if salt is not None else lambda _name: secrets.token_bytes(SALT_BYTES)
     present = [(n, v) for n, v in _data(draft.payload, draft.result, draft.error) if v is not None]
     present += [(k, v) for k, v in draft.attributes.items() if k in DATA_ATTRIBUTES]
-    salts = {name: draw(name) for name, _value in present}
+    if salt is not None:
+        salts = {name: salt(name) for name, _value in present}
+    else:  # one draw from the system's generator for every field of the entry
+        drawn = secrets.token_bytes(SALT_BYTES * len(present))
+        salts = {
+            name: drawn[i * SALT_BYTES : (i + 1) * SALT_BYTES]
+            for i, (name, _value) in enumerate(present)
+        }
     return dataclasses.replace(
         draft,
         form=2,

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from sagacity import EventType, Sagacity, SagaStatus, compensable, compensation, verify
+from sagacity import EntryDraft, EventType, Sagacity, SagaStatus, compensable, compensation, verify
 from sagacity._env import journal_from_env, key_service_from_env
 from sagacity._envelope import KeyEncryptionKey, KeyRing, write_key_encryption_key
 from sagacity._keys import InMemoryKeyStore, KeyService
@@ -100,6 +100,21 @@ def test_a_sealed_saga_runs_compensates_and_verifies_with_no_clear_data_on_the_t
     assert verify(blind).ok
     keys.destroy(saga, actor="dpo@example.org", reason="erasure request 12")
     assert verify(journal_factory(topic, keys=keys).reader.read(saga).entries).ok
+
+
+def test_a_sealed_saga_gets_its_data_key_as_it_opens(
+    topic: str, journal_factory: Callable[..., KafkaJournal]
+) -> None:
+    store = InMemoryKeyStore()
+    journal = journal_factory(
+        topic, keys=KeyService(store, KeyRing((KeyEncryptionKey.of(os.urandom(32)),)))
+    )
+    saga = f"open-{uuid.uuid4().hex}"
+    journal.append(EntryDraft(saga_id=saga, event_type=EventType.SAGA_OPENED))
+    # Made with the opening, not on the first tool call (which would pay the store's round trips).
+    row = store.load(saga)
+    assert row is not None
+    assert not row.erased
 
 
 def test_a_plain_journal_still_writes_form_1(
