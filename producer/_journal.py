@@ -31,7 +31,7 @@ from sagacity._codec import check_json_payload
 from sagacity._events import EntryDraft, EventType, JournalEntry, with_attribute
 from sagacity._writer_signature import HEADER as WRITER_HEADER
 from sagacity._writer_signature import WriterKey
-from sagacity.chain import committing, link
+from sagacity.chain import link
 from sagacity.errors import (
     ConfigurationError,
     EventTooLargeError,
@@ -67,7 +67,7 @@ from sagacity.producer._topic import (
 )
 from sagacity.producer._trace import current_traceparent, valid_traceparent
 from sagacity.schemas import current_schema, encode_entry, link_encoded
-from sagacity.schemas._codec import FieldSealer, encode_sealed
+from sagacity.schemas._codec import FieldSealer, link_encoded_sealed
 
 RECORD_OVERHEAD = 128
 """Bytes reserved beyond key, value and headers for Kafka's record and batch framing."""
@@ -684,8 +684,9 @@ class KafkaJournal:
     def _publish_owned(self, state: SagaState, draft: EntryDraft) -> tuple[JournalEntry, Delivery]:
         tail = state.chain[-1]
         if self._keys is not None and tail.form == 2:
-            entry, _ = link_encoded(committing(draft), seq=tail.seq + 1, prev_hash=tail.hash)
-            value = encode_sealed(entry, self._keys)
+            entry, value = link_encoded_sealed(
+                draft, seq=tail.seq + 1, prev_hash=tail.hash, keys=self._keys
+            )
         else:
             entry, value = link_encoded(draft, seq=tail.seq + 1, prev_hash=tail.hash)
         delivery = self._produce(entry, value)
@@ -732,8 +733,7 @@ class KafkaJournal:
                 # The saga's data key is made as it opens, not on its first tool call
                 # (docs/adr/0019-erasure.md, Consequences).
                 self._keys.prepare(saga_id)
-            entry, _ = link_encoded(committing(draft), seq=seq + 1, prev_hash=prev)
-            value = encode_sealed(entry, self._keys)
+            entry, value = link_encoded_sealed(draft, seq=seq + 1, prev_hash=prev, keys=self._keys)
         else:
             entry = link(draft, seq=seq + 1, prev_hash=prev)
         sent = self._monotonic()

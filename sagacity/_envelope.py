@@ -84,17 +84,23 @@ class DataKey:
 
     saga_id: str
     _aead: AESGCM = field(repr=False)
+    _raw: bytes = field(repr=False)
 
     @classmethod
     def generate(cls, saga_id: str) -> tuple[DataKey, bytes]:
         """A fresh random key for ``saga_id`` and its raw bytes (to be wrapped, then dropped)."""
         raw = secrets.token_bytes(KEY_BYTES)
-        return cls(saga_id, _aead(raw)), raw
+        return cls(saga_id, _aead(raw), raw), raw
 
     @classmethod
     def of(cls, saga_id: str, raw: bytes) -> DataKey:
         """The key whose raw 32 bytes are ``raw`` (as unwrapped)."""
-        return cls(saga_id, _aead(raw))
+        return cls(saga_id, _aead(raw), raw)
+
+    @property
+    def material(self) -> bytes:
+        """The raw key, for the compiled sealer in this process (it never leaves it)."""
+        return self._raw
 
     def seal(self, seq: int, field_name: str, plaintext: bytes) -> bytes:
         """``plaintext`` sealed for (this saga, ``seq``, ``field_name``).

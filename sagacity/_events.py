@@ -270,6 +270,29 @@ class JournalEntry(EntryDraft):
         _SET_HASH(entry, hash)
         return entry
 
+    @classmethod
+    def _linked_committed(
+        cls,
+        draft: EntryDraft,
+        *,
+        seq: int,
+        prev_hash: str,
+        hash: str,
+        salts: Mapping[str, str],
+        commitments: Mapping[str, str],
+    ) -> JournalEntry:
+        """A form-1 ``draft`` placed at ``seq`` in form 2 with the ``salts`` and
+        ``commitments`` a writer made for it (each sorted by name), without validating again.
+
+        For the compiled sealed writer only (``schemas._codec.link_encoded_sealed``): it drew
+        the salts and made the commitments itself, as :func:`sagacity.chain.committing` does.
+        """
+        entry = cls._linked(draft, seq=seq, prev_hash=prev_hash, hash=hash)
+        _SET_FORM(entry, 2)
+        _SET_SALTS(entry, MappingProxyType(dict(salts)))
+        _SET_COMMITMENTS(entry, MappingProxyType(dict(commitments)))
+        return entry
+
     @property
     def ref_seq(self) -> int | None:
         """The seq this entry refers to (a decision's request, an outcome's intent), if any."""
@@ -356,3 +379,6 @@ _SET_ATTRIBUTES = vars(EntryDraft)["attributes"].__set__
 _SET_SEQ = vars(JournalEntry)["seq"].__set__
 _SET_PREV_HASH = vars(JournalEntry)["prev_hash"].__set__
 _SET_HASH = vars(JournalEntry)["hash"].__set__
+_SET_FORM = vars(EntryDraft)["form"].__set__
+_SET_SALTS = vars(EntryDraft)["salts"].__set__
+_SET_COMMITMENTS = vars(EntryDraft)["commitments"].__set__

@@ -207,6 +207,15 @@ class KeyService:
         """
         self._key(saga_id, create=True)
 
+    def material(self, saga_id: str) -> bytes:
+        """The saga's raw data key (created on first use), for the compiled sealer of this
+        process (``schemas._codec.link_encoded_sealed``): it seals as :meth:`seal` does.
+
+        Raises:
+            as :meth:`seal`.
+        """
+        return self._key(saga_id, create=True).material
+
     def open(self, saga_id: str, seq: int, field_name: str, sealed: bytes) -> bytes:
         """The plaintext of a field sealed for (``saga_id``, ``seq``, ``field_name``).
 

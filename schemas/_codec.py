@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from sagacity._events import DATA_ATTRIBUTES, EntryDraft, JournalEntry, event_type_of
 from sagacity._native import native
-from sagacity.chain import SALT_BYTES, canonical_bytes, canonical_layout, link
+from sagacity.chain import SALT_BYTES, canonical_bytes, canonical_layout, committing, link
 from sagacity.errors import SagaErasedError, SerializationError
 
 MAGIC = b"\xc3\x01"
@@ -289,6 +290,8 @@ class FieldSealer(Protocol):
 
     def prepare(self, saga_id: str) -> None: ...
 
+    def material(self, saga_id: str) -> bytes: ...
+
     def seal(self, saga_id: str, seq: int, field_name: str, plaintext: bytes) -> bytes: ...
 
     def open(self, saga_id: str, seq: int, field_name: str, sealed: bytes) -> bytes: ...
@@ -533,6 +536,11 @@ def _load_native() -> Callable[..., tuple[str, bytes] | None] | None:
 
 
 _native_link_encode = _load_native()
+_SealLinkEncode = Callable[..., tuple[str, bytes, dict[str, str], dict[str, str]] | None]
+_native_seal_link_encode: _SealLinkEncode | None = native("seal_link_encode")
+_SEAL_DRAW = (SALT_BYTES + 12) * (3 + len(DATA_ATTRIBUTES))
+"""Random bytes for the compiled sealer: a salt and a nonce for each data field an entry can
+have (payload, result, error and the data attributes)."""
 NATIVE = _native_link_encode is not None
 """Whether :func:`link_encoded` runs compiled (docs/adr/0013-compiled-hot-path.md)."""
 
@@ -597,6 +605,62 @@ def link_encoded(draft: EntryDraft, *, seq: int, prev_hash: str) -> tuple[Journa
             entry = JournalEntry._linked(draft, seq=seq, prev_hash=prev_hash, hash=digest)
             return entry, value
     return _link_encoded_python(draft, seq=seq, prev_hash=prev_hash, prev=prev)
+
+
+def link_encoded_sealed(
+    draft: EntryDraft, *, seq: int, prev_hash: str, keys: FieldSealer
+) -> tuple[JournalEntry, bytes]:
+    """A form-1 ``draft`` committed to (fresh salts), linked in form 2 and encoded with its
+    openings sealed under the saga's data key, in one pass: the sealed journal's hot path.
+
+    What ``link_encoded(committing(draft), ...)`` then :func:`encode_sealed` give, for the
+    salts and nonces drawn (tests open it with the key service and compare); the compiled
+    module does it where installed, anything it does not take falls back to those functions,
+    which raise the errors below.
+
+    Raises:
+        SerializationError: as :func:`link_encoded`, or ``draft`` is already in form 2.
+        EncryptionError / PersistenceError: from ``keys`` (a saga erased, the store down).
+    """
+    native = _native_seal_link_encode
+    if native is not None and draft.form == 1 and _direct_encoding():
+        try:
+            prev = bytes.fromhex(prev_hash)
+        except (ValueError, TypeError):
+            prev = b""
+        try:
+            out = native(
+                _native_header(),
+                prev,
+                prev_hash,
+                seq,
+                draft.saga_id,
+                draft.event_type.value,
+                draft.tool,
+                draft.payload,
+                draft.result,
+                draft.error,
+                draft.actor,
+                draft.recorded_at_us,
+                draft.attributes,
+                keys.material(draft.saga_id),
+                os.urandom(_SEAL_DRAW),
+            )
+        except (OverflowError, TypeError, ValueError):
+            out = None  # the Python path below says what is wrong
+        if out is not None:
+            digest, value, salts, commitments = out
+            entry = JournalEntry._linked_committed(
+                draft,
+                seq=seq,
+                prev_hash=prev_hash,
+                hash=digest,
+                salts=salts,
+                commitments=commitments,
+            )
+            return entry, value
+    entry, _ = link_encoded(committing(draft), seq=seq, prev_hash=prev_hash)
+    return entry, encode_sealed(entry, keys)
 
 
 def _link_encoded_python(

@@ -19,25 +19,26 @@ use std::collections::BTreeMap;
 
 mod audit;
 mod ingest;
+mod seal;
 mod verify;
 
 const CANONICAL_MAGIC: &[u8] = b"SGC1";
 /// Form 2 (docs/adr/0019-erasure.md §1): the data fields committed to, not hashed in clear.
 const CANONICAL_MAGIC_V2: &[u8] = b"SGC2";
 const COMMITMENT_MAGIC: &[u8] = b"SGK1";
-const DATA_FIELDS: [&str; 3] = ["payload", "result", "error"];
-const DATA_ATTRIBUTES: [&str; 2] = ["note", "undo_arguments"];
+pub(crate) const DATA_FIELDS: [&str; 3] = ["payload", "result", "error"];
+pub(crate) const DATA_ATTRIBUTES: [&str; 2] = ["note", "undo_arguments"];
 /// `form` 1, empty `commitments`, `salts` and `sealed` maps: the Avro end of a form-1 event.
 pub(crate) const FORM_1_TAIL: [u8; 4] = [2, 0, 0, 0];
 const CANONICAL_NULL: [u8; 4] = [0xff; 4];
-const HEX: &[u8; 16] = b"0123456789abcdef";
+pub(crate) const HEX: &[u8; 16] = b"0123456789abcdef";
 
 fn fits(data: &[u8]) -> bool {
     // F(bytes) needs len < 2^32 - 1 (0xFFFFFFFF is the null marker).
     data.len() < u32::MAX as usize
 }
 
-fn field(out: &mut Vec<u8>, data: &[u8]) {
+pub(crate) fn field(out: &mut Vec<u8>, data: &[u8]) {
     out.extend_from_slice(&(data.len() as u32).to_be_bytes());
     out.extend_from_slice(data);
 }
@@ -55,7 +56,7 @@ fn int_field(out: &mut Vec<u8>, value: i64) {
 }
 
 /// Avro `long`: zig-zag, then little-endian base-128 groups.
-fn avro_long(out: &mut Vec<u8>, value: i64) {
+pub(crate) fn avro_long(out: &mut Vec<u8>, value: i64) {
     let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
     while zigzag > 0x7f {
         out.push(((zigzag & 0x7f) | 0x80) as u8);
@@ -64,12 +65,12 @@ fn avro_long(out: &mut Vec<u8>, value: i64) {
     out.push(zigzag as u8);
 }
 
-fn avro_bytes(out: &mut Vec<u8>, data: &[u8]) {
+pub(crate) fn avro_bytes(out: &mut Vec<u8>, data: &[u8]) {
     avro_long(out, data.len() as i64);
     out.extend_from_slice(data);
 }
 
-fn avro_optional(out: &mut Vec<u8>, data: Option<&[u8]>) {
+pub(crate) fn avro_optional(out: &mut Vec<u8>, data: Option<&[u8]>) {
     match data {
         None => out.push(0),
         Some(d) => {
@@ -98,7 +99,7 @@ fn unhex(text: &str) -> Option<[u8; 32]> {
 }
 
 /// `K(name, value)` = SHA-256("SGK1" || F(name) || F(salt) || F(utf8(value))).
-fn commitment(name: &[u8], salt: &[u8; 32], value: &[u8]) -> [u8; 32] {
+pub(crate) fn commitment(name: &[u8], salt: &[u8; 32], value: &[u8]) -> [u8; 32] {
     let mut preimage = Vec::with_capacity(48 + name.len() + value.len());
     preimage.extend_from_slice(COMMITMENT_MAGIC);
     field(&mut preimage, name);
@@ -134,7 +135,7 @@ fn committed(
     }
 }
 
-fn avro_hex_map(out: &mut Vec<u8>, map: &BTreeMap<String, String>) {
+pub(crate) fn avro_hex_map(out: &mut Vec<u8>, map: &BTreeMap<String, String>) {
     if !map.is_empty() {
         avro_long(out, map.len() as i64);
         for (k, v) in map {
@@ -145,7 +146,56 @@ fn avro_hex_map(out: &mut Vec<u8>, map: &BTreeMap<String, String>) {
     out.push(0);
 }
 
-fn text<'a>(value: &'a Option<Bound<'_, PyString>>) -> PyResult<Option<&'a [u8]>> {
+/// A draft's attributes (a mapping sorted by key) as its items.
+pub(crate) fn attribute_items<'py>(
+    attributes: &Bound<'py, PyAny>,
+) -> PyResult<Vec<(Bound<'py, PyString>, Bound<'py, PyString>)>> {
+    let mut items = Vec::new();
+    if attributes.len()? > 0 {
+        for item in attributes.call_method0("items")?.try_iter()? {
+            items.push(item?.extract()?);
+        }
+    }
+    Ok(items)
+}
+
+pub(crate) fn as_pairs<'a>(
+    items: &'a [(Bound<'_, PyString>, Bound<'_, PyString>)],
+) -> PyResult<Vec<(&'a [u8], &'a [u8])>> {
+    let mut pairs = Vec::with_capacity(items.len());
+    for (k, v) in items {
+        pairs.push((k.to_str()?.as_bytes(), v.to_str()?.as_bytes()));
+    }
+    Ok(pairs)
+}
+
+/// The text rules and the seq's range (docs/adr/0002-hash-chain.md), and every field fitting
+/// the canonical form: what the Python path refuses is handed back to it, never hashed here
+/// (tests/vectors/negative-v1.json).
+pub(crate) fn acceptable(
+    seq: i64,
+    saga: &[u8],
+    kind: &[u8],
+    texts: &[Option<&[u8]>; 5],
+    pairs: &[(&[u8], &[u8])],
+) -> bool {
+    let no_nul = |d: &[u8]| !d.contains(&0);
+    let valid = seq >= 1
+        && !saga.is_empty()
+        && !kind.is_empty()
+        && no_nul(saga)
+        && no_nul(kind)
+        && texts.iter().all(|t| t.is_none_or(no_nul))
+        && pairs.iter().all(|(k, v)| no_nul(k) && no_nul(v));
+    valid
+        && fits(saga)
+        && fits(kind)
+        && texts.iter().all(|t| t.is_none_or(fits))
+        && pairs.iter().all(|(k, v)| fits(k) && fits(v))
+        && pairs.len() < u32::MAX as usize
+}
+
+pub(crate) fn text<'a>(value: &'a Option<Bound<'_, PyString>>) -> PyResult<Option<&'a [u8]>> {
     match value {
         None => Ok(None),
         Some(s) => Ok(Some(s.to_str()?.as_bytes())),
@@ -248,33 +298,9 @@ fn link_encode<'py>(
         text(&error)?,
         text(&actor)?,
     ];
-    let mut items: Vec<(Bound<'py, PyString>, Bound<'py, PyString>)> = Vec::new();
-    if attributes.len()? > 0 {
-        for item in attributes.call_method0("items")?.try_iter()? {
-            items.push(item?.extract()?);
-        }
-    }
-    let mut pairs: Vec<(&[u8], &[u8])> = Vec::with_capacity(items.len());
-    for (k, v) in &items {
-        pairs.push((k.to_str()?.as_bytes(), v.to_str()?.as_bytes()));
-    }
-    // The text rules and the seq's range (docs/adr/0002-hash-chain.md): what the Python path
-    // refuses is handed back to it, never hashed here (tests/vectors/negative-v1.json).
-    let no_nul = |d: &[u8]| !d.contains(&0);
-    let valid = seq >= 1
-        && !saga.is_empty()
-        && !kind.is_empty()
-        && no_nul(saga)
-        && no_nul(kind)
-        && texts.iter().all(|t| t.is_none_or(no_nul))
-        && pairs.iter().all(|(k, v)| no_nul(k) && no_nul(v));
-    let all_fit = valid
-        && fits(saga)
-        && fits(kind)
-        && texts.iter().all(|t| t.is_none_or(fits))
-        && pairs.iter().all(|(k, v)| fits(k) && fits(v))
-        && pairs.len() < u32::MAX as usize;
-    if !all_fit || prev.len() != 32 {
+    let items = attribute_items(&attributes)?;
+    let pairs = as_pairs(&items)?;
+    if !acceptable(seq, saga, kind, &texts, &pairs) || prev.len() != 32 {
         return Ok(None);
     }
     // Form 2: the data fields and data attributes as hashed (their commitments).
@@ -425,6 +451,7 @@ fn leaf_hash<'py>(
 #[pymodule]
 fn sagacity_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(link_encode, m)?)?;
+    m.add_function(wrap_pyfunction!(seal::seal_link_encode, m)?)?;
     m.add_function(wrap_pyfunction!(ingest::archive_row, m)?)?;
     m.add_function(wrap_pyfunction!(leaf_hash, m)?)?;
     m.add_class::<verify::CopyChainVerifier>()?;

@@ -144,3 +144,100 @@ def test_the_direct_sealed_encoding_is_fastavros_byte_for_byte(
     generic = [encode_sealed(e, sealer) for e in chain]
     assert direct == generic
     assert [decode_entry(v, keys=sealer) for v in direct] == chain
+
+
+_DRAFTS = [
+    EntryDraft(saga_id="s-1", event_type=EventType.INTENT, tool="mail", payload=""),
+    EntryDraft(
+        saga_id="é✓𝄞",
+        event_type=EventType.EXECUTED,
+        tool="mail",
+        result=f"sent {MARKER}" * 50,
+        actor="agent-7",
+        attributes={"ref_seq": "2", "undo_arguments": f'{{"id":"{MARKER}"}}', "writer": "w"},
+    ),
+    EntryDraft(
+        saga_id="s-1",
+        event_type=EventType.COMPENSATION_FAILED,
+        error=MARKER,
+        attributes={"note": MARKER, "undo_arguments": "{}", "a": "b"},
+    ),
+    EntryDraft(saga_id="s-1", event_type=EventType.SAGA_ENDED),  # nothing to seal
+]
+
+
+@pytest.fixture(params=["python", "compiled"])
+def sealer_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Which writer ``link_encoded_sealed`` uses; the list records, for the compiled one,
+    whether it took each call (it must: a decline would test the Python path twice)."""
+    from sagacity.schemas import _codec
+
+    taken: list[bool] = []
+    compiled = _codec._native_seal_link_encode
+    if request.param == "python":
+        monkeypatch.setattr(_codec, "_native_seal_link_encode", None)
+        return taken
+    if compiled is None:
+        pytest.skip("the compiled module is not installed (the build test says whether it must)")
+
+    def counting(*args: object) -> object:
+        out = compiled(*args)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(_codec, "_native_seal_link_encode", counting)
+    return taken
+
+
+@pytest.mark.parametrize("draft", _DRAFTS)
+def test_the_one_pass_sealed_writer_is_committing_link_and_encode_sealed(
+    draft: EntryDraft, keys: KeyService, sealer_path: list[bool]
+) -> None:
+    from sagacity.schemas._codec import link_encoded_sealed
+
+    prev = "ab" * 32
+    entry, value = link_encoded_sealed(draft, seq=7, prev_hash=prev, keys=keys)
+    assert sealer_path in ([], [True])
+    # The entry is the one the Python writers make with the same salts ...
+    same = link(
+        committing(draft, salt=lambda n: bytes.fromhex(entry.salts[n])), seq=7, prev_hash=prev
+    )
+    assert entry == same
+    assert entry.hash == same.hash
+    # ... the value carries it sealed (nothing of the data in clear), opening back exactly ...
+    assert MARKER.encode() not in value
+    assert decode_entry(value, keys=keys) == entry
+    # ... and the record is encode_sealed's for that entry, but for the fresh nonces.
+    ours, theirs = decode_record(value), decode_record(encode_sealed(entry, keys))
+    assert sorted(ours.pop("sealed")) == sorted(theirs.pop("sealed"))
+    assert ours == theirs
+
+
+def test_a_field_the_one_pass_writer_sealed_opens_only_in_its_place(
+    keys: KeyService, sealer_path: list[bool]
+) -> None:
+    from sagacity.schemas._codec import link_encoded_sealed
+
+    entry, value = link_encoded_sealed(_DRAFTS[1], seq=3, prev_hash=GENESIS_HASH, keys=keys)
+    sealed = decode_record(value)["sealed"]["result"]
+    opening = keys.open(entry.saga_id, 3, "result", sealed)
+    assert opening[32:].decode() == entry.result
+    with pytest.raises(CiphertextAuthenticationError, match="authentication failed"):
+        keys.open(entry.saga_id, 4, "result", sealed)
+    with pytest.raises(CiphertextAuthenticationError, match="authentication failed"):
+        keys.open(entry.saga_id, 3, "payload", sealed)
+
+
+def test_the_one_pass_sealed_writer_refuses_what_the_chain_refuses(
+    keys: KeyService, sealer_path: list[bool]
+) -> None:
+    from sagacity.schemas._codec import link_encoded_sealed
+
+    draft = EntryDraft(saga_id="s-1", event_type=EventType.INTENT, payload="{}")
+    with pytest.raises(SerializationError, match="seq"):
+        link_encoded_sealed(draft, seq=0, prev_hash=GENESIS_HASH, keys=keys)
+    with pytest.raises(SerializationError, match="hash"):
+        link_encoded_sealed(draft, seq=1, prev_hash="zz", keys=keys)
+    with pytest.raises(SerializationError, match="form 2"):
+        link_encoded_sealed(committing(draft), seq=1, prev_hash=GENESIS_HASH, keys=keys)
+    assert True not in sealer_path  # each was handed back to the Python path, which says why

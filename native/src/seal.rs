@@ -1,0 +1,266 @@
+//! The sealed journal's hot path: link one event in chain form 2 and Avro-encode it with its
+//! data fields' openings sealed under the saga's data key, in one pass
+//! (docs/adr/0019-erasure.md §1 and §3).  `sagacity.schemas._codec.link_encoded_sealed` calls
+//! it when it is installed; what it writes is what `committing`, `link` and `encode_sealed`
+//! write for the same salts and nonces (tests open it with the key service and compare), and
+//! anything it cannot take it hands back to that Python path, which raises the documented error.
+
+use aes_gcm::aead::{Aead, KeyInit, Payload};
+use aes_gcm::{Aes256Gcm, Nonce};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyString};
+
+use crate::{
+    acceptable, as_pairs, attribute_items, avro_bytes, avro_long, avro_optional, canonical_hex,
+    commitment, field, text, DATA_ATTRIBUTES, DATA_FIELDS, HEX,
+};
+
+/// A sealed field's magic (`sagacity._envelope.SEALED_MAGIC`), also the start of its
+/// associated data.
+const SEALED_MAGIC: &[u8] = b"SGE1";
+const SALT_BYTES: usize = 32;
+const NONCE_BYTES: usize = 12;
+/// Random bytes one data field takes from `random`: its salt, then its nonce.
+const DRAW: usize = SALT_BYTES + NONCE_BYTES;
+
+fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(2 * bytes.len());
+    for b in bytes {
+        out.push(HEX[(b >> 4) as usize] as char);
+        out.push(HEX[(b & 0x0f) as usize] as char);
+    }
+    out
+}
+
+/// `"SGE1" || nonce || AES-256-GCM(opening)`, the associated data binding it to its place:
+/// `"SGE1" || F(saga_id) || F(int64_be(seq)) || F(field)` (`sagacity._envelope.seal_ad`).
+fn seal_field(
+    cipher: &Aes256Gcm,
+    nonce: &[u8],
+    saga: &[u8],
+    seq: i64,
+    name: &[u8],
+    opening: &[u8],
+) -> Option<Vec<u8>> {
+    let mut ad = Vec::with_capacity(28 + saga.len() + name.len());
+    ad.extend_from_slice(SEALED_MAGIC);
+    field(&mut ad, saga);
+    field(&mut ad, &seq.to_be_bytes());
+    field(&mut ad, name);
+    let body = cipher
+        .encrypt(
+            Nonce::from_slice(nonce),
+            Payload {
+                msg: opening,
+                aad: &ad,
+            },
+        )
+        .ok()?;
+    let mut out = Vec::with_capacity(SEALED_MAGIC.len() + NONCE_BYTES + body.len());
+    out.extend_from_slice(SEALED_MAGIC);
+    out.extend_from_slice(nonce);
+    out.extend_from_slice(&body);
+    Some(out)
+}
+
+/// What `seal_link_encode` gives back: the hash, the message value, the salts and the
+/// commitments.
+type Sealed<'py> = (
+    Bound<'py, PyString>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyDict>,
+    Bound<'py, PyDict>,
+);
+
+/// One data field, committed to and sealed.
+struct Opened<'a> {
+    name: &'a [u8],
+    salt: [u8; SALT_BYTES],
+    commitment: [u8; 32],
+    sealed: Vec<u8>,
+}
+
+/// `value` of data field `name` with the salt and nonce of `draw` (`None`: too few random
+/// bytes were given).
+fn commit<'a>(
+    cipher: &Aes256Gcm,
+    draw: Option<&[u8]>,
+    saga: &[u8],
+    seq: i64,
+    name: &'a [u8],
+    value: &[u8],
+) -> Option<Opened<'a>> {
+    let (salt, nonce) = draw?.split_at(SALT_BYTES);
+    let salt: [u8; SALT_BYTES] = salt.try_into().ok()?;
+    let mut opening = Vec::with_capacity(SALT_BYTES + value.len());
+    opening.extend_from_slice(&salt);
+    opening.extend_from_slice(value);
+    Some(Opened {
+        name,
+        salt,
+        commitment: commitment(name, &salt, value),
+        sealed: seal_field(cipher, nonce, saga, seq, name, &opening)?,
+    })
+}
+
+/// Link, commit, seal and encode one form-1 draft as a sealed form-2 event.
+///
+/// `key`: the saga's 32-byte data key; `random`: bytes from the system's generator, 44 for
+/// each data field present (its salt, then its nonce), used in the order payload, result,
+/// error, then the data attributes by key.  The other arguments are `link_encode`'s.  Returns
+/// `(hash as lowercase hex, message value, salts, commitments)` (the two maps hex by field
+/// name), or `None` for anything the Python path must judge (a text rule broken, a field too
+/// long, a key not 32 bytes, too few random bytes).
+#[pyfunction]
+#[pyo3(signature = (header, prev, prev_hash, seq, saga, kind, tool, payload, result, error, actor, recorded_at_us, attributes, key, random))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn seal_link_encode<'py>(
+    py: Python<'py>,
+    header: &[u8],
+    prev: &[u8],
+    prev_hash: Bound<'py, PyString>,
+    seq: Bound<'py, PyAny>,
+    saga: Bound<'py, PyString>,
+    kind: Bound<'py, PyString>,
+    tool: Option<Bound<'py, PyString>>,
+    payload: Option<Bound<'py, PyString>>,
+    result: Option<Bound<'py, PyString>>,
+    error: Option<Bound<'py, PyString>>,
+    actor: Option<Bound<'py, PyString>>,
+    recorded_at_us: i64,
+    attributes: Bound<'py, PyAny>,
+    key: &[u8],
+    random: &[u8],
+) -> PyResult<Option<Sealed<'py>>> {
+    if seq.is_instance_of::<PyBool>() {
+        return Ok(None);
+    }
+    let seq: i64 = seq.extract()?;
+    let saga = saga.to_str()?.as_bytes();
+    let kind = kind.to_str()?.as_bytes();
+    let texts = [
+        text(&tool)?,
+        text(&payload)?,
+        text(&result)?,
+        text(&error)?,
+        text(&actor)?,
+    ];
+    let items = attribute_items(&attributes)?;
+    let pairs = as_pairs(&items)?;
+    if !acceptable(seq, saga, kind, &texts, &pairs) || prev.len() != 32 {
+        return Ok(None);
+    }
+    let Ok(cipher) = Aes256Gcm::new_from_slice(key) else {
+        return Ok(None);
+    };
+
+    // Each data field present, in order: a salt and nonce drawn, its commitment made, its
+    // opening (salt, then value) sealed.
+    let mut draws = random.chunks_exact(DRAW);
+    let mut opened: Vec<Opened> = Vec::new();
+    let mut data: [Option<[u8; 32]>; 3] = [None; 3];
+    for (i, name) in DATA_FIELDS.iter().enumerate() {
+        if let Some(value) = texts[i + 1] {
+            let Some(one) = commit(&cipher, draws.next(), saga, seq, name.as_bytes(), value) else {
+                return Ok(None);
+            };
+            data[i] = Some(one.commitment);
+            opened.push(one);
+        }
+    }
+    // The attributes are sorted by key, so the hashed pairs (a data attribute as its
+    // commitment) are too; the clear ones travel in `attributes`, the data ones sealed.
+    let mut hashed: Vec<(&[u8], Vec<u8>)> = Vec::with_capacity(pairs.len());
+    let mut clear: Vec<(&[u8], &[u8])> = Vec::with_capacity(pairs.len());
+    for (k, v) in &pairs {
+        if DATA_ATTRIBUTES.iter().any(|d| d.as_bytes() == *k) {
+            let Some(one) = commit(&cipher, draws.next(), saga, seq, k, v) else {
+                return Ok(None);
+            };
+            hashed.push((k, one.commitment.to_vec()));
+            opened.push(one);
+        } else {
+            hashed.push((k, v.to_vec()));
+            clear.push((k, v));
+        }
+    }
+
+    let body: usize = saga.len()
+        + kind.len()
+        + texts[0].map_or(0, |d| d.len())
+        + texts[4].map_or(0, |d| d.len())
+        + hashed.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+    let hashed_pairs: Vec<(&[u8], &[u8])> = hashed.iter().map(|(k, v)| (*k, &v[..])).collect();
+    let digest = canonical_hex(
+        2,
+        prev,
+        saga,
+        seq,
+        kind,
+        [
+            texts[0],
+            data[0].as_ref().map(|d| &d[..]),
+            data[1].as_ref().map(|d| &d[..]),
+            data[2].as_ref().map(|d| &d[..]),
+            texts[4],
+        ],
+        recorded_at_us,
+        &hashed_pairs,
+        96 + body + 40 * hashed_pairs.len() + 100,
+    );
+
+    let sealed_size: usize = opened
+        .iter()
+        .map(|o| o.name.len() + o.sealed.len() + 80)
+        .sum();
+    let mut value = Vec::with_capacity(header.len() + 400 + body + sealed_size);
+    value.extend_from_slice(header);
+    avro_bytes(&mut value, saga);
+    avro_long(&mut value, seq);
+    avro_bytes(&mut value, kind);
+    avro_optional(&mut value, texts[0]);
+    value.extend_from_slice(&[0, 0, 0]); // payload, result and error travel sealed
+    avro_optional(&mut value, texts[4]);
+    avro_long(&mut value, recorded_at_us);
+    if !clear.is_empty() {
+        avro_long(&mut value, clear.len() as i64);
+        for (k, v) in &clear {
+            avro_bytes(&mut value, k);
+            avro_bytes(&mut value, v);
+        }
+    }
+    value.push(0);
+    avro_bytes(&mut value, prev_hash.to_str()?.as_bytes());
+    avro_bytes(&mut value, &digest);
+    avro_long(&mut value, 2);
+    // The commitments, sorted by name as the Python writer sorts them.
+    let mut by_name: Vec<&Opened> = opened.iter().collect();
+    by_name.sort_by(|a, b| a.name.cmp(b.name));
+    if !by_name.is_empty() {
+        avro_long(&mut value, by_name.len() as i64);
+        for one in &by_name {
+            avro_bytes(&mut value, one.name);
+            avro_bytes(&mut value, hex(&one.commitment).as_bytes());
+        }
+    }
+    value.push(0);
+    value.push(0); // no salts: they travel inside the sealed openings
+    if !opened.is_empty() {
+        avro_long(&mut value, opened.len() as i64);
+        for one in &opened {
+            avro_bytes(&mut value, one.name);
+            avro_bytes(&mut value, &one.sealed);
+        }
+    }
+    value.push(0);
+
+    let salts = PyDict::new(py);
+    let commitments = PyDict::new(py);
+    for one in &by_name {
+        let name = std::str::from_utf8(one.name).expect("a Python str is UTF-8");
+        salts.set_item(name, hex(&one.salt))?;
+        commitments.set_item(name, hex(&one.commitment))?;
+    }
+    let hash = PyString::new(py, std::str::from_utf8(&digest).expect("hex is ASCII"));
+    Ok(Some((hash, PyBytes::new(py, &value), salts, commitments)))
+}
