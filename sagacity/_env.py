@@ -245,22 +245,16 @@ def key_service_from_env(environ: Mapping[str, str] | None = None) -> KeyService
     value = env.get(KEK_SETTING, "").strip()
     if not value:
         return None
-    ring = KeyRing.from_setting(value)
+    KeyRing.from_setting(value)  # a bad file is named before a missing database
     url = env.get("SAGACITY_DATABASE_URL", "").strip()
     if not url:
         raise ConfigurationError(
             f"{KEK_SETTING} is set: SAGACITY_DATABASE_URL must name the database holding the "
             "data keys"
         )
-    from sagacity.keystore_postgres import PostgresKeyStore  # the Postgres driver, only here
+    from sagacity.keystore_postgres import key_service_from_env as keyed  # the driver, only here
 
-    service = KeyService(PostgresKeyStore(url), ring)
-    try:
-        service.check()
-    except BaseException:
-        service.close()
-        raise
-    return service
+    return keyed(url, {KEK_SETTING: value})
 
 
 def kafka_journal(
