@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -538,9 +537,6 @@ def _load_native() -> Callable[..., tuple[str, bytes] | None] | None:
 _native_link_encode = _load_native()
 _SealLinkEncode = Callable[..., tuple[str, bytes, dict[str, str], dict[str, str]] | None]
 _native_seal_link_encode: _SealLinkEncode | None = native("seal_link_encode")
-_SEAL_DRAW = (SALT_BYTES + 12) * (3 + len(DATA_ATTRIBUTES))
-"""Random bytes for the compiled sealer: a salt and a nonce for each data field an entry can
-have (payload, result, error and the data attributes)."""
 NATIVE = _native_link_encode is not None
 """Whether :func:`link_encoded` runs compiled (docs/adr/0013-compiled-hot-path.md)."""
 
@@ -644,7 +640,6 @@ def link_encoded_sealed(
                 draft.recorded_at_us,
                 draft.attributes,
                 keys.material(draft.saga_id),
-                os.urandom(_SEAL_DRAW),
             )
         except (OverflowError, TypeError, ValueError):
             out = None  # the Python path below says what is wrong

@@ -105,14 +105,14 @@ fn commit<'a>(
 
 /// Link, commit, seal and encode one form-1 draft as a sealed form-2 event.
 ///
-/// `key`: the saga's 32-byte data key; `random`: bytes from the system's generator, 44 for
-/// each data field present (its salt, then its nonce), used in the order payload, result,
-/// error, then the data attributes by key.  The other arguments are `link_encode`'s.  Returns
+/// `key`: the saga's 32-byte data key.  Each data field present (payload, result, error, then
+/// the data attributes by key) gets a salt and a nonce from the system's generator, drawn in
+/// one call without releasing the GIL.  The other arguments are `link_encode`'s.  Returns
 /// `(hash as lowercase hex, message value, salts, commitments)` (the two maps hex by field
 /// name), or `None` for anything the Python path must judge (a text rule broken, a field too
-/// long, a key not 32 bytes, too few random bytes).
+/// long, a key not 32 bytes).  The system's generator failing is an `OSError`.
 #[pyfunction]
-#[pyo3(signature = (header, prev, prev_hash, seq, saga, kind, tool, payload, result, error, actor, recorded_at_us, attributes, key, random))]
+#[pyo3(signature = (header, prev, prev_hash, seq, saga, kind, tool, payload, result, error, actor, recorded_at_us, attributes, key))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn seal_link_encode<'py>(
     py: Python<'py>,
@@ -130,7 +130,6 @@ pub(crate) fn seal_link_encode<'py>(
     recorded_at_us: i64,
     attributes: Bound<'py, PyAny>,
     key: &[u8],
-    random: &[u8],
 ) -> PyResult<Option<Sealed<'py>>> {
     if seq.is_instance_of::<PyBool>() {
         return Ok(None);
@@ -156,6 +155,19 @@ pub(crate) fn seal_link_encode<'py>(
 
     // Each data field present, in order: a salt and nonce drawn, its commitment made, its
     // opening (salt, then value) sealed.
+    let fields = DATA_FIELDS
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| texts[i + 1].is_some())
+        .count()
+        + pairs
+            .iter()
+            .filter(|(k, _)| DATA_ATTRIBUTES.iter().any(|d| d.as_bytes() == *k))
+            .count();
+    let mut random = vec![0u8; DRAW * fields];
+    getrandom::fill(&mut random).map_err(|e| {
+        pyo3::exceptions::PyOSError::new_err(format!("the system's generator: {e}"))
+    })?;
     let mut draws = random.chunks_exact(DRAW);
     let mut opened: Vec<Opened> = Vec::new();
     let mut data: [Option<[u8; 32]>; 3] = [None; 3];
