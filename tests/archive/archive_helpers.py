@@ -8,7 +8,7 @@ from collections.abc import Callable
 import psycopg
 
 from sagacity._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
-from sagacity.chain import link
+from sagacity.chain import committing, link
 from sagacity.consumers.archive import RawEvent
 from sagacity.schemas import decode_entry, encode_entry
 
@@ -17,9 +17,10 @@ BASE_US = 1_773_576_000_000_000
 
 
 def make_chain(
-    saga_id: str, n: int, *, start_us: int = BASE_US, step_us: int = 1_000
+    saga_id: str, n: int, *, start_us: int = BASE_US, step_us: int = 1_000, form: int = 1
 ) -> list[JournalEntry]:
-    """A valid chain of ``n`` entries for ``saga_id``."""
+    """A valid chain of ``n`` entries for ``saga_id``, in chain ``form`` 1 or 2 (salted
+    commitments to the data, docs/adr/0019-erasure.md)."""
     out: list[JournalEntry] = []
     prev = GENESIS_HASH
     for seq in range(1, n + 1):
@@ -42,7 +43,7 @@ def make_chain(
             attributes={} if seq < 3 else {"ref_seq": str(seq - 1)},
             recorded_at_us=start_us + seq * step_us,
         )
-        entry = link(draft, seq=seq, prev_hash=prev)
+        entry = link(committing(draft) if form == 2 else draft, seq=seq, prev_hash=prev)
         out.append(entry)
         prev = entry.hash
     return out
