@@ -123,6 +123,20 @@ def erase_in_archive(
     )
 
 
+def archived_count(conn: psycopg.Connection[Any], saga_id: str) -> int:
+    """The saga's rows in the archive.
+
+    Raises:
+        ArchiveSchemaError: the connection reaches no archive.
+    """
+    check_schema(conn)
+    with mapped_errors("count a saga's archived events"):
+        row = conn.execute(
+            "SELECT count(*) FROM side_effect_journal WHERE saga_id = %s", (saga_id,)
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def erasure_records(
     conn: psycopg.Connection[Any], saga_id: str | None = None
 ) -> list[ErasureRecord]:
