@@ -304,6 +304,20 @@ def test_erase_leaves_the_marker_nowhere_and_the_saga_verifiable(
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "erased (verified by their commitments" in checked.stdout
     assert "seq 2: note, payload" in checked.stdout
+    # replay reads the topic (sealed, its key gone) and finds it agrees with the archive.
+    code, out = stack.cli(
+        "replay",
+        "--database-url",
+        stack.dsn,
+        "--bootstrap-servers",
+        stack.bootstrap,
+        "--topic",
+        stack.topic,
+        "--saga",
+        SAGA,
+    )
+    assert code == 0, out
+    assert MARKER not in out
     # Again: nothing left to erase, nothing appended.
     code, out = stack.cli("erase", "--saga", SAGA, "--reason", "art. 17", "--apply")
     assert code == 0, out
@@ -329,3 +343,39 @@ def test_a_crash_after_the_key_was_destroyed_is_completed_by_a_second_run(stack:
     code, out = stack.cli("verify", "--database-url", stack.dsn)
     assert code == 0, out
     assert "erasure_unrecorded" not in out
+
+
+def test_a_form_one_saga_is_refused_and_nothing_changes(stack: Stack) -> None:
+    journal = KafkaJournal(stack.bootstrap, topic=stack.topic)  # no keys: chain form 1
+    try:
+        journal.append(EntryDraft(saga_id="clear", event_type=EventType.SAGA_OPENED))
+        journal.append(
+            EntryDraft(saga_id="clear", event_type=EventType.SAGA_ENDED, result="COMPLETED")
+        )
+    finally:
+        journal.close()
+    stack.archive_topic()
+    before = _dump(stack.dsn)
+    code, out = stack.cli("erase", "--saga", "clear", "--reason", "r", "--apply")
+    assert code == 1, out
+    assert "chain form 1" in out
+    assert "nothing was changed" in out
+    assert _dump(stack.dsn) == before
+
+
+def test_without_the_kek_a_sealed_saga_cannot_be_judged_ended_and_is_refused(
+    stack: Stack,
+) -> None:
+    before = _dump(stack.dsn)
+    stack.env.pop(KEK_SETTING)
+    code, out = stack.cli("erase", "--saga", SAGA, "--reason", "r", "--apply")
+    assert code == 1, out
+    assert "its final status is sealed" in out
+    assert KEK_SETTING in out
+    assert _dump(stack.dsn) == before
+
+
+def test_an_empty_reason_is_a_usage_error(stack: Stack) -> None:
+    code, out = stack.cli("erase", "--saga", SAGA, "--reason", "  ", "--apply")
+    assert code == 2, out
+    assert "--reason must not be empty" in out
