@@ -183,11 +183,14 @@ class ErasureAudit:
         sagas: sagas the archive's erasure log names.
         fields: data fields those erasures cleared (by the log).
         unrecorded: destroyed keys without an ``ERASED`` event (``erasure_unrecorded``).
+        keys_unreadable: the key table is there but this role may not read it: destroyed keys
+            were not checked.
     """
 
     sagas: int = 0
     fields: int = 0
     unrecorded: tuple[UnrecordedErasure, ...] = ()
+    keys_unreadable: bool = False
 
 
 KEY_TABLE = "sagacity_data_keys"
@@ -214,11 +217,14 @@ def audit_erasures(conn: psycopg.Connection[Any], saga_id: str | None = None) ->
             assert row is not None
             sagas, fields = int(row[0]), int(row[1])
         found = conn.execute(
-            "SELECT to_regclass(format('%%I.%%I', current_schema(), %(t)s::text))",
+            "SELECT t IS NOT NULL, t IS NOT NULL AND has_table_privilege(t, 'SELECT') FROM"
+            " (SELECT to_regclass(format('%%I.%%I', current_schema(), %(t)s::text)) t) k",
             {"t": KEY_TABLE},
         ).fetchone()
         unrecorded: list[UnrecordedErasure] = []
-        if found is not None and found[0] is not None:
+        keys_checked = found is not None and bool(found[1])
+        keys_hidden = found is not None and bool(found[0]) and not keys_checked
+        if keys_checked:
             one_key = one.replace("saga_id", "k.saga_id")
             rows = conn.execute(
                 "SELECT k.saga_id, k.erased_at, k.erased_by FROM sagacity_data_keys k"  # noqa: S608
@@ -233,4 +239,6 @@ def audit_erasures(conn: psycopg.Connection[Any], saga_id: str | None = None) ->
             ]
     if not conn.autocommit:
         conn.rollback()
-    return ErasureAudit(sagas=sagas, fields=fields, unrecorded=tuple(unrecorded))
+    return ErasureAudit(
+        sagas=sagas, fields=fields, unrecorded=tuple(unrecorded), keys_unreadable=keys_hidden
+    )

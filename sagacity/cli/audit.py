@@ -144,6 +144,7 @@ def _erasures_json(erasures: ErasureAudit) -> dict[str, Any]:
     return {
         "erased_sagas": erasures.sagas,
         "erased_fields": erasures.fields,
+        "erasure_keys_checked": not erasures.keys_unreadable,
         "erasure_unrecorded": [
             {
                 "saga_id": u.saga_id,
@@ -160,6 +161,11 @@ def _print_erasures(erasures: ErasureAudit) -> None:
     a destroyed key without an ERASED event fails the run."""
     click.echo(f"{'sagas erased':<22} {erasures.sagas:>12,}")
     click.echo(f"{'  fields erased':<22} {erasures.fields:>12,}")
+    if erasures.keys_unreadable:
+        click.echo(
+            "note: this role may not read sagacity_data_keys: keys destroyed without an "
+            "ERASED event (erasure_unrecorded) were not looked for"
+        )
     for u in erasures.unrecorded:
         by = f" by {u.erased_by}" if u.erased_by else ""
         click.echo(

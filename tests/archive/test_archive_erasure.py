@@ -7,11 +7,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+import uuid
 
 import psycopg
 import pytest
-from archive_helpers import BASE_US, as_raw, make_chain, rows
+from archive_helpers import BASE_US, as_raw, make_chain, rows, with_option
 from click.testing import CliRunner
+from psycopg import sql
 
 from sagacity._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
 from sagacity.chain import committing, link
@@ -205,3 +207,32 @@ def test_an_erased_saga_still_verifies_and_verify_reports_the_erasure(archived: 
     code, out = run("verify", "--database-url", archived, "--saga", "gone")
     assert code == 1
     assert "edited" in out
+
+
+def test_verify_says_so_when_its_role_may_not_read_the_key_table(archived: str) -> None:
+    from sagacity.keystore_postgres import PostgresKeyStore
+
+    store = PostgresKeyStore(archived)
+    store.ensure_schema()
+    store.destroy("kept", actor="a", reason="r")  # a key destroyed, no ERASED: unrecorded
+    store.close()
+    code, out = run("verify", "--database-url", archived)
+    assert code == 1
+    assert "FAILED: kept: erasure_unrecorded" in out
+    name = f"sgc_auditor_{uuid.uuid4().hex[:12]}"
+    role = sql.Identifier(name)
+    with psycopg.connect(archived, autocommit=True) as conn:
+        schema = sql.Identifier(str(rows(archived, "SELECT current_schema()")[0][0]))
+        conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(role))
+        try:
+            conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, role))
+            conn.execute(
+                sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(schema, role)
+            )
+            conn.execute(sql.SQL("REVOKE SELECT ON sagacity_data_keys FROM {}").format(role))
+            code, out = run("verify", "--database-url", with_option(archived, f"-c role={name}"))
+            assert code == 0, out
+            assert "may not read sagacity_data_keys" in out
+        finally:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(role))
+            conn.execute(sql.SQL("DROP ROLE {}").format(role))
