@@ -4,7 +4,7 @@ docs/operations/erasure.md)."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
@@ -143,7 +143,8 @@ def erase(
     _print_outcome(done)
 
 
-def _stop(exc: SagacityError) -> None:
+def _stop(exc: SagacityError) -> NoReturn:
+    """Say why the command stopped and exit with the status of its kind."""
     if isinstance(exc, ErasureRefusedError):
         click.echo(f"Refused: {exc.message}", err=True)
         raise SystemExit(FAILED) from exc

@@ -379,3 +379,14 @@ def test_an_empty_reason_is_a_usage_error(stack: Stack) -> None:
     code, out = stack.cli("erase", "--saga", SAGA, "--reason", "  ", "--apply")
     assert code == 2, out
     assert "--reason must not be empty" in out
+
+
+def test_an_unreachable_database_is_exit_3(stack: Stack) -> None:
+    stack.env.pop(KEK_SETTING)
+    code, out = stack.cli(
+        "erase", "--saga", SAGA, "--reason", "r", "--database-url", "postgresql://127.0.0.1:1/x"
+    )
+    assert code == 3, out
+    assert out.startswith("error: ")
+    assert "unavailable" in out
+    assert "Traceback" not in out
