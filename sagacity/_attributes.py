@@ -26,7 +26,8 @@ OUTCOME = "outcome"
 NOTE = "note"
 """On ``SUSPECT_SETTLED``: what the person who settled it wrote."""
 REASON = "reason"
-"""On ``COMPENSATION_REQUESTED``: the event that made compensation necessary."""
+"""On ``COMPENSATION_REQUESTED``: the event that made compensation necessary; on ``ERASED``:
+why the saga's data was erased."""
 POLICY_VERSION = "policy_version"
 """The approval policy in force, on requests and decisions."""
 PAYLOAD_SHA256 = "payload_sha256"
@@ -62,3 +63,10 @@ DECISION_SIGNATURE = "decision_signature"
 Ed25519 signature (docs/adr/0014-signed-decisions-and-writers.md)."""
 WRITER = "writer"
 """The id of the writer that produced the event (set by the Kafka journal on every event)."""
+ERASED_FIELDS = "erased"
+"""On ``ERASED``: compact JSON of the data fields erased, by seq (``{"2": ["payload"]}``):
+every field of the saga's chain that has a commitment (docs/adr/0019-erasure.md §4)."""
+ERASED_KEY = "erased_key"
+"""On ``ERASED``: the id of the key-encryption key the destroyed data key was wrapped under,
+``none`` when no data key existed (nothing was sealed), ``unknown`` when an earlier run had
+destroyed it already and its id was not recorded."""

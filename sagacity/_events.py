@@ -29,7 +29,8 @@ class EventType(enum.StrEnum):
     ``COMPENSATION_FAILED`` (its outcome), ``SUSPECT`` (an ``INTENT`` with no outcome, for a
     person), ``SUSPECT_SETTLED`` (a person's word on a suspect step).  Lifecycle:
     ``SAGA_OPENED`` (a writer took the saga) and ``SAGA_ENDED`` (final
-    status in ``result``).
+    status in ``result``).  Administration: ``ERASED`` (the saga's data was erased: its key
+    destroyed and its openings cleared; written after its end, docs/adr/0019-erasure.md §4).
     """
 
     SAGA_OPENED = "SAGA_OPENED"
@@ -49,6 +50,7 @@ class EventType(enum.StrEnum):
     SUSPECT = "SUSPECT"
     SUSPECT_SETTLED = "SUSPECT_SETTLED"
     SAGA_ENDED = "SAGA_ENDED"
+    ERASED = "ERASED"
 
 
 class UnknownEventType(str):

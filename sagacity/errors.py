@@ -398,3 +398,8 @@ class SagaErasedError(EncryptionError):
 
 class DataKeyNotFoundError(EncryptionError):
     """No data key exists for the saga: nothing of it was ever sealed."""
+
+
+class ErasureRefusedError(SagacityError):
+    """An erasure was refused and nothing was erased: the saga is unknown, still live, or in
+    chain form 1, whose hashes are over its data (docs/adr/0019-erasure.md §4)."""

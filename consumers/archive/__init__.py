@@ -43,6 +43,14 @@ if TYPE_CHECKING:
         mapped_errors,
         migrate,
     )
+    from sagacity.consumers.archive._erasure import (
+        ArchiveErasure,
+        ErasureAudit,
+        ErasureRecord,
+        audit_erasures,
+        erase_in_archive,
+        erasure_records,
+    )
     from sagacity.consumers.archive._export import export_bundle
     from sagacity.consumers.archive._ingest import (
         BatchArchiver,
@@ -62,6 +70,7 @@ if TYPE_CHECKING:
 # Public name → its module (``module:attribute`` when exported under another name).
 _MODULE_OF = {
     "ARCHIVER_ROLE": "_db",
+    "ArchiveErasure": "_erasure",
     "ArchiveService": "_service",
     "ArchiveSettings": "_service",
     "AuditReason": "_reasons",
@@ -70,6 +79,8 @@ _MODULE_OF = {
     "Authorship": "_authorship",
     "BatchArchiver": "_ingest",
     "BatchReport": "_ingest",
+    "ErasureAudit": "_erasure",
+    "ErasureRecord": "_erasure",
     "Checkpoint": "_checkpoints",
     "QuarantineReason": "_ingest",
     "RawEvent": "_ingest",
@@ -82,8 +93,11 @@ _MODULE_OF = {
     "audit": "_audit",
     "check_schema": "_db",
     "connect": "_db",
+    "audit_erasures": "_erasure",
     "diff_with_archive": "_replay",
     "ensure_schema": "_db",
+    "erase_in_archive": "_erasure",
+    "erasure_records": "_erasure",
     "export_bundle": "_export",
     "generate_key": "_checkpoints",
     "grant_archiver": "_db",
@@ -109,6 +123,7 @@ _MODULE_OF = {
 
 __all__ = [
     "ARCHIVER_ROLE",
+    "ArchiveErasure",
     "ArchiveService",
     "ArchiveSettings",
     "AuditReason",
@@ -118,6 +133,8 @@ __all__ = [
     "BatchArchiver",
     "BatchReport",
     "Checkpoint",
+    "ErasureAudit",
+    "ErasureRecord",
     "QuarantineReason",
     "RawEvent",
     "ReplayReport",
@@ -127,10 +144,13 @@ __all__ = [
     "SignedRound",
     "Signer",
     "audit",
+    "audit_erasures",
     "check_schema",
     "connect",
     "diff_with_archive",
     "ensure_schema",
+    "erase_in_archive",
+    "erasure_records",
     "export_bundle",
     "generate_key",
     "grant_archiver",

@@ -101,7 +101,12 @@ def grant_archiver(conn: psycopg.Connection, role: str = ARCHIVER_ROLE) -> None:
                     sql.Identifier(table), ident
                 )
             )
-        for table in ("archive_retention", "archive_retention_anchor", "archive_schema_version"):
+        for table in (
+            "archive_retention",
+            "archive_retention_anchor",
+            "archive_erasure",
+            "archive_schema_version",
+        ):
             conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(sql.Identifier(table), ident))
         conn.execute(
             sql.SQL(

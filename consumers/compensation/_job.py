@@ -56,12 +56,13 @@ _REASONS = frozenset(
 
 
 def pending_request(entries: Sequence[JournalEntry]) -> JournalEntry | None:
-    """The saga's last ``COMPENSATION_REQUESTED`` if no final ``SAGA_ENDED`` followed it."""
+    """The saga's last ``COMPENSATION_REQUESTED`` if no final ``SAGA_ENDED`` followed it, nor
+    an ``ERASED`` (an erased saga is never acted on: its final status may be erased too)."""
     request: JournalEntry | None = None
     for entry in entries:
         if entry.event_type is EventType.COMPENSATION_REQUESTED:
             request = entry
-        elif (
+        elif entry.event_type is EventType.ERASED or (
             request is not None
             and entry.event_type is EventType.SAGA_ENDED
             and entry.result in _FINAL

@@ -30,6 +30,7 @@ _GROUPS: tuple[tuple[str, str], ...] = (
     ("sagacity.cli.audit", "replay"),
     ("sagacity.cli.audit", "export"),
     ("sagacity.cli.audit", "audit"),
+    ("sagacity.cli.erase", "erase"),
 )
 
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from sagacity import JournalEntry
-    from sagacity.consumers.archive import AuditSummary, ReplayReport
+    from sagacity.consumers.archive import AuditSummary, ErasureAudit, ReplayReport
 
 
 def _pinned(public_keys: tuple[str, ...]) -> tuple[bytes, ...]:
@@ -87,7 +87,13 @@ def verify(
 
     With --public-key, a run in which nothing verified under the key fails too.
     """
-    from sagacity.consumers.archive import AuditSummary, connect, iter_audits, unsigned_as_failure
+    from sagacity.consumers.archive import (
+        AuditSummary,
+        audit_erasures,
+        connect,
+        iter_audits,
+        unsigned_as_failure,
+    )
     from sagacity.errors import SagacityError
 
     if saga_id is not None and all_sagas:
@@ -117,16 +123,56 @@ def verify(
                     summary.add(result, keep_failures=show)
                     bar.update(1)
             summary.seconds = time.perf_counter() - started
+            erasures = audit_erasures(conn, saga_id)
     except SagacityError as exc:
         fail(exc)
     if saga_id is not None and summary.sagas == 0:
         fail(f"the archive holds nothing for saga {saga_id!r}")
     if as_json:
-        click.echo(json.dumps(_summary_json(summary, pinned=bool(public_keys)), indent=2))
+        report = _summary_json(summary, pinned=bool(public_keys))
+        report.update(_erasures_json(erasures))
+        report["ok"] = report["ok"] and not erasures.unrecorded
+        click.echo(json.dumps(report, indent=2))
     else:
         _print_summary(summary, pinned=bool(public_keys), every_saga=saga_id is None)
-    if not summary.all_ok:
+        _print_erasures(erasures)
+    if not summary.all_ok or erasures.unrecorded:
         raise click.exceptions.Exit(EXIT_FAILED)
+
+
+def _erasures_json(erasures: ErasureAudit) -> dict[str, Any]:
+    return {
+        "erased_sagas": erasures.sagas,
+        "erased_fields": erasures.fields,
+        "erasure_keys_checked": not erasures.keys_unreadable,
+        "erasure_unrecorded": [
+            {
+                "saga_id": u.saga_id,
+                "erased_at": u.erased_at.isoformat(),
+                "erased_by": u.erased_by,
+            }
+            for u in erasures.unrecorded
+        ],
+    }
+
+
+def _print_erasures(erasures: ErasureAudit) -> None:
+    """The erasures (docs/adr/0019-erasure.md §4): erased sagas verify by their commitments;
+    a destroyed key without an ERASED event fails the run."""
+    click.echo(f"{'sagas erased':<22} {erasures.sagas:>12,}")
+    click.echo(f"{'  fields erased':<22} {erasures.fields:>12,}")
+    if erasures.keys_unreadable:
+        click.echo(
+            "note: this role may not read sagacity_data_keys: keys destroyed without an "
+            "ERASED event (erasure_unrecorded) were not looked for"
+        )
+    for u in erasures.unrecorded:
+        by = f" by {u.erased_by}" if u.erased_by else ""
+        click.echo(
+            f"FAILED: {u.saga_id}: erasure_unrecorded: its data key was destroyed at "
+            f"{u.erased_at.isoformat()}{by}, and its archived chain holds no ERASED event "
+            "(run 'sagacity erase --apply' for the saga to record it, or restore the key)"
+        )
 
 
 def _witnessed(conn: psycopg.Connection, witness: str, pinned: tuple[bytes, ...]) -> dict[int, str]:

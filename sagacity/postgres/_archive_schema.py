@@ -280,6 +280,154 @@ ALTER TABLE side_effect_journal ADD COLUMN IF NOT EXISTS commitments jsonb NOT N
 ALTER TABLE side_effect_journal ADD COLUMN IF NOT EXISTS salts jsonb NOT NULL DEFAULT '{}';
 """,
     ),
+    (
+        7,
+        r"""
+-- Erasure (docs/adr/0019-erasure.md §4).  The log of erasures: one row per erasure that
+-- cleared something (or the first of a saga), append-only like the evidence.  ``erased``
+-- names, by seq, the data fields whose openings the erasure cleared; ``quarantined`` counts
+-- the quarantined messages of the saga whose bytes it cleared.
+CREATE TABLE IF NOT EXISTS archive_erasure (
+    id          bigserial   PRIMARY KEY,
+    saga_id     text        NOT NULL,
+    actor       text        NOT NULL,
+    reason      text        NOT NULL,
+    key_id      text,
+    erased      jsonb       NOT NULL DEFAULT '{}',
+    quarantined bigint      NOT NULL DEFAULT 0,
+    erased_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS archive_erasure_saga ON archive_erasure (saga_id);
+DROP TRIGGER IF EXISTS sgc_append_only ON archive_erasure;
+CREATE TRIGGER sgc_append_only BEFORE UPDATE OR DELETE ON archive_erasure
+    FOR EACH ROW EXECUTE FUNCTION sgc_refuse_change();
+DROP TRIGGER IF EXISTS sgc_append_only_truncate ON archive_erasure;
+CREATE TRIGGER sgc_append_only_truncate BEFORE TRUNCATE ON archive_erasure
+    FOR EACH STATEMENT EXECUTE FUNCTION sgc_refuse_change();
+
+-- The append-only rule, with its one exception: inside sgc_erase_saga (which sets
+-- sagacity.erasing to the saga's id for the statement), an UPDATE of one of that saga's rows
+-- is admitted when it only clears openings.  A journal row (form 2 only) may lose its data
+-- values that have a commitment, its data attributes (the attributes named in commitments)
+-- and its salts; every other column, the hash and the commitments included, stays as it
+-- was.  A quarantined message may lose its raw bytes (raw_value), nothing else.  Whoever sets
+-- the variable by hand gains nothing more: only such clearing is admitted, and it leaves
+-- every hash recomputable from the commitments.
+CREATE OR REPLACE FUNCTION sgc_refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    erasing text := current_setting('sagacity.erasing', true);
+    data_keys text[];
+BEGIN
+    IF TG_OP = 'UPDATE' AND coalesce(erasing, '') <> '' THEN
+        IF TG_TABLE_NAME = 'archive_quarantine' THEN
+            IF (OLD.saga_id = erasing OR OLD.raw_key = convert_to(erasing, 'UTF8'))
+               AND NEW.raw_value IS NULL
+               AND to_jsonb(NEW) - 'raw_value' = to_jsonb(OLD) - 'raw_value' THEN
+                RETURN NEW;
+            END IF;
+        ELSIF TG_TABLE_NAME = 'side_effect_journal'
+              OR TG_TABLE_NAME LIKE 'side\_effect\_journal\_p%' THEN
+            data_keys := ARRAY(SELECT k FROM jsonb_object_keys(OLD.commitments) k
+                               WHERE k NOT IN ('payload', 'result', 'error'));
+            -- A value without a commitment stays: clearing it would lose its hash.
+            IF OLD.saga_id = erasing AND OLD.form = 2
+               AND ((OLD.commitments ? 'payload' AND NEW.payload IS NULL)
+                    OR (NOT OLD.commitments ? 'payload'
+                        AND NEW.payload IS NOT DISTINCT FROM OLD.payload))
+               AND ((OLD.commitments ? 'result' AND NEW.result IS NULL)
+                    OR (NOT OLD.commitments ? 'result'
+                        AND NEW.result IS NOT DISTINCT FROM OLD.result))
+               AND ((OLD.commitments ? 'error' AND NEW.error IS NULL)
+                    OR (NOT OLD.commitments ? 'error'
+                        AND NEW.error IS NOT DISTINCT FROM OLD.error))
+               AND NEW.attributes = OLD.attributes - data_keys
+               AND NEW.salts = '{}'::jsonb
+               AND to_jsonb(NEW) - ARRAY['payload', 'result', 'error', 'attributes', 'salts',
+                                         'recorded_at']
+                   = to_jsonb(OLD) - ARRAY['payload', 'result', 'error', 'attributes', 'salts',
+                                           'recorded_at'] THEN
+                RETURN NEW;
+            END IF;
+        END IF;
+    END IF;
+    RAISE EXCEPTION 'sagacity archive: % on % refused: the table is append-only',
+        TG_OP, TG_TABLE_NAME
+        USING ERRCODE = 'SGC01',
+              HINT = 'expired months are removed whole by "sagacity archive retention"; '
+                     'a saga''s data is erased by "sagacity erase"';
+END
+$$;
+
+-- The one path of an erasure in the archive: clears the openings of a form-2 saga's rows
+-- (values with a commitment, data attributes, salts) and its quarantined bytes, and logs it.
+-- Serialised per saga (two erasures at once: the second finds nothing left and logs nothing).
+-- A saga with form-1 rows is refused whole (SGC02): their hashes are over the data itself.
+-- Returns {"erased": {seq: [field, ...]}, "quarantined": n, "logged": bool, "rows": n}.
+CREATE OR REPLACE FUNCTION sgc_erase_saga(
+    saga text, actor text, reason text, key_id text DEFAULT NULL
+) RETURNS jsonb
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v1 bigint;
+    total bigint;
+    erased jsonb;
+    cleared bigint;
+    logged boolean := false;
+BEGIN
+    IF coalesce(saga, '') = '' OR coalesce(actor, '') = '' OR coalesce(reason, '') = '' THEN
+        RAISE EXCEPTION 'sagacity archive: an erasure needs a saga id, an actor and a reason'
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('sgc_erase_saga'), hashtext(saga));
+    SELECT count(*), count(*) FILTER (WHERE j.form = 1) INTO total, v1
+        FROM @schema@.side_effect_journal j WHERE j.saga_id = saga;
+    IF v1 > 0 THEN
+        RAISE EXCEPTION 'sagacity archive: saga % is in chain form 1 (% events hash their data '
+            'in clear): its data cannot be erased without breaking its chain', saga, v1
+            USING ERRCODE = 'SGC02';
+    END IF;
+    SELECT coalesce(jsonb_object_agg(s.seq::text, s.fields), '{}'::jsonb) INTO erased FROM (
+        SELECT j.seq, jsonb_agg(k ORDER BY k) AS fields
+        FROM @schema@.side_effect_journal j, jsonb_object_keys(j.commitments) k
+        WHERE j.saga_id = saga
+          AND CASE k WHEN 'payload' THEN j.payload IS NOT NULL
+                     WHEN 'result' THEN j.result IS NOT NULL
+                     WHEN 'error' THEN j.error IS NOT NULL
+                     ELSE j.attributes ? k END
+        GROUP BY j.seq) s;
+    PERFORM set_config('sagacity.erasing', saga, true);
+    UPDATE @schema@.side_effect_journal j SET
+        payload = CASE WHEN j.commitments ? 'payload' THEN NULL ELSE j.payload END,
+        result = CASE WHEN j.commitments ? 'result' THEN NULL ELSE j.result END,
+        error = CASE WHEN j.commitments ? 'error' THEN NULL ELSE j.error END,
+        attributes = j.attributes - ARRAY(SELECT k FROM jsonb_object_keys(j.commitments) k
+                                          WHERE k NOT IN ('payload', 'result', 'error')),
+        salts = '{}'::jsonb
+    WHERE j.saga_id = saga
+      AND (j.salts <> '{}'::jsonb
+           OR (j.payload IS NOT NULL AND j.commitments ? 'payload')
+           OR (j.result IS NOT NULL AND j.commitments ? 'result')
+           OR (j.error IS NOT NULL AND j.commitments ? 'error')
+           OR j.attributes ?| ARRAY(SELECT k FROM jsonb_object_keys(j.commitments) k
+                                    WHERE k NOT IN ('payload', 'result', 'error')));
+    UPDATE @schema@.archive_quarantine q SET raw_value = NULL
+        WHERE (q.saga_id = saga OR q.raw_key = convert_to(saga, 'UTF8'))
+          AND q.raw_value IS NOT NULL;
+    GET DIAGNOSTICS cleared = ROW_COUNT;
+    PERFORM set_config('sagacity.erasing', '', true);
+    IF erased <> '{}'::jsonb OR cleared > 0
+       OR NOT EXISTS (SELECT 1 FROM @schema@.archive_erasure e WHERE e.saga_id = saga) THEN
+        INSERT INTO @schema@.archive_erasure (saga_id, actor, reason, key_id, erased, quarantined)
+            VALUES (saga, actor, reason, key_id, erased, cleared);
+        logged := true;
+    END IF;
+    RETURN jsonb_build_object('erased', erased, 'quarantined', cleared, 'logged', logged,
+                              'rows', total);
+END
+$$;
+REVOKE ALL ON FUNCTION sgc_erase_saga(text, text, text, text) FROM PUBLIC;
+""",
+    ),
 )
 """(version, SQL) pairs, applied in order; each is re-runnable.  ``@schema@`` stands for the
 quoted name of the archive's schema (SECURITY DEFINER code names every object it uses)."""
@@ -294,10 +442,11 @@ ARCHIVE_TABLES: tuple[str, ...] = (
     "archive_signing_key",
     "archive_retention",
     "archive_retention_anchor",
+    "archive_erasure",
 )
 """Every table the archive owns (privileges are granted on these)."""
 
-TABLES_ADDED_IN: dict[str, int] = {"archive_checkpoint_round": 4}
+TABLES_ADDED_IN: dict[str, int] = {"archive_checkpoint_round": 4, "archive_erasure": 7}
 """Tables of later schema versions: an archive at an older version is read without them."""
 
 ROUNDS_VERSION = 4
@@ -311,6 +460,10 @@ FORMS_VERSION = 6
 """The schema version from which the journal table holds each entry's chain form, commitments
 and salts (docs/adr/0019-erasure.md)."""
 
+ERASURE_VERSION = 7
+"""The schema version from which a saga's openings can be erased (``sgc_erase_saga``) and
+erasures are logged (``archive_erasure``; docs/adr/0019-erasure.md §4)."""
+
 
 def checkpoint_round_columns(version: int) -> str:
     """``round_id, leaf_index`` of ``archive_checkpoint`` as a select list, or two NULLs for an
@@ -323,5 +476,6 @@ APPEND_ONLY_TABLES: tuple[str, ...] = (
     "archive_quarantine",
     "archive_checkpoint",
     "archive_checkpoint_round",
+    "archive_erasure",
 )
 """Tables whose rows are never updated or deleted (triggers refuse it)."""

@@ -1,0 +1,277 @@
+"""Erasing one saga's data everywhere Sagacity keeps it (docs/adr/0019-erasure.md §4).
+
+:func:`plan_erasure` reads the saga's chain from the topic and refuses an unknown saga, a saga
+still live (no final ``SAGA_ENDED``, a pending approval, a compensation pending or in flight, a
+writer holding it) and a saga in chain form 1; :func:`apply_erasure` then, under the saga's
+erasure lock, destroys its data key, clears its openings in the archive (``sgc_erase_saga``)
+and its copies in the services' tables, and appends ``ERASED`` to its chain.  Every step is
+idempotent, so running it again after a crash completes what is missing; two erasures at once
+serialise on the lock and erase once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from sagacity import _attributes as attr
+from sagacity._events import EntryDraft, EventType, JournalEntry
+from sagacity._keys import KeyService
+from sagacity._requests import pending_requests
+from sagacity._result import SagaStatus
+from sagacity.chain import committing
+from sagacity.consumers.archive import connect as connect_archive
+from sagacity.consumers.archive import erase_in_archive, erasure_records
+from sagacity.consumers.archive._erasure import archived_count
+from sagacity.consumers.compensation import pending_request
+from sagacity.errors import ErasureRefusedError
+from sagacity.keystore_postgres import PostgresKeyStore
+from sagacity.postgres._erasure import clear_service_copies, erasure_lock, service_copies
+from sagacity.producer import KafkaJournal
+from sagacity.producer._reader import ownership
+
+_NOT_FINAL = frozenset({SagaStatus.AWAITING_APPROVAL.value, SagaStatus.COMPENSATION_PENDING.value})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErasurePlan:
+    """What an erasure of the saga would erase, as read before doing it.
+
+    Attributes:
+        saga_id: the saga.
+        events: events on its chain.
+        fields: the data fields with a commitment, by seq: what is erased (the ``ERASED``
+            event's ``erased`` attribute).
+        key: ``live`` (a data key exists), ``destroyed`` (an erasure began already) or
+            ``none`` (nothing of the saga was sealed).
+        kek_id: the KEK the live data key is wrapped under.
+        recorded: the chain holds an ``ERASED`` event already.
+        archived: the saga's rows in the archive.
+    """
+
+    saga_id: str
+    events: int
+    fields: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    key: str = "none"
+    kek_id: str | None = None
+    recorded: bool = False
+    archived: int = 0
+
+    @property
+    def field_count(self) -> int:
+        """How many data fields the erasure covers."""
+        return sum(len(names) for names in self.fields.values())
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErasureOutcome:
+    """What :func:`apply_erasure` did (each count this run's; zero when an earlier run did it).
+
+    Attributes:
+        plan: the plan it carried out.
+        key_destroyed: this run destroyed the data key.
+        archive_fields: archived data fields whose openings this run cleared.
+        quarantined: quarantined messages of the saga whose bytes it cleared.
+        requests / events / claims: rows of the services' tables it cleared.
+        erased_event: the ``ERASED`` event this run appended (``None``: it was on the chain).
+    """
+
+    plan: ErasurePlan
+    key_destroyed: bool = False
+    archive_fields: int = 0
+    quarantined: int = 0
+    requests: int = 0
+    events: int = 0
+    claims: int = 0
+    erased_event: JournalEntry | None = None
+
+
+def _fields(entries: Sequence[JournalEntry]) -> dict[int, tuple[str, ...]]:
+    return {
+        e.seq: tuple(sorted(e.commitments))
+        for e in entries
+        if e.commitments and e.event_type is not EventType.ERASED
+    }
+
+
+def _refusal(entries: Sequence[JournalEntry], *, key_destroyed: bool) -> str | None:
+    """Why the saga may not be erased, or ``None``."""
+    if entries[0].form == 1:
+        return (
+            "it is in chain form 1 (written without keys, or before chain form 2): its events "
+            "hash their data in clear, so erasing it would break its chain"
+        )
+    owner = ownership(list(entries))
+    if owner.live:
+        return (
+            f"it is live: writer {owner.writer!r} holds it (SAGA_OPENED at seq "
+            f"{owner.opened_seq}); erase it once it has ended"
+        )
+    ends = [e for e in entries if e.event_type is EventType.SAGA_ENDED]
+    if not ends:
+        return "it has not ended (no SAGA_ENDED on its chain)"
+    last = ends[-1]
+    later = [e for e in entries if e.seq > last.seq and e.event_type is not EventType.ERASED]
+    if later:
+        return (
+            f"it is live: seq {later[0].seq} ({later[0].event_type.value}) follows its last "
+            f"SAGA_ENDED (seq {last.seq})"
+        )
+    if last.result is None and "result" in last.commitments and not key_destroyed:
+        return (
+            "its final status is sealed and was not opened: set "
+            "SAGACITY_KEY_ENCRYPTION_KEY_FILE so the erasure can check the saga has ended"
+        )
+    if last.result in _NOT_FINAL:
+        return f"it has not ended: its last SAGA_ENDED (seq {last.seq}) says {last.result}"
+    if pending_requests(entries):
+        return "an approval request of it is pending"
+    if pending_request(entries) is not None:
+        return "a compensation of it is pending"
+    return None
+
+
+def plan_erasure(
+    journal: KafkaJournal,
+    saga_id: str,
+    *,
+    key_store: PostgresKeyStore,
+    services_database: str,
+    archive_database: str,
+) -> ErasurePlan:
+    """Read the saga and say what erasing it would erase; nothing is changed.
+
+    Raises:
+        ErasureRefusedError: the saga is unknown, still live, or in chain form 1.
+        JournalUnavailableError / PersistenceError: the topic or a database could not be read.
+        ArchiveSchemaError: ``archive_database`` holds no archive.
+    """
+    entries = journal.read(saga_id).entries
+    with connect_archive(archive_database, autocommit=True) as conn:
+        archived = archived_count(conn, saga_id)
+    if not entries:
+        if archived:
+            raise ErasureRefusedError(
+                f"saga {saga_id!r} is archived ({archived} events) but no longer on the "
+                "topic (its retention passed): ERASED cannot be appended to its chain, so it "
+                "is not erased",
+                saga_id=saga_id,
+            )
+        raise ErasureRefusedError(
+            f"saga {saga_id!r} is unknown: it is neither on the topic nor in the archive",
+            saga_id=saga_id,
+        )
+    key_store.ensure_schema()
+    row = key_store.load(saga_id)
+    key = "none" if row is None else "destroyed" if row.erased else "live"
+    why = _refusal(entries, key_destroyed=key == "destroyed")
+    if why is not None:
+        raise ErasureRefusedError(
+            f"saga {saga_id!r} is not erased: {why}; nothing was changed", saga_id=saga_id
+        )
+    copies = service_copies(services_database, saga_id)
+    if copies.pending_requests:
+        raise ErasureRefusedError(
+            f"saga {saga_id!r} is not erased: the approvals service holds "
+            f"{copies.pending_requests} pending request(s) of it; nothing was changed",
+            saga_id=saga_id,
+        )
+    if copies.claims_in_flight:
+        raise ErasureRefusedError(
+            f"saga {saga_id!r} is not erased: a compensation of it may be in flight "
+            f"({copies.claims_in_flight} claimed step(s)); nothing was changed",
+            saga_id=saga_id,
+        )
+    return ErasurePlan(
+        saga_id=saga_id,
+        events=len(entries),
+        fields=_fields(entries),
+        key=key,
+        kek_id=None if row is None else row.kek_id,
+        recorded=any(e.event_type is EventType.ERASED for e in entries),
+        archived=archived,
+    )
+
+
+def apply_erasure(
+    journal: KafkaJournal,
+    saga_id: str,
+    *,
+    actor: str,
+    reason: str,
+    keys: KeyService | None,
+    key_store: PostgresKeyStore,
+    services_database: str,
+    archive_database: str,
+) -> ErasureOutcome:
+    """Erase the saga: destroy its data key, clear the archive's and the services' copies,
+    append ``ERASED``; under the saga's erasure lock, each step skipped when done already.
+
+    Args:
+        keys: the key service (its cache forgets the key at once); without it the key store
+            marks the saga erased directly.
+
+    Raises:
+        ErasureRefusedError: as :func:`plan_erasure` (nothing is changed).
+        JournalUnavailableError / PersistenceError: a step could not be done; run it again.
+    """
+    if not actor.strip() or not reason.strip():
+        raise ErasureRefusedError("an erasure needs an actor and a reason", saga_id=saga_id)
+    with erasure_lock(services_database, saga_id):
+        plan = plan_erasure(
+            journal,
+            saga_id,
+            key_store=key_store,
+            services_database=services_database,
+            archive_database=archive_database,
+        )
+        if keys is not None:
+            destroyed = keys.destroy(saga_id, actor=actor, reason=reason).destroyed
+        else:
+            destroyed = key_store.destroy(saga_id, actor=actor, reason=reason)[1]
+        with connect_archive(archive_database) as conn:
+            key_id = plan.kek_id or _recorded_key_id(conn, saga_id, plan)
+            archived = erase_in_archive(conn, saga_id, actor=actor, reason=reason, key_id=key_id)
+        copies = clear_service_copies(services_database, saga_id)
+        event = None
+        if not plan.recorded:
+            draft = EntryDraft(
+                saga_id=saga_id,
+                event_type=EventType.ERASED,
+                actor=actor,
+                attributes={
+                    attr.REASON: reason,
+                    attr.ERASED_FIELDS: json.dumps(
+                        {str(seq): list(names) for seq, names in sorted(plan.fields.items())},
+                        separators=(",", ":"),
+                    ),
+                    attr.ERASED_KEY: key_id,
+                },
+            )
+            if journal.keys is None:  # the journal links it as drafted: in the saga's form
+                draft = committing(draft)
+            event = journal.append(draft)
+    return ErasureOutcome(
+        plan=plan,
+        key_destroyed=destroyed,
+        archive_fields=sum(len(f) for f in archived.erased.values()),
+        quarantined=archived.quarantined,
+        requests=copies.requests,
+        events=copies.events,
+        claims=copies.claims,
+        erased_event=event,
+    )
+
+
+def _recorded_key_id(conn: psycopg.Connection[Any], saga_id: str, plan: ErasurePlan) -> str:
+    """The destroyed key's KEK id as an earlier run logged it (``none``: there was no key)."""
+    if plan.key == "none":
+        return "none"
+    for record in erasure_records(conn, saga_id):
+        if record.key_id:
+            return record.key_id
+    return "unknown"

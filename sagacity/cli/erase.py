@@ -1,0 +1,205 @@
+"""``sagacity erase``: erase one ended saga's data (docs/adr/0019-erasure.md §4,
+docs/operations/erasure.md)."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, NoReturn
+
+import click
+
+from sagacity.cli._db_options import conninfo
+from sagacity.cli._exit import FAILED, UNAVAILABLE, USAGE
+from sagacity.cli.saga import _operator
+from sagacity.errors import (
+    ConfigurationError,
+    ErasureRefusedError,
+    JournalUnavailableError,
+    PersistenceUnavailableError,
+    SagacityError,
+)
+
+if TYPE_CHECKING:
+    from sagacity.consumers.erasure import ErasureOutcome, ErasurePlan
+
+
+@click.command("erase")
+@click.option("--saga", "saga_id", required=True, help="The saga whose data is erased.")
+@click.option(
+    "--reason",
+    required=True,
+    help="Why (journaled in clear on the ERASED event and logged: no personal data in it).",
+)
+@click.option("--apply", "apply_", is_flag=True, help="Erase; without it, only say what would be.")
+@click.option(
+    "--actor",
+    default=None,
+    help="Who erases, journaled as the ERASED event's actor [default: operator:<user>@<host>].",
+)
+@click.option(
+    "--bootstrap-servers",
+    "bootstrap",
+    metavar="HOST:PORT[,…]",
+    help="Kafka bootstrap servers [default: $SAGACITY_BOOTSTRAP_SERVERS].",
+)
+@click.option(
+    "--topic",
+    default=None,
+    help="The journal topic [default: $SAGACITY_TOPIC or sagacity.journal].",
+)
+@click.option(
+    "--database-url",
+    envvar="SAGACITY_DATABASE_URL",
+    required=True,
+    help="The database of the data keys and the services' tables.",
+)
+@click.option(
+    "--archive-database-url",
+    envvar="SAGACITY_ARCHIVE_DATABASE_URL",
+    default=None,
+    help="The archive's database [default: --database-url].",
+)
+@click.option(
+    "--archive-schema",
+    envvar="SAGACITY_ARCHIVE_SCHEMA",
+    default=None,
+    help="Schema holding the archive (default: the connection's search_path).",
+)
+def erase(
+    saga_id: str,
+    reason: str,
+    apply_: bool,
+    actor: str | None,
+    bootstrap: str | None,
+    topic: str | None,
+    database_url: str,
+    archive_database_url: str | None,
+    archive_schema: str | None,
+) -> None:
+    """Erase the saga's data: destroy its data key, clear its openings in the archive and its
+    copies in the services' tables, and append ERASED to its chain.  Its chain, checkpoints
+    and commitments stay: it still verifies.
+
+    Dry run unless --apply.  Refused for an unknown saga, a saga still live (not ended, an
+    approval or a compensation pending, a writer holding it) and a saga in chain form 1.
+    Running it again completes an erasure a crash interrupted.  The data key is destroyed
+    with the key service of $SAGACITY_KEY_ENCRYPTION_KEY_FILE (without it the saga is marked
+    erased in the key store).  Exit status: 0 done (or would be), 1 refused, 2 usage, 3 Kafka
+    or PostgreSQL does not answer.
+    """
+    from sagacity._env import kafka_journal, kafka_settings_from_env, key_service_from_env
+    from sagacity.consumers.erasure import apply_erasure, plan_erasure
+    from sagacity.keystore_postgres import PostgresKeyStore
+
+    if not reason.strip():
+        raise click.UsageError("--reason must not be empty")
+    env = dict(os.environ)
+    env["SAGACITY_DATABASE_URL"] = database_url
+    if bootstrap:
+        env["SAGACITY_BOOTSTRAP_SERVERS"] = bootstrap
+    if topic:
+        env["SAGACITY_TOPIC"] = topic
+    archive = conninfo(archive_database_url or database_url, archive_schema)
+    try:
+        settings = kafka_settings_from_env(env)
+    except ConfigurationError as exc:
+        raise click.UsageError(f"{exc.message} (or pass --bootstrap-servers)") from exc
+    store = PostgresKeyStore(database_url)
+    try:
+        keys = key_service_from_env(env)
+        journal = kafka_journal(settings, keys=keys)
+    except SagacityError as exc:
+        store.close()
+        _stop(exc)
+    try:
+        if not apply_:
+            plan = plan_erasure(
+                journal,
+                saga_id,
+                key_store=store,
+                services_database=database_url,
+                archive_database=archive,
+            )
+            _print_plan(plan)
+            click.echo("dry run: nothing was changed; pass --apply to erase")
+            return
+        done = apply_erasure(
+            journal,
+            saga_id,
+            actor=actor or _operator(),
+            reason=reason,
+            keys=keys,
+            key_store=store,
+            services_database=database_url,
+            archive_database=archive,
+        )
+    except SagacityError as exc:
+        _stop(exc)
+    finally:
+        journal.close()
+        if keys is not None:
+            keys.close()
+        store.close()
+    _print_outcome(done)
+
+
+def _stop(exc: SagacityError) -> NoReturn:
+    """Say why the command stopped and exit with the status of its kind."""
+    if isinstance(exc, ErasureRefusedError):
+        click.echo(f"Refused: {exc.message}", err=True)
+        raise SystemExit(FAILED) from exc
+    click.echo(f"error: {exc.message}", err=True)
+    unavailable = isinstance(exc, JournalUnavailableError | PersistenceUnavailableError)
+    raise SystemExit(UNAVAILABLE if unavailable else USAGE) from exc
+
+
+def _seqs(plan: ErasurePlan) -> str:
+    seqs = sorted(plan.fields)
+    return f"seqs {seqs[0]}..{seqs[-1]}" if seqs else "no seqs"
+
+
+def _print_plan(plan: ErasurePlan) -> None:
+    key = {
+        "live": f"live (wrapped under KEK {plan.kek_id}): destroyed",
+        "destroyed": "destroyed already (an erasure began): the rest is completed",
+        "none": "none (nothing of the saga was sealed): the saga is marked erased",
+    }[plan.key]
+    click.echo(f"saga {plan.saga_id}: {plan.events} events on its chain")
+    click.echo(f"  data fields erased: {plan.field_count} ({_seqs(plan)})")
+    click.echo(f"  data key: {key}")
+    click.echo(
+        f"  archive: the openings of its {plan.archived} archived events and its quarantined "
+        "messages cleared"
+    )
+    click.echo("  services: its approval requests' payloads and compensation claims cleared")
+    click.echo(
+        "  chain: ERASED is on it already"
+        if plan.recorded
+        else "  chain: ERASED appended (actor, reason, the fields, the key's KEK id)"
+    )
+
+
+def _print_outcome(done: ErasureOutcome) -> None:
+    plan = done.plan
+    click.echo(f"erased saga {plan.saga_id}: {plan.field_count} data fields ({_seqs(plan)})")
+    click.echo(
+        "  data key: destroyed"
+        if done.key_destroyed
+        else "  data key: destroyed already by an earlier erasure"
+    )
+    click.echo(
+        f"  archive: {done.archive_fields} fields and {done.quarantined} quarantined "
+        "messages cleared"
+    )
+    click.echo(
+        f"  services: {done.requests} approval requests, {done.events} kept events and "
+        f"{done.claims} compensation claims cleared"
+    )
+    if done.erased_event is not None:
+        click.echo(f"  chain: ERASED appended at seq {done.erased_event.seq}")
+    else:
+        click.echo("  chain: ERASED was on it already")
+    click.echo(
+        "the topic keeps its copies until its retention; sealed, they cannot be opened. "
+        "VACUUM the key table and rotate the KEK on schedule (docs/operations/erasure.md)"
+    )

@@ -1,0 +1,156 @@
+"""The copies of a saga's data the services keep in PostgreSQL beside the archive, as an erasure
+finds and clears them (docs/adr/0019-erasure.md §4).
+
+* the approvals service's requests (``sagacity_approval_request.payload``) and the events it
+  keeps to fold them (``sagacity_approval_event.entry``: the values, salts and data attributes);
+* the compensation service's claims (``sagacity_compensation_claims``: the undo's ``result``
+  and ``error``).
+
+A table that does not exist (the service never ran on this database) is skipped.  Clearing is
+idempotent.  The erase command's lock (:func:`erasure_lock`) serialises erasures of a saga.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from sagacity.postgres._connect import connect
+from sagacity.postgres._errors import mapped_errors
+
+ERASE_LOCK = 0x5A6C
+"""The first key of the advisory lock an erasure of a saga holds (the second: ``hashtext`` of
+the saga id)."""
+
+_REQUESTS = "sagacity_approval_request"
+_EVENTS = "sagacity_approval_event"
+_CLAIMS = "sagacity_compensation_claims"
+
+_DATA_ATTRIBUTES_OF = (
+    "ARRAY(SELECT k FROM jsonb_object_keys(coalesce(entry->'commitments', '{}'::jsonb)) k"
+    " WHERE k NOT IN ('payload', 'result', 'error'))"
+)
+"""The data attributes an event kept as JSON commits to (its commitments' other keys)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceCopies:
+    """What the services' tables hold (or held) of one saga.
+
+    Attributes:
+        pending_requests: approval requests still pending.
+        claims_in_flight: compensation claims whose undo may be in flight (``CLAIMED``).
+        requests: approval requests whose payload this call cleared.
+        events: kept approval events whose data this call cleared.
+        claims: compensation claims whose result or error this call cleared.
+    """
+
+    pending_requests: int = 0
+    claims_in_flight: int = 0
+    requests: int = 0
+    events: int = 0
+    claims: int = 0
+
+
+def _exists(conn: psycopg.Connection[Any], table: str) -> bool:
+    row = conn.execute(
+        "SELECT to_regclass(format('%%I.%%I', current_schema(), %s::text))", (table,)
+    ).fetchone()
+    return row is not None and row[0] is not None
+
+
+def service_copies(conninfo: str, saga_id: str) -> ServiceCopies:
+    """What the services' tables say about the saga's liveness: its pending approval requests
+    and its compensation claims in flight.
+
+    Raises:
+        PersistenceError: the database could not be reached or refused.
+    """
+    with (
+        connect(conninfo, action="read the services' tables") as conn,
+        mapped_errors("read the services' tables"),
+    ):
+        pending = in_flight = 0
+        if _exists(conn, _REQUESTS):
+            row = conn.execute(
+                "SELECT count(*) FROM sagacity_approval_request"
+                " WHERE saga_id = %s AND state = 'pending'",
+                (saga_id,),
+            ).fetchone()
+            pending = int(row[0]) if row else 0
+        if _exists(conn, _CLAIMS):
+            row = conn.execute(
+                "SELECT count(*) FROM sagacity_compensation_claims"
+                " WHERE saga_id = %s AND status = 'CLAIMED'",
+                (saga_id,),
+            ).fetchone()
+            in_flight = int(row[0]) if row else 0
+    return ServiceCopies(pending_requests=pending, claims_in_flight=in_flight)
+
+
+def clear_service_copies(conninfo: str, saga_id: str) -> ServiceCopies:
+    """Clear the saga's data from the services' tables, in one transaction: request payloads
+    become empty, kept events lose their values, salts and data attributes (their commitments
+    stay, so they still fold and hash), claims lose their result and error.
+
+    Raises:
+        PersistenceError: the database could not be reached or refused.
+    """
+    requests = events = claims = 0
+    with (
+        connect(conninfo, action="clear the services' copies") as conn,
+        mapped_errors("clear the services' copies"),
+        conn.transaction(),
+    ):
+        if _exists(conn, _REQUESTS):
+            requests = conn.execute(
+                "UPDATE sagacity_approval_request SET payload = ''"
+                " WHERE saga_id = %s AND payload <> ''",
+                (saga_id,),
+            ).rowcount
+        if _exists(conn, _EVENTS):
+            events = conn.execute(
+                "UPDATE sagacity_approval_event SET entry = (entry - 'payload' - 'result'"  # noqa: S608
+                " - 'error' - 'salts')"
+                " || jsonb_build_object('payload', NULL, 'result', NULL, 'error', NULL)"
+                " || CASE WHEN entry ? 'salts' THEN jsonb_build_object('salts', '{}'::jsonb)"
+                " ELSE '{}'::jsonb END"
+                " || jsonb_build_object('attributes', coalesce(entry->'attributes', '{}')"
+                f" - {_DATA_ATTRIBUTES_OF})"
+                " WHERE saga_id = %s AND (entry->>'payload' IS NOT NULL"
+                " OR entry->>'result' IS NOT NULL OR entry->>'error' IS NOT NULL"
+                " OR coalesce(entry->'salts', '{}'::jsonb) <> '{}'::jsonb"
+                f" OR coalesce(entry->'attributes', '{{}}'::jsonb) ?| {_DATA_ATTRIBUTES_OF})",
+                (saga_id,),
+            ).rowcount
+        if _exists(conn, _CLAIMS):
+            claims = conn.execute(
+                "UPDATE sagacity_compensation_claims SET result = NULL, error = NULL"
+                " WHERE saga_id = %s AND (result IS NOT NULL OR error IS NOT NULL)",
+                (saga_id,),
+            ).rowcount
+    return ServiceCopies(requests=requests, events=events, claims=claims)
+
+
+@contextmanager
+def erasure_lock(conninfo: str, saga_id: str) -> Iterator[None]:
+    """Hold the saga's erasure lock (a session advisory lock on ``conninfo``'s database) for
+    the block: a second erasure of the saga waits, then finds the first one's work done.
+
+    Raises:
+        PersistenceError: the database could not be reached.
+    """
+    with (
+        connect(conninfo, autocommit=True, action="take the erasure lock") as conn,
+        mapped_errors("take the erasure lock"),
+    ):
+        conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (ERASE_LOCK, saga_id))
+        try:
+            yield
+        finally:
+            if not conn.closed and not conn.broken:
+                conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (ERASE_LOCK, saga_id))
