@@ -619,7 +619,15 @@ def link_encoded_sealed(
         EncryptionError / PersistenceError: from ``keys`` (a saga erased, the store down).
     """
     native = _native_seal_link_encode
-    if native is not None and draft.form == 1 and _direct_encoding():
+    data = (
+        draft.payload is not None
+        or draft.result is not None
+        or draft.error is not None
+        or not DATA_ATTRIBUTES.isdisjoint(draft.attributes)
+    )
+    # Nothing to seal (an opening, an end, an erasure's record): no key is asked for, so an
+    # erased saga can still be appended to.
+    if native is not None and data and draft.form == 1 and _direct_encoding():
         try:
             prev = bytes.fromhex(prev_hash)
         except (ValueError, TypeError):

@@ -14,7 +14,7 @@ from sagacity import GENESIS_HASH, EntryDraft, EventType, JournalEntry, verify
 from sagacity._envelope import KeyEncryptionKey, KeyRing
 from sagacity._keys import InMemoryKeyStore, KeyService
 from sagacity.chain import committing, link
-from sagacity.errors import CiphertextAuthenticationError, SerializationError
+from sagacity.errors import CiphertextAuthenticationError, SagaErasedError, SerializationError
 from sagacity.schemas import MAGIC, current_schema, decode_entry, encode_entry
 from sagacity.schemas._codec import decode_record, encode_sealed
 
@@ -241,3 +241,18 @@ def test_the_one_pass_sealed_writer_refuses_what_the_chain_refuses(
     with pytest.raises(SerializationError, match="form 2"):
         link_encoded_sealed(committing(draft), seq=1, prev_hash=GENESIS_HASH, keys=keys)
     assert True not in sealer_path  # each was handed back to the Python path, which says why
+
+
+def test_an_event_without_data_is_written_for_an_erased_saga(
+    keys: KeyService, sealer_path: list[bool]
+) -> None:
+    from sagacity.schemas._codec import link_encoded_sealed
+
+    link_encoded_sealed(_DRAFTS[0], seq=2, prev_hash=GENESIS_HASH, keys=keys)
+    keys.destroy("s-1", actor="dpo", reason="art. 17")
+    record = EntryDraft(saga_id="s-1", event_type=EventType.ERASED, attributes={"reason": "r"})
+    entry, value = link_encoded_sealed(record, seq=3, prev_hash=GENESIS_HASH, keys=keys)
+    assert decode_entry(value) == entry
+    assert entry.form == 2
+    with pytest.raises(SagaErasedError):
+        link_encoded_sealed(_DRAFTS[0], seq=4, prev_hash=entry.hash, keys=keys)
