@@ -19,6 +19,7 @@ from sagacity import _attributes as attr
 from sagacity._events import EventType, JournalEntry
 from sagacity._result import SagaStatus
 from sagacity.ports import AttentionRow
+from sagacity.postgres._migrate import key_by_topic
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sagacity_attention (
@@ -31,23 +32,8 @@ CREATE TABLE IF NOT EXISTS sagacity_attention (
 """
 """The queue as first made (one topic per database)."""
 
-TOPIC_SCHEMA = """
--- Sagas of every topic sharing the database: the queue is keyed by topic.
-ALTER TABLE sagacity_attention ADD COLUMN IF NOT EXISTS topic text NOT NULL DEFAULT '';
-ALTER TABLE sagacity_attention ALTER COLUMN topic DROP DEFAULT;
-DO $$
-BEGIN
-    IF NOT EXISTS (
-        SELECT 1 FROM pg_index i
-        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
-        WHERE i.indrelid = 'sagacity_attention'::regclass AND i.indisprimary
-          AND a.attname = 'topic'
-    ) THEN
-        ALTER TABLE sagacity_attention DROP CONSTRAINT sagacity_attention_pkey;
-        ALTER TABLE sagacity_attention ADD PRIMARY KEY (topic, saga_id);
-    END IF;
-END $$;
-"""
+# Sagas of every topic sharing the database: the queue is keyed by topic.
+TOPIC_SCHEMA = key_by_topic("sagacity_attention", "saga_id")
 """The queue keyed by topic (rows made before it are given their topic by the store)."""
 
 _LEAVES = frozenset(

@@ -25,6 +25,29 @@ MIGRATION_LOCK = 0x53474341
 """The advisory lock's first key ("SGCA"); the second is the schema's ``hashtext``."""
 
 
+def key_by_topic(table: str, key: str) -> str:
+    """SQL giving ``table``, made before its rows recorded their journal topic, a ``topic``
+    column ('' for the rows already there) and the primary key ``(topic, key)``: idempotent,
+    for a migration of a table whose rows several topics sharing one database would mix.
+    ``table`` and ``key`` are the caller's constants, never input."""
+    return f"""
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS topic text NOT NULL DEFAULT '';
+ALTER TABLE {table} ALTER COLUMN topic DROP DEFAULT;
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_index i
+        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+        WHERE i.indrelid = '{table}'::regclass AND i.indisprimary
+          AND a.attname = 'topic'
+    ) THEN
+        ALTER TABLE {table} DROP CONSTRAINT {table}_pkey;
+        ALTER TABLE {table} ADD PRIMARY KEY (topic, {key});
+    END IF;
+END $$;
+"""  # noqa: S608
+
+
 def current_schema(conn: psycopg.Connection[Any]) -> str:
     """The schema new objects go to (the first existing schema of the search_path).
 

@@ -34,9 +34,10 @@ from sagacity.postgres._attention import TOPIC_SCHEMA as ATTENTION_TOPIC_SCHEMA
 from sagacity.postgres._attention import apply_attention, attention_rows
 from sagacity.postgres._connect import connect
 from sagacity.postgres._errors import map_error
-from sagacity.postgres._migrate import migrate
+from sagacity.postgres._migrate import key_by_topic, migrate
 
-SCHEMA = """
+SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS sagacity_approval_request (
     topic                   text    NOT NULL,
     saga_id                 text    NOT NULL,
@@ -63,20 +64,9 @@ CREATE INDEX IF NOT EXISTS sagacity_approval_request_open
 CREATE INDEX IF NOT EXISTS sagacity_approval_request_decided
     ON sagacity_approval_request (decided_at_us) WHERE decided_at_us IS NOT NULL;
 -- Tables made before requests recorded their topic: add it, key by it.
-ALTER TABLE sagacity_approval_request ADD COLUMN IF NOT EXISTS topic text NOT NULL DEFAULT '';
-ALTER TABLE sagacity_approval_request ALTER COLUMN topic DROP DEFAULT;
-DO $$
-BEGIN
-    IF NOT EXISTS (
-        SELECT 1 FROM pg_index i
-        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
-        WHERE i.indrelid = 'sagacity_approval_request'::regclass AND i.indisprimary
-          AND a.attname = 'topic'
-    ) THEN
-        ALTER TABLE sagacity_approval_request DROP CONSTRAINT sagacity_approval_request_pkey;
-        ALTER TABLE sagacity_approval_request ADD PRIMARY KEY (topic, saga_id, seq);
-    END IF;
-END $$;
+"""
+    + key_by_topic("sagacity_approval_request", "saga_id, seq")
+    + """
 CREATE TABLE IF NOT EXISTS sagacity_approval_offset (
     topic       text    NOT NULL,
     partition   integer NOT NULL,
@@ -84,6 +74,7 @@ CREATE TABLE IF NOT EXISTS sagacity_approval_offset (
     PRIMARY KEY (topic, partition)
 );
 """
+)
 
 
 EVENTS_SCHEMA = """
