@@ -62,3 +62,6 @@ DECISION_SIGNATURE = "decision_signature"
 Ed25519 signature (docs/adr/0014-signed-decisions-and-writers.md)."""
 WRITER = "writer"
 """The id of the writer that produced the event (set by the Kafka journal on every event)."""
+REDACTION = "redaction"
+"""On an entry whose payload has redacted fields (docs/adr/0019-erasure.md §5): compact JSON of
+each redacted path's salt (hex); a data attribute, committed to in chain form 2 and sealed."""
