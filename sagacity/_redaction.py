@@ -241,11 +241,24 @@ def is_canonical_payload(payload: str) -> bool:
         return False
 
 
+def _is_marker(value: object) -> bool:
+    return isinstance(value, dict) and len(value) == 1 and isinstance(value.get(REDACTED), str)
+
+
+def redacted_fields(value: object, path: str = "$") -> list[str]:
+    """The ``$.`` paths of the redacted values in ``value`` (a decoded payload), in order."""
+    if _is_marker(value):
+        return [path]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in redacted_fields(v, f"{path}.{k}")]
+    return []
+
+
 def masked(value: object) -> object:
     """``value`` (a decoded payload) with every redacted field shown as :data:`MASK`."""
+    if _is_marker(value):
+        return MASK
     if isinstance(value, dict):
-        if len(value) == 1 and isinstance(value.get(REDACTED), str):
-            return MASK
         return {k: masked(v) for k, v in value.items()}
     if isinstance(value, list):
         return [masked(v) for v in value]
