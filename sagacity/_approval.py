@@ -74,18 +74,24 @@ IN_DOUBT = (
 
 @dataclass(frozen=True, kw_only=True)
 class _Bound:
-    """A live payload as a resume journals and compares it (docs/adr/0019-erasure.md §5).
+    """A live payload as a resume compares and journals it (docs/adr/0019-erasure.md §5).
 
     Attributes:
-        text: the payload redacted with the request's salts (fresh ones for a field the
-            request did not have), or the live payload itself when nothing is redacted;
-            ``None`` when it cannot be redacted (not a JSON object): nothing of it is
-            journaled.
-        redaction: the ``redaction`` attribute of ``text`` (``None``: nothing redacted).
-        comparable: ``text`` may be compared with the approved payload (a redacted live
-            payload must be in the journal's compact JSON form, as a call journals it).
+        checked: the payload redacted with the salts the request holds (the live payload
+            itself when the request redacted nothing): what is compared with the approved
+            payload and, when it matches, journaled on the ``INTENT``; ``None`` when it cannot
+            be redacted (not a JSON object).
+        checked_redaction: the ``redaction`` attribute of ``checked``.
+        text: what a refusal journals: ``checked`` with, besides, every field the tool
+            redacts now (fresh salts), so a value the request did not have is not journaled
+            in clear either; ``None``: nothing of the payload is journaled.
+        redaction: the ``redaction`` attribute of ``text``.
+        comparable: a redacted live payload is in the journal's compact JSON form, as a call
+            journals it (the same values in other bytes are another payload).
     """
 
+    checked: str | None
+    checked_redaction: str | None = None
     text: str | None
     redaction: str | None = None
     comparable: bool = True
@@ -96,12 +102,16 @@ class _Bound:
         return None if self.text is None else payload_sha256(self.text)
 
     def attributes(self) -> dict[str, str]:
-        """The attributes an entry journaling ``text`` carries beside it."""
+        """The attributes a refusal journaling ``text`` carries beside it."""
         return {} if self.redaction is None else {attr.REDACTION: self.redaction}
 
     def matches(self, approved_sha256: str | None) -> bool:
         """The live payload is the approved one."""
-        return self.comparable and self.sha256 is not None and self.sha256 == approved_sha256
+        return (
+            self.comparable
+            and self.checked is not None
+            and payload_sha256(self.checked) == approved_sha256
+        )
 
 
 def already_signed(approver: str) -> str:
@@ -206,12 +216,15 @@ class ApprovalDesk:
     def _bind(
         self, entries: Sequence[JournalEntry], request: ApprovalRequest, payload: str
     ) -> _Bound:
-        """``payload`` (the live one) as journaled: redacted with the salts the request's
-        entry holds, and the fields its tool redacts (docs/adr/0019-erasure.md §5).
+        """``payload`` (the live one) redacted as the request was, and as a refusal journals
+        it (docs/adr/0019-erasure.md §5).
+
+        A request journaled in chain form 1 redacted nothing, and its saga cannot hold
+        redaction salts: a refusal of it journals no payload when the tool redacts fields now.
 
         Raises:
             UnverifiableApprovalError: the request's salts are sealed and this journal cannot
-                open them (nothing journaled; the request stays pending).
+                open them, or unusable (nothing journaled; the request stays pending).
         """
         entry = next((e for e in entries if e.seq == request.seq), None)
         attribute = entry.attributes.get(REDACTION_ATTRIBUTE) if entry is not None else None
@@ -232,19 +245,29 @@ class ApprovalDesk:
                 seq=request.seq,
             ) from exc
         tool = self._s.registry.get(request.tool)
-        paths = list(salts)
-        if tool is not None:
-            paths += [p for p in tool.definition.redact if p not in salts]
-        if not paths:
-            return _Bound(text=payload)
+        now = [p for p in tool.definition.redact if p not in salts] if tool is not None else []
+        if not salts and not now:
+            return _Bound(checked=payload, text=payload)
+        comparable = is_canonical_payload(payload)
         try:
-            redacted = redact(request.tool, payload, paths, salts)
+            checked = redact(request.tool, payload, list(salts), salts)
+            shown = redact(request.tool, payload, [*salts, *now], salts)
         except SerializationError:
-            return _Bound(text=None, comparable=False)
+            return _Bound(checked=None, text=None, comparable=False)
+        if shown.attribute is not None and (entry is None or entry.form == 1):
+            # The saga is written in form 1, which cannot seal salts: journal no payload.
+            return _Bound(
+                checked=checked.payload,
+                checked_redaction=checked.attribute,
+                text=None,
+                comparable=comparable,
+            )
         return _Bound(
-            text=redacted.payload,
-            redaction=redacted.attribute,
-            comparable=is_canonical_payload(payload),
+            checked=checked.payload,
+            checked_redaction=checked.attribute,
+            text=shown.payload,
+            redaction=shown.attribute,
+            comparable=comparable,
         )
 
     def _append_decision(self, draft: EntryDraft, tail: int) -> JournalEntry:
@@ -504,9 +527,12 @@ class ApprovalDesk:
                     request,
                     EventType.CONSTRAINT_VIOLATED,
                     None,
-                    payload=bound.text,
+                    payload=bound.checked,
                     error=refusal,
-                    attributes={**_requested_by(requested_by), **bound.attributes()},
+                    attributes={
+                        **_requested_by(requested_by),
+                        **_redaction(bound.checked_redaction),
+                    },
                 ),
                 tail=tail,
                 cause=EventType.CONSTRAINT_VIOLATED,
@@ -645,7 +671,7 @@ class ApprovalDesk:
             return None
         request = state.request
         bound = self._bind(entries, request, payload)
-        if bound.text != intent.payload or not bound.matches(request.payload_sha256):
+        if bound.checked != intent.payload or not bound.matches(request.payload_sha256):
             raise PayloadMismatchError(
                 PAYLOAD_CHANGED,
                 saga_id=saga_id,
@@ -708,14 +734,14 @@ class ApprovalDesk:
             saga_id, seq, payload, requested_by
         )
         s = self._s
-        assert bound.text is not None  # it matched the approved payload
+        assert bound.checked is not None  # it matched the approved payload
         draft = intent_draft(
             s,
             tool.definition,
             request.saga_id,
-            bound.text,
+            bound.checked,
             request.seq,
-            redaction=bound.redaction,
+            redaction=bound.checked_redaction,
         )
         if requested_by is not None:
             draft = replace(draft, attributes={**draft.attributes, **_requested_by(requested_by)})
@@ -844,6 +870,10 @@ def _approvals(entries: Sequence[JournalEntry], request: ApprovalRequest) -> lis
         and e.event_type is EventType.APPROVED
         and e.attributes.get(attr.REF_SEQ) == ref
     ]
+
+
+def _redaction(redaction: str | None) -> dict[str, str]:
+    return {} if redaction is None else {attr.REDACTION: redaction}
 
 
 def _requested_by(requested_by: str | None) -> dict[str, str]:

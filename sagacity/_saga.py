@@ -286,6 +286,7 @@ class Sagacity:
         by: Callable[..., Any] | None = None,
         constraint: Constraint | None = None,
         undo: UndoCall | None = None,
+        redact: Sequence[str] = (),
     ) -> Callable[..., Any]:
         """Declare and wrap an undecorated callable in one step (for framework adapters).
 
@@ -293,10 +294,12 @@ class Sagacity:
         touching ``function``: a framework's tool function or a bound method can be wrapped
         where it cannot be decorated.  ``by`` is the compensation itself (a callable taking
         one ``CompensationContext``); ``undo`` names another registered tool as the undo, with
-        arguments taken from the call and its result (:class:`~sagacity.UndoCall`).
+        arguments taken from the call and its result (:class:`~sagacity.UndoCall`);
+        ``redact`` names payload fields never journaled in clear, as ``@compensable``'s.
 
         Raises:
             DeclarationError: as :meth:`wrap`.
+            ConfigurationError: as :meth:`wrap`.
         """
         return wrap_callable(
             self,
@@ -307,6 +310,7 @@ class Sagacity:
             by=by,
             constraint=constraint,
             undo=undo,
+            redact=redact,
         )
 
     # -- sagas ----------------------------------------------------------------------------

@@ -343,3 +343,94 @@ def test_a_call_with_a_path_into_a_non_object_is_refused_before_anything_is_jour
     kinds = [e.event_type for e in sagacity.journal.entries("order-2")]
     assert E.AWAITING_APPROVAL not in kinds
     assert E.INTENT not in kinds
+
+
+class Till:
+    def __init__(self) -> None:
+        self.payments: list[tuple[str, object]] = []
+
+    def pay(self, card_number: str, customer: object = None) -> str:
+        self.payments.append((card_number, customer))
+        return "paid"
+
+
+def _till_tool(sagacity: Sagacity, till: Till, *, redact: list[str]) -> Any:
+    return sagacity.wrap_tool(
+        till.pay, name="pay", reversibility=Reversibility.IRREVERSIBLE, redact=redact
+    )
+
+
+def test_a_refusal_redacts_a_field_the_request_did_not_have() -> None:
+    journal = SealingMemoryJournal()
+    sagacity = Sagacity(journal)
+    till = Till()
+    pay = _till_tool(sagacity, till, redact=["card_number", "$.customer.iban"])
+    result = sagacity.saga("till-1", lambda: pay(CARD))
+    assert result.awaiting_seq is not None
+    sagacity.approve("till-1", result.awaiting_seq, "nadia")
+    live = json.dumps({"card_number": CARD, "customer": {"iban": "DE89"}}, separators=(",", ":"))
+    with pytest.raises(PayloadMismatchError):
+        sagacity.resume_saga("till-1", result.awaiting_seq, live)
+    entries = journal.entries("till-1")
+    refused = next(e for e in entries if e.event_type is E.RESUME_REFUSED)
+    assert refused.payload is not None
+    assert json.loads(refused.payload)["customer"]["iban"].keys() == {REDACTED}
+    assert set(stored_salts(refused.attributes["redaction"])) == {
+        "$.card_number",
+        "$.customer.iban",
+    }
+    assert "DE89" not in _texts(entries)
+    assert till.payments == []
+
+
+def test_a_request_journaled_before_its_tool_redacted_resumes_as_it_was_approved() -> None:
+    journal = SealingMemoryJournal()
+    before = Sagacity(journal)
+    till = Till()
+    pay = _till_tool(before, till, redact=[])
+    result = before.saga("till-2", lambda: pay(CARD))
+    assert result.awaiting_seq is not None
+    before.approve("till-2", result.awaiting_seq, "nadia")
+    after = Sagacity(journal)
+    _till_tool(after, till, redact=["card_number"])
+    live = json.dumps({"card_number": CARD, "customer": None}, separators=(",", ":"))
+    assert after.resume_saga("till-2", result.awaiting_seq, live).status is SagaStatus.COMPLETED
+    assert till.payments == [(CARD, None)]
+    entries = journal.entries("till-2")
+    intent = next(e for e in entries if e.event_type is E.INTENT)
+    assert intent.payload == entries[result.awaiting_seq - 1].payload == live
+    assert "redaction" not in intent.attributes
+
+
+class FormOneSealingJournal(InMemoryJournal):
+    """A journal with a key service continuing a saga written in chain form 1 (opened without
+    one, or by an older writer): it writes form 1."""
+
+    seals = True
+
+
+def test_a_form_1_saga_refuses_a_redacted_call_and_its_refusal_journals_no_payload() -> None:
+    journal = FormOneSealingJournal()
+    till = Till()
+    before = Sagacity(journal)
+    plain = _till_tool(before, till, redact=[])
+    result = before.saga("till-3", lambda: plain(CARD))
+    assert result.awaiting_seq is not None
+    before.approve("till-3", result.awaiting_seq, "nadia")
+
+    after = Sagacity(journal)
+    redacting = _till_tool(after, till, redact=["card_number"])
+    refused_call = after.saga("till-4", lambda: redacting(CARD))
+    assert refused_call.error is not None
+    assert "chain form 1" in refused_call.error
+    assert [e.event_type for e in journal.entries("till-4")][-1] is E.SAGA_ENDED
+    assert E.AWAITING_APPROVAL not in [e.event_type for e in journal.entries("till-4")]
+
+    live = json.dumps({"card_number": OTHER_CARD, "customer": None}, separators=(",", ":"))
+    with pytest.raises(PayloadMismatchError):
+        after.resume_saga("till-3", result.awaiting_seq, live)
+    refused = next(e for e in journal.entries("till-3") if e.event_type is E.RESUME_REFUSED)
+    assert refused.payload is None
+    assert "payload_sha256" not in refused.attributes
+    assert OTHER_CARD not in _texts(journal.entries("till-3"))
+    assert till.payments == []
