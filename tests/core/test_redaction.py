@@ -434,3 +434,24 @@ def test_a_form_1_saga_refuses_a_redacted_call_and_its_refusal_journals_no_paylo
     assert "payload_sha256" not in refused.attributes
     assert OTHER_CARD not in _texts(journal.entries("till-3"))
     assert till.payments == []
+
+
+def test_the_mcp_server_reports_the_journaled_hash_of_a_redacted_request(
+    sealed: tuple[Sagacity, Shop, Any],
+) -> None:
+    """An MCP client told ``payload_sha256`` gets the one the approval binds: over the
+    redacted payload, which only the journal holds."""
+    pytest.importorskip("mcp")
+    from sagacity.adapters.mcp._server import SagacityMCP
+
+    sagacity, _shop, wrapped = sealed
+    saga_id, seq = _gated(sagacity, wrapped, CARD)
+    server = SagacityMCP(sagacity)
+    registered = sagacity.registry.get("charge")
+    assert registered is not None
+    digest = server._journaled_sha256(saga_id, seq)
+    request = sagacity.journal.entries(saga_id)[seq - 1]
+    assert digest == request.attributes["payload_sha256"]
+    shown = server._awaiting(registered, saga_id, seq, {"card_number": CARD, "amount": 120}, digest)
+    assert shown.structured_content is not None
+    assert shown.structured_content["payload_sha256"] == payload_sha256(request.payload or "")
