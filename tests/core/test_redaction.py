@@ -455,3 +455,41 @@ def test_the_mcp_server_reports_the_journaled_hash_of_a_redacted_request(
     shown = server._awaiting(registered, saga_id, seq, {"card_number": CARD, "amount": 120}, digest)
     assert shown.structured_content is not None
     assert shown.structured_content["payload_sha256"] == payload_sha256(request.payload or "")
+
+
+def test_a_compensation_reads_the_redacted_arguments_and_undoes_by_id() -> None:
+    """An undo never gets a redacted value from the journal: it finds it by the id its call
+    returned (ADR 0019 §5)."""
+    from sagacity import CompensationContext, compensation
+
+    class Holds:
+        def __init__(self) -> None:
+            self.held: dict[str, str] = {}
+            self.contexts: list[CompensationContext] = []
+
+        @compensable(by="release", redact=["card_number"])
+        def hold(self, card_number: str, amount: int) -> dict[str, str]:
+            self.held["h-1"] = card_number
+            return {"hold_id": "h-1"}
+
+        @compensation
+        def release(self, context: CompensationContext) -> None:
+            self.contexts.append(context)
+            self.held.pop(context.result["hold_id"])
+
+    sagacity = Sagacity(SealingMemoryJournal())
+    holds = Holds()
+    tools = sagacity.wrap(holds)
+
+    def work() -> None:
+        tools.hold(CARD, 120)
+        raise RuntimeError("the order was cancelled")
+
+    result = sagacity.saga("hold-1", work)
+    assert result.status is SagaStatus.COMPENSATED
+    assert holds.held == {}
+    (context,) = holds.contexts
+    assert context.arguments["card_number"].keys() == {REDACTED}
+    assert context.arguments["amount"] == 120
+    assert CARD not in context.payload
+    assert CARD not in _texts(sagacity.journal.entries("hold-1"))
