@@ -248,7 +248,8 @@ class ApprovalDesk:
         now = [p for p in tool.definition.redact if p not in salts] if tool is not None else []
         if not salts and not now:
             return _Bound(checked=payload, text=payload)
-        comparable = is_canonical_payload(payload)
+        # Redacting re-encodes the payload: only then must its bytes be the compact form.
+        comparable = is_canonical_payload(payload) if salts else True
         try:
             checked = redact(request.tool, payload, list(salts), salts)
             shown = redact(request.tool, payload, [*salts, *now], salts)
