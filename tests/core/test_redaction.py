@@ -493,3 +493,40 @@ def test_a_compensation_reads_the_redacted_arguments_and_undoes_by_id() -> None:
     assert context.arguments["amount"] == 120
     assert CARD not in context.payload
     assert CARD not in _texts(sagacity.journal.entries("hold-1"))
+
+
+class UnopenedSaltsJournal(SealingMemoryJournal):
+    """Reads entries as a reader without the key service would: the ``redaction`` attribute
+    sealed, its commitment only."""
+
+    def entries(self, saga_id: str) -> Sequence[JournalEntry]:
+        import dataclasses
+
+        out = []
+        for entry in super().entries(saga_id):
+            if "redaction" in entry.attributes:
+                entry = dataclasses.replace(
+                    entry,
+                    attributes={k: v for k, v in entry.attributes.items() if k != "redaction"},
+                    salts={k: v for k, v in entry.salts.items() if k != "redaction"},
+                )
+            out.append(entry)
+        return tuple(out)
+
+
+def test_a_resume_that_cannot_open_the_salts_leaves_the_request_pending() -> None:
+    from sagacity.errors import UnverifiableApprovalError
+
+    journal = UnopenedSaltsJournal()
+    sagacity = Sagacity(journal)
+    shop = Shop()
+    wrapped = sagacity.wrap(shop)
+    saga_id, seq = _gated(sagacity, wrapped, CARD)
+    sagacity.approve(saga_id, seq, "nadia")
+    before = len(journal.entries(saga_id))
+    live = json.dumps({"card_number": CARD, "amount": 120}, separators=(",", ":"))
+    with pytest.raises(UnverifiableApprovalError, match="SAGACITY_KEY_ENCRYPTION_KEY_FILE"):
+        sagacity.resume_saga(saga_id, seq, live)
+    assert len(journal.entries(saga_id)) == before
+    assert shop.charges == []
+    assert [r.seq for r in sagacity.journal.pending_approvals(saga_id)] == [seq]
