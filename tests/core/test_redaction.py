@@ -7,6 +7,7 @@ import hashlib
 import json
 import struct
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -61,6 +62,36 @@ def test_the_redaction_key_is_sha256_over_the_framed_fields() -> None:
         b"SGR1" + _f(b"pay") + _f(b"$.customer") + _f(SALT) + _f(canonical)
     ).digest()
     assert redaction_key("pay", "$.customer", SALT, value) == expected
+
+
+VECTORS = json.loads(
+    (Path(__file__).resolve().parents[1] / "vectors" / "redaction-v1.json").read_text("utf-8")
+)
+
+
+@pytest.mark.parametrize("case", VECTORS["keys"], ids=lambda c: c["name"])
+def test_the_redaction_vectors(case: dict[str, Any]) -> None:
+    """``tests/vectors/redaction-v1.json``, recomputed from the ADR's definition and by the
+    writer."""
+    salt = bytes.fromhex(case["salt"])
+    canonical = json.dumps(case["value"], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert canonical == case["canonical_json"]
+    preimage = (
+        b"SGR1"
+        + _f(case["tool"].encode())
+        + _f(case["path"].encode())
+        + _f(salt)
+        + _f(canonical.encode())
+    )
+    assert hashlib.sha256(preimage).hexdigest() == case["k_r"]
+    assert redaction_key(case["tool"], case["path"], salt, case["value"]).hex() == case["k_r"]
+
+
+@pytest.mark.parametrize("case", VECTORS["payloads"], ids=lambda c: c["name"])
+def test_the_redacted_payload_vectors(case: dict[str, Any]) -> None:
+    out = redact(case["tool"], case["payload"], case["paths"], case["salts"])
+    assert out.payload == case["redacted"]
+    assert out.attribute == case["redaction"]
 
 
 def test_the_redaction_key_depends_on_every_input() -> None:
