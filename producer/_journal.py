@@ -29,6 +29,7 @@ from confluent_kafka.admin import AdminClient
 from sagacity import _attributes as attr
 from sagacity._codec import check_json_payload
 from sagacity._events import EntryDraft, EventType, JournalEntry, with_attribute
+from sagacity._redaction import refuse_in_form_1
 from sagacity._writer_signature import HEADER as WRITER_HEADER
 from sagacity._writer_signature import WriterKey
 from sagacity.chain import link
@@ -285,6 +286,12 @@ class KafkaJournal:
     def keys(self) -> FieldSealer | None:
         """The key service sealing and opening this journal's data (``None``: in clear)."""
         return self._keys
+
+    @property
+    def seals(self) -> bool:
+        """Whether the sagas this journal opens are sealed (form 2 under a key service): what
+        a tool with fields to redact needs (docs/adr/0019-erasure.md §5)."""
+        return self._keys is not None
 
     @property
     def reader(self) -> SagaReader:
@@ -688,6 +695,7 @@ class KafkaJournal:
                 draft, seq=tail.seq + 1, prev_hash=tail.hash, keys=self._keys
             )
         else:
+            refuse_in_form_1(draft)
             entry, value = link_encoded(draft, seq=tail.seq + 1, prev_hash=tail.hash)
         delivery = self._produce(entry, value)
         state.chain.append(entry)
@@ -735,6 +743,7 @@ class KafkaJournal:
                 self._keys.prepare(saga_id)
             entry, value = link_encoded_sealed(draft, seq=seq + 1, prev_hash=prev, keys=self._keys)
         else:
+            refuse_in_form_1(draft)
             entry = link(draft, seq=seq + 1, prev_hash=prev)
         sent = self._monotonic()
         delivery = self._produce(entry, value)

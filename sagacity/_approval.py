@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from sagacity import _attributes as attr
@@ -21,6 +21,12 @@ from sagacity._codec import decode_payload, decode_result
 from sagacity._decision_signature import DECISION_EVENTS
 from sagacity._events import EntryDraft, EventType, JournalEntry, UnknownEventType
 from sagacity._invoke import call_async, call_blocking
+from sagacity._redaction import (
+    REDACTION_ATTRIBUTE,
+    is_canonical_payload,
+    redact,
+    stored_salts,
+)
 from sagacity._registry import RegisteredTool
 from sagacity._requests import (
     RequestState,
@@ -64,6 +70,48 @@ PAYLOAD_CHANGED = "payload changed since approval"
 IN_DOUBT = (
     "INTENT without an outcome (its resume was interrupted): an effect may exist; needs a person"
 )
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Bound:
+    """A live payload as a resume compares and journals it (docs/adr/0019-erasure.md §5).
+
+    Attributes:
+        checked: the payload redacted with the salts the request holds (the live payload
+            itself when the request redacted nothing): what is compared with the approved
+            payload and, when it matches, journaled on the ``INTENT``; ``None`` when it cannot
+            be redacted (not a JSON object).
+        checked_redaction: the ``redaction`` attribute of ``checked``.
+        text: what a refusal journals: ``checked`` with, besides, every field the tool
+            redacts now (fresh salts), so a value the request did not have is not journaled
+            in clear either; ``None``: nothing of the payload is journaled.
+        redaction: the ``redaction`` attribute of ``text``.
+        comparable: a redacted live payload is in the journal's compact JSON form, as a call
+            journals it (the same values in other bytes are another payload).
+    """
+
+    checked: str | None
+    checked_redaction: str | None = None
+    text: str | None
+    redaction: str | None = None
+    comparable: bool = True
+
+    @property
+    def sha256(self) -> str | None:
+        """SHA-256 of ``text`` (``None`` without one)."""
+        return None if self.text is None else payload_sha256(self.text)
+
+    def attributes(self) -> dict[str, str]:
+        """The attributes a refusal journaling ``text`` carries beside it."""
+        return {} if self.redaction is None else {attr.REDACTION: self.redaction}
+
+    def matches(self, approved_sha256: str | None) -> bool:
+        """The live payload is the approved one."""
+        return (
+            self.comparable
+            and self.checked is not None
+            and payload_sha256(self.checked) == approved_sha256
+        )
 
 
 def already_signed(approver: str) -> str:
@@ -164,6 +212,64 @@ class ApprovalDesk:
                     f"cannot {verb}: {state.describe_closure()}", saga_id=saga_id, seq=seq
                 )
             yield entries, state.request
+
+    def _bind(
+        self, entries: Sequence[JournalEntry], request: ApprovalRequest, payload: str
+    ) -> _Bound:
+        """``payload`` (the live one) redacted as the request was, and as a refusal journals
+        it (docs/adr/0019-erasure.md §5).
+
+        A request journaled in chain form 1 redacted nothing, and its saga cannot hold
+        redaction salts: a refusal of it journals no payload when the tool redacts fields now.
+
+        Raises:
+            UnverifiableApprovalError: the request's salts are sealed and this journal cannot
+                open them, or unusable (nothing journaled; the request stays pending).
+        """
+        entry = next((e for e in entries if e.seq == request.seq), None)
+        attribute = entry.attributes.get(REDACTION_ATTRIBUTE) if entry is not None else None
+        if attribute is None and entry is not None and REDACTION_ATTRIBUTE in entry.commitments:
+            raise UnverifiableApprovalError(
+                "the approval request's redaction salts are sealed and cannot be opened here: "
+                "the live payload cannot be checked (the key service, "
+                "SAGACITY_KEY_ENCRYPTION_KEY_FILE, opens them); the request stays pending",
+                saga_id=request.saga_id,
+                seq=request.seq,
+            )
+        try:
+            salts = stored_salts(attribute)
+        except SerializationError as exc:
+            raise UnverifiableApprovalError(
+                f"the approval request's redaction attribute is unusable: {exc}",
+                saga_id=request.saga_id,
+                seq=request.seq,
+            ) from exc
+        tool = self._s.registry.get(request.tool)
+        now = [p for p in tool.definition.redact if p not in salts] if tool is not None else []
+        if not salts and not now:
+            return _Bound(checked=payload, text=payload)
+        # Redacting re-encodes the payload: only then must its bytes be the compact form.
+        comparable = is_canonical_payload(payload) if salts else True
+        try:
+            checked = redact(request.tool, payload, list(salts), salts)
+            shown = redact(request.tool, payload, [*salts, *now], salts)
+        except SerializationError:
+            return _Bound(checked=None, text=None, comparable=False)
+        if shown.attribute is not None and (entry is None or entry.form == 1):
+            # The saga is written in form 1, which cannot seal salts: journal no payload.
+            return _Bound(
+                checked=checked.payload,
+                checked_redaction=checked.attribute,
+                text=None,
+                comparable=comparable,
+            )
+        return _Bound(
+            checked=checked.payload,
+            checked_redaction=checked.attribute,
+            text=shown.payload,
+            redaction=shown.attribute,
+            comparable=comparable,
+        )
 
     def _append_decision(self, draft: EntryDraft, tail: int) -> JournalEntry:
         """Append the entry that decides a request, only onto the chain the decision read.
@@ -344,11 +450,11 @@ class ApprovalDesk:
 
     def _checked_for_resume(
         self, saga_id: str, seq: int, payload: object, requested_by: str | None
-    ) -> tuple[ApprovalRequest, RegisteredTool, dict[str, Any], int]:
+    ) -> tuple[ApprovalRequest, RegisteredTool, dict[str, Any], int, _Bound]:
         """Every resume check, in order; refusals that end the saga journal and compensate.
 
-        Returns the request, its tool, the decoded arguments and the seq of the chain's tail
-        the checks read.
+        Returns the request, its tool, the decoded arguments, the seq of the chain's tail
+        the checks read and the payload as journaled (redacted, where its tool redacts).
         """
         entries, state = self._load(saga_id, seq)
         tail = entries[-1].seq
@@ -380,7 +486,8 @@ class ApprovalDesk:
         if self._expired(request):
             raise self._expire(request, tail)
         assert isinstance(payload, str)
-        signers = self._authentic_signers(entries, request, payload, tail, requested_by)
+        bound = self._bind(entries, request, payload)
+        signers = self._authentic_signers(entries, request, bound, tail, requested_by)
         if len(signers) < request.signatures_required:
             raise ApprovalMissingError(
                 f"only {len(signers)} of {request.signatures_required} required signatures "
@@ -391,11 +498,9 @@ class ApprovalDesk:
         stored = request.payload_sha256
         if stored is None or stored != payload_sha256(request.payload):
             message = "the approval request records no payload hash matching what was approved"
-            self._refuse(request, payload, message, UnverifiableApprovalError, tail, requested_by)
-        if payload_sha256(payload) != stored:
-            self._refuse(
-                request, payload, PAYLOAD_CHANGED, PayloadMismatchError, tail, requested_by
-            )
+            self._refuse(request, bound, message, UnverifiableApprovalError, tail, requested_by)
+        if not bound.matches(stored):
+            self._refuse(request, bound, PAYLOAD_CHANGED, PayloadMismatchError, tail, requested_by)
         tool = self._s.registry.get(request.tool)
         if tool is None:
             raise DeclarationError(
@@ -409,7 +514,7 @@ class ApprovalDesk:
         except SerializationError as exc:
             self._refuse(
                 request,
-                payload,
+                bound,
                 f"approved payload is not replayable: {exc}",
                 UnverifiableApprovalError,
                 tail,
@@ -423,9 +528,12 @@ class ApprovalDesk:
                     request,
                     EventType.CONSTRAINT_VIOLATED,
                     None,
-                    payload=payload,
+                    payload=bound.checked,
                     error=refusal,
-                    attributes=_requested_by(requested_by),
+                    attributes={
+                        **_requested_by(requested_by),
+                        **_redaction(bound.checked_redaction),
+                    },
                 ),
                 tail=tail,
                 cause=EventType.CONSTRAINT_VIOLATED,
@@ -433,13 +541,13 @@ class ApprovalDesk:
                 clean=SagaStatus.COMPENSATED,
             )
             raise ConstraintViolation(refusal, saga_id=saga_id, seq=seq, result=result)
-        return request, tool, arguments, tail
+        return request, tool, arguments, tail, bound
 
     def _authentic_signers(
         self,
         entries: Sequence[JournalEntry],
         request: ApprovalRequest,
-        payload: str,
+        bound: _Bound,
         tail: int,
         requested_by: str | None,
     ) -> set[str]:
@@ -461,7 +569,7 @@ class ApprovalDesk:
                 if reason is not None:
                     self._refuse(
                         request,
-                        payload,
+                        bound,
                         NO_APPROVAL,
                         ApprovalMissingError,
                         tail,
@@ -473,7 +581,7 @@ class ApprovalDesk:
     def _refuse(
         self,
         request: ApprovalRequest,
-        payload: str,
+        bound: _Bound,
         message: str,
         error: type[ApprovalError],
         tail: int,
@@ -482,16 +590,14 @@ class ApprovalDesk:
         detail: str | None = None,
     ) -> NoReturn:
         journaled = message if detail is None else f"{message}: {detail}"
+        shown = {} if bound.sha256 is None else {attr.PAYLOAD_SHA256: bound.sha256}
         draft = self._decision(
             request,
             EventType.RESUME_REFUSED,
             None,
-            payload=payload,
+            payload=bound.text,
             error=journaled,
-            attributes={
-                attr.PAYLOAD_SHA256: payload_sha256(payload),
-                **_requested_by(requested_by),
-            },
+            attributes={**shown, **_requested_by(requested_by), **bound.attributes()},
         )
         result = self._close_and_compensate(
             request,
@@ -565,7 +671,8 @@ class ApprovalDesk:
         if intent is None:
             return None
         request = state.request
-        if payload != intent.payload or payload_sha256(payload) != request.payload_sha256:
+        bound = self._bind(entries, request, payload)
+        if bound.checked != intent.payload or not bound.matches(request.payload_sha256):
             raise PayloadMismatchError(
                 PAYLOAD_CHANGED,
                 saga_id=saga_id,
@@ -596,7 +703,11 @@ class ApprovalDesk:
             payload=intent.payload,
             error=IN_DOUBT,
             actor=s.writer_id,
-            attributes={attr.REF_SEQ: str(intent.seq), attr.PHASE: PHASE_CALL},
+            attributes={
+                attr.REF_SEQ: str(intent.seq),
+                attr.PHASE: PHASE_CALL,
+                **{k: v for k, v in intent.attributes.items() if k == attr.REDACTION},
+            },
             recorded_at_us=s.now_us(),
         )
         self._append_decision(suspect, entries[-1].seq)
@@ -620,11 +731,19 @@ class ApprovalDesk:
         self, saga_id: str, seq: int, payload: str, requested_by: str | None
     ) -> tuple[ApprovalRequest, RegisteredTool, dict[str, Any], JournalEntry]:
         """The resume checks, then the ``INTENT`` appended onto the chain they read."""
-        request, tool, arguments, tail = self._checked_for_resume(
+        request, tool, arguments, tail, bound = self._checked_for_resume(
             saga_id, seq, payload, requested_by
         )
         s = self._s
-        draft = intent_draft(s, tool.definition, request.saga_id, payload, request.seq)
+        assert bound.checked is not None  # it matched the approved payload
+        draft = intent_draft(
+            s,
+            tool.definition,
+            request.saga_id,
+            bound.checked,
+            request.seq,
+            redaction=bound.checked_redaction,
+        )
         if requested_by is not None:
             draft = replace(draft, attributes={**draft.attributes, **_requested_by(requested_by)})
         intent = self._append_decision(draft, tail)
@@ -752,6 +871,10 @@ def _approvals(entries: Sequence[JournalEntry], request: ApprovalRequest) -> lis
         and e.event_type is EventType.APPROVED
         and e.attributes.get(attr.REF_SEQ) == ref
     ]
+
+
+def _redaction(redaction: str | None) -> dict[str, str]:
+    return {} if redaction is None else {attr.REDACTION: redaction}
 
 
 def _requested_by(requested_by: str | None) -> dict[str, str]:

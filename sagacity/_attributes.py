@@ -70,3 +70,6 @@ ERASED_KEY = "erased_key"
 """On ``ERASED``: the id of the key-encryption key the destroyed data key was wrapped under,
 ``none`` when no data key existed (nothing was sealed), ``unknown`` when an earlier run had
 destroyed it already and its id was not recorded."""
+REDACTION = "redaction"
+"""On an entry whose payload has redacted fields (docs/adr/0019-erasure.md §5): compact JSON of
+each redacted path's salt (hex); a data attribute, committed to in chain form 2 and sealed."""

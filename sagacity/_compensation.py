@@ -249,7 +249,11 @@ class CompensationRunner:
                         EventType.SUSPECT,
                         payload=entry.payload,
                         error=reason,
-                        attributes={attr.PHASE: PHASE_CALL},
+                        attributes={
+                            attr.PHASE: PHASE_CALL,
+                            # A redacted payload keeps its salts beside it (ADR 0019 §5).
+                            **{k: v for k, v in entry.attributes.items() if k == attr.REDACTION},
+                        },
                     )
                 actions.append(_Note(draft=draft, suspect=suspect))
             elif entry.event_type is EventType.EXECUTED:

@@ -9,10 +9,11 @@ sagas).  What needs the owning object (``by=`` naming a method) is resolved by
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
+from sagacity._redaction import redact_paths
 from sagacity._reversibility import Reversibility
 from sagacity._undo import UndoCall
 from sagacity.errors import DeclarationError
@@ -38,6 +39,9 @@ class ToolDefinition:
     is_async: bool
     undo_call: UndoCall | None = None
     """The undo a policy names by another tool (``None``: ``by``, or a returned undo)."""
+    redact: tuple[str, ...] = ()
+    """The payload fields never journaled in clear, as ``$.`` paths (docs/adr/0019-erasure.md
+    §5); empty: none."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +117,7 @@ def define_tool(
     reversibility: Reversibility = Reversibility.COMPENSATABLE,
     name: str | None = None,
     constraint: Constraint | None = None,
+    redact: Iterable[str] = (),
 ) -> ToolDefinition:
     """The definition ``@compensable(...)`` would attach to ``function``, without attaching it.
 
@@ -122,6 +127,8 @@ def define_tool(
         DeclarationError: an option is malformed, or ``function`` takes ``*args``.
     """
     check_declaration(by=by, reversibility=reversibility, name=name, constraint=constraint)
+    tool_name = name if name is not None else function.__name__
+    paths = redact_paths(redact, tool=tool_name)
     for parameter in inspect.signature(function).parameters.values():
         if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
             raise DeclarationError(
@@ -130,12 +137,13 @@ def define_tool(
                 "parameters"
             )
     return ToolDefinition(
-        name=name if name is not None else function.__name__,
+        name=tool_name,
         reversibility=reversibility,
         by=by,
         constraint=constraint,
         function=function,
         is_async=inspect.iscoroutinefunction(function),
+        redact=paths,
     )
 
 
@@ -148,6 +156,7 @@ def compensable(
     reversibility: Reversibility = Reversibility.COMPENSATABLE,
     name: str | None = None,
     constraint: Constraint | None = None,
+    redact: Iterable[str] = (),
 ) -> Callable[[F], F]: ...
 def compensable(
     fn: F | None = None,
@@ -157,6 +166,7 @@ def compensable(
     reversibility: Reversibility = Reversibility.COMPENSATABLE,
     name: str | None = None,
     constraint: Constraint | None = None,
+    redact: Iterable[str] = (),
 ) -> Any:
     """Declare a tool: journaled inside sagas, compensated or gated by its reversibility.
 
@@ -172,16 +182,27 @@ def compensable(
         constraint: a policy predicate over the call's arguments returning a refusal reason
             (or ``None``); a refused call is journaled ``CONSTRAINT_VIOLATED`` and never runs,
             whatever the approvals.
+        redact: payload fields never journaled in clear (``"card_number"``, or a
+            ``"$.customer.iban"`` path into nested objects): each value is replaced by its
+            salted redaction key before the payload is committed, sealed or hashed
+            (docs/adr/0019-erasure.md §5).  Needs a journal that seals (a key service,
+            ``SAGACITY_KEY_ENCRYPTION_KEY_FILE``): wrapping refuses the tool otherwise.
 
     Raises:
         DeclarationError: the declaration is malformed (checked now, not at call time).
     """
     check_declaration(by=by, reversibility=reversibility, name=name, constraint=constraint)
+    paths = redact_paths(redact, tool=name)
 
     def decorate(target: F) -> F:
         function = _check_function(target, "compensable")
         definition = define_tool(
-            function, by=by, reversibility=reversibility, name=name, constraint=constraint
+            function,
+            by=by,
+            reversibility=reversibility,
+            name=name,
+            constraint=constraint,
+            redact=paths,
         )
         setattr(function, TOOL_ATTR, definition)
         return target

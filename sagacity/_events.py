@@ -151,7 +151,7 @@ _NO_COMMITMENTS: Mapping[str, str] = MappingProxyType({})
 
 DATA_FIELDS = ("payload", "result", "error")
 """The entry's fields a form-2 chain commits to instead of hashing them in clear."""
-DATA_ATTRIBUTES = frozenset({"undo_arguments", "note"})
+DATA_ATTRIBUTES = frozenset({"undo_arguments", "note", "redaction"})
 """The attributes that hold data (docs/adr/0019-erasure.md §1): committed to in form 2."""
 
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from sagacity._codec import check_json_payload
 from sagacity._events import GENESIS_HASH, EntryDraft, JournalEntry
+from sagacity._redaction import refuse_in_form_1
 from sagacity._requests import pending_requests
 from sagacity.chain import link
 from sagacity.errors import JournalUnavailableError, TailMovedError
@@ -31,7 +32,8 @@ class InMemoryJournal:
 
         Raises:
             JournalUnavailableError: the journal was closed.
-            SerializationError: an ``INTENT`` / ``AWAITING_APPROVAL`` payload is not JSON.
+            SerializationError: an ``INTENT`` / ``AWAITING_APPROVAL`` payload is not JSON, or
+                the draft has redacted fields (their salts need chain form 2).
         """
         with self._lock:
             if self._closed:
@@ -39,6 +41,7 @@ class InMemoryJournal:
                     "the in-memory journal is closed", saga_id=draft.saga_id
                 )
             check_json_payload(draft)
+            refuse_in_form_1(draft)  # this journal writes form 1 only: redacted salts stay out
             chain = self._chains.setdefault(draft.saga_id, [])
             prev = chain[-1].hash if chain else GENESIS_HASH
             entry = link(draft, seq=len(chain) + 1, prev_hash=prev)

@@ -46,11 +46,18 @@ class RegisteredTool:
 
 
 class ToolRegistry:
-    """Registered tools by name; thread-safe.  Services look tools up by journaled name."""
+    """Registered tools by name; thread-safe.  Services look tools up by journaled name.
 
-    def __init__(self) -> None:
+    Args:
+        admit: checks each definition before it is registered (raising refuses it): what the
+            owning ``Sagacity`` requires of its tools (a journal that seals, for a tool with
+            fields to redact).
+    """
+
+    def __init__(self, admit: Callable[[ToolDefinition], None] | None = None) -> None:
         self._tools: dict[str, RegisteredTool] = {}
         self._lock = threading.Lock()
+        self._admit = admit
 
     def register(self, tool: RegisteredTool) -> None:
         """Add ``tool``; a second object of the same declaration replaces the first.
@@ -65,7 +72,11 @@ class ToolRegistry:
 
         Raises:
             DeclarationError: a name is used by another, different declaration.
+            ConfigurationError: ``admit`` refuses a tool.
         """
+        if self._admit is not None:
+            for tool in tools:
+                self._admit(tool.definition)
         with self._lock:
             for tool in tools:
                 existing = self._tools.get(tool.name)

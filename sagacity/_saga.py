@@ -19,7 +19,8 @@ from sagacity import _attributes as attr
 from sagacity._codec import describe_error
 from sagacity._compensation import CompensationCall, CompensationReport, CompensationRunner
 from sagacity._decision_signature import DecisionSigner, DecisionVerifier, verifier_from_env
-from sagacity._decorators import Constraint
+from sagacity._decorators import Constraint, ToolDefinition
+from sagacity._envelope import KEK_SETTING
 from sagacity._events import EntryDraft, EventType, JournalEntry, now_micros
 from sagacity._memory import InMemoryJournal
 from sagacity._outcome import outcome_from_chain
@@ -37,7 +38,7 @@ from sagacity.errors import (
     OutcomeTimeoutError,
     SagaExistsError,
 )
-from sagacity.journal import ApprovalRequest, Journal
+from sagacity.journal import ApprovalRequest, Journal, journal_seals
 
 _T = TypeVar("_T")
 
@@ -151,7 +152,7 @@ class Sagacity:
             raise ConfigurationError("decision_signer must be a DecisionSigner")
         self._signer = decision_signer
         self._verifier = _verifier(approvals_public_key, decision_signer)
-        self._registry = ToolRegistry()
+        self._registry = ToolRegistry(admit=self._admit_tool)
         self._desk = _approval.ApprovalDesk(self)
         self._suspects = _settlement.SuspectDesk(self)
         self._conversations: dict[str, SagaRun] = {}
@@ -247,6 +248,17 @@ class Sagacity:
         return self._clock()
 
     # -- tools ----------------------------------------------------------------------------
+    def _admit_tool(self, definition: ToolDefinition) -> None:
+        """Refuse, at start-up, a tool with fields to redact on a journal that does not seal:
+        with the salts in clear a short value (a card number) is recovered by brute force
+        (docs/adr/0019-erasure.md §5)."""
+        if definition.redact and not journal_seals(self._journal):
+            raise ConfigurationError(
+                f"tool {definition.name!r} redacts {', '.join(definition.redact)}: redaction "
+                f"needs a key service, so set {KEK_SETTING} (a key from `sagacity keys init`) "
+                "for the journal; this journal does not seal data fields"
+            )
+
     def wrap(self, obj: _T) -> _T:
         """Validate ``obj``'s declarations and return its journaling version.
 
@@ -260,6 +272,8 @@ class Sagacity:
             DeclarationError: nothing is declared, a ``by=`` does not resolve or has the
                 wrong signature, ``by=`` is given to a READ/IRREVERSIBLE/PRIVILEGED tool, or
                 two different tools share a name.
+            ConfigurationError: a tool has fields to redact and the journal does not seal
+                (no key service: ``SAGACITY_KEY_ENCRYPTION_KEY_FILE``).
         """
         return cast(_T, wrap(self, self._registry, obj))
 
@@ -272,6 +286,7 @@ class Sagacity:
         by: Callable[..., Any] | None = None,
         constraint: Constraint | None = None,
         undo: UndoCall | None = None,
+        redact: Sequence[str] = (),
     ) -> Callable[..., Any]:
         """Declare and wrap an undecorated callable in one step (for framework adapters).
 
@@ -279,10 +294,12 @@ class Sagacity:
         touching ``function``: a framework's tool function or a bound method can be wrapped
         where it cannot be decorated.  ``by`` is the compensation itself (a callable taking
         one ``CompensationContext``); ``undo`` names another registered tool as the undo, with
-        arguments taken from the call and its result (:class:`~sagacity.UndoCall`).
+        arguments taken from the call and its result (:class:`~sagacity.UndoCall`);
+        ``redact`` names payload fields never journaled in clear, as ``@compensable``'s.
 
         Raises:
             DeclarationError: as :meth:`wrap`.
+            ConfigurationError: as :meth:`wrap`.
         """
         return wrap_callable(
             self,
@@ -293,6 +310,7 @@ class Sagacity:
             by=by,
             constraint=constraint,
             undo=undo,
+            redact=redact,
         )
 
     # -- sagas ----------------------------------------------------------------------------

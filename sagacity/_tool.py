@@ -40,6 +40,7 @@ from sagacity._codec import (
 from sagacity._decorators import ToolDefinition
 from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity._oversize import append_bounded, append_bounded_async
+from sagacity._redaction import Redacted, redact
 from sagacity._scope import SagaScope, current_caller, current_scope
 from sagacity._undo import Undo, extract_undo, undo_declared
 from sagacity.chain import payload_sha256
@@ -190,14 +191,18 @@ def intent_draft(
     ref_seq: int | None,
     *,
     caller: str | None = None,
+    redaction: str | None = None,
 ) -> EntryDraft:
     """The ``INTENT`` entry journaled before a call (``ref_seq``: the approved request;
-    ``caller``: the authenticated principal the call came from, when known)."""
+    ``caller``: the authenticated principal the call came from, when known; ``payload``
+    already redacted, ``redaction`` its salts' attribute)."""
     attributes = {attr.REVERSIBILITY: definition.reversibility.value}
     if ref_seq is not None:
         attributes[attr.REF_SEQ] = str(ref_seq)
     if caller is not None:
         attributes[attr.CALLER] = caller
+    if redaction is not None:
+        attributes[attr.REDACTION] = redaction
     return EntryDraft(
         saga_id=saga_id,
         event_type=EventType.INTENT,
@@ -209,17 +214,33 @@ def intent_draft(
     )
 
 
+def redacted_payload(
+    definition: ToolDefinition, payload: str, salts: Mapping[str, str] | None = None
+) -> Redacted:
+    """``payload`` as journaled for ``definition``: its ``redact`` fields replaced by their
+    redaction keys (``salts``: reused for their paths, e.g. a request's at resume).
+
+    Raises:
+        SerializationError: a redacted path runs into a value that is not an object.
+    """
+    return redact(definition.name, payload, definition.redact, salts)
+
+
 def _stop_or_intent(
     host: Host, definition: ToolDefinition, scope: SagaScope, arguments: Mapping[str, Any]
 ) -> _Stop | EntryDraft:
-    payload = encode_payload(definition.name, arguments)
+    redacted = redacted_payload(definition, encode_payload(definition.name, arguments))
+    payload = redacted.payload
     refusal = check_constraint(definition, arguments)
     now = host.now_us()
     caller = current_caller()
+    redaction = redacted.attribute
     if refusal is not None:
         refused = {attr.POLICY_VERSION: host.policy_version}
         if caller is not None:
             refused[attr.CALLER] = caller
+        if redaction is not None:
+            refused[attr.REDACTION] = redaction
         draft = EntryDraft(
             saga_id=scope.saga_id,
             event_type=EventType.CONSTRAINT_VIOLATED,
@@ -242,6 +263,8 @@ def _stop_or_intent(
             attributes[attr.CALLER] = caller
         if host.approval_ttl_us is not None:
             attributes[attr.EXPIRES_AT_US] = str(now + host.approval_ttl_us)
+        if redaction is not None:
+            attributes[attr.REDACTION] = redaction
         draft = EntryDraft(
             saga_id=scope.saga_id,
             event_type=EventType.AWAITING_APPROVAL,
@@ -252,7 +275,9 @@ def _stop_or_intent(
             recorded_at_us=now,
         )
         return _Stop(draft=draft, value=awaiting_message(definition.name), gate=True)
-    return intent_draft(host, definition, scope.saga_id, payload, None, caller=caller)
+    return intent_draft(
+        host, definition, scope.saga_id, payload, None, caller=caller, redaction=redaction
+    )
 
 
 def _active_scope(host: Host, definition: ToolDefinition) -> SagaScope | None:

@@ -7,7 +7,7 @@ during a failure, when a refund needs issuing.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -20,6 +20,7 @@ from sagacity._decorators import (
 )
 from sagacity._frameworks import NOT_A_FRAMEWORK_OBJECT
 from sagacity._frameworks import route as route_framework_object
+from sagacity._redaction import redact_paths
 from sagacity._registry import RegisteredTool, ToolRegistry
 from sagacity._reversibility import Reversibility
 from sagacity._tool import WRAPPED_ATTR, Host, wrap_function
@@ -235,6 +236,7 @@ def wrap_callable(
     by: Callable[..., Any] | None,
     constraint: Constraint | None,
     undo: UndoCall | None = None,
+    redact: Sequence[str] = (),
 ) -> Callable[..., Any]:
     """Declare and wrap an undecorated callable (a framework's tool function) in one step.
 
@@ -283,6 +285,7 @@ def wrap_callable(
         function=function,
         is_async=inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call),
         undo_call=undo,
+        redact=redact_paths(redact, tool=tool_name),
     )
     compensation, compensation_def = _resolve_by(definition, None, marked=False)
     tool = RegisteredTool(

@@ -385,7 +385,7 @@ def canonical_bytes_v2_of(
 ) -> bytes:
     """``C2(entry)`` (docs/adr/0019-erasure.md §1) from plain field values:
     :func:`canonical_bytes_of` with ``payload``, ``result``, ``error`` and the data attributes
-    (``undo_arguments``, ``note``) replaced by their commitments.  A value present is
+    (``undo_arguments``, ``note``, ``redaction``) replaced by their commitments.  A value present is
     committed to with its salt (and checked against a stored commitment); an erased one (no
     value, no salt) is its stored commitment.
 

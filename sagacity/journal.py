@@ -115,3 +115,14 @@ class ConditionalJournal(Journal, Protocol):
             JournalUnavailableError / WriterConflictError: as :meth:`append`.
         """
         ...
+
+
+SEALS_ATTR = "seals"
+"""The optional capability a journal declares as ``seals = True``: it writes the sagas it opens
+in chain form 2 and seals their data fields under a key service (docs/adr/0019-erasure.md)."""
+
+
+def journal_seals(journal: object) -> bool:
+    """Whether ``journal`` seals data fields on its store (a key service is configured): the
+    condition for redacting fields at write time (docs/adr/0019-erasure.md §5)."""
+    return getattr(journal, SEALS_ATTR, False) is True

@@ -22,6 +22,7 @@ or as TOML (:meth:`Policy.from_toml`)::
     "search_*" = "READ"
     update_ticket_status = { undo = "returned" }
     reserve = { by = "myapp.undo:release" }
+    pay = { reversibility = "IRREVERSIBLE", redact = ["card_number", "$.customer.iban"] }
 
 How a tool is resolved (:meth:`Policy.resolve`): its exact name, else the first glob that
 matches it (in the order written), else its MCP annotations (``readOnlyHint`` → ``READ``;
@@ -37,7 +38,8 @@ refuses the tool by name.
 (``"undo": null`` says no undo exists); :func:`returned_undo` reads it, from a mapping or
 from the JSON text an MCP tool returns.  ``{ by = "module:function" }`` names a compensation
 taking one :class:`~sagacity.CompensationContext`; it is imported when the policy is made, so
-a target that does not import fails at start-up, naming it.
+a target that does not import fails at start-up, naming it.  ``redact`` names payload fields
+never journaled in clear (docs/adr/0019-erasure.md §5; see :class:`Rule`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sagacity._decorators import Constraint
+from sagacity._redaction import redact_paths
 from sagacity._reversibility import Reversibility
 from sagacity._undo import Undo, UndoCall, extract_undo
 from sagacity.errors import DeclarationError, PolicyError, SerializationError
@@ -67,7 +70,7 @@ __all__ = [
     "returned_undo",
 ]
 
-_RULE_KEYS = frozenset({"reversibility", "undo", "by"})
+_RULE_KEYS = frozenset({"reversibility", "undo", "by", "redact"})
 _TOP_KEYS = frozenset({"default", "tools"})
 
 
@@ -90,6 +93,12 @@ class Rule:
             function or as ``"module:function"``, imported when the rule is made).
         by_name: ``by`` as written (``"module:function"``), for messages.
         constraint: a policy predicate over the call's arguments (Python policies only).
+        redact: payload fields never journaled in clear: top-level names (``"card_number"``)
+            or ``"$.a.b"`` paths into nested objects, kept in their ``$.`` spelling; each
+            value is replaced by its salted redaction key before the payload is committed,
+            sealed or hashed (docs/adr/0019-erasure.md §5).  A tool with fields to redact is
+            refused at start-up by a journal that does not seal
+            (``SAGACITY_KEY_ENCRYPTION_KEY_FILE`` unset).
     """
 
     reversibility: Reversibility
@@ -97,8 +106,10 @@ class Rule:
     by: Callable[..., Any] | None = None
     by_name: str | None = None
     constraint: Constraint | None = None
+    redact: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "redact", redact_paths(self.redact))
         if not isinstance(self.reversibility, Reversibility):
             raise DeclarationError(
                 f"reversibility must be a Reversibility member, got {self.reversibility!r}"
@@ -243,7 +254,7 @@ def _rule(value: object) -> Rule:
     unknown = sorted(set(value) - _RULE_KEYS - {"constraint"})
     if unknown:
         raise ValueError(
-            f"unknown key(s) {', '.join(unknown)} (a rule takes reversibility, undo, by)"
+            f"unknown key(s) {', '.join(unknown)} (a rule takes reversibility, undo, by, redact)"
         )
     by = value.get("by")
     by_name: str | None = None
@@ -268,6 +279,13 @@ def _rule(value: object) -> Rule:
         reversibility = Reversibility.COMPENSATABLE
     else:
         raise ValueError("a rule table needs reversibility, undo or by")
+    if "redact" in value and (
+        isinstance(value["redact"], str) or not isinstance(value["redact"], list | tuple)
+    ):
+        raise ValueError(
+            'redact must be a list of fields (["card_number", "$.customer.iban"]), '
+            f"got {value['redact']!r}"
+        )
     try:
         return Rule(
             reversibility=reversibility,
@@ -275,6 +293,7 @@ def _rule(value: object) -> Rule:
             by=by,
             by_name=by_name,
             constraint=value.get("constraint"),
+            redact=value.get("redact", ()),
         )
     except DeclarationError as exc:
         raise ValueError(exc.message) from exc

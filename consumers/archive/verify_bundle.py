@@ -176,7 +176,7 @@ def _int(value: Any, *, low: int = -(2**63)) -> bytes:
     return _field(struct.pack(">q", value))
 
 
-DATA_ATTRIBUTES = ("note", "undo_arguments")
+DATA_ATTRIBUTES = ("note", "redaction", "undo_arguments")
 
 
 def commitment(name: str, salt_hex: Any, value: str) -> bytes:

@@ -27,7 +27,7 @@ const CANONICAL_MAGIC: &[u8] = b"SGC1";
 const CANONICAL_MAGIC_V2: &[u8] = b"SGC2";
 const COMMITMENT_MAGIC: &[u8] = b"SGK1";
 pub(crate) const DATA_FIELDS: [&str; 3] = ["payload", "result", "error"];
-pub(crate) const DATA_ATTRIBUTES: [&str; 2] = ["note", "undo_arguments"];
+pub(crate) const DATA_ATTRIBUTES: [&str; 3] = ["note", "redaction", "undo_arguments"];
 /// `form` 1, empty `commitments`, `salts` and `sealed` maps: the Avro end of a form-1 event.
 pub(crate) const FORM_1_TAIL: [u8; 4] = [2, 0, 0, 0];
 const CANONICAL_NULL: [u8; 4] = [0xff; 4];

@@ -174,6 +174,7 @@ class AgentHook:
                 function=function,
                 undo_call=rule.undo if isinstance(rule.undo, UndoCall) else None,
                 is_async=inspect.iscoroutinefunction(function),
+                redact=rule.redact,
             )
         register_function(
             self.sagacity,
@@ -218,6 +219,7 @@ class AgentHook:
             function=identity,
             undo_call=rule.undo if isinstance(rule.undo, UndoCall) else None,
             is_async=True,
+            redact=rule.redact,
         )
         compensation, compensation_definition = _resolve_by(definition, None, marked=False)
         self.sagacity.registry.register(

@@ -84,6 +84,20 @@ class _Client:
         raise click.ClickException(detail)
 
 
+def _redacted_fields(payload: object, path: str = "$") -> list[str]:
+    """The paths of the redacted values (``{"$redacted": ...}``) in a request's payload."""
+    if isinstance(payload, str):
+        try:
+            payload = json.loads(payload)
+        except ValueError:
+            return []
+    if isinstance(payload, dict):
+        if len(payload) == 1 and isinstance(payload.get("$redacted"), str):
+            return [path]
+        return [p for k, v in payload.items() for p in _redacted_fields(v, f"{path}.{k}")]
+    return []
+
+
 def _when(micros: int | None) -> str:
     if micros is None:
         return "-"
@@ -279,7 +293,9 @@ def resume(
 
     Without --payload or --payload-file the payload the request holds is sent.  A payload given
     is checked here against the request's SHA-256 first: a mismatch is refused before anything
-    is sent (exit 1, nothing journaled).  The service checks the binding again.
+    is sent (exit 1, nothing journaled).  The service checks the binding again.  A request with
+    redacted fields (docs/adr/0019-erasure.md §5) needs the live payload given, and only the
+    service can check it (the salts binding the redacted values are sealed in the journal).
     """
     from sagacity.chain import payload_sha256
 
@@ -288,9 +304,24 @@ def resume(
     request = client.call("GET", f"/sagacity/approvals/{saga_id}/{seq}")
     approved = request.get("payload_sha256")
     given = payload if payload is not None else payload_file.read() if payload_file else None
+    redacted = _redacted_fields(request.get("payload"))
+    if redacted and (given is None or dry_run):
+        # Their values were never journaled, and only the service holds the salts that bind
+        # them: the request's own payload would be refused, and no payload is checked here.
+        client.refuse(
+            f"the request's payload has redacted fields ({', '.join(redacted)}), never "
+            "journaled in clear: "
+            + (
+                "only the service can check a payload against it"
+                if dry_run
+                else "give the live payload with --payload or --payload-file"
+            )
+            + "; nothing was sent",
+            redacted=redacted,
+        )
     text = request["payload"] if given is None else given
     digest = payload_sha256(text)
-    if approved is None or digest != approved:
+    if not redacted and (approved is None or digest != approved):
         what = "the request's payload" if given is None else "the payload given"
         detail = (
             f"{what} (sha256 {digest}) is not the approved one (sha256 {approved}); "

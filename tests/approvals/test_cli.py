@@ -222,3 +222,41 @@ def test_saga_resolve_settles_a_suspect_step_as_the_token_principal(live: LiveSe
     assert "HTTP 409: cannot settle: the step was already settled executed by eve@" in again.output
     unknown = saga_cli(live, "bob", "cli-suspect", "1", "--outcome", "executed", "--note", "y")
     assert "HTTP 404" in unknown.output
+
+
+def test_resume_of_a_request_with_redacted_fields_needs_the_live_payload(
+    live: LiveService,
+) -> None:
+    """docs/adr/0019-erasure.md §5: the request holds the redaction keys, not the values, and
+    only the service has the salts: the CLI neither resends the request's payload nor checks
+    one itself; nothing is sent."""
+    from sagacity import EntryDraft, EventType
+
+    redacted = '{"amount":"100","to":{"$redacted":"' + "ab" * 32 + '"}}'
+    live.journal.append(EntryDraft(saga_id="cli-red", event_type=EventType.SAGA_OPENED))
+    request = live.journal.append(
+        EntryDraft(
+            saga_id="cli-red",
+            event_type=EventType.AWAITING_APPROVAL,
+            tool="send_wire_transfer",
+            payload=redacted,
+            attributes={
+                "payload_sha256": payload_sha256(redacted),
+                "signatures_required": "1",
+                "reversibility": "IRREVERSIBLE",
+                "policy_version": "1",
+            },
+        )
+    )
+    live.server.service.materialise("cli-red")
+    assert cli(live, "alice", "approve", "cli-red", str(request.seq)).exit_code == 0
+    before = len(live.journal.entries("cli-red"))
+    default = cli(live, "alice", "resume", "cli-red", str(request.seq))
+    assert default.exit_code == 1
+    assert "redacted fields ($.to)" in default.output
+    assert "give the live payload with --payload or --payload-file" in default.output
+    dry = cli(live, "alice", "--json", "resume", "cli-red", str(request.seq), "--dry-run")
+    assert dry.exit_code == 1
+    assert json.loads(dry.output)["redacted"] == ["$.to"]
+    assert "only the service can check a payload" in json.loads(dry.output)["detail"]
+    assert len(live.journal.entries("cli-red")) == before  # nothing was sent

@@ -254,3 +254,78 @@ def test_the_console_shows_a_sealed_requests_opened_payload(sealed: Deployment) 
     assert html.unescape(shown.group(1)) == ALICE
     assert '<span class="ok">matches the request' in page.text
     assert "does NOT match" not in page.text
+
+
+CARD = "4111111111111111"
+OTHER_CARD = "5500000000000004"
+
+
+def _card_payload(card: str) -> str:
+    return '{"card_number":"' + card + '","amount":"120"}'
+
+
+def test_a_redacted_card_number_is_approved_by_its_key_and_resumed_with_the_live_value(
+    sealed: Deployment,
+) -> None:
+    """ADR 0019 §5 through the approvals service: the request it lists holds the redaction
+    key, not the card number; the resume takes the live payload and runs the clear value; a
+    changed card number is refused; the card number is in no topic message and no table."""
+    from .tools import Cards
+
+    cards = sealed.agent.wrap(Cards())
+    replica = sealed.replica("--tools", "tests.approvals.tools:Cards")
+    replica.wait_ready()
+    sagas = {}
+    for saga in ("card-ok", "card-changed"):
+        result = sealed.agent.saga(saga, lambda: cards.charge_card(CARD, "120"))
+        assert result.status is SagaStatus.AWAITING_APPROVAL
+        assert result.awaiting_seq is not None
+        sagas[saga] = result.awaiting_seq
+    requests = wait_for(lambda: [r for r in listed(replica) if r["tool"] == "charge_card"])
+    assert len(requests) == 2
+    for request in requests:
+        assert CARD not in request["payload"]
+        assert '"card_number":{"$redacted":"' in request["payload"]
+        assert request["payload_sha256"] == hashlib.sha256(request["payload"].encode()).hexdigest()
+    url = replica.url
+    for saga, seq in sagas.items():
+        assert httpx.post(f"{url}/sagacity/approve/{saga}/{seq}", headers=bearer("bob")).is_success
+    done = httpx.post(
+        f"{url}/sagacity/resume/card-ok/{sagas['card-ok']}",
+        json={"payload": _card_payload(CARD)},
+        headers=bearer("bob"),
+        timeout=30,
+    )
+    assert done.status_code == 200, done.text
+    assert done.json()["saga_status"] == "COMPLETED"
+    changed = httpx.post(
+        f"{url}/sagacity/resume/card-changed/{sagas['card-changed']}",
+        json={"payload": _card_payload(OTHER_CARD)},
+        headers=bearer("bob"),
+        timeout=30,
+    )
+    assert changed.status_code >= 400, changed.text
+    assert "payload changed since approval" in changed.text
+    charged = [c for c in calls(sealed.calls) if c["tool"] == "charge_card"]
+    assert charged == [{"tool": "charge_card", "card_number": CARD, "amount": "120"}]
+    assert "RESUME_REFUSED" in sealed.kinds("card-changed")
+    # Nowhere in clear: the topic, the approvals service's tables.
+    values = _raw_values(sealed.env["SAGACITY_BOOTSTRAP_SERVERS"], sealed.env["SAGACITY_TOPIC"])
+    assert not any(card.encode() in v for v in values for card in (CARD, OTHER_CARD))
+    import psycopg
+
+    with psycopg.connect(sealed.env["SAGACITY_DATABASE_URL"]) as conn:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = current_schema()"
+            ).fetchall()
+        ]
+        dumped = [
+            r[0]
+            for t in tables
+            for r in conn.execute(f'SELECT row_to_json(x)::text FROM "{t}" x').fetchall()
+        ]
+    assert dumped
+    assert [row for row in dumped if CARD in row or OTHER_CARD in row] == []

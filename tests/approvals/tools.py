@@ -82,3 +82,13 @@ class StrictBank(Bank):
 
 BANK = Bank()
 """An instance, for services that want the object owning the tools (compensation)."""
+
+
+class Cards:
+    """A card charge whose card number is never journaled (docs/adr/0019-erasure.md §5): only a
+    process with the key-encryption key may serve it."""
+
+    @compensable(reversibility=Reversibility.IRREVERSIBLE, redact=["card_number"])
+    def charge_card(self, card_number: str, amount: str) -> str:
+        _record("charge_card", card_number=card_number, amount=amount)
+        return "charged"

@@ -803,6 +803,22 @@ def test_the_v2_vectors_erase_without_changing_a_hash() -> None:
     assert sum(any(e[n] is not None for n in data) for e in opened) == 5
 
 
+def test_the_redaction_vectors_commit_to_the_salts_of_redacted_fields() -> None:
+    """``redaction`` is a data attribute (docs/adr/0019-erasure.md §5): committed to, so its
+    salts can be erased with the payload and every hash stays."""
+    opened, erased = (c["entries"] for c in CHAINS_V2["chains"] if c["saga_id"] == "redact-me-4")
+    assert [e["hash"] for e in opened] == [e["hash"] for e in erased]
+    redacted = [e for e in opened if "redaction" in e["attributes"]]
+    assert [e["event_type"] for e in redacted] == ["AWAITING_APPROVAL", "INTENT"]
+    for e in redacted:
+        assert "redaction" in e["commitments"]
+        assert "redaction" in e["salts"]
+        assert '"$redacted"' in e["payload"]
+        # The commitment, not the salts, is in the canonical form.
+        assert e["attributes"]["redaction"].encode().hex() not in e["canonical_hex"]
+    assert all("redaction" not in e["attributes"] for e in erased)
+
+
 @pytest.mark.parametrize("case", sorted(NEGATIVE_CASES_V2))
 @pytest.mark.parametrize("writer", sorted(WRITERS_V2))
 def test_every_v2_writer_refuses_every_negative_v2_vector(writer: str, case: str) -> None:

@@ -87,3 +87,62 @@ def test_figures_per_tool_and_window_and_an_escaped_chart() -> None:
     svg = _metrics.chart(list(week.values()))
     assert "&lt;b&gt;grant&lt;/b&gt;" in svg
     assert "<b>" not in svg
+
+
+def test_a_redacted_field_is_shown_masked_on_the_request_page() -> None:
+    """docs/adr/0019-erasure.md §5: the formatted payload shows ``•••• (redacted)`` and names
+    the redacted fields; the exact stored bytes (the redaction keys) stay on the page."""
+    import jinja2
+
+    from sagacity._redaction import redact
+    from sagacity.chain import payload_sha256
+    from sagacity.consumers.approvals.console import _routes
+
+    clear = '{"amount":120,"card_number":"4111111111111111","customer":{"name":"Ada"}}'
+    payload = redact("charge", clear, ("$.card_number", "$.customer.iban")).payload
+    row = RequestRow(
+        saga_id="s",
+        seq=2,
+        tool="charge",
+        payload=payload,
+        payload_sha256=payload_sha256(payload),
+        requested_at_us=1,
+        expires_at_us=None,
+        signatures_required=1,
+        policy_version="1",
+        reversibility="IRREVERSIBLE",
+        state=RowState.PENDING,
+        signed_by=(),
+        decision=None,
+        decided_by=None,
+        decided_at_us=None,
+        decision_policy_version=None,
+        closed_at_us=None,
+    )
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(_routes.HERE / "templates")), autoescape=True
+    )
+    environment.globals.update(when=_routes._when, span=_routes._span)
+    page = environment.get_template("request.html").render(
+        row=row,
+        before=[],
+        after=[],
+        pretty=_routes._pretty(payload),
+        redacted=_routes._redacted(payload),
+        visible=None,
+        payload_bytes=len(payload),
+        computed_sha256=payload_sha256(payload),
+        hash_matches=True,
+        deadline=None,
+        left="no limit",
+        writer="w",
+        signed_by_me=False,
+        csrf="c",
+        viewer=None,
+    )
+    assert "4111111111111111" not in page
+    assert '"card_number": "•••• (redacted)"' in page.replace("&#34;", '"')
+    assert "never journaled in clear: $.card_number (shown •••• (redacted))" in page
+    assert '"amount": 120' in page.replace("&#34;", '"')
+    assert _routes._redacted('{"a":1}') == []
+    assert _routes._redacted("not json") == []

@@ -30,6 +30,7 @@ from starlette.templating import Jinja2Templates
 from sagacity import _attributes as attr
 from sagacity._approval import load_chain
 from sagacity._outcome import outcome_from_chain
+from sagacity._redaction import masked, redacted_fields
 from sagacity._settlement import SettlementOutcome, open_suspects
 from sagacity.chain import payload_sha256, verify
 from sagacity.consumers.approvals._auth import Principal, token_sha256
@@ -127,12 +128,24 @@ def _span(seconds: float | None) -> str:
 
 
 def _pretty(text: str | None) -> str | None:
+    """``text`` formatted, when it is JSON, with each redacted field shown as ``•••• (redacted)``
+    (docs/adr/0019-erasure.md §5)."""
     if text is None:
         return None
     try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=True)
+        return json.dumps(masked(json.loads(text)), indent=2, ensure_ascii=False, sort_keys=True)
     except ValueError:
         return None
+
+
+def _redacted(text: str | None) -> list[str]:
+    """The paths of the fields redacted in ``text`` (empty when none, or not JSON)."""
+    if text is None:
+        return []
+    try:
+        return redacted_fields(json.loads(text))
+    except ValueError:
+        return []
 
 
 _VISIBLE = {0x20: "·", 0x09: "→", 0x0A: "↵\n", 0x0D: "␍", 0xA0: "⍽"}
@@ -441,6 +454,7 @@ def create_console(
             "before": before,
             "after": after,
             "pretty": _pretty(row.payload),
+            "redacted": _redacted(row.payload),
             "visible": _visible_whitespace(row.payload),
             "payload_bytes": len(row.payload.encode("utf-8")),
             "computed_sha256": payload_sha256(row.payload),

@@ -23,6 +23,7 @@ from mcp.server.mcpserver.utilities.func_metadata import func_metadata
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 
+from sagacity import _attributes as attr
 from sagacity._codec import call_arguments, describe_error, encode_payload, encode_result
 from sagacity._registry import RegisteredTool
 from sagacity._result import SagaResult, SagaStatus
@@ -250,7 +251,12 @@ class SagacityMCP:
             if gates:
                 gate = gates[-1]
                 await self._end(slot)
-                return self._awaiting(registered, run.saga_id, gate.seq, arguments)
+                digest = (
+                    await asyncio.to_thread(self._journaled_sha256, run.saga_id, gate.seq)
+                    if registered.definition.redact
+                    else None
+                )
+                return self._awaiting(registered, run.saga_id, gate.seq, arguments, digest)
             return _ran(value, run.saga_id)
 
     async def _invoke(self, registered: RegisteredTool, arguments: dict[str, Any]) -> Any:
@@ -278,14 +284,29 @@ class SagacityMCP:
             return f"{cause}; the saga could not be ended (see the server log)"
         return f"{cause}. {result.summary()}"
 
+    def _journaled_sha256(self, saga_id: str, seq: int) -> str | None:
+        """The ``payload_sha256`` the request at ``seq`` journaled: for a tool with redacted
+        fields it is over the redacted payload (docs/adr/0019-erasure.md §5), which only the
+        journal holds."""
+        entries = self._sagacity.journal.entries(saga_id)
+        entry = next((e for e in entries if e.seq == seq), None)
+        return entry.attributes.get(attr.PAYLOAD_SHA256) if entry is not None else None
+
     def _awaiting(
-        self, registered: RegisteredTool, saga_id: str, seq: int, arguments: dict[str, Any]
+        self,
+        registered: RegisteredTool,
+        saga_id: str,
+        seq: int,
+        arguments: dict[str, Any],
+        journaled_sha256: str | None = None,
     ) -> CallToolResult:
-        payload = self._payload(registered, arguments)
+        digest = journaled_sha256
+        if digest is None:
+            digest = payload_sha256(self._payload(registered, arguments))
         structured: dict[str, Any] = {
             "saga_id": saga_id,
             "seq": seq,
-            "payload_sha256": payload_sha256(payload),
+            "payload_sha256": digest,
             "approval_url": (
                 f"{self._approvals_url}/sagacity/approvals/{saga_id}/{seq}"
                 if self._approvals_url
