@@ -76,7 +76,7 @@ class ErasureOutcome:
         key_destroyed: this run destroyed the data key.
         archive_fields: archived data fields whose openings this run cleared.
         quarantined: quarantined messages of the saga whose bytes it cleared.
-        requests / events / claims: rows of the services' tables it cleared.
+        requests / events / claims / attention: rows of the services' tables it cleared.
         erased_event: the ``ERASED`` event this run appended (``None``: it was on the chain).
     """
 
@@ -87,6 +87,7 @@ class ErasureOutcome:
     requests: int = 0
     events: int = 0
     claims: int = 0
+    attention: int = 0
     erased_event: JournalEntry | None = None
 
 
@@ -263,6 +264,7 @@ def apply_erasure(
         requests=copies.requests,
         events=copies.events,
         claims=copies.claims,
+        attention=copies.attention,
         erased_event=event,
     )
 

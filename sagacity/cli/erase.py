@@ -192,8 +192,8 @@ def _print_outcome(done: ErasureOutcome) -> None:
         "messages cleared"
     )
     click.echo(
-        f"  services: {done.requests} approval requests, {done.events} kept events and "
-        f"{done.claims} compensation claims cleared"
+        f"  services: {done.requests} approval requests, {done.events} kept events, "
+        f"{done.claims} compensation claims and {done.attention} attention rows cleared"
     )
     if done.erased_event is not None:
         click.echo(f"  chain: ERASED appended at seq {done.erased_event.seq}")

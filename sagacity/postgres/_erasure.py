@@ -4,7 +4,9 @@ finds and clears them (docs/adr/0019-erasure.md §4).
 * the approvals service's requests (``sagacity_approval_request.payload``) and the events it
   keeps to fold them (``sagacity_approval_event.entry``: the values, salts and data attributes);
 * the compensation service's claims (``sagacity_compensation_claims``: the undo's ``result``
-  and ``error``).
+  and ``error``);
+* the console's attention queue (``sagacity_attention.detail``: a failed saga's error, when
+  it ended with no dirty steps to name).
 
 A table that does not exist (the service never ran on this database) is skipped.  Clearing is
 idempotent.  The erase command's lock (:func:`erasure_lock`) serialises erasures of a saga.
@@ -29,6 +31,9 @@ the saga id)."""
 _REQUESTS = "sagacity_approval_request"
 _EVENTS = "sagacity_approval_event"
 _CLAIMS = "sagacity_compensation_claims"
+_ATTENTION = "sagacity_attention"
+ERASED_DETAIL = "data erased (docs/operations/erasure.md): the saga's chain says what happened"
+"""What an erased saga's row of the attention queue says instead of its error."""
 
 _DATA_ATTRIBUTES_OF = (
     "ARRAY(SELECT k FROM jsonb_object_keys(coalesce(entry->'commitments', '{}'::jsonb)) k"
@@ -47,6 +52,7 @@ class ServiceCopies:
         requests: approval requests whose payload this call cleared.
         events: kept approval events whose data this call cleared.
         claims: compensation claims whose result or error this call cleared.
+        attention: attention rows whose detail this call replaced.
     """
 
     pending_requests: int = 0
@@ -54,6 +60,7 @@ class ServiceCopies:
     requests: int = 0
     events: int = 0
     claims: int = 0
+    attention: int = 0
 
 
 def _exists(conn: psycopg.Connection[Any], table: str) -> bool:
@@ -95,12 +102,13 @@ def service_copies(conninfo: str, saga_id: str) -> ServiceCopies:
 def clear_service_copies(conninfo: str, saga_id: str) -> ServiceCopies:
     """Clear the saga's data from the services' tables, in one transaction: request payloads
     become empty, kept events lose their values, salts and data attributes (their commitments
-    stay, so they still fold and hash), claims lose their result and error.
+    stay, so they still fold and hash), claims lose their result and error, the attention
+    queue's detail (which may be the saga's error) says the data was erased.
 
     Raises:
         PersistenceError: the database could not be reached or refused.
     """
-    requests = events = claims = 0
+    requests = events = claims = attention = 0
     with (
         connect(conninfo, action="clear the services' copies") as conn,
         mapped_errors("clear the services' copies"),
@@ -133,7 +141,12 @@ def clear_service_copies(conninfo: str, saga_id: str) -> ServiceCopies:
                 " WHERE saga_id = %s AND (result IS NOT NULL OR error IS NOT NULL)",
                 (saga_id,),
             ).rowcount
-    return ServiceCopies(requests=requests, events=events, claims=claims)
+        if _exists(conn, _ATTENTION):
+            attention = conn.execute(
+                "UPDATE sagacity_attention SET detail = %s WHERE saga_id = %s AND detail <> %s",
+                (ERASED_DETAIL, saga_id, ERASED_DETAIL),
+            ).rowcount
+    return ServiceCopies(requests=requests, events=events, claims=claims, attention=attention)
 
 
 @contextmanager

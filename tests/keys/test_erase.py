@@ -206,6 +206,11 @@ def stack(
             " VALUES (%s, %s, 2, %s)",
             (topic, SAGA, json.dumps(intent.to_dict())),
         )
+        conn.execute(  # a failed saga's error, as the console's queue shows it
+            "INSERT INTO sagacity_attention (topic, saga_id, status, detail, since_us, ended_seq)"
+            " VALUES (%s, %s, 'COMPENSATION_FAILED', %s, 1, 4)",
+            (topic, SAGA, f"smtp refused {MARKER}"),
+        )
         conn.execute(
             "INSERT INTO sagacity_compensation_claims (saga_id, step_seq, target, idempotency_key,"
             " instance, status, result) VALUES (%s, 3, 'unsend', 'k', 'test', 'COMPENSATED', %s)",
