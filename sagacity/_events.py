@@ -280,19 +280,20 @@ class JournalEntry(EntryDraft):
         seq: int,
         prev_hash: str,
         hash: str,
-        salts: Mapping[str, str],
-        commitments: Mapping[str, str],
+        salts: dict[str, str],
+        commitments: dict[str, str],
     ) -> JournalEntry:
         """A form-1 ``draft`` placed at ``seq`` in form 2 with the ``salts`` and
-        ``commitments`` a writer made for it (each sorted by name), without validating again.
+        ``commitments`` a writer made for it (each sorted by name, and handed over: the entry
+        keeps them), without validating again.
 
         For the compiled sealed writer only (``schemas._codec.link_encoded_sealed``): it drew
         the salts and made the commitments itself, as :func:`sagacity.chain.committing` does.
         """
         entry = cls._linked(draft, seq=seq, prev_hash=prev_hash, hash=hash)
         _SET_FORM(entry, 2)
-        _SET_SALTS(entry, MappingProxyType(dict(salts)))
-        _SET_COMMITMENTS(entry, MappingProxyType(dict(commitments)))
+        _SET_SALTS(entry, MappingProxyType(salts))
+        _SET_COMMITMENTS(entry, MappingProxyType(commitments))
         return entry
 
     @property

@@ -156,9 +156,9 @@ def _long(value: int) -> bytes:
 
 
 _LENGTHS = tuple(_varint(n << 1) for n in range(_LENGTH_CACHE))
-# An empty map for the compiled hot path's form-1 calls (it copies, never changes it).
-_NO_MAP: dict[str, str] = {}
 """The encoded ``long`` of every small length, so that most strings cost one lookup."""
+_NO_MAP: dict[str, str] = {}
+"""An empty map for the compiled hot path's form-1 calls (it copies it, never changes it)."""
 _NULL_BRANCH = b"\x00"  # union index 0: null
 _STRING_BRANCH = b"\x02"  # union index 1: string
 
