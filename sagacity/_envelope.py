@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sagacity.chain import framed as _f
 from sagacity.errors import (
     CiphertextAuthenticationError,
     InvalidArgumentError,
@@ -52,11 +53,6 @@ SEAL_OVERHEAD = len(SEALED_MAGIC) + NONCE_BYTES + TAG_BYTES
 """Bytes a sealed field adds to its plaintext."""
 
 _INT64 = struct.Struct(">q").pack
-_LEN = struct.Struct(">I").pack
-
-
-def _f(value: bytes) -> bytes:
-    return _LEN(len(value)) + value
 
 
 def _aead(key: bytes) -> AESGCM:

@@ -16,7 +16,7 @@ path → salt hex), committed to in chain form 2 and sealed under the saga's key
 itself is never journaled.  ``payload_sha256`` is over the redacted text, so an approval binds
 ``K_r``: a resumer redacts the live payload with the stored salts and compares.
 
-This module has no dependencies beyond the standard library.
+It needs nothing beyond the standard library and the chain's framing.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sagacity._events import EntryDraft
+from sagacity.chain import framed as _framed
 from sagacity.errors import DeclarationError, SerializationError
 
 REDACTION_MAGIC = b"SGR1"
@@ -41,12 +41,6 @@ REDACTION_ATTRIBUTE = "redaction"
 SALT_BYTES = 32
 MASK = "•••• (redacted)"
 """How people are shown a redacted value (the approval console)."""
-
-_U32 = struct.Struct(">I").pack
-
-
-def _framed(data: bytes) -> bytes:
-    return _U32(len(data)) + data
 
 
 def _dumps(value: object, *, sort_keys: bool) -> str:

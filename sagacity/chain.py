@@ -34,6 +34,12 @@ _INT_FIELD = struct.Struct(">Iq").pack  # the length (8) and the big-endian int6
 _EMPTY_ATTRIBUTES = _U32(0)
 
 
+def framed(data: bytes) -> bytes:
+    """``F(data)`` of docs/adr/0002-hash-chain.md: a big-endian 32-bit length, then the bytes;
+    the framing of every preimage here and of the envelope's and redaction's (ADR 0019)."""
+    return _U32(len(data)) + data
+
+
 def canonical_bytes(entry: EntryDraft, *, seq: int) -> bytes:
     """The exact bytes hashed for an entry at ``seq`` (docs/adr/0002-hash-chain.md; form 2:
     docs/adr/0019-erasure.md).
