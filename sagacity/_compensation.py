@@ -39,7 +39,12 @@ from sagacity._registry import ToolRegistry
 from sagacity._result import SagaStatus, Step
 from sagacity._reversibility import Reversibility
 from sagacity._settlement import SettlementOutcome
-from sagacity.errors import CompensationConflictError, SerializationError, TailMovedError
+from sagacity.errors import (
+    CompensationConflictError,
+    CompensationInterruptedError,
+    SerializationError,
+    TailMovedError,
+)
 from sagacity.journal import ConditionalJournal, Journal
 
 CAUSE_ERROR = "error"
@@ -153,7 +158,9 @@ class CompensationRunner:
         clock: microseconds since the epoch, for the entries' time.
         invoke: makes each call in :meth:`run` (default :meth:`CompensationCall.invoke`);
             a service passes one that adds a timeout or claims the step first.  Whatever it
-            raises is journaled ``COMPENSATION_FAILED``.
+            raises is journaled ``COMPENSATION_FAILED``, except
+            :class:`~sagacity.errors.CompensationInterruptedError` (the undo was not called):
+            the run stops there, journaling nothing for the step.
         invoke_async: the same for :meth:`run_async`.
         settlement_counts: whether a ``SUSPECT_SETTLED`` may be acted on (a signed decision
             verifying against the pinned approvals key, docs/adr/0014); one that does not is
@@ -472,6 +479,8 @@ class CompensationRunner:
         Raises:
             CompensationConflictError: another run of the same saga is in progress in this
                 process, or another writer extended the chain meanwhile.
+            CompensationInterruptedError: from ``invoke``: an undo was not called; what was
+                journaled so far stays valid and a later run picks up from it.
             JournalError: the journal failed; what was journaled so far stays valid and a
                 later run picks up from it.
         """
@@ -488,6 +497,8 @@ class CompensationRunner:
                 tail = self._lead(self._intent(action), tail).seq
                 try:
                     value = self._invoke(action)
+                except CompensationInterruptedError:
+                    raise  # not the step's outcome: its intent stays open for the next run
                 except Exception as exc:
                     tail = self._journal.append(self._error(action, exc), durable=True).seq
                     report.failed(action, exc)
@@ -517,6 +528,8 @@ class CompensationRunner:
                 tail = (await self._lead_async(self._intent(action), tail)).seq
                 try:
                     value = await self._invoke_async(action)
+                except CompensationInterruptedError:
+                    raise  # not the step's outcome: its intent stays open for the next run
                 except Exception as exc:
                     failed = await journal.append_async(self._error(action, exc), durable=True)
                     tail = failed.seq

@@ -268,6 +268,16 @@ class CompensationInDoubtError(CompensationError):
     """
 
 
+class CompensationInterruptedError(CompensationError):
+    """The bookkeeping around an undo call failed before the call (the service could not
+    claim the step: its database is unreachable), so the undo was not called.
+
+    Raised by an ``invoke`` hook, it is no outcome of the step: the runner journals nothing
+    for it and stops, leaving its ``COMPENSATION_INTENT`` open; a later run takes the step up
+    again (the service retries).
+    """
+
+
 class ToolLoadError(ConfigurationError):
     """A ``package.module:attr`` tools target cannot be imported or declares no tool."""
 

@@ -11,6 +11,10 @@ The runner journals ``COMPENSATION_INTENT`` durably and then hands each undo to
 4. otherwise calls the undo in a worker thread, waiting at most the configured timeout (a hang
    becomes ``CompensationTimeoutError``, journaled ``COMPENSATION_FAILED``);
 5. records the outcome on the claim before the runner journals it.
+
+When the claim cannot be written (the database is unreachable) nothing was called: it raises
+:class:`~sagacity.errors.CompensationInterruptedError`, which the runner does not journal as
+the step's outcome, and the job retries.
 """
 
 from __future__ import annotations
@@ -24,7 +28,12 @@ from typing import Any
 from sagacity._codec import decode_result, describe_error, encode_result
 from sagacity._compensation import CompensationCall
 from sagacity.consumers.compensation import _failpoints
-from sagacity.errors import CompensationInDoubtError, CompensationTimeoutError
+from sagacity.errors import (
+    CompensationInDoubtError,
+    CompensationInterruptedError,
+    CompensationTimeoutError,
+    PersistenceError,
+)
 from sagacity.ports import ClaimStatus, ClaimStore
 
 log = logging.getLogger("sagacity.compensation")
@@ -46,6 +55,15 @@ def sanitize_result(value: object) -> object:
     if len(text) > MAX_RESULT_CHARS:
         return f"<result of type {type(value).__name__} truncated>{text[:MAX_RESULT_CHARS]}"
     return value
+
+
+def _interrupted(call: CompensationCall, exc: PersistenceError) -> CompensationInterruptedError:
+    return CompensationInterruptedError(
+        f"{call.target} for step {call.seq} was not called: its claim could not be written "
+        f"({exc.message}); the step is taken up again",
+        saga_id=call.saga_id,
+        seq=call.seq,
+    )
 
 
 class ClaimingInvoker:
@@ -73,9 +91,12 @@ class ClaimingInvoker:
 
     def __call__(self, call: CompensationCall) -> Any:
         _failpoints.reach("after_intent")
-        claim = self._claims.claim(
-            call.saga_id, call.seq, target=call.target, key=call.idempotency_key
-        )
+        try:
+            claim = self._claims.claim(
+                call.saga_id, call.seq, target=call.target, key=call.idempotency_key
+            )
+        except PersistenceError as exc:
+            raise _interrupted(call, exc) from exc
         if claim.status is ClaimStatus.COMPENSATED:
             log.info(
                 "step already compensated by an earlier attempt; not called again",
@@ -92,7 +113,10 @@ class ClaimingInvoker:
                     saga_id=call.saga_id,
                     seq=call.seq,
                 )
-            self._claims.restart(call.saga_id, call.seq)
+            try:
+                self._claims.restart(call.saga_id, call.seq)
+            except PersistenceError as exc:
+                raise _interrupted(call, exc) from exc
         _failpoints.reach("after_claim")
         if self._on_start is not None:
             self._on_start(call)
@@ -100,30 +124,37 @@ class ClaimingInvoker:
         try:
             value = self._call(call)
         except CompensationTimeoutError as exc:
-            self._claims.record(
-                call.saga_id, call.seq, ClaimStatus.TIMED_OUT, error=describe_error(exc)
-            )
+            self._record(call, ClaimStatus.TIMED_OUT, error=describe_error(exc))
             self._report(call, started, "timeout")
             raise
         except BaseException as exc:
-            self._claims.record(
-                call.saga_id, call.seq, ClaimStatus.FAILED, error=describe_error(exc)
-            )
+            self._record(call, ClaimStatus.FAILED, error=describe_error(exc))
             self._report(call, started, "error")
             raise
         _failpoints.reach("after_call")
         value = sanitize_result(value)
         text, encoding = encode_result(value)
-        self._claims.record(
-            call.saga_id,
-            call.seq,
-            ClaimStatus.COMPENSATED,
-            result=text,
-            result_encoding=encoding,
-        )
+        self._record(call, ClaimStatus.COMPENSATED, result=text, result_encoding=encoding)
         self._report(call, started, "compensated")
         _failpoints.reach("after_record")
         return value
+
+    def _record(self, call: CompensationCall, status: ClaimStatus, **outcome: str) -> None:
+        """Record the call's outcome on its claim; the journal records it whatever happens.
+
+        The undo was called: its outcome (or its own error) is what the runner journals.  If
+        the claim cannot be updated it stays ``CLAIMED``, which a later run reads as "may have
+        run" only when the journal lacks the outcome too.
+        """
+        try:
+            self._claims.record(call.saga_id, call.seq, status, **outcome)
+        except PersistenceError as exc:
+            log.warning(
+                "the undo's outcome (%s) could not be recorded on its claim: %s",
+                status.value,
+                exc,
+                extra={"saga_id": call.saga_id, "seq": call.seq},
+            )
 
     def _report(self, call: CompensationCall, started: float, outcome: str) -> None:
         if self._on_call is not None:

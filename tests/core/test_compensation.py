@@ -455,3 +455,30 @@ def test_a_second_run_in_the_same_process_is_refused(sagacity: Sagacity, tools: 
     assert result.status is SagaStatus.COMPENSATION_FAILED
     assert "already being compensated" in result.dirty[0].reason
     assert isinstance(CompensationConflictError("x"), Exception)
+
+
+def test_an_interrupted_invoke_journals_nothing_for_the_step_and_stops(ledger: Ledger) -> None:
+    """A hook that could not even start the undo (the service's claim store down) is no
+    outcome: the run stops with the intent open, and the next run calls the undo."""
+    from sagacity.errors import CompensationInterruptedError
+
+    journal = InMemoryJournal()
+    producer = Sagacity(journal=journal, compensation="delegated")
+    tools = producer.wrap(OrderTools(ledger))
+    producer.saga("cut", lambda: (tools.reserve_inventory("p", 1), tools.charge_card(3), 1 / 0))
+    service = Sagacity(journal=journal)
+    service.wrap(OrderTools(ledger))
+    asked: list[int] = []
+
+    def interrupted(call: Any) -> Any:
+        asked.append(call.seq)
+        raise CompensationInterruptedError("claims database unreachable", seq=call.seq)
+
+    before = len(journal.entries("cut"))
+    with pytest.raises(CompensationInterruptedError, match="claims database unreachable"):
+        CompensationRunner(journal, service.registry, invoke=interrupted).run("cut")
+    added = journal.entries("cut")[before:]
+    assert [e.event_type for e in added] == [E.COMPENSATION_INTENT]  # and nothing after it
+    assert asked == [added[0].ref_seq]  # the newest step only: the run stopped there
+    assert "refund" not in ledger.names()
+    assert not only(journal.entries("cut"), E.COMPENSATION_FAILED)
