@@ -32,6 +32,7 @@ from sagacity.consumers.compensation._journal import Revoked, ServiceJournal
 from sagacity.errors import (
     ChainIntegrityError,
     CompensationConflictError,
+    CompensationInterruptedError,
     JournalError,
     PersistenceError,
 )
@@ -89,7 +90,15 @@ class Poison(Exception):  # noqa: N818 - a flow signal inside the service
 
 
 class Duplicate(Exception):  # noqa: N818 - a flow signal inside the service
-    """The message is a duplicate of an accepted event (its original is acted on)."""
+    """The message is a duplicate of an accepted event.
+
+    Attributes:
+        read: the saga's chain as read (the accepted request is on it).
+    """
+
+    def __init__(self, read: SagaRead) -> None:
+        super().__init__(f"saga {read.saga_id!r}: a redelivered copy of an accepted request")
+        self.read = read
 
 
 class ChainReader(Protocol):
@@ -119,7 +128,7 @@ def read_request(reader: ChainReader, request: JournalEntry, offset: int) -> Sag
     if read.accepted_offset(request.seq) != offset:
         mine = [r for r in read.rejected if r.offset == offset]
         if mine and mine[0].kind is ForkKind.DUPLICATE:
-            raise Duplicate
+            raise Duplicate(read)
         accepted = read.accepted_offset(request.seq)
         index = request.seq - read.base_seq - 1
         if (
@@ -129,7 +138,7 @@ def read_request(reader: ChainReader, request: JournalEntry, offset: int) -> Sag
             and read.entries[index].hash == request.hash
         ):
             # A redelivered copy the archive (the read index) did not keep: a duplicate.
-            raise Duplicate
+            raise Duplicate(read)
         detail = mine[0].detail if mine else "not found on the saga's chain"
         raise Poison(
             "not_on_chain",
@@ -240,7 +249,12 @@ class SagaJob:
                     return
                 except Revoked:
                     raise
-                except (JournalError, PersistenceError, CompensationConflictError) as exc:
+                except (
+                    JournalError,
+                    PersistenceError,
+                    CompensationConflictError,
+                    CompensationInterruptedError,
+                ) as exc:
                     # Transient (broker, database, a racing writer): read the chain again.
                     log.warning(
                         "compensation interrupted, retrying: %s", exc, extra={"saga_id": saga}
@@ -263,19 +277,32 @@ class SagaJob:
             raise Revoked(f"no longer the owner of saga {saga!r}")
 
     def _read(self) -> SagaRead:
-        return read_request(self.context.thread_journal(), self.request, self.offset)
+        try:
+            return read_request(self.context.thread_journal(), self.request, self.offset)
+        except Duplicate as duplicate:
+            # A copy of the accepted request: act on the chain as it is, since the copy may
+            # have taken its original's place in the consumer's queue.
+            log.info("the request is a redelivered copy", extra={"saga_id": duplicate.read.saga_id})
+            return duplicate.read
 
     def _compensate(self) -> None:
         saga = self.request.saga_id
+        waiting_since = time.monotonic()
+        said = 0.0
         while not self.context.claims.try_lock_saga(saga):
             # Another instance is compensating it (a rebalance in progress): wait for it.
             self._guard(saga)
+            waited = time.monotonic() - waiting_since
+            if waited - said >= 30.0:
+                said = waited
+                log.info(
+                    "waiting %.0fs for the saga's lock (another session holds it)",
+                    waited,
+                    extra={"saga_id": saga},
+                )
             time.sleep(0.05)
         try:
-            try:
-                read = self._read()
-            except Duplicate:
-                return
+            read = self._read()
             # Normally the requesting run's SAGA_ENDED is on the chain already (the consumer
             # waits for its message); when that run died before writing it, wait out the grace
             # so a late SAGA_ENDED cannot lose the race for its seq.
@@ -289,6 +316,10 @@ class SagaJob:
                 read = self._read()
             request = pending_request(read.entries)
             if request is None:
+                log.info(
+                    "nothing to compensate: the saga ended or was erased after its request",
+                    extra={"saga_id": saga, "seq": read.entries[-1].seq},
+                )
                 return
             # Own the saga for the run (docs/adr/0004-single-writer.md, hand-offs): one
             # confirmed SAGA_OPENED, then every step on the journal's hot path.  The writer id

@@ -507,6 +507,7 @@ class CompensationService(Handler):
         with self._lock:
             part = self._parts.get(number)
             if part is None or part.revoking:
+                log.debug("message of a partition being released skipped", extra={"offset": offset})
                 return
             part.add(offset)
         try:
@@ -548,6 +549,11 @@ class CompensationService(Handler):
         part = work.partition
         with self._lock:
             if self._parts.get(part.number) is not part or part.revoking:
+                # Uncommitted: the partition's next owner reads the request again.
+                log.info(
+                    "request left to the partition's next owner",
+                    extra={"saga_id": work.entry.saga_id, "offset": work.offset},
+                )
                 return
             self.metrics.in_flight.inc()
             # Registered before the job can finish, so its completion always finds it.

@@ -133,8 +133,10 @@ def test_a_redelivered_request_the_read_index_did_not_report_is_a_duplicate() ->
     # As read through the archive: the redelivered copy at offset 9 was dropped on ingest,
     # so the read reports nothing at that offset.
     read = SagaRead(saga_id="s", partition=0, entries=list(chain), offsets=[3, 5])
-    with pytest.raises(Duplicate):
+    with pytest.raises(Duplicate) as duplicate:
         read_request(_OneRead(read), chain[1], 9)  # type: ignore[arg-type]
+    # The job acts on the chain as read: the copy may have taken its original's place.
+    assert duplicate.value.read is read
     rival = dataclasses.replace(chain[1], hash="f" * 64)
     with pytest.raises(Poison, match="not part of the accepted chain"):
         read_request(_OneRead(read), rival, 9)  # type: ignore[arg-type]
