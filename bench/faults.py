@@ -300,7 +300,7 @@ class Run:
                 elif kind == "compensation":
                     argv = [*cli, "serve", "compensation", "--tools", TOOLS,
                             "--group", f"{group}-compensation", "--port", str(port),
-                            "--handoff-grace", "2", "--log-level", "WARNING"]  # fmt: skip
+                            "--handoff-grace", "2", "--log-level", "INFO"]  # fmt: skip
                     ready = f"http://127.0.0.1:{port}/readyz"
                 else:
                     argv = [*cli, "serve", "archive", "--bootstrap-servers", self.bootstrap,
@@ -757,7 +757,9 @@ def run_faults(plan: Plan) -> tuple[Verdict, Faults, float, Run]:
         run.stop_supervisor.set()
         for service in run.services:
             service.stop()
-        verdict = check(observe(run))
+        seen = observe(run)
+        _write_unsettled(run.dir / "unsettled.txt", seen)
+        verdict = check(seen)
         return verdict, run.faults, time.monotonic() - began, run
     finally:
         run.stop_faults.set()
@@ -768,6 +770,23 @@ def run_faults(plan: Plan) -> tuple[Verdict, Faults, float, Run]:
         for service in run.services:
             with contextlib.suppress(Exception):
                 service.kill()
+
+
+def _write_unsettled(path: Path, seen: Observed) -> None:
+    """Each saga whose compensation did not end, event by event (for reading the logs)."""
+    lines: list[str] = []
+    for saga, read in sorted(seen.topic.items()):
+        if not _needs_compensation(read.entries):
+            continue
+        lines.append(f"{saga} (partition {read.partition}): {seen.acks.get(saga, {})}")
+        for entry, offset in zip(read.entries, read.offsets, strict=False):
+            lines.append(
+                f"  {offset:>7} seq {entry.seq:>3} {entry.event_type.value:<24} "
+                f"{entry.tool or '':<10} {entry.actor or '':<50} {entry.result or ''}"
+            )
+        for rejected in read.rejected:
+            lines.append(f"  rejected {rejected.offset} {rejected.kind.value}: {rejected.detail}")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def _wipe_midway(run: Run, plan: Plan) -> None:
