@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from sagacity.consumers.archive._checkpoints import (
     SignedRound,
     signature_valid,
 )
+from sagacity.consumers.archive._erasure import audit_erasures
 from sagacity.consumers.archive._merkle import verify_consistency
 from sagacity.consumers.archive._roundlog import (
     consistency_proof_between,
@@ -56,6 +58,9 @@ class AlertReason(enum.StrEnum):
     """A round's signature does not verify."""
     UNKNOWN_KEY = "unknown_key"
     """A round is signed by a key that is not trusted."""
+    ERASURE_UNRECORDED = "erasure_unrecorded"
+    """A saga's data key was destroyed and, after a grace, its archived chain still holds no
+    ``ERASED`` event (docs/adr/0019-erasure.md §4)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,10 +217,13 @@ def watch_once(
     peers: Sequence[AuditorState] = (),
     witness: str | None = None,
     limit: int = 10_000,
+    erasure_grace_s: float | None = 900.0,
 ) -> WatchReport:
     """One pass: check the archive against ``state``, record its new rounds (up to ``limit``),
     compare with ``peers``' records and the ``witness``.  A round that raises an alert is not
-    recorded, nor any after it.
+    recorded, nor any after it.  Then each data key destroyed more than ``erasure_grace_s``
+    ago whose saga's archived chain holds no ``ERASED`` event is an alert (an erasure in
+    progress appends it within seconds); ``None``: not looked for.
 
     Raises:
         AuditorStateError: a record cannot be read or written.
@@ -251,7 +259,25 @@ def watch_once(
         report.alerts.extend(_compare_peer(conn, state, peer))
     if witness is not None:
         report.alerts.extend(_check_witness(conn, state, witness, keys=keys))
+    if erasure_grace_s is not None:
+        report.alerts.extend(_unrecorded_erasures(conn, erasure_grace_s))
     return report
+
+
+def _unrecorded_erasures(conn: psycopg.Connection, grace_s: float) -> list[Alert]:
+    erasures = audit_erasures(conn)
+    cutoff = datetime.now(UTC) - timedelta(seconds=grace_s)
+    return [
+        Alert(
+            reason=AlertReason.ERASURE_UNRECORDED,
+            round_id=None,
+            detail=f"saga {u.saga_id!r}: its data key was destroyed at {u.erased_at.isoformat()}"
+            + (f" by {u.erased_by}" if u.erased_by else "")
+            + " and its archived chain holds no ERASED event",
+        )
+        for u in erasures.unrecorded
+        if u.erased_at <= cutoff
+    ]
 
 
 def _record_new(

@@ -524,6 +524,14 @@ def audit() -> None:
 @click.option("--webhook", default=None, help="http(s) URL each alert is POSTed to (JSON).")
 @click.option("--once", is_flag=True, help="One pass, then exit (for cron and tests).")
 @click.option("--interval", default=60.0, show_default=True, help="Seconds between passes.")
+@click.option(
+    "--erasure-grace",
+    "erasure_grace_s",
+    default=900.0,
+    show_default=True,
+    help="Seconds after a saga's data key was destroyed before its archived chain must hold "
+    "the ERASED event (else alert erasure_unrecorded); negative: not checked.",
+)
 def watch(
     database_url: str,
     schema: str | None,
@@ -534,9 +542,11 @@ def watch(
     webhook: str | None,
     once: bool,
     interval: float,
+    erasure_grace_s: float,
 ) -> None:
     """Record every signing round, check each extends the last one recorded (RFC 9162
-    consistency proof) and alert on a fork: exit 1, a log line, the webhook."""
+    consistency proof) and alert on a fork: exit 1, a log line, the webhook.  A data key
+    destroyed without an archived ERASED event is an alert too (erasure_unrecorded)."""
     from sagacity.consumers.archive import (
         AuditorState,
         connect,
@@ -555,7 +565,14 @@ def watch(
             pinned = _pinned(public_keys)
             with connect(conninfo(database_url, schema)) as conn:
                 keys = trusted_keys(conn, pinned)
-                report = watch_once(conn, record, keys=keys, peers=others, witness=witness)
+                report = watch_once(
+                    conn,
+                    record,
+                    keys=keys,
+                    peers=others,
+                    witness=witness,
+                    erasure_grace_s=erasure_grace_s if erasure_grace_s >= 0 else None,
+                )
         except SagacityError as exc:
             fail(exc.message)
         for signed in report.recorded:

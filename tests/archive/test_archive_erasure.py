@@ -8,6 +8,7 @@ import dataclasses
 import json
 import threading
 import uuid
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -236,3 +237,27 @@ def test_verify_says_so_when_its_role_may_not_read_the_key_table(archived: str) 
         finally:
             conn.execute(sql.SQL("DROP OWNED BY {}").format(role))
             conn.execute(sql.SQL("DROP ROLE {}").format(role))
+
+
+def test_audit_watch_alerts_on_a_key_destroyed_without_an_erased_event(
+    archived: str, tmp_path: Path
+) -> None:
+    from sagacity.keystore_postgres import PostgresKeyStore
+
+    store = PostgresKeyStore(archived)
+    store.ensure_schema()
+    store.destroy("kept", actor="dpo", reason="r")  # no ERASED on its chain
+    store.close()
+    state = str(tmp_path / "auditor.jsonl")
+    watch = ("audit", "watch", "--database-url", archived, "--state", state, "--once")
+    # Just destroyed: an erasure in progress appends its ERASED within seconds.
+    code, out = run(*watch)
+    assert code == 0, out
+    assert "erasure_unrecorded" not in out
+    code, out = run(*watch, "--erasure-grace", "0")
+    assert code == 1, out
+    assert "ALERT erasure_unrecorded: saga 'kept': its data key was destroyed at" in out
+    assert "by dpo" in out
+    assert "'gone'" not in out  # erased on the record
+    code, out = run(*watch, "--erasure-grace", "-1")  # not checked
+    assert code == 0, out
