@@ -395,3 +395,55 @@ def test_an_unreachable_database_is_exit_3(stack: Stack) -> None:
     assert out.startswith("error: ")
     assert "unavailable" in out
     assert "Traceback" not in out
+
+
+def test_the_erased_event_carries_the_operators_writer_signature(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Like any append, ERASED names its writer and is signed with the writer key of the
+    environment it runs in (docs/adr/0014-signed-decisions-and-writers.md)."""
+    from sagacity._writer_signature import HEADER, HMAC, HMAC_PREFIX, WriterRegistry
+
+    secret = os.urandom(32)
+    key = tmp_path / "operator.key"
+    key.write_text(HMAC_PREFIX + secret.hex(), encoding="ascii")
+    stack.env.update(SAGACITY_WRITER_ID="operator-erasure", SAGACITY_WRITER_KEY=str(key))
+    code, out = stack.cli("erase", "--saga", SAGA, "--reason", "art. 17", "--apply")
+    assert code == 0, out
+    consumer = Consumer(
+        {"bootstrap.servers": stack.bootstrap, "group.id": "sig", "enable.auto.commit": False}
+    )
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(stack.topic, 0), timeout=15)
+        consumer.assign([TopicPartition(stack.topic, 0, low)])
+        messages = []
+        while len(messages) < high - low:
+            message = consumer.poll(15)
+            assert message is not None
+            assert message.error() is None
+            messages.append(message)
+    finally:
+        consumer.close()
+    keys = stack.keys()
+    try:
+        erased = [
+            (decode_entry(m.value() or b"", keys=keys), dict(m.headers() or []))
+            for m in messages
+            if m.key() == SAGA.encode()
+        ][-1]
+    finally:
+        keys.close()
+    entry, headers = erased
+    assert entry.event_type is EventType.ERASED
+    assert entry.attributes["writer"] == "operator-erasure"
+    signature = headers.get(HEADER)
+    assert signature is not None
+    for verifier, verifies in ((secret, True), (os.urandom(32), False)):
+        found = WriterRegistry({"operator-erasure": (HMAC, verifier)}).check(
+            writer=entry.attributes["writer"],
+            saga_id=SAGA,
+            seq=entry.seq,
+            hash=entry.hash,
+            signature=signature,
+        )
+        assert (found is None) is verifies, found
