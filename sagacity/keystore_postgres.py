@@ -136,6 +136,18 @@ class PostgresKeyStore:
         except psycopg.Error as exc:
             raise _mapped("creating the data keys table", exc) from exc
 
+    def exists(self) -> bool:
+        """Whether the table is there (on the connection's search path); creates nothing.
+
+        Raises:
+            PersistenceError: the database could not be reached.
+        """
+        try:
+            found = self._conn().execute("SELECT to_regclass(%s) IS NOT NULL", (TABLE,)).fetchone()
+        except psycopg.Error as exc:
+            raise _mapped("looking for the data keys table", exc) from exc
+        return bool(found and found[0])
+
     def load(self, saga_id: str) -> StoredKey | None:
         """The saga's row, or ``None``."""
         try:

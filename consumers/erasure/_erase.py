@@ -166,8 +166,8 @@ def plan_erasure(
             f"saga {saga_id!r} is unknown: it is neither on the topic nor in the archive",
             saga_id=saga_id,
         )
-    key_store.ensure_schema()
-    row = key_store.load(saga_id)
+    # A dry run creates nothing: without the key table, nothing of the saga has a key here.
+    row = key_store.load(saga_id) if key_store.exists() else None
     key = "none" if row is None else "destroyed" if row.erased else "live"
     why = _refusal(entries, key_destroyed=key == "destroyed")
     if why is not None:
@@ -233,6 +233,7 @@ def apply_erasure(
         if keys is not None:
             destroyed = keys.destroy(saga_id, actor=actor, reason=reason).destroyed
         else:
+            key_store.ensure_schema()  # the saga is marked erased even if it had no key
             destroyed = key_store.destroy(saga_id, actor=actor, reason=reason)[1]
         with connect_archive(archive_database) as conn:
             key_id = plan.kek_id or _recorded_key_id(conn, saga_id, plan)

@@ -247,6 +247,45 @@ def test_a_dry_run_says_what_would_be_erased_and_changes_nothing(stack: Stack) -
     assert _dump(stack.dsn) == before
 
 
+def test_a_dry_run_creates_no_key_table_where_there_is_none(stack: Stack) -> None:
+    """Pointed at a database without the key table, a dry run says the saga has no key there
+    and leaves the database as it was."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from sagacity.consumers.erasure import plan_erasure
+
+    schema = f"nokeys_{os.urandom(4).hex()}"
+    with psycopg.connect(stack.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    params = conninfo_to_dict(stack.dsn)
+    params["options"] = f"-c search_path={schema}"
+    elsewhere = make_conninfo(**params)
+    store = PostgresKeyStore(elsewhere)
+    keys = stack.keys()
+    journal = KafkaJournal(stack.bootstrap, topic=stack.topic, keys=keys)
+    try:
+        assert not store.exists()
+        plan = plan_erasure(
+            journal,
+            SAGA,
+            key_store=store,
+            services_database=elsewhere,
+            archive_database=stack.dsn,
+        )
+        assert plan.key == "none"
+        assert not store.exists()
+    finally:
+        journal.close()
+        keys.close()
+        store.close()
+        with psycopg.connect(stack.dsn, autocommit=True) as conn:
+            tables = conn.execute(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = %s", (schema,)
+            ).fetchone()
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+    assert tables == (0,)
+
+
 def test_a_live_or_unknown_saga_is_refused(stack: Stack) -> None:
     before = _dump(stack.dsn)
     code, out = stack.cli("erase", "--saga", LIVE, "--reason", "r", "--apply")
