@@ -20,7 +20,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -54,6 +54,7 @@ from sagacity.consumers.compensation._job import (
     SagaJob,
 )
 from sagacity.consumers.compensation._journal import Revoked, ServiceJournal
+from sagacity.consumers.compensation._locks import SagaLocks
 from sagacity.consumers.compensation._metrics import HealthServer, Metrics
 from sagacity.errors import (
     CiphertextAuthenticationError,
@@ -183,7 +184,7 @@ class CompensationService(Handler):
         self._lock = threading.RLock()
         self._parts: dict[int, _Partition] = {}
         self._completions: queue.SimpleQueue[tuple[_Partition, int, bool]] = queue.SimpleQueue()
-        self._saga_locks: dict[str, threading.Lock] = {}
+        self._saga_locks = SagaLocks()
         self._awaiting: dict[str, _Work] = {}
         self._first_call: dict[str, int] = {}
         self._kafka: KafkaJournal | None = None
@@ -300,7 +301,7 @@ class CompensationService(Handler):
             thread_journal=self._thread_journal,
             drop_thread_journal=self._drop_thread_journal,
             may_write=self._may_write,
-            saga_lock=self._saga_lock,
+            saga_lock=self._saga_locks.hold,
             dead_letter=lambda message, reason, detail, go_on: runtime.poison(
                 message, reason=reason, detail=detail, go_on=go_on
             ),
@@ -584,17 +585,6 @@ class CompensationService(Handler):
         self._completions.put((work.partition, work.offset, finished))
 
     # --- one saga ------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _saga_lock(self, saga_id: str) -> Iterator[None]:
-        with self._lock:
-            lock = self._saga_locks.setdefault(saga_id, threading.Lock())
-        with lock:
-            try:
-                yield
-            finally:
-                with self._lock:
-                    self._saga_locks.pop(saga_id, None)
-
     def _job(self, work: _Work) -> None:
         assert self._jobs is not None
         SagaJob(

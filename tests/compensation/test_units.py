@@ -140,3 +140,46 @@ def test_a_redelivered_request_the_read_index_did_not_report_is_a_duplicate() ->
     rival = dataclasses.replace(chain[1], hash="f" * 64)
     with pytest.raises(Poison, match="not part of the accepted chain"):
         read_request(_OneRead(read), rival, 9)  # type: ignore[arg-type]
+
+
+def test_a_sagas_lock_is_one_lock_while_any_job_holds_or_waits_for_it() -> None:
+    """A holds; B waits; A leaves and B holds; C, arriving now, must wait for B (with a lock
+    dropped on A's exit, C would have found a fresh one and run beside B)."""
+    import threading
+
+    from sagacity.consumers.compensation._locks import SagaLocks
+
+    locks = SagaLocks()
+    inside: list[str] = []
+    overlap: list[tuple[str, ...]] = []
+    b_waiting, b_in, c_started, release_b = (threading.Event() for _ in range(4))
+
+    def job(name: str, entered: threading.Event | None, leave: threading.Event | None) -> None:
+        with locks.hold("s"):
+            if inside:
+                overlap.append((name, *inside))
+            inside.append(name)
+            if entered is not None:
+                entered.set()
+            if leave is not None:
+                leave.wait(5)
+            inside.remove(name)
+
+    with locks.hold("s"):  # A
+        b = threading.Thread(target=job, args=("B", b_in, release_b))
+        b.start()
+        b_waiting.wait(0.2)  # B is blocked on the lock A holds
+        assert len(locks) == 1
+    assert b_in.wait(5)
+    c = threading.Thread(target=lambda: (c_started.set(), job("C", None, None)))
+    c.start()
+    assert c_started.wait(5)
+    c.join(0.3)
+    assert c.is_alive()  # C waits for B
+    release_b.set()
+    b.join(5)
+    c.join(5)
+    assert not b.is_alive()
+    assert not c.is_alive()
+    assert overlap == []
+    assert len(locks) == 0
