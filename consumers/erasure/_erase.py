@@ -187,14 +187,40 @@ def plan_erasure(
             f"({copies.claims_in_flight} claimed step(s)); nothing was changed",
             saga_id=saga_id,
         )
+    fields = _fields(entries)
+    recorded = any(e.event_type is EventType.ERASED for e in entries)
+    listing = len(_listing(fields).encode("utf-8"))
+    if not recorded and listing + _ERASED_MARGIN > journal.max_event_bytes:
+        # Checked before anything is destroyed: a key destroyed whose ERASED cannot be
+        # appended would leave the erasure unrecorded.
+        raise ErasureRefusedError(
+            f"saga {saga_id!r} is not erased: its ERASED event would list "
+            f"{sum(len(f) for f in fields.values())} fields of {len(fields)} events in "
+            f"{listing} bytes, more than topic {journal.topic!r} accepts "
+            f"({journal.max_event_bytes} bytes with room for the rest of the event); "
+            "raise the topic's max.message.bytes; nothing was changed",
+            saga_id=saga_id,
+        )
     return ErasurePlan(
         saga_id=saga_id,
         events=len(entries),
-        fields=_fields(entries),
+        fields=fields,
         key=key,
         kek_id=None if row is None else row.kek_id,
-        recorded=any(e.event_type is EventType.ERASED for e in entries),
+        recorded=recorded,
         archived=archived,
+    )
+
+
+_ERASED_MARGIN = 4096
+"""Bytes kept for the rest of an ``ERASED`` event besides its listing (actor, reason, key id,
+hashes, headers)."""
+
+
+def _listing(fields: Mapping[int, Sequence[str]]) -> str:
+    """The ``ERASED`` event's ``erased`` attribute: the fields by seq, compact JSON."""
+    return json.dumps(
+        {str(seq): list(names) for seq, names in sorted(fields.items())}, separators=(",", ":")
     )
 
 
@@ -222,6 +248,12 @@ def apply_erasure(
     """
     if not actor.strip() or not reason.strip():
         raise ErasureRefusedError("an erasure needs an actor and a reason", saga_id=saga_id)
+    if len(actor.encode("utf-8")) + len(reason.encode("utf-8")) > _ERASED_MARGIN // 2:
+        raise ErasureRefusedError(
+            f"the actor and reason take more than {_ERASED_MARGIN // 2} bytes: the reason is "
+            "journaled in clear on ERASED, keep it short (and free of personal data)",
+            saga_id=saga_id,
+        )
     with erasure_lock(services_database, saga_id):
         plan = plan_erasure(
             journal,
@@ -247,10 +279,7 @@ def apply_erasure(
                 actor=actor,
                 attributes={
                     attr.REASON: reason,
-                    attr.ERASED_FIELDS: json.dumps(
-                        {str(seq): list(names) for seq, names in sorted(plan.fields.items())},
-                        separators=(",", ":"),
-                    ),
+                    attr.ERASED_FIELDS: _listing(plan.fields),
                     attr.ERASED_KEY: key_id,
                 },
             )

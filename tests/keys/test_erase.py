@@ -486,3 +486,48 @@ def test_the_erased_event_carries_the_operators_writer_signature(
             signature=signature,
         )
         assert (found is None) is verifies, found
+
+
+def test_an_erased_event_the_topic_could_not_take_is_refused_before_anything_changes(
+    stack: Stack,
+) -> None:
+    """The ERASED event lists the erased fields by seq; when the topic could not take it, the
+    erasure is refused before the key is destroyed (which would leave it unrecorded)."""
+    import re
+
+    from sagacity.consumers.erasure import apply_erasure, plan_erasure
+    from sagacity.errors import ErasureRefusedError
+
+    before = _dump(stack.dsn)  # the key table included
+    keys = stack.keys()
+    store = PostgresKeyStore(stack.dsn)
+    journal = KafkaJournal(stack.bootstrap, topic=stack.topic, keys=keys)
+
+    def erase(reason: str) -> None:
+        apply_erasure(
+            journal,
+            SAGA,
+            actor="dpo",
+            reason=reason,
+            keys=keys,
+            key_store=store,
+            services_database=stack.dsn,
+            archive_database=stack.dsn,
+        )
+
+    try:
+        plan = plan_erasure(
+            journal, SAGA, key_store=store, services_database=stack.dsn, archive_database=stack.dsn
+        )
+        assert plan.field_count == 4
+        journal.max_event_bytes = 4096  # as a topic whose max.message.bytes is this small
+        with pytest.raises(ErasureRefusedError, match=re.escape("raise the topic's max.message")):
+            erase("art. 17")
+        journal.max_event_bytes = 1_000_000
+        with pytest.raises(ErasureRefusedError, match="keep it short"):
+            erase("r" * 3000)
+    finally:
+        journal.close()
+        keys.close()
+        store.close()
+    assert _dump(stack.dsn) == before
