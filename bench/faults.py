@@ -58,6 +58,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from bench import _fault_tools
 from sagacity import EventType, verify
+from sagacity.consumers.compensation import pending_request
 from sagacity.dev import KafkaBroker, PostgresServer, pick_free_port
 from sagacity.dev.cluster import KafkaCluster
 from sagacity.producer._reader import ForkKind, SagaRead, SagaReader
@@ -495,8 +496,15 @@ def _final_status(entries: list[Any]) -> str | None:
 
 
 def _needs_compensation(entries: list[Any]) -> bool:
+    """A compensation was requested and has not ended (no final ``SAGA_ENDED`` after it)."""
+    return pending_request(entries) is not None
+
+
+def _ended_for_a_person(entries: list[Any]) -> bool:
+    """Compensated as far as it can be, the rest left to a person (``COMPENSATION_FAILED``:
+    a step in doubt, such as an approved call whose resume died before its outcome)."""
     requested = any(e.event_type is EventType.COMPENSATION_REQUESTED for e in entries)
-    return requested and _final_status(entries) != "COMPENSATED"
+    return requested and _final_status(entries) == "COMPENSATION_FAILED"
 
 
 def _open_after_resume(entries: list[Any]) -> bool:
@@ -662,6 +670,8 @@ def check(seen: Observed) -> Verdict:
             info["gated: resume interrupted, saga never ended"] += 1
         if _needs_compensation(entries):
             info["sagas: compensation unfinished"] += 1
+        elif _ended_for_a_person(entries):
+            info["sagas: compensation ended COMPENSATION_FAILED (a person decides)"] += 1
     info["topic: undecodable messages"] = seen.skipped
     return Verdict(
         counts=counts, info=dict(info), sagas=kinds, acked_events=acked_events, examples=examples
@@ -773,10 +783,11 @@ def run_faults(plan: Plan) -> tuple[Verdict, Faults, float, Run]:
 
 
 def _write_unsettled(path: Path, seen: Observed) -> None:
-    """Each saga whose compensation did not end, event by event (for reading the logs)."""
+    """Each saga whose compensation did not end, or ended for a person, event by event (for
+    reading the logs)."""
     lines: list[str] = []
     for saga, read in sorted(seen.topic.items()):
-        if not _needs_compensation(read.entries):
+        if not (_needs_compensation(read.entries) or _ended_for_a_person(read.entries)):
             continue
         lines.append(f"{saga} (partition {read.partition}): {seen.acks.get(saga, {})}")
         for entry, offset in zip(read.entries, read.offsets, strict=False):

@@ -153,3 +153,31 @@ def test_undos_with_no_effect_or_a_second_one_are_counted(
     # A completed saga's step undone: an undo that should never have happened.
     wrong = Counter([refund, release, *_steps(chains["s-ok"])[:1]])
     assert _bad(_observed(chains, effects=wrong)) == {("undo", "called twice or more"): [1, 1]}
+
+
+def test_a_compensation_not_ended_is_told_from_one_ended_for_a_person(
+    chains: dict[str, list[JournalEntry]],
+) -> None:
+    from sagacity import EntryDraft
+    from sagacity.chain import link
+
+    unfinished = "sagas: compensation unfinished"
+    for_a_person = "sagas: compensation ended COMPENSATION_FAILED (a person decides)"
+    handed_over = chains["s-fail"]  # delegated: it ends COMPENSATION_PENDING
+    assert handed_over[-1].result == "COMPENSATION_PENDING"
+
+    def ended(status: str) -> dict[str, list[JournalEntry]]:
+        tail = handed_over[-1]
+        end = link(
+            EntryDraft(saga_id="s-fail", event_type=EventType.SAGA_ENDED, result=status),
+            seq=tail.seq + 1,
+            prev_hash=tail.hash,
+        )
+        return {**chains, "s-fail": [*handed_over, end]}
+
+    info = check(_observed(chains)).info
+    assert (info.get(unfinished), info.get(for_a_person)) == (1, None)
+    info = check(_observed(ended("COMPENSATION_FAILED"))).info
+    assert (info.get(unfinished), info.get(for_a_person)) == (None, 1)
+    info = check(_observed(ended("COMPENSATED"))).info
+    assert (info.get(unfinished), info.get(for_a_person)) == (None, None)
