@@ -4,6 +4,8 @@ One Kafka topic and one PostgreSQL schema; the approvals service (with its conso
 consumer group and its sweep) served by uvicorn on a real port; the compensation service in
 its own process; an agent on the Kafka journal in delegated mode; and headless Chromium
 (Debian's ``chromium`` and ``chromium-driver``) driven by Selenium, one browser per principal.
+Its parts (:func:`topic_and_schema`, :func:`console_settings`, :func:`serving`) also assemble
+other modules' worlds, such as the sealed one of the redaction tests.
 """
 
 from __future__ import annotations
@@ -98,6 +100,124 @@ def new_browser() -> Any:
     return driver
 
 
+def saga_id(prefix: str) -> str:
+    """A fresh saga id starting with ``prefix``."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def approve_in(driver: Any) -> None:
+    """Press Approve on the request page ``driver`` shows."""
+    from selenium.webdriver.common.by import By
+
+    submit(driver, driver.find_element(By.CSS_SELECTOR, 'button[name="decision"][value="approve"]'))
+
+
+def quietly(action: Callable[[], object]) -> None:
+    """Run ``action`` (a teardown step), ignoring what it raises."""
+    with contextlib.suppress(Exception):
+        action()
+
+
+def require_browsers() -> None:
+    """Fail (never skip) when Chromium or its driver is missing; keep Selenium Manager from
+    downloading anything."""
+    if not browsers_available():
+        pytest.fail(
+            f"the console's browser tests need {CHROMIUM} and {CHROMEDRIVER} "
+            "(Debian: apt-get install chromium chromium-driver)"
+        )
+    os.environ.setdefault("SE_OFFLINE", "true")
+
+
+@contextlib.contextmanager
+def topic_and_schema(
+    kafka_bootstrap: str, postgres_dsn: str, name: str
+) -> Iterator[tuple[str, str]]:
+    """A fresh three-partition topic and a fresh schema, both dropped on exit.
+
+    Yields:
+        ``(topic, dsn)``, the dsn's ``search_path`` being the schema.
+    """
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    topic = f"test.{name}.{uuid.uuid4().hex[:12]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])[topic].result(
+        timeout=30
+    )
+    schema = f"{name}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    params: dict[str, Any] = conninfo_to_dict(postgres_dsn)
+    params["options"] = f"{params.get('options') or ''} -c search_path={schema}".strip()
+    try:
+        yield topic, make_conninfo(**params)
+    finally:
+        for future in admin.delete_topics([topic], operation_timeout=30).values():
+            with contextlib.suppress(Exception):
+                future.result(timeout=30)
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+def console_settings(
+    tmp: Path, *, dsn: str, bootstrap: str, topic: str
+) -> tuple[ApprovalsSettings, str]:
+    """Settings of an approvals service with its console on a free port: the principals of
+    :data:`TOKENS` in ``tmp/auth.toml``, decisions signed with a key written to
+    ``tmp/approvals.pem``.
+
+    Returns:
+        The settings and the signing key's public key (hex), which resumers pin.
+    """
+    from sagacity._decision_signature import generate_key
+
+    auth = tmp / "auth.toml"
+    auth.write_text(
+        "\n".join(auth_entry(f"{n}@example.com", TOKENS[n], TOOLS[n]) for n in TOKENS),
+        encoding="utf-8",
+    )
+    approvals_key = generate_key(tmp / "approvals.pem")
+    settings = ApprovalsSettings(
+        database_url=dsn,
+        bootstrap_servers=bootstrap,
+        topic=topic,
+        group_id=f"approvals-{uuid.uuid4().hex[:8]}",
+        auth_file=str(auth),
+        port=free_port(),
+        sweep_interval_s=0.5,
+        signing_key=str(tmp / "approvals.pem"),
+    )
+    return settings, approvals_key.public_hex
+
+
+@contextlib.contextmanager
+def serving(server: ApprovalsServer) -> Iterator[str]:
+    """Serve ``server`` with uvicorn on its settings' port, in a thread, until exit.
+
+    Yields:
+        The service's base URL.
+    """
+    import uvicorn
+
+    port = server.settings.port
+    config = uvicorn.Config(server.app, host="127.0.0.1", port=port, log_level="warning")
+    web = uvicorn.Server(config)
+    thread = threading.Thread(target=web.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not web.started:
+            assert time.monotonic() < deadline, "the approvals service did not start"
+            time.sleep(0.02)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        web.should_exit = True
+        thread.join(15)
+
+
 @dataclass
 class World:
     """Everything a console test drives."""
@@ -108,7 +228,7 @@ class World:
     bootstrap: str
     server: ApprovalsServer
     agent: Sagacity
-    compensator: ServiceProcess
+    compensator: ServiceProcess | None
     tmp: Path
     browsers: dict[str, Any] = field(default_factory=dict)
 
@@ -117,6 +237,12 @@ class World:
         if who not in self.browsers:
             self.browsers[who] = new_browser()
         return self.browsers[who]
+
+    def close_browsers(self) -> None:
+        """Quit every browser opened."""
+        for driver in self.browsers.values():
+            with contextlib.suppress(Exception):
+                driver.quit()
 
     def tool(self, name: str) -> Any:
         tool = self.agent.registry.get(name)
@@ -151,6 +277,12 @@ class World:
         submit(driver, driver.find_element(By.CSS_SELECTOR, "form.login button"))
         return driver
 
+    def open_request(self, who: str, saga: str, seq: int) -> Any:
+        """``who``'s browser on the page of the request at ``seq`` of ``saga``."""
+        driver = self.browser(who)
+        driver.get(f"{self.url}/ui/requests/{saga}/{seq}")
+        return driver
+
     def wait_for(self, check: Callable[[], Any], timeout: float = 15, what: str = "") -> Any:
         deadline = time.monotonic() + timeout
         while True:
@@ -166,126 +298,69 @@ class World:
 def world(
     kafka_bootstrap: str, postgres_dsn: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[World]:
-    if not browsers_available():
-        pytest.fail(
-            f"the console's browser tests need {CHROMIUM} and {CHROMEDRIVER} "
-            "(Debian: apt-get install chromium chromium-driver)"
-        )
-    import uvicorn
-    from confluent_kafka.admin import AdminClient, NewTopic
-    from psycopg import sql
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
+    require_browsers()
     tmp = tmp_path_factory.mktemp("console")
-    os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager must never download
-    topic = f"test.console.{uuid.uuid4().hex[:12]}"
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])[topic].result(
-        timeout=30
-    )
-    schema = f"console_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    params: dict[str, Any] = conninfo_to_dict(postgres_dsn)
-    params["options"] = f"{params.get('options') or ''} -c search_path={schema}".strip()
-    dsn = make_conninfo(**params)
-    svc_tools.create_schema(dsn)
-    auth = tmp / "auth.toml"
-    auth.write_text(
-        "\n".join(auth_entry(f"{n}@example.com", TOKENS[n], TOOLS[n]) for n in TOKENS),
-        encoding="utf-8",
-    )
-    port = free_port()
-    # The service signs its decisions; the agent and the compensation service pin its key.
-    from sagacity._decision_signature import generate_key
-
-    approvals_key = generate_key(tmp / "approvals.pem")
-    server = ApprovalsServer(
-        ApprovalsSettings(
-            database_url=dsn,
-            bootstrap_servers=kafka_bootstrap,
-            topic=topic,
-            group_id=f"approvals-{uuid.uuid4().hex[:8]}",
-            auth_file=str(auth),
-            port=port,
-            sweep_interval_s=0.5,
-            signing_key=str(tmp / "approvals.pem"),
-        ),
-        tools=[ConsoleShop(dsn)],
-    )
-    config = uvicorn.Config(server.app, host="127.0.0.1", port=port, log_level="warning")
-    web = uvicorn.Server(config)
-    thread = threading.Thread(target=web.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not web.started:
-        assert time.monotonic() < deadline, "the approvals service did not start"
-        time.sleep(0.02)
-    log = tmp / "compensation.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SAGACITY_")}
-    env.update(
-        SAGACITY_BOOTSTRAP_SERVERS=kafka_bootstrap,
-        SAGACITY_DATABASE_URL=dsn,
-        SAGACITY_TOPIC=topic,
-        SAGACITY_COMPENSATION_GROUP=f"compensation-{uuid.uuid4().hex[:8]}",
-        SVC_TOOLS_DSN=dsn,
-        PYTHONPATH=str(ROOT),
-        SAGACITY_APPROVALS_PUBLIC_KEY=approvals_key.public_hex,
-    )
-    cport = free_port()
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sagacity.cli",
-                "serve",
-                "compensation",
-                "--tools",
-                "tests.console.tools:shop",
-                "--http-port",
-                str(cport),
-                "--handoff-grace",
-                "2",
-            ],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
+    with contextlib.ExitStack() as stack:
+        topic, dsn = stack.enter_context(topic_and_schema(kafka_bootstrap, postgres_dsn, "console"))
+        svc_tools.create_schema(dsn)
+        settings, approvals_public = console_settings(
+            tmp, dsn=dsn, bootstrap=kafka_bootstrap, topic=topic
         )
-    compensator = ServiceProcess(proc=proc, port=cport, log=log)
-    journal = KafkaJournal(kafka_bootstrap, topic=topic)
-    agent = Sagacity(
-        journal,
-        compensation="delegated",
-        writer_id="agent-7",
-        approvals_public_key=approvals_key.public_hex,
-    )
-    agent.wrap(ConsoleShop(dsn))
-    world = World(
-        url=f"http://127.0.0.1:{port}",
-        dsn=dsn,
-        topic=topic,
-        bootstrap=kafka_bootstrap,
-        server=server,
-        agent=agent,
-        compensator=compensator,
-        tmp=tmp,
-    )
-    try:
+        server = ApprovalsServer(settings, tools=[ConsoleShop(dsn)])
+        url = stack.enter_context(serving(server))
+        log = tmp / "compensation.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SAGACITY_")}
+        env.update(
+            SAGACITY_BOOTSTRAP_SERVERS=kafka_bootstrap,
+            SAGACITY_DATABASE_URL=dsn,
+            SAGACITY_TOPIC=topic,
+            SAGACITY_COMPENSATION_GROUP=f"compensation-{uuid.uuid4().hex[:8]}",
+            SVC_TOOLS_DSN=dsn,
+            PYTHONPATH=str(ROOT),
+            SAGACITY_APPROVALS_PUBLIC_KEY=approvals_public,
+        )
+        cport = free_port()
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "sagacity.cli",
+                    "serve",
+                    "compensation",
+                    "--tools",
+                    "tests.console.tools:shop",
+                    "--http-port",
+                    str(cport),
+                    "--handoff-grace",
+                    "2",
+                ],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+            )
+        compensator = ServiceProcess(proc=proc, port=cport, log=log)
+        stack.callback(compensator.kill)
+        journal = KafkaJournal(kafka_bootstrap, topic=topic)
+        stack.callback(quietly, journal.close)
+        agent = Sagacity(
+            journal,
+            compensation="delegated",
+            writer_id="agent-7",
+            approvals_public_key=approvals_public,
+        )
+        agent.wrap(ConsoleShop(dsn))
+        world = World(
+            url=url,
+            dsn=dsn,
+            topic=topic,
+            bootstrap=kafka_bootstrap,
+            server=server,
+            agent=agent,
+            compensator=compensator,
+            tmp=tmp,
+        )
+        stack.callback(world.close_browsers)
         compensator.wait_ready()
         yield world
-    finally:
-        for driver in world.browsers.values():
-            with contextlib.suppress(Exception):
-                driver.quit()
-        compensator.kill()
-        web.should_exit = True
-        thread.join(15)
-        with contextlib.suppress(Exception):
-            journal.close()
-        for future in admin.delete_topics([topic], operation_timeout=30).values():
-            with contextlib.suppress(Exception):
-                future.result(timeout=30)
-        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))

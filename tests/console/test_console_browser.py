@@ -15,25 +15,15 @@ from selenium.common.exceptions import NoAlertPresentException, StaleElementRefe
 from selenium.webdriver.common.by import By
 
 from sagacity import EventType, SagaStatus, verify
-from tests.console.conftest import World, submit
+from tests.console.conftest import World, approve_in, saga_id, submit
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 E = EventType
 
 
-def saga_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
 def row_for(driver: Any, saga: str, seq: int) -> Any:
     found = driver.find_elements(By.CSS_SELECTOR, f'tr[data-saga-id="{saga}"][data-seq="{seq}"]')
     return found[0] if found else None
-
-
-def open_request(world: World, who: str, saga: str, seq: int) -> Any:
-    driver = world.browser(who)
-    driver.get(f"{world.url}/ui/requests/{saga}/{seq}")
-    return driver
 
 
 def test_sign_in_see_the_exact_payload_approve_and_the_saga_completes(world: World) -> None:
@@ -80,16 +70,12 @@ def test_sign_in_see_the_exact_payload_approve_and_the_saga_completes(world: Wor
     assert "verified" in driver.find_element(By.CSS_SELECTOR, ".verdict").text
 
 
-def approve_in(driver: Any) -> None:
-    submit(driver, driver.find_element(By.CSS_SELECTOR, 'button[name="decision"][value="approve"]'))
-
-
 def test_privileged_needs_a_second_principal_in_a_second_browser(world: World) -> None:
     saga = saga_id("grant")
     seq = world.gate(saga, ("grant", {"order": saga, "role": "operator"}))
     world.server.service.materialise(saga)
     alice = world.sign_in("alice")
-    open_request(world, "alice", saga, seq)
+    world.open_request("alice", saga, seq)
     assert "0 of 2" in alice.find_element(By.CSS_SELECTOR, ".state").text
     approve_in(alice)
     state = alice.find_element(By.CSS_SELECTOR, ".state").text
@@ -104,7 +90,7 @@ def test_privileged_needs_a_second_principal_in_a_second_browser(world: World) -
     stored = next(e for e in world.agent.entries(saga) if e.seq == seq).payload
     assert stored is not None
     bob = world.sign_in("bob")
-    open_request(world, "bob", saga, seq)
+    world.open_request("bob", saga, seq)
     approve_in(bob)
     assert "approved by bob@example.com" in bob.find_element(By.CSS_SELECTOR, ".decided").text
     result = world.agent.resume_saga(saga, seq, stored)
@@ -122,7 +108,7 @@ def test_reject_hands_the_saga_to_compensation(world: World) -> None:
     )
     world.server.service.materialise(saga)
     driver = world.sign_in("alice")
-    open_request(world, "alice", saga, seq)
+    world.open_request("alice", saga, seq)
     driver.find_element(By.ID, "reason").send_keys("not this vendor")
     submit(driver, driver.find_element(By.CSS_SELECTOR, 'button[name="decision"][value="reject"]'))
     assert "Your rejection is recorded" in driver.page_source
@@ -133,7 +119,7 @@ def test_reject_hands_the_saga_to_compensation(world: World) -> None:
     assert [(e.actor, e.error) for e in rejected] == [("alice@example.com", "not this vendor")]
     # Someone opening it afterwards sees who decided and when; the buttons are gone.
     bob = world.sign_in("bob")
-    open_request(world, "bob", saga, seq)
+    world.open_request("bob", saga, seq)
     decided = bob.find_element(By.CSS_SELECTOR, ".decided").text
     assert "rejected by alice@example.com at 20" in decided
     assert not bob.find_elements(By.CSS_SELECTOR, 'button[name="decision"]')
@@ -269,7 +255,7 @@ def test_an_expired_session_goes_back_to_sign_in_and_returns_with_nothing_lost(
     driver = world.sign_in("alice")
     with psycopg.connect(world.dsn, autocommit=True) as conn:
         conn.execute("UPDATE sagacity_console_session SET expires_at_us = 0")
-    open_request(world, "alice", saga, seq)
+    world.open_request("alice", saga, seq)
     assert driver.current_url.startswith(f"{world.url}/ui/login?next=")
     driver.find_element(By.NAME, "token").send_keys("tok-alice-console-0123456789abcdef")
     submit(driver, driver.find_element(By.CSS_SELECTOR, "form.login button"))
@@ -287,7 +273,7 @@ def test_unknown_pages_a_foreign_tool_and_signing_out(world: World) -> None:
     seq = world.gate(saga, ("wire", {"order": saga, "amount": 9}))
     world.server.service.materialise(saga)
     carol = world.sign_in("carol")  # carol decides for charge only
-    open_request(world, "carol", saga, seq)
+    world.open_request("carol", saga, seq)
     assert carol.find_element(By.TAG_NAME, "h1").text == "Not allowed"
     assert "may not decide requests for tool 'wire'" in carol.page_source
     submit(carol, carol.find_element(By.CSS_SELECTOR, "form.signout button"))
@@ -305,7 +291,7 @@ def test_the_database_down_shows_an_error_page_and_decides_nothing(world: World)
     seq = world.gate(saga, ("wire", {"order": saga, "amount": 4}))
     world.server.service.materialise(saga)
     driver = world.sign_in("alice")
-    open_request(world, "alice", saga, seq)
+    world.open_request("alice", saga, seq)
     cookie = driver.get_cookie("sagacity_session")
     assert cookie is not None
     store = world.server.store
