@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from sagacity._decision_signature import DecisionSigner
+from sagacity._keys import KeyService
 from sagacity._memory import InMemoryJournal
 from sagacity._saga import Sagacity
 from sagacity.consumers._tools import register_tools
@@ -155,6 +156,10 @@ class ApprovalsServer:
     ) -> None:
         self.settings = settings
         self.journal = journal if journal is not None else journal_for(settings)
+        # The key service of a journal made here is this server's to close; a journal given
+        # is its caller's, with its keys.
+        made_keys = getattr(self.journal, "keys", None) if journal is None else None
+        self._keys: KeyService | None = made_keys if isinstance(made_keys, KeyService) else None
         self.sagacity = Sagacity(
             self.journal,
             compensation="delegated",
@@ -286,7 +291,8 @@ class ApprovalsServer:
         self._sweeper.start()
 
     def stop(self) -> None:
-        """Stop the sweep and the consumer, and close the journal."""
+        """Stop the sweep and the consumer, and close the journal (and the key service of a
+        journal this server made)."""
         self._stop.set()
         if self.notifier is not None:
             self.notifier.stop()
@@ -298,6 +304,9 @@ class ApprovalsServer:
             self.journal.close()
         except SagacityError as exc:
             log.warning("closing the journal: %s", exc)
+        finally:
+            if self._keys is not None:
+                self._keys.close()
 
     def _sweep(self) -> None:
         while not self._stop.wait(self.settings.sweep_interval_s):

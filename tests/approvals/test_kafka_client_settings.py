@@ -104,3 +104,44 @@ def test_the_request_consumer_takes_the_kafka_client_settings(
         assert server.consumer.runtime.options.config["client.id"] == "approvals-under-test"
     finally:
         journal.close()
+
+
+def test_the_server_closes_the_key_service_of_a_journal_it_made_only(
+    kafka_bootstrap: str,
+    make_topic: Callable[..., str],
+    pg_dsn: str,
+    auth_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sagacity._decision_signature import generate_key
+    from sagacity.keys import KEK_SETTING, KeyService, write_key_encryption_key
+
+    generate_key(tmp_path / "approvals.pem")
+    write_key_encryption_key(tmp_path / "journal.kek")
+    monkeypatch.setenv(KEK_SETTING, str(tmp_path / "journal.kek"))
+    monkeypatch.setenv("SAGACITY_DATABASE_URL", pg_dsn)
+    settings = _settings(
+        kafka_bootstrap, make_topic(), pg_dsn, auth_file, str(tmp_path / "approvals.pem")
+    )
+    closed: list[str] = []
+
+    def counted(keys: KeyService, name: str) -> None:
+        close = keys.close
+        monkeypatch.setattr(keys, "close", lambda: (closed.append(name), close()))
+
+    made = ApprovalsServer(settings, consume=False)
+    keys = made.journal.keys  # type: ignore[attr-defined]
+    assert isinstance(keys, KeyService)
+    counted(keys, "made")
+    made.stop()
+    assert closed == ["made"]
+    given = journal_for(settings)  # with its own key service, from the same variables
+    given_keys = given.keys  # type: ignore[attr-defined]
+    assert isinstance(given_keys, KeyService)
+    counted(given_keys, "given")
+    server = ApprovalsServer(settings, journal=given, consume=False)
+    server.stop()
+    assert closed == ["made"]  # the caller's journal is closed, its key service is not
+    given_keys.close()
+    assert closed == ["made", "given"]

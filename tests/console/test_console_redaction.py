@@ -103,8 +103,7 @@ def sealed(
         # Registering a tool that redacts is refused on a journal that does not seal.
         server = ApprovalsServer(settings, tools=[Till()])
         server_keys = server.journal.keys  # type: ignore[attr-defined]
-        assert isinstance(server_keys, KeyService)
-        stack.callback(quietly, server_keys.close)
+        assert isinstance(server_keys, KeyService)  # closed by the server as it stops
         url = stack.enter_context(serving(server))
         keys = KeyService(PostgresKeyStore(dsn), KeyRing.from_setting(str(kek)))
         stack.callback(quietly, keys.close)
