@@ -594,9 +594,8 @@ class KafkaJournal:
     def _prepare(self, draft: EntryDraft) -> EntryDraft:
         self._check_open()
         check_json_payload(draft)
-        if draft.attributes.get(attr.WRITER) != self.writer_id:
-            # Every event names the writer that produced it (hashed into the chain).
-            draft = with_attribute(draft, attr.WRITER, self.writer_id)
+        # Every event names the writer that produced it (hashed into the chain): added by the
+        # link step (_writer_attribute), not by a copy of the draft here.
         if draft.event_type is EventType.SAGA_OPENED:
             if draft.actor is None:
                 draft = dataclasses.replace(draft, actor=self.writer_id)
@@ -604,6 +603,12 @@ class KafkaJournal:
                 lease = {attr.LEASE_TTL_S: f"{self._settings.lease_ttl_s:g}"}
                 draft = dataclasses.replace(draft, attributes={**draft.attributes, **lease})
         return draft
+
+    def _writer_attribute(self, draft: EntryDraft) -> tuple[str, str] | None:
+        """The ``writer`` attribute the link step adds to ``draft`` (``None``: it has it)."""
+        if draft.attributes.get(attr.WRITER) == self.writer_id:
+            return None
+        return (attr.WRITER, self.writer_id)
 
     def _partition(self, saga_id: str) -> int:
         partition = self._partitions.get(saga_id)
@@ -690,13 +695,16 @@ class KafkaJournal:
 
     def _publish_owned(self, state: SagaState, draft: EntryDraft) -> tuple[JournalEntry, Delivery]:
         tail = state.chain[-1]
+        writer = self._writer_attribute(draft)
         if self._keys is not None and tail.form == 2:
             entry, value = link_encoded_sealed(
-                draft, seq=tail.seq + 1, prev_hash=tail.hash, keys=self._keys
+                draft, seq=tail.seq + 1, prev_hash=tail.hash, keys=self._keys, attribute=writer
             )
         else:
             refuse_in_form_1(draft)
-            entry, value = link_encoded(draft, seq=tail.seq + 1, prev_hash=tail.hash)
+            entry, value = link_encoded(
+                draft, seq=tail.seq + 1, prev_hash=tail.hash, attribute=writer
+            )
         delivery = self._produce(entry, value)
         state.chain.append(entry)
         pending = state.pending
@@ -721,6 +729,9 @@ class KafkaJournal:
         ``takeover_from``: the live writer this append may take the saga from (a takeover).
         """
         saga_id = draft.saga_id
+        writer = self._writer_attribute(draft)
+        if writer is not None:
+            draft = with_attribute(draft, *writer)
         for delivery in state.pending:
             # Let earlier events settle so the tail read below is final.
             delivery.wait(self._ack_timeout + 0.5)

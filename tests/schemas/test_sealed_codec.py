@@ -213,6 +213,35 @@ def test_the_one_pass_sealed_writer_is_committing_link_and_encode_sealed(
     assert ours == theirs
 
 
+@pytest.mark.parametrize("draft", _DRAFTS)
+def test_the_writer_attribute_added_by_the_sealed_link_step_is_with_attribute_linked(
+    draft: EntryDraft, keys: KeyService, sealer_path: list[bool]
+) -> None:
+    """``link_encoded_sealed(draft, attribute=...)`` is ``link_encoded_sealed`` of the draft
+    with the attribute added (the same salts drawn), and leaves the draft as it was."""
+    from sagacity._events import with_attribute
+    from sagacity.schemas._codec import link_encoded_sealed
+
+    prev = "ab" * 32
+    before = dict(draft.attributes)
+    entry, value = link_encoded_sealed(
+        draft, seq=7, prev_hash=prev, keys=keys, attribute=("writer", "host/1")
+    )
+    assert sealer_path in ([], [True])
+    assert entry.attributes["writer"] == "host/1"
+    assert dict(draft.attributes) == before
+    same = link(
+        committing(
+            with_attribute(draft, "writer", "host/1"),
+            salt=lambda n: bytes.fromhex(entry.salts[n]),
+        ),
+        seq=7,
+        prev_hash=prev,
+    )
+    assert entry == same
+    assert decode_entry(value, keys=keys) == entry
+
+
 def test_a_field_the_one_pass_writer_sealed_opens_only_in_its_place(
     keys: KeyService, sealer_path: list[bool]
 ) -> None:
