@@ -74,7 +74,6 @@ RECORD_OVERHEAD = 128
 """Bytes reserved beyond key, value and headers for Kafka's record and batch framing."""
 
 _PARTITION_CACHE = 100_000
-_PRUNE_PENDING = 16
 _EVENT_TYPE_HEADERS: dict[str, tuple[str, bytes]] = {
     t.value: ("event_type", t.value.encode()) for t in EventType
 }
@@ -707,11 +706,8 @@ class KafkaJournal:
             )
         delivery = self._produce(entry, value)
         state.chain.append(entry)
-        pending = state.pending
-        if len(pending) >= _PRUNE_PENDING:  # acknowledged ones dropped now and then, not per event
-            # Refused ones stay, for the durable append that reports them (check_earlier).
-            pending = state.pending = [d for d in pending if not d.done or d.error is not None]
-        pending.append(delivery)
+        # Until acknowledged (refused ones stay, for the durable append that reports them).
+        delivery.track(state.pending)
         if entry.event_type in HANDOFF_EVENTS:
             self._sagas.release(draft.saga_id, state)
         return entry, delivery
@@ -732,7 +728,7 @@ class KafkaJournal:
         writer = self._writer_attribute(draft)
         if writer is not None:
             draft = with_attribute(draft, *writer)
-        for delivery in state.pending:
+        for delivery in state.pending.copy():  # acknowledged ones leave it meanwhile
             # Let earlier events settle so the tail read below is final.
             delivery.wait(self._ack_timeout + 0.5)
         state.pending = []
