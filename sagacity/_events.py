@@ -221,11 +221,17 @@ class EntryDraft:
         if not isinstance(self.saga_id, str) or not self.saga_id:
             raise SerializationError("saga_id must be a non-empty str")
         _check_text("saga_id", self.saga_id)
-        _check_text("tool", self.tool)
-        _check_text("payload", self.payload)
-        _check_text("result", self.result)
-        _check_text("error", self.error)
-        _check_text("actor", self.actor)
+        # An absent field needs no check (nor a call, once per field of every event).
+        if self.tool is not None:
+            _check_text("tool", self.tool)
+        if self.payload is not None:
+            _check_text("payload", self.payload)
+        if self.result is not None:
+            _check_text("result", self.result)
+        if self.error is not None:
+            _check_text("error", self.error)
+        if self.actor is not None:
+            _check_text("actor", self.actor)
         if type(self.event_type) is EventType:
             pass
         elif isinstance(self.event_type, UnknownEventType):

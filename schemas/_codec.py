@@ -604,7 +604,9 @@ def link_encoded(
                 prev_hash,
                 seq,
                 draft.saga_id,
-                draft.event_type.value,
+                # The type itself: a str whose text is its name (``.value`` is a Python-level
+                # property of an enum, read once per event here otherwise).
+                draft.event_type,
                 draft.tool,
                 draft.payload,
                 draft.result,
@@ -613,9 +615,10 @@ def link_encoded(
                 draft.recorded_at_us,
                 attributes,
                 draft.form,
-                # The compiled function takes dicts; a draft's maps are read-only views.
-                dict(draft.commitments) if draft.commitments else _NO_MAP,
-                dict(draft.salts) if draft.salts else _NO_MAP,
+                # The compiled function takes dicts; a draft's maps are read-only views (and
+                # empty in form 1, which refuses them).
+                _NO_MAP if draft.form == 1 else dict(draft.commitments),
+                _NO_MAP if draft.form == 1 else dict(draft.salts),
             )
         except (OverflowError, TypeError, ValueError):
             out = None  # the Python path below says what is wrong
@@ -678,7 +681,7 @@ def link_encoded_sealed(
                 prev_hash,
                 seq,
                 draft.saga_id,
-                draft.event_type.value,
+                draft.event_type,  # its text is its name (as in link_encoded)
                 draft.tool,
                 draft.payload,
                 draft.result,
