@@ -542,8 +542,12 @@ def _load_native() -> Callable[..., tuple[str, bytes] | None] | None:
 
 
 _native_link_encode = _load_native()
+_native_link_entry: Callable[..., tuple[JournalEntry, bytes] | None] | None = native("link_entry")
 _SealLinkEncode = Callable[..., tuple[str, bytes, dict[str, str], dict[str, str]] | None]
 _native_seal_link_encode: _SealLinkEncode | None = native("seal_link_encode")
+_native_seal_link_entry: Callable[..., tuple[JournalEntry, bytes] | None] | None = native(
+    "seal_link_entry"
+)
 NATIVE = _native_link_encode is not None
 """Whether :func:`link_encoded` runs compiled (docs/adr/0013-compiled-hot-path.md)."""
 
@@ -584,6 +588,16 @@ def link_encoded(
             draft = with_attribute(draft, *attribute)
         entry = link(draft, seq=seq, prev_hash=prev_hash)
         return entry, encode_entry(entry)
+    linked = _native_link_entry
+    if linked is not None:
+        # The compiled link step, entry included (form 1); what it hands back (None) is judged
+        # below, where the errors are raised.
+        try:
+            made = linked(_native_header(), prev_hash, seq, draft, JournalEntry, attribute)
+        except (OverflowError, TypeError, ValueError):
+            made = None
+        if made is not None:
+            return made
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
         raise SerializationError("seq must be an int >= 1")
     try:
@@ -667,6 +681,23 @@ def link_encoded_sealed(
     # Nothing to seal (an opening, an end, an erasure's record): no key is asked for, so an
     # erased saga can still be appended to.
     if native is not None and data and draft.form == 1 and _direct_encoding():
+        sealed = _native_seal_link_entry
+        if sealed is not None:
+            # The entry made by the compiled sealer too; None is judged below.
+            try:
+                made = sealed(
+                    _native_header(),
+                    prev_hash,
+                    seq,
+                    draft,
+                    JournalEntry,
+                    keys.material(draft.saga_id),
+                    attribute,
+                )
+            except (OverflowError, TypeError, ValueError):
+                made = None
+            if made is not None:
+                return made
         attributes = draft.attributes
         if attribute is not None:
             attributes = with_attribute_items(attributes, *attribute)
