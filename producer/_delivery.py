@@ -36,18 +36,27 @@ class Delivery:
 
     Waiting objects are made only when someone waits: most pipelined events are never
     waited on one by one, and a ``threading.Event`` per event is measurable on the hot path.
-    :meth:`settle` is the producer's delivery callback itself (no wrapper per event).
+    :meth:`settle` is the producer's delivery callback itself (no wrapper per event), and takes
+    no lock: it writes its outcome, then ``done``, then reads who waits; a waiter publishes its
+    gate (or future), then reads ``done``.  Each side's statements run in order under the
+    interpreter's lock, so at least one of the two sees the other: the waiter that registered
+    too late finds ``done`` set, and ``settle`` wakes any waiter it found.  Waiters register
+    under their :class:`Deliveries`' lock, so two of them share one gate.
+
+    ``pending``: the saga's list of unsettled events this one is in (:meth:`track`): an
+    acknowledged event takes itself out; a refused one stays, for the durable append that
+    reports it.
     """
 
-    __slots__ = ("_deliveries", "_gate", "_lock", "_waiters", "done", "entry", "error", "offset")
+    __slots__ = ("_deliveries", "_gate", "_waiters", "done", "entry", "error", "offset", "pending")
 
     def __init__(self, entry: JournalEntry, deliveries: Deliveries) -> None:
         self.entry = entry
         self.done = False
         self.error: KafkaError | None = None
         self.offset = -1
+        self.pending: list[Delivery] | None = None
         self._deliveries = deliveries
-        self._lock = threading.Lock()
         # Held while someone waits for the acknowledgement; released by :meth:`settle`.
         self._gate: _thread.LockType | None = None
         # Made on the first asyncio wait only: one object fewer per pipelined event for the
@@ -55,32 +64,53 @@ class Delivery:
         self._waiters: list[Waiter] | None = None
 
     def settle(self, error: KafkaError | None, message: Message | None) -> None:
-        with self._lock:
-            self.error = error
-            if error is None and message is not None:
-                offset = message.offset()
-                self.offset = offset if offset is not None else -1
-            self.done = True
-            gate = self._gate
-            waiters = self._waiters
-            if waiters:
-                self._waiters = None
-        if error is not None:
+        self.error = error
+        if error is None and message is not None:
+            offset = message.offset()
+            self.offset = offset if offset is not None else -1
+        self.done = True
+        # Read after ``done`` is set (see the class's docstring).
+        gate = self._gate
+        waiters = self._waiters
+        if waiters:
+            self._waiters = None
+        if error is None:
+            pending = self.pending
+            if pending is not None:
+                # Not contextlib.suppress: this runs once per event, on the poll thread.
+                try:  # noqa: SIM105
+                    pending.remove(self)
+                except ValueError:  # not in it yet: track() takes it out
+                    pass
+        else:
             self._deliveries.failed(self)
         if gate is not None:
             gate.release()
         if waiters:
             self._deliveries.wake(waiters)
 
+    def track(self, pending: list[Delivery]) -> None:
+        """Add this (published) delivery to its saga's unsettled ``pending``, in seq order; the
+        caller holds the saga's lock.  Acknowledged meanwhile, it is taken out again (by
+        :meth:`settle`, or here when settle ran before it could see the list)."""
+        self.pending = pending
+        pending.append(self)
+        if self.done and self.error is None:
+            try:  # noqa: SIM105 (as in settle)
+                pending.remove(self)
+            except ValueError:  # settle took it out
+                pass
+
     def wait(self, timeout: float) -> bool:
         """Block until acknowledged or refused; ``False`` when ``timeout`` passed first."""
-        with self._lock:
-            if self.done:
-                return True
+        with self._deliveries.waiting:
             gate = self._gate
             if gate is None:
-                gate = self._gate = _thread.allocate_lock()
+                gate = _thread.allocate_lock()
                 gate.acquire()
+                self._gate = gate
+        if self.done:  # settled already, or before it could see the gate: nobody releases it
+            return True
         # A bare lock rather than a threading.Event (a Condition and two more locks per wait):
         # whoever passes the gate opens it again for any other waiter.
         if not gate.acquire(timeout=timeout):
@@ -90,14 +120,15 @@ class Delivery:
 
     def async_waiter(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
         future: asyncio.Future[None] = loop.create_future()
-        with self._lock:
-            if self.done:
-                future.set_result(None)
+        with self._deliveries.waiting:
+            if self._waiters is None:
+                self._waiters = [(loop, future)]
             else:
-                if self._waiters is None:
-                    self._waiters = [(loop, future)]
-                else:
-                    self._waiters.append((loop, future))
+                self._waiters.append((loop, future))
+        if self.done and not future.done():
+            # Settled already, or before it could see this waiter (or while waking the others):
+            # resolved here; a second resolution by settle's wake-up is a no-op.
+            future.set_result(None)
         return future
 
 
@@ -119,8 +150,20 @@ def _expire(future: asyncio.Future[None]) -> None:
 
 def earlier_unsettled(state: SagaState, delivery: Delivery) -> list[Delivery]:
     """The saga's events published before ``delivery`` that are not acknowledged (yet)."""
+    if not state.pending:
+        return []
+    # A copy: acknowledged events take themselves out of the list from the poll thread.
+    pending = state.pending.copy()
     seq = delivery.entry.seq
-    return [d for d in state.pending if d.entry.seq < seq and (d.error is not None or not d.done)]
+    return [d for d in pending if d.entry.seq < seq and (d.error is not None or not d.done)]
+
+
+def _first(pending: list[Delivery]) -> Delivery | None:
+    """``pending``'s first delivery, or ``None`` (it may be emptied meanwhile)."""
+    try:
+        return pending[0]
+    except IndexError:
+        return None
 
 
 class Deliveries:
@@ -140,6 +183,8 @@ class Deliveries:
         self._on_lost = on_lost
         self._failures: list[Delivery] = []
         self._failures_lock = threading.Lock()
+        self.waiting = threading.Lock()
+        """Held while a waiter registers on a delivery (see :class:`Delivery`)."""
         self._wakeups: list[Waiter] = []
         self._deadlines: collections.deque[
             tuple[float, asyncio.AbstractEventLoop, asyncio.Future[None]]
@@ -306,9 +351,9 @@ class Deliveries:
                 acknowledged within the ack timeout; the saga is re-read on its next append.
         """
         if not state.poisoned:
-            pending = state.pending
-            # The hot path: every earlier event acknowledged already (no list is built).
-            if all(d.done and d.error is None for d in pending if d is not delivery):
+            # The hot path: the saga's unsettled events (in seq order) start after this one.
+            first = _first(state.pending)
+            if first is None or first.entry.seq >= delivery.entry.seq:
                 return
         unsettled = earlier_unsettled(state, delivery)
         if not waited:

@@ -73,12 +73,15 @@ from sagacity.schemas._codec import FieldSealer, link_encoded_sealed
 RECORD_OVERHEAD = 128
 """Bytes reserved beyond key, value and headers for Kafka's record and batch framing."""
 
-_PARTITION_CACHE = 100_000
-_PRUNE_PENDING = 16
+_ROUTE_CACHE = 100_000
 _EVENT_TYPE_HEADERS: dict[str, tuple[str, bytes]] = {
     t.value: ("event_type", t.value.encode()) for t in EventType
 }
 """The ``event_type`` header of each known event type, built once."""
+
+
+_Route = tuple[bytes, int, tuple[str, bytes], int]
+"""A saga's message key, partition, ``saga_id`` header and fixed size (``KafkaJournal._route``)."""
 
 
 @functools.cache
@@ -169,6 +172,7 @@ class KafkaJournal:
         if "\x00" in self.writer_id:
             raise ConfigurationError("writer_id must not contain U+0000")
         self._writer_key = writer_key
+        self._writer_item = (attr.WRITER, self.writer_id)
         base: ClientConfig = {"bootstrap.servers": settings.bootstrap_servers, **settings.client}
         self._client_config = base
         admin = AdminClient(with_logger(base))
@@ -217,7 +221,8 @@ class KafkaJournal:
             lease_soft_span=self._lease_soft_span,
             lease_hard_span=self._lease_hard_span,
         )
-        self._partitions: dict[str, int] = {}
+        self._routes: dict[str, _Route] = {}
+        self._fingerprint = _fingerprint_header()
         self._closed = False
         self._deliveries = Deliveries(
             self._producer, ack_timeout=self._ack_timeout, on_lost=self._sagas.mark_poisoned
@@ -594,9 +599,8 @@ class KafkaJournal:
     def _prepare(self, draft: EntryDraft) -> EntryDraft:
         self._check_open()
         check_json_payload(draft)
-        if draft.attributes.get(attr.WRITER) != self.writer_id:
-            # Every event names the writer that produced it (hashed into the chain).
-            draft = with_attribute(draft, attr.WRITER, self.writer_id)
+        # Every event names the writer that produced it (hashed into the chain): added by the
+        # link step (_writer_attribute), not by a copy of the draft here.
         if draft.event_type is EventType.SAGA_OPENED:
             if draft.actor is None:
                 draft = dataclasses.replace(draft, actor=self.writer_id)
@@ -605,50 +609,78 @@ class KafkaJournal:
                 draft = dataclasses.replace(draft, attributes={**draft.attributes, **lease})
         return draft
 
-    def _partition(self, saga_id: str) -> int:
-        partition = self._partitions.get(saga_id)
-        if partition is None:
-            partition = self._reader.partition_of(saga_id)
-            if len(self._partitions) >= _PARTITION_CACHE:
-                self._partitions.clear()
-            self._partitions[saga_id] = partition
-        return partition
+    def _writer_attribute(self, draft: EntryDraft) -> tuple[str, str] | None:
+        """The ``writer`` attribute the link step adds to ``draft`` (``None``: it has it)."""
+        if draft.attributes.get(attr.WRITER) == self.writer_id:
+            return None
+        return self._writer_item
 
-    def _headers(self, entry: JournalEntry, key: bytes) -> list[tuple[str, str | bytes | None]]:
-        event_type = entry.event_type
-        name = _EVENT_TYPE_HEADERS.get(event_type)
-        headers: list[tuple[str, str | bytes | None]] = [
-            name if name is not None else ("event_type", event_type.value.encode()),
-            ("saga_id", key),
-            _fingerprint_header(),
-        ]
+    def _route(self, saga_id: str) -> _Route:
+        """The saga's message key, partition, ``saga_id`` header, and the bytes its key and the
+        headers every event has take (with the record's framing); made once per saga."""
+        route = self._routes.get(saga_id)
+        if route is None:
+            key = saga_id.encode("utf-8")
+            header = ("saga_id", key)
+            fingerprint = self._fingerprint
+            fixed = (
+                len(key)
+                + RECORD_OVERHEAD
+                + len(header[0])
+                + len(key)
+                + len(fingerprint[0])
+                + len(fingerprint[1])
+            )
+            route = (key, self._reader.partition_of(saga_id), header, fixed)
+            if len(self._routes) >= _ROUTE_CACHE:
+                self._routes.clear()
+            self._routes[saga_id] = route
+        return route
+
+    def _extra_headers(self, entry: JournalEntry) -> list[tuple[str, bytes]] | None:
+        """The headers beyond the three every event has: its trace context, its writer's
+        signature (``None``: neither)."""
+        extra: list[tuple[str, bytes]] | None = None
         traceparent = current_traceparent.get()
         if traceparent is not None:
             traceparent = valid_traceparent(traceparent)
             if traceparent is not None:
-                headers.append(("traceparent", traceparent.encode()))
+                extra = [("traceparent", traceparent.encode())]
         writer_key = self._writer_key
         if writer_key is not None:
-            headers.append(
-                (
-                    WRITER_HEADER,
-                    writer_key.sign(saga_id=entry.saga_id, seq=entry.seq, hash=entry.hash),
-                )
+            signature = (
+                WRITER_HEADER,
+                writer_key.sign(saga_id=entry.saga_id, seq=entry.seq, hash=entry.hash),
             )
-        return headers
+            if extra is None:
+                extra = [signature]
+            else:
+                extra.append(signature)
+        return extra
 
     def _produce(self, entry: JournalEntry, value: bytes | None = None) -> Delivery:
         """Publish ``entry`` (size-checked first); the caller holds the saga's lock.
 
         ``value`` is ``entry``'s encoding when the caller made it already.
         """
-        key = entry.saga_id.encode("utf-8")
+        key, partition, saga_header, size = self._route(entry.saga_id)
         if value is None:
             value = encode_entry(entry)
-        headers = self._headers(entry, key)
-        size = len(key) + len(value) + RECORD_OVERHEAD
-        for name, header in headers:
-            size += len(name) + len(header or b"")
+        event_type = entry.event_type
+        type_header = _EVENT_TYPE_HEADERS.get(event_type)
+        if type_header is None:  # an unknown type relayed as is
+            type_header = ("event_type", event_type.value.encode())
+        headers: list[tuple[str, str | bytes | None]] = [
+            type_header,
+            saga_header,
+            self._fingerprint,
+        ]
+        size += len(value) + len(type_header[0]) + len(type_header[1])
+        extra = self._extra_headers(entry)
+        if extra is not None:
+            headers += extra
+            for name, header in extra:
+                size += len(name) + len(header)
         if size > self.max_event_bytes:
             raise EventTooLargeError(
                 f"the {entry.event_type.value} event of saga {entry.saga_id!r} is {size} bytes; "
@@ -659,7 +691,6 @@ class KafkaJournal:
                 saga_id=entry.saga_id,
             )
         delivery = Delivery(entry, self._deliveries)
-        partition = self._partition(entry.saga_id)
         deadline: float | None = None
         while True:
             try:
@@ -690,20 +721,20 @@ class KafkaJournal:
 
     def _publish_owned(self, state: SagaState, draft: EntryDraft) -> tuple[JournalEntry, Delivery]:
         tail = state.chain[-1]
+        writer = self._writer_attribute(draft)
         if self._keys is not None and tail.form == 2:
             entry, value = link_encoded_sealed(
-                draft, seq=tail.seq + 1, prev_hash=tail.hash, keys=self._keys
+                draft, seq=tail.seq + 1, prev_hash=tail.hash, keys=self._keys, attribute=writer
             )
         else:
             refuse_in_form_1(draft)
-            entry, value = link_encoded(draft, seq=tail.seq + 1, prev_hash=tail.hash)
+            entry, value = link_encoded(
+                draft, seq=tail.seq + 1, prev_hash=tail.hash, attribute=writer
+            )
         delivery = self._produce(entry, value)
         state.chain.append(entry)
-        pending = state.pending
-        if len(pending) >= _PRUNE_PENDING:  # acknowledged ones dropped now and then, not per event
-            # Refused ones stay, for the durable append that reports them (check_earlier).
-            pending = state.pending = [d for d in pending if not d.done or d.error is not None]
-        pending.append(delivery)
+        # Until acknowledged (refused ones stay, for the durable append that reports them).
+        delivery.track(state.pending)
         if entry.event_type in HANDOFF_EVENTS:
             self._sagas.release(draft.saga_id, state)
         return entry, delivery
@@ -721,7 +752,10 @@ class KafkaJournal:
         ``takeover_from``: the live writer this append may take the saga from (a takeover).
         """
         saga_id = draft.saga_id
-        for delivery in state.pending:
+        writer = self._writer_attribute(draft)
+        if writer is not None:
+            draft = with_attribute(draft, *writer)
+        for delivery in state.pending.copy():  # acknowledged ones leave it meanwhile
             # Let earlier events settle so the tail read below is final.
             delivery.wait(self._ack_timeout + 0.5)
         state.pending = []

@@ -42,6 +42,9 @@ class SagaState:
         self.owned = False
         self.poisoned = False
         self.chain: list[JournalEntry] = []
+        # The events published on the hot path and not acknowledged yet, in seq order (each
+        # takes itself out when acknowledged; a refused one stays until a durable append or
+        # flush reports it and the saga is read again).
         self.pending: list[Delivery] = []
         # The writer lease on the journal's monotonic clock (docs/adr/0011-writer-lease.md):
         # publish unconfirmed only before lease_soft; an acknowledgement after lease_hard is

@@ -221,11 +221,17 @@ class EntryDraft:
         if not isinstance(self.saga_id, str) or not self.saga_id:
             raise SerializationError("saga_id must be a non-empty str")
         _check_text("saga_id", self.saga_id)
-        _check_text("tool", self.tool)
-        _check_text("payload", self.payload)
-        _check_text("result", self.result)
-        _check_text("error", self.error)
-        _check_text("actor", self.actor)
+        # An absent field needs no check (nor a call, once per field of every event).
+        if self.tool is not None:
+            _check_text("tool", self.tool)
+        if self.payload is not None:
+            _check_text("payload", self.payload)
+        if self.result is not None:
+            _check_text("result", self.result)
+        if self.error is not None:
+            _check_text("error", self.error)
+        if self.actor is not None:
+            _check_text("actor", self.actor)
         if type(self.event_type) is EventType:
             pass
         elif isinstance(self.event_type, UnknownEventType):
@@ -258,18 +264,28 @@ class JournalEntry(EntryDraft):
             raise SerializationError("seq must be an int >= 1")
 
     @classmethod
-    def _linked(cls, draft: EntryDraft, *, seq: int, prev_hash: str, hash: str) -> JournalEntry:
+    def _linked(
+        cls,
+        draft: EntryDraft,
+        *,
+        seq: int,
+        prev_hash: str,
+        hash: str,
+        attributes: Mapping[str, str] | None = None,
+    ) -> JournalEntry:
         """``draft`` placed at ``seq``, without validating its fields again.
 
-        For :func:`sagacity.chain.link` only: ``draft`` was validated when it was made (it is
-        frozen) and the chain computed ``seq``, ``prev_hash`` and ``hash`` itself.
+        For :func:`sagacity.chain.link` and the journal's link step only: ``draft`` was
+        validated when it was made (it is frozen) and the chain computed ``seq``, ``prev_hash``
+        and ``hash`` itself.  ``attributes``: the draft's with the ones the writer added
+        (:func:`with_attribute_items`), hashed as such, in place of the draft's own.
         """
-        entry = object.__new__(cls)
-        for read, write in _DRAFT_SLOTS:
-            write(entry, read(draft))
+        entry: JournalEntry = _copy_draft(draft, cls)
         _SET_SEQ(entry, seq)
         _SET_PREV_HASH(entry, prev_hash)
         _SET_HASH(entry, hash)
+        if attributes is not None:
+            _SET_ATTRIBUTES(entry, MappingProxyType(attributes))
         return entry
 
     @classmethod
@@ -282,6 +298,7 @@ class JournalEntry(EntryDraft):
         hash: str,
         salts: dict[str, str],
         commitments: dict[str, str],
+        attributes: Mapping[str, str] | None = None,
     ) -> JournalEntry:
         """A form-1 ``draft`` placed at ``seq`` in form 2 with the ``salts`` and
         ``commitments`` a writer made for it (each sorted by name, and handed over: the entry
@@ -289,8 +306,9 @@ class JournalEntry(EntryDraft):
 
         For the compiled sealed writer only (``schemas._codec.link_encoded_sealed``): it drew
         the salts and made the commitments itself, as :func:`sagacity.chain.committing` does.
+        ``attributes``: as :meth:`_linked`.
         """
-        entry = cls._linked(draft, seq=seq, prev_hash=prev_hash, hash=hash)
+        entry = cls._linked(draft, seq=seq, prev_hash=prev_hash, hash=hash, attributes=attributes)
         _SET_FORM(entry, 2)
         _SET_SALTS(entry, MappingProxyType(salts))
         _SET_COMMITMENTS(entry, MappingProxyType(commitments))
@@ -348,6 +366,24 @@ class JournalEntry(EntryDraft):
             raise SerializationError(f"not a journal entry: {exc}") from exc
 
 
+def with_attribute_items(attributes: Mapping[str, str], key: str, value: str) -> dict[str, str]:
+    """``attributes`` (sorted by key, as a draft's are) with one more, sorted likewise
+    (replacing one of the same key): what :func:`with_attribute` gives a draft, for a link
+    step that hashes it without copying the draft first.
+
+    Raises:
+        SerializationError: ``key`` or ``value`` is not valid text.
+    """
+    _check_text("attribute key", key)
+    _check_text(f"attribute {key!r}", value)
+    if not attributes or key > max(attributes):
+        # The common case on the hot path (``writer`` sorts after most keys): no re-sort.
+        return {**attributes, key: value}
+    merged = dict(attributes)
+    merged[key] = value
+    return dict(sorted(merged.items()))
+
+
 def with_attribute(draft: EntryDraft, key: str, value: str) -> EntryDraft:
     """``draft`` with one more attribute (replacing one of the same key), without validating
     its other fields again (it is frozen and was validated when made).
@@ -355,33 +391,67 @@ def with_attribute(draft: EntryDraft, key: str, value: str) -> EntryDraft:
     Raises:
         SerializationError: ``key`` or ``value`` is not valid text.
     """
-    _check_text("attribute key", key)
-    _check_text(f"attribute {key!r}", value)
-    attributes = draft.attributes
-    if not attributes or key > max(attributes):
-        # The common case on the hot path (``writer`` sorts after most keys): no re-sort.
-        items = {**attributes, key: value}
-    else:
-        merged = dict(attributes)
-        merged[key] = value
-        items = dict(sorted(merged.items()))
-    copy = object.__new__(EntryDraft)
-    for read, write in _DRAFT_SLOTS:
-        write(copy, read(draft))
+    items = with_attribute_items(draft.attributes, key, value)
+    copy: EntryDraft = _copy_draft(draft, EntryDraft)
     _SET_ATTRIBUTES(copy, MappingProxyType(items))
     return copy
 
 
-# Slot descriptors for JournalEntry._linked: copying a draft's fields slot by slot bypasses the
-# frozen __setattr__ (and the validation the draft already passed).
-_DRAFT_SLOTS = tuple(
-    (vars(EntryDraft)[f.name].__get__, vars(EntryDraft)[f.name].__set__)
-    for f in dataclasses.fields(EntryDraft)
-)
-_SET_ATTRIBUTES = vars(EntryDraft)["attributes"].__set__
+# Slot descriptors: copying a draft's fields slot by slot bypasses the frozen __setattr__ (and
+# the validation the draft already passed).
+_SLOT = {f.name: vars(EntryDraft)[f.name].__set__ for f in dataclasses.fields(EntryDraft)}
+_SET_SAGA_ID = _SLOT["saga_id"]
+_SET_EVENT_TYPE = _SLOT["event_type"]
+_SET_TOOL = _SLOT["tool"]
+_SET_PAYLOAD = _SLOT["payload"]
+_SET_RESULT = _SLOT["result"]
+_SET_ERROR = _SLOT["error"]
+_SET_ACTOR = _SLOT["actor"]
+_SET_ATTRIBUTES = _SLOT["attributes"]
+_SET_RECORDED_AT_US = _SLOT["recorded_at_us"]
+_SET_FORM = _SLOT["form"]
+_SET_COMMITMENTS = _SLOT["commitments"]
+_SET_SALTS = _SLOT["salts"]
 _SET_SEQ = vars(JournalEntry)["seq"].__set__
 _SET_PREV_HASH = vars(JournalEntry)["prev_hash"].__set__
 _SET_HASH = vars(JournalEntry)["hash"].__set__
-_SET_FORM = vars(EntryDraft)["form"].__set__
-_SET_SALTS = vars(EntryDraft)["salts"].__set__
-_SET_COMMITMENTS = vars(EntryDraft)["commitments"].__set__
+_NEW = object.__new__
+
+
+def _copy_draft(draft: EntryDraft, cls: type[Any]) -> Any:
+    """A new ``cls`` (:class:`EntryDraft` or :class:`JournalEntry`) holding ``draft``'s fields.
+
+    Written out field by field: about half the cost of a loop over the slots (each event is
+    copied once on the journal's hot path).  :data:`_COPIED` pins the list to the fields.
+    """
+    copy = _NEW(cls)
+    _SET_SAGA_ID(copy, draft.saga_id)
+    _SET_EVENT_TYPE(copy, draft.event_type)
+    _SET_TOOL(copy, draft.tool)
+    _SET_PAYLOAD(copy, draft.payload)
+    _SET_RESULT(copy, draft.result)
+    _SET_ERROR(copy, draft.error)
+    _SET_ACTOR(copy, draft.actor)
+    _SET_ATTRIBUTES(copy, draft.attributes)
+    _SET_RECORDED_AT_US(copy, draft.recorded_at_us)
+    _SET_FORM(copy, draft.form)
+    _SET_COMMITMENTS(copy, draft.commitments)
+    _SET_SALTS(copy, draft.salts)
+    return copy
+
+
+_COPIED = (
+    "saga_id",
+    "event_type",
+    "tool",
+    "payload",
+    "result",
+    "error",
+    "actor",
+    "attributes",
+    "recorded_at_us",
+    "form",
+    "commitments",
+    "salts",
+)
+"""The fields :func:`_copy_draft` copies: every field of a draft (a test pins it)."""

@@ -20,7 +20,14 @@ from typing import Any, Protocol
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from sagacity._events import DATA_ATTRIBUTES, EntryDraft, JournalEntry, event_type_of
+from sagacity._events import (
+    DATA_ATTRIBUTES,
+    EntryDraft,
+    JournalEntry,
+    event_type_of,
+    with_attribute,
+    with_attribute_items,
+)
 from sagacity._native import native
 from sagacity.chain import SALT_BYTES, canonical_bytes, canonical_layout, committing, link
 from sagacity.errors import SagaErasedError, SerializationError
@@ -535,8 +542,12 @@ def _load_native() -> Callable[..., tuple[str, bytes] | None] | None:
 
 
 _native_link_encode = _load_native()
+_native_link_entry: Callable[..., tuple[JournalEntry, bytes] | None] | None = native("link_entry")
 _SealLinkEncode = Callable[..., tuple[str, bytes, dict[str, str], dict[str, str]] | None]
 _native_seal_link_encode: _SealLinkEncode | None = native("seal_link_encode")
+_native_seal_link_entry: Callable[..., tuple[JournalEntry, bytes] | None] | None = native(
+    "seal_link_entry"
+)
 NATIVE = _native_link_encode is not None
 """Whether :func:`link_encoded` runs compiled (docs/adr/0013-compiled-hot-path.md)."""
 
@@ -547,7 +558,13 @@ def _native_header() -> bytes:
     return MAGIC + current_schema().fingerprint + _LENGTHS[SCHEMA_VERSION]
 
 
-def link_encoded(draft: EntryDraft, *, seq: int, prev_hash: str) -> tuple[JournalEntry, bytes]:
+def link_encoded(
+    draft: EntryDraft,
+    *,
+    seq: int,
+    prev_hash: str,
+    attribute: tuple[str, str] | None = None,
+) -> tuple[JournalEntry, bytes]:
     """:func:`sagacity.chain.link` then :func:`encode_entry`, in one pass.
 
     The journal's hot path: each text field is encoded to UTF-8 once and used for both the
@@ -557,13 +574,30 @@ def link_encoded(draft: EntryDraft, *, seq: int, prev_hash: str) -> tuple[Journa
     path is installed (:data:`NATIVE`) it does the linking and encoding; anything it does not
     take falls back to the Python path, which raises the errors below.
 
+    ``attribute``: a ``(key, value)`` the writer adds to the draft's attributes (its
+    ``writer``): the entry is ``with_attribute(draft, key, value)`` linked, without a copy of
+    the draft made for it.
+
     Raises:
-        SerializationError: ``seq`` is not an int >= 1, ``prev_hash`` is not 32 bytes hex, or
-            a field does not fit the canonical form or the schema (a time beyond 64 bits).
+        SerializationError: ``seq`` is not an int >= 1, ``prev_hash`` is not 32 bytes hex, a
+            field does not fit the canonical form or the schema (a time beyond 64 bits), or
+            ``attribute`` is not valid text.
     """
     if not _direct_encoding():
+        if attribute is not None:
+            draft = with_attribute(draft, *attribute)
         entry = link(draft, seq=seq, prev_hash=prev_hash)
         return entry, encode_entry(entry)
+    linked = _native_link_entry
+    if linked is not None:
+        # The compiled link step, entry included (form 1); what it hands back (None) is judged
+        # below, where the errors are raised.
+        try:
+            made = linked(_native_header(), prev_hash, seq, draft, JournalEntry, attribute)
+        except (OverflowError, TypeError, ValueError):
+            made = None
+        if made is not None:
+            return made
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
         raise SerializationError("seq must be an int >= 1")
     try:
@@ -572,6 +606,9 @@ def link_encoded(draft: EntryDraft, *, seq: int, prev_hash: str) -> tuple[Journa
         raise SerializationError(f"previous hash is not hex: {prev_hash!r}") from exc
     if len(prev) != 32:
         raise SerializationError("previous hash must be 32 bytes")
+    attributes = draft.attributes
+    if attribute is not None:
+        attributes = with_attribute_items(attributes, *attribute)
     native = _native_link_encode
     if native is not None:
         try:
@@ -581,30 +618,46 @@ def link_encoded(draft: EntryDraft, *, seq: int, prev_hash: str) -> tuple[Journa
                 prev_hash,
                 seq,
                 draft.saga_id,
-                draft.event_type.value,
+                # The type itself: a str whose text is its name (``.value`` is a Python-level
+                # property of an enum, read once per event here otherwise).
+                draft.event_type,
                 draft.tool,
                 draft.payload,
                 draft.result,
                 draft.error,
                 draft.actor,
                 draft.recorded_at_us,
-                draft.attributes,
+                attributes,
                 draft.form,
-                # The compiled function takes dicts; a draft's maps are read-only views.
-                dict(draft.commitments) if draft.commitments else _NO_MAP,
-                dict(draft.salts) if draft.salts else _NO_MAP,
+                # The compiled function takes dicts; a draft's maps are read-only views (and
+                # empty in form 1, which refuses them).
+                _NO_MAP if draft.form == 1 else dict(draft.commitments),
+                _NO_MAP if draft.form == 1 else dict(draft.salts),
             )
         except (OverflowError, TypeError, ValueError):
             out = None  # the Python path below says what is wrong
         if out is not None:
             digest, value = out
-            entry = JournalEntry._linked(draft, seq=seq, prev_hash=prev_hash, hash=digest)
+            entry = JournalEntry._linked(
+                draft,
+                seq=seq,
+                prev_hash=prev_hash,
+                hash=digest,
+                attributes=None if attribute is None else attributes,
+            )
             return entry, value
+    if attribute is not None:
+        draft = with_attribute(draft, *attribute)
     return _link_encoded_python(draft, seq=seq, prev_hash=prev_hash, prev=prev)
 
 
 def link_encoded_sealed(
-    draft: EntryDraft, *, seq: int, prev_hash: str, keys: FieldSealer
+    draft: EntryDraft,
+    *,
+    seq: int,
+    prev_hash: str,
+    keys: FieldSealer,
+    attribute: tuple[str, str] | None = None,
 ) -> tuple[JournalEntry, bytes]:
     """A form-1 ``draft`` committed to (fresh salts), linked in form 2 and encoded with its
     openings sealed under the saga's data key, in one pass: the sealed journal's hot path.
@@ -612,7 +665,7 @@ def link_encoded_sealed(
     What ``link_encoded(committing(draft), ...)`` then :func:`encode_sealed` give, for the
     salts and nonces drawn (tests open it with the key service and compare); the compiled
     module does it where installed, anything it does not take falls back to those functions,
-    which raise the errors below.
+    which raise the errors below.  ``attribute``: as :func:`link_encoded`.
 
     Raises:
         SerializationError: as :func:`link_encoded`, or ``draft`` is already in form 2.
@@ -628,6 +681,26 @@ def link_encoded_sealed(
     # Nothing to seal (an opening, an end, an erasure's record): no key is asked for, so an
     # erased saga can still be appended to.
     if native is not None and data and draft.form == 1 and _direct_encoding():
+        sealed = _native_seal_link_entry
+        if sealed is not None:
+            # The entry made by the compiled sealer too; None is judged below.
+            try:
+                made = sealed(
+                    _native_header(),
+                    prev_hash,
+                    seq,
+                    draft,
+                    JournalEntry,
+                    keys.material(draft.saga_id),
+                    attribute,
+                )
+            except (OverflowError, TypeError, ValueError):
+                made = None
+            if made is not None:
+                return made
+        attributes = draft.attributes
+        if attribute is not None:
+            attributes = with_attribute_items(attributes, *attribute)
         try:
             prev = bytes.fromhex(prev_hash)
         except (ValueError, TypeError):
@@ -639,14 +712,14 @@ def link_encoded_sealed(
                 prev_hash,
                 seq,
                 draft.saga_id,
-                draft.event_type.value,
+                draft.event_type,  # its text is its name (as in link_encoded)
                 draft.tool,
                 draft.payload,
                 draft.result,
                 draft.error,
                 draft.actor,
                 draft.recorded_at_us,
-                draft.attributes,
+                attributes,
                 keys.material(draft.saga_id),
             )
         except (OverflowError, TypeError, ValueError):
@@ -660,8 +733,11 @@ def link_encoded_sealed(
                 hash=digest,
                 salts=salts,
                 commitments=commitments,
+                attributes=None if attribute is None else attributes,
             )
             return entry, value
+    if attribute is not None:
+        draft = with_attribute(draft, *attribute)
     entry, _ = link_encoded(committing(draft), seq=seq, prev_hash=prev_hash)
     return entry, encode_sealed(entry, keys)
 

@@ -5,6 +5,8 @@
 //! cannot take (a field too long for the canonical form) it hands back to the Python path, which
 //! raises the documented error.
 //!
+//! `entry.rs`: the same for a form-1 draft, its `JournalEntry` made here too
+//! (`sagacity.schemas._codec.link_encoded`).
 //! `verify.rs`: the archive's chain check over a binary `COPY` stream of archived rows
 //! (`sagacity.consumers.archive._fastverify`; docs/adr/0013-compiled-hot-path.md).
 //! `audit.rs`: the audit's merge of those verdicts with each saga's checkpoints and head
@@ -18,8 +20,9 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
 mod audit;
+mod entry;
 mod ingest;
-mod seal;
+pub(crate) mod seal;
 mod verify;
 
 const CANONICAL_MAGIC: &[u8] = b"SGC1";
@@ -80,7 +83,7 @@ pub(crate) fn avro_optional(out: &mut Vec<u8>, data: Option<&[u8]>) {
     }
 }
 
-fn unhex(text: &str) -> Option<[u8; 32]> {
+pub(crate) fn unhex(text: &str) -> Option<[u8; 32]> {
     let raw = text.as_bytes();
     if raw.len() != 64 {
         return None;
@@ -451,6 +454,8 @@ fn leaf_hash<'py>(
 #[pymodule]
 fn sagacity_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(link_encode, m)?)?;
+    m.add_function(wrap_pyfunction!(entry::link_entry, m)?)?;
+    m.add_function(wrap_pyfunction!(entry::seal_link_entry, m)?)?;
     m.add_function(wrap_pyfunction!(seal::seal_link_encode, m)?)?;
     m.add_function(wrap_pyfunction!(ingest::archive_row, m)?)?;
     m.add_function(wrap_pyfunction!(leaf_hash, m)?)?;

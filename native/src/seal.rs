@@ -73,7 +73,7 @@ type Sealed<'py> = (
 );
 
 /// One data field, committed to and sealed.
-struct Opened<'a> {
+pub(crate) struct Opened<'a> {
     name: &'a [u8],
     salt: [u8; SALT_BYTES],
     commitment: [u8; 32],
@@ -103,50 +103,30 @@ fn commit<'a>(
     })
 }
 
-/// Link, commit, seal and encode one form-1 draft as a sealed form-2 event.
-///
-/// `key`: the saga's 32-byte data key.  Each data field present (payload, result, error, then
-/// the data attributes by key) gets a salt and a nonce from the system's generator, drawn in
-/// one call without releasing the GIL.  The other arguments are `link_encode`'s.  Returns
-/// `(hash as lowercase hex, message value, salts, commitments)` (the two maps hex by field
-/// name), or `None` for anything the Python path must judge (a text rule broken, a field too
-/// long, a key not 32 bytes).  The system's generator failing is an `OSError`.
-#[pyfunction]
-#[pyo3(signature = (header, prev, prev_hash, seq, saga, kind, tool, payload, result, error, actor, recorded_at_us, attributes, key))]
+/// A form-1 event linked in form 2, its data fields committed to and sealed: the hash, the
+/// message value and the openings (sorted by name).
+pub(crate) struct SealedEvent<'a> {
+    pub(crate) digest: [u8; 64],
+    pub(crate) value: Vec<u8>,
+    pub(crate) by_name: Vec<Opened<'a>>,
+}
+
+/// The work of `seal_link_encode` on fields already read (`pairs` sorted by key): `None` for
+/// anything the Python path must judge.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn seal_link_encode<'py>(
-    py: Python<'py>,
+pub(crate) fn seal_event<'a>(
     header: &[u8],
     prev: &[u8],
-    prev_hash: Bound<'py, PyString>,
-    seq: Bound<'py, PyAny>,
-    saga: Bound<'py, PyString>,
-    kind: Bound<'py, PyString>,
-    tool: Option<Bound<'py, PyString>>,
-    payload: Option<Bound<'py, PyString>>,
-    result: Option<Bound<'py, PyString>>,
-    error: Option<Bound<'py, PyString>>,
-    actor: Option<Bound<'py, PyString>>,
+    prev_text: &[u8],
+    seq: i64,
+    saga: &[u8],
+    kind: &[u8],
+    texts: [Option<&[u8]>; 5],
     recorded_at_us: i64,
-    attributes: Bound<'py, PyAny>,
+    pairs: &[(&'a [u8], &'a [u8])],
     key: &[u8],
-) -> PyResult<Option<Sealed<'py>>> {
-    if seq.is_instance_of::<PyBool>() {
-        return Ok(None);
-    }
-    let seq: i64 = seq.extract()?;
-    let saga = saga.to_str()?.as_bytes();
-    let kind = kind.to_str()?.as_bytes();
-    let texts = [
-        text(&tool)?,
-        text(&payload)?,
-        text(&result)?,
-        text(&error)?,
-        text(&actor)?,
-    ];
-    let items = attribute_items(&attributes)?;
-    let pairs = as_pairs(&items)?;
-    if !acceptable(seq, saga, kind, &texts, &pairs) || prev.len() != 32 {
+) -> PyResult<Option<SealedEvent<'a>>> {
+    if !acceptable(seq, saga, kind, &texts, pairs) || prev.len() != 32 {
         return Ok(None);
     }
     let Ok(cipher) = Aes256Gcm::new_from_slice(key) else {
@@ -184,8 +164,8 @@ pub(crate) fn seal_link_encode<'py>(
     // commitment) are too; the clear ones travel in `attributes`, the data ones sealed.
     let mut hashed: Vec<(&[u8], Vec<u8>)> = Vec::with_capacity(pairs.len());
     let mut clear: Vec<(&[u8], &[u8])> = Vec::with_capacity(pairs.len());
-    for (k, v) in &pairs {
-        if DATA_ATTRIBUTES.iter().any(|d| d.as_bytes() == *k) {
+    for &(k, v) in pairs {
+        if DATA_ATTRIBUTES.iter().any(|d| d.as_bytes() == k) {
             let Some(one) = commit(&cipher, draws.next(), saga, seq, k, v) else {
                 return Ok(None);
             };
@@ -242,7 +222,7 @@ pub(crate) fn seal_link_encode<'py>(
         }
     }
     value.push(0);
-    avro_bytes(&mut value, prev_hash.to_str()?.as_bytes());
+    avro_bytes(&mut value, prev_text);
     avro_bytes(&mut value, &digest);
     avro_long(&mut value, 2);
     // The commitments, sorted by name as the Python writer sorts them.
@@ -266,13 +246,96 @@ pub(crate) fn seal_link_encode<'py>(
     }
     value.push(0);
 
+    opened.sort_by(|a, b| a.name.cmp(b.name));
+    Ok(Some(SealedEvent {
+        digest,
+        value,
+        by_name: opened,
+    }))
+}
+
+/// Link, commit, seal and encode one form-1 draft as a sealed form-2 event.
+///
+/// `key`: the saga's 32-byte data key.  Each data field present (payload, result, error, then
+/// the data attributes by key) gets a salt and a nonce from the system's generator, drawn in
+/// one call without releasing the GIL.  The other arguments are `link_encode`'s.  Returns
+/// `(hash as lowercase hex, message value, salts, commitments)` (the two maps hex by field
+/// name), or `None` for anything the Python path must judge (a text rule broken, a field too
+/// long, a key not 32 bytes).  The system's generator failing is an `OSError`.
+#[pyfunction]
+#[pyo3(signature = (header, prev, prev_hash, seq, saga, kind, tool, payload, result, error, actor, recorded_at_us, attributes, key))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn seal_link_encode<'py>(
+    py: Python<'py>,
+    header: &[u8],
+    prev: &[u8],
+    prev_hash: Bound<'py, PyString>,
+    seq: Bound<'py, PyAny>,
+    saga: Bound<'py, PyString>,
+    kind: Bound<'py, PyString>,
+    tool: Option<Bound<'py, PyString>>,
+    payload: Option<Bound<'py, PyString>>,
+    result: Option<Bound<'py, PyString>>,
+    error: Option<Bound<'py, PyString>>,
+    actor: Option<Bound<'py, PyString>>,
+    recorded_at_us: i64,
+    attributes: Bound<'py, PyAny>,
+    key: &[u8],
+) -> PyResult<Option<Sealed<'py>>> {
+    if seq.is_instance_of::<PyBool>() {
+        return Ok(None);
+    }
+    let seq: i64 = seq.extract()?;
+    let saga = saga.to_str()?.as_bytes();
+    let kind = kind.to_str()?.as_bytes();
+    let texts = [
+        text(&tool)?,
+        text(&payload)?,
+        text(&result)?,
+        text(&error)?,
+        text(&actor)?,
+    ];
+    let items = attribute_items(&attributes)?;
+    let pairs = as_pairs(&items)?;
+    let Some(event) = seal_event(
+        header,
+        prev,
+        prev_hash.to_str()?.as_bytes(),
+        seq,
+        saga,
+        kind,
+        texts,
+        recorded_at_us,
+        &pairs,
+        key,
+    )?
+    else {
+        return Ok(None);
+    };
+    let (salts, commitments) = opening_maps(py, &event.by_name)?;
+    let hash = PyString::new(
+        py,
+        std::str::from_utf8(&event.digest).expect("hex is ASCII"),
+    );
+    Ok(Some((
+        hash,
+        PyBytes::new(py, &event.value),
+        salts,
+        commitments,
+    )))
+}
+
+/// The salts and commitments of `by_name` as dicts (hex by field name, in name order).
+pub(crate) fn opening_maps<'py>(
+    py: Python<'py>,
+    by_name: &[Opened<'_>],
+) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
     let salts = PyDict::new(py);
     let commitments = PyDict::new(py);
-    for one in &by_name {
+    for one in by_name {
         let name = std::str::from_utf8(one.name).expect("a Python str is UTF-8");
         salts.set_item(name, hex(&one.salt))?;
         commitments.set_item(name, hex(&one.commitment))?;
     }
-    let hash = PyString::new(py, std::str::from_utf8(&digest).expect("hex is ASCII"));
-    Ok(Some((hash, PyBytes::new(py, &value), salts, commitments)))
+    Ok((salts, commitments))
 }

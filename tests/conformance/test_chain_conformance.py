@@ -192,15 +192,15 @@ def write_link(e: dict[str, Any]) -> tuple[bytes | None, str]:
         raise RefusedError(exc.message) from exc
 
 
-def _link_encoded(e: dict[str, Any], native: Any) -> tuple[bytes | None, str]:
-    saved = _codec._native_link_encode
-    _codec._native_link_encode = native
+def _link_encoded(e: dict[str, Any], native: Any, entry: Any = None) -> tuple[bytes | None, str]:
+    saved = _codec._native_link_encode, _codec._native_link_entry
+    _codec._native_link_encode, _codec._native_link_entry = native, entry
     try:
         entry, value = _codec.link_encoded(_draft(e), seq=e["seq"], prev_hash=e["prev_hash"])
     except SerializationError as exc:
         raise RefusedError(exc.message) from exc
     finally:
-        _codec._native_link_encode = saved
+        _codec._native_link_encode, _codec._native_link_entry = saved
     # The Avro value carries the same entry (docs/adr/0003-wire-format.md).
     assert _codec.decode_entry(value) == entry
     return None, entry.hash
@@ -223,6 +223,23 @@ def write_codec_native(e: dict[str, Any]) -> tuple[bytes | None, str]:
 
     written = _link_encoded(e, compiled)
     assert taken == [True], "the compiled path did not take an entry link_encoded accepted"
+    return written
+
+
+def write_codec_entry(e: dict[str, Any]) -> tuple[bytes | None, str]:
+    """``schemas.link_encoded`` on its compiled path that makes the entry too
+    (``sagacity_native.link_entry``), which must take every form-1 entry it accepts; it hands a
+    form-2 draft on to ``link_encode``."""
+    taken: list[bool] = []
+
+    def compiled(*args: Any) -> Any:
+        out = sagacity_native.link_entry(*args)
+        taken.append(out is not None)
+        return out
+
+    written = _link_encoded(e, sagacity_native.link_encode, compiled)
+    expected = [False] if e.get("form", 1) == 2 else [True]
+    assert taken == expected, "the compiled path did not take an entry link_encoded accepted"
     return written
 
 
@@ -273,15 +290,17 @@ WRITERS: dict[str, Callable[[dict[str, Any]], tuple[bytes | None, str]]] = {
     "link": write_link,
     "codec-python": write_codec_python,
     "codec-native": write_codec_native,
+    "codec-entry": write_codec_entry,
     "native": write_native,
     "standalone": write_standalone,
 }
-NATIVE_WRITERS = {"codec-native", "native"}
+NATIVE_WRITERS = {"codec-native", "codec-entry", "native"}
 
 WRITERS_V2: dict[str, Callable[[dict[str, Any]], tuple[bytes | None, str]]] = {
     # The writers of form 2.
     "codec-python": write_codec_python,
     "codec-native": write_codec_native,
+    "codec-entry": write_codec_entry,
     "native": write_native,
     "reference": write_reference,
     "fields": write_fields_v2,

@@ -130,3 +130,27 @@ def test_hash_of_needs_a_32_byte_previous_digest():
     with pytest.raises(SerializationError):
         hash_of(b"\x00" * 31, canonical)
     assert hash_of(b"\x00" * 32, canonical) == hashlib.sha256(b"\x00" * 32 + canonical).hexdigest()
+
+
+def test_linking_copies_every_field_of_the_draft() -> None:
+    """The link step copies a draft field by field (``_events._copy_draft``): a field added
+    to ``EntryDraft`` must be copied too, or linked entries would lose it."""
+    import dataclasses
+
+    from sagacity import _events
+
+    assert tuple(f.name for f in dataclasses.fields(EntryDraft)) == _events._COPIED
+    draft = EntryDraft(
+        saga_id="s",
+        event_type=EventType.EXECUTED,
+        tool="t",
+        payload="p",
+        result="r",
+        error="e",
+        actor="a",
+        attributes={"k": "v"},
+        recorded_at_us=5,
+    )
+    entry = link(draft, seq=2, prev_hash=GENESIS_HASH)
+    for f in dataclasses.fields(EntryDraft):
+        assert getattr(entry, f.name) == getattr(draft, f.name), f.name

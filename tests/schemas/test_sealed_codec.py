@@ -166,26 +166,34 @@ _DRAFTS = [
 ]
 
 
-@pytest.fixture(params=["python", "compiled"])
+@pytest.fixture(params=["python", "compiled", "compiled-entry"])
 def sealer_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Which writer ``link_encoded_sealed`` uses; the list records, for the compiled one,
-    whether it took each call (it must: a decline would test the Python path twice)."""
+    """Which writer ``link_encoded_sealed`` uses (in Python; compiled; compiled with the entry
+    made there too); the list records, for a compiled one, whether it took each call (it must:
+    a decline would test the Python path twice)."""
     from sagacity.schemas import _codec
 
     taken: list[bool] = []
-    compiled = _codec._native_seal_link_encode
+    name = (
+        "_native_seal_link_entry"
+        if request.param == "compiled-entry"
+        else ("_native_seal_link_encode")
+    )
+    compiled = getattr(_codec, name)
     if request.param == "python":
         monkeypatch.setattr(_codec, "_native_seal_link_encode", None)
         return taken
     if compiled is None:
         pytest.skip("the compiled module is not installed (the build test says whether it must)")
+    if request.param == "compiled":
+        monkeypatch.setattr(_codec, "_native_seal_link_entry", None)
 
     def counting(*args: object) -> object:
         out = compiled(*args)
         taken.append(out is not None)
         return out
 
-    monkeypatch.setattr(_codec, "_native_seal_link_encode", counting)
+    monkeypatch.setattr(_codec, name, counting)
     return taken
 
 
@@ -211,6 +219,35 @@ def test_the_one_pass_sealed_writer_is_committing_link_and_encode_sealed(
     ours, theirs = decode_record(value), decode_record(encode_sealed(entry, keys))
     assert sorted(ours.pop("sealed")) == sorted(theirs.pop("sealed"))
     assert ours == theirs
+
+
+@pytest.mark.parametrize("draft", _DRAFTS)
+def test_the_writer_attribute_added_by_the_sealed_link_step_is_with_attribute_linked(
+    draft: EntryDraft, keys: KeyService, sealer_path: list[bool]
+) -> None:
+    """``link_encoded_sealed(draft, attribute=...)`` is ``link_encoded_sealed`` of the draft
+    with the attribute added (the same salts drawn), and leaves the draft as it was."""
+    from sagacity._events import with_attribute
+    from sagacity.schemas._codec import link_encoded_sealed
+
+    prev = "ab" * 32
+    before = dict(draft.attributes)
+    entry, value = link_encoded_sealed(
+        draft, seq=7, prev_hash=prev, keys=keys, attribute=("writer", "host/1")
+    )
+    assert sealer_path in ([], [True])
+    assert entry.attributes["writer"] == "host/1"
+    assert dict(draft.attributes) == before
+    same = link(
+        committing(
+            with_attribute(draft, "writer", "host/1"),
+            salt=lambda n: bytes.fromhex(entry.salts[n]),
+        ),
+        seq=7,
+        prev_hash=prev,
+    )
+    assert entry == same
+    assert decode_entry(value, keys=keys) == entry
 
 
 def test_a_field_the_one_pass_writer_sealed_opens_only_in_its_place(

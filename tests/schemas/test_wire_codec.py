@@ -388,3 +388,44 @@ def test_schema_file_documents_its_version_default() -> None:
     names = [f["name"] for f in doc["fields"]]
     assert names[0] == "schema_version"
     assert set(JournalEntry.__dataclass_fields__) <= set(names)
+
+
+@pytest.mark.parametrize("key", ["writer", "a", "ref_seq", "zz"])
+@pytest.mark.parametrize("path", ["link_entry", "link_encode", "python"])
+def test_the_writer_attribute_added_by_the_link_step_is_with_attribute_linked(
+    key: str, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``link_encoded(draft, attribute=...)`` hashes and encodes exactly what linking the
+    draft with the attribute added gives (sorted in, or replacing one of the same key), on
+    each of its paths (compiled with the entry made there, compiled, Python), and leaves the
+    draft as it was."""
+    from sagacity._events import with_attribute
+    from sagacity.schemas import _codec
+
+    if path != "python" and _codec._native_link_entry is None:
+        pytest.skip("the compiled module is not installed (the build test says whether it must)")
+    if path != "link_entry":
+        monkeypatch.setattr(_codec, "_native_link_entry", None)
+    if path == "python":
+        monkeypatch.setattr(_codec, "_native_link_encode", None)
+    draft = EntryDraft(
+        saga_id="saga-1",
+        event_type=EventType.INTENT,
+        tool="refund",
+        payload='{"amount":100}',
+        attributes={"payload_sha256": "ab" * 32, "ref_seq": "3"},
+    )
+    before = dict(draft.attributes)
+    entry, value = link_encoded(draft, seq=5, prev_hash="cd" * 32, attribute=(key, "w/1"))
+    expected = link(with_attribute(draft, key, "w/1"), seq=5, prev_hash="cd" * 32)
+    assert entry == expected
+    assert list(entry.attributes) == sorted(entry.attributes)
+    assert value == encode_entry(expected)
+    assert dict(draft.attributes) == before
+
+
+@pytest.mark.parametrize("value", ["w\x00", "\ud800"])
+def test_a_writer_attribute_that_is_not_text_is_refused_by_the_link_step(value: str) -> None:
+    draft = EntryDraft(saga_id="s", event_type=EventType.INTENT, payload="{}")
+    with pytest.raises(SerializationError, match="attribute 'writer'"):
+        link_encoded(draft, seq=1, prev_hash=GENESIS, attribute=("writer", value))

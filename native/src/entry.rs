@@ -1,0 +1,332 @@
+//! The journal's link step for a form-1 draft, entry included: `link_encode`'s (or
+//! `seal_link_encode`'s) hash and message value, and the `JournalEntry` itself, made here from
+//! the draft's slots (with the writer's attribute merged in) instead of by the Python caller
+//! copying the draft field by field.  `sagacity.schemas._codec.link_encoded` and
+//! `link_encoded_sealed` call them when installed; anything they do not take (another form, a
+//! text rule broken, a field too long) they hand back as `None`, and the caller's other paths
+//! judge it and raise the documented error.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyString};
+use pyo3::{ffi, intern};
+
+use crate::seal::{opening_maps, seal_event};
+use crate::{
+    acceptable, as_pairs, attribute_items, avro_bytes, avro_long, avro_optional, canonical_hex,
+    text, unhex, FORM_1_TAIL,
+};
+
+/// `obj.<name> = value` past a frozen dataclass's `__setattr__` (what `object.__setattr__`
+/// does): the slot's descriptor sets it.
+fn set_slot(
+    obj: &Bound<'_, PyAny>,
+    name: &Bound<'_, PyString>,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    // SAFETY: three live objects of this thread, which holds the GIL.
+    let rc = unsafe { ffi::PyObject_GenericSetAttr(obj.as_ptr(), name.as_ptr(), value.as_ptr()) };
+    if rc < 0 {
+        Err(PyErr::fetch(obj.py()))
+    } else {
+        Ok(())
+    }
+}
+
+/// A read-only view of `dict` (`types.MappingProxyType`), as a draft's maps are.
+fn mapping_proxy<'py>(dict: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: a live dict of this thread, which holds the GIL; a new reference or NULL.
+    unsafe { Bound::from_owned_ptr_or_err(dict.py(), ffi::PyDictProxy_New(dict.as_ptr())) }
+}
+
+type Text<'py> = Option<Bound<'py, PyString>>;
+type Items<'py> = Vec<(Bound<'py, PyString>, Bound<'py, PyString>)>;
+
+/// A form-1 draft's slots, read once, its attributes' items with the extra one merged in.
+struct Draft<'py> {
+    saga: Bound<'py, PyString>,
+    kind: Bound<'py, PyString>,
+    texts: [Text<'py>; 5],
+    recorded: Bound<'py, PyAny>,
+    recorded_at_us: i64,
+    attributes: Bound<'py, PyAny>,
+    items: Items<'py>,
+    merged: bool,
+}
+
+/// `draft`'s slots (`None`: not form 1).
+fn read_draft<'py>(
+    py: Python<'py>,
+    draft: &Bound<'py, PyAny>,
+    extra: Option<(Bound<'py, PyString>, Bound<'py, PyString>)>,
+) -> PyResult<Option<Draft<'py>>> {
+    if draft.getattr(intern!(py, "form"))?.extract::<i64>()? != 1 {
+        return Ok(None);
+    }
+    let recorded = draft.getattr(intern!(py, "recorded_at_us"))?;
+    let attributes = draft.getattr(intern!(py, "attributes"))?;
+    // The draft's attributes are sorted by key (UTF-8 byte order): the extra one goes in its
+    // place, or replaces the one of its key.
+    let mut items = attribute_items(&attributes)?;
+    let merged = extra.is_some();
+    if let Some((key, value)) = extra {
+        let k = key.to_str()?.as_bytes();
+        let mut at = items.len();
+        let mut replace = false;
+        for (i, (existing, _)) in items.iter().enumerate() {
+            let e = existing.to_str()?.as_bytes();
+            if e >= k {
+                at = i;
+                replace = e == k;
+                break;
+            }
+        }
+        if replace {
+            items[at] = (key, value);
+        } else {
+            items.insert(at, (key, value));
+        }
+    }
+    Ok(Some(Draft {
+        saga: draft.getattr(intern!(py, "saga_id"))?.extract()?,
+        kind: draft.getattr(intern!(py, "event_type"))?.extract()?,
+        texts: [
+            draft.getattr(intern!(py, "tool"))?.extract()?,
+            draft.getattr(intern!(py, "payload"))?.extract()?,
+            draft.getattr(intern!(py, "result"))?.extract()?,
+            draft.getattr(intern!(py, "error"))?.extract()?,
+            draft.getattr(intern!(py, "actor"))?.extract()?,
+        ],
+        recorded_at_us: recorded.extract()?,
+        recorded,
+        attributes,
+        items,
+        merged,
+    }))
+}
+
+/// The `JournalEntry` (`cls`) of `d` at `seq` after `prev_hash`, its hash `hex`; `form_2`: the
+/// salts and commitments a sealed writer made (form 2), else the draft's form 1 and empty maps
+/// (`draft`'s own).
+#[allow(clippy::too_many_arguments)]
+fn make_entry<'py>(
+    py: Python<'py>,
+    cls: &Bound<'py, PyAny>,
+    draft: &Bound<'py, PyAny>,
+    d: &Draft<'py>,
+    seq: &Bound<'py, PyAny>,
+    prev_hash: &Bound<'py, PyString>,
+    hex: &[u8; 64],
+    form_2: Option<(Bound<'py, PyDict>, Bound<'py, PyDict>)>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let none = py.None().into_bound(py);
+    let entry = cls.call_method1(intern!(py, "__new__"), (cls,))?;
+    set_slot(&entry, intern!(py, "saga_id"), &d.saga)?;
+    set_slot(&entry, intern!(py, "event_type"), &d.kind)?;
+    for (name, value) in [
+        intern!(py, "tool"),
+        intern!(py, "payload"),
+        intern!(py, "result"),
+        intern!(py, "error"),
+        intern!(py, "actor"),
+    ]
+    .iter()
+    .zip(&d.texts)
+    {
+        set_slot(&entry, name, value.as_ref().map_or(&none, |v| v.as_any()))?;
+    }
+    if d.merged {
+        let dict = PyDict::new(py);
+        for (k, v) in &d.items {
+            dict.set_item(k, v)?;
+        }
+        set_slot(&entry, intern!(py, "attributes"), &mapping_proxy(&dict)?)?;
+    } else {
+        set_slot(&entry, intern!(py, "attributes"), &d.attributes)?;
+    }
+    set_slot(&entry, intern!(py, "recorded_at_us"), &d.recorded)?;
+    match form_2 {
+        None => {
+            set_slot(
+                &entry,
+                intern!(py, "form"),
+                &draft.getattr(intern!(py, "form"))?,
+            )?;
+            let commitments = draft.getattr(intern!(py, "commitments"))?;
+            set_slot(&entry, intern!(py, "commitments"), &commitments)?;
+            set_slot(
+                &entry,
+                intern!(py, "salts"),
+                &draft.getattr(intern!(py, "salts"))?,
+            )?;
+        }
+        Some((salts, commitments)) => {
+            set_slot(
+                &entry,
+                intern!(py, "form"),
+                2i64.into_pyobject(py)?.as_any(),
+            )?;
+            set_slot(&entry, intern!(py, "salts"), &mapping_proxy(&salts)?)?;
+            set_slot(
+                &entry,
+                intern!(py, "commitments"),
+                &mapping_proxy(&commitments)?,
+            )?;
+        }
+    }
+    set_slot(&entry, intern!(py, "seq"), seq)?;
+    set_slot(&entry, intern!(py, "prev_hash"), prev_hash)?;
+    // The hex digits are ASCII, so this is valid UTF-8.
+    let hash = PyString::new(py, std::str::from_utf8(hex).expect("hex is ASCII"));
+    set_slot(&entry, intern!(py, "hash"), &hash)?;
+    Ok(entry)
+}
+
+/// Link and encode a form-1 `draft` and make its `JournalEntry` (an instance of `cls`).
+///
+/// `extra`: a `(key, value)` attribute added to the draft's (the writer's): merged in key
+/// order, replacing one of the same key, hashed and encoded with the others and set on the
+/// entry as a new read-only mapping (the draft's own is shared otherwise).  Returns
+/// `(entry, message value)`, or `None` for anything the other paths must judge: a form other
+/// than 1, `prev_hash` not 64 hex digits, a seq below 1 or a bool, a text rule broken, a field
+/// too long for the canonical form.
+#[pyfunction]
+#[pyo3(signature = (header, prev_hash, seq, draft, cls, extra=None))]
+pub(crate) fn link_entry<'py>(
+    py: Python<'py>,
+    header: &[u8],
+    prev_hash: Bound<'py, PyString>,
+    seq: Bound<'py, PyAny>,
+    draft: Bound<'py, PyAny>,
+    cls: Bound<'py, PyAny>,
+    extra: Option<(Bound<'py, PyString>, Bound<'py, PyString>)>,
+) -> PyResult<Option<(Bound<'py, PyAny>, Bound<'py, PyBytes>)>> {
+    if seq.is_instance_of::<PyBool>() {
+        return Ok(None);
+    }
+    let seq_value: i64 = seq.extract()?;
+    let prev_text = prev_hash.to_str()?;
+    let Some(prev) = unhex(prev_text) else {
+        return Ok(None);
+    };
+    let Some(d) = read_draft(py, &draft, extra)? else {
+        return Ok(None);
+    };
+    let saga = d.saga.to_str()?.as_bytes();
+    let kind = d.kind.to_str()?.as_bytes();
+    let texts = [
+        text(&d.texts[0])?,
+        text(&d.texts[1])?,
+        text(&d.texts[2])?,
+        text(&d.texts[3])?,
+        text(&d.texts[4])?,
+    ];
+    let pairs = as_pairs(&d.items)?;
+    if !acceptable(seq_value, saga, kind, &texts, &pairs) {
+        return Ok(None);
+    }
+    let body: usize = saga.len()
+        + kind.len()
+        + texts
+            .iter()
+            .map(|t| t.map_or(0, |d| d.len()))
+            .sum::<usize>()
+        + pairs.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+    let hex = canonical_hex(
+        1,
+        &prev,
+        saga,
+        seq_value,
+        kind,
+        texts,
+        d.recorded_at_us,
+        &pairs,
+        96 + body + 8 * pairs.len(),
+    );
+    let mut value = Vec::with_capacity(header.len() + 160 + body + 4 * pairs.len());
+    value.extend_from_slice(header);
+    avro_bytes(&mut value, saga);
+    avro_long(&mut value, seq_value);
+    avro_bytes(&mut value, kind);
+    for t in texts {
+        avro_optional(&mut value, t);
+    }
+    avro_long(&mut value, d.recorded_at_us);
+    if !pairs.is_empty() {
+        avro_long(&mut value, pairs.len() as i64);
+        for (k, v) in &pairs {
+            avro_bytes(&mut value, k);
+            avro_bytes(&mut value, v);
+        }
+    }
+    value.push(0);
+    avro_bytes(&mut value, prev_text.as_bytes());
+    avro_bytes(&mut value, &hex);
+    value.extend_from_slice(&FORM_1_TAIL);
+    let entry = make_entry(py, &cls, &draft, &d, &seq, &prev_hash, &hex, None)?;
+    Ok(Some((entry, PyBytes::new(py, &value))))
+}
+
+/// `seal_link_encode` of a form-1 `draft`, its `JournalEntry` (an instance of `cls`, form 2,
+/// with the salts and commitments drawn) made too; `extra` as in `link_entry`.  Returns
+/// `(entry, message value)`, or `None` for anything the other paths must judge (as
+/// `link_entry`, or a key not 32 bytes).  The system's generator failing is an `OSError`.
+#[pyfunction]
+#[pyo3(signature = (header, prev_hash, seq, draft, cls, key, extra=None))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn seal_link_entry<'py>(
+    py: Python<'py>,
+    header: &[u8],
+    prev_hash: Bound<'py, PyString>,
+    seq: Bound<'py, PyAny>,
+    draft: Bound<'py, PyAny>,
+    cls: Bound<'py, PyAny>,
+    key: &[u8],
+    extra: Option<(Bound<'py, PyString>, Bound<'py, PyString>)>,
+) -> PyResult<Option<(Bound<'py, PyAny>, Bound<'py, PyBytes>)>> {
+    if seq.is_instance_of::<PyBool>() {
+        return Ok(None);
+    }
+    let seq_value: i64 = seq.extract()?;
+    let prev_text = prev_hash.to_str()?;
+    let Some(prev) = unhex(prev_text) else {
+        return Ok(None);
+    };
+    let Some(d) = read_draft(py, &draft, extra)? else {
+        return Ok(None);
+    };
+    let texts = [
+        text(&d.texts[0])?,
+        text(&d.texts[1])?,
+        text(&d.texts[2])?,
+        text(&d.texts[3])?,
+        text(&d.texts[4])?,
+    ];
+    let pairs = as_pairs(&d.items)?;
+    let Some(event) = seal_event(
+        header,
+        &prev,
+        prev_text.as_bytes(),
+        seq_value,
+        d.saga.to_str()?.as_bytes(),
+        d.kind.to_str()?.as_bytes(),
+        texts,
+        d.recorded_at_us,
+        &pairs,
+        key,
+    )?
+    else {
+        return Ok(None);
+    };
+    let maps = opening_maps(py, &event.by_name)?;
+    let entry = make_entry(
+        py,
+        &cls,
+        &draft,
+        &d,
+        &seq,
+        &prev_hash,
+        &event.digest,
+        Some(maps),
+    )?;
+    Ok(Some((entry, PyBytes::new(py, &event.value))))
+}
