@@ -14,6 +14,7 @@ import _thread
 import asyncio
 import collections
 import contextlib
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 from confluent_kafka import KafkaError, Message, Producer
 
 from sagacity._events import JournalEntry
-from sagacity.errors import JournalUnavailableError
+from sagacity.errors import ConfigurationError, JournalUnavailableError
 
 if TYPE_CHECKING:
     from sagacity.producer._ownership import SagaState
@@ -146,6 +147,21 @@ def _resolve_all(futures: list[asyncio.Future[None]]) -> None:
 def _expire(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_exception(TimeoutError())
+
+
+def require_gil() -> None:
+    """Refuse to run without the interpreter lock: the delivery handshake above and the key
+    service's cached-key read rely on it (docs/adr/0024-hot-path-under-the-gil.md).
+
+    Raises:
+        ConfigurationError: the interpreter runs free-threaded with the GIL disabled.
+    """
+    enabled = getattr(sys, "_is_gil_enabled", None)
+    if enabled is not None and not enabled():
+        raise ConfigurationError(
+            "the Kafka journal needs the GIL (docs/adr/0024-hot-path-under-the-gil.md): this "
+            "interpreter runs free-threaded with it disabled; run with PYTHON_GIL=1 or -X gil=1"
+        )
 
 
 def earlier_unsettled(state: SagaState, delivery: Delivery) -> list[Delivery]:

@@ -48,7 +48,7 @@ from sagacity.errors import (
 from sagacity.journal import ApprovalRequest
 from sagacity.producer._clients import with_logger
 from sagacity.producer._config import DEFAULT_TOPIC, KafkaJournalSettings
-from sagacity.producer._delivery import Deliveries, Delivery, earlier_unsettled
+from sagacity.producer._delivery import Deliveries, Delivery, earlier_unsettled, require_gil
 from sagacity.producer._index import SagaIndex
 from sagacity.producer._lease import (
     HANDOFF_TAKEOVER,
@@ -138,6 +138,7 @@ class KafkaJournal:
         writer_key: WriterKey | None = None,
         keys: FieldSealer | None = None,
     ) -> None:
+        require_gil()
         try:
             settings = KafkaJournalSettings(
                 bootstrap_servers=bootstrap_servers,

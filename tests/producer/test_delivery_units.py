@@ -116,3 +116,22 @@ def test_a_report_racing_an_asyncio_waiter_always_resolves_it(deliveries: Delive
             settler.join()
 
     asyncio.run(main())
+
+
+def test_a_free_threaded_interpreter_without_the_gil_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The handshake above relies on the interpreter lock: without it the journal refuses to
+    start (before it connects to anything) rather than race."""
+    import sys
+
+    from sagacity.errors import ConfigurationError
+    from sagacity.producer import KafkaJournal
+
+    monkeypatch.setattr(sys, "_is_gil_enabled", lambda: False, raising=False)
+    with pytest.raises(ConfigurationError, match="needs the GIL"):
+        KafkaJournal("127.0.0.1:1", topic="never-reached")
+    monkeypatch.setattr(sys, "_is_gil_enabled", lambda: True, raising=False)
+    from sagacity.producer._delivery import require_gil
+
+    require_gil()  # with it: nothing to say
