@@ -12,8 +12,7 @@ use pyo3::{ffi, intern};
 
 use crate::seal::{opening_maps, seal_event};
 use crate::{
-    acceptable, as_pairs, attribute_items, avro_bytes, avro_long, avro_optional, canonical_hex,
-    text, unhex, FORM_1_TAIL,
+    acceptable, as_pairs, attribute_items, avro_head, canonical_hex, text, unhex, FORM_1_TAIL,
 };
 
 /// `obj.<name> = value` past a frozen dataclass's `__setattr__` (what `object.__setattr__`
@@ -102,6 +101,31 @@ fn read_draft<'py>(
         items,
         merged,
     }))
+}
+
+/// What both link functions read first: `seq` (not a bool), the previous hash's text and
+/// bytes, and the draft (`None`: another path judges it).
+type Opening<'a, 'py> = (i64, &'a str, [u8; 32], Draft<'py>);
+
+fn opening<'a, 'py>(
+    py: Python<'py>,
+    prev_hash: &'a Bound<'py, PyString>,
+    seq: &Bound<'py, PyAny>,
+    draft: &Bound<'py, PyAny>,
+    extra: Option<(Bound<'py, PyString>, Bound<'py, PyString>)>,
+) -> PyResult<Option<Opening<'a, 'py>>> {
+    if seq.is_instance_of::<PyBool>() {
+        return Ok(None);
+    }
+    let seq_value: i64 = seq.extract()?;
+    let prev_text = prev_hash.to_str()?;
+    let Some(prev) = unhex(prev_text) else {
+        return Ok(None);
+    };
+    let Some(d) = read_draft(py, draft, extra)? else {
+        return Ok(None);
+    };
+    Ok(Some((seq_value, prev_text, prev, d)))
 }
 
 /// The `JournalEntry` (`cls`) of `d` at `seq` after `prev_hash`, its hash `hex`; `form_2`: the
@@ -200,15 +224,8 @@ pub(crate) fn link_entry<'py>(
     cls: Bound<'py, PyAny>,
     extra: Option<(Bound<'py, PyString>, Bound<'py, PyString>)>,
 ) -> PyResult<Option<(Bound<'py, PyAny>, Bound<'py, PyBytes>)>> {
-    if seq.is_instance_of::<PyBool>() {
-        return Ok(None);
-    }
-    let seq_value: i64 = seq.extract()?;
-    let prev_text = prev_hash.to_str()?;
-    let Some(prev) = unhex(prev_text) else {
-        return Ok(None);
-    };
-    let Some(d) = read_draft(py, &draft, extra)? else {
+    let Some((seq_value, prev_text, prev, d)) = opening(py, &prev_hash, &seq, &draft, extra)?
+    else {
         return Ok(None);
     };
     let saga = d.saga.to_str()?.as_bytes();
@@ -242,25 +259,18 @@ pub(crate) fn link_entry<'py>(
         &pairs,
         96 + body + 8 * pairs.len(),
     );
-    let mut value = Vec::with_capacity(header.len() + 160 + body + 4 * pairs.len());
-    value.extend_from_slice(header);
-    avro_bytes(&mut value, saga);
-    avro_long(&mut value, seq_value);
-    avro_bytes(&mut value, kind);
-    for t in texts {
-        avro_optional(&mut value, t);
-    }
-    avro_long(&mut value, d.recorded_at_us);
-    if !pairs.is_empty() {
-        avro_long(&mut value, pairs.len() as i64);
-        for (k, v) in &pairs {
-            avro_bytes(&mut value, k);
-            avro_bytes(&mut value, v);
-        }
-    }
-    value.push(0);
-    avro_bytes(&mut value, prev_text.as_bytes());
-    avro_bytes(&mut value, &hex);
+    let mut value = avro_head(
+        header,
+        saga,
+        seq_value,
+        kind,
+        texts,
+        d.recorded_at_us,
+        &pairs,
+        prev_text.as_bytes(),
+        &hex,
+        header.len() + 160 + body + 4 * pairs.len(),
+    );
     value.extend_from_slice(&FORM_1_TAIL);
     let entry = make_entry(py, &cls, &draft, &d, &seq, &prev_hash, &hex, None)?;
     Ok(Some((entry, PyBytes::new(py, &value))))
@@ -283,15 +293,8 @@ pub(crate) fn seal_link_entry<'py>(
     key: &[u8],
     extra: Option<(Bound<'py, PyString>, Bound<'py, PyString>)>,
 ) -> PyResult<Option<(Bound<'py, PyAny>, Bound<'py, PyBytes>)>> {
-    if seq.is_instance_of::<PyBool>() {
-        return Ok(None);
-    }
-    let seq_value: i64 = seq.extract()?;
-    let prev_text = prev_hash.to_str()?;
-    let Some(prev) = unhex(prev_text) else {
-        return Ok(None);
-    };
-    let Some(d) = read_draft(py, &draft, extra)? else {
+    let Some((seq_value, prev_text, prev, d)) = opening(py, &prev_hash, &seq, &draft, extra)?
+    else {
         return Ok(None);
     };
     let texts = [

@@ -83,6 +83,45 @@ pub(crate) fn avro_optional(out: &mut Vec<u8>, data: Option<&[u8]>) {
     }
 }
 
+/// An event's Avro value up to its hash, the part every writer writes alike: `header`, then
+/// saga, seq, kind, the five texts (`None`: null, as a sealed writer writes its data fields),
+/// the time, the attributes (`pairs`, sorted), the previous hash's text and `hash`.  The caller
+/// appends the form's tail; `capacity` is the value's expected size.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn avro_head(
+    header: &[u8],
+    saga: &[u8],
+    seq: i64,
+    kind: &[u8],
+    texts: [Option<&[u8]>; 5],
+    recorded_at_us: i64,
+    pairs: &[(&[u8], &[u8])],
+    prev_text: &[u8],
+    hash: &[u8],
+    capacity: usize,
+) -> Vec<u8> {
+    let mut value = Vec::with_capacity(capacity);
+    value.extend_from_slice(header);
+    avro_bytes(&mut value, saga);
+    avro_long(&mut value, seq);
+    avro_bytes(&mut value, kind);
+    for t in texts {
+        avro_optional(&mut value, t);
+    }
+    avro_long(&mut value, recorded_at_us);
+    if !pairs.is_empty() {
+        avro_long(&mut value, pairs.len() as i64);
+        for (k, v) in pairs {
+            avro_bytes(&mut value, k);
+            avro_bytes(&mut value, v);
+        }
+    }
+    value.push(0);
+    avro_bytes(&mut value, prev_text);
+    avro_bytes(&mut value, hash);
+    value
+}
+
 pub(crate) fn unhex(text: &str) -> Option<[u8; 32]> {
     let raw = text.as_bytes();
     if raw.len() != 64 {
@@ -391,25 +430,18 @@ fn link_encode<'py>(
     };
 
     let prev_text = prev_hash.to_str()?.as_bytes();
-    let mut value = Vec::with_capacity(header.len() + 160 + body + 4 * pairs.len());
-    value.extend_from_slice(header);
-    avro_bytes(&mut value, saga);
-    avro_long(&mut value, seq);
-    avro_bytes(&mut value, kind);
-    for t in texts {
-        avro_optional(&mut value, t);
-    }
-    avro_long(&mut value, recorded_at_us);
-    if !pairs.is_empty() {
-        avro_long(&mut value, pairs.len() as i64);
-        for (k, v) in &pairs {
-            avro_bytes(&mut value, k);
-            avro_bytes(&mut value, v);
-        }
-    }
-    value.push(0);
-    avro_bytes(&mut value, prev_text);
-    avro_bytes(&mut value, &hex);
+    let mut value = avro_head(
+        header,
+        saga,
+        seq,
+        kind,
+        texts,
+        recorded_at_us,
+        &pairs,
+        prev_text,
+        &hex,
+        header.len() + 160 + body + 4 * pairs.len(),
+    );
     if v2 {
         avro_long(&mut value, 2);
         avro_hex_map(&mut value, &commitments);

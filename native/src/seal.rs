@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyString};
 
 use crate::{
-    acceptable, as_pairs, attribute_items, avro_bytes, avro_long, avro_optional, canonical_hex,
+    acceptable, as_pairs, attribute_items, avro_bytes, avro_head, avro_long, canonical_hex,
     commitment, field, text, DATA_ATTRIBUTES, DATA_FIELDS, HEX,
 };
 
@@ -205,25 +205,19 @@ pub(crate) fn seal_event<'a>(
         .iter()
         .map(|o| o.name.len() + o.sealed.len() + 80)
         .sum();
-    let mut value = Vec::with_capacity(header.len() + 400 + body + sealed_size);
-    value.extend_from_slice(header);
-    avro_bytes(&mut value, saga);
-    avro_long(&mut value, seq);
-    avro_bytes(&mut value, kind);
-    avro_optional(&mut value, texts[0]);
-    value.extend_from_slice(&[0, 0, 0]); // payload, result and error travel sealed
-    avro_optional(&mut value, texts[4]);
-    avro_long(&mut value, recorded_at_us);
-    if !clear.is_empty() {
-        avro_long(&mut value, clear.len() as i64);
-        for (k, v) in &clear {
-            avro_bytes(&mut value, k);
-            avro_bytes(&mut value, v);
-        }
-    }
-    value.push(0);
-    avro_bytes(&mut value, prev_text);
-    avro_bytes(&mut value, &digest);
+    let mut value = avro_head(
+        header,
+        saga,
+        seq,
+        kind,
+        // Payload, result and error travel sealed: null here.
+        [texts[0], None, None, None, texts[4]],
+        recorded_at_us,
+        &clear,
+        prev_text,
+        &digest,
+        header.len() + 400 + body + sealed_size,
+    );
     avro_long(&mut value, 2);
     // The commitments, sorted by name as the Python writer sorts them.
     let mut by_name: Vec<&Opened> = opened.iter().collect();
