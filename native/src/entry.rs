@@ -52,6 +52,19 @@ struct Draft<'py> {
     merged: bool,
 }
 
+impl Draft<'_> {
+    /// The five texts (tool, payload, result, error, actor) as UTF-8.
+    fn text_bytes(&self) -> PyResult<[Option<&[u8]>; 5]> {
+        Ok([
+            text(&self.texts[0])?,
+            text(&self.texts[1])?,
+            text(&self.texts[2])?,
+            text(&self.texts[3])?,
+            text(&self.texts[4])?,
+        ])
+    }
+}
+
 /// `draft`'s slots (`None`: not form 1).
 fn read_draft<'py>(
     py: Python<'py>,
@@ -230,13 +243,7 @@ pub(crate) fn link_entry<'py>(
     };
     let saga = d.saga.to_str()?.as_bytes();
     let kind = d.kind.to_str()?.as_bytes();
-    let texts = [
-        text(&d.texts[0])?,
-        text(&d.texts[1])?,
-        text(&d.texts[2])?,
-        text(&d.texts[3])?,
-        text(&d.texts[4])?,
-    ];
+    let texts = d.text_bytes()?;
     let pairs = as_pairs(&d.items)?;
     if !acceptable(seq_value, saga, kind, &texts, &pairs) {
         return Ok(None);
@@ -297,13 +304,7 @@ pub(crate) fn seal_link_entry<'py>(
     else {
         return Ok(None);
     };
-    let texts = [
-        text(&d.texts[0])?,
-        text(&d.texts[1])?,
-        text(&d.texts[2])?,
-        text(&d.texts[3])?,
-        text(&d.texts[4])?,
-    ];
+    let texts = d.text_bytes()?;
     let pairs = as_pairs(&d.items)?;
     let Some(event) = seal_event(
         header,
