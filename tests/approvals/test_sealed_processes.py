@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -281,7 +282,13 @@ def test_a_redacted_card_number_is_approved_by_its_key_and_resumed_with_the_live
         assert result.status is SagaStatus.AWAITING_APPROVAL
         assert result.awaiting_seq is not None
         sagas[saga] = result.awaiting_seq
-    requests = wait_for(lambda: [r for r in listed(replica) if r["tool"] == "charge_card"])
+
+    def both_listed() -> list[dict[str, Any]]:
+        requests = [r for r in listed(replica) if r["tool"] == "charge_card"]
+        return requests if len(requests) == 2 else []
+
+    # The service materialises each request as its consumer reaches it: wait for both.
+    requests = wait_for(both_listed)
     assert len(requests) == 2
     for request in requests:
         assert CARD not in request["payload"]
