@@ -288,32 +288,6 @@ class JournalEntry(EntryDraft):
             _SET_ATTRIBUTES(entry, MappingProxyType(attributes))
         return entry
 
-    @classmethod
-    def _linked_committed(
-        cls,
-        draft: EntryDraft,
-        *,
-        seq: int,
-        prev_hash: str,
-        hash: str,
-        salts: dict[str, str],
-        commitments: dict[str, str],
-        attributes: Mapping[str, str] | None = None,
-    ) -> JournalEntry:
-        """A form-1 ``draft`` placed at ``seq`` in form 2 with the ``salts`` and
-        ``commitments`` a writer made for it (each sorted by name, and handed over: the entry
-        keeps them), without validating again.
-
-        For the compiled sealed writer only (``schemas._codec.link_encoded_sealed``): it drew
-        the salts and made the commitments itself, as :func:`sagacity.chain.committing` does.
-        ``attributes``: as :meth:`_linked`.
-        """
-        entry = cls._linked(draft, seq=seq, prev_hash=prev_hash, hash=hash, attributes=attributes)
-        _SET_FORM(entry, 2)
-        _SET_SALTS(entry, MappingProxyType(salts))
-        _SET_COMMITMENTS(entry, MappingProxyType(commitments))
-        return entry
-
     @property
     def ref_seq(self) -> int | None:
         """The seq this entry refers to (a decision's request, an outcome's intent), if any."""

@@ -543,8 +543,6 @@ def _load_native() -> Callable[..., tuple[str, bytes] | None] | None:
 
 _native_link_encode = _load_native()
 _native_link_entry: Callable[..., tuple[JournalEntry, bytes] | None] | None = native("link_entry")
-_SealLinkEncode = Callable[..., tuple[str, bytes, dict[str, str], dict[str, str]] | None]
-_native_seal_link_encode: _SealLinkEncode | None = native("seal_link_encode")
 _native_seal_link_entry: Callable[..., tuple[JournalEntry, bytes] | None] | None = native(
     "seal_link_entry"
 )
@@ -671,71 +669,32 @@ def link_encoded_sealed(
         SerializationError: as :func:`link_encoded`, or ``draft`` is already in form 2.
         EncryptionError / PersistenceError: from ``keys`` (a saga erased, the store down).
     """
-    native = _native_seal_link_encode
     data = (
         draft.payload is not None
         or draft.result is not None
         or draft.error is not None
         or not DATA_ATTRIBUTES.isdisjoint(draft.attributes)
     )
+    sealed = _native_seal_link_entry
     # Nothing to seal (an opening, an end, an erasure's record): no key is asked for, so an
     # erased saga can still be appended to.
-    if native is not None and data and draft.form == 1 and _direct_encoding():
-        sealed = _native_seal_link_entry
-        if sealed is not None:
-            # The entry made by the compiled sealer too; None is judged below.
-            try:
-                made = sealed(
-                    _native_header(),
-                    prev_hash,
-                    seq,
-                    draft,
-                    JournalEntry,
-                    keys.material(draft.saga_id),
-                    attribute,
-                )
-            except (OverflowError, TypeError, ValueError):
-                made = None
-            if made is not None:
-                return made
-        attributes = draft.attributes
-        if attribute is not None:
-            attributes = with_attribute_items(attributes, *attribute)
+    if sealed is not None and data and draft.form == 1 and _direct_encoding():
+        # The compiled sealer, entry included; what it hands back (None) is judged below,
+        # where the errors are raised.
         try:
-            prev = bytes.fromhex(prev_hash)
-        except (ValueError, TypeError):
-            prev = b""
-        try:
-            out = native(
+            made = sealed(
                 _native_header(),
-                prev,
                 prev_hash,
                 seq,
-                draft.saga_id,
-                draft.event_type,  # its text is its name (as in link_encoded)
-                draft.tool,
-                draft.payload,
-                draft.result,
-                draft.error,
-                draft.actor,
-                draft.recorded_at_us,
-                attributes,
+                draft,
+                JournalEntry,
                 keys.material(draft.saga_id),
+                attribute,
             )
         except (OverflowError, TypeError, ValueError):
-            out = None  # the Python path below says what is wrong
-        if out is not None:
-            digest, value, salts, commitments = out
-            entry = JournalEntry._linked_committed(
-                draft,
-                seq=seq,
-                prev_hash=prev_hash,
-                hash=digest,
-                salts=salts,
-                commitments=commitments,
-                attributes=None if attribute is None else attributes,
-            )
-            return entry, value
+            made = None
+        if made is not None:
+            return made
     if attribute is not None:
         draft = with_attribute(draft, *attribute)
     entry, _ = link_encoded(committing(draft), seq=seq, prev_hash=prev_hash)

@@ -1,5 +1,5 @@
-//! The journal's link step for a form-1 draft, entry included: `link_encode`'s (or
-//! `seal_link_encode`'s) hash and message value, and the `JournalEntry` itself, made here from
+//! The journal's link step for a form-1 draft, entry included: `link_encode`'s (or, sealed,
+//! `seal::seal_event`'s) hash and message value, and the `JournalEntry` itself, made here from
 //! the draft's slots (with the writer's attribute merged in) instead of by the Python caller
 //! copying the draft field by field.  `sagacity.schemas._codec.link_encoded` and
 //! `link_encoded_sealed` call them when installed; anything they do not take (another form, a
@@ -283,8 +283,11 @@ pub(crate) fn link_entry<'py>(
     Ok(Some((entry, PyBytes::new(py, &value))))
 }
 
-/// `seal_link_encode` of a form-1 `draft`, its `JournalEntry` (an instance of `cls`, form 2,
-/// with the salts and commitments drawn) made too; `extra` as in `link_entry`.  Returns
+/// `link_entry` sealed: a form-1 `draft` committed to, linked in form 2 and encoded with its
+/// openings sealed under the saga's 32-byte data key `key` (`seal::seal_event`: each data
+/// field present gets a salt and a nonce from the system's generator, drawn in one call), its
+/// `JournalEntry` (an instance of `cls`, form 2, with the salts and commitments drawn) made
+/// too; `extra` as in `link_entry`.  Returns
 /// `(entry, message value)`, or `None` for anything the other paths must judge (as
 /// `link_entry`, or a key not 32 bytes).  The system's generator failing is an `OSError`.
 #[pyfunction]

@@ -488,7 +488,6 @@ fn sagacity_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(link_encode, m)?)?;
     m.add_function(wrap_pyfunction!(entry::link_entry, m)?)?;
     m.add_function(wrap_pyfunction!(entry::seal_link_entry, m)?)?;
-    m.add_function(wrap_pyfunction!(seal::seal_link_encode, m)?)?;
     m.add_function(wrap_pyfunction!(ingest::archive_row, m)?)?;
     m.add_function(wrap_pyfunction!(leaf_hash, m)?)?;
     m.add_class::<verify::CopyChainVerifier>()?;

@@ -8,11 +8,11 @@
 use aes_gcm::aead::{Aead, KeyInit, Payload};
 use aes_gcm::{Aes256Gcm, Nonce};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyString};
+use pyo3::types::PyDict;
 
 use crate::{
-    acceptable, as_pairs, attribute_items, avro_bytes, avro_head, avro_long, canonical_hex,
-    commitment, field, text, DATA_ATTRIBUTES, DATA_FIELDS, HEX,
+    acceptable, avro_bytes, avro_head, avro_long, canonical_hex, commitment, field,
+    DATA_ATTRIBUTES, DATA_FIELDS, HEX,
 };
 
 /// A sealed field's magic (`sagacity._envelope.SEALED_MAGIC`), also the start of its
@@ -63,15 +63,6 @@ fn seal_field(
     Some(out)
 }
 
-/// What `seal_link_encode` gives back: the hash, the message value, the salts and the
-/// commitments.
-type Sealed<'py> = (
-    Bound<'py, PyString>,
-    Bound<'py, PyBytes>,
-    Bound<'py, PyDict>,
-    Bound<'py, PyDict>,
-);
-
 /// One data field, committed to and sealed.
 pub(crate) struct Opened<'a> {
     name: &'a [u8],
@@ -111,7 +102,7 @@ pub(crate) struct SealedEvent<'a> {
     pub(crate) by_name: Vec<Opened<'a>>,
 }
 
-/// The work of `seal_link_encode` on fields already read (`pairs` sorted by key): `None` for
+/// The work of `entry::seal_link_entry` on fields already read (`pairs` sorted by key): `None` for
 /// anything the Python path must judge.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn seal_event<'a>(
@@ -246,77 +237,6 @@ pub(crate) fn seal_event<'a>(
         value,
         by_name: opened,
     }))
-}
-
-/// Link, commit, seal and encode one form-1 draft as a sealed form-2 event.
-///
-/// `key`: the saga's 32-byte data key.  Each data field present (payload, result, error, then
-/// the data attributes by key) gets a salt and a nonce from the system's generator, drawn in
-/// one call without releasing the GIL.  The other arguments are `link_encode`'s.  Returns
-/// `(hash as lowercase hex, message value, salts, commitments)` (the two maps hex by field
-/// name), or `None` for anything the Python path must judge (a text rule broken, a field too
-/// long, a key not 32 bytes).  The system's generator failing is an `OSError`.
-#[pyfunction]
-#[pyo3(signature = (header, prev, prev_hash, seq, saga, kind, tool, payload, result, error, actor, recorded_at_us, attributes, key))]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn seal_link_encode<'py>(
-    py: Python<'py>,
-    header: &[u8],
-    prev: &[u8],
-    prev_hash: Bound<'py, PyString>,
-    seq: Bound<'py, PyAny>,
-    saga: Bound<'py, PyString>,
-    kind: Bound<'py, PyString>,
-    tool: Option<Bound<'py, PyString>>,
-    payload: Option<Bound<'py, PyString>>,
-    result: Option<Bound<'py, PyString>>,
-    error: Option<Bound<'py, PyString>>,
-    actor: Option<Bound<'py, PyString>>,
-    recorded_at_us: i64,
-    attributes: Bound<'py, PyAny>,
-    key: &[u8],
-) -> PyResult<Option<Sealed<'py>>> {
-    if seq.is_instance_of::<PyBool>() {
-        return Ok(None);
-    }
-    let seq: i64 = seq.extract()?;
-    let saga = saga.to_str()?.as_bytes();
-    let kind = kind.to_str()?.as_bytes();
-    let texts = [
-        text(&tool)?,
-        text(&payload)?,
-        text(&result)?,
-        text(&error)?,
-        text(&actor)?,
-    ];
-    let items = attribute_items(&attributes)?;
-    let pairs = as_pairs(&items)?;
-    let Some(event) = seal_event(
-        header,
-        prev,
-        prev_hash.to_str()?.as_bytes(),
-        seq,
-        saga,
-        kind,
-        texts,
-        recorded_at_us,
-        &pairs,
-        key,
-    )?
-    else {
-        return Ok(None);
-    };
-    let (salts, commitments) = opening_maps(py, &event.by_name)?;
-    let hash = PyString::new(
-        py,
-        std::str::from_utf8(&event.digest).expect("hex is ASCII"),
-    );
-    Ok(Some((
-        hash,
-        PyBytes::new(py, &event.value),
-        salts,
-        commitments,
-    )))
 }
 
 /// The salts and commitments of `by_name` as dicts (hex by field name, in name order).

@@ -166,27 +166,21 @@ _DRAFTS = [
 ]
 
 
-@pytest.fixture(params=["python", "compiled", "compiled-entry"])
+@pytest.fixture(params=["python", "compiled"])
 def sealer_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Which writer ``link_encoded_sealed`` uses (in Python; compiled; compiled with the entry
-    made there too); the list records, for a compiled one, whether it took each call (it must:
-    a decline would test the Python path twice)."""
+    """Which writer ``link_encoded_sealed`` uses (in Python; compiled, the entry made there
+    too); the list records, for the compiled one, whether it took each call (it must: a
+    decline would test the Python path twice)."""
     from sagacity.schemas import _codec
 
     taken: list[bool] = []
-    name = (
-        "_native_seal_link_entry"
-        if request.param == "compiled-entry"
-        else ("_native_seal_link_encode")
-    )
+    name = "_native_seal_link_entry"
     compiled = getattr(_codec, name)
     if request.param == "python":
-        monkeypatch.setattr(_codec, "_native_seal_link_encode", None)
+        monkeypatch.setattr(_codec, name, None)
         return taken
     if compiled is None:
         pytest.skip("the compiled module is not installed (the build test says whether it must)")
-    if request.param == "compiled":
-        monkeypatch.setattr(_codec, "_native_seal_link_entry", None)
 
     def counting(*args: object) -> object:
         out = compiled(*args)
