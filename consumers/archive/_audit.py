@@ -928,19 +928,33 @@ def _audit_one(
             keys=keys,
             rounds=rounds,
         )
-    try:
-        entries = [entry_of_row(r, forms=forms) for r in rows]
-    except SerializationError as exc:
-        return SagaAudit(
-            saga_id=saga,
-            ok=False,
-            events=len(rows),
-            head_seq=0,
-            head_hash=GENESIS_HASH,
-            bad_seq=None,
-            reason=AuditReason.EDITED,
-            detail=exc.message,
-        )
+    entries: list[JournalEntry] = []
+    for row in rows:
+        try:
+            entries.append(entry_of_row(row, forms=forms))
+        except SerializationError as exc:
+            # A row that is no entry at all: reported at its seq, after the rows before it
+            # (whose own fault, if any, comes first).
+            before = verify(entries, saga_id=saga, after_seq=after_seq, after_hash=after_hash)
+            if not before.ok:
+                return judge(
+                    saga,
+                    entries,
+                    anchor=anchor,
+                    recorded_head=recorded_head,
+                    keys=keys,
+                    rounds=rounds,
+                )
+            return SagaAudit(
+                saga_id=saga,
+                ok=False,
+                events=len(rows),
+                head_seq=before.head_seq,
+                head_hash=before.head_hash,
+                bad_seq=row[1] if isinstance(row[1], int) else None,
+                reason=AuditReason.EDITED,
+                detail=exc.message,
+            )
     return judge(
         saga,
         entries,

@@ -588,3 +588,25 @@ def test_rounds_removed_at_the_end_are_caught_by_a_recorded_round(archiver, arch
     ((reason, detail),) = replaced.rounds.failed.values()
     assert reason is AuditReason.BAD_SIGNATURE
     assert "the round was replaced" in detail
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "attributes = '[1, 2]'::jsonb",  # not a map: no entry can be made of the row
+        "attributes = '{\"ref_seq\": 3}'::jsonb",  # a value that is no text
+        "prev_hash = 'not hex'",
+    ],
+)
+def test_a_row_that_is_no_entry_is_reported_edited_at_its_seq(
+    archived, archive_dsn, signer, change
+):
+    """A row that cannot be read back as an entry is reported where it is, after the rows
+    before it, on both paths."""
+    tamper(
+        archive_dsn,
+        (f"UPDATE side_effect_journal SET {change} WHERE saga_id = 'saga-2' AND seq = 4", ()),
+    )
+    failure = only_failure(archive_dsn, signer)
+    assert (failure.bad_seq, failure.reason, failure.head_seq) == (4, AuditReason.EDITED, 3)
+    assert failure.head_hash == archived["saga-2"][2].hash

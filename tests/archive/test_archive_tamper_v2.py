@@ -70,10 +70,10 @@ def test_an_edited_form_2_row_is_caught(archived, archive_dsn, signer, statement
 def test_a_form_2_row_passed_off_as_form_1_is_no_entry(archived, archive_dsn, signer):
     # A form-1 row cannot carry commitments: like any row that is no entry at all (a
     # non-text attribute, an empty event type: test_archive_verify_paths), the saga is
-    # edited, with no seq to name.
+    # edited at that row's seq.
     tamper(archive_dsn, _at("UPDATE side_effect_journal SET form = 1"))
     failure = only_failure(archive_dsn, signer)
-    assert (failure.bad_seq, failure.reason) == (None, AuditReason.EDITED)
+    assert (failure.bad_seq, failure.reason) == (3, AuditReason.EDITED)
     assert "form" in failure.detail
 
 

@@ -157,13 +157,13 @@ CASES = {
     ),
     "attribute_value_not_text": (
         [_set("attributes", '{"ref_seq": 2}', 3)],
-        (AuditReason.EDITED, None),
+        (AuditReason.EDITED, 3),
     ),
     "attributes_not_an_object": (
         [_set("attributes", '["ref_seq"]', 3)],
-        (AuditReason.EDITED, None),
+        (AuditReason.EDITED, 3),
     ),
-    "empty_event_type": ([_set("event_type", "", 2)], (AuditReason.EDITED, None)),
+    "empty_event_type": ([_set("event_type", "", 2)], (AuditReason.EDITED, 2)),
     "event_type_renamed": ([_set("event_type", "FAILED", 3)], (AuditReason.EDITED, 3)),
     "time_moved": ([_set("recorded_at_us", BASE_US + 1, 5)], (AuditReason.EDITED, 5)),
     "hash_in_upper_case": (
