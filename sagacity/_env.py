@@ -17,7 +17,8 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 from pydantic import ValidationError
 
@@ -46,6 +47,7 @@ __all__ = [
     "key_service_from_env",
     "read_index",
     "read_index_settings_from_env",
+    "starting_keys",
 ]
 
 log = logging.getLogger("sagacity.journal")
@@ -257,6 +259,28 @@ def key_service_from_env(environ: Mapping[str, str] | None = None) -> KeyService
     return keyed(url, {KEK_SETTING: value})
 
 
+@contextmanager
+def starting_keys(environ: Mapping[str, str] | None = None) -> Iterator[KeyService | None]:
+    """The key service of :func:`key_service_from_env`, for a component that starts with it
+    in the ``with`` block: when the block raises, the key service is closed and the error
+    goes on; when it completes without one, the journal's data is said to travel in clear
+    (:func:`announce_clear_data`, once the component has started).  After the block the
+    component owns the key service: whoever closes the component closes it.
+
+    Raises:
+        as :func:`key_service_from_env`, before the block runs.
+    """
+    keys = key_service_from_env(environ)
+    try:
+        yield keys
+    except BaseException:
+        if keys is not None:
+            keys.close()
+        raise
+    if keys is None:
+        announce_clear_data()
+
+
 def kafka_journal(
     settings: KafkaJournalSettings,
     *,
@@ -301,13 +325,6 @@ def journal_from_env(
             :class:`KafkaJournal`.
     """
     settings = kafka_settings_from_env(environ, service=service)
-    keys = key_service_from_env(environ)
-    try:
+    with starting_keys(environ) as keys:
         journal = kafka_journal(settings, writer_id=writer_id, keys=keys)
-    except BaseException:
-        if keys is not None:
-            keys.close()
-        raise
-    if keys is None:
-        announce_clear_data()
     return journal

@@ -95,12 +95,7 @@ def journal_for(settings: ApprovalsSettings) -> Journal:
             "the approvals service reads the journal topic: set SAGACITY_BOOTSTRAP_SERVERS"
         )
     try:
-        from sagacity._env import (
-            announce_clear_data,
-            kafka_journal,
-            kafka_settings_from_env,
-            key_service_from_env,
-        )
+        from sagacity._env import kafka_journal, kafka_settings_from_env, starting_keys
     except ImportError as exc:
         raise ConfigurationError(f"the Kafka journal cannot be imported: {exc}") from exc
     # Reads take sagas' archived prefixes from the archive when it shares the service's
@@ -116,15 +111,8 @@ def journal_for(settings: ApprovalsSettings) -> Journal:
     # live in SAGACITY_DATABASE_URL, else the service's own database.
     if not environ.get("SAGACITY_DATABASE_URL") and settings.database_url:
         environ["SAGACITY_DATABASE_URL"] = settings.database_url
-    keys = key_service_from_env(environ)
-    try:
+    with starting_keys(environ) as keys:
         journal: Journal = kafka_journal(journal_settings, keys=keys)
-    except BaseException:
-        if keys is not None:
-            keys.close()
-        raise
-    if keys is None:
-        announce_clear_data()
     return journal
 
 

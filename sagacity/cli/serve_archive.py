@@ -81,7 +81,7 @@ def archive(
     import os
     import signal
 
-    from sagacity._env import announce_clear_data, client_settings, key_service_from_env
+    from sagacity._env import client_settings, starting_keys
     from sagacity.consumers import configure_logging as configure
     from sagacity.consumers.archive import ArchiveService, ArchiveSettings
     from sagacity.producer import check_reachable, startup_timeout
@@ -90,8 +90,7 @@ def archive(
     kafka_config = client_settings(os.environ)
     # Sealed events are opened through the key service (docs/adr/0019-erasure.md §3): a wrong
     # or missing key-encryption key stops the start-up, naming the setting.
-    keys = key_service_from_env({"SAGACITY_DATABASE_URL": database_url, **os.environ})
-    try:
+    with starting_keys({"SAGACITY_DATABASE_URL": database_url, **os.environ}) as keys:
         service = ArchiveService(
             ArchiveSettings(
                 bootstrap_servers=bootstrap_servers,
@@ -113,8 +112,7 @@ def archive(
         check_reachable(
             {**kafka_config, "bootstrap.servers": bootstrap_servers}, timeout=startup_timeout()
         )
-        if keys is None:
-            announce_clear_data()
+    try:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: service.stop())
         service.run()

@@ -199,20 +199,13 @@ def compensation(
         )
     except ValidationError as exc:
         raise ConfigurationError(f"invalid settings: {exc}") from exc
-    from sagacity._env import announce_clear_data, key_service_from_env
+    from sagacity._env import starting_keys
 
     # Sealed sagas are opened through the key service (docs/adr/0019-erasure.md §3): a wrong
     # or missing key-encryption key stops the start-up, naming the setting.
-    keys = key_service_from_env({"SAGACITY_DATABASE_URL": database_url, **os.environ})
-    try:
+    with starting_keys({"SAGACITY_DATABASE_URL": database_url, **os.environ}) as keys:
         service = CompensationService(settings, register=register, keys=keys)
         broker.result()
-        if keys is None:
-            announce_clear_data()
-    except BaseException:
-        if keys is not None:
-            keys.close()
-        raise
 
     def stop(signum: int, _frame: object) -> None:
         del signum
