@@ -18,11 +18,14 @@ from pathlib import Path
 
 import psycopg
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # NewTopic: no __all__
+    AdminClient,
+    NewTopic,
+)
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _archive_common import database_url, machine, scratch_schema, server_version, table
-
+if __package__ in (None, ""):  # run as a script: the checkout's root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench._archive_common import database_url, machine, scratch_schema, server_version, table
 from sagacity._events import GENESIS_HASH, EntryDraft, EventType, now_micros
 from sagacity.chain import link
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings

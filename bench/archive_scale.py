@@ -18,8 +18,9 @@ from pathlib import Path
 
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _archive_common import (
+if __package__ in (None, ""):  # run as a script: the checkout's root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench._archive_common import (
     Timer,
     database_url,
     entries,
@@ -30,7 +31,6 @@ from _archive_common import (
     server_version,
     table,
 )
-
 from sagacity.consumers.archive import BatchArchiver, audit, generate_key, sign_pending
 
 

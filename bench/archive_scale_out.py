@@ -20,14 +20,25 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any, LiteralString
 
 import psycopg
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # NewTopic: no __all__
+    AdminClient,
+    NewTopic,
+)
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _archive_common import database_url, entries, machine, scratch_schema, server_version, table
-
+if __package__ in (None, ""):  # run as a script: the checkout's root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench._archive_common import (
+    database_url,
+    entries,
+    machine,
+    scratch_schema,
+    server_version,
+    table,
+)
 from sagacity.schemas import encode_entry
 
 PARTITIONS = 12
@@ -65,6 +76,14 @@ def _serve(bootstrap: str, dsn: str, topic: str, group: str, batch: int) -> subp
     )
 
 
+def _one(conn: psycopg.Connection[Any], query: LiteralString) -> tuple[Any, ...]:
+    """The one row of an aggregate ``query``."""
+    row = conn.execute(query).fetchone()
+    if row is None:
+        raise SystemExit(f"no row from {query!r}")
+    return tuple(row)
+
+
 def run(bootstrap: str, dsn: str, topic: str, instances: int, events: int, batch: int) -> float:
     """Events per second archived by ``instances`` processes in one group, on a fresh archive."""
     with scratch_schema(dsn) as scoped:
@@ -74,16 +93,17 @@ def run(bootstrap: str, dsn: str, topic: str, instances: int, events: int, batch
             with psycopg.connect(scoped, autocommit=True) as conn:
                 deadline = time.monotonic() + 600
                 while True:
-                    (done,) = conn.execute("SELECT count(*) FROM side_effect_journal").fetchone()
+                    (done,) = _one(conn, "SELECT count(*) FROM side_effect_journal")
                     if done >= events:
                         break
                     if time.monotonic() > deadline:
                         raise SystemExit(f"only {done:,} of {events:,} events archived in 600 s")
                     time.sleep(0.5)
-                (span,) = conn.execute(
+                (span,) = _one(
+                    conn,
                     "SELECT extract(epoch FROM max(archived_at) - min(archived_at))"
-                    " FROM side_effect_journal"
-                ).fetchone()
+                    " FROM side_effect_journal",
+                )
         finally:
             for proc in procs:
                 proc.terminate()

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _archive_common import (
+if __package__ in (None, ""):  # run as a script: the checkout's root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench._archive_common import (
     Timer,
     database_url,
     entries,
@@ -30,14 +31,16 @@ from _archive_common import (
     server_version,
     table,
 )
-
-from sagacity.consumers.archive import BatchArchiver
+from sagacity._events import JournalEntry
+from sagacity.consumers.archive import BatchArchiver, RawEvent
 from sagacity.consumers.archive._ingest import _COPY_JOURNAL, _journal_row, _native_archive_row
 
 NATIVE_CHECK = _native_archive_row() is not None
 
 
-def raw_copy(dsn: str, chain: list, tuples: list, batch: int) -> float:
+def raw_copy(
+    dsn: str, chain: list[JournalEntry], tuples: list[tuple[object, ...]], batch: int
+) -> float:
     """Seconds to COPY ``tuples`` into a fresh archive's journal, ``batch`` rows a transaction."""
     with scratch_schema(dsn) as scoped, psycopg.connect(scoped) as conn:
         conn.execute("SELECT sgc_ensure_month(%s)", (chain[0].recorded_at_us,))
@@ -52,7 +55,7 @@ def raw_copy(dsn: str, chain: list, tuples: list, batch: int) -> float:
     return t.seconds
 
 
-def archive(dsn: str, raw: list, batch: int) -> tuple[float, float]:
+def archive(dsn: str, raw: list[RawEvent], batch: int) -> tuple[float, float]:
     """Seconds for the archiver to archive ``raw``: whole path, and its transactions only."""
     with scratch_schema(dsn) as scoped:
         archiver = BatchArchiver(scoped, consumer_group="bench")

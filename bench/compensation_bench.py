@@ -38,7 +38,10 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psycopg
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # NewTopic: no __all__
+    AdminClient,
+    NewTopic,
+)
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 

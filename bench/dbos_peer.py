@@ -36,7 +36,10 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psycopg
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # NewTopic: no __all__
+    AdminClient,
+    NewTopic,
+)
 from psycopg import sql
 
 from bench.journal_bench import PARTITIONS, PAYLOAD, RESULT, _executed, _intent, _pct

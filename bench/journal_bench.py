@@ -42,7 +42,10 @@ if __package__ in (None, ""):
 
 import confluent_kafka
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # NewTopic: no __all__
+    AdminClient,
+    NewTopic,
+)
 
 from sagacity import EntryDraft, EventType
 from sagacity._codec import check_json_payload
@@ -139,8 +142,12 @@ class Raw:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
 
+        def settle(err: Any) -> None:
+            if not future.done():
+                future.set_result(err)
+
         def ack(err: Any, _msg: Any) -> None:
-            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(err))
+            loop.call_soon_threadsafe(settle, err)
 
         self.producer.produce(
             self.topic, value=intent, key=key, partition=partition, headers=headers, on_delivery=ack

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import os
 import statistics
 import sys
@@ -29,7 +30,10 @@ if __package__ in (None, ""):
 
 import psycopg
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # NewTopic: no __all__
+    AdminClient,
+    NewTopic,
+)
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -122,9 +126,11 @@ def main(argv: list[str] | None = None) -> None:
         writer = KafkaJournal(bootstrap, topic=topic)
         agent = Sagacity(writer, compensation="delegated")
         tools = agent.wrap(_Gate())
-        gated = []
+        gated: list[tuple[str, int]] = []
         for n in range(args.sagas):
-            result = agent.saga(f"gate-{n}", lambda n=n: tools.wire(n))
+            result = agent.saga(f"gate-{n}", functools.partial(tools.wire, n))
+            if result.awaiting_seq is None:
+                raise SystemExit(f"gate-{n} did not wait for an approval: {result.status}")
             gated.append((f"gate-{n}", result.awaiting_seq))
         writer.close()
         _archive(bootstrap, topic, dsn)

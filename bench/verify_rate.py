@@ -22,8 +22,9 @@ from pathlib import Path
 
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _archive_common import (
+if __package__ in (None, ""):  # run as a script: the checkout's root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench._archive_common import (
     Timer,
     database_url,
     entries,
@@ -33,7 +34,6 @@ from _archive_common import (
     server_version,
     table,
 )
-
 from sagacity.chain import canonical_bytes
 from sagacity.consumers.archive import BatchArchiver, audit, generate_key, sign_pending
 from sagacity.consumers.archive._chainstream import chain_rows, copy_blocks
