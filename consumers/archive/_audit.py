@@ -937,7 +937,7 @@ def _audit_one(
             # (whose own fault, if any, comes first).
             before = verify(entries, saga_id=saga, after_seq=after_seq, after_hash=after_hash)
             if not before.ok:
-                return judge(
+                earlier = judge(
                     saga,
                     entries,
                     anchor=anchor,
@@ -945,6 +945,7 @@ def _audit_one(
                     keys=keys,
                     rounds=rounds,
                 )
+                return dataclasses.replace(earlier, events=len(rows))
             return SagaAudit(
                 saga_id=saga,
                 ok=False,

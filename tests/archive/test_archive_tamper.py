@@ -610,3 +610,21 @@ def test_a_row_that_is_no_entry_is_reported_edited_at_its_seq(
     failure = only_failure(archive_dsn, signer)
     assert (failure.bad_seq, failure.reason, failure.head_seq) == (4, AuditReason.EDITED, 3)
     assert failure.head_hash == archived["saga-2"][2].hash
+
+
+def test_a_fault_before_a_row_that_is_no_entry_is_reported_first(archived, archive_dsn, signer):
+    tamper(
+        archive_dsn,
+        (
+            "UPDATE side_effect_journal SET payload = replace(payload, '2', '9')"
+            " WHERE saga_id = 'saga-2' AND seq = 2",
+            (),
+        ),
+        (
+            "UPDATE side_effect_journal SET attributes = '[1, 2]'::jsonb"
+            " WHERE saga_id = 'saga-2' AND seq = 4",
+            (),
+        ),
+    )
+    failure = only_failure(archive_dsn, signer)
+    assert (failure.bad_seq, failure.reason, failure.events) == (2, AuditReason.EDITED, 6)
