@@ -195,18 +195,26 @@ def test_the_card_number_is_on_no_page_the_approver_sees(sealed: Sealed) -> None
     assert not [x for x in hidden if x in driver.page_source]
 
 
-def test_an_approval_in_the_browser_resumes_the_call_with_the_clear_card(
-    sealed: Sealed,
-) -> None:
-    world, till = sealed.world, sealed.till
+def _approved_in_browser(sealed: Sealed, name: str) -> tuple[Any, str, dict[str, Any], int]:
+    """A card charge gated on the sealed journal and approved by alice on its page: her
+    browser, the saga, the call's arguments and the request's seq."""
+    world = sealed.world
     driver = world.sign_in("alice")
-    saga = saga_id("approve")
+    saga = saga_id(name)
     call = charge(saga)
     seq = world.gate(saga, ("charge_card", call))
     world.server.service.materialise(saga)
     world.open_request("alice", saga, seq)
     approve_in(driver)
     assert "Your approval is recorded" in driver.page_source
+    return driver, saga, call, seq
+
+
+def test_an_approval_in_the_browser_resumes_the_call_with_the_clear_card(
+    sealed: Sealed,
+) -> None:
+    world, till = sealed.world, sealed.till
+    driver, saga, call, seq = _approved_in_browser(sealed, "approve")
     assert "approved by alice@example.com" in driver.find_element(By.CSS_SELECTOR, ".decided").text
     assert CARD not in driver.page_source
     assert till.calls(saga) == []
@@ -228,14 +236,7 @@ def test_an_approval_in_the_browser_resumes_the_call_with_the_clear_card(
 
 def test_a_resume_with_another_card_number_is_refused_and_calls_nothing(sealed: Sealed) -> None:
     world, till = sealed.world, sealed.till
-    driver = world.sign_in("alice")
-    saga = saga_id("changed")
-    call = charge(saga)
-    seq = world.gate(saga, ("charge_card", call))
-    world.server.service.materialise(saga)
-    world.open_request("alice", saga, seq)
-    approve_in(driver)
-    assert "Your approval is recorded" in driver.page_source
+    driver, saga, call, seq = _approved_in_browser(sealed, "changed")
 
     with pytest.raises(PayloadMismatchError, match="payload changed since approval"):
         world.agent.resume_saga(saga, seq, live({**call, "card_number": OTHER_CARD}))
