@@ -7,6 +7,7 @@ variable and imports no other adapter.
 
 from __future__ import annotations
 
+from sagacity._acceptance import ForkKind
 from sagacity._codec import check_json_payload
 from sagacity.producer._clients import BrokerCheck, check_reachable, startup_timeout, with_logger
 from sagacity.producer._config import DEFAULT_TOPIC, KafkaJournalSettings, ReadIndexSettings
@@ -22,7 +23,6 @@ from sagacity.producer._lease import LeaseView, Takeover
 from sagacity.producer._partition import murmur2, partition_for
 from sagacity.producer._reader import (
     HANDOFF_EVENTS,
-    ForkKind,
     Ownership,
     PartitionRead,
     Rejected,

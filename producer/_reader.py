@@ -9,7 +9,6 @@ that does not extend the tail), a *duplicate* (the same event again) or a *skipp
 
 from __future__ import annotations
 
-import enum
 import logging
 import threading
 import time
@@ -20,8 +19,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from sagacity._acceptance import ForkKind, Tail, judge
 from sagacity._events import GENESIS_HASH, EventType, JournalEntry
-from sagacity.chain import compute_hash
 from sagacity.errors import (
     ArchiveSchemaError,
     CiphertextAuthenticationError,
@@ -60,19 +59,6 @@ HANDOFF_EVENTS = frozenset(
     }
 )
 """Events after which the writer that opened the saga no longer owns it."""
-
-
-class ForkKind(enum.StrEnum):
-    """Why an event with a saga's key was not accepted into its chain."""
-
-    FORK = "fork"
-    """A different event at a seq already taken, or one that does not extend the tail."""
-    DUPLICATE = "duplicate"
-    """The same event (same hash) as one already accepted."""
-    EDITED = "edited"
-    """Its content does not hash to its recorded hash."""
-    FOREIGN = "foreign"
-    """Its body names another saga than its key."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,36 +194,33 @@ class SagaRead:
         return None
 
     def feed(self, partition: int, offset: int, entry: JournalEntry) -> None:
-        """Offer the next event with this saga's key (in offset order) to the chain."""
+        """Offer the next event with this saga's key (in offset order) to the chain (the
+        acceptance rule, :func:`sagacity._acceptance.judge`)."""
         seq, prev = self.tail
-        if entry.saga_id != self.saga_id:
-            self._reject(partition, offset, entry, ForkKind.FOREIGN, "body names another saga")
-            return
-        try:
-            intact = compute_hash(entry.prev_hash, entry, seq=entry.seq) == entry.hash
-        except SerializationError:
-            intact = False
-        if not intact:
-            self._reject(partition, offset, entry, ForkKind.EDITED, "content does not hash")
-            return
-        if entry.seq == seq + 1 and entry.prev_hash == prev:
+        refusal = judge(
+            Tail(seq=seq, hash=prev),
+            self.saga_id,
+            entry,
+            accepted_hash=self._accepted_hash,
+            taken_detail=self._taken_detail,
+        )
+        if refusal is None:
             self.entries.append(entry)
             self.offsets.append(offset)
             return
-        index = entry.seq - self.base_seq - 1
-        if 0 <= index < len(self.entries) and self.entries[index].hash == entry.hash:
-            self._reject(partition, offset, entry, ForkKind.DUPLICATE, "already accepted")
-            return
+        self._reject(partition, offset, entry, refusal.kind, refusal.detail)
+
+    def _accepted_hash(self, seq: int) -> str | None:
+        index = seq - self.base_seq - 1
+        return self.entries[index].hash if 0 <= index < len(self.entries) else None
+
+    def _taken_detail(self, seq: int) -> str | None:
+        index = seq - self.base_seq - 1
         if 0 <= index < len(self.entries):
-            detail = f"seq {entry.seq} is already taken by offset {self.offsets[index]}"
-        elif entry.seq <= self.base_seq:
-            detail = (
-                f"seq {entry.seq} is before the retained chain (it starts after seq "
-                f"{self.base_seq})"
-            )
-        else:
-            detail = f"seq {entry.seq} does not extend the tail at seq {seq}"
-        self._reject(partition, offset, entry, ForkKind.FORK, detail)
+            return f"seq {seq} is already taken by offset {self.offsets[index]}"
+        if seq <= self.base_seq:
+            return f"seq {seq} is before the retained chain (it starts after seq {self.base_seq})"
+        return None
 
     def _reject(
         self, partition: int, offset: int, entry: JournalEntry, kind: ForkKind, detail: str

@@ -182,6 +182,7 @@ def _request(entry: JournalEntry, signed_by: tuple[str, ...]) -> ApprovalRequest
         policy_version=entry.attributes.get(attr.POLICY_VERSION, ""),
         expires_at_us=_int_attr(entry, attr.EXPIRES_AT_US, None),
         reversibility=entry.attributes.get(attr.REVERSIBILITY, ""),
+        entry_hash=entry.hash,
     )
 
 

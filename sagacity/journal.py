@@ -30,7 +30,10 @@ class ApprovalRequest:
         signed_by: approvers who have signed so far, in order.
         policy_version: the approval policy in force when the request was made.
         expires_at_us: when the request lapses (``None``: no time limit).
-        reversibility: the gated tool's declared reversibility.
+        reversibility: the gated tool's declared reversibility, as the requester journaled it.
+        entry_hash: the hash of the ``AWAITING_APPROVAL`` entry, which chains to the whole
+            saga before it: what a person is shown and a decision is bound to (``None`` for a
+            request not read from a chain).
     """
 
     saga_id: str
@@ -44,6 +47,7 @@ class ApprovalRequest:
     policy_version: str = "1"
     expires_at_us: int | None = None
     reversibility: str = "IRREVERSIBLE"
+    entry_hash: str | None = None
 
     @property
     def approved(self) -> bool:

@@ -39,6 +39,7 @@ __all__ = [
     "IndexedPartition",
     "IndexedSaga",
     "Journal",
+    "QuarantinedEvent",
     "RefusedMessage",
     "RequestRow",
     "RequestStore",
@@ -298,6 +299,9 @@ class RequestRow:
     decided_at_us: int | None
     decision_policy_version: str | None
     closed_at_us: int | None
+    entry_hash: str | None = None
+    """The request entry's hash (:attr:`ApprovalRequest.entry_hash`): what an approval of this
+    row must name."""
 
     @classmethod
     def from_state(cls, state: RequestState) -> RequestRow:
@@ -343,6 +347,7 @@ class RequestRow:
                 decision.attributes.get(attr.POLICY_VERSION) if decision is not None else None
             ),
             closed_at_us=closer.recorded_at_us if closer is not None else None,
+            entry_hash=request.entry_hash,
         )
 
     @property
@@ -361,6 +366,7 @@ class RequestRow:
             requested_at_us=self.requested_at_us,
             signatures_required=self.signatures_required,
             expires_at_us=self.expires_at_us,
+            entry_hash=self.entry_hash,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -383,6 +389,7 @@ class RequestRow:
             "decided_at_us": self.decided_at_us,
             "decision_policy_version": self.decision_policy_version,
             "closed_at_us": self.closed_at_us,
+            "request_hash": self.entry_hash,
         }
 
 
@@ -423,6 +430,42 @@ class GateStats:
             "latency_p95_s": self.latency_p95_s,
             "latency_covers": "request journaled to deciding event journaled "
             "(not time to first look)",
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuarantinedEvent:
+    """An event of the topic a projection refused by the acceptance rule
+    (:func:`sagacity._acceptance.admit`): never folded, never shown as a request.
+
+    Attributes:
+        saga_id / seq: what the event claims (its key's saga, its seq).
+        event_type: its type's name.
+        kind / detail: why it was refused (:class:`sagacity._acceptance.ForkKind`).
+        partition / offset: where it is on the topic (``None`` when folded from elsewhere).
+        entry_hash: its recorded hash.
+    """
+
+    saga_id: str
+    seq: int
+    event_type: str
+    kind: str
+    detail: str
+    entry_hash: str
+    partition: int | None = None
+    offset: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The API representation."""
+        return {
+            "saga_id": self.saga_id,
+            "seq": self.seq,
+            "event_type": self.event_type,
+            "kind": self.kind,
+            "detail": self.detail,
+            "hash": self.entry_hash,
+            "partition": self.partition,
+            "offset": self.offset,
         }
 
 
@@ -471,9 +514,21 @@ class RequestStore(Protocol):
     def apply(self, entries: Iterable[JournalEntry]) -> None:
         """Fold ``entries`` (in the topic's order) into the store, all or none.
 
+        Each entry passes the acceptance rule first (:func:`sagacity._acceptance.admit`,
+        against the tail the store keeps for its saga): only the saga's next linked event is
+        folded; a duplicate or an event behind the tail is dropped; anything else (a decoy
+        that does not link, a fork, an edited event, a saga first seen past its first event)
+        is quarantined with its reason (:meth:`quarantined`) and never shown as a request.
+
         Raises:
             PersistenceError: the store failed; nothing was folded.
         """
+        ...
+
+    def quarantined(
+        self, *, saga_id: str | None = None, limit: int = 500
+    ) -> list[QuarantinedEvent]:
+        """Events refused by the acceptance rule, oldest first (of one saga, or all)."""
         ...
 
     def get(self, saga_id: str, seq: int) -> RequestRow | None:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from confluent_kafka import KafkaException, Message
 
+from sagacity._acceptance import QUIET, Tail
 from sagacity._defaults import DEFAULT_APPROVALS_GROUP as DEFAULT_GROUP
 from sagacity.consumers._runtime import (
     ConsumerRuntime,
@@ -49,6 +50,14 @@ class RequestConsumer(Handler):
         keys: the key service opening sealed events (docs/adr/0019-erasure.md §3); an event
             whose sealed field does not authenticate is skipped as undecodable, reason
             ``authentication failed``.
+        placed: whether a message's key maps to the partition it is on (default: every
+            message is taken as placed; the server passes the journal's partitioner).
+        prefix: a saga's accepted tail before an offset, read from the journal (for a saga
+            first seen past its first event); ``None`` when it cannot be read.
+
+    Every event passes the core's acceptance rule before it is folded
+    (:meth:`PostgresRequestStore.apply_in`): one that does not extend its saga's tail is
+    quarantined with its reason, never shown as a request (docs/adr/0025-trust-model.md).
     """
 
     def __init__(
@@ -60,8 +69,14 @@ class RequestConsumer(Handler):
         group_id: str = DEFAULT_GROUP,
         client: Mapping[str, str] | None = None,
         keys: FieldSealer | None = None,
+        placed: Callable[[bytes | None, int], bool] | None = None,
+        prefix: Callable[[str, int], Tail | None] | None = None,
     ) -> None:
         self._store = store
+        self._placed = placed
+        self._prefix = prefix
+        self.quarantined = 0
+        """Events refused by the acceptance rule and quarantined."""
         self._keys = keys
         self._topic = topic
         self._stop = threading.Event()
@@ -119,14 +134,16 @@ class RequestConsumer(Handler):
             self._thread.join(timeout)
 
     def handle(self, messages: Sequence[Message]) -> None:
-        """Fold ``messages`` and store their positions in one transaction."""
+        """Judge and fold ``messages`` and store their positions in one transaction."""
         positions: dict[int, int] = {}
         poison: list[tuple[Message, str, str]] = []
-        applied = 0
+        applied = quarantined = 0
         with self._store.connect() as conn:
+            tails = self._store.tails(conn)
             for message in messages:
                 partition = message.partition() or 0
-                positions[partition] = (message.offset() or 0) + 1
+                offset = message.offset() or 0
+                positions[partition] = offset + 1
                 try:
                     entry = decode_entry(message.value() or b"", keys=self._keys)
                 except SerializationError as exc:
@@ -135,11 +152,42 @@ class RequestConsumer(Handler):
                 except CiphertextAuthenticationError as exc:
                     poison.append((message, "authentication failed", exc.message))
                     continue
-                self._store.apply_in(conn, entry)
-                applied += 1
+                key = message.key()
+                saga_id = key.decode("utf-8", "replace") if key is not None else ""
+                refusal = self._store.apply_in(
+                    conn,
+                    entry,
+                    tails=tails,
+                    saga_id=saga_id,
+                    placed=self._placed is None or self._placed(key, partition),
+                    prefix=self._prefix_of(saga_id, offset),
+                    position=(partition, offset),
+                )
+                if refusal is None:
+                    applied += 1
+                elif refusal.kind not in QUIET:
+                    quarantined += 1
+                    log.warning(
+                        "quarantined %s seq %d of saga %r (partition %d offset %d): %s: %s",
+                        entry.event_type.value,
+                        entry.seq,
+                        saga_id,
+                        partition,
+                        offset,
+                        refusal.kind.value,
+                        refusal.detail,
+                    )
+            tails.flush()
             for partition, next_offset in positions.items():
                 self._store.store_offset(conn, self._topic, partition, next_offset)
         # Counted once the transaction committed: a failed batch is folded again later.
         self.applied += applied
+        self.quarantined += quarantined
         for message, reason, detail in poison:
             self.runtime.poison(message, reason=reason, detail=detail)
+
+    def _prefix_of(self, saga_id: str, offset: int) -> Callable[[], Tail | None] | None:
+        read = self._prefix
+        if read is None:
+            return None
+        return lambda: read(saga_id, offset)

@@ -6,11 +6,12 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from fastapi import FastAPI
 
+from sagacity._acceptance import Tail
 from sagacity._decision_signature import DecisionSigner
 from sagacity._keys import KeyService
 from sagacity._memory import InMemoryJournal
@@ -123,6 +124,40 @@ def _client_settings() -> dict[str, str]:
     return client_settings()
 
 
+def placement(journal: Journal) -> Callable[[bytes | None, int], bool] | None:
+    """Whether a message's key maps to the partition it is on, by the journal's partitioner
+    (``None`` for a journal that has no partitions)."""
+    reader = getattr(journal, "reader", None)
+    partition_of = getattr(reader, "partition_of", None)
+    if partition_of is None:
+        return None
+
+    def placed(key: bytes | None, partition: int) -> bool:
+        return key is not None and partition_of(key.decode("utf-8", "replace")) == partition
+
+    return placed
+
+
+def prefix_reader(journal: Journal) -> Callable[[str, int], Tail | None] | None:
+    """A saga's accepted tail before an offset, read through the journal's reader (with the
+    read index where it has one); ``None`` for a journal without one."""
+    reader = getattr(journal, "reader", None)
+    read = getattr(reader, "read", None)
+    if read is None:
+        return None
+
+    def prefix(saga_id: str, offset: int) -> Tail | None:
+        if offset < 1:
+            return None
+        found = read(saga_id, until_offset=offset - 1)
+        if not found.entries and found.base_seq == 0:
+            return None
+        seq, digest = found.tail
+        return Tail(seq=seq, hash=digest)
+
+    return prefix
+
+
 class ApprovalsServer:
     """Assembles one replica; :attr:`app` is the ASGI application.
 
@@ -178,6 +213,8 @@ class ApprovalsServer:
                 group_id=settings.group_id,
                 client=_client_settings(),
                 keys=getattr(self.journal, "keys", None),
+                placed=placement(self.journal),
+                prefix=prefix_reader(self.journal),
             )
             if consume
             else None

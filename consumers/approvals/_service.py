@@ -97,8 +97,7 @@ class ApprovalService:
             UnknownSagaError: the saga has no entries.
         """
         with self.store.connect() as conn:
-            for entry in load_chain(self.sagacity.journal, saga_id):
-                self.store.apply_in(conn, entry)
+            self.store.apply_chain_in(conn, saga_id, load_chain(self.sagacity.journal, saga_id))
 
     def saga(self, saga_id: str) -> dict[str, Any]:
         """The saga's status, verification verdict, open requests and chain.
@@ -255,7 +254,7 @@ class ApprovalService:
                     except (AlreadyDecidedError, ApprovalNotFound, UnknownSagaError) as exc:
                         log.info("sweep: %s/%s not expired: %s", row.saga_id, row.seq, exc)
                     finally:
-                        self._sync(conn, row.saga_id, row.seq)
+                        self._sync(conn, row.saga_id)
             except SagacityError as exc:
                 log.warning("sweep: could not expire %s/%s: %s", row.saga_id, row.seq, exc)
         return expired
@@ -299,8 +298,7 @@ class ApprovalService:
             UnknownSagaError: the saga has no entries.
             ApprovalNotFound: its chain has no request at ``seq``.
         """
-        for entry in load_chain(self.sagacity.journal, saga_id):
-            self.store.apply_in(conn, entry)
+        self.store.apply_chain_in(conn, saga_id, load_chain(self.sagacity.journal, saga_id))
         row = self.store.get_in(conn, saga_id, seq)
         if row is None:
             raise ApprovalNotFound(
@@ -308,10 +306,8 @@ class ApprovalService:
             )
         return row
 
-    def _sync(self, conn: psycopg.Connection[Any], saga_id: str, seq: int) -> None:
-        for entry in self.sagacity.entries(saga_id):
-            if entry.seq >= seq:
-                self.store.apply_in(conn, entry)
+    def _sync(self, conn: psycopg.Connection[Any], saga_id: str) -> None:
+        self.store.apply_chain_in(conn, saga_id, self.sagacity.entries(saga_id))
 
     def _decide(
         self,
@@ -339,7 +335,7 @@ class ApprovalService:
             finally:
                 # Whatever the core journaled (a decision, a refusal, an expiry) is folded in
                 # before the lock is released, so the next decider sees the table current.
-                self._sync(conn, saga_id, seq)
+                self._sync(conn, saga_id)
             updated = self.store.get_in(conn, saga_id, seq)
             assert updated is not None
         if failure is not None:

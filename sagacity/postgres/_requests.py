@@ -14,7 +14,7 @@ consumer's position (docs/adr/0022-request-projection-from-the-core-fold.md).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -23,18 +23,34 @@ import psycopg.errors
 from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
+from sagacity._acceptance import QUIET, Refusal, Tail, admit
 from sagacity._decision_signature import DecisionVerifier
 from sagacity._defaults import DEFAULT_TOPIC
 from sagacity._events import JournalEntry
-from sagacity._requests import Counts, affects_requests, request_input, request_states, verified_by
+from sagacity._requests import (
+    Counts,
+    affects_requests,
+    request_input,
+    request_states,
+    verified_by,
+)
 from sagacity.errors import DecisionInProgressError, SerializationError
-from sagacity.ports import OPEN_STATES, AttentionRow, GateStats, RequestRow, RowState
+from sagacity.ports import (
+    OPEN_STATES,
+    AttentionRow,
+    GateStats,
+    QuarantinedEvent,
+    RequestRow,
+    RowState,
+)
 from sagacity.postgres._attention import SCHEMA as ATTENTION_SCHEMA
 from sagacity.postgres._attention import TOPIC_SCHEMA as ATTENTION_TOPIC_SCHEMA
 from sagacity.postgres._attention import apply_attention, attention_rows
 from sagacity.postgres._connect import connect
 from sagacity.postgres._errors import map_error
 from sagacity.postgres._migrate import key_by_topic, migrate
+from sagacity.postgres._tails import SAGA_LOCK, Tails, lock_saga, quarantine, quarantined
+from sagacity.postgres._tails import SCHEMA as TAILS_SCHEMA
 
 SCHEMA = (
     """
@@ -92,15 +108,12 @@ UPDATE sagacity_approval_offset SET next_offset = 0;
 """
 """Migration 2: the saga's request events beside the rows, and the rebuild from the topic."""
 
-SAGA_LOCK = 0x53474152
-"""The first key ("SGAR") of a saga's advisory lock; the second is ``hashtext`` of its topic and
-id.  Folding an event and deciding on a request take it before any request row."""
-
 _UPSERT = """
 INSERT INTO sagacity_approval_request (topic, saga_id, seq, tool, payload, payload_sha256,
     requested_at_us, expires_at_us, signatures_required, policy_version, reversibility, state,
-    signed_by, decision, decided_by, decided_at_us, decision_policy_version, closed_at_us)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+    signed_by, decision, decided_by, decided_at_us, decision_policy_version, closed_at_us,
+    entry_hash)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (topic, saga_id, seq) DO UPDATE SET
     tool = EXCLUDED.tool, payload = EXCLUDED.payload, payload_sha256 = EXCLUDED.payload_sha256,
     requested_at_us = EXCLUDED.requested_at_us, expires_at_us = EXCLUDED.expires_at_us,
@@ -109,7 +122,7 @@ ON CONFLICT (topic, saga_id, seq) DO UPDATE SET
     state = EXCLUDED.state, signed_by = EXCLUDED.signed_by, decision = EXCLUDED.decision,
     decided_by = EXCLUDED.decided_by, decided_at_us = EXCLUDED.decided_at_us,
     decision_policy_version = EXCLUDED.decision_policy_version,
-    closed_at_us = EXCLUDED.closed_at_us
+    closed_at_us = EXCLUDED.closed_at_us, entry_hash = EXCLUDED.entry_hash
 """
 """Write one request's row (see :func:`_values`)."""
 
@@ -133,13 +146,7 @@ def _row(record: dict[str, Any]) -> RequestRow:
         decided_at_us=record["decided_at_us"],
         decision_policy_version=record["decision_policy_version"],
         closed_at_us=record["closed_at_us"],
-    )
-
-
-def lock_saga(conn: psycopg.Connection[Any], topic: str, saga_id: str) -> None:
-    """Take the saga's advisory lock until ``conn``'s transaction ends (waits for it)."""
-    conn.execute(
-        "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (SAGA_LOCK, f"{topic}\n{saga_id}")
+        entry_hash=record.get("entry_hash"),  # absent before migration 4
     )
 
 
@@ -159,30 +166,71 @@ def _kept(conn: psycopg.Connection[Any], topic: str, saga_id: str) -> list[Journ
         ) from exc
 
 
-def apply_entry(
-    conn: psycopg.Connection[Any], entry: JournalEntry, *, topic: str, counts: Counts | None
-) -> None:
-    """Fold one journal event of ``topic`` into the tables; idempotent, so replays and repeats
-    are harmless (the first event at a seq of a saga is the one kept).  Rows are keyed by
-    topic: two topics sharing a database never mix.
+def _kept_hash(conn: psycopg.Connection[Any], topic: str, saga_id: str, seq: int) -> str | None:
+    with conn.cursor(row_factory=tuple_row) as cursor:
+        record = cursor.execute(
+            """SELECT entry->>'hash' FROM sagacity_approval_event
+               WHERE topic = %s AND saga_id = %s AND seq = %s""",
+            (topic, saga_id, seq),
+        ).fetchone()
+    return None if record is None else record[0]
 
-    The event is kept when the core's fold reads it (:func:`sagacity._requests.request_input`),
-    then the saga's kept events are folded by the core (:func:`sagacity._requests.
-    request_states` with ``counts``, the approvals that sign) and the rows whose state changed
-    are upserted.  Runs under the saga's advisory lock (:func:`lock_saga`), so concurrent
-    folds of one saga follow each other.
+
+def apply_entry(
+    conn: psycopg.Connection[Any],
+    entry: JournalEntry,
+    *,
+    topic: str,
+    counts: Counts | None,
+    tails: Tails,
+    saga_id: str | None = None,
+    placed: bool = True,
+    prefix: Callable[[], Tail | None] | None = None,
+    position: tuple[int, int] | None = None,
+) -> Refusal | None:
+    """Judge one journal event of ``topic`` by the acceptance rule, then fold it into the
+    tables; ``None`` when it was accepted (or was already), else why it was refused.
+
+    The event is accepted only when it is its saga's next linked event
+    (:func:`sagacity._acceptance.admit` against the tail ``tails`` holds): a duplicate or an
+    event behind the tail is dropped, anything else is quarantined with its reason and folds
+    nothing.  An accepted event moves the tail, is folded into the attention queue and, when
+    the core's fold reads it (:func:`sagacity._requests.request_input`), kept; then the saga's
+    kept events are folded by the core (:func:`sagacity._requests.request_states` with
+    ``counts``, the approvals that sign) and the rows whose state changed are upserted.  Rows
+    are keyed by topic: two topics sharing a database never mix.
+
+    Args:
+        saga_id: the saga the message's key names (default: the one its body names).
+        placed: the message is on the partition its key maps to.
+        prefix: the saga's tail before this event read from the journal, for a saga first
+            seen past its first event.
+        position: ``(partition, offset)`` of the message, kept with a refusal.
     """
+    saga = entry.saga_id if saga_id is None else saga_id
+    refusal = admit(
+        tails.get(saga),
+        saga,
+        entry,
+        placed=placed,
+        prefix=prefix,
+        known_hash=lambda seq: _kept_hash(conn, topic, saga, seq),
+    )
+    if refusal is not None:
+        if refusal.kind not in QUIET:
+            quarantine(conn, topic, saga, entry, refusal, position=position)
+        return refusal
+    tails.advance(saga, entry)
     apply_attention(conn, entry, topic=topic)
     if not affects_requests(entry):
-        return
-    lock_saga(conn, topic, entry.saga_id)
-    held = _kept(conn, topic, entry.saga_id)
-    if any(e.seq == entry.seq for e in held) or not request_input(held, entry):
-        return
+        return None
+    held = _kept(conn, topic, saga)
+    if not request_input(held, entry):
+        return None
     conn.execute(
         """INSERT INTO sagacity_approval_event (topic, saga_id, seq, entry)
-           VALUES (%s, %s, %s, %s)""",
-        (topic, entry.saga_id, entry.seq, Jsonb(entry.to_dict())),
+           VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING""",
+        (topic, saga, entry.seq, Jsonb(entry.to_dict())),
     )
     before = {s.request.seq: RequestRow.from_state(s) for s in request_states(held, counts=counts)}
     chain = sorted([*held, entry], key=lambda e: e.seq)
@@ -191,6 +239,7 @@ def apply_entry(
         if before.get(row.seq) == row:
             continue
         conn.execute(_UPSERT, _values(topic, row))
+    return None
 
 
 def _values(topic: str, row: RequestRow) -> tuple[Any, ...]:
@@ -213,7 +262,12 @@ def _values(topic: str, row: RequestRow) -> tuple[Any, ...]:
         row.decided_at_us,
         row.decision_policy_version,
         row.closed_at_us,
+        row.entry_hash,
     )
+
+
+def _constant(tail: Tail | None) -> Callable[[], Tail | None]:
+    return lambda: tail
 
 
 def _first(record: Any) -> Any:
@@ -227,9 +281,10 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, SCHEMA + ATTENTION_SCHEMA),
     (2, EVENTS_SCHEMA),
     (3, ATTENTION_TOPIC_SCHEMA),
+    (4, TAILS_SCHEMA),
 )
 """The request, offset and attention tables; the kept events; the attention queue keyed by
-topic (each statement re-runnable)."""
+topic; the sagas' tails and the quarantine (each statement re-runnable)."""
 
 
 class PostgresRequestStore:
@@ -306,12 +361,63 @@ class PostgresRequestStore:
             PersistenceError: the database failed; nothing was folded.
         """
         with self.connect() as conn:
+            tails = self.tails(conn)
             for entry in entries:
-                self.apply_in(conn, entry)
+                self.apply_in(conn, entry, tails=tails)
+            tails.flush()
 
-    def apply_in(self, conn: psycopg.Connection[Any], entry: JournalEntry) -> None:
+    def tails(self, conn: psycopg.Connection[Any]) -> Tails:
+        """The sagas' tails as ``conn``'s transaction sees them (flush before it commits)."""
+        return Tails(conn, self.topic)
+
+    def apply_in(
+        self,
+        conn: psycopg.Connection[Any],
+        entry: JournalEntry,
+        *,
+        tails: Tails,
+        saga_id: str | None = None,
+        placed: bool = True,
+        prefix: Callable[[], Tail | None] | None = None,
+        position: tuple[int, int] | None = None,
+    ) -> Refusal | None:
         """:func:`apply_entry` for this store's topic and verifier, in ``conn``'s transaction."""
-        apply_entry(conn, entry, topic=self.topic, counts=self._counts)
+        return apply_entry(
+            conn,
+            entry,
+            topic=self.topic,
+            counts=self._counts,
+            tails=tails,
+            saga_id=saga_id,
+            placed=placed,
+            prefix=prefix,
+            position=position,
+        )
+
+    def apply_chain_in(
+        self, conn: psycopg.Connection[Any], saga_id: str, entries: Sequence[JournalEntry]
+    ) -> None:
+        """Fold ``entries``, the saga's chain as the journal's reader accepted it (from its
+        first event), in ``conn``'s transaction: what the tail already holds is skipped, the
+        rest judged and folded as the consumer folds the topic.  An event that does not
+        extend the stored tail (the table and the journal disagree) is quarantined."""
+        tails = self.tails(conn)
+        previous: Tail | None = None
+        for entry in entries:
+            before = previous
+            previous = Tail(seq=entry.seq, hash=entry.hash)
+            held = tails.get(saga_id)
+            if held is not None and entry.seq <= held.seq:
+                continue
+            self.apply_in(conn, entry, tails=tails, saga_id=saga_id, prefix=_constant(before))
+        tails.flush()
+
+    def quarantined(
+        self, *, saga_id: str | None = None, limit: int = 500
+    ) -> list[QuarantinedEvent]:
+        """Events refused by the acceptance rule, oldest first (of one saga, or all)."""
+        with self.connect() as conn:
+            return quarantined(conn, self.topic, saga_id=saga_id, limit=limit)
 
     # -- reading ----------------------------------------------------------------------------
     def get(self, saga_id: str, seq: int) -> RequestRow | None:

@@ -12,12 +12,13 @@ import threading
 from collections.abc import Iterable, Sequence
 
 from sagacity import _attributes as attr
+from sagacity._acceptance import QUIET, Tail, admit
 from sagacity._decision_signature import DecisionVerifier
 from sagacity._defaults import DEFAULT_TOPIC
 from sagacity._events import EventType, JournalEntry
 from sagacity._requests import RequestState, request_input, request_states, verified_by
 from sagacity._result import SagaStatus
-from sagacity.ports import OPEN_STATES, AttentionRow, GateStats, RequestRow
+from sagacity.ports import OPEN_STATES, AttentionRow, GateStats, QuarantinedEvent, RequestRow
 
 _LEAVES = frozenset(
     {
@@ -65,6 +66,8 @@ class InMemoryRequestStore:
         self._kept: dict[str, dict[int, JournalEntry]] = {}
         self._rows: dict[tuple[str, int], RequestRow] = {}
         self._attention: dict[str, AttentionRow] = {}
+        self._tails: dict[str, Tail] = {}
+        self._quarantine: list[QuarantinedEvent] = []
         self._lock = threading.Lock()
 
     def migrate(self) -> None:
@@ -74,20 +77,50 @@ class InMemoryRequestStore:
         """Always answers."""
 
     def apply(self, entries: Iterable[JournalEntry]) -> None:
-        """Fold ``entries`` into the store (idempotent: the first entry at a seq is kept)."""
+        """Fold ``entries`` into the store: each passes the acceptance rule against its saga's
+        tail first (see :meth:`sagacity.ports.RequestStore.apply`)."""
         with self._lock:
             touched: set[str] = set()
             for entry in entries:
+                saga_id = entry.saga_id
+                kept = self._kept.setdefault(saga_id, {})
+                refusal = admit(
+                    self._tails.get(saga_id),
+                    saga_id,
+                    entry,
+                    known_hash=lambda seq, k=kept: k[seq].hash if seq in k else None,  # type: ignore[misc]
+                )
+                if refusal is not None:
+                    if refusal.kind not in QUIET:
+                        self._quarantine.append(
+                            QuarantinedEvent(
+                                saga_id=saga_id,
+                                seq=entry.seq,
+                                event_type=entry.event_type.value,
+                                kind=refusal.kind.value,
+                                detail=refusal.detail,
+                                entry_hash=entry.hash,
+                            )
+                        )
+                    continue
+                self._tails[saga_id] = Tail(seq=entry.seq, hash=entry.hash)
                 self._fold_attention(entry)
-                kept = self._kept.setdefault(entry.saga_id, {})
-                if entry.seq in kept or not request_input(kept.values(), entry):
+                if not request_input(kept.values(), entry):
                     continue
                 kept[entry.seq] = entry
-                touched.add(entry.saga_id)
+                touched.add(saga_id)
             for saga_id in touched:
                 chain = [self._kept[saga_id][seq] for seq in sorted(self._kept[saga_id])]
                 for state in request_states(chain, counts=self._counts):
                     self._rows[(saga_id, state.request.seq)] = RequestRow.from_state(state)
+
+    def quarantined(
+        self, *, saga_id: str | None = None, limit: int = 500
+    ) -> list[QuarantinedEvent]:
+        """Events refused by the acceptance rule, oldest first."""
+        with self._lock:
+            found = [q for q in self._quarantine if saga_id is None or q.saga_id == saga_id]
+        return found[:limit]
 
     def _fold_attention(self, entry: JournalEntry) -> None:
         if entry.event_type is not EventType.SAGA_ENDED:
