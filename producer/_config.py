@@ -76,6 +76,9 @@ class KafkaJournalSettings(BaseModel):
         read_index: where reads find sagas' archived prefixes (:class:`ReadIndexSettings`).
         writer_id: this writer's id on every event (``SAGACITY_WRITER_ID``; default
             ``host/pid/random``); stable when the archive registers writers.
+        journal_name: the journal's name in signed decisions (``SAGACITY_JOURNAL_NAME``;
+            default ``kafka:<cluster id>/<topic>``): a decision names the journal it was made
+            on and counts on no other (docs/adr/0025-trust-model.md).
         writer_key: the writer's signing key file (``SAGACITY_WRITER_KEY``: an HMAC secret
             or an Ed25519 key, docs/adr/0014-signed-decisions-and-writers.md); ``None``:
             events are not signed (the default).
@@ -94,6 +97,7 @@ class KafkaJournalSettings(BaseModel):
     read_index: ReadIndexSettings = Field(default_factory=ReadIndexSettings)
     writer_id: str | None = None
     writer_key: str | None = None
+    journal_name: str | None = Field(default=None, min_length=1, max_length=256)
 
     @property
     def lease_margin_s(self) -> float:

@@ -65,6 +65,7 @@ from sagacity.producer._topic import (
     TopicInfo,
     compaction_refusal,
     describe,
+    journal_identity,
 )
 from sagacity.producer._trace import current_traceparent, valid_traceparent
 from sagacity.schemas import current_schema, encode_entry, link_encoded
@@ -137,6 +138,7 @@ class KafkaJournal:
         index: SagaIndex | None = None,
         writer_key: WriterKey | None = None,
         keys: FieldSealer | None = None,
+        journal_name: str | None = None,
     ) -> None:
         require_gil()
         try:
@@ -186,6 +188,9 @@ class KafkaJournal:
         if info.compacted:
             raise TopicConfigError(compaction_refusal(self._topic), topic=self._topic)
         self.topic_info: TopicInfo = info
+        self.identity = journal_name or journal_identity(info)
+        """The journal's name in signed decisions: ``journal_name``, else
+        ``kafka:<cluster id>/<topic>`` (docs/adr/0025-trust-model.md)."""
         producer_max = int(settings.client.get("message.max.bytes", PRODUCER_MAX_MESSAGE_BYTES))
         self.max_event_bytes = min(info.max_message_bytes, producer_max)
         """The largest event (key, value, headers and framing) the topic and producer take."""
@@ -280,6 +285,7 @@ class KafkaJournal:
             index=index,
             writer_key=writer_key,
             keys=keys,
+            journal_name=settings.journal_name,
         )
 
     # --- properties ------------------------------------------------------------------------

@@ -77,6 +77,7 @@ class TopicInfo:
         replication_factor: replicas of partition 0.
         config: its effective configuration.
         brokers: the number of brokers in the cluster.
+        cluster_id: the cluster's id (``None`` when the broker did not say).
     """
 
     name: str
@@ -84,6 +85,7 @@ class TopicInfo:
     replication_factor: int
     config: Mapping[str, str] = field(default_factory=dict)
     brokers: int = 1
+    cluster_id: str | None = None
 
     @property
     def compacted(self) -> bool:
@@ -256,7 +258,15 @@ def describe(admin: AdminClient, topic: str, *, bootstrap: str, timeout: float) 
         replication_factor=len(first.replicas),
         config={name: (e.value if e.value is not None else "") for name, e in entries.items()},
         brokers=max(1, len(metadata.brokers)),
+        cluster_id=metadata.cluster_id,
     )
+
+
+def journal_identity(info: TopicInfo) -> str:
+    """The journal's default name in signed decisions: ``kafka:<cluster id>/<topic>`` (two
+    clusters, or two topics of one, are two journals; a decision made on one counts on no
+    other)."""
+    return f"kafka:{info.cluster_id or 'unknown-cluster'}/{info.name}"
 
 
 def create(

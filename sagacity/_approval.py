@@ -296,6 +296,11 @@ class ApprovalDesk:
         if decision and request.payload_sha256 is not None:
             # Every decision names what it decided on (the signature covers it).
             attributes.setdefault(attr.PAYLOAD_SHA256, request.payload_sha256)
+        if decision:
+            # ... the request entry itself, and the journal it was decided on.
+            if request.entry_hash is not None:
+                attributes.setdefault(attr.REQUEST_HASH, request.entry_hash)
+            attributes.setdefault(attr.JOURNAL, self._s.journal_identity)
         draft = EntryDraft(
             saga_id=request.saga_id,
             event_type=event,
@@ -314,7 +319,10 @@ class ApprovalDesk:
         if trust == "local":
             return True
         verifier = self._s.decision_verifier
-        return verifier is not None and verifier.check(entry) is None
+        return (
+            verifier is not None
+            and verifier.bound(entry, journal=self._s.journal_identity) is None
+        )
 
     def signers(self, entries: Sequence[JournalEntry], request: ApprovalRequest) -> set[str]:
         """The approvers of ``request`` whose ``APPROVED`` counts under this Sagacity's trust.
@@ -326,11 +334,15 @@ class ApprovalDesk:
         trust = self._s.approval_trust
         if trust == "unverifiable":
             return set()
-        return {
-            e.actor
-            for e in _approvals(entries, request)
-            if e.actor and (verifier is None or verifier.check(e) is None)
-        }
+        journal = self._s.journal_identity
+
+        def counts(approval: JournalEntry) -> bool:
+            return (
+                verifier is None
+                or approval_refusal(verifier, approval, request, journal=journal) is None
+            )
+
+        return {e.actor for e in _approvals(entries, request) if e.actor and counts(e)}
 
     def deadline_us(self, request: ApprovalRequest) -> int | None:
         """When ``request`` lapses for this Sagacity (``None``: never).
@@ -565,7 +577,9 @@ class ApprovalDesk:
         verifier = self._s.decision_verifier
         if verifier is not None:
             for approval in approvals:
-                reason = approval_refusal(verifier, approval, request)
+                reason = approval_refusal(
+                    verifier, approval, request, journal=self._s.journal_identity
+                )
                 if reason is not None:
                     self._refuse(
                         request,

@@ -59,8 +59,15 @@ OMITTED_SHA256 = "omitted_sha256"
 OMITTED_BYTES = "omitted_bytes"
 """The size in bytes of the field left out or cut short."""
 DECISION_SIGNATURE = "decision_signature"
-"""On a decision the approvals service journaled: ``SGCD1:<key_id>:<signature hex>``, its
+"""On a decision the approvals service journaled: ``SGCD2:<key_id>:<signature hex>``, its
 Ed25519 signature (docs/adr/0014-signed-decisions-and-writers.md)."""
+REQUEST_HASH = "request_hash"
+"""On a decision: the hash of the entry decided on (the request, or the settled step), which
+the signature binds (docs/adr/0025-trust-model.md); on ``APPROVAL_REFUSED``: the hash the
+approver was shown."""
+JOURNAL = "journal"
+"""On a decision: the name of the journal it was made on (``SAGACITY_JOURNAL_NAME``, else
+``kafka:<cluster id>/<topic>``); a decision counts on no other journal."""
 WRITER = "writer"
 """The id of the writer that produced the event (set by the Kafka journal on every event)."""
 ERASED_FIELDS = "erased"

@@ -5,13 +5,19 @@ can produce to the journal topic.  The approvals service therefore signs each de
 key only it holds, and every resumer verifies the signature against a pinned public key before
 an approval counts (docs/adr/0014-signed-decisions-and-writers.md).  The signed message::
 
-    "SGCD1" || F(key_id) || F(event_type) || F(saga_id) || F(int64_be(ref_seq))
+    "SGCD2" || F(key_id) || F(event_type) || F(saga_id) || F(int64_be(ref_seq))
+            || F(request_hash) || F(journal)
             || F(payload_sha256) || F(principal) || F(int64_be(decided_at_us))
             || F(policy_version) || F(outcome) || F(phase)
 
 with ``F`` the length-prefixed field of docs/adr/0002-hash-chain.md (``FF FF FF FF`` for an
-absent value).  The signature travels in the entry's ``decision_signature`` attribute as
-``SGCD1:<key_id>:<128 hex>``; the attribute is hashed into the chain like any other.
+absent value).  ``request_hash`` is the hash of the entry decided on (the request, which chains
+to the whole saga before it) and ``journal`` the journal's name: a decision binds what was
+shown, on the journal it was made on (docs/adr/0025-trust-model.md).  The signature travels in
+the entry's ``decision_signature`` attribute as ``SGCD2:<key_id>:<128 hex>``; the attribute is
+hashed into the chain like any other.  Decisions of earlier releases (``SGCD1``, without the
+two bound fields) still verify as the service's (the archive attributes them), but no resume
+counts them.
 
 ``cryptography`` is imported only when a key is loaded or a signature checked.
 """
@@ -40,8 +46,11 @@ from sagacity.errors import ConfigurationError, SigningKeyError
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-DECISION_MAGIC = b"SGCD1"
+DECISION_MAGIC = b"SGCD2"
 """Leading bytes of the signed message; the version of its form."""
+LEGACY_MAGIC = b"SGCD1"
+"""The form of earlier releases: no request hash, no journal (verifies, binds nothing)."""
+_MAGICS = {DECISION_MAGIC.decode(): DECISION_MAGIC, LEGACY_MAGIC.decode(): LEGACY_MAGIC}
 PUBLIC_KEY_ENV = "SAGACITY_APPROVALS_PUBLIC_KEY"
 """The pinned public key(s) every resumer and the archive verify decisions against."""
 
@@ -69,6 +78,11 @@ class Reason:
     MALFORMED = "malformed_decision_signature"
     UNKNOWN_KEY = "unknown_decision_key"
     BAD_SIGNATURE = "bad_decision_signature"
+    UNBOUND = "unbound_decision"
+    """Signed in the form of an earlier release: it names neither the request nor the journal."""
+    OTHER_JOURNAL = "decision_for_another_journal"
+    OTHER_REQUEST = "decision_for_another_request"
+    BEFORE_REQUEST = "decision_before_request"
 
 
 _NULL = b"\xff\xff\xff\xff"
@@ -97,15 +111,21 @@ def decision_message(
     policy_version: str | None,
     outcome: str | None,
     phase: str | None = None,
+    request_hash: str | None = None,
+    journal: str | None = None,
+    magic: bytes = DECISION_MAGIC,
 ) -> bytes:
-    """The exact bytes a decision signature covers (``SGCD1``)."""
+    """The exact bytes a decision signature covers (``SGCD2``; ``magic=LEGACY_MAGIC``: the
+    earlier form, without ``request_hash`` and ``journal``)."""
+    bound = (_field(request_hash), _field(journal)) if magic == DECISION_MAGIC else ()
     return b"".join(
         (
-            DECISION_MAGIC,
+            magic,
             _field(key_id),
             _field(event_type),
             _field(saga_id),
             _int(ref_seq),
+            *bound,
             _field(payload_sha256),
             _field(principal),
             _int(decided_at_us),
@@ -116,12 +136,15 @@ def decision_message(
     )
 
 
-def _message_of(entry: EntryDraft, key_id: str) -> bytes | None:
+def _message_of(entry: EntryDraft, key_id: str, magic: bytes = DECISION_MAGIC) -> bytes | None:
     """The message for ``entry``, or ``None`` when it has no usable ``ref_seq``."""
     attributes = entry.attributes
     try:
         ref_seq = int(attributes.get(attr.REF_SEQ, ""))
         return decision_message(
+            magic=magic,
+            request_hash=attributes.get(attr.REQUEST_HASH),
+            journal=attributes.get(attr.JOURNAL),
             key_id=key_id,
             event_type=entry.event_type.value,
             saga_id=entry.saga_id,
@@ -178,7 +201,7 @@ class DecisionSigner:
         message = _message_of(entry, self.key_id)
         if message is None:
             raise SigningKeyError("a decision must refer to its request (integer ref_seq)")
-        return f"SGCD1:{self.key_id}:{self._key.sign(message).hex()}"
+        return f"{DECISION_MAGIC.decode()}:{self.key_id}:{self._key.sign(message).hex()}"
 
     def sign(self, draft: EntryDraft) -> EntryDraft:
         """``draft`` with its ``decision_signature`` attribute (replacing any given)."""
@@ -245,13 +268,13 @@ class DecisionVerifier:
         if raw is None:
             return Reason.UNSIGNED
         parts = raw.split(":")
-        if len(parts) != 3 or parts[0] != "SGCD1" or len(parts[2]) != 128:
+        if len(parts) != 3 or parts[0] not in _MAGICS or len(parts[2]) != 128:
             return Reason.MALFORMED
-        _, key_id, signature_hex = parts
+        form, key_id, signature_hex = parts
         public = self._keys.get(key_id)
         if public is None:
             return Reason.UNKNOWN_KEY
-        message = _message_of(entry, key_id)
+        message = _message_of(entry, key_id, _MAGICS[form])
         try:
             signature = bytes.fromhex(signature_hex)
         except ValueError:
@@ -259,6 +282,32 @@ class DecisionVerifier:
         if message is None:
             return Reason.MALFORMED
         return None if _valid(public, signature, message) else Reason.BAD_SIGNATURE
+
+    def bound(
+        self,
+        entry: EntryDraft,
+        *,
+        journal: str,
+        request_hash: str | None = None,
+        after_us: int | None = None,
+    ) -> str | None:
+        """As :meth:`check`, and the decision is in the bound form naming this ``journal``
+        and (given them) the hash of the entry it decides on and a time not before
+        ``after_us`` (that entry's): what a resume requires of a decision that lets something
+        proceed.  ``None`` when it does."""
+        reason = self.check(entry)
+        if reason is not None:
+            return reason
+        attributes = entry.attributes
+        if not (attributes.get(attr.DECISION_SIGNATURE) or "").startswith("SGCD2:"):
+            return Reason.UNBOUND
+        if attributes.get(attr.JOURNAL) != journal:
+            return Reason.OTHER_JOURNAL
+        if request_hash is not None and attributes.get(attr.REQUEST_HASH) != request_hash:
+            return Reason.OTHER_REQUEST
+        if after_us is not None and entry.recorded_at_us < after_us:
+            return Reason.BEFORE_REQUEST
+        return None
 
     def required(self, entry: EntryDraft) -> str | None:
         """As :meth:`check` for a decision that must be signed (an authorising one) or that

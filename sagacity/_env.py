@@ -64,6 +64,7 @@ _KAFKA_FIELDS = (
     "max_clock_skew_s",
     "writer_id",
     "writer_key",
+    "journal_name",
 )
 
 
@@ -86,6 +87,7 @@ class JournalEnvironment(SagacitySettings):
     max_clock_skew_s: str | None = None
     writer_id: str | None = None
     writer_key: str | None = None
+    journal_name: str | None = None
     database_url: str | None = None
     archive_database_url: str | None = None
     archive_schema: str | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Sequence
 
 from sagacity._codec import check_json_payload
@@ -22,7 +23,10 @@ class InMemoryJournal:
     of the process), so :meth:`flush` has nothing to wait for.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, identity: str | None = None) -> None:
+        self.identity = identity or f"memory:{uuid.uuid4().hex}"
+        """The journal's name in signed decisions (a decision made on it counts on no other
+        journal)."""
         self._chains: dict[str, list[JournalEntry]] = {}
         self._lock = threading.RLock()
         self._closed = False

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from sagacity import _attributes as attr
 from sagacity._events import EventType, JournalEntry
+from sagacity.errors import ConfigurationError
 from sagacity.journal import ApprovalRequest
 
 if TYPE_CHECKING:
@@ -110,28 +111,34 @@ Counts = Callable[[JournalEntry, ApprovalRequest], bool]
 
 
 def approval_refusal(
-    verifier: DecisionVerifier, approval: JournalEntry, request: ApprovalRequest
+    verifier: DecisionVerifier, approval: JournalEntry, request: ApprovalRequest, *, journal: str
 ) -> str | None:
     """Why ``approval`` does not count for ``request`` under ``verifier`` (``None``: it does).
 
-    The resume's rule: the approvals service's signature verifies against a pinned key, and
-    it was signed for the request's payload.
+    The resume's rule: the approvals service's signature verifies against a pinned key, in
+    the bound form naming this ``journal``, the request's entry hash (what the approver was
+    shown) and a time not before the request's; and it was signed for the request's payload.
     """
-    reason = verifier.check(approval)
+    reason = verifier.bound(
+        approval,
+        journal=journal,
+        request_hash=request.entry_hash or "",
+        after_us=request.requested_at_us,
+    )
     if reason is None and approval.attributes.get(attr.PAYLOAD_SHA256) != request.payload_sha256:
         reason = "signed for another payload than the request's"
     return reason
 
 
-def verified_by(verifier: DecisionVerifier | None) -> Counts | None:
-    """The :data:`Counts` of approvals that verify under ``verifier`` (:func:`approval_refusal`);
-    ``None`` (every journaled approval counts) without one."""
+def verified_by(verifier: DecisionVerifier | None, *, journal: str) -> Counts | None:
+    """The :data:`Counts` of approvals that verify under ``verifier`` on ``journal``
+    (:func:`approval_refusal`); ``None`` (every journaled approval counts) without one."""
     if verifier is None:
         return None
     pinned = verifier
 
     def counts(approval: JournalEntry, request: ApprovalRequest) -> bool:
-        return approval_refusal(pinned, approval, request) is None
+        return approval_refusal(pinned, approval, request, journal=journal) is None
 
     return counts
 
@@ -184,6 +191,21 @@ def _request(entry: JournalEntry, signed_by: tuple[str, ...]) -> ApprovalRequest
         reversibility=entry.attributes.get(attr.REVERSIBILITY, ""),
         entry_hash=entry.hash,
     )
+
+
+def counted_approvals(verifier: DecisionVerifier | None, journal: str | None) -> Counts | None:
+    """A request store's :data:`Counts`: :func:`verified_by` on ``journal``.
+
+    Raises:
+        ConfigurationError: a ``verifier`` without the journal's name.
+    """
+    if verifier is None:
+        return None
+    if not journal:
+        raise ConfigurationError(
+            "a request store that verifies decisions needs the journal's name (journal=)"
+        )
+    return verified_by(verifier, journal=journal)
 
 
 def request_states(

@@ -219,6 +219,16 @@ class Sagacity:
         return self._signer
 
     @property
+    def journal_identity(self) -> str:
+        """The journal's name in signed decisions: a decision names the journal it was made on
+        and counts on no other (the journal's ``identity``: ``SAGACITY_JOURNAL_NAME``, else
+        ``kafka:<cluster id>/<topic>``; docs/adr/0025-trust-model.md)."""
+        identity = getattr(self._journal, "identity", None)
+        if isinstance(identity, str) and identity:
+            return identity
+        return f"{type(self._journal).__name__}:{id(self._journal):x}"
+
+    @property
     def decision_verifier(self) -> DecisionVerifier | None:
         """The pinned keys approvals are verified against (``None``: none pinned)."""
         return self._verifier

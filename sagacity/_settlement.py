@@ -216,6 +216,9 @@ class SuspectDesk:
                 attr.PHASE: step.phase,
                 attr.OUTCOME: outcome.value,
                 attr.NOTE: note,
+                # What was settled, on which journal (the signature binds both).
+                attr.REQUEST_HASH: next(e.hash for e in entries if e.seq == seq),
+                attr.JOURNAL: self._s.journal_identity,
             },
             recorded_at_us=self._s.now_us(),
         )

@@ -30,9 +30,9 @@ from sagacity._events import JournalEntry
 from sagacity._requests import (
     Counts,
     affects_requests,
+    counted_approvals,
     request_input,
     request_states,
-    verified_by,
 )
 from sagacity.errors import DecisionInProgressError, SerializationError
 from sagacity.ports import (
@@ -311,11 +311,12 @@ class PostgresRequestStore:
         topic: str = DEFAULT_TOPIC,
         connect_timeout: float = 5.0,
         verifier: DecisionVerifier | None = None,
+        journal: str | None = None,
     ) -> None:
         self._dsn = dsn
         self.topic = topic
         self._timeout = connect_timeout
-        self._counts = verified_by(verifier)
+        self._counts = counted_approvals(verifier, journal)
 
     @contextmanager
     def connect(self) -> Iterator[psycopg.Connection[Any]]:

@@ -16,7 +16,7 @@ from sagacity._acceptance import QUIET, Tail, admit
 from sagacity._decision_signature import DecisionVerifier
 from sagacity._defaults import DEFAULT_TOPIC
 from sagacity._events import EventType, JournalEntry
-from sagacity._requests import RequestState, request_input, request_states, verified_by
+from sagacity._requests import RequestState, counted_approvals, request_input, request_states
 from sagacity._result import SagaStatus
 from sagacity.ports import OPEN_STATES, AttentionRow, GateStats, QuarantinedEvent, RequestRow
 
@@ -56,13 +56,19 @@ class InMemoryRequestStore:
         topic: the journal topic whose requests the store holds.
         verifier: the approvals service's decision keys: an ``APPROVED`` counts only when it
             verifies as the resume requires.  ``None``: every journaled approval counts.
+        journal: the journal's name (:attr:`Sagacity.journal_identity`), which a counted
+            approval names; required with ``verifier``.
     """
 
     def __init__(
-        self, *, topic: str = DEFAULT_TOPIC, verifier: DecisionVerifier | None = None
+        self,
+        *,
+        topic: str = DEFAULT_TOPIC,
+        verifier: DecisionVerifier | None = None,
+        journal: str | None = None,
     ) -> None:
         self.topic = topic
-        self._counts = verified_by(verifier)
+        self._counts = counted_approvals(verifier, journal)
         self._kept: dict[str, dict[int, JournalEntry]] = {}
         self._rows: dict[tuple[str, int], RequestRow] = {}
         self._attention: dict[str, AttentionRow] = {}

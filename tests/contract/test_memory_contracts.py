@@ -11,6 +11,7 @@ from sagacity.testing.contracts import (
     RequestStoreContract,
     SagaIndexContract,
 )
+from sagacity.testing.contracts._requests import JOURNAL
 
 
 class TestInMemoryClaimStore(ClaimStoreContract):
@@ -20,7 +21,7 @@ class TestInMemoryClaimStore(ClaimStoreContract):
 
 class TestInMemoryRequestStore(RequestStoreContract):
     def create_store(self, *, verifier: DecisionVerifier | None = None) -> RequestStore:
-        return InMemoryRequestStore(verifier=verifier)
+        return InMemoryRequestStore(verifier=verifier, journal=JOURNAL)
 
 
 class TestInMemorySagaIndex(SagaIndexContract):

@@ -19,6 +19,7 @@ from sagacity.testing.contracts import (
     RequestStoreContract,
     SagaIndexContract,
 )
+from sagacity.testing.contracts._requests import JOURNAL
 
 pytestmark = [pytest.mark.postgres]
 
@@ -38,7 +39,7 @@ class TestPostgresRequestStore(RequestStoreContract):
         self.dsn = pg_dsn
 
     def create_store(self, *, verifier: DecisionVerifier | None = None) -> RequestStore:
-        return PostgresRequestStore(self.dsn, verifier=verifier)
+        return PostgresRequestStore(self.dsn, verifier=verifier, journal=JOURNAL)
 
 
 class TestPostgresSagaIndex(SagaIndexContract):

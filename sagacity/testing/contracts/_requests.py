@@ -19,12 +19,15 @@ from sagacity import InMemoryJournal
 from sagacity._decision_signature import DecisionSigner, DecisionVerifier
 from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity._requests import request_states, verified_by
-from sagacity.chain import payload_sha256
+from sagacity.chain import link, payload_sha256
 from sagacity.ports import RequestRow, RequestStore, RowState
 
 E = EventType
 PAYLOAD = '{"amount":"100","to":"alice"}'
 PAYLOAD_SHA = payload_sha256(PAYLOAD)
+JOURNAL = "contract-journal"
+"""The journal the contract's chains are on: signed decisions name it, and a store made with
+a verifier is made for it."""
 
 
 def _saga() -> str:
@@ -54,6 +57,10 @@ class _Chain:
         self.now_us += after_us
         if ref is not None:
             attributes["ref_seq"] = str(ref)
+            if signer is not None:
+                # A decision binds the entry it decides on and the journal (ADR 0025).
+                attributes.setdefault("request_hash", self.entries[ref - 1].hash)
+                attributes.setdefault("journal", JOURNAL)
         draft = EntryDraft(
             saga_id=self.saga_id,
             event_type=kind,
@@ -100,7 +107,8 @@ class RequestStoreContract(abc.ABC):
     @abc.abstractmethod
     def create_store(self, *, verifier: DecisionVerifier | None = None) -> RequestStore:
         """A store on a fresh database, its tables not yet created; ``verifier`` (the
-        approvals service's decision keys) decides which approvals sign, ``None``: all."""
+        approvals service's decision keys) decides which approvals sign, ``None``: all.  A
+        store with a verifier is made for the journal named :data:`JOURNAL`."""
 
     @pytest.fixture
     def store(self) -> RequestStore:
@@ -377,7 +385,7 @@ class RequestStoreContract(abc.ABC):
         self.fold(store, chain.entries)
         expected = [
             RequestRow.from_state(s)
-            for s in request_states(chain.entries, counts=verified_by(verifier))
+            for s in request_states(chain.entries, counts=verified_by(verifier, journal=JOURNAL))
         ]
         assert self.rows(store, chain) == expected
         assert [r.state for r in expected] == [RowState.ENDED, RowState.REJECTED]
@@ -400,7 +408,12 @@ class RequestStoreContract(abc.ABC):
                 event_type=E.APPROVED,
                 tool="wire",
                 actor="nadia",
-                attributes={"ref_seq": str(seq), "payload_sha256": PAYLOAD_SHA},
+                attributes={
+                    "ref_seq": str(seq),
+                    "payload_sha256": PAYLOAD_SHA,
+                    "request_hash": chain.entries[seq - 1].hash,
+                    "journal": JOURNAL,
+                },
                 recorded_at_us=chain.now_us + 1,
             )
         )
@@ -456,6 +469,82 @@ class RequestStoreContract(abc.ABC):
         store.apply([fork, closing])
         assert self.rows(store, chain) == before
         assert before[0].signed_by == ("nadia",)
+
+    # -- the acceptance rule: only the chain's events are folded (docs/adr/0025) -----------
+    def _decoy(self, chain: _Chain, *, seq: int, tool: str, payload: str) -> JournalEntry:
+        """What any producer to the topic can write: a request with a valid hash at ``seq``
+        whose previous hash does not link to the chain."""
+        return link(
+            EntryDraft(
+                saga_id=chain.saga_id,
+                event_type=E.AWAITING_APPROVAL,
+                tool=tool,
+                payload=payload,
+                attributes={
+                    "payload_sha256": payload_sha256(payload),
+                    "signatures_required": "1",
+                    "policy_version": "7",
+                    "reversibility": "IRREVERSIBLE",
+                },
+                recorded_at_us=chain.now_us,
+            ),
+            seq=seq,
+            prev_hash="ab" * 32,
+        )
+
+    def test_a_decoy_request_is_quarantined_and_the_chains_request_shown(
+        self, store: RequestStore
+    ) -> None:
+        chain = _Chain()
+        chain.add(E.SAGA_OPENED)
+        decoy = self._decoy(chain, seq=2, tool="lookup", payload='{"q":"harmless"}')
+        seq = chain.request()
+        assert seq == decoy.seq
+        # The decoy reaches the store first, then the chain's own request at the same seq.
+        store.apply([chain.entries[0], decoy, chain.entries[1]])
+        row = store.get(chain.saga_id, seq)
+        assert row is not None
+        assert (row.tool, row.payload, row.entry_hash) == ("wire", PAYLOAD, chain.entries[1].hash)
+        [refused] = store.quarantined(saga_id=chain.saga_id)
+        assert (refused.seq, refused.kind, refused.entry_hash) == (seq, "fork", decoy.hash)
+        assert [r.saga_id for r in store.requests()] == [chain.saga_id]
+
+    def test_events_off_the_chain_fold_nothing(self, store: RequestStore) -> None:
+        chain = _Chain()
+        chain.add(E.SAGA_OPENED)
+        seq = chain.request(signatures=2)
+        approval = chain.add(E.APPROVED, actor="nadia", ref=seq)
+        store.apply(chain.entries[:2])
+        edited = dataclasses.replace(chain.entries[2], actor="mallory")  # content ≠ its hash
+        ahead = self._decoy(chain, seq=seq + 2, tool="wire", payload=PAYLOAD)  # a seq skipped
+        # A second, differently signed approval at the approval's seq after it (a fork).
+        fork = link(
+            EntryDraft(
+                saga_id=chain.saga_id,
+                event_type=E.REJECTED,
+                tool="wire",
+                actor="mallory",
+                attributes={"ref_seq": str(seq)},
+                recorded_at_us=chain.now_us,
+            ),
+            seq=approval.seq,
+            prev_hash=chain.entries[1].hash,
+        )
+        store.apply([edited, ahead, approval, fork])
+        row = store.get(chain.saga_id, seq)
+        assert row is not None
+        assert (row.state, row.signed_by) == (RowState.PENDING, ("nadia",))
+        kinds = [(q.seq, q.kind) for q in store.quarantined(saga_id=chain.saga_id)]
+        assert kinds == [(approval.seq, "edited"), (seq + 2, "fork"), (approval.seq, "fork")]
+
+    def test_a_saga_first_seen_past_its_start_is_not_folded(self, store: RequestStore) -> None:
+        chain = _Chain()
+        chain.add(E.SAGA_OPENED)
+        seq = chain.request()
+        store.apply(chain.entries[1:])  # its first event never reached the store
+        assert store.get(chain.saga_id, seq) is None
+        [refused] = store.quarantined(saga_id=chain.saga_id)
+        assert (refused.seq, refused.kind) == (seq, "unknown_prefix")
 
     def test_a_damaged_reference_refers_to_nothing(self, store: RequestStore) -> None:
         chain = _Chain()
