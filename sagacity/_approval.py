@@ -320,8 +320,7 @@ class ApprovalDesk:
             return True
         verifier = self._s.decision_verifier
         return (
-            verifier is not None
-            and verifier.bound(entry, journal=self._s.journal_identity) is None
+            verifier is not None and verifier.bound(entry, journal=self._s.journal_identity) is None
         )
 
     def signers(self, entries: Sequence[JournalEntry], request: ApprovalRequest) -> set[str]:

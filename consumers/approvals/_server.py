@@ -196,6 +196,7 @@ class ApprovalsServer:
             settings.database_url,
             topic=settings.topic,
             verifier=self.sagacity.decision_verifier,
+            journal=self.sagacity.journal_identity,
         )
         register_tools(self.sagacity, settings.tools, required=False)
         for tool in tools:

@@ -121,6 +121,14 @@ def _journal_gates(bootstrap: str, topic: str, key: DecisionSigner) -> dict[str,
     return seqs
 
 
+def _identity(bootstrap: str, topic: str) -> str:
+    """The journal's name in the service's signed decisions."""
+    from sagacity.producer import KafkaJournal
+
+    with KafkaJournal(bootstrap, topic=topic) as journal:
+        return journal.identity
+
+
 def _rows(store: PostgresRequestStore) -> list[RequestRow]:
     return sorted(store.requests(states=ALL_STATES), key=lambda r: (r.saga_id, r.seq))
 
@@ -186,7 +194,9 @@ def test_the_projection_counts_only_approvals_the_service_signed_and_rebuilds_fr
     topic = make_topic(partitions=2)
     verifier = DecisionVerifier([service_key.public_raw])
     # Folded as the events arrive.
-    live = PostgresRequestStore(schemas(), topic=topic, verifier=verifier)
+    live = PostgresRequestStore(
+        schemas(), topic=topic, verifier=verifier, journal=_identity(kafka_bootstrap, topic)
+    )
     live.migrate()
     consumer = _consumer(live, kafka_bootstrap, topic)
     consumer.start()
@@ -226,7 +236,9 @@ def test_the_projection_counts_only_approvals_the_service_signed_and_rebuilds_fr
     # The same fold as the in-memory store's, from the sagas' chains.
     from sagacity.producer import KafkaJournal
 
-    fake = InMemoryRequestStore(topic=topic, verifier=verifier)
+    fake = InMemoryRequestStore(
+        topic=topic, verifier=verifier, journal=_identity(kafka_bootstrap, topic)
+    )
     with KafkaJournal(kafka_bootstrap, topic=topic) as reader:
         for saga_id in seqs:
             fake.apply(reader.entries(saga_id))
@@ -263,7 +275,9 @@ def test_the_projection_counts_only_approvals_the_service_signed_and_rebuilds_fr
                 " VALUES (%s, %s, %s)",
                 (topic, partition, end),
             )
-    rebuilt = PostgresRequestStore(old_dsn, topic=topic, verifier=verifier)
+    rebuilt = PostgresRequestStore(
+        old_dsn, topic=topic, verifier=verifier, journal=_identity(kafka_bootstrap, topic)
+    )
     assert rebuilt.get("forged", forged.seq).signed_by == (FORGER,)  # type: ignore[union-attr]
     rebuilt.migrate()
     assert set(rebuilt.offsets(topic).values()) == {0}
@@ -288,7 +302,9 @@ def test_a_message_delivered_twice_changes_nothing(
     ends = _ends(kafka_bootstrap, topic)
     messages = _messages(kafka_bootstrap, topic, ends)
     assert [decode_entry(m.value() or b"").event_type for m in messages].count(E.APPROVED) == 5
-    store = PostgresRequestStore(schemas(), topic=topic, verifier=verifier)
+    store = PostgresRequestStore(
+        schemas(), topic=topic, verifier=verifier, journal=_identity(kafka_bootstrap, topic)
+    )
     store.migrate()
     consumer = _consumer(store, kafka_bootstrap, topic)  # not started: its handler alone
     consumer.handle(messages)

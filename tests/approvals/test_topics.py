@@ -101,13 +101,17 @@ def test_a_table_made_before_topics_were_recorded_is_migrated(pg_dsn: str) -> No
         )
         conn.execute(
             "INSERT INTO sagacity_approval_request (saga_id, seq, tool, payload,"
-            " requested_at_us, signatures_required, policy_version, reversibility)"
-            " VALUES ('old', 2, 'wire', '{}', 1, 1, '1', 'IRREVERSIBLE')"
+            " requested_at_us, signatures_required, policy_version, reversibility, state)"
+            " VALUES ('old', 2, 'wire', '{}', 1, 1, '1', 'IRREVERSIBLE', 'rejected'),"
+            " ('open', 2, 'wire', '{}', 1, 1, '1', 'IRREVERSIBLE', 'pending')"
         )
     store = ApprovalStore(pg_dsn, topic="orders.journal")
     store.migrate()
     store.migrate()  # idempotent
-    assert [(r.saga_id, r.seq) for r in store.requests()] == [("old", 2)]
+    # A closed request keeps its row; an open one is folded again from the topic under the
+    # acceptance rule (migration 4).
+    assert [(r.saga_id, r.seq) for r in store.requests(states=("rejected",))] == [("old", 2)]
+    assert store.requests() == []
     assert ApprovalStore(pg_dsn, topic="other.journal").requests() == []
     with psycopg.connect(pg_dsn) as conn:
         key = conn.execute(
@@ -136,14 +140,18 @@ def test_two_topics_in_one_database_keep_separate_attention_queues(pg_dsn: str) 
     orders, payroll = stores["orders.journal"], stores["payroll.journal"]
     on_orders, on_payroll = InMemoryJournal(), InMemoryJournal()
     # The same saga id on both topics, and a saga on one topic only.
-    orders.apply([_ended(on_orders, "shared-id", "COMPENSATION_FAILED")])
-    orders.apply([_ended(on_orders, "only-orders", "COMPENSATION_FAILED")])
-    payroll.apply([_ended(on_payroll, "shared-id", "COMPENSATION_FAILED")])
+    # Each saga's chain from its start (the store accepts only linked events).
+    _ended(on_orders, "shared-id", "COMPENSATION_FAILED")
+    _ended(on_orders, "only-orders", "COMPENSATION_FAILED")
+    _ended(on_payroll, "shared-id", "COMPENSATION_FAILED")
+    orders.apply([*on_orders.entries("shared-id"), *on_orders.entries("only-orders")])
+    payroll.apply(on_payroll.entries("shared-id"))
 
     assert {r.saga_id for r in orders.attention()} == {"shared-id", "only-orders"}
     assert {r.saga_id for r in payroll.attention()} == {"shared-id"}
     # A later clean end on one topic takes the saga out of that topic's queue only.
-    payroll.apply([_ended(on_payroll, "shared-id", "COMPENSATED")])
+    _ended(on_payroll, "shared-id", "COMPENSATED")
+    payroll.apply(on_payroll.entries("shared-id"))
     assert payroll.attention() == []
     assert {r.saga_id for r in orders.attention()} == {"shared-id", "only-orders"}
 

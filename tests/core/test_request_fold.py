@@ -4,6 +4,7 @@ approvals count as the resume counts them, and a damaged reference refers to not
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -19,6 +20,7 @@ from sagacity._requests import (
 )
 from sagacity.chain import payload_sha256
 
+JOURNAL = "fold-journal"
 E = EventType
 PAYLOAD = '{"amount":"100","to":"alice"}'
 SHA = payload_sha256(PAYLOAD)
@@ -50,7 +52,9 @@ def _chain(seed: int, signer: DecisionSigner) -> list[JournalEntry]:
                 attributes={"ref_seq": ref, "payload_sha256": SHA},
             )
             if rng.random() < 0.6:
-                draft = signer.sign(draft)
+                hashes = {e.seq: e.hash for e in journal.entries(saga)}
+                bound = {"journal": JOURNAL, "request_hash": hashes.get(int(ref), "0" * 64)}
+                draft = signer.sign(replace(draft, attributes={**draft.attributes, **bound}))
         elif roll < 0.75:
             kind = rng.choice((E.REJECTED, E.EXPIRED, E.RESUME_REFUSED, E.INTENT, E.EXECUTED))
             draft = EntryDraft(saga_id=saga, event_type=kind, attributes={"ref_seq": ref})
@@ -69,7 +73,7 @@ def _chain(seed: int, signer: DecisionSigner) -> list[JournalEntry]:
 @pytest.mark.parametrize("seed", range(60))
 def test_the_kept_entries_fold_as_the_whole_chain(seed: int) -> None:
     signer = DecisionSigner.ephemeral()
-    counts = verified_by(DecisionVerifier([signer.public_raw]))
+    counts = verified_by(DecisionVerifier([signer.public_raw]), journal=JOURNAL)
     chain = _chain(seed, signer)
     kept: list[JournalEntry] = []
     for entry in chain:
@@ -98,7 +102,12 @@ def test_only_approvals_the_service_signed_for_the_payload_count() -> None:
             saga_id="s",
             event_type=E.APPROVED,
             actor=actor,
-            attributes={"ref_seq": str(request.seq), "payload_sha256": sha},
+            attributes={
+                "ref_seq": str(request.seq),
+                "payload_sha256": sha,
+                "request_hash": request.hash,
+                "journal": JOURNAL,
+            },
         )
         journal.append(signer.sign(draft) if signer is not None else draft)
 
@@ -108,7 +117,8 @@ def test_only_approvals_the_service_signed_for_the_payload_count() -> None:
     approval("nadia", service)
     chain = journal.entries("s")
     [trusting] = request_states(chain)
-    [verified] = request_states(chain, counts=verified_by(DecisionVerifier([service.public_raw])))
+    counts = verified_by(DecisionVerifier([service.public_raw]), journal=JOURNAL)
+    [verified] = request_states(chain, counts=counts)
     assert trusting.request.signed_by == ("mallory", "eve", "trent", "nadia")
     assert [a.actor for a in trusting.approvals] == ["mallory", "eve"]
     assert trusting.approved_by is not None
@@ -116,7 +126,11 @@ def test_only_approvals_the_service_signed_for_the_payload_count() -> None:
     assert [a.actor for a in verified.approvals] == ["nadia"]
     assert verified.approved_by is None
     assert verified.status is RequestStatus.PENDING
-    assert verified_by(None) is None
+    assert verified_by(None, journal=JOURNAL) is None
+    # The same signed approvals on another journal count for nothing there.
+    elsewhere = verified_by(DecisionVerifier([service.public_raw]), journal="another-journal")
+    [moved] = request_states(chain, counts=elsewhere)
+    assert moved.approvals == ()
 
 
 def test_a_damaged_reference_refers_to_nothing() -> None:

@@ -186,7 +186,7 @@ def test_a_wrongly_signed_approval_is_refused(
                 event_type=E.APPROVED,
                 tool=request.tool,
                 actor="cfo@company.com",
-                attributes={**draft.attributes, attr.DECISION_SIGNATURE: "SGCD1:zz"},
+                attributes={**draft.attributes, attr.DECISION_SIGNATURE: "SGCD2:zz"},
             )
         )
         reason = Reason.MALFORMED
@@ -206,7 +206,10 @@ def test_signed_decisions_resume_and_cover_every_field(service_key: DecisionSign
     seq = _gate(agent, agent.wrap(bank))
     service.approve("wire-1", seq, "manager@company.com")
     approval = agent.entries("wire-1")[-1]
-    assert approval.attributes[attr.DECISION_SIGNATURE].startswith(f"SGCD1:{service_key.key_id}:")
+    assert approval.attributes[attr.DECISION_SIGNATURE].startswith(f"SGCD2:{service_key.key_id}:")
+    request = agent.entries("wire-1")[seq - 1]
+    assert approval.attributes[attr.REQUEST_HASH] == request.hash
+    assert approval.attributes[attr.JOURNAL] == service.journal_identity == agent.journal_identity
     verifier = DecisionVerifier([service_key.public_raw])
     assert verifier.check(approval) is None
     # Each covered field changes the message.
@@ -220,6 +223,8 @@ def test_signed_decisions_resume_and_cover_every_field(service_key: DecisionSign
         "decided_at_us": approval.recorded_at_us,
         "policy_version": "p7",
         "outcome": None,
+        "request_hash": request.hash,
+        "journal": service.journal_identity,
     }
     base = decision_message(**fields)  # type: ignore[arg-type]
     for name, other in [
@@ -231,6 +236,8 @@ def test_signed_decisions_resume_and_cover_every_field(service_key: DecisionSign
         ("decided_at_us", 1),
         ("policy_version", "1"),
         ("outcome", ""),
+        ("request_hash", "0" * 64),
+        ("journal", "another-journal"),
     ]:
         assert decision_message(**{**fields, name: other}) != base, name  # type: ignore[arg-type]
     assert agent.resume_saga("wire-1", seq, ALICE).status is SagaStatus.COMPLETED
@@ -326,7 +333,12 @@ def test_a_signed_approval_of_another_payload_hash_is_refused(
                 event_type=E.APPROVED,
                 tool=request.tool,
                 actor="cfo@company.com",
-                attributes={attr.REF_SEQ: str(seq), attr.PAYLOAD_SHA256: "0" * 64},
+                attributes={
+                    attr.REF_SEQ: str(seq),
+                    attr.PAYLOAD_SHA256: "0" * 64,
+                    attr.REQUEST_HASH: request.entry_hash or "",
+                    attr.JOURNAL: agent.journal_identity,
+                },
             )
         )
     )
