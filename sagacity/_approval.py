@@ -50,9 +50,11 @@ from sagacity.errors import (
     DeclarationError,
     InvalidArgumentError,
     PayloadMismatchError,
+    RequestChangedError,
     SerializationError,
     StepInDoubtError,
     TailMovedError,
+    UnderDeclaredRequestError,
     UnknownSagaError,
     UnverifiableApprovalError,
 )
@@ -343,6 +345,28 @@ class ApprovalDesk:
 
         return {e.actor for e in _approvals(entries, request) if e.actor and counts(e)}
 
+    def requirement(self, request: ApprovalRequest) -> tuple[int, str | None]:
+        """The signatures ``request`` needs by this Sagacity's own declaration of its tool, and
+        why it is refused when it claims fewer (``None``: it does not).
+
+        What a requester journaled may raise the bar, never lower it: a request claiming fewer
+        signatures than the tool's declared reversibility requires is refused.  A tool this
+        Sagacity does not know is judged by the request's own claim (a resume refuses it
+        anyway: it cannot call it).
+        """
+        claimed = request.signatures_required
+        tool = self._s.registry.get(request.tool)
+        if tool is None:
+            return claimed, None
+        declared = tool.definition.reversibility
+        needed = declared.signatures_required
+        if claimed < needed:
+            return needed, (
+                f"the request claims {claimed} signature(s) but tool {request.tool!r} is "
+                f"declared {declared.value} here, which needs {needed}"
+            )
+        return max(claimed, needed), None
+
     def deadline_us(self, request: ApprovalRequest) -> int | None:
         """When ``request`` lapses for this Sagacity (``None``: never).
 
@@ -400,23 +424,60 @@ class ApprovalDesk:
         )
 
     # -- decisions ------------------------------------------------------------------------
-    def approve(self, saga_id: str, seq: int, approver: str) -> ApprovalRequest:
+    def approve(
+        self, saga_id: str, seq: int, approver: str, *, request_hash: str | None = None
+    ) -> ApprovalRequest:
         """See :meth:`Sagacity.approve`."""
-        return _retrying(lambda: self._approve(saga_id, seq, approver))
+        if request_hash is not None and not isinstance(request_hash, str):
+            raise InvalidArgumentError(f"request_hash must be a str, got {request_hash!r}")
+        return _retrying(lambda: self._approve(saga_id, seq, approver, request_hash))
 
-    def _approve(self, saga_id: str, seq: int, approver: str) -> ApprovalRequest:
+    def _refuse_approval(
+        self,
+        request: ApprovalRequest,
+        person: str,
+        tail: int,
+        reason: str,
+        shown: str | None,
+    ) -> None:
+        """Journal ``APPROVAL_REFUSED`` (the request stays pending): who tried, why, and the
+        hash they were shown."""
+        attributes = {attr.REQUEST_HASH: shown} if shown is not None else {}
+        self._append_decision(
+            self._decision(
+                request,
+                EventType.APPROVAL_REFUSED,
+                person,
+                error=reason,
+                attributes=attributes,
+            ),
+            tail,
+        )
+
+    def _approve(self, saga_id: str, seq: int, approver: str, shown: str | None) -> ApprovalRequest:
         person = _check_approver(approver)
         with self._pending(saga_id, seq, "approve") as (entries, request):
             tail = entries[-1].seq
+            if shown is not None and shown != request.entry_hash:
+                reason = (
+                    f"the request shown (hash {shown[:16]}…) is not the chain's request at seq "
+                    f"{request.seq} (hash {(request.entry_hash or '')[:16]}…): reload it and "
+                    "decide again"
+                )
+                self._refuse_approval(request, person, tail, reason, shown)
+                raise RequestChangedError(reason, saga_id=saga_id, seq=seq)
             if self._expired(request):
                 raise self._expire(request, tail)
+            needed, refusal = self.requirement(request)
+            if refusal is not None:
+                self._refuse_approval(request, person, tail, refusal, shown)
+                raise UnderDeclaredRequestError(refusal, saga_id=saga_id, seq=seq)
             signers = self.signers(entries, request)
             if person in signers:
                 raise AlreadyDecidedError(already_signed(person), saga_id=saga_id, seq=seq)
-            if len(signers) >= request.signatures_required:
+            if len(signers) >= needed:
                 raise AlreadyDecidedError(
-                    f"the request already has the {request.signatures_required} signature(s) "
-                    "it needs",
+                    f"the request already has the {needed} signature(s) it needs",
                     saga_id=saga_id,
                     seq=seq,
                 )
@@ -429,11 +490,12 @@ class ApprovalDesk:
                 payload=request.payload,
                 payload_sha256=request.payload_sha256,
                 requested_at_us=request.requested_at_us,
-                signatures_required=request.signatures_required,
+                signatures_required=needed,
                 signed_by=(*(s for s in request.signed_by if s in signers), person),
                 policy_version=request.policy_version,
                 expires_at_us=request.expires_at_us,
                 reversibility=request.reversibility,
+                entry_hash=request.entry_hash,
             )
 
     def reject(
@@ -496,13 +558,23 @@ class ApprovalDesk:
             )
         if self._expired(request):
             raise self._expire(request, tail)
+        tool = self._s.registry.get(request.tool)
+        if tool is None:
+            raise DeclarationError(
+                f"tool {request.tool!r} is not registered with this Sagacity; wrap it before "
+                "resuming (the request stays pending)",
+                saga_id=saga_id,
+                seq=seq,
+            )
         assert isinstance(payload, str)
         bound = self._bind(entries, request, payload)
+        needed, refusal = self.requirement(request)
+        if refusal is not None:
+            self._refuse(request, bound, refusal, UnderDeclaredRequestError, tail, requested_by)
         signers = self._authentic_signers(entries, request, bound, tail, requested_by)
-        if len(signers) < request.signatures_required:
+        if len(signers) < needed:
             raise ApprovalMissingError(
-                f"only {len(signers)} of {request.signatures_required} required signatures "
-                "recorded",
+                f"only {len(signers)} of {needed} required signatures recorded",
                 saga_id=saga_id,
                 seq=seq,
             )
@@ -512,14 +584,6 @@ class ApprovalDesk:
             self._refuse(request, bound, message, UnverifiableApprovalError, tail, requested_by)
         if not bound.matches(stored):
             self._refuse(request, bound, PAYLOAD_CHANGED, PayloadMismatchError, tail, requested_by)
-        tool = self._s.registry.get(request.tool)
-        if tool is None:
-            raise DeclarationError(
-                f"tool {request.tool!r} is not registered with this Sagacity; wrap it before "
-                "resuming (the request stays pending)",
-                saga_id=saga_id,
-                seq=seq,
-            )
         try:
             arguments = decode_payload(payload)
         except SerializationError as exc:

@@ -24,11 +24,14 @@ class EventType(enum.StrEnum):
     (result) or ``FAILED`` (error).  Gates: ``AWAITING_APPROVAL`` (the exact payload and its
     SHA-256), ``APPROVED`` / ``REJECTED`` / ``EXPIRED`` (decisions), ``RESUME_REFUSED`` (a
     resume that failed a check), ``CONSTRAINT_VIOLATED`` (a policy refusal no approval
-    overrides).  Compensation: ``COMPENSATION_REQUESTED`` (hand-off to the compensation
-    service), ``COMPENSATION_INTENT`` (before an undo is called), ``COMPENSATED`` /
-    ``COMPENSATION_FAILED`` (its outcome), ``SUSPECT`` (an ``INTENT`` with no outcome, for a
-    person), ``SUSPECT_SETTLED`` (a person's word on a suspect step).  Lifecycle:
-    ``SAGA_OPENED`` (a writer took the saga) and ``SAGA_ENDED`` (final
+    overrides), ``APPROVAL_REFUSED`` (an approval the approvals service refused: the approver
+    was shown another request than the chain's, or the request claims fewer signatures than
+    its tool is declared with; the request stays pending).  Compensation:
+    ``COMPENSATION_REQUESTED`` (hand-off to the compensation service), ``COMPENSATION_INTENT``
+    (before an undo is called), ``COMPENSATED`` / ``COMPENSATION_FAILED`` (its outcome),
+    ``SUSPECT`` (an ``INTENT`` with no outcome, for a person), ``SUSPECT_SETTLED`` (a
+    person's word on a suspect step).  Lifecycle: ``SAGA_OPENED`` (a writer took the saga)
+    and ``SAGA_ENDED`` (final
     status in ``result``).  Administration: ``ERASED`` (the saga's data was erased: its key
     destroyed and its openings cleared; written after its end, docs/adr/0019-erasure.md §4).
     """
@@ -51,6 +54,7 @@ class EventType(enum.StrEnum):
     SUSPECT_SETTLED = "SUSPECT_SETTLED"
     SAGA_ENDED = "SAGA_ENDED"
     ERASED = "ERASED"
+    APPROVAL_REFUSED = "APPROVAL_REFUSED"
 
 
 class UnknownEventType(str):

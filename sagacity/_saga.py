@@ -680,13 +680,25 @@ class Sagacity:
         """Open approval requests (of one saga, or of all)."""
         return self._journal.pending_approvals(saga_id)
 
-    def approve(self, saga_id: str, seq: int, approver: str) -> ApprovalRequest:
+    def approve(
+        self, saga_id: str, seq: int, approver: str, *, request_hash: str | None = None
+    ) -> ApprovalRequest:
         """Journal ``APPROVED`` by ``approver`` for the request at ``seq``; nothing runs yet.
 
         Returns the request with its signatures so far (``request.approved`` says whether
         enough distinct approvers have signed: one for IRREVERSIBLE, two for PRIVILEGED).
+        The approval names the request entry's hash and the journal (signed, where this
+        Sagacity signs decisions).
+
+        Args:
+            request_hash: the hash of the request the approver was shown
+                (:attr:`ApprovalRequest.entry_hash`); when it is not the chain's request at
+                ``seq``, the approval is refused and ``APPROVAL_REFUSED`` journaled.
 
         Raises:
+            RequestChangedError: ``request_hash`` is not the chain's request (journaled).
+            UnderDeclaredRequestError: the request claims fewer signatures than this
+                Sagacity's declaration of its tool requires (journaled).
             InvalidArgumentError: an empty approver, a bad seq.
             UnknownSagaError / ApprovalNotFound: no such saga / no request at ``seq``.
             AlreadyDecidedError: the request is closed, fully signed, or ``approver`` signed
@@ -695,7 +707,7 @@ class Sagacity:
                 and the saga compensated; the result is on the error).
             ChainIntegrityError: the saga's chain does not verify.
         """
-        return self._desk.approve(saga_id, seq, approver)
+        return self._desk.approve(saga_id, seq, approver, request_hash=request_hash)
 
     def counted_signers(
         self, entries: Sequence[JournalEntry], request: ApprovalRequest

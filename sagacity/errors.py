@@ -215,6 +215,18 @@ class UnverifiableApprovalError(ApprovalError):
     """
 
 
+class RequestChangedError(ApprovalError):
+    """The request a decision was made on (the hash the approver was shown) is not the chain's
+    request at that seq: nothing is signed; the refusal is journaled and the request stays
+    pending."""
+
+
+class UnderDeclaredRequestError(ApprovalError):
+    """The request claims fewer signatures than the deciding component declares for its tool
+    (a requester cannot lower the bar): nothing is signed or run, and the refusal is
+    journaled."""
+
+
 class AlreadyDecidedError(ApprovalError):
     """A decision was made on a request already decided (or signed by the same approver)."""
 

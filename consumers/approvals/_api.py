@@ -96,7 +96,15 @@ class _Body(BaseModel):
 
 
 class ApproveBody(_Body):
-    """``POST /sagacity/approve/…`` (the body is optional)."""
+    """``POST /sagacity/approve/…``: the request entry's hash the approver was shown."""
+
+    request_hash: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="the `request_hash` of the request as shown (GET /sagacity/approvals/…): "
+        "required when authenticated; the approval is refused (409, journaled "
+        "APPROVAL_REFUSED) when the chain's request at that seq is another",
+    )
 
 
 class RejectBody(_Body):
@@ -184,6 +192,10 @@ class RequestOut(BaseModel):
     decided_at_us: int | None
     decision_policy_version: str | None
     closed_at_us: int | None
+    request_hash: str | None = Field(
+        description="the request entry's hash: what an approval names (it chains to the whole "
+        "saga before the request)"
+    )
 
 
 class RequestsOut(BaseModel):
@@ -478,8 +490,15 @@ def create_app(
         who: Annotated[Principal, Depends(principal)],
         body: ApproveBody | None = None,
     ) -> DecisionOut:
-        """Record the caller's approval on the chain (``APPROVED``); nothing runs yet."""
-        return decision_out(service.approve(decider(who, body), saga_id, seq))
+        """Record the caller's approval on the chain (``APPROVED``), bound to the request it
+        names; nothing runs yet."""
+        shown = body.request_hash if body is not None else None
+        if shown is None and who.authenticated:
+            raise InvalidArgumentError(
+                "request_hash is required: name the request you were shown (its request_hash, "
+                f"GET /sagacity/approvals/{saga_id}/{seq})"
+            )
+        return decision_out(service.approve(decider(who, body), saga_id, seq, request_hash=shown))
 
     @app.post(
         "/sagacity/reject/{saga_id}/{seq}", response_model=DecisionOut, responses=_DECISION_ERRORS

@@ -125,10 +125,17 @@ class ApprovalService:
         }
 
     # -- deciding ---------------------------------------------------------------------------
-    def approve(self, principal: Principal, saga_id: str, seq: int) -> Decided:
-        """Journal ``APPROVED`` by ``principal`` (through :meth:`Sagacity.approve`).
+    def approve(
+        self, principal: Principal, saga_id: str, seq: int, *, request_hash: str | None = None
+    ) -> Decided:
+        """Journal ``APPROVED`` by ``principal`` (through :meth:`Sagacity.approve`), bound to
+        ``request_hash``, the request ``principal`` was shown.
 
         Raises:
+            RequestChangedError: ``request_hash`` is not the chain's request (journaled
+                ``APPROVAL_REFUSED``; the request stays pending).
+            UnderDeclaredRequestError: the request claims fewer signatures than the service's
+                declaration of its tool (journaled).
             AlreadyDecidedError: closed, fully signed, or already signed by ``principal``.
             ApprovalExpiredError: past its deadline (journaled ``EXPIRED``, compensation
                 requested).
@@ -136,7 +143,11 @@ class ApprovalService:
         """
 
         def act(row: RequestRow) -> SagaResult | None:
-            self._retrying(lambda: self.sagacity.approve(saga_id, seq, principal.name))
+            self._retrying(
+                lambda: self.sagacity.approve(
+                    saga_id, seq, principal.name, request_hash=request_hash
+                )
+            )
             return None
 
         return self._decide(principal, saga_id, seq, act)

@@ -125,6 +125,7 @@ def _request_text(r: dict[str, Any]) -> str:
             f"tool        {r['tool']} ({r['reversibility']})",
             f"payload     {r['payload']}",
             f"sha256      {r['payload_sha256']}",
+            f"entry       {r.get('request_hash') or '-'}",
             f"state       {r['state']}",
             f"signatures  {len(r['signed_by'])}/{r['signatures_required']}: {signed}",
             f"requested   {_when(r['requested_at_us'])} (policy {r['policy_version']})",
@@ -241,11 +242,22 @@ def show(client: _Client, saga_id: str, seq: int | None) -> None:
 @approvals.command("approve")
 @click.argument("saga_id")
 @click.argument("seq", type=int)
+@click.option(
+    "--request-hash",
+    default=None,
+    help="The request entry's hash you checked (`approvals show SAGA SEQ`, line `entry`); the "
+    "service refuses the approval if the chain's request is another.  Default: the request "
+    "as read now (printed with the outcome).",
+)
 @json_option
 @click.pass_obj
-def approve(client: _Client, saga_id: str, seq: int) -> None:
-    """Sign the request as the token's principal (nothing runs yet)."""
-    data = client.call("POST", f"/sagacity/approve/{saga_id}/{seq}")
+def approve(client: _Client, saga_id: str, seq: int, request_hash: str | None) -> None:
+    """Sign the request as the token's principal (nothing runs yet), bound to its entry hash."""
+    if request_hash is None:
+        shown = client.call("GET", f"/sagacity/approvals/{saga_id}/{seq}")
+        request_hash = shown.get("request_hash")
+    body = {"request_hash": request_hash} if request_hash else None
+    data = client.call("POST", f"/sagacity/approve/{saga_id}/{seq}", body=body)
     _emit(client, data, _decision_text(data))
 
 

@@ -44,7 +44,7 @@ from sagacity.consumers.approvals.console._security import (
 )
 from sagacity.consumers.approvals.console._sessions import COOKIE, Session, SessionStore
 from sagacity.errors import (
-    AlreadyDecidedError,
+    ApprovalError,
     ApprovalNotFound,
     AuthenticationError,
     ConfigurationError,
@@ -490,6 +490,8 @@ def create_console(
         seq = parse_seq(request.path_params["seq"])
         form = await request.form(max_fields=20, max_files=0)
         decision = form.get("decision")
+        shown = form.get("request_hash")
+        request_hash = shown if isinstance(shown, str) and shown else None
         reason = form.get("reason")
         reason_text = reason.strip() if isinstance(reason, str) and reason.strip() else None
         if reason_text is not None and len(reason_text) > MAX_FIELD:
@@ -497,7 +499,9 @@ def create_console(
 
         def act() -> None:
             if decision == "approve":
-                service.approve(viewer.principal, saga_id, seq)
+                if request_hash is None:
+                    raise InvalidArgumentError("the form names no request hash: reload the page")
+                service.approve(viewer.principal, saga_id, seq, request_hash=request_hash)
             elif decision == "reject":
                 service.reject(viewer.principal, saga_id, seq, reason=reason_text)
             else:
@@ -505,13 +509,15 @@ def create_console(
 
         try:
             await run_in_threadpool(act)
-        except (AlreadyDecidedError, InvalidArgumentError) as exc:
+        except (ApprovalError, InvalidArgumentError) as exc:
+            if isinstance(exc, PermissionDeniedError | ApprovalNotFound):
+                raise
             context = await run_in_threadpool(request_context, viewer, saga_id, seq)
             return render(
                 request,
                 "request.html",
                 viewer,
-                409 if isinstance(exc, AlreadyDecidedError) else 422,
+                409 if isinstance(exc, ApprovalError) else 422,
                 refusal=exc.message,
                 message=None,
                 **context,
