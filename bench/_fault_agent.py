@@ -83,6 +83,7 @@ def _approve_and_resume(
     the saga no longer waits; its status as the service then reports it (``AWAITING_APPROVAL``
     if the deadline passed). ``trace`` gets each answer, for the run's diagnostics."""
     payload: str | None = None
+    shown: str | None = None
     approved = resumed = False
     status = "AWAITING_APPROVAL"
     turn = 0
@@ -93,8 +94,10 @@ def _approve_and_resume(
                 r = client.get(f"/sagacity/approvals/{saga}/{seq}")
                 if r.status_code == 200:  # 404 until the service has folded the request
                     payload = str(r.json()["payload"])
+                    shown = r.json()["request_hash"]
             elif not approved:
-                r = client.post(f"/sagacity/approve/{saga}/{seq}")
+                # Bound to the request as shown (the service refuses another).
+                r = client.post(f"/sagacity/approve/{saga}/{seq}", json={"request_hash": shown})
                 # 409: decided already (an earlier try got through before the service died).
                 approved = r.status_code in (200, 409)
             elif not resumed:

@@ -30,6 +30,17 @@ def bearer(name: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {TOKENS[name]}"}
 
 
+def shown(url: str, saga_id: str, seq: int, who: str = "bob") -> dict[str, str]:
+    """The approve body naming the request as the service shows it (its ``request_hash``); an
+    empty body when the service shows no such request."""
+    import httpx
+
+    answer = httpx.get(f"{url}/sagacity/approvals/{saga_id}/{seq}", headers=bearer(who), timeout=30)
+    if answer.status_code != 200:
+        return {}
+    return {"request_hash": answer.json()["request_hash"]}
+
+
 @pytest.fixture
 def auth_file(tmp_path: Path) -> Path:
     """A TOML auth file listing every test principal's hashed token."""

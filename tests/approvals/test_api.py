@@ -64,6 +64,11 @@ class Harness:
         self.server.service.materialise(saga_id)
         return result.awaiting_seq
 
+    def shown(self, saga_id: str, seq: int) -> dict[str, str]:
+        """The approve body naming the request an approver is shown (the chain's)."""
+        entries = self.journal.entries(saga_id)
+        return {"request_hash": entries[seq - 1].hash} if len(entries) >= seq else {}
+
     def kinds(self, saga_id: str) -> list[str]:
         return [e.event_type.value for e in self.journal.entries(saga_id)]
 
@@ -89,7 +94,9 @@ def test_three_step_flow_journals_the_authenticated_approver(harness: Harness) -
     [request] = listed.json()["requests"]
     assert (request["saga_id"], request["seq"], request["payload"]) == ("t-77", seq, ALICE)
     assert request["state"] == "pending"
-    approved = harness.client.post(f"/sagacity/approve/t-77/{seq}", headers=bearer("alice"))
+    approved = harness.client.post(
+        f"/sagacity/approve/t-77/{seq}", json=harness.shown("t-77", seq), headers=bearer("alice")
+    )
     assert approved.status_code == 200, approved.text
     assert approved.json()["request"]["state"] == "approved"
     [decision] = harness.entries("t-77", E.APPROVED)
@@ -118,7 +125,9 @@ def test_stale_approval_attack_is_refused_journaled_and_handed_to_compensation(
 ) -> None:
     seq = harness.gate("t-stale")
     assert harness.client.post(
-        f"/sagacity/approve/t-stale/{seq}", headers=bearer("alice")
+        f"/sagacity/approve/t-stale/{seq}",
+        json=harness.shown("t-stale", seq),
+        headers=bearer("alice"),
     ).is_success
     refused = harness.client.post(
         f"/sagacity/resume/t-stale/{seq}", json={"payload": MALLORY}, headers=bearer("alice")
@@ -147,7 +156,9 @@ def test_whitespace_reformat_no_approval_and_unknown(harness: Harness) -> None:
     )
     assert (none.status_code, none.json()["detail"]) == (409, "no human approval recorded")
     assert harness.entries("t-ws", E.INTENT)[-1].tool == "reserve_inventory"
-    harness.client.post(f"/sagacity/approve/t-ws/{seq}", headers=bearer("alice"))
+    harness.client.post(
+        f"/sagacity/approve/t-ws/{seq}", json=harness.shown("t-ws", seq), headers=bearer("alice")
+    )
     reformatted = harness.client.post(
         f"/sagacity/resume/t-ws/{seq}",
         json={"payload": '{ "amount": "100", "to": "alice" }'},
@@ -168,10 +179,18 @@ def test_whitespace_reformat_no_approval_and_unknown(harness: Harness) -> None:
 
 def test_two_signatures_from_distinct_principals(harness: Harness) -> None:
     seq = harness.gate("t-priv", privileged=True)
-    first = harness.client.post(f"/sagacity/approve/t-priv/{seq}", headers=bearer("alice"))
+    first = harness.client.post(
+        f"/sagacity/approve/t-priv/{seq}",
+        json=harness.shown("t-priv", seq),
+        headers=bearer("alice"),
+    )
     assert first.status_code == 200
     assert first.json()["request"]["state"] == "pending"
-    twice = harness.client.post(f"/sagacity/approve/t-priv/{seq}", headers=bearer("alice"))
+    twice = harness.client.post(
+        f"/sagacity/approve/t-priv/{seq}",
+        json=harness.shown("t-priv", seq),
+        headers=bearer("alice"),
+    )
     assert twice.status_code == 409
     assert twice.json()["detail"] == "alice@example.com already signed this request"
     early = harness.client.post(
@@ -181,11 +200,17 @@ def test_two_signatures_from_distinct_principals(harness: Harness) -> None:
     )
     assert early.status_code == 409
     assert "only 1 of 2 required signatures" in early.json()["detail"]
-    second = harness.client.post(f"/sagacity/approve/t-priv/{seq}", headers=bearer("carol"))
+    second = harness.client.post(
+        f"/sagacity/approve/t-priv/{seq}",
+        json=harness.shown("t-priv", seq),
+        headers=bearer("carol"),
+    )
     assert second.status_code == 200
     assert second.json()["request"]["state"] == "approved"
     assert second.json()["request"]["signed_by"] == ["alice@example.com", "carol@example.com"]
-    third = harness.client.post(f"/sagacity/approve/t-priv/{seq}", headers=bearer("bob"))
+    third = harness.client.post(
+        f"/sagacity/approve/t-priv/{seq}", json=harness.shown("t-priv", seq), headers=bearer("bob")
+    )
     assert third.status_code == 409
     assert len(harness.entries("t-priv", E.APPROVED)) == 2
     done = harness.client.post(
@@ -200,11 +225,15 @@ def test_two_signatures_from_distinct_principals(harness: Harness) -> None:
 def test_401_without_or_with_a_bad_token_and_403_for_another_tool(harness: Harness) -> None:
     seq = harness.gate("t-auth")
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic eDp5"}):
-        answer = harness.client.post(f"/sagacity/approve/t-auth/{seq}", headers=headers)
+        answer = harness.client.post(
+            f"/sagacity/approve/t-auth/{seq}", json=harness.shown("t-auth", seq), headers=headers
+        )
         assert answer.status_code == 401, headers
         assert answer.headers["www-authenticate"] == "Bearer"
     assert harness.client.get("/sagacity/approvals").status_code == 401
-    forbidden = harness.client.post(f"/sagacity/approve/t-auth/{seq}", headers=bearer("eve"))
+    forbidden = harness.client.post(
+        f"/sagacity/approve/t-auth/{seq}", json=harness.shown("t-auth", seq), headers=bearer("eve")
+    )
     assert forbidden.status_code == 403
     assert (
         harness.client.post(f"/sagacity/reject/t-auth/{seq}", headers=bearer("carol")).status_code
@@ -233,8 +262,11 @@ def test_reject_hands_off_and_closes_and_replays_are_409(harness: Harness) -> No
     [rejection] = harness.entries("t-rej", E.REJECTED)
     assert (rejection.actor, rejection.error) == ("bob@example.com", "wrong account")
     assert harness.entries("t-rej", E.COMPENSATION_REQUESTED)[0].attributes["reason"] == "REJECTED"
-    for path in (f"/sagacity/reject/t-rej/{seq}", f"/sagacity/approve/t-rej/{seq}"):
-        assert harness.client.post(path, headers=bearer("bob")).status_code == 409
+    for path, body in (
+        (f"/sagacity/reject/t-rej/{seq}", None),
+        (f"/sagacity/approve/t-rej/{seq}", harness.shown("t-rej", seq)),
+    ):
+        assert harness.client.post(path, json=body, headers=bearer("bob")).status_code == 409
     assert len(harness.entries("t-rej", E.REJECTED)) == 1
     assert harness.client.get("/sagacity/approvals", headers=bearer("bob")).json()["requests"] == []
 
@@ -246,8 +278,9 @@ def test_double_click_and_approve_racing_reject_decide_once(harness: Harness) ->
 
     def hit(saga: str, action: str) -> None:
         barrier.wait()
+        body = harness.shown(saga, seqs[saga]) if action == "approve" else None
         answer = harness.client.post(
-            f"/sagacity/{action}/{saga}/{seqs[saga]}", headers=bearer("bob")
+            f"/sagacity/{action}/{saga}/{seqs[saga]}", json=body, headers=bearer("bob")
         )
         statuses[saga].append(answer.status_code)
 
@@ -285,7 +318,11 @@ def test_constraint_of_the_policy_in_force_overrides_the_approval(
         seq = h.agent.saga("t-policy", work).awaiting_seq
         assert seq is not None
         h.server.service.materialise("t-policy")
-        assert h.client.post(f"/sagacity/approve/t-policy/{seq}", headers=bearer("bob")).is_success
+        assert h.client.post(
+            f"/sagacity/approve/t-policy/{seq}",
+            json=h.shown("t-policy", seq),
+            headers=bearer("bob"),
+        ).is_success
         refused = h.client.post(
             f"/sagacity/resume/t-policy/{seq}",
             json={"payload": '{"amount":"50000","to":"alice"}'},
@@ -318,7 +355,9 @@ def test_expiry_sweep_journals_expired_and_hands_off(
         [expired] = h.entries("t-exp", E.EXPIRED)
         assert expired.ref_seq == seq
         assert h.entries("t-exp", E.COMPENSATION_REQUESTED)[0].attributes["reason"] == "EXPIRED"
-        late = h.client.post(f"/sagacity/approve/t-exp/{seq}", headers=bearer("bob"))
+        late = h.client.post(
+            f"/sagacity/approve/t-exp/{seq}", json=h.shown("t-exp", seq), headers=bearer("bob")
+        )
         assert late.status_code == 409
         assert len(h.entries("t-exp", E.EXPIRED)) == 1
         assert (
@@ -334,7 +373,9 @@ def test_an_expired_request_cannot_be_approved(
     with h.client:
         seq = h.gate("t-late")
         __import__("time").sleep(0.3)
-        late = h.client.post(f"/sagacity/approve/t-late/{seq}", headers=bearer("bob"))
+        late = h.client.post(
+            f"/sagacity/approve/t-late/{seq}", json=h.shown("t-late", seq), headers=bearer("bob")
+        )
         assert late.status_code == 409
         assert "expired" in late.json()["detail"]
         assert len(h.entries("t-late", E.EXPIRED)) == 1
@@ -455,13 +496,21 @@ def test_a_revoked_token_is_refused_without_a_restart_and_a_broken_edit_fails_cl
         assert h.client.get("/sagacity/approvals", headers=bearer("alice")).status_code == 200
         # Alice's token is revoked; the others stay.
         auth_file.write_text(_auth_text(["bob", "carol", "eve"]))
-        refused = h.client.post(f"/sagacity/approve/t-revoke/{seq}", headers=bearer("alice"))
+        refused = h.client.post(
+            f"/sagacity/approve/t-revoke/{seq}",
+            json=h.shown("t-revoke", seq),
+            headers=bearer("alice"),
+        )
         assert refused.status_code == 401
         assert h.entries("t-revoke", E.APPROVED) == []
         # An edit that does not parse refuses every decision (503, nothing journaled) and shows
         # on /healthz and /metrics until the file is fixed.
         auth_file.write_text(_auth_text(["bob", "carol", "eve"], broken=True))
-        broken = h.client.post(f"/sagacity/approve/t-revoke/{seq}", headers=bearer("bob"))
+        broken = h.client.post(
+            f"/sagacity/approve/t-revoke/{seq}",
+            json=h.shown("t-revoke", seq),
+            headers=bearer("bob"),
+        )
         assert broken.status_code == 503
         assert "auth file loads again" in broken.json()["detail"]
         assert h.entries("t-revoke", E.APPROVED) == []
@@ -470,7 +519,11 @@ def test_a_revoked_token_is_refused_without_a_restart_and_a_broken_edit_fails_cl
         assert "sagacity_approvals_auth_file_ok 0.0" in metrics
         assert 'sagacity_approvals_auth_reloads_total{outcome="failed"} 1.0' in metrics
         auth_file.write_text(_auth_text(["bob", "carol", "eve"]))
-        approved = h.client.post(f"/sagacity/approve/t-revoke/{seq}", headers=bearer("bob"))
+        approved = h.client.post(
+            f"/sagacity/approve/t-revoke/{seq}",
+            json=h.shown("t-revoke", seq),
+            headers=bearer("bob"),
+        )
         assert approved.status_code == 200
         assert [e.actor for e in h.entries("t-revoke", E.APPROVED)] == ["bob@example.com"]
         assert h.client.get("/healthz").status_code == 200
@@ -480,8 +533,9 @@ def test_a_revoked_token_is_refused_without_a_restart_and_a_broken_edit_fails_cl
 def test_stats_and_metrics_cover_request_to_decision(harness: Harness) -> None:
     seq = {saga: harness.gate(saga) for saga in ("m-1", "m-2", "m-3")}
     for action, saga in (("approve", "m-1"), ("approve", "m-2"), ("reject", "m-3")):
+        body = harness.shown(saga, seq[saga]) if action == "approve" else None
         answer = harness.client.post(
-            f"/sagacity/{action}/{saga}/{seq[saga]}", headers=bearer("bob")
+            f"/sagacity/{action}/{saga}/{seq[saga]}", json=body, headers=bearer("bob")
         )
         assert answer.status_code == 200
     stats = harness.client.get("/sagacity/stats", headers=bearer("bob")).json()
@@ -506,7 +560,9 @@ def test_a_tool_that_fails_on_resume_is_journaled_and_handed_to_compensation(
     seq = harness.agent.saga("t-fail", work).awaiting_seq
     assert seq is not None
     harness.server.service.materialise("t-fail")
-    assert harness.client.post(f"/sagacity/approve/t-fail/{seq}", headers=bearer("bob")).is_success
+    assert harness.client.post(
+        f"/sagacity/approve/t-fail/{seq}", json=harness.shown("t-fail", seq), headers=bearer("bob")
+    ).is_success
     answer = harness.client.post(
         f"/sagacity/resume/t-fail/{seq}",
         json={"payload": '{"amount":"100","to":"bounce"}'},

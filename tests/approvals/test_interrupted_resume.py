@@ -75,8 +75,11 @@ class Gate:
         assert result.status is SagaStatus.AWAITING_APPROVAL
         assert result.awaiting_seq is not None
         self.server.service.materialise(saga_id)
+        request = self.journal.entries(saga_id)[result.awaiting_seq - 1]
         approved = self.client.post(
-            f"/sagacity/approve/{saga_id}/{result.awaiting_seq}", headers=bearer("alice")
+            f"/sagacity/approve/{saga_id}/{result.awaiting_seq}",
+            json={"request_hash": request.hash},
+            headers=bearer("alice"),
         )
         assert approved.status_code == 200, approved.text
         return result.awaiting_seq

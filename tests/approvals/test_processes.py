@@ -30,7 +30,7 @@ from sagacity.producer import KafkaJournal
 from sagacity.schemas import encode_entry
 
 from ._process import REPO, Replica
-from .conftest import ALICE, MALLORY, bearer
+from .conftest import ALICE, MALLORY, bearer, shown
 from .tools import Bank, calls
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
@@ -181,13 +181,21 @@ def test_stale_approval_attack_and_the_refusals_across_processes(deployment: Dep
     other = deployment.gate("wire-78")
     wait_for(lambda: {r["saga_id"] for r in listed(replica)} == {"wire-77", "wire-78"})
     url = replica.url
-    unknown = httpx.post(f"{url}/sagacity/approve/wire-77/{seq + 50}", headers=bearer("alice"))
+    unknown = httpx.post(
+        f"{url}/sagacity/approve/wire-77/{seq + 50}",
+        json=shown(url, "wire-77", seq + 50),
+        headers=bearer("alice"),
+    )
     assert unknown.status_code == 404
     early = httpx.post(
         f"{url}/sagacity/resume/wire-78/{other}", json={"payload": ALICE}, headers=bearer("alice")
     )
     assert (early.status_code, early.json()["detail"]) == (409, "no human approval recorded")
-    assert httpx.post(f"{url}/sagacity/approve/wire-77/{seq}", headers=bearer("alice")).is_success
+    assert httpx.post(
+        f"{url}/sagacity/approve/wire-77/{seq}",
+        json=shown(url, "wire-77", seq),
+        headers=bearer("alice"),
+    ).is_success
     [approval] = deployment.entries("wire-77", E.APPROVED)
     assert approval.actor == "alice@example.com"
     attack = httpx.post(
@@ -204,7 +212,11 @@ def test_stale_approval_attack_and_the_refusals_across_processes(deployment: Dep
     assert deployment.entries("wire-77", E.COMPENSATION_REQUESTED)[0].attributes["reason"] == (
         "RESUME_REFUSED"
     )
-    assert httpx.post(f"{url}/sagacity/approve/wire-78/{other}", headers=bearer("bob")).is_success
+    assert httpx.post(
+        f"{url}/sagacity/approve/wire-78/{other}",
+        json=shown(url, "wire-78", other),
+        headers=bearer("bob"),
+    ).is_success
     spaced = httpx.post(
         f"{url}/sagacity/resume/wire-78/{other}",
         json={"payload": '{ "amount": "100", "to": "alice" }'},
@@ -240,7 +252,9 @@ def test_pending_requests_survive_a_restart_and_resume_runs_in_the_service(
     assert (request["saga_id"], request["seq"], request["payload"]) == ("wire-restart", seq, ALICE)
     url = second.url
     assert httpx.post(
-        f"{url}/sagacity/approve/wire-restart/{seq}", headers=bearer("alice")
+        f"{url}/sagacity/approve/wire-restart/{seq}",
+        json=shown(url, "wire-restart", seq),
+        headers=bearer("alice"),
     ).is_success
     done = httpx.post(
         f"{url}/sagacity/resume/wire-restart/{seq}",
@@ -303,7 +317,11 @@ def test_expiry_is_swept_and_handed_to_compensation(deployment: Deployment) -> N
     assert deployment.entries("wire-ttl", E.COMPENSATION_REQUESTED)[0].attributes["reason"] == (
         "EXPIRED"
     )
-    late = httpx.post(f"{replica.url}/sagacity/approve/wire-ttl/{seq}", headers=bearer("bob"))
+    late = httpx.post(
+        f"{replica.url}/sagacity/approve/wire-ttl/{seq}",
+        json=shown(replica.url, "wire-ttl", seq),
+        headers=bearer("bob"),
+    )
     assert late.status_code == 409
     assert deployment.entries("wire-ttl", E.APPROVED) == []
 
@@ -373,7 +391,10 @@ def test_a_forged_approval_on_the_topic_never_runs_the_tool(deployment: Deployme
         assert "unsigned_decision" in (refusal.error or "")
     # A decision the service signed is honoured by the agent in another process.
     approved = httpx.post(
-        f"{replica.url}/sagacity/approve/genuine/{genuine}", headers=bearer("alice"), timeout=30
+        f"{replica.url}/sagacity/approve/genuine/{genuine}",
+        json=shown(replica.url, "genuine", genuine),
+        headers=bearer("alice"),
+        timeout=30,
     )
     assert approved.is_success, approved.text
     [signed] = deployment.entries("genuine", E.APPROVED)

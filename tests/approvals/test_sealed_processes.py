@@ -27,7 +27,7 @@ from sagacity.producer import KafkaJournal
 from sagacity.schemas._codec import decode_record
 
 from ._process import REPO
-from .conftest import ALICE, TOKENS, bearer
+from .conftest import ALICE, TOKENS, bearer, shown
 from .test_processes import Deployment, listed, wait_for
 from .tools import calls
 
@@ -105,7 +105,9 @@ def test_a_sealed_saga_is_approved_with_its_exact_payload_and_resumed(sealed: De
     assert request["payload_sha256"] == hashlib.sha256(ALICE.encode()).hexdigest()
     url = replica.url
     assert httpx.post(
-        f"{url}/sagacity/approve/sealed-wire/{seq}", headers=bearer("alice")
+        f"{url}/sagacity/approve/sealed-wire/{seq}",
+        json=shown(url, "sealed-wire", seq),
+        headers=bearer("alice"),
     ).is_success
     done = httpx.post(
         f"{url}/sagacity/resume/sealed-wire/{seq}",
@@ -296,7 +298,11 @@ def test_a_redacted_card_number_is_approved_by_its_key_and_resumed_with_the_live
         assert request["payload_sha256"] == hashlib.sha256(request["payload"].encode()).hexdigest()
     url = replica.url
     for saga, seq in sagas.items():
-        assert httpx.post(f"{url}/sagacity/approve/{saga}/{seq}", headers=bearer("bob")).is_success
+        assert httpx.post(
+            f"{url}/sagacity/approve/{saga}/{seq}",
+            json=shown(url, saga, seq),
+            headers=bearer("bob"),
+        ).is_success
     done = httpx.post(
         f"{url}/sagacity/resume/card-ok/{sagas['card-ok']}",
         json={"payload": _card_payload(CARD)},

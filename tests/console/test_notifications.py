@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from sagacity.consumers.approvals.console._notify import Delivery
-from tests.approvals.conftest import TOKENS, LiveService, auth_file, bearer
+from tests.approvals.conftest import TOKENS, LiveService, auth_file, bearer, shown
 from tests.compensation.conftest import free_port
 
 pytestmark = pytest.mark.postgres
@@ -115,7 +115,11 @@ def test_new_expiring_and_attention_notices_reach_every_webhook_without_delaying
         assert by_kind["request.expiring"]["deadline_us"] > 0
         # A decision is not held up by the hanging or refusing endpoints.
         started = time.monotonic()
-        answer = httpx.post(f"{live.url}/sagacity/approve/notify-1/{seq}", headers=bearer("bob"))
+        answer = httpx.post(
+            f"{live.url}/sagacity/approve/notify-1/{seq}",
+            json=shown(live.url, "notify-1", seq),
+            headers=bearer("bob"),
+        )
         assert answer.status_code == 200
         assert time.monotonic() - started < 2.0
         # The flaky endpoint got both notices after its failures (retried with backoff).

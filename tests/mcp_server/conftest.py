@@ -135,11 +135,16 @@ def approve(replica: Replica, saga_id: str, seq: int, who: str) -> httpx.Respons
     """``who`` approves the request, once the service has folded it from the topic."""
     url = f"{replica.url}/sagacity/approve/{saga_id}/{seq}"
     for _ in range(300):
-        response = httpx.post(url, headers=bearer(who), timeout=10)
-        if response.status_code != 404:
-            return response
+        shown = httpx.get(
+            f"{replica.url}/sagacity/approvals/{saga_id}/{seq}", headers=bearer(who), timeout=10
+        )
+        if shown.status_code == 200:
+            body = {"request_hash": shown.json()["request_hash"]}
+            return httpx.post(url, json=body, headers=bearer(who), timeout=10)
+        if shown.status_code != 404:
+            return shown
         time.sleep(0.1)
-    return response
+    return shown
 
 
 INITIALIZE = {
