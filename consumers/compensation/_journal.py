@@ -49,6 +49,12 @@ class ServiceJournal:
         """The journal this thread writes through."""
         return self._inner()
 
+    @property
+    def identity(self) -> str | None:
+        """The inner journal's name in signed decisions (settlements verify against it)."""
+        identity = getattr(self._inner(), "identity", None)
+        return identity if isinstance(identity, str) else None
+
     def preload(self, saga_id: str, entries: Sequence[JournalEntry]) -> None:
         """Serve ``entries`` for the next :meth:`entries` call on ``saga_id`` (just read)."""
         self._preloaded[saga_id] = entries

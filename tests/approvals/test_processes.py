@@ -287,8 +287,10 @@ def test_two_replicas_decide_each_request_exactly_once(deployment: Deployment) -
 
     def hit(replica: Replica, saga: str, action: str) -> None:
         barrier.wait()
+        body = shown(replica.url, saga, seqs[saga]) if action == "approve" else None
         answer = httpx.post(
             f"{replica.url}/sagacity/{action}/{saga}/{seqs[saga]}",
+            json=body,
             headers=bearer("bob"),
             timeout=60,
         )
