@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from sagacity._acceptance import ForkKind
 from sagacity._codec import check_json_payload
-from sagacity.producer._clients import BrokerCheck, check_reachable, startup_timeout, with_logger
+from sagacity.producer._clients import (
+    BrokerCheck,
+    check_reachable,
+    cluster_id,
+    startup_timeout,
+    with_logger,
+)
 from sagacity.producer._config import DEFAULT_TOPIC, KafkaJournalSettings, ReadIndexSettings
 from sagacity.producer._index import (
     IndexedEvent,
@@ -64,6 +70,7 @@ __all__ = [
     "check_json_payload",
     "check_reachable",
     "check_topic",
+    "cluster_id",
     "create_topic",
     "current_traceparent",
     "describe_topic",

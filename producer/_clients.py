@@ -112,6 +112,28 @@ def check_reachable(config: Mapping[str, Any], *, timeout: float = REACHABLE_TIM
         raise _unreachable(config.get("bootstrap.servers", "?"), timeout, exc) from exc
 
 
+def cluster_id(config: Mapping[str, Any], *, timeout: float = REACHABLE_TIMEOUT_S) -> str:
+    """The id of the Kafka cluster the brokers in ``config`` belong to (its metadata's
+    ``cluster_id``, fixed when the cluster was formatted).
+
+    Raises:
+        JournalUnavailableError: no answer within ``timeout`` seconds, or the cluster reports
+            no id (a broker too old to have one).
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    servers = config.get("bootstrap.servers", "?")
+    admin = AdminClient(with_logger(config))
+    try:
+        found: str | None = admin.list_topics(timeout=timeout).cluster_id
+    except KafkaException as exc:
+        raise _unreachable(servers, timeout, exc) from exc
+    if not found:
+        raise JournalUnavailableError(f"Kafka at {servers} reports no cluster id")
+    return str(found)
+
+
 class BrokerCheck:
     """:func:`check_reachable` started now, in the background, and reported by :meth:`result`.
 

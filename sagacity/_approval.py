@@ -21,6 +21,7 @@ from sagacity._codec import decode_payload, decode_result
 from sagacity._decision_signature import DECISION_EVENTS
 from sagacity._events import EntryDraft, EventType, JournalEntry, UnknownEventType
 from sagacity._invoke import call_async, call_blocking
+from sagacity._oversize import append_bounded, append_bounded_async
 from sagacity._redaction import (
     REDACTION_ATTRIBUTE,
     is_canonical_payload,
@@ -37,7 +38,13 @@ from sagacity._requests import (
 )
 from sagacity._result import SagaResult, SagaStatus
 from sagacity._settlement import PHASE_CALL
-from sagacity._tool import check_constraint, executed_draft, failed_draft, intent_draft
+from sagacity._tool import (
+    check_constraint,
+    executed_draft,
+    failed_draft,
+    intent_draft,
+    redacted_payload,
+)
 from sagacity.chain import payload_sha256, verify
 from sagacity.errors import (
     AlreadyDecidedError,
@@ -688,12 +695,20 @@ class ApprovalDesk:
         exc.detail = detail
         raise exc
 
+    def _outcome(self, draft: EntryDraft, hidden: frozenset[str]) -> None:
+        """Journal the resumed call's outcome, the call's redacted values masked."""
+        append_bounded(self._s.journal, draft, durable=True, redacted=hidden)
+
     def _after_resume(
-        self, request: ApprovalRequest, value: Any, exc: Exception | None
+        self,
+        request: ApprovalRequest,
+        value: Any,
+        exc: Exception | None,
+        hidden: frozenset[str] = frozenset(),
     ) -> SagaResult:
         s = self._s
         if exc is not None:
-            return self._end_failed(request, f"{type(exc).__name__}: {exc}", exc)
+            return self._end_failed(request, f"{type(exc).__name__}: {exc}", exc, hidden)
         remaining = pending_requests(s.journal.entries(request.saga_id))
         status = SagaStatus.AWAITING_APPROVAL if remaining else SagaStatus.COMPLETED
         s.journal.append(
@@ -715,9 +730,14 @@ class ApprovalDesk:
         )
 
     def _end_failed(
-        self, request: ApprovalRequest, error: str, exc: Exception | None
+        self,
+        request: ApprovalRequest,
+        error: str,
+        exc: Exception | None,
+        hidden: frozenset[str] = frozenset(),
     ) -> SagaResult:
-        """End the saga after the resumed call failed: compensate it (or hand it over)."""
+        """End the saga after the resumed call failed: compensate it (or hand it over);
+        ``hidden``: the texts of the call's redacted values, masked in what is journaled."""
         s = self._s
         return s.end_saga(
             request.saga_id,
@@ -727,6 +747,7 @@ class ApprovalDesk:
             clean_status=SagaStatus.COMPENSATED,
             report=None if s.compensation_mode == "delegated" else s._runner().run(request.saga_id),
             exception=exc,
+            redacted=hidden,
         )
 
     def _finish_interrupted(self, saga_id: str, seq: int, payload: str) -> SagaResult | None:
@@ -844,16 +865,17 @@ class ApprovalDesk:
                 lambda: self._check_and_intend(saga_id, seq, payload, requested_by)
             )
             s = self._s
+            hidden = _redacted_texts(tool, payload)
             try:
                 value = call_blocking(tool.function, **arguments)
             except Exception as exc:
-                s.journal.append(failed_draft(s, tool.definition, intent, exc))
-                return self._after_resume(request, None, exc)
+                self._outcome(failed_draft(s, tool.definition, intent, exc), hidden)
+                return self._after_resume(request, None, exc, hidden)
             except BaseException as exc:
-                s.journal.append(failed_draft(s, tool.definition, intent, exc))
+                self._outcome(failed_draft(s, tool.definition, intent, exc), hidden)
                 raise
-            s.journal.append(executed_draft(s, tool.definition, intent, value))
-            return self._after_resume(request, value, None)
+            self._outcome(executed_draft(s, tool.definition, intent, value), hidden)
+            return self._after_resume(request, value, None, hidden)
 
     async def resume_async(
         self, saga_id: str, seq: int, payload: str, *, requested_by: str | None = None
@@ -878,16 +900,20 @@ class ApprovalDesk:
             )
             s = self._s
             journal = s.journal
+            hidden = _redacted_texts(tool, payload)
             try:
                 value = await call_async(tool.function, **arguments)
             except Exception as exc:
-                await journal.append_async(failed_draft(s, tool.definition, intent, exc))
-                return await asyncio.to_thread(self._after_resume, request, None, exc)
+                failed = failed_draft(s, tool.definition, intent, exc)
+                await append_bounded_async(journal, failed, durable=True, redacted=hidden)
+                return await asyncio.to_thread(self._after_resume, request, None, exc, hidden)
             except BaseException as exc:
-                await journal.append_async(failed_draft(s, tool.definition, intent, exc))
+                failed = failed_draft(s, tool.definition, intent, exc)
+                await append_bounded_async(journal, failed, durable=True, redacted=hidden)
                 raise
-            await journal.append_async(executed_draft(s, tool.definition, intent, value))
-            return await asyncio.to_thread(self._after_resume, request, value, None)
+            executed = executed_draft(s, tool.definition, intent, value)
+            await append_bounded_async(journal, executed, durable=True, redacted=hidden)
+            return await asyncio.to_thread(self._after_resume, request, value, None, hidden)
 
     def expire(self, saga_id: str, seq: int) -> SagaResult:
         """See :meth:`Sagacity.expire`."""
@@ -948,6 +974,16 @@ def _approvals(entries: Sequence[JournalEntry], request: ApprovalRequest) -> lis
         and e.event_type is EventType.APPROVED
         and e.attributes.get(attr.REF_SEQ) == ref
     ]
+
+
+def _redacted_texts(tool: RegisteredTool, payload: str) -> frozenset[str]:
+    """The texts of the values ``tool`` redacts in the live ``payload`` of a resume (the call
+    runs with them in clear): masked in its outcome and the saga's end.  The payload was
+    checked against the request, so it redacts; the fresh salts drawn here are not used."""
+    try:
+        return redacted_payload(tool.definition, payload).values
+    except SerializationError:
+        return frozenset()
 
 
 def _redaction(redaction: str | None) -> dict[str, str]:

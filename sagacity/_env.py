@@ -19,6 +19,7 @@ import logging
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -32,7 +33,14 @@ from sagacity._envelope import KEK_SETTING, KeyRing
 from sagacity._keys import KeyService
 from sagacity._settings import SagacitySettings
 from sagacity.errors import ConfigurationError
-from sagacity.producer import KafkaJournal, KafkaJournalSettings, ReadIndexSettings, SagaIndex
+from sagacity.ports import ClaimStore
+from sagacity.producer import (
+    KafkaJournal,
+    KafkaJournalSettings,
+    ReadIndexSettings,
+    SagaIndex,
+    cluster_id,
+)
 
 __all__ = [
     "DEFAULT_APPROVALS_GROUP",
@@ -40,8 +48,10 @@ __all__ = [
     "DEFAULT_COMPENSATION_GROUP",
     "DEFAULT_TOPIC",
     "JournalEnvironment",
+    "claim_store",
     "client_settings",
     "journal_from_env",
+    "journal_identity",
     "kafka_journal",
     "kafka_settings_from_env",
     "key_service_from_env",
@@ -213,6 +223,40 @@ def read_index(settings: ReadIndexSettings) -> SagaIndex | None:
     return PostgresSagaIndex(
         settings.database_url, schema=settings.archive_schema, consumer_group=settings.archive_group
     )
+
+
+def journal_identity(*, topic: str, kafka: Mapping[str, Any]) -> str:
+    """The identity of the journal on ``topic`` of the Kafka cluster ``kafka`` reaches:
+    ``kafka:<cluster id>/<topic>``.
+
+    What a store several journals may share keys its rows by (the compensation claims), so
+    the same saga id on two journals is two sagas there.  The cluster id comes from the
+    brokers the service itself connects to, not from any event.  This is the one place the
+    identity is made: a configured journal name can take the place of the pair here.
+
+    Args:
+        topic: the journal topic.
+        kafka: librdkafka settings with ``bootstrap.servers`` (and TLS/SASL).
+
+    Raises:
+        JournalUnavailableError: the cluster did not answer, or reports no id.
+    """
+    return f"kafka:{cluster_id(kafka)}/{topic}"
+
+
+def claim_store(
+    database_url: str, *, instance: str, topic: str, kafka: Mapping[str, Any]
+) -> ClaimStore:
+    """The compensation claims in ``database_url`` of the journal on ``topic``
+    (:func:`journal_identity`).
+
+    Raises:
+        JournalUnavailableError: as :func:`journal_identity`.
+    """
+    from sagacity.postgres import PostgresClaimStore  # the driver, only here
+
+    journal = journal_identity(topic=topic, kafka=kafka)
+    return PostgresClaimStore(database_url, instance=instance, journal=journal)
 
 
 _announced = False

@@ -1,4 +1,10 @@
-"""Journaling an event whose text is larger than the broker takes, after the fact.
+"""Journaling a call's outcome and a run's end: redacted values masked, and an event whose
+text is larger than the broker takes journaled without its bulk.
+
+:func:`append_bounded` is the one path by which the core journals what a call's result or
+error reached (``EXECUTED``, ``FAILED``, a ``CONSTRAINT_VIOLATED`` refusal) and a run's end
+(``COMPENSATION_REQUESTED``, ``SAGA_ENDED``): the texts of the values the run redacted are
+masked first (:func:`sagacity._redaction.mask_draft`, docs/adr/0019-erasure.md §5).
 
 An outcome is journaled after the tool ran: refusing it would leave an ``INTENT`` without an
 outcome (a suspect step nobody undoes) or a saga without its end.  Such an event is journaled
@@ -11,9 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Collection
 
 from sagacity import _attributes as attr
 from sagacity._events import EntryDraft, EventType, JournalEntry
+from sagacity._redaction import mask_draft
 from sagacity.errors import EventTooLargeError
 from sagacity.journal import Journal
 
@@ -44,12 +52,21 @@ def without_bulk(draft: EntryDraft) -> EntryDraft | None:
     return dataclasses.replace(draft, result=result, error=error, attributes=attributes)
 
 
-def append_bounded(journal: Journal, draft: EntryDraft, *, durable: bool = False) -> JournalEntry:
-    """``journal.append``; an event too large for the broker goes without its bulk.
+def append_bounded(
+    journal: Journal,
+    draft: EntryDraft,
+    *,
+    durable: bool = False,
+    redacted: Collection[str] = (),
+) -> JournalEntry:
+    """``journal.append`` of ``draft`` with the ``redacted`` texts masked (the run's redacted
+    values, :attr:`sagacity._scope.SagaScope.redacted`); an event too large for the broker
+    goes without its bulk.
 
     Raises:
         EventTooLargeError: the event is too large even without it.
     """
+    draft = mask_draft(draft, redacted)
     try:
         return journal.append(draft, durable=durable)
     except EventTooLargeError:
@@ -60,9 +77,14 @@ def append_bounded(journal: Journal, draft: EntryDraft, *, durable: bool = False
 
 
 async def append_bounded_async(
-    journal: Journal, draft: EntryDraft, *, durable: bool = False
+    journal: Journal,
+    draft: EntryDraft,
+    *,
+    durable: bool = False,
+    redacted: Collection[str] = (),
 ) -> JournalEntry:
     """:func:`append_bounded` with the journal's async API."""
+    draft = mask_draft(draft, redacted)
     try:
         return await journal.append_async(draft, durable=durable)
     except EventTooLargeError:

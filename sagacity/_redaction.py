@@ -16,18 +16,30 @@ path → salt hex), committed to in chain form 2 and sealed under the saga's key
 itself is never journaled.  ``payload_sha256`` is over the redacted text, so an approval binds
 ``K_r``: a resumer redacts the live payload with the stored salts and compares.
 
-It needs nothing beyond the standard library and the chain's framing.
+The value must not come back through another text either: a gateway that echoes the card
+number in its answer or in its exception would put it in ``EXECUTED``'s result, ``FAILED``'s
+error and the saga's end.  :func:`redact` also gives the texts a redacted value can appear as
+(:func:`value_texts`), and :func:`mask_draft` — applied by the one path that journals a call's
+outcome and a run's end (``sagacity._oversize.append_bounded``) — replaces each occurrence of
+them in the draft's free text (result, error, and the text attributes of
+:data:`TEXT_ATTRIBUTES`) with :data:`MASK`.  Texts shorter than :data:`MIN_MASKED_CHARS` are
+not masked (they would match everywhere); the payload is never rewritten (it is the redacted
+form already, bound by its SHA-256).
+
+It needs nothing beyond the standard library, the chain's framing and the attribute names.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from sagacity import _attributes as attr
 from sagacity._events import EntryDraft
 from sagacity.chain import framed as _framed
 from sagacity.errors import DeclarationError, SerializationError
@@ -40,7 +52,17 @@ REDACTION_ATTRIBUTE = "redaction"
 """The data attribute holding the salts of the redacted paths (compact JSON, path → hex)."""
 SALT_BYTES = 32
 MASK = "•••• (redacted)"
-"""How people are shown a redacted value (the approval console)."""
+"""How people are shown a redacted value (the approval console), and what stands for one in
+the text of an outcome (:func:`mask_draft`)."""
+MIN_MASKED_CHARS = 4
+"""The shortest text of a redacted value masked in other text.  A shorter one (a 3-digit
+code) would match inside unrelated words and numbers of every error, so it is not masked: a
+tool must not echo such a value in its errors or results."""
+TEXT_ATTRIBUTES = frozenset({attr.DIRTY, attr.NOTE, attr.REASON, attr.UNDO_ARGUMENTS})
+"""The attributes whose values are free text a call's result or error can reach (the others
+are names, numbers, hashes and signatures, never rewritten).  An attribute written from a
+call's text must be listed here."""
+_JSON_ATTRIBUTES = frozenset({attr.UNDO_ARGUMENTS})
 
 
 def _dumps(value: object, *, sort_keys: bool) -> str:
@@ -142,6 +164,9 @@ class Redacted:
 
     payload: str
     salts: Mapping[str, str]
+    values: frozenset[str] = field(default_factory=frozenset)
+    """The texts the redacted values can appear as elsewhere (:func:`value_texts`): what
+    :func:`mask_draft` masks in the call's outcome and the run's end."""
 
     @property
     def attribute(self) -> str | None:
@@ -176,6 +201,7 @@ def redact(
         raise SerializationError(f"the payload of tool {tool!r} is not a JSON object")
     given = salts or {}
     used: dict[str, str] = {}
+    texts: set[str] = set()
     for path in paths:
         walk = _segments(path)
         holder: Any = document
@@ -194,11 +220,96 @@ def redact(
             continue
         salt_hex = given.get(path)
         salt = bytes.fromhex(salt_hex) if salt_hex is not None else secrets.token_bytes(SALT_BYTES)
+        texts |= value_texts(holder[walk[-1]])
         holder[walk[-1]] = {REDACTED: redaction_key(tool, path, salt, holder[walk[-1]]).hex()}
         used[path] = salt.hex()
     if not used:
         return Redacted(payload=payload, salts={})
-    return Redacted(payload=_dumps(document, sort_keys=False), salts=used)
+    return Redacted(payload=_dumps(document, sort_keys=False), salts=used, values=frozenset(texts))
+
+
+def value_texts(value: object) -> frozenset[str]:
+    """The texts a redacted ``value`` (JSON data) can appear as inside other text.
+
+    Each string in it as itself, JSON-escaped (UTF-8 kept, and ASCII-only) and as Python's
+    ``repr`` writes it; each number in its JSON and ``str`` forms; nothing of booleans, null
+    and object keys.  Texts shorter than :data:`MIN_MASKED_CHARS` are left out.
+    """
+    found: set[str] = set()
+    if isinstance(value, str):
+        found |= {
+            value,
+            json.dumps(value, ensure_ascii=False)[1:-1],
+            json.dumps(value)[1:-1],
+            repr(value)[1:-1],
+        }
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        found |= {str(value), json.dumps(value)}
+    elif isinstance(value, dict):
+        for item in value.values():
+            found |= value_texts(item)
+    elif isinstance(value, list):
+        for item in value:
+            found |= value_texts(item)
+    return frozenset(t for t in found if len(t) >= MIN_MASKED_CHARS)
+
+
+def _mask_text(text: str, texts: Sequence[str]) -> str:
+    for secret in texts:  # longest first: a value inside another is masked with it
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return text
+
+
+def _mask_json(value: object, texts: Sequence[str]) -> object:
+    if isinstance(value, str):
+        return _mask_text(value, texts)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return MASK if {str(value), json.dumps(value)} & set(texts) else value
+    if isinstance(value, dict):
+        return {_mask_text(k, texts): _mask_json(v, texts) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask_json(v, texts) for v in value]
+    return value
+
+
+def _mask_field(text: str, texts: Sequence[str], *, as_json: bool) -> str:
+    """``text`` with every occurrence of ``texts`` masked; JSON text stays JSON (a masked
+    number becomes the :data:`MASK` string) and keeps its form where nothing was masked."""
+    if not any(t in text for t in texts):
+        return text
+    if as_json:
+        try:
+            document = json.loads(text)
+        except ValueError:
+            pass
+        else:
+            return _dumps(_mask_json(document, texts), sort_keys=False)
+    return _mask_text(text, texts)
+
+
+def mask_draft(draft: EntryDraft, values: Collection[str]) -> EntryDraft:
+    """``draft`` with each occurrence of ``values`` (texts of redacted values, from
+    :attr:`Redacted.values`) in its result, error and :data:`TEXT_ATTRIBUTES` replaced by
+    :data:`MASK`; the draft itself when none occurs.
+
+    The one masking rule: the core applies it to every outcome it journals for a call and to
+    its run's end (``sagacity._oversize.append_bounded``), before the event is linked.  A JSON
+    result (``result_encoding=json``) and the undo's arguments stay JSON.
+    """
+    texts = sorted((t for t in values if len(t) >= MIN_MASKED_CHARS), key=len, reverse=True)
+    if not texts:
+        return draft
+    json_result = draft.attributes.get(attr.RESULT_ENCODING) == "json"
+    result = None if draft.result is None else _mask_field(draft.result, texts, as_json=json_result)
+    error = None if draft.error is None else _mask_field(draft.error, texts, as_json=False)
+    attributes = {
+        k: (_mask_field(v, texts, as_json=k in _JSON_ATTRIBUTES) if k in TEXT_ATTRIBUTES else v)
+        for k, v in draft.attributes.items()
+    }
+    if (result, error, attributes) == (draft.result, draft.error, dict(draft.attributes)):
+        return draft
+    return dataclasses.replace(draft, result=result, error=error, attributes=attributes)
 
 
 def stored_salts(attribute: str | None) -> dict[str, str]:

@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import timedelta
 from typing import Any, Literal, TypeVar, cast
 
@@ -506,6 +506,7 @@ class Sagacity:
             report=report,
             value=value,
             exception=error,
+            redacted=scope.redacted,
         )
 
     # -- ending a saga (shared with the gate decisions) -----------------------------------
@@ -536,11 +537,13 @@ class Sagacity:
         report: CompensationReport | None,
         value: Any = None,
         exception: BaseException | None = None,
+        redacted: Collection[str] = (),
     ) -> SagaResult:
         """Finish a saga that must be undone: journal the request or the compensation's end.
 
         ``report`` is the inline compensation's outcome (``None`` in delegated mode, where
         ``COMPENSATION_REQUESTED`` is journaled instead).  Journals ``SAGA_ENDED`` and flushes.
+        ``redacted``: texts of the values the run redacted, masked in what is journaled.
         """
         if report is None:
             attributes = {attr.REASON: cause.value}
@@ -552,6 +555,7 @@ class Sagacity:
                     saga_id, EventType.COMPENSATION_REQUESTED, error=error, attributes=attributes
                 ),
                 durable=True,
+                redacted=redacted,
             )
             status = SagaStatus.COMPENSATION_PENDING
         else:
@@ -568,6 +572,7 @@ class Sagacity:
                 saga_id, EventType.SAGA_ENDED, result=status.value, error=error, attributes=ended
             ),
             durable=True,
+            redacted=redacted,
         )
         self._journal.flush()
         return SagaResult(

@@ -50,6 +50,20 @@ class SagaScope:
     _failure: Failure | None = None
     _lost: str | None = None
     _closed: bool = False
+    _redacted: set[str] = field(default_factory=set, repr=False)
+
+    def note_redacted(self, texts: frozenset[str]) -> None:
+        """Remember the texts of values a call of this run redacted: masked in every outcome
+        and in the run's end (docs/adr/0019-erasure.md §5)."""
+        if texts:
+            with self._lock:
+                self._redacted |= texts
+
+    @property
+    def redacted(self) -> frozenset[str]:
+        """The texts of the values this run's calls redacted so far."""
+        with self._lock:
+            return frozenset(self._redacted)
 
     def mark_lost(self, reason: str) -> None:
         """Record that the journal refused this run's writes: another writer took the saga

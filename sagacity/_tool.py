@@ -230,6 +230,7 @@ def _stop_or_intent(
     host: Host, definition: ToolDefinition, scope: SagaScope, arguments: Mapping[str, Any]
 ) -> _Stop | EntryDraft:
     redacted = redacted_payload(definition, encode_payload(definition.name, arguments))
+    scope.note_redacted(redacted.values)
     payload = redacted.payload
     refusal = check_constraint(definition, arguments)
     now = host.now_us()
@@ -347,7 +348,8 @@ def journaled_call(
     journal = host.journal
     try:
         if isinstance(step, _Stop):
-            return _after_stop(scope, step, journal.append(step.draft))
+            stopped = append_bounded(journal, step.draft, durable=True, redacted=scope.redacted)
+            return _after_stop(scope, step, stopped)
         intent = journal.append(step, durable=True)
     except WriterConflictError as exc:
         scope.mark_lost(exc.message)
@@ -355,11 +357,13 @@ def journaled_call(
     try:
         value = call()
     except BaseException as exc:
-        failed = _journal_failed(journal, host, definition, intent, exc)
+        failed = _journal_failed(journal, host, definition, intent, exc, scope.redacted)
         _record_failure(scope, failed or intent, exc)
         raise
     try:
-        append_bounded(journal, executed_draft(host, definition, intent, value))
+        append_bounded(
+            journal, executed_draft(host, definition, intent, value), redacted=scope.redacted
+        )
     except WriterConflictError as exc:
         scope.mark_lost(exc.message)
         raise
@@ -383,7 +387,10 @@ async def journaled_call_async(
     journal = host.journal
     try:
         if isinstance(step, _Stop):
-            return _after_stop(scope, step, await journal.append_async(step.draft))
+            stopped = await append_bounded_async(
+                journal, step.draft, durable=True, redacted=scope.redacted
+            )
+            return _after_stop(scope, step, stopped)
         intent = await journal.append_async(step, durable=True)
     except WriterConflictError as exc:
         scope.mark_lost(exc.message)
@@ -391,11 +398,13 @@ async def journaled_call_async(
     try:
         value = await call()
     except BaseException as exc:
-        failed = await _journal_failed_async(journal, host, definition, intent, exc)
+        failed = await _journal_failed_async(journal, host, definition, intent, exc, scope.redacted)
         _record_failure(scope, failed or intent, exc)
         raise
     try:
-        await append_bounded_async(journal, executed_draft(host, definition, intent, value))
+        await append_bounded_async(
+            journal, executed_draft(host, definition, intent, value), redacted=scope.redacted
+        )
     except WriterConflictError as exc:
         scope.mark_lost(exc.message)
         raise
@@ -444,9 +453,12 @@ def _journal_failed(
     definition: ToolDefinition,
     intent: JournalEntry,
     exc: BaseException,
+    redacted: frozenset[str],
 ) -> JournalEntry | None:
     try:
-        return append_bounded(journal, failed_draft(host, definition, intent, exc))
+        return append_bounded(
+            journal, failed_draft(host, definition, intent, exc), redacted=redacted
+        )
     except Exception as journal_exc:
         # The tool's own exception matters more to the caller; the INTENT without an outcome
         # is reported SUSPECT at compensation, so nothing is silently lost.
@@ -460,9 +472,12 @@ async def _journal_failed_async(
     definition: ToolDefinition,
     intent: JournalEntry,
     exc: BaseException,
+    redacted: frozenset[str],
 ) -> JournalEntry | None:
     try:
-        return await append_bounded_async(journal, failed_draft(host, definition, intent, exc))
+        return await append_bounded_async(
+            journal, failed_draft(host, definition, intent, exc), redacted=redacted
+        )
     except Exception as journal_exc:
         exc.add_note(f"sagacity: FAILED could not be journaled: {describe_error(journal_exc)}")
         return None

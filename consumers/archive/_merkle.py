@@ -1,8 +1,9 @@
 """Merkle trees as RFC 6962 / RFC 9162 define them: roots, inclusion and consistency proofs.
 
-Leaves are 32-byte hashes (the caller hashes its data with a ``0x00`` prefix); an interior node
-is ``SHA-256(0x01 || left || right)``; a tree of ``n`` leaves splits at the largest power of two
-below ``n``.  Everything here is pure: the database-facing parts live in ``_roundlog``.
+Leaves are 32-byte hashes (the caller hashes its data with a ``0x00`` prefix: a leaf, node or
+root of another size is refused); an interior node is ``SHA-256(0x01 || left || right)``; a
+tree of ``n`` leaves splits at the largest power of two below ``n``.  Everything here is pure:
+the database-facing parts live in ``_roundlog``.
 
 Proofs are built from *ranges*: every node of an inclusion or consistency proof is the root of
 a contiguous range of leaves.  A streaming pass over the leaves in order then computes them in
@@ -18,6 +19,21 @@ from collections.abc import Iterable, Sequence
 
 Range = tuple[int, int]
 """Leaves ``[start, end)``."""
+
+NODE_BYTES = 32
+"""Every leaf, node and root is a SHA-256 digest: a proof check refuses any other size (an
+empty leaf and an empty root would otherwise be a one-leaf tree)."""
+
+
+def _nodes(*hashes: bytes) -> bool:
+    """Every one of ``hashes`` is a :data:`NODE_BYTES`-byte digest."""
+    return all(isinstance(h, bytes) and len(h) == NODE_BYTES for h in hashes)
+
+
+def _leaf(leaf: bytes) -> bytes:
+    if not _nodes(leaf):
+        raise ValueError(f"a Merkle leaf is {NODE_BYTES} bytes (a SHA-256 digest)")
+    return leaf
 
 
 def node(left: bytes, right: bytes) -> bytes:
@@ -35,7 +51,7 @@ def _levels(leaves: Sequence[bytes]) -> list[list[bytes]]:
     is RFC 6962's split at the largest power of two below the size)."""
     if not leaves:
         raise ValueError("a Merkle tree needs at least one leaf")
-    levels = [list(leaves)]
+    levels = [[_leaf(leaf) for leaf in leaves]]
     while len(levels[-1]) > 1:
         level = levels[-1]
         up = [node(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
@@ -65,8 +81,9 @@ def inclusion_proof(leaves: Sequence[bytes], index: int) -> list[bytes]:
 
 def root_from_proof(leaf: bytes, index: int, size: int, path: Sequence[bytes]) -> bytes | None:
     """The root that ``path`` proves ``leaf`` at ``index`` of ``size`` leaves under, or
-    ``None`` when the path does not fit the position (RFC 9162 section 2.1.3.2)."""
-    if not 0 <= index < size:
+    ``None`` when the path does not fit the position (RFC 9162 section 2.1.3.2) or the leaf or
+    a node of it is not 32 bytes."""
+    if not 0 <= index < size or not _nodes(leaf, *path):
         return None
     fn, sn, current = index, size - 1, leaf
     for sibling in path:
@@ -82,6 +99,14 @@ def root_from_proof(leaf: bytes, index: int, size: int, path: Sequence[bytes]) -
         fn >>= 1
         sn >>= 1
     return current if sn == 0 else None
+
+
+def verify_inclusion(
+    leaf: bytes, index: int, size: int, path: Sequence[bytes], root: bytes
+) -> bool:
+    """Whether ``path`` proves ``leaf`` at ``index`` of ``size`` leaves under ``root`` (every
+    one of them 32 bytes)."""
+    return _nodes(root) and root_from_proof(leaf, index, size, path) == root
 
 
 class RootBuilder:
@@ -112,7 +137,7 @@ class RootBuilder:
     def add(self, leaf: bytes) -> None:
         """Append the next leaf."""
         stack = self._stack
-        current, size = leaf, 1
+        current, size = _leaf(leaf), 1
         while stack and stack[-1][1] == size:
             left, _ = stack.pop()
             current, size = node(left, current), size * 2
@@ -261,8 +286,9 @@ def verify_consistency(
     old_size: int, new_size: int, old_root: bytes, new_root: bytes, proof: Sequence[bytes]
 ) -> bool:
     """Whether ``proof`` shows the tree of ``new_size`` leaves with ``new_root`` extends the
-    one of ``old_size`` leaves with ``old_root`` (RFC 9162 section 2.1.4.2)."""
-    if not 0 < old_size <= new_size:
+    one of ``old_size`` leaves with ``old_root`` (RFC 9162 section 2.1.4.2); never when a
+    root or a node of it is not 32 bytes."""
+    if not 0 < old_size <= new_size or not _nodes(old_root, new_root, *proof):
         return False
     if old_size == new_size:
         return not proof and old_root == new_root

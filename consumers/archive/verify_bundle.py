@@ -20,14 +20,15 @@ Checks, in order (docs/adr/0017-audit-coverage.md), stopping at the first failur
 5a. a retention anchor the chain starts from: only signed fields (``bundle_altered``), a
    retention record (``SGRT1``, docs/adr/0015-round-log.md) signed by the trusted key
    (``unknown_key``, ``forged_anchor``) whose anchors' Merkle root the anchor's inclusion proof
-   leads to (``forged_anchor``);
+   leads to (``forged_anchor``; the root and every node 32 bytes);
 6. every checkpoint, in seq order: only the fields its signature covers, and the values its
    round signed (``bundle_altered``); a valid Ed25519 signature (RFC 8032) by the trusted key
    (``unknown_key``, ``bad_signature``) — over the checkpoint's signing round (``SGCR2``,
    docs/adr/0015-round-log.md: the root of the log of every head signed so far, the leaf at
    the round's first leaf plus its index; or ``SGCR1``, docs/adr/0012-checkpoint-rounds.md),
    whose Merkle root the checkpoint's inclusion proof must lead to (RFC 9162 section
-   2.1.3.2), or over the checkpoint itself (``SGCP1``,
+   2.1.3.2; the root and every node 64 hex characters, 32 bytes, or the proof fails), or
+   over the checkpoint itself (``SGCP1``,
    docs/adr/0006-archive-and-checkpoints.md); a seq the chain reaches (``truncated``) and a
    hash equal to the chain's at that seq (``checkpoint_mismatch``);
 7. a checkpoint covers the head (``unsigned``), unless ``--allow-unsigned`` is given: then the
@@ -417,10 +418,26 @@ def leaf_hash(saga_id: str, seq: int, hash_hex: str) -> bytes:
     ).digest()
 
 
+def _digests(*hashes: object) -> bool:
+    """Every one of ``hashes`` is a 32-byte SHA-256 digest (a leaf, node or root)."""
+    return all(isinstance(h, bytes) and len(h) == 32 for h in hashes)
+
+
+def digest_of(text: object) -> bytes | None:
+    """The 32 bytes a hash in the bundle spells as 64 hex characters, or ``None``."""
+    if not isinstance(text, str) or len(text) != 64:
+        return None
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        return None
+
+
 def root_from_proof(leaf: bytes, index: int, size: int, path: list[bytes]) -> bytes | None:
     """RFC 9162 2.1.3.2: the root ``path`` leads ``leaf`` (at ``index`` of ``size``) to, or
-    ``None`` when the path does not fit that position.  Nodes: ``SHA-256(0x01 || l || r)``."""
-    if not 0 <= index < size:
+    ``None`` when the path does not fit that position or the leaf or a node is not 32 bytes.
+    Nodes: ``SHA-256(0x01 || l || r)``."""
+    if not isinstance(index, int) or not 0 <= index < size or not _digests(leaf, *path):
         return None
     fn, sn, node = index, size - 1, leaf
     for sibling in path:
@@ -436,6 +453,20 @@ def root_from_proof(leaf: bytes, index: int, size: int, path: list[bytes]) -> by
         fn >>= 1
         sn >>= 1
     return node if sn == 0 else None
+
+
+def verify_inclusion(leaf: bytes, index: int, size: int, path: list[bytes], root: bytes) -> bool:
+    """Whether ``path`` proves ``leaf`` at ``index`` of ``size`` leaves under ``root`` (every
+    one of them 32 bytes)."""
+    return _digests(root) and root_from_proof(leaf, index, size, path) == root
+
+
+def proof_nodes(items: object) -> list[bytes] | None:
+    """The nodes of a bundled proof (a list of 64-hex hashes), or ``None`` when it is not."""
+    if not isinstance(items, list):
+        return None
+    nodes = [digest_of(item) for item in items]
+    return None if any(n is None for n in nodes) else [n for n in nodes if n is not None]
 
 
 def round_message(signed: dict[str, Any]) -> bytes:
@@ -499,7 +530,8 @@ def check_in_round(saga_id: str, cp: dict[str, Any], signed: dict[str, Any]) -> 
     log up to the round (``SGCR2``: the leaf's place is the round's first plus its index)."""
     seq = cp["seq"]
     leaf = leaf_hash(saga_id, seq, cp["hash"])
-    path = [bytes.fromhex(p) for p in cp.get("proof", [])]
+    path = proof_nodes(cp.get("proof", []))
+    root = digest_of(signed["root"])
     index, size = cp["leaf_index"], signed["leaf_count"]
     if signed.get("format") == "SGCR2":
         if not isinstance(index, int) or not 0 <= index < signed["leaf_count"]:
@@ -507,8 +539,7 @@ def check_in_round(saga_id: str, cp: dict[str, Any], signed: dict[str, Any]) -> 
         else:
             index += signed["tree_size"] - signed["leaf_count"]
         size = signed["tree_size"]
-    root = root_from_proof(leaf, index, size, path)
-    if root is None or root.hex() != signed["root"]:
+    if path is None or root is None or not verify_inclusion(leaf, index, size, path, root):
         raise VerificationError(
             seq,
             "bad_signature",
@@ -597,9 +628,10 @@ def check_anchor(saga_id: str, anchor: dict[str, Any], keys: dict[str, bytes]) -
     if not ed25519_verify(public, retention_record_message(record), signature):
         raise VerificationError(seq, "forged_anchor", "the retention record's signature fails")
     leaf = anchor_leaf(saga_id, seq, anchor["hash"])
-    path = [bytes.fromhex(p) for p in anchor.get("proof", [])]
-    root = root_from_proof(leaf, anchor.get("leaf_index", -1), record["anchor_count"], path)
-    if root is None or root.hex() != record["anchors_root"]:
+    path = proof_nodes(anchor.get("proof", []))
+    root = digest_of(record["anchors_root"])
+    index, size = anchor.get("leaf_index", -1), record["anchor_count"]
+    if path is None or root is None or not verify_inclusion(leaf, index, size, path, root):
         raise VerificationError(
             seq,
             "forged_anchor",

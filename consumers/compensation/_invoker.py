@@ -3,9 +3,12 @@
 The runner journals ``COMPENSATION_INTENT`` durably and then hands each undo to
 :class:`ClaimingInvoker`, which
 
-1. claims the step in Postgres (``UNIQUE (saga_id, step_seq)``) before any call;
+1. claims the step in Postgres before any call, keyed by the journal and the step (its saga
+   id, ``EXECUTED`` seq and entry hash): no other journal's claim, nor another entry's at the
+   same seq, is ever taken as this step's;
 2. if an earlier attempt recorded a result, returns it without calling again;
-3. if an earlier attempt may have acted (claimed, or timed out) and the compensation is not
+3. if an earlier attempt may have acted (claimed, or timed out; or an unbound claim written
+   before claims named their journal and step, unless it failed) and the compensation is not
    idempotent, refuses (``CompensationInDoubtError``: a person checks), unless a person
    settled that attempt as not executed (``SUSPECT_SETTLED``);
 4. otherwise calls the undo in a worker thread, waiting at most the configured timeout (a hang
@@ -34,7 +37,7 @@ from sagacity.errors import (
     CompensationTimeoutError,
     PersistenceError,
 )
-from sagacity.ports import ClaimStatus, ClaimStore
+from sagacity.ports import Claim, ClaimStatus, ClaimStore
 
 log = logging.getLogger("sagacity.compensation")
 
@@ -66,6 +69,21 @@ def _interrupted(call: CompensationCall, exc: PersistenceError) -> CompensationI
     )
 
 
+def _in_doubt(claim: Claim) -> bool:
+    """The claim's undo may have taken effect: claimed or timed out; for an unbound claim
+    (perhaps this step's, perhaps another journal's) anything but a failure."""
+    if claim.unbound:
+        return claim.status is not ClaimStatus.FAILED
+    return claim.status in (ClaimStatus.CLAIMED, ClaimStatus.TIMED_OUT)
+
+
+def _describe(claim: Claim) -> str:
+    said = f"{claim.status.value.lower()}, attempt {claim.attempts}"
+    if claim.unbound:
+        return f"{said}, claimed before claims named their journal and step"
+    return said
+
+
 class ClaimingInvoker:
     """Makes one undo call for the runner: claimed first, bounded in time, recorded.
 
@@ -93,28 +111,31 @@ class ClaimingInvoker:
         _failpoints.reach("after_intent")
         try:
             claim = self._claims.claim(
-                call.saga_id, call.seq, target=call.target, key=call.idempotency_key
+                call.saga_id,
+                call.seq,
+                step_hash=call.step.hash,
+                target=call.target,
+                key=call.idempotency_key,
             )
         except PersistenceError as exc:
             raise _interrupted(call, exc) from exc
-        if claim.status is ClaimStatus.COMPENSATED:
+        if claim.status is ClaimStatus.COMPENSATED and not claim.unbound:
             log.info(
                 "step already compensated by an earlier attempt; not called again",
                 extra={"saga_id": call.saga_id, "seq": call.seq},
             )
             return decode_result(claim.result, claim.result_encoding)
         if not claim.fresh:
-            in_doubt = claim.status in (ClaimStatus.CLAIMED, ClaimStatus.TIMED_OUT)
-            if in_doubt and not call.idempotent and not call.retry_after_settlement:
+            if _in_doubt(claim) and not call.idempotent and not call.retry_after_settlement:
                 raise CompensationInDoubtError(
                     f"an earlier attempt of {call.target} for step {call.seq} "
-                    f"({claim.status.value.lower()}, attempt {claim.attempts}) may have taken "
-                    "effect and the compensation is not declared idempotent; needs a person",
+                    f"({_describe(claim)}) may have taken effect and the compensation is not "
+                    "declared idempotent; needs a person",
                     saga_id=call.saga_id,
                     seq=call.seq,
                 )
             try:
-                self._claims.restart(call.saga_id, call.seq)
+                self._claims.restart(call.saga_id, call.seq, step_hash=call.step.hash)
             except PersistenceError as exc:
                 raise _interrupted(call, exc) from exc
         _failpoints.reach("after_claim")
@@ -147,7 +168,7 @@ class ClaimingInvoker:
         run" only when the journal lacks the outcome too.
         """
         try:
-            self._claims.record(call.saga_id, call.seq, status, **outcome)
+            self._claims.record(call.saga_id, call.seq, status, step_hash=call.step.hash, **outcome)
         except PersistenceError as exc:
             log.warning(
                 "the undo's outcome (%s) could not be recorded on its claim: %s",

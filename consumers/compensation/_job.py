@@ -373,7 +373,7 @@ class SagaJob:
         if not open_steps:
             return entries
         wrote = False
-        claims = {claim.step_seq: claim for claim in self.context.claims.claims(saga_id)}
+        claims = _step_claims(self.context.claims.claims(saga_id), entries)
         for seq, intent in sorted(open_steps.items()):
             claim = claims.get(seq)
             draft = self._recorded_outcome(saga_id, seq, intent, claim)
@@ -405,6 +405,8 @@ class SagaJob:
                 **fields,
             )
 
+        if claim is not None and claim.unbound:
+            return None  # perhaps another journal's: proves nothing; the invoker weighs it
         if claim is None:
             if not (intent.actor or "").startswith(WRITER_PREFIX):
                 return None  # not written under the claim protocol: nothing is proven
@@ -432,3 +434,16 @@ class SagaJob:
                 attributes={attr.REF_SEQ: str(seq), attr.CAUSE: "error"},
             )
         return None  # CLAIMED / TIMED_OUT: the call may have acted; the runner decides
+
+
+def _step_claims(claims: Sequence[Claim], entries: Sequence[JournalEntry]) -> dict[int, Claim]:
+    """Per ``EXECUTED`` seq of the chain, the claim of that very entry (its hash), else an
+    unbound claim of its seq; a claim of another entry at the seq is none of the step's."""
+    executed = {e.seq: e.hash for e in entries if e.event_type is EventType.EXECUTED}
+    found: dict[int, Claim] = {}
+    for claim in claims:
+        if claim.unbound and claim.step_seq in executed:
+            found.setdefault(claim.step_seq, claim)
+        elif executed.get(claim.step_seq) == claim.step_hash:
+            found[claim.step_seq] = claim  # the step's own claim wins over an unbound one
+    return found

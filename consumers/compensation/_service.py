@@ -30,7 +30,7 @@ from pydantic import Field
 
 from sagacity._compensation import CompensationCall
 from sagacity._defaults import DEFAULT_COMPENSATION_GROUP, DEFAULT_TOPIC
-from sagacity._env import read_index
+from sagacity._env import claim_store, read_index
 from sagacity._events import EventType, JournalEntry
 from sagacity._result import SagaResult, SagaStatus
 from sagacity._saga import Sagacity
@@ -62,7 +62,7 @@ from sagacity.errors import (
     SerializationError,
     ToolLoadError,
 )
-from sagacity.postgres import PostgresClaimStore
+from sagacity.ports import ClaimStore
 from sagacity.producer import KafkaJournal, ReadIndexSettings
 from sagacity.producer._clients import with_logger
 from sagacity.schemas import decode_entry
@@ -199,13 +199,8 @@ class CompensationService(Handler):
         # Tools first: an un-importable target must fail before anything connects.
         self._sagacity = Sagacity(compensation="delegated", writer_id=self.writer_id)
         self.tool_names = self._register_tools(self._sagacity)
-        self._claims = PostgresClaimStore(settings.database_url, instance=self.instance)
-        self._invoker = ClaimingInvoker(
-            self._claims,
-            timeout_s=settings.compensation_timeout_s,
-            on_call=self._called,
-            on_start=self._starting,
-        )
+        # Made at start: the claims' key names the journal, whose cluster id Kafka tells.
+        self._claims: ClaimStore | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=settings.concurrency, thread_name_prefix="compensation"
         )
@@ -244,7 +239,16 @@ class CompensationService(Handler):
             PersistenceError / JournalError / ConfigurationError: a dependency is unusable.
         """
         s = self.settings
+        self._claims = claim_store(
+            s.database_url, instance=self.instance, topic=s.topic, kafka=self._base_config()
+        )
         self._claims.ensure_schema()
+        invoker = ClaimingInvoker(
+            self._claims,
+            timeout_s=s.compensation_timeout_s,
+            on_call=self._called,
+            on_start=self._starting,
+        )
         self._kafka = self._new_journal()
         self._journal = ServiceJournal(self._thread_journal, may_write=self._may_write)
         self._sagacity = Sagacity(
@@ -296,7 +300,7 @@ class CompensationService(Handler):
             sagacity=self._sagacity,
             journal=self._journal,
             claims=self._claims,
-            invoker=self._invoker,
+            invoker=invoker,
             writer_id=self.writer_id,
             thread_journal=self._thread_journal,
             drop_thread_journal=self._drop_thread_journal,
@@ -414,7 +418,7 @@ class CompensationService(Handler):
             return False, "stopping"
         if self._runtime is None or not self._runtime.joined:
             return False, "not yet a member of the consumer group"
-        if not self._claims.ping():
+        if self._claims is None or not self._claims.ping():
             return False, "claims database does not answer"
         return True, "ready"
 

@@ -31,6 +31,7 @@ from sagacity.consumers.compensation import pending_request
 from sagacity.errors import ErasureRefusedError
 from sagacity.keystore_postgres import PostgresKeyStore
 from sagacity.postgres._erasure import clear_service_copies, erasure_lock, service_copies
+from sagacity.postgres._statistics import refresh_statistics
 from sagacity.producer import KafkaJournal
 from sagacity.producer._reader import ownership
 
@@ -271,6 +272,7 @@ def apply_erasure(
             key_id = plan.kek_id or _recorded_key_id(conn, saga_id, plan)
             archived = erase_in_archive(conn, saga_id, actor=actor, reason=reason, key_id=key_id)
         copies = clear_service_copies(services_database, saga_id)
+        refresh_statistics(archive_database, services_database)  # no sample of the values
         event = None
         if not plan.recorded:
             draft = EntryDraft(

@@ -45,12 +45,15 @@ def prune_claims(
     the journal topic and its dead-letter topic no longer retain anything that old: the age
     may not be shorter than the longer of their retentions, and nothing is pruned while a
     topic keeps events forever. CLAIMED and TIMED_OUT claims (a call in doubt) are never
-    pruned. Exit status: 0 done, 1 refused, 2 usage, 3 Kafka or the database does not answer.
+    pruned. Only this journal's claims are pruned (the topic on this Kafka cluster), with the
+    claims older than claims naming their journal; another journal sharing the database
+    prunes its own. Exit status: 0 done, 1 refused, 2 usage, 3 Kafka or the database does
+    not answer.
     """
     from confluent_kafka.admin import AdminClient
 
+    from sagacity._env import claim_store
     from sagacity.errors import PersistenceError, SagacityError, TopicNotFoundError
-    from sagacity.postgres import PostgresClaimStore
     from sagacity.producer import describe_topic as describe
     from sagacity.producer import with_logger
 
@@ -86,7 +89,16 @@ def prune_claims(
             err=True,
         )
         raise SystemExit(1)
-    store = PostgresClaimStore(database_url, instance="prune-claims")
+    try:
+        store = claim_store(
+            database_url,
+            instance="prune-claims",
+            topic=topic,
+            kafka={"bootstrap.servers": bootstrap_servers},
+        )
+    except SagacityError as exc:
+        click.echo(f"Error: {exc.message}", err=True)
+        raise SystemExit(3) from exc
     try:
         count = store.prune(older_than_s=age_s, apply=apply)
     except PersistenceError as exc:

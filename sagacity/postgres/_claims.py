@@ -3,13 +3,21 @@ written before its undo is called.
 
 The row is the service's memory of what it did to the outside world, independent of Kafka:
 
-* ``UNIQUE (saga_id, step_seq)`` (the primary key): a step is claimed once; a second attempt
-  finds the row and learns what the first one got to;
+* primary key ``(journal, saga_id, step_seq, step_hash)``: a step of one journal (its
+  ``EXECUTED`` seq and entry hash) is claimed once; a second attempt finds the row and learns
+  what the first one got to.  Journals sharing the database (the same saga id on two topics)
+  and another entry at the same seq have rows of their own;
 * ``status`` ``CLAIMED`` (the call may be in flight, or may have happened), ``COMPENSATED``
   (the call returned; ``result`` kept), ``FAILED`` (it raised: nothing to undo twice),
   ``TIMED_OUT`` (it did not return in time: in doubt);
-* a session advisory lock per saga keeps two instances from compensating the same saga at
-  once; Postgres drops it when the holder's connection dies (``kill -9`` included).
+* rows the table held before migration 2 named no journal and no step hash (both ``''``):
+  they are *unbound* claims, reported as such for their saga id and seq on every journal and
+  never written again (docs/adr/0007-compensation-exactly-once.md, "Claims bound to their
+  journal");
+* a session advisory lock per saga id keeps two instances from compensating the same saga at
+  once; Postgres drops it when the holder's connection dies (``kill -9`` included).  It is
+  keyed by the saga id alone, as before migration 2, so it serialises the same saga id on two
+  journals (harmless) and an instance of the previous release still excludes this one.
 
 See docs/adr/0007-compensation-exactly-once.md.
 """
@@ -21,7 +29,7 @@ import threading
 import psycopg
 from psycopg import sql
 
-from sagacity.ports import Claim, ClaimStatus
+from sagacity.ports import Claim, ClaimStatus, check_claim_key
 from sagacity.postgres._connect import connect
 from sagacity.postgres._connect import ping as ping_database
 from sagacity.postgres._errors import mapped_errors
@@ -54,17 +62,48 @@ CREATE TABLE IF NOT EXISTS {table} (
 _LOCK_SPACE = 0x5A6A
 
 
+_STEP = "journal = %s AND saga_id = %s AND step_seq = %s AND step_hash = %s"
+"""A claim's key, as a condition on its four parameters."""
+_COLUMNS = "step_seq, step_hash, status, attempts, result, result_encoding, error, journal"
+"""What :func:`_claim` reads of a row."""
+
+
 def _q(text: str) -> sql.Composed:
-    """``text`` with ``{table}`` bound to the claims table (an identifier, never a value)."""
-    return sql.SQL(text).format(table=sql.Identifier(TABLE))
+    """``text`` with ``{table}`` bound to the claims table (an identifier, never a value),
+    ``{step}`` to the claim's key condition and ``{columns}`` to what a claim is read from."""
+    return sql.SQL(text).format(
+        table=sql.Identifier(TABLE), step=sql.SQL(_STEP), columns=sql.SQL(_COLUMNS)
+    )
+
+
+_BIND = f"""
+ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS journal text NOT NULL DEFAULT '';
+ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS step_hash text NOT NULL DEFAULT '';
+ALTER TABLE {TABLE} ALTER COLUMN journal DROP DEFAULT;
+ALTER TABLE {TABLE} ALTER COLUMN step_hash DROP DEFAULT;
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_index i
+        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+        WHERE i.indrelid = '{TABLE}'::regclass AND i.indisprimary AND a.attname = 'step_hash'
+    ) THEN
+        ALTER TABLE {TABLE} DROP CONSTRAINT {TABLE}_pkey;
+        ALTER TABLE {TABLE} ADD PRIMARY KEY (journal, saga_id, step_seq, step_hash);
+    END IF;
+END $$;
+"""  # noqa: S608
+"""Migration 2: claims bound to their journal and step.  The rows already there keep ``''``
+for both (unbound: see the module documentation); the columns then have no default, so a
+writer of the previous release (which names neither) is refused and calls nothing."""
 
 
 def _migrations() -> tuple[tuple[int, str], ...]:
-    return ((1, _q(_SCHEMA).as_string()),)
+    return ((1, _q(_SCHEMA).as_string()), (2, _BIND))
 
 
 class PostgresClaimStore:
-    """Claims and saga locks on one Postgres database; a connection per thread.
+    """Claims of one journal and saga locks on one Postgres database; a connection per thread.
 
     Errors are mapped by :mod:`sagacity.postgres._errors`: a lost connection raises
     :class:`~sagacity.errors.PersistenceUnavailableError` (the next call reconnects).
@@ -72,14 +111,26 @@ class PostgresClaimStore:
     Args:
         conninfo: libpq URL or conninfo (its ``search_path`` picks the schema).
         instance: this instance's id, recorded on claims.
+        journal: the journal's identity, part of every claim's key (the composition root's
+            ``sagacity._env.journal_identity``).
+
+    Raises:
+        ValueError: ``journal`` is empty.
     """
 
-    def __init__(self, conninfo: str, *, instance: str) -> None:
+    def __init__(self, conninfo: str, *, instance: str, journal: str) -> None:
+        check_claim_key(journal)
         self._conninfo = conninfo
         self._instance = instance
+        self._journal = journal
         self._local = threading.local()
         self._all: list[psycopg.Connection[tuple[object, ...]]] = []
         self._all_lock = threading.Lock()
+
+    @property
+    def journal(self) -> str:
+        """The journal whose claims this store keeps."""
+        return self._journal
 
     def _conn(self) -> psycopg.Connection[tuple[object, ...]]:
         conn: psycopg.Connection[tuple[object, ...]] | None = getattr(self._local, "conn", None)
@@ -91,7 +142,7 @@ class PostgresClaimStore:
         return conn
 
     def ensure_schema(self) -> None:
-        """Create the claims table if it does not exist.
+        """Create the claims table if it does not exist, and bring it to this release's form.
 
         Raises:
             PersistenceError: the database could not be reached or refused.
@@ -121,56 +172,59 @@ class PostgresClaimStore:
             conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (_LOCK_SPACE, saga_id))
 
     # --- claims --------------------------------------------------------------------------
-    def claim(self, saga_id: str, step_seq: int, *, target: str, key: str) -> Claim:
-        """Create the step's claim, or return the existing one locked for this attempt.
+    def claim(self, saga_id: str, step_seq: int, *, step_hash: str, target: str, key: str) -> Claim:
+        """Create the step's claim, or return the existing one.
 
-        A fresh claim (``fresh=True``, status ``CLAIMED``) means no attempt was ever started.
+        A fresh claim (``fresh=True``, status ``CLAIMED``) means no attempt was ever started
+        on this journal's step; when an unbound claim of the saga id and seq exists, that one
+        is returned instead (``unbound=True``).
 
         Raises:
+            ValueError: ``step_hash`` is not an entry hash.
             PersistenceError: the database failed.
         """
+        check_claim_key(self._journal, step_hash)
+        step = (self._journal, saga_id, step_seq, step_hash)
         conn = self._conn()
         with mapped_errors("claim a step"):
             row = conn.execute(
                 _q(
-                    "INSERT INTO {table} (saga_id, step_seq, target, idempotency_key, instance, "
-                    "status) VALUES (%s, %s, %s, %s, %s, 'CLAIMED') "
-                    "ON CONFLICT (saga_id, step_seq) DO NOTHING RETURNING attempts"
+                    "INSERT INTO {table} (journal, saga_id, step_seq, step_hash, target, "
+                    "idempotency_key, instance, status) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, 'CLAIMED') "
+                    "ON CONFLICT (journal, saga_id, step_seq, step_hash) DO NOTHING "
+                    "RETURNING attempts"
                 ),
-                (saga_id, step_seq, target, key, self._instance),
+                (*step, target, key, self._instance),
             ).fetchone()
-            if row is not None:
-                return Claim(
-                    saga_id=saga_id,
-                    step_seq=step_seq,
-                    status=ClaimStatus.CLAIMED,
-                    attempts=1,
-                    fresh=True,
-                )
-            found = conn.execute(
-                _q(
-                    "SELECT status, attempts, result, result_encoding FROM {table} "
-                    "WHERE saga_id = %s AND step_seq = %s"
-                ),
-                (saga_id, step_seq),
+            if row is None:
+                found = conn.execute(
+                    _q("SELECT {columns} FROM {table} WHERE {step}"), step
+                ).fetchone()
+                assert found is not None  # only prune deletes rows, and never a CLAIMED one
+                return _claim(saga_id, found)
+            unbound = conn.execute(
+                _q("SELECT {columns} FROM {table} WHERE {step}"),
+                ("", saga_id, step_seq, ""),
             ).fetchone()
-        assert found is not None  # rows are never deleted
+        if unbound is not None:
+            return _claim(saga_id, unbound)
         return Claim(
             saga_id=saga_id,
             step_seq=step_seq,
-            status=ClaimStatus(str(found[0])),
-            attempts=int(str(found[1])),
-            result=None if found[2] is None else str(found[2]),
-            result_encoding=None if found[3] is None else str(found[3]),
+            step_hash=step_hash,
+            status=ClaimStatus.CLAIMED,
+            attempts=1,
+            fresh=True,
         )
 
-    def restart(self, saga_id: str, step_seq: int) -> None:
+    def restart(self, saga_id: str, step_seq: int, *, step_hash: str) -> None:
         """Record that the step's undo is being started again."""
         self._execute(
             "record a restart",
             "UPDATE {table} SET attempts = attempts + 1, status = 'CLAIMED', instance = %s, "
-            "error = NULL WHERE saga_id = %s AND step_seq = %s",
-            (self._instance, saga_id, step_seq),
+            "error = NULL WHERE {step}",
+            (self._instance, self._journal, saga_id, step_seq, step_hash),
         )
 
     def record(
@@ -179,6 +233,7 @@ class PostgresClaimStore:
         step_seq: int,
         status: ClaimStatus,
         *,
+        step_hash: str,
         result: str | None = None,
         result_encoding: str | None = None,
         error: str | None = None,
@@ -187,8 +242,17 @@ class PostgresClaimStore:
         self._execute(
             "record an outcome",
             "UPDATE {table} SET status = %s, result = %s, result_encoding = %s, error = %s, "
-            "finished_at = now() WHERE saga_id = %s AND step_seq = %s",
-            (status.value, result, result_encoding, error, saga_id, step_seq),
+            "finished_at = now() WHERE {step}",
+            (
+                status.value,
+                result,
+                result_encoding,
+                error,
+                self._journal,
+                saga_id,
+                step_seq,
+                step_hash,
+            ),
         )
 
     def _execute(self, action: str, query: str, params: tuple[object, ...]) -> None:
@@ -197,45 +261,36 @@ class PostgresClaimStore:
             conn.execute(_q(query), params)
 
     def claims(self, saga_id: str) -> list[Claim]:
-        """Every claim of the saga, by step."""
+        """The saga's claims on this journal and its unbound ones, by step."""
         conn = self._conn()
         with mapped_errors("read claims"):
             rows = conn.execute(
                 _q(
-                    "SELECT step_seq, status, attempts, result, result_encoding, error "
-                    "FROM {table} WHERE saga_id = %s ORDER BY step_seq"
+                    "SELECT {columns} FROM {table} WHERE journal IN (%s, '') "
+                    "AND saga_id = %s ORDER BY step_seq, journal, step_hash"
                 ),
-                (saga_id,),
+                (self._journal, saga_id),
             ).fetchall()
-        return [
-            Claim(
-                saga_id=saga_id,
-                step_seq=int(str(r[0])),
-                status=ClaimStatus(str(r[1])),
-                attempts=int(str(r[2])),
-                result=None if r[3] is None else str(r[3]),
-                result_encoding=None if r[4] is None else str(r[4]),
-                error=None if r[5] is None else str(r[5]),
-            )
-            for r in rows
-        ]
+        return [_claim(saga_id, r) for r in rows]
 
     def prune(self, *, older_than_s: float, apply: bool) -> int:
-        """Delete (with ``apply``; else count) settled claims finished over ``older_than_s``
-        seconds ago: ``COMPENSATED`` and ``FAILED`` only.  ``CLAIMED`` and ``TIMED_OUT`` claims
-        are the evidence of a call in doubt and are never removed.
+        """Delete (with ``apply``; else count) this journal's and unbound settled claims
+        finished over ``older_than_s`` seconds ago: ``COMPENSATED`` and ``FAILED`` only.
+        ``CLAIMED`` and ``TIMED_OUT`` claims are the evidence of a call in doubt and are never
+        removed; another journal's claims are that journal's to prune (its topic's retention
+        decides).
 
         Raises:
             PersistenceError: the database could not be reached or refused.
         """
         where = (
-            "status IN ('COMPENSATED', 'FAILED') AND finished_at IS NOT NULL"
-            " AND finished_at < now() - make_interval(secs => %s)"
+            "journal IN (%s, '') AND status IN ('COMPENSATED', 'FAILED')"
+            " AND finished_at IS NOT NULL AND finished_at < now() - make_interval(secs => %s)"
         )
         verb = "DELETE FROM {table} WHERE " if apply else "SELECT count(*) FROM {table} WHERE "
         conn = self._conn()
         with mapped_errors("prune claims"):
-            cursor = conn.execute(_q(verb + where), (older_than_s,))
+            cursor = conn.execute(_q(verb + where), (self._journal, older_than_s))
             count = cursor.rowcount if apply else int(str(cursor.fetchone()[0]))  # type: ignore[index]
         return max(count, 0)
 
@@ -245,3 +300,22 @@ class PostgresClaimStore:
             conns, self._all = self._all, []
         for conn in conns:
             conn.close()
+
+
+def _claim(saga_id: str, row: tuple[object, ...]) -> Claim:
+    """The claim of a row selected as :data:`_COLUMNS`."""
+    step_seq, step_hash, status, attempts, result, encoding, error, journal = row
+    unbound = journal == ""
+    if unbound:  # another journal's result, perhaps: never handed over as this step's
+        result = encoding = None
+    return Claim(
+        saga_id=saga_id,
+        step_seq=int(str(step_seq)),
+        step_hash=str(step_hash),
+        status=ClaimStatus(str(status)),
+        attempts=int(str(attempts)),
+        result=None if result is None else str(result),
+        result_encoding=None if encoding is None else str(encoding),
+        error=None if error is None else str(error),
+        unbound=unbound,
+    )

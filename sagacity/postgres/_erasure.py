@@ -63,6 +63,11 @@ class ServiceCopies:
     attention: int = 0
 
 
+def table_exists(conn: psycopg.Connection[Any], table: str) -> bool:
+    """``table`` exists in the connection's current schema."""
+    return _exists(conn, table)
+
+
 def _exists(conn: psycopg.Connection[Any], table: str) -> bool:
     row = conn.execute(
         "SELECT to_regclass(format('%%I.%%I', current_schema(), %s::text))", (table,)

@@ -143,6 +143,19 @@ shop = Shop(os.environ.get("SVC_TOOLS_DSN"))
 """The instance ``--tools tests.compensation.svc_tools:shop`` names."""
 
 
+class CardShop(Shop):
+    """:class:`Shop` with a card gateway that echoes the card number it was given, in its
+    answer and in its refusal; the number is a redacted field (wrap it on a sealed journal)."""
+
+    @compensable(reversibility=Reversibility.READ, redact=["card_number"])
+    def check_card(self, card_number: str) -> dict[str, Any]:
+        return {"card": card_number, "status": f"card {card_number} accepted"}
+
+    @compensable(by="refund", redact=["card_number"])
+    def pay_by_card(self, order: str, card_number: str, amount: int) -> dict[str, Any]:
+        raise ValueError(f"card {card_number} declined for order {order} ({amount})")
+
+
 class Partial:
     """The same tool names as :class:`Shop` for a subset: a service that knows only these."""
 

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.postgres]
 
 @pytest.mark.parametrize("round_", range(4))
 def test_instances_starting_at_once_all_create_the_claims_table(pg_dsn: str, round_: int) -> None:
-    stores = [ClaimStore(pg_dsn, instance=f"i{n}") for n in range(6)]
+    stores = [ClaimStore(pg_dsn, instance=f"i{n}", journal="kafka:c/t") for n in range(6)]
     for store in stores:  # connect first, so the barrier releases the DDL itself together
         store.ping()
     barrier = threading.Barrier(len(stores))

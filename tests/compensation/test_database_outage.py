@@ -115,6 +115,7 @@ def test_a_claim_that_cannot_be_written_stops_before_the_undo() -> None:
     claims = PostgresClaimStore(
         f"postgresql://postgres@127.0.0.1:{free_port()}/sagacity?connect_timeout=2",
         instance="test",
+        journal="kafka:cluster/topic",
     )
     try:
         with pytest.raises(CompensationInterruptedError, match="was not called") as raised:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from sagacity._decision_signature import DecisionVerifier
 from sagacity._events import JournalEntry
-from sagacity.ports import ClaimStore, RequestStore, SagaIndex
+from sagacity.ports import ClaimStatus, ClaimStore, RequestStore, SagaIndex
 from sagacity.testing import InMemoryClaimStore, InMemoryRequestStore, InMemorySagaIndex
 from sagacity.testing.contracts import (
+    JOURNAL,
     ClaimStoreContract,
     RequestStoreContract,
     SagaIndexContract,
@@ -15,8 +16,19 @@ from sagacity.testing.contracts._requests import JOURNAL
 
 
 class TestInMemoryClaimStore(ClaimStoreContract):
-    def create_store(self) -> ClaimStore:
-        return InMemoryClaimStore()
+    first: InMemoryClaimStore | None = None
+
+    def create_store(self, *, journal: str = JOURNAL) -> ClaimStore:
+        # One memory per test, shared by the test's stores (one database, many journals).
+        store = InMemoryClaimStore(journal=journal, sharing=self.first)
+        self.first = self.first or store
+        return store
+
+    def put_unbound(
+        self, store: ClaimStore, saga_id: str, step_seq: int, status: ClaimStatus
+    ) -> None:
+        assert isinstance(store, InMemoryClaimStore)
+        store.add_unbound(saga_id, step_seq, status)
 
 
 class TestInMemoryRequestStore(RequestStoreContract):

@@ -12,9 +12,10 @@ from sagacity._decision_signature import DecisionVerifier
 from sagacity._defaults import DEFAULT_ARCHIVE_GROUP as DEFAULT_GROUP
 from sagacity._events import JournalEntry
 from sagacity.consumers.archive._db import migrate
-from sagacity.ports import ClaimStore, RequestStore, SagaIndex
+from sagacity.ports import ClaimStatus, ClaimStore, RequestStore, SagaIndex
 from sagacity.postgres import PostgresClaimStore, PostgresRequestStore, PostgresSagaIndex
 from sagacity.testing.contracts import (
+    JOURNAL,
     ClaimStoreContract,
     RequestStoreContract,
     SagaIndexContract,
@@ -29,8 +30,28 @@ class TestPostgresClaimStore(ClaimStoreContract):
     def _database(self, pg_dsn: str) -> None:
         self.dsn = pg_dsn
 
-    def create_store(self) -> ClaimStore:
-        return PostgresClaimStore(self.dsn, instance="contract")
+    def create_store(self, *, journal: str = JOURNAL) -> ClaimStore:
+        return PostgresClaimStore(self.dsn, instance="contract", journal=journal)
+
+    def put_unbound(
+        self, store: ClaimStore, saga_id: str, step_seq: int, status: ClaimStatus
+    ) -> None:
+        settled = status is not ClaimStatus.CLAIMED
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO sagacity_compensation_claims (journal, saga_id, step_seq, step_hash,"
+                " target, idempotency_key, instance, status, result, result_encoding,"
+                " finished_at) VALUES ('', %s, %s, '', 'undo', 'k', 'previous-release', %s, %s,"
+                " %s, CASE WHEN %s THEN now() END)",
+                (
+                    saga_id,
+                    step_seq,
+                    status.value,
+                    "from an older release" if status is ClaimStatus.COMPENSATED else None,
+                    "text" if status is ClaimStatus.COMPENSATED else None,
+                    settled,
+                ),
+            )
 
 
 class TestPostgresRequestStore(RequestStoreContract):

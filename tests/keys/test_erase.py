@@ -191,7 +191,7 @@ def stack(
     # The services' copies: an approval request and a kept event of the saga, a claim with a
     # result, and a message of the saga the archive quarantined.
     PostgresRequestStore(pg_dsn, topic=topic).migrate()
-    claims = PostgresClaimStore(pg_dsn, instance="test")
+    claims = PostgresClaimStore(pg_dsn, instance="test", journal=f"kafka:cluster/{topic}")
     claims.ensure_schema()
     claims.close()
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
@@ -212,9 +212,10 @@ def stack(
             (topic, SAGA, f"smtp refused {MARKER}"),
         )
         conn.execute(
-            "INSERT INTO sagacity_compensation_claims (saga_id, step_seq, target, idempotency_key,"
-            " instance, status, result) VALUES (%s, 3, 'unsend', 'k', 'test', 'COMPENSATED', %s)",
-            (SAGA, f"unsent {MARKER}"),
+            "INSERT INTO sagacity_compensation_claims (journal, saga_id, step_seq, step_hash,"
+            " target, idempotency_key, instance, status, result)"
+            " VALUES (%s, %s, 3, %s, 'unsend', 'k', 'test', 'COMPENSATED', %s)",
+            (claims.journal, SAGA, "0" * 64, f"unsent {MARKER}"),
         )
     archiver = BatchArchiver(pg_dsn, consumer_group="quarantine", retry_delay=0.05)
     try:

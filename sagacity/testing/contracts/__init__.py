@@ -7,9 +7,15 @@ each suite against its in-memory fake and its real adapter (Kafka, Postgres).
 
 from __future__ import annotations
 
-from sagacity.testing.contracts._claims import ClaimStoreContract
+from sagacity.testing.contracts._claims import JOURNAL, ClaimStoreContract
 from sagacity.testing.contracts._index import SagaIndexContract
 from sagacity.testing.contracts._journal import JournalContract
 from sagacity.testing.contracts._requests import RequestStoreContract
 
-__all__ = ["ClaimStoreContract", "JournalContract", "RequestStoreContract", "SagaIndexContract"]
+__all__ = [
+    "JOURNAL",
+    "ClaimStoreContract",
+    "JournalContract",
+    "RequestStoreContract",
+    "SagaIndexContract",
+]
