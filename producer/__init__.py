@@ -37,7 +37,7 @@ from sagacity.producer._reader import (
     Skipped,
     ownership,
 )
-from sagacity.producer._topic import MIN_RETENTION_MS, TopicSpec, parse_retention
+from sagacity.producer._topic import MIN_RETENTION_MS, TopicSpec, journal_identity, parse_retention
 from sagacity.producer._topic import check as check_topic
 from sagacity.producer._topic import create as create_topic
 from sagacity.producer._topic import describe as describe_topic
@@ -74,6 +74,7 @@ __all__ = [
     "create_topic",
     "current_traceparent",
     "describe_topic",
+    "journal_identity",
     "murmur2",
     "ownership",
     "parse_retention",

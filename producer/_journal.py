@@ -188,7 +188,7 @@ class KafkaJournal:
         if info.compacted:
             raise TopicConfigError(compaction_refusal(self._topic), topic=self._topic)
         self.topic_info: TopicInfo = info
-        self.identity = journal_name or journal_identity(info)
+        self.identity = journal_identity(info.cluster_id, info.name, name=journal_name)
         """The journal's name in signed decisions: ``journal_name``, else
         ``kafka:<cluster id>/<topic>`` (docs/adr/0025-trust-model.md)."""
         producer_max = int(settings.client.get("message.max.bytes", PRODUCER_MAX_MESSAGE_BYTES))

@@ -262,11 +262,13 @@ def describe(admin: AdminClient, topic: str, *, bootstrap: str, timeout: float) 
     )
 
 
-def journal_identity(info: TopicInfo) -> str:
-    """The journal's default name in signed decisions: ``kafka:<cluster id>/<topic>`` (two
-    clusters, or two topics of one, are two journals; a decision made on one counts on no
-    other)."""
-    return f"kafka:{info.cluster_id or 'unknown-cluster'}/{info.name}"
+def journal_identity(cluster_id: str | None, topic: str, *, name: str | None = None) -> str:
+    """The journal's identity: its configured ``name`` (``SAGACITY_JOURNAL_NAME``), else
+    ``kafka:<cluster id>/<topic>``.  Two clusters, or two topics of one, are two journals: a
+    signed decision names the journal it was made on and counts on no other, and the stores
+    several journals may share (compensation claims) key their rows by it.  The one place
+    the identity is made (docs/adr/0025-trust-model.md)."""
+    return name or f"kafka:{cluster_id or 'unknown-cluster'}/{topic}"
 
 
 def create(

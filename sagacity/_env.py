@@ -41,6 +41,7 @@ from sagacity.producer import (
     SagaIndex,
     cluster_id,
 )
+from sagacity.producer import journal_identity as kafka_journal_identity
 
 __all__ = [
     "DEFAULT_APPROVALS_GROUP",
@@ -225,37 +226,25 @@ def read_index(settings: ReadIndexSettings) -> SagaIndex | None:
     )
 
 
-def journal_identity(*, topic: str, kafka: Mapping[str, Any]) -> str:
-    """The identity of the journal on ``topic`` of the Kafka cluster ``kafka`` reaches:
-    ``kafka:<cluster id>/<topic>``.
-
-    What a store several journals may share keys its rows by (the compensation claims), so
-    the same saga id on two journals is two sagas there.  The cluster id comes from the
-    brokers the service itself connects to, not from any event.  This is the one place the
-    identity is made: a configured journal name can take the place of the pair here.
-
-    Args:
-        topic: the journal topic.
-        kafka: librdkafka settings with ``bootstrap.servers`` (and TLS/SASL).
+def journal_identity(*, topic: str, kafka: Mapping[str, Any], name: str | None = None) -> str:
+    """The identity of the journal on ``topic`` of the Kafka cluster ``kafka`` reaches, as a
+    :class:`KafkaJournal` there has it (``identity``): ``name`` (``SAGACITY_JOURNAL_NAME``),
+    else ``kafka:<cluster id>/<topic>`` (:func:`sagacity.producer.journal_identity`).  The
+    cluster id comes from the brokers the caller itself connects to, not from any event.
 
     Raises:
-        JournalUnavailableError: the cluster did not answer, or reports no id.
+        JournalUnavailableError: no ``name``, and the cluster did not answer or reports no id.
     """
-    return f"kafka:{cluster_id(kafka)}/{topic}"
+    if name:
+        return name
+    return kafka_journal_identity(cluster_id(kafka), topic)
 
 
-def claim_store(
-    database_url: str, *, instance: str, topic: str, kafka: Mapping[str, Any]
-) -> ClaimStore:
-    """The compensation claims in ``database_url`` of the journal on ``topic``
-    (:func:`journal_identity`).
-
-    Raises:
-        JournalUnavailableError: as :func:`journal_identity`.
-    """
+def claim_store(database_url: str, *, instance: str, journal: str) -> ClaimStore:
+    """The compensation claims in ``database_url`` of the journal named ``journal`` (its
+    :func:`journal_identity`)."""
     from sagacity.postgres import PostgresClaimStore  # the driver, only here
 
-    journal = journal_identity(topic=topic, kafka=kafka)
     return PostgresClaimStore(database_url, instance=instance, journal=journal)
 
 

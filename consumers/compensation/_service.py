@@ -120,6 +120,9 @@ class CompensationSettings(SagacitySettings):
     session_timeout_ms: int = Field(default=10_000, ge=1000)
     read_index: ReadIndexSettings | None = None
     writer_key: str | None = None
+    journal_name: str | None = Field(default=None, min_length=1, max_length=256)
+    """The journal's name (``SAGACITY_JOURNAL_NAME``; default ``kafka:<cluster id>/<topic>``):
+    what settlements and claims are bound to (docs/adr/0025-trust-model.md)."""
     approvals_public_key: str | None = None
     """The pinned approvals key(s) (``SAGACITY_APPROVALS_PUBLIC_KEY``): a ``SUSPECT_SETTLED``
     is acted on only when it verifies; without one, no settlement is acted on."""
@@ -239,8 +242,9 @@ class CompensationService(Handler):
             PersistenceError / JournalError / ConfigurationError: a dependency is unusable.
         """
         s = self.settings
+        self._kafka = self._new_journal()
         self._claims = claim_store(
-            s.database_url, instance=self.instance, topic=s.topic, kafka=self._base_config()
+            s.database_url, instance=self.instance, journal=self._kafka.identity
         )
         self._claims.ensure_schema()
         invoker = ClaimingInvoker(
@@ -249,7 +253,6 @@ class CompensationService(Handler):
             on_call=self._called,
             on_start=self._starting,
         )
-        self._kafka = self._new_journal()
         self._journal = ServiceJournal(self._thread_journal, may_write=self._may_write)
         self._sagacity = Sagacity(
             journal=self._journal,
@@ -340,6 +343,7 @@ class CompensationService(Handler):
             index=read_index(index) if self._keys is None else None,
             writer_key=self._writer_key,
             keys=self._keys,
+            journal_name=s.journal_name,
         )
         with self._lock:
             self._journals.append(journal)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from sagacity.cli._options import (
@@ -52,7 +54,7 @@ def prune_claims(
     """
     from confluent_kafka.admin import AdminClient
 
-    from sagacity._env import claim_store
+    from sagacity._env import claim_store, journal_identity
     from sagacity.errors import PersistenceError, SagacityError, TopicNotFoundError
     from sagacity.producer import describe_topic as describe
     from sagacity.producer import with_logger
@@ -90,12 +92,12 @@ def prune_claims(
         )
         raise SystemExit(1)
     try:
-        store = claim_store(
-            database_url,
-            instance="prune-claims",
+        journal = journal_identity(
             topic=topic,
             kafka={"bootstrap.servers": bootstrap_servers},
+            name=os.environ.get("SAGACITY_JOURNAL_NAME") or None,
         )
+        store = claim_store(database_url, instance="prune-claims", journal=journal)
     except SagacityError as exc:
         click.echo(f"Error: {exc.message}", err=True)
         raise SystemExit(3) from exc

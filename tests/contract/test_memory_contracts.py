@@ -12,7 +12,6 @@ from sagacity.testing.contracts import (
     RequestStoreContract,
     SagaIndexContract,
 )
-from sagacity.testing.contracts._requests import JOURNAL
 
 
 class TestInMemoryClaimStore(ClaimStoreContract):

@@ -20,7 +20,6 @@ from sagacity.testing.contracts import (
     RequestStoreContract,
     SagaIndexContract,
 )
-from sagacity.testing.contracts._requests import JOURNAL
 
 pytestmark = [pytest.mark.postgres]
 

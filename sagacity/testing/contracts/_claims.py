@@ -19,6 +19,7 @@ import pytest
 from sagacity.ports import ClaimStatus, ClaimStore
 
 JOURNAL = "kafka:contract-cluster/journal-a"
+"""The journal the contracts' stores serve: claims are keyed by it, signed decisions name it."""
 OTHER_JOURNAL = "kafka:contract-cluster/journal-b"
 
 

@@ -21,13 +21,11 @@ from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity._requests import request_states, verified_by
 from sagacity.chain import link, payload_sha256
 from sagacity.ports import RequestRow, RequestStore, RowState
+from sagacity.testing.contracts._claims import JOURNAL
 
 E = EventType
 PAYLOAD = '{"amount":"100","to":"alice"}'
 PAYLOAD_SHA = payload_sha256(PAYLOAD)
-JOURNAL = "contract-journal"
-"""The journal the contract's chains are on: signed decisions name it, and a store made with
-a verifier is made for it."""
 
 
 def _saga() -> str:
