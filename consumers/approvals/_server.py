@@ -290,6 +290,8 @@ class ApprovalsServer:
                 raise RuntimeError(f"the consumer is retrying: {self.consumer.error}")
             details["partitions"] = list(self.consumer.assigned)
             details["applied"] = self.consumer.applied
+            # Events refused by the acceptance rule: reported, never a failed check.
+            details["quarantined"] = self.consumer.quarantined
         if self.auth is not None:
             # Look at the file now (not only when a token is presented), so a broken edit shows.
             self.auth.current()
