@@ -9,16 +9,20 @@ REVERSIBILITY = "reversibility"
 RESULT_ENCODING = "result_encoding"
 """How ``result`` encodes the tool's return value: ``text``, ``json`` or ``repr``."""
 UNDO = "undo"
-"""On ``EXECUTED``: ``tool`` (the result named its undo) or ``none`` (no undo exists)."""
+"""On ``EXECUTED``: ``tool`` (the result named its undo) or ``none`` (no undo exists).
+Information for people: compensation reads the undo again from its own declaration of the
+tool and the journaled call and result (``sagacity._undo_plan``), never from these."""
 UNDO_TOOL = "undo_tool"
-"""The registered tool that undoes the step."""
+"""The tool the result (or the declaration) named as the step's undo (information only)."""
 UNDO_ARGUMENTS = "undo_arguments"
-"""Compact JSON of the undo call's arguments."""
+"""Compact JSON of the undo call's arguments (information only)."""
 COMPENSATION = "compensation"
 """On ``SAGA_OPENED``: the mode (``inline``/``delegated``); on ``COMPENSATION_INTENT``: the
 compensation called."""
 CAUSE = "cause"
-"""On ``COMPENSATION_FAILED``: ``error``, ``no_undo``, ``undeclared`` or ``unregistered``."""
+"""On ``COMPENSATION_FAILED``: ``error``, ``no_undo``, ``undeclared``, ``unregistered``,
+``undeclared_undo`` (the result names an undo tool its tool does not declare) or
+``gated_undo`` (the undo tool is IRREVERSIBLE or PRIVILEGED); see ``sagacity._undo_plan``."""
 PHASE = "phase"
 """On ``SUSPECT``: ``call`` (an ``INTENT`` without outcome) or ``compensation``."""
 OUTCOME = "outcome"

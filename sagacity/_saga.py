@@ -287,6 +287,7 @@ class Sagacity:
         constraint: Constraint | None = None,
         undo: UndoCall | None = None,
         redact: Sequence[str] = (),
+        undo_tools: Sequence[str] = (),
     ) -> Callable[..., Any]:
         """Declare and wrap an undecorated callable in one step (for framework adapters).
 
@@ -295,7 +296,8 @@ class Sagacity:
         where it cannot be decorated.  ``by`` is the compensation itself (a callable taking
         one ``CompensationContext``); ``undo`` names another registered tool as the undo, with
         arguments taken from the call and its result (:class:`~sagacity.UndoCall`);
-        ``redact`` names payload fields never journaled in clear, as ``@compensable``'s.
+        ``redact`` names payload fields never journaled in clear, and ``undo_tools`` the
+        tools its result may name as its undo, as ``@compensable``'s.
 
         Raises:
             DeclarationError: as :meth:`wrap`.
@@ -311,6 +313,7 @@ class Sagacity:
             constraint=constraint,
             undo=undo,
             redact=redact,
+            undo_tools=undo_tools,
         )
 
     # -- sagas ----------------------------------------------------------------------------
