@@ -170,6 +170,7 @@ def define_tool(
     constraint: Constraint | None = None,
     redact: Iterable[str] = (),
     undo_tools: Iterable[str] = (),
+    undo: UndoCall | None = None,
 ) -> ToolDefinition:
     """The definition ``@compensable(...)`` would attach to ``function``, without attaching it.
 
@@ -198,7 +199,26 @@ def define_tool(
         is_async=inspect.iscoroutinefunction(function),
         redact=paths,
         undo_tools=undo_names,
+        undo_call=_check_undo_call(undo, by=by, reversibility=reversibility, tool=tool_name),
     )
+
+
+def _check_undo_call(
+    undo: object, *, by: object, reversibility: Reversibility, tool: str | None
+) -> UndoCall | None:
+    where = f"tool {tool!r}: " if tool is not None else ""
+    if undo is None:
+        return None
+    if not isinstance(undo, UndoCall):
+        raise DeclarationError(f"{where}undo= takes an UndoCall(tool=..., arguments=...)")
+    if by is not None:
+        raise DeclarationError(f"{where}give by= or an undo call, not both")
+    if not reversibility.undoable:
+        raise DeclarationError(
+            f"{where}a {reversibility.value} tool has no undo: undo= is only for REVERSIBLE "
+            "and COMPENSATABLE tools"
+        )
+    return undo
 
 
 @overload
@@ -212,6 +232,7 @@ def compensable(
     constraint: Constraint | None = None,
     redact: Iterable[str] = (),
     undo_tools: Iterable[str] = (),
+    undo: UndoCall | None = None,
 ) -> Callable[[F], F]: ...
 def compensable(
     fn: F | None = None,
@@ -223,6 +244,7 @@ def compensable(
     constraint: Constraint | None = None,
     redact: Iterable[str] = (),
     undo_tools: Iterable[str] = (),
+    undo: UndoCall | None = None,
 ) -> Any:
     """Declare a tool: journaled inside sagas, compensated or gated by its reversibility.
 
@@ -248,12 +270,17 @@ def compensable(
             undo).  Compensation calls a returned undo only when it names one of these, and
             each must be ungated (never ``IRREVERSIBLE`` or ``PRIVILEGED``: registering one
             that is fails).  Not with ``by=``.
+        undo: another registered tool that undoes the call, with arguments taken from the
+            call and its result (:class:`~sagacity.UndoCall`); compensation renders them from
+            the journaled call and result.  Not with ``by=`` or ``undo_tools``; never a gated
+            tool.
 
     Raises:
         DeclarationError: the declaration is malformed (checked now, not at call time).
     """
     check_declaration(by=by, reversibility=reversibility, name=name, constraint=constraint)
     undo_names = check_undo_tools(undo_tools, by=by, reversibility=reversibility, tool=name)
+    _check_undo_call(undo, by=by, reversibility=reversibility, tool=name)
     paths = redact_paths(redact, tool=name)
 
     def decorate(target: F) -> F:
@@ -266,6 +293,7 @@ def compensable(
             constraint=constraint,
             redact=paths,
             undo_tools=undo_names,
+            undo=undo,
         )
         setattr(function, TOOL_ATTR, definition)
         return target

@@ -305,3 +305,21 @@ def test_a_policy_returned_undo_names_its_undo_tools() -> None:
     assert resolution.rule.reversibility is Reversibility.REVERSIBLE
     with pytest.raises(PolicyError, match="undo_tools must be a list"):
         Policy.loads('[tools]\nupdate = { undo_tools = "update" }\n')
+
+
+def test_a_named_undo_is_declared_on_compensable_and_checked_there() -> None:
+    release = UndoCall(tool="release", arguments={"hold_id": "$result.hold_id"})
+
+    @compensable(undo=release)
+    def hold(sku: str) -> dict[str, str]:
+        return {"hold_id": sku}
+
+    definition = getattr(hold, "__sagacity_tool__", None)
+    assert definition is not None
+    assert definition.undo_call is release
+    with pytest.raises(DeclarationError, match="not both"):
+        compensable(by="release", undo=release)
+    with pytest.raises(DeclarationError, match="IRREVERSIBLE tool has no undo"):
+        compensable(reversibility=Reversibility.IRREVERSIBLE, undo=release)
+    with pytest.raises(DeclarationError, match="takes an UndoCall"):
+        compensable(undo={"tool": "release"})  # type: ignore[arg-type]
