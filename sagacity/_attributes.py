@@ -30,8 +30,8 @@ OUTCOME = "outcome"
 NOTE = "note"
 """On ``SUSPECT_SETTLED``: what the person who settled it wrote."""
 REASON = "reason"
-"""On ``COMPENSATION_REQUESTED``: the event that made compensation necessary; on ``ERASED``:
-why the saga's data was erased."""
+"""On ``COMPENSATION_REQUESTED``: the event that made compensation necessary (or, signed by an
+operator, the operator's words); on ``ERASED``: why the saga's data was erased."""
 POLICY_VERSION = "policy_version"
 """The approval policy in force, on requests and decisions."""
 PAYLOAD_SHA256 = "payload_sha256"
@@ -65,6 +65,10 @@ OMITTED_BYTES = "omitted_bytes"
 DECISION_SIGNATURE = "decision_signature"
 """On a decision the approvals service journaled: ``SGCD1:<key_id>:<signature hex>``, its
 Ed25519 signature (docs/adr/0014-signed-decisions-and-writers.md)."""
+OPERATOR_SIGNATURE = "operator_signature"
+"""On a ``COMPENSATION_REQUESTED`` journaled by ``sagacity saga compensate`` and on an
+``ERASED`` journaled by ``sagacity erase``: ``SGCO1:<key_id>:<signature hex>``, the operator's
+Ed25519 signature (docs/adr/0027-operator-signatures.md)."""
 WRITER = "writer"
 """The id of the writer that produced the event (set by the Kafka journal on every event)."""
 ERASED_FIELDS = "erased"

@@ -216,6 +216,7 @@ class CompensationRunner:
         step_events: dict[int, list[JournalEntry]] = {}
         call_suspects: set[int] = set()
         settled_calls: dict[int, JournalEntry] = {}
+        seen_settlements: set[tuple[int, str | None]] = set()
         for entry in entries:
             ref = entry.ref_seq
             if ref is None:
@@ -223,6 +224,10 @@ class CompensationRunner:
             if entry.event_type is EventType.SUSPECT_SETTLED:
                 if self._settlement_counts is not None and not self._settlement_counts(entry):
                     continue  # not the approvals service's word: the step stays in doubt
+                settled = (ref, entry.attributes.get(attr.PHASE))
+                if settled in seen_settlements:
+                    continue  # a step is settled once: a later copy is not a new word
+                seen_settlements.add(settled)
                 if entry.attributes.get(attr.PHASE) == PHASE_CALL:
                     settled_calls[ref] = entry
                 else:

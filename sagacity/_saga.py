@@ -790,6 +790,12 @@ class Sagacity:
         """
         return self._suspects.settle(saga_id, seq, outcome, person, note=note)
 
+    def settlement_counts(self, entry: JournalEntry) -> bool:
+        """Whether the ``SUSPECT_SETTLED`` ``entry`` may be acted on under this Sagacity's
+        trust (:attr:`approval_trust`): verified against a pinned approvals key, every one in
+        local mode, none when decisions cannot be verified (docs/adr/0014)."""
+        return self._desk.settlement_counts(entry)
+
     def entries(self, saga_id: str) -> Sequence[JournalEntry]:
         """The saga's chain in seq order (a shortcut for ``journal.entries``)."""
         return self._journal.entries(saga_id)
