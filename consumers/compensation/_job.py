@@ -310,7 +310,7 @@ class SagaJob:
                 settlement_counts=self.context.sagacity.settlement_counts,
             )
             refusal = found.refusal_of(self.request.seq)
-            if found.request is None and refusal is not None:
+            if refusal is not None:
                 # Finished work is undone only on an operator's signed word (ADR 0027).
                 self.context.refused(refusal.reason)
                 log.warning(

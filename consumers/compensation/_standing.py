@@ -77,6 +77,7 @@ def standing(
     request: JournalEntry | None = None
     ended: JournalEntry | None = None  # the end (or erasure) a later request must overcome
     settled: set[tuple[int | None, str | None]] = set()
+    uncounted: JournalEntry | None = None  # a settlement after the end that does not count
     refused: list[RefusedRequest] = []
     for entry in entries:
         kind = entry.event_type
@@ -84,7 +85,7 @@ def standing(
             if ended is not None:
                 why = operator_reason(entry, operator)
                 if why is not None:
-                    refused.append(_refusal(entry, ended, why))
+                    refused.append(_refusal(entry, ended, why, uncounted))
                     continue
             request, ended = entry, None
         elif kind is EventType.SUSPECT_SETTLED:
@@ -96,19 +97,31 @@ def standing(
                 settled.add(step)
                 if ended is not None and ended.event_type is EventType.SAGA_ENDED:
                     ended = None
+            elif ended is not None:
+                uncounted = entry
         elif kind is EventType.ERASED:
-            request, ended = None, entry
+            request, ended, uncounted = None, entry, None
         elif kind is EventType.SAGA_ENDED and entry.result in FINAL:
-            request = None
+            request, uncounted = None, None
             ended = entry if entry.result in TERMINAL else None
     return Standing(request=request, refused=tuple(refused))
 
 
-def _refusal(request: JournalEntry, ended: JournalEntry, reason: str) -> RefusedRequest:
+def _refusal(
+    request: JournalEntry, ended: JournalEntry, reason: str, uncounted: JournalEntry | None
+) -> RefusedRequest:
     what = (
         f"was erased (seq {ended.seq})"
         if ended.event_type is EventType.ERASED
         else f"ended {ended.result} (seq {ended.seq})"
+    )
+    settlement = (
+        ""
+        if uncounted is None
+        else (
+            f"; the SUSPECT_SETTLED at seq {uncounted.seq} does not count (not verified "
+            "against the pinned approvals key, or a step settled before)"
+        )
     )
     return RefusedRequest(
         request=request,
@@ -116,7 +129,7 @@ def _refusal(request: JournalEntry, ended: JournalEntry, reason: str) -> Refused
         detail=(
             f"saga {request.saga_id!r} {what}: its COMPENSATION_REQUESTED at seq {request.seq} "
             f"(actor {request.actor!r}) would undo finished work and is not signed by a pinned "
-            f"operator key ({reason}); it is not acted on"
+            f"operator key ({reason}){settlement}; it is not acted on"
         ),
     )
 

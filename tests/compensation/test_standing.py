@@ -91,7 +91,11 @@ def test_a_first_settlement_that_counts_reopens_an_ended_saga_and_a_copy_does_no
         (E.COMPENSATION_REQUESTED, None),
     )
     assert standing(chain, settlement_counts=lambda e: True).request == chain[-1]
-    assert standing(chain, settlement_counts=lambda e: False).request is None
+    unverified = standing(chain, settlement_counts=lambda e: False)
+    assert unverified.request is None
+    refusal = unverified.refusal_of(chain[-1].seq)
+    assert refusal is not None
+    assert "the SUSPECT_SETTLED at seq 3 does not count" in refusal.detail
     # The settled saga ended again; a copy of the same settlement and a request follow.
     chain = _saga(
         journal,
