@@ -9,16 +9,20 @@ REVERSIBILITY = "reversibility"
 RESULT_ENCODING = "result_encoding"
 """How ``result`` encodes the tool's return value: ``text``, ``json`` or ``repr``."""
 UNDO = "undo"
-"""On ``EXECUTED``: ``tool`` (the result named its undo) or ``none`` (no undo exists)."""
+"""On ``EXECUTED``: ``tool`` (the result named its undo) or ``none`` (no undo exists).
+Information for people: compensation reads the undo again from its own declaration of the
+tool and the journaled call and result (``sagacity._undo_plan``), never from these."""
 UNDO_TOOL = "undo_tool"
-"""The registered tool that undoes the step."""
+"""The tool the result (or the declaration) named as the step's undo (information only)."""
 UNDO_ARGUMENTS = "undo_arguments"
-"""Compact JSON of the undo call's arguments."""
+"""Compact JSON of the undo call's arguments (information only)."""
 COMPENSATION = "compensation"
 """On ``SAGA_OPENED``: the mode (``inline``/``delegated``); on ``COMPENSATION_INTENT``: the
 compensation called."""
 CAUSE = "cause"
-"""On ``COMPENSATION_FAILED``: ``error``, ``no_undo``, ``undeclared`` or ``unregistered``."""
+"""On ``COMPENSATION_FAILED``: ``error``, ``no_undo``, ``undeclared``, ``unregistered``,
+``undeclared_undo`` (the result names an undo tool its tool does not declare) or
+``gated_undo`` (the undo tool is IRREVERSIBLE or PRIVILEGED); see ``sagacity._undo_plan``."""
 PHASE = "phase"
 """On ``SUSPECT``: ``call`` (an ``INTENT`` without outcome) or ``compensation``."""
 OUTCOME = "outcome"
@@ -26,8 +30,8 @@ OUTCOME = "outcome"
 NOTE = "note"
 """On ``SUSPECT_SETTLED``: what the person who settled it wrote."""
 REASON = "reason"
-"""On ``COMPENSATION_REQUESTED``: the event that made compensation necessary; on ``ERASED``:
-why the saga's data was erased."""
+"""On ``COMPENSATION_REQUESTED``: the event that made compensation necessary (or, signed by an
+operator, the operator's words); on ``ERASED``: why the saga's data was erased."""
 POLICY_VERSION = "policy_version"
 """The approval policy in force, on requests and decisions."""
 PAYLOAD_SHA256 = "payload_sha256"
@@ -68,6 +72,10 @@ approver was shown."""
 JOURNAL = "journal"
 """On a decision: the name of the journal it was made on (``SAGACITY_JOURNAL_NAME``, else
 ``kafka:<cluster id>/<topic>``); a decision counts on no other journal."""
+OPERATOR_SIGNATURE = "operator_signature"
+"""On a ``COMPENSATION_REQUESTED`` journaled by ``sagacity saga compensate`` and on an
+``ERASED`` journaled by ``sagacity erase``: ``SGCO1:<key_id>:<signature hex>``, the operator's
+Ed25519 signature (docs/adr/0027-operator-signatures.md)."""
 WRITER = "writer"
 """The id of the writer that produced the event (set by the Kafka journal on every event)."""
 ERASED_FIELDS = "erased"

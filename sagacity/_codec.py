@@ -166,6 +166,18 @@ def decode_result(text: str | None, encoding: str | None) -> Any:
     return text
 
 
+def result_data(text: str | None, encoding: str | None) -> Any:
+    """A journaled result as JSON data where it is JSON (a tool's JSON text included), else
+    as :func:`decode_result` gives it: what an undo's ``$result`` references and a returned
+    undo are read from."""
+    if encoding == RESULT_TEXT and text is not None:
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    return decode_result(text, encoding)
+
+
 def describe_error(exc: BaseException) -> str:
     """``"TypeName: message"``, made storable."""
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

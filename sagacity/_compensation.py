@@ -12,6 +12,9 @@ service runs the same code as the in-process core.  It is safe to run again on a
   result nobody knows; it is never compensated blindly;
 * a failing compensation is journaled ``COMPENSATION_FAILED`` and the run goes on; a step that
   failed before (with an error, or because its tool was not registered) is tried again;
+* which undo a step gets is the runner's own declaration of its tool (``sagacity._undo_plan``):
+  a tool not registered here, a gated tool, an undo the declaration does not name or that is
+  gated, are journaled ``COMPENSATION_FAILED`` with a named cause and never called;
 * steps that cannot be undone (irreversible, ``"undo": None``, no compensation declared) are
   journaled once and reported dirty;
 * a suspect a person settled (``SUSPECT_SETTLED``, see ``sagacity._settlement``) is planned as
@@ -24,34 +27,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sagacity import _attributes as attr
-from sagacity._codec import decode_payload, decode_result, describe_error, encode_result
-from sagacity._context import CompensationContext
+from sagacity._codec import describe_error, encode_result
 from sagacity._events import EntryDraft, EventType, JournalEntry, UnknownEventType, now_micros
 from sagacity._invoke import call_async, call_blocking
 from sagacity._registry import ToolRegistry
 from sagacity._result import SagaStatus, Step
 from sagacity._reversibility import Reversibility
 from sagacity._settlement import SettlementOutcome
+from sagacity._undo_plan import (
+    CAUSE_ERROR,
+    CAUSE_UNREGISTERED,
+    FINAL_CAUSES,
+    NoUndo,
+    journaled_reversibility_note,
+    plan_undo,
+)
 from sagacity.errors import (
     CompensationConflictError,
     CompensationInterruptedError,
-    SerializationError,
     TailMovedError,
 )
 from sagacity.journal import ConditionalJournal, Journal
-
-CAUSE_ERROR = "error"
-CAUSE_NO_UNDO = "no_undo"
-CAUSE_UNDECLARED = "undeclared"
-CAUSE_UNREGISTERED = "unregistered"
-_FINAL_CAUSES = frozenset({CAUSE_NO_UNDO, CAUSE_UNDECLARED})
 
 PHASE_CALL = "call"
 PHASE_COMPENSATION = "compensation"
@@ -214,6 +216,7 @@ class CompensationRunner:
         step_events: dict[int, list[JournalEntry]] = {}
         call_suspects: set[int] = set()
         settled_calls: dict[int, JournalEntry] = {}
+        seen_settlements: set[tuple[int, str | None]] = set()
         for entry in entries:
             ref = entry.ref_seq
             if ref is None:
@@ -221,6 +224,10 @@ class CompensationRunner:
             if entry.event_type is EventType.SUSPECT_SETTLED:
                 if self._settlement_counts is not None and not self._settlement_counts(entry):
                     continue  # not the approvals service's word: the step stays in doubt
+                settled = (ref, entry.attributes.get(attr.PHASE))
+                if settled in seen_settlements:
+                    continue  # a step is settled once: a later copy is not a new word
+                seen_settlements.add(settled)
                 if entry.attributes.get(attr.PHASE) == PHASE_CALL:
                     settled_calls[ref] = entry
                 else:
@@ -284,11 +291,10 @@ class CompensationRunner:
     def _plan_step(
         self, step: JournalEntry, intent: JournalEntry | None, history: list[JournalEntry]
     ) -> CompensationCall | _Note | None:
+        # What the step's tool is and how it is undone come from this runner's own
+        # registry, never from the step's attributes: every agent writes its own saga.
         registered = self._registry.get(step.tool or "")
-        declared = step.attributes.get(attr.REVERSIBILITY)
-        if declared is None and registered is not None:
-            declared = registered.reversibility.value
-        if declared == Reversibility.READ.value:
+        if registered is not None and registered.reversibility is Reversibility.READ:
             return None
         last = history[-1] if history else None
         if last is not None and last.event_type is EventType.COMPENSATED:
@@ -296,7 +302,7 @@ class CompensationRunner:
         if (
             last is not None
             and last.event_type is EventType.COMPENSATION_FAILED
-            and last.attributes.get(attr.CAUSE) in _FINAL_CAUSES
+            and last.attributes.get(attr.CAUSE) in FINAL_CAUSES
         ):
             return _Note(
                 draft=None,
@@ -314,48 +320,27 @@ class CompensationRunner:
             retry = True
         in_doubt = last is not None and last.event_type is EventType.COMPENSATION_INTENT
 
-        if declared in (Reversibility.IRREVERSIBLE.value, Reversibility.PRIVILEGED.value):
-            return self._failed(
-                step, CAUSE_NO_UNDO, f"{declared} tool executed after approval: no undo exists"
-            )
-
-        undo_kind = step.attributes.get(attr.UNDO)
-        undo: CompensationCall | _Note
-        idempotent = False
-        if registered is not None and registered.compensation is not None:
-            context = self._context(step, intent)
-            idempotent = bool(
-                registered.compensation_definition and registered.compensation_definition.idempotent
-            )
-            undo = CompensationCall(
-                step=step,
-                target=_name_of(registered.compensation),
-                function=registered.compensation,
-                args=(context,),
-                kwargs={},
-                payload=None,
-                idempotent=idempotent,
-                retry_after_settlement=retry,
-            )
-        elif undo_kind == "tool":
-            undo = self._plan_undo_tool(step, retry=retry)
-        elif undo_kind == "none":
-            return self._failed(
-                step, CAUSE_NO_UNDO, "the tool reported that no undo exists for this effect"
-            )
-        elif registered is not None:
-            return self._failed(
-                step,
-                CAUSE_UNDECLARED,
-                "no compensation declared (no by=) and the result carried no undo",
-            )
-        else:
+        if registered is None:
             return self._failed(
                 step,
                 CAUSE_UNREGISTERED,
-                f"tool {step.tool!r} is not registered here; its compensation is unknown",
+                f"tool {step.tool!r} is not registered here; its compensation is unknown"
+                + journaled_reversibility_note(step, None),
             )
-        if in_doubt and not idempotent and isinstance(undo, CompensationCall):
+        planned = plan_undo(self._registry, registered, step, intent)
+        if isinstance(planned, NoUndo):
+            return self._failed(step, planned.cause, planned.reason)
+        undo = CompensationCall(
+            step=step,
+            target=planned.target,
+            function=planned.function,
+            args=planned.args,
+            kwargs=planned.kwargs,
+            payload=planned.payload,
+            idempotent=planned.idempotent,
+            retry_after_settlement=retry,
+        )
+        if in_doubt and not undo.idempotent:
             reason = (
                 "COMPENSATION_INTENT without an outcome and the compensation is not declared "
                 "idempotent: it may have run; needs a person"
@@ -370,57 +355,6 @@ class CompensationRunner:
                 suspect=Step(seq=step.seq, tool=step.tool, reason=reason),
             )
         return undo
-
-    def _plan_undo_tool(self, step: JournalEntry, *, retry: bool) -> CompensationCall | _Note:
-        name = step.attributes.get(attr.UNDO_TOOL, "")
-        undo_tool = self._registry.get(name)
-        if undo_tool is None:
-            return self._failed(
-                step,
-                CAUSE_UNREGISTERED,
-                f"undo tool {name!r} named by the result is not registered here",
-            )
-        raw = step.attributes.get(attr.UNDO_ARGUMENTS, "{}")
-        try:
-            arguments = json.loads(raw)
-        except ValueError:
-            arguments = None
-        if not isinstance(arguments, dict):
-            return self._failed(step, CAUSE_ERROR, "undo arguments are not a JSON object")
-        return CompensationCall(
-            step=step,
-            target=name,
-            function=undo_tool.function,
-            args=(),
-            kwargs=arguments,
-            payload=raw,
-            retry_after_settlement=retry,
-        )
-
-    def _context(self, step: JournalEntry, intent: JournalEntry | None) -> CompensationContext:
-        payload = intent.payload if intent is not None and intent.payload is not None else ""
-        try:
-            arguments: dict[str, Any] = decode_payload(payload) if payload else {}
-        except SerializationError:
-            arguments = {}
-        undo_arguments = None
-        if step.attributes.get(attr.UNDO) == "tool":
-            try:
-                decoded = json.loads(step.attributes.get(attr.UNDO_ARGUMENTS, "{}"))
-            except ValueError:
-                decoded = None
-            undo_arguments = decoded if isinstance(decoded, dict) else None
-        return CompensationContext(
-            saga_id=step.saga_id,
-            seq=step.seq,
-            tool=step.tool or "",
-            arguments=arguments,
-            payload=payload,
-            result=decode_result(step.result, step.attributes.get(attr.RESULT_ENCODING)),
-            result_text=step.result,
-            idempotency_key=f"{step.saga_id}:{step.seq}",
-            undo_arguments=undo_arguments,
-        )
 
     # -- running --------------------------------------------------------------------------
     def _intent(self, undo: CompensationCall) -> EntryDraft:
@@ -592,7 +526,3 @@ class _Collector:
             dirty=tuple(self.dirty),
             suspects=tuple(self.suspects),
         )
-
-
-def _name_of(fn: Callable[..., Any]) -> str:
-    return getattr(fn, "__name__", None) or repr(fn)

@@ -39,9 +39,27 @@ class ToolDefinition:
     is_async: bool
     undo_call: UndoCall | None = None
     """The undo a policy names by another tool (``None``: ``by``, or a returned undo)."""
+    undo_tools: tuple[str, ...] = ()
+    """The tools the call's result may name as its undo (a returned undo); a result naming
+    any other is never called (docs/adr/0027-operator-signatures.md, undo section)."""
     redact: tuple[str, ...] = ()
     """The payload fields never journaled in clear, as ``$.`` paths (docs/adr/0019-erasure.md
     §5); empty: none."""
+
+    def __post_init__(self) -> None:
+        names = check_undo_tools(
+            self.undo_tools, by=self.by, reversibility=self.reversibility, tool=self.name
+        )
+        if names and self.undo_call is not None:
+            raise DeclarationError(
+                f"tool {self.name!r}: give an undo call or undo_tools= (a returned undo), not both"
+            )
+        object.__setattr__(self, "undo_tools", names)
+
+    def undo_targets(self) -> tuple[str, ...]:
+        """Every tool the declaration lets compensation call as this tool's undo."""
+        named = (self.undo_call.tool,) if self.undo_call is not None else ()
+        return (*named, *self.undo_tools)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +104,39 @@ def _check_function(fn: object, decorator: str) -> Callable[..., Any]:
     return fn
 
 
+def check_undo_tools(
+    undo_tools: object, *, by: object, reversibility: Reversibility, tool: object = None
+) -> tuple[str, ...]:
+    """``undo_tools`` as a tuple of tool names, checked against the rest of the declaration.
+
+    Raises:
+        DeclarationError: not a collection of non-empty names, or given with ``by=`` or to a
+            tool that cannot have an undo.
+    """
+    where = f"tool {tool!r}: " if isinstance(tool, str) else ""
+    if isinstance(undo_tools, str | bytes) or not isinstance(undo_tools, Iterable):
+        raise DeclarationError(
+            f'{where}undo_tools= is a list of tool names (undo_tools=("release",)), '
+            f"got {undo_tools!r}"
+        )
+    names = tuple(undo_tools)
+    for name in names:
+        if not isinstance(name, str) or not name.strip():
+            raise DeclarationError(f"{where}undo_tools= names tools by name, got {name!r}")
+    if not names:
+        return ()
+    if by is not None:
+        raise DeclarationError(
+            f"{where}give by= or undo_tools= (the undo tools its result may name), not both"
+        )
+    if not reversibility.undoable:
+        raise DeclarationError(
+            f"{where}a {reversibility.value} tool has no undo: undo_tools= is only for "
+            "REVERSIBLE and COMPENSATABLE tools"
+        )
+    return tuple(dict.fromkeys(names))
+
+
 def check_declaration(
     *,
     by: object,
@@ -118,6 +169,8 @@ def define_tool(
     name: str | None = None,
     constraint: Constraint | None = None,
     redact: Iterable[str] = (),
+    undo_tools: Iterable[str] = (),
+    undo: UndoCall | None = None,
 ) -> ToolDefinition:
     """The definition ``@compensable(...)`` would attach to ``function``, without attaching it.
 
@@ -128,6 +181,7 @@ def define_tool(
     """
     check_declaration(by=by, reversibility=reversibility, name=name, constraint=constraint)
     tool_name = name if name is not None else function.__name__
+    undo_names = check_undo_tools(undo_tools, by=by, reversibility=reversibility, tool=tool_name)
     paths = redact_paths(redact, tool=tool_name)
     for parameter in inspect.signature(function).parameters.values():
         if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
@@ -144,7 +198,27 @@ def define_tool(
         function=function,
         is_async=inspect.iscoroutinefunction(function),
         redact=paths,
+        undo_tools=undo_names,
+        undo_call=_check_undo_call(undo, by=by, reversibility=reversibility, tool=tool_name),
     )
+
+
+def _check_undo_call(
+    undo: object, *, by: object, reversibility: Reversibility, tool: str | None
+) -> UndoCall | None:
+    where = f"tool {tool!r}: " if tool is not None else ""
+    if undo is None:
+        return None
+    if not isinstance(undo, UndoCall):
+        raise DeclarationError(f"{where}undo= takes an UndoCall(tool=..., arguments=...)")
+    if by is not None:
+        raise DeclarationError(f"{where}give by= or an undo call, not both")
+    if not reversibility.undoable:
+        raise DeclarationError(
+            f"{where}a {reversibility.value} tool has no undo: undo= is only for REVERSIBLE "
+            "and COMPENSATABLE tools"
+        )
+    return undo
 
 
 @overload
@@ -157,6 +231,8 @@ def compensable(
     name: str | None = None,
     constraint: Constraint | None = None,
     redact: Iterable[str] = (),
+    undo_tools: Iterable[str] = (),
+    undo: UndoCall | None = None,
 ) -> Callable[[F], F]: ...
 def compensable(
     fn: F | None = None,
@@ -167,6 +243,8 @@ def compensable(
     name: str | None = None,
     constraint: Constraint | None = None,
     redact: Iterable[str] = (),
+    undo_tools: Iterable[str] = (),
+    undo: UndoCall | None = None,
 ) -> Any:
     """Declare a tool: journaled inside sagas, compensated or gated by its reversibility.
 
@@ -175,7 +253,8 @@ def compensable(
             for a module-level tool, a ``@compensation`` function of its module, by name or
             the function itself).  Resolved by ``Sagacity.wrap()``.  Only for ``REVERSIBLE``
             and ``COMPENSATABLE`` tools; without it, a tool may return its own undo
-            (``{"undo": {"tool": ..., "arguments": {...}}}`` or an :class:`~sagacity.Undo`).
+            (``{"undo": {"tool": ..., "arguments": {...}}}`` or an :class:`~sagacity.Undo`)
+            naming one of ``undo_tools``.
         reversibility: see :class:`~sagacity.Reversibility`; ``COMPENSATABLE`` by default.
         name: the tool's journaled name (defaults to the function's name); unique per
             ``Sagacity``.
@@ -187,11 +266,21 @@ def compensable(
             salted redaction key before the payload is committed, sealed or hashed
             (docs/adr/0019-erasure.md §5).  Needs a journal that seals (a key service,
             ``SAGACITY_KEY_ENCRYPTION_KEY_FILE``): wrapping refuses the tool otherwise.
+        undo_tools: the registered tools the call's result may name as its undo (a returned
+            undo).  Compensation calls a returned undo only when it names one of these, and
+            each must be ungated (never ``IRREVERSIBLE`` or ``PRIVILEGED``: registering one
+            that is fails).  Not with ``by=``.
+        undo: another registered tool that undoes the call, with arguments taken from the
+            call and its result (:class:`~sagacity.UndoCall`); compensation renders them from
+            the journaled call and result.  Not with ``by=`` or ``undo_tools``; never a gated
+            tool.
 
     Raises:
         DeclarationError: the declaration is malformed (checked now, not at call time).
     """
     check_declaration(by=by, reversibility=reversibility, name=name, constraint=constraint)
+    undo_names = check_undo_tools(undo_tools, by=by, reversibility=reversibility, tool=name)
+    _check_undo_call(undo, by=by, reversibility=reversibility, tool=name)
     paths = redact_paths(redact, tool=name)
 
     def decorate(target: F) -> F:
@@ -203,6 +292,8 @@ def compensable(
             name=name,
             constraint=constraint,
             redact=paths,
+            undo_tools=undo_names,
+            undo=undo,
         )
         setattr(function, TOOL_ATTR, definition)
         return target

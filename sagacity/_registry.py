@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +63,8 @@ class ToolRegistry:
         """Add ``tool``; a second object of the same declaration replaces the first.
 
         Raises:
-            DeclarationError: another, different declaration already uses the name.
+            DeclarationError: another, different declaration already uses the name, or an
+                undo names a gated tool (see :meth:`register_all`).
         """
         self.register_all([tool])
 
@@ -71,7 +72,9 @@ class ToolRegistry:
         """Add every tool or none (a clash leaves the registry unchanged).
 
         Raises:
-            DeclarationError: a name is used by another, different declaration.
+            DeclarationError: a name is used by another, different declaration, or a tool
+                names as its undo a tool that is gated (``IRREVERSIBLE`` / ``PRIVILEGED``):
+                an undo runs without approval, so it must never be one.
             ConfigurationError: ``admit`` refuses a tool.
         """
         if self._admit is not None:
@@ -88,6 +91,7 @@ class ToolRegistry:
                         f"({existing.definition.function.__qualname__} and "
                         f"{tool.definition.function.__qualname__}); give one a distinct name="
                     )
+            _check_undo_targets({**self._tools, **{tool.name: tool for tool in tools}})
             for tool in tools:
                 self._tools[tool.name] = tool
 
@@ -112,3 +116,20 @@ class ToolRegistry:
     def __contains__(self, name: object) -> bool:
         with self._lock:
             return name in self._tools
+
+
+def _check_undo_targets(tools: Mapping[str, RegisteredTool]) -> None:
+    """Refuse an undo (named, or one a result may return) that would call a gated tool.
+
+    Checked over the whole registry on every registration, so the order in which a tool and
+    its undo tool are registered does not matter.
+    """
+    for tool in tools.values():
+        for target in tool.definition.undo_targets():
+            undo = tools.get(target)
+            if undo is not None and undo.reversibility.gated:
+                raise DeclarationError(
+                    f"tool {tool.name!r} names {target!r} as its undo, but {target!r} is "
+                    f"{undo.reversibility.value}: an undo runs without approval, so it is "
+                    "never a gated tool; declare another undo"
+                )

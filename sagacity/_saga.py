@@ -297,6 +297,7 @@ class Sagacity:
         constraint: Constraint | None = None,
         undo: UndoCall | None = None,
         redact: Sequence[str] = (),
+        undo_tools: Sequence[str] = (),
     ) -> Callable[..., Any]:
         """Declare and wrap an undecorated callable in one step (for framework adapters).
 
@@ -305,7 +306,8 @@ class Sagacity:
         where it cannot be decorated.  ``by`` is the compensation itself (a callable taking
         one ``CompensationContext``); ``undo`` names another registered tool as the undo, with
         arguments taken from the call and its result (:class:`~sagacity.UndoCall`);
-        ``redact`` names payload fields never journaled in clear, as ``@compensable``'s.
+        ``redact`` names payload fields never journaled in clear, and ``undo_tools`` the
+        tools its result may name as its undo, as ``@compensable``'s.
 
         Raises:
             DeclarationError: as :meth:`wrap`.
@@ -321,6 +323,7 @@ class Sagacity:
             constraint=constraint,
             undo=undo,
             redact=redact,
+            undo_tools=undo_tools,
         )
 
     # -- sagas ----------------------------------------------------------------------------
@@ -813,6 +816,12 @@ class Sagacity:
             ChainIntegrityError: the saga's chain does not verify.
         """
         return self._suspects.settle(saga_id, seq, outcome, person, note=note)
+
+    def settlement_counts(self, entry: JournalEntry) -> bool:
+        """Whether the ``SUSPECT_SETTLED`` ``entry`` may be acted on under this Sagacity's
+        trust (:attr:`approval_trust`): verified against a pinned approvals key, every one in
+        local mode, none when decisions cannot be verified (docs/adr/0014)."""
+        return self._desk.settlement_counts(entry)
 
     def entries(self, saga_id: str) -> Sequence[JournalEntry]:
         """The saga's chain in seq order (a shortcut for ``journal.entries``)."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -31,11 +30,11 @@ from sagacity import _attributes as attr
 from sagacity._codec import (
     call_arguments,
     decode_payload,
-    decode_result,
     describe_error,
     dumps,
     encode_payload,
     encode_result,
+    result_data,
 )
 from sagacity._decorators import ToolDefinition
 from sagacity._events import EntryDraft, EventType, JournalEntry
@@ -123,7 +122,7 @@ def executed_draft(
         try:
             undo: Undo | object | None = definition.undo_call.render(
                 arguments=decode_payload(intent.payload or "{}"),
-                result=_structured(value, text, encoding),
+                result=result_data(text, encoding),
             )
         except SerializationError:
             undo = None  # journaled undo=none: compensation reports the step dirty, by name
@@ -139,16 +138,6 @@ def executed_draft(
         attributes=attributes,
         recorded_at_us=host.now_us(),
     )
-
-
-def _structured(value: object, text: str, encoding: str) -> object:
-    """The result as JSON data, where it is JSON (a JSON text result included)."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return decode_result(text, encoding)
 
 
 def _record_undo(attributes: dict[str, str], undo: object) -> None:

@@ -16,7 +16,9 @@ class Undo:
 
     A tool without ``by=`` may return an ``Undo`` (or a dict with key ``"undo"`` holding one,
     a ``{"tool": ..., "arguments": {...}}`` dict, or ``None`` for "no undo exists"); on
-    compensation the named registered tool is called with ``arguments``.
+    compensation it is read again from the journaled result and the named registered tool is
+    called with ``arguments`` — only if the tool declares it in ``undo_tools`` and it is not
+    gated.
     """
 
     tool: str
@@ -44,8 +46,9 @@ class UndoCall:
 
     Each argument is a literal, or a reference ``"$arguments.<path>"`` / ``"$result.<path>"``
     (dotted keys into the call's arguments or its JSON result; ``"$result"`` is the whole
-    result).  When the step is journaled ``EXECUTED`` the references are resolved and the undo
-    recorded as a returned undo would be, so compensation calls ``tool`` with them.
+    result).  When the step is journaled ``EXECUTED`` the references are resolved and recorded
+    for people; compensation resolves them again from the journaled call and result and calls
+    ``tool`` (never a gated one) with them.
 
     Raises:
         SerializationError: ``tool`` is empty, or a reference is malformed.
@@ -110,6 +113,17 @@ def extract_undo(result: object) -> Undo | object | None:
             if isinstance(arguments, Mapping):
                 return Undo(tool=undo["tool"], arguments=arguments)
     return _NO_UNDO
+
+
+def journaled_undo(data: object) -> Undo | object | None:
+    """:func:`extract_undo` of a result as journaled (JSON data, see
+    ``sagacity._codec.result_data``): a tool that returned an :class:`Undo` itself is
+    journaled as its ``{"tool": ..., "arguments": {...}}`` form, read back here."""
+    if isinstance(data, Mapping) and set(data) == {"tool", "arguments"}:
+        tool, arguments = data["tool"], data["arguments"]
+        if isinstance(tool, str) and tool and isinstance(arguments, Mapping):
+            return Undo(tool=tool, arguments=arguments)
+    return extract_undo(data)
 
 
 def undo_declared(value: object) -> bool:

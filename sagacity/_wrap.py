@@ -15,6 +15,7 @@ from sagacity._decorators import (
     CompensationDefinition,
     Constraint,
     ToolDefinition,
+    check_undo_tools,
     compensation_definition,
     tool_definition,
 )
@@ -237,6 +238,7 @@ def wrap_callable(
     constraint: Constraint | None,
     undo: UndoCall | None = None,
     redact: Sequence[str] = (),
+    undo_tools: Sequence[str] = (),
 ) -> Callable[..., Any]:
     """Declare and wrap an undecorated callable (a framework's tool function) in one step.
 
@@ -286,6 +288,7 @@ def wrap_callable(
         is_async=inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call),
         undo_call=undo,
         redact=redact_paths(redact, tool=tool_name),
+        undo_tools=check_undo_tools(undo_tools, by=by, reversibility=reversibility, tool=tool_name),
     )
     compensation, compensation_def = _resolve_by(definition, None, marked=False)
     tool = RegisteredTool(

@@ -280,6 +280,11 @@ class CompensationInDoubtError(CompensationError):
     """
 
 
+class CompensationRefusedError(CompensationError):
+    """An operator's request to compensate a saga was refused and nothing was journaled: the
+    saga is unknown, live, has not ended, was erased, or a compensation of it is pending."""
+
+
 class CompensationInterruptedError(CompensationError):
     """The bookkeeping around an undo call failed before the call (the service could not
     claim the step: its database is unreachable), so the undo was not called.

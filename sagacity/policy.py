@@ -8,7 +8,7 @@ such as an MCP proxy) ask it about each tool by name.  Written in Python::
         {
             "refund_invoice": "IRREVERSIBLE",
             "search_*": "READ",
-            "update_ticket_status": {"undo": "returned"},
+            "update_ticket_status": {"undo": "returned", "undo_tools": ["update_ticket_status"]},
             "reserve": {"by": "myapp.undo:release"},
         },
         default=None,
@@ -20,7 +20,7 @@ or as TOML (:meth:`Policy.from_toml`)::
     [tools]
     refund_invoice = "IRREVERSIBLE"
     "search_*" = "READ"
-    update_ticket_status = { undo = "returned" }
+    update_ticket_status = { undo = "returned", undo_tools = ["update_ticket_status"] }
     reserve = { by = "myapp.undo:release" }
     pay = { reversibility = "IRREVERSIBLE", redact = ["card_number", "$.customer.iban"] }
 
@@ -30,12 +30,15 @@ a tool that is not read-only and not marked ``destructiveHint: false`` → ``IRR
 since the policy gives it no undo), else the policy's default, else nothing: the caller
 refuses the tool by name.
 
-``{ undo = "returned" }`` is the convention of tools that return their own undo::
+``{ undo = "returned", undo_tools = [...] }`` is the convention of tools that return their own
+undo::
 
     {"status": "closed", "undo": {"tool": "update_ticket_status",
                                   "arguments": {"ticket_id": "T-1", "status": "pending"}}}
 
-(``"undo": null`` says no undo exists); :func:`returned_undo` reads it, from a mapping or
+(``"undo": null`` says no undo exists).  ``undo_tools`` names the tools such a result may name
+(``undo = "returned"`` may be left out when it is given): compensation never calls a tool the
+rule does not list, and never a gated one.  :func:`returned_undo` reads it, from a mapping or
 from the JSON text an MCP tool returns.  ``{ by = "module:function" }`` names a compensation
 taking one :class:`~sagacity.CompensationContext`; it is imported when the policy is made, so
 a target that does not import fails at start-up, naming it.  ``redact`` names payload fields
@@ -55,7 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from sagacity._decorators import Constraint
+from sagacity._decorators import Constraint, check_undo_tools
 from sagacity._redaction import redact_paths
 from sagacity._reversibility import Reversibility
 from sagacity._undo import Undo, UndoCall, extract_undo
@@ -70,7 +73,7 @@ __all__ = [
     "returned_undo",
 ]
 
-_RULE_KEYS = frozenset({"reversibility", "undo", "by", "redact"})
+_RULE_KEYS = frozenset({"reversibility", "undo", "by", "redact", "undo_tools"})
 _TOP_KEYS = frozenset({"default", "tools"})
 
 
@@ -86,9 +89,11 @@ class Rule:
         reversibility: see :class:`~sagacity.Reversibility`.  ``REVERSIBLE`` by default when
             ``undo="returned"``, ``COMPENSATABLE`` when ``by`` is given.
         undo: ``"returned"``: the tool's result carries its own undo (see
-            :func:`returned_undo`); or an :class:`~sagacity.UndoCall`: another tool, with
-            arguments taken from the call (``"$arguments.x"``) and its result
-            (``"$result.y"``).
+            :func:`returned_undo`), naming one of ``undo_tools``; or an
+            :class:`~sagacity.UndoCall`: another tool, with arguments taken from the call
+            (``"$arguments.x"``) and its result (``"$result.y"``).
+        undo_tools: for ``undo="returned"`` (required there): the tools the result may name
+            as its undo; compensation calls no other, and never a gated one.
         by: the compensation, a function taking one ``CompensationContext`` (given as the
             function or as ``"module:function"``, imported when the rule is made).
         by_name: ``by`` as written (``"module:function"``), for messages.
@@ -107,6 +112,7 @@ class Rule:
     by_name: str | None = None
     constraint: Constraint | None = None
     redact: tuple[str, ...] = ()
+    undo_tools: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "redact", redact_paths(self.redact))
@@ -129,6 +135,18 @@ class Rule:
             )
         if self.constraint is not None and not callable(self.constraint):
             raise DeclarationError(f"constraint must be callable, got {self.constraint!r}")
+        names = check_undo_tools(self.undo_tools, by=self.by, reversibility=self.reversibility)
+        if names and self.undo != "returned":
+            raise DeclarationError(
+                'undo_tools are the tools a returned undo may name: give undo = "returned" '
+                "(or leave undo out), not an undo call"
+            )
+        if self.undo == "returned" and not names:
+            raise DeclarationError(
+                'undo = "returned" needs undo_tools = ["..."]: the tools the result may '
+                "name as its undo (compensation calls no other)"
+            )
+        object.__setattr__(self, "undo_tools", names)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -254,7 +272,8 @@ def _rule(value: object) -> Rule:
     unknown = sorted(set(value) - _RULE_KEYS - {"constraint"})
     if unknown:
         raise ValueError(
-            f"unknown key(s) {', '.join(unknown)} (a rule takes reversibility, undo, by, redact)"
+            f"unknown key(s) {', '.join(unknown)} (a rule takes reversibility, undo, "
+            "undo_tools, by, redact)"
         )
     by = value.get("by")
     by_name: str | None = None
@@ -264,6 +283,13 @@ def _rule(value: object) -> Rule:
     elif by is not None and not callable(by):
         raise ValueError(f'by must be "module:function" or a function, got {by!r}')
     undo = value.get("undo")
+    undo_tools = value.get("undo_tools", ())
+    if isinstance(undo_tools, str) or not isinstance(undo_tools, list | tuple):
+        raise ValueError(
+            f'undo_tools must be a list of tool names (["release"]), got {undo_tools!r}'
+        )
+    if undo is None and undo_tools:
+        undo = "returned"
     if isinstance(undo, Mapping):
         undo = _undo_call(undo)
     elif undo is not None and undo != "returned" and not isinstance(undo, UndoCall):
@@ -294,6 +320,7 @@ def _rule(value: object) -> Rule:
             by_name=by_name,
             constraint=value.get("constraint"),
             redact=value.get("redact", ()),
+            undo_tools=tuple(undo_tools),
         )
     except DeclarationError as exc:
         raise ValueError(exc.message) from exc
@@ -326,8 +353,8 @@ class Policy:
     Args:
         rules: name or glob → a :class:`Rule`, a reversibility (``"READ"`` or a
             :class:`~sagacity.Reversibility`), or a mapping with ``reversibility``, ``undo``
-            (``"returned"``), ``by`` (``"module:function"`` or a function) and
-            ``constraint``.
+            (``"returned"``, with ``undo_tools``), ``by`` (``"module:function"`` or a
+            function) and ``constraint``.
         default: the rule of a tool nothing else covers; without one such a tool is refused.
 
     Raises:

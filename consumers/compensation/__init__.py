@@ -6,8 +6,9 @@ docs/operations/compensation.md and docs/adr/0007-compensation-exactly-once.md.
 
 from sagacity.consumers._tools import register_tools, resolve
 from sagacity.consumers.compensation._invoker import ClaimingInvoker, sanitize_result
-from sagacity.consumers.compensation._job import pending_request
+from sagacity.consumers.compensation._operator import request_compensation
 from sagacity.consumers.compensation._service import CompensationService, CompensationSettings
+from sagacity.consumers.compensation._standing import pending_request
 from sagacity.ports import Claim, ClaimStatus, ClaimStore
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "CompensationSettings",
     "pending_request",
     "register_tools",
+    "request_compensation",
     "resolve",
     "sanitize_result",
 ]

@@ -23,12 +23,14 @@ from confluent_kafka import Message
 
 from sagacity import _attributes as attr
 from sagacity._events import EntryDraft, EventType, JournalEntry
-from sagacity._result import SagaResult, SagaStatus
+from sagacity._operator_signature import OperatorVerifier
+from sagacity._result import SagaResult
 from sagacity._saga import Sagacity
 from sagacity.chain import verify
 from sagacity.consumers.compensation import _failpoints
 from sagacity.consumers.compensation._invoker import ClaimingInvoker
 from sagacity.consumers.compensation._journal import Revoked, ServiceJournal
+from sagacity.consumers.compensation._standing import standing
 from sagacity.errors import (
     ChainIntegrityError,
     CompensationConflictError,
@@ -44,7 +46,6 @@ log = logging.getLogger("sagacity.compensation")
 WRITER_PREFIX = "sagacity-compensation/"
 """Every instance's writer id starts with it (the claim protocol is in force for its events)."""
 
-_FINAL = frozenset(s.value for s in SagaStatus if s is not SagaStatus.COMPENSATION_PENDING)
 _REASONS = frozenset(
     {
         EventType.FAILED,
@@ -54,22 +55,6 @@ _REASONS = frozenset(
         EventType.SUSPECT_SETTLED,
     }
 )
-
-
-def pending_request(entries: Sequence[JournalEntry]) -> JournalEntry | None:
-    """The saga's last ``COMPENSATION_REQUESTED`` if no final ``SAGA_ENDED`` followed it, nor
-    an ``ERASED`` (an erased saga is never acted on: its final status may be erased too)."""
-    request: JournalEntry | None = None
-    for entry in entries:
-        if entry.event_type is EventType.COMPENSATION_REQUESTED:
-            request = entry
-        elif entry.event_type is EventType.ERASED or (
-            request is not None
-            and entry.event_type is EventType.SAGA_ENDED
-            and entry.result in _FINAL
-        ):
-            request = None
-    return request
 
 
 def _reason(request: JournalEntry) -> EventType:
@@ -183,6 +168,9 @@ class JobContext:
             if abandoned.
         first_call: per saga, when its request was recorded (for the start-latency metric).
         ended: told each compensation's result.
+        operator: the pinned operator keys: a request after the saga's end is acted on only
+            when one of them signed it (``None``: never).
+        refused: told each request refused that way (reason), before it is dead-lettered.
     """
 
     sagacity: Sagacity
@@ -197,6 +185,8 @@ class JobContext:
     dead_letter: Callable[[Message, str, str, Callable[[], bool]], bool]
     first_call: dict[str, int]
     ended: Callable[[SagaResult], None]
+    operator: OperatorVerifier | None = None
+    refused: Callable[[str], None] = lambda reason: None
 
 
 class SagaJob:
@@ -314,7 +304,22 @@ class SagaJob:
                 time.sleep(0.01)
                 self._guard(saga)
                 read = self._read()
-            request = pending_request(read.entries)
+            found = standing(
+                read.entries,
+                operator=self.context.operator,
+                settlement_counts=self.context.sagacity.settlement_counts,
+            )
+            refusal = found.refusal_of(self.request.seq)
+            if refusal is not None:
+                # Finished work is undone only on an operator's signed word (ADR 0027).
+                self.context.refused(refusal.reason)
+                log.warning(
+                    "compensation request refused: %s",
+                    refusal.detail,
+                    extra={"saga_id": saga, "seq": refusal.request.seq, "reason": refusal.reason},
+                )
+                raise Poison(refusal.reason, refusal.detail)
+            request = found.request
             if request is None:
                 log.info(
                     "nothing to compensate: the saga ended or was erased after its request",

@@ -49,6 +49,13 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.refused = Counter(
+            "sagacity_compensation_requests_refused",
+            "COMPENSATION_REQUESTED after a saga's end without a valid operator signature, "
+            "by reason (each is dead-lettered, never acted on).",
+            ["reason"],
+            registry=self.registry,
+        )
         self.lag = Gauge(
             "sagacity_compensation_consumer_lag",
             "Messages on the journal topic not yet processed, by partition.",

@@ -32,6 +32,7 @@ from sagacity._compensation import CompensationCall
 from sagacity._defaults import DEFAULT_COMPENSATION_GROUP, DEFAULT_TOPIC
 from sagacity._env import claim_store, read_index
 from sagacity._events import EventType, JournalEntry
+from sagacity._operator_signature import OperatorVerifier
 from sagacity._result import SagaResult, SagaStatus
 from sagacity._saga import Sagacity
 from sagacity._settings import SagacitySettings
@@ -126,6 +127,10 @@ class CompensationSettings(SagacitySettings):
     approvals_public_key: str | None = None
     """The pinned approvals key(s) (``SAGACITY_APPROVALS_PUBLIC_KEY``): a ``SUSPECT_SETTLED``
     is acted on only when it verifies; without one, no settlement is acted on."""
+    operator_public_key: str | None = None
+    """The pinned operator key(s) (``SAGACITY_OPERATOR_PUBLIC_KEY``, hex or key files,
+    comma-separated): a ``COMPENSATION_REQUESTED`` after a saga's end is acted on only when
+    one of them signed it (``sagacity saga compensate``); without one, none is."""
     """The service's writer signing key file (``SAGACITY_COMPENSATION_WRITER_KEY`` or
     ``SAGACITY_WRITER_KEY``), registered with the archive under ``sagacity-compensation/<group>``;
     ``None``: unsigned (docs/adr/0014-signed-decisions-and-writers.md)."""
@@ -197,6 +202,12 @@ class CompensationService(Handler):
         self._writer_key = (
             WriterKey.from_file(settings.writer_key, f"{WRITER_PREFIX}{settings.group_id}")
             if settings.writer_key
+            else None
+        )
+        # A bad pinned key stops the start-up, naming the setting (its own configuration).
+        self._operator = (
+            OperatorVerifier.parse(settings.operator_public_key)
+            if settings.operator_public_key
             else None
         )
         # Tools first: an un-importable target must fail before anything connects.
@@ -314,6 +325,8 @@ class CompensationService(Handler):
             ),
             first_call=self._first_call,
             ended=self._ended,
+            operator=self._operator,
+            refused=lambda reason: self.metrics.refused.labels(reason=reason).inc(),
         )
         if s.http_port is not None:
             self._http = HealthServer(
@@ -328,6 +341,11 @@ class CompensationService(Handler):
             "compensation service started",
             extra={"instance": self.instance, "reason": ",".join(self.tool_names)},
         )
+        if self._operator is None:
+            log.warning(
+                "no operator key pinned (SAGACITY_OPERATOR_PUBLIC_KEY): a compensation "
+                "requested after a saga ended is refused (dead-lettered), never acted on"
+            )
 
     def _new_journal(self) -> KafkaJournal:
         s = self.settings

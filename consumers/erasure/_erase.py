@@ -21,6 +21,13 @@ import psycopg
 from sagacity import _attributes as attr
 from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity._keys import KeyService
+from sagacity._operator_signature import (
+    OperatorSigner,
+    OperatorVerifier,
+    append_signed,
+    erasure_counts,
+    verifier_with,
+)
 from sagacity._requests import pending_requests
 from sagacity._result import SagaStatus
 from sagacity.chain import committing
@@ -50,8 +57,11 @@ class ErasurePlan:
         key: ``live`` (a data key exists), ``destroyed`` (an erasure began already) or
             ``none`` (nothing of the saga was sealed).
         kek_id: the KEK the live data key is wrapped under.
-        recorded: the chain holds an ``ERASED`` event already.
+        recorded: the chain holds an ``ERASED`` event that counts already (signed by a
+            pinned operator key).
         archived: the saga's rows in the archive.
+        ignored: ``ERASED`` events on the chain that do not count (unsigned, or not by a
+            pinned operator key): ignored, the erasure goes on and records its own.
     """
 
     saga_id: str
@@ -61,6 +71,7 @@ class ErasurePlan:
     kek_id: str | None = None
     recorded: bool = False
     archived: int = 0
+    ignored: tuple[int, ...] = ()
 
     @property
     def field_count(self) -> int:
@@ -144,8 +155,13 @@ def plan_erasure(
     key_store: PostgresKeyStore,
     services_database: str,
     archive_database: str,
+    operator: OperatorVerifier | None = None,
 ) -> ErasurePlan:
     """Read the saga and say what erasing it would erase; nothing is changed.
+
+    Args:
+        operator: the operator keys an ``ERASED`` on the chain must be signed with to count
+            (``None``: none counts).
 
     Raises:
         ErasureRefusedError: the saga is unknown, still live, or in chain form 1.
@@ -189,7 +205,9 @@ def plan_erasure(
             saga_id=saga_id,
         )
     fields = _fields(entries)
-    recorded = any(e.event_type is EventType.ERASED for e in entries)
+    erasures = [e for e in entries if e.event_type is EventType.ERASED]
+    recorded = any(erasure_counts(e, operator) for e in erasures)
+    ignored = tuple(e.seq for e in erasures if not erasure_counts(e, operator))
     listing = len(_listing(fields).encode("utf-8"))
     if not recorded and listing + _ERASED_MARGIN > journal.max_event_bytes:
         # Checked before anything is destroyed: a key destroyed whose ERASED cannot be
@@ -210,6 +228,7 @@ def plan_erasure(
         kek_id=None if row is None else row.kek_id,
         recorded=recorded,
         archived=archived,
+        ignored=ignored,
     )
 
 
@@ -235,13 +254,21 @@ def apply_erasure(
     key_store: PostgresKeyStore,
     services_database: str,
     archive_database: str,
+    signer: OperatorSigner,
+    operator: OperatorVerifier | None = None,
 ) -> ErasureOutcome:
     """Erase the saga: destroy its data key, clear the archive's and the services' copies,
-    append ``ERASED``; under the saga's erasure lock, each step skipped when done already.
+    append ``ERASED`` signed with the operator key; under the saga's erasure lock, each step
+    skipped when done already.
 
     Args:
         keys: the key service (its cache forgets the key at once); without it the key store
             marks the saga erased directly.
+        signer: the operator key the ``ERASED`` is signed with
+            (docs/adr/0027-operator-signatures.md).
+        operator: further pinned operator keys an ``ERASED`` already on the chain may be
+            signed with to count (``signer``'s own always counts); one that does not count
+            is ignored and this erasure records its own.
 
     Raises:
         ErasureRefusedError: as :func:`plan_erasure` (nothing is changed).
@@ -262,6 +289,7 @@ def apply_erasure(
             key_store=key_store,
             services_database=services_database,
             archive_database=archive_database,
+            operator=verifier_with(signer, operator),
         )
         if keys is not None:
             destroyed = keys.destroy(saga_id, actor=actor, reason=reason).destroyed
@@ -287,7 +315,9 @@ def apply_erasure(
             )
             if journal.keys is None:  # the journal links it as drafted: in the saga's form
                 draft = committing(draft)
-            event = journal.append(draft)
+            # Signed for the tail as read now: a forged ERASED (or anything) appended since
+            # is extended, never taken for this one (docs/adr/0027-operator-signatures.md).
+            event = append_signed(journal, draft, signer)
     return ErasureOutcome(
         plan=plan,
         key_destroyed=destroyed,

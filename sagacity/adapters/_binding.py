@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import inspect
 import typing
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,13 @@ from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from sagacity._codec import call_arguments
-from sagacity._decorators import Constraint, ToolDefinition, define_tool, tool_definition
+from sagacity._decorators import (
+    Constraint,
+    ToolDefinition,
+    check_undo_tools,
+    define_tool,
+    tool_definition,
+)
 from sagacity._registry import RegisteredTool
 from sagacity._reversibility import Reversibility
 from sagacity._saga import Sagacity
@@ -45,6 +51,7 @@ class Declaration:
     by: str | Callable[..., Any] | None = None
     constraint: Constraint | None = None
     name: str | None = None
+    undo_tools: tuple[str, ...] = ()
 
 
 def declaration(
@@ -53,20 +60,28 @@ def declaration(
     by: str | Callable[..., Any] | None,
     constraint: Constraint | None,
     name: str | None,
+    undo_tools: Sequence[str] = (),
 ) -> Declaration | None:
     """The adapter options as a :class:`Declaration` (``None`` when none was given).
 
     Raises:
-        DeclarationError: ``by``/``constraint``/``name`` given without ``reversibility``.
+        DeclarationError: ``by``/``constraint``/``name``/``undo_tools`` given without
+            ``reversibility``, or ``undo_tools`` malformed.
     """
     if reversibility is None:
-        if by is not None or constraint is not None or name is not None:
+        if by is not None or constraint is not None or name is not None or undo_tools:
             raise DeclarationError(
-                "by=, constraint= and name= complete a declaration: pass reversibility= too "
-                "(or declare the function with @compensable)"
+                "by=, constraint=, name= and undo_tools= complete a declaration: pass "
+                "reversibility= too (or declare the function with @compensable)"
             )
         return None
-    return Declaration(reversibility=reversibility, by=by, constraint=constraint, name=name)
+    return Declaration(
+        reversibility=reversibility,
+        by=by,
+        constraint=constraint,
+        name=name,
+        undo_tools=check_undo_tools(undo_tools, by=by, reversibility=reversibility, tool=name),
+    )
 
 
 def check_sagacity(sagacity: object) -> Sagacity:
@@ -104,6 +119,7 @@ def _definition(
         by=declared.by,
         constraint=declared.constraint,
         name=declared.name or tool_name,
+        undo_tools=declared.undo_tools,
     )
 
 

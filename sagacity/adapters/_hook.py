@@ -173,6 +173,7 @@ class AgentHook:
                 constraint=rule.constraint,
                 function=function,
                 undo_call=rule.undo if isinstance(rule.undo, UndoCall) else None,
+                undo_tools=rule.undo_tools,
                 is_async=inspect.iscoroutinefunction(function),
                 redact=rule.redact,
             )
@@ -218,6 +219,7 @@ class AgentHook:
             constraint=rule.constraint,
             function=identity,
             undo_call=rule.undo if isinstance(rule.undo, UndoCall) else None,
+            undo_tools=rule.undo_tools,
             is_async=True,
             redact=rule.redact,
         )

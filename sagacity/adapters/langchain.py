@@ -85,6 +85,7 @@ def wrap_tool(
     by: str | Callable[..., Any] | None = None,
     constraint: Constraint | None = None,
     name: str | None = None,
+    undo_tools: Sequence[str] = (),
 ) -> StructuredTool:
     """A copy of ``tool`` whose calls inside a saga of ``sagacity`` are journaled and gated.
 
@@ -92,8 +93,9 @@ def wrap_tool(
         sagacity: the ``Sagacity`` whose sagas run the agent.
         tool: a ``StructuredTool`` (``@tool``) or a tool function (made one with ``@tool``'s
             defaults: its docstring is the description).
-        reversibility / by / constraint / name: the declaration, as ``@compensable`` takes it,
-            for a function that carries none (``reversibility`` is then required).
+        reversibility / by / constraint / name / undo_tools: the declaration, as
+            ``@compensable`` takes it, for a function that carries none (``reversibility``
+            is then required).
 
     Raises:
         DeclarationError: not a function-backed tool, no declaration (or two), a malformed
@@ -101,7 +103,13 @@ def wrap_tool(
             lack defaults, a tool already wrapped, or a journaled name already taken.
     """
     host = check_sagacity(sagacity)
-    declared = declaration(reversibility=reversibility, by=by, constraint=constraint, name=name)
+    declared = declaration(
+        reversibility=reversibility,
+        by=by,
+        constraint=constraint,
+        name=name,
+        undo_tools=undo_tools,
+    )
     if not isinstance(tool, BaseTool):
         if not callable(tool):
             raise DeclarationError(f"expected a LangChain tool or a function, got {tool!r}")

@@ -41,7 +41,7 @@ import copy
 import dataclasses
 import json
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from agents import Agent, AgentHooks, FunctionTool, RunContextWrapper, Tool, function_tool
@@ -73,14 +73,16 @@ def wrap_tool(
     by: str | Callable[..., Any] | None = None,
     constraint: Constraint | None = None,
     name: str | None = None,
+    undo_tools: Sequence[str] = (),
 ) -> FunctionTool:
     """A copy of ``tool`` whose calls inside a saga of ``sagacity`` are journaled and gated.
 
     Args:
         sagacity: the ``Sagacity`` whose sagas run the agent.
         tool: a ``FunctionTool`` made by ``@function_tool``, or a tool function.
-        reversibility / by / constraint / name: the declaration, as ``@compensable`` takes it,
-            for a function that carries none (``reversibility`` is then required).
+        reversibility / by / constraint / name / undo_tools: the declaration, as
+            ``@compensable`` takes it, for a function that carries none (``reversibility``
+            is then required).
 
     Raises:
         DeclarationError: not a ``function_tool`` tool, no declaration (or two), a malformed
@@ -88,7 +90,13 @@ def wrap_tool(
             default, a tool already wrapped, or a journaled name already taken.
     """
     host = check_sagacity(sagacity)
-    declared = declaration(reversibility=reversibility, by=by, constraint=constraint, name=name)
+    declared = declaration(
+        reversibility=reversibility,
+        by=by,
+        constraint=constraint,
+        name=name,
+        undo_tools=undo_tools,
+    )
     if not isinstance(tool, FunctionTool):
         if not callable(tool):
             raise DeclarationError(f"expected a FunctionTool or a function, got {tool!r}")

@@ -39,7 +39,7 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from pydantic_ai import Tool
@@ -81,14 +81,16 @@ def wrap_tool(
     by: str | Callable[..., Any] | None = None,
     constraint: Constraint | None = None,
     name: str | None = None,
+    undo_tools: Sequence[str] = (),
 ) -> Tool[Any]:
     """A copy of ``tool`` whose calls inside a saga of ``sagacity`` are journaled and gated.
 
     Args:
         sagacity: the ``Sagacity`` whose sagas run the agent.
         tool: a ``pydantic_ai.Tool`` or a tool function.
-        reversibility / by / constraint / name: the declaration, as ``@compensable`` takes it,
-            for a function that carries none (``reversibility`` is then required).
+        reversibility / by / constraint / name / undo_tools: the declaration, as
+            ``@compensable`` takes it, for a function that carries none (``reversibility``
+            is then required).
 
     Raises:
         DeclarationError: no declaration (or two), a malformed one, a ``by=`` that does not
@@ -96,7 +98,13 @@ def wrap_tool(
             wrapped, or a journaled name already taken by another tool.
     """
     host = check_sagacity(sagacity)
-    declared = declaration(reversibility=reversibility, by=by, constraint=constraint, name=name)
+    declared = declaration(
+        reversibility=reversibility,
+        by=by,
+        constraint=constraint,
+        name=name,
+        undo_tools=undo_tools,
+    )
     if not isinstance(tool, Tool):
         if not callable(tool):
             raise DeclarationError(f"expected a pydantic_ai.Tool or a function, got {tool!r}")

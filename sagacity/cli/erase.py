@@ -4,13 +4,14 @@ docs/operations/erasure.md)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 from sagacity.cli._db_options import conninfo
 from sagacity.cli._exit import FAILED, UNAVAILABLE, USAGE
-from sagacity.cli.saga import _operator
+from sagacity.cli.saga import _operator, load_operator_key, operator_key_option
 from sagacity.errors import (
     ConfigurationError,
     ErasureRefusedError,
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     help="Why (journaled in clear on the ERASED event and logged: no personal data in it).",
 )
 @click.option("--apply", "apply_", is_flag=True, help="Erase; without it, only say what would be.")
+@operator_key_option
 @click.option(
     "--actor",
     default=None,
@@ -69,6 +71,7 @@ def erase(
     saga_id: str,
     reason: str,
     apply_: bool,
+    operator_key: Path | None,
     actor: str | None,
     bootstrap: str | None,
     topic: str | None,
@@ -80,7 +83,10 @@ def erase(
     copies in the services' tables, and append ERASED to its chain.  Its chain, checkpoints
     and commitments stay: it still verifies.
 
-    Dry run unless --apply.  Refused for an unknown saga, a saga still live (not ended, an
+    Dry run unless --apply, which needs the operator key (--operator-key or
+    $SAGACITY_OPERATOR_SIGNING_KEY): the ERASED event is signed with it, and only an ERASED
+    signed by it (or by a key in $SAGACITY_OPERATOR_PUBLIC_KEY) counts as done; any other is
+    ignored.  Refused for an unknown saga, a saga still live (not ended, an
     approval or a compensation pending, a writer holding it) and a saga in chain form 1.
     Running it again completes an erasure a crash interrupted.  The data key is destroyed
     with the key service of $SAGACITY_KEY_ENCRYPTION_KEY_FILE (without it the saga is marked
@@ -88,11 +94,17 @@ def erase(
     or PostgreSQL does not answer.
     """
     from sagacity._env import kafka_journal, kafka_settings_from_env, key_service_from_env
+    from sagacity._operator_signature import verifier_from_env, verifier_with
     from sagacity.consumers.erasure import apply_erasure, plan_erasure
     from sagacity.keystore_postgres import PostgresKeyStore
 
     if not reason.strip():
         raise click.UsageError("--reason must not be empty")
+    signer = load_operator_key(operator_key) if apply_ or operator_key else None
+    try:
+        pinned = verifier_from_env()
+    except ConfigurationError as exc:
+        raise click.UsageError(exc.message) from exc
     env = dict(os.environ)
     env["SAGACITY_DATABASE_URL"] = database_url
     if bootstrap:
@@ -119,10 +131,12 @@ def erase(
                 key_store=store,
                 services_database=database_url,
                 archive_database=archive,
+                operator=verifier_with(signer, pinned),
             )
             _print_plan(plan)
             click.echo("dry run: nothing was changed; pass --apply to erase")
             return
+        assert signer is not None  # loaded above for --apply
         done = apply_erasure(
             journal,
             saga_id,
@@ -132,6 +146,8 @@ def erase(
             key_store=store,
             services_database=database_url,
             archive_database=archive,
+            signer=signer,
+            operator=pinned,
         )
     except SagacityError as exc:
         _stop(exc)
@@ -175,8 +191,19 @@ def _print_plan(plan: ErasurePlan) -> None:
     click.echo(
         "  chain: ERASED is on it already"
         if plan.recorded
-        else "  chain: ERASED appended (actor, reason, the fields, the key's KEK id)"
+        else "  chain: ERASED appended (actor, reason, the fields, the key's KEK id), signed "
+        "with the operator key"
     )
+    _print_ignored(plan)
+
+
+def _print_ignored(plan: ErasurePlan) -> None:
+    if plan.ignored:
+        seqs = ", ".join(str(seq) for seq in plan.ignored)
+        click.echo(
+            f"  chain: ERASED at seq {seqs} is not signed by a pinned operator key: ignored "
+            "(it names nobody as the eraser)"
+        )
 
 
 def _print_outcome(done: ErasureOutcome) -> None:
@@ -196,9 +223,12 @@ def _print_outcome(done: ErasureOutcome) -> None:
         f"{done.claims} compensation claims and {done.attention} attention rows cleared"
     )
     if done.erased_event is not None:
-        click.echo(f"  chain: ERASED appended at seq {done.erased_event.seq}")
+        click.echo(
+            f"  chain: ERASED appended at seq {done.erased_event.seq}, signed with the operator key"
+        )
     else:
         click.echo("  chain: ERASED was on it already")
+    _print_ignored(plan)
     click.echo(
         "the topic keeps its copies until its retention; sealed, they cannot be opened. "
         "VACUUM the key table and rotate the KEK on schedule (docs/operations/erasure.md)"

@@ -1,6 +1,5 @@
-"""``sagacity keys``: the key-encryption key that wraps every saga's data key.
-
-See docs/adr/0019-erasure.md.
+"""``sagacity keys``: the key-encryption key that wraps every saga's data key (see
+docs/adr/0019-erasure.md), and the operator key (docs/adr/0027-operator-signatures.md).
 """
 
 from __future__ import annotations
@@ -9,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from sagacity.cli._exit import FAILED, CommandError
+from sagacity.cli._exit import FAILED, USAGE, CommandError
 from sagacity.cli._options import database_url_option
 
 KEK_SETTING = "SAGACITY_KEY_ENCRYPTION_KEY_FILE"
@@ -17,7 +16,7 @@ KEK_SETTING = "SAGACITY_KEY_ENCRYPTION_KEY_FILE"
 
 @click.group()
 def keys() -> None:
-    """Manage the key-encryption key of the journal's sealed fields."""
+    """Manage the key-encryption key of the journal's sealed fields, and the operator key."""
 
 
 @keys.command()
@@ -115,3 +114,29 @@ def status(database_url: str) -> None:
         click.echo("no live data keys")
     for kek_id, count in sorted(counts.items()):
         click.echo(f"{kek_id}: {count} live key(s)")
+
+
+@keys.command("operator-keygen")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Private key file to create (PEM, mode 0600, never overwritten).  Keep it with the "
+    "operators, off the agents' and the services' hosts.",
+)
+def operator_keygen(out: Path) -> None:
+    """Create the operator key: it signs `sagacity saga compensate` and `sagacity erase`
+    (docs/adr/0027-operator-signatures.md).  Commands read it from
+    SAGACITY_OPERATOR_SIGNING_KEY; the services pin the public key it prints in
+    SAGACITY_OPERATOR_PUBLIC_KEY."""
+    from sagacity._operator_signature import generate_key
+    from sagacity.errors import SigningKeyError
+
+    try:
+        signer = generate_key(out)
+    except SigningKeyError as exc:
+        raise CommandError(exc.message, USAGE) from exc
+    click.echo(f"operator key: {out}")
+    click.echo(f"key id:       {signer.key_id}")
+    click.echo(f"SAGACITY_OPERATOR_SIGNING_KEY={out}")
+    click.echo(f"SAGACITY_OPERATOR_PUBLIC_KEY={signer.public_hex}")

@@ -1,5 +1,5 @@
 """``sagacity saga``: operator actions on one saga's chain (taking over an abandoned saga,
-settling a suspect step)."""
+settling a suspect step, undoing an ended saga on the operator's signed word)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -23,6 +23,9 @@ from sagacity.errors import (
     JournalUnavailableError,
     SagacityError,
 )
+
+if TYPE_CHECKING:
+    from sagacity._operator_signature import OperatorSigner
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -269,3 +272,108 @@ def resolve_cmd(
         f"saga {data['saga_status']}"
     )
     click.echo(json.dumps(data, indent=2) if as_json else human)
+
+
+def operator_key_option(func: F) -> F:
+    """``--operator-key FILE`` ($SAGACITY_OPERATOR_SIGNING_KEY): the key operator events are
+    signed with (docs/adr/0027-operator-signatures.md)."""
+    return click.option(
+        "--operator-key",
+        "operator_key",
+        envvar="SAGACITY_OPERATOR_SIGNING_KEY",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="The operator's private key (from `sagacity keys operator-keygen`) "
+        "[default: $SAGACITY_OPERATOR_SIGNING_KEY].",
+    )(func)
+
+
+def load_operator_key(path: Path | None) -> OperatorSigner:
+    """The operator's :class:`~sagacity._operator_signature.OperatorSigner` from ``path``.
+
+    Raises:
+        click.UsageError: no key given, or the file is not an operator key (one line).
+    """
+    from sagacity._operator_signature import OperatorSigner
+    from sagacity.errors import SigningKeyError
+
+    if path is None:
+        raise click.UsageError(
+            "no operator key: pass --operator-key FILE or set SAGACITY_OPERATOR_SIGNING_KEY "
+            "(create one with `sagacity keys operator-keygen --out FILE`)"
+        )
+    try:
+        return OperatorSigner.from_file(path)
+    except SigningKeyError as exc:
+        raise click.UsageError(f"--operator-key: {exc.message}") from exc
+
+
+@saga.command("compensate")
+@click.option("--saga", "saga_id", required=True, help="The ended saga whose work is undone.")
+@click.option(
+    "--reason",
+    required=True,
+    help="Why (journaled in clear on the request, signed with it: no personal data).",
+)
+@operator_key_option
+@click.option(
+    "--actor",
+    default=None,
+    help="Who asks, journaled as the request's actor [default: operator:<user>@<host>].",
+)
+@_kafka_options
+def compensate_cmd(
+    saga_id: str,
+    reason: str,
+    operator_key: Path | None,
+    actor: str | None,
+    bootstrap: str | None,
+    topic: str | None,
+) -> None:
+    """Undo the executed steps of a saga that has ended (COMPLETED, COMPENSATED, …).
+
+    Journals COMPENSATION_REQUESTED signed with the operator key; the compensation service
+    acts on it only when that signature verifies against its pinned
+    $SAGACITY_OPERATOR_PUBLIC_KEY, and undoes each step not undone yet, exactly once.
+    Refused for an unknown, live, erased or not-ended saga and while a compensation of it is
+    pending. Exit status: 0 journaled, 1 refused, 2 usage, 3 the cluster does not answer.
+    """
+    from sagacity._env import kafka_journal, kafka_settings_from_env, key_service_from_env
+    from sagacity.consumers.compensation import request_compensation
+    from sagacity.errors import CompensationRefusedError, TailMovedError
+
+    signer = load_operator_key(operator_key)
+    env = dict(os.environ)
+    if bootstrap:
+        env["SAGACITY_BOOTSTRAP_SERVERS"] = bootstrap
+    if topic:
+        env["SAGACITY_TOPIC"] = topic
+    try:
+        settings = kafka_settings_from_env(env)
+    except ConfigurationError as exc:
+        raise click.UsageError(f"{exc.message} (or pass --bootstrap-servers)") from exc
+    keys = key_service_from_env(env)
+    try:
+        journal = kafka_journal(settings, keys=keys)
+    except JournalError as exc:
+        click.echo(f"Error: {exc.message}", err=True)
+        raise SystemExit(3) from exc
+    try:
+        entry = request_compensation(
+            journal, saga_id, reason=reason, actor=actor or _operator(), signer=signer
+        )
+    except JournalUnavailableError as exc:
+        click.echo(f"Error: {exc.message}", err=True)
+        raise SystemExit(3) from exc
+    except (CompensationRefusedError, TailMovedError) as exc:
+        click.echo(f"Refused: {exc.message}", err=True)
+        raise SystemExit(1) from exc
+    finally:
+        journal.close()
+        if keys is not None:
+            keys.close()
+    click.echo(
+        f"journaled COMPENSATION_REQUESTED at seq {entry.seq} of saga {saga_id!r}, signed with "
+        f"operator key {signer.key_id}: the compensation service (pinning that key in "
+        "SAGACITY_OPERATOR_PUBLIC_KEY) undoes its steps not undone yet"
+    )

@@ -239,6 +239,35 @@ def test_injected_arguments_are_not_journaled_and_options_declare_a_plain_functi
     assert executed.result == "booked 9am (call-book-0)"
 
 
+def test_options_declare_the_undo_tools_a_result_may_name() -> None:
+    sagacity = Sagacity()
+    released: list[str] = []
+
+    def hold(slot: str) -> dict[str, Any]:
+        """Hold a slot."""
+        return {"undo": {"tool": "release", "arguments": {"slot": slot}}}
+
+    def release(slot: str) -> str:
+        """Release a slot."""
+        released.append(slot)
+        return "released"
+
+    wrap_tool(sagacity, release, reversibility=Reversibility.REVERSIBLE)
+    held = wrap_tool(
+        sagacity, hold, reversibility=Reversibility.REVERSIBLE, undo_tools=("release",)
+    )
+    agent = graph([held], calls(("hold", {"slot": "9am"})), "held")
+
+    def work() -> Any:
+        agent.invoke({"messages": [HumanMessage("hold")]})
+        raise RuntimeError("the caller gave up")
+
+    assert sagacity.saga("s-undo-tools", work).status is SagaStatus.COMPENSATED
+    assert released == ["9am"]
+    with pytest.raises(DeclarationError, match="complete a declaration"):
+        wrap_tool(Sagacity(), hold, undo_tools=("release",))
+
+
 def test_outside_a_saga_the_tools_run_unjournaled() -> None:
     journal = InMemoryJournal()
     sagacity = Sagacity(journal)

@@ -387,7 +387,8 @@ def test_a_write_that_returns_its_own_undo_is_undone_by_it() -> None:
         raise ModelRetry("the payment provider is down")
 
     policy = Policy.loads(
-        '[tools]\nupdate_ticket_status = { undo = "returned" }\nrefund = { undo = "returned" }\n'
+        '[tools]\nupdate_ticket_status = { undo_tools = ["update_ticket_status"] }\n'
+        'refund = "REVERSIBLE"\n'
     )
     hooked = journaled(agent, sagacity, policy=policy)
     hooked.run_sync("close T-1 and refund")

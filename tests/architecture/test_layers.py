@@ -45,6 +45,8 @@ CLI_PRIVATE_ALLOWED: dict[str, str] = {
     # does not carry them.
     "sagacity._decision_signature": "`approvals keygen` and the resumer's pinned keys",
     "sagacity._writer_signature": "`archive writer-keygen` writes writer key files",
+    "sagacity._operator_signature": "`keys operator-keygen`, the operator key of `saga compensate` "
+    "and `erase`",
     "sagacity._duration": "one duration parser for every option",
     # The approvals package imports its HTTP API (FastAPI, the services extra) eagerly;
     # the token and principal commands and `serve mcp` need the auth file alone.

@@ -190,6 +190,30 @@ class Lane:
             ).fetchall()
         return [(str(a), int(b), str(c)) for a, b, c in rows]
 
+    def dead_letters(self, want: int, timeout: float = 30) -> list[Any]:
+        """The first ``want`` messages of the lane's dead-letter topic (fewer after
+        ``timeout``)."""
+        from confluent_kafka import Consumer
+
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"dlq-{uuid.uuid4().hex}",
+                "auto.offset.reset": "earliest",
+            }
+        )
+        consumer.subscribe([f"{self.topic}.dlq"])
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout
+        try:
+            while len(out) < want and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is not None and message.error() is None:
+                    out.append(message)
+        finally:
+            consumer.close()
+        return out
+
     def close(self) -> None:
         for service in self.started:
             with contextlib.suppress(Exception):

@@ -15,7 +15,13 @@ from typing import Any
 
 import psycopg
 
-from sagacity import CompensationContext, Reversibility, compensable, compensation
+from sagacity import (
+    CompensationContext,
+    Reversibility,
+    UndoCall,
+    compensable,
+    compensation,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS undo_calls (
@@ -132,6 +138,40 @@ class Shop:
     @compensable(by="babble")
     def odd(self, order: str) -> str:
         return "ok"
+
+    # -- undo tools: called with the undo's arguments, not with a context ------------------
+    def _effect(self, tool: str, key: str) -> str:
+        """Record a call of ``tool`` (an undo tool, or a gated tool that must never run as
+        one) in both tables, with ``key`` naming what it acted on."""
+        assert self.dsn, "SVC_TOOLS_DSN is not set"
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            for table in ("undo_calls", "undo_effects"):
+                conn.execute(
+                    f"INSERT INTO {table} (saga_id, seq, tool, key) VALUES ('', 0, %s, %s)",
+                    (tool, key),
+                )
+        return f"{tool} {key}"
+
+    @compensable(reversibility=Reversibility.IRREVERSIBLE)
+    def send_wire(self, to: str, amount: int) -> str:
+        return self._effect("send_wire", f"{to}:{amount}")
+
+    @compensable(reversibility=Reversibility.PRIVILEGED)
+    def grant_admin(self, user: str) -> str:
+        return self._effect("grant_admin", user)
+
+    @compensable
+    def release_stock(self, hold_id: str) -> str:
+        return self._effect("release_stock", hold_id)
+
+    @compensable(undo_tools=("release_stock",))
+    def hold_stock(self, sku: str) -> dict[str, Any]:
+        hold = f"hold-{sku}"
+        return {"hold_id": hold, "undo": {"tool": "release_stock", "arguments": {"hold_id": hold}}}
+
+    @compensable(undo=UndoCall(tool="release_stock", arguments={"hold_id": "$result.hold_id"}))
+    def book(self, sku: str) -> dict[str, Any]:
+        return {"hold_id": f"booking-{sku}"}
 
     @compensation
     def babble(self, ctx: CompensationContext) -> Unrepresentable:

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
 from sagacity import EntryDraft, EventType, SagaStatus, verify
 from sagacity.chain import link
@@ -124,24 +124,7 @@ def test_a_tool_the_service_does_not_know_fails_the_saga_with_the_reason(
 
 
 def _dlq_messages(lane: Lane, want: int, timeout: float = 30) -> list[object]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": lane.bootstrap,
-            "group.id": f"dlq-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
-        }
-    )
-    consumer.subscribe([f"{lane.topic}.dlq"])
-    out: list[object] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(out) < want and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                out.append(message)
-    finally:
-        consumer.close()
-    return out
+    return list(lane.dead_letters(want, timeout))
 
 
 def test_poison_messages_are_dead_lettered_and_the_service_keeps_running(

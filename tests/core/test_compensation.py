@@ -191,7 +191,7 @@ class Tickets:
         self.status = {"T-4003": "pending"}
         self.calls: list[str] = []
 
-    @compensable(reversibility=Reversibility.REVERSIBLE)
+    @compensable(reversibility=Reversibility.REVERSIBLE, undo_tools=("update_ticket_status",))
     def update_ticket_status(self, ticket_id: str, status: str) -> dict[str, Any]:
         previous = self.status[ticket_id]
         self.status[ticket_id] = status
@@ -212,7 +212,7 @@ class Tickets:
         self.calls.append(f"refund {invoice_id}")
         return {"changed": True, "invoice_id": invoice_id, "amount": 39900, "undo": None}
 
-    @compensable
+    @compensable(undo_tools=("untag",))
     def tag(self, ticket_id: str, tag: str) -> Undo:
         self.calls.append(f"tag {tag}")
         return Undo(tool="untag", arguments={"ticket_id": ticket_id, "tag": tag})

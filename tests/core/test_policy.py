@@ -23,7 +23,7 @@ default = "COMPENSATABLE"
 [tools]
 refund_invoice = "IRREVERSIBLE"
 "search_*" = "READ"
-update_ticket_status = {{ undo = "returned" }}
+update_ticket_status = {{ undo = "returned", undo_tools = ["update_ticket_status"] }}
 reserve = {{ by = "{__name__}:release" }}
 grant_access = {{ reversibility = "privileged" }}
 """
@@ -35,7 +35,7 @@ def test_the_toml_policy_and_the_python_one_say_the_same() -> None:
         {
             "refund_invoice": "IRREVERSIBLE",
             "search_*": R.READ,
-            "update_ticket_status": {"undo": "returned"},
+            "update_ticket_status": {"undo": "returned", "undo_tools": ["update_ticket_status"]},
             "reserve": {"by": release},
             "grant_access": Rule(reversibility=R.PRIVILEGED),
         },
@@ -45,10 +45,11 @@ def test_the_toml_policy_and_the_python_one_say_the_same() -> None:
         a, b = from_toml.resolve(name), from_python.resolve(name)
         assert a is not None
         assert b is not None
-        assert (a.rule.reversibility, a.rule.undo, a.rule.by) == (
+        assert (a.rule.reversibility, a.rule.undo, a.rule.by, a.rule.undo_tools) == (
             b.rule.reversibility,
             b.rule.undo,
             b.rule.by,
+            b.rule.undo_tools,
         )
     resolved = from_toml.resolve("update_ticket_status")
     assert resolved is not None

@@ -156,6 +156,28 @@ def test_an_undo_in_doubt_settled_executed_is_done_and_not_executed_is_called_ag
     assert result.compensated == (seq,)
 
 
+def test_a_copy_of_a_settlement_appended_later_does_not_call_the_undo_again(
+    sagacity: Sagacity, journal: InMemoryJournal, tools: Any, ledger: Ledger
+) -> None:
+    """A writer copies the step's "not-executed" settlement after the step was undone: the
+    step is settled once, so the copy is no new word and the undo is not called twice."""
+    seq = _suspect_undo(sagacity, journal, "u-copy", tools)
+    sagacity.settle("u-copy", seq, "not-executed", "ops", note="still reserved")
+    assert ledger.names().count("release_inventory") == 1
+    (settled,) = only(journal.entries("u-copy"), E.SUSPECT_SETTLED)
+    journal.append(
+        EntryDraft(
+            saga_id="u-copy",
+            event_type=E.SUSPECT_SETTLED,
+            tool=settled.tool,
+            actor=settled.actor,
+            attributes=dict(settled.attributes),
+        )
+    )
+    assert sagacity.compensate("u-copy").status is SagaStatus.COMPENSATED
+    assert ledger.names().count("release_inventory") == 1
+
+
 def test_delegated_settlement_hands_the_saga_to_the_compensation_service(
     sagacity: Sagacity, journal: InMemoryJournal, tools: Any
 ) -> None:

@@ -21,6 +21,8 @@ from psycopg import sql
 from sagacity import EntryDraft, EventType, JournalEntry
 from sagacity._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
 from sagacity._keys import KeyService
+from sagacity._operator_signature import OperatorSigner
+from sagacity._operator_signature import generate_key as generate_operator_key
 from sagacity.cli import main
 from sagacity.consumers.archive import BatchArchiver, RawEvent, migrate
 from sagacity.keystore_postgres import PostgresKeyStore
@@ -94,14 +96,17 @@ class Stack:
     """A journal with a KEK on a fresh topic, an archive and the services' tables in one
     schema, and the environment the ``sagacity`` commands read."""
 
-    def __init__(self, bootstrap: str, topic: str, dsn: str, kek: Path) -> None:
+    def __init__(self, bootstrap: str, topic: str, dsn: str, kek: Path, operator: Path) -> None:
         self.bootstrap, self.topic, self.dsn, self.kek = bootstrap, topic, dsn, kek
+        self.operator = OperatorSigner.from_file(operator)
         self.env = {
             **os.environ,
             KEK_SETTING: str(kek),
             "SAGACITY_DATABASE_URL": dsn,
             "SAGACITY_BOOTSTRAP_SERVERS": bootstrap,
             "SAGACITY_TOPIC": topic,
+            # `erase --apply` signs its ERASED with the operator key (ADR 0027).
+            "SAGACITY_OPERATOR_SIGNING_KEY": str(operator),
         }
         self.env.pop("SAGACITY_ARCHIVE_DATABASE_URL", None)
         self.env.pop("SAGACITY_ARCHIVE_SCHEMA", None)
@@ -153,7 +158,9 @@ def stack(
     topic = make_topic(partitions=1)
     kek = tmp_path / "journal.kek"
     write_key_encryption_key(kek)
-    s = Stack(kafka_bootstrap, topic, pg_dsn, kek)
+    operator = tmp_path / "operator.pem"
+    generate_operator_key(operator)
+    s = Stack(kafka_bootstrap, topic, pg_dsn, kek, operator)
     keys = s.keys()
     journal = KafkaJournal(kafka_bootstrap, topic=topic, keys=keys)
     try:
@@ -370,6 +377,56 @@ def test_erase_leaves_the_marker_nowhere_and_the_saga_verifiable(
     assert len([e for e in stack.chain() if e.event_type is EventType.ERASED]) == 1
 
 
+def test_a_forged_erased_neither_stops_the_erasure_nor_counts_as_one(stack: Stack) -> None:
+    """Any writer can append ERASED; the real erasure ignores one no operator key signed,
+    proceeds, and signs its own: the chain's counted ERASED is the operator's."""
+    from sagacity._operator_signature import OperatorVerifier, erasure_counts
+
+    keys = stack.keys()
+    journal = KafkaJournal(stack.bootstrap, topic=stack.topic, keys=keys, writer_id="mallory")
+    try:
+        forged = journal.append(
+            EntryDraft(
+                saga_id=SAGA,
+                event_type=EventType.ERASED,
+                actor="dpo@example.org",
+                attributes={"reason": "art. 17", "erased": "{}", "erased_key": "none"},
+            )
+        )
+        journal.flush()
+    finally:
+        journal.close()
+        keys.close()
+    code, out = stack.cli("erase", "--saga", SAGA, "--reason", "art. 17")
+    assert code == 0, out
+    ignored = f"ERASED at seq {forged.seq} is not signed by a pinned operator key: ignored"
+    assert ignored in out
+    assert "signed with the operator key" in out  # the dry run would append its own
+    code, out = stack.cli("erase", "--saga", SAGA, "--reason", "art. 17", "--apply")
+    assert code == 0, out
+    assert "data key: destroyed" in out
+    assert f"ERASED appended at seq {forged.seq + 1}, signed with the operator key" in out
+    assert ignored in out
+    erased = [e for e in stack.chain() if e.event_type is EventType.ERASED]
+    verifier = OperatorVerifier([stack.operator.public_raw])
+    assert [(e.seq, erasure_counts(e, verifier)) for e in erased] == [
+        (forged.seq, False),
+        (forged.seq + 1, True),
+    ]
+    counted = erased[1]
+    assert counted.attributes["operator_signature"].startswith(f"SGCO1:{stack.operator.key_id}:")
+    assert counted.actor != "dpo@example.org"
+    assert counted.prev_hash == forged.hash
+    # The erasure took everything, as without the forgery.
+    stack.archive_topic()
+    assert MARKER not in _dump(stack.dsn)
+    # Run again: the operator's ERASED is on the chain, nothing more is appended.
+    code, out = stack.cli("erase", "--saga", SAGA, "--reason", "art. 17", "--apply")
+    assert code == 0, out
+    assert "ERASED was on it already" in out
+    assert len([e for e in stack.chain() if e.event_type is EventType.ERASED]) == 2
+
+
 def test_a_crash_after_the_key_was_destroyed_is_completed_by_a_second_run(stack: Stack) -> None:
     keys = stack.keys()
     try:
@@ -514,6 +571,7 @@ def test_an_erased_event_the_topic_could_not_take_is_refused_before_anything_cha
             key_store=store,
             services_database=stack.dsn,
             archive_database=stack.dsn,
+            signer=stack.operator,
         )
 
     try:

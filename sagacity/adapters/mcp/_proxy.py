@@ -4,10 +4,10 @@ Each upstream tool becomes a function that calls it, wrapped like any tool; the 
 (:class:`sagacity.policy.Policy`, the agent-level hooks' own) gives its reversibility and
 undo, with the upstream's annotations as defaults (``readOnlyHint`` → ``READ``; a tool that
 may be destructive and has no undo → ``IRREVERSIBLE``). An undo is the upstream's own
-returned undo (``{ undo = "returned" }``: the result's ``{"undo": {"tool": ...,
-"arguments": {...}}}``, another upstream tool, called through the upstream on compensation),
-another upstream tool named by the policy with arguments from the call and its result
-(``{ undo = { tool = "release", arguments = { hold_id = "$result.hold_id" } } }``), or a
+returned undo (``{ undo_tools = ["..."] }``: the result's ``{"undo": {"tool": ...,
+"arguments": {...}}}``, one of the upstream tools the rule lists, called through the upstream
+on compensation), another upstream tool named by the policy with arguments from the call and
+its result (``{ undo = { tool = "release", arguments = { hold_id = "$result.hold_id" } } }``), or a
 Python compensation (``{ by = "module:function" }``). A tool nothing covers is refused
 at start-up, by name.
 
@@ -122,4 +122,5 @@ def register(sagacity: Sagacity, tools: list[ProxiedTool]) -> None:
             by=rule.by,
             constraint=rule.constraint,
             undo=rule.undo if isinstance(rule.undo, UndoCall) else None,
+            undo_tools=rule.undo_tools,
         )

@@ -1,0 +1,314 @@
+"""Operator signatures: what only a person holding the operator key may put on a chain.
+
+Every agent can produce to the journal topic, so two events are acted on only when an operator
+signed them (docs/adr/0027-operator-signatures.md):
+
+* a ``COMPENSATION_REQUESTED`` after the saga ended (``sagacity saga compensate``): the
+  compensation service undoes finished work only on the operator's word;
+* an ``ERASED`` (``sagacity erase``): the erasure is the operator's, and a forged one neither
+  stops a real erasure nor counts as one.
+
+The signature travels in the entry's ``operator_signature`` attribute as
+``SGCO1:<key_id>:<128 hex>`` over::
+
+    "SGCO1" || F(key_id) || F(event_type) || F(saga_id) || F(int64_be(seq))
+            || F(prev_hash) || F(actor) || F(int64_be(recorded_at_us)) || F(reason)
+
+with ``F`` the length-prefixed field of docs/adr/0002-hash-chain.md (``FF FF FF FF`` for an
+absent value) and ``reason`` the entry's ``reason`` attribute.  ``prev_hash`` is the hash of
+the saga's entry the signed one extends, so a signature holds at one place of one chain only.
+``cryptography`` is imported only when a key is loaded or a signature checked.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sagacity import _attributes as attr
+from sagacity._ed25519 import (
+    key_id_of,
+    load_private_key,
+    parse_public_key,
+    public_raw_of,
+    signature_valid,
+    write_private_key,
+)
+from sagacity._events import EntryDraft, EventType, JournalEntry
+from sagacity.chain import framed
+from sagacity.errors import (
+    ConfigurationError,
+    SigningKeyError,
+    TailMovedError,
+    UnknownSagaError,
+)
+from sagacity.journal import ConditionalJournal
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+OPERATOR_MAGIC = b"SGCO1"
+"""Leading bytes of the signed message; the version of its form."""
+PUBLIC_KEY_ENV = "SAGACITY_OPERATOR_PUBLIC_KEY"
+"""The pinned operator public key(s): hex or key files, comma-separated (a rotation)."""
+SIGNING_KEY_ENV = "SAGACITY_OPERATOR_SIGNING_KEY"
+"""The operator's private key file, read by the commands that sign (never by a service)."""
+
+OPERATOR_EVENTS: frozenset[EventType] = frozenset(
+    {EventType.COMPENSATION_REQUESTED, EventType.ERASED}
+)
+"""The event types an operator signs."""
+
+
+class Reason:
+    """Why an operator signature does not count (the compensation service's dead-letter
+    reasons, and what readers report)."""
+
+    UNSIGNED = "unsigned_operator_event"
+    MALFORMED = "malformed_operator_signature"
+    UNKNOWN_KEY = "unknown_operator_key"
+    BAD_SIGNATURE = "bad_operator_signature"
+    NOT_PINNED = "no_operator_key_pinned"
+
+
+_NULL = b"\xff\xff\xff\xff"
+
+
+def _field(value: str | None) -> bytes:
+    return _NULL if value is None else framed(value.encode("utf-8"))
+
+
+def _int(value: int) -> bytes:
+    return framed(struct.pack(">q", value))
+
+
+def operator_message(
+    *,
+    key_id: str,
+    event_type: str,
+    saga_id: str,
+    seq: int,
+    prev_hash: str,
+    actor: str | None,
+    recorded_at_us: int,
+    reason: str | None,
+) -> bytes:
+    """The exact bytes an operator signature covers (``SGCO1``).
+
+    Raises:
+        struct.error: ``seq`` or ``recorded_at_us`` does not fit int64.
+    """
+    return b"".join(
+        (
+            OPERATOR_MAGIC,
+            _field(key_id),
+            _field(event_type),
+            _field(saga_id),
+            _int(seq),
+            _field(prev_hash),
+            _field(actor),
+            _int(recorded_at_us),
+            _field(reason),
+        )
+    )
+
+
+def _message_of(draft: EntryDraft, key_id: str, *, seq: int, prev_hash: str) -> bytes | None:
+    try:
+        return operator_message(
+            key_id=key_id,
+            event_type=draft.event_type.value,
+            saga_id=draft.saga_id,
+            seq=seq,
+            prev_hash=prev_hash,
+            actor=draft.actor,
+            recorded_at_us=draft.recorded_at_us,
+            reason=draft.attributes.get(attr.REASON),
+        )
+    except struct.error:
+        return None
+
+
+class OperatorSigner:
+    """Signs operator events with the operator's Ed25519 private key."""
+
+    def __init__(self, private_key: Ed25519PrivateKey) -> None:
+        self._key = private_key
+        self.public_raw = public_raw_of(private_key)
+        self.public_hex = self.public_raw.hex()
+        self.key_id = key_id_of(self.public_raw)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> OperatorSigner:
+        """Load a PEM (PKCS#8) Ed25519 private key, as written by :func:`generate_key`.
+
+        Raises:
+            SigningKeyError: the file is missing, unreadable or not an Ed25519 private key.
+        """
+        return cls(load_private_key(path))
+
+    def sign(self, draft: EntryDraft, *, seq: int, prev_hash: str) -> EntryDraft:
+        """``draft`` with its ``operator_signature`` attribute, for the place ``seq`` after
+        the entry whose hash is ``prev_hash`` (the draft's time must be set).
+
+        Raises:
+            SigningKeyError: not an operator event type, or ``seq`` / the time out of range.
+        """
+        if draft.event_type not in OPERATOR_EVENTS:
+            raise SigningKeyError(f"{draft.event_type.value} is not an operator event type")
+        attributes = {k: v for k, v in draft.attributes.items() if k != attr.OPERATOR_SIGNATURE}
+        unsigned = replace(draft, attributes=attributes)
+        message = _message_of(unsigned, self.key_id, seq=seq, prev_hash=prev_hash)
+        if message is None:
+            raise SigningKeyError("an operator event's seq and time must fit int64")
+        signature = f"SGCO1:{self.key_id}:{self._key.sign(message).hex()}"
+        return replace(unsigned, attributes={**attributes, attr.OPERATOR_SIGNATURE: signature})
+
+
+def generate_key(path: str | Path) -> OperatorSigner:
+    """Write a new operator key to ``path`` (PEM, mode 0600, refusing to overwrite).
+
+    Raises:
+        SigningKeyError: the file exists or cannot be written.
+    """
+    return OperatorSigner(write_private_key(path))
+
+
+class OperatorVerifier:
+    """Checks operator signatures against pinned public keys.
+
+    Args:
+        public_keys: raw 32-byte Ed25519 public keys (several during a key rotation).
+
+    Raises:
+        ConfigurationError: no key.
+    """
+
+    def __init__(self, public_keys: Iterable[bytes]) -> None:
+        keys = {key_id_of(raw): raw for raw in public_keys}
+        if not keys:
+            raise ConfigurationError("an operator verifier needs at least one public key")
+        self._keys: Mapping[str, bytes] = keys
+
+    @classmethod
+    def parse(cls, text: str) -> OperatorVerifier:
+        """Keys from ``text``: hex or key files (hex or PEM), separated by commas or spaces.
+
+        Raises:
+            ConfigurationError: empty, or an item is not an Ed25519 public key.
+        """
+        items = [part for part in text.replace(",", " ").split() if part]
+        try:
+            return cls(parse_public_key(item, what="operator public key") for item in items)
+        except SigningKeyError as exc:
+            raise ConfigurationError(f"{PUBLIC_KEY_ENV}: {exc.message}") from exc
+
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        """The ids of the pinned keys."""
+        return tuple(self._keys)
+
+    @property
+    def public_keys(self) -> tuple[bytes, ...]:
+        """The pinned raw public keys."""
+        return tuple(self._keys.values())
+
+    def check(self, entry: JournalEntry) -> str | None:
+        """``None`` when ``entry`` carries an operator signature that verifies at its place
+        in its chain, else a :class:`Reason`."""
+        raw = entry.attributes.get(attr.OPERATOR_SIGNATURE)
+        if raw is None:
+            return Reason.UNSIGNED
+        parts = raw.split(":")
+        if len(parts) != 3 or parts[0] != "SGCO1" or len(parts[2]) != 128:
+            return Reason.MALFORMED
+        _, key_id, signature_hex = parts
+        public = self._keys.get(key_id)
+        if public is None:
+            return Reason.UNKNOWN_KEY
+        if entry.event_type not in OPERATOR_EVENTS:
+            return Reason.BAD_SIGNATURE
+        message = _message_of(entry, key_id, seq=entry.seq, prev_hash=entry.prev_hash)
+        if message is None:
+            return Reason.MALFORMED
+        return None if signature_valid(public, signature_hex, message) else Reason.BAD_SIGNATURE
+
+
+def operator_reason(entry: JournalEntry, verifier: OperatorVerifier | None) -> str | None:
+    """``None`` when ``entry`` is an operator's (signed, verifying against ``verifier``),
+    else why not (:class:`Reason`; ``no_operator_key_pinned`` without a verifier)."""
+    if verifier is None:
+        return Reason.NOT_PINNED
+    return verifier.check(entry)
+
+
+def erasure_counts(entry: JournalEntry, verifier: OperatorVerifier | None) -> bool:
+    """Whether ``entry`` is an ``ERASED`` that counts: signed by a pinned operator key.
+
+    Any writer can append an ``ERASED``; one that does not count names nobody as the eraser
+    and does not stop a real erasure.  Readers that count erasures call this.
+    """
+    return entry.event_type is EventType.ERASED and operator_reason(entry, verifier) is None
+
+
+def verifier_from_env(environ: Mapping[str, str] | None = None) -> OperatorVerifier | None:
+    """The verifier pinned by ``SAGACITY_OPERATOR_PUBLIC_KEY`` (``None`` when unset).
+
+    Raises:
+        ConfigurationError: the variable is set but does not hold a public key.
+    """
+    env = os.environ if environ is None else environ
+    text = env.get(PUBLIC_KEY_ENV, "").strip()
+    return OperatorVerifier.parse(text) if text else None
+
+
+def verifier_with(
+    signer: OperatorSigner | None, pinned: OperatorVerifier | None
+) -> OperatorVerifier | None:
+    """The pinned keys plus ``signer``'s own (a command that signs trusts its own key)."""
+    keys = list(pinned.public_keys) if pinned is not None else []
+    if signer is not None:
+        keys.append(signer.public_raw)
+    return OperatorVerifier(keys) if keys else None
+
+
+_APPEND_ATTEMPTS = 5
+
+
+def append_signed(
+    journal: ConditionalJournal,
+    draft: EntryDraft,
+    signer: OperatorSigner,
+    *,
+    check: Callable[[Sequence[JournalEntry]], None] | None = None,
+) -> JournalEntry:
+    """Append ``draft`` signed for the saga's tail as read now, with a compare-and-append; a
+    chain another writer extended meanwhile is read again, checked again and signed again (a
+    few times).
+
+    Args:
+        check: raises when the chain as read may not take the event (called on every read).
+
+    Raises:
+        TailMovedError: the chain kept moving (run the command again).
+        UnknownSagaError: the saga has no entries.
+        JournalUnavailableError: the topic could not be read or written.
+    """
+    for attempt in range(_APPEND_ATTEMPTS):
+        entries = journal.entries(draft.saga_id)
+        if not entries:
+            raise UnknownSagaError(f"saga {draft.saga_id!r} has no entries", saga_id=draft.saga_id)
+        if check is not None:
+            check(entries)
+        tail = entries[-1]
+        signed = signer.sign(draft, seq=tail.seq + 1, prev_hash=tail.hash)
+        try:
+            return journal.append_after(signed, after_seq=tail.seq, durable=True)
+        except TailMovedError:
+            if attempt == _APPEND_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
