@@ -16,6 +16,7 @@ from psycopg import sql
 
 from sagacity import EntryDraft, EventType
 from sagacity._envelope import write_key_encryption_key
+from sagacity._operator_signature import generate_key as generate_operator_key
 from sagacity.consumers.archive import migrate
 from sagacity.postgres import PostgresClaimStore
 from sagacity.postgres._statistics import refresh_statistics
@@ -58,7 +59,9 @@ def stack(
     topic = make_topic(partitions=1)
     kek = tmp_path / "journal.kek"
     write_key_encryption_key(kek)
-    s = Stack(kafka_bootstrap, topic, pg_dsn, kek)
+    operator = tmp_path / "operator.pem"
+    generate_operator_key(operator)
+    s = Stack(kafka_bootstrap, topic, pg_dsn, kek, operator)
     keys = s.keys()
     journal = KafkaJournal(kafka_bootstrap, topic=topic, keys=keys)
     try:
