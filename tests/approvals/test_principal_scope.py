@@ -15,7 +15,7 @@ import pytest
 from sagacity import EventType, SagaStatus
 from sagacity._scope import calling_as
 
-from .conftest import ALICE, bearer, entry_text
+from .conftest import ALICE, LiveService, bearer, entry_text
 from .test_api import Harness, wires
 
 pytestmark = pytest.mark.postgres
@@ -152,3 +152,19 @@ def test_a_narrow_approver_reads_no_saga_of_another_tool_and_an_auditor_reads_al
     approve = harness.client.post(f"/sagacity/approve/t-read/{seq}", headers=audit)
     assert approve.status_code == 403
     assert harness.entries("t-read", E.APPROVED) == []
+
+
+def test_the_cli_goes_through_the_same_rule(live: LiveService) -> None:
+    from .test_cli import cli
+
+    with calling_as(AGENT):
+        seq = live.gate("cli-own")
+    bound = cli(live, "dave", "approve", "cli-own", str(seq))
+    assert bound.exit_code == 1  # type: ignore[attr-defined]
+    assert "nobody decides their own request" in bound.output  # type: ignore[attr-defined]
+    agent = cli(live, "agent", "approve", "cli-own", str(seq))
+    assert agent.exit_code == 1  # type: ignore[attr-defined]
+    assert "agent principal" in agent.output  # type: ignore[attr-defined]
+    assert [e for e in live.journal.entries("cli-own") if e.event_type is E.APPROVED] == []
+    approved = cli(live, "alice", "approve", "cli-own", str(seq))
+    assert approved.exit_code == 0, approved.output  # type: ignore[attr-defined]
