@@ -45,6 +45,8 @@ TOKENS = {
 TOOLS = {"alice": ["*"], "bob": ["*"], "carol": ["charge"], "robot": ["*"]}
 ROLES = {"robot": "agent"}
 """Principals that are not approvers: robot is an agent, whose token the console refuses."""
+AGENTS = {"bob": ["robot@example.com"]}
+"""bob's own agent: he decides none of robot's requests."""
 
 
 def submit(driver: Any, button: Any, timeout: float = 20) -> None:
@@ -181,7 +183,13 @@ def console_settings(
     auth = tmp / "auth.toml"
     auth.write_text(
         "\n".join(
-            entry_text(f"{n}@example.com", TOKENS[n], TOOLS[n], role=ROLES.get(n, "approver"))
+            entry_text(
+                f"{n}@example.com",
+                TOKENS[n],
+                TOOLS[n],
+                role=ROLES.get(n, "approver"),
+                agents=AGENTS.get(n),
+            )
             for n in TOKENS
         ),
         encoding="utf-8",

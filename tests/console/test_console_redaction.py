@@ -340,3 +340,19 @@ def test_an_agents_token_does_not_sign_in_to_the_console(sealed: Sealed) -> None
     assert robot.find_element(By.TAG_NAME, "h1").text == "Not allowed"
     assert "robot@example.com is an agent principal" in robot.page_source
     assert robot.get_cookie("sagacity_session") is None
+
+
+def test_an_approver_cannot_approve_his_own_agents_request_in_the_browser(sealed: Sealed) -> None:
+    from sagacity._scope import calling_as
+
+    world = sealed.world
+    saga = saga_id("own")
+    with calling_as("robot@example.com"):  # as the MCP server journals its agent client
+        seq = world.gate(saga, ("charge_card", charge(saga)))
+    world.server.service.materialise(saga)
+    bob = world.sign_in("bob")  # robot is bob's own agent
+    world.open_request("bob", saga, seq)
+    approve_in(bob)
+    assert bob.find_element(By.TAG_NAME, "h1").text == "Not allowed"
+    assert "nobody decides their own request" in bob.page_source
+    assert [e for e in world.agent.entries(saga) if e.event_type is E.APPROVED] == []
