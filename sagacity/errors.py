@@ -256,6 +256,11 @@ class PermissionDeniedError(ApprovalError):
     """The authenticated principal may not decide for the request's tool."""
 
 
+class SelfApprovalError(PermissionDeniedError):
+    """The principal deciding a request is the one that made it, or one of its agents: nobody
+    decides their own request (docs/operations/approvals.md, "Principals")."""
+
+
 class DecisionInProgressError(AlreadyDecidedError):
     """Another decision on the same request holds its lock; retry shortly."""
 

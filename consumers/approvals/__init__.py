@@ -10,6 +10,7 @@ from sagacity.consumers.approvals._auth import (
     AuthConfig,
     AuthFile,
     Principal,
+    Role,
     auth_entry,
     token_sha256,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "Principal",
     "RequestConsumer",
     "RequestRow",
+    "Role",
     "RowState",
     "auth_entry",
     "create_app",

@@ -341,7 +341,11 @@ class _Limits:
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorOut, "description": "no or bad credentials"},
-    403: {"model": ErrorOut, "description": "the principal may not decide for this tool"},
+    403: {
+        "model": ErrorOut,
+        "description": "the principal may not decide or read for this tool, is an agent, or "
+        "made the request itself",
+    },
     404: {"model": ErrorOut, "description": "unknown saga or request"},
     413: {"model": ErrorOut, "description": "request body too large"},
     422: {"model": ErrorOut, "description": "malformed body or id"},
@@ -409,6 +413,7 @@ def create_app(
         found = auth.authenticate(credentials.credentials)
         if found is None:
             raise AuthenticationError("unknown bearer token")
+        found.check_person()  # an agent's token neither decides nor reads here
         return found
 
     def decider(who: Principal, body: _Body | None) -> Principal:
@@ -550,8 +555,9 @@ def create_app(
 
     @app.get("/sagacity/sagas/{saga_id}", response_model=SagaOut, responses=_ERRORS)
     def show_saga(saga_id: SagaId, who: Annotated[Principal, Depends(principal)]) -> SagaOut:
-        """The saga's status and its chain."""
-        return SagaOut(**service.saga(saga_id))
+        """The saga's status and its chain, for a principal that decides one of its tools or
+        audits (any other gets the 404 of an unknown saga); redaction salts are withheld."""
+        return SagaOut(**service.saga(who, saga_id))
 
     @app.get("/sagacity/stats", response_model=StatsOut, responses=_ERRORS)
     def stats(

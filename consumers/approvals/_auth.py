@@ -1,12 +1,34 @@
-"""Who is deciding: bearer tokens mapped to principals and the tools they may decide for.
+"""Who is asking: bearer tokens mapped to principals, their role and their tools.
 
 The approver recorded on the chain is the authenticated principal, never a name from a request
-body.  Tokens are stored as SHA-256 hashes (hex) in a TOML or JSON file::
+body.  Tokens are stored as SHA-256 hashes (hex) in a TOML or JSON file, one entry per token::
 
     [[principals]]
     name = "alice@example.com"
+    role = "approver"                # decides requests for its tools in the approvals service
     token_sha256 = "3b1f…"           # sagacity approvals token-hash
     tools = ["send_wire_transfer"]   # or ["*"] for every tool
+    agents = ["claude@alice"]        # agent identities acting for alice: she decides none of
+                                     # their requests
+
+    [[principals]]
+    name = "claude@alice"
+    role = "agent"                   # calls tools over MCP; never decides, never reads
+    token_sha256 = "…"
+    tools = ["send_wire_transfer"]   # the tools it may list and call
+
+    [[principals]]
+    name = "audit@example.com"
+    role = "auditor"                 # reads every request and saga; decides nothing
+    token_sha256 = "…"
+
+Roles (docs/operations/approvals.md, "Principals"): an **approver** decides, resumes and settles
+for its tools and reads the sagas of those tools; an **agent** is accepted only by the MCP
+server, which serves it its tools; an **auditor** reads everything and decides nothing.  An
+entry without ``role`` is an approver (files written before roles keep working in the approvals
+service, ``tools`` defaulting to every tool) and is refused by the MCP server: an agent is
+always named as one.  An entry with a role names its ``tools`` (an auditor none): no entry
+gets every tool by omission.  A name holds one role (listed under two, the file is refused).
 
 Tokens are random secrets (``sagacity approvals token-hash --generate``), not passwords, so an
 unsalted SHA-256 is enough: the file leaks nothing usable if it is read.
@@ -19,6 +41,7 @@ leaves the revoked token working.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import hmac
 import json
@@ -33,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from sagacity.errors import ConfigurationError
+from sagacity.errors import ConfigurationError, PermissionDeniedError
 
 log = logging.getLogger("sagacity.approvals")
 
@@ -53,38 +76,124 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def auth_entry(name: str, token: str, tools: Iterable[str]) -> str:
-    """A TOML ``[[principals]]`` entry for ``name`` holding ``token``'s hash."""
-    listed = ", ".join(json.dumps(t) for t in tools) or json.dumps(ANY_TOOL)
-    return (
-        "[[principals]]\n"
-        f"name = {json.dumps(name)}\n"
-        f'token_sha256 = "{token_sha256(token)}"\n'
-        f"tools = [{listed}]\n"
+class Role(enum.StrEnum):
+    """What a principal of the file is for."""
+
+    APPROVER = "approver"
+    """Decides (approve, reject, resume, settle) requests of its tools; reads their sagas."""
+    AGENT = "agent"
+    """Calls its tools over MCP; never decides and reads nothing in the approvals service."""
+    AUDITOR = "auditor"
+    """Reads every request and saga; decides nothing."""
+
+
+def auth_entry(
+    name: str,
+    token: str,
+    tools: Iterable[str] = (),
+    *,
+    role: Role | str = Role.APPROVER,
+    agents: Iterable[str] = (),
+) -> str:
+    """A TOML ``[[principals]]`` entry for ``name`` holding ``token``'s hash.
+
+    Args:
+        tools: the tools an approver decides or an agent calls (``["*"]``: every tool); an
+            auditor has none.
+        role: ``approver``, ``agent`` or ``auditor``.
+        agents: for an approver, the agent identities acting for it (it decides none of
+            their requests).
+
+    Raises:
+        ConfigurationError: the entry would not load (see :meth:`AuthConfig.from_mapping`).
+    """
+    kind = _role(role, "auth_entry")
+    listed = list(tools)
+    lines = [
+        "[[principals]]",
+        f"name = {json.dumps(name)}",
+        f"role = {json.dumps(kind.value)}",
+        f'token_sha256 = "{token_sha256(token)}"',
+    ]
+    if kind is not Role.AUDITOR or listed:
+        lines.append(f"tools = [{', '.join(json.dumps(t) for t in listed)}]")
+    bound = list(agents)
+    if bound:
+        lines.append(f"agents = [{', '.join(json.dumps(a) for a in bound)}]")
+    text = "\n".join(lines) + "\n"
+    AuthConfig.from_mapping(tomllib.loads(text), source="auth_entry")  # refuse what won't load
+    return text
+
+
+def _role(value: object, where: str) -> Role:
+    for role in Role:
+        if value == role.value:
+            return role
+    raise ConfigurationError(
+        f"{where}: 'role' must be one of {', '.join(r.value for r in Role)}, got {value!r}"
     )
 
 
 @dataclass(frozen=True, kw_only=True)
 class Principal:
-    """An authenticated approver.
+    """An authenticated principal of the file.
 
     Attributes:
-        name: the identity journaled as the decision's actor.
-        tools: tool names this principal may decide for (``"*"``: all).
+        name: the identity journaled as a decision's actor or a call's ``caller``.
+        tools: the tools an approver decides or an agent calls (``"*"``: all).
+        role: what the principal is for (:class:`Role`).
+        agents: for an approver, the agent identities acting for it.
         authenticated: ``False`` only in ``--insecure-dev`` mode (a name taken from the body).
     """
 
     name: str
     tools: frozenset[str]
+    role: Role = Role.APPROVER
+    agents: frozenset[str] = frozenset()
     authenticated: bool = True
 
-    def may_decide(self, tool: str) -> bool:
-        """Whether this principal may approve, reject or resume a request for ``tool``."""
+    def _covers(self, tool: str) -> bool:
         return ANY_TOOL in self.tools or tool in self.tools
+
+    def may_decide(self, tool: str) -> bool:
+        """Whether this principal may approve, reject, resume or settle for ``tool``."""
+        return self.role is Role.APPROVER and self._covers(tool)
+
+    def may_call(self, tool: str) -> bool:
+        """Whether this principal may list and call ``tool`` over MCP."""
+        return self.role is Role.AGENT and self._covers(tool)
+
+    def may_read(self, tools: Iterable[str]) -> bool:
+        """Whether this principal sees a saga (or request) whose tools are ``tools``: an
+        auditor sees all, an approver those with a tool it decides, an agent none."""
+        if self.role is Role.AUDITOR:
+            return True
+        return any(self.may_decide(tool) for tool in tools)
 
     def visible_tools(self) -> list[str] | None:
         """The tools whose requests this principal sees (``None``: all)."""
+        if self.role is Role.AUDITOR:
+            return None
+        if self.role is Role.AGENT:
+            return []
         return None if ANY_TOOL in self.tools else sorted(self.tools)
+
+    @property
+    def identities(self) -> frozenset[str]:
+        """The names this principal acts under: its own and its agents'."""
+        return self.agents | {self.name}
+
+    def check_person(self) -> None:
+        """Refuse an agent principal where people decide or read (the approvals service).
+
+        Raises:
+            PermissionDeniedError: this principal is an agent.
+        """
+        if self.role is Role.AGENT:
+            raise PermissionDeniedError(
+                f"{self.name} is an agent principal: agents call tools over MCP and neither "
+                "decide nor read in the approvals service"
+            )
 
 
 class AuthConfig:
@@ -92,15 +201,23 @@ class AuthConfig:
 
     Raises:
         ConfigurationError: the file is missing, unparsable, or an entry is malformed
-            (missing name, a hash that is not 64 lowercase hex digits, a hash used twice).
+            (missing name, a hash that is not 64 lowercase hex digits, a hash used twice, an
+            unknown role, a role without its tools, one name under two roles).
     """
 
     def __init__(self, principals: Iterable[tuple[str, Principal]]) -> None:
         self._by_hash: dict[str, Principal] = {}
+        roles: dict[str, Role] = {}
         for digest, principal in principals:
             if digest in self._by_hash:
                 raise ConfigurationError(
                     f"token hash {digest[:12]}… is listed twice in the auth file"
+                )
+            held = roles.setdefault(principal.name, principal.role)
+            if held is not principal.role:
+                raise ConfigurationError(
+                    f"{principal.name!r} is listed as {held.value} and as "
+                    f"{principal.role.value}: a name holds one role (an agent gets its own name)"
                 )
             self._by_hash[digest] = principal
 
@@ -115,19 +232,7 @@ class AuthConfig:
             where = f"{source}: principals[{index}]"
             if not isinstance(item, Mapping):
                 raise ConfigurationError(f"{where} is not a table")
-            name = item.get("name")
-            digest = item.get("token_sha256")
-            tools = item.get("tools", [ANY_TOOL])
-            if not isinstance(name, str) or not name.strip():
-                raise ConfigurationError(f"{where}: 'name' must be a non-empty string")
-            if not isinstance(digest, str) or not _HEX64.match(digest):
-                raise ConfigurationError(
-                    f"{where}: 'token_sha256' must be 64 lowercase hex digits "
-                    "(sagacity approvals token-hash prints one)"
-                )
-            if not isinstance(tools, list) or not all(isinstance(t, str) and t for t in tools):
-                raise ConfigurationError(f"{where}: 'tools' must be a list of tool names")
-            entries.append((digest, Principal(name=name, tools=frozenset(tools))))
+            entries.append(_entry(item, where))
         return cls(entries)
 
     @classmethod
@@ -162,8 +267,29 @@ class AuthConfig:
                 return principal
         return None
 
+    def principals(self) -> list[Principal]:
+        """Every principal of the file, in file order."""
+        return list(self._by_hash.values())
+
     def __len__(self) -> int:
         return len(self._by_hash)
+
+
+def agent_only(principal: Principal | None) -> Principal | None:
+    """``principal`` if it is an agent (what the MCP server accepts), ``None`` for no principal.
+
+    Raises:
+        PermissionDeniedError: a known token that is not an agent's, with the one line that says
+            what to do.
+    """
+    if principal is None or principal.role is Role.AGENT:
+        return principal
+    raise PermissionDeniedError(
+        f"{principal.name} is an {principal.role.value}, not an agent: the MCP server serves "
+        'agent principals only (role = "agent" in the principals file; an entry without a '
+        "role is an approver); give the agent an entry of its own "
+        "(sagacity approvals token-hash --role agent)"
+    )
 
 
 class Authenticator(Protocol):
@@ -230,6 +356,15 @@ class AuthFile:
         config = self.current()
         return config.authenticate(token)
 
+    def agent(self, token: str) -> Principal | None:
+        """The agent principal holding ``token`` in the current file, or ``None``.
+
+        Raises:
+            ConfigurationError: the file as it is now does not load.
+            PermissionDeniedError: the token is a principal's that is not an agent.
+        """
+        return agent_only(self.authenticate(token))
+
     def by_digest(self, digest: str) -> Principal | None:
         """The principal whose token hashes to ``digest``, as the file stands now.
 
@@ -281,3 +416,47 @@ class AuthFile:
         self._config, self._error = config, None
         self.reloads += 1
         log.info("auth file %s reloaded: %d principal(s)", self.path, len(config))
+
+
+def _names(item: Mapping[str, Any], key: str, where: str) -> frozenset[str] | None:
+    value = item.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigurationError(f"{where}: '{key}' must be a list of names")
+    return frozenset(value)
+
+
+def _entry(item: Mapping[str, Any], where: str) -> tuple[str, Principal]:
+    """One ``[[principals]]`` entry: its token hash and principal."""
+    name = item.get("name")
+    digest = item.get("token_sha256")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigurationError(f"{where}: 'name' must be a non-empty string")
+    if not isinstance(digest, str) or not _HEX64.match(digest):
+        raise ConfigurationError(
+            f"{where}: 'token_sha256' must be 64 lowercase hex digits "
+            "(sagacity approvals token-hash prints one)"
+        )
+    if "tools" in item and not isinstance(item["tools"], list):
+        raise ConfigurationError(f"{where}: 'tools' must be a list of tool names")
+    tools = _names(item, "tools", where)
+    agents = _names(item, "agents", where) or frozenset()
+    if "role" not in item:
+        # Written before roles: an approver, of every tool unless it says which.
+        role = Role.APPROVER
+        tools = frozenset({ANY_TOOL}) if tools is None else tools
+    else:
+        role = _role(item["role"], where)
+        if role is Role.AUDITOR and tools is not None:
+            raise ConfigurationError(
+                f"{where}: an auditor reads every saga and decides none: remove 'tools'"
+            )
+        if role is not Role.AUDITOR and not tools:
+            raise ConfigurationError(
+                f"{where}: an {role.value} names its 'tools' (['*'] for every tool)"
+            )
+    if agents and role is not Role.APPROVER:
+        raise ConfigurationError(f"{where}: only an approver lists 'agents'")
+    principal = Principal(name=name, tools=tools or frozenset(), role=role, agents=agents)
+    return digest, principal

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from sagacity._approval import load_chain
+from sagacity._disclosure import disclosed
 from sagacity._outcome import outcome_from_chain
 from sagacity._requests import interrupted_resume, request_state
 from sagacity._result import SagaResult
@@ -25,6 +26,8 @@ from sagacity._saga import Sagacity
 from sagacity._settlement import suspect_steps
 from sagacity.chain import verify
 from sagacity.consumers.approvals._auth import Principal
+from sagacity.consumers.approvals._reads import check_readable
+from sagacity.consumers.approvals._self_approval import refuse_own_request
 from sagacity.errors import (
     AlreadyDecidedError,
     ApprovalExpiredError,
@@ -81,13 +84,18 @@ class ApprovalService:
 
         Raises:
             ApprovalNotFound / UnknownSagaError: no such request.
-            PermissionDeniedError: ``principal`` may not decide for its tool.
+            PermissionDeniedError: ``principal`` may not read requests of its tool.
         """
         row = self.store.get(saga_id, seq)
         if row is None:
             with self.store.connect() as conn:
                 row = self._materialise(conn, saga_id, seq)
-        self._authorise(principal, row)
+        if not principal.may_read([row.tool]):
+            raise PermissionDeniedError(
+                f"{principal.name} may not read requests for tool {row.tool!r}",
+                saga_id=saga_id,
+                seq=seq,
+            )
         return row
 
     def materialise(self, saga_id: str) -> None:
@@ -99,15 +107,15 @@ class ApprovalService:
         with self.store.connect() as conn:
             self.store.apply_chain_in(conn, saga_id, load_chain(self.sagacity.journal, saga_id))
 
-    def saga(self, saga_id: str) -> dict[str, Any]:
-        """The saga's status, verification verdict, open requests and chain.
+    def saga(self, principal: Principal, saga_id: str) -> dict[str, Any]:
+        """The saga's status, verification verdict, open requests and chain (its entries as
+        they may leave the service: :func:`~sagacity._disclosure.disclosed`).
 
         Raises:
-            UnknownSagaError: the saga has no entries.
+            UnknownSagaError: the saga has no entries, or ``principal`` may not read it.
         """
         entries = self.sagacity.entries(saga_id)
-        if not entries:
-            raise UnknownSagaError(f"unknown saga {saga_id!r}", saga_id=saga_id)
+        check_readable(principal, saga_id, entries)
         verdict = verify(entries, saga_id=saga_id)
         outcome = outcome_from_chain(entries)
         return {
@@ -121,7 +129,7 @@ class ApprovalService:
                 {"seq": r.seq, "tool": r.tool, "signed_by": list(r.signed_by)}
                 for r in self.sagacity.pending_approvals(saga_id)
             ],
-            "entries": [entry.to_dict() for entry in entries],
+            "entries": [disclosed(entry.to_dict()) for entry in entries],
         }
 
     # -- deciding ---------------------------------------------------------------------------
@@ -136,6 +144,7 @@ class ApprovalService:
                 ``APPROVAL_REFUSED``; the request stays pending).
             UnderDeclaredRequestError: the request claims fewer signatures than the service's
                 declaration of its tool (journaled).
+            SelfApprovalError: ``principal`` (or an agent bound to it) made the request.
             AlreadyDecidedError: closed, fully signed, or already signed by ``principal``.
             ApprovalExpiredError: past its deadline (journaled ``EXPIRED``, compensation
                 requested).
@@ -143,6 +152,8 @@ class ApprovalService:
         """
 
         def act(row: RequestRow) -> SagaResult | None:
+            entries = load_chain(self.sagacity.journal, saga_id)
+            refuse_own_request(principal, saga_id, entries, seq)
             self._retrying(
                 lambda: self.sagacity.approve(
                     saga_id, seq, principal.name, request_hash=request_hash
@@ -166,6 +177,7 @@ class ApprovalService:
 
         def act(row: RequestRow) -> SagaResult | None:
             entries = load_chain(self.sagacity.journal, saga_id)
+            refuse_own_request(principal, saga_id, entries, seq)
             state = request_state(entries, seq)
             if state is None:
                 raise ApprovalNotFound(f"no approval request at {saga_id}/{seq}")

@@ -382,12 +382,64 @@ def stats(client: _Client, window: str) -> None:
 
 @approvals.command("token-hash")
 @click.option("--name", default=None, help="Principal name: print a whole auth-file entry.")
-@click.option("--tool", "tools", multiple=True, help="Tool the principal may decide (repeat).")
+@click.option(
+    "--role",
+    type=click.Choice(["approver", "agent", "auditor"]),
+    default="approver",
+    show_default=True,
+    help="approver: decides for its tools; agent: calls its tools over MCP, decides nothing; "
+    "auditor: reads every saga, decides nothing.",
+)
+@click.option(
+    "--tool",
+    "tools",
+    multiple=True,
+    help="A tool the approver decides or the agent calls (repeat).",
+)
+@click.option(
+    "--all-tools", is_flag=True, help="Every tool (instead of --tool): say it to mean it."
+)
+@click.option(
+    "--agent",
+    "agents",
+    multiple=True,
+    help="An approver's own agent identity (an agent's name, a writer id): the approver "
+    "decides none of its requests (repeat).",
+)
 @click.option("--generate", is_flag=True, help="Make a new random token (printed on stderr).")
-def token_hash(name: str | None, tools: tuple[str, ...], generate: bool) -> None:
-    """Print the SHA-256 of a token read from stdin, or an auth-file entry with --name."""
-    from sagacity.consumers.approvals._auth import auth_entry, new_token, token_sha256
+def token_hash(
+    name: str | None,
+    role: str,
+    tools: tuple[str, ...],
+    all_tools: bool,
+    agents: tuple[str, ...],
+    generate: bool,
+) -> None:
+    """Print the SHA-256 of a token read from stdin, or an auth-file entry with --name.
 
+    An approver or an agent names its tools with --tool (repeat), or --all-tools for every
+    one; an auditor has none. See docs/operations/approvals.md, "Principals".
+    """
+    from sagacity.consumers.approvals._auth import ANY_TOOL, auth_entry, new_token, token_sha256
+    from sagacity.errors import ConfigurationError
+
+    if name is None and (tools or all_tools or agents or role != "approver"):
+        raise click.UsageError(
+            "--role, --tool, --all-tools and --agent describe an entry: give --name"
+        )
+    if name is not None:
+        if tools and all_tools:
+            raise click.UsageError("give --tool (repeat) or --all-tools, not both")
+        if role == "auditor" and (tools or all_tools):
+            raise click.UsageError("an auditor reads every saga and decides none: no --tool")
+        if role != "auditor" and not (tools or all_tools):
+            raise click.UsageError(
+                f"an {role} needs its tools: --tool NAME (repeat), or --all-tools for every tool"
+            )
+        if agents and role != "approver":
+            raise click.UsageError(
+                "--agent binds an approver's own agents: only with --role approver"
+            )
     if generate:
         token = new_token()
         click.echo(f"token (give it to the principal; it is not stored): {token}", err=True)
@@ -397,8 +449,14 @@ def token_hash(name: str | None, tools: tuple[str, ...], generate: bool) -> None
             raise click.UsageError("no token on stdin (or pass --generate)")
     if name is None:
         click.echo(token_sha256(token))
-    else:
-        click.echo(auth_entry(name, token, tools or ["*"]), nl=False)
+        return
+    try:
+        entry = auth_entry(
+            name, token, [ANY_TOOL] if all_tools else list(tools), role=role, agents=agents
+        )
+    except ConfigurationError as exc:
+        raise click.UsageError(exc.message) from exc
+    click.echo(entry, nl=False)
 
 
 @approvals.command("keygen")

@@ -20,6 +20,7 @@ from sagacity.cli._options import service_envvars
 if TYPE_CHECKING:
     from sagacity import Sagacity
     from sagacity.adapters.mcp import ProxiedTool
+    from sagacity.consumers.approvals._auth import AuthFile
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,6 +33,7 @@ class Serving:
     host: str
     port: int
     auth_file: Path | None
+    token_file: Path | None
     bootstrap_servers: str
     topic: str
     approvals_url: str | None
@@ -73,8 +75,16 @@ def serving_options(fn: F) -> F:
             type=click.Path(exists=True, dir_okay=False, path_type=Path),
             envvar="SAGACITY_MCP_AUTH",
             default=None,
-            help="Principals file of the approvals service (bearer tokens); required for "
-            "http. [env: SAGACITY_MCP_AUTH]",
+            help='The principals file: its agents (role = "agent") are the callers, each '
+            "served its own tools; required for http. [env: SAGACITY_MCP_AUTH]",
+        ),
+        click.option(
+            "--token-file",
+            type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            envvar="SAGACITY_MCP_TOKEN_FILE",
+            default=None,
+            help="stdio with --auth: the file holding the token of the agent this server acts "
+            "for. [env: SAGACITY_MCP_TOKEN_FILE]",
         ),
         click.option(
             "--bootstrap-servers",
@@ -134,14 +144,25 @@ def serving(**options: Any) -> Serving:
     stderr (stdout is the protocol under stdio).
 
     Raises:
-        click.UsageError: http without a principals file.
+        click.UsageError: http without a principals file; a token file without one, or over
+            http; a principals file under stdio without the agent's token.
     """
     from sagacity.consumers import configure_logging as configure
 
     serving = Serving(**options)
     configure(serving.log_level)
-    if serving.transport == "http" and serving.auth_file is None:
-        raise click.UsageError("--transport http needs --auth (the principals file)")
+    if serving.transport == "http":
+        if serving.auth_file is None:
+            raise click.UsageError("--transport http needs --auth (the principals file)")
+        if serving.token_file is not None:
+            raise click.UsageError(
+                "--token-file is for stdio: over http each request carries its own bearer token"
+            )
+    elif (serving.auth_file is None) != (serving.token_file is None):
+        raise click.UsageError(
+            "under stdio give --auth and --token-file together (the principals file and the "
+            "token of the agent this server acts for), or neither"
+        )
     return serving
 
 
@@ -189,31 +210,62 @@ def serve(
             idle_timeout_s=serving.idle_timeout_s,
             proxied=proxied or (),
         )
-        authenticate = None
-        if serving.auth_file is not None:
-            from sagacity.consumers.approvals._auth import AuthFile
-
-            auth = AuthFile(serving.auth_file)
-
-            def authenticate(token: str) -> str | None:
-                principal = auth.authenticate(token)
-                return principal.name if principal is not None else None
-
+        auth = _agents(serving.auth_file) if serving.auth_file is not None else None
+        token = _agent_token(auth, serving.token_file) if serving.token_file is not None else None
     except SagacityError as exc:
         raise click.ClickException(exc.message) from exc
     if serving.transport == "stdio":
-        server.run_stdio()
+        server.run_stdio(auth.agent if auth is not None else None, token)
         return
     import uvicorn
 
-    assert authenticate is not None
+    assert auth is not None
     uvicorn.run(
-        server.http_app(authenticate),
+        server.http_app(auth.agent),
         host=serving.host,
         port=serving.port,
         log_level=serving.log_level.lower(),
         server_header=False,
     )
+
+
+def _agents(path: Path) -> AuthFile:
+    """The principals file, which must list an agent (the only principals served).
+
+    Raises:
+        ConfigurationError: it does not load, or lists no agent.
+    """
+    from sagacity.consumers.approvals._auth import AuthFile, Role
+    from sagacity.errors import ConfigurationError
+
+    auth = AuthFile(path)
+    if not any(p.role is Role.AGENT for p in auth.current().principals()):
+        raise ConfigurationError(
+            f'{path} lists no agent (role = "agent"): the MCP server serves agent principals '
+            "only, and an entry without a role is an approver; add one with "
+            "sagacity approvals token-hash --role agent"
+        )
+    return auth
+
+
+def _agent_token(auth: AuthFile | None, path: Path) -> str:
+    """The agent token a stdio server acts for, checked against the principals file.
+
+    Raises:
+        ConfigurationError / PermissionDeniedError: unreadable, empty, unknown, or not an agent's.
+    """
+    from sagacity.errors import ConfigurationError
+
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the token file {path}: {exc}") from exc
+    if not token:
+        raise ConfigurationError(f"the token file {path} is empty")
+    assert auth is not None
+    if auth.agent(token) is None:
+        raise ConfigurationError(f"the token in {path} is not in the principals file")
+    return token
 
 
 @click.command()

@@ -2,25 +2,39 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from sagacity.consumers.approvals import auth_entry
 
 TOKENS = {
     "alice": "tok-alice-0123456789abcdef",
     "bob": "tok-bob-0123456789abcdef",
     "carol": "tok-carol-0123456789abcdef",
     "eve": "tok-eve-0123456789abcdef",
+    "dave": "tok-dave-0123456789abcdef",
+    "audit": "tok-audit-0123456789abcdef",
+    "agent": "tok-agent-0123456789abcdef",
+    "agent2": "tok-agent2-0123456789abcdef",
+    "scoped": "tok-scoped-0123456789abcdef",
 }
-TOOLS = {
+TOOLS: dict[str, list[str]] = {
     "alice": ["send_wire_transfer", "grant_agent_access"],
     "bob": ["*"],
     "carol": ["grant_agent_access"],
     "eve": ["reserve_inventory"],
+    "dave": ["*"],  # an approver of every tool, bound to the agent that acts for him
+    "audit": [],
+    "agent": ["*"],
+    "agent2": ["*"],
+    "scoped": ["reserve_inventory", "lookup_stock"],
 }
+ROLES = {"audit": "auditor", "agent": "agent", "agent2": "agent", "scoped": "agent"}
+"""Principals that are not approvers (every other one is)."""
+AGENTS = {"dave": ["agent@example.com"]}
+"""An approver's own agents: dave decides none of agent@example.com's requests."""
 ALICE = '{"amount":"100","to":"alice"}'
 MALLORY = '{"amount":"999999","to":"mallory"}'
 
@@ -41,14 +55,40 @@ def shown(url: str, saga_id: str, seq: int, who: str = "bob") -> dict[str, str]:
     return {"request_hash": answer.json()["request_hash"]}
 
 
+def principal_entry(name: str) -> str:
+    """The auth-file entry of test principal ``name`` (its role, tools and agents), written out
+    as an operator writes it (not by :func:`auth_entry`, whose output it checks)."""
+    return entry_text(
+        f"{name}@example.com",
+        TOKENS[name],
+        TOOLS[name],
+        role=ROLES.get(name, "approver"),
+        agents=AGENTS.get(name, []),
+    )
+
+
+def entry_text(
+    name: str, token: str, tools: list[str], *, role: str, agents: list[str] | None = None
+) -> str:
+    """A ``[[principals]]`` entry in TOML."""
+    lines = [
+        "[[principals]]",
+        f"name = {json.dumps(name)}",
+        f"role = {json.dumps(role)}",
+        f"token_sha256 = {json.dumps(hashlib.sha256(token.encode()).hexdigest())}",
+    ]
+    if role != "auditor":
+        lines.append(f"tools = {json.dumps(tools)}")
+    if agents:
+        lines.append(f"agents = {json.dumps(agents)}")
+    return "\n".join(lines) + "\n"
+
+
 @pytest.fixture
 def auth_file(tmp_path: Path) -> Path:
     """A TOML auth file listing every test principal's hashed token."""
     path = tmp_path / "auth.toml"
-    path.write_text(
-        "\n".join(auth_entry(f"{n}@example.com", TOKENS[n], TOOLS[n]) for n in TOKENS),
-        encoding="utf-8",
-    )
+    path.write_text("\n".join(principal_entry(n) for n in TOKENS), encoding="utf-8")
     return path
 
 

@@ -11,10 +11,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from sagacity import EventType, InMemoryJournal, Sagacity, SagaStatus
-from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings, auth_entry
+from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
 from sagacity.consumers.approvals._api import INSECURE_HEADER
 
-from .conftest import ALICE, MALLORY, TOKENS, TOOLS, bearer
+from .conftest import ALICE, MALLORY, bearer, principal_entry
 from .tools import Bank, StrictBank, calls
 
 pytestmark = pytest.mark.postgres
@@ -481,7 +481,7 @@ def test_a_huge_body_is_413(harness: Harness) -> None:
 
 
 def _auth_text(names: list[str], *, broken: bool = False) -> str:
-    text = "\n".join(auth_entry(f"{n}@example.com", TOKENS[n], TOOLS[n]) for n in names)
+    text = "\n".join(principal_entry(n) for n in names)
     return text + ("\n[[principals]\n" if broken else "")
 
 

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import io
+import json
+import subprocess
+import sys
 import zipfile
+from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -35,3 +40,72 @@ def test_verdict_and_bundle_of_an_archived_saga(archiver, archive_dsn) -> None:
     ok, detail = view.verdict("saga-v") or (True, "none")
     assert not ok
     assert "does NOT verify at seq 2" in detail
+
+
+@pytest.mark.kafka
+def test_the_consoles_bundle_withholds_redaction_salts_and_still_verifies(
+    kafka_bootstrap: str, make_topic: Any, archive_dsn: str, tmp_path: Path
+) -> None:
+    from test_redaction_end_to_end import ADA, CARD, Payments, _raw
+
+    from sagacity import EventType, Sagacity, SagaStatus
+    from sagacity._decision_signature import DecisionSigner
+    from sagacity._envelope import KeyRing, write_key_encryption_key
+    from sagacity._keys import KeyService
+    from sagacity._redaction import stored_salts
+    from sagacity.consumers.archive import BatchArchiver, RawEvent
+    from sagacity.keystore_postgres import PostgresKeyStore
+    from sagacity.producer import KafkaJournal
+
+    topic = make_topic(partitions=1)
+    keys = KeyService(
+        PostgresKeyStore(archive_dsn),
+        KeyRing((write_key_encryption_key(tmp_path / "journal.kek"),)),
+    )
+    journal = KafkaJournal(kafka_bootstrap, topic=topic, keys=keys)
+    try:
+        sagacity = Sagacity(journal, decision_signer=DecisionSigner.ephemeral())
+        tools = sagacity.wrap(Payments())
+        held = sagacity.saga("pay-c", lambda: tools.charge(CARD, ADA, 120))
+        assert held.status is SagaStatus.AWAITING_APPROVAL
+        journal.flush()
+        request = next(
+            e
+            for e in journal.reader.read("pay-c").entries
+            if e.event_type is EventType.AWAITING_APPROVAL
+        )
+        salts = list(stored_salts(request.attributes["redaction"]).values())
+        assert salts
+    finally:
+        journal.close()
+    messages = _raw(kafka_bootstrap, topic)
+    archiver = BatchArchiver(archive_dsn, consumer_group="g", keys=keys)
+    try:
+        raw = [
+            RawEvent(topic=topic, partition=0, offset=m.offset(), key=m.key(), value=m.value())
+            for m in messages
+        ]
+        assert archiver.archive(raw).archived == len(messages)
+    finally:
+        archiver.close()
+        keys.close()
+
+    out = tmp_path / "bundle"
+    zipfile.ZipFile(io.BytesIO(ArchiveView(archive_dsn).bundle("pay-c"))).extractall(out)
+    for path in out.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert not [s for s in salts if s.encode() in data], path
+            assert CARD.encode() not in data, path
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    assert all("redaction" not in e["attributes"] for e in events)
+    assert any("redaction" in (e.get("commitments") or {}) for e in events)
+    verified = subprocess.run(
+        [sys.executable, "-I", str(out / "verify_bundle.py"), str(out), "--allow-unsigned"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "redaction" in verified.stdout  # reported withheld, verified by its commitment

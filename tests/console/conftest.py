@@ -26,8 +26,9 @@ import psycopg
 import pytest
 
 from sagacity import Sagacity, SagaStatus
-from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings, auth_entry
+from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
 from sagacity.producer import KafkaJournal
+from tests.approvals.conftest import entry_text
 from tests.compensation import svc_tools
 from tests.compensation.conftest import ServiceProcess, free_port
 from tests.console.tools import ConsoleShop
@@ -39,8 +40,13 @@ TOKENS = {
     "alice": "tok-alice-console-0123456789abcdef",
     "bob": "tok-bob-console-0123456789abcdef",
     "carol": "tok-carol-console-0123456789abcdef",
+    "robot": "tok-robot-console-0123456789abcdef",
 }
-TOOLS = {"alice": ["*"], "bob": ["*"], "carol": ["charge"]}
+TOOLS = {"alice": ["*"], "bob": ["*"], "carol": ["charge"], "robot": ["*"]}
+ROLES = {"robot": "agent"}
+"""Principals that are not approvers: robot is an agent, whose token the console refuses."""
+AGENTS = {"bob": ["robot@example.com"]}
+"""bob's own agent: he decides none of robot's requests."""
 
 
 def submit(driver: Any, button: Any, timeout: float = 20) -> None:
@@ -176,7 +182,16 @@ def console_settings(
 
     auth = tmp / "auth.toml"
     auth.write_text(
-        "\n".join(auth_entry(f"{n}@example.com", TOKENS[n], TOOLS[n]) for n in TOKENS),
+        "\n".join(
+            entry_text(
+                f"{n}@example.com",
+                TOKENS[n],
+                TOOLS[n],
+                role=ROLES.get(n, "approver"),
+                agents=AGENTS.get(n),
+            )
+            for n in TOKENS
+        ),
         encoding="utf-8",
     )
     approvals_key = generate_key(tmp / "approvals.pem")

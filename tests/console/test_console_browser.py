@@ -275,7 +275,7 @@ def test_unknown_pages_a_foreign_tool_and_signing_out(world: World) -> None:
     carol = world.sign_in("carol")  # carol decides for charge only
     world.open_request("carol", saga, seq)
     assert carol.find_element(By.TAG_NAME, "h1").text == "Not allowed"
-    assert "may not decide requests for tool 'wire'" in carol.page_source
+    assert "may not read requests for tool 'wire'" in carol.page_source
     submit(carol, carol.find_element(By.CSS_SELECTOR, "form.signout button"))
     assert carol.current_url == f"{world.url}/ui/login"
     carol.get(f"{world.url}/ui/")

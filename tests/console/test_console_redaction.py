@@ -271,3 +271,88 @@ def test_a_hostile_value_beside_the_redacted_field_renders_as_text(sealed: Seale
     formatted = json.loads(driver.find_element(By.CSS_SELECTOR, ".formatted").text)
     assert formatted["note"] == HOSTILE
     assert formatted["card_number"] == MASK
+
+
+def test_the_saga_api_withholds_the_redaction_salt_and_keeps_the_exact_bytes(
+    sealed: Sealed,
+) -> None:
+    import httpx
+
+    from tests.console.conftest import TOKENS
+
+    world = sealed.world
+    saga = saga_id("salt")
+    seq = world.gate(saga, ("charge_card", charge(saga)))
+    request = entry_at(world.agent.entries(saga), seq)
+    (salt,) = stored_salts(request.attributes[REDACTION_ATTRIBUTE]).values()
+    answer = httpx.get(
+        f"{world.url}/sagacity/sagas/{saga}",
+        headers={"Authorization": f"Bearer {TOKENS['alice']}"},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    # With the salt, the redaction key beside it would give the card number away.
+    assert salt not in answer.text
+    assert CARD not in answer.text
+    shown = {e["seq"]: e for e in answer.json()["entries"]}
+    assert all(REDACTION_ATTRIBUTE not in e["attributes"] for e in shown.values())
+    assert all(REDACTION_ATTRIBUTE not in (e.get("salts") or {}) for e in shown.values())
+    # What the approver signs stays: the exact stored bytes, the redaction key in them, and
+    # the attribute's commitment (the chain still verifies; the salt reads as withheld).
+    assert shown[seq]["payload"] == request.payload
+    assert REDACTION_ATTRIBUTE in shown[seq]["commitments"]
+    assert answer.json()["verified"] is True
+
+
+def test_a_narrow_approver_sees_no_saga_of_another_tool(
+    sealed: Sealed,
+) -> None:
+    import httpx
+
+    from tests.console.conftest import TOKENS
+
+    world = sealed.world
+    saga = saga_id("narrow")
+    seq = world.gate(saga, ("charge_card", charge(saga)))
+    world.server.service.materialise(saga)
+    # carol decides the tool "charge" alone: this saga of charge_card does not exist for her.
+    api = httpx.get(
+        f"{world.url}/sagacity/sagas/{saga}",
+        headers={"Authorization": f"Bearer {TOKENS['carol']}"},
+        timeout=30,
+    )
+    assert api.status_code == 404
+    carol = world.sign_in("carol")
+    carol.get(f"{world.url}/ui/sagas/{saga}")
+    assert carol.find_element(By.TAG_NAME, "h1").text == "Not found"
+    assert "charge_card" not in carol.page_source
+    carol.get(f"{world.url}/ui/attention")
+    assert saga not in carol.page_source
+    world.open_request("carol", saga, seq)
+    assert carol.find_element(By.TAG_NAME, "h1").text == "Not allowed"
+    assert "gift wrap" not in carol.page_source  # nothing of the request's payload
+
+
+def test_an_agents_token_does_not_sign_in_to_the_console(sealed: Sealed) -> None:
+    # Agents call tools (over MCP); people decide and read, here.
+    world = sealed.world
+    robot = world.sign_in("robot")
+    assert robot.find_element(By.TAG_NAME, "h1").text == "Not allowed"
+    assert "robot@example.com is an agent principal" in robot.page_source
+    assert robot.get_cookie("sagacity_session") is None
+
+
+def test_an_approver_cannot_approve_his_own_agents_request_in_the_browser(sealed: Sealed) -> None:
+    from sagacity._scope import calling_as
+
+    world = sealed.world
+    saga = saga_id("own")
+    with calling_as("robot@example.com"):  # as the MCP server journals its agent client
+        seq = world.gate(saga, ("charge_card", charge(saga)))
+    world.server.service.materialise(saga)
+    bob = world.sign_in("bob")  # robot is bob's own agent
+    world.open_request("bob", saga, seq)
+    approve_in(bob)
+    assert bob.find_element(By.TAG_NAME, "h1").text == "Not allowed"
+    assert "nobody decides their own request" in bob.page_source
+    assert [e for e in world.agent.entries(saga) if e.event_type is E.APPROVED] == []

@@ -22,7 +22,7 @@ from sagacity import EventType, JournalEntry
 from sagacity._decision_signature import generate_key
 from sagacity.producer import KafkaJournal
 from tests.approvals._process import REPO, Replica
-from tests.approvals.conftest import auth_file, bearer
+from tests.approvals.conftest import TOKENS, auth_file, bearer
 
 __all__ = ["auth_file"]  # the approvals tests' principals file, for the MCP tests too
 
@@ -197,3 +197,59 @@ class RawServer:
         self.process.stdin.close()
         self.process.stdout.close()
         self._errlog.close()
+
+
+@contextlib.contextmanager
+def http_server(
+    deployment: McpDeployment, auth_file: Path, *extra: str, idle_timeout: float = 30.0
+) -> Iterator[str]:
+    """A ``sagacity serve mcp --transport http`` process on the deployment; yields its URL."""
+    from sagacity.dev import pick_free_port
+
+    port = pick_free_port()
+    log = (deployment.tmp / f"mcp-http-{port}.log").open("ab")
+    process = subprocess.Popen(
+        [
+            *SERVE,
+            *deployment.args,
+            "--transport",
+            "http",
+            "--port",
+            str(port),
+            "--auth",
+            str(auth_file),
+            "--idle-timeout",
+            str(idle_timeout),
+            "--log-level",
+            "WARNING",
+            *extra,
+        ],
+        cwd=REPO,
+        env=deployment.env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        wait_http(url)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
+        log.close()
+
+
+@contextlib.asynccontextmanager
+async def http_session(url: str, who: str) -> AsyncIterator[ClientSession]:
+    """An SDK client session over streamable HTTP with ``who``'s bearer token."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKENS[who]}"})
+    async with (
+        client,
+        streamable_http_client(url, http_client=client) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session

@@ -76,7 +76,7 @@ def test_http_calls_journal_the_callers_principal_and_end_when_idle(
     http_server: str, mcp_deployment: McpDeployment
 ) -> None:
     async def conversation() -> Any:
-        client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKENS['eve']}"})
+        client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKENS['agent']}"})
         async with (
             client,
             streamable_http_client(http_server, http_client=client) as (read, write),
@@ -90,6 +90,6 @@ def test_http_calls_journal_the_callers_principal_and_end_when_idle(
     saga_id = result.meta[SAGA_META]
     entries = mcp_deployment.wait_ended(saga_id)
     intent = next(e for e in entries if e.event_type is EventType.INTENT)
-    assert intent.attributes["caller"] == "eve@example.com"
+    assert intent.attributes["caller"] == "agent@example.com"
     assert entries[-1].result == "COMPLETED"
     assert calls(mcp_deployment.calls) == [{"tool": "reserve_inventory", "sku": "SKU-H"}]

@@ -33,7 +33,8 @@ from sagacity._outcome import outcome_from_chain
 from sagacity._redaction import masked, redacted_fields
 from sagacity._settlement import SettlementOutcome, open_suspects
 from sagacity.chain import payload_sha256, verify
-from sagacity.consumers.approvals._auth import Principal, token_sha256
+from sagacity.consumers.approvals._auth import Principal, Role, token_sha256
+from sagacity.consumers.approvals._reads import check_readable, may_read
 from sagacity.consumers.approvals._service import ApprovalService
 from sagacity.consumers.approvals.console import _metrics
 from sagacity.consumers.approvals.console._security import (
@@ -270,7 +271,8 @@ def create_console(
         if session is None:
             raise _Redirect(to_login(request))
         principal = auth.by_digest(session.token_sha256)
-        if principal is None:
+        if principal is None or principal.role is Role.AGENT:
+            # Revoked, or made an agent since signing in: agents never use the console.
             sessions.delete(session_id)
             raise _Redirect(to_login(request))
         return _Viewer(principal=principal, session=session, session_id=session_id)
@@ -356,6 +358,7 @@ def create_console(
             principal = auth.authenticate(token)
             if principal is None:
                 return None, "", None
+            principal.check_person()  # an agent's token: refused with its reason
             session_id, session = sessions.create(
                 token_sha256=token_sha256(token), principal=principal.name, now_us=now_us()
             )
@@ -363,6 +366,9 @@ def create_console(
 
         try:
             principal, session_id, session = await run_in_threadpool(check)
+        except PermissionDeniedError as exc:
+            log.info("console: an agent's token was refused sign-in from %s", client)
+            return error_page(request, None, 403, "Not allowed", exc.message)
         except SagacityError as exc:
             return error_page(request, None, _status_for(exc), "Unavailable", exc.message)
         if principal is None or session is None:
@@ -536,6 +542,8 @@ def create_console(
                 entries = sagacity.entries(row.saga_id)
             except SagacityError:
                 entries = []
+            if not may_read(viewer.principal, entries):
+                continue
             outcome = outcome_from_chain(entries) if entries else None
             suspects = open_suspects(entries)
             sagas.append(
@@ -546,8 +554,13 @@ def create_console(
                 }
             )
         since = now_us() - _SEVEN_DAYS_US
-        expired = service.store.closed(("expired",), since_us=since)
-        refused = service.store.closed(("refused",), since_us=since)
+        readable = viewer.principal.may_read
+        expired = [
+            r for r in service.store.closed(("expired",), since_us=since) if readable([r.tool])
+        ]
+        refused = [
+            r for r in service.store.closed(("refused",), since_us=since) if readable([r.tool])
+        ]
         return {
             "sagas": sagas,
             "expired": expired,
@@ -580,10 +593,9 @@ def create_console(
         return RedirectResponse("/ui/attention?done=settled", status_code=303)
 
     # -- a saga ------------------------------------------------------------------------------
-    def saga_context(saga_id: str) -> dict[str, Any]:
+    def saga_context(viewer: _Viewer, saga_id: str) -> dict[str, Any]:
         entries = sagacity.entries(saga_id)
-        if not entries:
-            raise UnknownSagaError(f"unknown saga {saga_id!r}", saga_id=saga_id)
+        check_readable(viewer.principal, saga_id, entries)
         verdict = verify(entries, saga_id=saga_id)
         outcome = outcome_from_chain(entries)
         timeline = []
@@ -612,14 +624,23 @@ def create_console(
         }
 
     async def saga_page(request: Request, viewer: _Viewer) -> Response:
-        context = await run_in_threadpool(saga_context, request.path_params["saga_id"])
+        context = await run_in_threadpool(saga_context, viewer, request.path_params["saga_id"])
         return render(request, "saga.html", viewer, **context)
 
     async def saga_bundle(request: Request, viewer: _Viewer) -> Response:
         saga_id = request.path_params["saga_id"]
         if archive is None:
             raise UnknownSagaError("no archive is configured for this service", saga_id=saga_id)
-        data = await run_in_threadpool(archive.bundle, saga_id)
+
+        def bundle() -> bytes:
+            # The live chain names the saga's tools; an auditor reads a saga the topic no
+            # longer holds as well.
+            if not may_read(viewer.principal, sagacity.entries(saga_id)):
+                check_readable(viewer.principal, saga_id, ())
+            assert archive is not None
+            return archive.bundle(saga_id)
+
+        data = await run_in_threadpool(bundle)
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in saga_id)
         return Response(
             data,
@@ -631,7 +652,11 @@ def create_console(
     async def metrics_page(request: Request, viewer: _Viewer) -> Response:
         def read() -> dict[str, Any]:
             now = now_us()
-            rows = service.store.decided(since_us=now - _SEVEN_DAYS_US)
+            rows = [
+                r
+                for r in service.store.decided(since_us=now - _SEVEN_DAYS_US)
+                if viewer.principal.may_read([r.tool])
+            ]
             windows = []
             for label, seconds in _metrics.WINDOWS:
                 tools = _metrics.figures(rows, now_us=now, window_s=seconds)

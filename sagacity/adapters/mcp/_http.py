@@ -7,34 +7,26 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from sagacity.errors import ConfigurationError
+from sagacity.adapters.mcp._callers import Authenticate, bearer_token
+from sagacity.errors import ConfigurationError, PermissionDeniedError
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-Authenticate = Callable[[str], str | None]
-"""A bearer token to the principal holding it (``None``: unknown token)."""
+__all__ = ["Authenticate", "BearerAuth", "bearer_token"]
 
 log = logging.getLogger("sagacity.mcp")
-
-
-def bearer_token(authorization: str | None) -> str | None:
-    """The token of an ``Authorization: Bearer <token>`` header value, if it is one."""
-    if not authorization:
-        return None
-    scheme, _, token = authorization.strip().partition(" ")
-    token = token.strip()
-    return token if scheme.lower() == "bearer" and token else None
 
 
 class BearerAuth:
     """ASGI middleware: every HTTP request needs a bearer token that ``authenticate`` knows.
 
-    Unknown or missing tokens get 401 (``WWW-Authenticate: Bearer``); an authentication
-    source that cannot answer (a principals file that no longer loads) gets 503.  Tokens are
-    never logged.
+    Unknown or missing tokens get 401 (``WWW-Authenticate: Bearer``); a known token that is
+    not an agent's (an approver's, an auditor's) gets 403 with the line that says so; an
+    authentication source that cannot answer (a principals file that no longer loads) gets
+    503.  Tokens are never logged.
     """
 
     def __init__(self, app: ASGIApp, authenticate: Authenticate) -> None:
@@ -52,6 +44,10 @@ class BearerAuth:
         except ConfigurationError as exc:
             log.error("authentication unavailable: %s", exc.message)
             await _answer(send, 503, "authentication is unavailable; see the server log")
+            return
+        except PermissionDeniedError as exc:
+            log.warning("refused: %s", exc.message)
+            await _answer(send, 403, exc.message)
             return
         if principal is None:
             await _answer(

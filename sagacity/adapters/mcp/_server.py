@@ -4,7 +4,9 @@ Each registered tool becomes an MCP tool: its input schema from its signature, i
 from its reversibility.  A call runs inside the session's saga (:mod:`._sessions`); a gated
 call returns the seed's ``[AWAITING_APPROVAL]`` text with what a client needs to follow it up;
 a failing call returns ``isError`` after its saga is compensated; a call whose ``_meta`` names
-an approved request resumes it, if and only if the arguments are the approved bytes.
+an approved request resumes it, if and only if the arguments are the approved bytes and the
+caller is the principal that made the request.  Each caller lists and calls its own tools
+(:mod:`._callers`) and joins only the sagas it opened (:mod:`._sessions`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -26,12 +28,24 @@ from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from sagacity import _attributes as attr
 from sagacity._codec import call_arguments, describe_error, encode_payload, encode_result
 from sagacity._registry import RegisteredTool
+from sagacity._requester import caller_of as request_caller
+from sagacity._requester import request_entry
 from sagacity._result import SagaResult, SagaStatus
 from sagacity._reversibility import Reversibility
 from sagacity._saga import Sagacity, check_saga_id
 from sagacity._scope import calling_as
 from sagacity._tool import awaiting_message
-from sagacity.adapters.mcp._http import Authenticate, BearerAuth, bearer_token
+from sagacity.adapters.mcp._callers import (
+    Authenticate,
+    Caller,
+    CallerSource,
+    ToolScope,
+    caller_of,
+    from_headers,
+    from_token,
+    refuse_tool,
+)
+from sagacity.adapters.mcp._http import BearerAuth
 from sagacity.adapters.mcp._proxy import ProxiedTool
 from sagacity.adapters.mcp._sessions import SessionSagas
 from sagacity.chain import payload_sha256
@@ -131,7 +145,7 @@ class SagacityMCP:
             sagacity, idle_timeout_s=idle_timeout_s, saga_prefix=saga_prefix
         )
         self._sweeper: asyncio.Task[None] | None = None
-        self._principal: Callable[[Context], str | None] = lambda _ctx: None
+        self._callers: CallerSource | None = None
         upstream = {p.name: p for p in proxied}
         self.server: MCPServer[Any] = MCPServer(
             name,
@@ -140,10 +154,12 @@ class SagacityMCP:
                 for t in sorted(tools, key=lambda t: t.name)
             ],
         )
+        self.server.middleware.append(ToolScope(lambda: self._callers))
 
-    def set_principal_source(self, source: Callable[[Context], str | None]) -> None:
-        """How to find a call's authenticated principal (journaled as ``caller``)."""
-        self._principal = source
+    def set_caller_source(self, source: CallerSource | None) -> None:
+        """How to find a call's agent principal (journaled as ``caller``; its tools served):
+        ``None`` serves every tool to whoever started the server (stdio without principals)."""
+        self._callers = source
 
     # -- tools ----------------------------------------------------------------------------
     def _tool(self, registered: RegisteredTool) -> Tool:
@@ -202,7 +218,9 @@ class SagacityMCP:
         self, registered: RegisteredTool, arguments: dict[str, Any], ctx: Context
     ) -> CallToolResult:
         meta: Mapping[str, Any] = ctx.request_context.meta or {}
-        principal = self._principal(ctx)
+        caller: Caller | None = caller_of(self._callers, ctx.request_context.request)
+        refuse_tool(caller, registered.name)  # ToolScope refused it already; kept in one rule
+        principal = caller.name if caller is not None else None
         saga_id = self._saga_meta(meta)
         seq = meta.get(SEQ_META)
         if seq is not None:
@@ -211,7 +229,7 @@ class SagacityMCP:
             return await self._resume(registered, arguments, saga_id, seq, principal)
         self._start_sweeper()
         with calling_as(principal):
-            return await self._in_saga(registered, arguments, ctx, saga_id)
+            return await self._in_saga(registered, arguments, ctx, saga_id, principal)
 
     @staticmethod
     def _saga_meta(meta: Mapping[str, Any]) -> str | None:
@@ -229,13 +247,25 @@ class SagacityMCP:
         arguments: dict[str, Any],
         ctx: Context,
         saga_id: str | None,
+        principal: str | None,
     ) -> CallToolResult:
         session = _connection_of(ctx)
-        async with self.sessions.hold(session=session, saga_id=saga_id) as slot:
-            try:
-                run = await self.sessions.ensure_run(slot, saga_id)
-            except SagaExistsError as exc:
-                raise MCPError(SAGA_REFUSED, exc.message) from exc
+        try:
+            return await self._held(registered, arguments, session, saga_id, principal)
+        except SagaExistsError as exc:
+            raise MCPError(SAGA_REFUSED, exc.message) from exc
+
+    async def _held(
+        self,
+        registered: RegisteredTool,
+        arguments: dict[str, Any],
+        session: object,
+        saga_id: str | None,
+        principal: str | None,
+    ) -> CallToolResult:
+        holding = self.sessions.hold(session=session, saga_id=saga_id, owner=principal)
+        async with holding as slot:
+            run = await self.sessions.ensure_run(slot, saga_id)
             self._end_with(session, slot)
             error: Exception | None = None
             value: Any = None
@@ -333,6 +363,9 @@ class SagacityMCP:
     ) -> CallToolResult:
         if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
             raise MCPError(APPROVAL_REFUSED, f"{SEQ_META} must be a positive integer")
+        # Before anything is journaled: a refused resume of someone else's request must not
+        # end (and compensate) their saga.
+        await asyncio.to_thread(self._refuse_foreign, saga_id, seq, principal)
         try:
             payload = self._payload(registered, arguments)
         except (SerializationError, TypeError) as exc:
@@ -358,6 +391,27 @@ class SagacityMCP:
         if result.status in (SagaStatus.COMPLETED, SagaStatus.AWAITING_APPROVAL):
             return _ran(result.value, saga_id)
         raise ToolError(f"{registered.name}: {result.summary()}")
+
+    def _refuse_foreign(self, saga_id: str, seq: int, principal: str | None) -> None:
+        """Refuse to resume a request another principal made (its ``caller`` on the chain).
+
+        Raises:
+            MCPError: :data:`APPROVAL_REFUSED`, nothing journaled.
+        """
+        try:
+            entries = self._sagacity.entries(saga_id)
+        except SagacityError as exc:
+            raise MCPError(APPROVAL_REFUSED, exc.message) from exc
+        entry = request_entry(entries, seq)
+        if entry is None:
+            return  # no request there: the core refuses it, journaling nothing
+        if request_caller(entry) != principal:
+            raise MCPError(
+                APPROVAL_REFUSED,
+                f"the request at seq {seq} of saga {saga_id!r} was made by another principal: "
+                "only the principal that made it resumes it over MCP (an approver of its tool "
+                "resumes it in the approvals service)",
+            )
 
     # -- lifecycle ------------------------------------------------------------------------
     def _end_with(self, session: object, slot: Any) -> None:
@@ -397,16 +451,10 @@ class SagacityMCP:
     def http_app(self, authenticate: Authenticate, *, path: str = "/mcp") -> Any:
         """The streamable HTTP transport as an ASGI app, behind bearer-token authentication.
 
-        Each call's principal (the token's holder) is journaled as its ``caller``; open sagas
-        are ended when the app shuts down.
+        Each call's principal (the token's holder, an agent) is journaled as its ``caller``
+        and served its own tools; open sagas are ended when the app shuts down.
         """
-
-        def principal(ctx: Context) -> str | None:
-            headers = ctx.headers or {}
-            token = bearer_token(headers.get("authorization"))
-            return authenticate(token) if token else None
-
-        self.set_principal_source(principal)
+        self.set_caller_source(from_headers(authenticate))
         app = self.server.streamable_http_app(streamable_http_path=path)
         inner = app.router.lifespan_context
 
@@ -421,9 +469,18 @@ class SagacityMCP:
         app.router.lifespan_context = lifespan
         return BearerAuth(app, authenticate)
 
-    def run_stdio(self) -> None:
-        """Serve over stdio until the client closes the stream; open sagas are then ended."""
+    def run_stdio(self, authenticate: Authenticate | None = None, token: str | None = None) -> None:
+        """Serve over stdio until the client closes the stream; open sagas are then ended.
+
+        With ``authenticate`` and ``token`` every call is the token's agent's (looked up again
+        on each call); without them, whoever started the process calls every tool.
+        """
         import anyio
+
+        if (authenticate is None) != (token is None):
+            raise ConfigurationError("give both the principals and the agent's token, or neither")
+        if authenticate is not None and token is not None:
+            self.set_caller_source(from_token(authenticate, token))
 
         async def main() -> None:
             try:

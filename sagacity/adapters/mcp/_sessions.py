@@ -3,6 +3,11 @@
 docs/adr/0020-mcp-saga-scope.md.  A session's saga opens at its first call and ends when the
 session goes away, after ``idle_timeout_s`` without a call, at a failed step (compensated at
 once) or at a gated call (suspended for approval).  The next call then opens a new saga.
+
+A saga belongs to the principal whose call opened it (its *owner*, kept with the open saga):
+a call of another principal naming it, or arriving on its session, is refused.  Once the saga
+is no longer open here — ended, or the server restarted — nobody joins it (the single-writer
+rule); who opened a request stays on the chain as its ``caller``, which is what a resume checks.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ class _Slot:
     last_used: float = field(default_factory=time.monotonic)
     hooked: bool = False
     """Whether the connection's close already ends this slot's saga."""
+    owner: str | None = None
+    """The principal whose call opened the slot (``None``: no principals, a stdio host)."""
 
 
 class SessionSagas:
@@ -73,11 +80,16 @@ class SessionSagas:
         return sorted(s.run.saga_id for s in self._slots.values() if s.run is not None)
 
     @contextlib.asynccontextmanager
-    async def hold(self, *, session: object, saga_id: str | None) -> AsyncIterator[_Slot]:
+    async def hold(
+        self, *, session: object, saga_id: str | None, owner: str | None = None
+    ) -> AsyncIterator[_Slot]:
         """The slot of ``session`` (or of the client-named ``saga_id``), locked for one call.
 
         The caller opens a run with :meth:`ensure_run` and ends it with :meth:`end` when the
         call failed or was gated.
+
+        Raises:
+            SagaExistsError: the slot is open for another principal than ``owner``.
         """
         key: object = ("saga", saga_id) if saga_id is not None else ("session", id(session))
         slot = self._slots.get(key)
@@ -88,8 +100,15 @@ class SessionSagas:
             if saga_id is None:
                 with contextlib.suppress(TypeError):
                     ref = weakref.ref(session)
-            slot = _Slot(key=key, session=ref)
+            slot = _Slot(key=key, session=ref, owner=owner)
             self._slots[key] = slot
+        elif slot.owner != owner:
+            what = f"saga {saga_id!r}" if saga_id is not None else "this session's saga"
+            raise SagaExistsError(
+                f"{what} was opened by another principal: a saga belongs to the principal "
+                "that opened it; name a new saga",
+                saga_id=saga_id or (slot.run.saga_id if slot.run is not None else None),
+            )
         async with slot.lock:
             slot.last_used = self._clock()
             try:

@@ -1,0 +1,54 @@
+"""Nobody decides their own request: the one rule every decision path reaches.
+
+The API, the console and the CLI (through the API) decide through :class:`ApprovalService`,
+whose approve and reject call :func:`refuse_own_request` before the core journals anything.
+The MCP server decides nothing (its principals are agents, which the approvals service
+refuses), so a ``PRIVILEGED`` request's signatures all come from approvers that did not make it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from sagacity._events import JournalEntry
+from sagacity._requester import request_entry, requesters
+from sagacity.consumers.approvals._auth import Principal
+from sagacity.errors import SelfApprovalError
+
+log = logging.getLogger("sagacity.approvals")
+
+
+def refuse_own_request(
+    principal: Principal, saga_id: str, entries: Sequence[JournalEntry], seq: int
+) -> None:
+    """Refuse ``principal``'s decision on the request at ``seq`` if it made the request.
+
+    ``principal`` made it when one of its identities (its name, the agents bound to it in the
+    principals file) is the request's ``caller``, actor or writer on the chain.  A seq that is
+    no request is left to the core's own refusal.
+
+    Raises:
+        SelfApprovalError: the request is ``principal``'s own (or one of its agents').
+    """
+    entry = request_entry(entries, seq)
+    if entry is None:
+        return
+    shared = sorted(principal.identities & requesters(entry))
+    if not shared:
+        return
+    whose = "its own" if principal.name in shared else "made by its agent"
+    log.warning(
+        "refused: %s deciding request %s/%s, %s (%s)",
+        principal.name,
+        saga_id,
+        seq,
+        whose,
+        ", ".join(shared),
+    )
+    raise SelfApprovalError(
+        f"{principal.name} may not decide the request at {saga_id}/{seq}: it is {whose} "
+        f"({', '.join(shared)}); nobody decides their own request, another approver must",
+        saga_id=saga_id,
+        seq=seq,
+    )
