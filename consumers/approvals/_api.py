@@ -497,15 +497,8 @@ def create_app(
     ) -> DecisionOut:
         """Record the caller's approval on the chain (``APPROVED``), bound to the request it
         names; nothing runs yet."""
-        approver = decider(who, body)
         shown = body.request_hash if body is not None else None
-        if shown is None and who.authenticated:
-            service.get(who, saga_id, seq)  # an unknown or forbidden request says so first
-            raise InvalidArgumentError(
-                "request_hash is required: name the request you were shown (its request_hash, "
-                f"GET /sagacity/approvals/{saga_id}/{seq})"
-            )
-        return decision_out(service.approve(approver, saga_id, seq, request_hash=shown))
+        return decision_out(service.approve(decider(who, body), saga_id, seq, request_hash=shown))
 
     @app.post(
         "/sagacity/reject/{saga_id}/{seq}", response_model=DecisionOut, responses=_DECISION_ERRORS

@@ -32,6 +32,7 @@ from sagacity.errors import (
     AlreadyDecidedError,
     ApprovalExpiredError,
     ApprovalNotFound,
+    InvalidArgumentError,
     PermissionDeniedError,
     SagacityError,
     UnknownSagaError,
@@ -145,6 +146,7 @@ class ApprovalService:
             UnderDeclaredRequestError: the request claims fewer signatures than the service's
                 declaration of its tool (journaled).
             SelfApprovalError: ``principal`` (or an agent bound to it) made the request.
+            InvalidArgumentError: an authenticated ``principal`` named no ``request_hash``.
             AlreadyDecidedError: closed, fully signed, or already signed by ``principal``.
             ApprovalExpiredError: past its deadline (journaled ``EXPIRED``, compensation
                 requested).
@@ -154,6 +156,13 @@ class ApprovalService:
         def act(row: RequestRow) -> SagaResult | None:
             entries = load_chain(self.sagacity.journal, saga_id)
             refuse_own_request(principal, saga_id, entries, seq)
+            if request_hash is None and principal.authenticated:
+                raise InvalidArgumentError(
+                    "request_hash is required: name the request you were shown (its "
+                    f"request_hash, GET /sagacity/approvals/{saga_id}/{seq})",
+                    saga_id=saga_id,
+                    seq=seq,
+                )
             self._retrying(
                 lambda: self.sagacity.approve(
                     saga_id, seq, principal.name, request_hash=request_hash

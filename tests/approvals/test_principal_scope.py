@@ -50,7 +50,11 @@ def test_an_agents_token_neither_decides_nor_reads_in_the_approvals_api(
         harness.client.get("/sagacity/approvals", headers=me),
         harness.client.get(f"/sagacity/approvals/t-agent-api/{seq}", headers=me),
         harness.client.get("/sagacity/sagas/t-agent-api", headers=me),
-        harness.client.post(f"/sagacity/approve/t-agent-api/{seq}", headers=me),
+        harness.client.post(
+            f"/sagacity/approve/t-agent-api/{seq}",
+            json=harness.shown("t-agent-api", seq),
+            headers=me,
+        ),
         harness.client.post(f"/sagacity/reject/t-agent-api/{seq}", headers=me),
         harness.client.post(
             f"/sagacity/resume/t-agent-api/{seq}", json={"payload": ALICE}, headers=me
@@ -79,7 +83,9 @@ def test_nobody_decides_their_own_request_and_a_privileged_one_needs_two_other_a
     assert harness.entries("t-own", E.REJECTED) == []
     # Two approvers who did not ask sign; the grant runs.
     for who in ("alice", "carol"):
-        signed = harness.client.post(f"/sagacity/approve/t-own/{seq}", headers=bearer(who))
+        signed = harness.client.post(
+            f"/sagacity/approve/t-own/{seq}", json=harness.shown("t-own", seq), headers=bearer(who)
+        )
         assert signed.status_code == 200, signed.text
     signers = [e.actor for e in harness.entries("t-own", E.APPROVED)]
     assert signers == ["alice@example.com", "carol@example.com"]
@@ -94,12 +100,18 @@ def test_nobody_decides_their_own_request_and_a_privileged_one_needs_two_other_a
 
 def test_an_approver_named_as_the_requests_caller_may_not_approve_it(harness: Harness) -> None:
     seq = _gate_as(harness, "t-mine", "alice@example.com")
-    refused = harness.client.post(f"/sagacity/approve/t-mine/{seq}", headers=bearer("alice"))
+    refused = harness.client.post(
+        f"/sagacity/approve/t-mine/{seq}",
+        json=harness.shown("t-mine", seq),
+        headers=bearer("alice"),
+    )
     assert refused.status_code == 403
     assert "it is its own (alice@example.com)" in refused.json()["detail"]
     assert harness.entries("t-mine", E.APPROVED) == []
     # The request waits for someone else.
-    approved = harness.client.post(f"/sagacity/approve/t-mine/{seq}", headers=bearer("bob"))
+    approved = harness.client.post(
+        f"/sagacity/approve/t-mine/{seq}", json=harness.shown("t-mine", seq), headers=bearer("bob")
+    )
     assert approved.status_code == 200, approved.text
 
 
@@ -149,7 +161,9 @@ def test_a_narrow_approver_reads_no_saga_of_another_tool_and_an_auditor_reads_al
     assert harness.client.get(f"/sagacity/approvals/t-read/{seq}", headers=audit).status_code == 200
     listed = harness.client.get("/sagacity/approvals", headers=audit).json()["requests"]
     assert [(r["saga_id"], r["seq"]) for r in listed] == [("t-read", seq)]
-    approve = harness.client.post(f"/sagacity/approve/t-read/{seq}", headers=audit)
+    approve = harness.client.post(
+        f"/sagacity/approve/t-read/{seq}", json=harness.shown("t-read", seq), headers=audit
+    )
     assert approve.status_code == 403
     assert harness.entries("t-read", E.APPROVED) == []
 
