@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterable, Sequence
 
 from sagacity import _attributes as attr
-from sagacity._acceptance import QUIET, Tail, admit
+from sagacity._acceptance import QUIET, Refusal, Tail, admit
 from sagacity._decision_signature import DecisionVerifier
 from sagacity._defaults import DEFAULT_TOPIC
 from sagacity._events import EventType, JournalEntry
@@ -85,40 +85,46 @@ class InMemoryRequestStore:
     def apply(self, entries: Iterable[JournalEntry]) -> None:
         """Fold ``entries`` into the store: each passes the acceptance rule against its saga's
         tail first (see :meth:`sagacity.ports.RequestStore.apply`)."""
+        for entry in entries:
+            self.apply_message(entry)
+
+    def apply_message(
+        self, entry: JournalEntry, *, key: str | None = None, placed: bool = True
+    ) -> Refusal | None:
+        """Judge and fold one message of the topic as the consumer does: ``key`` names its
+        saga (default: the one its body names), ``placed`` says it is on its key's
+        partition.  ``None`` when it was accepted, else why it was refused."""
+        saga_id = entry.saga_id if key is None else key
         with self._lock:
-            touched: set[str] = set()
-            for entry in entries:
-                saga_id = entry.saga_id
-                kept = self._kept.setdefault(saga_id, {})
-                refusal = admit(
-                    self._tails.get(saga_id),
-                    saga_id,
-                    entry,
-                    known_hash=lambda seq, k=kept: k[seq].hash if seq in k else None,  # type: ignore[misc]
-                )
-                if refusal is not None:
-                    if refusal.kind not in QUIET:
-                        self._quarantine.append(
-                            QuarantinedEvent(
-                                saga_id=saga_id,
-                                seq=entry.seq,
-                                event_type=entry.event_type.value,
-                                kind=refusal.kind.value,
-                                detail=refusal.detail,
-                                entry_hash=entry.hash,
-                            )
+            kept = self._kept.setdefault(saga_id, {})
+            refusal = admit(
+                self._tails.get(saga_id),
+                saga_id,
+                entry,
+                placed=placed,
+                known_hash=lambda seq: kept[seq].hash if seq in kept else None,
+            )
+            if refusal is not None:
+                if refusal.kind not in QUIET:
+                    self._quarantine.append(
+                        QuarantinedEvent(
+                            saga_id=saga_id,
+                            seq=entry.seq,
+                            event_type=entry.event_type.value,
+                            kind=refusal.kind.value,
+                            detail=refusal.detail,
+                            entry_hash=entry.hash,
                         )
-                    continue
-                self._tails[saga_id] = Tail(seq=entry.seq, hash=entry.hash)
-                self._fold_attention(entry)
-                if not request_input(kept.values(), entry):
-                    continue
+                    )
+                return refusal
+            self._tails[saga_id] = Tail(seq=entry.seq, hash=entry.hash)
+            self._fold_attention(entry)
+            if request_input(kept.values(), entry):
                 kept[entry.seq] = entry
-                touched.add(saga_id)
-            for saga_id in touched:
-                chain = [self._kept[saga_id][seq] for seq in sorted(self._kept[saga_id])]
+                chain = [kept[seq] for seq in sorted(kept)]
                 for state in request_states(chain, counts=self._counts):
                     self._rows[(saga_id, state.request.seq)] = RequestRow.from_state(state)
+            return None
 
     def quarantined(
         self, *, saga_id: str | None = None, limit: int = 500

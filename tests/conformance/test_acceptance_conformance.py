@@ -1,0 +1,150 @@
+"""The acceptance rule in one place: every reader of a saga, run over the same messages.
+
+``tests/vectors/acceptance-v1.json`` holds partitions' messages (decoys that do not link,
+edited events, bodies of another saga, messages on another partition than their key's,
+duplicates, forks, messages out of order, a saga first seen past its start) and the chain every
+reader must accept from them.  The readers: the journal's reader (``SagaRead.feed``, which the
+resumers, the compensation service, replay and the read index use), the core's rule for a
+projection (``admit``), the in-memory request store and the approvals projection on PostgreSQL
+(its consumer's path).  A reader with its own rule is how a decoy got shown as a request
+(docs/adr/0025-trust-model.md).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sagacity._acceptance import ForkKind, Tail, admit
+from sagacity._events import JournalEntry
+from sagacity.postgres import PostgresRequestStore
+from sagacity.producer import SagaRead
+from sagacity.testing import InMemoryRequestStore
+
+VECTORS = Path(__file__).resolve().parents[1] / "vectors" / "acceptance-v1.json"
+CASES = json.loads(VECTORS.read_text(encoding="utf-8"))["cases"]
+NAMES = [case["name"] for case in CASES]
+
+Outcome = tuple[str, list[tuple[int, str]]]
+"""What a reader did with each message ("accepted" or a refusal kind), and its chain."""
+
+
+def _messages(case: dict[str, Any]) -> list[tuple[str, bool, JournalEntry]]:
+    return [(m["key"], m["placed"], JournalEntry.from_dict(m["entry"])) for m in case["messages"]]
+
+
+def _accepted(case: dict[str, Any]) -> list[tuple[int, str]]:
+    return [(seq, digest) for seq, digest in case["accepted"]]
+
+
+def _reader(case: dict[str, Any]) -> tuple[list[str], list[tuple[int, str]]]:
+    """The journal's reader: one ``SagaRead`` per key, fed its partition in offset order (a
+    message on another partition is never read by it)."""
+    reads: dict[str, SagaRead] = {}
+    seen: list[str] = []
+    for offset, (key, placed, entry) in enumerate(_messages(case)):
+        if not placed:
+            seen.append(ForkKind.WRONG_PARTITION.value)  # not on the partition it reads
+            continue
+        read = reads.setdefault(key, SagaRead(saga_id=key, partition=0))
+        before = len(read.entries)
+        read.feed(0, offset, entry)
+        seen.append("accepted" if len(read.entries) > before else read.rejected[-1].kind.value)
+    chain = [(e.seq, e.hash) for read in reads.values() for e in read.entries]
+    return seen, chain
+
+
+def _projection(
+    apply: Callable[[str, bool, JournalEntry], Any],
+) -> Callable[[dict[str, Any]], tuple[list[str], list[tuple[int, str]]]]:
+    def run(case: dict[str, Any]) -> tuple[list[str], list[tuple[int, str]]]:
+        seen: list[str] = []
+        chain: list[tuple[int, str]] = []
+        for key, placed, entry in _messages(case):
+            refusal = apply(key, placed, entry)
+            if refusal is None:
+                seen.append("accepted")
+                chain.append((entry.seq, entry.hash))
+            else:
+                seen.append(refusal.kind.value)
+        return seen, chain
+
+    return run
+
+
+def _core_rule(case: dict[str, Any]) -> tuple[list[str], list[tuple[int, str]]]:
+    tails: dict[str, Tail] = {}
+
+    def apply(key: str, placed: bool, entry: JournalEntry) -> Any:
+        refusal = admit(tails.get(key), key, entry, placed=placed)
+        if refusal is None:
+            tails[key] = Tail(seq=entry.seq, hash=entry.hash)
+        return refusal
+
+    return _projection(apply)(case)
+
+
+def _memory_store(case: dict[str, Any]) -> tuple[list[str], list[tuple[int, str]]]:
+    store = InMemoryRequestStore()
+    return _projection(lambda k, p, e: store.apply_message(e, key=k, placed=p))(case)
+
+
+def _expected(case: dict[str, Any], *, projection: bool) -> list[str]:
+    return [
+        (m.get("projection_expect") if projection else None) or m["expect"]
+        for m in case["messages"]
+    ]
+
+
+READERS = {"journal reader": (_reader, False), "core rule": (_core_rule, True)}
+READERS["in-memory request store"] = (_memory_store, True)
+
+
+@pytest.mark.parametrize("reader", list(READERS))
+@pytest.mark.parametrize("name", NAMES)
+def test_every_reader_accepts_the_same_chain(name: str, reader: str) -> None:
+    case = CASES[NAMES.index(name)]
+    run, projection = READERS[reader]
+    seen, chain = run(case)
+    assert chain == _accepted(case)
+    assert seen == _expected(case, projection=projection)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("name", NAMES)
+def test_the_approvals_projection_accepts_the_same_chain(name: str, pg_dsn: str) -> None:
+    case = CASES[NAMES.index(name)]
+    store = PostgresRequestStore(pg_dsn, topic=f"conformance-{name}")
+    store.migrate()
+    seen: list[str] = []
+    chain: list[tuple[int, str]] = []
+    with store.connect() as conn:
+        tails = store.tails(conn)
+        for offset, (key, placed, entry) in enumerate(_messages(case)):
+            refusal = store.apply_in(
+                conn, entry, tails=tails, saga_id=key, placed=placed, position=(0, offset)
+            )
+            seen.append("accepted" if refusal is None else refusal.kind.value)
+            if refusal is None:
+                chain.append((entry.seq, entry.hash))
+        tails.flush()
+    assert chain == _accepted(case)
+    assert seen == _expected(case, projection=True)
+    quarantined = [(q.seq, q.kind) for q in store.quarantined()]
+    refused = [
+        (JournalEntry.from_dict(m["entry"]).seq, kind)
+        for m, kind in zip(case["messages"], seen, strict=True)
+        if kind not in ("accepted", "duplicate", "stale")
+    ]
+    assert quarantined == refused
+
+
+def test_the_vectors_cover_every_refusal_kind() -> None:
+    kinds = {m["expect"] for c in CASES for m in c["messages"]} | {
+        m["projection_expect"] for c in CASES for m in c["messages"] if "projection_expect" in m
+    }
+    assert kinds == {"accepted"} | {kind.value for kind in ForkKind}
