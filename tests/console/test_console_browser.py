@@ -423,3 +423,73 @@ def test_the_demos_approval_given_in_the_console(
     assert "ok  manager@example.com to approve order-confirmed-c1/" in out
     assert "order-confirmed-c1: COMPLETED" in out
     assert re.search(r"^demo complete: all \d+ expectations met", out, re.M)
+
+
+def test_a_decoy_request_is_not_what_the_console_shows_or_signs(world: World) -> None:
+    """A producer to the topic puts a harmless-looking request, valid hash but linking nowhere,
+    at the seq the agent's hostile request is about to take: the console shows the chain's
+    request, and the approval given there binds it (docs/adr/0025-trust-model.md)."""
+    from confluent_kafka import Producer
+
+    from sagacity import EntryDraft
+    from sagacity import _attributes as attr
+    from sagacity.chain import link, payload_sha256
+    from sagacity.schemas import encode_entry
+
+    saga = saga_id("decoy")
+    harmless = json.dumps({"order": saga, "amount": 1}, separators=(",", ":"))
+    decoys: list[Any] = []
+
+    def decoy_then(name: str) -> Any:
+        def call(**kwargs: Any) -> Any:
+            world.agent.journal.flush()
+            head = world.agent.entries(saga)[-1]
+            decoy = link(
+                EntryDraft(
+                    saga_id=saga,
+                    event_type=E.AWAITING_APPROVAL,
+                    tool=name,
+                    payload=harmless,
+                    attributes={
+                        attr.PAYLOAD_SHA256: payload_sha256(harmless),
+                        attr.SIGNATURES_REQUIRED: "1",
+                        attr.POLICY_VERSION: "1",
+                        attr.REVERSIBILITY: "IRREVERSIBLE",
+                    },
+                ),
+                seq=head.seq + 1,
+                prev_hash="ab" * 32,
+            )
+            producer = Producer(
+                {"bootstrap.servers": world.bootstrap, "partitioner": "murmur2_random"}
+            )
+            producer.produce(world.topic, key=saga.encode(), value=encode_entry(decoy))
+            assert producer.flush(10) == 0
+            decoys.append(decoy)
+            return world.tool(name)(**kwargs)
+
+        return call
+
+    def work() -> None:
+        world.tool("reserve")(order=saga, item="lamp")
+        decoy_then("wire")(order=saga, amount=999999)
+
+    result = world.agent.saga(saga, work)
+    assert result.status is SagaStatus.AWAITING_APPROVAL
+    seq = result.awaiting_seq
+    assert seq == decoys[0].seq
+    request = next(e for e in world.agent.entries(saga) if e.seq == seq)
+    driver = world.sign_in("alice")
+    world.wait_for(lambda: world.server.store.get(saga, seq) is not None, what="the request folded")
+    driver.get(f"{world.url}/ui/requests/{saga}/{seq}")
+    payload = driver.find_element(By.CSS_SELECTOR, ".payload").text
+    assert payload == request.payload
+    assert "999999" in payload
+    assert harmless not in driver.page_source
+    shown = driver.find_element(By.CSS_SELECTOR, ".request-hash").text
+    assert shown == request.hash != decoys[0].hash
+    approve_in(driver)
+    assert "Your approval is recorded" in driver.page_source
+    [approval] = [e for e in world.agent.entries(saga) if e.event_type is E.APPROVED]
+    assert approval.attributes[attr.REQUEST_HASH] == request.hash
+    assert world.server.store.quarantined(saga_id=saga)[0].entry_hash == decoys[0].hash
