@@ -13,10 +13,13 @@ The signature travels in the entry's ``operator_signature`` attribute as
 
     "SGCO1" || F(key_id) || F(event_type) || F(saga_id) || F(int64_be(seq))
             || F(prev_hash) || F(actor) || F(int64_be(recorded_at_us)) || F(reason)
+            || F(journal)
 
 with ``F`` the length-prefixed field of docs/adr/0002-hash-chain.md (``FF FF FF FF`` for an
-absent value) and ``reason`` the entry's ``reason`` attribute.  ``prev_hash`` is the hash of
-the saga's entry the signed one extends, so a signature holds at one place of one chain only.
+absent value), ``reason`` the entry's ``reason`` attribute and ``journal`` its ``journal``
+attribute (the journal's identity, docs/adr/0025-trust-model.md).  ``prev_hash`` is the hash
+of the saga's entry the signed one extends, so a signature holds at one place of one chain of
+one journal only.
 ``cryptography`` is imported only when a key is loaded or a signature checked.
 """
 
@@ -73,6 +76,7 @@ class Reason:
     UNKNOWN_KEY = "unknown_operator_key"
     BAD_SIGNATURE = "bad_operator_signature"
     NOT_PINNED = "no_operator_key_pinned"
+    OTHER_JOURNAL = "operator_event_for_another_journal"
 
 
 _NULL = b"\xff\xff\xff\xff"
@@ -96,6 +100,7 @@ def operator_message(
     actor: str | None,
     recorded_at_us: int,
     reason: str | None,
+    journal: str | None = None,
 ) -> bytes:
     """The exact bytes an operator signature covers (``SGCO1``).
 
@@ -113,6 +118,7 @@ def operator_message(
             _field(actor),
             _int(recorded_at_us),
             _field(reason),
+            _field(journal),
         )
     )
 
@@ -128,6 +134,7 @@ def _message_of(draft: EntryDraft, key_id: str, *, seq: int, prev_hash: str) -> 
             actor=draft.actor,
             recorded_at_us=draft.recorded_at_us,
             reason=draft.attributes.get(attr.REASON),
+            journal=draft.attributes.get(attr.JOURNAL),
         )
     except struct.error:
         return None
@@ -217,9 +224,9 @@ class OperatorVerifier:
         """The pinned raw public keys."""
         return tuple(self._keys.values())
 
-    def check(self, entry: JournalEntry) -> str | None:
+    def check(self, entry: JournalEntry, *, journal: str | None = None) -> str | None:
         """``None`` when ``entry`` carries an operator signature that verifies at its place
-        in its chain, else a :class:`Reason`."""
+        in its chain (and, given ``journal``, names that journal), else a :class:`Reason`."""
         raw = entry.attributes.get(attr.OPERATOR_SIGNATURE)
         if raw is None:
             return Reason.UNSIGNED
@@ -235,24 +242,37 @@ class OperatorVerifier:
         message = _message_of(entry, key_id, seq=entry.seq, prev_hash=entry.prev_hash)
         if message is None:
             return Reason.MALFORMED
-        return None if signature_valid(public, signature_hex, message) else Reason.BAD_SIGNATURE
+        if not signature_valid(public, signature_hex, message):
+            return Reason.BAD_SIGNATURE
+        if journal is not None and entry.attributes.get(attr.JOURNAL) != journal:
+            return Reason.OTHER_JOURNAL
+        return None
 
 
-def operator_reason(entry: JournalEntry, verifier: OperatorVerifier | None) -> str | None:
-    """``None`` when ``entry`` is an operator's (signed, verifying against ``verifier``),
-    else why not (:class:`Reason`; ``no_operator_key_pinned`` without a verifier)."""
+def operator_reason(
+    entry: JournalEntry, verifier: OperatorVerifier | None, *, journal: str | None = None
+) -> str | None:
+    """``None`` when ``entry`` is an operator's (signed, verifying against ``verifier``, on
+    ``journal`` when given), else why not (:class:`Reason`; ``no_operator_key_pinned`` without
+    a verifier)."""
     if verifier is None:
         return Reason.NOT_PINNED
-    return verifier.check(entry)
+    return verifier.check(entry, journal=journal)
 
 
-def erasure_counts(entry: JournalEntry, verifier: OperatorVerifier | None) -> bool:
-    """Whether ``entry`` is an ``ERASED`` that counts: signed by a pinned operator key.
+def erasure_counts(
+    entry: JournalEntry, verifier: OperatorVerifier | None, *, journal: str | None = None
+) -> bool:
+    """Whether ``entry`` is an ``ERASED`` that counts: signed by a pinned operator key (for
+    ``journal``, when the reader knows its own).
 
     Any writer can append an ``ERASED``; one that does not count names nobody as the eraser
     and does not stop a real erasure.  Readers that count erasures call this.
     """
-    return entry.event_type is EventType.ERASED and operator_reason(entry, verifier) is None
+    return (
+        entry.event_type is EventType.ERASED
+        and operator_reason(entry, verifier, journal=journal) is None
+    )
 
 
 def verifier_from_env(environ: Mapping[str, str] | None = None) -> OperatorVerifier | None:
@@ -298,6 +318,10 @@ def append_signed(
         UnknownSagaError: the saga has no entries.
         JournalUnavailableError: the topic could not be read or written.
     """
+    identity = getattr(journal, "identity", None)
+    if isinstance(identity, str) and identity:
+        # The journal it is signed for (a copy into another journal does not count there).
+        draft = replace(draft, attributes={**draft.attributes, attr.JOURNAL: identity})
     for attempt in range(_APPEND_ATTEMPTS):
         entries = journal.entries(draft.saga_id)
         if not entries:

@@ -308,6 +308,7 @@ class SagaJob:
                 read.entries,
                 operator=self.context.operator,
                 settlement_counts=self.context.sagacity.settlement_counts,
+                journal=self.context.sagacity.journal_identity,
             )
             refusal = found.refusal_of(self.request.seq)
             if refusal is not None:

@@ -65,6 +65,7 @@ def standing(
     *,
     operator: OperatorVerifier | None = None,
     settlement_counts: Callable[[JournalEntry], bool] | None = None,
+    journal: str | None = None,
 ) -> Standing:
     """The saga's standing request: its last ``COMPENSATION_REQUESTED`` that no final
     ``SAGA_ENDED`` (nor ``ERASED``) followed, counting one after an end only when signed by a
@@ -73,6 +74,8 @@ def standing(
     Args:
         operator: the pinned operator keys (``None``: no request after an end stands).
         settlement_counts: whether a ``SUSPECT_SETTLED`` counts (``None``: none does).
+        journal: this journal's identity: an operator's request signed for another journal
+            does not stand here.
     """
     request: JournalEntry | None = None
     ended: JournalEntry | None = None  # the end (or erasure) a later request must overcome
@@ -83,7 +86,7 @@ def standing(
         kind = entry.event_type
         if kind is EventType.COMPENSATION_REQUESTED:
             if ended is not None:
-                why = operator_reason(entry, operator)
+                why = operator_reason(entry, operator, journal=journal)
                 if why is not None:
                     refused.append(_refusal(entry, ended, why, uncounted))
                     continue

@@ -206,8 +206,9 @@ def plan_erasure(
         )
     fields = _fields(entries)
     erasures = [e for e in entries if e.event_type is EventType.ERASED]
-    recorded = any(erasure_counts(e, operator) for e in erasures)
-    ignored = tuple(e.seq for e in erasures if not erasure_counts(e, operator))
+    identity = getattr(journal, "identity", None)
+    recorded = any(erasure_counts(e, operator, journal=identity) for e in erasures)
+    ignored = tuple(e.seq for e in erasures if not erasure_counts(e, operator, journal=identity))
     listing = len(_listing(fields).encode("utf-8"))
     if not recorded and listing + _ERASED_MARGIN > journal.max_event_bytes:
         # Checked before anything is destroyed: a key destroyed whose ERASED cannot be

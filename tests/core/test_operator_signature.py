@@ -142,3 +142,20 @@ def test_the_pinned_keys_are_read_from_the_environment(
     assert set(pinned.key_ids) == {signer.key_id, other.key_id}
     with pytest.raises(ConfigurationError, match="SAGACITY_OPERATOR_PUBLIC_KEY"):
         verifier_from_env({"SAGACITY_OPERATOR_PUBLIC_KEY": "abc"})
+
+
+def test_a_signed_event_names_its_journal_and_counts_on_no_other(
+    signer: OperatorSigner,
+) -> None:
+    journal = InMemoryJournal(identity="kafka:cluster-a/sagacity.journal")
+    _ended(journal, "s")
+    entry = append_signed(journal, _request("s"), signer)
+    verifier = OperatorVerifier([signer.public_raw])
+    assert entry.attributes["journal"] == journal.identity
+    assert operator_reason(entry, verifier, journal=journal.identity) is None
+    # The same bytes copied into another journal (its prefix copied too) count for nothing.
+    elsewhere = "kafka:cluster-b/sagacity.journal"
+    assert operator_reason(entry, verifier, journal=elsewhere) == Reason.OTHER_JOURNAL
+    # The journal is signed: naming another one breaks the signature.
+    moved = _relinked(entry, attributes={**entry.attributes, "journal": elsewhere})
+    assert verifier.check(moved, journal=elsewhere) == Reason.BAD_SIGNATURE
