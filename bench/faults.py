@@ -58,10 +58,11 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from bench import _fault_tools
 from sagacity import EventType, verify
+from sagacity._acceptance import ForkKind
 from sagacity.consumers.compensation import pending_request
 from sagacity.dev import KafkaBroker, PostgresServer, pick_free_port
 from sagacity.dev.cluster import KafkaCluster
-from sagacity.producer._reader import ForkKind, SagaRead, SagaReader
+from sagacity.producer._reader import SagaRead, SagaReader
 from sagacity.producer._topic import DAY_MS, TopicSpec, create
 
 ROOT = Path(__file__).resolve().parents[1]
