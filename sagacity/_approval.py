@@ -53,6 +53,7 @@ from sagacity.errors import (
     ApprovalMissingError,
     ApprovalNotFound,
     ChainIntegrityError,
+    ConfigurationError,
     ConstraintViolation,
     DeclarationError,
     InvalidArgumentError,
@@ -463,6 +464,14 @@ class ApprovalDesk:
 
     def _approve(self, saga_id: str, seq: int, approver: str, shown: str | None) -> ApprovalRequest:
         person = _check_approver(approver)
+        if self._s.decision_signer is None and self._s.approval_trust != "local":
+            # An unsigned approval on a shared journal never counts: say so before journaling.
+            raise ConfigurationError(
+                "approvals on a shared journal are given by the approvals service "
+                "(`sagacity serve approvals`: its console, API or `sagacity approvals approve`), "
+                "which signs them; this Sagacity holds no decision key, so an approval it "
+                "journaled would never count"
+            )
         with self._pending(saga_id, seq, "approve") as (entries, request):
             tail = entries[-1].seq
             if shown is not None and shown != request.entry_hash:

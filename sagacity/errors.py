@@ -195,6 +195,11 @@ class ApprovalError(SagacityError):
         self.result = result
         self.detail = detail
 
+    def __str__(self) -> str:
+        """The message, and its reason where there is one (``detail``): an error printed says
+        why, not only what."""
+        return self.message if not self.detail else f"{self.message}: {self.detail}"
+
 
 class ApprovalNotFound(ApprovalError):  # noqa: N818 - public name fixed by the API
     """No pending approval request exists for ``(saga_id, seq)``."""

@@ -10,7 +10,15 @@ from collections.abc import Callable
 import psycopg
 import pytest
 
-from sagacity import EntryDraft, EventType, InMemoryJournal, JournalEntry, Sagacity, SagaStatus
+from sagacity import (
+    DecisionSigner,
+    EntryDraft,
+    EventType,
+    InMemoryJournal,
+    JournalEntry,
+    Sagacity,
+    SagaStatus,
+)
 from sagacity.consumers.approvals import ApprovalStore, RequestConsumer
 from sagacity.postgres._migrate import migrate
 from sagacity.postgres._requests import COMPONENT, MIGRATIONS
@@ -46,7 +54,9 @@ def test_two_topics_in_one_database_never_mix(
             assert done.status is SagaStatus.AWAITING_APPROVAL
             seq[topic] = done.awaiting_seq
         agents[a].saga("only-on-a", lambda: banks[a].send_wire_transfer("1", "bob"))
-        agents[a].approve("shared-id", seq[a], "alice@example.com")
+        # The approvals service of topic a signs the approval (the stores here verify none).
+        service = Sagacity(journals[a], decision_signer=DecisionSigner.ephemeral())
+        service.approve("shared-id", seq[a], "alice@example.com")
         for consumer in consumers.values():
             consumer.start()
         deadline = time.monotonic() + 60

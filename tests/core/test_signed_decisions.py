@@ -190,7 +190,7 @@ def test_a_wrongly_signed_approval_is_refused(
             )
         )
         reason = Reason.MALFORMED
-    with pytest.raises(ApprovalMissingError, match=r"^no human approval recorded$") as refused:
+    with pytest.raises(ApprovalMissingError, match=r"^no human approval recorded") as refused:
         agent.resume_saga("wire-1", seq, ALICE)
     assert reason in (refused.value.detail or "")
     assert bank.wires == []
@@ -293,10 +293,26 @@ def test_a_shared_journal_without_a_pinned_key_refuses_every_resume() -> None:
     assert agent.approval_trust == "unverifiable"
     bank = Bank()
     seq = _gate(agent, agent.wrap(bank))
-    agent.approve("wire-1", seq, "manager@company.com")
-    with pytest.raises(ApprovalMissingError, match=r"^no human approval recorded$") as refused:
+    # Its own approve refuses at once: on a shared journal only the approvals service's
+    # signed approvals count.
+    with pytest.raises(ConfigurationError, match="given by the approvals service"):
+        agent.approve("wire-1", seq, "manager@company.com")
+    assert [e for e in agent.entries("wire-1") if e.event_type is E.APPROVED] == []
+    # An approval journaled there anyway (by any writer) counts for nothing.
+    [request] = agent.pending_approvals("wire-1")
+    agent.journal.append(
+        EntryDraft(
+            saga_id="wire-1",
+            event_type=E.APPROVED,
+            tool=request.tool,
+            actor="manager@company.com",
+            attributes={attr.REF_SEQ: str(seq)},
+        )
+    )
+    with pytest.raises(ApprovalMissingError, match=r"^no human approval recorded") as refused:
         agent.resume_saga("wire-1", seq, ALICE)
     assert "SAGACITY_APPROVALS_PUBLIC_KEY" in (refused.value.detail or "")
+    assert "SAGACITY_APPROVALS_PUBLIC_KEY" in str(refused.value)  # printed with its reason
     assert bank.wires == []
     assert len(agent.pending_approvals("wire-1")) == 1  # pending until a key is pinned
 
