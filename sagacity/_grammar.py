@@ -189,13 +189,7 @@ class _Request:
     closed_by: str = ""
 
 
-@dataclass(kw_only=True)
-class _Intent:
-    tool: str | None
-    outcome: int | None = None
-
-
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class SagaGrammar:
     """The grammar's state over one saga's chain; :meth:`feed` each event in seq order.
 
@@ -216,7 +210,10 @@ class SagaGrammar:
     _cause: bool = False
     _erased: bool = False
     _last: EventType | None = None
-    _intents: dict[int, _Intent] = field(default_factory=dict)
+    _intents: dict[int, str | None] = field(default_factory=dict)
+    """Each ``INTENT``'s tool, by seq."""
+    _outcomes: dict[int, int] = field(default_factory=dict)
+    """Each ``INTENT``'s outcome seq, by the ``INTENT``'s seq."""
     _requests: dict[int, _Request] = field(default_factory=dict)
     _steps: set[int] = field(default_factory=set)
     _undoing: set[int] = field(default_factory=set)
@@ -252,10 +249,14 @@ class SagaGrammar:
                 event, GrammarRule.REF_FORWARD, f"{kind} at seq {event.seq} refers to seq {ref}"
             )
             ref = None
-        elif not self._after_end(event, kind):
+        elif (self._ended is None and not self._erased) or not self._after_end(event, kind):
             _HANDLERS.get(kind, SagaGrammar._neutral)(self, event, ref)
-        if kind is not EventType.SAGA_ENDED and kind is not EventType.SAGA_OPENED:
-            self._cause = self._cause or kind in _CAUSES or _resume_refusal(kind, ref)
+        if not self._cause and kind is not EventType.SAGA_ENDED:
+            # A resume's CONSTRAINT_VIOLATED closes its request and ends the saga like a
+            # decision.
+            self._cause = kind in _CAUSES or (
+                kind is EventType.CONSTRAINT_VIOLATED and ref is not None
+            )
         self._last = kind
 
     def _after_end(self, event: Event, kind: EventType) -> bool:
@@ -310,7 +311,7 @@ class SagaGrammar:
 
     # -- calls ----------------------------------------------------------------------------
     def _intent(self, event: Event, ref: int | None) -> None:
-        self._intents[event.seq] = _Intent(tool=event.tool)
+        self._intents[event.seq] = event.tool
         if ref is None:
             declared = event.attributes.get(attr.REVERSIBILITY, "")
             if declared in (Reversibility.IRREVERSIBLE, Reversibility.PRIVILEGED):
@@ -362,16 +363,15 @@ class SagaGrammar:
             if event.event_type == EventType.EXECUTED:
                 self._steps.add(event.seq)  # its INTENT precedes the chain held
             return
-        intent = self._intents.get(ref) if ref is not None else None
         kind = event.event_type
-        if intent is None:
+        if ref is None or ref not in self._intents:
             why = "has no ref_seq" if ref is None else f"refers to seq {ref}, which is no INTENT"
-        elif intent.outcome is not None:
-            why = f"follows INTENT seq {ref}, whose outcome is seq {intent.outcome}"
-        elif intent.tool != event.tool:
-            why = f"is for tool {event.tool!r}, INTENT seq {ref} for {intent.tool!r}"
+        elif ref in self._outcomes:
+            why = f"follows INTENT seq {ref}, whose outcome is seq {self._outcomes[ref]}"
+        elif self._intents[ref] != event.tool:
+            why = f"is for tool {event.tool!r}, INTENT seq {ref} for {self._intents[ref]!r}"
         else:
-            intent.outcome = event.seq
+            self._outcomes[ref] = event.seq
             if kind == EventType.EXECUTED:
                 self._steps.add(event.seq)
             return
@@ -474,11 +474,6 @@ class SagaGrammar:
 
     def _neutral(self, event: Event, ref: int | None) -> None:
         """An event the grammar only orders (nothing refers to it)."""
-
-
-def _resume_refusal(kind: EventType, ref: int | None) -> bool:
-    """A resume's ``CONSTRAINT_VIOLATED`` closes its request and ends the saga like a decision."""
-    return kind is EventType.CONSTRAINT_VIOLATED and ref is not None
 
 
 _HANDLERS = {

@@ -109,7 +109,13 @@ def _int_attr(entry: _Attributed, key: str, default: int | None) -> int | None:
 def ref_of(entry: _Attributed) -> int | None:
     """The seq ``entry`` refers to (``ref_seq``); ``None`` when absent or not an integer, so
     an entry with a damaged reference refers to nothing."""
-    return _int_attr(entry, attr.REF_SEQ, None)
+    raw = entry.attributes.get(attr.REF_SEQ)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
 
 
 Counts = Callable[[JournalEntry, ApprovalRequest], bool]

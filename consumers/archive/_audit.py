@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import queue
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
@@ -92,7 +93,8 @@ class SagaAudit:
     offending event, when it names one."""
     story: SagaStory | None = field(default=None, compare=False, repr=False)
     """What the saga's chain says (:mod:`~sagacity.consumers.archive._story`), for a saga
-    whose chain, checkpoints and head passed."""
+    whose chain, checkpoints and head passed and whose story fails it or counts an erasure
+    (``None`` otherwise)."""
 
 
 @dataclass(kw_only=True)
@@ -693,6 +695,16 @@ def iter_audits(
             if bulk
             else None
         )
+        story_sql = story_query(where=where.replace("saga_id", "j.saga_id"), forms=forms)
+        # Every saga's story is read like its rows: on a connection of its own, started now, so
+        # the server sorts it while the rounds are checked and the chains walked.
+        prefetched = (
+            cursors.enter_context(
+                contextlib.closing(_Prefetched(conn, story_sql, {"s": saga_id}, fetch=fetch))
+            )
+            if bulk
+            else None
+        )
         checked_rounds = (
             audit_rounds(
                 conn,
@@ -723,12 +735,13 @@ def iter_audits(
         if retention is not None:
             retention.records += checked_records.records
             retention.failed.update(checked_records.failed)
-        story_cursor = cursors.enter_context(conn.cursor(name="sgc_audit_story"))
-        story_cursor.itersize = fetch
-        story_cursor.execute(
-            story_query(where=where.replace("saga_id", "j.saga_id"), forms=forms),
-            {"s": saga_id},
-        )
+        if prefetched is not None and prefetched.connected():
+            story_rows: Iterable[Sequence[Any]] = prefetched
+        else:
+            story_cursor = cursors.enter_context(conn.cursor(name="sgc_audit_story"))
+            story_cursor.itersize = fetch
+            story_cursor.execute(story_sql, {"s": saga_id})
+            story_rows = _fetched(story_cursor, fetch)
         streams: list[Iterator[tuple[str, Any]]] = []
         streamed = stream is not None and stream.connected()
 
@@ -814,7 +827,7 @@ def iter_audits(
 
         yield from with_stories(
             chain_audits(),
-            read_stories(_fetched(story_cursor, fetch)),
+            read_stories(story_rows),
             allow_unopened=allow_unopened,
         )
 
@@ -1111,6 +1124,95 @@ class _RowStream:
         finally:
             if self._reader is not None:
                 self._reader.close()
+
+
+class _Prefetched:
+    """The rows of a query on a second connection reading ``conn``'s snapshot
+    (:func:`_snapshot_reader`), fetched ``fetch`` at a time by a thread of its own into a
+    bounded queue: the server runs the query, and the rows travel, while the caller works on
+    what came before (psycopg releases the GIL while it waits).
+
+    :meth:`connected` says whether the second connection could be made (if not, the caller
+    reads the query on ``conn``); then iterate the rows once.  :meth:`close` stops the thread
+    and closes the connection.
+    """
+
+    _DONE = object()
+
+    def __init__(
+        self, conn: psycopg.Connection, query: str, params: Mapping[str, Any], *, fetch: int
+    ) -> None:
+        shared = _shared_snapshot(conn)
+        self._batches: queue.Queue[Any] = queue.Queue(maxsize=4)
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._connected = False
+        self._thread = threading.Thread(
+            target=self._run, args=(shared, query, params, fetch), name="sagacity-audit-story"
+        )
+        self._thread.start()
+
+    def _put(self, item: Any) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._batches.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(
+        self,
+        shared: tuple[str, str | None, str, str],
+        query: str,
+        params: Mapping[str, Any],
+        fetch: int,
+    ) -> None:
+        try:
+            reader = _reader_of(*shared)
+            self._connected = reader is not None
+            self._ready.set()
+            if reader is None:
+                return
+            with reader, reader.cursor(name="sgc_audit_story") as cursor:
+                cursor.execute(query, params)
+                while rows := cursor.fetchmany(fetch):
+                    if not self._put(rows):
+                        return
+            self._put(self._DONE)
+        except BaseException as exc:  # raised to the caller by __iter__ (or connected())
+            self._ready.set()
+            self._put(exc)
+
+    def connected(self) -> bool:
+        """Whether the rows are read on a second connection (waits until it is made).
+
+        Raises:
+            PersistenceError: the database failed opening it.
+        """
+        self._ready.wait()
+        if not self._connected and not self._batches.empty():
+            item = self._batches.get()
+            if isinstance(item, BaseException):
+                raise item
+        return self._connected
+
+    def __iter__(self) -> Iterator[Sequence[Any]]:
+        while True:
+            item = self._batches.get()
+            if item is self._DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield from item
+
+    def close(self) -> None:
+        """Stop the thread (the rest is not read) and close its connection."""
+        self._stop.set()
+        while self._thread.is_alive():
+            with contextlib.suppress(queue.Empty):
+                self._batches.get(timeout=0.05)
+        self._thread.join()
 
 
 def audit(

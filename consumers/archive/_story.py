@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
+from sagacity._events import EventType
 from sagacity._grammar import GrammarFinding, Row, SagaGrammar
 from sagacity._withheld import DataAccount
 from sagacity.consumers.archive._reasons import AuditReason
 
-_DIGESTED = "('INTENT', 'AWAITING_APPROVAL')"
+_NONE: Mapping[str, str] = MappingProxyType({})
+_ERASED = EventType.ERASED.value
 
 
 def story_query(*, where: str, forms: bool, join: str = "") -> str:
@@ -34,7 +37,10 @@ def story_query(*, where: str, forms: bool, join: str = "") -> str:
     )
     return (
         "SELECT j.saga_id, j.seq, j.event_type, j.tool, j.actor, j.attributes::text,"  # noqa: S608
-        f" CASE WHEN j.event_type IN {_DIGESTED} AND j.payload IS NOT NULL"
+        # The grammar compares a resume's payload with its request's: only theirs travel,
+        # as digests.
+        " CASE WHEN j.payload IS NOT NULL AND (j.event_type = 'AWAITING_APPROVAL'"
+        " OR (j.event_type = 'INTENT' AND j.attributes ? 'ref_seq'))"
         " THEN encode(sha256(convert_to(j.payload, 'UTF8')), 'hex') END,"
         " CASE WHEN j.event_type = 'SAGA_ENDED' THEN j.result END"
         f"{form_columns} FROM side_effect_journal j {join} {where}"
@@ -81,17 +87,17 @@ def read_stories(rows: Iterable[Sequence[Any]]) -> Iterator[SagaStory]:
     grammar = SagaGrammar()
     data = DataAccount()
     for row in rows:
-        (saga_id, seq, event_type, tool, actor, attributes_text, digest, ended) = row[:8]
+        saga_id, seq, event_type, tool, actor, attributes_text, digest, ended, c, s = row
         if saga_id != saga:
             if saga is not None:
                 yield _story(saga, grammar, data)
             saga = saga_id
             grammar = SagaGrammar(after_seq=max(int(seq) - 1, 0))
             data = DataAccount()
-        attributes = _json_map(attributes_text)
+        attributes = _NONE if attributes_text == "{}" else _json_map(attributes_text)
         grammar.feed(Row(seq, event_type, tool, actor, attributes, digest, ended))
-        commitments, salts = _json_map(row[8]), _json_map(row[9])
-        data.feed(seq, event_type, attributes, commitments, salts)
+        if c is not None or event_type == _ERASED:  # form 2, or an erasure: data to account
+            data.feed(seq, event_type, attributes, _json_map(c), _json_map(s))
     if saga is not None:
         yield _story(saga, grammar, data)
 
@@ -100,16 +106,20 @@ def _story(saga: str, grammar: SagaGrammar, data: DataAccount) -> SagaStory:
     return SagaStory(saga_id=saga, findings=grammar.findings, data=data, erased=data.erasures > 0)
 
 
+_scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
 def _json_map(text: Any) -> Mapping[str, str]:
+    """A jsonb column's text as a map of its text values (anything else: empty)."""
     if not text or text == "{}":
-        return {}
+        return _NONE
     try:
-        value = json.loads(text)
-    except (TypeError, ValueError):
-        return {}
-    if not isinstance(value, dict):
-        return {}
-    return {str(k): v for k, v in value.items() if isinstance(v, str)}
+        value, _end = _scan(text, 0)  # the server's own JSON: no surrounding whitespace
+    except (StopIteration, ValueError, TypeError):
+        return _NONE
+    if type(value) is not dict:
+        return _NONE
+    return {k: v for k, v in value.items() if type(v) is str}
 
 
 def story_failure(
@@ -135,17 +145,17 @@ def with_stories(
     audits: Iterable[Any], stories: Iterator[SagaStory], *, allow_unopened: bool = False
 ) -> Iterator[Any]:
     """Each audit of ``audits`` (``SagaAudit``, in saga order), failed by its saga's story
-    where the chain passed and the story has a finding, with the story attached."""
+    where the chain passed and the story has a finding; a passing chain's story is attached
+    where it counts an erasure or fails it (erasures are counted from accepted chains)."""
     pending = next(stories, None)
     for audit in audits:
         while pending is not None and pending.saga_id < audit.saga_id:
             pending = next(stories, None)
-        story = pending if pending is not None and pending.saga_id == audit.saga_id else None
-        if story is None:
+        if pending is None or pending.saga_id != audit.saga_id or not audit.ok:
             yield audit
             continue
-        audit = dataclasses.replace(audit, story=story)
-        failure = story_failure(story, allow_unopened=allow_unopened) if audit.ok else None
+        story = pending
+        failure = story_failure(story, allow_unopened=allow_unopened)
         if failure is not None:
             reason, seq, detail, writer = failure
             audit = dataclasses.replace(
@@ -156,5 +166,8 @@ def with_stories(
                 detail=detail,
                 writer=writer,
                 unsigned=0,
+                story=story,
             )
+        elif story.erased:
+            audit = dataclasses.replace(audit, story=story)
         yield audit
