@@ -519,6 +519,8 @@ def _print_replay(report: ReplayReport) -> None:
     click.echo(f"{'sagas':<22} {len(report.sagas):>10,}")
     click.echo(f"{'sagas matching':<22} {len(report.sagas) - len(bad):>10,}")
     click.echo(f"{'sagas differing':<22} {len(bad):>10,}")
+    told = sum(1 for s in report.sagas.values() if s.grammar)
+    click.echo(f"{'  impossible stories':<22} {told:>10,}")
     click.echo(f"{'forked events':<22} {counts[ForkKind.FORK]:>10,}")
     click.echo(f"{'foreign events':<22} {counts[ForkKind.FOREIGN] + len(report.unkeyed):>10,}")
     click.echo(f"{'edited events':<22} {counts[ForkKind.EDITED]:>10,}")
