@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from sagacity import _attributes as attr
 from sagacity._events import EventType
 
+ERASURE_EVENT = EventType.ERASED
+"""The only event type :func:`counts_as_erasure` may count (readers may select on it first)."""
+
 
 def counts_as_erasure(event_type: str, attributes: Mapping[str, str]) -> bool:
     """Whether an event of a saga's accepted chain records a sanctioned erasure of its data.
@@ -26,7 +29,7 @@ def counts_as_erasure(event_type: str, attributes: Mapping[str, str]) -> bool:
     operator's key is a check to add here.
     """
     del attributes  # the signature check will read them
-    return event_type == EventType.ERASED
+    return event_type == ERASURE_EVENT
 
 
 def erased_listing(attributes: Mapping[str, str]) -> dict[int, tuple[str, ...]]:

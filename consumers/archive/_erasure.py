@@ -17,8 +17,7 @@ from typing import Any
 
 import psycopg
 
-from sagacity._events import EventType
-from sagacity._withheld import counts_as_erasure
+from sagacity._withheld import ERASURE_EVENT, counts_as_erasure
 from sagacity.consumers.archive._db import mapped_errors
 from sagacity.errors import ArchiveSchemaError, ErasureRefusedError, PersistenceError
 from sagacity.postgres._archive import check_schema
@@ -259,7 +258,7 @@ def _erasures_on_record(conn: psycopg.Connection[Any], saga_ids: list[str]) -> s
     rows = conn.execute(
         "SELECT saga_id, event_type, attributes::text FROM side_effect_journal"
         " WHERE saga_id = ANY(%s) AND event_type = %s",
-        (saga_ids, EventType.ERASED.value),
+        (saga_ids, ERASURE_EVENT.value),
     ).fetchall()
     return {
         saga

@@ -17,13 +17,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from sagacity._events import EventType
 from sagacity._grammar import GrammarFinding, Row, SagaGrammar
-from sagacity._withheld import DataAccount
+from sagacity._withheld import ERASURE_EVENT, DataAccount
 from sagacity.consumers.archive._reasons import AuditReason
 
 _NONE: Mapping[str, str] = MappingProxyType({})
-_ERASED = EventType.ERASED.value
+_ERASED = ERASURE_EVENT.value
 
 
 def story_query(*, where: str, forms: bool, join: str = "") -> str:
