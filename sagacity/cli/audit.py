@@ -273,9 +273,9 @@ def _print_summary(summary: AuditSummary, *, pinned: bool, every_saga: bool) -> 
     from sagacity.consumers.archive import AuditReason
 
     if summary.failures:
-        click.echo(f"{'saga':<40} {'seq':>8}  {'reason':<20} detail")
+        click.echo(f"{'saga':<40} {'seq':>8}  {'reason':<34} detail")
         for f in summary.failures:
-            click.echo(f"{f.saga_id:<40} {f.bad_seq or '-':>8}  {f.reason or '':<20} {f.detail}")
+            click.echo(f"{f.saga_id:<40} {f.bad_seq or '-':>8}  {f.reason or '':<34} {f.detail}")
         click.echo("")
     if summary.unsigned:
         click.echo(f"{'saga (passed, not all signed)':<40} {'unsigned seqs':>17}")
