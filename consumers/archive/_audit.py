@@ -24,7 +24,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import queue
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
@@ -32,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from sagacity._events import GENESIS_HASH, JournalEntry
 from sagacity.chain import canonical_bytes_of, verify
@@ -66,6 +64,7 @@ from sagacity.consumers.archive._schema import (
     ROUNDS_VERSION,
     checkpoint_round_columns,
 )
+from sagacity.consumers.archive._snapshots import Prefetched, reader_of, shared_snapshot
 from sagacity.consumers.archive._story import SagaStory, read_stories, story_query, with_stories
 from sagacity.errors import SerializationError
 
@@ -700,7 +699,7 @@ def iter_audits(
         # the server sorts it while the rounds are checked and the chains walked.
         prefetched = (
             cursors.enter_context(
-                contextlib.closing(_Prefetched(conn, story_sql, {"s": saga_id}, fetch=fetch))
+                contextlib.closing(Prefetched(conn, story_sql, {"s": saga_id}, fetch=fetch))
             )
             if bulk
             else None
@@ -1022,34 +1021,7 @@ def _snapshot_reader(conn: psycopg.Connection) -> psycopg.Connection | None:
     """A second connection to the archive reading ``conn``'s snapshot (exported: the same rows,
     whatever is committed meanwhile) and search path; ``None`` where it cannot connect (a
     connection limit, a pooler), and the caller then reads the rows on ``conn``."""
-    return _reader_of(*_shared_snapshot(conn))
-
-
-def _shared_snapshot(conn: psycopg.Connection) -> tuple[str, str | None, str, str]:
-    """What a second connection needs to read ``conn``'s snapshot: ``conn``'s conninfo and
-    password, its exported snapshot and its search path."""
-    # Not in a savepoint: PostgreSQL exports only a top-level transaction's snapshot.
-    shared = conn.execute("SELECT pg_export_snapshot(), current_setting('search_path')").fetchone()
-    assert shared is not None
-    return conn.info.dsn, conn.info.password or None, str(shared[0]), str(shared[1])
-
-
-def _reader_of(
-    dsn: str, password: str | None, snapshot: str, search_path: str
-) -> psycopg.Connection | None:
-    """The second connection of :func:`_snapshot_reader`, from :func:`_shared_snapshot`."""
-    try:
-        reader = psycopg.connect(dsn, password=password)
-    except psycopg.Error:
-        return None
-    try:
-        reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        reader.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
-        reader.execute("SELECT set_config('search_path', %s, true)", (search_path,))
-    except BaseException:
-        reader.close()
-        raise
-    return reader
+    return reader_of(*shared_snapshot(conn))
 
 
 def _verdicts(
@@ -1077,7 +1049,7 @@ class _RowStream:
     """
 
     def __init__(self, conn: psycopg.Connection, *, forms: bool = False) -> None:
-        shared = _shared_snapshot(conn)
+        shared = shared_snapshot(conn)
         self._forms = forms
         self._reader: psycopg.Connection | None = None
         self._blocks: Generator[bytes] | None = None
@@ -1090,7 +1062,7 @@ class _RowStream:
 
     def _start(self, dsn: str, password: str | None, snapshot: str, search_path: str) -> None:
         try:
-            self._reader = _reader_of(dsn, password, snapshot, search_path)
+            self._reader = reader_of(dsn, password, snapshot, search_path)
             if self._reader is not None:
                 self._blocks = chain_rows(self._reader, forms_only_first=self._forms)
                 self._first = next(self._blocks, None)
@@ -1124,95 +1096,6 @@ class _RowStream:
         finally:
             if self._reader is not None:
                 self._reader.close()
-
-
-class _Prefetched:
-    """The rows of a query on a second connection reading ``conn``'s snapshot
-    (:func:`_snapshot_reader`), fetched ``fetch`` at a time by a thread of its own into a
-    bounded queue: the server runs the query, and the rows travel, while the caller works on
-    what came before (psycopg releases the GIL while it waits).
-
-    :meth:`connected` says whether the second connection could be made (if not, the caller
-    reads the query on ``conn``); then iterate the rows once.  :meth:`close` stops the thread
-    and closes the connection.
-    """
-
-    _DONE = object()
-
-    def __init__(
-        self, conn: psycopg.Connection, query: str, params: Mapping[str, Any], *, fetch: int
-    ) -> None:
-        shared = _shared_snapshot(conn)
-        self._batches: queue.Queue[Any] = queue.Queue(maxsize=4)
-        self._ready = threading.Event()
-        self._stop = threading.Event()
-        self._connected = False
-        self._thread = threading.Thread(
-            target=self._run, args=(shared, query, params, fetch), name="sagacity-audit-story"
-        )
-        self._thread.start()
-
-    def _put(self, item: Any) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._batches.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _run(
-        self,
-        shared: tuple[str, str | None, str, str],
-        query: str,
-        params: Mapping[str, Any],
-        fetch: int,
-    ) -> None:
-        try:
-            reader = _reader_of(*shared)
-            self._connected = reader is not None
-            self._ready.set()
-            if reader is None:
-                return
-            with reader, reader.cursor(name="sgc_audit_story") as cursor:
-                cursor.execute(query, params)
-                while rows := cursor.fetchmany(fetch):
-                    if not self._put(rows):
-                        return
-            self._put(self._DONE)
-        except BaseException as exc:  # raised to the caller by __iter__ (or connected())
-            self._ready.set()
-            self._put(exc)
-
-    def connected(self) -> bool:
-        """Whether the rows are read on a second connection (waits until it is made).
-
-        Raises:
-            PersistenceError: the database failed opening it.
-        """
-        self._ready.wait()
-        if not self._connected and not self._batches.empty():
-            item = self._batches.get()
-            if isinstance(item, BaseException):
-                raise item
-        return self._connected
-
-    def __iter__(self) -> Iterator[Sequence[Any]]:
-        while True:
-            item = self._batches.get()
-            if item is self._DONE:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield from item
-
-    def close(self) -> None:
-        """Stop the thread (the rest is not read) and close its connection."""
-        self._stop.set()
-        while self._thread.is_alive():
-            with contextlib.suppress(queue.Empty):
-                self._batches.get(timeout=0.05)
-        self._thread.join()
 
 
 def audit(
