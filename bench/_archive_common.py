@@ -34,7 +34,8 @@ def entries(events: int, sagas: int, *, active: int = 1_000) -> Iterator[Journal
             for saga_id in ids:
                 if made >= events:
                     return
-                kind = EventType.INTENT if seq % 2 else EventType.EXECUTED
+                # Calls: each INTENT (even seqs) then its EXECUTED (a story verify accepts).
+                kind = EventType.EXECUTED if seq % 2 else EventType.INTENT
                 draft = EntryDraft(
                     saga_id=saga_id,
                     event_type=EventType.SAGA_OPENED if seq == 1 else kind,

@@ -8,9 +8,9 @@ is the same whichever store holds the chain.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sagacity import _attributes as attr
 from sagacity._events import EventType, JournalEntry
@@ -42,6 +42,13 @@ _CLOSING = {
     EventType.CONSTRAINT_VIOLATED: RequestStatus.REFUSED,
     EventType.INTENT: RequestStatus.RESUMED,
 }
+CLOSING_EVENTS = frozenset(_CLOSING)
+"""The events that close the request their ``ref_seq`` names (docs/adr/0005)."""
+
+
+class _Attributed(Protocol):
+    @property
+    def attributes(self) -> Mapping[str, str]: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,7 +97,7 @@ class RequestState:
         }[self.status]
 
 
-def _int_attr(entry: JournalEntry, key: str, default: int | None) -> int | None:
+def _int_attr(entry: _Attributed, key: str, default: int | None) -> int | None:
     raw = entry.attributes.get(key)
     if raw is None:
         return default
@@ -100,10 +107,16 @@ def _int_attr(entry: JournalEntry, key: str, default: int | None) -> int | None:
         return default
 
 
-def ref_of(entry: JournalEntry) -> int | None:
+def ref_of(entry: _Attributed) -> int | None:
     """The seq ``entry`` refers to (``ref_seq``); ``None`` when absent or not an integer, so
     an entry with a damaged reference refers to nothing."""
-    return _int_attr(entry, attr.REF_SEQ, None)
+    raw = entry.attributes.get(attr.REF_SEQ)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
 
 
 Counts = Callable[[JournalEntry, ApprovalRequest], bool]
@@ -175,6 +188,17 @@ def request_input(held: Iterable[JournalEntry], entry: JournalEntry) -> bool:
     )
 
 
+def signatures_required(attributes: Mapping[str, str]) -> int:
+    """The signatures a request journals it needs (``signatures_required``, at least 1); a
+    damaged count must not lower the bar: it counts as the strictest, 2."""
+    raw = attributes.get(attr.SIGNATURES_REQUIRED)
+    try:
+        journaled = int(raw) if raw is not None else 2
+    except ValueError:
+        journaled = 2
+    return max(1, journaled or 2)
+
+
 def _request(entry: JournalEntry, signed_by: tuple[str, ...]) -> ApprovalRequest:
     return ApprovalRequest(
         saga_id=entry.saga_id,
@@ -183,8 +207,7 @@ def _request(entry: JournalEntry, signed_by: tuple[str, ...]) -> ApprovalRequest
         payload=entry.payload or "",
         payload_sha256=entry.attributes.get(attr.PAYLOAD_SHA256) or None,
         requested_at_us=entry.recorded_at_us,
-        # A damaged count must not lower the bar: fall back to the strictest.
-        signatures_required=max(1, _int_attr(entry, attr.SIGNATURES_REQUIRED, 2) or 2),
+        signatures_required=signatures_required(entry.attributes),
         signed_by=signed_by,
         policy_version=entry.attributes.get(attr.POLICY_VERSION, ""),
         expires_at_us=_int_attr(entry, attr.EXPIRES_AT_US, None),

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from sagacity._events import GENESIS_HASH, JournalEntry
 from sagacity.chain import canonical_bytes_of, verify
@@ -65,6 +64,8 @@ from sagacity.consumers.archive._schema import (
     ROUNDS_VERSION,
     checkpoint_round_columns,
 )
+from sagacity.consumers.archive._snapshots import Prefetched, reader_of, shared_snapshot
+from sagacity.consumers.archive._story import SagaStory, read_stories, story_query, with_stories
 from sagacity.errors import SerializationError
 
 
@@ -86,6 +87,13 @@ class SagaAudit:
     unsigned: int = 0
     """How many of the saga's newest archived events no checkpoint covers (0 for a saga that
     failed: its coverage means nothing)."""
+    writer: str | None = None
+    """For a finding on what the chain says (``grammar:*``): the ``writer`` attribute of the
+    offending event, when it names one."""
+    story: SagaStory | None = field(default=None, compare=False, repr=False)
+    """What the saga's chain says (:mod:`~sagacity.consumers.archive._story`), for a saga
+    whose chain, checkpoints and head passed and whose story fails it or counts an erasure
+    (``None`` otherwise)."""
 
 
 @dataclass(kw_only=True)
@@ -124,6 +132,10 @@ class AuditSummary:
     pinned: bool = False
     """The keys were pinned by the auditor: then nothing signed is a failure
     (:attr:`nothing_signed`), since a pinned key asserts there is signed evidence."""
+    erased_sagas: set[str] = field(default_factory=set)
+    """Sagas whose accepted chain counts an erasure (an ``ERASED`` event)."""
+    erased_fields: int = 0
+    """The data fields those erasures list."""
 
     @property
     def nothing_signed(self) -> bool:
@@ -145,6 +157,9 @@ class AuditSummary:
         """Count one saga's audit."""
         self.sagas += 1
         self.events += audit.events
+        if audit.story is not None and audit.story.erased:
+            self.erased_sagas.add(audit.saga_id)
+            self.erased_fields += audit.story.data.erased_fields
         self.checkpoints += audit.checkpoints
         if audit.unsigned:
             self.unsigned_events += audit.unsigned
@@ -602,6 +617,7 @@ def iter_audits(
     rounds: RoundAudit | None = None,
     known_rounds: Mapping[int, str] | None = None,
     retention: RetentionAudit | None = None,
+    allow_unopened: bool = False,
 ) -> Iterator[SagaAudit]:
     """Audit one saga, or every saga of the archive in saga id order.
 
@@ -624,7 +640,13 @@ def iter_audits(
     published earlier from :attr:`RoundAudit.latest`) must still be in the archive with those
     roots; checked when auditing every saga.
 
+    A saga whose chain, checkpoints and head pass is then judged by what its chain says
+    (:mod:`~sagacity.consumers.archive._story`): an impossible event of the saga grammar
+    (``grammar:*``), then data withheld (``withheld``) unless ``allow_unopened``.
+
     Args:
+        allow_unopened: the archive is known to store sealed events' commitments only (it
+            ingests without the key-encryption key): a missing opening is not ``withheld``.
         bulk: ``True`` the bulk verifier (compiled where installed, else its Python twin),
             ``False`` the column check; by default the bulk verifier when every saga is
             audited and the compiled module is installed (:data:`_fastverify.NATIVE`).  Where
@@ -672,6 +694,16 @@ def iter_audits(
             if bulk
             else None
         )
+        story_sql = story_query(where=where.replace("saga_id", "j.saga_id"), forms=forms)
+        # Every saga's story is read like its rows: on a connection of its own, started now, so
+        # the server sorts it while the rounds are checked and the chains walked.
+        prefetched = (
+            cursors.enter_context(
+                contextlib.closing(Prefetched(conn, story_sql, {"s": saga_id}, fetch=fetch))
+            )
+            if bulk
+            else None
+        )
         checked_rounds = (
             audit_rounds(
                 conn,
@@ -702,6 +734,13 @@ def iter_audits(
         if retention is not None:
             retention.records += checked_records.records
             retention.failed.update(checked_records.failed)
+        if prefetched is not None and prefetched.connected():
+            story_rows: Iterable[Sequence[Any]] = prefetched
+        else:
+            story_cursor = cursors.enter_context(conn.cursor(name="sgc_audit_story"))
+            story_cursor.itersize = fetch
+            story_cursor.execute(story_sql, {"s": saga_id})
+            story_rows = _fetched(story_cursor, fetch)
         streams: list[Iterator[tuple[str, Any]]] = []
         streamed = stream is not None and stream.connected()
 
@@ -729,56 +768,67 @@ def iter_audits(
                 columns=columns,
             )
 
-        if stream is not None and streamed:
-            anchor_rows = {str(r[0]): r for r in conn.execute(queries[2], {"s": saga_id})}
-            anchors_of = {k: (int(r[1]), str(r[2])) for k, r in anchor_rows.items()}
-            if NATIVE_AUDITOR is not None and NATIVE:
-                named = [cursors.enter_context(conn.cursor(name=f"sgc_audit_{i}")) for i in (1, 3)]
-                for cur, i in zip(named, (1, 3), strict=True):
-                    cur.itersize = fetch
-                    cur.execute(queries[i], {"s": saga_id})
-                merged = _merged_audits(
-                    NATIVE_AUDITOR(
+        def chain_audits() -> Iterator[SagaAudit]:
+            if stream is not None and streamed:
+                anchor_rows = {str(r[0]): r for r in conn.execute(queries[2], {"s": saga_id})}
+                anchors_of = {k: (int(r[1]), str(r[2])) for k, r in anchor_rows.items()}
+                if NATIVE_AUDITOR is not None and NATIVE:
+                    named = [
+                        cursors.enter_context(conn.cursor(name=f"sgc_audit_{i}")) for i in (1, 3)
+                    ]
+                    for cur, i in zip(named, (1, 3), strict=True):
+                        cur.itersize = fetch
+                        cur.execute(queries[i], {"s": saga_id})
+                    merged = _merged_audits(
+                        NATIVE_AUDITOR(
+                            anchors=anchors_of,
+                            failed_rounds=set(checked_rounds.failed),
+                            refer={
+                                k for k, r in anchor_rows.items() if r[3] in checked_records.failed
+                            },
+                        ),
+                        stream,
+                        checkpoints=named[0],
+                        heads=named[1],
+                        fetch=fetch,
                         anchors=anchors_of,
-                        failed_rounds=set(checked_rounds.failed),
-                        refer={k for k, r in anchor_rows.items() if r[3] in checked_records.failed},
-                    ),
-                    stream,
-                    checkpoints=named[0],
-                    heads=named[1],
-                    fetch=fetch,
-                    anchors=anchors_of,
-                    anchor_rows=anchor_rows,
-                    judge_back=one,
-                )
-                cursors.enter_context(contextlib.closing(merged))  # before the reader closes
-                yield from merged
-                return
-            verdicts = _verdicts(stream, anchors=anchors_of)
-            cursors.enter_context(contextlib.closing(verdicts))  # before the reader closes
-            streams.append(verdicts)
-        for i, query in enumerate(queries):
-            if i == 0 and streamed:
-                continue
-            cur = cursors.enter_context(conn.cursor(name=f"sgc_audit_{i}"))
-            cur.itersize = fetch
-            cur.execute(query, {"s": saga_id})
-            streams.append(_grouped(_fetched(cur, fetch)))
-        current: list[tuple[str, Any] | None] = [next(s, None) for s in streams]
-        while any(c is not None for c in current):
-            saga = min(c[0] for c in current if c is not None)
-            parts: list[Any] = []
-            for i, c in enumerate(current):
-                if c is not None and c[0] == saga:
-                    parts.append(c[1])
-                    current[i] = next(streams[i], None)
+                        anchor_rows=anchor_rows,
+                        judge_back=one,
+                    )
+                    cursors.enter_context(contextlib.closing(merged))  # before the reader closes
+                    yield from merged
+                    return
+                verdicts = _verdicts(stream, anchors=anchors_of)
+                cursors.enter_context(contextlib.closing(verdicts))  # before the reader closes
+                streams.append(verdicts)
+            for i, query in enumerate(queries):
+                if i == 0 and streamed:
+                    continue
+                cur = cursors.enter_context(conn.cursor(name=f"sgc_audit_{i}"))
+                cur.itersize = fetch
+                cur.execute(query, {"s": saga_id})
+                streams.append(_grouped(_fetched(cur, fetch)))
+            current: list[tuple[str, Any] | None] = [next(s, None) for s in streams]
+            while any(c is not None for c in current):
+                saga = min(c[0] for c in current if c is not None)
+                parts: list[Any] = []
+                for i, c in enumerate(current):
+                    if c is not None and c[0] == saga:
+                        parts.append(c[1])
+                        current[i] = next(streams[i], None)
+                    else:
+                        parts.append(None)
+                chain, cps, anchors, heads = parts
+                if streamed:
+                    yield one(saga, chain, [], cps, anchors, heads)
                 else:
-                    parts.append(None)
-            chain, cps, anchors, heads = parts
-            if streamed:
-                yield one(saga, chain, [], cps, anchors, heads)
-            else:
-                yield one(saga, None, chain or [], cps, anchors, heads)
+                    yield one(saga, None, chain or [], cps, anchors, heads)
+
+        yield from with_stories(
+            chain_audits(),
+            read_stories(story_rows),
+            allow_unopened=allow_unopened,
+        )
 
 
 def _merged_audits(
@@ -971,34 +1021,7 @@ def _snapshot_reader(conn: psycopg.Connection) -> psycopg.Connection | None:
     """A second connection to the archive reading ``conn``'s snapshot (exported: the same rows,
     whatever is committed meanwhile) and search path; ``None`` where it cannot connect (a
     connection limit, a pooler), and the caller then reads the rows on ``conn``."""
-    return _reader_of(*_shared_snapshot(conn))
-
-
-def _shared_snapshot(conn: psycopg.Connection) -> tuple[str, str | None, str, str]:
-    """What a second connection needs to read ``conn``'s snapshot: ``conn``'s conninfo and
-    password, its exported snapshot and its search path."""
-    # Not in a savepoint: PostgreSQL exports only a top-level transaction's snapshot.
-    shared = conn.execute("SELECT pg_export_snapshot(), current_setting('search_path')").fetchone()
-    assert shared is not None
-    return conn.info.dsn, conn.info.password or None, str(shared[0]), str(shared[1])
-
-
-def _reader_of(
-    dsn: str, password: str | None, snapshot: str, search_path: str
-) -> psycopg.Connection | None:
-    """The second connection of :func:`_snapshot_reader`, from :func:`_shared_snapshot`."""
-    try:
-        reader = psycopg.connect(dsn, password=password)
-    except psycopg.Error:
-        return None
-    try:
-        reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        reader.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
-        reader.execute("SELECT set_config('search_path', %s, true)", (search_path,))
-    except BaseException:
-        reader.close()
-        raise
-    return reader
+    return reader_of(*shared_snapshot(conn))
 
 
 def _verdicts(
@@ -1026,7 +1049,7 @@ class _RowStream:
     """
 
     def __init__(self, conn: psycopg.Connection, *, forms: bool = False) -> None:
-        shared = _shared_snapshot(conn)
+        shared = shared_snapshot(conn)
         self._forms = forms
         self._reader: psycopg.Connection | None = None
         self._blocks: Generator[bytes] | None = None
@@ -1039,7 +1062,7 @@ class _RowStream:
 
     def _start(self, dsn: str, password: str | None, snapshot: str, search_path: str) -> None:
         try:
-            self._reader = _reader_of(dsn, password, snapshot, search_path)
+            self._reader = reader_of(dsn, password, snapshot, search_path)
             if self._reader is not None:
                 self._blocks = chain_rows(self._reader, forms_only_first=self._forms)
                 self._first = next(self._blocks, None)
@@ -1084,6 +1107,7 @@ def audit(
     reference: bool = False,
     known_rounds: Mapping[int, str] | None = None,
     require_signed: bool = False,
+    allow_unopened: bool = False,
 ) -> AuditSummary:
     """Run :func:`iter_audits` to the end and total it.
 
@@ -1101,6 +1125,7 @@ def audit(
         rounds=summary.rounds,
         known_rounds=known_rounds,
         retention=summary.retention,
+        allow_unopened=allow_unopened,
     ):
         if require_signed:
             result = unsigned_as_failure(result)

@@ -10,13 +10,14 @@ commitments, and logs the erasure in ``archive_erasure``.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import psycopg
 
+from sagacity._withheld import ERASURE_EVENT, counts_as_erasure
 from sagacity.consumers.archive._db import mapped_errors
 from sagacity.errors import ArchiveSchemaError, ErasureRefusedError, PersistenceError
 from sagacity.postgres._archive import check_schema
@@ -180,8 +181,10 @@ class ErasureAudit:
     """What ``sagacity verify`` reports about erasures.
 
     Attributes:
-        sagas: sagas the archive's erasure log names.
-        fields: data fields those erasures cleared (by the log).
+        sagas: sagas whose chain records an erasure (an ``ERASED`` event it counts,
+            :func:`sagacity._withheld.counts_as_erasure`; never the ``archive_erasure`` log,
+            which anyone with database access can write).
+        fields: data fields those erasures list.
         unrecorded: destroyed keys without an ``ERASED`` event (``erasure_unrecorded``).
         keys_unreadable: the key table is there but this role may not read it: destroyed keys
             were not checked.
@@ -198,24 +201,26 @@ KEY_TABLE = "sagacity_data_keys"
 schema as the archive."""
 
 
-def audit_erasures(conn: psycopg.Connection[Any], saga_id: str | None = None) -> ErasureAudit:
-    """The erasures of the archive (of one saga, or all): how many sagas and fields the log
-    records, and every destroyed data key whose saga has no archived ``ERASED`` event."""
-    version = check_schema(conn)
+def audit_erasures(
+    conn: psycopg.Connection[Any],
+    saga_id: str | None = None,
+    *,
+    recorded: Collection[str] | None = None,
+    sagas: int = 0,
+    fields: int = 0,
+) -> ErasureAudit:
+    """Every destroyed data key (of one saga, or all) whose saga's chain records no erasure.
+
+    Args:
+        recorded: the sagas whose verified chain counts an erasure (``verify`` collects them
+            as it walks the chains); ``None``: each destroyed key's saga's archived ``ERASED``
+            rows are read and counted here (:func:`sagacity._withheld.counts_as_erasure`).
+        sagas / fields: the erasures counted on the chains, reported as they are.
+    """
+    check_schema(conn)
     # Only constant fragments are interpolated; the saga id is a bound parameter.
-    one = "AND saga_id = %(s)s" if saga_id is not None else ""
-    params = {"s": saga_id}
-    sagas = fields = 0
-    with mapped_errors("read the erasure log"):
-        if version >= ERASURE_VERSION:
-            row = conn.execute(
-                "SELECT count(DISTINCT saga_id), coalesce(sum(("  # noqa: S608
-                " SELECT count(*) FROM jsonb_each(erased) e, jsonb_array_elements(e.value))), 0)"
-                f" FROM archive_erasure WHERE true {one}",
-                params,
-            ).fetchone()
-            assert row is not None
-            sagas, fields = int(row[0]), int(row[1])
+    one = "AND k.saga_id = %(s)s" if saga_id is not None else ""
+    with mapped_errors("read the data keys"):
         found = conn.execute(
             "SELECT t IS NOT NULL, t IS NOT NULL AND has_table_privilege(t, 'SELECT') FROM"
             " (SELECT to_regclass(format('%%I.%%I', current_schema(), %(t)s::text)) t) k",
@@ -225,20 +230,38 @@ def audit_erasures(conn: psycopg.Connection[Any], saga_id: str | None = None) ->
         keys_checked = found is not None and bool(found[1])
         keys_hidden = found is not None and bool(found[0]) and not keys_checked
         if keys_checked:
-            one_key = one.replace("saga_id", "k.saga_id")
             rows = conn.execute(
                 "SELECT k.saga_id, k.erased_at, k.erased_by FROM sagacity_data_keys k"  # noqa: S608
-                f" WHERE k.erased_at IS NOT NULL {one_key} AND NOT EXISTS ("
-                " SELECT 1 FROM side_effect_journal j"
-                " WHERE j.saga_id = k.saga_id AND j.event_type = 'ERASED')"
-                ' ORDER BY k.saga_id COLLATE "C"',
-                params,
+                f' WHERE k.erased_at IS NOT NULL {one} ORDER BY k.saga_id COLLATE "C"',
+                {"s": saga_id},
             ).fetchall()
-            unrecorded = [
+            destroyed = [
                 UnrecordedErasure(saga_id=r[0], erased_at=r[1], erased_by=r[2]) for r in rows
             ]
+            erased = (
+                set(recorded)
+                if recorded is not None
+                else _erasures_on_record(conn, [d.saga_id for d in destroyed])
+            )
+            unrecorded = [d for d in destroyed if d.saga_id not in erased]
     if not conn.autocommit:
         conn.rollback()
     return ErasureAudit(
         sagas=sagas, fields=fields, unrecorded=tuple(unrecorded), keys_unreadable=keys_hidden
     )
+
+
+def _erasures_on_record(conn: psycopg.Connection[Any], saga_ids: list[str]) -> set[str]:
+    """Those of ``saga_ids`` whose archived ``ERASED`` rows count as an erasure."""
+    if not saga_ids:
+        return set()
+    rows = conn.execute(
+        "SELECT saga_id, event_type, attributes::text FROM side_effect_journal"
+        " WHERE saga_id = ANY(%s) AND event_type = %s",
+        (saga_ids, ERASURE_EVENT.value),
+    ).fetchall()
+    return {
+        saga
+        for saga, event_type, attributes in rows
+        if counts_as_erasure(event_type, json.loads(attributes))
+    }

@@ -61,14 +61,18 @@ Exported from a Sagacity archive on {exported_at}.
 Exit status 0 means: the files are the ones the manifest describes, every entry hashes to its
 recorded hash (canonical form `SGC1`), each links to the one before from the genesis hash, the
 chain ends at the manifest's head, a retention anchor the chain starts from is signed, every
-signed checkpoint verifies under the key and matches the chain at its seq, and a checkpoint
-covers the head.  Otherwise the first failure is printed with its seq and reason
+signed checkpoint verifies under the key and matches the chain at its seq, the chain tells a
+story the saga's state machine allows (no `EXECUTED` without its `INTENT`, no gated call run
+without its approvals, ...), no data is missing without an `ERASED` event on the chain, and a
+checkpoint covers the head.  Otherwise the first failure is printed with its seq and reason
 (`bundle_altered`, `foreign_saga`, `edited`, `wrong_genesis`, `gap`, `reordered`,
 `broken_link`, `truncated`, `head_mismatch`, `forged_anchor`, `bad_signature`, `unknown_key`,
-`checkpoint_mismatch`, `unsigned`).
+`checkpoint_mismatch`, `grammar:*`, `withheld`, `unsigned`).
 
 A bundle whose head no checkpoint covers (events archived after the last signing round) is
 refused (`unsigned`); `--allow-unsigned` accepts it and names the events no signature covers.
+A bundle exported from an archive that stores sealed events' commitments only (it runs without
+the key-encryption key) holds no openings: `--allow-unopened` accepts that, and says so.
 The manifest's `unsigned` list names the fields no signature covers ({unsigned}): they are
 shown for information and prove nothing.  This README is not evidence either.
 
@@ -167,12 +171,17 @@ def _anchor(conn: psycopg.Connection, saga_id: str, version: int) -> dict[str, A
 
 
 def export_bundle(
-    conn: psycopg.Connection, saga_id: str, out: Path, *, pinned_keys: tuple[bytes, ...] = ()
+    conn: psycopg.Connection,
+    saga_id: str,
+    out: Path,
+    *,
+    pinned_keys: tuple[bytes, ...] = (),
+    allow_unopened: bool = False,
 ) -> SagaAudit:
     """Write the audit bundle of ``saga_id`` into directory ``out`` (created if missing).
 
     Returns the archive's own audit of the saga, so a caller can say whether the exported
-    evidence verifies.
+    evidence verifies (``allow_unopened``: as :func:`~sagacity.consumers.archive.iter_audits`).
 
     Raises:
         UnknownSagaError: the archive holds nothing for ``saga_id``.
@@ -206,7 +215,9 @@ def export_bundle(
         raise UnknownSagaError(
             f"the archive holds no entries for saga {saga_id!r}", saga_id=saga_id
         )
-    audits = list(iter_audits(conn, saga_id=saga_id, pinned_keys=pinned_keys))
+    audits = list(
+        iter_audits(conn, saga_id=saga_id, pinned_keys=pinned_keys, allow_unopened=allow_unopened)
+    )
     verdict = audits[0]
     keys = trusted_keys(conn)
     out.mkdir(parents=True, exist_ok=True)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import enum
 
+from sagacity._grammar import GrammarRule
 from sagacity.chain import BreakReason
 
 
 class AuditReason(enum.StrEnum):
-    """Why a saga fails the audit: a chain break (docs/adr/0002) or a checkpoint finding."""
+    """Why a saga fails the audit: a chain break (docs/adr/0002), a checkpoint or head finding,
+    or what its chain says (docs/adr/0017): an impossible event of the saga grammar
+    (:class:`~sagacity._grammar.GrammarRule`, ``grammar:*``) or data withheld."""
 
     WRONG_GENESIS = BreakReason.WRONG_GENESIS.value
     GAP = BreakReason.GAP.value
@@ -34,3 +37,17 @@ class AuditReason(enum.StrEnum):
     UNSIGNED = "unsigned"
     """No checkpoint covers the saga's newest events: a failure only when signatures are
     required (``require_signed``); otherwise counted, not failed."""
+    WITHHELD = "withheld"
+    """A form-2 event holds a data field only as its commitment (its opening is missing) and
+    the saga's chain records no ``ERASED``: the data was withheld, not erased."""
+    REF_FORWARD = GrammarRule.REF_FORWARD.value
+    EXECUTED_WITHOUT_INTENT = GrammarRule.EXECUTED_WITHOUT_INTENT.value
+    GATED_WITHOUT_REQUEST = GrammarRule.GATED_WITHOUT_REQUEST.value
+    RESUME_WITHOUT_REQUEST = GrammarRule.RESUME_WITHOUT_REQUEST.value
+    RESUMED_WITHOUT_APPROVAL = GrammarRule.RESUMED_WITHOUT_APPROVAL.value
+    DECISION_WITHOUT_REQUEST = GrammarRule.DECISION_WITHOUT_REQUEST.value
+    COMPENSATION_WITHOUT_REQUEST = GrammarRule.COMPENSATION_WITHOUT_REQUEST.value
+    COMPENSATION_OF_NO_STEP = GrammarRule.COMPENSATION_OF_NO_STEP.value
+    SETTLEMENT_WITHOUT_SUSPECT = GrammarRule.SETTLEMENT_WITHOUT_SUSPECT.value
+    AFTER_END = GrammarRule.AFTER_END.value
+    ERASED_WHILE_LIVE = GrammarRule.ERASED_WHILE_LIVE.value

@@ -8,7 +8,9 @@ hashes to its recorded hash.  Every other event with the key is reported for wha
 fork (a writer conflict, or an event that does not extend the tail), a duplicate, an edited
 event, a foreign one (its body names another saga) — and never compared with the archive, which
 quarantines them (docs/adr/0006-archive-and-checkpoints.md).  Only the archive's rows of the
-replayed topic are compared.  Every saga's chain is held in memory: this is an auditor's tool
+replayed topic are compared.  Each accepted chain is also read against the saga grammar
+(:mod:`sagacity._grammar`): a chain that links but tells an impossible story fails too.
+Every saga's chain is held in memory: this is an auditor's tool
 for a topic or a saga, not a service.
 """
 
@@ -23,6 +25,7 @@ import psycopg
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from sagacity._events import JournalEntry
+from sagacity._grammar import GrammarFinding, check
 from sagacity.consumers.archive._db import check_schema, mapped_errors
 from sagacity.consumers.archive._ingest import Decoder, _avro_decoder
 from sagacity.errors import JournalUnavailableError, SagacityError, TopicNotFoundError
@@ -48,6 +51,9 @@ class SagaReplay:
     """Seqs in the archive that the topic does not hold (and never expired from it)."""
     differing: list[int] = field(default_factory=list)
     """Seqs whose hash differs between the accepted chain and the archive."""
+    grammar: list[GrammarFinding] = field(default_factory=list)
+    """What the accepted chain says that cannot have happened (docs/adr/0005's state
+    machine), first ones first."""
 
     def of_kind(self, kind: ForkKind) -> list[Rejected]:
         """The rejected events of one kind."""
@@ -56,8 +62,9 @@ class SagaReplay:
     @property
     def ok(self) -> bool:
         """The archive holds exactly the chain a reader accepts from the topic (events the
-        chain did not accept are reported, not failed: the archive quarantines them)."""
-        return not self.missing and not self.extra and not self.differing
+        chain did not accept are reported, not failed: the archive quarantines them), and
+        that chain tells a possible story."""
+        return not self.missing and not self.extra and not self.differing and not self.grammar
 
 
 @dataclass(kw_only=True)
@@ -172,6 +179,7 @@ def read_topic(
             topic_events=len(read.entries),
             topic_starts_at=read.base_seq + 1,
             rejected=list(read.rejected),
+            grammar=check(read.entries, after_seq=read.base_seq),
         )
     return report, {sid: read.entries for sid, read in reads.items()}
 

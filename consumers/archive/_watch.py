@@ -6,7 +6,9 @@ round it recorded, unchanged; then, for each newer round, its signature by a tru
 link to the round before, and an RFC 9162 consistency proof from the last round of the log it
 recorded, before recording it.  Other auditors' records (peers) and a witness are compared with
 its own, so two different histories shown to two auditors are caught
-(docs/adr/0015-round-log.md).
+(docs/adr/0015-round-log.md).  The sagas each newly recorded round signed are read against the
+saga grammar (:mod:`sagacity._grammar`): a round that signs an impossible story is an alert
+named after the finding (``grammar:*``), as ``verify`` names it.
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ from typing import Any
 
 import psycopg
 
+from sagacity._grammar import GrammarRule
 from sagacity.consumers.archive._checkpoints import (
     FIRST_PREV_ROOT,
     LOG_ROUND_FORMAT,
     SignedRound,
     signature_valid,
 )
+from sagacity.consumers.archive._db import check_schema
 from sagacity.consumers.archive._erasure import audit_erasures
 from sagacity.consumers.archive._merkle import verify_consistency
 from sagacity.consumers.archive._roundlog import (
@@ -39,6 +43,8 @@ from sagacity.consumers.archive._roundlog import (
     round_to_dict,
     rounds_after,
 )
+from sagacity.consumers.archive._schema import FORMS_VERSION
+from sagacity.consumers.archive._story import impossible_signed
 from sagacity.consumers.archive._witness import read as read_witness
 from sagacity.errors import AuditorStateError, RoundLogError
 
@@ -61,6 +67,18 @@ class AlertReason(enum.StrEnum):
     ERASURE_UNRECORDED = "erasure_unrecorded"
     """A saga's data key was destroyed and, after a grace, its archived chain still holds no
     ``ERASED`` event (docs/adr/0019-erasure.md §4)."""
+    # A round signed a saga whose chain tells an impossible story (sagacity._grammar).
+    REF_FORWARD = GrammarRule.REF_FORWARD.value
+    EXECUTED_WITHOUT_INTENT = GrammarRule.EXECUTED_WITHOUT_INTENT.value
+    GATED_WITHOUT_REQUEST = GrammarRule.GATED_WITHOUT_REQUEST.value
+    RESUME_WITHOUT_REQUEST = GrammarRule.RESUME_WITHOUT_REQUEST.value
+    RESUMED_WITHOUT_APPROVAL = GrammarRule.RESUMED_WITHOUT_APPROVAL.value
+    DECISION_WITHOUT_REQUEST = GrammarRule.DECISION_WITHOUT_REQUEST.value
+    COMPENSATION_WITHOUT_REQUEST = GrammarRule.COMPENSATION_WITHOUT_REQUEST.value
+    COMPENSATION_OF_NO_STEP = GrammarRule.COMPENSATION_OF_NO_STEP.value
+    SETTLEMENT_WITHOUT_SUSPECT = GrammarRule.SETTLEMENT_WITHOUT_SUSPECT.value
+    AFTER_END = GrammarRule.AFTER_END.value
+    ERASED_WHILE_LIVE = GrammarRule.ERASED_WHILE_LIVE.value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -255,6 +273,7 @@ def watch_once(
             )
     if not report.alerts:
         _record_new(conn, state, report, last, last_log, keys=keys, limit=limit)
+        report.alerts.extend(_impossible_stories(conn, report.recorded))
     for peer in peers:
         report.alerts.extend(_compare_peer(conn, state, peer))
     if witness is not None:
@@ -262,6 +281,30 @@ def watch_once(
     if erasure_grace_s is not None:
         report.alerts.extend(_unrecorded_erasures(conn, erasure_grace_s))
     return report
+
+
+def _impossible_stories(conn: psycopg.Connection, recorded: Sequence[SignedRound]) -> list[Alert]:
+    """An alert for each saga the newly recorded rounds signed whose chain tells an impossible
+    story (its first finding)."""
+    if not recorded:
+        return []
+    forms = check_schema(conn) >= FORMS_VERSION
+    if not conn.autocommit:
+        conn.rollback()
+    first, last = recorded[0].round_id, recorded[-1].round_id
+    rounds = f"round {first}" if first == last else f"rounds {first}..{last}"
+    alerts = []
+    for story in impossible_signed(conn, [r.round_id for r in recorded], forms=forms):
+        finding = story.findings[0]
+        alerts.append(
+            Alert(
+                reason=AlertReason(finding.rule.value),
+                round_id=last,
+                detail=f"saga {story.saga_id!r}, signed in {rounds}: {finding.rule.value} at "
+                f"seq {finding.seq}: {finding.describe()}",
+            )
+        )
+    return alerts
 
 
 def _unrecorded_erasures(conn: psycopg.Connection, grace_s: float) -> list[Alert]:

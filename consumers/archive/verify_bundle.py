@@ -4,6 +4,7 @@
 Usage::
 
     python3 verify_bundle.py [BUNDLE_DIR] [--public-key HEX] [--allow-unsigned]
+                             [--allow-unopened]
 
 Checks, in order (docs/adr/0017-audit-coverage.md), stopping at the first failure:
 
@@ -31,6 +32,11 @@ Checks, in order (docs/adr/0017-audit-coverage.md), stopping at the first failur
    over the checkpoint itself (``SGCP1``,
    docs/adr/0006-archive-and-checkpoints.md); a seq the chain reaches (``truncated``) and a
    hash equal to the chain's at that seq (``checkpoint_mismatch``);
+6a. what the chain says (docs/adr/0005-saga-core-events.md): no event the saga's state machine
+   rules out (``grammar:*``, e.g. ``grammar:executed_without_intent``: an ``EXECUTED`` with no
+   ``INTENT``), and no data withheld (``withheld``: a form-2 event's field present only as its
+   commitment while the chain records no ``ERASED``) unless ``--allow-unopened`` is given (a
+   bundle exported from an archive that stores sealed events' commitments only);
 7. a checkpoint covers the head (``unsigned``), unless ``--allow-unsigned`` is given: then the
    events no checkpoint covers are named in the output, and the bundle is accepted.
 
@@ -639,6 +645,373 @@ def check_anchor(saga_id: str, anchor: dict[str, Any], keys: dict[str, bytes]) -
         )
 
 
+# --- what the chain says (docs/adr/0005-saga-core-events.md, docs/adr/0017-audit-coverage.md) --
+
+
+GRAMMAR_RULES = (
+    "grammar:ref_forward",
+    "grammar:executed_without_intent",
+    "grammar:gated_without_request",
+    "grammar:resume_without_request",
+    "grammar:resumed_without_approval",
+    "grammar:decision_without_request",
+    "grammar:compensation_without_request",
+    "grammar:compensation_of_no_step",
+    "grammar:settlement_without_suspect",
+    "grammar:after_end",
+    "grammar:erased_while_live",
+)
+"""The impossible stories a chain may tell: a copy of ``sagacity._grammar`` (this file imports
+nothing of the product); the product's conformance suite runs both over the same vectors
+(``tests/vectors/grammar-v1.json``)."""
+
+_QUIET_ENDS = ("COMPLETED", "COMPENSATED", "REJECTED", "EXPIRED")
+_CAUSE_KEEPING_ENDS = ("COMPENSATION_PENDING", "COMPENSATION_FAILED")
+_LIVE_ENDS = ("AWAITING_APPROVAL", "COMPENSATION_PENDING")
+_CALLS_AND_DECISIONS = (
+    "INTENT",
+    "EXECUTED",
+    "FAILED",
+    "AWAITING_APPROVAL",
+    "APPROVED",
+    "REJECTED",
+    "EXPIRED",
+    "RESUME_REFUSED",
+    "CONSTRAINT_VIOLATED",
+)
+_CAUSES = (
+    "FAILED",
+    "REJECTED",
+    "EXPIRED",
+    "RESUME_REFUSED",
+    "COMPENSATION_REQUESTED",
+    "SUSPECT",
+    "SUSPECT_SETTLED",
+)
+_CLOSING = ("REJECTED", "EXPIRED", "RESUME_REFUSED", "CONSTRAINT_VIOLATED", "INTENT")
+_KNOWN_TYPES = frozenset(
+    {
+        *_CALLS_AND_DECISIONS,
+        *_CAUSES,
+        "SAGA_OPENED",
+        "SAGA_ENDED",
+        "ERASED",
+        "COMPENSATION_INTENT",
+        "COMPENSATED",
+        "COMPENSATION_FAILED",
+    }
+)
+
+
+def _ref(attributes: dict[str, Any]) -> int | None:
+    raw = attributes.get("ref_seq")
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return None
+
+
+def required_signatures(attributes: dict[str, Any]) -> int:
+    """The approvers a request needs: 1 for ``IRREVERSIBLE``, 2 for ``PRIVILEGED``, raised,
+    never lowered, by its journaled ``signatures_required`` (2 when unreadable)."""
+    declared = {"IRREVERSIBLE": 1, "PRIVILEGED": 2}.get(attributes.get("reversibility", ""), 0)
+    raw = attributes.get("signatures_required")
+    try:
+        journaled = int(raw) if raw is not None else 2
+    except (TypeError, ValueError):
+        journaled = 2
+    return max(declared, max(1, journaled or 2))
+
+
+class SagaGrammar:
+    """The saga grammar's state over one chain (events in seq order): ``feed`` each event;
+    ``findings`` lists (rule, seq, detail, writer)."""
+
+    def __init__(self, after_seq: int = 0) -> None:
+        self.after_seq = after_seq
+        self.findings: list[tuple[str, int, str, str | None]] = []
+        self.known = after_seq == 0
+        self.cause = not self.known
+        self.ended: str | None = None
+        self.mode: str | None = None
+        self.erased = False
+        self.last: str | None = None
+        self.intents: dict[int, list[Any]] = {}  # seq: [tool, outcome seq]
+        self.requests: dict[int, dict[str, Any]] = {}
+        self.steps: set[int] = set()
+        self.undoing: set[int] = set()
+        self.suspects: set[tuple[int, str]] = set()
+
+    def find(self, event: dict[str, Any], rule: str, detail: str) -> None:
+        writer = (event.get("attributes") or {}).get("writer") or None
+        self.findings.append((rule, event["seq"], detail, writer))
+
+    def unknown_ref(self, ref: int | None) -> bool:
+        return ref is not None and ref <= self.after_seq
+
+    def feed(self, event: dict[str, Any]) -> None:
+        kind = event.get("event_type")
+        attributes = event.get("attributes") or {}
+        if kind not in _KNOWN_TYPES:
+            for request in self.requests.values():
+                if request["state"] == "open":
+                    request["state"] = "unknown"
+            return
+        seq = event["seq"]
+        ref = _ref(attributes)
+        if ref is not None and ref >= seq:
+            self.find(event, "grammar:ref_forward", f"{kind} at seq {seq} refers to seq {ref}")
+        elif not self.after_end(event, kind, attributes):
+            self.handle(event, kind, attributes, ref)
+        if kind not in ("SAGA_ENDED", "SAGA_OPENED"):
+            resume_refusal = kind == "CONSTRAINT_VIOLATED" and ref is not None
+            self.cause = self.cause or kind in _CAUSES or resume_refusal
+        self.last = kind
+
+    def after_end(self, event: dict[str, Any], kind: str, attributes: dict[str, Any]) -> bool:
+        ended = self.ended
+        if not self.known or kind == "ERASED":
+            return False
+        why = None
+        if self.erased and kind not in ("SAGA_ENDED", "ERASED"):
+            why = "the saga's data was erased"
+        elif ended is None:
+            return False
+        elif ended in _QUIET_ENDS and kind not in ("SAGA_ENDED", "ERASED"):
+            why = f"the saga ended {ended}"
+        elif ended == "COMPENSATION_FAILED" and kind in _CALLS_AND_DECISIONS:
+            why = f"the saga ended {ended}: no call or decision follows"
+        elif kind == "AWAITING_APPROVAL" or (kind == "INTENT" and _ref(attributes) is None):
+            why = "a tool is called after the saga's run ended, with no SAGA_OPENED since"
+        if why is None:
+            return False
+        self.find(event, "grammar:after_end", f"{kind} at seq {event['seq']}: {why}")
+        return True
+
+    def handle(
+        self, event: dict[str, Any], kind: str, attributes: dict[str, Any], ref: int | None
+    ) -> None:
+        seq = event["seq"]
+        if kind == "SAGA_OPENED":
+            self.known, self.ended, self.mode = True, None, attributes.get("compensation")
+        elif kind == "SAGA_ENDED":
+            result = event.get("result") or ""
+            self.known, self.ended = True, result
+            self.cause = result in _CAUSE_KEEPING_ENDS or not result
+            for request in self.requests.values():
+                if request["state"] == "open" and result != "AWAITING_APPROVAL":
+                    request["state"] = "unknown" if not result else "closed"
+                    request["closed_by"] = f"the saga's end at seq {seq}"
+        elif kind == "ERASED":
+            live = self.ended is None or self.ended in _LIVE_ENDS
+            if self.known and (live or self.last not in ("SAGA_ENDED", "ERASED")):
+                self.find(
+                    event,
+                    "grammar:erased_while_live",
+                    f"ERASED at seq {seq} does not follow a final SAGA_ENDED",
+                )
+            self.erased = True
+        elif kind == "INTENT":
+            self.intent(event, attributes, ref)
+        elif kind in ("EXECUTED", "FAILED"):
+            self.outcome(event, kind, ref)
+        elif kind == "AWAITING_APPROVAL":
+            self.requests[seq] = {
+                "tool": event.get("tool"),
+                "payload": event.get("payload"),
+                "required": required_signatures(attributes),
+                "approvers": set(),
+                "state": "open",
+                "closed_by": "",
+            }
+        elif kind in ("APPROVED", "REJECTED", "EXPIRED", "RESUME_REFUSED", "CONSTRAINT_VIOLATED"):
+            self.decision(event, kind, ref)
+        elif kind == "COMPENSATION_REQUESTED":
+            for request in self.requests.values():
+                if request["state"] == "open":
+                    request["state"] = "closed"
+                    request["closed_by"] = f"COMPENSATION_REQUESTED at seq {seq}"
+        elif kind in ("COMPENSATION_INTENT", "COMPENSATED", "COMPENSATION_FAILED"):
+            self.compensation(event, kind, ref)
+        elif kind == "SUSPECT":
+            self.suspect(event, attributes, ref)
+        elif kind == "SUSPECT_SETTLED":
+            self.settled(event, attributes, ref)
+
+    def intent(self, event: dict[str, Any], attributes: dict[str, Any], ref: int | None) -> None:
+        seq = event["seq"]
+        self.intents[seq] = [event.get("tool"), None]
+        if ref is None:
+            declared = attributes.get("reversibility", "")
+            if declared in ("IRREVERSIBLE", "PRIVILEGED"):
+                self.find(
+                    event,
+                    "grammar:gated_without_request",
+                    f"INTENT at seq {seq} runs {declared} tool {event.get('tool')!r} with no "
+                    "approval request",
+                )
+            return
+        if self.unknown_ref(ref):
+            return
+        request = self.requests.get(ref)
+        if request is None or request["state"] == "closed":
+            why = (
+                "is no approval request"
+                if request is None
+                else f"was closed by {request['closed_by']}"
+            )
+            self.find(
+                event,
+                "grammar:resume_without_request",
+                f"INTENT at seq {seq} resumes seq {ref}, which {why}",
+            )
+            return
+        if request["state"] == "open":
+            approvers, required = request["approvers"], request["required"]
+            problem: str | None = None
+            if len(approvers) < required:
+                who = ", ".join(sorted(approvers)) or "nobody"
+                problem = f"{len(approvers)} of the {required} approver(s) it needs ({who})"
+            elif event.get("tool") != request["tool"]:
+                problem = f"tool {event.get('tool')!r}, the request is for {request['tool']!r}"
+            elif (
+                None not in (event.get("payload"), request["payload"])
+                and event.get("payload") != request["payload"]
+            ):
+                problem = "another payload than the one requested"
+            if problem is not None:
+                self.find(
+                    event,
+                    "grammar:resumed_without_approval",
+                    f"INTENT at seq {seq} resumes request seq {ref} with {problem}",
+                )
+        request["state"] = "closed"
+        request["closed_by"] = f"its resume at seq {seq}"
+
+    def outcome(self, event: dict[str, Any], kind: str, ref: int | None) -> None:
+        if self.unknown_ref(ref):
+            if kind == "EXECUTED":
+                self.steps.add(event["seq"])  # its INTENT precedes the chain held
+            return
+        intent = self.intents.get(ref) if ref is not None else None
+        if intent is None:
+            why = "has no ref_seq" if ref is None else f"refers to seq {ref}, which is no INTENT"
+        elif intent[1] is not None:
+            why = f"follows INTENT seq {ref}, whose outcome is seq {intent[1]}"
+        elif intent[0] != event.get("tool"):
+            why = f"is for tool {event.get('tool')!r}, INTENT seq {ref} for {intent[0]!r}"
+        else:
+            intent[1] = event["seq"]
+            if kind == "EXECUTED":
+                self.steps.add(event["seq"])
+            return
+        self.find(event, "grammar:executed_without_intent", f"{kind} at seq {event['seq']} {why}")
+
+    def decision(self, event: dict[str, Any], kind: str, ref: int | None) -> None:
+        if kind == "CONSTRAINT_VIOLATED" and ref is None:
+            return
+        if self.unknown_ref(ref):
+            return
+        request = self.requests.get(ref) if ref is not None else None
+        if request is None:
+            where = "no ref_seq" if ref is None else f"seq {ref}, which is no approval request"
+            self.find(
+                event,
+                "grammar:decision_without_request",
+                f"{kind} at seq {event['seq']} decides on {where}",
+            )
+            return
+        if request["state"] != "open":
+            return
+        if kind == "APPROVED":
+            if event.get("actor"):
+                request["approvers"].add(event["actor"])
+        elif kind in _CLOSING:
+            request["state"] = "closed"
+            request["closed_by"] = f"{kind} at seq {event['seq']}"
+
+    def compensation(self, event: dict[str, Any], kind: str, ref: int | None) -> None:
+        seq = event["seq"]
+        inline_run = self.ended is None and self.mode != "delegated"
+        if not (self.cause or inline_run):
+            self.find(
+                event,
+                "grammar:compensation_without_request",
+                f"{kind} at seq {seq}: nothing asked for compensation",
+            )
+        if self.unknown_ref(ref):
+            return
+        if ref is None or ref not in self.steps:
+            where = "no ref_seq" if ref is None else f"seq {ref}, which is no step that ran"
+            self.find(
+                event, "grammar:compensation_of_no_step", f"{kind} at seq {seq} undoes {where}"
+            )
+        elif kind == "COMPENSATION_INTENT":
+            self.undoing.add(ref)
+        elif kind == "COMPENSATED" and ref not in self.undoing:
+            self.find(
+                event,
+                "grammar:compensation_of_no_step",
+                f"COMPENSATED at seq {seq}: no COMPENSATION_INTENT for step seq {ref}",
+            )
+
+    def suspect(self, event: dict[str, Any], attributes: dict[str, Any], ref: int | None) -> None:
+        phase = attributes.get("phase", "call")
+        if ref is not None:
+            self.suspects.add((ref, phase))
+        if self.unknown_ref(ref):
+            return
+        known = self.intents if phase == "call" else self.steps
+        if ref is None or ref not in known:
+            what = "INTENT" if phase == "call" else "step that ran"
+            where = "no ref_seq" if ref is None else f"seq {ref}, which is no {what}"
+            self.find(
+                event,
+                "grammar:compensation_of_no_step",
+                f"SUSPECT at seq {event['seq']} (phase {phase}) doubts {where}",
+            )
+
+    def settled(self, event: dict[str, Any], attributes: dict[str, Any], ref: int | None) -> None:
+        phase = attributes.get("phase", "call")
+        if self.unknown_ref(ref):
+            return
+        if ref is None or (ref, phase) not in self.suspects:
+            where = "no ref_seq" if ref is None else f"step seq {ref} (phase {phase})"
+            self.find(
+                event,
+                "grammar:settlement_without_suspect",
+                f"SUSPECT_SETTLED at seq {event['seq']} settles {where}, which no SUSPECT doubts",
+            )
+            return
+        if phase == "call" and attributes.get("outcome") == "executed":
+            self.steps.add(ref)
+
+
+def check_grammar(
+    events: list[dict[str, Any]], after_seq: int = 0
+) -> list[tuple[str, int, str, str | None]]:
+    """Every impossible event of a verified chain: (rule, seq, detail, writer), in seq order."""
+    grammar = SagaGrammar(after_seq)
+    for event in events:
+        grammar.feed(event)
+    return grammar.findings
+
+
+def withheld(events: list[dict[str, Any]]) -> tuple[int, list[str], int] | None:
+    """The first form-2 event holding a data field only as its commitment (its opening
+    missing), with its fields and how many events do, when the chain records no ``ERASED``
+    (docs/adr/0019-erasure.md); ``None`` otherwise."""
+    if any(event.get("event_type") == "ERASED" for event in events):
+        return None
+    found = erased_fields(events)
+    if not found:
+        return None
+    seq, names = found[0]
+    return seq, names, len(found)
+
+
 def key_id(public_key: bytes) -> str:
     """The short id of a raw public key: the first 16 hex characters of its SHA-256."""
     return hashlib.sha256(public_key).hexdigest()[:16]
@@ -777,7 +1150,11 @@ def read_events(manifest: dict[str, Any], raw_events: bytes) -> list[dict[str, A
 
 
 def verify_bundle(
-    directory: Path, pinned_key: bytes | None, *, allow_unsigned: bool = False
+    directory: Path,
+    pinned_key: bytes | None,
+    *,
+    allow_unsigned: bool = False,
+    allow_unopened: bool = False,
 ) -> str:
     """Verify the bundle in ``directory``; return a summary or raise :class:`VerificationError`.
 
@@ -819,6 +1196,7 @@ def verify_bundle(
                 seq, "checkpoint_mismatch", f"seq {seq} was signed with another hash"
             )
         signed_seq = seq
+    story = check_story(events, after_seq, allow_unopened=allow_unopened)
     notes = coverage_notes(
         head_seq=head_seq,
         signed_seq=signed_seq,
@@ -833,17 +1211,48 @@ def verify_bundle(
     if unsigned_fields:
         notes.append("unsigned, shown for information: " + ", ".join(unsigned_fields))
     erased = erased_fields(events)
-    if erased:
+    if erased and not story:
         notes.append(
             "erased (verified by their commitments, the data withheld): "
             + "; ".join(f"seq {seq}: {', '.join(names)}" for seq, names in erased)
         )
+    notes.extend(story)
     return (
         f"OK: saga {saga_id}: {len(events)} events, head seq {head_seq} ({head_hash[:16]}…), "
         f"{checked} signed checkpoint(s) verified"
         + ("" if pinned_key is not None else " (key taken from the manifest: pin it)")
         + "".join(f"\n  {n}" for n in notes)
     )
+
+
+def check_story(
+    events: list[dict[str, Any]], after_seq: int, *, allow_unopened: bool = False
+) -> list[str]:
+    """Raise on the first impossible event of the saga grammar (``grammar:*``), then on data
+    withheld (``withheld``: an opening missing with no ``ERASED`` on the chain) unless
+    ``allow_unopened``; return the notes to show (what was accepted only because of it)."""
+    findings = check_grammar(events, after_seq)
+    if findings:
+        rule, seq, detail, writer = findings[0]
+        raise VerificationError(
+            seq, rule, detail + (f" (written by writer {writer})" if writer else "")
+        )
+    found = withheld(events)
+    if found is None:
+        return []
+    seq, names, count = found
+    what = (
+        f"seq {seq} holds {', '.join(names)} only as a commitment (no opening) and the chain "
+        "records no ERASED" + (f" ({count - 1} more event(s) likewise)" if count > 1 else "")
+    )
+    if not allow_unopened:
+        raise VerificationError(
+            seq,
+            "withheld",
+            f"{what}: its data was withheld, not erased; pass --allow-unopened for a bundle "
+            "exported from an archive that stores sealed events' commitments only",
+        )
+    return [f"UNOPENED: {what}: accepted only because of --allow-unopened"]
 
 
 def erased_fields(events: list[dict[str, Any]]) -> list[tuple[int, list[str]]]:
@@ -891,7 +1300,8 @@ def main(argv: list[str]) -> int:
     """Command-line entry point; returns the exit status."""
     args = list(argv)
     allow_unsigned = "--allow-unsigned" in args
-    args = [a for a in args if a != "--allow-unsigned"]
+    allow_unopened = "--allow-unopened" in args
+    args = [a for a in args if a not in ("--allow-unsigned", "--allow-unopened")]
     pinned: bytes | None = None
     if "--public-key" in args:
         i = args.index("--public-key")
@@ -909,7 +1319,14 @@ def main(argv: list[str]) -> int:
         return 0 if args and args[0] in ("-h", "--help") else 2
     directory = Path(args[0]) if args else Path(__file__).resolve().parent
     try:
-        print(verify_bundle(directory, pinned, allow_unsigned=allow_unsigned))
+        print(
+            verify_bundle(
+                directory,
+                pinned,
+                allow_unsigned=allow_unsigned,
+                allow_unopened=allow_unopened,
+            )
+        )
     except VerificationError as failure:
         print(f"FAILED: {failure}")
         return 1

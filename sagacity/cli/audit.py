@@ -69,6 +69,12 @@ _WITNESS_OPTION = click.option(
     help="Fail every saga whose newest events no checkpoint covers (an unsigned saga or "
     "tail); without it they are only counted in the summary.",
 )
+@click.option(
+    "--allow-unopened",
+    is_flag=True,
+    help="The archive ingests without the key-encryption key, so sealed events hold their "
+    "commitments only: do not report their missing openings as withheld.",
+)
 @click.option("--show", default=20, show_default=True, help="Failures listed in full.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
 def verify(
@@ -80,10 +86,12 @@ def verify(
     known_rounds: tuple[str, ...],
     witness: str | None,
     require_signed: bool,
+    allow_unopened: bool,
     show: int,
     as_json: bool,
 ) -> None:
-    """Verify archived hash chains, signing rounds and checkpoints; exit 1 on any failure.
+    """Verify archived hash chains, signing rounds and checkpoints, and what each chain says
+    (the saga grammar, data withheld); exit 1 on any failure.
 
     With --public-key, a run in which nothing verified under the key fails too.
     """
@@ -117,13 +125,20 @@ def verify(
                     rounds=summary.rounds,
                     known_rounds=known,
                     retention=summary.retention,
+                    allow_unopened=allow_unopened,
                 ):
                     if require_signed:
                         result = unsigned_as_failure(result)
                     summary.add(result, keep_failures=show)
                     bar.update(1)
             summary.seconds = time.perf_counter() - started
-            erasures = audit_erasures(conn, saga_id)
+            erasures = audit_erasures(
+                conn,
+                saga_id,
+                recorded=summary.erased_sagas,
+                sagas=len(summary.erased_sagas),
+                fields=summary.erased_fields,
+            )
     except SagacityError as exc:
         fail(exc)
     if saga_id is not None and summary.sagas == 0:
@@ -157,8 +172,9 @@ def _erasures_json(erasures: ErasureAudit) -> dict[str, Any]:
 
 
 def _print_erasures(erasures: ErasureAudit) -> None:
-    """The erasures (docs/adr/0019-erasure.md §4): erased sagas verify by their commitments;
-    a destroyed key without an ERASED event fails the run."""
+    """The erasures (docs/adr/0019-erasure.md §4), counted from the ERASED events on the
+    chains: erased sagas verify by their commitments; a destroyed key without an ERASED event
+    fails the run."""
     click.echo(f"{'sagas erased':<22} {erasures.sagas:>12,}")
     click.echo(f"{'  fields erased':<22} {erasures.fields:>12,}")
     if erasures.keys_unreadable:
@@ -233,6 +249,7 @@ def _summary_json(summary: AuditSummary, *, pinned: bool) -> dict[str, Any]:
                 "seq": f.bad_seq,
                 "reason": None if f.reason is None else str(f.reason),
                 "detail": f.detail,
+                "writer": f.writer,
             }
             for f in summary.failures
         ],
@@ -256,9 +273,9 @@ def _print_summary(summary: AuditSummary, *, pinned: bool, every_saga: bool) -> 
     from sagacity.consumers.archive import AuditReason
 
     if summary.failures:
-        click.echo(f"{'saga':<40} {'seq':>8}  {'reason':<20} detail")
+        click.echo(f"{'saga':<40} {'seq':>8}  {'reason':<34} detail")
         for f in summary.failures:
-            click.echo(f"{f.saga_id:<40} {f.bad_seq or '-':>8}  {f.reason or '':<20} {f.detail}")
+            click.echo(f"{f.saga_id:<40} {f.bad_seq or '-':>8}  {f.reason or '':<34} {f.detail}")
         click.echo("")
     if summary.unsigned:
         click.echo(f"{'saga (passed, not all signed)':<40} {'unsigned seqs':>17}")
@@ -321,8 +338,19 @@ def _print_summary(summary: AuditSummary, *, pinned: bool, every_saga: bool) -> 
     help="Directory to write the bundle into.",
 )
 @_KEY_OPTION
+@click.option(
+    "--allow-unopened",
+    is_flag=True,
+    help="The archive ingests without the key-encryption key: its verdict does not report "
+    "sealed events' missing openings as withheld.",
+)
 def export(
-    database_url: str, schema: str | None, saga_id: str, out: Path, public_keys: tuple[str, ...]
+    database_url: str,
+    schema: str | None,
+    saga_id: str,
+    out: Path,
+    public_keys: tuple[str, ...],
+    allow_unopened: bool,
 ) -> None:
     """Write an audit bundle: events.jsonl, manifest.json, README.md, verify_bundle.py."""
     from sagacity.consumers.archive import connect, export_bundle
@@ -331,7 +359,9 @@ def export(
     try:
         pinned = _pinned(public_keys)
         with connect(conninfo(database_url, schema)) as conn:
-            verdict = export_bundle(conn, saga_id, out, pinned_keys=pinned)
+            verdict = export_bundle(
+                conn, saga_id, out, pinned_keys=pinned, allow_unopened=allow_unopened
+            )
     except SagacityError as exc:
         fail(exc)
     click.echo(f"wrote {out}/ ({verdict.events} events, head seq {verdict.head_seq})")
@@ -454,6 +484,7 @@ def _print_replay(report: ReplayReport) -> None:
                 if seqs:
                     shown = ", ".join(map(str, seqs[:10])) + (" …" if len(seqs) > 10 else "")
                     findings.append(f"{label}: {shown}")
+            findings += [f"{g.rule.value} at seq {g.seq}: {g.describe()}" for g in s.grammar[:3]]
             click.echo(
                 f"{s.saga_id:<40} {s.topic_events:>7} {s.archive_events:>7}  {'; '.join(findings)}"
             )
@@ -488,6 +519,8 @@ def _print_replay(report: ReplayReport) -> None:
     click.echo(f"{'sagas':<22} {len(report.sagas):>10,}")
     click.echo(f"{'sagas matching':<22} {len(report.sagas) - len(bad):>10,}")
     click.echo(f"{'sagas differing':<22} {len(bad):>10,}")
+    told = sum(1 for s in report.sagas.values() if s.grammar)
+    click.echo(f"{'  impossible stories':<22} {told:>10,}")
     click.echo(f"{'forked events':<22} {counts[ForkKind.FORK]:>10,}")
     click.echo(f"{'foreign events':<22} {counts[ForkKind.FOREIGN] + len(report.unkeyed):>10,}")
     click.echo(f"{'edited events':<22} {counts[ForkKind.EDITED]:>10,}")
@@ -613,6 +646,15 @@ def _replay_json(report: ReplayReport) -> dict[str, Any]:
                 "missing": s.missing,
                 "extra": s.extra,
                 "differing": s.differing,
+                "grammar": [
+                    {
+                        "finding": g.rule.value,
+                        "seq": g.seq,
+                        "detail": g.detail,
+                        "writer": g.writer,
+                    }
+                    for g in s.grammar
+                ],
             }
             for s in bad
         ],

@@ -20,14 +20,15 @@ def make_chain(
     saga_id: str, n: int, *, start_us: int = BASE_US, step_us: int = 1_000, form: int = 1
 ) -> list[JournalEntry]:
     """A valid chain of ``n`` entries for ``saga_id``, in chain ``form`` 1 or 2 (salted
-    commitments to the data, docs/adr/0019-erasure.md)."""
+    commitments to the data, docs/adr/0019-erasure.md): a saga opened, then calls, each
+    ``INTENT`` (even seqs) followed by its ``EXECUTED`` (a story the saga grammar accepts)."""
     out: list[JournalEntry] = []
     prev = GENESIS_HASH
     for seq in range(1, n + 1):
         kind = (
             EventType.SAGA_OPENED
             if seq == 1
-            else (EventType.INTENT if seq % 2 else EventType.EXECUTED)
+            else (EventType.EXECUTED if seq % 2 else EventType.INTENT)
         )
         draft = EntryDraft(
             saga_id=saga_id,
@@ -40,7 +41,7 @@ def make_chain(
             ),
             result="ok" if kind is EventType.EXECUTED else None,
             actor="writer-1" if seq == 1 else None,
-            attributes={} if seq < 3 else {"ref_seq": str(seq - 1)},
+            attributes={"ref_seq": str(seq - 1)} if kind is EventType.EXECUTED else {},
             recorded_at_us=start_us + seq * step_us,
         )
         entry = link(committing(draft) if form == 2 else draft, seq=seq, prev_hash=prev)

@@ -43,9 +43,20 @@ def form_two_chain(saga_id: str, *, start_us: int = BASE_US) -> list[JournalEntr
             payload=json.dumps({"to": MARKER}),
             attributes={"payload_sha256": "0" * 64, "note": f"for {MARKER}"},
         ),
-        EntryDraft(saga_id=saga_id, event_type=EventType.EXECUTED, tool="mail", result=MARKER),
-        EntryDraft(saga_id=saga_id, event_type=EventType.FAILED, tool="mail", error=MARKER),
-        EntryDraft(saga_id=saga_id, event_type=EventType.SAGA_ENDED, result="COMPLETED"),
+        EntryDraft(
+            saga_id=saga_id,
+            event_type=EventType.EXECUTED,
+            tool="mail",
+            result=MARKER,
+            attributes={"ref_seq": "2"},
+        ),
+        EntryDraft(
+            saga_id=saga_id,
+            event_type=EventType.COMPENSATION_REQUESTED,
+            error=MARKER,
+            attributes={"reason": "FAILED"},
+        ),
+        EntryDraft(saga_id=saga_id, event_type=EventType.SAGA_ENDED, result="COMPENSATION_FAILED"),
     ]
     out: list[JournalEntry] = []
     prev = GENESIS_HASH
@@ -187,9 +198,49 @@ def test_a_form_one_saga_is_refused_whole(archived: str) -> None:
     assert rows(archived, "SELECT count(*) FROM archive_erasure") == [(0,)]
 
 
+def _record_erasure(dsn: str, saga_id: str) -> None:
+    """Archive the ``ERASED`` event ``sagacity erase`` appends to the saga's chain."""
+    (head,) = rows(
+        dsn,
+        "SELECT seq, hash, recorded_at_us FROM side_effect_journal WHERE saga_id = %s"
+        " ORDER BY seq DESC LIMIT 1",
+        (saga_id,),
+    )
+    seq, prev, at = int(str(head[0])), str(head[1]), int(str(head[2]))
+    listing = '{"2":["note","payload"],"3":["result"],"4":["error"],"5":["result"]}'
+    erased = link(
+        committing(
+            EntryDraft(
+                saga_id=saga_id,
+                event_type=EventType.ERASED,
+                actor="a",
+                attributes={"reason": "r", "erased": listing, "erased_key": "none"},
+                recorded_at_us=at + 1_000,
+            )
+        ),
+        seq=seq + 1,
+        prev_hash=prev,
+    )
+    archiver = BatchArchiver(dsn, consumer_group="g", retry_delay=0.05)
+    try:
+        assert archiver.archive(as_raw([erased], first_offset=100)).archived == 1
+    finally:
+        archiver.close()
+
+
 def test_an_erased_saga_still_verifies_and_verify_reports_the_erasure(archived: str) -> None:
     with psycopg.connect(archived) as conn:
         erase_in_archive(conn, "gone", actor="a", reason="r")
+    # The archive's half alone (its log row written, no ERASED on the chain): the data is
+    # withheld, and the log row counts nothing (docs/adr/0019-erasure.md).
+    result = CliRunner().invoke(main, ["verify", "--database-url", archived, "--json"])
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    assert [(f["saga_id"], f["reason"], f["seq"]) for f in report["failures"]] == [
+        ("gone", "withheld", 2)
+    ]
+    assert (report["erased_sagas"], report["erased_fields"]) == (0, 0)
+    _record_erasure(archived, "gone")
     for args in (("--saga", "gone"), ("--all",)):
         code, out = run("verify", "--database-url", archived, *args)
         assert code == 0, out

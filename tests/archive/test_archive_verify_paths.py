@@ -37,7 +37,8 @@ RICH = "saga-rïch-𝄞"
 
 def rich_chain() -> list[JournalEntry]:
     """Nulls and empty strings, non-ASCII and 4-byte text, an unknown event type, and
-    attribute keys whose byte order differs from jsonb's (shortest first) order."""
+    attribute keys whose byte order differs from jsonb's (shortest first) order (a story the
+    saga grammar accepts: an inline run undoing its step)."""
     drafts = [
         EntryDraft(saga_id=RICH, event_type=EventType.SAGA_OPENED, actor="writer-𝄞"),
         EntryDraft(
@@ -63,10 +64,16 @@ def rich_chain() -> list[JournalEntry]:
             error="",
             actor="",
         ),
-        EntryDraft(saga_id=RICH, event_type=EventType.FAILED, tool="t", error="boom\nline 2"),
         EntryDraft(
             saga_id=RICH,
-            event_type=EventType.EXECUTED,
+            event_type=EventType.COMPENSATION_FAILED,
+            tool="t",
+            error="boom\nline 2",
+            attributes={"ref_seq": "3", "cause": "error"},
+        ),
+        EntryDraft(
+            saga_id=RICH,
+            event_type=EventType.SAGA_ENDED,
             tool="t",
             result="x" * 5_000,
             attributes={"ref_seq": "4", "note": 'a \\ backslash, a " quote'},

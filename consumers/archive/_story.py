@@ -1,0 +1,172 @@
+"""What each archived saga's chain says, checked beside its hashes: the saga grammar
+(:mod:`sagacity._grammar`) and the data it holds or withholds (:mod:`sagacity._withheld`).
+
+``verify`` judges a chain's links, checkpoints and head first (``_audit``); a saga that passes
+them is then read here, in the same snapshot and saga order, from a narrow select of its rows
+(no payload or result travels but a gated call's payload digest and an end's status).  The
+first finding of its story fails it: an impossible event (``grammar:*``), then data withheld
+(``withheld``: a form-2 opening missing with no ``ERASED`` on the chain).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from sagacity._grammar import GrammarFinding, Row, SagaGrammar
+from sagacity._withheld import ERASURE_EVENT, DataAccount
+from sagacity.consumers.archive._reasons import AuditReason
+
+_NONE: Mapping[str, str] = MappingProxyType({})
+_ERASED = ERASURE_EVENT.value
+
+
+def story_query(*, where: str, forms: bool, join: str = "") -> str:
+    """The select of every row's story (``side_effect_journal j``), in saga order; ``where``
+    and ``join`` are constant fragments."""
+    form_columns = (
+        ", CASE WHEN j.form = 2 THEN j.commitments::text END,"
+        " CASE WHEN j.form = 2 THEN j.salts::text END"
+        if forms
+        else ", NULL, NULL"
+    )
+    return (
+        "SELECT j.saga_id, j.seq, j.event_type, j.tool, j.actor, j.attributes::text,"  # noqa: S608
+        # The grammar compares a resume's payload with its request's: only theirs travel,
+        # as digests.
+        " CASE WHEN j.payload IS NOT NULL AND (j.event_type = 'AWAITING_APPROVAL'"
+        " OR (j.event_type = 'INTENT' AND j.attributes ? 'ref_seq'))"
+        " THEN encode(sha256(convert_to(j.payload, 'UTF8')), 'hex') END,"
+        " CASE WHEN j.event_type = 'SAGA_ENDED' THEN j.result END"
+        f"{form_columns} FROM side_effect_journal j {join} {where}"
+        ' ORDER BY j.saga_id COLLATE "C", j.seq'
+    )
+
+
+def impossible_signed(conn: Any, round_ids: Sequence[int], *, forms: bool) -> list[SagaStory]:
+    """The sagas the signing rounds ``round_ids`` signed whose chain, up to the highest seq
+    they signed, tells an impossible story (each with its grammar's findings).  Every row held
+    up to that seq is read in seq order; a chain the rounds did not sign as held is
+    ``verify``'s to report, not this."""
+    signed = (
+        "JOIN (SELECT saga_id, max(seq) AS seq FROM archive_checkpoint"
+        " WHERE round_id = ANY(%(r)s) GROUP BY saga_id) c"
+        " ON c.saga_id = j.saga_id AND j.seq <= c.seq"
+    )
+    query = story_query(where="", forms=forms, join=signed)
+    with conn.transaction(), conn.cursor(name="sgc_watch_story") as cursor:
+        cursor.itersize = 5_000
+        cursor.execute(query, {"r": list(round_ids)})
+        return [story for story in read_stories(cursor) if story.findings]
+
+
+@dataclass(kw_only=True)
+class SagaStory:
+    """One saga's story as read: its grammar's findings and its data account."""
+
+    saga_id: str
+    findings: list[GrammarFinding] = field(default_factory=list)
+    data: DataAccount = field(default_factory=DataAccount)
+    erased: bool = False
+    """Its chain counts an erasure."""
+
+
+def read_stories(rows: Iterable[Sequence[Any]]) -> Iterator[SagaStory]:
+    """Each saga's story from the rows of :func:`story_query`, in their order.
+
+    A saga's chain is judged from its first row held (a retention anchor before it leaves
+    what came earlier unjudged).  Rows that are not entries (a chain the audit fails anyway)
+    are read as best they can be; the audit reports them, not this.
+    """
+    saga: str | None = None
+    grammar = SagaGrammar()
+    data = DataAccount()
+    for row in rows:
+        saga_id, seq, event_type, tool, actor, attributes_text, digest, ended, c, s = row
+        if saga_id != saga:
+            if saga is not None:
+                yield _story(saga, grammar, data)
+            saga = saga_id
+            grammar = SagaGrammar(after_seq=max(int(seq) - 1, 0))
+            data = DataAccount()
+        attributes = _NONE if attributes_text == "{}" else _json_map(attributes_text)
+        grammar.feed(Row(seq, event_type, tool, actor, attributes, digest, ended))
+        if c is not None or event_type == _ERASED:  # form 2, or an erasure: data to account
+            data.feed(seq, event_type, attributes, _json_map(c), _json_map(s))
+    if saga is not None:
+        yield _story(saga, grammar, data)
+
+
+def _story(saga: str, grammar: SagaGrammar, data: DataAccount) -> SagaStory:
+    return SagaStory(saga_id=saga, findings=grammar.findings, data=data, erased=data.erasures > 0)
+
+
+_scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def _json_map(text: Any) -> Mapping[str, str]:
+    """A jsonb column's text as a map of its text values (anything else: empty)."""
+    if not text or text == "{}":
+        return _NONE
+    try:
+        value, _end = _scan(text, 0)  # the server's own JSON: no surrounding whitespace
+    except (StopIteration, ValueError, TypeError):
+        return _NONE
+    if type(value) is not dict:
+        return _NONE
+    return {k: v for k, v in value.items() if type(v) is str}
+
+
+def story_failure(
+    story: SagaStory, *, allow_unopened: bool = False
+) -> tuple[AuditReason, int, str, str | None] | None:
+    """The first finding of a saga's story: (reason, seq, detail, writer), or ``None``.
+
+    ``allow_unopened``: the archive is known to store sealed events' commitments only (it
+    ingests without the key-encryption key), so a missing opening is not reported withheld.
+    """
+    if story.findings:
+        first = story.findings[0]
+        return AuditReason(first.rule.value), first.seq, first.describe(), first.writer
+    detail = story.data.describe_withheld()
+    if detail is not None and not allow_unopened:
+        withheld = story.data.withheld
+        assert withheld is not None
+        return AuditReason.WITHHELD, withheld[0], detail, None
+    return None
+
+
+def with_stories(
+    audits: Iterable[Any], stories: Iterator[SagaStory], *, allow_unopened: bool = False
+) -> Iterator[Any]:
+    """Each audit of ``audits`` (``SagaAudit``, in saga order), failed by its saga's story
+    where the chain passed and the story has a finding; a passing chain's story is attached
+    where it counts an erasure or fails it (erasures are counted from accepted chains)."""
+    pending = next(stories, None)
+    for audit in audits:
+        while pending is not None and pending.saga_id < audit.saga_id:
+            pending = next(stories, None)
+        if pending is None or pending.saga_id != audit.saga_id or not audit.ok:
+            yield audit
+            continue
+        story = pending
+        failure = story_failure(story, allow_unopened=allow_unopened)
+        if failure is not None:
+            reason, seq, detail, writer = failure
+            audit = dataclasses.replace(
+                audit,
+                ok=False,
+                bad_seq=seq,
+                reason=reason,
+                detail=detail,
+                writer=writer,
+                unsigned=0,
+                story=story,
+            )
+        elif story.erased:
+            audit = dataclasses.replace(audit, story=story)
+        yield audit

@@ -1,0 +1,259 @@
+"""The saga grammar in one place: every reader of what a chain says, run over every case of
+``tests/vectors/grammar-v1.json`` (docs/adr/0005-saga-core-events.md, docs/adr/0017).
+
+The core module (:mod:`sagacity._grammar`, which ``verify``, ``replay`` and ``audit watch``
+call), the archive's reading of it from rows as ``verify`` selects them (payload digests, an
+end's status only), and the standalone bundle verifier's copy (in-process, and as
+``python -I verify_bundle.py`` on bundles built from the vectors) must give every case's
+findings: none for the flows the product journals, the named rule at the named seq for each
+impossible story, and data withheld where an opening is missing with no ``ERASED``.
+
+The registry below is checked against the code: a function that names a grammar rule,
+anywhere in the product, fails this module until its file is registered here.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sagacity import JournalEntry
+from sagacity._grammar import GrammarRule, check
+from sagacity._withheld import DataAccount
+from sagacity.consumers.archive import AuditReason, verify_bundle
+from sagacity.consumers.archive._story import read_stories
+from sagacity.consumers.archive._watch import AlertReason
+
+ROOT = Path(__file__).resolve().parents[2]
+VECTORS = json.loads((ROOT / "tests" / "vectors" / "grammar-v1.json").read_text(encoding="utf-8"))
+CASES = {case["name"]: case for case in VECTORS["cases"]}
+
+Reading = dict[str, Any]
+"""``findings`` ([rule, seq] in order), ``writer`` (the first finding's) and ``withheld`` (the
+first seq whose data is withheld, or ``None``)."""
+
+
+def read_core(case: dict[str, Any]) -> Reading:
+    """:func:`sagacity._grammar.check` over the entries, and the core's data account."""
+    entries = [JournalEntry.from_dict(e) for e in case["events"]]
+    findings = check(entries, after_seq=case["after_seq"])
+    account = DataAccount()
+    for e in entries:
+        account.feed(e.seq, e.event_type, e.attributes, e.commitments, e.salts)
+    withheld = account.withheld
+    return {
+        "findings": [[f.rule.value, f.seq] for f in findings],
+        "writer": findings[0].writer if findings else None,
+        "withheld": None if withheld is None else withheld[0],
+    }
+
+
+def _story_row(e: dict[str, Any]) -> tuple[Any, ...]:
+    """A row as ``consumers.archive._story.story_query`` selects it."""
+    digest = None
+    if e["event_type"] in ("INTENT", "AWAITING_APPROVAL") and e["payload"] is not None:
+        digest = hashlib.sha256(e["payload"].encode("utf-8")).hexdigest()
+    form2 = e.get("form") == 2
+    return (
+        e["saga_id"],
+        e["seq"],
+        e["event_type"],
+        e["tool"],
+        e["actor"],
+        json.dumps(e["attributes"] or {}),
+        digest,
+        e["result"] if e["event_type"] == "SAGA_ENDED" else None,
+        json.dumps(e.get("commitments") or {}) if form2 else None,
+        json.dumps(e.get("salts") or {}) if form2 else None,
+    )
+
+
+def read_archive_rows(case: dict[str, Any]) -> Reading:
+    """The archive's reading (``verify``, ``audit watch``): :func:`read_stories` over rows."""
+    stories = list(read_stories(_story_row(e) for e in case["events"]))
+    assert len(stories) == 1
+    story = stories[0]
+    withheld = story.data.withheld
+    return {
+        "findings": [[f.rule.value, f.seq] for f in story.findings],
+        "writer": story.findings[0].writer if story.findings else None,
+        "withheld": None if withheld is None else withheld[0],
+    }
+
+
+def read_standalone(case: dict[str, Any]) -> Reading:
+    """The standalone verifier's copy, in-process, over the events a bundle holds."""
+    events = [dict(e) for e in case["events"]]
+    findings = verify_bundle.check_grammar(events, case["after_seq"])
+    withheld = verify_bundle.withheld(events)
+    return {
+        "findings": [[rule, seq] for rule, seq, _detail, _writer in findings],
+        "writer": findings[0][3] if findings else None,
+        "withheld": None if withheld is None else withheld[0],
+    }
+
+
+READERS: dict[str, Callable[[dict[str, Any]], Reading]] = {
+    "core": read_core,
+    "archive-rows": read_archive_rows,
+    "standalone": read_standalone,
+}
+
+GRAMMAR_NAMERS = {
+    # Every file of the product with a function that names a grammar rule, and the reader of
+    # this module that runs it over the vectors.
+    "sagacity/_grammar.py": "core",
+    "consumers/archive/verify_bundle.py": "standalone",
+}
+
+
+@pytest.mark.parametrize("reader", sorted(READERS))
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_reader_reads_every_case(reader: str, name: str) -> None:
+    case = CASES[name]
+    got = READERS[reader](case)
+    assert got == {
+        "findings": case["findings"],
+        "writer": case["writer"],
+        "withheld": case["withheld"],
+    }
+
+
+def test_the_vectors_cover_every_rule_and_the_flows_the_product_journals() -> None:
+    named = {rule for case in CASES.values() for rule, _seq in case["findings"]}
+    assert named == {r.value for r in GrammarRule}
+    valid = [c for c in CASES.values() if c["name"].startswith("valid_")]
+    assert len(valid) >= 15
+    assert all(not c["findings"] and c["withheld"] is None for c in valid)
+    assert any(c["withheld"] is not None for c in CASES.values())
+    assert any(c["writer"] for c in CASES.values() if c["findings"])
+
+
+def test_every_case_is_a_hash_valid_chain() -> None:
+    """A story is judged only once its chain verifies: every case must verify."""
+    from sagacity import verify
+
+    for case in CASES.values():
+        entries = [JournalEntry.from_dict(e) for e in case["events"]]
+        after = case["after_seq"]
+        anchor = case["anchor_hash"] if after else "0" * 64
+        verdict = verify(entries, saga_id=case["saga_id"], after_seq=after, after_hash=anchor)
+        assert verdict.ok, (case["name"], verdict)
+
+
+def test_one_vocabulary() -> None:
+    """The grammar's names are the core's, in every report: verify's reasons, the auditor's
+    alerts and the standalone verifier's."""
+    rules = {r.value for r in GrammarRule}
+    assert rules == set(verify_bundle.GRAMMAR_RULES)
+    assert rules <= {r.value for r in AuditReason}
+    assert rules <= {r.value for r in AlertReason}
+    assert "withheld" in {r.value for r in AuditReason}
+
+
+def _names_a_rule(function: ast.AST) -> bool:
+    members = set(GrammarRule.__members__)
+    for node in ast.walk(function):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.startswith("grammar:")
+        ):
+            return True
+        if isinstance(node, ast.Attribute) and node.attr in members:
+            return True
+    return False
+
+
+def test_every_grammar_namer_is_registered() -> None:
+    """A new reader of the grammar fails here until it is registered (and run over every
+    vector): a second copy of the rules is allowed only where it is held to the first."""
+    found: set[str] = set()
+    for top in ("sagacity", "producer", "consumers", "schemas"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            if any(p.is_symlink() for p in [path, *path.parents] if ROOT in p.parents):
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and _names_a_rule(node):
+                    found.add(path.relative_to(ROOT).as_posix())
+    assert found == set(GRAMMAR_NAMERS)
+    assert set(GRAMMAR_NAMERS.values()) <= set(READERS)
+
+
+# --- the standalone verifier as auditors run it ------------------------------------------------
+
+
+def _bundle(directory: Path, case: dict[str, Any]) -> Path:
+    """A bundle (format 3, no checkpoints) holding the case's events."""
+    directory.mkdir(parents=True)
+    events = case["events"]
+    data = "".join(json.dumps(e, sort_keys=True) + "\n" for e in events).encode("utf-8")
+    (directory / "events.jsonl").write_bytes(data)
+    form2 = any(e.get("form") == 2 for e in events)
+    manifest = {
+        "format": "sagacity-audit-bundle/3",
+        "saga_id": case["saga_id"],
+        "events": len(events),
+        "events_sha256": hashlib.sha256(data).hexdigest(),
+        "head_seq": events[-1]["seq"],
+        "head_hash": events[-1]["hash"],
+        "anchor": None,
+        "canonical_form": "SGC2" if form2 else "SGC1",
+        "checkpoint_form": "SGCR2",
+        "checkpoints": [],
+        "unsigned": ["exported_at", "public_keys", "archive_verdict"],
+    }
+    (directory / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    shutil.copy(verify_bundle.__file__, directory / "verify_bundle.py")
+    return directory
+
+
+def _run(directory: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-I", str(directory / "verify_bundle.py"), str(directory), *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=directory,
+        check=False,
+    )
+
+
+def test_the_standalone_verifier_run_as_auditors_run_it(tmp_path: Path) -> None:
+    """Every case (but an anchored one, which needs a signed retention record) as a bundle
+    checked by ``python -I verify_bundle.py``: valid sagas pass, each impossible story fails
+    with its first finding's name and seq, withheld data fails unless --allow-unopened."""
+    checked = 0
+    for name, case in sorted(CASES.items()):
+        if case["after_seq"]:
+            continue
+        proc = _run(_bundle(tmp_path / name, case), "--allow-unsigned")
+        if case["findings"]:
+            rule, seq = case["findings"][0]
+            assert proc.returncode == 1, (name, proc.stdout, proc.stderr)
+            assert proc.stdout.startswith(f"FAILED: {rule} at seq {seq}: "), (name, proc.stdout)
+            if case["writer"]:
+                assert f"(written by writer {case['writer']})" in proc.stdout
+        elif case["withheld"] is not None:
+            assert proc.returncode == 1, (name, proc.stdout, proc.stderr)
+            found = re.match(r"FAILED: withheld at seq (\d+): ", proc.stdout)
+            assert found is not None, proc.stdout
+            assert int(found.group(1)) == case["withheld"], proc.stdout
+            accepted = _run(tmp_path / name, "--allow-unsigned", "--allow-unopened")
+            assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+            assert "accepted only because of --allow-unopened" in accepted.stdout
+        else:
+            assert proc.returncode == 0, (name, proc.stdout, proc.stderr)
+        checked += 1
+    assert checked >= 40
