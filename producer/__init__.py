@@ -19,7 +19,7 @@ from sagacity.producer._index import (
 )
 from sagacity.producer._journal import RECORD_OVERHEAD, KafkaJournal
 from sagacity.producer._lease import LeaseView, Takeover
-from sagacity.producer._partition import murmur2, partition_for
+from sagacity.producer._partition import WRONG_PARTITION, misplaced, murmur2, partition_for
 from sagacity.producer._reader import (
     HANDOFF_EVENTS,
     ForkKind,
@@ -42,6 +42,7 @@ __all__ = [
     "HANDOFF_EVENTS",
     "MIN_RETENTION_MS",
     "RECORD_OVERHEAD",
+    "WRONG_PARTITION",
     "BrokerCheck",
     "ForkKind",
     "IndexedEvent",
@@ -67,6 +68,7 @@ __all__ = [
     "create_topic",
     "current_traceparent",
     "describe_topic",
+    "misplaced",
     "murmur2",
     "ownership",
     "parse_retention",

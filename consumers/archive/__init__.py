@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         unsigned_as_failure,
     )
     from sagacity.consumers.archive._authorship import Authorship
+    from sagacity.consumers.archive._catchup import CatchUp, catch_up_and_sign
     from sagacity.consumers.archive._checkpoints import (
         Checkpoint,
         SignedRound,
@@ -52,17 +53,20 @@ if TYPE_CHECKING:
         erasure_records,
     )
     from sagacity.consumers.archive._export import export_bundle
+    from sagacity.consumers.archive._findings import Finding, FindingReason
     from sagacity.consumers.archive._ingest import (
         BatchArchiver,
         BatchReport,
         QuarantineReason,
         RawEvent,
     )
+    from sagacity.consumers.archive._ledger import IngestLedger
     from sagacity.consumers.archive._reasons import AuditReason
     from sagacity.consumers.archive._replay import ReplayReport, diff_with_archive, read_topic
     from sagacity.consumers.archive._retention import parse_keep, run_retention, sign_records
     from sagacity.consumers.archive._roundaudit import RoundAudit
-    from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
+    from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings, archiver_of
+    from sagacity.consumers.archive._timewindow import TimeWindow
     from sagacity.consumers.archive._watch import AuditorState, post_alerts, watch_once
     from sagacity.consumers.archive._witness import publish as publish_witness
     from sagacity.consumers.archive._witness import read as read_witness
@@ -79,6 +83,13 @@ _MODULE_OF = {
     "Authorship": "_authorship",
     "BatchArchiver": "_ingest",
     "BatchReport": "_ingest",
+    "CatchUp": "_catchup",
+    "Finding": "_findings",
+    "FindingReason": "_findings",
+    "IngestLedger": "_ledger",
+    "TimeWindow": "_timewindow",
+    "archiver_of": "_service",
+    "catch_up_and_sign": "_catchup",
     "ErasureAudit": "_erasure",
     "ErasureRecord": "_erasure",
     "Checkpoint": "_checkpoints",
@@ -132,9 +143,13 @@ __all__ = [
     "Authorship",
     "BatchArchiver",
     "BatchReport",
+    "CatchUp",
     "Checkpoint",
     "ErasureAudit",
     "ErasureRecord",
+    "Finding",
+    "FindingReason",
+    "IngestLedger",
     "QuarantineReason",
     "RawEvent",
     "ReplayReport",
@@ -143,8 +158,11 @@ __all__ = [
     "SagaAudit",
     "SignedRound",
     "Signer",
+    "TimeWindow",
+    "archiver_of",
     "audit",
     "audit_erasures",
+    "catch_up_and_sign",
     "check_schema",
     "connect",
     "diff_with_archive",
