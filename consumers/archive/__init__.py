@@ -53,7 +53,12 @@ if TYPE_CHECKING:
         erasure_records,
     )
     from sagacity.consumers.archive._export import export_bundle
-    from sagacity.consumers.archive._findings import Finding, FindingReason
+    from sagacity.consumers.archive._findings import (
+        Finding,
+        FindingReason,
+        SagaRefusals,
+        saga_refusals,
+    )
     from sagacity.consumers.archive._ingest import (
         BatchArchiver,
         BatchReport,
@@ -98,6 +103,8 @@ _MODULE_OF = {
     "ReplayReport": "_replay",
     "RetentionAudit": "_audit",
     "RoundAudit": "_roundaudit",
+    "SagaRefusals": "_findings",
+    "saga_refusals": "_findings",
     "SagaAudit": "_audit",
     "SignedRound": "_checkpoints",
     "Signer": "_checkpoints",
@@ -156,6 +163,7 @@ __all__ = [
     "RetentionAudit",
     "RoundAudit",
     "SagaAudit",
+    "SagaRefusals",
     "SignedRound",
     "Signer",
     "TimeWindow",
@@ -183,6 +191,7 @@ __all__ = [
     "read_topic",
     "read_witness",
     "run_retention",
+    "saga_refusals",
     "sign_pending",
     "sign_records",
     "signature_valid",

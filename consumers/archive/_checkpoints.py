@@ -406,6 +406,7 @@ def sign_pending(
     chunk: int = 5_000,
     on_round: Callable[[SignedRound], None] | None = None,
     consumer_group: str | None = None,
+    on_finding: Callable[[Finding], None] | None = None,
 ) -> int:
     """Sign every head this process attested and has not signed yet; return how many.
 
@@ -422,7 +423,7 @@ def sign_pending(
     ``on_round`` is called with each round once it is committed (to log or publish the latest
     round: a witness, docs/adr/0015-round-log.md).  With ``consumer_group``, once every
     attested head is signed, each partition's ``signed_offset`` moves to where the ledger had
-    read it: a restart re-reads from there.
+    read it: a restart re-reads from there.  ``on_finding`` is told each finding committed.
 
     Raises:
         RoundLogError: the stored checkpoints no longer hash to the last signed root.
@@ -443,6 +444,9 @@ def sign_pending(
         signed, findings = _sign_round(conn, signer, ledger, heads)
         ledger.mark_signed(heads)
         log_findings(findings)
+        if on_finding is not None:
+            for finding in findings:
+                on_finding(finding)
         if signed is None:
             continue
         total += signed.leaf_count

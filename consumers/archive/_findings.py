@@ -70,3 +70,48 @@ def log_findings(findings: Sequence[Finding]) -> None:
 def describe(head: Head | None) -> str:
     """``seq N (hash…)`` or ``none``."""
     return "none" if head is None else f"seq {head[0]} ({head[1][:16]}…)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SagaRefusals:
+    """What the archive refused or reported of one saga, beside its chain.
+
+    Attributes:
+        quarantined: the saga's quarantined messages (by saga id or by key), by reason.
+        findings: the archiver's findings for the saga, ``(reason, detail)`` oldest first.
+    """
+
+    quarantined: dict[str, int]
+    findings: list[tuple[str, str]]
+
+    @property
+    def quarantined_total(self) -> int:
+        """Quarantined messages, whatever the reason."""
+        return sum(self.quarantined.values())
+
+
+def saga_refusals(conn: psycopg.Connection, saga_id: str) -> SagaRefusals:
+    """The quarantined messages and the findings of ``saga_id`` (``verify --saga``)."""
+    from sagacity.consumers.archive._db import check_schema, mapped_errors
+    from sagacity.postgres._archive_schema import INGEST_VERSION
+
+    version = check_schema(conn)
+    with mapped_errors("read the saga's quarantine"):
+        quarantined = {
+            str(reason): int(count)
+            for reason, count in conn.execute(
+                "SELECT reason, count(*) FROM archive_quarantine"
+                " WHERE saga_id = %s OR raw_key = %s GROUP BY reason ORDER BY reason",
+                (saga_id, saga_id.encode("utf-8", "surrogatepass")),
+            )
+        }
+        findings: list[tuple[str, str]] = []
+        if version >= INGEST_VERSION:
+            findings = [
+                (str(r), str(d))
+                for r, d in conn.execute(
+                    "SELECT reason, detail FROM archive_finding WHERE saga_id = %s ORDER BY id",
+                    (saga_id,),
+                )
+            ]
+    return SagaRefusals(quarantined=quarantined, findings=findings)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import NoneType
 from typing import TYPE_CHECKING
@@ -20,7 +20,21 @@ from sagacity.consumers.archive._attest import CheckpointVerifier
 from sagacity.consumers.archive._authorship import Authorship
 from sagacity.consumers.archive._batchplan import BatchPlan
 from sagacity.consumers.archive._db import mapped_errors
-from sagacity.consumers.archive._findings import log_findings, write_findings
+from sagacity.consumers.archive._findings import (
+    Finding,
+    FindingReason,
+    describe,
+    log_findings,
+    write_findings,
+)
+from sagacity.consumers.archive._ingestsql import (
+    HeadConflictError,
+    archived_hashes,
+    copy_quarantine,
+    move_heads,
+    read_heads,
+    store_offsets,
+)
 from sagacity.consumers.archive._ledger import IngestLedger
 from sagacity.consumers.archive._rowcheck import (
     _MAX_US,
@@ -45,7 +59,7 @@ from sagacity.errors import (
     SagacityError,
 )
 from sagacity.producer._partition import WRONG_PARTITION as _WRONG_PARTITION
-from sagacity.producer._partition import misplaced
+from sagacity.producer._partition import misplaced, partition_for
 
 if TYPE_CHECKING:
     from sagacity.schemas._codec import FieldSealer
@@ -68,10 +82,6 @@ __all__ = [
 ]
 
 _COPY_JOURNAL = f"COPY side_effect_journal ({', '.join(JOURNAL_COLUMNS)}) FROM STDIN"
-_COPY_QUARANTINE = (
-    "COPY archive_quarantine (reason, detail, saga_id, seq, topic, kafka_partition,"
-    " kafka_offset, raw_key, raw_value) FROM STDIN"
-)
 
 
 class QuarantineReason(enum.StrEnum):
@@ -157,10 +167,6 @@ class BatchReport:
         return sum(self.quarantined.values())
 
 
-class _HeadConflictError(Exception):
-    """Another archiver moved a head we read; the batch is re-classified and retried."""
-
-
 @dataclass(frozen=True)
 class _Refusal:
     reason: QuarantineReason
@@ -168,23 +174,6 @@ class _Refusal:
     event: RawEvent
     saga_id: str | None = None
     seq: int | None = None
-
-
-_SEP = "\x1f"
-
-
-def _texts(values: Sequence[str]) -> tuple[str, object]:
-    """A text[] parameter as (SQL, value).  One joined string when no value holds the
-    separator: psycopg dumps a Python list element by element, which costs more than the
-    statement itself for a batch's thousand saga ids."""
-    if all(_SEP not in v for v in values):
-        return "string_to_array(%s, chr(31))", _SEP.join(values)
-    return "%s::text[]", list(values)
-
-
-def _ints(values: Sequence[int], cast: str = "bigint") -> tuple[str, object]:
-    """An integer array parameter as (SQL, value), as :func:`_texts`."""
-    return f"string_to_array(%s, ',')::{cast}[]", ",".join(map(str, values))
 
 
 def _month_key(us: int) -> int:
@@ -259,6 +248,7 @@ class BatchArchiver:
         """What this process read from the topic: the signer's only input."""
         self._verifier = CheckpointVerifier(signed_keys)
         self._again: dict[tuple[str, int], int] = {}
+        self._reported: set[tuple[str, tuple[int, str]]] = set()
 
     # --- connection ---------------------------------------------------------------------------
     def connection(self) -> psycopg.Connection:
@@ -296,8 +286,10 @@ class BatchArchiver:
         written for them), so this process may sign what it re-read.
         """
         positions = self._offsets(topic)
-        for partition, (nxt, _signed) in positions.items():
+        for partition, (nxt, signed) in positions.items():
             self._again[(topic, partition)] = nxt
+            if signed >= nxt:  # nothing to read again: caught up already
+                self.ledger.handled(topic, partition, nxt)
         return {p: min(nxt, signed) for p, (nxt, signed) in positions.items()}
 
     def _offsets(self, topic: str) -> dict[int, tuple[int, int]]:
@@ -309,6 +301,61 @@ class BatchArchiver:
                 (self.consumer_group, topic),
             ).fetchall()
         return {int(p): (int(n), int(s)) for p, n, s in rows}
+
+    def moved_heads(self, topic: str, held: Collection[int]) -> list[Finding]:
+        """Report the sagas of ``held`` partitions whose table head moved past what this
+        process read from the topic, with no round covering it (``head_moved``; written,
+        logged, returned).
+
+        Only partitions read again up to where the last process left them are looked at: the
+        heads an earlier process archived there are this one's to re-read, not findings.
+        """
+        count = self.partitions.get(topic)
+        if count is None or not held:
+            return []
+        handled = self.ledger.handled_offsets()
+        ready = {
+            p
+            for p in held
+            if (topic, p) not in self._again
+            or handled.get((topic, p), -1) >= self._again[(topic, p)]
+        }
+        findings: list[Finding] = []
+        conn = self.connection()
+        with mapped_errors("look for heads moved by others"), conn.transaction():
+            rows = conn.execute(
+                "SELECT saga_id, head_seq, head_hash FROM archive_saga_head"
+                " WHERE head_seq > checkpointed_seq"
+            ).fetchall()
+            for saga_id, seq, hash in rows:
+                table = (int(seq), hash)
+                if (saga_id, table) in self._reported:
+                    continue
+                if partition_for(saga_id.encode("utf-8", "surrogatepass"), count) not in ready:
+                    continue
+                entry = self.ledger.get(saga_id)
+                if entry is not None and (entry.flagged or entry.attested == table):
+                    continue
+                if entry is not None:
+                    entry.flagged = True
+                read = describe(entry.attested) if entry is not None else "nothing since it started"
+                findings.append(
+                    Finding(
+                        reason=FindingReason.HEAD_MOVED,
+                        saga_id=saga_id,
+                        detail=f"the table's head is {describe(table)} and unsigned, but this "
+                        f"archiver, which holds the saga's partition, read {read} from the "
+                        "topic: something else moved it; it is not signed",
+                        ingested=None if entry is None else entry.attested,
+                        table=table,
+                    )
+                )
+                if len(self._reported) > 100_000:
+                    self._reported.clear()
+                self._reported.add((saga_id, table))
+            write_findings(conn.cursor(), findings)
+        log_findings(findings)
+        return findings
 
     def _read_again(self, ev: RawEvent) -> bool:
         """``ev`` was handled by an earlier process: read again only to re-verify it."""
@@ -332,10 +379,10 @@ class BatchArchiver:
             attempt += 1
             try:
                 report, plan, heads = self._archive_once(batch, decoded)
-            except (PersistenceUnavailableError, _HeadConflictError) as exc:
+            except (PersistenceUnavailableError, HeadConflictError) as exc:
                 self._drop_connection()
                 if attempt >= self._retries:
-                    if isinstance(exc, _HeadConflictError):
+                    if isinstance(exc, HeadConflictError):
                         raise PersistenceError(
                             "archive heads kept moving under this batch"
                         ) from exc
@@ -466,7 +513,7 @@ class BatchArchiver:
                 for ev, d in zip(batch, decoded, strict=True)
                 if isinstance(d, _Checked)
             }
-            heads = self._heads(cur, sorted(places))
+            heads = read_heads(cur, sorted(places))
             known = dict(heads)
             plan = (
                 BatchPlan(
@@ -480,7 +527,14 @@ class BatchArchiver:
                 if places
                 else None
             )
-            archived = self._archived_hashes(cur, decoded, heads)
+            archived = archived_hashes(
+                cur,
+                {
+                    (d.saga_id, d.seq)
+                    for d in decoded
+                    if isinstance(d, _Checked) and d.seq < heads.get(d.saga_id, (0, ""))[0]
+                },
+            )
             accepted: list[_Checked] = []
             refusals: list[_Refusal] = []
             for ev, item in zip(batch, decoded, strict=True):
@@ -518,74 +572,17 @@ class BatchArchiver:
                     write_row = copy.write_row
                     for e in accepted:
                         write_row(e.row)
-                self._move_heads(cur, known, heads)
+                move_heads(cur, known, heads)
             if refusals:
-                self._quarantine(cur, refusals, report)
+                for reason, times in copy_quarantine(cur, refusals).items():
+                    report.quarantined[QuarantineReason(reason)] = times
             if plan is not None and plan.findings:
                 write_findings(cur, plan.findings)
                 for f in plan.findings:
                     report.findings[f.reason.value] = report.findings.get(f.reason.value, 0) + 1
-            self._store_offsets(cur, batch)
+            store_offsets(cur, self.consumer_group, batch)
         report.archived = len(accepted)
         return report, plan, heads
-
-    @staticmethod
-    def _heads(cur: psycopg.Cursor, saga_ids: Sequence[str]) -> dict[str, tuple[int, str]]:
-        """The table's head of each of ``saga_ids`` that has one."""
-        heads: dict[str, tuple[int, str]] = {}
-        if saga_ids:
-            ids_sql, ids = _texts(saga_ids)
-            for saga_id, seq, head_hash in cur.execute(
-                "SELECT saga_id, head_seq, head_hash FROM archive_saga_head"  # noqa: S608
-                f" WHERE saga_id = ANY({ids_sql})",
-                (ids,),
-            ):
-                heads[saga_id] = (int(seq), head_hash)
-        return heads
-
-    @staticmethod
-    def _archived_hashes(
-        cur: psycopg.Cursor,
-        decoded: Sequence[_Checked | _Refusal],
-        heads: Mapping[str, tuple[int, str]],
-    ) -> dict[tuple[str, int], str]:
-        """The archived hash of every (saga, seq) of the batch below its saga's head, in one
-        query when there are many (messages read again after a restart are all below it)."""
-        below = {
-            (d.saga_id, d.seq)
-            for d in decoded
-            if isinstance(d, _Checked) and d.seq < heads.get(d.saga_id, (0, ""))[0]
-        }
-        if len(below) < 8:
-            return {}
-        ids_sql, ids = _texts([b[0] for b in below])
-        seqs_sql, seqs = _ints([b[1] for b in below])
-        rows = cur.execute(
-            "SELECT j.saga_id, j.seq, j.hash FROM side_effect_journal j"  # noqa: S608
-            f" JOIN unnest({ids_sql}, {seqs_sql}) AS w(saga_id, seq)"
-            " ON j.saga_id = w.saga_id AND j.seq = w.seq",
-            (ids, seqs),
-        ).fetchall()
-        return {(saga_id, int(seq)): hash for saga_id, seq, hash in rows}
-
-    @staticmethod
-    def _quarantine(cur: psycopg.Cursor, refusals: Sequence[_Refusal], report: BatchReport) -> None:
-        with cur.copy(_COPY_QUARANTINE) as copy:
-            for r in refusals:
-                copy.write_row(
-                    (
-                        r.reason.value,
-                        r.detail,
-                        r.saga_id,
-                        r.seq,
-                        r.event.topic,
-                        r.event.partition,
-                        r.event.offset,
-                        r.event.key,
-                        r.event.value,
-                    )
-                )
-                report.quarantined[r.reason] = report.quarantined.get(r.reason, 0) + 1
 
     def _classify(
         self,
@@ -636,75 +633,6 @@ class BatchArchiver:
                 cur.execute("SELECT sgc_ensure_month(%s)", (at_us,))
         # Trusted only once committed: on any failure the connection and this cache are dropped.
         self._months |= months.keys()
-
-    def _move_heads(
-        self,
-        cur: psycopg.Cursor,
-        before: dict[str, tuple[int, str]],
-        after: dict[str, tuple[int, str]],
-    ) -> None:
-        moved = [
-            (s, before[s][0], *after[s]) for s in after if s in before and after[s] != before[s]
-        ]
-        new = [(s, *after[s]) for s in after if s not in before]
-        # Only constant SQL fragments are interpolated below; values are bound parameters.
-        if moved:
-            cols = [
-                _texts([m[0] for m in moved]),
-                _ints([m[1] for m in moved]),
-                _ints([m[2] for m in moved]),
-                _texts([m[3] for m in moved]),
-            ]
-            cur.execute(
-                "UPDATE archive_saga_head h SET head_seq = u.seq, head_hash = u.hash,"  # noqa: S608
-                f" updated_at = now() FROM unnest({', '.join(c[0] for c in cols)})"
-                "   AS u(saga_id, old_seq, seq, hash)"
-                " WHERE h.saga_id = u.saga_id AND h.head_seq = u.old_seq",
-                [c[1] for c in cols],
-            )
-            if cur.rowcount != len(moved):
-                raise _HeadConflictError
-        if new:
-            cols = [
-                _texts([n[0] for n in new]),
-                _ints([n[1] for n in new]),
-                _texts([n[2] for n in new]),
-            ]
-            cur.execute(
-                "INSERT INTO archive_saga_head (saga_id, head_seq, head_hash)"  # noqa: S608
-                f" SELECT * FROM unnest({', '.join(c[0] for c in cols)})"
-                " ON CONFLICT (saga_id) DO NOTHING",
-                [c[1] for c in cols],
-            )
-            if cur.rowcount != len(new):
-                raise _HeadConflictError
-
-    def _store_offsets(self, cur: psycopg.Cursor, batch: Sequence[RawEvent]) -> None:
-        top: dict[tuple[str, int], int] = {}
-        first: dict[tuple[str, int], int] = {}
-        for ev in batch:
-            key = (ev.topic, ev.partition)
-            top[key] = max(top.get(key, -1), ev.offset)
-            first[key] = min(first.get(key, ev.offset), ev.offset)
-        if not top:
-            return
-        # keys_checked_from: from where on this partition's rows were archived by a release
-        # that refuses foreign keys (set once, when the partition is first archived).
-        cur.execute(
-            "INSERT INTO archive_consumer_offset (consumer_group, topic, kafka_partition,"
-            " next_offset, keys_checked_from)"
-            " SELECT %s, * FROM unnest(%s::text[], %s::int[], %s::bigint[], %s::bigint[])"
-            " ON CONFLICT (consumer_group, topic, kafka_partition) DO UPDATE"
-            " SET next_offset = GREATEST(archive_consumer_offset.next_offset,"
-            " excluded.next_offset), updated_at = now()",
-            (
-                self.consumer_group,
-                [k[0] for k in top],
-                [k[1] for k in top],
-                [o + 1 for o in top.values()],
-                [first[k] for k in top],
-            ),
-        )
 
 
 _DUPLICATE = object()

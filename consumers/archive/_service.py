@@ -44,6 +44,7 @@ from sagacity.consumers.archive._checkpoints import (
     sign_pending,
 )
 from sagacity.consumers.archive._db import connect, ensure_schema
+from sagacity.consumers.archive._findings import Finding
 from sagacity.consumers.archive._ingest import BatchArchiver, BatchReport, Decoder, RawEvent
 from sagacity.consumers.archive._ledger import IngestLedger
 from sagacity.consumers.archive._timewindow import (
@@ -446,7 +447,10 @@ class ArchiveService(Handler):
                 self._archiver.ledger,
                 on_round=signed_round,
                 consumer_group=self.settings.group_id,
+                on_finding=self._found,
             )
+            for finding in self._archiver.moved_heads(self.settings.topic, self.runtime.assigned):
+                self._found(finding)
         except (PersistenceError, RoundLogError) as exc:
             log.error("checkpoint not signed this time: %s", exc.message)
             signed = 0
@@ -456,6 +460,9 @@ class ArchiveService(Handler):
                 publish(self.settings.witness, latest[0], public_hex=self._signer.public_hex)
             except WitnessError as exc:
                 log.error("round %d not published: %s", latest[0].round_id, exc.message)
+
+    def _found(self, finding: Finding) -> None:
+        self.metrics.findings.labels(reason=finding.reason.value).inc()
 
     # --- /metrics and /healthz -----------------------------------------------------------------
     def _start_http(self, port: int) -> None:

@@ -434,9 +434,11 @@ REVOKE ALL ON FUNCTION sgc_erase_saga(text, text, text, text) FROM PUBLIC;
 -- What the archiver signs comes from its own ingest (docs/adr/0012-checkpoint-rounds.md,
 -- "The signer's input").  signed_offset: per partition, the offset below which everything
 -- this consumer group ingested was signed; a restarted archiver re-reads the topic from there
--- (not from next_offset) to re-verify what it archived but had not signed yet.  NULL: as
--- next_offset (an archive stopped cleanly signed everything it had ingested).
+-- (not from next_offset) to re-verify what it archived but had not signed yet.  A partition
+-- first archived starts it at its first offset; partitions archived before this version start
+-- it at next_offset (an archiver stopped cleanly signed everything it had ingested).
 ALTER TABLE archive_consumer_offset ADD COLUMN IF NOT EXISTS signed_offset bigint;
+UPDATE archive_consumer_offset SET signed_offset = next_offset WHERE signed_offset IS NULL;
 -- What the archiver found the database to hold that it did not write: a saga's head moved
 -- by something else, or archived rows past what it ingested or verified under its key.  Never
 -- signed; reported by the service (log, metric) and by verify --saga.
