@@ -122,6 +122,13 @@ def catch_up_and_sign(
                 read += len(batch)
                 again += report.again
                 archived += report.archived
+            # A transaction's commit marker takes an offset but is never delivered: a
+            # partition is read to its end once the consumer's position reaches it.
+            if ends:
+                positions = consumer.position([TopicPartition(topic, p) for p in ends])
+                for tp in positions:
+                    if tp.offset is not None and tp.offset >= ends.get(tp.partition, tp.offset + 1):
+                        del ends[tp.partition]
     finally:
         consumer.close()
     signed = sign_pending(

@@ -580,9 +580,13 @@ class BatchArchiver:
                 write_findings(cur, plan.findings)
                 for f in plan.findings:
                     report.findings[f.reason.value] = report.findings.get(f.reason.value, 0) + 1
-            store_offsets(cur, self.consumer_group, batch)
+            self._store_offsets(cur, batch)
         report.archived = len(accepted)
         return report, plan, heads
+
+    def _store_offsets(self, cur: psycopg.Cursor, batch: Sequence[RawEvent]) -> None:
+        """Store the batch's positions (the last statement of its transaction)."""
+        store_offsets(cur, self.consumer_group, batch)
 
     def _classify(
         self,
