@@ -3,14 +3,18 @@ each (what it read from the topic), who may write each, and what it found the ta
 that it did not write (docs/adr/0012-checkpoint-rounds.md, "The signer's input";
 docs/adr/0014-signed-decisions-and-writers.md §5).
 
-The batch classifies events against the table (the rows must stay consistent with it); this
-plan follows, beside it, what the process itself saw.  Only that reaches the ledger, and so the
-signer.
+The batch classifies events against the table (the rows must stay consistent with it).  Beside
+it, this plan walks each saga's events as the topic gives them, in offset order, with the
+acceptance rule of docs/adr/0004 (the first event extending the attested head) and the writer
+rule: an event the walk accepts advances the attested head only when the table holds it (it
+was written now, or is found there); the table disagreeing with the walk stops the saga's
+attestation and is reported.  Only attested heads reach the ledger, and so the signer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import enum
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -19,7 +23,7 @@ from sagacity._events import GENESIS_HASH
 from sagacity._writer_roles import SagaWriters
 from sagacity.consumers.archive._findings import Finding, FindingReason, describe
 from sagacity.consumers.archive._ledger import IngestLedger, LedgerEntry
-from sagacity.consumers.archive._owners import writers_of
+from sagacity.consumers.archive._owners import writers_of, writers_up_to
 
 if TYPE_CHECKING:
     from sagacity.consumers.archive._attest import CheckpointVerifier
@@ -28,6 +32,17 @@ if TYPE_CHECKING:
 
 Head = tuple[int, str]
 _GENESIS: Head = (0, GENESIS_HASH)
+
+
+class Table(enum.Enum):
+    """What the table holds at an event's seq once the batch classified it."""
+
+    WRITTEN = "written"
+    """This batch writes it."""
+    HOLDS = "holds"
+    """It is archived already, with this hash."""
+    LACKS = "lacks"
+    """Not this event (refused, or another one holds the seq)."""
 
 
 class BatchPlan:
@@ -53,13 +68,18 @@ class BatchPlan:
         authorship: Authorship | None,
     ) -> None:
         self._places = places
-        self._authorship = authorship
+        self._roles = authorship if authorship is not None and authorship.writers else None
         self.findings: list[Finding] = []
         self.bases: dict[str, Head] = {}
         self.signed: dict[str, int] = {}
         self.flagged: set[str] = set()
-        self.writers: dict[str, SagaWriters] = {}
-        reload: dict[str, Head] = {}
+        """Sagas reported (a finding): nothing past their attested head is signed."""
+        self.stopped: set[str] = set()
+        """Sagas whose attestation stopped (reported or not yet)."""
+        self.attested_writers: dict[str, SagaWriters] = {}
+        """Who may write each saga, folded from its attested chain (with a registry)."""
+        self.table_writers: dict[str, SagaWriters] = {}
+        """Who may write each saga, folded from the table's chain (what a written row joins)."""
         unknown: list[str] = []
         for saga_id in places:
             table = heads.get(saga_id)
@@ -67,14 +87,18 @@ class BatchPlan:
             if entry is None:
                 if table is None:
                     self.bases[saga_id], self.signed[saga_id] = _GENESIS, 0
+                    self.attested_writers[saga_id] = SagaWriters()
                 else:
                     unknown.append(saga_id)
-                    reload[saga_id] = table
                 continue
             self.bases[saga_id], self.signed[saga_id] = entry.attested, entry.signed
+            if entry.writers is not None:
+                self.attested_writers[saga_id] = entry.writers
             if entry.flagged:
                 self.flagged.add(saga_id)
-            elif entry.table != table:
+            if entry.stopped or entry.flagged:
+                self.stopped.add(saga_id)
+            if not entry.flagged and entry.table != table:
                 self._flag(
                     FindingReason.HEAD_MOVED,
                     saga_id,
@@ -84,10 +108,30 @@ class BatchPlan:
                     entry.attested,
                     table,
                 )
-            if entry.writers is not None and entry.table == table:
-                self.writers[saga_id] = entry.writers
-            elif table is not None:
-                reload[saga_id] = table
+        self._resume(conn, verifier, unknown, heads)
+        if self._roles is not None:
+            # Where the table's head is the attested one, its writers are the attested ones.
+            for saga_id in places:
+                if saga_id not in self.stopped and self.bases[saga_id] == heads.get(
+                    saga_id, _GENESIS
+                ):
+                    found = self.attested_writers.get(saga_id)
+                    if found is not None:
+                        self.table_writers[saga_id] = found
+            rest = {s: heads[s] for s in places if s in heads and s not in self.table_writers}
+            self.table_writers.update(writers_of(conn, rest))
+            for saga_id in places:
+                self.table_writers.setdefault(saga_id, SagaWriters())
+
+    def _resume(
+        self,
+        conn: psycopg.Connection,
+        verifier: CheckpointVerifier,
+        unknown: list[str],
+        heads: Mapping[str, Head],
+    ) -> None:
+        """Sagas this process has not read: from their last head signed under the archive's
+        key (verified), else from the genesis hash."""
         signed = verifier.signed_heads(conn, unknown) if verifier else {}
         for saga_id in unknown:
             base = signed.get(saga_id, _GENESIS)
@@ -102,60 +146,105 @@ class BatchPlan:
                     base,
                     table,
                 )
-        if authorship is not None and authorship.writers is not None:
-            self.writers.update(writers_of(conn, reload))
-            for saga_id in places:
-                self.writers.setdefault(saga_id, SagaWriters())
+        if self._roles is None:
+            return
+        at_base = {s: self.bases[s] for s in unknown if self.bases[s][0] > 0}
+        folded = writers_up_to(conn, at_base)
+        for saga_id in unknown:
+            writers = folded.get(saga_id, SagaWriters())
+            if writers is None:
+                self._flag(
+                    FindingReason.UNATTESTED,
+                    saga_id,
+                    f"its archived rows up to {describe(self.bases[saga_id])}, which this "
+                    "archive signed, do not hash to it: they were changed",
+                    self.bases[saga_id],
+                    heads[saga_id],
+                )
+            else:
+                self.attested_writers[saga_id] = writers
 
     def _flag(
         self,
-        reason: FindingReason,
+        reason: FindingReason | None,
         saga_id: str,
         detail: str,
         ingested: Head | None,
         table: Head | None,
     ) -> None:
-        self.flagged.add(saga_id)
-        self.findings.append(
-            Finding(reason=reason, saga_id=saga_id, detail=detail, ingested=ingested, table=table)
-        )
+        """Stop attesting ``saga_id`` (nothing past its attested head is signed); report it
+        unless ``reason`` is ``None`` (a signing pass reports it then)."""
+        self.stopped.add(saga_id)
+        if reason is not None:
+            self.flagged.add(saga_id)
+            self.findings.append(
+                Finding(
+                    reason=reason, saga_id=saga_id, detail=detail, ingested=ingested, table=table
+                )
+            )
 
     # --- the batch's events, in order ---------------------------------------------------------
     def writer_refusal(self, item: _Checked) -> tuple[str, str] | None:
-        """Why ``item``'s writer may not write it into its saga (``None``: it may)."""
-        if self._authorship is None or self._authorship.writers is None:
+        """Why ``item``'s writer may not write it onto the table's chain (``None``: it may)."""
+        if self._roles is None:
             return None
-        return self._authorship.writer_refusal(item.row, self.writers[item.saga_id])
+        return self._roles.writer_refusal(item.row, self.table_writers[item.saga_id])
 
-    def seen(self, item: _Checked) -> None:
-        """``item`` is already archived (a duplicate, or a message read again): the process has
-        now read it from the topic too."""
-        self._advance(item)
+    def observe(self, item: _Checked, table: Table, *, again: bool) -> None:
+        """Walk ``item`` (the topic's next message of its saga) beside the table's verdict.
 
-    def extended(self, item: _Checked) -> None:
-        """``item`` extends the table's chain of its saga (it is archived by this batch)."""
+        Args:
+            table: what the table holds at its seq now.
+            again: it was read again after a restart (nothing is written for it).
+        """
         saga_id = item.saga_id
-        if saga_id in self.writers and self._authorship is not None:
-            self.writers[saga_id] = self._authorship.after(self.writers[saga_id], item.row)
-        if self._advance(item) or saga_id in self.flagged:
+        if table is Table.WRITTEN and self._roles is not None:
+            self.table_writers[saga_id] = self._roles.after(self.table_writers[saga_id], item.row)
+        if saga_id in self.stopped:
             return
         base = self.bases[saga_id]
-        self._flag(
-            FindingReason.UNATTESTED,
-            saga_id,
-            f"seq {item.seq} extends the table's head, which this archiver neither read from "
-            f"the topic nor verified under its signing key (it attested {describe(base)}): the "
-            "saga is not signed past that",
-            base,
-            (item.seq - 1, item.prev_hash),
-        )
-
-    def _advance(self, item: _Checked) -> bool:
-        base = self.bases[item.saga_id]
-        if item.seq == base[0] + 1 and item.prev_hash == base[1]:
-            self.bases[item.saga_id] = (item.seq, item.hash)
-            return True
-        return item.seq <= base[0]
+        extends = item.seq == base[0] + 1 and item.prev_hash == base[1]
+        refused = None
+        if extends and self._roles is not None:
+            refused = self._roles.writer_refusal(item.row, self.attested_writers[saga_id])
+        if extends and refused is None and table is not Table.LACKS:
+            self.bases[saga_id] = (item.seq, item.hash)
+            if self._roles is not None:
+                writers = self.attested_writers[saga_id]
+                self.attested_writers[saga_id] = self._roles.after(writers, item.row)
+            return
+        if extends and refused is None:
+            # The topic's chain goes on with this event; the table holds another (or none).
+            # Read again, it may be one quarantined by a rule that has changed since (its time
+            # window, the registry): stop quietly; each signing pass reports unsigned heads.
+            self._flag(
+                None if again else FindingReason.HEAD_MOVED,
+                saga_id,
+                f"the table does not hold seq {item.seq} as read from the topic "
+                f"({item.hash[:16]}…): nothing past {describe(base)} is signed",
+                base,
+                None,
+            )
+        elif extends and table is not Table.LACKS:
+            assert refused is not None
+            self._flag(
+                FindingReason.UNATTESTED,
+                saga_id,
+                f"the table holds seq {item.seq}, which its writer may not write: "
+                f"{refused[1]}; nothing past {describe(base)} is signed",
+                base,
+                (item.seq, item.hash),
+            )
+        elif table is Table.WRITTEN and item.seq > base[0]:
+            self._flag(
+                FindingReason.UNATTESTED,
+                saga_id,
+                f"seq {item.seq} extends the table's head, which this archiver neither read "
+                f"from the topic nor verified under its signing key (it attested "
+                f"{describe(base)}): the saga is not signed past that",
+                base,
+                (item.seq - 1, item.prev_hash),
+            )
 
     # --- after the commit ---------------------------------------------------------------------
     def record(self, ledger: IngestLedger, heads: Mapping[str, Head]) -> None:
@@ -169,12 +258,8 @@ class BatchPlan:
                     table=heads.get(saga_id),
                     topic=topic,
                     partition=partition,
-                    writers=self.writers.get(saga_id),
+                    writers=self.attested_writers.get(saga_id),
                     flagged=saga_id in self.flagged,
+                    stopped=saga_id in self.stopped,
                 ),
             )
-
-
-def places_of(items: Sequence[tuple[str, str, int]]) -> dict[str, tuple[str, int]]:
-    """Per saga, the (topic, partition) of its messages: ``items`` are (saga, topic, partition)."""
-    return {saga_id: (topic, partition) for saga_id, topic, partition in items}

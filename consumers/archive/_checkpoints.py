@@ -506,7 +506,7 @@ def _sign_round(
             shown = table.get(saga_id)
             if shown != (seq, hash) and not (entry is not None and entry.flagged):
                 if entry is not None:
-                    entry.flagged = True
+                    entry.flagged = entry.stopped = True
                 findings.append(
                     Finding(
                         reason=FindingReason.HEAD_MOVED,

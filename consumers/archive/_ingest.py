@@ -18,7 +18,7 @@ from sagacity._events import GENESIS_HASH, JournalEntry
 from sagacity.chain import compute_hash
 from sagacity.consumers.archive._attest import CheckpointVerifier
 from sagacity.consumers.archive._authorship import Authorship
-from sagacity.consumers.archive._batchplan import BatchPlan
+from sagacity.consumers.archive._batchplan import BatchPlan, Table
 from sagacity.consumers.archive._db import mapped_errors
 from sagacity.consumers.archive._findings import (
     Finding,
@@ -337,7 +337,7 @@ class BatchArchiver:
                 if entry is not None and (entry.flagged or entry.attested == table):
                     continue
                 if entry is not None:
-                    entry.flagged = True
+                    entry.flagged = entry.stopped = True
                 read = describe(entry.attested) if entry is not None else "nothing since it started"
                 findings.append(
                     Finding(
@@ -548,19 +548,22 @@ class BatchArchiver:
                 verdict = self._classify(cur, item, heads, archived)
                 if verdict is _DUPLICATE:
                     report.duplicates += 1
-                    plan.seen(item)
+                    plan.observe(item, Table.HOLDS, again=again)
                     continue
                 if again:
-                    continue  # its fate was decided (and stored) when it was first read
+                    # Its fate was decided (and stored) when it was first read.
+                    plan.observe(item, Table.LACKS, again=again)
+                    continue
                 if verdict is None:
                     refused = plan.writer_refusal(item)
                     if refused is None:
                         accepted.append(item)
                         heads[item.saga_id] = (item.seq, item.hash)
                         archived[(item.saga_id, item.seq)] = item.hash
-                        plan.extended(item)
+                        plan.observe(item, Table.WRITTEN, again=again)
                         continue
                     verdict = (QuarantineReason(refused[0]), refused[1])
+                plan.observe(item, Table.LACKS, again=again)
                 assert isinstance(verdict, tuple)
                 reason, detail = verdict
                 refusals.append(_Refusal(reason, detail, ev, item.saga_id, item.seq))

@@ -38,6 +38,7 @@ class LedgerEntry:
         writers: who may write the saga, folded from its chain up to ``table``.
         flagged: a finding was reported for it (the table holds what this process did not
             attest): reported once, and nothing past ``attested`` is signed.
+        stopped: nothing past ``attested`` is attested (a finding may not be reported yet).
     """
 
     attested: Head
@@ -47,6 +48,7 @@ class LedgerEntry:
     partition: int
     writers: SagaWriters | None = None
     flagged: bool = False
+    stopped: bool = False
 
     @property
     def pending(self) -> bool:

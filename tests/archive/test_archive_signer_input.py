@@ -297,3 +297,189 @@ def test_the_signer_signs_what_its_ledger_holds_and_nothing_the_table_adds(
     archiver.close()
     assert _signed(archive_dsn, "read", 2)
     assert not _signed(archive_dsn, "planted", 2)
+
+
+def _superuser(dsn: str, *statements: tuple[str, tuple[object, ...]]) -> None:
+    with psycopg.connect(dsn) as conn:
+        conn.execute("SET session_replication_role = replica")  # triggers off, as a superuser can
+        for sql, params in statements:
+            conn.execute(sql, params)
+
+
+def _rewrite_row(dsn: str, old: JournalEntry, new: JournalEntry) -> None:
+    """Replace the archived row of ``old`` by ``new`` (same seq) and move the head onto it."""
+    _superuser(
+        dsn,
+        ("DELETE FROM side_effect_journal WHERE saga_id = %s AND seq = %s", (old.saga_id, old.seq)),
+        (
+            "UPDATE archive_saga_head SET head_seq = %s, head_hash = %s WHERE saga_id = %s",
+            (new.seq, new.hash, new.saga_id),
+        ),
+    )
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            f"INSERT INTO side_effect_journal ({_COLUMNS})"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 't', 0, 999)",
+            (
+                new.saga_id,
+                new.seq,
+                new.event_type.value,
+                new.tool,
+                new.payload,
+                new.result,
+                new.error,
+                new.actor,
+                json.dumps(dict(new.attributes)),
+                new.recorded_at_us,
+                new.hash,
+                new.prev_hash,
+            ),
+        )
+
+
+def test_reading_again_attests_the_topics_chain_not_the_tables(
+    archive_dsn: str, tmp_path: Path
+) -> None:
+    """Seq 2 of a saga was forked on the topic: the first in offset order is its chain, the
+    other was quarantined.  Someone rewrites the table to the losing event.  The next process
+    reads the partition again: the event the table now holds is not the topic's, so nothing
+    past seq 1 is signed."""
+    signer = generate_key(tmp_path / "archive.key")
+    winner = make_chain("forked", 2)
+    loser = link(
+        EntryDraft(
+            saga_id="forked",
+            event_type=EventType.EXECUTED,
+            tool="refund",
+            result="no",
+            recorded_at_us=winner[1].recorded_at_us + 1,
+        ),
+        seq=2,
+        prev_hash=winner[0].hash,
+    )
+    messages = as_raw([*winner, loser], topic="t")
+    earlier = BatchArchiver(archive_dsn, consumer_group="g", retry_delay=0.05)
+    assert earlier.archive(messages).quarantined_total == 1  # the loser: a fork
+    earlier.close()
+    _rewrite_row(archive_dsn, winner[1], loser)
+    later = BatchArchiver(
+        archive_dsn, consumer_group="g", retry_delay=0.05, signed_keys=[signer.public_raw]
+    )
+    assert later.start_offsets("t") == {0: 0}
+    report = later.archive(messages)
+    assert (report.again, report.archived, report.quarantined_total) == (3, 0, 0)
+    with psycopg.connect(archive_dsn) as conn:
+        assert sign_pending(conn, signer, later.ledger) == 1
+    later.close()
+    assert _signed(archive_dsn, "forked", 1)
+    assert not _signed(archive_dsn, "forked", 2)
+    assert rows(archive_dsn, "SELECT reason, ingested_seq, table_seq FROM archive_finding") == [
+        ("head_moved", 1, 2)
+    ]
+
+
+def test_reading_again_does_not_attest_an_event_its_writer_may_not_write(
+    archive_dsn: str, tmp_path: Path
+) -> None:
+    """With a writer registry, agent-2's append into agent-1's saga was quarantined
+    (``writer_not_owner``).  Someone copies it into the table.  Read again after a restart, it
+    is found there, but the writer rule refuses it again: reported, never signed."""
+    from sagacity import _attributes as attr
+    from sagacity._writer_roles import WriterRole
+    from sagacity._writer_signature import HEADER, WriterKey, WriterRegistry
+    from sagacity.consumers.archive import Authorship, RawEvent
+
+    signer = generate_key(tmp_path / "archive.key")
+    keys = {}
+    for writer in ("agent-1", "agent-2"):
+        (tmp_path / writer).write_text(f"hmac-sha256:{writer.encode().hex() * 4}\n")
+        keys[writer] = WriterKey.from_file(tmp_path / writer, writer)
+    registry = tmp_path / "writers.toml"
+    registry.write_text("".join(k.registry_entry(WriterRole.AGENT) for k in keys.values()))
+    authorship = Authorship(writers=WriterRegistry.from_file(registry))
+
+    def signed_by(writer: str, draft: EntryDraft, after: JournalEntry | None) -> JournalEntry:
+        draft = EntryDraft(
+            saga_id=draft.saga_id,
+            event_type=draft.event_type,
+            tool=draft.tool,
+            result=draft.result,
+            attributes={**draft.attributes, attr.WRITER: writer},
+            recorded_at_us=draft.recorded_at_us,
+        )
+        return link(
+            draft,
+            seq=1 if after is None else after.seq + 1,
+            prev_hash="0" * 64 if after is None else after.hash,
+        )
+
+    opened = signed_by(
+        "agent-1", EntryDraft(saga_id="owned", event_type=EventType.SAGA_OPENED), None
+    )
+    intruding = signed_by(
+        "agent-2",
+        EntryDraft(saga_id="owned", event_type=EventType.EXECUTED, tool="t", result="x"),
+        opened,
+    )
+    messages = [
+        RawEvent(
+            topic="t",
+            partition=0,
+            offset=i,
+            key=b"owned",
+            value=encode(e),
+            headers={
+                HEADER: keys[e.attributes[attr.WRITER]].sign(
+                    saga_id=e.saga_id, seq=e.seq, hash=e.hash
+                )
+            },
+        )
+        for i, e in enumerate((opened, intruding))
+    ]
+    earlier = BatchArchiver(
+        archive_dsn, consumer_group="g", retry_delay=0.05, authorship=authorship
+    )
+    report = earlier.archive(messages)
+    earlier.close()
+    assert (report.archived, {r.value: n for r, n in report.quarantined.items()}) == (
+        1,
+        {"writer_not_owner": 1},
+    )
+    with psycopg.connect(archive_dsn) as conn:  # the copy, as a database writer
+        conn.execute(
+            f"INSERT INTO side_effect_journal ({_COLUMNS})"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 't', 0, 1)",
+            (
+                intruding.saga_id,
+                intruding.seq,
+                intruding.event_type.value,
+                intruding.tool,
+                intruding.payload,
+                intruding.result,
+                intruding.error,
+                intruding.actor,
+                json.dumps(dict(intruding.attributes)),
+                intruding.recorded_at_us,
+                intruding.hash,
+                intruding.prev_hash,
+            ),
+        )
+        conn.execute(
+            "UPDATE archive_saga_head SET head_seq = 2, head_hash = %s WHERE saga_id = 'owned'",
+            (intruding.hash,),
+        )
+    later = BatchArchiver(
+        archive_dsn,
+        consumer_group="g",
+        retry_delay=0.05,
+        authorship=authorship,
+        signed_keys=[signer.public_raw],
+    )
+    later.start_offsets("t")
+    report = later.archive(messages)
+    assert (report.again, report.findings) == (2, {"unattested": 1})
+    with psycopg.connect(archive_dsn) as conn:
+        assert sign_pending(conn, signer, later.ledger) == 1  # seq 1, read again
+    later.close()
+    assert _signed(archive_dsn, "owned", 1)
+    assert not _signed(archive_dsn, "owned", 2)
