@@ -5,10 +5,8 @@ transaction."""
 from __future__ import annotations
 
 import contextlib
-import enum
 import time
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
 from types import NoneType
 from typing import TYPE_CHECKING
 
@@ -22,8 +20,6 @@ from sagacity.consumers.archive._batchplan import BatchPlan, Table
 from sagacity.consumers.archive._db import mapped_errors
 from sagacity.consumers.archive._findings import (
     Finding,
-    FindingReason,
-    describe,
     log_findings,
     write_findings,
 )
@@ -31,10 +27,17 @@ from sagacity.consumers.archive._ingestsql import (
     HeadConflictError,
     archived_hashes,
     copy_quarantine,
+    make_months,
     move_heads,
     read_heads,
     store_offsets,
 )
+from sagacity.consumers.archive._ingesttypes import (
+    BatchReport,
+    QuarantineReason,
+    RawEvent,
+)
+from sagacity.consumers.archive._ingesttypes import Refusal as _Refusal
 from sagacity.consumers.archive._ledger import IngestLedger
 from sagacity.consumers.archive._rowcheck import (
     _MAX_US,
@@ -51,6 +54,7 @@ from sagacity.consumers.archive._rowcheck import (
     _journal_row,
     _native_archive_row,
 )
+from sagacity.consumers.archive._sweep import moved_heads
 from sagacity.consumers.archive._timewindow import TimeWindow
 from sagacity.errors import (
     CiphertextAuthenticationError,
@@ -58,7 +62,6 @@ from sagacity.errors import (
     PersistenceUnavailableError,
     SagacityError,
 )
-from sagacity.producer._partition import WRONG_PARTITION as _WRONG_PARTITION
 from sagacity.producer._partition import misplaced, partition_for
 
 if TYPE_CHECKING:
@@ -82,98 +85,6 @@ __all__ = [
 ]
 
 _COPY_JOURNAL = f"COPY side_effect_journal ({', '.join(JOURNAL_COLUMNS)}) FROM STDIN"
-
-
-class QuarantineReason(enum.StrEnum):
-    """Why an event was refused on ingest (``archive_quarantine.reason``)."""
-
-    UNDECODABLE = "undecodable"
-    """The bytes are not a journal event (or not a valid one)."""
-    FORK = "fork"
-    """Another event already holds this seq in the saga's archived chain."""
-    GAP = "gap"
-    """The event's seq is beyond the saga's archived head plus one."""
-    WRONG_GENESIS = "wrong_genesis"
-    """A first event whose previous hash is not the genesis hash."""
-    BROKEN_LINK = "broken_link"
-    """The previous hash is not the archived head's hash."""
-    EDITED = "edited"
-    """The content does not hash to the event's recorded hash."""
-    BAD_TIME = "bad_time"
-    """The event time is outside what the archive can partition (before 1970, after 9999)."""
-    FOREIGN = "foreign"
-    """The message's key is not the saga its body names (no reader of either saga accepts it)."""
-    AUTHENTICATION_FAILED = "authentication failed"
-    """A sealed data field does not authenticate under its saga's data key: altered, or moved
-    to another saga, seq or field (docs/adr/0019-erasure.md §3)."""
-    UNSIGNED_DECISION = "unsigned_decision"
-    """An ``APPROVED`` without the approvals service's signature (a pinned key is set)."""
-    BAD_DECISION_SIGNATURE = "bad_decision_signature"
-    """A decision whose signature does not verify against the pinned approvals key."""
-    UNKNOWN_DECISION_KEY = "unknown_decision_key"
-    """A decision signed by a key that is not pinned."""
-    MALFORMED_DECISION_SIGNATURE = "malformed_decision_signature"
-    """A decision whose signature attribute (or request reference) cannot be read."""
-    UNREGISTERED_WRITER = "unregistered_writer"
-    """The event's writer is not in the writer registry (per-writer signing is on)."""
-    UNSIGNED_WRITER = "unsigned_writer"
-    """A registered writer's event without its signature header."""
-    BAD_WRITER_SIGNATURE = "bad_writer_signature"
-    """The writer's signature does not verify."""
-    WRITER_NOT_OWNER = "writer_not_owner"
-    """A registered writer wrote an event it may not write in that saga: not its owner, and
-    not a service role registered for that event (docs/adr/0014 §5)."""
-    WRONG_PARTITION = _WRONG_PARTITION
-    """The message is not on the partition its key belongs on: no reader of the saga sees it
-    (``sagacity.producer.misplaced``)."""
-    TIME_OUT_OF_RANGE = "time_out_of_range"
-    """The event time is outside the archive's time window around its clock: no partition is
-    made for it (docs/adr/0006, "Partitioning")."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class RawEvent:
-    """A message as read from Kafka, before decoding."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: Mapping[str, bytes] | None = None
-    """The message's headers, when the archiver checks writers' signatures."""
-
-
-@dataclass(kw_only=True)
-class BatchReport:
-    """What one archived batch did."""
-
-    archived: int = 0
-    duplicates: int = 0
-    quarantined: dict[QuarantineReason, int] = field(default_factory=dict)
-    attempts: int = 1
-    seconds: float = 0.0
-    """Wall time of the whole batch."""
-    check_seconds: float = 0.0
-    """Of which decoding and hashing (before the transaction)."""
-    again: int = 0
-    """Messages read again after a restart to re-verify what was archived but not signed."""
-    findings: dict[str, int] = field(default_factory=dict)
-    """Findings reported (``archive_finding``), by reason."""
-
-    @property
-    def quarantined_total(self) -> int:
-        """Events quarantined, whatever the reason."""
-        return sum(self.quarantined.values())
-
-
-@dataclass(frozen=True)
-class _Refusal:
-    reason: QuarantineReason
-    detail: str
-    event: RawEvent
-    saga_id: str | None = None
-    seq: int | None = None
 
 
 def _month_key(us: int) -> int:
@@ -320,42 +231,15 @@ class BatchArchiver:
             if (topic, p) not in self._again
             or handled.get((topic, p), -1) >= self._again[(topic, p)]
         }
-        findings: list[Finding] = []
-        conn = self.connection()
-        with mapped_errors("look for heads moved by others"), conn.transaction():
-            rows = conn.execute(
-                "SELECT saga_id, head_seq, head_hash FROM archive_saga_head"
-                " WHERE head_seq > checkpointed_seq"
-            ).fetchall()
-            for saga_id, seq, hash in rows:
-                table = (int(seq), hash)
-                if (saga_id, table) in self._reported:
-                    continue
-                if partition_for(saga_id.encode("utf-8", "surrogatepass"), count) not in ready:
-                    continue
-                entry = self.ledger.get(saga_id)
-                if entry is not None and (entry.flagged or entry.attested == table):
-                    continue
-                if entry is not None:
-                    entry.flagged = entry.stopped = True
-                read = describe(entry.attested) if entry is not None else "nothing since it started"
-                findings.append(
-                    Finding(
-                        reason=FindingReason.HEAD_MOVED,
-                        saga_id=saga_id,
-                        detail=f"the table's head is {describe(table)} and unsigned, but this "
-                        f"archiver, which holds the saga's partition, read {read} from the "
-                        "topic: something else moved it; it is not signed",
-                        ingested=None if entry is None else entry.attested,
-                        table=table,
-                    )
-                )
-                if len(self._reported) > 100_000:
-                    self._reported.clear()
-                self._reported.add((saga_id, table))
-            write_findings(conn.cursor(), findings)
-        log_findings(findings)
-        return findings
+        return moved_heads(
+            self.connection(),
+            self.ledger,
+            partition_of=lambda saga_id: partition_for(
+                saga_id.encode("utf-8", "surrogatepass"), count
+            ),
+            ready=ready,
+            reported=self._reported,
+        )
 
     def _read_again(self, ev: RawEvent) -> bool:
         """``ev`` was handled by an earlier process: read again only to re-verify it."""
@@ -527,50 +411,10 @@ class BatchArchiver:
                 if places
                 else None
             )
-            archived = archived_hashes(
-                cur,
-                {
-                    (d.saga_id, d.seq)
-                    for d in decoded
-                    if isinstance(d, _Checked) and d.seq < heads.get(d.saga_id, (0, ""))[0]
-                },
-            )
-            accepted: list[_Checked] = []
-            refusals: list[_Refusal] = []
-            for ev, item in zip(batch, decoded, strict=True):
-                again = self._read_again(ev)
-                report.again += again
-                if isinstance(item, _Refusal):
-                    if not again:
-                        refusals.append(item)
-                    continue
-                assert plan is not None
-                verdict = self._classify(cur, item, heads, archived)
-                if verdict is _DUPLICATE:
-                    report.duplicates += 1
-                    plan.observe(item, Table.HOLDS, again=again)
-                    continue
-                if again:
-                    # Its fate was decided (and stored) when it was first read.
-                    plan.observe(item, Table.LACKS, again=again)
-                    continue
-                if verdict is None:
-                    refused = plan.writer_refusal(item)
-                    if refused is None:
-                        accepted.append(item)
-                        heads[item.saga_id] = (item.seq, item.hash)
-                        archived[(item.saga_id, item.seq)] = item.hash
-                        plan.observe(item, Table.WRITTEN, again=again)
-                        continue
-                    verdict = (QuarantineReason(refused[0]), refused[1])
-                plan.observe(item, Table.LACKS, again=again)
-                assert isinstance(verdict, tuple)
-                reason, detail = verdict
-                refusals.append(_Refusal(reason, detail, ev, item.saga_id, item.seq))
+            unmade = self._make_months(conn, cur, batch, decoded)
+            accepted, refusals = self._sort(cur, batch, decoded, heads, plan, unmade, report)
             if accepted:
-                # One month lookup per distinct second is plenty (events of a batch cluster).
-                seconds = {e.recorded_at_us // 1_000_000: e.recorded_at_us for e in accepted}
-                self._ensure_months(cur, {_month_key(us): us for us in seconds.values()})
+                # The months were made before the events were sorted (_make_months).
                 with cur.copy(_COPY_JOURNAL) as copy:
                     write_row = copy.write_row
                     for e in accepted:
@@ -586,6 +430,71 @@ class BatchArchiver:
             self._store_offsets(cur, batch)
         report.archived = len(accepted)
         return report, plan, heads
+
+    def _sort(
+        self,
+        cur: psycopg.Cursor,
+        batch: Sequence[RawEvent],
+        decoded: Sequence[_Checked | _Refusal],
+        heads: dict[str, tuple[int, str]],
+        plan: BatchPlan | None,
+        unmade: Mapping[int, str],
+        report: BatchReport,
+    ) -> tuple[list[_Checked], list[_Refusal]]:
+        """Classify the batch's events in order against the table's heads (moved in
+        ``heads`` as events are accepted), beside the plan's walk: the events to write and
+        the refusals to quarantine."""
+        archived = archived_hashes(
+            cur,
+            {
+                (d.saga_id, d.seq)
+                for d in decoded
+                if isinstance(d, _Checked) and d.seq < heads.get(d.saga_id, (0, ""))[0]
+            },
+        )
+        accepted: list[_Checked] = []
+        refusals: list[_Refusal] = []
+        for ev, item in zip(batch, decoded, strict=True):
+            again = self._read_again(ev)
+            report.again += again
+            if isinstance(item, _Checked) and not again and unmade:
+                month = _month_key(item.recorded_at_us)
+                if month in unmade:
+                    item = _Refusal(
+                        QuarantineReason.PARTITION_UNAVAILABLE,
+                        unmade[month],
+                        ev,
+                        item.saga_id,
+                        item.seq,
+                    )
+            if isinstance(item, _Refusal):
+                if not again:
+                    refusals.append(item)
+                continue
+            assert plan is not None
+            verdict = self._classify(cur, item, heads, archived)
+            if verdict is _DUPLICATE:
+                report.duplicates += 1
+                plan.observe(item, Table.HOLDS, again=again)
+                continue
+            if again:
+                # Its fate was decided (and stored) when it was first read.
+                plan.observe(item, Table.LACKS, again=again)
+                continue
+            if verdict is None:
+                refused = plan.writer_refusal(item)
+                if refused is None:
+                    accepted.append(item)
+                    heads[item.saga_id] = (item.seq, item.hash)
+                    archived[(item.saga_id, item.seq)] = item.hash
+                    plan.observe(item, Table.WRITTEN, again=again)
+                    continue
+                verdict = (QuarantineReason(refused[0]), refused[1])
+            plan.observe(item, Table.LACKS, again=again)
+            assert isinstance(verdict, tuple)
+            reason, detail = verdict
+            refusals.append(_Refusal(reason, detail, ev, item.saga_id, item.seq))
+        return accepted, refusals
 
     def _store_offsets(self, cur: psycopg.Cursor, batch: Sequence[RawEvent]) -> None:
         """Store the batch's positions (the last statement of its transaction)."""
@@ -633,13 +542,24 @@ class BatchArchiver:
             )
         return None
 
-    def _ensure_months(self, cur: psycopg.Cursor, months: dict[int, int]) -> None:
-        """Create the month partitions the batch needs (``months``: month -> a time in it)."""
-        for month, at_us in sorted(months.items()):
-            if month not in self._months:
-                cur.execute("SELECT sgc_ensure_month(%s)", (at_us,))
-        # Trusted only once committed: on any failure the connection and this cache are dropped.
-        self._months |= months.keys()
+    def _make_months(
+        self,
+        conn: psycopg.Connection,
+        cur: psycopg.Cursor,
+        batch: Sequence[RawEvent],
+        decoded: Sequence[_Checked | _Refusal],
+    ) -> dict[int, str]:
+        """Make the month partitions the batch's events need, each in a savepoint; the months
+        that could not be made (the database refused: not a lost connection), with why.
+
+        Events of such a month are quarantined (``partition_unavailable``): the message's
+        fate, not the batch's or the service's.
+        """
+        seconds: dict[int, int] = {}
+        for ev, d in zip(batch, decoded, strict=True):
+            if isinstance(d, _Checked) and not self._read_again(ev):
+                seconds.setdefault(d.recorded_at_us // 1_000_000, d.recorded_at_us)
+        return make_months(conn, cur, {_month_key(us): us for us in seconds.values()}, self._months)
 
 
 _DUPLICATE = object()

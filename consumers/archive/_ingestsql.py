@@ -3,10 +3,12 @@ quarantine rows and its stored offsets (:mod:`._ingest` decides; this writes).""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import psycopg
+
+from sagacity.postgres._errors import retryable
 
 if TYPE_CHECKING:
     from sagacity.consumers.archive._ingest import RawEvent
@@ -182,3 +184,28 @@ def store_offsets(cur: psycopg.Cursor, group: str, batch: Sequence[RawEvent]) ->
             [first[k] for k in top],
         ),
     )
+
+
+def make_months(
+    conn: psycopg.Connection, cur: psycopg.Cursor, months: Mapping[int, int], made: set[int]
+) -> dict[int, str]:
+    """Make the month partitions ``months`` names (month -> a time in it) that ``made`` lacks,
+    each in a savepoint; those the database refused (not a lost connection), with why."""
+    unmade: dict[int, str] = {}
+    for month, at_us in sorted(months.items()):
+        if month in made:
+            continue
+        try:
+            with conn.transaction():
+                cur.execute("SELECT sgc_ensure_month(%s)", (at_us,))
+        except psycopg.Error as exc:
+            if retryable(exc):
+                raise
+            unmade[month] = (
+                f"no partition could be made for its month ({month}): "
+                f"{exc.diag.message_primary or type(exc).__name__}"
+            )
+            continue
+        # Trusted only once committed: on any failure the connection and the cache are dropped.
+        made.add(month)
+    return unmade

@@ -199,3 +199,34 @@ def test_events_dated_in_far_months_are_quarantined_and_make_no_partitions(
     assert _partitions(archive_dsn) <= 2  # this month (and the next, near its end) at most
     [detail] = rows(archive_dsn, "SELECT detail FROM archive_quarantine WHERE saga_id = 'past'")
     assert "behind the archiver's clock" in str(detail[0])
+
+
+@pytest.mark.postgres
+def test_a_partition_the_database_refuses_is_the_events_fate(archive_dsn: str) -> None:
+    """When PostgreSQL refuses to make a month's partition (out of shared memory, here
+    simulated), that month's events are quarantined (``partition_unavailable``) and the rest of
+    the batch is archived: no crash loop."""
+    import psycopg
+    from archive_helpers import BASE_US, as_raw
+
+    from sagacity.consumers.archive import BatchArchiver
+    from sagacity.consumers.archive._ingest import QuarantineReason
+
+    archiver = BatchArchiver(archive_dsn, consumer_group="g", retry_delay=0.01)
+    try:
+        assert archiver.archive(as_raw(make_chain("earlier", 1))).archived == 1  # its month made
+        with psycopg.connect(archive_dsn) as conn:
+            conn.execute(
+                "CREATE OR REPLACE FUNCTION sgc_ensure_month(at_us bigint) RETURNS text"
+                " LANGUAGE plpgsql AS $$ BEGIN"
+                " RAISE EXCEPTION 'out of shared memory' USING ERRCODE = '53200'; END $$"
+            )
+        refused = make_chain("refused-month", 2, start_us=BASE_US + 40 * 86_400_000_000)
+        report = archiver.archive(as_raw([*refused, *make_chain("later", 2)], first_offset=1))
+    finally:
+        archiver.close()
+    assert report.quarantined == {QuarantineReason.PARTITION_UNAVAILABLE: 2}
+    assert report.archived == 2
+    [detail] = rows(archive_dsn, "SELECT DISTINCT detail FROM archive_quarantine")
+    assert "out of shared memory" in str(detail[0])
+    assert rows(archive_dsn, "SELECT next_offset FROM archive_consumer_offset") == [(5,)]
