@@ -250,6 +250,16 @@ class BatchPlan:
     def record(self, ledger: IngestLedger, heads: Mapping[str, Head]) -> None:
         """Put what the batch attested into ``ledger`` (``heads``: the table's, as committed)."""
         for saga_id, (topic, partition) in self._places.items():
+            entry = ledger.get(saga_id)
+            if entry is not None and entry.topic == topic and entry.partition == partition:
+                entry.attested = self.bases[saga_id]
+                entry.signed = self.signed[saga_id]
+                entry.table = heads.get(saga_id)
+                entry.writers = self.attested_writers.get(saga_id)
+                entry.flagged = saga_id in self.flagged
+                entry.stopped = saga_id in self.stopped
+                ledger.put(saga_id, entry)
+                continue
             ledger.put(
                 saga_id,
                 LedgerEntry(

@@ -241,9 +241,13 @@ class BatchArchiver:
             reported=self._reported,
         )
 
-    def _read_again(self, ev: RawEvent) -> bool:
-        """``ev`` was handled by an earlier process: read again only to re-verify it."""
-        return ev.offset < self._again.get((ev.topic, ev.partition), -1)
+    def _read_again(self, batch: Sequence[RawEvent]) -> list[bool]:
+        """Per message of ``batch``: it was handled by an earlier process and is read again
+        only to re-verify it."""
+        if not self._again:
+            return [False] * len(batch)
+        again = self._again
+        return [ev.offset < again.get((ev.topic, ev.partition), -1) for ev in batch]
 
     # --- archiving ----------------------------------------------------------------------------
     def archive(self, batch: Sequence[RawEvent]) -> BatchReport:
@@ -411,8 +415,12 @@ class BatchArchiver:
                 if places
                 else None
             )
-            unmade = self._make_months(conn, cur, batch, decoded)
-            accepted, refusals = self._sort(cur, batch, decoded, heads, plan, unmade, report)
+            again = self._read_again(batch)
+            report.again = sum(again)
+            unmade = self._make_months(conn, cur, decoded, again)
+            accepted, refusals, report.duplicates = self._sort(
+                cur, batch, decoded, again, heads, plan, unmade
+            )
             if accepted:
                 # The months were made before the events were sorted (_make_months).
                 with cur.copy(_COPY_JOURNAL) as copy:
@@ -436,14 +444,14 @@ class BatchArchiver:
         cur: psycopg.Cursor,
         batch: Sequence[RawEvent],
         decoded: Sequence[_Checked | _Refusal],
+        read_again: Sequence[bool],
         heads: dict[str, tuple[int, str]],
         plan: BatchPlan | None,
         unmade: Mapping[int, str],
-        report: BatchReport,
-    ) -> tuple[list[_Checked], list[_Refusal]]:
+    ) -> tuple[list[_Checked], list[_Refusal], int]:
         """Classify the batch's events in order against the table's heads (moved in
         ``heads`` as events are accepted), beside the plan's walk: the events to write and
-        the refusals to quarantine."""
+        the refusals to quarantine, and how many were duplicates."""
         archived = archived_hashes(
             cur,
             {
@@ -454,9 +462,8 @@ class BatchArchiver:
         )
         accepted: list[_Checked] = []
         refusals: list[_Refusal] = []
-        for ev, item in zip(batch, decoded, strict=True):
-            again = self._read_again(ev)
-            report.again += again
+        duplicates = 0
+        for ev, item, again in zip(batch, decoded, read_again, strict=True):
             if isinstance(item, _Checked) and not again and unmade:
                 month = _month_key(item.recorded_at_us)
                 if month in unmade:
@@ -474,7 +481,7 @@ class BatchArchiver:
             assert plan is not None
             verdict = self._classify(cur, item, heads, archived)
             if verdict is _DUPLICATE:
-                report.duplicates += 1
+                duplicates += 1
                 plan.observe(item, Table.HOLDS, again=again)
                 continue
             if again:
@@ -494,7 +501,7 @@ class BatchArchiver:
             assert isinstance(verdict, tuple)
             reason, detail = verdict
             refusals.append(_Refusal(reason, detail, ev, item.saga_id, item.seq))
-        return accepted, refusals
+        return accepted, refusals, duplicates
 
     def _store_offsets(self, cur: psycopg.Cursor, batch: Sequence[RawEvent]) -> None:
         """Store the batch's positions (the last statement of its transaction)."""
@@ -546,8 +553,8 @@ class BatchArchiver:
         self,
         conn: psycopg.Connection,
         cur: psycopg.Cursor,
-        batch: Sequence[RawEvent],
         decoded: Sequence[_Checked | _Refusal],
+        read_again: Sequence[bool],
     ) -> dict[int, str]:
         """Make the month partitions the batch's events need, each in a savepoint; the months
         that could not be made (the database refused: not a lost connection), with why.
@@ -556,8 +563,8 @@ class BatchArchiver:
         fate, not the batch's or the service's.
         """
         seconds: dict[int, int] = {}
-        for ev, d in zip(batch, decoded, strict=True):
-            if isinstance(d, _Checked) and not self._read_again(ev):
+        for d, again in zip(decoded, read_again, strict=True):
+            if isinstance(d, _Checked) and not again:
                 seconds.setdefault(d.recorded_at_us // 1_000_000, d.recorded_at_us)
         return make_months(conn, cur, {_month_key(us): us for us in seconds.values()}, self._months)
 
