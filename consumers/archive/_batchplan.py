@@ -71,6 +71,8 @@ class BatchPlan:
         self._roles = authorship if authorship is not None and authorship.writers else None
         self.findings: list[Finding] = []
         self.bases: dict[str, Head] = {}
+        self.offsets: dict[str, int | None] = {}
+        """The offset each attested head was read at."""
         self.signed: dict[str, int] = {}
         self.flagged: set[str] = set()
         """Sagas reported (a finding): nothing past their attested head is signed."""
@@ -92,6 +94,7 @@ class BatchPlan:
                     unknown.append(saga_id)
                 continue
             self.bases[saga_id], self.signed[saga_id] = entry.attested, entry.signed
+            self.offsets[saga_id] = entry.offset
             if entry.writers is not None:
                 self.attested_writers[saga_id] = entry.writers
             if entry.flagged:
@@ -209,6 +212,7 @@ class BatchPlan:
             refused = self._roles.writer_refusal(item.row, self.attested_writers[saga_id])
         if extends and refused is None and table is not Table.LACKS:
             self.bases[saga_id] = (item.seq, item.hash)
+            self.offsets[saga_id] = item.row[14]
             if self._roles is not None:
                 writers = self.attested_writers[saga_id]
                 self.attested_writers[saga_id] = self._roles.after(writers, item.row)
@@ -255,6 +259,7 @@ class BatchPlan:
                 entry.attested = self.bases[saga_id]
                 entry.signed = self.signed[saga_id]
                 entry.table = heads.get(saga_id)
+                entry.offset = self.offsets.get(saga_id)
                 entry.writers = self.attested_writers.get(saga_id)
                 entry.flagged = saga_id in self.flagged
                 entry.stopped = saga_id in self.stopped
@@ -268,6 +273,7 @@ class BatchPlan:
                     table=heads.get(saga_id),
                     topic=topic,
                     partition=partition,
+                    offset=self.offsets.get(saga_id),
                     writers=self.attested_writers.get(saga_id),
                     flagged=saga_id in self.flagged,
                     stopped=saga_id in self.stopped,

@@ -47,7 +47,7 @@ from sagacity.consumers.archive._findings import (
     log_findings,
     write_findings,
 )
-from sagacity.consumers.archive._ledger import IngestLedger
+from sagacity.consumers.archive._ledger import IngestLedger, LedgerEntry
 from sagacity.consumers.archive._merkle import RootBuilder as RootBuilder
 from sagacity.consumers.archive._merkle import decode_frontier, encode_frontier
 from sagacity.consumers.archive._merkle import inclusion_proof as inclusion_proof
@@ -470,6 +470,12 @@ def sign_pending(
     return total
 
 
+def _where(entry: LedgerEntry | None) -> str:
+    if entry is None or entry.offset is None:
+        return ""
+    return f" ({entry.topic} partition {entry.partition} offset {entry.offset})"
+
+
 def _sign_round(
     conn: psycopg.Connection,
     signer: Signer,
@@ -512,8 +518,8 @@ def _sign_round(
                         reason=FindingReason.HEAD_MOVED,
                         saga_id=saga_id,
                         detail=f"the table's head is {describe(shown)} where this archiver read "
-                        f"seq {seq} from the topic: the table was changed by something else; "
-                        f"seq {seq} is signed, nothing past it",
+                        f"seq {seq} from the topic{_where(entry)}: the table was changed by "
+                        f"something else; seq {seq} is signed, nothing past it",
                         ingested=(seq, hash),
                         table=shown,
                     )

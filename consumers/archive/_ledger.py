@@ -35,6 +35,8 @@ class LedgerEntry:
             verified checkpoint it was attested from).
         table: the table's head as this process's last commit left it.
         topic / partition: where the saga's events are read.
+        offset: the offset the attested head was read at (``None``: not read by this process,
+            but verified under the archive's key, or the genesis hash).
         writers: who may write the saga, folded from its chain up to ``table``.
         flagged: a finding was reported for it (the table holds what this process did not
             attest): reported once, and nothing past ``attested`` is signed.
@@ -46,6 +48,7 @@ class LedgerEntry:
     table: Head | None
     topic: str
     partition: int
+    offset: int | None = None
     writers: SagaWriters | None = None
     flagged: bool = False
     stopped: bool = False
