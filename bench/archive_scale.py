@@ -72,7 +72,7 @@ def main() -> None:
         signer = generate_key(Path(keys) / "k.pem")
         with psycopg.connect(scoped) as conn:
             with Timer() as sign_time:
-                signed = sign_pending(conn, signer)
+                signed = sign_pending(conn, signer, archiver.ledger)
             with Timer() as verify_time:
                 summary = audit(conn, pinned_keys=[signer.public_raw])
             size = conn.execute(

@@ -104,7 +104,7 @@ def main() -> None:
         archiver.close()
         signer = generate_key(Path(keys) / "k.pem")
         with psycopg.connect(scoped) as conn:
-            signed = sign_pending(conn, signer)
+            signed = sign_pending(conn, signer, archiver.ledger)
             verify_runs = []
             for _ in range(3):
                 with Timer() as verify_time:

@@ -26,7 +26,7 @@ from sagacity.producer._index import (
 )
 from sagacity.producer._journal import RECORD_OVERHEAD, KafkaJournal
 from sagacity.producer._lease import LeaseView, Takeover
-from sagacity.producer._partition import murmur2, partition_for
+from sagacity.producer._partition import WRONG_PARTITION, misplaced, murmur2, partition_for
 from sagacity.producer._reader import (
     HANDOFF_EVENTS,
     Ownership,
@@ -48,6 +48,7 @@ __all__ = [
     "HANDOFF_EVENTS",
     "MIN_RETENTION_MS",
     "RECORD_OVERHEAD",
+    "WRONG_PARTITION",
     "BrokerCheck",
     "ForkKind",
     "IndexedEvent",
@@ -75,6 +76,7 @@ __all__ = [
     "current_traceparent",
     "describe_topic",
     "journal_identity",
+    "misplaced",
     "murmur2",
     "ownership",
     "parse_retention",

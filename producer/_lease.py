@@ -18,11 +18,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from sagacity import _attributes as attr
 from sagacity._events import JournalEntry
+from sagacity._writer_roles import HANDOFF_TAKEOVER as HANDOFF_TAKEOVER
 from sagacity.errors import JournalUnavailableError
 from sagacity.producer._clients import with_logger
-
-HANDOFF_TAKEOVER = "takeover"
-"""The value of the ``handoff`` attribute on a takeover's ``COMPENSATION_REQUESTED``."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -41,3 +41,30 @@ def partition_for(key: bytes, partitions: int) -> int:
     if partitions < 1:
         raise ValueError("a topic has at least one partition")
     return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+WRONG_PARTITION = "wrong_partition"
+"""The reason every consumer gives a message that is not on its key's partition."""
+
+
+def misplaced(key: bytes | None, partition: int, partitions: int) -> str | None:
+    """Why a message read from ``partition`` of a topic of ``partitions`` is not where the
+    journal's partitioner puts its key (``None``: it is).
+
+    Every event of a saga is produced with the saga id as key, so it lands on
+    :func:`partition_for` of that key (docs/adr/0004-single-writer.md): that one partition's
+    offset order is the order every reader accepts events in.  A message elsewhere — produced
+    to a chosen partition, or with another partitioner — is seen by no reader that reads the
+    saga's partition: it is foreign, quarantined with :data:`WRONG_PARTITION`, never folded or
+    archived.  A message without a key belongs to no saga and is left to the caller's other
+    checks.
+    """
+    if key is None or partitions < 1:
+        return None
+    expected = partition_for(key, partitions)
+    if expected == partition:
+        return None
+    return (
+        f"the message is on partition {partition}, but its key belongs on partition "
+        f"{expected} of {partitions} (murmur2): no reader of the saga sees it there"
+    )

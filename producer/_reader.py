@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from sagacity._acceptance import ForkKind, Tail, judge
 from sagacity._events import GENESIS_HASH, EventType, JournalEntry
+from sagacity._writer_roles import HANDOFF_EVENTS as HANDOFF_EVENTS
 from sagacity.errors import (
     ArchiveSchemaError,
     CiphertextAuthenticationError,
@@ -46,19 +47,6 @@ def _scan_instead(partition: int, error: SagacityError) -> None:
     the index says that once per process)."""
     level = logging.DEBUG if isinstance(error, ArchiveSchemaError) else logging.WARNING
     log.log(level, "partition %d: scanning it instead: %s", partition, error)
-
-
-HANDOFF_EVENTS = frozenset(
-    {
-        EventType.AWAITING_APPROVAL,
-        EventType.REJECTED,
-        EventType.EXPIRED,
-        EventType.RESUME_REFUSED,
-        EventType.COMPENSATION_REQUESTED,
-        EventType.SAGA_ENDED,
-    }
-)
-"""Events after which the writer that opened the saga no longer owns it."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sagacity._writer_roles import RegisteredWriter
+from sagacity._writer_roles import WriterRole as WriterRole
 from sagacity.errors import ConfigurationError, SigningKeyError
 
 WRITER_MAGIC = b"SGCW1"
@@ -129,17 +131,22 @@ class WriterKey:
             return hmac.new(self._secret, message, hashlib.sha256).hexdigest().encode()
         return self._private.sign(message).hex().encode()
 
-    def registry_entry(self) -> str:
-        """This writer's entry for the archive's writer registry (TOML)."""
+    def registry_entry(self, role: WriterRole = WriterRole.AGENT) -> str:
+        """This writer's entry for the archive's writer registry (TOML), with its ``role``
+        (docs/adr/0014-signed-decisions-and-writers.md §5; an agent's is left implicit)."""
         name = self.writer_id.replace("\\", "\\\\").replace('"', '\\"')
         field = "hmac_sha256" if self.algorithm == HMAC else "ed25519"
-        return f'[writers."{name}"]\n{field} = "{self.registry_value}"\n'
+        entry = f'[writers."{name}"]\n{field} = "{self.registry_value}"\n'
+        if role is not WriterRole.AGENT:
+            entry += f'role = "{role.value}"\n'
+        return entry
 
 
 @dataclass(frozen=True)
 class _Registered:
     algorithm: str
     key: bytes
+    role: WriterRole = WriterRole.AGENT
 
 
 class WriterRegistry:
@@ -148,15 +155,24 @@ class WriterRegistry:
     Args:
         writers: writer id -> (``"hmac-sha256"`` and the secret, or ``"ed25519"`` and the raw
             public key).
+        roles: writer id -> its role (docs/adr/0014 §5); a writer not named is an agent.
     """
 
-    def __init__(self, writers: Mapping[str, tuple[str, bytes]]) -> None:
-        self._writers = {w: _Registered(a, k) for w, (a, k) in writers.items()}
+    def __init__(
+        self,
+        writers: Mapping[str, tuple[str, bytes]],
+        roles: Mapping[str, WriterRole] | None = None,
+    ) -> None:
+        roles = roles or {}
+        self._writers = {
+            w: _Registered(a, k, roles.get(w, WriterRole.AGENT)) for w, (a, k) in writers.items()
+        }
 
     @classmethod
     def from_file(cls, path: str | Path) -> WriterRegistry:
         """A TOML file of ``[writers."ID"]`` tables, each with ``hmac_sha256 = "<hex>"`` or
-        ``ed25519 = "<hex public key>"``.
+        ``ed25519 = "<hex public key>"``, and optionally ``role`` (``agent``, the default;
+        ``approvals``, ``compensation`` or ``operator``: docs/adr/0014 §5).
 
         Raises:
             ConfigurationError: unreadable, not TOML, or an entry without a valid key.
@@ -169,11 +185,22 @@ class WriterRegistry:
         if not isinstance(table, dict):
             raise ConfigurationError(f"writer registry {path}: [writers] must be a table")
         writers: dict[str, tuple[str, bytes]] = {}
+        roles: dict[str, WriterRole] = {}
         for writer, entry in table.items():
+            if isinstance(entry, dict) and "role" in entry:
+                entry = dict(entry)
+                role = entry.pop("role")
+                try:
+                    roles[writer] = WriterRole(role)
+                except ValueError as exc:
+                    raise ConfigurationError(
+                        f"writer registry {path}: writer {writer!r}: role {role!r} is not one "
+                        f"of {', '.join(r.value for r in WriterRole)}"
+                    ) from exc
             if not isinstance(entry, dict) or len(entry) != 1:
                 raise ConfigurationError(
                     f"writer registry {path}: writer {writer!r} needs exactly one of "
-                    "hmac_sha256 or ed25519"
+                    "hmac_sha256 or ed25519 (and optionally a role)"
                 )
             [(field, value)] = entry.items()
             try:
@@ -191,10 +218,15 @@ class WriterRegistry:
                     f"writer registry {path}: writer {writer!r}: {field} is not a valid key "
                     "(hmac_sha256: at least 16 bytes; ed25519: a 32-byte public key)"
                 )
-        return cls(writers)
+        return cls(writers, roles)
 
     def __len__(self) -> int:
         return len(self._writers)
+
+    def registered(self, writer: str | None) -> RegisteredWriter | None:
+        """``writer``'s registry entry (its id and role), ``None`` when not registered."""
+        found = self._writers.get(writer) if writer is not None else None
+        return None if found is None else RegisteredWriter(writer_id=writer or "", role=found.role)
 
     def check(
         self, *, writer: str | None, saga_id: str, seq: int, hash: str, signature: bytes | None

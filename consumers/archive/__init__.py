@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         unsigned_as_failure,
     )
     from sagacity.consumers.archive._authorship import Authorship
+    from sagacity.consumers.archive._catchup import CatchUp, catch_up_and_sign
     from sagacity.consumers.archive._checkpoints import (
         Checkpoint,
         SignedRound,
@@ -52,17 +53,25 @@ if TYPE_CHECKING:
         erasure_records,
     )
     from sagacity.consumers.archive._export import export_bundle
+    from sagacity.consumers.archive._findings import (
+        Finding,
+        FindingReason,
+        SagaRefusals,
+        saga_refusals,
+    )
     from sagacity.consumers.archive._ingest import (
         BatchArchiver,
         BatchReport,
         QuarantineReason,
         RawEvent,
     )
+    from sagacity.consumers.archive._ledger import IngestLedger
     from sagacity.consumers.archive._reasons import AuditReason
     from sagacity.consumers.archive._replay import ReplayReport, diff_with_archive, read_topic
     from sagacity.consumers.archive._retention import parse_keep, run_retention, sign_records
     from sagacity.consumers.archive._roundaudit import RoundAudit
-    from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
+    from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings, archiver_of
+    from sagacity.consumers.archive._timewindow import TimeWindow
     from sagacity.consumers.archive._watch import AuditorState, post_alerts, watch_once
     from sagacity.consumers.archive._witness import publish as publish_witness
     from sagacity.consumers.archive._witness import read as read_witness
@@ -79,6 +88,13 @@ _MODULE_OF = {
     "Authorship": "_authorship",
     "BatchArchiver": "_ingest",
     "BatchReport": "_ingest",
+    "CatchUp": "_catchup",
+    "Finding": "_findings",
+    "FindingReason": "_findings",
+    "IngestLedger": "_ledger",
+    "TimeWindow": "_timewindow",
+    "archiver_of": "_service",
+    "catch_up_and_sign": "_catchup",
     "ErasureAudit": "_erasure",
     "ErasureRecord": "_erasure",
     "Checkpoint": "_checkpoints",
@@ -87,6 +103,8 @@ _MODULE_OF = {
     "ReplayReport": "_replay",
     "RetentionAudit": "_audit",
     "RoundAudit": "_roundaudit",
+    "SagaRefusals": "_findings",
+    "saga_refusals": "_findings",
     "SagaAudit": "_audit",
     "SignedRound": "_checkpoints",
     "Signer": "_checkpoints",
@@ -132,19 +150,27 @@ __all__ = [
     "Authorship",
     "BatchArchiver",
     "BatchReport",
+    "CatchUp",
     "Checkpoint",
     "ErasureAudit",
     "ErasureRecord",
+    "Finding",
+    "FindingReason",
+    "IngestLedger",
     "QuarantineReason",
     "RawEvent",
     "ReplayReport",
     "RetentionAudit",
     "RoundAudit",
     "SagaAudit",
+    "SagaRefusals",
     "SignedRound",
     "Signer",
+    "TimeWindow",
+    "archiver_of",
     "audit",
     "audit_erasures",
+    "catch_up_and_sign",
     "check_schema",
     "connect",
     "diff_with_archive",
@@ -165,6 +191,7 @@ __all__ = [
     "read_topic",
     "read_witness",
     "run_retention",
+    "saga_refusals",
     "sign_pending",
     "sign_records",
     "signature_valid",

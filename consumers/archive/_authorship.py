@@ -15,8 +15,22 @@ from typing import Any
 from sagacity import _attributes as attr
 from sagacity._decision_signature import DECISION_EVENTS, DecisionVerifier
 from sagacity._events import EntryDraft, event_type_of
+from sagacity._writer_roles import SagaWriters, writer_refusal
 from sagacity._writer_signature import HEADER, WriterRegistry
 from sagacity.errors import SagacityError
+
+
+@dataclass(frozen=True, slots=True)
+class _RowEvent:
+    """An archive row as the writer rule reads an event."""
+
+    event_type: str
+    actor: str | None
+    attributes: dict[str, str]
+
+    @classmethod
+    def of(cls, row: tuple[Any, ...]) -> _RowEvent:
+        return cls(row[2], row[7], json.loads(row[8]) if row[8] != "{}" else {})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,7 +62,10 @@ class Authorship:
     ) -> tuple[str, str] | None:
         """``None`` when the event (an archive row: saga, seq, type, tool, payload, result,
         error, actor, attributes JSON, time, hash, …) may be archived, else
-        ``(reason, detail)``."""
+        ``(reason, detail)``.
+
+        The writer's role is checked later, against the saga's chain
+        (:meth:`writer_refusal`)."""
         event_type = row[2]
         decision = self.approvals is not None and event_type in DECISION_EVENTS
         if not decision and self.writers is None:
@@ -84,3 +101,20 @@ class Authorship:
                     f"by {row[7]!r} is not signed by a pinned approvals key ({reason})"
                 )
         return None
+
+    def writer_refusal(self, row: tuple[Any, ...], saga: SagaWriters) -> tuple[str, str] | None:
+        """With a writer registry: ``None`` when the event's (registered, verified) writer may
+        write it into its saga, whose chain so far folds to ``saga``; else
+        ``("writer_not_owner", detail)`` (:func:`sagacity._writer_roles.writer_refusal`)."""
+        if self.writers is None:
+            return None
+        event = _RowEvent.of(row)
+        registered = self.writers.registered(event.attributes.get(attr.WRITER))
+        if registered is None:  # refused by check() already; never archived
+            return "unregistered_writer", "the event's writer is not registered"
+        return writer_refusal(registered, saga, event)
+
+    @staticmethod
+    def after(saga: SagaWriters, row: tuple[Any, ...]) -> SagaWriters:
+        """``saga`` once the event of ``row`` is accepted into its chain."""
+        return saga.after(_RowEvent.of(row))

@@ -40,6 +40,14 @@ from sagacity._ed25519 import parse_public_key as _parse_public_key
 from sagacity._ed25519 import signature_valid as _signature_valid
 from sagacity._events import now_micros
 from sagacity.consumers.archive._db import mapped_errors
+from sagacity.consumers.archive._findings import (
+    Finding,
+    FindingReason,
+    describe,
+    log_findings,
+    write_findings,
+)
+from sagacity.consumers.archive._ledger import IngestLedger, LedgerEntry
 from sagacity.consumers.archive._merkle import RootBuilder as RootBuilder
 from sagacity.consumers.archive._merkle import decode_frontier, encode_frontier
 from sagacity.consumers.archive._merkle import inclusion_proof as inclusion_proof
@@ -393,102 +401,177 @@ def log_tail(conn: psycopg.Connection) -> tuple[RootBuilder, str]:
 def sign_pending(
     conn: psycopg.Connection,
     signer: Signer,
+    ledger: IngestLedger,
     *,
     chunk: int = 5_000,
     on_round: Callable[[SignedRound], None] | None = None,
+    consumer_group: str | None = None,
+    on_finding: Callable[[Finding], None] | None = None,
 ) -> int:
-    """Sign every archived head that moved since it was last signed; return how many.
+    """Sign every head this process attested and has not signed yet; return how many.
 
-    Each chunk of up to ``chunk`` heads is one signing round in one transaction: the heads in
-    saga id order are appended, as leaves, to the log of every head signed so far, and the
-    log's new root is signed once with the previous round's root
-    (docs/adr/0015-round-log.md); every head is stored as a checkpoint row naming its round
-    and leaf index.  Signers of one archive take turns (an advisory lock), so the rounds form
-    one log.  Memory stays flat however many sagas there are: the round row keeps the log's
-    frontier (O(log n) nodes) for the next round.
+    The heads come from ``ledger`` — what this process read from the topic
+    (docs/adr/0012-checkpoint-rounds.md, "The signer's input") — never from a table: a head
+    the table shows otherwise is reported (``archive_finding``, ``head_moved``) and the
+    attested one is signed, so a rewritten row fails ``verify`` against it.  Each chunk of up
+    to ``chunk`` heads is one signing round in one transaction: the heads in saga id order are
+    appended, as leaves, to the log of every head signed so far, and the log's new root is
+    signed once with the previous round's root (docs/adr/0015-round-log.md); every head is
+    stored as a checkpoint row naming its round and leaf index.  Signers of one archive take
+    turns (an advisory lock), so the rounds form one log.
 
     ``on_round`` is called with each round once it is committed (to log or publish the latest
-    round: a witness, docs/adr/0015-round-log.md).
+    round: a witness, docs/adr/0015-round-log.md).  With ``consumer_group``, once every
+    attested head is signed, each partition's ``signed_offset`` moves to where the ledger had
+    read it: a restart re-reads from there.  ``on_finding`` is told each finding committed.
 
     Raises:
         RoundLogError: the stored checkpoints no longer hash to the last signed root.
     """
     if chunk < 1:
         raise ValueError("chunk must be at least 1")
-    total = 0
     with mapped_errors("register the signing key"), conn.transaction():
         conn.execute(
             "INSERT INTO archive_signing_key (key_id, public_key) VALUES (%s, %s)"
             " ON CONFLICT (key_id) DO NOTHING",
             (signer.key_id, signer.public_hex),
         )
-    while True:
-        with mapped_errors("sign archived heads"), conn.transaction():
-            conn.execute(
-                "SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))", (_SIGNING_LOCK,)
-            )
-            heads = conn.execute(
-                "SELECT saga_id, head_seq, head_hash FROM archive_saga_head"
-                ' WHERE head_seq > checkpointed_seq ORDER BY saga_id COLLATE "C" LIMIT %s'
-                " FOR UPDATE",
-                (chunk,),
-            ).fetchall()
-            if not heads:
-                return total
-            builder, prev_root = log_tail(conn)
-            row = conn.execute("SELECT nextval('archive_checkpoint_round_id_seq')").fetchone()
-            assert row is not None
-            for s, n, h in heads:
-                builder.add(leaf_hash(saga_id=s, seq=int(n), hash=h))
-            root = builder.root()
-            assert root is not None
-            signed = signer.sign_log_round(
-                round_id=int(row[0]),
-                tree_size=builder.count,
-                leaf_count=len(heads),
-                root=root.hex(),
-                prev_root=prev_root,
-                signed_at_us=now_micros(),
-            )
-            conn.execute(
-                "INSERT INTO archive_checkpoint_round (round_id, leaf_count, root, prev_root,"
-                " signed_at_us, key_id, signature, format, tree_size, frontier)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (
-                    signed.round_id,
-                    signed.leaf_count,
-                    signed.root,
-                    signed.prev_root,
-                    signed.signed_at_us,
-                    signed.key_id,
-                    signed.signature,
-                    signed.format,
-                    signed.tree_size,
-                    encode_frontier(builder.frontier()),
-                ),
-            )
-            with conn.cursor().copy(
-                "COPY archive_checkpoint (saga_id, seq, hash, signed_at_us, key_id, round_id,"
-                " leaf_index) FROM STDIN"
-            ) as copy:
-                for index, (saga_id, seq, hash) in enumerate(heads):
-                    copy.write_row(
-                        (
-                            saga_id,
-                            seq,
-                            hash,
-                            signed.signed_at_us,
-                            signed.key_id,
-                            signed.round_id,
-                            index,
-                        )
-                    )
-            conn.execute(
-                "UPDATE archive_saga_head h SET checkpointed_seq = u.seq"
-                " FROM unnest(%s::text[], %s::bigint[]) AS u(saga_id, seq)"
-                " WHERE h.saga_id = u.saga_id",
-                ([h[0] for h in heads], [h[1] for h in heads]),
-            )
-            total += len(heads)
+    pending = ledger.pending()
+    handled = ledger.handled_offsets()
+    total = 0
+    for start in range(0, len(pending), chunk):
+        heads = pending[start : start + chunk]
+        signed, findings = _sign_round(conn, signer, ledger, heads)
+        ledger.mark_signed(heads)
+        log_findings(findings)
+        if on_finding is not None:
+            for finding in findings:
+                on_finding(finding)
+        if signed is None:
+            continue
+        total += signed.leaf_count
         if on_round is not None:
             on_round(signed)
+    if consumer_group is not None and handled:
+        with mapped_errors("record signed offsets"), conn.transaction():
+            conn.execute(
+                "UPDATE archive_consumer_offset o SET signed_offset = GREATEST("
+                "coalesce(o.signed_offset, 0), u.signed) FROM unnest(%s::text[], %s::int[],"
+                " %s::bigint[]) AS u(topic, kafka_partition, signed)"
+                " WHERE o.consumer_group = %s AND o.topic = u.topic"
+                " AND o.kafka_partition = u.kafka_partition",
+                (
+                    [k[0] for k in handled],
+                    [k[1] for k in handled],
+                    list(handled.values()),
+                    consumer_group,
+                ),
+            )
+    return total
+
+
+def _where(entry: LedgerEntry | None) -> str:
+    if entry is None or entry.offset is None:
+        return ""
+    return f" ({entry.topic} partition {entry.partition} offset {entry.offset})"
+
+
+def _sign_round(
+    conn: psycopg.Connection,
+    signer: Signer,
+    ledger: IngestLedger,
+    pending: list[tuple[str, int, str]],
+) -> tuple[SignedRound | None, list[Finding]]:
+    """Sign ``pending`` (attested heads, saga id order) as one round, leaving out those this
+    key signed already (a round an earlier process committed before it could record so)."""
+    findings: list[Finding] = []
+    with mapped_errors("sign archived heads"), conn.transaction():
+        conn.execute(
+            "SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))", (_SIGNING_LOCK,)
+        )
+        sagas = [h[0] for h in pending]
+        table = {
+            s: (int(n), h)
+            for s, n, h in conn.execute(
+                "SELECT saga_id, head_seq, head_hash FROM archive_saga_head"
+                " WHERE saga_id = ANY(%s) FOR UPDATE",
+                (sagas,),
+            )
+        }
+        done = {
+            (s, int(n))
+            for s, n in conn.execute(
+                "SELECT c.saga_id, c.seq FROM archive_checkpoint c"
+                " JOIN unnest(%s::text[], %s::bigint[]) AS p(saga_id, seq)"
+                " ON c.saga_id = p.saga_id AND c.seq = p.seq WHERE c.key_id = %s",
+                (sagas, [h[1] for h in pending], signer.key_id),
+            )
+        }
+        for saga_id, seq, hash in pending:
+            entry = ledger.get(saga_id)
+            shown = table.get(saga_id)
+            if shown != (seq, hash) and not (entry is not None and entry.flagged):
+                if entry is not None:
+                    entry.flagged = entry.stopped = True
+                findings.append(
+                    Finding(
+                        reason=FindingReason.HEAD_MOVED,
+                        saga_id=saga_id,
+                        detail=f"the table's head is {describe(shown)} where this archiver read "
+                        f"seq {seq} from the topic{_where(entry)}: the table was changed by "
+                        f"something else; seq {seq} is signed, nothing past it",
+                        ingested=(seq, hash),
+                        table=shown,
+                    )
+                )
+        write_findings(conn.cursor(), findings)
+        heads = [h for h in pending if (h[0], h[1]) not in done]
+        if not heads:
+            return None, findings
+        builder, prev_root = log_tail(conn)
+        row = conn.execute("SELECT nextval('archive_checkpoint_round_id_seq')").fetchone()
+        assert row is not None
+        for s, n, h in heads:
+            builder.add(leaf_hash(saga_id=s, seq=n, hash=h))
+        root = builder.root()
+        assert root is not None
+        signed = signer.sign_log_round(
+            round_id=int(row[0]),
+            tree_size=builder.count,
+            leaf_count=len(heads),
+            root=root.hex(),
+            prev_root=prev_root,
+            signed_at_us=now_micros(),
+        )
+        conn.execute(
+            "INSERT INTO archive_checkpoint_round (round_id, leaf_count, root, prev_root,"
+            " signed_at_us, key_id, signature, format, tree_size, frontier)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (
+                signed.round_id,
+                signed.leaf_count,
+                signed.root,
+                signed.prev_root,
+                signed.signed_at_us,
+                signed.key_id,
+                signed.signature,
+                signed.format,
+                signed.tree_size,
+                encode_frontier(builder.frontier()),
+            ),
+        )
+        with conn.cursor().copy(
+            "COPY archive_checkpoint (saga_id, seq, hash, signed_at_us, key_id, round_id,"
+            " leaf_index) FROM STDIN"
+        ) as copy:
+            for index, (saga_id, seq, hash) in enumerate(heads):
+                copy.write_row(
+                    (saga_id, seq, hash, signed.signed_at_us, signed.key_id, signed.round_id, index)
+                )
+        conn.execute(
+            "UPDATE archive_saga_head h SET checkpointed_seq = GREATEST(h.checkpointed_seq, u.seq)"
+            " FROM unnest(%s::text[], %s::bigint[]) AS u(saga_id, seq)"
+            " WHERE h.saga_id = u.saga_id",
+            ([h[0] for h in heads], [h[1] for h in heads]),
+        )
+    return signed, findings

@@ -72,10 +72,10 @@ def ensure_schema(conn: psycopg.Connection) -> int:
 def grant_archiver(conn: psycopg.Connection, role: str = ARCHIVER_ROLE) -> None:
     """Create ``role`` (NOLOGIN) if missing and grant it what the archiver needs, nothing more.
 
-    Evidence tables (journal, quarantine, checkpoints): SELECT and INSERT only.  Working state
-    (heads, offsets, keys seen): SELECT, INSERT, UPDATE.  Partitions are created through the
-    SECURITY DEFINER function ``sgc_ensure_month``.  Retention (dropping partitions) needs the
-    owner and is never granted.
+    Evidence tables (journal, quarantine, checkpoints, findings): SELECT and INSERT only.
+    Working state (heads, offsets, keys seen): SELECT, INSERT, UPDATE.  Partitions are created
+    through the SECURITY DEFINER function ``sgc_ensure_month``.  Retention (dropping
+    partitions) needs the owner and is never granted.
     """
     schema = current_schema(conn)
     ident = sql.Identifier(role)
@@ -91,6 +91,7 @@ def grant_archiver(conn: psycopg.Connection, role: str = ARCHIVER_ROLE) -> None:
             "archive_quarantine",
             "archive_checkpoint",
             "archive_checkpoint_round",
+            "archive_finding",
         ):
             conn.execute(
                 sql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(sql.Identifier(table), ident)
@@ -111,7 +112,8 @@ def grant_archiver(conn: psycopg.Connection, role: str = ARCHIVER_ROLE) -> None:
         conn.execute(
             sql.SQL(
                 "GRANT USAGE ON SEQUENCE side_effect_journal_archive_id_seq, "
-                "archive_quarantine_id_seq, archive_checkpoint_round_id_seq TO {}"
+                "archive_quarantine_id_seq, archive_checkpoint_round_id_seq, "
+                "archive_finding_id_seq TO {}"
             ).format(ident)
         )
         conn.execute(

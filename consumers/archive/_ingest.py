@@ -5,210 +5,86 @@ transaction."""
 from __future__ import annotations
 
 import contextlib
-import enum
-import functools
-import hashlib
-import json
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping, Sequence
 from types import NoneType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psycopg
 
 from sagacity._events import GENESIS_HASH, JournalEntry
-from sagacity._native import native
-from sagacity.chain import canonical_bytes_of, compute_hash
+from sagacity.chain import compute_hash
+from sagacity.consumers.archive._attest import CheckpointVerifier
 from sagacity.consumers.archive._authorship import Authorship
+from sagacity.consumers.archive._batchplan import BatchPlan, Table
 from sagacity.consumers.archive._db import mapped_errors
+from sagacity.consumers.archive._findings import (
+    Finding,
+    log_findings,
+    write_findings,
+)
+from sagacity.consumers.archive._ingestsql import (
+    HeadConflictError,
+    archived_hashes,
+    copy_quarantine,
+    make_months,
+    move_heads,
+    read_heads,
+    store_offsets,
+)
+from sagacity.consumers.archive._ingesttypes import (
+    BatchReport,
+    QuarantineReason,
+    RawEvent,
+)
+from sagacity.consumers.archive._ingesttypes import Refusal as _Refusal
+from sagacity.consumers.archive._ledger import IngestLedger
+from sagacity.consumers.archive._rowcheck import (
+    _MAX_US,
+    _MIN_US,
+    JOURNAL_COLUMNS,
+    Decoder,
+    NativeRow,
+    RecordDecoder,
+    _avro_decoder,
+    _avro_record_decoder,
+    _Checked,
+    _checked_from_record,
+    _current_prefix,
+    _journal_row,
+    _native_archive_row,
+)
+from sagacity.consumers.archive._sweep import moved_heads
+from sagacity.consumers.archive._timewindow import TimeWindow
 from sagacity.errors import (
     CiphertextAuthenticationError,
     PersistenceError,
     PersistenceUnavailableError,
     SagacityError,
 )
+from sagacity.producer._partition import misplaced, partition_for
 
 if TYPE_CHECKING:
     from sagacity.schemas._codec import FieldSealer
 
-Decoder = Callable[[bytes], JournalEntry]
-"""Turns a Kafka message value into a journal entry; raises on bytes it cannot decode."""
-
-# Event times a monthly partition can hold: 1970-01-01 up to (not including) year 10000.
-_MIN_US = 0
-_MAX_US = 253_402_300_800_000_000
-
-JOURNAL_COLUMNS = (
-    "saga_id",
-    "seq",
-    "event_type",
-    "tool",
-    "payload",
-    "result",
-    "error",
-    "actor",
-    "attributes",
-    "recorded_at_us",
-    "hash",
-    "prev_hash",
-    "topic",
-    "kafka_partition",
-    "kafka_offset",
-    "form",
-    "commitments",
-    "salts",
-)
-"""The columns the archiver writes (the rest are defaults or generated)."""
+__all__ = [
+    "JOURNAL_COLUMNS",
+    "BatchArchiver",
+    "BatchReport",
+    "Decoder",
+    "NativeRow",
+    "QuarantineReason",
+    "RawEvent",
+    "RecordDecoder",
+    "_avro_decoder",
+    "_avro_record_decoder",
+    "_checked_from_record",
+    "_current_prefix",
+    "_journal_row",
+    "_native_archive_row",
+]
 
 _COPY_JOURNAL = f"COPY side_effect_journal ({', '.join(JOURNAL_COLUMNS)}) FROM STDIN"
-_COPY_QUARANTINE = (
-    "COPY archive_quarantine (reason, detail, saga_id, seq, topic, kafka_partition,"
-    " kafka_offset, raw_key, raw_value) FROM STDIN"
-)
-
-
-class QuarantineReason(enum.StrEnum):
-    """Why an event was refused on ingest (``archive_quarantine.reason``)."""
-
-    UNDECODABLE = "undecodable"
-    """The bytes are not a journal event (or not a valid one)."""
-    FORK = "fork"
-    """Another event already holds this seq in the saga's archived chain."""
-    GAP = "gap"
-    """The event's seq is beyond the saga's archived head plus one."""
-    WRONG_GENESIS = "wrong_genesis"
-    """A first event whose previous hash is not the genesis hash."""
-    BROKEN_LINK = "broken_link"
-    """The previous hash is not the archived head's hash."""
-    EDITED = "edited"
-    """The content does not hash to the event's recorded hash."""
-    BAD_TIME = "bad_time"
-    """The event time is outside what the archive can partition (before 1970, after 9999)."""
-    FOREIGN = "foreign"
-    """The message's key is not the saga its body names (no reader of either saga accepts it)."""
-    AUTHENTICATION_FAILED = "authentication failed"
-    """A sealed data field does not authenticate under its saga's data key: altered, or moved
-    to another saga, seq or field (docs/adr/0019-erasure.md §3)."""
-    UNSIGNED_DECISION = "unsigned_decision"
-    """An ``APPROVED`` without the approvals service's signature (a pinned key is set)."""
-    BAD_DECISION_SIGNATURE = "bad_decision_signature"
-    """A decision whose signature does not verify against the pinned approvals key."""
-    UNKNOWN_DECISION_KEY = "unknown_decision_key"
-    """A decision signed by a key that is not pinned."""
-    MALFORMED_DECISION_SIGNATURE = "malformed_decision_signature"
-    """A decision whose signature attribute (or request reference) cannot be read."""
-    UNREGISTERED_WRITER = "unregistered_writer"
-    """The event's writer is not in the writer registry (per-writer signing is on)."""
-    UNSIGNED_WRITER = "unsigned_writer"
-    """A registered writer's event without its signature header."""
-    BAD_WRITER_SIGNATURE = "bad_writer_signature"
-    """The writer's signature does not verify."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class RawEvent:
-    """A message as read from Kafka, before decoding."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: Mapping[str, bytes] | None = None
-    """The message's headers, when the archiver checks writers' signatures."""
-
-
-@dataclass(kw_only=True)
-class BatchReport:
-    """What one archived batch did."""
-
-    archived: int = 0
-    duplicates: int = 0
-    quarantined: dict[QuarantineReason, int] = field(default_factory=dict)
-    attempts: int = 1
-    seconds: float = 0.0
-    """Wall time of the whole batch."""
-    check_seconds: float = 0.0
-    """Of which decoding and hashing (before the transaction)."""
-
-    @property
-    def quarantined_total(self) -> int:
-        """Events quarantined, whatever the reason."""
-        return sum(self.quarantined.values())
-
-
-class _HeadConflictError(Exception):
-    """Another archiver moved a head we read; the batch is re-classified and retried."""
-
-
-@dataclass(frozen=True)
-class _Refusal:
-    reason: QuarantineReason
-    detail: str
-    event: RawEvent
-    saga_id: str | None = None
-    seq: int | None = None
-
-
-_SEP = "\x1f"
-
-
-def _texts(values: Sequence[str]) -> tuple[str, object]:
-    """A text[] parameter as (SQL, value).  One joined string when no value holds the
-    separator: psycopg dumps a Python list element by element, which costs more than the
-    statement itself for a batch's thousand saga ids."""
-    if all(_SEP not in v for v in values):
-        return "string_to_array(%s, chr(31))", _SEP.join(values)
-    return "%s::text[]", list(values)
-
-
-def _ints(values: Sequence[int], cast: str = "bigint") -> tuple[str, object]:
-    """An integer array parameter as (SQL, value), as :func:`_texts`."""
-    return f"string_to_array(%s, ',')::{cast}[]", ",".join(map(str, values))
-
-
-def _journal_row(
-    entry: JournalEntry, topic: str, partition: int, offset: int
-) -> tuple[object, ...]:
-    """The values :data:`_COPY_JOURNAL` writes for ``entry``, read at ``offset`` of a partition."""
-    return (
-        entry.saga_id,
-        entry.seq,
-        entry.event_type.value,
-        entry.tool,
-        entry.payload,
-        entry.result,
-        entry.error,
-        entry.actor,
-        json.dumps(dict(entry.attributes), ensure_ascii=False) if entry.attributes else "{}",
-        entry.recorded_at_us,
-        entry.hash,
-        entry.prev_hash,
-        topic,
-        partition,
-        offset,
-        entry.form,
-        json.dumps(dict(entry.commitments)) if entry.commitments else "{}",
-        json.dumps(dict(entry.salts)) if entry.salts else "{}",
-    )
-
-
-class _Checked:
-    """An event that decoded and hashes to its own hash: what classifying and writing need.
-
-    ``row`` is the event's :data:`_COPY_JOURNAL` row, built once when it was checked.
-    """
-
-    __slots__ = ("hash", "prev_hash", "recorded_at_us", "row", "saga_id", "seq")
-
-    def __init__(self, row: tuple[Any, ...]) -> None:
-        self.saga_id: str = row[0]
-        self.seq: int = row[1]
-        self.recorded_at_us: int = row[9]
-        self.hash: str = row[10]
-        self.prev_hash: str = row[11]
-        self.row = row
 
 
 def _month_key(us: int) -> int:
@@ -220,7 +96,8 @@ class BatchArchiver:
     """Archives batches of raw journal events into one Postgres archive.
 
     Holds one connection (reopened after a loss) and, per batch only, the heads of the sagas
-    in the batch: memory does not grow with the number of sagas.
+    in the batch, plus its :class:`IngestLedger` (bounded): what it read from the topic, the
+    only input its signer signs.
 
     Args:
         conninfo: libpq connection string of the archive (its search_path picks the schema).
@@ -228,12 +105,20 @@ class BatchArchiver:
         decode: bytes to entry; defaults to the journal's Avro wire format.
         retries: attempts per batch when the database goes away (then the error is raised).
         retry_delay: seconds between attempts (doubling, capped at 5 s).
-        authorship: who may write (decision signatures, the writer registry); ``None``
-            checks neither.
+        authorship: who may write (decision signatures, the writer registry and its roles);
+            ``None`` checks neither.
         keys: the key service (docs/adr/0019-erasure.md): a sealed event's data is opened
             into the value columns beside its commitments (without it, or for an erased saga,
             the commitments alone are stored); a sealed field that does not authenticate is
             quarantined as ``authentication failed``.  Not with ``decode``.
+        time_window: event times accepted (others are quarantined ``time_out_of_range``);
+            ``None``: any time a month partition can hold (1970-9999).
+        partitions: per topic, its partition count: a message not on its key's partition
+            is quarantined ``wrong_partition`` (topics not named are not checked).
+        signed_keys: the archive's public signing keys: a saga this process has not read
+            since it started resumes from its last head signed under one of them
+            (docs/adr/0012, "The signer's input").
+        ledger: what this process attested (default: a new one).
     """
 
     def __init__(
@@ -246,6 +131,10 @@ class BatchArchiver:
         retry_delay: float = 0.2,
         authorship: Authorship | None = None,
         keys: FieldSealer | None = None,
+        time_window: TimeWindow | None = None,
+        partitions: Mapping[str, int] | None = None,
+        signed_keys: Sequence[bytes] = (),
+        ledger: IngestLedger | None = None,
     ) -> None:
         if keys is not None and decode is not None:
             raise ValueError("keys open the journal's own wire format: give keys or decode")
@@ -263,6 +152,14 @@ class BatchArchiver:
         self._retry_delay = retry_delay
         self._conn: psycopg.Connection | None = None
         self._months: set[int] = set()
+        self._window = time_window
+        self.partitions: dict[str, int] = dict(partitions or {})
+        """Per topic, its partition count (the placement check)."""
+        self.ledger = ledger if ledger is not None else IngestLedger()
+        """What this process read from the topic: the signer's only input."""
+        self._verifier = CheckpointVerifier(signed_keys)
+        self._again: dict[tuple[str, int], int] = {}
+        self._reported: set[tuple[str, tuple[int, str]]] = set()
 
     # --- connection ---------------------------------------------------------------------------
     def connection(self) -> psycopg.Connection:
@@ -289,14 +186,68 @@ class BatchArchiver:
     # --- offsets ------------------------------------------------------------------------------
     def stored_offsets(self, topic: str) -> dict[int, int]:
         """The next offset to read per partition of ``topic``, as stored with the rows."""
+        return {p: nxt for p, (nxt, _signed) in self._offsets(topic).items()}
+
+    def start_offsets(self, topic: str) -> dict[int, int]:
+        """Where to start reading each partition of ``topic`` after an assignment: the offset
+        below which everything ingested was signed (docs/adr/0012, "The signer's input").
+
+        Messages from there up to the stored next offset were archived (or quarantined) by an
+        earlier process but not all signed: they are read again to re-verify them (nothing is
+        written for them), so this process may sign what it re-read.
+        """
+        positions = self._offsets(topic)
+        for partition, (nxt, signed) in positions.items():
+            self._again[(topic, partition)] = nxt
+            if signed >= nxt:  # nothing to read again: caught up already
+                self.ledger.handled(topic, partition, nxt)
+        return {p: min(nxt, signed) for p, (nxt, signed) in positions.items()}
+
+    def _offsets(self, topic: str) -> dict[int, tuple[int, int]]:
         conn = self.connection()
         with mapped_errors("read stored offsets"), conn.transaction():
             rows = conn.execute(
-                "SELECT kafka_partition, next_offset FROM archive_consumer_offset"
-                " WHERE consumer_group = %s AND topic = %s",
+                "SELECT kafka_partition, next_offset, coalesce(signed_offset, next_offset)"
+                " FROM archive_consumer_offset WHERE consumer_group = %s AND topic = %s",
                 (self.consumer_group, topic),
             ).fetchall()
-        return {int(p): int(o) for p, o in rows}
+        return {int(p): (int(n), int(s)) for p, n, s in rows}
+
+    def moved_heads(self, topic: str, held: Collection[int]) -> list[Finding]:
+        """Report the sagas of ``held`` partitions whose table head moved past what this
+        process read from the topic, with no round covering it (``head_moved``; written,
+        logged, returned).
+
+        Only partitions read again up to where the last process left them are looked at: the
+        heads an earlier process archived there are this one's to re-read, not findings.
+        """
+        count = self.partitions.get(topic)
+        if count is None or not held:
+            return []
+        handled = self.ledger.handled_offsets()
+        ready = {
+            p
+            for p in held
+            if (topic, p) not in self._again
+            or handled.get((topic, p), -1) >= self._again[(topic, p)]
+        }
+        return moved_heads(
+            self.connection(),
+            self.ledger,
+            partition_of=lambda saga_id: partition_for(
+                saga_id.encode("utf-8", "surrogatepass"), count
+            ),
+            ready=ready,
+            reported=self._reported,
+        )
+
+    def _read_again(self, batch: Sequence[RawEvent]) -> list[bool]:
+        """Per message of ``batch``: it was handled by an earlier process and is read again
+        only to re-verify it."""
+        if not self._again:
+            return [False] * len(batch)
+        again = self._again
+        return [ev.offset < again.get((ev.topic, ev.partition), -1) for ev in batch]
 
     # --- archiving ----------------------------------------------------------------------------
     def archive(self, batch: Sequence[RawEvent]) -> BatchReport:
@@ -315,11 +266,11 @@ class BatchArchiver:
         while True:
             attempt += 1
             try:
-                report = self._archive_once(batch, decoded)
-            except (PersistenceUnavailableError, _HeadConflictError) as exc:
+                report, plan, heads = self._archive_once(batch, decoded)
+            except (PersistenceUnavailableError, HeadConflictError) as exc:
                 self._drop_connection()
                 if attempt >= self._retries:
-                    if isinstance(exc, _HeadConflictError):
+                    if isinstance(exc, HeadConflictError):
                         raise PersistenceError(
                             "archive heads kept moving under this batch"
                         ) from exc
@@ -342,6 +293,12 @@ class BatchArchiver:
                     time.sleep(delay)
                     continue
                 raise
+            # Committed: only now does the ledger learn what the batch read and attested.
+            if plan is not None:
+                plan.record(self.ledger, heads)
+                log_findings(plan.findings)
+            for (topic, partition), offset in _next_offsets(batch).items():
+                self.ledger.handled(topic, partition, offset)
             report.attempts = attempt
             report.seconds = time.perf_counter() - started
             report.check_seconds = checked - started
@@ -362,6 +319,19 @@ class BatchArchiver:
             if isinstance(item, _Refusal):
                 return item
             checked = _Checked(_journal_row(item, ev.topic, ev.partition, ev.offset))
+        partitions = self.partitions.get(ev.topic)
+        if partitions is not None:
+            wrong = misplaced(ev.key, ev.partition, partitions)
+            if wrong is not None:
+                return _Refusal(
+                    QuarantineReason.WRONG_PARTITION, wrong, ev, checked.saga_id, checked.seq
+                )
+        if self._window is not None:
+            outside = self._window.refusal(checked.recorded_at_us)
+            if outside is not None:
+                return _Refusal(
+                    QuarantineReason.TIME_OUT_OF_RANGE, outside, ev, checked.saga_id, checked.seq
+                )
         if self._authorship is not None:
             refused = self._authorship.check(checked.row, ev.headers)
             if refused is not None:
@@ -421,83 +391,137 @@ class BatchArchiver:
 
     def _archive_once(
         self, batch: Sequence[RawEvent], decoded: Sequence[_Checked | _Refusal]
-    ) -> BatchReport:
+    ) -> tuple[BatchReport, BatchPlan | None, dict[str, tuple[int, str]]]:
         conn = self.connection()
         report = BatchReport()
         with mapped_errors("archive a batch"), conn.transaction():
             cur = conn.cursor()
-            saga_ids = sorted({d.saga_id for d in decoded if isinstance(d, _Checked)})
-            heads: dict[str, tuple[int, str]] = {}
-            if saga_ids:
-                ids_sql, ids = _texts(saga_ids)
-                for saga_id, seq, head_hash in cur.execute(
-                    "SELECT saga_id, head_seq, head_hash FROM archive_saga_head"  # noqa: S608
-                    f" WHERE saga_id = ANY({ids_sql})",
-                    (ids,),
-                ):
-                    heads[saga_id] = (int(seq), head_hash)
+            places = {
+                d.saga_id: (ev.topic, ev.partition)
+                for ev, d in zip(batch, decoded, strict=True)
+                if isinstance(d, _Checked)
+            }
+            heads = read_heads(cur, sorted(places))
             known = dict(heads)
-            accepted: list[_Checked] = []
-            in_batch: dict[tuple[str, int], str] = {}
-            refusals: list[_Refusal] = []
-            for ev, item in zip(batch, decoded, strict=True):
-                if isinstance(item, _Refusal):
-                    refusals.append(item)
-                    continue
-                verdict = self._classify(cur, item, heads, in_batch)
-                if verdict is None:
-                    accepted.append(item)
-                    heads[item.saga_id] = (item.seq, item.hash)
-                    in_batch[(item.saga_id, item.seq)] = item.hash
-                elif verdict is _DUPLICATE:
-                    report.duplicates += 1
-                else:
-                    assert isinstance(verdict, tuple)
-                    reason, detail = verdict
-                    refusals.append(_Refusal(reason, detail, ev, item.saga_id, item.seq))
+            plan = (
+                BatchPlan(
+                    ledger=self.ledger,
+                    verifier=self._verifier,
+                    conn=conn,
+                    heads=heads,
+                    places=places,
+                    authorship=self._authorship,
+                )
+                if places
+                else None
+            )
+            again = self._read_again(batch)
+            report.again = sum(again)
+            unmade = self._make_months(conn, cur, decoded, again)
+            accepted, refusals, report.duplicates = self._sort(
+                cur, batch, decoded, again, heads, plan, unmade
+            )
             if accepted:
-                # One month lookup per distinct second is plenty (events of a batch cluster).
-                seconds = {e.recorded_at_us // 1_000_000: e.recorded_at_us for e in accepted}
-                self._ensure_months(cur, {_month_key(us): us for us in seconds.values()})
+                # The months were made before the events were sorted (_make_months).
                 with cur.copy(_COPY_JOURNAL) as copy:
                     write_row = copy.write_row
                     for e in accepted:
                         write_row(e.row)
-                self._move_heads(cur, known, heads)
+                move_heads(cur, known, heads)
             if refusals:
-                with cur.copy(_COPY_QUARANTINE) as copy:
-                    for r in refusals:
-                        copy.write_row(
-                            (
-                                r.reason.value,
-                                r.detail,
-                                r.saga_id,
-                                r.seq,
-                                r.event.topic,
-                                r.event.partition,
-                                r.event.offset,
-                                r.event.key,
-                                r.event.value,
-                            )
-                        )
-                        report.quarantined[r.reason] = report.quarantined.get(r.reason, 0) + 1
+                for reason, times in copy_quarantine(cur, refusals).items():
+                    report.quarantined[QuarantineReason(reason)] = times
+            if plan is not None and plan.findings:
+                write_findings(cur, plan.findings)
+                for f in plan.findings:
+                    report.findings[f.reason.value] = report.findings.get(f.reason.value, 0) + 1
             self._store_offsets(cur, batch)
         report.archived = len(accepted)
-        return report
+        return report, plan, heads
+
+    def _sort(
+        self,
+        cur: psycopg.Cursor,
+        batch: Sequence[RawEvent],
+        decoded: Sequence[_Checked | _Refusal],
+        read_again: Sequence[bool],
+        heads: dict[str, tuple[int, str]],
+        plan: BatchPlan | None,
+        unmade: Mapping[int, str],
+    ) -> tuple[list[_Checked], list[_Refusal], int]:
+        """Classify the batch's events in order against the table's heads (moved in
+        ``heads`` as events are accepted), beside the plan's walk: the events to write and
+        the refusals to quarantine, and how many were duplicates."""
+        archived = archived_hashes(
+            cur,
+            {
+                (d.saga_id, d.seq)
+                for d in decoded
+                if isinstance(d, _Checked) and d.seq < heads.get(d.saga_id, (0, ""))[0]
+            },
+        )
+        accepted: list[_Checked] = []
+        refusals: list[_Refusal] = []
+        duplicates = 0
+        for ev, item, again in zip(batch, decoded, read_again, strict=True):
+            if isinstance(item, _Checked) and not again and unmade:
+                month = _month_key(item.recorded_at_us)
+                if month in unmade:
+                    item = _Refusal(
+                        QuarantineReason.PARTITION_UNAVAILABLE,
+                        unmade[month],
+                        ev,
+                        item.saga_id,
+                        item.seq,
+                    )
+            if isinstance(item, _Refusal):
+                if not again:
+                    refusals.append(item)
+                continue
+            assert plan is not None
+            verdict = self._classify(cur, item, heads, archived)
+            if verdict is _DUPLICATE:
+                duplicates += 1
+                plan.observe(item, Table.HOLDS, again=again)
+                continue
+            if again:
+                # Its fate was decided (and stored) when it was first read.
+                plan.observe(item, Table.LACKS, again=again)
+                continue
+            if verdict is None:
+                refused = plan.writer_refusal(item)
+                if refused is None:
+                    accepted.append(item)
+                    heads[item.saga_id] = (item.seq, item.hash)
+                    archived[(item.saga_id, item.seq)] = item.hash
+                    plan.observe(item, Table.WRITTEN, again=again)
+                    continue
+                verdict = (QuarantineReason(refused[0]), refused[1])
+            plan.observe(item, Table.LACKS, again=again)
+            assert isinstance(verdict, tuple)
+            reason, detail = verdict
+            refusals.append(_Refusal(reason, detail, ev, item.saga_id, item.seq))
+        return accepted, refusals, duplicates
+
+    def _store_offsets(self, cur: psycopg.Cursor, batch: Sequence[RawEvent]) -> None:
+        """Store the batch's positions (the last statement of its transaction)."""
+        store_offsets(cur, self.consumer_group, batch)
 
     def _classify(
         self,
         cur: psycopg.Cursor,
         entry: _Checked,
         heads: dict[str, tuple[int, str]],
-        in_batch: dict[tuple[str, int], str],
+        archived: dict[tuple[str, int], str],
     ) -> tuple[QuarantineReason, str] | object | None:
+        """``None`` when ``entry`` extends its saga's archived head, :data:`_DUPLICATE` when it
+        is archived already, else the refusal (``archived``: hashes known at (saga, seq))."""
         head_seq, head_hash = heads.get(entry.saga_id, (0, GENESIS_HASH))
         if entry.seq <= head_seq:
             if entry.seq == head_seq:
                 archived_hash: str | None = head_hash
-            elif (entry.saga_id, entry.seq) in in_batch:
-                archived_hash = in_batch[(entry.saga_id, entry.seq)]
+            elif (entry.saga_id, entry.seq) in archived:
+                archived_hash = archived[(entry.saga_id, entry.seq)]
             else:
                 row = cur.execute(
                     "SELECT hash FROM side_effect_journal WHERE saga_id = %s AND seq = %s",
@@ -525,220 +549,33 @@ class BatchArchiver:
             )
         return None
 
-    def _ensure_months(self, cur: psycopg.Cursor, months: dict[int, int]) -> None:
-        """Create the month partitions the batch needs (``months``: month -> a time in it)."""
-        for month, at_us in sorted(months.items()):
-            if month not in self._months:
-                cur.execute("SELECT sgc_ensure_month(%s)", (at_us,))
-        # Trusted only once committed: on any failure the connection and this cache are dropped.
-        self._months |= months.keys()
-
-    def _move_heads(
+    def _make_months(
         self,
+        conn: psycopg.Connection,
         cur: psycopg.Cursor,
-        before: dict[str, tuple[int, str]],
-        after: dict[str, tuple[int, str]],
-    ) -> None:
-        moved = [
-            (s, before[s][0], *after[s]) for s in after if s in before and after[s] != before[s]
-        ]
-        new = [(s, *after[s]) for s in after if s not in before]
-        # Only constant SQL fragments are interpolated below; values are bound parameters.
-        if moved:
-            cols = [
-                _texts([m[0] for m in moved]),
-                _ints([m[1] for m in moved]),
-                _ints([m[2] for m in moved]),
-                _texts([m[3] for m in moved]),
-            ]
-            cur.execute(
-                "UPDATE archive_saga_head h SET head_seq = u.seq, head_hash = u.hash,"  # noqa: S608
-                f" updated_at = now() FROM unnest({', '.join(c[0] for c in cols)})"
-                "   AS u(saga_id, old_seq, seq, hash)"
-                " WHERE h.saga_id = u.saga_id AND h.head_seq = u.old_seq",
-                [c[1] for c in cols],
-            )
-            if cur.rowcount != len(moved):
-                raise _HeadConflictError
-        if new:
-            cols = [
-                _texts([n[0] for n in new]),
-                _ints([n[1] for n in new]),
-                _texts([n[2] for n in new]),
-            ]
-            cur.execute(
-                "INSERT INTO archive_saga_head (saga_id, head_seq, head_hash)"  # noqa: S608
-                f" SELECT * FROM unnest({', '.join(c[0] for c in cols)})"
-                " ON CONFLICT (saga_id) DO NOTHING",
-                [c[1] for c in cols],
-            )
-            if cur.rowcount != len(new):
-                raise _HeadConflictError
+        decoded: Sequence[_Checked | _Refusal],
+        read_again: Sequence[bool],
+    ) -> dict[int, str]:
+        """Make the month partitions the batch's events need, each in a savepoint; the months
+        that could not be made (the database refused: not a lost connection), with why.
 
-    def _store_offsets(self, cur: psycopg.Cursor, batch: Sequence[RawEvent]) -> None:
-        top: dict[tuple[str, int], int] = {}
-        first: dict[tuple[str, int], int] = {}
-        for ev in batch:
-            key = (ev.topic, ev.partition)
-            top[key] = max(top.get(key, -1), ev.offset)
-            first[key] = min(first.get(key, ev.offset), ev.offset)
-        if not top:
-            return
-        # keys_checked_from: from where on this partition's rows were archived by a release
-        # that refuses foreign keys (set once, when the partition is first archived).
-        cur.execute(
-            "INSERT INTO archive_consumer_offset (consumer_group, topic, kafka_partition,"
-            " next_offset, keys_checked_from)"
-            " SELECT %s, * FROM unnest(%s::text[], %s::int[], %s::bigint[], %s::bigint[])"
-            " ON CONFLICT (consumer_group, topic, kafka_partition) DO UPDATE"
-            " SET next_offset = GREATEST(archive_consumer_offset.next_offset,"
-            " excluded.next_offset), updated_at = now()",
-            (
-                self.consumer_group,
-                [k[0] for k in top],
-                [k[1] for k in top],
-                [o + 1 for o in top.values()],
-                [first[k] for k in top],
-            ),
-        )
+        Events of such a month are quarantined (``partition_unavailable``): the message's
+        fate, not the batch's or the service's.
+        """
+        seconds: dict[int, int] = {}
+        for d, again in zip(decoded, read_again, strict=True):
+            if isinstance(d, _Checked) and not again:
+                seconds.setdefault(d.recorded_at_us // 1_000_000, d.recorded_at_us)
+        return make_months(conn, cur, {_month_key(us): us for us in seconds.values()}, self._months)
 
 
 _DUPLICATE = object()
 
 
-def _avro_decoder(keys: FieldSealer | None = None) -> Decoder:
-    from sagacity.schemas import decode_entry
-
-    if keys is None:
-        return decode_entry
-    return functools.partial(decode_entry, keys=keys)
-
-
-RecordDecoder = Callable[[bytes], dict[str, Any]]
-
-NativeRow = Callable[[bytes, bytes | None, bytes, str, int, int], tuple[Any, ...] | None]
-"""``sagacity_native.archive_row``: (prefix, key, value, topic, partition, offset) to the row
-:func:`_checked_from_record` would build, or ``None`` to leave the event to the Python paths."""
-
-
-def _native_archive_row() -> NativeRow | None:
-    """The compiled ingest check (docs/adr/0013-compiled-hot-path.md), unless it is not
-    installed or ``SAGACITY_NATIVE=0``."""
-    function: NativeRow | None = native("archive_row")
-    return function
-
-
-def _current_prefix() -> bytes:
-    """The first bytes of a message of the current schema: marker and fingerprint."""
-    from sagacity.schemas._codec import MAGIC, current_schema
-
-    return MAGIC + current_schema().fingerprint
-
-
-def _avro_record_decoder() -> RecordDecoder:
-    from sagacity.schemas._codec import decode_record
-
-    return decode_record
-
-
-def _checked_from_record(ev: RawEvent, decode_record: RecordDecoder) -> _Checked | None:
-    """``ev`` checked from its Avro record's fields, or ``None`` to leave it to the reference
-    path (:meth:`BatchArchiver._decode_entry`, through :class:`JournalEntry`).
-
-    Accepts only what the reference path accepts: a record whose fields make a valid
-    :class:`JournalEntry` (the text rules of docs/adr/0002-hash-chain.md, a seq >= 1, int
-    times), keyed by its saga, in the archive's time range, hashing to its own hash.  Every
-    refusal, and its reason and detail, is the reference path's.
-    """
-    value = ev.value
-    if value is None:
-        return None
-    try:
-        record = decode_record(value)
-        saga_id = record["saga_id"]
-        seq = record["seq"]
-        event_type = record["event_type"]
-        tool = record["tool"]
-        payload = record["payload"]
-        result = record["result"]
-        error = record["error"]
-        actor = record["actor"]
-        attributes = record["attributes"]
-        recorded_at_us = record["recorded_at_us"]
-        prev_hash = record["prev_hash"]
-        recorded_hash = record["hash"]
-        if (
-            type(saga_id) is not str
-            or not saga_id
-            or type(seq) is not int
-            or seq < 1
-            or type(event_type) is not str
-            or not event_type
-            or type(recorded_at_us) is not int
-            or not _MIN_US <= recorded_at_us < _MAX_US
-            or type(prev_hash) is not str
-            or type(recorded_hash) is not str
-            or type(attributes) is not dict
-            or (tool is not None and type(tool) is not str)
-            or (payload is not None and type(payload) is not str)
-            or (result is not None and type(result) is not str)
-            or (error is not None and type(error) is not str)
-            or (actor is not None and type(actor) is not str)
-            # None formats as "None", which holds no U+0000.
-            or "\x00" in f"{saga_id}{event_type}{tool}{payload}{result}{error}{actor}"
-            or ev.key != saga_id.encode("utf-8")  # lone surrogates raise: left to the reference
-            # Form 2 (docs/adr/0019-erasure.md), or form 1 showing commitments: the reference.
-            or record.get("form", 1) != 1
-            or record.get("commitments")
-            or record.get("salts")
-            or record.get("sealed")
-        ):
-            return None
-        if attributes:
-            # join refuses non-text keys and values
-            if "\x00" in "".join(attributes) or "\x00" in "".join(attributes.values()):
-                return None
-            attributes_json = json.dumps(attributes, ensure_ascii=False)
-        else:
-            attributes_json = "{}"
-        prev = bytes.fromhex(prev_hash)
-        if len(prev) != 32:
-            return None
-        canonical = canonical_bytes_of(
-            saga_id,
-            seq,
-            event_type,
-            tool,
-            payload,
-            result,
-            error,
-            actor,
-            recorded_at_us,
-            attributes,
-        )
-        if hashlib.sha256(prev + canonical).hexdigest() != recorded_hash:
-            return None
-    except Exception:  # anything odd is the reference path's to decide and explain
-        return None
-    return _Checked(
-        (
-            saga_id,
-            seq,
-            event_type,
-            tool,
-            payload,
-            result,
-            error,
-            actor,
-            attributes_json,
-            recorded_at_us,
-            recorded_hash,
-            prev_hash,
-            ev.topic,
-            ev.partition,
-            ev.offset,
-            1,
-            "{}",
-            "{}",
-        )
-    )
+def _next_offsets(batch: Sequence[RawEvent]) -> dict[tuple[str, int], int]:
+    """Per (topic, partition) of ``batch``, the offset after its last message."""
+    top: dict[tuple[str, int], int] = {}
+    for ev in batch:
+        key = (ev.topic, ev.partition)
+        top[key] = max(top.get(key, -1), ev.offset + 1)
+    return top

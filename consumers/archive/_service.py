@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
-from confluent_kafka import Message
+from confluent_kafka import KafkaException, Message
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pydantic import Field
 
@@ -37,9 +37,21 @@ from sagacity.consumers._runtime import (
     client_config,
 )
 from sagacity.consumers.archive._authorship import Authorship
-from sagacity.consumers.archive._checkpoints import SignedRound, Signer, sign_pending
+from sagacity.consumers.archive._checkpoints import (
+    SignedRound,
+    Signer,
+    parse_public_key,
+    sign_pending,
+)
 from sagacity.consumers.archive._db import connect, ensure_schema
+from sagacity.consumers.archive._findings import Finding
 from sagacity.consumers.archive._ingest import BatchArchiver, BatchReport, Decoder, RawEvent
+from sagacity.consumers.archive._ledger import IngestLedger
+from sagacity.consumers.archive._timewindow import (
+    DEFAULT_MAX_AGE_S,
+    DEFAULT_MAX_FUTURE_S,
+    TimeWindow,
+)
 from sagacity.consumers.archive._witness import publish
 from sagacity.errors import (
     PersistenceError,
@@ -73,8 +85,17 @@ class ArchiveSettings(SagacitySettings):
             ``SAGACITY_APPROVALS_PUBLIC_KEY``): decisions whose signature does not verify are
             quarantined.  ``None``: decisions are archived unchecked (a warning at start).
         writer_registry: the writer registry file (``SAGACITY_ARCHIVE_WRITER_REGISTRY``):
-            events from unregistered writers or with a bad writer signature are quarantined.
+            events from unregistered writers or with a bad writer signature are quarantined,
+            and events a writer may not write in that saga (its role, docs/adr/0014 §5).
             ``None``: any writer is accepted.
+        previous_public_keys: public keys this archive signed with before ``signing_key``
+            (hex or files, comma-separated): after a restart, a saga resumes from its last head
+            signed under any of them or the current key (docs/adr/0012, "The signer's input").
+        max_future_s / max_age_s: how far ahead of and behind the archiver's clock an event
+            may be dated (one day, two years); others are quarantined ``time_out_of_range``
+            and no partition is made for them (docs/adr/0006, "Partitioning").
+        sign_when_pending: sign at once, without waiting for the interval, when this many
+            sagas' attested heads wait for a round (bounds the ledger's memory).
     """
 
     env_service: ClassVar[str] = "ARCHIVE"
@@ -99,6 +120,10 @@ class ArchiveSettings(SagacitySettings):
     kafka_config: Mapping[str, str] = Field(default_factory=dict)
     approvals_public_key: str | None = None
     writer_registry: Path | None = None
+    previous_public_keys: str | None = None
+    max_future_s: float = Field(default=DEFAULT_MAX_FUTURE_S, ge=0)
+    max_age_s: float = Field(default=DEFAULT_MAX_AGE_S, ge=0)
+    sign_when_pending: int = Field(default=50_000, gt=0)
 
 
 class ArchiveMetrics:
@@ -131,6 +156,17 @@ class ArchiveMetrics:
             "Signing rounds (one signature over a Merkle root of heads)",
             registry=r,
         )
+        self.findings = Counter(
+            "sagacity_archive_findings",
+            "Sagas whose table holds what the archiver did not read from the topic",
+            ["reason"],
+            registry=r,
+        )
+        self.again = Counter(
+            "sagacity_archive_reread",
+            "Messages read again after a restart to re-verify what was not signed yet",
+            registry=r,
+        )
         self.last_batch = Gauge(
             "sagacity_archive_last_commit_timestamp_seconds",
             "When a batch last committed",
@@ -143,6 +179,9 @@ class ArchiveMetrics:
         self.duplicates.inc(report.duplicates)
         for reason, count in report.quarantined.items():
             self.quarantined.labels(reason=reason.value).inc(count)
+        for finding, times in report.findings.items():
+            self.findings.labels(reason=finding).inc(times)
+        self.again.inc(report.again)
         self.batches.inc()
         self.retries.inc(report.attempts - 1)
         self.batch_seconds.observe(report.seconds)
@@ -177,6 +216,41 @@ def authorship_of(settings: ArchiveSettings) -> Authorship:
     return Authorship(approvals=approvals, writers=writers)
 
 
+def archiver_of(
+    settings: ArchiveSettings,
+    *,
+    signer: Signer | None,
+    authorship: Authorship | None = None,
+    decode: Decoder | None = None,
+    keys: FieldSealer | None = None,
+) -> BatchArchiver:
+    """The batch archiver ``settings`` ask for, signing (or not) with ``signer``: the service's,
+    and ``sagacity archive checkpoint``'s.
+
+    Raises:
+        ConfigurationError: the approvals key or the writer registry is unusable.
+        SigningKeyError: a previous public key is not one.
+    """
+    signed_keys = [
+        *([signer.public_raw] if signer else []),
+        *(
+            parse_public_key(k.strip())
+            for k in (settings.previous_public_keys or "").split(",")
+            if k.strip()
+        ),
+    ]
+    return BatchArchiver(
+        settings.database_url,
+        consumer_group=settings.group_id,
+        decode=decode,
+        authorship=authorship if authorship is not None else authorship_of(settings),
+        keys=keys,
+        time_window=TimeWindow(max_future_s=settings.max_future_s, max_age_s=settings.max_age_s),
+        signed_keys=signed_keys,
+        ledger=IngestLedger(signing=signer is not None),
+    )
+
+
 class ArchiveService(Handler):
     """Runs the archive consumer until :meth:`stop` (or a signal handler) is called.
 
@@ -200,14 +274,10 @@ class ArchiveService(Handler):
         self.settings = settings
         self.metrics = metrics if metrics is not None else ArchiveMetrics()
         self._authorship = authorship_of(settings)
-        self._archiver = BatchArchiver(
-            settings.database_url,
-            consumer_group=settings.group_id,
-            decode=decode,
-            authorship=self._authorship,
-            keys=keys,
-        )
         self._signer = Signer.from_file(settings.signing_key) if settings.signing_key else None
+        self._archiver = archiver_of(
+            settings, signer=self._signer, authorship=self._authorship, decode=decode, keys=keys
+        )
         self._stop = threading.Event()
         self._healthy = False
         self._http: ThreadingHTTPServer | None = None
@@ -227,7 +297,12 @@ class ArchiveService(Handler):
             self,
             # Positions the table does not hold start at the beginning: the archive must see
             # every event, whatever the group committed to Kafka before.
-            positions=TablePositions(self._archiver.stored_offsets, from_beginning=True),
+            # With a signer, each partition starts where what was ingested is all signed: what
+            # an earlier process archived after that is read again, to be signed by this one.
+            positions=TablePositions(
+                self._archiver.start_offsets if self._signer else self._archiver.stored_offsets,
+                from_beginning=True,
+            ),
             # Undecodable and refused events are quarantined by the batch (see the module);
             # nothing reaches the runtime's policy.
             poison=SkipAndCount(),
@@ -288,6 +363,30 @@ class ArchiveService(Handler):
         """Nothing to archive: the loop is healthy."""
         self._healthy = True
 
+    def on_revoking(self, partitions: Sequence[int], *, lost: bool) -> None:
+        """Sign what this process read from ``partitions`` (it did read it, whoever owns them
+        next), then forget them: their heads move without this process from now on."""
+        del lost
+        if self._signer:
+            self._checkpoint()
+        self._archiver.ledger.forget(self.settings.topic, partitions)
+
+    def _partitions(self, topic: str) -> None:
+        """Learn ``topic``'s partition count (the placement check) once."""
+        if topic in self._archiver.partitions:
+            return
+        consumer = self.runtime.consumer
+        if consumer is None:
+            return
+        try:
+            metadata = consumer.list_topics(topic, timeout=10)
+        except KafkaException as exc:
+            raise Redeliver(f"cannot read the partition count of {topic}: {exc}") from exc
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            raise Redeliver(f"cannot read the partition count of {topic}")
+        self._archiver.partitions[topic] = len(found.partitions)
+
     def handle(self, messages: Sequence[Message]) -> None:
         """Archive ``messages`` in one transaction with their positions.
 
@@ -295,6 +394,8 @@ class ArchiveService(Handler):
             Redeliver: the database is away; nothing was committed.
         """
         with_headers = self._authorship.needs_headers
+        for topic in {m.topic() or self.settings.topic for m in messages}:
+            self._partitions(topic)
         batch = [
             RawEvent(
                 topic=m.topic() or self.settings.topic,
@@ -317,6 +418,9 @@ class ArchiveService(Handler):
         self.metrics.record(report)
         if report.quarantined_total:
             log.warning("quarantined %s", {k.value: v for k, v in report.quarantined.items()})
+        if self._signer and self._archiver.ledger.pending_count >= self.settings.sign_when_pending:
+            self._checkpoint()
+            self._last_checkpoint = time.monotonic()
 
     def _checkpoint(self) -> None:
         assert self._signer is not None
@@ -337,7 +441,16 @@ class ArchiveService(Handler):
             )
 
         try:
-            signed = sign_pending(self._archiver.connection(), self._signer, on_round=signed_round)
+            signed = sign_pending(
+                self._archiver.connection(),
+                self._signer,
+                self._archiver.ledger,
+                on_round=signed_round,
+                consumer_group=self.settings.group_id,
+                on_finding=self._found,
+            )
+            for finding in self._archiver.moved_heads(self.settings.topic, self.runtime.assigned):
+                self._found(finding)
         except (PersistenceError, RoundLogError) as exc:
             log.error("checkpoint not signed this time: %s", exc.message)
             signed = 0
@@ -347,6 +460,9 @@ class ArchiveService(Handler):
                 publish(self.settings.witness, latest[0], public_hex=self._signer.public_hex)
             except WitnessError as exc:
                 log.error("round %d not published: %s", latest[0].round_id, exc.message)
+
+    def _found(self, finding: Finding) -> None:
+        self.metrics.findings.labels(reason=finding.reason.value).inc()
 
     # --- /metrics and /healthz -----------------------------------------------------------------
     def _start_http(self, port: int) -> None:

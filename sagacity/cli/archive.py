@@ -6,7 +6,9 @@ from pathlib import Path
 
 import click
 
+from sagacity._defaults import DEFAULT_ARCHIVE_GROUP
 from sagacity.cli._db_options import conninfo, database_options, fail
+from sagacity.cli._options import bootstrap_servers_option, group_option, topic_option
 
 
 @click.group()
@@ -50,12 +52,19 @@ def keygen(out: Path) -> None:
     is_flag=True,
     help="An HMAC-SHA256 secret (the registry then holds the secret) instead of Ed25519.",
 )
-def writer_keygen(writer_id: str, out: Path, use_hmac: bool) -> None:
+@click.option(
+    "--role",
+    type=click.Choice(["agent", "approvals", "compensation", "operator"]),
+    default="agent",
+    show_default=True,
+    help="What the writer may write in sagas it does not own (docs/adr/0014 §5).",
+)
+def writer_keygen(writer_id: str, out: Path, use_hmac: bool, role: str) -> None:
     """Create a writer's signing key; print its entry for the archive's writer registry."""
     import os
     import secrets
 
-    from sagacity._writer_signature import HMAC_PREFIX, WriterKey
+    from sagacity._writer_signature import HMAC_PREFIX, WriterKey, WriterRole
     from sagacity.errors import SagacityError
 
     if use_hmac:
@@ -82,7 +91,7 @@ def writer_keygen(writer_id: str, out: Path, use_hmac: bool) -> None:
     except SagacityError as exc:
         fail(exc.message)
     click.echo(f"# writer key: {out} (SAGACITY_WRITER_KEY, with SAGACITY_WRITER_ID={writer_id})")
-    click.echo(key.registry_entry(), nl=False)
+    click.echo(key.registry_entry(WriterRole(role)), nl=False)
 
 
 @archive.command()
@@ -105,7 +114,10 @@ def migrate(database_url: str, schema: str | None, grant_role: str | None) -> No
 
 
 @archive.command()
+@bootstrap_servers_option("ARCHIVE")
 @database_options
+@topic_option("ARCHIVE")
+@group_option("ARCHIVE", default=DEFAULT_ARCHIVE_GROUP)
 @click.option(
     "--signing-key",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -119,25 +131,84 @@ def migrate(database_url: str, schema: str | None, grant_role: str | None) -> No
     default=None,
     help="File path or http(s) URL (JSON POST) to publish the latest signed round to.",
 )
+@click.option(
+    "--timeout",
+    default=300.0,
+    show_default=True,
+    help="Seconds to read the topic to its end before giving up (nothing is signed then).",
+)
 def checkpoint(
-    database_url: str, schema: str | None, signing_key: Path, witness: str | None
+    bootstrap_servers: str,
+    database_url: str,
+    schema: str | None,
+    topic: str,
+    group: str,
+    signing_key: Path,
+    witness: str | None,
+    timeout: float,
 ) -> None:
-    """Sign every archived head that moved since its last checkpoint, now."""
-    from sagacity.consumers.archive import SignedRound, Signer, check_schema, connect, sign_pending
+    """Sign now what the archive holds, read again from the topic.
+
+    A signer signs only what its own process read from the topic (the database can be written
+    by others): this reads each partition from where everything was last signed up to its end,
+    re-verifying what was archived since and archiving anything new as the archiver does
+    (same group, same checks), then signs it. A running archiver keeps its partitions.
+    """
+    import os
+
+    from sagacity._env import client_settings, starting_keys
+    from sagacity.consumers.archive import (
+        ArchiveSettings,
+        SignedRound,
+        Signer,
+        archiver_of,
+        catch_up_and_sign,
+        connect,
+        ensure_schema,
+    )
     from sagacity.consumers.archive import publish_witness as publish
     from sagacity.errors import SagacityError
 
     rounds: list[SignedRound] = []
+    kafka_config = client_settings(os.environ)
+    url = conninfo(database_url, schema)
     try:
         signer = Signer.from_file(signing_key)
-        with connect(conninfo(database_url, schema)) as conn:
-            check_schema(conn)
-            signed = sign_pending(conn, signer, on_round=rounds.append)
+        with connect(url) as conn:
+            ensure_schema(conn)
+        with starting_keys({"SAGACITY_DATABASE_URL": database_url, **os.environ}) as keys:
+            settings = ArchiveSettings(
+                bootstrap_servers=bootstrap_servers,
+                database_url=url,
+                topic=topic,
+                group_id=group,
+                signing_key=signing_key,
+                kafka_config=kafka_config,
+            )
+            archiver = archiver_of(settings, signer=signer, keys=keys)
+            try:
+                done = catch_up_and_sign(
+                    bootstrap_servers=bootstrap_servers,
+                    topic=topic,
+                    group_id=group,
+                    archiver=archiver,
+                    signer=signer,
+                    kafka_config=kafka_config,
+                    on_round=rounds.append,
+                    timeout_s=timeout,
+                )
+            finally:
+                archiver.close()
+                if keys is not None:
+                    keys.close()
         if rounds and witness is not None:
             publish(witness, rounds[-1], public_hex=signer.public_hex)
     except SagacityError as exc:
         fail(exc)
-    click.echo(f"signed {signed} head(s) in {len(rounds)} round(s) with key {signer.key_id}")
+    click.echo(
+        f"read {done.read} message(s) ({done.again} again, {done.archived} newly archived); "
+        f"signed {done.signed} head(s) in {len(rounds)} round(s) with key {signer.key_id}"
+    )
     if rounds:
         click.echo(f"latest signing round: {rounds[-1].round_id}:{rounds[-1].root}")
 

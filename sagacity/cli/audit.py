@@ -20,7 +20,12 @@ if TYPE_CHECKING:
     import psycopg
 
     from sagacity import JournalEntry
-    from sagacity.consumers.archive import AuditSummary, ErasureAudit, ReplayReport
+    from sagacity.consumers.archive import (
+        AuditSummary,
+        ErasureAudit,
+        ReplayReport,
+        SagaRefusals,
+    )
 
 
 def _pinned(public_keys: tuple[str, ...]) -> tuple[bytes, ...]:
@@ -100,6 +105,7 @@ def verify(
         audit_erasures,
         connect,
         iter_audits,
+        saga_refusals,
         unsigned_as_failure,
     )
     from sagacity.errors import SagacityError
@@ -139,6 +145,7 @@ def verify(
                 sagas=len(summary.erased_sagas),
                 fields=summary.erased_fields,
             )
+            refusals = saga_refusals(conn, saga_id) if saga_id is not None else None
     except SagacityError as exc:
         fail(exc)
     if saga_id is not None and summary.sagas == 0:
@@ -146,13 +153,30 @@ def verify(
     if as_json:
         report = _summary_json(summary, pinned=bool(public_keys))
         report.update(_erasures_json(erasures))
+        if refusals is not None:
+            report["quarantined"] = refusals.quarantined
+            report["findings"] = [{"reason": r, "detail": d} for r, d in refusals.findings]
         report["ok"] = report["ok"] and not erasures.unrecorded
         click.echo(json.dumps(report, indent=2))
     else:
         _print_summary(summary, pinned=bool(public_keys), every_saga=saga_id is None)
         _print_erasures(erasures)
+        if refusals is not None:
+            _print_refusals(refusals)
     if not summary.all_ok or erasures.unrecorded:
         raise click.exceptions.Exit(EXIT_FAILED)
+
+
+def _print_refusals(refusals: SagaRefusals) -> None:
+    """The saga's quarantined messages (by reason) and the archiver's findings about it: never
+    part of its chain, shown so that what was kept out is seen (a forged event on another
+    partition, a writer that may not write the saga, …)."""
+    click.echo(f"{'quarantined':<22} {refusals.quarantined_total:>12,}")
+    for reason, count in refusals.quarantined.items():
+        click.echo(f"{'  ' + reason:<22} {count:>12,}")
+    click.echo(f"{'archiver findings':<22} {len(refusals.findings):>12,}")
+    for reason, detail in refusals.findings:
+        click.echo(f"  {reason}: {detail}")
 
 
 def _erasures_json(erasures: ErasureAudit) -> dict[str, Any]:

@@ -428,6 +428,40 @@ $$;
 REVOKE ALL ON FUNCTION sgc_erase_saga(text, text, text, text) FROM PUBLIC;
 """,
     ),
+    (
+        8,
+        r"""
+-- What the archiver signs comes from its own ingest (docs/adr/0012-checkpoint-rounds.md,
+-- "The signer's input").  signed_offset: per partition, the offset below which everything
+-- this consumer group ingested was signed; a restarted archiver re-reads the topic from there
+-- (not from next_offset) to re-verify what it archived but had not signed yet.  A partition
+-- first archived starts it at its first offset; partitions archived before this version start
+-- it at next_offset (an archiver stopped cleanly signed everything it had ingested).
+ALTER TABLE archive_consumer_offset ADD COLUMN IF NOT EXISTS signed_offset bigint;
+UPDATE archive_consumer_offset SET signed_offset = next_offset WHERE signed_offset IS NULL;
+-- What the archiver found the database to hold that it did not write: a saga's head moved
+-- by something else, or archived rows past what it ingested or verified under its key.  Never
+-- signed; reported by the service (log, metric) and by verify --saga.
+CREATE TABLE IF NOT EXISTS archive_finding (
+    id              bigserial   PRIMARY KEY,
+    found_at        timestamptz NOT NULL DEFAULT now(),
+    reason          text        NOT NULL,
+    detail          text        NOT NULL,
+    saga_id         text        NOT NULL,
+    ingested_seq    bigint,
+    ingested_hash   text,
+    table_seq       bigint,
+    table_hash      text
+);
+CREATE INDEX IF NOT EXISTS archive_finding_saga ON archive_finding (saga_id);
+DROP TRIGGER IF EXISTS sgc_append_only ON archive_finding;
+CREATE TRIGGER sgc_append_only BEFORE UPDATE OR DELETE ON archive_finding
+    FOR EACH ROW EXECUTE FUNCTION sgc_refuse_change();
+DROP TRIGGER IF EXISTS sgc_append_only_truncate ON archive_finding;
+CREATE TRIGGER sgc_append_only_truncate BEFORE TRUNCATE ON archive_finding
+    FOR EACH STATEMENT EXECUTE FUNCTION sgc_refuse_change();
+""",
+    ),
 )
 """(version, SQL) pairs, applied in order; each is re-runnable.  ``@schema@`` stands for the
 quoted name of the archive's schema (SECURITY DEFINER code names every object it uses)."""
@@ -443,10 +477,15 @@ ARCHIVE_TABLES: tuple[str, ...] = (
     "archive_retention",
     "archive_retention_anchor",
     "archive_erasure",
+    "archive_finding",
 )
 """Every table the archive owns (privileges are granted on these)."""
 
-TABLES_ADDED_IN: dict[str, int] = {"archive_checkpoint_round": 4, "archive_erasure": 7}
+TABLES_ADDED_IN: dict[str, int] = {
+    "archive_checkpoint_round": 4,
+    "archive_erasure": 7,
+    "archive_finding": 8,
+}
 """Tables of later schema versions: an archive at an older version is read without them."""
 
 ROUNDS_VERSION = 4
@@ -464,6 +503,11 @@ ERASURE_VERSION = 7
 """The schema version from which a saga's openings can be erased (``sgc_erase_saga``) and
 erasures are logged (``archive_erasure``; docs/adr/0019-erasure.md §4)."""
 
+INGEST_VERSION = 8
+"""The schema version from which the archiver records, per partition, up to where what it
+ingested is signed (``signed_offset``) and what it found it did not write
+(``archive_finding``; docs/adr/0012-checkpoint-rounds.md, "The signer's input")."""
+
 
 def checkpoint_round_columns(version: int) -> str:
     """``round_id, leaf_index`` of ``archive_checkpoint`` as a select list, or two NULLs for an
@@ -477,5 +521,6 @@ APPEND_ONLY_TABLES: tuple[str, ...] = (
     "archive_checkpoint",
     "archive_checkpoint_round",
     "archive_erasure",
+    "archive_finding",
 )
 """Tables whose rows are never updated or deleted (triggers refuse it)."""

@@ -30,6 +30,7 @@ from sagacity import (
 )
 from sagacity import _attributes as attr
 from sagacity._decision_signature import generate_key
+from sagacity._writer_roles import WriterRole
 from sagacity._writer_signature import HEADER, WriterKey, writer_message
 from sagacity.chain import link
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
@@ -288,3 +289,162 @@ def test_per_writer_signing_quarantines_forged_appends_and_forged_sagas(
         ("unregistered_writer", 2),
     ]
     assert _quarantined(archive_dsn, "anonymous") == [("unregistered_writer", 1)]
+
+
+def _registered(tmp_path: Path, writer: str, role: WriterRole = WriterRole.AGENT) -> WriterKey:
+    key = _hmac_key(tmp_path, writer, hashlib.sha256(writer.encode()).digest())
+    registry = tmp_path / "writers.toml"
+    with registry.open("a", encoding="utf-8") as file:
+        file.write(key.registry_entry(role))
+    return key
+
+
+def test_a_registered_writer_cannot_write_into_another_writers_saga(
+    kafka_bootstrap: str,
+    make_topic: Callable[..., str],
+    archive_dsn: str,
+    archive_of: Callable[..., ArchiveService],
+    tmp_path: Path,
+) -> None:
+    """Agent-2, registered and signing correctly, appends an EXECUTED and a COMPENSATED naming
+    the compensation service as actor into agent-1's saga: both are its own, validly signed
+    events, and neither is archived (``writer_not_owner``, then ``gap``)."""
+    topic = make_topic(partitions=2)
+    owner = _registered(tmp_path, "agent-1")
+    intruder = _registered(tmp_path, "agent-2")
+    journal = KafkaJournal(kafka_bootstrap, topic=topic, writer_key=owner)
+    try:
+        s = Sagacity(journal)
+        bank = s.wrap(Bank())
+        assert s.saga("victim", lambda: bank.reserve("SKU")).status is SagaStatus.COMPLETED
+        chain = journal.entries("victim")
+    finally:
+        journal.close()
+    tail = chain[-1]
+    forged = []
+    for draft in (
+        EntryDraft(
+            saga_id="victim",
+            event_type=E.EXECUTED,
+            tool="send_wire_transfer",
+            result="ok",
+            attributes={attr.WRITER: "agent-2", attr.REF_SEQ: str(tail.seq)},
+        ),
+        EntryDraft(
+            saga_id="victim",
+            event_type=E.COMPENSATED,
+            tool="reserve",
+            actor="compensation-service",
+            attributes={attr.WRITER: "agent-2", attr.REF_SEQ: "2"},
+        ),
+    ):
+        tail = link(draft, seq=tail.seq + 1, prev_hash=tail.hash)
+        forged.append(tail)
+        signature = intruder.sign(saga_id=tail.saga_id, seq=tail.seq, hash=tail.hash)
+        _produce(kafka_bootstrap, topic, tail, headers=[(HEADER, signature)])
+    archive_of(topic, writer_registry=tmp_path / "writers.toml")
+    _wait(lambda: len(_quarantined(archive_dsn, "victim")) == 2)
+    assert _archived(archive_dsn, "victim") == [e.event_type.value for e in chain]
+    assert _quarantined(archive_dsn, "victim") == [
+        ("writer_not_owner", forged[0].seq),
+        ("gap", forged[1].seq),
+    ]
+    [detail] = rows(
+        archive_dsn,
+        "SELECT detail FROM archive_quarantine WHERE saga_id = 'victim' AND reason = %s",
+        ("writer_not_owner",),
+    )
+    assert "'agent-2'" in str(detail[0])
+    assert "opened by writer 'agent-1'" in str(detail[0])
+
+
+def test_every_legitimate_flow_archives_with_a_writer_registry(
+    kafka_bootstrap: str,
+    make_topic: Callable[..., str],
+    archive_dsn: str,
+    archive_of: Callable[..., ArchiveService],
+    tmp_path: Path,
+) -> None:
+    """With roles in the registry, what the product itself writes is archived whole: an agent's
+    saga; a gate approved and resumed by the agent, and one resumed by the approvals service;
+    a rejection compensated by the compensation service; and a dead writer's saga taken over
+    by an operator, then compensated."""
+    topic = make_topic(partitions=2)
+    approvals_key = generate_key(tmp_path / "approvals.pem")
+    keys = {
+        "agent": _registered(tmp_path, "agent-1"),
+        "approvals": _registered(tmp_path, "approvals-1", WriterRole.APPROVALS),
+        "compensation": _registered(tmp_path, "compensation-1", WriterRole.COMPENSATION),
+        "operator": _registered(tmp_path, "operator-1", WriterRole.OPERATOR),
+    }
+    journals = {
+        name: KafkaJournal(kafka_bootstrap, topic=topic, writer_key=key)
+        for name, key in keys.items()
+    }
+    try:
+        agent = Sagacity(
+            journals["agent"],
+            compensation="delegated",
+            approvals_public_key=approvals_key.public_hex,
+        )
+        desk = Sagacity(
+            journals["approvals"],
+            compensation="delegated",
+            decision_signer=approvals_key,
+            approvals_public_key=approvals_key.public_hex,
+        )
+        undoer = Sagacity(journals["compensation"], compensation="delegated")
+        bank, _, _ = agent.wrap(Bank()), desk.wrap(Bank()), undoer.wrap(Bank())
+
+        def gate(saga_id: str) -> int:
+            result = agent.saga(
+                saga_id, lambda: (bank.reserve("SKU"), bank.send_wire_transfer("100", "alice"))
+            )
+            assert result.awaiting_seq is not None
+            return result.awaiting_seq
+
+        def compensate(saga_id: str, reason: EventType) -> None:
+            # As the compensation service's job does: own the saga, then undo and end it.
+            journals["compensation"].append(
+                EntryDraft(saga_id=saga_id, event_type=E.SAGA_OPENED, attributes={})
+            )
+            undoer.compensate(saga_id, reason=reason)
+
+        assert agent.saga("plain", lambda: bank.reserve("SKU")).status is SagaStatus.COMPLETED
+        seq = gate("by-agent")
+        desk.approve("by-agent", seq, "alice@example.com")
+        assert agent.resume_saga("by-agent", seq, ALICE).status is SagaStatus.COMPLETED
+        seq = gate("by-desk")
+        desk.approve("by-desk", seq, "alice@example.com")
+        assert desk.resume_saga("by-desk", seq, ALICE).status is SagaStatus.COMPLETED
+        seq = gate("rejected")
+        desk.reject("rejected", seq, "bob@example.com", reason="no")
+        compensate("rejected", E.REJECTED)
+        journals["agent"].append(
+            EntryDraft(saga_id="abandoned", event_type=E.SAGA_OPENED, attributes={})
+        )
+        journals["operator"].take_over("abandoned", reason="its writer died", force=True)
+        compensate("abandoned", E.FAILED)
+    finally:
+        for journal in journals.values():
+            journal.close()
+    reader = KafkaJournal(kafka_bootstrap, topic=topic)
+    try:
+        sagas = ("plain", "by-agent", "by-desk", "rejected", "abandoned")
+        expected = {s: reader.entries(s) for s in sagas}
+    finally:
+        reader.close()
+    writers = {e.attributes[attr.WRITER] for chain in expected.values() for e in chain}
+    assert writers == {"agent-1", "approvals-1", "compensation-1", "operator-1"}
+    archive_of(
+        topic,
+        writer_registry=tmp_path / "writers.toml",
+        approvals_public_key=approvals_key.public_hex,
+    )
+    for saga_id, chain in expected.items():
+        _wait(lambda s=saga_id, c=chain: len(_archived(archive_dsn, s)) == len(c))
+    for saga_id, chain in expected.items():
+        assert _archived(archive_dsn, saga_id) == [e.event_type.value for e in chain], saga_id
+        assert _quarantined(archive_dsn, saga_id) == [], saga_id
+    assert expected["rejected"][-1].event_type is E.SAGA_ENDED
+    assert expected["abandoned"][-1].event_type is E.SAGA_ENDED

@@ -316,12 +316,13 @@ def _verify_bundle(bundle, public_hex: str) -> tuple[int, str]:
 
 
 def test_a_bundle_proves_its_anchor_and_refuses_a_forged_one(
-    spanning, archive_dsn, tmp_path, signer
+    spanning, archiver, archive_dsn, tmp_path, signer
 ):
     """saga-span's bundle starts at its anchor: the anchor's signed retention record and its
     inclusion proof travel with it, and the standalone verifier checks both."""
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer) == 2  # the head is signed: the bundle covers it
+        # the head is signed: the bundle covers it
+        assert sign_pending(conn, signer, archiver.ledger) == 2
         run_retention(conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW, signer=signer)
         assert export_bundle(conn, "saga-span", tmp_path / "b").ok
     manifest_path = tmp_path / "b" / "manifest.json"

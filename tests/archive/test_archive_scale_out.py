@@ -20,7 +20,13 @@ pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
 
 def _produce(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "partitioner": "murmur2_random",  # the journal's: a key's partition
+        }
+    )
     for key, value in messages:
         producer.produce(topic, key=key, value=value)
         producer.poll(0)

@@ -85,7 +85,7 @@ def test_the_archive_service_opens_sealed_events_and_quarantines_altered_ones(
     box = decode_record(value)["sealed"]["payload"]
     altered = bytearray(value)
     altered[value.index(box) + len(box) // 2] ^= 1
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "partitioner": "murmur2_random"})
     producer.produce(topic, key=b"sealed-arch", value=bytes(altered))
     producer.flush(10)
 

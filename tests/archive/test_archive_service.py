@@ -25,7 +25,12 @@ pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
 def produce(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> None:
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "partitioner": "murmur2_random",  # the journal's: a key's partition
+        }
     )
     for key, value in messages:
         producer.produce(topic, key=key, value=value)

@@ -12,6 +12,8 @@ from archive_helpers import as_raw, make_chain
 from sagacity.chain import link
 from sagacity.consumers.archive import (
     AuditReason,
+    BatchArchiver,
+    IngestLedger,
     Signer,
     audit,
     check_schema,
@@ -34,7 +36,7 @@ def archived(archiver, archive_dsn, signer):
     chains = {s: make_chain(s, 6) for s in ("saga-1", "saga-2", "saga-3")}
     archiver.archive(as_raw([e for c in chains.values() for e in c[:5]]))
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer) == 3
+        assert sign_pending(conn, signer, archiver.ledger) == 3
     archiver.archive(as_raw([c[5] for c in chains.values()], first_offset=15))
     return chains
 
@@ -357,7 +359,7 @@ def test_per_head_checkpoints_of_earlier_releases_still_verify(archiver, archive
         assert (summary.ok, summary.checkpoints, summary.rounds.rounds) == (2, 2, 0)
     archiver.archive(as_raw([e for c in chains.values() for e in c[2:]], first_offset=4))
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer) == 2  # the new heads only, in one round
+        assert sign_pending(conn, signer, archiver.ledger) == 2  # the new heads only, in one round
         summary = audit(conn, pinned_keys=[signer.public_raw])
     assert (summary.sagas, summary.ok, summary.checkpoints, summary.rounds.rounds) == (2, 2, 4, 1)
     tamper(
@@ -395,10 +397,10 @@ def test_tampered_rounds_among_many_sagas_are_found_where_they_are(archiver, arc
     chains = {s: make_chain(s, 4) for s in sagas}
     archiver.archive(as_raw([e for c in chains.values() for e in c[:2]]))
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer, chunk=100) == 400
+        assert sign_pending(conn, signer, archiver.ledger, chunk=100) == 400
     archiver.archive(as_raw([e for c in chains.values() for e in c[2:]], first_offset=800))
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer, chunk=100) == 400
+        assert sign_pending(conn, signer, archiver.ledger, chunk=100) == 400
         assert conn.execute("SELECT count(*) FROM archive_checkpoint_round").fetchone() == (8,)
     forged_signature = _round_of(archive_dsn, "w-000", 2)
     edited_leaf = _round_of(archive_dsn, "w-255", 4)
@@ -471,7 +473,7 @@ def test_a_signing_round_removed_whole_breaks_the_chain_of_rounds(archiver, arch
     for seq in range(3):
         archiver.archive(as_raw([c[seq] for c in chains.values()], first_offset=2 * seq))
         with psycopg.connect(archive_dsn) as conn:
-            assert sign_pending(conn, signer) == 2
+            assert sign_pending(conn, signer, archiver.ledger) == 2
     with psycopg.connect(archive_dsn) as conn:
         summary = audit(conn, pinned_keys=[signer.public_raw])
         rounds = [r[0] for r in conn.execute("SELECT round_id FROM archive_checkpoint_round")]
@@ -520,7 +522,7 @@ def test_concurrent_signers_make_one_chain_of_rounds(archiver, archive_dsn, sign
 
         def waiting_signer() -> None:
             with psycopg.connect(archive_dsn) as conn:
-                sign_pending(conn, signer)
+                sign_pending(conn, signer, archiver.ledger)
             done.set()
 
         thread = threading.Thread(target=waiting_signer)
@@ -529,15 +531,19 @@ def test_concurrent_signers_make_one_chain_of_rounds(archiver, archive_dsn, sign
     assert done.wait(10)  # and signs once it is released
     thread.join()
 
+    # Two archivers, each signing what it ingested itself, at once.
     sagas = [f"c-{n:03d}" for n in range(120)]
-    archiver.archive(as_raw([e for s in sagas for e in make_chain(s, 2)]))
+    other = BatchArchiver(archive_dsn, consumer_group="g", retry_delay=0.05)
+    archiver.archive(as_raw([e for s in sagas[:60] for e in make_chain(s, 2)]))
+    other.archive(as_raw([e for s in sagas[60:] for e in make_chain(s, 2)], partition=1))
+    other.close()
     signed: list[int] = []
 
-    def sign() -> None:
+    def sign(ledger: IngestLedger) -> None:
         with psycopg.connect(archive_dsn) as conn:
-            signed.append(sign_pending(conn, signer, chunk=7))
+            signed.append(sign_pending(conn, signer, ledger, chunk=7))
 
-    threads = [threading.Thread(target=sign) for _ in range(2)]
+    threads = [threading.Thread(target=sign, args=(a.ledger,)) for a in (archiver, other)]
     for t in threads:
         t.start()
     for t in threads:
@@ -556,7 +562,7 @@ def test_rounds_removed_at_the_end_are_caught_by_a_recorded_round(archiver, arch
     for seq in range(2):
         archiver.archive(as_raw([c[seq] for c in chains.values()], first_offset=2 * seq))
         with psycopg.connect(archive_dsn) as conn:
-            assert sign_pending(conn, signer) == 2
+            assert sign_pending(conn, signer, archiver.ledger) == 2
     keys = [signer.public_raw]
     with psycopg.connect(archive_dsn) as conn:
         published = audit(conn, pinned_keys=keys).rounds.latest

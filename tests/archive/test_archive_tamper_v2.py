@@ -30,7 +30,7 @@ def archived(archiver, archive_dsn, signer):
     assert all(e.form == 2 and e.salts for c in chains.values() for e in c[1:])
     archiver.archive(as_raw([e for c in chains.values() for e in c[:5]]))
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer) == 3
+        assert sign_pending(conn, signer, archiver.ledger) == 3
     archiver.archive(as_raw([c[5] for c in chains.values()], first_offset=15))
     return chains
 

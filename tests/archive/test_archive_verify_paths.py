@@ -100,7 +100,7 @@ def archived(archiver, archive_dsn, signer) -> list[JournalEntry]:
     report = archiver.archive(as_raw(events))
     assert report.archived == len(events)
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer) == 2
+        assert sign_pending(conn, signer, archiver.ledger) == 2
     return chain
 
 

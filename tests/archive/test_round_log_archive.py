@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import psycopg
 import pytest
-from archive_helpers import as_raw, make_chain
+from archive_helpers import as_raw, encode, make_chain
 from click.testing import CliRunner
 
 from sagacity.cli import main
@@ -109,7 +109,7 @@ def _rounds(archiver, dsn: str, signer: Signer, count: int, *, first_format: int
             if seq < first_format:
                 _sign_first_format(conn, signer)
             else:
-                assert sign_pending(conn, signer) == 3
+                assert sign_pending(conn, signer, archiver.ledger) == 3
     return chains
 
 
@@ -326,7 +326,8 @@ def test_two_histories_shown_to_two_auditors_are_caught(
     _resign(archive_dsn, signer, second, log=True)
     archiver.archive(as_raw([c[2] for c in (make_chain(s, 3) for s in SAGAS)], first_offset=6))
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer) == 3  # the operator's archiver goes on signing
+        # the operator's archiver goes on signing
+        assert sign_pending(conn, signer, archiver.ledger) == 3
 
     code, out, err = _watch(archive_dsn, b, "--public-key", public)
     assert code == 0, err  # B alone sees nothing wrong: the forged history is self-consistent
@@ -383,11 +384,19 @@ def test_the_auditor_catches_removed_rounds_and_bad_signatures(
         watch_once(conn, AuditorState(tmp_path / "bad.jsonl"), keys=keys)
 
 
-def test_verify_checks_the_witness(archiver, archive_dsn, signer, tmp_path):
-    """`sagacity archive checkpoint --witness` publishes the latest round; `verify --witness`
-    passes while the archive holds it and fails once it was removed or the witness forged."""
-    chains = {s: make_chain(s, 2) for s in SAGAS}
-    archiver.archive(as_raw([c[0] for c in chains.values()]))
+@pytest.mark.kafka
+def test_verify_checks_the_witness(kafka_bootstrap, make_topic, archive_dsn, signer, tmp_path):
+    """`sagacity archive checkpoint --witness` reads the topic, signs what it read and
+    publishes the latest round; `verify --witness` passes while the archive holds it and fails
+    once it was removed or the witness forged."""
+    from confluent_kafka import Producer
+
+    topic = make_topic(partitions=2)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "partitioner": "murmur2_random"})
+    for saga in SAGAS:
+        first = make_chain(saga, 2)[0]
+        producer.produce(topic, key=saga.encode(), value=encode(first))
+    assert producer.flush(30) == 0
     witness = tmp_path / "w" / "witness.json"
     key = tmp_path / "archive.key"  # the signer fixture's
     runner = CliRunner()
@@ -399,6 +408,10 @@ def test_verify_checks_the_witness(archiver, archive_dsn, signer, tmp_path):
     code, out = run(
         "archive",
         "checkpoint",
+        "--bootstrap-servers",
+        kafka_bootstrap,
+        "--topic",
+        topic,
         "--database-url",
         archive_dsn,
         "--signing-key",
@@ -407,6 +420,7 @@ def test_verify_checks_the_witness(archiver, archive_dsn, signer, tmp_path):
         str(witness),
     )
     assert code == 0, out
+    assert "read 3 message(s) (0 again, 3 newly archived); signed 3 head(s)" in out
     published = read(str(witness))
     assert published is not None
     assert published.tree_size == 3

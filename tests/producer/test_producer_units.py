@@ -14,6 +14,7 @@ from sagacity.producer import (
     ForkKind,
     SagaRead,
     check_json_payload,
+    misplaced,
     murmur2,
     ownership,
     partition_for,
@@ -48,6 +49,20 @@ def test_partition_is_in_range_and_stable() -> None:
         assert partition_for(key, 12) == partition_for(key, 12)
     with pytest.raises(ValueError):
         partition_for(b"x", 0)
+
+
+def test_a_message_off_its_keys_partition_is_misplaced() -> None:
+    """The one placement rule every consumer applies (``wrong_partition``)."""
+    for i in range(50):
+        key = f"saga-{i}".encode()
+        home = partition_for(key, 4)
+        assert misplaced(key, home, 4) is None
+        for other in set(range(4)) - {home}:
+            detail = misplaced(key, other, 4)
+            assert detail is not None
+            assert f"belongs on partition {home} of 4" in detail
+    assert misplaced(None, 3, 4) is None  # no key: no saga; left to the other checks
+    assert misplaced(b"anything", 0, 1) is None
 
 
 def test_settings_from_env_map_client_keys() -> None:
