@@ -6,6 +6,8 @@ same partition; readers compute a saga's partition instead of scanning the whole
 
 from __future__ import annotations
 
+from sagacity._acceptance import ForkKind
+
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
 
@@ -43,8 +45,9 @@ def partition_for(key: bytes, partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
-WRONG_PARTITION = "wrong_partition"
-"""The reason every consumer gives a message that is not on its key's partition."""
+WRONG_PARTITION: str = ForkKind.WRONG_PARTITION.value
+"""The reason every consumer gives a message that is not on its key's partition (the core's
+acceptance vocabulary, :class:`sagacity._acceptance.ForkKind`)."""
 
 
 def misplaced(key: bytes | None, partition: int, partitions: int) -> str | None:

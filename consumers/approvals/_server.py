@@ -125,15 +125,16 @@ def _client_settings() -> dict[str, str]:
 
 
 def placement(journal: Journal) -> Callable[[bytes | None, int], bool] | None:
-    """Whether a message's key maps to the partition it is on, by the journal's partitioner
-    (``None`` for a journal that has no partitions)."""
-    reader = getattr(journal, "reader", None)
-    partition_of = getattr(reader, "partition_of", None)
-    if partition_of is None:
+    """Whether a message's key maps to the partition it is on (:func:`sagacity.producer.
+    misplaced`, the journal's partitioner over its topic's partitions); ``None`` for a journal
+    that has no partitions."""
+    partitions = getattr(getattr(journal, "reader", None), "partitions", None)
+    if not isinstance(partitions, int):
         return None
+    from sagacity.producer import misplaced
 
     def placed(key: bytes | None, partition: int) -> bool:
-        return key is not None and partition_of(key.decode("utf-8", "replace")) == partition
+        return misplaced(key, partition, partitions) is None
 
     return placed
 
