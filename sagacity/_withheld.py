@@ -43,8 +43,14 @@ def erased_listing(attributes: Mapping[str, str]) -> dict[int, tuple[str, ...]]:
 
 
 def unopened(commitments: Mapping[str, str], salts: Mapping[str, str]) -> tuple[str, ...]:
-    """The data fields of a form-2 event present only as a commitment (no opening), sorted."""
-    return tuple(sorted(name for name in commitments if name not in salts))
+    """The data fields of a form-2 event present only as a commitment (no opening), sorted.
+
+    The ``redaction`` attribute (the salts of redacted fields) is not counted: those salts
+    never leave the service (docs/adr/0019-erasure.md §5), so a copy handed out without them
+    withholds nothing it should hold."""
+    return tuple(
+        sorted(name for name in commitments if name not in salts and name != attr.REDACTION)
+    )
 
 
 @dataclass(kw_only=True)

@@ -1005,7 +1005,13 @@ def withheld(events: list[dict[str, Any]]) -> tuple[int, list[str], int] | None:
     (docs/adr/0019-erasure.md); ``None`` otherwise."""
     if any(event.get("event_type") == "ERASED" for event in events):
         return None
-    found = erased_fields(events)
+    # The redaction salts never leave the service (docs/adr/0019-erasure.md §5): a copy
+    # without them withholds nothing it should hold.
+    found = [
+        (seq, kept)
+        for seq, names in erased_fields(events)
+        if (kept := [n for n in names if n != "redaction"])
+    ]
     if not found:
         return None
     seq, names = found[0]

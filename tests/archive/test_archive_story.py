@@ -153,16 +153,18 @@ def test_a_forged_executed_without_intent_is_reported_by_every_auditor_tool(
     tmp_path: Path,
     approvals_key: Any,
 ) -> None:
-    """A registered writer appends a correctly linked EXECUTED of a PRIVILEGED tool whose
-    request never got its signatures (no INTENT).  The archive admits it (a registered writer,
-    validly signed) and signs it; every auditor's tool names the impossible event and the
-    writer that wrote it, and the honest saga beside it passes."""
+    """The saga's own registered writer, from a second process, appends a correctly linked
+    EXECUTED of a PRIVILEGED tool whose request never got its signatures (no INTENT).  The
+    archive admits it (the saga's writer may write its saga; another writer's forgery is
+    quarantined ``writer_not_owner``, docs/adr/0014 §5) and signs it; every auditor's tool
+    names the impossible event and the writer that wrote it, and the honest saga beside it
+    passes."""
     topic = make_topic(partitions=2)
-    agent_key, rogue_key = _hmac_key(tmp_path, "agent-1"), _hmac_key(tmp_path, "agent-2")
+    agent_key, other_key = _hmac_key(tmp_path, "agent-1"), _hmac_key(tmp_path, "agent-2")
     registry = tmp_path / "writers.toml"
-    registry.write_text(agent_key.registry_entry() + rogue_key.registry_entry())
+    registry.write_text(agent_key.registry_entry() + other_key.registry_entry())
     journal = KafkaJournal(kafka_bootstrap, topic=topic, writer_key=agent_key)
-    rogue = KafkaJournal(kafka_bootstrap, topic=topic, writer_key=rogue_key)
+    rogue = KafkaJournal(kafka_bootstrap, topic=topic, writer_key=agent_key)
     try:
         agent = Sagacity(journal, decision_signer=approvals_key)
         ops = agent.wrap(Ops())
@@ -200,8 +202,8 @@ def test_a_forged_executed_without_intent_is_reported_by_every_auditor_tool(
     assert failure["saga_id"] == "grant-1"
     assert failure["reason"] == "grammar:executed_without_intent"
     assert failure["seq"] == forged.seq
-    assert failure["writer"] == "agent-2"
-    assert "agent-2" in failure["detail"]
+    assert failure["writer"] == "agent-1"
+    assert "agent-1" in failure["detail"]
     assert report["sagas_ok"] == 1  # the honest saga
 
     code, shown = _replay(archive_dsn, kafka_bootstrap, topic)
@@ -215,7 +217,7 @@ def test_a_forged_executed_without_intent_is_reported_by_every_auditor_tool(
     assert checked.stdout.startswith(
         f"FAILED: grammar:executed_without_intent at seq {forged.seq}: "
     )
-    assert "written by writer agent-2" in checked.stdout
+    assert "written by writer agent-1" in checked.stdout
 
     code, shown = _watch(archive_dsn, tmp_path / "auditor.jsonl", signer.public_hex)
     assert code == 1
@@ -367,7 +369,7 @@ def test_openings_stripped_without_an_erasure_are_withheld_and_a_forged_log_row_
     erased = _erased_saga("erased")
     archiver.archive(as_raw(stripped + bypassed + erased))
     with psycopg.connect(archive_dsn, autocommit=True) as conn:
-        sign_pending(conn, signer)
+        sign_pending(conn, signer, archiver.ledger)
         conn.execute("SELECT sgc_erase_saga('stripped', 'operator:eve', 'tidy up', NULL)")
         conn.execute("SELECT sgc_erase_saga('erased', 'operator:ana', 'art. 17', NULL)")
         conn.execute("SET session_replication_role = replica")
