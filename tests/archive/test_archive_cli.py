@@ -180,7 +180,14 @@ def test_checkpoint_command_with_a_non_ed25519_key(archive_dsn, tmp_path):
         )
     )
     code, _, err = run(
-        "archive", "checkpoint", "--database-url", archive_dsn, "--signing-key", str(path)
+        "archive",
+        "checkpoint",
+        "--database-url",
+        archive_dsn,
+        "--bootstrap-servers",
+        "127.0.0.1:9",  # the key is refused before the brokers are asked anything
+        "--signing-key",
+        str(path),
     )
     assert code == 2
     assert "not an Ed25519 key" in err
