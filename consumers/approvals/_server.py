@@ -88,8 +88,8 @@ def journal_for(settings: ApprovalsSettings) -> Journal:
     Raises:
         ConfigurationError: no bootstrap servers, a variable is invalid, or the Kafka journal is
             not installed.
-        KeyEncryptionKeyError: the key-encryption key file is missing, malformed or not the one
-            the stored data keys are wrapped under (the message names the setting).
+        KeyEncryptionKeyError: the key-encryption key file is missing or malformed (the
+            message names the setting).
     """
     if not settings.bootstrap_servers:
         raise ConfigurationError(

@@ -401,7 +401,7 @@ def create_console(
 
     # -- inbox -------------------------------------------------------------------------------
     def deadline_of(row: RequestRow) -> int | None:
-        return sagacity.approval_deadline_us(row.request())
+        return sagacity.approval_deadline_us(row.request(), seen_at_us=row.seen_at_us)
 
     # Who asked is the actor of the request's own entry, which never changes once journaled,
     # so each is read from the chain once (the inbox reloads every few seconds).
