@@ -8,7 +8,7 @@ service (docs/reliability.md, "Hostile inputs").
 
 The domains: a seq and a time in microseconds are 64-bit signed integers (the wire's Avro
 ``long``, the tables' ``bigint``); a count of signatures is at least 1 and fits a 32-bit
-``integer`` column.
+``integer`` column; a saga id is at most :data:`SAGA_ID_MAX_BYTES` of UTF-8.
 """
 
 from __future__ import annotations
@@ -16,6 +16,11 @@ from __future__ import annotations
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 INT32_MAX = (1 << 31) - 1
+
+SAGA_ID_MAX_BYTES = 1024
+"""The longest saga id, in UTF-8 bytes: it keys every table a reader writes (an index entry is
+at most about 2.7 kB in PostgreSQL), so a longer one is refused where an entry is made or
+decoded, never by a database in the middle of a batch."""
 
 SIGNATURES_MAX = INT32_MAX
 """The largest count of signatures a request is stored with: a larger claim is saturated to

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from sagacity._bounds import INT64_MAX, in_int64, parse_int
+from sagacity._bounds import INT64_MAX, SAGA_ID_MAX_BYTES, in_int64, parse_int
 from sagacity.errors import SerializationError
 
 
@@ -226,6 +226,14 @@ class EntryDraft:
         if not isinstance(self.saga_id, str) or not self.saga_id:
             raise SerializationError("saga_id must be a non-empty str")
         _check_text("saga_id", self.saga_id)
+        # Four bytes at most per character: only a long id needs encoding to be measured.
+        if len(self.saga_id) * 4 > SAGA_ID_MAX_BYTES and (
+            len(self.saga_id.encode("utf-8")) > SAGA_ID_MAX_BYTES
+        ):
+            raise SerializationError(
+                f"saga_id is longer than {SAGA_ID_MAX_BYTES} bytes of UTF-8 "
+                f"({len(self.saga_id.encode('utf-8'))})"
+            )
         # An absent field needs no check (nor a call, once per field of every event).
         if self.tool is not None:
             _check_text("tool", self.tool)

@@ -225,7 +225,9 @@ class ApprovalsServer:
             lambda: self.store.stats(
                 now_us=self.sagacity.now_us(), window_s=settings.stats_window_s
             ),
-            (lambda: (consumer.applied, consumer.skipped)) if consumer is not None else None,
+            (lambda: (consumer.applied, consumer.skipped, consumer.quarantined))
+            if consumer is not None
+            else None,
             self._auth_state if self.auth is not None else None,
         )
         self.app: FastAPI = create_app(
@@ -290,6 +292,13 @@ class ApprovalsServer:
                 raise RuntimeError(f"the consumer is retrying: {self.consumer.error}")
             details["partitions"] = list(self.consumer.assigned)
             details["applied"] = self.consumer.applied
+            # One bad message is its own fate, never the service's: reported, not failing.
+            details["quarantined"] = self.consumer.quarantined
+            details["skipped"] = self.consumer.skipped
+        unheld = getattr(getattr(self.journal, "keys", None), "unheld", ())
+        if unheld:
+            # Stored keys this process cannot open: those sagas' events are quarantined.
+            details["unheld_key_encryption_keys"] = list(unheld)
         if self.auth is not None:
             # Look at the file now (not only when a token is presented), so a broken edit shows.
             self.auth.current()

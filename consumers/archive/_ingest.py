@@ -23,10 +23,10 @@ from sagacity.chain import canonical_bytes_of, compute_hash
 from sagacity.consumers.archive._authorship import Authorship
 from sagacity.consumers.archive._db import mapped_errors
 from sagacity.errors import (
-    CiphertextAuthenticationError,
     PersistenceError,
     PersistenceUnavailableError,
     SagacityError,
+    UnopenableError,
 )
 
 if TYPE_CHECKING:
@@ -90,6 +90,11 @@ class QuarantineReason(enum.StrEnum):
     AUTHENTICATION_FAILED = "authentication failed"
     """A sealed data field does not authenticate under its saga's data key: altered, or moved
     to another saga, seq or field (docs/adr/0019-erasure.md §3)."""
+    DATA_KEY_NOT_FOUND = "data key not found"
+    """A sealed event of a saga with no data key in the key store (sealed against another)."""
+    KEK_NOT_HELD = "key-encryption key not held"
+    """A sealed event of a saga whose data key is wrapped under a key-encryption key this
+    archive does not hold."""
     UNSIGNED_DECISION = "unsigned_decision"
     """An ``APPROVED`` without the approvals service's signature (a pinned key is set)."""
     BAD_DECISION_SIGNATURE = "bad_decision_signature"
@@ -374,8 +379,11 @@ class BatchArchiver:
             return _Refusal(QuarantineReason.UNDECODABLE, "message has no value (tombstone)", ev)
         try:
             entry = self._decode(ev.value)
-        except CiphertextAuthenticationError as exc:
-            return _Refusal(QuarantineReason.AUTHENTICATION_FAILED, exc.message, ev)
+        except UnopenableError as exc:
+            # This saga's key, not the archive's: the event's fate (one reason per cause).
+            known = exc.reason in QuarantineReason.__members__.values()
+            reason = QuarantineReason(exc.reason) if known else QuarantineReason.UNDECODABLE
+            return _Refusal(reason, exc.message, ev)
         except SagacityError as exc:
             return _Refusal(QuarantineReason.UNDECODABLE, exc.message, ev)
         except Exception as exc:
