@@ -290,3 +290,34 @@ def test_a_row_the_database_refuses_is_quarantined_and_the_batch_goes_on(
     assert refused.kind == "refused_by_database"
     assert "few_signatures" in refused.detail
     assert (refused.seq, refused.partition, refused.offset) == (1, 0, 0)
+
+
+def test_approvals_list_shows_a_request_dated_at_the_end_of_time(live: Any) -> None:
+    from click.testing import CliRunner
+
+    from sagacity.cli import main
+
+    from .conftest import TOKENS
+
+    live.journal.append(
+        EntryDraft(
+            saga_id="end-of-time",
+            event_type=E.AWAITING_APPROVAL,
+            tool="send_wire_transfer",
+            payload=PAYLOAD,
+            attributes={attr.PAYLOAD_SHA256: payload_sha256(PAYLOAD)},
+            recorded_at_us=INT64_MAX - 10,
+        )
+    )
+    live.server.service.materialise("end-of-time")
+    seq = live.gate("legit")
+    listed = CliRunner().invoke(
+        main,
+        ["approvals", "--url", live.url, "list"],
+        env={"SAGACITY_APPROVALS_TOKEN": TOKENS["alice"]},
+        catch_exceptions=False,
+    )
+    assert listed.exit_code == 0, listed.output
+    assert f"legit/{seq}" in listed.output
+    assert "end-of-time/1" in listed.output
+    assert f"{INT64_MAX - 10} us" in listed.output  # no date to show: the number itself

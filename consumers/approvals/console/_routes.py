@@ -108,7 +108,11 @@ class _Redirect(Exception):  # noqa: N818 - a flow signal inside the console
 def _when(micros: int | None) -> str:
     if micros is None:
         return "-"
-    return datetime.fromtimestamp(micros / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        return datetime.fromtimestamp(micros / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, ValueError, OSError):
+        # A time a writer chose beyond the calendar: shown as it is, never a failed page.
+        return f"{micros} us"
 
 
 def _span(seconds: float | None) -> str:
