@@ -166,7 +166,11 @@ class RequestConsumer(Handler):
                     poison.append((message, "undecodable", exc.message))
                     continue
                 except UnopenableError as exc:
-                    sealed = decode_entry(message.value() or b"")  # decoded once already
+                    try:  # what can be read without the key, for the quarantine's row
+                        sealed = decode_entry(message.value() or b"")
+                    except SerializationError as bad:
+                        poison.append((message, "undecodable", bad.message))
+                        continue
                     fault = Fault(kind=exc.reason, detail=exc.message)
                     if self._store.quarantine_fault(
                         conn, sealed, fault, saga_id=saga_id, position=position

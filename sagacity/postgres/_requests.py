@@ -291,6 +291,10 @@ def _values(topic: str, row: RequestRow) -> tuple[Any, ...]:
     )
 
 
+UNREADABLE_KEPT_EVENTS = "unreadable_kept_events"
+"""The quarantine kind of an event of a saga whose kept events do not decode any more."""
+
+
 def _first_line(exc: psycopg.Error) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0][:500]
@@ -446,7 +450,9 @@ class PostgresRequestStore:
         range, a key too large for an index; :func:`refuses_the_row`), what it wrote is
         rolled back (a savepoint), its saga's tail is left where it was, and it is
         quarantined with kind :data:`REFUSED_BY_DATABASE` and the database's reason.  The
-        batch and the position go on: one message's values never stall the partition.
+        batch and the position go on: one message's values never stall the partition.  So
+        is an event of a saga whose kept events no longer read back (kind
+        ``unreadable_kept_events``: the table was written by someone else).
 
         Raises:
             psycopg.Error: any other database failure (the batch is read again).
@@ -467,8 +473,12 @@ class PostgresRequestStore:
         except psycopg.Error as exc:
             if not refuses_the_row(exc):
                 raise
-            tails.restore(saga_id, mark)
             fault = Fault(kind=REFUSED_BY_DATABASE, detail=_first_line(exc))
+        except SerializationError as exc:
+            # A kept event of the saga that no longer reads back (the table was written by
+            # hand): the saga cannot be folded here, which is its fate, not the batch's.
+            fault = Fault(kind=UNREADABLE_KEPT_EVENTS, detail=exc.message)
+        tails.restore(saga_id, mark)
         self.quarantine_fault(conn, entry, fault, saga_id=saga_id, position=position)
         return fault
 

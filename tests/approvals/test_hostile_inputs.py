@@ -321,3 +321,39 @@ def test_approvals_list_shows_a_request_dated_at_the_end_of_time(live: Any) -> N
     assert f"legit/{seq}" in listed.output
     assert "end-of-time/1" in listed.output
     assert f"{INT64_MAX - 10} us" in listed.output  # no date to show: the number itself
+
+
+def test_a_saga_whose_kept_events_were_edited_in_the_table_is_quarantined_not_the_batch(
+    kafka_bootstrap: str, make_topic: Callable[..., str], store_for: Callable[..., Any]
+) -> None:
+    topic = make_topic(partitions=1)
+    store = store_for(topic)
+    consumer = _consumer(store, kafka_bootstrap, topic)
+    consumer.start()
+    legit = {f"legit-{i}" for i in range(3)}
+    try:
+        with KafkaJournal(kafka_bootstrap, topic=topic) as journal:
+            _request(journal, "tampered")
+            _inbox_holds(store, consumer, {"tampered"})
+            # Anyone who can write the table can break what the projection kept.
+            with store.connect() as conn:
+                conn.execute(
+                    "UPDATE sagacity_approval_event SET entry = '{\"nonsense\": 1}'::jsonb "
+                    "WHERE saga_id = 'tampered'"
+                )
+            journal.append(
+                EntryDraft(
+                    saga_id="tampered",
+                    event_type=E.REJECTED,
+                    actor="bob@example.com",
+                    attributes={attr.REF_SEQ: "1"},
+                )
+            )
+            for saga in sorted(legit):
+                _request(journal, saga)
+        _inbox_holds(store, consumer, legit)
+    finally:
+        consumer.stop()
+    assert consumer.error is None
+    [kept] = store.quarantined(saga_id="tampered")
+    assert (kept.seq, kept.kind) == (2, "unreadable_kept_events")
