@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from confluent_kafka import Producer
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -26,13 +27,14 @@ from sagacity import _attributes as attr
 from sagacity._decision_signature import DecisionSigner
 from sagacity._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
 from sagacity._keys import KeyService
-from sagacity.chain import payload_sha256
+from sagacity.chain import link, payload_sha256
 from sagacity.consumers.approvals import RequestConsumer
 from sagacity.consumers.approvals._service import ApprovalService
 from sagacity.keystore_postgres import PostgresKeyStore, key_service_from_env
 from sagacity.ports import RequestRow, RowState
 from sagacity.postgres import PostgresRequestStore
 from sagacity.producer import KafkaJournal
+from sagacity.schemas import encode_entry
 
 from .tools import Bank
 
@@ -75,6 +77,24 @@ def _request(journal: KafkaJournal, saga_id: str, **overrides: Any) -> None:
         **({} if recorded is None else {"recorded_at_us": recorded}),
     )
     journal.append(draft)
+
+
+def _produce_at_seq(bootstrap: str, topic: str, saga_id: str, seq: int) -> None:
+    """A request at ``seq`` produced as raw bytes, as any producer to the topic can."""
+    entry = link(
+        EntryDraft(
+            saga_id=saga_id,
+            event_type=E.AWAITING_APPROVAL,
+            tool="send_wire_transfer",
+            payload=PAYLOAD,
+            attributes={attr.PAYLOAD_SHA256: payload_sha256(PAYLOAD)},
+        ),
+        seq=seq,
+        prev_hash="ab" * 32,
+    )
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(topic, key=saga_id.encode(), value=encode_entry(entry))
+    assert producer.flush(10) == 0
 
 
 def _consumer(
@@ -134,6 +154,7 @@ def test_out_of_range_integers_in_a_request_never_stall_the_inbox(
             _request(journal, "negative-signatures", signatures_required="-5")
             _request(journal, "far-expiry", expires_at_us="9" * 30)
             _request(journal, "past-expiry", expires_at_us="-" + "9" * 30)
+            _produce_at_seq(kafka_bootstrap, topic, "far-seq", 3_000_000_000)
             for saga in sorted(legit):
                 _request(journal, saga)
         rows = _inbox_holds(store, consumer, legit)
@@ -147,7 +168,10 @@ def test_out_of_range_integers_in_a_request_never_stall_the_inbox(
     assert rows["far-expiry"].expires_at_us == INT64_MAX
     assert rows["past-expiry"].expires_at_us == -INT64_MAX - 1
     assert {rows[s].signatures_required for s in legit} == {1}
-    assert consumer.quarantined == 0
+    # A seq beyond 2^31 links to nothing here: quarantined with its seq, not an error.
+    [far] = store.quarantined(saga_id="far-seq")
+    assert (far.seq, far.kind) == (3_000_000_000, "unknown_prefix")
+    assert consumer.quarantined == 1
 
 
 def test_a_request_dated_at_the_end_of_time_or_a_year_ahead_lapses_by_the_services_clock(
