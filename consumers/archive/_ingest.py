@@ -383,7 +383,7 @@ class BatchArchiver:
             # This saga's key, not the archive's: the event's fate (one reason per cause).
             known = exc.reason in QuarantineReason.__members__.values()
             reason = QuarantineReason(exc.reason) if known else QuarantineReason.UNDECODABLE
-            return _Refusal(reason, exc.message, ev)
+            return _Refusal(reason, exc.message, ev, exc.saga_id, exc.seq)
         except SagacityError as exc:
             return _Refusal(QuarantineReason.UNDECODABLE, exc.message, ev)
         except Exception as exc:
