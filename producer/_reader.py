@@ -24,11 +24,11 @@ from sagacity._events import GENESIS_HASH, EventType, JournalEntry
 from sagacity._writer_roles import HANDOFF_EVENTS as HANDOFF_EVENTS
 from sagacity.errors import (
     ArchiveSchemaError,
-    CiphertextAuthenticationError,
     ConfigurationError,
     JournalUnavailableError,
     SagacityError,
     SerializationError,
+    UnopenableError,
 )
 from sagacity.producer._clients import with_logger
 from sagacity.producer._index import IndexedSaga, SagaIndex
@@ -480,13 +480,15 @@ class SagaReader:
         """``value``'s entry, its sealed openings opened with the key service (if any).
 
         Raises:
-            SerializationError: not an entry, or a sealed field fails authentication
-                ("authentication failed"): the message is skipped like any undecodable one.
+            SerializationError: not an entry, or a sealed field cannot be opened (it fails
+                authentication, or its saga's data key is missing or wrapped under a KEK this
+                process does not hold; the reason leads the message): the message is skipped
+                like any undecodable one, never failing the read of the partition.
         """
         try:
             return decode_entry(value, keys=self._keys)
-        except CiphertextAuthenticationError as exc:
-            raise SerializationError(f"authentication failed: {exc.message}") from exc
+        except UnopenableError as exc:
+            raise SerializationError(f"{exc.reason}: {exc.message}") from exc
 
     def _from_index(
         self,

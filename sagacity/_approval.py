@@ -30,8 +30,10 @@ from sagacity._redaction import (
 )
 from sagacity._registry import RegisteredTool
 from sagacity._requests import (
+    FirstSeen,
     RequestState,
     approval_refusal,
+    deadline_us,
     interrupted_resume,
     pending_requests,
     request_state,
@@ -172,6 +174,7 @@ class ApprovalDesk:
         self._s = sagacity
         self._claims: set[tuple[str, int]] = set()
         self._claims_lock = threading.Lock()
+        self._first_seen = FirstSeen(sagacity.now_us)
 
     # -- helpers --------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -375,21 +378,30 @@ class ApprovalDesk:
             )
         return max(claimed, needed), None
 
-    def deadline_us(self, request: ApprovalRequest) -> int | None:
+    def deadline_us(self, request: ApprovalRequest, *, seen_at_us: int | None = None) -> int | None:
         """When ``request`` lapses for this Sagacity (``None``: never).
 
         The earlier of the request's own ``expires_at_us`` and, when this Sagacity has an
-        approval TTL, ``requested_at_us`` plus that TTL: a deciding service's policy bounds
-        requests made without a limit, and never extends one made with a shorter limit.
+        approval TTL, that TTL after the earlier of ``requested_at_us`` and when the request
+        was first seen (:func:`sagacity._requests.deadline_us`): a deciding service's policy
+        bounds requests made without a limit, never extends one made with a shorter limit,
+        and runs on this process's clock, not the requester's.  ``seen_at_us``: when the
+        caller's store first folded it (the approvals service's table); without it, when
+        this process first read it (:class:`sagacity._requests.FirstSeen`), so a request
+        dated in the future is bounded by now as it is first read, not by its own date.
         """
-        deadlines = [request.expires_at_us] if request.expires_at_us is not None else []
         ttl = self._s.approval_ttl_us
-        if ttl is not None:
-            deadlines.append(request.requested_at_us + ttl)
-        return min(deadlines) if deadlines else None
+        if ttl is not None and seen_at_us is None:
+            seen_at_us = self._first_seen(request)
+        return deadline_us(
+            request.requested_at_us,
+            seen_at_us=seen_at_us,
+            expires_at_us=request.expires_at_us,
+            ttl_us=ttl,
+        )
 
-    def _expired(self, request: ApprovalRequest) -> bool:
-        deadline = self.deadline_us(request)
+    def _expired(self, request: ApprovalRequest, *, seen_at_us: int | None = None) -> bool:
+        deadline = self.deadline_us(request, seen_at_us=seen_at_us)
         return deadline is not None and self._s.now_us() > deadline
 
     def _close_and_compensate(
@@ -924,13 +936,13 @@ class ApprovalDesk:
             await append_bounded_async(journal, executed, durable=True, redacted=hidden)
             return await asyncio.to_thread(self._after_resume, request, value, None, hidden)
 
-    def expire(self, saga_id: str, seq: int) -> SagaResult:
+    def expire(self, saga_id: str, seq: int, *, seen_at_us: int | None = None) -> SagaResult:
         """See :meth:`Sagacity.expire`."""
-        return _retrying(lambda: self._expire_one(saga_id, seq))
+        return _retrying(lambda: self._expire_one(saga_id, seq, seen_at_us))
 
-    def _expire_one(self, saga_id: str, seq: int) -> SagaResult:
+    def _expire_one(self, saga_id: str, seq: int, seen_at_us: int | None) -> SagaResult:
         with self._pending(saga_id, seq, "expire") as (entries, request):
-            if not self._expired(request):
+            if not self._expired(request, seen_at_us=seen_at_us):
                 raise InvalidArgumentError(
                     f"approval request {saga_id}/{seq} has not reached its time to live",
                     saga_id=saga_id,

@@ -268,13 +268,15 @@ def announce_clear_data() -> None:
 
 def key_service_from_env(environ: Mapping[str, str] | None = None) -> KeyService | None:
     """The key service ``SAGACITY_KEY_ENCRYPTION_KEY_FILE`` configures (its keys stored in
-    ``SAGACITY_DATABASE_URL``), checked against the stored keys; ``None`` when the variable is
-    unset: the journal then writes its data in clear, as before, which the caller says once it
-    has started (:func:`announce_clear_data`; docs/adr/0019-erasure.md §3).
+    ``SAGACITY_DATABASE_URL``), its store checked (:meth:`KeyService.check`: keys wrapped
+    under a KEK not held are warned of, never refused: they are other sagas' data); ``None``
+    when the variable is unset: the journal then writes its data in clear, as before, which
+    the caller says once it has started (:func:`announce_clear_data`;
+    docs/adr/0019-erasure.md §3).
 
     Raises:
-        KeyEncryptionKeyError: the key file is missing or malformed, or does not open the
-            stored keys (the message names the setting).
+        KeyEncryptionKeyError: the key file is missing or malformed (the message names the
+            setting): the process's own configuration.
         ConfigurationError: ``SAGACITY_DATABASE_URL`` is not set.
         PersistenceError: the key store could not be reached.
     """
@@ -355,7 +357,7 @@ def journal_from_env(
 
     Raises:
         ConfigurationError: a variable is missing or invalid.
-        KeyEncryptionKeyError: the key-encryption key file is missing, malformed or wrong.
+        KeyEncryptionKeyError: the key-encryption key file is missing or malformed.
         TopicNotFoundError / TopicConfigError / JournalUnavailableError: as
             :class:`KafkaJournal`.
     """

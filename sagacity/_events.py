@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from sagacity._bounds import INT64_MAX, SAGA_ID_MAX_BYTES, in_int64, parse_int
 from sagacity.errors import SerializationError
 
 
@@ -225,6 +226,14 @@ class EntryDraft:
         if not isinstance(self.saga_id, str) or not self.saga_id:
             raise SerializationError("saga_id must be a non-empty str")
         _check_text("saga_id", self.saga_id)
+        # Four bytes at most per character: only a long id needs encoding to be measured.
+        if len(self.saga_id) * 4 > SAGA_ID_MAX_BYTES and (
+            len(self.saga_id.encode("utf-8")) > SAGA_ID_MAX_BYTES
+        ):
+            raise SerializationError(
+                f"saga_id is longer than {SAGA_ID_MAX_BYTES} bytes of UTF-8 "
+                f"({len(self.saga_id.encode('utf-8'))})"
+            )
         # An absent field needs no check (nor a call, once per field of every event).
         if self.tool is not None:
             _check_text("tool", self.tool)
@@ -245,8 +254,8 @@ class EntryDraft:
                 object.__setattr__(self, "event_type", EventType(self.event_type))
             except ValueError as exc:
                 raise SerializationError(f"unknown event type {self.event_type!r}") from exc
-        if not isinstance(self.recorded_at_us, int) or isinstance(self.recorded_at_us, bool):
-            raise SerializationError("recorded_at_us must be an int (microseconds)")
+        if not in_int64(self.recorded_at_us):
+            raise SerializationError("recorded_at_us must be an int (microseconds) of 64 bits")
         object.__setattr__(self, "attributes", _freeze(self.attributes))
 
 
@@ -264,8 +273,8 @@ class JournalEntry(EntryDraft):
 
     def __post_init__(self) -> None:
         EntryDraft.__post_init__(self)
-        if not isinstance(self.seq, int) or isinstance(self.seq, bool) or self.seq < 1:
-            raise SerializationError("seq must be an int >= 1")
+        if not in_int64(self.seq) or self.seq < 1:
+            raise SerializationError("seq must be an int >= 1 and < 2^63")
 
     @classmethod
     def _linked(
@@ -294,9 +303,11 @@ class JournalEntry(EntryDraft):
 
     @property
     def ref_seq(self) -> int | None:
-        """The seq this entry refers to (a decision's request, an outcome's intent), if any."""
-        raw = self.attributes.get("ref_seq")
-        return int(raw) if raw is not None else None
+        """The seq this entry refers to (a decision's request, an outcome's intent), if any:
+        ``None`` also when the attribute is damaged (not an integer, or not a seq from 1 to
+        2^63 - 1), so such an entry refers to nothing."""
+        ref = parse_int(self.attributes.get("ref_seq"), low=0, high=INT64_MAX + 1)
+        return ref if ref is not None and 1 <= ref <= INT64_MAX else None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field (the export and API representation); a form-2

@@ -17,7 +17,11 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from sagacity._envelope import KEK_SETTING, DataKey, KeyRing
-from sagacity.errors import DataKeyNotFoundError, KeyEncryptionKeyError, SagaErasedError
+from sagacity.errors import (
+    DataKeyNotFoundError,
+    DataKeyNotHeldError,
+    SagaErasedError,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,6 +154,9 @@ class KeyService:
         self._ready = False
         # Bumped by every forget: a key loaded before a destroy is not cached after it.
         self._epoch = 0
+        self.unheld: tuple[str, ...] = ()
+        """KEKs stored keys are wrapped under that this process does not hold, as the last
+        :meth:`check` found them."""
 
     def _ensure_schema(self) -> None:
         if not self._ready:
@@ -165,24 +172,29 @@ class KeyService:
         """Release the store's connections."""
         self._store.close()
 
-    def check(self) -> None:
-        """Create the store if missing and refuse KEKs that cannot open the stored keys.
+    def check(self) -> tuple[str, ...]:
+        """The start-up check: create the store if missing and name the KEKs stored keys are
+        wrapped under that this process does not hold.
 
-        Run at start-up: a service holding the wrong KEK stops here, naming the setting,
-        instead of failing on the first event it reads.
+        It verifies the process's own configuration only: its key files were read (by
+        :meth:`KeyRing.from_setting`, which refuses a missing or malformed one) and its store
+        answers.  A key of some saga wrapped under a KEK this process does not hold is data,
+        not configuration: the KEK is named here (the caller warns; :attr:`unheld` keeps it
+        for health reports) and that saga's messages fail one by one
+        (:class:`~sagacity.errors.DataKeyNotHeldError`), so no stored row can stop a process
+        from starting.  A KEK id names the KEK's bytes (docs/adr/0019-erasure.md §2): holding
+        the id is holding the right key, so there is nothing to open to prove it.  The check
+        reads the distinct KEK ids only (a skip scan), however many keys are stored.
+
+        Returns:
+            the ids of the KEKs not held that wrap stored keys (empty: none).
 
         Raises:
-            KeyEncryptionKeyError: some stored keys are wrapped under a KEK not held.
             PersistenceError: the store could not be reached.
         """
         self._ensure_schema()
-        missing = sorted(self._store.kek_ids() - set(self._keyring.key_ids))
-        if missing:
-            raise KeyEncryptionKeyError(
-                f"data keys are wrapped under key-encryption key(s) {', '.join(missing)}, "
-                f"which this process does not hold (it holds {', '.join(self._keyring.key_ids)})",
-                setting=KEK_SETTING,
-            )
+        self.unheld = tuple(sorted(self._store.kek_ids() - set(self._keyring.key_ids)))
+        return self.unheld
 
     # --- sealing ---------------------------------------------------------------------------
     def seal(self, saga_id: str, seq: int, field_name: str, plaintext: bytes) -> bytes:
@@ -191,7 +203,7 @@ class KeyService:
 
         Raises:
             SagaErasedError: the saga was erased; nothing more of it is sealed.
-            KeyEncryptionKeyError: the saga's key is wrapped under a KEK not held.
+            DataKeyNotHeldError: the saga's key is wrapped under a KEK not held.
             PersistenceError: the store could not be reached.
         """
         return self._key(saga_id, create=True).seal(seq, field_name, plaintext)
@@ -202,7 +214,7 @@ class KeyService:
 
         Raises:
             SagaErasedError: the saga was erased.
-            KeyEncryptionKeyError: the saga's key is wrapped under a KEK not held.
+            DataKeyNotHeldError: the saga's key is wrapped under a KEK not held.
             PersistenceError: the store could not be reached.
         """
         self._key(saga_id, create=True)
@@ -233,7 +245,7 @@ class KeyService:
             CiphertextAuthenticationError: "authentication failed" (altered, or misplaced).
             SagaErasedError: the saga was erased.
             DataKeyNotFoundError: nothing of the saga was ever sealed.
-            KeyEncryptionKeyError: the saga's key is wrapped under a KEK not held.
+            DataKeyNotHeldError: the saga's key is wrapped under a KEK not held.
             PersistenceError: the store could not be reached.
         """
         return self._key(saga_id, create=False).open(seq, field_name, sealed)
@@ -274,12 +286,13 @@ class KeyService:
             raise _erased(row)
         kek = self._keyring.get(row.kek_id)
         if kek is None:
-            raise KeyEncryptionKeyError(
+            raise DataKeyNotHeldError(
                 f"the data key of saga {row.saga_id!r} is wrapped under key-encryption key "
                 f"{row.kek_id}, which this process does not hold (it holds "
                 f"{', '.join(self._keyring.key_ids)})",
-                setting=KEK_SETTING,
                 saga_id=row.saga_id,
+                kek_id=row.kek_id,
+                setting=KEK_SETTING,
             )
         return DataKey.of(row.saga_id, kek.unwrap(row.saga_id, row.wrapped))
 

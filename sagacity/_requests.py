@@ -8,11 +8,14 @@ is the same whichever store holds the chain.
 from __future__ import annotations
 
 import enum
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from sagacity import _attributes as attr
+from sagacity._bounds import INT64_MAX, INT64_MIN, SIGNATURES_MAX, parse_int, saturating_add
 from sagacity._events import EventType, JournalEntry
 from sagacity.errors import ConfigurationError
 from sagacity.journal import ApprovalRequest
@@ -97,26 +100,29 @@ class RequestState:
         }[self.status]
 
 
-def _int_attr(entry: _Attributed, key: str, default: int | None) -> int | None:
-    raw = entry.attributes.get(key)
-    if raw is None:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        return default
+STRICTEST_SIGNATURES = 2
+"""What a request whose ``signatures_required`` is absent or damaged needs: the most any
+reversibility declares (a damaged count never lowers the bar)."""
 
 
 def ref_of(entry: _Attributed) -> int | None:
-    """The seq ``entry`` refers to (``ref_seq``); ``None`` when absent or not an integer, so
-    an entry with a damaged reference refers to nothing."""
-    raw = entry.attributes.get(attr.REF_SEQ)
-    if raw is None:
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        return None
+    """The seq ``entry`` refers to (``ref_seq``); ``None`` when absent, not an integer or not a
+    seq (1 to 2^63 - 1), so an entry with a damaged reference refers to nothing."""
+    ref = parse_int(entry.attributes.get(attr.REF_SEQ), low=0, high=INT64_MAX)
+    return ref if ref is not None and ref >= 1 else None
+
+
+def signatures_of(entry: _Attributed) -> int:
+    """The signatures a request entry claims to need (:func:`signatures_required` of its
+    attributes)."""
+    return signatures_required(entry.attributes)
+
+
+def expiry_of(entry: _Attributed) -> int | None:
+    """A request entry's own ``expires_at_us``, saturated to the 64-bit range (a deadline
+    beyond it never comes, one before it has passed); ``None`` when absent or not an integer
+    (the service's TTL alone then bounds the request)."""
+    return parse_int(entry.attributes.get(attr.EXPIRES_AT_US), low=INT64_MIN, high=INT64_MAX)
 
 
 Counts = Callable[[JournalEntry, ApprovalRequest], bool]
@@ -189,14 +195,12 @@ def request_input(held: Iterable[JournalEntry], entry: JournalEntry) -> bool:
 
 
 def signatures_required(attributes: Mapping[str, str]) -> int:
-    """The signatures a request journals it needs (``signatures_required``, at least 1); a
-    damaged count must not lower the bar: it counts as the strictest, 2."""
-    raw = attributes.get(attr.SIGNATURES_REQUIRED)
-    try:
-        journaled = int(raw) if raw is not None else 2
-    except ValueError:
-        journaled = 2
-    return max(1, journaled or 2)
+    """The signatures a request journals it needs, in their domain (1 to
+    :data:`~sagacity._bounds.SIGNATURES_MAX`): absent, not an integer, or below 1 is damaged
+    and needs :data:`STRICTEST_SIGNATURES`; above the domain saturates to its top, a count no
+    request reaches (fail closed: an impossible count stays impossible, and fits the column)."""
+    claimed = parse_int(attributes.get(attr.SIGNATURES_REQUIRED), low=0, high=SIGNATURES_MAX)
+    return STRICTEST_SIGNATURES if claimed is None or claimed < 1 else claimed
 
 
 def _request(entry: JournalEntry, signed_by: tuple[str, ...]) -> ApprovalRequest:
@@ -207,13 +211,67 @@ def _request(entry: JournalEntry, signed_by: tuple[str, ...]) -> ApprovalRequest
         payload=entry.payload or "",
         payload_sha256=entry.attributes.get(attr.PAYLOAD_SHA256) or None,
         requested_at_us=entry.recorded_at_us,
-        signatures_required=signatures_required(entry.attributes),
+        signatures_required=signatures_of(entry),
         signed_by=signed_by,
         policy_version=entry.attributes.get(attr.POLICY_VERSION, ""),
-        expires_at_us=_int_attr(entry, attr.EXPIRES_AT_US, None),
+        expires_at_us=expiry_of(entry),
         reversibility=entry.attributes.get(attr.REVERSIBILITY, ""),
         entry_hash=entry.hash,
     )
+
+
+def deadline_us(
+    requested_at_us: int,
+    *,
+    seen_at_us: int | None,
+    expires_at_us: int | None,
+    ttl_us: int | None,
+) -> int | None:
+    """When a request lapses (``None``: never): the earlier of its own ``expires_at_us`` and,
+    with a service TTL, ``ttl_us`` after the earlier of ``requested_at_us`` (the time the
+    requester wrote) and ``seen_at_us`` (when the deciding service first saw the request, by
+    its own clock).
+
+    The TTL is a service's policy, so it runs on the service's clock: a requester that dates
+    its request in the future gains nothing (the service's first sight bounds it), one that
+    dates it in the past only shortens its life; its own ``expires_at_us`` can only shorten
+    it too.  The sum saturates at the 64-bit range: no date a writer picks overflows it.
+    """
+    limits = [] if expires_at_us is None else [expires_at_us]
+    if ttl_us is not None:
+        start = requested_at_us if seen_at_us is None else min(requested_at_us, seen_at_us)
+        limits.append(saturating_add(start, ttl_us))
+    return min(limits) if limits else None
+
+
+class FirstSeen:
+    """When this process first read each request (by its entry hash), by its own clock: the
+    ``seen_at_us`` of :func:`deadline_us` for a process that keeps no table of its own (a
+    resumer, a desk without a request store).
+
+    Kept in memory for the ``size`` requests read last; a process that forgets a request (a
+    restart, an eviction) sees it anew, so a request dated in the future lives at most its TTL
+    past the latest such sight, never until its own date.
+    """
+
+    def __init__(self, clock: Callable[[], int], *, size: int = 65_536) -> None:
+        self._clock = clock
+        self._size = size
+        self._seen: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, request: ApprovalRequest) -> int:
+        """When ``request`` was first read here (now, the first time)."""
+        key = f"{request.saga_id}\n{request.seq}\n{request.entry_hash or ''}"
+        with self._lock:
+            seen = self._seen.get(key)
+            if seen is None:
+                seen = self._seen[key] = self._clock()
+                while len(self._seen) > self._size:
+                    self._seen.popitem(last=False)
+            else:
+                self._seen.move_to_end(key)
+            return seen
 
 
 def counted_approvals(verifier: DecisionVerifier | None, journal: str | None) -> Counts | None:

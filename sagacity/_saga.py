@@ -774,11 +774,13 @@ class Sagacity:
         """:meth:`resume_saga` for asyncio (async tools and compensations are awaited)."""
         return await self._desk.resume_async(saga_id, seq, payload, requested_by=requested_by)
 
-    def expire(self, saga_id: str, seq: int) -> SagaResult:
+    def expire(self, saga_id: str, seq: int, *, seen_at_us: int | None = None) -> SagaResult:
         """Journal ``EXPIRED`` for the request at ``seq`` if it is past its time to live.
 
         The request lapses at its own ``expires_at_us`` or, when this Sagacity has an
-        ``approval_ttl``, that long after it was requested, whichever is earlier.  The saga is
+        ``approval_ttl``, that long after the earlier of its recorded time and when it was
+        first seen (``seen_at_us``, a request store's record; else when this process first
+        read it), whichever is earlier (:func:`sagacity._requests.deadline_us`).  The saga is
         then compensated (or ``COMPENSATION_REQUESTED`` journaled, when delegated) and ended.
 
         Raises:
@@ -787,11 +789,13 @@ class Sagacity:
             InvalidArgumentError: the request has not lapsed yet.
             ChainIntegrityError: the saga's chain does not verify.
         """
-        return self._desk.expire(saga_id, seq)
+        return self._desk.expire(saga_id, seq, seen_at_us=seen_at_us)
 
-    def approval_deadline_us(self, request: ApprovalRequest) -> int | None:
+    def approval_deadline_us(
+        self, request: ApprovalRequest, *, seen_at_us: int | None = None
+    ) -> int | None:
         """When ``request`` lapses for this Sagacity (``None``: never); see :meth:`expire`."""
-        return self._desk.deadline_us(request)
+        return self._desk.deadline_us(request, seen_at_us=seen_at_us)
 
     def expire_overdue(self) -> list[SagaResult]:
         """Expire every pending request past its time to live; returns each saga's result."""

@@ -401,13 +401,28 @@ class KeyEncryptionKeyError(EncryptionError, ConfigurationError):
         self.setting = setting
 
 
-class CiphertextAuthenticationError(EncryptionError):
+class UnopenableError(EncryptionError):
+    """One saga's sealed data cannot be opened, for a reason that is that saga's, not the
+    process's: its data key is missing, wrapped under a key-encryption key this process does
+    not hold, or does not authenticate.  A service makes it the fate of the message concerned
+    (quarantined or dead-lettered with :attr:`reason`), never of the service.
+
+    Attributes:
+        reason: the short name a service files the message under.
+    """
+
+    reason = "unopenable"
+
+
+class CiphertextAuthenticationError(UnopenableError):
     """A sealed field or a wrapped data key failed AEAD authentication: it was altered, or it
     is opened with another key or for another place (saga, seq, field) than it was sealed for.
 
     Attributes:
         field: the journal field concerned (``payload``, ``result``), when there is one.
     """
+
+    reason = "authentication failed"
 
     def __init__(
         self,
@@ -433,8 +448,27 @@ class SagaErasedError(EncryptionError):
         self.erased_at = erased_at
 
 
-class DataKeyNotFoundError(EncryptionError):
+class DataKeyNotFoundError(UnopenableError):
     """No data key exists for the saga: nothing of it was ever sealed."""
+
+    reason = "data key not found"
+
+
+class DataKeyNotHeldError(UnopenableError):
+    """The saga's data key is wrapped under a key-encryption key this process does not hold:
+    that saga's fields cannot be opened or sealed here (other sagas' can).
+
+    Attributes:
+        kek_id: the key-encryption key the data key is wrapped under.
+        setting: the setting that names the key files held (``SAGACITY_KEY_ENCRYPTION_KEY_FILE``).
+    """
+
+    reason = "key-encryption key not held"
+
+    def __init__(self, message: str, *, saga_id: str, kek_id: str, setting: str):
+        super().__init__(f"{setting}: {message}", saga_id=saga_id)
+        self.kek_id = kek_id
+        self.setting = setting
 
 
 class ErasureRefusedError(SagacityError):

@@ -16,6 +16,7 @@ writer from creating a fresh key for the saga.  See docs/adr/0019-erasure.md.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Mapping
@@ -29,6 +30,8 @@ from sagacity._keys import KeyService, StoredKey
 from sagacity.errors import PersistenceError, PersistenceUnavailableError
 
 TABLE = "sagacity_data_keys"
+
+log = logging.getLogger("sagacity.keys")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS {table} (
@@ -300,11 +303,13 @@ def key_service_from_env(
     keys in the database at ``conninfo``; ``None`` when the variable is not set (the journal
     then runs without encryption, and says so).
 
-    The store is created if missing and the KEKs checked against it (:meth:`KeyService.check`).
+    The store is created if missing and checked (:meth:`KeyService.check`): stored keys
+    wrapped under a KEK this process does not hold are warned of, naming the variable, and
+    the process starts all the same (those sagas' messages fail one by one).
 
     Raises:
-        KeyEncryptionKeyError: the variable names a missing or bad file, or KEKs that do not
-            open the stored keys (the message names the variable).
+        KeyEncryptionKeyError: the variable names a missing or malformed file (the message
+            names the variable).
         PersistenceError: the database could not be reached.
     """
     value = (os.environ if env is None else env).get(KEK_SETTING)
@@ -315,8 +320,18 @@ def key_service_from_env(
         PostgresKeyStore(conninfo), keyring, cache_size=cache_size, cache_ttl=cache_ttl
     )
     try:
-        service.check()
+        unheld = service.check()
     except BaseException:
         service.close()
         raise
+    if unheld:
+        log.warning(
+            "%s: some data keys are wrapped under key-encryption key(s) %s, which this process "
+            "does not hold (it holds %s): those sagas' sealed events cannot be opened here and "
+            "are quarantined or dead-lettered one by one; add the key file if they should be "
+            "(docs/operations/keys.md)",
+            KEK_SETTING,
+            ", ".join(unheld),
+            ", ".join(keyring.key_ids),
+        )
     return service

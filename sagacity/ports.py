@@ -341,6 +341,11 @@ class RequestRow:
     entry_hash: str | None = None
     """The request entry's hash (:attr:`ApprovalRequest.entry_hash`): what an approval of this
     row must name."""
+    seen_at_us: int | None = field(default=None, compare=False)
+    """When the store first folded the request, by the service's clock (``None``: not
+    recorded): the service's TTL runs from the earlier of this and ``requested_at_us``
+    (:func:`sagacity._requests.deadline_us`).  An observation of the store, not part of the
+    chain's fold, so rows compare without it."""
 
     @classmethod
     def from_state(cls, state: RequestState) -> RequestRow:
@@ -593,7 +598,9 @@ class RequestStore(Protocol):
         ...
 
     def overdue(self, now_us: int, ttl_us: int | None, *, limit: int = 100) -> list[RequestRow]:
-        """Open requests past their deadline (their own, or ``requested_at + ttl_us``)."""
+        """Open requests past their deadline (:func:`sagacity._requests.deadline_us`: their
+        own ``expires_at_us``, or ``ttl_us`` after the earlier of ``requested_at_us`` and
+        ``seen_at_us``), computed without overflow whatever the rows hold."""
         ...
 
     def stats(self, *, now_us: int, window_s: float) -> GateStats:

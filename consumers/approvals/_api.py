@@ -443,7 +443,7 @@ def create_app(
     def request_out(row: Any) -> RequestOut:
         data = row.to_dict()
 
-        deadline = service.sagacity.approval_deadline_us(row.request())
+        deadline = service.sagacity.approval_deadline_us(row.request(), seen_at_us=row.seen_at_us)
         return RequestOut(**data, deadline_us=deadline)
 
     def decision_out(decided: Decided) -> DecisionOut:

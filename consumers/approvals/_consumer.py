@@ -4,7 +4,9 @@ Replicas share one consumer group, so each partition is folded by one replica at
 position is stored in PostgreSQL in the same transaction as the rows a batch produced
 (``sagacity_approval_offset``) and read back on assignment, so a restart or rebalance neither
 loses nor double-applies an event (and folding is idempotent anyway).  An undecodable message
-is counted, logged with its position and skipped: it can never be part of a chain.
+is counted, logged with its position and skipped: it can never be part of a chain.  An event
+whose sealed fields cannot be opened, or whose values the database refuses, is quarantined
+with its reason; the position moves on (docs/reliability.md, "Hostile inputs").
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from confluent_kafka import KafkaException, Message
 
 from sagacity._acceptance import QUIET, Tail
 from sagacity._defaults import DEFAULT_APPROVALS_GROUP as DEFAULT_GROUP
+from sagacity._events import JournalEntry
 from sagacity.consumers._runtime import (
     ConsumerRuntime,
     Handler,
@@ -26,7 +29,8 @@ from sagacity.consumers._runtime import (
     client_config,
 )
 from sagacity.consumers.approvals._store import ApprovalStore
-from sagacity.errors import CiphertextAuthenticationError, SagacityError, SerializationError
+from sagacity.errors import SagacityError, SerializationError, UnopenableError
+from sagacity.postgres._tails import Fault
 from sagacity.schemas import decode_entry
 from sagacity.schemas._codec import FieldSealer
 
@@ -48,8 +52,10 @@ class RequestConsumer(Handler):
         bootstrap_servers / topic / group_id: where to read and as which group.
         client: extra librdkafka settings (TLS/SASL).
         keys: the key service opening sealed events (docs/adr/0019-erasure.md §3); an event
-            whose sealed field does not authenticate is skipped as undecodable, reason
-            ``authentication failed``.
+            whose sealed field cannot be opened (it does not authenticate, or its saga's data
+            key is missing or wrapped under a key-encryption key not held) is quarantined
+            with the reason (``authentication failed``, ``data key not found``,
+            ``key-encryption key not held``).
         placed: whether a message's key maps to the partition it is on (default: every
             message is taken as placed; the server passes the journal's partitioner).
         prefix: a saga's accepted tail before an offset, read from the journal (for a saga
@@ -76,7 +82,8 @@ class RequestConsumer(Handler):
         self._placed = placed
         self._prefix = prefix
         self.quarantined = 0
-        """Events refused by the acceptance rule and quarantined."""
+        """Events quarantined: refused by the acceptance rule, or set aside for a fault of
+        their own (a sealed field that cannot be opened, values the database refused)."""
         self._keys = keys
         self._topic = topic
         self._stop = threading.Event()
@@ -134,7 +141,13 @@ class RequestConsumer(Handler):
             self._thread.join(timeout)
 
     def handle(self, messages: Sequence[Message]) -> None:
-        """Judge and fold ``messages`` and store their positions in one transaction."""
+        """Judge and fold ``messages`` and store their positions in one transaction.
+
+        Whatever one message causes is that message's fate, never the batch's: undecodable
+        bytes are skipped and counted; a sealed field that cannot be opened (altered, its
+        saga's data key missing or under a key-encryption key not held) and values the
+        database refuses are quarantined with their reason; the position moves past them.
+        """
         positions: dict[int, int] = {}
         poison: list[tuple[Message, str, str]] = []
         applied = quarantined = 0
@@ -144,39 +157,43 @@ class RequestConsumer(Handler):
                 partition = message.partition() or 0
                 offset = message.offset() or 0
                 positions[partition] = offset + 1
+                key = message.key()
+                saga_id = key.decode("utf-8", "replace") if key is not None else ""
+                position = (partition, offset)
                 try:
                     entry = decode_entry(message.value() or b"", keys=self._keys)
                 except SerializationError as exc:
                     poison.append((message, "undecodable", exc.message))
                     continue
-                except CiphertextAuthenticationError as exc:
-                    poison.append((message, "authentication failed", exc.message))
+                except UnopenableError as exc:
+                    try:  # what can be read without the key, for the quarantine's row
+                        sealed = decode_entry(message.value() or b"")
+                    except SerializationError as bad:
+                        poison.append((message, "undecodable", bad.message))
+                        continue
+                    fault = Fault(kind=exc.reason, detail=exc.message)
+                    if self._store.quarantine_fault(
+                        conn, sealed, fault, saga_id=saga_id, position=position
+                    ):
+                        quarantined += 1
+                        _log_quarantined(sealed, saga_id, position, fault.kind, fault.detail)
+                    else:
+                        poison.append((message, exc.reason, exc.message))
                     continue
-                key = message.key()
-                saga_id = key.decode("utf-8", "replace") if key is not None else ""
-                refusal = self._store.apply_in(
+                outcome = self._store.fold_message(
                     conn,
                     entry,
                     tails=tails,
                     saga_id=saga_id,
                     placed=self._placed is None or self._placed(key, partition),
                     prefix=self._prefix_of(saga_id, offset),
-                    position=(partition, offset),
+                    position=position,
                 )
-                if refusal is None:
+                if outcome is None:
                     applied += 1
-                elif refusal.kind not in QUIET:
+                elif outcome.kind not in QUIET:
                     quarantined += 1
-                    log.warning(
-                        "quarantined %s seq %d of saga %r (partition %d offset %d): %s: %s",
-                        entry.event_type.value,
-                        entry.seq,
-                        saga_id,
-                        partition,
-                        offset,
-                        refusal.kind.value,
-                        refusal.detail,
-                    )
+                    _log_quarantined(entry, saga_id, position, str(outcome.kind), outcome.detail)
             tails.flush()
             for partition, next_offset in positions.items():
                 self._store.store_offset(conn, self._topic, partition, next_offset)
@@ -191,3 +208,17 @@ class RequestConsumer(Handler):
         if read is None:
             return None
         return lambda: read(saga_id, offset)
+
+
+def _log_quarantined(
+    entry: JournalEntry, saga_id: str, position: tuple[int, int], kind: str, detail: str
+) -> None:
+    log.warning(
+        "quarantined %s seq %d of saga %r (partition %d offset %d): %s: %s",
+        entry.event_type.value,
+        entry.seq,
+        saga_id,
+        *position,
+        kind,
+        detail,
+    )

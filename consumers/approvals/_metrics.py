@@ -23,7 +23,7 @@ class GateCollector(Collector):
     def __init__(
         self,
         stats: Callable[[], GateStats],
-        consumer_counts: Callable[[], tuple[int, int]] | None = None,
+        consumer_counts: Callable[[], tuple[int, int, int]] | None = None,
         auth_state: Callable[[], tuple[int, int, bool]] | None = None,
     ) -> None:
         self._stats = stats
@@ -78,14 +78,17 @@ class GateCollector(Collector):
         oldest.add_metric([], figures.oldest_pending_age_s or 0.0)
         yield oldest
         if self._consumer_counts is not None:
-            applied, skipped = self._consumer_counts()
+            applied, skipped, quarantined = self._consumer_counts()
             folded = CounterMetricFamily(
                 "sagacity_approvals_consumer_events",
-                "Journal events this replica folded into the table, or skipped as undecodable.",
+                "Journal events this replica folded into the table, skipped as undecodable, or "
+                "quarantined (refused by the acceptance rule, a sealed field that cannot be "
+                "opened, values the database refused).",
                 labels=["outcome"],
             )
             folded.add_metric(["applied"], applied)
             folded.add_metric(["skipped"], skipped)
+            folded.add_metric(["quarantined"], quarantined)
             yield folded
         if self._auth_state is not None:
             loaded, failed, ok = self._auth_state()

@@ -88,8 +88,8 @@ def journal_for(settings: ApprovalsSettings) -> Journal:
     Raises:
         ConfigurationError: no bootstrap servers, a variable is invalid, or the Kafka journal is
             not installed.
-        KeyEncryptionKeyError: the key-encryption key file is missing, malformed or not the one
-            the stored data keys are wrapped under (the message names the setting).
+        KeyEncryptionKeyError: the key-encryption key file is missing or malformed (the
+            message names the setting).
     """
     if not settings.bootstrap_servers:
         raise ConfigurationError(
@@ -226,7 +226,9 @@ class ApprovalsServer:
             lambda: self.store.stats(
                 now_us=self.sagacity.now_us(), window_s=settings.stats_window_s
             ),
-            (lambda: (consumer.applied, consumer.skipped)) if consumer is not None else None,
+            (lambda: (consumer.applied, consumer.skipped, consumer.quarantined))
+            if consumer is not None
+            else None,
             self._auth_state if self.auth is not None else None,
         )
         self.app: FastAPI = create_app(
@@ -291,8 +293,13 @@ class ApprovalsServer:
                 raise RuntimeError(f"the consumer is retrying: {self.consumer.error}")
             details["partitions"] = list(self.consumer.assigned)
             details["applied"] = self.consumer.applied
-            # Events refused by the acceptance rule: reported, never a failed check.
+            # One bad message is its own fate, never the service's: reported, not failing.
             details["quarantined"] = self.consumer.quarantined
+            details["skipped"] = self.consumer.skipped
+        unheld = getattr(getattr(self.journal, "keys", None), "unheld", ())
+        if unheld:
+            # Stored keys this process cannot open: those sagas' events are quarantined.
+            details["unheld_key_encryption_keys"] = list(unheld)
         if self.auth is not None:
             # Look at the file now (not only when a token is presented), so a broken edit shows.
             self.auth.current()

@@ -190,8 +190,8 @@ class ApprovalService:
             state = request_state(entries, seq)
             if state is None:
                 raise ApprovalNotFound(f"no approval request at {saga_id}/{seq}")
-            if state.pending and self._lapsed(state.request):
-                return self._retrying(lambda: self.sagacity.expire(saga_id, seq))
+            if state.pending and self._lapsed(state.request, row.seen_at_us):
+                return self._expire_one(saga_id, seq, row.seen_at_us)
             # Only approvals that verify close the door to a rejection: a forged one on the
             # topic must not stop a reviewer's veto.
             verified = self.sagacity.counted_signers(entries, state.request)
@@ -280,7 +280,7 @@ class ApprovalService:
                     if not self.store.lock_open(conn, row.saga_id, row.seq):
                         continue
                     try:
-                        self._expire_one(row.saga_id, row.seq)
+                        self._expire_one(row.saga_id, row.seq, row.seen_at_us)
                         expired.append((row.saga_id, row.seq))
                         log.info("expired approval request %s/%s", row.saga_id, row.seq)
                     except (AlreadyDecidedError, ApprovalNotFound, UnknownSagaError) as exc:
@@ -292,11 +292,11 @@ class ApprovalService:
         return expired
 
     # -- internals --------------------------------------------------------------------------
-    def _expire_one(self, saga_id: str, seq: int) -> SagaResult:
-        return self._retrying(lambda: self.sagacity.expire(saga_id, seq))
+    def _expire_one(self, saga_id: str, seq: int, seen_at_us: int | None = None) -> SagaResult:
+        return self._retrying(lambda: self.sagacity.expire(saga_id, seq, seen_at_us=seen_at_us))
 
-    def _lapsed(self, request: Any) -> bool:
-        deadline = self.sagacity.approval_deadline_us(request)
+    def _lapsed(self, request: Any, seen_at_us: int | None) -> bool:
+        deadline = self.sagacity.approval_deadline_us(request, seen_at_us=seen_at_us)
         return deadline is not None and self.sagacity.now_us() > deadline
 
     @staticmethod

@@ -57,10 +57,10 @@ from sagacity.consumers.archive._rowcheck import (
 from sagacity.consumers.archive._sweep import moved_heads
 from sagacity.consumers.archive._timewindow import TimeWindow
 from sagacity.errors import (
-    CiphertextAuthenticationError,
     PersistenceError,
     PersistenceUnavailableError,
     SagacityError,
+    UnopenableError,
 )
 from sagacity.producer._partition import misplaced, partition_for
 
@@ -344,8 +344,11 @@ class BatchArchiver:
             return _Refusal(QuarantineReason.UNDECODABLE, "message has no value (tombstone)", ev)
         try:
             entry = self._decode(ev.value)
-        except CiphertextAuthenticationError as exc:
-            return _Refusal(QuarantineReason.AUTHENTICATION_FAILED, exc.message, ev)
+        except UnopenableError as exc:
+            # This saga's key, not the archive's: the event's fate (one reason per cause).
+            known = exc.reason in QuarantineReason.__members__.values()
+            reason = QuarantineReason(exc.reason) if known else QuarantineReason.UNDECODABLE
+            return _Refusal(reason, exc.message, ev, exc.saga_id, exc.seq)
         except SagacityError as exc:
             return _Refusal(QuarantineReason.UNDECODABLE, exc.message, ev)
         except Exception as exc:

@@ -32,6 +32,11 @@ class QuarantineReason(enum.StrEnum):
     AUTHENTICATION_FAILED = "authentication failed"
     """A sealed data field does not authenticate under its saga's data key: altered, or moved
     to another saga, seq or field (docs/adr/0019-erasure.md §3)."""
+    DATA_KEY_NOT_FOUND = "data key not found"
+    """A sealed event of a saga with no data key in the key store (sealed against another)."""
+    KEK_NOT_HELD = "key-encryption key not held"
+    """A sealed event of a saga whose data key is wrapped under a key-encryption key this
+    archive does not hold."""
     UNSIGNED_DECISION = "unsigned_decision"
     """An ``APPROVED`` without the approvals service's signature (a pinned key is set)."""
     BAD_DECISION_SIGNATURE = "bad_decision_signature"

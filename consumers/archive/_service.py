@@ -465,6 +465,19 @@ class ArchiveService(Handler):
         self.metrics.findings.labels(reason=finding.reason.value).inc()
 
     # --- /metrics and /healthz -----------------------------------------------------------------
+    def quarantine_report(self) -> bytes:
+        """``quarantined N (reason: n, …)`` for ``/healthz``: what this instance set aside."""
+        counts: dict[str, float] = {}
+        for family in self.metrics.quarantined.collect():
+            for sample in family.samples:
+                if sample.name.endswith("_total") and sample.value:
+                    reason = sample.labels.get("reason", "")
+                    counts[reason] = counts.get(reason, 0.0) + sample.value
+        if not counts:
+            return b""
+        listed = ", ".join(f"{reason}: {int(n)}" for reason, n in sorted(counts.items()))
+        return f"quarantined {int(sum(counts.values()))} ({listed})\n".encode()
+
     def _start_http(self, port: int) -> None:
         service = self
 
@@ -472,7 +485,8 @@ class ArchiveService(Handler):
             def do_GET(self) -> None:
                 if self.path == "/healthz":
                     ok = service.healthy
-                    body = b"ok\n" if ok else b"unhealthy\n"
+                    # Quarantined events are reported, never a reason to be unhealthy.
+                    body = (b"ok\n" if ok else b"unhealthy\n") + service.quarantine_report()
                     self.send_response(200 if ok else 503)
                     self.send_header("Content-Type", "text/plain")
                 elif self.path == "/metrics":

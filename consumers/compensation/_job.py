@@ -37,6 +37,7 @@ from sagacity.errors import (
     CompensationInterruptedError,
     JournalError,
     PersistenceError,
+    UnopenableError,
 )
 from sagacity.ports import Claim, ClaimStatus, ClaimStore
 from sagacity.producer import ForkKind, SagaRead
@@ -236,6 +237,11 @@ class SagaJob:
                     return
                 except Poison as poison:
                     self._dead_letter(poison)
+                    return
+                except UnopenableError as exc:
+                    # The saga's data key cannot be had here (missing, under a KEK not held):
+                    # no retry can open or seal it; the request is that saga's fate.
+                    self._dead_letter(Poison(exc.reason, exc.message))
                     return
                 except Revoked:
                     raise

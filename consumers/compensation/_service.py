@@ -58,10 +58,10 @@ from sagacity.consumers.compensation._journal import Revoked, ServiceJournal
 from sagacity.consumers.compensation._locks import SagaLocks
 from sagacity.consumers.compensation._metrics import HealthServer, Metrics
 from sagacity.errors import (
-    CiphertextAuthenticationError,
     DeclarationError,
     SerializationError,
     ToolLoadError,
+    UnopenableError,
 )
 from sagacity.ports import ClaimStore
 from sagacity.producer import KafkaJournal, ReadIndexSettings
@@ -167,8 +167,10 @@ class CompensationService(Handler):
             of an upstream MCP server, declared by a tool policy); with it ``settings.tools``
             may be empty.
         keys: the key service opening sealed sagas and sealing what the service journals for
-            them (docs/adr/0019-erasure.md §3); its caller closes it.  A request whose sealed
-            field does not authenticate is dead-lettered, reason ``authentication failed``.
+            them (docs/adr/0019-erasure.md §3); its caller closes it.  A message whose sealed
+            field cannot be opened is dead-lettered with the reason (``authentication
+            failed``, ``data key not found``, ``key-encryption key not held``), and the
+            service goes on.
 
     Raises:
         ToolLoadError: a ``--tools`` target cannot be imported, or no tool is given (raised
@@ -188,6 +190,8 @@ class CompensationService(Handler):
         self.instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}"
         self.writer_id = f"{WRITER_PREFIX}{self.instance}/{uuid.uuid4().hex[:8]}"
         self.metrics = Metrics()
+        self.dead_lettered: dict[str, int] = {}
+        """Messages this instance dead-lettered, by reason (``/healthz`` reports them)."""
         self._stopping = threading.Event()
         self._lock = threading.RLock()
         self._parts: dict[int, _Partition] = {}
@@ -301,10 +305,7 @@ class CompensationService(Handler):
             ),
             self,
             positions=KafkaCommits(self._ready_offsets, done=self._done_at),
-            poison=DeadLetterTopic(
-                self._dead,
-                on_parked=lambda reason: self.metrics.dead_letters.labels(reason=reason).inc(),
-            ),
+            poison=DeadLetterTopic(self._dead, on_parked=self._dead_lettered),
             stop=self._stopping,
             lag=lambda number, lag: self.metrics.lag.labels(partition=str(number)).set(lag),
             lag_gone=self._lag_gone,
@@ -428,12 +429,23 @@ class CompensationService(Handler):
         log.info("compensation service stopped", extra={"instance": self.instance})
 
     # --- health --------------------------------------------------------------------------
+    def _dead_lettered(self, reason: str) -> None:
+        self.metrics.dead_letters.labels(reason=reason).inc()
+        with self._lock:
+            self.dead_lettered[reason] = self.dead_lettered.get(reason, 0) + 1
+
     def _healthy(self) -> tuple[bool, str]:
         runtime = self._runtime
         idle = time.monotonic() - runtime.alive_at if runtime is not None else 0.0
         if idle > 30:
             return False, f"consumer loop stalled for {idle:.0f}s"
-        return True, "ok"
+        # A dead-lettered message is that message's fate: reported here, never unhealthy.
+        with self._lock:
+            parked = sorted(self.dead_lettered.items())
+        if not parked:
+            return True, "ok"
+        counts = ", ".join(f"{reason}: {n}" for reason, n in parked)
+        return True, f"ok; dead-lettered {sum(n for _, n in parked)} ({counts})"
 
     def _ready(self) -> tuple[bool, str]:
         if self._stopping.is_set():
@@ -542,8 +554,9 @@ class CompensationService(Handler):
         except SerializationError as exc:
             self._dead_letter_now(message, part, "undecodable", exc.message)
             return
-        except CiphertextAuthenticationError as exc:
-            self._dead_letter_now(message, part, "authentication failed", exc.message)
+        except UnopenableError as exc:
+            # This saga's key (missing, under a KEK not held, altered): the message's fate.
+            self._dead_letter_now(message, part, exc.reason, exc.message)
             return
         if entry.event_type is EventType.COMPENSATION_REQUESTED:
             work = _Work(

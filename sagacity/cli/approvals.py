@@ -101,7 +101,11 @@ def _redacted_fields(payload: object, path: str = "$") -> list[str]:
 def _when(micros: int | None) -> str:
     if micros is None:
         return "-"
-    return datetime.fromtimestamp(micros / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return datetime.fromtimestamp(micros / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, ValueError, OSError):
+        # A time a writer chose beyond the calendar: shown as it is, never a crash.
+        return f"{micros} us"
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:

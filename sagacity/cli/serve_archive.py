@@ -88,8 +88,9 @@ def archive(
 
     configure(log_level)
     kafka_config = client_settings(os.environ)
-    # Sealed events are opened through the key service (docs/adr/0019-erasure.md §3): a wrong
-    # or missing key-encryption key stops the start-up, naming the setting.
+    # Sealed events are opened through the key service (docs/adr/0019-erasure.md §3): a missing
+    # or malformed key-encryption key file stops the start-up, naming the setting; stored keys
+    # under a KEK not held are warned of (those sagas' events fail one by one).
     with starting_keys({"SAGACITY_DATABASE_URL": database_url, **os.environ}) as keys:
         service = ArchiveService(
             ArchiveSettings(

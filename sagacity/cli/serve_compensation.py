@@ -201,8 +201,9 @@ def compensation(
         raise ConfigurationError(f"invalid settings: {exc}") from exc
     from sagacity._env import starting_keys
 
-    # Sealed sagas are opened through the key service (docs/adr/0019-erasure.md §3): a wrong
-    # or missing key-encryption key stops the start-up, naming the setting.
+    # Sealed sagas are opened through the key service (docs/adr/0019-erasure.md §3): a missing
+    # or malformed key-encryption key file stops the start-up, naming the setting; stored keys
+    # under a KEK not held are warned of (those sagas' events fail one by one).
     with starting_keys({"SAGACITY_DATABASE_URL": database_url, **os.environ}) as keys:
         service = CompensationService(settings, register=register, keys=keys)
         broker.result()

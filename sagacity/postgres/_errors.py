@@ -95,3 +95,23 @@ def mapped_errors(action: str) -> Iterator[None]:
         yield
     except psycopg.Error as exc:
         raise map_error(exc, action) from exc
+
+
+ROW_REFUSED_SQLSTATES: tuple[str, ...] = (
+    "22",  # data exception: a value out of range, malformed, too long for its column
+    "23",  # integrity constraint violation: a check, a not-null, a unique key
+    "54",  # program limit exceeded: an index row too large, too many columns
+)
+"""SQLSTATE classes by which the database refuses the values of one row: writing the same
+row again fails the same way, and another row may succeed.  A service makes such a refusal
+the fate of the message whose values it wrote (docs/reliability.md), never its own."""
+
+
+def refuses_the_row(exc: BaseException) -> bool:
+    """Whether ``exc`` (a psycopg error, or a Sagacity one it caused) is the database refusing
+    the values of the row being written (:data:`ROW_REFUSED_SQLSTATES`)."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, psycopg.Error):
+        cause = cause.__cause__
+    state = cause.sqlstate if isinstance(cause, psycopg.Error) else None
+    return state is not None and state.startswith(ROW_REFUSED_SQLSTATES)

@@ -26,7 +26,7 @@ from psycopg.types.json import Jsonb
 from sagacity._acceptance import QUIET, Refusal, Tail, admit
 from sagacity._decision_signature import DecisionVerifier
 from sagacity._defaults import DEFAULT_TOPIC
-from sagacity._events import JournalEntry
+from sagacity._events import JournalEntry, now_micros
 from sagacity._requests import (
     Counts,
     affects_requests,
@@ -43,77 +43,27 @@ from sagacity.ports import (
     RequestRow,
     RowState,
 )
-from sagacity.postgres._attention import SCHEMA as ATTENTION_SCHEMA
-from sagacity.postgres._attention import TOPIC_SCHEMA as ATTENTION_TOPIC_SCHEMA
 from sagacity.postgres._attention import apply_attention, attention_rows
 from sagacity.postgres._connect import connect
-from sagacity.postgres._errors import map_error
-from sagacity.postgres._migrate import key_by_topic, migrate
-from sagacity.postgres._tails import SAGA_LOCK, Tails, lock_saga, quarantine, quarantined
-from sagacity.postgres._tails import SCHEMA as TAILS_SCHEMA
-
-SCHEMA = (
-    """
-CREATE TABLE IF NOT EXISTS sagacity_approval_request (
-    topic                   text    NOT NULL,
-    saga_id                 text    NOT NULL,
-    seq                     integer NOT NULL,
-    tool                    text    NOT NULL,
-    payload                 text    NOT NULL,
-    payload_sha256          text,
-    requested_at_us         bigint  NOT NULL,
-    expires_at_us           bigint,
-    signatures_required     integer NOT NULL,
-    policy_version          text    NOT NULL,
-    reversibility           text    NOT NULL,
-    state                   text    NOT NULL DEFAULT 'pending',
-    signed_by               text[]  NOT NULL DEFAULT '{}',
-    decision                text,
-    decided_by              text,
-    decided_at_us           bigint,
-    decision_policy_version text,
-    closed_at_us            bigint,
-    PRIMARY KEY (topic, saga_id, seq)
-);
-CREATE INDEX IF NOT EXISTS sagacity_approval_request_open
-    ON sagacity_approval_request (requested_at_us) WHERE state IN ('pending', 'approved');
-CREATE INDEX IF NOT EXISTS sagacity_approval_request_decided
-    ON sagacity_approval_request (decided_at_us) WHERE decided_at_us IS NOT NULL;
--- Tables made before requests recorded their topic: add it, key by it.
-"""
-    + key_by_topic("sagacity_approval_request", "saga_id, seq")
-    + """
-CREATE TABLE IF NOT EXISTS sagacity_approval_offset (
-    topic       text    NOT NULL,
-    partition   integer NOT NULL,
-    next_offset bigint  NOT NULL,
-    PRIMARY KEY (topic, partition)
-);
-"""
+from sagacity.postgres._errors import map_error, refuses_the_row
+from sagacity.postgres._migrate import migrate
+from sagacity.postgres._requests_schema import COMPONENT, MIGRATIONS
+from sagacity.postgres._tails import (
+    REFUSED_BY_DATABASE,
+    SAGA_LOCK,
+    Fault,
+    Tails,
+    lock_saga,
+    quarantine,
+    quarantined,
 )
-
-
-EVENTS_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sagacity_approval_event (
-    topic   text    NOT NULL,
-    saga_id text    NOT NULL,
-    seq     integer NOT NULL,
-    entry   jsonb   NOT NULL,
-    PRIMARY KEY (topic, saga_id, seq)
-);
--- Rows folded before the events were kept are rebuilt from the topic: every stored position
--- goes back to the first offset (Kafka starts a partition whose first offsets are gone at
--- its earliest), and each request's row is upserted again as its events come by.
-UPDATE sagacity_approval_offset SET next_offset = 0;
-"""
-"""Migration 2: the saga's request events beside the rows, and the rebuild from the topic."""
 
 _UPSERT = """
 INSERT INTO sagacity_approval_request (topic, saga_id, seq, tool, payload, payload_sha256,
     requested_at_us, expires_at_us, signatures_required, policy_version, reversibility, state,
     signed_by, decision, decided_by, decided_at_us, decision_policy_version, closed_at_us,
-    entry_hash)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+    entry_hash, seen_at_us)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (topic, saga_id, seq) DO UPDATE SET
     tool = EXCLUDED.tool, payload = EXCLUDED.payload, payload_sha256 = EXCLUDED.payload_sha256,
     requested_at_us = EXCLUDED.requested_at_us, expires_at_us = EXCLUDED.expires_at_us,
@@ -124,7 +74,8 @@ ON CONFLICT (topic, saga_id, seq) DO UPDATE SET
     decision_policy_version = EXCLUDED.decision_policy_version,
     closed_at_us = EXCLUDED.closed_at_us, entry_hash = EXCLUDED.entry_hash
 """
-"""Write one request's row (see :func:`_values`)."""
+"""Write one request's row (see :func:`_values`); ``seen_at_us`` is set by the first write
+only."""
 
 
 def _row(record: dict[str, Any]) -> RequestRow:
@@ -147,6 +98,7 @@ def _row(record: dict[str, Any]) -> RequestRow:
         decision_policy_version=record["decision_policy_version"],
         closed_at_us=record["closed_at_us"],
         entry_hash=record.get("entry_hash"),  # absent before migration 4
+        seen_at_us=record.get("seen_at_us"),  # absent before migration 5
     )
 
 
@@ -187,6 +139,7 @@ def apply_entry(
     placed: bool = True,
     prefix: Callable[[], Tail | None] | None = None,
     position: tuple[int, int] | None = None,
+    seen_at_us: int | None = None,
 ) -> Refusal | None:
     """Judge one journal event of ``topic`` by the acceptance rule, then fold it into the
     tables; ``None`` when it was accepted (or was already), else why it was refused.
@@ -206,6 +159,8 @@ def apply_entry(
         prefix: the saga's tail before this event read from the journal, for a saga first
             seen past its first event.
         position: ``(partition, offset)`` of the message, kept with a refusal.
+        seen_at_us: the service's clock now: a request row written for the first time
+            records it as when the service first saw the request (default: now).
     """
     saga = entry.saga_id if saga_id is None else saga_id
     refusal = admit(
@@ -234,11 +189,12 @@ def apply_entry(
     )
     before = {s.request.seq: RequestRow.from_state(s) for s in request_states(held, counts=counts)}
     chain = sorted([*held, entry], key=lambda e: e.seq)
+    seen = now_micros() if seen_at_us is None else seen_at_us
     for state in request_states(chain, counts=counts):
         row = RequestRow.from_state(state)
         if before.get(row.seq) == row:
             continue
-        conn.execute(_UPSERT, _values(topic, row))
+        conn.execute(_UPSERT, (*_values(topic, row), seen))
     return None
 
 
@@ -266,25 +222,21 @@ def _values(topic: str, row: RequestRow) -> tuple[Any, ...]:
     )
 
 
+UNREADABLE_KEPT_EVENTS = "unreadable_kept_events"
+"""The quarantine kind of an event of a saga whose kept events do not decode any more."""
+
+
+def _first_line(exc: psycopg.Error) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:500]
+
+
 def _constant(tail: Tail | None) -> Callable[[], Tail | None]:
     return lambda: tail
 
 
 def _first(record: Any) -> Any:
     return record[0] if isinstance(record, tuple | list) else next(iter(record.values()))
-
-
-COMPONENT = "sagacity_approvals"
-"""The tables' migrations are recorded in ``sagacity_approvals_schema_version``."""
-
-MIGRATIONS: tuple[tuple[int, str], ...] = (
-    (1, SCHEMA + ATTENTION_SCHEMA),
-    (2, EVENTS_SCHEMA),
-    (3, ATTENTION_TOPIC_SCHEMA),
-    (4, TAILS_SCHEMA),
-)
-"""The request, offset and attention tables; the kept events; the attention queue keyed by
-topic; the sagas' tails and the quarantine (each statement re-runnable)."""
 
 
 class PostgresRequestStore:
@@ -312,11 +264,13 @@ class PostgresRequestStore:
         connect_timeout: float = 5.0,
         verifier: DecisionVerifier | None = None,
         journal: str | None = None,
+        clock: Callable[[], int] = now_micros,
     ) -> None:
         self._dsn = dsn
         self.topic = topic
         self._timeout = connect_timeout
         self._counts = counted_approvals(verifier, journal)
+        self._clock = clock
 
     @contextmanager
     def connect(self) -> Iterator[psycopg.Connection[Any]]:
@@ -393,7 +347,81 @@ class PostgresRequestStore:
             placed=placed,
             prefix=prefix,
             position=position,
+            seen_at_us=self._clock(),
         )
+
+    def fold_message(
+        self,
+        conn: psycopg.Connection[Any],
+        entry: JournalEntry,
+        *,
+        tails: Tails,
+        saga_id: str,
+        placed: bool = True,
+        prefix: Callable[[], Tail | None] | None = None,
+        position: tuple[int, int] | None = None,
+    ) -> Refusal | Fault | None:
+        """:meth:`apply_in` for one message of the topic, isolated from the rest of the
+        batch: when the database refuses the values it writes (a value out of a column's
+        range, a key too large for an index; :func:`refuses_the_row`), what it wrote is
+        rolled back (a savepoint), its saga's tail is left where it was, and it is
+        quarantined with kind :data:`REFUSED_BY_DATABASE` and the database's reason.  The
+        batch and the position go on: one message's values never stall the partition.  So
+        is an event of a saga whose kept events no longer read back (kind
+        ``unreadable_kept_events``: the table was written by someone else).
+
+        Raises:
+            psycopg.Error: any other database failure (the batch is read again).
+        """
+        tails.get(saga_id)  # the saga's lock and tail, taken outside what may be undone
+        mark = tails.mark(saga_id)
+        try:
+            with conn.transaction():
+                return self.apply_in(
+                    conn,
+                    entry,
+                    tails=tails,
+                    saga_id=saga_id,
+                    placed=placed,
+                    prefix=prefix,
+                    position=position,
+                )
+        except psycopg.Error as exc:
+            if not refuses_the_row(exc):
+                raise
+            fault = Fault(kind=REFUSED_BY_DATABASE, detail=_first_line(exc))
+        except SerializationError as exc:
+            # A kept event of the saga that no longer reads back (the table was written by
+            # hand): the saga cannot be folded here, which is its fate, not the batch's.
+            fault = Fault(kind=UNREADABLE_KEPT_EVENTS, detail=exc.message)
+        tails.restore(saga_id, mark)
+        self.quarantine_fault(conn, entry, fault, saga_id=saga_id, position=position)
+        return fault
+
+    def quarantine_fault(
+        self,
+        conn: psycopg.Connection[Any],
+        entry: JournalEntry,
+        fault: Fault,
+        *,
+        saga_id: str,
+        position: tuple[int, int] | None,
+    ) -> bool:
+        """Keep ``entry`` in the quarantine with ``fault`` (its own savepoint); ``False`` when
+        the database refuses even that row (its saga id too large for the index): the caller
+        then logs and counts it, and the position goes on all the same.
+
+        Raises:
+            psycopg.Error: any other database failure.
+        """
+        try:
+            with conn.transaction():
+                quarantine(conn, self.topic, saga_id, entry, fault, position=position)
+        except psycopg.Error as exc:
+            if not refuses_the_row(exc):
+                raise
+            return False
+        return True
 
     def apply_chain_in(
         self, conn: psycopg.Connection[Any], saga_id: str, entries: Sequence[JournalEntry]
@@ -512,12 +540,15 @@ class PostgresRequestStore:
         return [_row(r) for r in records]
 
     def overdue(self, now_us: int, ttl_us: int | None, *, limit: int = 100) -> list[RequestRow]:
-        """Open requests past their deadline (their own, or ``requested_at + ttl_us``)."""
+        """Open requests past their deadline: :func:`sagacity._requests.deadline_us` in SQL,
+        in ``numeric`` so that no time a writer chose overflows the sum."""
         with self.connect() as conn:
             records = conn.execute(
                 """SELECT * FROM sagacity_approval_request
                    WHERE topic = %(topic)s AND state IN ('pending', 'approved')
-                     AND LEAST(expires_at_us, requested_at_us + %(ttl)s::bigint) < %(now)s
+                     AND LEAST(expires_at_us::numeric,
+                               LEAST(requested_at_us, COALESCE(seen_at_us, requested_at_us))
+                                   ::numeric + %(ttl)s::numeric) < %(now)s
                    ORDER BY requested_at_us LIMIT %(limit)s""",
                 {"topic": self.topic, "ttl": ttl_us, "now": now_us, "limit": limit},
             ).fetchall()
@@ -532,9 +563,11 @@ class PostgresRequestStore:
                      count(*) FILTER (WHERE decision = 'approved') AS approved,
                      count(*) FILTER (WHERE decision = 'rejected') AS rejected,
                      count(*) FILTER (WHERE decision = 'expired') AS expired,
-                     percentile_cont(0.5) WITHIN GROUP (ORDER BY decided_at_us - requested_at_us)
+                     percentile_cont(0.5) WITHIN GROUP
+                         (ORDER BY decided_at_us::float8 - requested_at_us::float8)
                          FILTER (WHERE decision IN ('approved', 'rejected')) AS p50,
-                     percentile_cont(0.95) WITHIN GROUP (ORDER BY decided_at_us - requested_at_us)
+                     percentile_cont(0.95) WITHIN GROUP
+                         (ORDER BY decided_at_us::float8 - requested_at_us::float8)
                          FILTER (WHERE decision IN ('approved', 'rejected')) AS p95
                    FROM sagacity_approval_request WHERE topic = %s AND decided_at_us >= %s""",
                 (self.topic, since),

@@ -12,6 +12,7 @@ transaction, and written back when the transaction's batch is done
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -61,6 +62,22 @@ UPDATE sagacity_approval_offset SET next_offset = 0;
 """
 """Migration 4: tails and quarantine, and the refold under the acceptance rule."""
 
+
+@dataclass(frozen=True, kw_only=True)
+class Fault:
+    """Why the projection set an event aside for a reason of the message itself, not of its
+    chain's links: its sealed fields cannot be opened (``kind`` the error's
+    :attr:`~sagacity.errors.UnopenableError.reason`), or the database refused its values
+    (:data:`REFUSED_BY_DATABASE`)."""
+
+    kind: str
+    detail: str
+
+
+REFUSED_BY_DATABASE = "refused_by_database"
+"""The quarantine kind of an event whose values the database refused (a value out of its
+column's range, a key too large for its index): rolled back, kept here with the reason."""
+
 SAGA_LOCK = 0x53474152
 """The first key ("SGAR") of a saga's advisory lock; the second is ``hashtext`` of its topic and
 id.  Folding an event and deciding on a request take it before any request row."""
@@ -96,6 +113,20 @@ class Tails:
             self._read[saga_id] = None if record is None else Tail(seq=record[0], hash=record[1])
         return self._read[saga_id]
 
+    def mark(self, saga_id: str) -> tuple[Tail | None, bool]:
+        """The saga's tail and whether it moved, as :meth:`restore` puts them back (read the
+        tail with :meth:`get` first, so its lock is taken outside what may be undone)."""
+        return self._read.get(saga_id), saga_id in self._moved
+
+    def restore(self, saga_id: str, mark: tuple[Tail | None, bool]) -> None:
+        """Put the saga's tail back as :meth:`mark` saw it (the work since was rolled back)."""
+        tail, moved = mark
+        self._read[saga_id] = tail
+        if moved:
+            self._moved.add(saga_id)
+        else:
+            self._moved.discard(saga_id)
+
     def advance(self, saga_id: str, entry: JournalEntry) -> None:
         """``entry`` was accepted: it is the saga's tail now."""
         self._read[saga_id] = Tail(seq=entry.seq, hash=entry.hash)
@@ -122,11 +153,13 @@ def quarantine(
     topic: str,
     saga_id: str,
     entry: JournalEntry,
-    refusal: Refusal,
+    refusal: Refusal | Fault,
     *,
     position: tuple[int, int] | None,
 ) -> None:
-    """Keep a refused event with its reason (once per position of the topic)."""
+    """Keep a refused event with its reason (once per position of the topic): a
+    :class:`~sagacity._acceptance.Refusal` of the acceptance rule, or a :class:`Fault` of the
+    message itself."""
     partition, offset = position if position is not None else (None, None)
     conn.execute(
         """INSERT INTO sagacity_approval_quarantine
@@ -138,7 +171,7 @@ def quarantine(
             saga_id,
             entry.seq,
             entry.event_type.value,
-            refusal.kind.value,
+            str(refusal.kind),
             refusal.detail,
             entry.hash,
             partition,

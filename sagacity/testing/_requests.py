@@ -9,14 +9,21 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 
 from sagacity import _attributes as attr
 from sagacity._acceptance import QUIET, Refusal, Tail, admit
 from sagacity._decision_signature import DecisionVerifier
 from sagacity._defaults import DEFAULT_TOPIC
-from sagacity._events import EventType, JournalEntry
-from sagacity._requests import RequestState, counted_approvals, request_input, request_states
+from sagacity._events import EventType, JournalEntry, now_micros
+from sagacity._requests import (
+    RequestState,
+    counted_approvals,
+    deadline_us,
+    request_input,
+    request_states,
+)
 from sagacity._result import SagaStatus
 from sagacity.ports import OPEN_STATES, AttentionRow, GateStats, QuarantinedEvent, RequestRow
 
@@ -58,6 +65,8 @@ class InMemoryRequestStore:
             verifies as the resume requires.  ``None``: every journaled approval counts.
         journal: the journal's name (:attr:`Sagacity.journal_identity`), which a counted
             approval names; required with ``verifier``.
+        clock: the service's clock (microseconds): when a request is first folded
+            (``seen_at_us``).
     """
 
     def __init__(
@@ -66,8 +75,10 @@ class InMemoryRequestStore:
         topic: str = DEFAULT_TOPIC,
         verifier: DecisionVerifier | None = None,
         journal: str | None = None,
+        clock: Callable[[], int] = now_micros,
     ) -> None:
         self.topic = topic
+        self._clock = clock
         self._counts = counted_approvals(verifier, journal)
         self._kept: dict[str, dict[int, JournalEntry]] = {}
         self._rows: dict[tuple[str, int], RequestRow] = {}
@@ -122,8 +133,12 @@ class InMemoryRequestStore:
             if request_input(kept.values(), entry):
                 kept[entry.seq] = entry
                 chain = [kept[seq] for seq in sorted(kept)]
+                seen = self._clock()
                 for state in request_states(chain, counts=self._counts):
-                    self._rows[(saga_id, state.request.seq)] = RequestRow.from_state(state)
+                    row_key = (saga_id, state.request.seq)
+                    held = self._rows.get(row_key)
+                    first = seen if held is None or held.seen_at_us is None else held.seen_at_us
+                    self._rows[row_key] = replace(RequestRow.from_state(state), seen_at_us=first)
             return None
 
     def quarantined(
@@ -191,18 +206,15 @@ class InMemoryRequestStore:
         return rows[:limit]
 
     def overdue(self, now_us: int, ttl_us: int | None, *, limit: int = 100) -> list[RequestRow]:
-        """Open requests past their deadline (their own, or ``requested_at + ttl_us``)."""
+        """Open requests past their deadline (:func:`sagacity._requests.deadline_us`)."""
 
         def deadline(row: RequestRow) -> int | None:
-            limits = [
-                d
-                for d in (
-                    row.expires_at_us,
-                    None if ttl_us is None else row.requested_at_us + ttl_us,
-                )
-                if d is not None
-            ]
-            return min(limits) if limits else None
+            return deadline_us(
+                row.requested_at_us,
+                seen_at_us=row.seen_at_us,
+                expires_at_us=row.expires_at_us,
+                ttl_us=ttl_us,
+            )
 
         rows = []
         for row in self._all():

@@ -1,6 +1,7 @@
 """Sealed sagas through the approvals and compensation services, each its own OS process, on
 real Kafka and PostgreSQL (docs/adr/0019-erasure.md §3: every reader opens through the key
-service; a wrong or missing key-encryption key stops a service at start-up)."""
+service; a missing key-encryption key file stops a service at start-up, another saga's key it
+cannot open quarantines that saga's events)."""
 
 from __future__ import annotations
 
@@ -171,20 +172,33 @@ def _serve(service: str, env: dict[str, str]) -> subprocess.CompletedProcess[str
 
 
 @pytest.mark.parametrize("service", ["approvals", "compensation"])
-def test_a_service_refuses_to_start_with_a_missing_or_wrong_key_file(
+def test_a_service_refuses_to_start_with_a_missing_key_file_not_with_anothers_keys(
     sealed: Deployment, auth_file: Path, tmp_path: Path, service: str
 ) -> None:
-    # Data keys exist under the deployment's key; another key file cannot open them.
+    # Its own key file missing is the process's configuration: it refuses to start, naming it.
     sealed.gate("sealed-first")
+    env = {**sealed.env, KEK_SETTING: str(tmp_path / "missing.kek"), "AUTH": str(auth_file)}
+    done = _serve(service, env)
+    assert done.returncode != 0, (service, done.stderr)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, (service, done.stderr)
+    assert KEK_SETTING in errors[0], (service, done.stderr)
+    if service != "approvals":
+        return  # the compensation service: tests/compensation/test_unopenable_keys.py
+    # Data keys under a KEK it does not hold are other sagas' data: it starts, says so on
+    # its health endpoint, and quarantines those sagas' events.
     other = tmp_path / "other.kek"
     write_key_encryption_key(other)
-    for key_file in (tmp_path / "missing.kek", other):
-        env = {**sealed.env, KEK_SETTING: str(key_file), "AUTH": str(auth_file)}
-        done = _serve(service, env)
-        assert done.returncode != 0, (service, key_file, done.stderr)
-        errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-        assert len(errors) == 1, (service, done.stderr)
-        assert KEK_SETTING in errors[0], (service, done.stderr)
+    sealed.env[KEK_SETTING] = str(other)
+    replica = sealed.replica()
+    replica.wait_ready()
+    health = httpx.get(f"{replica.url}/healthz", timeout=10).json()
+    assert health["unheld_key_encryption_keys"], health
+    wait_for(
+        lambda: httpx.get(f"{replica.url}/healthz", timeout=10).json().get("quarantined"),
+        timeout=60,
+    )
+    assert listed(replica) == []
 
 
 def test_a_sealed_field_that_fails_authentication_is_dead_lettered_as_sent(
@@ -231,9 +245,10 @@ def test_a_sealed_field_that_fails_authentication_is_dead_lettered_as_sent(
     assert headers["sagacity.dlq.reason"] == b"authentication failed"
     assert message.value() == bytes(altered)
     assert message.key() == b"sealed-altered"
-    # The approvals consumer skips it (counted), folding the rest.
-    skipped = 'sagacity_approvals_consumer_events_total{outcome="skipped"} 1.0'
-    wait_for(lambda: skipped in httpx.get(f"{replica.url}/metrics").text)
+    # The approvals consumer quarantines it with its reason (counted), folding the rest.
+    quarantined = 'sagacity_approvals_consumer_events_total{outcome="quarantined"} 1.0'
+    wait_for(lambda: quarantined in httpx.get(f"{replica.url}/metrics").text)
+    assert httpx.get(f"{replica.url}/healthz").json()["quarantined"] == 1
     assert [r["saga_id"] for r in listed(replica)] == ["sealed-altered"]
 
 

@@ -477,7 +477,8 @@ def test_a_sealed_form_2_event_is_archived_alike_with_and_without_the_compiled_m
     assert outcomes[0] == outcomes[1]
     counts, journal, quarantine, heads, audits = outcomes[0]
     assert counts == (7, 0, {QuarantineReason.AUTHENTICATION_FAILED: 1})
-    assert quarantine == [("authentication failed", None, None, 2)]
+    # The quarantine names the saga and seq the sealed field was opened for (its body's).
+    assert quarantine == [("authentication failed", "sealed-n", 3, 2)]
     sealed_rows = [r for r in journal if r[0] == "sealed-n"]
     assert [(r[4], r[5], r[13], r[14], r[15]) for r in sealed_rows] == [
         (e.payload, e.result, 2, dict(e.commitments), dict(e.salts)) for e in sealed

@@ -245,32 +245,53 @@ def test_an_export_of_a_saga_archived_sealed_says_its_data_is_sealed(
     assert "accepted only because of --allow-unopened" in verified.stdout
 
 
-def test_the_archive_service_refuses_to_start_with_a_missing_or_wrong_key_file(
+def test_the_archive_service_refuses_a_missing_key_file_and_starts_with_anothers_keys(
     kafka_bootstrap: str, make_topic: Callable[..., str], archive_dsn: str, tmp_path: Path
 ) -> None:
     topic = make_topic(partitions=1)
     # A data key exists under one key; a missing file or another key cannot open it.
-    keys = KeyService(
-        PostgresKeyStore(archive_dsn),
-        KeyRing((write_key_encryption_key(tmp_path / "journal.kek"),)),
-    )
+    journal_kek = write_key_encryption_key(tmp_path / "journal.kek")
+    keys = KeyService(PostgresKeyStore(archive_dsn), KeyRing((journal_kek,)))
     try:
         keys.seal("sealed-first", 1, "payload", b"x" * 20)
     finally:
         keys.close()
+    # Its own key file missing is the process's configuration: refused, naming the setting.
+    env = {**os.environ, "SAGACITY_DATABASE_URL": archive_dsn}
+    missing = {**env, KEK_SETTING: str(tmp_path / "missing.kek")}
+    done = subprocess.run(
+        _command(kafka_bootstrap, archive_dsn, topic),
+        cwd=ROOT,
+        env=missing,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, done.stderr
+    assert KEK_SETTING in errors[0], done.stderr
+    # Keys under a KEK it does not hold are other sagas' data: it starts and says so.
     write_key_encryption_key(tmp_path / "other.kek")
-    for key_file in (tmp_path / "missing.kek", tmp_path / "other.kek"):
-        env = {**os.environ, KEK_SETTING: str(key_file), "SAGACITY_DATABASE_URL": archive_dsn}
-        done = subprocess.run(
+    log = tmp_path / "other.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
             _command(kafka_bootstrap, archive_dsn, topic),
             cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+            env={**env, KEK_SETTING: str(tmp_path / "other.kek")},
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
-        assert done.returncode != 0, (key_file, done.stderr)
-        errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-        assert len(errors) == 1, done.stderr
-        assert KEK_SETTING in errors[0], done.stderr
+    try:
+        deadline = time.monotonic() + 60
+        while journal_kek.key_id not in log.read_text(errors="replace"):
+            assert process.poll() is None, log.read_text(errors="replace")
+            assert time.monotonic() < deadline, log.read_text(errors="replace")
+            time.sleep(0.2)
+        warning = [line for line in log.read_text().splitlines() if journal_kek.key_id in line]
+        assert KEK_SETTING in warning[0]
+        assert process.poll() is None  # still running
+    finally:
+        process.terminate()
+        process.wait(30)

@@ -15,6 +15,7 @@ from sagacity._keys import KeyService
 from sagacity.errors import (
     CiphertextAuthenticationError,
     DataKeyNotFoundError,
+    DataKeyNotHeldError,
     KeyEncryptionKeyError,
     PersistenceUnavailableError,
     SagaErasedError,
@@ -111,20 +112,36 @@ def test_an_altered_ciphertext_or_stored_key_fails_authentication(
     assert caught.value.saga_id == "s-1"
 
 
-def test_a_wrong_kek_is_refused_at_start_and_on_open_naming_the_setting(
-    services: Callable[..., KeyService], kek: KeyEncryptionKey, tmp_path: Path, pg_dsn: str
+def test_keys_under_a_kek_not_held_are_data_named_at_start_and_refused_per_saga(
+    services: Callable[..., KeyService],
+    kek: KeyEncryptionKey,
+    tmp_path: Path,
+    pg_dsn: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    # A key of some saga under a KEK this process does not hold is that saga's problem: the
+    # process starts (naming the KEK), opens and seals every other saga, and refuses only that
+    # saga's fields, with an error that names the setting and the KEK.
     sealed = services(kek).seal("s-1", 2, "payload", MARKER)
     wrong = write_key_encryption_key(tmp_path / "wrong.kek")
-    with pytest.raises(KeyEncryptionKeyError, match=KEK_SETTING) as caught:
-        services(wrong)
-    assert kek.key_id in caught.value.message
-    unchecked = KeyService(PostgresKeyStore(pg_dsn), KeyRing((wrong,)))
-    try:
-        with pytest.raises(KeyEncryptionKeyError, match=f"{KEK_SETTING}: .*{kek.key_id}"):
-            unchecked.open("s-1", 2, "payload", sealed)
-    finally:
-        unchecked.close()
+    other = services(wrong)
+    assert other.unheld == (kek.key_id,)
+    with pytest.raises(DataKeyNotHeldError, match=f"{KEK_SETTING}: .*{kek.key_id}") as caught:
+        other.open("s-1", 2, "payload", sealed)
+    assert (caught.value.saga_id, caught.value.kek_id) == ("s-1", kek.key_id)
+    assert caught.value.reason == "key-encryption key not held"
+    with pytest.raises(DataKeyNotHeldError):
+        other.seal("s-1", 3, "payload", MARKER)
+    mine = other.seal("s-2", 1, "payload", MARKER)
+    assert other.open("s-2", 1, "payload", mine) == MARKER
+    # From the environment too: a warning naming the setting, never a refusal to start.
+    with caplog.at_level("WARNING", logger="sagacity.keys"):
+        started = key_service_from_env(pg_dsn, {KEK_SETTING: str(tmp_path / "wrong.kek")})
+    assert started is not None
+    started.close()
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "sagacity.keys"]
+    assert KEK_SETTING in warning
+    assert kek.key_id in warning
 
 
 def test_the_kek_setting_from_the_environment(
@@ -277,8 +294,7 @@ def test_rotation_keeps_every_saga_readable_and_retires_the_old_kek(
                 only_new.open(saga, 2, "payload", sealed[saga])
         else:
             assert only_new.open(saga, 2, "payload", sealed[saga]) == MARKER + saga.encode()
-    with pytest.raises(KeyEncryptionKeyError, match=KEK_SETTING):
-        services(kek)  # refused at start: the keys are under a KEK it does not hold
+    assert services(kek).unheld == (new.key_id,)  # started: the keys are data, not its own
     for saga_id, _, wrapped, _ in _rows(pg_dsn):
         if wrapped is not None:
             with pytest.raises(CiphertextAuthenticationError, match="authentication failed"):

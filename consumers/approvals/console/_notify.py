@@ -171,7 +171,7 @@ class Notifier:
         return self._base + "/ui/" + "/".join(quote(p, safe="") for p in parts)
 
     def _deadline(self, row: RequestRow) -> int | None:
-        return self._sagacity.approval_deadline_us(row.request())
+        return self._sagacity.approval_deadline_us(row.request(), seen_at_us=row.seen_at_us)
 
     def candidates(self) -> list[Notice]:
         """Every notice the tables call for now (claimed or not)."""

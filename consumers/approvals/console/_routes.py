@@ -109,7 +109,11 @@ class _Redirect(Exception):  # noqa: N818 - a flow signal inside the console
 def _when(micros: int | None) -> str:
     if micros is None:
         return "-"
-    return datetime.fromtimestamp(micros / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        return datetime.fromtimestamp(micros / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, ValueError, OSError):
+        # A time a writer chose beyond the calendar: shown as it is, never a failed page.
+        return f"{micros} us"
 
 
 def _span(seconds: float | None) -> str:
@@ -407,7 +411,7 @@ def create_console(
 
     # -- inbox -------------------------------------------------------------------------------
     def deadline_of(row: RequestRow) -> int | None:
-        return sagacity.approval_deadline_us(row.request())
+        return sagacity.approval_deadline_us(row.request(), seen_at_us=row.seen_at_us)
 
     # Who asked is the actor of the request's own entry, which never changes once journaled,
     # so each is read from the chain once (the inbox reloads every few seconds).
