@@ -76,6 +76,9 @@ class KafkaJournalSettings(BaseModel):
         read_index: where reads find sagas' archived prefixes (:class:`ReadIndexSettings`).
         writer_id: this writer's id on every event (``SAGACITY_WRITER_ID``; default
             ``host/pid/random``); stable when the archive registers writers.
+        writer_registry: the writer registry file (``SAGACITY_WRITER_REGISTRY``, as the
+            archive's): reads accept an event only from a registered writer whose signature
+            verifies and who may write it there (docs/adr/0014 §4, §5).
         journal_name: the journal's name in signed decisions (``SAGACITY_JOURNAL_NAME``;
             default ``kafka:<cluster id>/<topic>``): a decision names the journal it was made
             on and counts on no other (docs/adr/0025-trust-model.md).
@@ -98,6 +101,7 @@ class KafkaJournalSettings(BaseModel):
     writer_id: str | None = None
     writer_key: str | None = None
     journal_name: str | None = Field(default=None, min_length=1, max_length=256)
+    writer_registry: str | None = None
 
     @property
     def lease_margin_s(self) -> float:

@@ -31,7 +31,7 @@ from sagacity._codec import check_json_payload
 from sagacity._events import EntryDraft, EventType, JournalEntry, with_attribute
 from sagacity._redaction import refuse_in_form_1
 from sagacity._writer_signature import HEADER as WRITER_HEADER
-from sagacity._writer_signature import WriterKey
+from sagacity._writer_signature import WriterKey, WriterRegistry
 from sagacity.chain import link
 from sagacity.errors import (
     ConfigurationError,
@@ -139,6 +139,7 @@ class KafkaJournal:
         writer_key: WriterKey | None = None,
         keys: FieldSealer | None = None,
         journal_name: str | None = None,
+        writers: WriterRegistry | None = None,
     ) -> None:
         require_gil()
         try:
@@ -216,6 +217,7 @@ class KafkaJournal:
             timeout=settings.read_timeout_s,
             index=index,
             keys=keys,
+            writers=writers,
         )
         # With a key service, a saga opened here is written in chain form 2 with its data
         # sealed (docs/adr/0019-erasure.md); a saga keeps the form of its SAGA_OPENED.
@@ -286,6 +288,11 @@ class KafkaJournal:
             writer_key=writer_key,
             keys=keys,
             journal_name=settings.journal_name,
+            writers=(
+                WriterRegistry.from_file(settings.writer_registry)
+                if settings.writer_registry
+                else None
+            ),
         )
 
     # --- properties ------------------------------------------------------------------------

@@ -19,9 +19,12 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from sagacity._acceptance import ForkKind, Tail, judge
+from sagacity._acceptance import ForkKind, Tail, attributed, judge, writers_after
 from sagacity._events import GENESIS_HASH, EventType, JournalEntry
 from sagacity._writer_roles import HANDOFF_EVENTS as HANDOFF_EVENTS
+from sagacity._writer_roles import SagaWriters
+from sagacity._writer_signature import HEADER as WRITER_SIGNATURE_HEADER
+from sagacity._writer_signature import WriterRegistry
 from sagacity.errors import (
     ArchiveSchemaError,
     ConfigurationError,
@@ -140,6 +143,11 @@ class SagaRead:
     read from its start (no index, or the index could not be used: see ``index_fallback``)."""
     index_fallback: str | None = None
     """Why the read index was not used for this read, when one is configured."""
+    registry: WriterRegistry | None = None
+    """With a writer registry, an event is accepted only from a registered writer whose
+    signature verifies and who may write it there (docs/adr/0014 §4, §5)."""
+    writers: SagaWriters = field(default_factory=SagaWriters)
+    """Who may write the saga, folded from the accepted chain (with a registry)."""
 
     @property
     def tail(self) -> tuple[int, str]:
@@ -162,6 +170,8 @@ class SagaRead:
             base_hash=self.base_hash,
             source=self.source,
             index_fallback=self.index_fallback,
+            registry=self.registry,
+            writers=self.writers,
         )
 
     @property
@@ -181,9 +191,13 @@ class SagaRead:
             return self.offsets[index]
         return None
 
-    def feed(self, partition: int, offset: int, entry: JournalEntry) -> None:
+    def feed(
+        self, partition: int, offset: int, entry: JournalEntry, signature: bytes | None = None
+    ) -> None:
         """Offer the next event with this saga's key (in offset order) to the chain (the
-        acceptance rule, :func:`sagacity._acceptance.judge`)."""
+        acceptance rule, :func:`sagacity._acceptance.judge`, and with a writer registry
+        :func:`sagacity._acceptance.attributed`; ``signature`` is the message's writer
+        signature header)."""
         seq, prev = self.tail
         refusal = judge(
             Tail(seq=seq, hash=prev),
@@ -192,9 +206,13 @@ class SagaRead:
             accepted_hash=self._accepted_hash,
             taken_detail=self._taken_detail,
         )
+        if refusal is None and self.registry is not None:
+            refusal = attributed(self.registry, self.writers, entry, signature)
         if refusal is None:
             self.entries.append(entry)
             self.offsets.append(offset)
+            if self.registry is not None:
+                self.writers = writers_after(self.writers, entry)
             return
         self._reject(partition, offset, entry, refusal.kind, refusal.detail)
 
@@ -320,6 +338,15 @@ _TRANSIENT_WATERMARK_ERRORS = frozenset(
 """Errors of a watermark query that a leader change causes, retried until the read's deadline."""
 
 
+def _signature(message: Message) -> bytes | None:
+    """The message's writer signature header, if any (docs/adr/0014 §3)."""
+    for header in message.headers() or ():
+        if header[0] == WRITER_SIGNATURE_HEADER:
+            value = header[1]
+            return value if isinstance(value, bytes) else None
+    return None
+
+
 def _offset(message: Message) -> int:
     offset = message.offset()
     return -1 if offset is None else offset
@@ -378,6 +405,10 @@ class SagaReader:
         index: where to find sagas' archived prefixes (closed with the reader).
         keys: the key service opening sealed data fields (docs/adr/0019-erasure.md); a
             sealed field that fails authentication is skipped as "authentication failed".
+        writers: the writer registry: an event is accepted only from a registered writer
+            whose signature header verifies and who may write it there (docs/adr/0014 §4, §5;
+            refused ``unattributed`` / ``writer_not_owner``).  The archive keeps no headers,
+            so with a registry reads scan the topic, not the index.
     """
 
     def __init__(
@@ -389,7 +420,11 @@ class SagaReader:
         timeout: float = 30.0,
         index: SagaIndex | None = None,
         keys: FieldSealer | None = None,
+        writers: WriterRegistry | None = None,
     ) -> None:
+        self._writers = writers
+        if writers is not None:
+            index = None  # the archive keeps no writer signatures: the topic is read instead
         if keys is not None and index is not None:
             # The archive keeps a sealed event's commitments, not its sealed openings yet: an
             # indexed read would return entries without their data.
@@ -463,6 +498,13 @@ class SagaReader:
             ValueError: ``resume`` is a read of another saga.
         """
         partition = self.partition_of(saga_id)
+        out = self._start(saga_id, partition, until_offset, resume)
+        out.registry = self._writers
+        return self._continue(out, until_offset)
+
+    def _start(
+        self, saga_id: str, partition: int, until_offset: int | None, resume: SagaRead | None
+    ) -> SagaRead:
         if resume is not None:
             if resume.saga_id != saga_id or resume.partition != partition:
                 raise ValueError(
@@ -474,7 +516,7 @@ class SagaReader:
             out = self._from_index(saga_id, partition, until_offset)
         else:
             out = SagaRead(saga_id=saga_id, partition=partition)
-        return self._continue(out, until_offset)
+        return out
 
     def _decode(self, value: bytes) -> JournalEntry:
         """``value``'s entry, its sealed openings opened with the key service (if any).
@@ -574,7 +616,7 @@ class SagaReader:
                     Skipped(partition=partition, offset=offset, key=key, reason=exc.message)
                 )
                 continue
-            out.feed(partition, offset, entry)
+            out.feed(partition, offset, entry, _signature(message))
         out.next_offset = max(out.next_offset, span.end)
         return out
 
@@ -600,8 +642,10 @@ class SagaReader:
             saga = key.decode("utf-8", "replace") if key is not None else entry.saga_id
             read = out.sagas.get(saga)
             if read is None:
-                read = out.sagas[saga] = SagaRead(saga_id=saga, partition=partition)
-            read.feed(partition, offset, entry)
+                read = out.sagas[saga] = SagaRead(
+                    saga_id=saga, partition=partition, registry=self._writers
+                )
+            read.feed(partition, offset, entry, _signature(message))
         out.end_offset = max(out.end_offset, span.end)
         for read in out.sagas.values():
             read.next_offset = out.end_offset

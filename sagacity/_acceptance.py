@@ -16,10 +16,13 @@ refused with a :class:`ForkKind` and never folded.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from sagacity import _attributes as attr
 from sagacity._events import GENESIS_HASH, JournalEntry
+from sagacity._writer_roles import SagaWriters, writer_refusal
+from sagacity._writer_signature import WriterRegistry
 from sagacity.chain import compute_hash
 from sagacity.errors import SerializationError
 
@@ -41,6 +44,12 @@ class ForkKind(enum.StrEnum):
     UNKNOWN_PREFIX = "unknown_prefix"
     """Its saga's earlier events could not be read (gone from the topic, no archive holds
     them): whether it extends the chain cannot be told."""
+    UNATTRIBUTED = "unattributed"
+    """With a writer registry: its writer is not registered, or its signature header is
+    missing or does not verify (docs/adr/0014 §4)."""
+    WRITER_NOT_OWNER = "writer_not_owner"
+    """With a writer registry: its (verified) writer may not write it into that saga: not the
+    saga's owner, nor a service registered for that event type (docs/adr/0014 §5)."""
     STALE = "stale"
     """At a seq the chain has passed, where a reader that keeps only the tail (and the events
     it folds) cannot compare it with the accepted event: never folded, not reported by that
@@ -172,3 +181,59 @@ def admit(
         return tail.hash if tail is not None and seq == tail.seq else known_hash(seq)
 
     return judge(tail, saga_id, entry, accepted_hash=accepted)
+
+
+REGISTRY_KINDS = frozenset({ForkKind.UNATTRIBUTED, ForkKind.WRITER_NOT_OWNER})
+"""Refusals only a reader with a writer registry gives."""
+
+
+def attributed(
+    registry: WriterRegistry,
+    writers: SagaWriters,
+    entry: JournalEntry,
+    signature: bytes | None,
+) -> Refusal | None:
+    """With a writer registry, the acceptance rule's last clause: ``None`` when ``entry`` (an
+    event that extends its saga's tail) was written by a registered writer whose signature
+    (the ``sagacity_writer_sig`` header, ``signature``) verifies, and that writer may write it
+    into the saga whose accepted chain so far folds to ``writers``
+    (:func:`sagacity._writer_roles.writer_refusal`); else why not."""
+    writer = entry.attributes.get(attr.WRITER)
+    refused = registry.check(
+        writer=writer, saga_id=entry.saga_id, seq=entry.seq, hash=entry.hash, signature=signature
+    )
+    if refused is not None:
+        reason, detail = refused
+        return Refusal(kind=ForkKind.UNATTRIBUTED, detail=f"{reason}: {detail}")
+    registered = registry.registered(writer)
+    assert registered is not None  # the check above found it
+    role = writer_refusal(registered, writers, _Written(entry))
+    if role is not None:
+        return Refusal(kind=ForkKind.WRITER_NOT_OWNER, detail=role[1])
+    return None
+
+
+def writers_after(writers: SagaWriters, entry: JournalEntry) -> SagaWriters:
+    """The saga's writers once ``entry`` is accepted into its chain."""
+    return writers.after(_Written(entry))
+
+
+class _Written:
+    """An entry as :func:`~sagacity._writer_roles.writer_refusal` reads it."""
+
+    __slots__ = ("_entry",)
+
+    def __init__(self, entry: JournalEntry) -> None:
+        self._entry = entry
+
+    @property
+    def event_type(self) -> str:
+        return self._entry.event_type.value
+
+    @property
+    def actor(self) -> str | None:
+        return self._entry.actor
+
+    @property
+    def attributes(self) -> Mapping[str, str]:
+        return self._entry.attributes

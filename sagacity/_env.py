@@ -76,6 +76,7 @@ _KAFKA_FIELDS = (
     "writer_id",
     "writer_key",
     "journal_name",
+    "writer_registry",
 )
 
 
@@ -99,6 +100,7 @@ class JournalEnvironment(SagacitySettings):
     writer_id: str | None = None
     writer_key: str | None = None
     journal_name: str | None = None
+    writer_registry: str | None = None
     database_url: str | None = None
     archive_database_url: str | None = None
     archive_schema: str | None = None

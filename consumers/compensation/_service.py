@@ -36,7 +36,7 @@ from sagacity._operator_signature import OperatorVerifier
 from sagacity._result import SagaResult, SagaStatus
 from sagacity._saga import Sagacity
 from sagacity._settings import SagacitySettings
-from sagacity._writer_signature import WriterKey
+from sagacity._writer_signature import WriterKey, WriterRegistry
 from sagacity.consumers._deadletter import DeadLetters, ensure_topic
 from sagacity.consumers._runtime import (
     ConsumerRuntime,
@@ -122,6 +122,10 @@ class CompensationSettings(SagacitySettings):
     read_index: ReadIndexSettings | None = None
     writer_key: str | None = None
     journal_name: str | None = Field(default=None, min_length=1, max_length=256)
+    writer_registry: str | None = None
+    """The writer registry (``SAGACITY_WRITER_REGISTRY``, as the archive's): the service reads
+    a saga's events only from registered writers allowed to write them there, so a forged
+    ``EXECUTED`` or ``COMPENSATED`` in another writer's saga plans nothing (docs/adr/0014 §5)."""
     """The journal's name (``SAGACITY_JOURNAL_NAME``; default ``kafka:<cluster id>/<topic>``):
     what settlements and claims are bound to (docs/adr/0025-trust-model.md)."""
     approvals_public_key: str | None = None
@@ -207,6 +211,9 @@ class CompensationService(Handler):
             WriterKey.from_file(settings.writer_key, f"{WRITER_PREFIX}{settings.group_id}")
             if settings.writer_key
             else None
+        )
+        self._writer_registry = (
+            WriterRegistry.from_file(settings.writer_registry) if settings.writer_registry else None
         )
         # A bad pinned key stops the start-up, naming the setting (its own configuration).
         self._operator = (
@@ -363,6 +370,7 @@ class CompensationService(Handler):
             writer_key=self._writer_key,
             keys=self._keys,
             journal_name=s.journal_name,
+            writers=self._writer_registry,
         )
         with self._lock:
             self._journals.append(journal)

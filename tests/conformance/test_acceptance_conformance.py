@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from sagacity._acceptance import ForkKind, Tail, admit
+from sagacity._acceptance import REGISTRY_KINDS, ForkKind, Tail, admit
 from sagacity._events import JournalEntry
 from sagacity.postgres import PostgresRequestStore
 from sagacity.producer import SagaRead
@@ -144,7 +144,45 @@ def test_the_approvals_projection_accepts_the_same_chain(name: str, pg_dsn: str)
 
 
 def test_the_vectors_cover_every_refusal_kind() -> None:
+    """Every kind but those only a reader with a writer registry gives (they need writers'
+    keys: tests/compensation/test_writer_rule_e2e.py and the reader's unit tests)."""
     kinds = {m["expect"] for c in CASES for m in c["messages"]} | {
         m["projection_expect"] for c in CASES for m in c["messages"] if "projection_expect" in m
     }
-    assert kinds == {"accepted"} | {kind.value for kind in ForkKind}
+    assert kinds == {"accepted"} | {kind.value for kind in ForkKind if kind not in REGISTRY_KINDS}
+
+
+def test_with_a_writer_registry_the_reader_refuses_what_a_writer_may_not_write(
+    tmp_path: Path,
+) -> None:
+    from sagacity import EntryDraft, EventType
+    from sagacity._writer_signature import WriterKey, WriterRegistry
+    from sagacity.chain import link
+
+    keys = {}
+    for writer in ("agent-1", "agent-2"):
+        path = tmp_path / f"{writer}.key"
+        path.write_text("hmac-sha256:" + "ab" * 16 + writer.encode().hex() + "\n")
+        keys[writer] = WriterKey.from_file(path, writer)
+    registry_file = tmp_path / "writers.toml"
+    registry_file.write_text("".join(k.registry_entry() for k in keys.values()))
+    registry = WriterRegistry.from_file(registry_file)
+
+    def event(kind: EventType, writer: str, seq: int, prev: str) -> JournalEntry:
+        draft = EntryDraft(saga_id="s", event_type=kind, attributes={"writer": writer})
+        return link(draft, seq=seq, prev_hash=prev)
+
+    def sig(entry: JournalEntry, writer: str) -> bytes:
+        return keys[writer].sign(saga_id="s", seq=entry.seq, hash=entry.hash)
+
+    read = SagaRead(saga_id="s", partition=0, registry=registry)
+    opened = event(EventType.SAGA_OPENED, "agent-1", 1, "0" * 64)
+    read.feed(0, 0, opened, sig(opened, "agent-1"))
+    unsigned = event(EventType.INTENT, "agent-1", 2, opened.hash)
+    read.feed(0, 1, unsigned, None)
+    foreign = event(EventType.INTENT, "agent-2", 2, opened.hash)
+    read.feed(0, 2, foreign, sig(foreign, "agent-2"))
+    own = event(EventType.INTENT, "agent-1", 2, opened.hash)
+    read.feed(0, 3, own, sig(own, "agent-1"))
+    assert [e.hash for e in read.entries] == [opened.hash, own.hash]
+    assert [r.kind for r in read.rejected] == [ForkKind.UNATTRIBUTED, ForkKind.WRITER_NOT_OWNER]
