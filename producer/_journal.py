@@ -184,6 +184,7 @@ class KafkaJournal:
             self._topic,
             bootstrap=settings.bootstrap_servers,
             timeout=settings.startup_timeout_s,
+            principal=settings.client.get("sasl.username"),
         )
         if info.compacted:
             raise TopicConfigError(compaction_refusal(self._topic), topic=self._topic)
@@ -231,7 +232,10 @@ class KafkaJournal:
         self._fingerprint = _fingerprint_header()
         self._closed = False
         self._deliveries = Deliveries(
-            self._producer, ack_timeout=self._ack_timeout, on_lost=self._sagas.mark_poisoned
+            self._producer,
+            ack_timeout=self._ack_timeout,
+            on_lost=self._sagas.mark_poisoned,
+            client=base,
         )
 
     @classmethod
