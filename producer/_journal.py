@@ -30,6 +30,7 @@ from sagacity import _attributes as attr
 from sagacity._codec import check_json_payload
 from sagacity._events import EntryDraft, EventType, JournalEntry, with_attribute
 from sagacity._redaction import refuse_in_form_1
+from sagacity._tracing import header_traceparent
 from sagacity._writer_signature import HEADER as WRITER_HEADER
 from sagacity._writer_signature import WriterKey
 from sagacity.chain import link
@@ -457,6 +458,19 @@ class KafkaJournal:
         """
         self._check_open()
         return self._read_latest(saga_id)
+
+    def traceparent_of(self, saga_id: str, seq: int) -> str | None:
+        """The W3C ``traceparent`` header of the saga's accepted event at ``seq`` (``None``:
+        none, or the event is no longer on the topic).  For tracing only: a decision's span
+        continues its request's trace; nothing is decided from it.
+
+        Raises:
+            JournalUnavailableError: the topic could not be read.
+        """
+        offset = self.read(saga_id).accepted_offset(seq)
+        if offset is None:
+            return None
+        return header_traceparent(self._reader.headers_at(saga_id, offset))
 
     def pending_approvals(self, saga_id: str | None = None) -> Sequence[ApprovalRequest]:
         """Open approval requests, derived from the chains on the topic.

@@ -15,13 +15,18 @@ class Travel:
 
     @compensable(reversibility=Reversibility.COMPENSATABLE, by="cancel")
     def book(self, city: str, guest: str) -> str:
-        """Book a room (``guest`` is personal data: a redacted field in the tests)."""
+        """Book a room (``guest`` is personal data: no span may carry it)."""
         return f"booking-{city}"
 
     @compensation(idempotent=True)
     def cancel(self, ctx: CompensationContext) -> str:
         """Cancel the booking of ``ctx``'s step."""
         return f"cancelled {ctx.result}"
+
+    @compensable(reversibility=Reversibility.READ)
+    def lose(self, guest: str) -> str:
+        """A lookup that always fails (its error message names its argument)."""
+        raise RuntimeError(f"no such guest: {guest}")
 
     @compensable(reversibility=Reversibility.IRREVERSIBLE)
     def pay(self, amount: int) -> str:
