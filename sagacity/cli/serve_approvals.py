@@ -179,8 +179,10 @@ def approvals(
     from sagacity.consumers import configure_logging as configure
     from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
     from sagacity.producer import check_reachable, startup_timeout
+    from sagacity.tracing import configure_from_env as configure_tracing
 
     configure(log_level)
+    configure_tracing("sagacity-approvals")  # OTEL_* variables, with the otel extra
     settings = ApprovalsSettings.from_env(
         tools=tools or None,
         host=host,
