@@ -330,6 +330,16 @@ class Deliveries:
                     return denied
         return None
 
+    def refused_now(self, exc: KafkaException, entry: JournalEntry) -> JournalError | None:
+        """A produce call's refusal as the principal's refusal, if it is one: the producer's
+        fatal error (``_FATAL``) is read from the poll thread, which serves it at once."""
+        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if error is not None and error.code() == KafkaError._FATAL and self.fatal is None:
+            deadline = time.monotonic() + 1.0
+            while self.fatal is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return self.refused(error, entry)
+
     def unacknowledged(self, entry: JournalEntry) -> JournalError:
         """Poison ``entry``'s saga and return the error for its missing acknowledgement."""
         self._on_lost(entry.saga_id)

@@ -740,7 +740,7 @@ class KafkaJournal:
                     ) from exc
                 time.sleep(0.005)
             except KafkaException as exc:
-                raise JournalUnavailableError(
+                raise self._deliveries.refused_now(exc, entry) or JournalUnavailableError(
                     f"Kafka refused the event: {exc}", saga_id=entry.saga_id, seq=entry.seq
                 ) from exc
 

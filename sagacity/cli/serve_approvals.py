@@ -209,12 +209,21 @@ def approvals(
             timeout=startup_timeout(),
         )
     server = ApprovalsServer(settings)
-    uvicorn.run(
-        server.app,
-        host=settings.host,
-        port=settings.port,
-        log_level=log_level.lower(),
-        log_config=None,
-        proxy_headers=False,
-        server_header=False,
+    web = uvicorn.Server(
+        uvicorn.Config(
+            server.app,
+            host=settings.host,
+            port=settings.port,
+            log_level=log_level.lower(),
+            log_config=None,
+            proxy_headers=False,
+            server_header=False,
+        )
     )
+    consumer = server.consumer
+    if consumer is not None:
+        # Kafka refusing the service's principal (its group's ACL) stops the service.
+        consumer.on_refused = lambda: setattr(web, "should_exit", True)
+    web.run()
+    if consumer is not None and consumer.refused is not None:
+        raise consumer.refused
