@@ -179,7 +179,15 @@ class Tracer:
             yield span
 
     @contextlib.contextmanager
-    def tool(self, name: str, reversibility: str, gated: bool, scope: object) -> Iterator[Span]:
+    def tool(
+        self,
+        name: str,
+        reversibility: str,
+        gated: bool,
+        scope: object,
+        *,
+        saga_id: str | None = None,
+    ) -> Iterator[Span]:
         """One journaled tool call: the GenAI conventions' ``execute_tool {tool}`` span; for a
         gated tool, a ``request_approval {tool}`` span in it, current while the request is
         journaled (its ``traceparent`` is the one the decisions continue)."""
@@ -188,12 +196,12 @@ class Tracer:
             TOOL: name,
             "gen_ai.tool.type": "function",
             REVERSIBILITY: reversibility,
-            SAGA_ID: str(getattr(scope, "saga_id", "")),
+            SAGA_ID: saga_id if saga_id is not None else str(getattr(scope, "saga_id", "")),
         }
         call_id = tool_call_id.get()
         if call_id is not None:
             attributes["gen_ai.tool.call.id"] = call_id
-        run = self._runs.get(scope)
+        run = self._runs.get(scope) if scope is not None else None
         with self.span(f"execute_tool {name}", attributes=attributes, fallback=run) as span:
             if not gated:
                 yield span
@@ -375,6 +383,29 @@ def span(
     if current is None:
         return contextlib.nullcontext(NOOP)
     return current.span(name, attributes=attributes, parent=parent, links=links)
+
+
+def resumed(name: str, reversibility: str, intent: JournalEntry, call: Callable[[], T]) -> T:
+    """``call()``, the approved call a resume makes after its ``INTENT``, in its
+    ``execute_tool`` span while tracing is on."""
+    current = tracer
+    if current is None:
+        return call()
+    with current.tool(name, reversibility, False, None, saga_id=intent.saga_id) as span:
+        span.journaled(intent)
+        return call()
+
+
+async def resumed_async(
+    name: str, reversibility: str, intent: JournalEntry, call: Callable[[], Awaitable[T]]
+) -> T:
+    """:func:`resumed` for asyncio."""
+    current = tracer
+    if current is None:
+        return await call()
+    with current.tool(name, reversibility, False, None, saga_id=intent.saga_id) as span:
+        span.journaled(intent)
+        return await call()
 
 
 def undo_invoker(invoke: Callable[[CompensationCall], T]) -> Callable[[CompensationCall], T]:

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from sagacity.dev import pick_free_port
-from tests.integrations.otlp_receiver import OtlpReceiver, ReceivedSpan
+from tests.integrations.otlp_receiver import OtlpReceiver
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 
@@ -164,30 +164,38 @@ def test_an_agents_call_its_approval_and_its_undo_are_one_trace(
         _wait("the compensation service's undo span arrived", undone, processes, timeout=90)
     finally:
         processes.stop()
-    spans = {s.name: s for s in receiver.received() if s.attributes.get("sagacity.saga.id") == SAGA}
+    ours = [s for s in receiver.received() if s.attributes.get("sagacity.saga.id") == SAGA]
+    spans = {(s.service, s.name): s for s in ours}
+    agent_, approvals, compensation = "travel-agent", "sagacity-approvals", "sagacity-compensation"
     expected = {
-        "saga": "travel-agent",
-        "execute_tool book": "travel-agent",
-        "execute_tool pay": "travel-agent",
-        "request_approval pay": "travel-agent",
-        "approve pay": "sagacity-approvals",
-        "resume pay": "sagacity-approvals",
-        "compensate": "sagacity-compensation",
-        "undo book": "sagacity-compensation",
+        (agent_, "saga"),
+        (agent_, "execute_tool book"),
+        (agent_, "execute_tool pay"),
+        (agent_, "request_approval pay"),
+        (approvals, "approve pay"),
+        (approvals, "resume pay"),
+        (approvals, "execute_tool pay"),  # the approved call, made by the resume
+        (compensation, "compensate"),
+        (compensation, "undo book"),
     }
-    assert {name: spans[name].service for name in expected if name in spans} == expected
-    assert len({spans[name].trace_id for name in expected}) == 1
+    assert set(spans) == expected
+    assert len(ours) == len(expected)
+    assert len({s.trace_id for s in ours}) == 1
 
-    def parent(name: str) -> ReceivedSpan:
-        return next(s for s in spans.values() if s.span_id == spans[name].parent_id)
+    def parent(service: str, name: str) -> tuple[str, str]:
+        found = next(s for s in ours if s.span_id == spans[service, name].parent_id)
+        return found.service, found.name
 
-    assert parent("request_approval pay").name == "execute_tool pay"
-    assert parent("approve pay").name == "request_approval pay"
-    assert parent("resume pay").name == "request_approval pay"
-    assert parent("compensate").name == "resume pay"
-    assert parent("undo book").name == "compensate"
-    assert spans["resume pay"].attributes["sagacity.seq"] == seq
-    assert spans["undo book"].attributes["sagacity.outcome"] == "compensated"
+    assert parent(agent_, "request_approval pay") == (agent_, "execute_tool pay")
+    assert parent(approvals, "approve pay") == (agent_, "request_approval pay")
+    assert parent(approvals, "resume pay") == (agent_, "request_approval pay")
+    assert parent(approvals, "execute_tool pay") == (approvals, "resume pay")
+    assert parent(compensation, "compensate") == (approvals, "resume pay")
+    assert parent(compensation, "undo book") == (compensation, "compensate")
+    assert spans[approvals, "resume pay"].attributes["sagacity.seq"] == seq
+    resumed = spans[approvals, "execute_tool pay"].attributes
+    assert (resumed["sagacity.outcome"], resumed["error.type"]) == ("failed", "RuntimeError")
+    assert spans[compensation, "undo book"].attributes["sagacity.outcome"] == "compensated"
     for span in receiver.received():
         flat = " ".join(str(v) for v in span.attributes.values())
         assert "Ada Lovelace" not in flat
