@@ -69,12 +69,21 @@ class Span:
     A no-op where tracing is off (:data:`NOOP`), so call sites never check.
     """
 
-    __slots__ = ("_otel", "outcome")
+    __slots__ = ("_otel", "_outcome")
 
     def __init__(self, otel: Any = None) -> None:
         self._otel = otel
-        self.outcome: str | None = None
+        self._outcome: str | None = None
+
+    @property
+    def outcome(self) -> str | None:
         """``sagacity.outcome`` when the span ends (set by the call site or the tracer)."""
+        return self._outcome
+
+    @outcome.setter
+    def outcome(self, value: str | None) -> None:
+        if self._otel is not None:  # the shared no-op span keeps nothing
+            self._outcome = value
 
     def set(self, key: str, value: str | int | bool) -> None:
         """Set attribute ``key`` (a name, a number: never a payload value)."""

@@ -202,3 +202,25 @@ def test_configure_from_env_stays_off_unless_traces_are_asked_for(
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     assert _tracing.configure_from_env("test") is False
     assert _tracing.tracer is None
+
+
+def test_the_shared_no_op_span_keeps_nothing() -> None:
+    assert _tracing.tracer is None
+    with _tracing.span("anything") as span:
+        span.outcome = "set while off"
+    assert span is _tracing.NOOP
+    assert _tracing.NOOP.outcome is None
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        None,
+        [],
+        [("traceparent", b"not-a-traceparent")],
+        [("traceparent", b"00-" + b"0" * 32 + b"-" + b"1" * 16 + b"-01")],  # all-zero trace id
+        {"traceparent": 42},
+    ],
+)
+def test_a_malformed_traceparent_header_is_ignored(headers: object) -> None:
+    assert _tracing.header_traceparent(headers) is None
