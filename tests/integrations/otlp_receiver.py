@@ -24,6 +24,8 @@ class ReceivedSpan:
     span_id: str
     parent_id: str
     attributes: dict[str, Any]
+    links: tuple[str, ...] = ()
+    """The trace ids of the spans this one links to."""
 
 
 def _value(any_value: Any) -> Any:
@@ -74,6 +76,7 @@ class OtlpReceiver:
                             span_id=span.span_id.hex(),
                             parent_id=span.parent_span_id.hex(),
                             attributes={a.key: _value(a.value) for a in span.attributes},
+                            links=tuple(link.trace_id.hex() for link in span.links),
                         )
                     )
         with self._lock:

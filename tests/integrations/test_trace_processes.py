@@ -1,5 +1,6 @@
 """One trace across three processes: an agent, ``sagacity serve approvals`` and ``sagacity
-serve compensation``, each exporting its spans over OTLP/HTTP to a receiver on the loopback.
+serve compensation``, each exporting its spans over OTLP/HTTP to a receiver on the loopback
+(and ``sagacity serve archive``, whose batches link to the traces of their events).
 
 The agent books a room and asks to pay (gated); the approvals service approves and resumes the
 payment, which fails, so the saga is handed to the compensation service, which cancels the
@@ -21,7 +22,7 @@ import httpx
 import pytest
 
 from sagacity.dev import pick_free_port
-from tests.integrations.otlp_receiver import OtlpReceiver
+from tests.integrations.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 
@@ -137,6 +138,7 @@ def test_an_agents_call_its_approval_and_its_undo_are_one_trace(
             "compensation",
             _cli("serve", "compensation", "--tools", TOOLS, "--port", str(pick_free_port())),
         )
+        processes.start("archive", _cli("serve", "archive"))
         url = f"http://127.0.0.1:{port}/sagacity"
 
         def pending() -> list[dict[str, object]]:
@@ -162,6 +164,11 @@ def test_an_agents_call_its_approval_and_its_undo_are_one_trace(
             return any(s.name == "undo book" for s in receiver.received())
 
         _wait("the compensation service's undo span arrived", undone, processes, timeout=90)
+
+        def archived() -> list[ReceivedSpan]:
+            return [s for s in receiver.received() if s.name == "archive batch"]
+
+        _wait("the archive's batch span arrived", archived, processes, timeout=60)
     finally:
         processes.stop()
     ours = [s for s in receiver.received() if s.attributes.get("sagacity.saga.id") == SAGA]
@@ -196,6 +203,12 @@ def test_an_agents_call_its_approval_and_its_undo_are_one_trace(
     resumed = spans[approvals, "execute_tool pay"].attributes
     assert (resumed["sagacity.outcome"], resumed["error.type"]) == ("failed", "RuntimeError")
     assert spans[compensation, "undo book"].attributes["sagacity.outcome"] == "compensated"
+    # The archive's batches are traces of their own, linked to the traces of their events.
+    batches = [s for s in receiver.received() if s.name == "archive batch"]
+    assert {s.service for s in batches} == {"sagacity-archive"}
+    assert all(not s.parent_id for s in batches)
+    assert any(ours[0].trace_id in s.links for s in batches)
+    assert sum(int(s.attributes["sagacity.archive.archived"]) for s in batches) >= 1
     for span in receiver.received():
         flat = " ".join(str(v) for v in span.attributes.values())
         assert "Ada Lovelace" not in flat
