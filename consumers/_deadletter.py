@@ -9,8 +9,9 @@ from collections.abc import Mapping
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from sagacity.errors import JournalUnavailableError
+from sagacity.errors import JournalError, JournalUnavailableError
 from sagacity.producer._clients import with_logger
+from sagacity.producer._denied import access_denied
 
 log = logging.getLogger("sagacity.consumer")
 
@@ -19,10 +20,20 @@ DETAIL_HEADER = "sagacity.dlq.detail"
 SOURCE_HEADERS = ("sagacity.dlq.topic", "sagacity.dlq.partition", "sagacity.dlq.offset")
 
 
-def ensure_topic(admin: AdminClient, name: str, *, partitions: int, timeout: float) -> None:
+def ensure_topic(
+    admin: AdminClient,
+    name: str,
+    *,
+    partitions: int,
+    timeout: float,
+    client: Mapping[str, object] | None = None,
+) -> None:
     """Create the dead-letter topic if it does not exist (never compacted: nothing is lost).
 
+    ``client``: the admin's settings (its principal, named when Kafka refuses it).
+
     Raises:
+        KafkaAccessDeniedError: the principal may not see or create the topic.
         JournalUnavailableError: the cluster refused or did not answer.
     """
     metadata = admin.list_topics(timeout=timeout)
@@ -38,7 +49,11 @@ def ensure_topic(admin: AdminClient, name: str, *, partitions: int, timeout: flo
         error = exc.args[0] if exc.args else None
         if isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
             return
-        raise JournalUnavailableError(f"cannot create dead-letter topic {name!r}: {exc}") from exc
+        doing = f"describing or creating dead-letter topic {name!r}"
+        denied: JournalError | None = access_denied(exc, client or {}, doing=doing)
+        raise (
+            denied or JournalUnavailableError(f"cannot create dead-letter topic {name!r}: {exc}")
+        ) from exc
 
 
 class DeadLetters:

@@ -49,8 +49,9 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from sagacity.errors import JournalError, PersistenceUnavailableError
+from sagacity.errors import JournalError, KafkaAccessDeniedError, PersistenceUnavailableError
 from sagacity.producer._clients import with_logger
+from sagacity.producer._denied import access_denied
 
 log = logging.getLogger("sagacity.consumer")
 
@@ -473,6 +474,8 @@ class ConsumerRuntime:
         """Join, read and hand over until ``stop`` is set; the consumer is closed in ``finally``.
 
         Raises:
+            KafkaAccessDeniedError: Kafka refused the principal (its group or topic ACL):
+                never rejoined, an operator must grant it.
             KafkaException: a fatal client error.
             whatever the handler raises that ``rejoin_on`` does not name.
         """
@@ -481,6 +484,9 @@ class ConsumerRuntime:
                 self._run_once()
                 self.error = None
                 return
+            except KafkaAccessDeniedError as exc:
+                self.error = exc.message
+                raise
             except self.options.rejoin_on as exc:
                 # Nothing failed was stored: rejoining re-reads it from the stored position.
                 self.error = str(exc)
@@ -514,7 +520,7 @@ class ConsumerRuntime:
                     self._commit_ready(asynchronous=True)
                     self._report_lag()
                     next_lag = time.monotonic() + LAG_INTERVAL_S
-                batch = self._readable(messages)
+                batch = self._readable(messages, o)
                 if not batch:
                     self.handler.idle()
                     continue
@@ -540,13 +546,19 @@ class ConsumerRuntime:
                 self._consumer = None
 
     @staticmethod
-    def _readable(messages: Sequence[Message]) -> list[Message]:
+    def _readable(messages: Sequence[Message], options: RuntimeOptions) -> list[Message]:
         batch: list[Message] = []
         for message in messages:
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
                     continue
+                doing = (
+                    f"reading topic {options.topic!r} as group {options.config.get('group.id')!r}"
+                )
+                denied = access_denied(error, options.config, doing=doing)
+                if denied is not None:
+                    raise denied
                 if error.fatal():
                     raise KafkaException(error)
                 log.warning("consumer error: %s", error)

@@ -17,7 +17,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from sagacity.errors import JournalUnavailableError
+from sagacity.errors import JournalUnavailableError, KafkaAccessDeniedError
+from sagacity.producer._denied import access_denied
 
 KAFKA_LOGGER = "sagacity.kafka"
 REACHABLE_TIMEOUT_S = 8.0
@@ -88,7 +89,13 @@ def startup_timeout(budget: float = REACHABLE_TIMEOUT_S) -> float:
     return max(MIN_REACHABLE_TIMEOUT_S, budget - age)
 
 
-def _unreachable(servers: object, timeout: float, exc: Exception) -> JournalUnavailableError:
+def _unreachable(
+    config: Mapping[str, Any], timeout: float, exc: Exception
+) -> JournalUnavailableError | KafkaAccessDeniedError:
+    denied = access_denied(exc, config, doing="reading the cluster's metadata")
+    if denied is not None:
+        return denied
+    servers = config.get("bootstrap.servers", "?")
     reason = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else exc
     return JournalUnavailableError(
         f"Kafka at {servers} is unreachable: no answer within {timeout:.3g} s ({reason})"
@@ -109,7 +116,7 @@ def check_reachable(config: Mapping[str, Any], *, timeout: float = REACHABLE_TIM
     try:
         admin.list_topics(timeout=timeout)
     except KafkaException as exc:
-        raise _unreachable(config.get("bootstrap.servers", "?"), timeout, exc) from exc
+        raise _unreachable(config, timeout, exc) from exc
 
 
 def cluster_id(config: Mapping[str, Any], *, timeout: float = REACHABLE_TIMEOUT_S) -> str:
@@ -128,7 +135,7 @@ def cluster_id(config: Mapping[str, Any], *, timeout: float = REACHABLE_TIMEOUT_
     try:
         found: str | None = admin.list_topics(timeout=timeout).cluster_id
     except KafkaException as exc:
-        raise _unreachable(servers, timeout, exc) from exc
+        raise _unreachable(config, timeout, exc) from exc
     if not found:
         raise JournalUnavailableError(f"Kafka at {servers} reports no cluster id")
     return str(found)
@@ -151,14 +158,14 @@ class BrokerCheck:
     def __init__(self, config: Mapping[str, Any], *, timeout: float | None = None) -> None:
         self._config = dict(config)
         self.timeout = startup_timeout() if timeout is None else timeout
-        self._error: JournalUnavailableError | None = None
+        self._error: JournalUnavailableError | KafkaAccessDeniedError | None = None
         self._thread = threading.Thread(target=self._run, name="sagacity-broker-check", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         try:
             check_reachable(self._config, timeout=self.timeout)
-        except JournalUnavailableError as exc:
+        except (JournalUnavailableError, KafkaAccessDeniedError) as exc:
             self._error = exc
 
     def result(self) -> None:

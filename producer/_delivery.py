@@ -17,13 +17,14 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from sagacity._events import JournalEntry
-from sagacity.errors import ConfigurationError, JournalUnavailableError
+from sagacity.errors import ConfigurationError, JournalError, JournalUnavailableError
+from sagacity.producer._denied import access_denied
 
 if TYPE_CHECKING:
     from sagacity.producer._ownership import SagaState
@@ -189,12 +190,22 @@ class Deliveries:
         producer: the producer whose delivery reports this serves.
         ack_timeout: the longest a wait for one acknowledgement lasts (plus half a second).
         on_lost: told the saga id of an event refused or never acknowledged.
+        client: the producer's settings (its principal and brokers, named when Kafka refuses
+            the principal).
     """
 
     def __init__(
-        self, producer: Producer, *, ack_timeout: float, on_lost: Callable[[str], None]
+        self,
+        producer: Producer,
+        *,
+        ack_timeout: float,
+        on_lost: Callable[[str], None],
+        client: Mapping[str, Any] | None = None,
     ) -> None:
         self._producer = producer
+        self._client = dict(client or {})
+        self.fatal: KafkaError | None = None
+        """The producer's fatal error, once it had one (every later event is refused)."""
         self._ack_timeout = ack_timeout
         self._on_lost = on_lost
         self._failures: list[Delivery] = []
@@ -217,7 +228,17 @@ class Deliveries:
     # --- the poll thread -------------------------------------------------------------------
     def _poll(self) -> None:
         while not self._stop.is_set():
-            self._producer.poll(0.05)
+            try:
+                self._producer.poll(0.05)
+            except KafkaException as exc:
+                # A fatal error (the idempotent producer refused its producer id: no
+                # IdempotentWrite ACL): remembered so every wait reports it, not a timeout.
+                if self.fatal is None:
+                    self.fatal = exc.args[0] if exc.args else None
+                    # Queued events will never be sent: their reports (refused) come now.
+                    with contextlib.suppress(KafkaException, RuntimeError):
+                        self._producer.purge(in_queue=True, in_flight=True, blocking=False)
+                self._stop.wait(0.05)
             if self._wakeups:
                 self._wake_batch()
             if self._deadlines:
@@ -298,9 +319,33 @@ class Deliveries:
             self._failures = [f for f in self._failures if f not in deliveries]
 
     # --- waiting ---------------------------------------------------------------------------
-    def unacknowledged(self, entry: JournalEntry) -> JournalUnavailableError:
+    def refused(self, error: KafkaError | None, entry: JournalEntry) -> JournalError | None:
+        """Kafka's refusal of the principal (``error``, or the producer's fatal error) as
+        :class:`~sagacity.errors.KafkaAccessDeniedError`; ``None`` when it is none."""
+        for cause in (error, self.fatal):
+            if cause is not None:
+                doing = f"writing {entry.event_type.value} of saga {entry.saga_id!r}"
+                denied = access_denied(cause, self._client, doing=doing)
+                if denied is not None:
+                    return denied
+        return None
+
+    def refused_now(self, exc: KafkaException, entry: JournalEntry) -> JournalError | None:
+        """A produce call's refusal as the principal's refusal, if it is one: the producer's
+        fatal error (``_FATAL``) is read from the poll thread, which serves it at once."""
+        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if error is not None and error.code() == KafkaError._FATAL and self.fatal is None:
+            deadline = time.monotonic() + 1.0
+            while self.fatal is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return self.refused(error, entry)
+
+    def unacknowledged(self, entry: JournalEntry) -> JournalError:
         """Poison ``entry``'s saga and return the error for its missing acknowledgement."""
         self._on_lost(entry.saga_id)
+        denied = self.refused(None, entry)
+        if denied is not None:
+            return denied
         return JournalUnavailableError(
             f"Kafka did not acknowledge {entry.event_type.value} seq {entry.seq} of saga "
             f"{entry.saga_id!r} within {self._ack_timeout:.1f}s",
@@ -347,6 +392,9 @@ class Deliveries:
             return
         entry = delivery.entry
         self.reported([delivery])
+        denied = self.refused(delivery.error, entry)
+        if denied is not None:
+            raise denied
         raise JournalUnavailableError(
             f"Kafka did not acknowledge {entry.event_type.value} seq {entry.seq} of saga "
             f"{entry.saga_id!r}: {delivery.error.str()}",

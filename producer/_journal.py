@@ -30,6 +30,7 @@ from sagacity import _attributes as attr
 from sagacity._codec import check_json_payload
 from sagacity._events import EntryDraft, EventType, JournalEntry, with_attribute
 from sagacity._redaction import refuse_in_form_1
+from sagacity._tracing import header_traceparent
 from sagacity._writer_signature import HEADER as WRITER_HEADER
 from sagacity._writer_signature import WriterKey, WriterRegistry
 from sagacity.chain import link
@@ -185,6 +186,7 @@ class KafkaJournal:
             self._topic,
             bootstrap=settings.bootstrap_servers,
             timeout=settings.startup_timeout_s,
+            principal=settings.client.get("sasl.username"),
         )
         if info.compacted:
             raise TopicConfigError(compaction_refusal(self._topic), topic=self._topic)
@@ -233,7 +235,10 @@ class KafkaJournal:
         self._fingerprint = _fingerprint_header()
         self._closed = False
         self._deliveries = Deliveries(
-            self._producer, ack_timeout=self._ack_timeout, on_lost=self._sagas.mark_poisoned
+            self._producer,
+            ack_timeout=self._ack_timeout,
+            on_lost=self._sagas.mark_poisoned,
+            client=base,
         )
 
     @classmethod
@@ -460,6 +465,19 @@ class KafkaJournal:
         """
         self._check_open()
         return self._read_latest(saga_id)
+
+    def traceparent_of(self, saga_id: str, seq: int) -> str | None:
+        """The W3C ``traceparent`` header of the saga's accepted event at ``seq`` (``None``:
+        none, or the event is no longer on the topic).  For tracing only: a decision's span
+        continues its request's trace; nothing is decided from it.
+
+        Raises:
+            JournalUnavailableError: the topic could not be read.
+        """
+        offset = self.read(saga_id).accepted_offset(seq)
+        if offset is None:
+            return None
+        return header_traceparent(self._reader.headers_at(saga_id, offset))
 
     def pending_approvals(self, saga_id: str | None = None) -> Sequence[ApprovalRequest]:
         """Open approval requests, derived from the chains on the topic.
@@ -729,7 +747,7 @@ class KafkaJournal:
                     ) from exc
                 time.sleep(0.005)
             except KafkaException as exc:
-                raise JournalUnavailableError(
+                raise self._deliveries.refused_now(exc, entry) or JournalUnavailableError(
                     f"Kafka refused the event: {exc}", saga_id=entry.saga_id, seq=entry.seq
                 ) from exc
 

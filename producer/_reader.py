@@ -792,6 +792,19 @@ class SagaReader:
             finally:
                 self._consumer.unassign()
 
+    def headers_at(self, saga_id: str, offset: int) -> object:
+        """The headers of the message at ``offset`` of ``saga_id``'s partition (``None`` when
+        it is gone, or carries another saga's key).
+
+        Raises:
+            JournalUnavailableError: the partition could not be read within the timeout.
+        """
+        key = saga_id.encode("utf-8")
+        for message in self._scan(self.partition_of(saga_id), _Span(start=offset), offset):
+            if _offset(message) == offset and message.key() == key:
+                return message.headers()
+        return None
+
     def close(self) -> None:
         """Release the consumer (and the index)."""
         with self._lock:

@@ -19,7 +19,13 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from sagacity import _duration
-from sagacity.errors import JournalUnavailableError, TopicConfigError, TopicNotFoundError
+from sagacity.errors import (
+    JournalError,
+    JournalUnavailableError,
+    TopicConfigError,
+    TopicNotFoundError,
+)
+from sagacity.producer._denied import access_denied
 
 ClientConfig = dict[str, str | int | float | bool]
 """librdkafka settings as confluent-kafka's clients take them."""
@@ -204,19 +210,34 @@ def check(info: TopicInfo) -> list[Finding]:
     return out
 
 
-def _unavailable(bootstrap: str, exc: BaseException) -> JournalUnavailableError:
-    error = JournalUnavailableError(f"cannot reach Kafka at {bootstrap}: {exc}")
+def _unavailable(
+    bootstrap: str, exc: BaseException, *, principal: str | None = None, doing: str = ""
+) -> JournalError:
+    client = {"bootstrap.servers": bootstrap, "sasl.username": principal}
+    error: JournalError | None = access_denied(exc, client, doing=doing or "its request")
+    if error is None:
+        error = JournalUnavailableError(f"cannot reach Kafka at {bootstrap}: {exc}")
     error.__cause__ = exc
     return error
 
 
-def describe(admin: AdminClient, topic: str, *, bootstrap: str, timeout: float) -> TopicInfo:
-    """The broker's view of ``topic``.
+def describe(
+    admin: AdminClient,
+    topic: str,
+    *,
+    bootstrap: str,
+    timeout: float,
+    principal: str | None = None,
+) -> TopicInfo:
+    """The broker's view of ``topic`` (``principal``: the SASL user the client connects as,
+    named when Kafka refuses it).
 
     Raises:
         TopicNotFoundError: the topic does not exist.
+        KafkaAccessDeniedError: Kafka refused the principal (an ACL it lacks).
         JournalUnavailableError: the cluster did not answer within ``timeout``.
     """
+    doing = f"describing topic {topic!r}"
     # Asking for one topic by name would let a broker with auto.create.topics.enable create
     # it with default (unsafe) settings; list all instead.  A topic created a moment ago may
     # not be in every broker's metadata yet, so a missing one is looked for again briefly.
@@ -225,7 +246,7 @@ def describe(admin: AdminClient, topic: str, *, bootstrap: str, timeout: float) 
         try:
             metadata = admin.list_topics(timeout=timeout)
         except KafkaException as exc:
-            raise _unavailable(bootstrap, exc) from exc
+            raise _unavailable(bootstrap, exc, principal=principal, doing=doing) from exc
         meta = metadata.topics.get(topic)
         if meta is not None or time.monotonic() >= settle:
             break
@@ -239,7 +260,7 @@ def describe(admin: AdminClient, topic: str, *, bootstrap: str, timeout: float) 
             topic=topic,
         )
     if meta.error is not None:
-        raise _unavailable(bootstrap, KafkaException(meta.error))
+        raise _unavailable(bootstrap, KafkaException(meta.error), principal=principal, doing=doing)
     if not meta.partitions:
         raise _unavailable(bootstrap, RuntimeError(f"topic {topic!r} has no partition leader"))
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
@@ -248,7 +269,9 @@ def describe(admin: AdminClient, topic: str, *, bootstrap: str, timeout: float) 
             timeout=timeout
         )
     except KafkaException as exc:
-        raise _unavailable(bootstrap, exc) from exc
+        raise _unavailable(
+            bootstrap, exc, principal=principal, doing=f"reading topic {topic!r}'s settings"
+        ) from exc
     except TimeoutError as exc:
         raise _unavailable(bootstrap, exc) from exc
     first = meta.partitions[min(meta.partitions)]

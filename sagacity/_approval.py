@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from sagacity import _attributes as attr
+from sagacity import _tracing
 from sagacity._codec import decode_payload, decode_result
 from sagacity._decision_signature import DECISION_EVENTS
 from sagacity._events import EntryDraft, EventType, JournalEntry, UnknownEventType
@@ -153,6 +155,10 @@ def load_chain(journal: Journal, saga_id: object) -> Sequence[JournalEntry]:
             seq=verdict.bad_seq,
         )
     return entries
+
+
+def _traced(tool: RegisteredTool) -> tuple[str, str]:
+    return tool.name, tool.definition.reversibility.value
 
 
 def _check_seq(seq: object) -> int:
@@ -887,8 +893,9 @@ class ApprovalDesk:
             )
             s = self._s
             hidden = _redacted_texts(tool, payload)
+            call = functools.partial(call_blocking, tool.function, **arguments)
             try:
-                value = call_blocking(tool.function, **arguments)
+                value = _tracing.resumed(*_traced(tool), intent, call)
             except Exception as exc:
                 self._outcome(failed_draft(s, tool.definition, intent, exc), hidden)
                 return self._after_resume(request, None, exc, hidden)
@@ -922,8 +929,9 @@ class ApprovalDesk:
             s = self._s
             journal = s.journal
             hidden = _redacted_texts(tool, payload)
+            calling = functools.partial(call_async, tool.function, **arguments)
             try:
-                value = await call_async(tool.function, **arguments)
+                value = await _tracing.resumed_async(*_traced(tool), intent, calling)
             except Exception as exc:
                 failed = failed_draft(s, tool.definition, intent, exc)
                 await append_bounded_async(journal, failed, durable=True, redacted=hidden)

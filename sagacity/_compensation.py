@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sagacity import _attributes as attr
+from sagacity import _tracing
 from sagacity._codec import describe_error, encode_result
 from sagacity._events import EntryDraft, EventType, JournalEntry, UnknownEventType, now_micros
 from sagacity._invoke import call_async, call_blocking
@@ -185,8 +186,11 @@ class CompensationRunner:
         self._registry = registry
         self._actor = actor
         self._clock = clock
-        self._invoke = invoke or CompensationCall.invoke
-        self._invoke_async = invoke_async or CompensationCall.invoke_async
+        # Each undo is a span of its own while tracing is on (sagacity._tracing).
+        self._invoke = _tracing.undo_invoker(invoke or CompensationCall.invoke)
+        self._invoke_async = _tracing.undo_invoker_async(
+            invoke_async or CompensationCall.invoke_async
+        )
 
     # -- planning (pure) ------------------------------------------------------------------
     def _draft(self, step: JournalEntry, event: EventType, **fields: Any) -> EntryDraft:

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
+from sagacity import _tracing
 from sagacity._result import SagaResult
 from sagacity._scope import Failure, Gate, SagaScope, joined_scope
 
@@ -41,6 +42,11 @@ class SagaRun:
     def saga_id(self) -> str:
         """The saga's id."""
         return self._scope.saga_id
+
+    @property
+    def scope(self) -> SagaScope:
+        """The saga's scope (what its calls join)."""
+        return self._scope
 
     @property
     def failure(self) -> Failure | None:
@@ -102,6 +108,8 @@ class SagaRun:
                 return self._result
             self._scope.close()
             self._result = self._owner.finish_run(self._scope, None, error)
+            if _tracing.tracer is not None:
+                _tracing.tracer.run_ended(self._scope, self._result)
             return self._result
 
     async def end_async(self, error: Exception | None = None) -> SagaResult:

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import timedelta
 from typing import Any, Literal, TypeVar, cast
 
-from sagacity import _approval, _settlement
+from sagacity import _approval, _settlement, _tracing
 from sagacity import _attributes as attr
 from sagacity._codec import describe_error
 from sagacity._compensation import CompensationCall, CompensationReport, CompensationRunner
@@ -181,6 +181,7 @@ class Sagacity:
         options.setdefault("compensation", "delegated")
         if options.get("approvals_public_key") is None:
             options["approvals_public_key"] = verifier_from_env()
+        _tracing.configure_from_env("sagacity-agent")
         writer_id = options.get("writer_id")
         journal: Journal = (
             journal_from_env(writer_id=writer_id) if writer_id else journal_from_env()
@@ -362,6 +363,12 @@ class Sagacity:
         """
         if not callable(work):
             raise InvalidArgumentError(f"work must be callable, got {work!r}")
+        if _tracing.tracer is not None:
+            with _tracing.tracer.saga(str(saga_id)) as span:
+                return span.ended(self._saga(saga_id, work))
+        return self._saga(saga_id, work)
+
+    def _saga(self, saga_id: str, work: Callable[[], Any]) -> SagaResult:
         saga = self._open(saga_id)
         value: Any = None
         error: Exception | None = None
@@ -403,6 +410,8 @@ class Sagacity:
             SagaExistsError: the saga id is taken.
             JournalError: the journal could not record the saga.
         """
+        if _tracing.tracer is not None:
+            return _tracing.tracer.run_opened(saga_id, lambda: SagaRun(self, self._open(saga_id)))
         return SagaRun(self, self._open(saga_id))
 
     async def saga_async(self, saga_id: str, work: Callable[[], Awaitable[Any]]) -> SagaResult:
@@ -413,6 +422,12 @@ class Sagacity:
         """
         if not callable(work):
             raise InvalidArgumentError(f"work must be callable, got {work!r}")
+        if _tracing.tracer is not None:
+            with _tracing.tracer.saga(str(saga_id)) as span:
+                return span.ended(await self._saga_async(saga_id, work))
+        return await self._saga_async(saga_id, work)
+
+    async def _saga_async(self, saga_id: str, work: Callable[[], Awaitable[Any]]) -> SagaResult:
         saga = await asyncio.to_thread(self._open, saga_id)
         value: Any = None
         error: Exception | None = None

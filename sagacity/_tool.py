@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sagacity import _attributes as attr
+from sagacity import _tracing
 from sagacity._codec import (
     call_arguments,
     decode_payload,
@@ -333,13 +334,35 @@ def journaled_call(
     scope = _active_scope(host, definition)
     if scope is None:
         return call()
+    if _tracing.tracer is not None:
+        with _tracing.tracer.tool(*_traced(definition), scope) as span:
+            return _journaled(host, definition, scope, arguments, call, span)
+    return _journaled(host, definition, scope, arguments, call, None)
+
+
+def _traced(definition: ToolDefinition) -> tuple[str, str, bool]:
+    return definition.name, definition.reversibility.value, definition.reversibility.gated
+
+
+def _journaled(
+    host: Host,
+    definition: ToolDefinition,
+    scope: SagaScope,
+    arguments: Callable[[], Mapping[str, Any]],
+    call: Callable[[], Any],
+    span: _tracing.Span | None,
+) -> Any:
     step = _stop_or_intent(host, definition, scope, arguments())
     journal = host.journal
     try:
         if isinstance(step, _Stop):
             stopped = append_bounded(journal, step.draft, durable=True, redacted=scope.redacted)
+            if span is not None:
+                span.journaled(stopped)
             return _after_stop(scope, step, stopped)
         intent = journal.append(step, durable=True)
+        if span is not None:
+            span.journaled(intent)
     except WriterConflictError as exc:
         scope.mark_lost(exc.message)
         raise
@@ -372,6 +395,20 @@ async def journaled_call_async(
     scope = _active_scope(host, definition)
     if scope is None:
         return await call()
+    if _tracing.tracer is not None:
+        with _tracing.tracer.tool(*_traced(definition), scope) as span:
+            return await _journaled_async(host, definition, scope, arguments, call, span)
+    return await _journaled_async(host, definition, scope, arguments, call, None)
+
+
+async def _journaled_async(
+    host: Host,
+    definition: ToolDefinition,
+    scope: SagaScope,
+    arguments: Callable[[], Mapping[str, Any]],
+    call: Callable[[], Awaitable[Any]],
+    span: _tracing.Span | None,
+) -> Any:
     step = _stop_or_intent(host, definition, scope, arguments())
     journal = host.journal
     try:
@@ -379,8 +416,12 @@ async def journaled_call_async(
             stopped = await append_bounded_async(
                 journal, step.draft, durable=True, redacted=scope.redacted
             )
+            if span is not None:
+                span.journaled(stopped)
             return _after_stop(scope, step, stopped)
         intent = await journal.append_async(step, durable=True)
+        if span is not None:
+            span.journaled(intent)
     except WriterConflictError as exc:
         scope.mark_lost(exc.message)
         raise

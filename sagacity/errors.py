@@ -105,6 +105,22 @@ class JournalUnavailableError(JournalError):
     """
 
 
+class KafkaAccessDeniedError(JournalError):
+    """Kafka refused the principal this process connects as: its credentials, or an ACL it
+    lacks (a topic, a consumer group, the cluster's ``IdempotentWrite``).  A configuration
+    error, never retried.
+
+    Attributes:
+        principal: the SASL user refused (``None`` without SASL).
+        code: librdkafka's error name (``TOPIC_AUTHORIZATION_FAILED`` …).
+    """
+
+    def __init__(self, message: str, *, principal: str | None = None, code: str = "") -> None:
+        super().__init__(message)
+        self.principal = principal
+        self.code = code
+
+
 class ChainError(JournalError):
     """An event does not extend its saga's chain (wrong previous hash or seq: a fork)."""
 

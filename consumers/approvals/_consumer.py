@@ -29,7 +29,12 @@ from sagacity.consumers._runtime import (
     client_config,
 )
 from sagacity.consumers.approvals._store import ApprovalStore
-from sagacity.errors import SagacityError, SerializationError, UnopenableError
+from sagacity.errors import (
+    KafkaAccessDeniedError,
+    SagacityError,
+    SerializationError,
+    UnopenableError,
+)
 from sagacity.postgres._tails import Fault
 from sagacity.schemas import decode_entry
 from sagacity.schemas._codec import FieldSealer
@@ -89,6 +94,10 @@ class RequestConsumer(Handler):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._skips = SkipAndCount()
+        self.refused: KafkaAccessDeniedError | None = None
+        """Why the consumer stopped, when Kafka refused its principal."""
+        self.on_refused: Callable[[], None] | None = None
+        """Told (from the consumer's thread) when Kafka refused the principal."""
         self.applied = 0
         self.runtime = ConsumerRuntime(
             RuntimeOptions(
@@ -130,9 +139,20 @@ class RequestConsumer(Handler):
 
     def start(self) -> None:
         """Start folding on a daemon thread."""
-        self._thread = threading.Thread(target=self.runtime.run, name="sagacity-approvals-consumer")
+        self._thread = threading.Thread(target=self._run, name="sagacity-approvals-consumer")
         self._thread.daemon = True
         self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.runtime.run()
+        except KafkaAccessDeniedError as exc:
+            # Kafka refused the principal: only an operator can fix it, so it is reported once
+            # and the service is told (``serve approvals`` then exits with this error).
+            self.refused = exc
+            log.error("the approvals consumer stopped: %s", exc.message)
+            if self.on_refused is not None:
+                self.on_refused()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop folding and leave the group."""

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
+from sagacity import _tracing
 from sagacity._approval import load_chain
 from sagacity._disclosure import disclosed
 from sagacity._outcome import outcome_from_chain
@@ -46,6 +47,9 @@ log = logging.getLogger("sagacity.approvals")
 T = TypeVar("T")
 
 _WRITE_ATTEMPTS = 3
+
+_DONE = {"approve": "approved", "reject": "rejected", "resume": "resumed"}
+"""A decision span's outcome when the decision ended no saga."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,7 +174,7 @@ class ApprovalService:
             )
             return None
 
-        return self._decide(principal, saga_id, seq, act)
+        return self._decide(principal, saga_id, seq, act, kind="approve")
 
     def reject(
         self, principal: Principal, saga_id: str, seq: int, *, reason: str | None
@@ -208,7 +212,7 @@ class ApprovalService:
                 lambda: self.sagacity.reject(saga_id, seq, principal.name, reason=reason)
             )
 
-        return self._decide(principal, saga_id, seq, act)
+        return self._decide(principal, saga_id, seq, act, kind="reject")
 
     def resume(self, principal: Principal, saga_id: str, seq: int, payload: str) -> Decided:
         """Run the approved call with ``payload`` (through :meth:`Sagacity.resume_saga`).
@@ -236,7 +240,7 @@ class ApprovalService:
                 )
             return self.sagacity.resume_saga(saga_id, seq, payload, requested_by=principal.name)
 
-        return self._decide(principal, saga_id, seq, act)
+        return self._decide(principal, saga_id, seq, act, kind="resume")
 
     def settle(
         self, principal: Principal, saga_id: str, seq: int, *, outcome: str, note: str
@@ -338,6 +342,16 @@ class ApprovalService:
             )
         return row
 
+    def _traced(
+        self, kind: str, row: RequestRow, act: Callable[[RequestRow], SagaResult | None]
+    ) -> SagaResult | None:
+        """``act(row)`` in the decision's span, which continues the request event's trace."""
+        journal = self.sagacity.journal
+        with _tracing.decision(kind, row.saga_id, row.seq, row.tool, journal) as span:
+            result = act(row)
+            span.outcome = result.status.value if result is not None else _DONE[kind]
+            return result
+
     def _sync(self, conn: psycopg.Connection[Any], saga_id: str) -> None:
         self.store.apply_chain_in(conn, saga_id, self.sagacity.entries(saga_id))
 
@@ -347,6 +361,8 @@ class ApprovalService:
         saga_id: str,
         seq: int,
         act: Callable[[RequestRow], SagaResult | None],
+        *,
+        kind: str,
     ) -> Decided:
         failure: SagacityError | None = None
         result: SagaResult | None = None
@@ -359,7 +375,7 @@ class ApprovalService:
                 assert row is not None
             self._authorise(principal, row)
             try:
-                result = act(row)
+                result = self._traced(kind, row, act)
             except ApprovalExpiredError as exc:
                 failure, result = exc, exc.result
             except SagacityError as exc:

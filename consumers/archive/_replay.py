@@ -31,6 +31,7 @@ from sagacity.consumers.archive._ingest import Decoder, _avro_decoder
 from sagacity.errors import JournalUnavailableError, SagacityError, TopicNotFoundError
 from sagacity.producer import ForkKind, Rejected, SagaRead
 from sagacity.producer._clients import with_logger
+from sagacity.producer._denied import access_denied
 
 
 @dataclass(kw_only=True)
@@ -108,7 +109,8 @@ def read_topic(
     decoder = decode if decode is not None else _avro_decoder()
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap_servers,
-        "group.id": f"sagacity-replay-{uuid.uuid4().hex}",
+        # A readers' group (never commits): the ACL auditors hold is on this prefix.
+        "group.id": f"sagacity-reader-replay-{uuid.uuid4().hex}",
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",
@@ -151,7 +153,9 @@ def read_topic(
                 err = m.error()
                 if err is not None:
                     if err.code() != KafkaError._PARTITION_EOF:
-                        raise JournalUnavailableError(f"reading {topic!r} failed: {err}")
+                        doing = f"reading topic {topic!r}"
+                        denied = access_denied(err, config, doing=doing)
+                        raise denied or JournalUnavailableError(f"reading {topic!r} failed: {err}")
                     continue
                 partition, offset = m.partition() or 0, m.offset() or 0
                 if partition in ends and offset + 1 >= ends[partition]:

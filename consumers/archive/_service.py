@@ -22,6 +22,7 @@ from confluent_kafka import KafkaException, Message
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pydantic import Field
 
+from sagacity import _tracing
 from sagacity._decision_signature import DecisionVerifier
 from sagacity._defaults import DEFAULT_ARCHIVE_GROUP as DEFAULT_GROUP
 from sagacity._defaults import DEFAULT_TOPIC
@@ -408,7 +409,7 @@ class ArchiveService(Handler):
             for m in messages
         ]
         try:
-            report = self._archiver.archive(batch)
+            report = self._archive(batch, messages)
         except PersistenceUnavailableError as exc:
             # Nothing was committed: read the same messages again once the database is back.
             self._healthy = False
@@ -421,6 +422,17 @@ class ArchiveService(Handler):
         if self._signer and self._archiver.ledger.pending_count >= self.settings.sign_when_pending:
             self._checkpoint()
             self._last_checkpoint = time.monotonic()
+
+    def _archive(self, batch: list[RawEvent], messages: Sequence[Message]) -> BatchReport:
+        """Archive ``batch`` in its span, linked to the traces its events carry."""
+        links = _tracing.message_traceparents(messages)
+        attributes = {"sagacity.archive.events": len(batch)}
+        with _tracing.span("archive batch", attributes=attributes, links=links) as span:
+            report = self._archiver.archive(batch)
+            span.set("sagacity.archive.archived", report.archived)
+            span.set("sagacity.archive.quarantined", report.quarantined_total)
+            span.outcome = "archived"
+            return report
 
     def _checkpoint(self) -> None:
         assert self._signer is not None

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from confluent_kafka import Message
 
 from sagacity import _attributes as attr
+from sagacity import _tracing
 from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity._operator_signature import OperatorVerifier
 from sagacity._result import SagaResult
@@ -233,7 +234,7 @@ class SagaJob:
             while True:
                 self._guard(saga)
                 try:
-                    self._compensate()
+                    self._compensate_traced()
                     return
                 except Poison as poison:
                     self._dead_letter(poison)
@@ -280,6 +281,18 @@ class SagaJob:
             # have taken its original's place in the consumer's queue.
             log.info("the request is a redelivered copy", extra={"saga_id": duplicate.read.saga_id})
             return duplicate.read
+
+    def _compensate_traced(self) -> None:
+        """:meth:`_compensate` in a span continuing the trace of the request's event (its
+        ``traceparent`` header): the undos' spans are its children."""
+        parent = _tracing.header_traceparent(self.message.headers()) if _tracing.tracer else None
+        attributes: dict[str, str | int | bool] = {
+            _tracing.SAGA_ID: self.request.saga_id,
+            _tracing.SEQ: self.request.seq,
+        }
+        with _tracing.span("compensate", attributes=attributes, parent=parent) as span:
+            self._compensate()
+            span.outcome = "handled"
 
     def _compensate(self) -> None:
         saga = self.request.saga_id

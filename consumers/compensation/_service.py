@@ -285,7 +285,8 @@ class CompensationService(Handler):
         )
         self._register_tools(self._sagacity)
         dlq = s.dlq_topic or f"{s.topic}.dlq"
-        ensure_topic(AdminClient(with_logger(self._base_config())), dlq, partitions=1, timeout=15)
+        base = self._base_config()
+        ensure_topic(AdminClient(with_logger(base)), dlq, partitions=1, timeout=15, client=base)
         self._dead = DeadLetters(self._base_config(), dlq)
         tuning: dict[str, str | int | float | bool] = {
             "partition.assignment.strategy": "cooperative-sticky",

@@ -26,17 +26,31 @@ def dev() -> None:
     help="Kafka brokers: 1, or a local KRaft cluster of N nodes (topics then default to "
     "replication min(3, N), min.insync.replicas one less) [default: what the stack runs, 1].",
 )
-def up(kafka: bool, postgres: bool, brokers: int | None) -> None:
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="Kafka over SASL_SSL (SCRAM-SHA-512, a CA made here), one principal per role "
+    "(agents, approvals, compensation, archive, auditors; admin) and the production "
+    "checklist's ACLs; the journal topic and its .dlq are made. Recorded until a purge.",
+)
+def up(kafka: bool, postgres: bool, brokers: int | None, secure: bool) -> None:
     """Start the stack (or reuse the running one) and print export lines for `eval`.
 
-    Example: eval "$(sagacity dev up)"; a cluster: eval "$(sagacity dev up --brokers 3)"
+    Example: eval "$(sagacity dev up)"; a cluster: eval "$(sagacity dev up --brokers 3)";
+    secured: eval "$(sagacity dev up --secure)", then act as a principal with
+    eval "$(sagacity dev credentials agents)".
     """
     from sagacity.dev import Stack
 
     stack = Stack()
     began = time.monotonic()
     try:
-        endpoints = stack.up(kafka=kafka, postgres=postgres, brokers=brokers or stack.brokers)
+        endpoints = stack.up(
+            kafka=kafka,
+            postgres=postgres,
+            brokers=brokers or stack.brokers,
+            secure=secure or (stack.secured and kafka),
+        )
     except DevStackError as exc:
         raise click.ClickException(str(exc)) from exc
     elapsed = time.monotonic() - began
@@ -47,6 +61,26 @@ def up(kafka: bool, postgres: bool, brokers: int | None) -> None:
         click.echo(f"{name}: {verb}", err=True)
     click.echo(f"stack ready in {elapsed:.1f}s (state in {stack.home})", err=True)
     for line in endpoints.export_lines():
+        click.echo(line)
+
+
+@dev.command("credentials")
+@click.argument("principal")
+def credentials(principal: str) -> None:
+    """Print the export lines that make a process PRINCIPAL of the secured stack.
+
+    Example: eval "$(sagacity dev credentials auditors)"
+    """
+    from sagacity.dev import Stack
+
+    security = Stack().security()
+    if security is None:
+        raise click.ClickException("this stack is not secured: start it with --secure")
+    try:
+        lines = security.export_lines(principal)
+    except DevStackError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for line in lines:
         click.echo(line)
 
 

@@ -179,8 +179,10 @@ def approvals(
     from sagacity.consumers import configure_logging as configure
     from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
     from sagacity.producer import check_reachable, startup_timeout
+    from sagacity.tracing import configure_from_env as configure_tracing
 
     configure(log_level)
+    configure_tracing("sagacity-approvals")  # OTEL_* variables, with the otel extra
     settings = ApprovalsSettings.from_env(
         tools=tools or None,
         host=host,
@@ -207,12 +209,21 @@ def approvals(
             timeout=startup_timeout(),
         )
     server = ApprovalsServer(settings)
-    uvicorn.run(
-        server.app,
-        host=settings.host,
-        port=settings.port,
-        log_level=log_level.lower(),
-        log_config=None,
-        proxy_headers=False,
-        server_header=False,
+    web = uvicorn.Server(
+        uvicorn.Config(
+            server.app,
+            host=settings.host,
+            port=settings.port,
+            log_level=log_level.lower(),
+            log_config=None,
+            proxy_headers=False,
+            server_header=False,
+        )
     )
+    consumer = server.consumer
+    if consumer is not None:
+        # Kafka refusing the service's principal (its group's ACL) stops the service.
+        consumer.on_refused = lambda: setattr(web, "should_exit", True)
+    web.run()
+    if consumer is not None and consumer.refused is not None:
+        raise consumer.refused

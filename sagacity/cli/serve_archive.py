@@ -85,8 +85,10 @@ def archive(
     from sagacity.consumers import configure_logging as configure
     from sagacity.consumers.archive import ArchiveService, ArchiveSettings
     from sagacity.producer import check_reachable, startup_timeout
+    from sagacity.tracing import configure_from_env as configure_tracing
 
     configure(log_level)
+    configure_tracing("sagacity-archive")  # OTEL_* variables, with the otel extra
     kafka_config = client_settings(os.environ)
     # Sealed events are opened through the key service (docs/adr/0019-erasure.md §3): a missing
     # or malformed key-encryption key file stops the start-up, naming the setting; stored keys

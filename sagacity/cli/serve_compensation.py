@@ -141,8 +141,10 @@ def compensation(
     from sagacity._env import client_settings, read_index_settings_from_env
     from sagacity.consumers import configure_logging as configure
     from sagacity.producer import BrokerCheck
+    from sagacity.tracing import configure_from_env as configure_tracing
 
     configure(log_level)
+    configure_tracing("sagacity-compensation")  # OTEL_* variables, with the otel extra
     client = client_settings(os.environ)
     # Asked at once, answered while the service is imported and built: an unreachable broker
     # is reported within 10 s of the command however slowly the start-up goes.

@@ -25,6 +25,7 @@ from typing import Any
 from sagacity.dev import _proc
 from sagacity.dev._jars import KAFKA_VERSION
 from sagacity.dev._ports import HOST, pick_free_port, port_answers, port_is_free
+from sagacity.dev._secure import Security
 from sagacity.dev.kafka import KafkaBroker, random_cluster_id
 from sagacity.errors import DevStackError, PortInUseError
 
@@ -60,6 +61,7 @@ class KafkaCluster:
         version: Apache Kafka release.
         heap: each node's maximum Java heap.
         cache: jar cache root.
+        security: every node's TLS, SCRAM users and authorizer (``None``: plaintext).
 
     Raises:
         DevStackError: ``brokers`` is out of range, or differs from the cluster recorded here.
@@ -73,6 +75,7 @@ class KafkaCluster:
         version: str = KAFKA_VERSION,
         heap: str = "512m",
         cache: Path | None = None,
+        security: Security | None = None,
     ) -> None:
         if not 1 <= brokers <= MAX_BROKERS:
             raise DevStackError(f"a local cluster has 1 to {MAX_BROKERS} brokers, not {brokers}")
@@ -87,6 +90,7 @@ class KafkaCluster:
         self.version = version
         self.heap = heap
         self.cache = cache
+        self.security = security
 
     # --- recorded layout -------------------------------------------------------------------
     @property
@@ -156,6 +160,7 @@ class KafkaCluster:
             voters=voters,
             replication=min(3, self.size),
             cluster_id=cluster_id,
+            security=self.security,
         )
 
     def nodes(self) -> list[KafkaBroker]:

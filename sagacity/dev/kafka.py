@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -24,6 +25,7 @@ from sagacity.dev import _proc
 from sagacity.dev._jars import KAFKA_VERSION, ensure_kafka_jars
 from sagacity.dev._ports import HOST, claim_port, pick_free_port, port_answers, port_is_free
 from sagacity.dev._props import broker_properties, log4j_properties, render_properties
+from sagacity.dev._secure import ADMIN, Security
 from sagacity.dev._tools import find_java
 from sagacity.errors import DevStackError, ProcessStartError
 
@@ -106,6 +108,8 @@ class KafkaBroker:
         replication: copies of internal and new topics (the cluster's size).
         cluster_id: the KRaft cluster id to format with (a cluster's nodes share one);
             default the id recorded here, else a new one.
+        security: TLS, SASL/SCRAM users and the authorizer (``sagacity dev up --secure``,
+            :mod:`sagacity.dev._secure`); ``None``: plaintext, no authorisation.
     """
 
     def __init__(
@@ -121,6 +125,7 @@ class KafkaBroker:
         voters: str | None = None,
         replication: int = 1,
         cluster_id: str | None = None,
+        security: Security | None = None,
     ) -> None:
         self.home = Path(home).resolve()
         self.version = version
@@ -131,6 +136,7 @@ class KafkaBroker:
         self.voters = voters
         self.replication = replication
         self.cluster_id = cluster_id
+        self.security = security
 
     # --- paths and state -------------------------------------------------------------------
     @property
@@ -217,7 +223,7 @@ class KafkaBroker:
         """Wait for a broker another process is starting here; False if there is none."""
         deadline = time.monotonic() + timeout
         while (state := self.state()) is not None and self._alive(state.pid):
-            if port_answers(state.port) and _metadata_answers(f"{HOST}:{state.port}"):
+            if port_answers(state.port) and self._answers(state.port):
                 return True
             if time.monotonic() > deadline:
                 return False
@@ -252,6 +258,10 @@ class KafkaBroker:
             voters=self.voters,
             replication=self.replication,
         )
+        if self.security is not None:
+            props.update(
+                self.security.broker_properties(port=port, controller_port=controller_port)
+            )
         self.config_file.write_text(render_properties(props))
         (self.home / "log4j2.properties").write_text(log4j_properties(self.log_file))
 
@@ -272,6 +282,7 @@ class KafkaBroker:
         cmd = self._java_command(
             java, lib, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c",
             str(self.config_file), "-g",
+            *(self.security.format_arguments() if self.security is not None else ()),
         )  # fmt: skip
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0:
@@ -343,7 +354,7 @@ class KafkaBroker:
                     f"Kafka broker in {self.home} exited with status {proc.returncode}",
                     log_tail=self._tails(),
                 )
-            if port_answers(port) and _metadata_answers(f"{HOST}:{port}"):
+            if port_answers(port) and self._answers(port):
                 return
             if time.monotonic() > deadline:
                 self._kill(proc.pid)
@@ -352,6 +363,10 @@ class KafkaBroker:
                     log_tail=self._tails(),
                 )
             time.sleep(0.25)
+
+    def _answers(self, port: int) -> bool:
+        client = self.security.client_settings(ADMIN) if self.security is not None else {}
+        return _metadata_answers(f"{HOST}:{port}", client=client)
 
     def _tails(self) -> str:
         return "\n".join(
@@ -439,12 +454,15 @@ def _install_archive(dump: str | None) -> None:
     path.unlink(missing_ok=True)
 
 
-def _metadata_answers(bootstrap: str, timeout: float = 2.0) -> bool:
-    """Whether the broker at ``bootstrap`` answers a metadata request listing itself."""
+def _metadata_answers(
+    bootstrap: str, timeout: float = 2.0, *, client: Mapping[str, str] | None = None
+) -> bool:
+    """Whether the broker at ``bootstrap`` answers a metadata request listing itself
+    (``client``: the settings to connect with, a secured broker's super user's)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": _quiet}
+    config: dict[str, Any] = {**(client or {}), "bootstrap.servers": bootstrap, "logger": _quiet}
     admin = AdminClient(config)
     try:
         metadata = admin.list_topics(timeout=timeout)

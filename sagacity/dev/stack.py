@@ -10,20 +10,23 @@ there, the stack's Kafka is that cluster until it is purged.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import shlex
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sagacity._defaults import DEFAULT_TOPIC
+from sagacity.dev import _secure
 from sagacity.dev._paths import dev_home
 from sagacity.dev.cluster import KafkaCluster
 from sagacity.dev.kafka import KafkaBroker
 from sagacity.dev.postgres import PostgresServer
-from sagacity.errors import DevStackError
+from sagacity.errors import DevStackError, TopicConfigError, TopicNotFoundError
 
 BOOTSTRAP_VAR = "SAGACITY_BOOTSTRAP_SERVERS"
 DATABASE_VAR = "SAGACITY_DATABASE_URL"
@@ -36,14 +39,19 @@ class Endpoints:
     bootstrap_servers: str | None = None
     database_url: str | None = None
     started: frozenset[str] = field(default_factory=frozenset)
+    principals: Mapping[str, Path] = field(default_factory=dict)
+    """A secured stack's principals and the file of each one's client settings."""
 
     def export_lines(self) -> list[str]:
-        """``export VAR=value`` lines a POSIX shell can ``eval``."""
+        """``export VAR=value`` lines a POSIX shell can ``eval`` (a secured stack's
+        principals follow as comments: source one's file to act as it)."""
         lines = []
         if self.bootstrap_servers is not None:
             lines.append(f"export {BOOTSTRAP_VAR}={shlex.quote(self.bootstrap_servers)}")
         if self.database_url is not None:
             lines.append(f"export {DATABASE_VAR}={shlex.quote(self.database_url)}")
+        for name, path in self.principals.items():
+            lines.append(f"# principal {name}: . {shlex.quote(str(path))}")
         return lines
 
 
@@ -68,9 +76,21 @@ class Stack:
 
     def __init__(self, home: Path | None = None) -> None:
         self.home = Path(home).resolve() if home is not None else dev_home()
-        self.kafka = KafkaBroker(self.home / "kafka")
         self.postgres = PostgresServer(self.home / "postgres")
         self.cluster_home = self.home / "kafka-cluster"
+        self.kafka = KafkaBroker(self.home / "kafka", security=self.security())
+
+    @property
+    def secured(self) -> bool:
+        """Whether this stack's Kafka is secured (``up(secure=True)`` made its material)."""
+        return (self.home / "secure" / "passwords.json").is_file()
+
+    def security(self, *, create: bool = False) -> _secure.Security | None:
+        """The secured stack's material (``create``: make it if missing); ``None`` when the
+        stack is not secured."""
+        if not create and not self.secured:
+            return None
+        return _secure.load_or_create(self.home / "secure")
 
     @property
     def brokers(self) -> int:
@@ -88,7 +108,7 @@ class Stack:
             raise DevStackError(
                 f"no Kafka cluster in {self.home}: start one with `sagacity dev up --brokers 3`"
             )
-        return KafkaCluster(self.cluster_home, brokers=size)
+        return KafkaCluster(self.cluster_home, brokers=size, security=self.security())
 
     def _start_kafka(self, brokers: int) -> str:
         if brokers == 1 and self.brokers == 1:
@@ -118,7 +138,36 @@ class Stack:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
 
-    def up(self, *, kafka: bool = True, postgres: bool = True, brokers: int = 1) -> Endpoints:
+    def _secure_or_refuse(self, kafka: bool, secure: bool) -> None:
+        """Make a new stack's security material when asked; refuse mixing the two modes."""
+        if not kafka or secure == self.secured:
+            return
+        if not secure:
+            raise DevStackError(
+                f"the stack in {self.home} is secured: pass --secure (or `sagacity dev down "
+                "--purge` to go back to a plaintext broker)"
+            )
+        has_data = any(
+            (home / "meta.properties").is_file() or (home / "cluster.json").is_file()
+            for home in (self.kafka.data_dir, self.cluster_home)
+        ) or any(self.cluster_home.glob("node-*/data/meta.properties"))
+        if has_data:
+            raise DevStackError(
+                f"the stack in {self.home} has a plaintext broker with data: "
+                "`sagacity dev down --purge` first to start a secured one"
+            )
+        self.security(create=True)
+        self.kafka = KafkaBroker(self.home / "kafka", security=self.security())
+
+    def up(
+        self,
+        *,
+        kafka: bool = True,
+        postgres: bool = True,
+        brokers: int = 1,
+        secure: bool = False,
+        topic: str = DEFAULT_TOPIC,
+    ) -> Endpoints:
         """Start (or reuse) the requested services and return where they answer.
 
         Kafka and PostgreSQL start in parallel. If one fails, one this call started is
@@ -129,13 +178,19 @@ class Stack:
             postgres: start PostgreSQL.
             brokers: 1 for a single broker, more for a local cluster of that many nodes
                 (recorded: later calls must ask for the same size until a purge).
+            secure: Kafka over SASL_SSL with one SCRAM principal per role and the
+                checklist's ACLs on ``topic`` (:mod:`sagacity.dev._secure`); the journal
+                topic and its dead-letter topic are made by the super user. Recorded: a
+                secured stack stays secured until a purge.
+            topic: the journal topic the ACLs of a secured stack name.
 
         Raises:
             MissingToolError: Java, Maven or PostgreSQL is not installed.
             ProcessStartError: a server did not start; the message ends with its log.
-            DevStackError: ``brokers`` differs from what this stack runs.
+            DevStackError: ``brokers`` or ``secure`` differs from what this stack runs.
         """
         with self._locked():
+            self._secure_or_refuse(kafka, secure)
             kafka_was = kafka and self._kafka_running()
             pg_was = postgres and self.postgres.is_running()
             with ThreadPoolExecutor(max_workers=2) as pool:
@@ -159,6 +214,14 @@ class Stack:
                 if dsn is not None and not pg_was:
                     self.postgres.stop()
                 raise errors[0]
+            security = self.security()
+            principals: dict[str, Path] = {}
+            if security is not None and bootstrap is not None:
+                _secure_topics(security, bootstrap, topic)
+                principals = {
+                    name: security.credentials_file(name)
+                    for name in (_secure.ADMIN, *_secure.PRINCIPALS)
+                }
             started = {
                 name
                 for name, wanted, was in (
@@ -168,7 +231,10 @@ class Stack:
                 if wanted and not was
             }
             return Endpoints(
-                bootstrap_servers=bootstrap, database_url=dsn, started=frozenset(started)
+                bootstrap_servers=bootstrap,
+                database_url=dsn,
+                started=frozenset(started),
+                principals=principals,
             )
 
     def down(self, *, kafka: bool = True, postgres: bool = True) -> list[str]:
@@ -229,3 +295,23 @@ class Stack:
                 address=self.postgres.dsn() if pg_state else None,
             ),
         ]
+
+
+def _secure_topics(security: _secure.Security, bootstrap: str, topic: str) -> None:
+    """As the super user: the checklist's ACLs on ``topic``, the topic and its dead-letter
+    topic (each made only when missing; no principal of a role may create topics)."""
+    from confluent_kafka.admin import AdminClient
+
+    from sagacity.consumers._deadletter import ensure_topic
+    from sagacity.dev._acls import apply_acls
+    from sagacity.producer import TopicSpec, create_topic, describe_topic, with_logger
+
+    config = {**security.client_settings(_secure.ADMIN), "bootstrap.servers": bootstrap}
+    apply_acls(config, topic)
+    admin = AdminClient(with_logger(config))
+    try:
+        describe_topic(admin, topic, bootstrap=bootstrap, timeout=30.0)
+    except TopicNotFoundError:
+        with contextlib.suppress(TopicConfigError):  # made meanwhile by another `up`
+            create_topic(admin, topic, TopicSpec(partitions=3), bootstrap=bootstrap, timeout=30.0)
+    ensure_topic(admin, f"{topic}.dlq", partitions=1, timeout=30.0, client=config)
