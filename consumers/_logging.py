@@ -1,9 +1,8 @@
 """The services' one log format: JSON, one object per line on stderr, carrying the saga id.
 
-Every service (approvals, compensation, archive, MCP) configures the root logger with
+Every service (approvals, compensation, archive) configures the root logger with
 :func:`configure`, so its own lines, uvicorn's and librdkafka's (routed through the
-``sagacity.kafka`` logger) share the format; its first line says which hot path the service
-runs (compiled or Python: :func:`sagacity._native.path_in_use`).
+``sagacity.kafka`` logger) share the format.
 """
 
 from __future__ import annotations
@@ -12,8 +11,6 @@ import json
 import logging
 import sys
 from datetime import UTC, datetime
-
-from sagacity._native import log_path_in_use
 
 _FIELDS = ("saga_id", "partition", "offset", "seq", "status", "reason", "instance", "service")
 
@@ -38,8 +35,7 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure(level: str = "INFO") -> None:
-    """Send every log record to stderr as JSON (uvicorn's loggers included), then log which
-    hot path this process runs (``sagacity.native``: compiled, or Python with its cost)."""
+    """Send every log record to stderr as JSON (uvicorn's loggers included)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
@@ -53,4 +49,3 @@ def configure(level: str = "INFO") -> None:
         # may have disabled it or raised its level; the root's level rules here.
         named.disabled = False
         named.setLevel(logging.NOTSET)
-    log_path_in_use(logging.getLogger("sagacity.native"))

@@ -52,8 +52,12 @@ def path_in_use() -> tuple[bool, str]:
     return True, f"hot paths: compiled ({MODULE})"
 
 
-def log_path_in_use(logger: logging.Logger) -> None:
-    """Log, once at a service's start, which path it runs: compiled (info) or Python (a
-    warning naming the cost)."""
+log = logging.getLogger("sagacity.native")
+
+
+def log_path_in_use() -> None:
+    """Log which path this process runs (``sagacity.native``): compiled (info), or Python (a
+    warning naming the cost).  Each service does so once, as it starts serving (after its
+    start-up checks, whose failures stay one line)."""
     compiled, line = path_in_use()
-    logger.log(logging.INFO if compiled else logging.WARNING, line)
+    log.log(logging.INFO if compiled else logging.WARNING, line)

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from sagacity._defaults import DEFAULT_APPROVALS_GROUP
+from sagacity._native import log_path_in_use
 from sagacity.cli._options import (
     group_option,
     host_option,
@@ -207,6 +208,7 @@ def approvals(
             timeout=startup_timeout(),
         )
     server = ApprovalsServer(settings)
+    log_path_in_use()
     uvicorn.run(
         server.app,
         host=settings.host,

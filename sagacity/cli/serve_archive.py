@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from sagacity._defaults import DEFAULT_ARCHIVE_GROUP
+from sagacity._native import log_path_in_use
 from sagacity.cli._db_options import conninfo, database_options
 from sagacity.cli._options import (
     bootstrap_servers_option,
@@ -115,6 +116,7 @@ def archive(
     try:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: service.stop())
+        log_path_in_use()
         service.run()
     finally:
         if keys is not None:

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from sagacity._defaults import DEFAULT_COMPENSATION_GROUP
+from sagacity._native import log_path_in_use
 from sagacity.cli._options import (
     bootstrap_servers_option,
     database_url_option,
@@ -214,6 +215,7 @@ def compensation(
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
+        log_path_in_use()
         service.run()
     finally:
         if upstream is not None:

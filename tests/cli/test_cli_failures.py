@@ -234,7 +234,6 @@ def test_librdkafka_lines_go_through_logging_once(
 
 
 def test_every_service_logs_json_lines(capsys: pytest.CaptureFixture[str]) -> None:
-    from sagacity._native import path_in_use
     from sagacity.consumers._logging import configure
 
     root = logging.getLogger()
@@ -247,12 +246,8 @@ def test_every_service_logs_json_lines(capsys: pytest.CaptureFixture[str]) -> No
         root.handlers[:], _ = saved
         root.setLevel(saved[1])
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
-    # First, which hot path the service runs (compiled or Python: docs/adr/0013).
-    compiled, said = path_in_use()
-    assert (lines[0]["logger"], lines[0]["msg"]) == ("sagacity.native", said)
-    assert lines[0]["level"] == ("INFO" if compiled else "WARNING")
-    assert [(r["logger"], r["msg"]) for r in lines[1:]] == [
+    assert [(r["logger"], r["msg"]) for r in lines] == [
         ("sagacity.approvals", "started"),
         ("uvicorn.error", "listening"),
     ]
-    assert lines[1]["saga_id"] == "s-1"
+    assert lines[0]["saga_id"] == "s-1"
