@@ -7,7 +7,6 @@ from pathlib import Path
 import click
 
 from sagacity._defaults import DEFAULT_APPROVALS_GROUP
-from sagacity._native import log_path_in_use
 from sagacity.cli._options import (
     group_option,
     host_option,
@@ -178,6 +177,7 @@ def approvals(
 
     from sagacity._env import client_settings
     from sagacity.consumers import configure_logging as configure
+    from sagacity.consumers import log_hot_path
     from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
     from sagacity.producer import check_reachable, startup_timeout
 
@@ -208,7 +208,7 @@ def approvals(
             timeout=startup_timeout(),
         )
     server = ApprovalsServer(settings)
-    log_path_in_use()
+    log_hot_path()
     uvicorn.run(
         server.app,
         host=settings.host,

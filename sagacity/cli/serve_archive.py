@@ -7,7 +7,6 @@ from pathlib import Path
 import click
 
 from sagacity._defaults import DEFAULT_ARCHIVE_GROUP
-from sagacity._native import log_path_in_use
 from sagacity.cli._db_options import conninfo, database_options
 from sagacity.cli._options import (
     bootstrap_servers_option,
@@ -84,6 +83,7 @@ def archive(
 
     from sagacity._env import client_settings, starting_keys
     from sagacity.consumers import configure_logging as configure
+    from sagacity.consumers import log_hot_path
     from sagacity.consumers.archive import ArchiveService, ArchiveSettings
     from sagacity.producer import check_reachable, startup_timeout
 
@@ -116,7 +116,7 @@ def archive(
     try:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: service.stop())
-        log_path_in_use()
+        log_hot_path()
         service.run()
     finally:
         if keys is not None:

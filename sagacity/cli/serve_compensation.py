@@ -8,7 +8,6 @@ from typing import Any
 import click
 
 from sagacity._defaults import DEFAULT_COMPENSATION_GROUP
-from sagacity._native import log_path_in_use
 from sagacity.cli._options import (
     bootstrap_servers_option,
     database_url_option,
@@ -141,6 +140,7 @@ def compensation(
 
     from sagacity._env import client_settings, read_index_settings_from_env
     from sagacity.consumers import configure_logging as configure
+    from sagacity.consumers import log_hot_path
     from sagacity.producer import BrokerCheck
 
     configure(log_level)
@@ -215,7 +215,7 @@ def compensation(
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
-        log_path_in_use()
+        log_hot_path()
         service.run()
     finally:
         if upstream is not None:
