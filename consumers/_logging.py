@@ -12,6 +12,8 @@ import logging
 import sys
 from datetime import UTC, datetime
 
+from sagacity._native import log_path_in_use
+
 _FIELDS = ("saga_id", "partition", "offset", "seq", "status", "reason", "instance", "service")
 
 
@@ -49,3 +51,9 @@ def configure(level: str = "INFO") -> None:
         # may have disabled it or raised its level; the root's level rules here.
         named.disabled = False
         named.setLevel(logging.NOTSET)
+
+
+def log_hot_path() -> None:
+    """Log, as a service starts serving (after its start-up checks), which hot path it runs:
+    compiled, or Python with a warning naming the cost (:func:`sagacity._native.path_in_use`)."""
+    log_path_in_use()

@@ -8,8 +8,8 @@ saga's partition, extends the accepted tail and reads it back to confirm it won
 (docs/adr/0004-single-writer.md).
 
 Around it: :mod:`._delivery` tracks each published event until the broker answers (and who
-waits for that), :mod:`._ownership` the sagas this process holds (their chain and writer lease),
-:mod:`._reader` reads sagas back.
+waits for that), :mod:`._ownership` the sagas this process holds (their head and writer lease,
+never their chain), :mod:`._reader` reads sagas back.
 """
 
 from __future__ import annotations
@@ -373,7 +373,7 @@ class KafkaJournal:
             sent = self._monotonic()
             if not (state.owned and not state.poisoned and sent < state.lease_soft):
                 return self._append_confirmed(state, draft, after_seq=after_seq)
-            tail = state.chain[-1].seq
+            tail = state.seq
             if tail != after_seq:
                 raise tail_moved(draft.saga_id, after_seq, tail)
             entry, delivery = self._publish_owned(state, draft)
@@ -433,10 +433,11 @@ class KafkaJournal:
 
     # --- reading ---------------------------------------------------------------------------
     def entries(self, saga_id: str) -> Sequence[JournalEntry]:
-        """The saga's accepted chain in seq order (empty when unknown).
+        """The saga's accepted chain in seq order (empty when unknown), read from its partition
+        (continuing this journal's last read of it, or from the read index).
 
-        For a saga this journal owns, the chain it wrote (after its pending events are
-        acknowledged); otherwise read from the saga's partition.
+        A saga this journal holds is read once the events it published are acknowledged: the
+        writer keeps only the saga's head, never its chain.
 
         Raises:
             JournalUnavailableError: pending events failed, or the topic could not be read.
@@ -444,15 +445,9 @@ class KafkaJournal:
         state = self._sagas.get(saga_id)
         if state is not None:
             with state.lock:
-                if state.owned and not state.poisoned:
-                    pending = list(state.pending)
-                    chain = tuple(state.chain)
-                else:
-                    pending, chain = [], None
+                pending = list(state.pending) if state.owned and not state.poisoned else []
             for delivery in pending:
                 self._deliveries.wait(delivery)
-            if chain is not None:
-                return chain
         return tuple(self.read(saga_id).entries)
 
     def read(self, saga_id: str) -> SagaRead:
@@ -752,19 +747,20 @@ class KafkaJournal:
                 ) from exc
 
     def _publish_owned(self, state: SagaState, draft: EntryDraft) -> tuple[JournalEntry, Delivery]:
-        tail = state.chain[-1]
         writer = self._writer_attribute(draft)
-        if self._keys is not None and tail.form == 2:
+        if self._keys is not None and state.form == 2:
             entry, value = link_encoded_sealed(
-                draft, seq=tail.seq + 1, prev_hash=tail.hash, keys=self._keys, attribute=writer
+                draft, seq=state.seq + 1, prev_hash=state.hash, keys=self._keys, attribute=writer
             )
         else:
             refuse_in_form_1(draft)
             entry, value = link_encoded(
-                draft, seq=tail.seq + 1, prev_hash=tail.hash, attribute=writer
+                draft, seq=state.seq + 1, prev_hash=state.hash, attribute=writer
             )
         delivery = self._produce(entry, value)
-        state.chain.append(entry)
+        # The head moves on; the entry itself is held only until acknowledged (its delivery).
+        state.seq = entry.seq
+        state.hash = entry.hash
         # Until acknowledged (refused ones stay, for the durable append that reports them).
         delivery.track(state.pending)
         if entry.event_type in HANDOFF_EVENTS:
@@ -844,6 +840,6 @@ class KafkaJournal:
                 seq=entry.seq,
             )
         self._sagas.confirmed(
-            state, entry, owner=owner, mine=mine, entries=confirm.entries, sent=sent
+            state, entry, head=confirm.entries[-1], owner=owner, mine=mine, sent=sent
         )
         return entry

@@ -1,8 +1,11 @@
-"""Which sagas a :class:`~sagacity.producer.KafkaJournal` holds: their chain and writer lease.
+"""Which sagas a :class:`~sagacity.producer.KafkaJournal` holds: their head and writer lease.
 
-A saga this process opened (or continued as its live writer) is *held*: its chain is kept in
-memory and extended without reading the topic, for as long as the writer lease runs
-(docs/adr/0004-single-writer.md, docs/adr/0011-writer-lease.md).  It is let go when the saga is
+A saga this process opened (or continued as its live writer) is *held*: its head — the seq,
+hash and chain form of its last event, all the next append needs — is kept in memory and
+extended without reading the topic, for as long as the writer lease runs
+(docs/adr/0004-single-writer.md, docs/adr/0011-writer-lease.md).  Not its chain: a writer's
+memory does not grow with a saga's length (a conversation's saga can run for days); whoever
+needs the chain reads it (``KafkaJournal.entries``).  It is let go when the saga is
 handed off (approval, compensation) or ended, when the chain says another writer took it, and
 it is *poisoned* — trusted no more until the topic is read — when one of its events was refused
 or never acknowledged.  What the topic says about a saga's writer is
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from sagacity._events import EventType, JournalEntry
 from sagacity.errors import TailMovedError, WriterConflictError
@@ -22,18 +25,20 @@ from sagacity.producer._reader import HANDOFF_EVENTS, Ownership, SagaRead, SagaR
 
 
 class SagaState:
-    """Per-saga serialisation, and the chain while this process owns the saga."""
+    """Per-saga serialisation, and the saga's head while this process owns it."""
 
     __slots__ = (
         "__weakref__",
         "actor",
-        "chain",
+        "form",
+        "hash",
         "lease_hard",
         "lease_soft",
         "lock",
         "owned",
         "pending",
         "poisoned",
+        "seq",
     )
 
     def __init__(self) -> None:
@@ -41,7 +46,11 @@ class SagaState:
         self.actor: str | None = None
         self.owned = False
         self.poisoned = False
-        self.chain: list[JournalEntry] = []
+        # The head while owned: the last event's seq and hash (what the next one links to) and
+        # the saga's chain form (kept from its SAGA_OPENED).
+        self.seq = 0
+        self.hash = ""
+        self.form = 1
         # The events published on the hot path and not acknowledged yet, in seq order (each
         # takes itself out when acknowledged; a refused one stays until a durable append or
         # flush reports it and the saga is read again).
@@ -112,7 +121,6 @@ class HeldSagas:
         """Let the saga go: its next append reads the topic."""
         state.owned = False
         state.actor = None
-        state.chain = []
         with self._lock:
             self.owned.pop(saga_id, None)
 
@@ -211,15 +219,15 @@ class HeldSagas:
         state: SagaState,
         entry: JournalEntry,
         *,
+        head: JournalEntry,
         owner: Ownership,
         mine: bool,
-        entries: Sequence[JournalEntry],
         sent: float,
     ) -> None:
         """After ``entry`` was confirmed on the topic: hold the saga or let it go.
 
-        Held (with ``entries``, the chain as read back, and a lease from ``sent``) when ``entry``
-        opens it or continues it as its live writer, and does not hand it off.
+        Held (with ``head``, the last accepted event as read back, and a lease from ``sent``)
+        when ``entry`` opens it or continues it as its live writer, and does not hand it off.
 
         Args:
             owner: the saga's ownership as read before ``entry`` was published.
@@ -233,7 +241,7 @@ class HeldSagas:
             state.actor = owner.writer if mine and owner.live else entry.actor
             if entry.event_type is EventType.SAGA_OPENED:
                 state.actor = entry.actor
-            state.chain = list(entries)
+            state.seq, state.hash, state.form = head.seq, head.hash, head.form
             state.lease_soft = sent + self._lease_soft_span
             state.lease_hard = sent + self._lease_hard_span
             with self._lock:

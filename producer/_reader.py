@@ -44,6 +44,10 @@ log = logging.getLogger("sagacity.reader")
 READ_CACHE_SIZE = 256
 """Sagas whose latest read a journal keeps, to continue instead of re-reading."""
 
+READ_CACHE_ENTRIES = 100_000
+"""The entries those reads may hold together: the cache's memory does not grow with sagas'
+length (a longer read is not kept; the next read of that saga starts over)."""
+
 
 def _scan_instead(partition: int, error: SagacityError) -> None:
     """Log that a scan of ``partition`` replaces the index (quietly when it holds no archive:
@@ -357,11 +361,14 @@ class ReadCache:
 
     A partition only grows at its end, so a read continued from an earlier one (whatever its
     age) gives what a read from the partition's start would: the cache can be stale, never
-    wrong.  Bounded (least recently used out); entries are copies no caller holds.
+    wrong.  Bounded in reads and in the entries they hold together (least recently used out);
+    entries are copies no caller holds.
     """
 
-    def __init__(self, size: int = READ_CACHE_SIZE) -> None:
+    def __init__(self, size: int = READ_CACHE_SIZE, entries: int = READ_CACHE_ENTRIES) -> None:
         self._size = size
+        self._max_entries = entries
+        self._entries = 0
         self._reads: OrderedDict[str, SagaRead] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -377,10 +384,15 @@ class ReadCache:
             previous = self._reads.get(read.saga_id)
             if previous is not None and previous.next_offset > read.next_offset:
                 return
+            if previous is not None:
+                self._entries -= len(self._reads.pop(read.saga_id).entries)
+            if len(read.entries) > self._max_entries:
+                return
             self._reads[read.saga_id] = read.copy()
-            self._reads.move_to_end(read.saga_id)
-            while len(self._reads) > self._size:
-                self._reads.popitem(last=False)
+            self._entries += len(read.entries)
+            while len(self._reads) > self._size or self._entries > self._max_entries:
+                _, dropped = self._reads.popitem(last=False)
+                self._entries -= len(dropped.entries)
 
 
 class SagaReader:

@@ -4,9 +4,12 @@
 #   sagacity_system_packages  install Java 17, Maven and PostgreSQL with apt-get when absent;
 #                             with --browser also Chromium and its driver (the console's
 #                             browser tests; the demo does not need them)
-#   sagacity_venv             create .venv and install the project with its dev extras (and the
-#                             compiled hot path, native/, where cargo is)
-#   sagacity_native_build     build native/ into .venv; a failure is remembered, not fatal
+#   sagacity_cargo_path       put the cargo rustup installed ($HOME/.cargo/bin) on the PATH when
+#                             no cargo is on it
+#   sagacity_venv             create .venv and install the project with its dev extras (its
+#                             compiled hot path, native/, built in where cargo is)
+#   sagacity_install          the one package install (editable); where the compiled module
+#                             could not be built, the cause is remembered, not fatal
 #   sagacity_native_check     after a failed build: one warning and SAGACITY_NATIVE=0 exported
 #                             (the Python path), or an error when SAGACITY_NATIVE=1 asks for it
 #   sagacity_stack_up         bring the checkout's stack up and export its variables
@@ -54,19 +57,24 @@ sagacity_system_packages() {
 
 # What .venv must hold: the inputs' hash and whether native/ is built ($1: 1 or 0).
 _sagacity_want() {
-    printf '%s-native%s\n' "$(cat "$SAGACITY_ROOT/pyproject.toml" "$SAGACITY_ROOT"/native/Cargo.* \
-        "$SAGACITY_ROOT/native/pyproject.toml" "$SAGACITY_ROOT"/native/src/*.rs \
+    printf '%s-native%s\n' "$(cat "$SAGACITY_ROOT/pyproject.toml" "$SAGACITY_ROOT/setup.py" \
+        "$SAGACITY_ROOT"/native/Cargo.* "$SAGACITY_ROOT"/native/src/*.rs \
         | sha256sum | cut -d' ' -f1)" "$1"
+}
+
+sagacity_cargo_path() {
+    if [ -x "$HOME/.cargo/bin/cargo" ] && ! command -v cargo >/dev/null; then
+        export PATH="$HOME/.cargo/bin:$PATH"
+    fi
 }
 
 sagacity_venv() {
     local stamp="$SAGACITY_VENV/.sagacity-installed"
     local want native=0
-    # The compiled hot path (native/, Rust; docs/adr/0013-compiled-hot-path.md) is built where
-    # cargo is, unless SAGACITY_NATIVE=0; without it the same code runs in Python.
-    if [ -x "$HOME/.cargo/bin/cargo" ] && ! command -v cargo >/dev/null; then
-        export PATH="$HOME/.cargo/bin:$PATH"
-    fi
+    # The compiled hot path (native/, Rust; docs/adr/0013-compiled-hot-path.md) is built into
+    # the package where cargo is, unless SAGACITY_NATIVE=0; without it the same code runs in
+    # Python.
+    sagacity_cargo_path
     if [ "${SAGACITY_NATIVE:-1}" != 0 ] && command -v cargo >/dev/null; then native=1; fi
     want="$(_sagacity_want "$native")"
     # A build that failed runs the Python path: what SAGACITY_NATIVE=0 (which the failure
@@ -96,14 +104,9 @@ sagacity_venv() {
         fi
     fi
     if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-        _say "installing sagacity and its dev dependencies into .venv"
         "$SAGACITY_VENV/bin/python" -m pip install -q --upgrade pip
-        (cd "$SAGACITY_ROOT" && "$SAGACITY_VENV/bin/python" -m pip install -q -e '.[dev]')
-        if [ "$native" = 1 ]; then
-            sagacity_native_build
-        else
-            rm -f "$SAGACITY_VENV/.sagacity-native-failed"
-            "$SAGACITY_VENV/bin/python" -m pip uninstall -q -y sagacity-native >/dev/null 2>&1 || true
+        sagacity_install "$native" || return 1
+        if [ "$native" = 0 ]; then
             _say "no cargo (or SAGACITY_NATIVE=0): the journal's hot path runs in Python"
         fi
         printf '%s\n' "$want" >"$stamp"
@@ -111,28 +114,40 @@ sagacity_venv() {
     sagacity_native_check
 }
 
-# The compiled module is optional (docs/adr/0013-compiled-hot-path.md): where cargo is on the
-# PATH but cannot build (rustup without a default toolchain, an old compiler, no network for
-# crates) the Python path runs instead. The failure is remembered in .venv until the inputs
-# change, so later runs neither retry nor fail; each run says it once (sagacity_native_check).
-sagacity_native_build() {
-    local failed="$SAGACITY_VENV/.sagacity-native-failed" log="$SAGACITY_VENV/native-build.log"
+# The compiled module is part of the package (setup.py builds it with setuptools-rust) and
+# optional (docs/adr/0013-compiled-hot-path.md): where cargo is on the PATH but cannot build
+# (rustup without a default toolchain, an old compiler, no network for crates) the package
+# installs without it and the Python path runs. The failure is remembered in .venv until the
+# inputs change, so later runs neither retry nor fail; each run says it once
+# (sagacity_native_check). $1: 0 to install without building it (no cargo, SAGACITY_NATIVE=0).
+sagacity_install() {
+    local failed="$SAGACITY_VENV/.sagacity-native-failed" log="$SAGACITY_VENV/install.log"
+    local build=("SAGACITY_NATIVE=")
+    [ "${1:-1}" = 0 ] && build=("SAGACITY_NATIVE=0")
     rm -f "$failed"
-    _say "building the journal's compiled hot path (native/, Rust) into .venv"
-    if "$SAGACITY_VENV/bin/python" -m pip install -q "$SAGACITY_ROOT/native" >"$log" 2>&1; then
-        rm -f "$log"
+    # No module of an earlier build survives to be imported: the editable install builds it
+    # into the source tree, and releases before it shipped it as its own distribution.
+    rm -f "$SAGACITY_ROOT"/sagacity/_sagacity_native*.so
+    "$SAGACITY_VENV/bin/python" -m pip uninstall -q -y sagacity-native >/dev/null 2>&1 || true
+    if [ "${1:-1}" = 0 ]; then
+        _say "installing sagacity and its dev dependencies into .venv"
+    else
+        _say "installing sagacity and its dev dependencies into .venv, with its compiled hot" \
+            "path (native/, Rust)"
+    fi
+    # Verbose into the log: the build's one warning line (setup.py) names the cause.
+    if ! (cd "$SAGACITY_ROOT" && env "${build[@]}" "$SAGACITY_VENV/bin/python" -m pip install -v \
+        -e '.[dev]' >"$log" 2>&1); then
+        tail -n 30 "$log" >&2
+        _say "error: installing sagacity failed (log: $log)"
+        return 1
+    fi
+    if [ "${1:-1}" = 0 ] || "$SAGACITY_VENV/bin/python" -c 'import sagacity._sagacity_native' \
+        >/dev/null 2>&1; then
         return 0
     fi
-    # An older build would not match these sources: the Python path, not a stale module.
-    "$SAGACITY_VENV/bin/python" -m pip uninstall -q -y sagacity-native >/dev/null 2>&1 || true
-    # The first line naming the cause (cargo's, rustup's or the compiler's, indented in pip's
-    # report), not pip's own framing (its generic error names); else pip's own (maturin not
-    # downloadable).
-    {
-        grep -E '^[[:space:]].*error(\[E[0-9]+\])?:' "$log" \
-            | grep -vE 'subprocess-exited-with-error|metadata-generation-failed|failed-wheel-build'
-        grep -E '^ERROR: ' "$log"
-    } | head -n1 | sed -E 's/^[[:space:]]+//' | cut -c1-300 >"$failed" || true
+    sed -nE 's/.*is not built: (.*); sagacity runs its Python paths.*/\1/p' "$log" | head -n1 \
+        | cut -c1-300 >"$failed" || true
 }
 
 sagacity_native_check() {
@@ -142,13 +157,14 @@ sagacity_native_check() {
     cause="$(cat "$failed")"
     if [ "${SAGACITY_NATIVE:-}" = 1 ]; then
         _say "error: cargo could not build the compiled hot path (native/): ${cause:-see the log}"
-        _say "  SAGACITY_NATIVE=1 requires it. Log: $SAGACITY_VENV/native-build.log; to retry" \
+        _say "  SAGACITY_NATIVE=1 requires it. Log: $SAGACITY_VENV/install.log; to retry" \
             "after fixing cargo: rm $SAGACITY_VENV/.sagacity-installed"
         return 1
     fi
     _say "warning: cargo could not build the compiled hot path (native/): ${cause:-see the log};" \
-        "the journal runs in Python (correct, slower). Log: $SAGACITY_VENV/native-build.log;" \
-        "to retry after fixing cargo: rm $SAGACITY_VENV/.sagacity-installed"
+        "sagacity runs in Python (correct, slower: verify about 0.23x of its ceiling instead" \
+        "of 0.63x, ingest 0.50x instead of 0.89x). Log: $SAGACITY_VENV/install.log; to retry" \
+        "after fixing cargo: rm $SAGACITY_VENV/.sagacity-installed"
     export SAGACITY_NATIVE=0
 }
 

@@ -87,7 +87,7 @@ fn saga_of(row: &Bound<'_, PyAny>, what: &str) -> PyResult<String> {
         .map_err(|_| PyTypeError::new_err(format!("a {what} row's saga id is not text")))
 }
 
-#[pyclass(module = "sagacity_native")]
+#[pyclass(module = "sagacity._sagacity_native")]
 pub struct ChainAuditor {
     verifier: CopyChainVerifier,
     anchors: HashMap<String, (i64, String)>,

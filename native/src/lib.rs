@@ -483,7 +483,9 @@ fn leaf_hash<'py>(
     Some(PyBytes::new(py, &Sha256::digest(&out)))
 }
 
+/// The module `sagacity._sagacity_native`, built into the `sagacity` distribution by setup.py.
 #[pymodule]
+#[pyo3(name = "_sagacity_native")]
 fn sagacity_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(link_encode, m)?)?;
     m.add_function(wrap_pyfunction!(entry::link_entry, m)?)?;

@@ -270,7 +270,7 @@ fn well_formed(row: &Row) -> bool {
         && std::str::from_utf8(row.hash).is_ok()
 }
 
-#[pyclass(module = "sagacity_native")]
+#[pyclass(module = "sagacity._sagacity_native")]
 pub struct CopyChainVerifier {
     buf: Vec<u8>,
     started: bool,

@@ -177,6 +177,7 @@ def approvals(
 
     from sagacity._env import client_settings
     from sagacity.consumers import configure_logging as configure
+    from sagacity.consumers import log_hot_path
     from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
     from sagacity.producer import check_reachable, startup_timeout
     from sagacity.tracing import configure_from_env as configure_tracing
@@ -209,6 +210,7 @@ def approvals(
             timeout=startup_timeout(),
         )
     server = ApprovalsServer(settings)
+    log_hot_path()
     web = uvicorn.Server(
         uvicorn.Config(
             server.app,

@@ -83,6 +83,7 @@ def archive(
 
     from sagacity._env import client_settings, starting_keys
     from sagacity.consumers import configure_logging as configure
+    from sagacity.consumers import log_hot_path
     from sagacity.consumers.archive import ArchiveService, ArchiveSettings
     from sagacity.producer import check_reachable, startup_timeout
     from sagacity.tracing import configure_from_env as configure_tracing
@@ -118,6 +119,7 @@ def archive(
     try:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: service.stop())
+        log_hot_path()
         service.run()
     finally:
         if keys is not None:

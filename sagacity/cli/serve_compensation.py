@@ -140,6 +140,7 @@ def compensation(
 
     from sagacity._env import client_settings, read_index_settings_from_env
     from sagacity.consumers import configure_logging as configure
+    from sagacity.consumers import log_hot_path
     from sagacity.producer import BrokerCheck
     from sagacity.tracing import configure_from_env as configure_tracing
 
@@ -217,6 +218,7 @@ def compensation(
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
+        log_hot_path()
         service.run()
     finally:
         if upstream is not None:

@@ -200,6 +200,7 @@ def serve(
     serving: Serving, sagacity: Sagacity, *, proxied: list[ProxiedTool] | None = None
 ) -> None:
     """Serve ``sagacity``'s tools as the options say, until stopped."""
+    from sagacity.consumers import log_hot_path
     from sagacity.errors import SagacityError
 
     adapter = mcp_adapter()
@@ -214,6 +215,7 @@ def serve(
         token = _agent_token(auth, serving.token_file) if serving.token_file is not None else None
     except SagacityError as exc:
         raise click.ClickException(exc.message) from exc
+    log_hot_path()
     if serving.transport == "stdio":
         server.run_stdio(auth.agent if auth is not None else None, token)
         return

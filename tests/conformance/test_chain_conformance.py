@@ -63,7 +63,7 @@ NEGATIVE_CASES = {case["name"]: case for case in NEGATIVE["cases"]}
 VERDICT_CASES = {case["name"]: case for case in VERDICTS["cases"]}
 
 try:
-    import sagacity_native
+    from sagacity import _sagacity_native as sagacity_native  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - where cargo is, the test below fails instead
     sagacity_native = None  # type: ignore[assignment]
 

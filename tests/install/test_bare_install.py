@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -17,8 +16,8 @@ import pytest
 
 from sagacity import EventType, verify
 from sagacity.producer import KafkaJournal
+from tests.install._source import source_copy
 
-ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 
 # Imports of the services' extras fail in the child, as on an install without them.
@@ -75,16 +74,6 @@ def test_the_archive_package_still_exports_every_name() -> None:
         _ = archive.Nothing  # type: ignore[attr-defined]
 
 
-def _source_copy(dest: Path) -> Path:
-    """The checkout's sources without build products (a stale ``build/`` would leak into the
-    wheel), as a fresh clone has them."""
-    skip = shutil.ignore_patterns(
-        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".sagacity", "target", "tmp"
-    )
-    shutil.copytree(ROOT, dest, symlinks=True, ignore=skip)
-    return dest
-
-
 @pytest.mark.kafka
 @pytest.mark.postgres
 @pytest.mark.slow
@@ -97,7 +86,8 @@ def test_an_agent_runs_a_saga_on_the_bare_install(
         [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
     )
     python = venv / "bin" / "python"
-    source = _source_copy(tmp_path / "src")
+    # With cargo's builds: where cargo is, the install compiles the module in (not measured here).
+    source = source_copy(tmp_path / "src", cargo_target=True)
     pip = [sys.executable, "-m", "pip", "--python", str(python), "--disable-pip-version-check"]
     install = subprocess.run(
         [*pip, "install", "-q", str(source)],
