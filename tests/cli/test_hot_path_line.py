@@ -25,6 +25,7 @@ _SERVE_THEN_STOP = """
 import sys
 import uvicorn
 uvicorn.run = lambda *a, **k: print("SERVING", file=sys.stderr)
+uvicorn.Server.run = lambda self, *a, **k: print("SERVING", file=sys.stderr)
 from sagacity.consumers.archive import ArchiveService
 ArchiveService.run = lambda self: print("SERVING", file=sys.stderr)
 from sagacity.consumers.compensation import CompensationService
