@@ -58,7 +58,8 @@ from sagacity.producer._lease import (
     message_timestamp_ms,
 )
 from sagacity.producer._ownership import HeldSagas, SagaState, tail_moved
-from sagacity.producer._reader import HANDOFF_EVENTS, ReadCache, SagaRead, SagaReader
+from sagacity.producer._readcache import ReadCache
+from sagacity.producer._reader import HANDOFF_EVENTS, SagaRead, SagaReader
 from sagacity.producer._topic import (
     PRODUCER_MAX_MESSAGE_BYTES,
     ClientConfig,
@@ -220,7 +221,7 @@ class KafkaJournal:
         # With a key service, a saga opened here is written in chain form 2 with its data
         # sealed (docs/adr/0019-erasure.md); a saga keeps the form of its SAGA_OPENED.
         self._keys = keys
-        self._reads = ReadCache()
+        self._reads = ReadCache(keys=keys)
         self._sagas = HeldSagas(
             reader=self._reader,
             monotonic=monotonic,
@@ -453,6 +454,16 @@ class KafkaJournal:
         """
         self._check_open()
         return self._read_latest(saga_id)
+
+    def forget(self, saga_id: str) -> None:
+        """Drop what this journal keeps of the saga's opened data — its kept read and its data
+        key — so its next read opens it through the key service again (after an erasure it
+        reads as erased): called when the saga's ``ERASED`` is seen
+        (docs/operations/erasure.md)."""
+        self._reads.forget(saga_id)
+        forget_key = getattr(self._keys, "forget", None)
+        if forget_key is not None:
+            forget_key(saga_id)
 
     def pending_approvals(self, saga_id: str | None = None) -> Sequence[ApprovalRequest]:
         """Open approval requests, derived from the chains on the topic.

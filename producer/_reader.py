@@ -13,7 +13,6 @@ import logging
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -37,9 +36,6 @@ from sagacity.schemas import decode_entry
 from sagacity.schemas._codec import FieldSealer
 
 log = logging.getLogger("sagacity.reader")
-
-READ_CACHE_SIZE = 256
-"""Sagas whose latest read a journal keeps, to continue instead of re-reading."""
 
 
 def _scan_instead(partition: int, error: SagacityError) -> None:
@@ -323,37 +319,6 @@ _TRANSIENT_WATERMARK_ERRORS = frozenset(
 def _offset(message: Message) -> int:
     offset = message.offset()
     return -1 if offset is None else offset
-
-
-class ReadCache:
-    """The latest read of recently read sagas, to continue instead of re-reading.
-
-    A partition only grows at its end, so a read continued from an earlier one (whatever its
-    age) gives what a read from the partition's start would: the cache can be stale, never
-    wrong.  Bounded (least recently used out); entries are copies no caller holds.
-    """
-
-    def __init__(self, size: int = READ_CACHE_SIZE) -> None:
-        self._size = size
-        self._reads: OrderedDict[str, SagaRead] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, saga_id: str) -> SagaRead | None:
-        with self._lock:
-            read = self._reads.get(saga_id)
-            if read is not None:
-                self._reads.move_to_end(saga_id)
-            return read
-
-    def put(self, read: SagaRead) -> None:
-        with self._lock:
-            previous = self._reads.get(read.saga_id)
-            if previous is not None and previous.next_offset > read.next_offset:
-                return
-            self._reads[read.saga_id] = read.copy()
-            self._reads.move_to_end(read.saga_id)
-            while len(self._reads) > self._size:
-                self._reads.popitem(last=False)
 
 
 class SagaReader:

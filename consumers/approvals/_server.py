@@ -217,6 +217,8 @@ class ApprovalsServer:
                 keys=getattr(self.journal, "keys", None),
                 placed=placement(self.journal),
                 prefix=prefix_reader(self.journal),
+                # An erased saga's opened data leaves this replica as its ERASED is read.
+                on_erased=getattr(self.journal, "forget", None),
             )
             if consume
             else None

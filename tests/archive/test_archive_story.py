@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from archive_helpers import BASE_US, as_raw, make_chain, rows
 from click.testing import CliRunner
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sagacity import (
     EntryDraft,
@@ -31,6 +32,7 @@ from sagacity import (
     compensation,
 )
 from sagacity import _attributes as attr
+from sagacity._operator_signature import OperatorSigner
 from sagacity._writer_signature import WriterKey
 from sagacity.chain import committing, link
 from sagacity.cli import main
@@ -308,8 +310,13 @@ def signer(tmp_path: Path) -> Signer:
     return generate_key(tmp_path / "archive.key")
 
 
-def _erased_saga(saga_id: str) -> list[JournalEntry]:
-    """A form-2 saga erased by ``sagacity erase``: its ERASED on the chain, after its end."""
+OPERATOR = OperatorSigner(Ed25519PrivateKey.generate())
+"""The operator key the erasures of this module are signed with (docs/adr/0027)."""
+
+
+def _erased_saga(saga_id: str, *, sign: OperatorSigner | None = OPERATOR) -> list[JournalEntry]:
+    """A form-2 saga erased by ``sagacity erase``: its ERASED on the chain, after its end,
+    signed with ``sign`` (``None``: unsigned, as any writer may append one)."""
     drafts = [
         EntryDraft(
             saga_id=saga_id, event_type=E.SAGA_OPENED, attributes={"compensation": "inline"}
@@ -337,22 +344,21 @@ def _erased_saga(saga_id: str) -> list[JournalEntry]:
     chain: list[JournalEntry] = []
     prev = "0" * 64
     for seq, draft in enumerate(drafts, start=1):
-        entry = link(
-            committing(
-                EntryDraft(
-                    saga_id=draft.saga_id,
-                    event_type=draft.event_type,
-                    tool=draft.tool,
-                    payload=draft.payload,
-                    result=draft.result,
-                    actor=draft.actor,
-                    attributes=draft.attributes,
-                    recorded_at_us=BASE_US + seq,
-                )
-            ),
-            seq=seq,
-            prev_hash=prev,
+        made = committing(
+            EntryDraft(
+                saga_id=draft.saga_id,
+                event_type=draft.event_type,
+                tool=draft.tool,
+                payload=draft.payload,
+                result=draft.result,
+                actor=draft.actor,
+                attributes=draft.attributes,
+                recorded_at_us=BASE_US + seq,
+            )
         )
+        if made.event_type is E.ERASED and sign is not None:
+            made = sign.sign(made, seq=seq, prev_hash=prev)
+        entry = link(made, seq=seq, prev_hash=prev)
         chain.append(entry)
         prev = entry.hash
     return chain
