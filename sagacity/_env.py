@@ -279,7 +279,7 @@ def key_service_from_env(environ: Mapping[str, str] | None = None) -> KeyService
         KeyEncryptionKeyError: the key file is missing or malformed (the message names the
             setting): the process's own configuration.
         ConfigurationError: ``SAGACITY_DATABASE_URL`` is not set, or the cache TTL is not a
-            number of seconds in (0, 60].
+            number of seconds in [0, 60].
         PersistenceError: the key store could not be reached.
     """
     env = os.environ if environ is None else environ

@@ -38,7 +38,8 @@ def key_cache_ttl(value: str | None) -> float:
     :data:`MAX_KEY_CACHE_TTL_S`).
 
     Raises:
-        ConfigurationError: not a number of seconds above 0 and at most the default.
+        ConfigurationError: not a number of seconds from 0 (no key kept: the store is asked for
+            every one) to the default.
     """
     if value is None or not value.strip():
         return MAX_KEY_CACHE_TTL_S
@@ -46,9 +47,9 @@ def key_cache_ttl(value: str | None) -> float:
         ttl = float(value)
     except ValueError:
         ttl = float("nan")
-    if not 0 < ttl <= MAX_KEY_CACHE_TTL_S:
+    if not 0 <= ttl <= MAX_KEY_CACHE_TTL_S:
         raise ConfigurationError(
-            f"{KEY_CACHE_TTL_SETTING} must be a number of seconds above 0 and at most "
+            f"{KEY_CACHE_TTL_SETTING} must be a number of seconds from 0 to "
             f"{MAX_KEY_CACHE_TTL_S:g} (the documented erasure bound), got {value!r}"
         )
     return ttl
@@ -176,8 +177,8 @@ class KeyService:
         cache_size: int = 4096,
         cache_ttl: float = MAX_KEY_CACHE_TTL_S,
     ) -> None:
-        if not cache_ttl > 0:
-            raise ConfigurationError(f"the key cache's TTL must be positive, got {cache_ttl!r}")
+        if not cache_ttl >= 0:
+            raise ConfigurationError(f"the key cache's TTL must not be negative: {cache_ttl!r}")
         self._store = store
         self._keyring = keyring
         self._cache_size = cache_size

@@ -95,8 +95,12 @@ def test_the_key_service_says_how_long_what_it_opened_may_be_kept() -> None:
 def test_the_key_cache_ttl_is_a_setting_bounded_by_the_documented_bound() -> None:
     assert key_cache_ttl(None) == key_cache_ttl("  ") == MAX_KEY_CACHE_TTL_S == 60.0
     assert key_cache_ttl("2.5") == 2.5
-    for bad in ("0", "-1", "61", "nan", "soon"):
+    assert key_cache_ttl("0") == 0.0  # no key kept: the store is asked for every one
+    for bad in ("-1", "61", "nan", "soon"):
         with pytest.raises(ConfigurationError, match=KEY_CACHE_TTL_SETTING):
             key_cache_ttl(bad)
     with pytest.raises(ConfigurationError):
-        _service(0.0)
+        _service(-1.0)
+    uncached = _service(0.0)
+    uncached.prepare("s")
+    assert uncached.opened_until("s") <= time.monotonic()  # nothing opened is kept
