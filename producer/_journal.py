@@ -58,8 +58,7 @@ from sagacity.producer._lease import (
     message_timestamp_ms,
 )
 from sagacity.producer._ownership import HeldSagas, SagaState, tail_moved
-from sagacity.producer._readcache import ReadCache
-from sagacity.producer._reader import HANDOFF_EVENTS, SagaRead, SagaReader
+from sagacity.producer._reader import HANDOFF_EVENTS, ReadCache, SagaRead, SagaReader
 from sagacity.producer._topic import (
     PRODUCER_MAX_MESSAGE_BYTES,
     ClientConfig,

@@ -21,7 +21,7 @@ from sagacity._keys import (
 from sagacity.chain import committing, link
 from sagacity.errors import ConfigurationError
 from sagacity.producer import SagaRead
-from sagacity.producer._readcache import ReadCache
+from sagacity.producer._reader import ReadCache
 
 GENESIS = "0" * 64
 
@@ -104,3 +104,15 @@ def test_the_key_cache_ttl_is_a_setting_bounded_by_the_documented_bound() -> Non
     uncached = _service(0.0)
     uncached.prepare("s")
     assert uncached.opened_until("s") <= time.monotonic()  # nothing opened is kept
+
+
+def test_the_entries_bound_still_holds_with_the_opened_data_bound() -> None:
+    """Kept reads are bounded in entries too: a read longer than the bound is not kept."""
+    cache = ReadCache(size=10, entries=1, keys=_Keys())
+    cache.put(_read("plain", opened=False))
+    assert cache.get("plain") is not None
+    long = _read("long", opened=False)
+    long.entries.append(long.entries[0])
+    cache.put(long)
+    assert cache.get("long") is None
+    assert cache.get("plain") is not None
