@@ -224,7 +224,7 @@ class KafkaJournal:
         # With a key service, a saga opened here is written in chain form 2 with its data
         # sealed (docs/adr/0019-erasure.md); a saga keeps the form of its SAGA_OPENED.
         self._keys = keys
-        self._reads = ReadCache()
+        self._reads = ReadCache(keys=keys)
         self._sagas = HeldSagas(
             reader=self._reader,
             monotonic=monotonic,
@@ -473,6 +473,16 @@ class KafkaJournal:
         if offset is None:
             return None
         return header_traceparent(self._reader.headers_at(saga_id, offset))
+
+    def forget(self, saga_id: str) -> None:
+        """Drop what this journal keeps of the saga's opened data — its kept read and its data
+        key — so its next read opens it through the key service again (after an erasure it
+        reads as erased): called when the saga's ``ERASED`` is seen
+        (docs/operations/erasure.md)."""
+        self._reads.forget(saga_id)
+        forget_key = getattr(self._keys, "forget", None)
+        if forget_key is not None:
+            forget_key(saga_id)
 
     def pending_approvals(self, saga_id: str | None = None) -> Sequence[ApprovalRequest]:
         """Open approval requests, derived from the chains on the topic.

@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -363,36 +363,88 @@ class ReadCache:
     age) gives what a read from the partition's start would: the cache can be stale, never
     wrong.  Bounded in reads and in the entries they hold together (least recently used out);
     entries are copies no caller holds.
+
+    A read holding data opened through the key service is kept no longer than the key service
+    allows (:meth:`~sagacity._keys.KeyService.opened_until`: the saga's key cache TTL), so an
+    erasure reaches it within that bound: a read after it starts again from the partition and
+    opens through the key service, which refuses an erased saga's key (the saga then reads as
+    erased).  :meth:`forget` drops a saga at once (its ``ERASED`` seen;
+    docs/operations/erasure.md).
+
+    Args:
+        size: sagas kept.
+        entries: entries kept, all reads together.
+        keys: the key service the reads open sealed fields with (``None``: nothing is sealed,
+            reads are kept until evicted).
     """
 
-    def __init__(self, size: int = READ_CACHE_SIZE, entries: int = READ_CACHE_ENTRIES) -> None:
+    def __init__(
+        self,
+        size: int = READ_CACHE_SIZE,
+        entries: int = READ_CACHE_ENTRIES,
+        *,
+        keys: object | None = None,
+    ) -> None:
         self._size = size
         self._max_entries = entries
         self._entries = 0
-        self._reads: OrderedDict[str, SagaRead] = OrderedDict()
+        opened_until = getattr(keys, "opened_until", None)
+        self._opened_until: Callable[[str], float] | None = (
+            opened_until if callable(opened_until) else None
+        )
+        self._reads: OrderedDict[str, tuple[SagaRead, float]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, saga_id: str) -> SagaRead | None:
+        """The saga's latest read, unless it holds openings older than the key service allows."""
         with self._lock:
-            read = self._reads.get(saga_id)
-            if read is not None:
-                self._reads.move_to_end(saga_id)
+            found = self._reads.get(saga_id)
+            if found is None:
+                return None
+            read, until = found
+            if until <= time.monotonic():
+                self._drop(saga_id)
+                return None
+            self._reads.move_to_end(saga_id)
             return read
 
     def put(self, read: SagaRead) -> None:
+        """Keep ``read`` (a copy), unless a later read of the saga is kept already."""
+        until = self._until(read)
         with self._lock:
             previous = self._reads.get(read.saga_id)
-            if previous is not None and previous.next_offset > read.next_offset:
+            if previous is not None and previous[0].next_offset > read.next_offset:
                 return
             if previous is not None:
-                self._entries -= len(self._reads.pop(read.saga_id).entries)
+                self._drop(read.saga_id)
             if len(read.entries) > self._max_entries:
                 return
-            self._reads[read.saga_id] = read.copy()
+            self._reads[read.saga_id] = (read.copy(), until)
             self._entries += len(read.entries)
             while len(self._reads) > self._size or self._entries > self._max_entries:
-                _, dropped = self._reads.popitem(last=False)
+                _, (dropped, _until) = self._reads.popitem(last=False)
                 self._entries -= len(dropped.entries)
+
+    def forget(self, saga_id: str) -> None:
+        """Drop the saga's read: the next one starts again from the partition."""
+        with self._lock:
+            self._drop(saga_id)
+
+    def _drop(self, saga_id: str) -> None:
+        found = self._reads.pop(saga_id, None)
+        if found is not None:
+            self._entries -= len(found[0].entries)
+
+    def _until(self, read: SagaRead) -> float:
+        """How long ``read`` may be kept: for ever unless it holds opened data fields."""
+        if self._opened_until is None or not _holds_openings(read):
+            return float("inf")
+        return self._opened_until(read.saga_id)
+
+
+def _holds_openings(read: SagaRead) -> bool:
+    """Whether a read holds the opening (salt and value) of any data field."""
+    return any(e.salts for e in read.entries) or any(r.entry.salts for r in read.rejected)
 
 
 class SagaReader:

@@ -30,7 +30,7 @@ from sagacity._defaults import (
     DEFAULT_TOPIC,
 )
 from sagacity._envelope import KEK_SETTING, KeyRing
-from sagacity._keys import KeyService
+from sagacity._keys import KEY_CACHE_TTL_SETTING, KeyService, key_cache_ttl
 from sagacity._settings import SagacitySettings
 from sagacity.errors import ConfigurationError
 from sagacity.ports import ClaimStore
@@ -270,8 +270,9 @@ def announce_clear_data() -> None:
 
 def key_service_from_env(environ: Mapping[str, str] | None = None) -> KeyService | None:
     """The key service ``SAGACITY_KEY_ENCRYPTION_KEY_FILE`` configures (its keys stored in
-    ``SAGACITY_DATABASE_URL``), its store checked (:meth:`KeyService.check`: keys wrapped
-    under a KEK not held are warned of, never refused: they are other sagas' data); ``None``
+    ``SAGACITY_DATABASE_URL`` and cached for ``SAGACITY_KEY_CACHE_TTL_S``, default 60 s), its
+    store checked (:meth:`KeyService.check`: keys wrapped under a KEK not held are warned of,
+    never refused: they are other sagas' data); ``None``
     when the variable is unset: the journal then writes its data in clear, as before, which
     the caller says once it has started (:func:`announce_clear_data`;
     docs/adr/0019-erasure.md §3).
@@ -279,7 +280,8 @@ def key_service_from_env(environ: Mapping[str, str] | None = None) -> KeyService
     Raises:
         KeyEncryptionKeyError: the key file is missing or malformed (the message names the
             setting): the process's own configuration.
-        ConfigurationError: ``SAGACITY_DATABASE_URL`` is not set.
+        ConfigurationError: ``SAGACITY_DATABASE_URL`` is not set, or the cache TTL is not a
+            number of seconds in [0, 60].
         PersistenceError: the key store could not be reached.
     """
     env = os.environ if environ is None else environ
@@ -287,6 +289,7 @@ def key_service_from_env(environ: Mapping[str, str] | None = None) -> KeyService
     if not value:
         return None
     KeyRing.from_setting(value)  # a bad file is named before a missing database
+    ttl = key_cache_ttl(env.get(KEY_CACHE_TTL_SETTING))
     url = env.get("SAGACITY_DATABASE_URL", "").strip()
     if not url:
         raise ConfigurationError(
@@ -295,7 +298,7 @@ def key_service_from_env(environ: Mapping[str, str] | None = None) -> KeyService
         )
     from sagacity.keystore_postgres import key_service_from_env as keyed  # the driver, only here
 
-    return keyed(url, {KEK_SETTING: value})
+    return keyed(url, {KEK_SETTING: value}, cache_ttl=ttl)
 
 
 @contextmanager

@@ -18,10 +18,41 @@ from typing import Protocol
 
 from sagacity._envelope import KEK_SETTING, DataKey, KeyRing
 from sagacity.errors import (
+    ConfigurationError,
     DataKeyNotFoundError,
     DataKeyNotHeldError,
     SagaErasedError,
 )
+
+KEY_CACHE_TTL_SETTING = "SAGACITY_KEY_CACHE_TTL_S"
+"""How long a process keeps a saga's data key (and what it opened with it) before asking the
+key store again: the bound within which an erasure reaches every process
+(docs/operations/erasure.md)."""
+MAX_KEY_CACHE_TTL_S = 60.0
+"""The longest :data:`KEY_CACHE_TTL_SETTING` may be (and its default): the documented erasure
+bound can be shortened, never lengthened."""
+
+
+def key_cache_ttl(value: str | None) -> float:
+    """The key cache's TTL from :data:`KEY_CACHE_TTL_SETTING` (``None`` or blank: the default,
+    :data:`MAX_KEY_CACHE_TTL_S`).
+
+    Raises:
+        ConfigurationError: not a number of seconds from 0 (no key kept: the store is asked for
+            every one) to the default.
+    """
+    if value is None or not value.strip():
+        return MAX_KEY_CACHE_TTL_S
+    try:
+        ttl = float(value)
+    except ValueError:
+        ttl = float("nan")
+    if not 0 <= ttl <= MAX_KEY_CACHE_TTL_S:
+        raise ConfigurationError(
+            f"{KEY_CACHE_TTL_SETTING} must be a number of seconds from 0 to "
+            f"{MAX_KEY_CACHE_TTL_S:g} (the documented erasure bound), got {value!r}"
+        )
+    return ttl
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,7 +165,8 @@ class KeyService:
         keyring: the KEKs held (the first wraps new keys).
         cache_size: data keys kept unwrapped in memory (least recently used dropped).
         cache_ttl: seconds a cached key is used before the store is asked again; bounds how
-            long another process keeps opening a saga after it was erased.
+            long another process keeps opening a saga after it was erased, and how long
+            readers keep what they opened (:meth:`opened_until`).
     """
 
     def __init__(
@@ -143,8 +175,10 @@ class KeyService:
         keyring: KeyRing,
         *,
         cache_size: int = 4096,
-        cache_ttl: float = 60.0,
+        cache_ttl: float = MAX_KEY_CACHE_TTL_S,
     ) -> None:
+        if not cache_ttl >= 0:
+            raise ConfigurationError(f"the key cache's TTL must not be negative: {cache_ttl!r}")
         self._store = store
         self._keyring = keyring
         self._cache_size = cache_size
@@ -297,10 +331,30 @@ class KeyService:
         return DataKey.of(row.saga_id, kek.unwrap(row.saga_id, row.wrapped))
 
     def forget(self, saga_id: str) -> None:
-        """Drop the saga's key from this process's cache."""
+        """Drop the saga's key from this process's cache: its next seal or open asks the store
+        (which refuses an erased saga's)."""
         with self._lock:
             self._epoch += 1
             self._cache.pop(saga_id, None)
+
+    @property
+    def cache_ttl(self) -> float:
+        """Seconds a cached key is used before the store is asked again."""
+        return self._cache_ttl
+
+    def opened_until(self, saga_id: str) -> float:
+        """Until when (``time.monotonic()``) what was opened with the saga's key so far may be
+        kept in memory: the end of the cached key's life, which began when the store last
+        showed the key was not destroyed; now when no key of the saga is cached (a reader
+        then opens it again before showing it).
+
+        A cache of opened entries holds each one no longer than this
+        (docs/operations/erasure.md): after an erasure, within :attr:`cache_ttl` at most.
+        """
+        now = time.monotonic()
+        with self._lock:
+            hit = self._cache.get(saga_id)
+            return min(hit[1], now + self._cache_ttl) if hit is not None else now
 
     # --- erasure and rotation --------------------------------------------------------------
     def destroy(self, saga_id: str, *, actor: str, reason: str) -> Destruction:

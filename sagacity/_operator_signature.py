@@ -30,7 +30,7 @@ import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sagacity import _attributes as attr
 from sagacity._ed25519 import (
@@ -82,6 +82,31 @@ class Reason:
 _NULL = b"\xff\xff\xff\xff"
 
 
+class OperatorDraft(Protocol):
+    """What an operator signature covers of an event (an :class:`EntryDraft`, or an event
+    read back: a :class:`JournalEntry`, an archived row)."""
+
+    @property
+    def saga_id(self) -> str: ...
+    @property
+    def event_type(self) -> str: ...
+    @property
+    def actor(self) -> str | None: ...
+    @property
+    def recorded_at_us(self) -> int: ...
+    @property
+    def attributes(self) -> Mapping[str, str]: ...
+
+
+class OperatorEvent(OperatorDraft, Protocol):
+    """An event at its place in a chain: what :meth:`OperatorVerifier.check` reads."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def prev_hash(self) -> str: ...
+
+
 def _field(value: str | None) -> bytes:
     return _NULL if value is None else framed(value.encode("utf-8"))
 
@@ -123,11 +148,11 @@ def operator_message(
     )
 
 
-def _message_of(draft: EntryDraft, key_id: str, *, seq: int, prev_hash: str) -> bytes | None:
+def _message_of(draft: OperatorDraft, key_id: str, *, seq: int, prev_hash: str) -> bytes | None:
     try:
         return operator_message(
             key_id=key_id,
-            event_type=draft.event_type.value,
+            event_type=str(draft.event_type),
             saga_id=draft.saga_id,
             seq=seq,
             prev_hash=prev_hash,
@@ -224,16 +249,13 @@ class OperatorVerifier:
         """The pinned raw public keys."""
         return tuple(self._keys.values())
 
-    def check(self, entry: JournalEntry, *, journal: str | None = None) -> str | None:
+    def check(self, entry: OperatorEvent, *, journal: str | None = None) -> str | None:
         """``None`` when ``entry`` carries an operator signature that verifies at its place
         in its chain (and, given ``journal``, names that journal), else a :class:`Reason`."""
-        raw = entry.attributes.get(attr.OPERATOR_SIGNATURE)
-        if raw is None:
-            return Reason.UNSIGNED
-        parts = raw.split(":")
-        if len(parts) != 3 or parts[0] != "SGCO1" or len(parts[2]) != 128:
-            return Reason.MALFORMED
-        _, key_id, signature_hex = parts
+        why = signature_form(entry.attributes)
+        if why is not None:
+            return why
+        _, key_id, signature_hex = entry.attributes[attr.OPERATOR_SIGNATURE].split(":")
         public = self._keys.get(key_id)
         if public is None:
             return Reason.UNKNOWN_KEY
@@ -249,8 +271,25 @@ class OperatorVerifier:
         return None
 
 
+def signature_form(attributes: Mapping[str, str]) -> str | None:
+    """``None`` when ``attributes`` carry an ``operator_signature`` of the ``SGCO1`` form (a
+    key id and 64 bytes of hex), else why not (:attr:`Reason.UNSIGNED`,
+    :attr:`Reason.MALFORMED`): what can be told of a signature without a key to check it."""
+    raw = attributes.get(attr.OPERATOR_SIGNATURE)
+    if raw is None:
+        return Reason.UNSIGNED
+    parts = raw.split(":")
+    if len(parts) != 3 or parts[0] != "SGCO1" or not parts[1] or len(parts[2]) != 128:
+        return Reason.MALFORMED
+    try:
+        bytes.fromhex(parts[2])
+    except ValueError:
+        return Reason.MALFORMED
+    return None
+
+
 def operator_reason(
-    entry: JournalEntry, verifier: OperatorVerifier | None, *, journal: str | None = None
+    entry: OperatorEvent, verifier: OperatorVerifier | None, *, journal: str | None = None
 ) -> str | None:
     """``None`` when ``entry`` is an operator's (signed, verifying against ``verifier``, on
     ``journal`` when given), else why not (:class:`Reason`; ``no_operator_key_pinned`` without
@@ -261,16 +300,18 @@ def operator_reason(
 
 
 def erasure_counts(
-    entry: JournalEntry, verifier: OperatorVerifier | None, *, journal: str | None = None
+    entry: OperatorEvent, verifier: OperatorVerifier | None, *, journal: str | None = None
 ) -> bool:
     """Whether ``entry`` is an ``ERASED`` that counts: signed by a pinned operator key (for
     ``journal``, when the reader knows its own).
 
     Any writer can append an ``ERASED``; one that does not count names nobody as the eraser
-    and does not stop a real erasure.  Readers that count erasures call this.
+    and does not stop a real erasure.  What acts on an erasure calls this (``erase``, the
+    compensation service): without a pinned key none counts.  The auditors' tools count
+    through :func:`sagacity._withheld.erasure_verdict`, which says when no key was pinned.
     """
     return (
-        entry.event_type is EventType.ERASED
+        entry.event_type == EventType.ERASED
         and operator_reason(entry, verifier, journal=journal) is None
     )
 

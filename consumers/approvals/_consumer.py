@@ -19,7 +19,7 @@ from confluent_kafka import KafkaException, Message
 
 from sagacity._acceptance import QUIET, Tail
 from sagacity._defaults import DEFAULT_APPROVALS_GROUP as DEFAULT_GROUP
-from sagacity._events import JournalEntry
+from sagacity._events import EventType, JournalEntry
 from sagacity.consumers._runtime import (
     ConsumerRuntime,
     Handler,
@@ -65,6 +65,9 @@ class RequestConsumer(Handler):
             message is taken as placed; the server passes the journal's partitioner).
         prefix: a saga's accepted tail before an offset, read from the journal (for a saga
             first seen past its first event); ``None`` when it cannot be read.
+        on_erased: told the saga of every ``ERASED`` read, as soon as it is read: the service
+            drops what it keeps of the saga's opened data (``KafkaJournal.forget``,
+            docs/operations/erasure.md).
 
     Every event passes the core's acceptance rule before it is folded
     (:meth:`PostgresRequestStore.apply_in`): one that does not extend its saga's tail is
@@ -82,8 +85,10 @@ class RequestConsumer(Handler):
         keys: FieldSealer | None = None,
         placed: Callable[[bytes | None, int], bool] | None = None,
         prefix: Callable[[str, int], Tail | None] | None = None,
+        on_erased: Callable[[str], None] | None = None,
     ) -> None:
         self._store = store
+        self._on_erased = on_erased
         self._placed = placed
         self._prefix = prefix
         self.quarantined = 0
@@ -200,6 +205,8 @@ class RequestConsumer(Handler):
                     else:
                         poison.append((message, exc.reason, exc.message))
                     continue
+                if entry.event_type is EventType.ERASED:
+                    self._erased(saga_id, entry.saga_id)
                 outcome = self._store.fold_message(
                     conn,
                     entry,
@@ -222,6 +229,13 @@ class RequestConsumer(Handler):
         self.quarantined += quarantined
         for message, reason, detail in poison:
             self.runtime.poison(message, reason=reason, detail=detail)
+
+    def _erased(self, *saga_ids: str) -> None:
+        """Forget the saga an ``ERASED`` names (its key and its body's saga id, when they
+        differ): whatever it is folded as, what the service keeps opened of it goes now."""
+        if self._on_erased is not None:
+            for saga_id in dict.fromkeys(saga_ids):
+                self._on_erased(saga_id)
 
     def _prefix_of(self, saga_id: str, offset: int) -> Callable[[], Tail | None] | None:
         read = self._prefix

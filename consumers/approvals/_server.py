@@ -15,6 +15,7 @@ from sagacity._acceptance import Tail
 from sagacity._decision_signature import DecisionSigner
 from sagacity._keys import KeyService
 from sagacity._memory import InMemoryJournal
+from sagacity._operator_signature import verifier_from_env as operator_verifier_from_env
 from sagacity._saga import Sagacity
 from sagacity.consumers._tools import register_tools
 from sagacity.consumers.approvals._api import INSECURE_VALUE, create_app
@@ -217,6 +218,8 @@ class ApprovalsServer:
                 keys=getattr(self.journal, "keys", None),
                 placed=placement(self.journal),
                 prefix=prefix_reader(self.journal),
+                # An erased saga's opened data leaves this replica as its ERASED is read.
+                on_erased=getattr(self.journal, "forget", None),
             )
             if consume
             else None
@@ -250,7 +253,9 @@ class ApprovalsServer:
                     auth=auth,
                     sessions=self.sessions,
                     limiter=self.login_limiter,
-                    archive=ArchiveView(settings.archive_database_url)
+                    archive=ArchiveView(
+                        settings.archive_database_url, operator=operator_verifier_from_env()
+                    )
                     if settings.archive_database_url
                     else None,
                 ),

@@ -33,6 +33,7 @@ from typing import Any
 import psycopg
 
 from sagacity._events import GENESIS_HASH, JournalEntry
+from sagacity._operator_signature import OperatorVerifier
 from sagacity.chain import canonical_bytes_of, verify
 from sagacity.consumers.archive._chainstream import chain_rows
 from sagacity.consumers.archive._checkpoints import (
@@ -136,6 +137,9 @@ class AuditSummary:
     """Sagas whose accepted chain counts an erasure (an ``ERASED`` event)."""
     erased_fields: int = 0
     """The data fields those erasures list."""
+    erasures_unverified: int = 0
+    """Erasures counted without an operator key to verify their signature (none was pinned:
+    docs/adr/0027-operator-signatures.md)."""
 
     @property
     def nothing_signed(self) -> bool:
@@ -160,6 +164,7 @@ class AuditSummary:
         if audit.story is not None and audit.story.erased:
             self.erased_sagas.add(audit.saga_id)
             self.erased_fields += audit.story.data.erased_fields
+            self.erasures_unverified += audit.story.data.unverified
         self.checkpoints += audit.checkpoints
         if audit.unsigned:
             self.unsigned_events += audit.unsigned
@@ -618,6 +623,7 @@ def iter_audits(
     known_rounds: Mapping[int, str] | None = None,
     retention: RetentionAudit | None = None,
     allow_unopened: bool = False,
+    operator: OperatorVerifier | None = None,
 ) -> Iterator[SagaAudit]:
     """Audit one saga, or every saga of the archive in saga id order.
 
@@ -647,6 +653,9 @@ def iter_audits(
     Args:
         allow_unopened: the archive is known to store sealed events' commitments only (it
             ingests without the key-encryption key): a missing opening is not ``withheld``.
+        operator: the pinned operator keys: an ``ERASED`` counts only when one of them signed
+            it (else ``forged_erasure``); ``None``: one with an operator signature counts
+            unverified (:func:`sagacity._withheld.erasure_verdict`).
         bulk: ``True`` the bulk verifier (compiled where installed, else its Python twin),
             ``False`` the column check; by default the bulk verifier when every saga is
             audited and the compiled module is installed (:data:`_fastverify.NATIVE`).  Where
@@ -826,7 +835,7 @@ def iter_audits(
 
         yield from with_stories(
             chain_audits(),
-            read_stories(story_rows),
+            read_stories(story_rows, operator=operator),
             allow_unopened=allow_unopened,
         )
 
@@ -1108,6 +1117,7 @@ def audit(
     known_rounds: Mapping[int, str] | None = None,
     require_signed: bool = False,
     allow_unopened: bool = False,
+    operator: OperatorVerifier | None = None,
 ) -> AuditSummary:
     """Run :func:`iter_audits` to the end and total it.
 
@@ -1126,6 +1136,7 @@ def audit(
         known_rounds=known_rounds,
         retention=summary.retention,
         allow_unopened=allow_unopened,
+        operator=operator,
     ):
         if require_signed:
             result = unsigned_as_failure(result)

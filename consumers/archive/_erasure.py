@@ -17,8 +17,10 @@ from typing import Any
 
 import psycopg
 
-from sagacity._withheld import ERASURE_EVENT, counts_as_erasure
+from sagacity._operator_signature import OperatorVerifier
+from sagacity._withheld import ERASURE_EVENT, erasure_verdict
 from sagacity.consumers.archive._db import mapped_errors
+from sagacity.consumers.archive._story import ErasureRow, json_map
 from sagacity.errors import ArchiveSchemaError, ErasureRefusedError, PersistenceError
 from sagacity.postgres._archive import check_schema
 from sagacity.postgres._archive_schema import ERASURE_VERSION
@@ -182,7 +184,7 @@ class ErasureAudit:
 
     Attributes:
         sagas: sagas whose chain records an erasure (an ``ERASED`` event it counts,
-            :func:`sagacity._withheld.counts_as_erasure`; never the ``archive_erasure`` log,
+            :func:`sagacity._withheld.erasure_verdict`; never the ``archive_erasure`` log,
             which anyone with database access can write).
         fields: data fields those erasures list.
         unrecorded: destroyed keys without an ``ERASED`` event (``erasure_unrecorded``).
@@ -208,13 +210,15 @@ def audit_erasures(
     recorded: Collection[str] | None = None,
     sagas: int = 0,
     fields: int = 0,
+    operator: OperatorVerifier | None = None,
 ) -> ErasureAudit:
     """Every destroyed data key (of one saga, or all) whose saga's chain records no erasure.
 
     Args:
         recorded: the sagas whose verified chain counts an erasure (``verify`` collects them
             as it walks the chains); ``None``: each destroyed key's saga's archived ``ERASED``
-            rows are read and counted here (:func:`sagacity._withheld.counts_as_erasure`).
+            rows are read and counted here (:func:`sagacity._withheld.erasure_verdict`, with
+            ``operator``, the pinned operator keys).
         sagas / fields: the erasures counted on the chains, reported as they are.
     """
     check_schema(conn)
@@ -241,7 +245,7 @@ def audit_erasures(
             erased = (
                 set(recorded)
                 if recorded is not None
-                else _erasures_on_record(conn, [d.saga_id for d in destroyed])
+                else _erasures_on_record(conn, [d.saga_id for d in destroyed], operator)
             )
             unrecorded = [d for d in destroyed if d.saga_id not in erased]
     if not conn.autocommit:
@@ -251,17 +255,30 @@ def audit_erasures(
     )
 
 
-def _erasures_on_record(conn: psycopg.Connection[Any], saga_ids: list[str]) -> set[str]:
+def _erasures_on_record(
+    conn: psycopg.Connection[Any], saga_ids: list[str], operator: OperatorVerifier | None
+) -> set[str]:
     """Those of ``saga_ids`` whose archived ``ERASED`` rows count as an erasure."""
     if not saga_ids:
         return set()
     rows = conn.execute(
-        "SELECT saga_id, event_type, attributes::text FROM side_effect_journal"
-        " WHERE saga_id = ANY(%s) AND event_type = %s",
+        "SELECT saga_id, seq, event_type, prev_hash, actor, recorded_at_us, attributes::text"
+        " FROM side_effect_journal WHERE saga_id = ANY(%s) AND event_type = %s",
         (saga_ids, ERASURE_EVENT.value),
     ).fetchall()
     return {
-        saga
-        for saga, event_type, attributes in rows
-        if counts_as_erasure(event_type, json.loads(attributes))
+        str(row[0])
+        for row in rows
+        if erasure_verdict(
+            ErasureRow(
+                saga_id=str(row[0]),
+                seq=int(row[1]),
+                event_type=str(row[2]),
+                prev_hash=str(row[3]),
+                actor=row[4],
+                recorded_at_us=int(row[5]),
+                attributes=json_map(row[6]),
+            ),
+            operator,
+        ).counts
     }

@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 
+from sagacity._operator_signature import OperatorVerifier
 from sagacity.consumers.archive._audit import SagaAudit, iter_audits, trusted_keys
 from sagacity.consumers.archive._checkpoints import (
     LOG_ROUND_FORMAT,
@@ -63,11 +64,16 @@ recorded hash (canonical form `SGC1`), each links to the one before from the gen
 chain ends at the manifest's head, a retention anchor the chain starts from is signed, every
 signed checkpoint verifies under the key and matches the chain at its seq, the chain tells a
 story the saga's state machine allows (no `EXECUTED` without its `INTENT`, no gated call run
-without its approvals, ...), no data is missing without an `ERASED` event on the chain, and a
-checkpoint covers the head.  Otherwise the first failure is printed with its seq and reason
-(`bundle_altered`, `foreign_saga`, `edited`, `wrong_genesis`, `gap`, `reordered`,
-`broken_link`, `truncated`, `head_mismatch`, `forged_anchor`, `bad_signature`, `unknown_key`,
-`checkpoint_mismatch`, `grammar:*`, `withheld`, `unsigned`).
+without its approvals, ...), no data is missing without an operator's `ERASED` on the chain,
+every `ERASED` is the operator's, and a checkpoint covers the head.  Otherwise the first
+failure is printed with its seq and reason (`bundle_altered`, `foreign_saga`, `edited`,
+`wrong_genesis`, `gap`, `reordered`, `broken_link`, `truncated`, `head_mismatch`,
+`forged_anchor`, `bad_signature`, `unknown_key`, `checkpoint_mismatch`, `grammar:*`,
+`withheld`, `forged_erasure`, `unsigned`).
+
+Pass the operator's public key with `--operator-public-key <hex>` (from the operator, not from
+this bundle): an `ERASED` then counts only when that key signed it.  Without it an `ERASED`
+with an operator signature is counted unverified, and the output says so.
 
 A bundle whose head no checkpoint covers (events archived after the last signing round) is
 refused (`unsigned`); `--allow-unsigned` accepts it and names the events no signature covers.
@@ -177,11 +183,13 @@ def export_bundle(
     *,
     pinned_keys: tuple[bytes, ...] = (),
     allow_unopened: bool = False,
+    operator: OperatorVerifier | None = None,
 ) -> SagaAudit:
     """Write the audit bundle of ``saga_id`` into directory ``out`` (created if missing).
 
     Returns the archive's own audit of the saga, so a caller can say whether the exported
-    evidence verifies (``allow_unopened``: as :func:`~sagacity.consumers.archive.iter_audits`).
+    evidence verifies (``allow_unopened``, ``operator``: as
+    :func:`~sagacity.consumers.archive.iter_audits`).
 
     Raises:
         UnknownSagaError: the archive holds nothing for ``saga_id``.
@@ -216,7 +224,13 @@ def export_bundle(
             f"the archive holds no entries for saga {saga_id!r}", saga_id=saga_id
         )
     audits = list(
-        iter_audits(conn, saga_id=saga_id, pinned_keys=pinned_keys, allow_unopened=allow_unopened)
+        iter_audits(
+            conn,
+            saga_id=saga_id,
+            pinned_keys=pinned_keys,
+            allow_unopened=allow_unopened,
+            operator=operator,
+        )
     )
     verdict = audits[0]
     keys = trusted_keys(conn)

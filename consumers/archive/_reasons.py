@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 
 from sagacity._grammar import GrammarRule
+from sagacity._withheld import FORGED_ERASURE
 from sagacity.chain import BreakReason
 
 
@@ -39,7 +40,10 @@ class AuditReason(enum.StrEnum):
     required (``require_signed``); otherwise counted, not failed."""
     WITHHELD = "withheld"
     """A form-2 event holds a data field only as its commitment (its opening is missing) and
-    the saga's chain records no ``ERASED``: the data was withheld, not erased."""
+    the saga's chain records no ``ERASED`` that counts: the data was withheld, not erased."""
+    FORGED_ERASURE = FORGED_ERASURE
+    """An ``ERASED`` on the chain that no pinned operator key signed (or, with none pinned,
+    that carries no operator signature): it does not count (docs/adr/0027)."""
     REF_FORWARD = GrammarRule.REF_FORWARD.value
     EXECUTED_WITHOUT_INTENT = GrammarRule.EXECUTED_WITHOUT_INTENT.value
     GATED_WITHOUT_REQUEST = GrammarRule.GATED_WITHOUT_REQUEST.value

@@ -5,7 +5,8 @@
 them is then read here, in the same snapshot and saga order, from a narrow select of its rows
 (no payload or result travels but a gated call's payload digest and an end's status).  The
 first finding of its story fails it: an impossible event (``grammar:*``), then data withheld
-(``withheld``: a form-2 opening missing with no ``ERASED`` on the chain).
+(``withheld``: a form-2 opening missing with no ``ERASED`` that counts on the chain), then an
+``ERASED`` no operator signed (``forged_erasure``, docs/adr/0027-operator-signatures.md).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from sagacity._grammar import GrammarFinding, Row, SagaGrammar
+from sagacity._operator_signature import OperatorVerifier
 from sagacity._withheld import ERASURE_EVENT, DataAccount
 from sagacity.consumers.archive._reasons import AuditReason
 
@@ -42,14 +44,24 @@ def story_query(*, where: str, forms: bool, join: str = "") -> str:
         " OR (j.event_type = 'INTENT' AND j.attributes ? 'ref_seq'))"
         " THEN encode(sha256(convert_to(j.payload, 'UTF8')), 'hex') END,"
         " CASE WHEN j.event_type = 'SAGA_ENDED' THEN j.result END"
+        # An erasure's operator signature covers its place in the chain and its time.
+        " , CASE WHEN j.event_type = 'ERASED' THEN j.prev_hash END,"
+        " CASE WHEN j.event_type = 'ERASED' THEN j.recorded_at_us END"
         f"{form_columns} FROM side_effect_journal j {join} {where}"
         ' ORDER BY j.saga_id COLLATE "C", j.seq'
     )
 
 
-def impossible_signed(conn: Any, round_ids: Sequence[int], *, forms: bool) -> list[SagaStory]:
+def impossible_signed(
+    conn: Any,
+    round_ids: Sequence[int],
+    *,
+    forms: bool,
+    operator: OperatorVerifier | None = None,
+) -> list[SagaStory]:
     """The sagas the signing rounds ``round_ids`` signed whose chain, up to the highest seq
-    they signed, tells an impossible story (each with its grammar's findings).  Every row held
+    they signed, tells an impossible story (each with its grammar's findings) or holds an
+    ``ERASED`` that does not count (``operator``: the pinned operator keys).  Every row held
     up to that seq is read in seq order; a chain the rounds did not sign as held is
     ``verify``'s to report, not this."""
     signed = (
@@ -61,7 +73,11 @@ def impossible_signed(conn: Any, round_ids: Sequence[int], *, forms: bool) -> li
     with conn.transaction(), conn.cursor(name="sgc_watch_story") as cursor:
         cursor.itersize = 5_000
         cursor.execute(query, {"r": list(round_ids)})
-        return [story for story in read_stories(cursor) if story.findings]
+        return [
+            story
+            for story in read_stories(cursor, operator=operator)
+            if story.findings or story.data.forged
+        ]
 
 
 @dataclass(kw_only=True)
@@ -75,28 +91,58 @@ class SagaStory:
     """Its chain counts an erasure."""
 
 
-def read_stories(rows: Iterable[Sequence[Any]]) -> Iterator[SagaStory]:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ErasureRow:
+    """An archived ``ERASED`` row, as its operator signature covers it."""
+
+    saga_id: str
+    seq: int
+    event_type: str
+    prev_hash: str
+    actor: str | None
+    recorded_at_us: int
+    attributes: Mapping[str, str]
+
+
+def read_stories(
+    rows: Iterable[Sequence[Any]], *, operator: OperatorVerifier | None = None
+) -> Iterator[SagaStory]:
     """Each saga's story from the rows of :func:`story_query`, in their order.
 
     A saga's chain is judged from its first row held (a retention anchor before it leaves
     what came earlier unjudged).  Rows that are not entries (a chain the audit fails anyway)
-    are read as best they can be; the audit reports them, not this.
+    are read as best they can be; the audit reports them, not this.  ``operator``: the pinned
+    operator keys an ``ERASED`` must be signed with to count (:func:`sagacity._withheld.
+    erasure_verdict`).
     """
     saga: str | None = None
     grammar = SagaGrammar()
-    data = DataAccount()
+    data = DataAccount(operator=operator)
     for row in rows:
-        saga_id, seq, event_type, tool, actor, attributes_text, digest, ended, c, s = row
+        saga_id, seq, event_type, tool, actor, attributes_text, digest, ended = row[:8]
+        prev_hash, recorded_at_us, c, s = row[8:12]
         if saga_id != saga:
             if saga is not None:
                 yield _story(saga, grammar, data)
             saga = saga_id
             grammar = SagaGrammar(after_seq=max(int(seq) - 1, 0))
-            data = DataAccount()
-        attributes = _NONE if attributes_text == "{}" else _json_map(attributes_text)
+            data = DataAccount(operator=operator)
+        attributes = _NONE if attributes_text == "{}" else json_map(attributes_text)
         grammar.feed(Row(seq, event_type, tool, actor, attributes, digest, ended))
-        if c is not None or event_type == _ERASED:  # form 2, or an erasure: data to account
-            data.feed(seq, event_type, attributes, _json_map(c), _json_map(s))
+        if event_type == _ERASED:
+            data.erasure(
+                ErasureRow(
+                    saga_id=saga_id,
+                    seq=int(seq),
+                    event_type=event_type,
+                    prev_hash=prev_hash or "",
+                    actor=actor,
+                    recorded_at_us=int(recorded_at_us or 0),
+                    attributes=attributes,
+                )
+            )
+        if c is not None:  # form 2: data to account
+            data.feed(seq, event_type, attributes, json_map(c), json_map(s))
     if saga is not None:
         yield _story(saga, grammar, data)
 
@@ -108,7 +154,7 @@ def _story(saga: str, grammar: SagaGrammar, data: DataAccount) -> SagaStory:
 _scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
-def _json_map(text: Any) -> Mapping[str, str]:
+def json_map(text: Any) -> Mapping[str, str]:
     """A jsonb column's text as a map of its text values (anything else: empty)."""
     if not text or text == "{}":
         return _NONE
@@ -137,6 +183,10 @@ def story_failure(
         withheld = story.data.withheld
         assert withheld is not None
         return AuditReason.WITHHELD, withheld[0], detail, None
+    forged = story.data.describe_forged()
+    if forged is not None:
+        seq, _why, writer = story.data.forged[0]
+        return AuditReason.FORGED_ERASURE, seq, forged, writer
     return None
 
 

@@ -8,7 +8,9 @@ recorded, before recording it.  Other auditors' records (peers) and a witness ar
 its own, so two different histories shown to two auditors are caught
 (docs/adr/0015-round-log.md).  The sagas each newly recorded round signed are read against the
 saga grammar (:mod:`sagacity._grammar`): a round that signs an impossible story is an alert
-named after the finding (``grammar:*``), as ``verify`` names it.
+named after the finding (``grammar:*``), as ``verify`` names it, and one holding an ``ERASED``
+no pinned operator key signed is a ``forged_erasure`` alert; such an ``ERASED`` does not
+record an erasure either (``erasure_unrecorded``, docs/adr/0027-operator-signatures.md).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from typing import Any
 import psycopg
 
 from sagacity._grammar import GrammarRule
+from sagacity._operator_signature import OperatorVerifier
+from sagacity._withheld import FORGED_ERASURE
 from sagacity.consumers.archive._checkpoints import (
     FIRST_PREV_ROOT,
     LOG_ROUND_FORMAT,
@@ -66,7 +70,10 @@ class AlertReason(enum.StrEnum):
     """A round is signed by a key that is not trusted."""
     ERASURE_UNRECORDED = "erasure_unrecorded"
     """A saga's data key was destroyed and, after a grace, its archived chain still holds no
-    ``ERASED`` event (docs/adr/0019-erasure.md §4)."""
+    ``ERASED`` event that counts (docs/adr/0019-erasure.md §4)."""
+    FORGED_ERASURE = FORGED_ERASURE
+    """A round signed a saga whose chain holds an ``ERASED`` no pinned operator key signed
+    (docs/adr/0027-operator-signatures.md)."""
     # A round signed a saga whose chain tells an impossible story (sagacity._grammar).
     REF_FORWARD = GrammarRule.REF_FORWARD.value
     EXECUTED_WITHOUT_INTENT = GrammarRule.EXECUTED_WITHOUT_INTENT.value
@@ -236,12 +243,15 @@ def watch_once(
     witness: str | None = None,
     limit: int = 10_000,
     erasure_grace_s: float | None = 900.0,
+    operator: OperatorVerifier | None = None,
 ) -> WatchReport:
     """One pass: check the archive against ``state``, record its new rounds (up to ``limit``),
     compare with ``peers``' records and the ``witness``.  A round that raises an alert is not
     recorded, nor any after it.  Then each data key destroyed more than ``erasure_grace_s``
     ago whose saga's archived chain holds no ``ERASED`` event is an alert (an erasure in
-    progress appends it within seconds); ``None``: not looked for.
+    progress appends it within seconds); ``None``: not looked for.  ``operator``: the pinned
+    operator keys an ``ERASED`` must be signed with to count (``None``: one with an operator
+    signature counts unverified, :func:`sagacity._withheld.erasure_verdict`).
 
     Raises:
         AuditorStateError: a record cannot be read or written.
@@ -273,19 +283,21 @@ def watch_once(
             )
     if not report.alerts:
         _record_new(conn, state, report, last, last_log, keys=keys, limit=limit)
-        report.alerts.extend(_impossible_stories(conn, report.recorded))
+        report.alerts.extend(_impossible_stories(conn, report.recorded, operator))
     for peer in peers:
         report.alerts.extend(_compare_peer(conn, state, peer))
     if witness is not None:
         report.alerts.extend(_check_witness(conn, state, witness, keys=keys))
     if erasure_grace_s is not None:
-        report.alerts.extend(_unrecorded_erasures(conn, erasure_grace_s))
+        report.alerts.extend(_unrecorded_erasures(conn, erasure_grace_s, operator))
     return report
 
 
-def _impossible_stories(conn: psycopg.Connection, recorded: Sequence[SignedRound]) -> list[Alert]:
+def _impossible_stories(
+    conn: psycopg.Connection, recorded: Sequence[SignedRound], operator: OperatorVerifier | None
+) -> list[Alert]:
     """An alert for each saga the newly recorded rounds signed whose chain tells an impossible
-    story (its first finding)."""
+    story (its first finding), or holds an ``ERASED`` that does not count."""
     if not recorded:
         return []
     forms = check_schema(conn) >= FORMS_VERSION
@@ -294,21 +306,34 @@ def _impossible_stories(conn: psycopg.Connection, recorded: Sequence[SignedRound
     first, last = recorded[0].round_id, recorded[-1].round_id
     rounds = f"round {first}" if first == last else f"rounds {first}..{last}"
     alerts = []
-    for story in impossible_signed(conn, [r.round_id for r in recorded], forms=forms):
-        finding = story.findings[0]
+    stories = impossible_signed(
+        conn, [r.round_id for r in recorded], forms=forms, operator=operator
+    )
+    for story in stories:
+        if story.findings:
+            finding = story.findings[0]
+            reason, seq, detail = AlertReason(finding.rule.value), finding.seq, finding.describe()
+        else:
+            forged = story.data.describe_forged()
+            assert forged is not None
+            withheld = story.data.describe_withheld()
+            reason, seq = AlertReason.FORGED_ERASURE, story.data.forged[0][0]
+            detail = forged + (f"; {withheld}" if withheld else "")
         alerts.append(
             Alert(
-                reason=AlertReason(finding.rule.value),
+                reason=reason,
                 round_id=last,
-                detail=f"saga {story.saga_id!r}, signed in {rounds}: {finding.rule.value} at "
-                f"seq {finding.seq}: {finding.describe()}",
+                detail=f"saga {story.saga_id!r}, signed in {rounds}: {reason.value} at "
+                f"seq {seq}: {detail}",
             )
         )
     return alerts
 
 
-def _unrecorded_erasures(conn: psycopg.Connection, grace_s: float) -> list[Alert]:
-    erasures = audit_erasures(conn)
+def _unrecorded_erasures(
+    conn: psycopg.Connection, grace_s: float, operator: OperatorVerifier | None
+) -> list[Alert]:
+    erasures = audit_erasures(conn, operator=operator)
     cutoff = datetime.now(UTC) - timedelta(seconds=grace_s)
     return [
         Alert(
@@ -316,7 +341,7 @@ def _unrecorded_erasures(conn: psycopg.Connection, grace_s: float) -> list[Alert
             round_id=None,
             detail=f"saga {u.saga_id!r}: its data key was destroyed at {u.erased_at.isoformat()}"
             + (f" by {u.erased_by}" if u.erased_by else "")
-            + " and its archived chain holds no ERASED event",
+            + " and its archived chain holds no ERASED event that counts",
         )
         for u in erasures.unrecorded
         if u.erased_at <= cutoff

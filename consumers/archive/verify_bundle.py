@@ -3,8 +3,8 @@
 
 Usage::
 
-    python3 verify_bundle.py [BUNDLE_DIR] [--public-key HEX] [--allow-unsigned]
-                             [--allow-unopened]
+    python3 verify_bundle.py [BUNDLE_DIR] [--public-key HEX] [--operator-public-key HEX]
+                             [--allow-unsigned] [--allow-unopened]
 
 Checks, in order (docs/adr/0017-audit-coverage.md), stopping at the first failure:
 
@@ -34,9 +34,14 @@ Checks, in order (docs/adr/0017-audit-coverage.md), stopping at the first failur
    hash equal to the chain's at that seq (``checkpoint_mismatch``);
 6a. what the chain says (docs/adr/0005-saga-core-events.md): no event the saga's state machine
    rules out (``grammar:*``, e.g. ``grammar:executed_without_intent``: an ``EXECUTED`` with no
-   ``INTENT``), and no data withheld (``withheld``: a form-2 event's field present only as its
-   commitment while the chain records no ``ERASED``) unless ``--allow-unopened`` is given (a
-   bundle exported from an archive that stores sealed events' commitments only);
+   ``INTENT``), no data withheld (``withheld``: a form-2 event's field present only as its
+   commitment while the chain records no ``ERASED`` that counts) unless ``--allow-unopened``
+   is given (a bundle exported from an archive that stores sealed events' commitments only),
+   and no ``ERASED`` that does not count (``forged_erasure``): an ``ERASED`` counts when its
+   operator signature (``SGCO1``, docs/adr/0027-operator-signatures.md) verifies under the key
+   given with ``--operator-public-key`` (repeatable, or comma-separated); without that option
+   one with a well-formed operator signature is counted unverified (the output says so) and
+   one without never counts;
 7. a checkpoint covers the head (``unsigned``), unless ``--allow-unsigned`` is given: then the
    events no checkpoint covers are named in the output, and the bundle is accepted.
 
@@ -999,11 +1004,13 @@ def check_grammar(
     return grammar.findings
 
 
-def withheld(events: list[dict[str, Any]]) -> tuple[int, list[str], int] | None:
+def withheld(
+    events: list[dict[str, Any]], operator_keys: dict[str, bytes] | None = None
+) -> tuple[int, list[str], int] | None:
     """The first form-2 event holding a data field only as its commitment (its opening
     missing), with its fields and how many events do, when the chain records no ``ERASED``
-    (docs/adr/0019-erasure.md); ``None`` otherwise."""
-    if any(event.get("event_type") == "ERASED" for event in events):
+    that counts (docs/adr/0019-erasure.md, :func:`erasure_reason`); ``None`` otherwise."""
+    if erasures(events, operator_keys)[0]:
         return None
     # The redaction salts never leave the service (docs/adr/0019-erasure.md §5): a copy
     # without them withholds nothing it should hold.
@@ -1016,6 +1023,75 @@ def withheld(events: list[dict[str, Any]]) -> tuple[int, list[str], int] | None:
         return None
     seq, names = found[0]
     return seq, names, len(found)
+
+
+# --- operator signatures (docs/adr/0027-operator-signatures.md) --------------------------------
+
+
+def operator_message(event: dict[str, Any], key_id: str) -> bytes:
+    """The ``SGCO1`` bytes an operator signature of ``event`` covers: a copy of
+    ``sagacity._operator_signature.operator_message`` (the conformance suite runs both)."""
+    attributes = event.get("attributes") or {}
+    return b"".join(
+        (
+            b"SGCO1",
+            _text(key_id),
+            _text(event["event_type"]),
+            _text(event["saga_id"]),
+            _int(event["seq"]),
+            _text(event["prev_hash"]),
+            _text(event.get("actor")),
+            _int(event["recorded_at_us"]),
+            _text(attributes.get("reason")),
+            _text(attributes.get("journal")),
+        )
+    )
+
+
+def erasure_reason(event: dict[str, Any], operator_keys: dict[str, bytes] | None) -> str | None:
+    """``None`` when an ``ERASED`` counts, else why not (the product's reasons): signed by one
+    of ``operator_keys`` at its place in the chain; without keys (``None``), carrying an
+    operator signature of the right form (counted unverified)."""
+    attributes = event.get("attributes") or {}
+    raw = attributes.get("operator_signature") if isinstance(attributes, dict) else None
+    if not isinstance(raw, str):
+        return "unsigned_operator_event"
+    parts = raw.split(":")
+    if len(parts) != 3 or parts[0] != "SGCO1" or not parts[1] or len(parts[2]) != 128:
+        return "malformed_operator_signature"
+    try:
+        signature = bytes.fromhex(parts[2])
+    except ValueError:
+        return "malformed_operator_signature"
+    if operator_keys is None:
+        return None
+    public = operator_keys.get(parts[1])
+    if public is None:
+        return "unknown_operator_key"
+    try:
+        message = operator_message(event, parts[1])
+    except (KeyError, ValueError, TypeError, struct.error):
+        return "malformed_operator_signature"
+    if not ed25519_verify(public, message, signature):
+        return "bad_operator_signature"
+    return None
+
+
+def erasures(
+    events: list[dict[str, Any]], operator_keys: dict[str, bytes] | None
+) -> tuple[int, list[tuple[int, str, str | None]]]:
+    """How many ``ERASED`` events count, and those that do not: (seq, why, writer)."""
+    counted, forged = 0, []
+    for event in events:
+        if event.get("event_type") != "ERASED":
+            continue
+        why = erasure_reason(event, operator_keys)
+        if why is None:
+            counted += 1
+        else:
+            attributes = event.get("attributes") or {}
+            forged.append((int(event["seq"]), why, attributes.get("writer") or None))
+    return counted, forged
 
 
 def key_id(public_key: bytes) -> str:
@@ -1161,6 +1237,7 @@ def verify_bundle(
     *,
     allow_unsigned: bool = False,
     allow_unopened: bool = False,
+    operator_keys: list[bytes] | None = None,
 ) -> str:
     """Verify the bundle in ``directory``; return a summary or raise :class:`VerificationError`.
 
@@ -1202,7 +1279,8 @@ def verify_bundle(
                 seq, "checkpoint_mismatch", f"seq {seq} was signed with another hash"
             )
         signed_seq = seq
-    story = check_story(events, after_seq, allow_unopened=allow_unopened)
+    operators = None if operator_keys is None else {key_id(k): k for k in operator_keys}
+    story = check_story(events, after_seq, allow_unopened=allow_unopened, operator_keys=operators)
     notes = coverage_notes(
         head_seq=head_seq,
         signed_seq=signed_seq,
@@ -1217,7 +1295,7 @@ def verify_bundle(
     if unsigned_fields:
         notes.append("unsigned, shown for information: " + ", ".join(unsigned_fields))
     erased = erased_fields(events)
-    if erased and not story:
+    if erased and not any(note.startswith("UNOPENED") for note in story):
         notes.append(
             "erased (verified by their commitments, the data withheld): "
             + "; ".join(f"seq {seq}: {', '.join(names)}" for seq, names in erased)
@@ -1232,33 +1310,57 @@ def verify_bundle(
 
 
 def check_story(
-    events: list[dict[str, Any]], after_seq: int, *, allow_unopened: bool = False
+    events: list[dict[str, Any]],
+    after_seq: int,
+    *,
+    allow_unopened: bool = False,
+    operator_keys: dict[str, bytes] | None = None,
 ) -> list[str]:
     """Raise on the first impossible event of the saga grammar (``grammar:*``), then on data
-    withheld (``withheld``: an opening missing with no ``ERASED`` on the chain) unless
-    ``allow_unopened``; return the notes to show (what was accepted only because of it)."""
+    withheld (``withheld``: an opening missing with no ``ERASED`` that counts on the chain)
+    unless ``allow_unopened``, then on an ``ERASED`` that does not count (``forged_erasure``);
+    return the notes to show (what was accepted only because of an option, or unverified)."""
     findings = check_grammar(events, after_seq)
     if findings:
         rule, seq, detail, writer = findings[0]
         raise VerificationError(
             seq, rule, detail + (f" (written by writer {writer})" if writer else "")
         )
-    found = withheld(events)
-    if found is None:
-        return []
-    seq, names, count = found
-    what = (
-        f"seq {seq} holds {', '.join(names)} only as a commitment (no opening) and the chain "
-        "records no ERASED" + (f" ({count - 1} more event(s) likewise)" if count > 1 else "")
-    )
-    if not allow_unopened:
+    counted, forged = erasures(events, operator_keys)
+    notes = []
+    found = withheld(events, operator_keys)
+    if found is not None:
+        seq, names, count = found
+        what = (
+            f"seq {seq} holds {', '.join(names)} only as a commitment (no opening) and the "
+            "chain records no ERASED that counts"
+            + (f" (the ERASED at seq {forged[0][0]} does not: {forged[0][1]})" if forged else "")
+            + (f" ({count - 1} more event(s) likewise)" if count > 1 else "")
+        )
+        if not allow_unopened:
+            raise VerificationError(
+                seq,
+                "withheld",
+                f"{what}: its data was withheld, not erased; pass --allow-unopened for a "
+                "bundle exported from an archive that stores sealed events' commitments only",
+            )
+        notes.append(f"UNOPENED: {what}: accepted only because of --allow-unopened")
+    if forged:
+        seq, why, writer = forged[0]
         raise VerificationError(
             seq,
-            "withheld",
-            f"{what}: its data was withheld, not erased; pass --allow-unopened for a bundle "
-            "exported from an archive that stores sealed events' commitments only",
+            "forged_erasure",
+            f"the ERASED at seq {seq} is not an operator's ({why}): it does not count as an "
+            "erasure and names nobody as the eraser"
+            + (f" ({len(forged) - 1} more likewise)" if len(forged) > 1 else "")
+            + (f" (written by writer {writer})" if writer else ""),
         )
-    return [f"UNOPENED: {what}: accepted only because of --allow-unopened"]
+    if counted and operator_keys is None:
+        notes.append(
+            f"UNVERIFIED: {counted} ERASED event(s) counted without checking their operator "
+            "signature: pass --operator-public-key with the operator's published key"
+        )
+    return notes
 
 
 def erased_fields(events: list[dict[str, Any]]) -> list[tuple[int, list[str]]]:
@@ -1308,6 +1410,19 @@ def main(argv: list[str]) -> int:
     allow_unsigned = "--allow-unsigned" in args
     allow_unopened = "--allow-unopened" in args
     args = [a for a in args if a not in ("--allow-unsigned", "--allow-unopened")]
+    operators: list[bytes] | None = None
+    while "--operator-public-key" in args:
+        i = args.index("--operator-public-key")
+        try:
+            values = [bytes.fromhex(v) for v in args[i + 1].split(",") if v.strip()]
+        except (IndexError, ValueError):
+            print("error: --operator-public-key needs 64 hex characters", file=sys.stderr)
+            return 2
+        if not values or any(len(v) != 32 for v in values):
+            print("error: an Ed25519 public key is 32 bytes", file=sys.stderr)
+            return 2
+        operators = (operators or []) + values
+        del args[i : i + 2]
     pinned: bytes | None = None
     if "--public-key" in args:
         i = args.index("--public-key")
@@ -1331,6 +1446,7 @@ def main(argv: list[str]) -> int:
                 pinned,
                 allow_unsigned=allow_unsigned,
                 allow_unopened=allow_unopened,
+                operator_keys=operators,
             )
         )
     except VerificationError as failure:

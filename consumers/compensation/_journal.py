@@ -126,6 +126,10 @@ class ServiceJournal:
             return preloaded
         return self._inner().entries(saga_id)
 
+    def forget(self, saga_id: str) -> None:
+        """Drop the chain preloaded for the saga (its ``ERASED`` was seen)."""
+        self._preloaded.pop(saga_id, None)
+
     def pending_approvals(self, saga_id: str | None = None) -> Sequence[ApprovalRequest]:
         """The inner journal's."""
         return self._inner().pending_approvals(saga_id)

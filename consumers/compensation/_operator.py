@@ -11,7 +11,13 @@ from collections.abc import Sequence
 
 from sagacity import _attributes as attr
 from sagacity._events import EntryDraft, EventType, JournalEntry, now_micros
-from sagacity._operator_signature import OperatorSigner, append_signed
+from sagacity._operator_signature import (
+    OperatorSigner,
+    OperatorVerifier,
+    append_signed,
+    erasure_counts,
+    verifier_with,
+)
 from sagacity.consumers.compensation._standing import TERMINAL, standing
 from sagacity.errors import CompensationRefusedError
 from sagacity.journal import ConditionalJournal
@@ -21,17 +27,20 @@ MAX_REASON_BYTES = 1024
 """The operator's reason is journaled in clear: a line for people, not a document."""
 
 
-def _refusal(entries: list[JournalEntry]) -> str | None:
-    """Why the saga may not be compensated on the operator's word, or ``None``."""
+def _refusal(
+    entries: list[JournalEntry], operator: OperatorVerifier, journal: str | None
+) -> str | None:
+    """Why the saga may not be compensated on the operator's word, or ``None``.  Only an
+    ``ERASED`` an operator signed makes it erased: any writer can append one."""
     owner = ownership(entries)
     if owner.live:
         return (
             f"it is live: writer {owner.writer!r} holds it; hand it over with `sagacity saga "
             "takeover` instead"
         )
-    if any(e.event_type is EventType.ERASED for e in entries):
+    if any(erasure_counts(e, operator, journal=journal) for e in entries):
         return "its data was erased: there is nothing left to undo it with"
-    pending = standing(entries).request
+    pending = standing(entries, operator=operator, journal=journal).request
     if pending is not None:
         return f"a compensation of it is pending (COMPENSATION_REQUESTED at seq {pending.seq})"
     ends = [e for e in entries if e.event_type is EventType.SAGA_ENDED]
@@ -48,11 +57,14 @@ def request_compensation(
     reason: str,
     actor: str,
     signer: OperatorSigner,
+    operator: OperatorVerifier | None = None,
 ) -> JournalEntry:
     """Journal a ``COMPENSATION_REQUESTED`` for the ended saga, signed by the operator.
 
     The compensation service (pinning the operator's public key) then undoes the saga's
-    executed steps that are not undone yet, exactly once, and ends it again.
+    executed steps that are not undone yet, exactly once, and ends it again.  ``operator``:
+    further pinned operator keys an ``ERASED`` on the chain may be signed with (``signer``'s
+    own always counts); an ``ERASED`` none of them signed is ignored.
 
     Raises:
         CompensationRefusedError: the saga is unknown, live, not ended, erased, already
@@ -69,8 +81,12 @@ def request_compensation(
             saga_id=saga_id,
         )
 
+    trusted = verifier_with(signer, operator)
+    assert trusted is not None  # the signer's own key at least
+    identity = getattr(journal, "identity", None)
+
     def check(entries: Sequence[JournalEntry]) -> None:
-        why = _refusal(list(entries))
+        why = _refusal(list(entries), trusted, identity if isinstance(identity, str) else None)
         if why is not None:
             raise CompensationRefusedError(
                 f"saga {saga_id!r} is not compensated: {why}; nothing was journaled",

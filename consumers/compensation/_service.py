@@ -567,6 +567,9 @@ class CompensationService(Handler):
             # This saga's key (missing, under a KEK not held, altered): the message's fate.
             self._dead_letter_now(message, part, exc.reason, exc.message)
             return
+        if entry.event_type is EventType.ERASED:
+            key = message.key()
+            self._forget(entry.saga_id, key.decode("utf-8", "replace") if key else entry.saga_id)
         if entry.event_type is EventType.COMPENSATION_REQUESTED:
             work = _Work(
                 message=message,
@@ -586,6 +589,18 @@ class CompensationService(Handler):
                 self._submit(self._awaiting.pop(entry.saga_id))
         if entry.event_type is not EventType.COMPENSATION_REQUESTED:
             self._completions.put((part, offset, True))
+
+    def _forget(self, *saga_ids: str) -> None:
+        """Drop what every journal of this instance keeps opened of the saga an ``ERASED``
+        names (by its key and its body): a job reading it next opens it through the key
+        service, which refuses an erased saga's key (docs/operations/erasure.md)."""
+        with self._lock:
+            journals = list(self._journals)
+        for saga_id in dict.fromkeys(saga_ids):
+            for journal in journals:
+                journal.forget(saga_id)
+            if self._journal is not None:
+                self._journal.forget(saga_id)
 
     def _submit_expired(self) -> None:
         now = time.monotonic()

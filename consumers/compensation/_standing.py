@@ -2,11 +2,14 @@
 
 Any writer of the topic can append a linked request to any saga.  While the saga is live that
 only hands it to compensation early (a stop, as a crash would).  After the saga ended
-(``COMPLETED``, ``COMPENSATED``, ``COMPENSATION_FAILED``, ``REJECTED``, ``EXPIRED``) or was
-erased, a request would undo finished work, so it stands only when an operator signed it
-(``sagacity saga compensate``, docs/adr/0027-operator-signatures.md), or when a person's
-settlement of a suspect step (``SUSPECT_SETTLED`` that counts, docs/adr/0014) reopened the
-saga after its end.  Any other request after an end is refused, with its reason.
+(``COMPLETED``, ``COMPENSATED``, ``COMPENSATION_FAILED``, ``REJECTED``, ``EXPIRED``) a request
+would undo finished work, so it stands only when an operator signed it (``sagacity saga
+compensate``, docs/adr/0027-operator-signatures.md), or when a person's settlement of a suspect
+step (``SUSPECT_SETTLED`` that counts, docs/adr/0014) reopened the saga after its end.  After
+an erasure that counts (an ``ERASED`` an operator signed: ``erasure_counts``) nothing stands:
+the undo's arguments and every result it would journal are erased.  Any other request after an
+end is refused, with its reason.  An ``ERASED`` that does not count changes nothing: it neither
+ends a pending request nor keeps the next one from standing.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 
 from sagacity import _attributes as attr
 from sagacity._events import EventType, JournalEntry
-from sagacity._operator_signature import OperatorVerifier, operator_reason
+from sagacity._operator_signature import OperatorVerifier, erasure_counts, operator_reason
 from sagacity._result import SagaStatus
 
 FINAL = frozenset(s.value for s in SagaStatus if s is not SagaStatus.COMPENSATION_PENDING)
@@ -31,6 +34,9 @@ TERMINAL = frozenset(
     }
 )
 """A ``SAGA_ENDED`` with one of these ends the saga: a later request needs an operator."""
+SAGA_ERASED = "saga_erased"
+"""Why a request after an erasure that counts is refused, signed or not (its dead-letter
+reason)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,23 +74,29 @@ def standing(
     journal: str | None = None,
 ) -> Standing:
     """The saga's standing request: its last ``COMPENSATION_REQUESTED`` that no final
-    ``SAGA_ENDED`` (nor ``ERASED``) followed, counting one after an end only when signed by a
-    pinned operator key (``operator``) or after a settlement that counts.
+    ``SAGA_ENDED`` (nor an ``ERASED`` that counts) followed, counting one after an end only
+    when signed by a pinned operator key (``operator``) or after a settlement that counts, and
+    none after an erasure that counts.
 
     Args:
-        operator: the pinned operator keys (``None``: no request after an end stands).
+        operator: the pinned operator keys (``None``: no request after an end stands, and no
+            ``ERASED`` counts).
         settlement_counts: whether a ``SUSPECT_SETTLED`` counts (``None``: none does).
-        journal: this journal's identity: an operator's request signed for another journal
-            does not stand here.
+        journal: this journal's identity: an operator's request or erasure signed for another
+            journal does not count here.
     """
     request: JournalEntry | None = None
     ended: JournalEntry | None = None  # the end (or erasure) a later request must overcome
+    erased: JournalEntry | None = None  # the erasure that counts: nothing overcomes it
     settled: set[tuple[int | None, str | None]] = set()
     uncounted: JournalEntry | None = None  # a settlement after the end that does not count
     refused: list[RefusedRequest] = []
     for entry in entries:
         kind = entry.event_type
         if kind is EventType.COMPENSATION_REQUESTED:
+            if erased is not None:
+                refused.append(_refusal(entry, erased, SAGA_ERASED, None))
+                continue
             if ended is not None:
                 why = operator_reason(entry, operator, journal=journal)
                 if why is not None:
@@ -103,7 +115,9 @@ def standing(
             elif ended is not None:
                 uncounted = entry
         elif kind is EventType.ERASED:
-            request, ended, uncounted = None, entry, None
+            # Any writer can append one: only the operator's ends anything.
+            if erasure_counts(entry, operator, journal=journal):
+                request, ended, erased, uncounted = None, entry, entry, None
         elif kind is EventType.SAGA_ENDED and entry.result in FINAL:
             request, uncounted = None, None
             ended = entry if entry.result in TERMINAL else None
@@ -126,19 +140,29 @@ def _refusal(
             "against the pinned approvals key, or a step settled before)"
         )
     )
+    why = (
+        "its data (the undo's arguments, every result it would journal) is gone"
+        if reason == SAGA_ERASED
+        else f"would undo finished work and is not signed by a pinned operator key ({reason})"
+    )
     return RefusedRequest(
         request=request,
         reason=reason,
         detail=(
             f"saga {request.saga_id!r} {what}: its COMPENSATION_REQUESTED at seq {request.seq} "
-            f"(actor {request.actor!r}) would undo finished work and is not signed by a pinned "
-            f"operator key ({reason}){settlement}; it is not acted on"
+            f"(actor {request.actor!r}) {why}{settlement}; it is not acted on"
         ),
     )
 
 
-def pending_request(entries: Sequence[JournalEntry]) -> JournalEntry | None:
+def pending_request(
+    entries: Sequence[JournalEntry],
+    *,
+    operator: OperatorVerifier | None = None,
+    journal: str | None = None,
+) -> JournalEntry | None:
     """The saga's last ``COMPENSATION_REQUESTED`` if no final ``SAGA_ENDED`` followed it, nor
-    an ``ERASED`` (an erased saga is never acted on: its final status may be erased too);
-    without the operator's keys, a request after the saga's end does not stand."""
-    return standing(entries).request
+    an ``ERASED`` that counts (an erased saga is never acted on: its final status may be
+    erased too); without the operator's keys, a request after the saga's end does not stand
+    and no ``ERASED`` counts."""
+    return standing(entries, operator=operator, journal=journal).request

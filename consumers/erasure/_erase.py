@@ -12,13 +12,14 @@ serialise on the lock and erase once.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 
 from sagacity import _attributes as attr
+from sagacity._decision_signature import DecisionVerifier
 from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity._keys import KeyService
 from sagacity._operator_signature import (
@@ -35,6 +36,7 @@ from sagacity.consumers.archive import connect as connect_archive
 from sagacity.consumers.archive import erase_in_archive, erasure_records
 from sagacity.consumers.archive._erasure import archived_count
 from sagacity.consumers.compensation import pending_request
+from sagacity.consumers.erasure._ended import after_end
 from sagacity.errors import ErasureRefusedError
 from sagacity.keystore_postgres import PostgresKeyStore
 from sagacity.postgres._erasure import clear_service_copies, erasure_lock, service_copies
@@ -62,6 +64,8 @@ class ErasurePlan:
         archived: the saga's rows in the archive.
         ignored: ``ERASED`` events on the chain that do not count (unsigned, or not by a
             pinned operator key): ignored, the erasure goes on and records its own.
+        after_end: events appended after the saga's end that no person's word reopened it
+            for (``_ended.after_end``), as (seq, event type): ignored, they start no work.
     """
 
     saga_id: str
@@ -72,6 +76,7 @@ class ErasurePlan:
     recorded: bool = False
     archived: int = 0
     ignored: tuple[int, ...] = ()
+    after_end: tuple[tuple[int, str], ...] = ()
 
     @property
     def field_count(self) -> int:
@@ -112,7 +117,8 @@ def _fields(entries: Sequence[JournalEntry]) -> dict[int, tuple[str, ...]]:
 
 
 def _refusal(entries: Sequence[JournalEntry], *, key_destroyed: bool) -> str | None:
-    """Why the saga may not be erased, or ``None``."""
+    """Why the saga, as judged (``_ended.after_end``: what follows its end unsanctioned left
+    out), may not be erased, or ``None``."""
     if entries[0].form == 1:
         return (
             "it is in chain form 1 (written without keys, or before chain form 2): its events "
@@ -156,12 +162,19 @@ def plan_erasure(
     services_database: str,
     archive_database: str,
     operator: OperatorVerifier | None = None,
+    approvals: DecisionVerifier | None = None,
 ) -> ErasurePlan:
     """Read the saga and say what erasing it would erase; nothing is changed.
 
+    Events appended after the saga's end that no person's word reopened it for (an unsigned
+    request, a forged call: ``_ended.after_end``) are left out of the judgement and named in
+    the plan: a forged event must not keep a real erasure refused.
+
     Args:
-        operator: the operator keys an ``ERASED`` on the chain must be signed with to count
-            (``None``: none counts).
+        operator: the operator keys an ``ERASED`` on the chain, or a request reopening the
+            ended saga, must be signed with to count (``None``: none counts).
+        approvals: the pinned approvals keys a settlement reopening the ended saga must be
+            signed with (``None``: every settlement is taken to reopen it).
 
     Raises:
         ErasureRefusedError: the saga is unknown, still live, or in chain form 1.
@@ -186,16 +199,27 @@ def plan_erasure(
     # A dry run creates nothing: without the key table, nothing of the saga has a key here.
     row = key_store.load(saga_id) if key_store.exists() else None
     key = "none" if row is None else "destroyed" if row.erased else "live"
-    why = _refusal(entries, key_destroyed=key == "destroyed")
+    identity = getattr(journal, "identity", None)
+    judged = after_end(
+        entries,
+        operator=operator,
+        journal=identity,
+        settlement_counts=_settlement_counts(approvals, identity),
+        status_erased=key == "destroyed",
+    )
+    why = _refusal(judged.kept, key_destroyed=key == "destroyed")
     if why is not None:
         raise ErasureRefusedError(
             f"saga {saga_id!r} is not erased: {why}; nothing was changed", saga_id=saga_id
         )
     copies = service_copies(services_database, saga_id)
-    if copies.pending_requests:
+    # A request the approvals service folded from an ignored event starts no work either.
+    disregarded = {e.seq for e in judged.ignored}
+    pending = [seq for seq in copies.pending_seqs if seq not in disregarded]
+    if pending:
         raise ErasureRefusedError(
             f"saga {saga_id!r} is not erased: the approvals service holds "
-            f"{copies.pending_requests} pending request(s) of it; nothing was changed",
+            f"{len(pending)} pending request(s) of it; nothing was changed",
             saga_id=saga_id,
         )
     if copies.claims_in_flight:
@@ -206,7 +230,6 @@ def plan_erasure(
         )
     fields = _fields(entries)
     erasures = [e for e in entries if e.event_type is EventType.ERASED]
-    identity = getattr(journal, "identity", None)
     recorded = any(erasure_counts(e, operator, journal=identity) for e in erasures)
     ignored = tuple(e.seq for e in erasures if not erasure_counts(e, operator, journal=identity))
     listing = len(_listing(fields).encode("utf-8"))
@@ -230,7 +253,18 @@ def plan_erasure(
         recorded=recorded,
         archived=archived,
         ignored=ignored,
+        after_end=tuple((e.seq, e.event_type.value) for e in judged.ignored),
     )
+
+
+def _settlement_counts(
+    approvals: DecisionVerifier | None, journal: str | None
+) -> Callable[[JournalEntry], bool]:
+    """Whether a settlement is a person's word: verified under the pinned approvals keys,
+    or, with none pinned, every one (the erasure then errs on refusing)."""
+    if approvals is None:
+        return lambda entry: True
+    return lambda entry: approvals.bound(entry, journal=journal or "") is None
 
 
 _ERASED_MARGIN = 4096
@@ -257,6 +291,7 @@ def apply_erasure(
     archive_database: str,
     signer: OperatorSigner,
     operator: OperatorVerifier | None = None,
+    approvals: DecisionVerifier | None = None,
 ) -> ErasureOutcome:
     """Erase the saga: destroy its data key, clear the archive's and the services' copies,
     append ``ERASED`` signed with the operator key; under the saga's erasure lock, each step
@@ -270,6 +305,7 @@ def apply_erasure(
         operator: further pinned operator keys an ``ERASED`` already on the chain may be
             signed with to count (``signer``'s own always counts); one that does not count
             is ignored and this erasure records its own.
+        approvals: as :func:`plan_erasure`.
 
     Raises:
         ErasureRefusedError: as :func:`plan_erasure` (nothing is changed).
@@ -291,6 +327,7 @@ def apply_erasure(
             services_database=services_database,
             archive_database=archive_database,
             operator=verifier_with(signer, operator),
+            approvals=approvals,
         )
         if keys is not None:
             destroyed = keys.destroy(saga_id, actor=actor, reason=reason).destroyed

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from sagacity.cli._db_options import EXIT_FAILED, conninfo, database_options, fail
+from sagacity.cli._operator_key import operator_public_key_option, pinned_operator, unverified_note
 from sagacity.cli._options import bootstrap_servers_option, topic_option
 
 if TYPE_CHECKING:
@@ -80,6 +81,7 @@ _WITNESS_OPTION = click.option(
     help="The archive ingests without the key-encryption key, so sealed events hold their "
     "commitments only: do not report their missing openings as withheld.",
 )
+@operator_public_key_option
 @click.option("--show", default=20, show_default=True, help="Failures listed in full.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
 def verify(
@@ -92,6 +94,7 @@ def verify(
     witness: str | None,
     require_signed: bool,
     allow_unopened: bool,
+    operator_public_keys: tuple[str, ...],
     show: int,
     as_json: bool,
 ) -> None:
@@ -115,6 +118,7 @@ def verify(
     if saga_id is not None and (known_rounds or witness):
         fail("--round and --witness are checked over every saga: drop --saga")
     known = _known_rounds(known_rounds)
+    operator = pinned_operator(operator_public_keys)
     summary = AuditSummary(pinned=bool(public_keys))
     try:
         pinned = _pinned(public_keys)
@@ -132,6 +136,7 @@ def verify(
                     known_rounds=known,
                     retention=summary.retention,
                     allow_unopened=allow_unopened,
+                    operator=operator,
                 ):
                     if require_signed:
                         result = unsigned_as_failure(result)
@@ -153,6 +158,8 @@ def verify(
     if as_json:
         report = _summary_json(summary, pinned=bool(public_keys))
         report.update(_erasures_json(erasures))
+        report["erasures_unverified"] = summary.erasures_unverified
+        report["operator_key_pinned"] = operator is not None
         if refusals is not None:
             report["quarantined"] = refusals.quarantined
             report["findings"] = [{"reason": r, "detail": d} for r, d in refusals.findings]
@@ -161,6 +168,9 @@ def verify(
     else:
         _print_summary(summary, pinned=bool(public_keys), every_saga=saga_id is None)
         _print_erasures(erasures)
+        note = unverified_note(summary.erasures_unverified, pinned=operator is not None)
+        if note is not None:
+            click.echo(note)
         if refusals is not None:
             _print_refusals(refusals)
     if not summary.all_ok or erasures.unrecorded:
@@ -368,6 +378,7 @@ def _print_summary(summary: AuditSummary, *, pinned: bool, every_saga: bool) -> 
     help="The archive ingests without the key-encryption key: its verdict does not report "
     "sealed events' missing openings as withheld.",
 )
+@operator_public_key_option
 def export(
     database_url: str,
     schema: str | None,
@@ -375,16 +386,23 @@ def export(
     out: Path,
     public_keys: tuple[str, ...],
     allow_unopened: bool,
+    operator_public_keys: tuple[str, ...],
 ) -> None:
     """Write an audit bundle: events.jsonl, manifest.json, README.md, verify_bundle.py."""
     from sagacity.consumers.archive import connect, export_bundle
     from sagacity.errors import SagacityError
 
+    operator = pinned_operator(operator_public_keys)
     try:
         pinned = _pinned(public_keys)
         with connect(conninfo(database_url, schema)) as conn:
             verdict = export_bundle(
-                conn, saga_id, out, pinned_keys=pinned, allow_unopened=allow_unopened
+                conn,
+                saga_id,
+                out,
+                pinned_keys=pinned,
+                allow_unopened=allow_unopened,
+                operator=operator,
             )
     except SagacityError as exc:
         fail(exc)
@@ -396,7 +414,14 @@ def export(
             "SAGACITY_KEY_ENCRYPTION_KEY_FILE, or the saga was erased): the bundle carries their "
             "commitments, which verify, not their values"
         )
-    click.echo(f"check it with: python3 -I {out}/verify_bundle.py {out} --public-key <key>")
+    story = verdict.story
+    note = unverified_note(story.data.unverified if story else 0, pinned=operator is not None)
+    if note is not None:
+        click.echo(note)
+    click.echo(
+        f"check it with: python3 -I {out}/verify_bundle.py {out} --public-key <key>"
+        " --operator-public-key <operator key>"
+    )
     if verdict.ok and verdict.unsigned:
         click.echo(
             f"warning: no checkpoint covers seqs {verdict.head_seq - verdict.unsigned + 1}.."
@@ -589,6 +614,7 @@ def audit() -> None:
     help="Seconds after a saga's data key was destroyed before its archived chain must hold "
     "the ERASED event (else alert erasure_unrecorded); negative: not checked.",
 )
+@operator_public_key_option
 def watch(
     database_url: str,
     schema: str | None,
@@ -600,6 +626,7 @@ def watch(
     once: bool,
     interval: float,
     erasure_grace_s: float,
+    operator_public_keys: tuple[str, ...],
 ) -> None:
     """Record every signing round, check each extends the last one recorded (RFC 9162
     consistency proof) and alert on a fork: exit 1, a log line, the webhook.  A data key
@@ -615,6 +642,7 @@ def watch(
 
     if interval <= 0:
         fail("--interval must be positive")
+    operator = pinned_operator(operator_public_keys)
     record = AuditorState(state)
     others = [AuditorState(p) for p in peers]
     while True:
@@ -629,6 +657,7 @@ def watch(
                     peers=others,
                     witness=witness,
                     erasure_grace_s=erasure_grace_s if erasure_grace_s >= 0 else None,
+                    operator=operator,
                 )
         except SagacityError as exc:
             fail(exc.message)
@@ -649,6 +678,11 @@ def watch(
             click.echo(f"consistent up to round {report.latest.round_id}:{report.latest.root}")
         if not public_keys:
             click.echo("note: round keys were read from the archive itself; pass --public-key")
+        if operator is None:
+            click.echo(
+                "note: no operator key is pinned: an ERASED with an operator signature counts "
+                "unverified; pass --operator-public-key"
+            )
         if once:
             return
         time.sleep(interval)

@@ -88,11 +88,14 @@ def erase(
     signed by it (or by a key in $SAGACITY_OPERATOR_PUBLIC_KEY) counts as done; any other is
     ignored.  Refused for an unknown saga, a saga still live (not ended, an
     approval or a compensation pending, a writer holding it) and a saga in chain form 1.
+    Events after the saga's end that neither an operator's signed request nor a settlement
+    (verified under $SAGACITY_APPROVALS_PUBLIC_KEY when set) reopened it for are ignored.
     Running it again completes an erasure a crash interrupted.  The data key is destroyed
     with the key service of $SAGACITY_KEY_ENCRYPTION_KEY_FILE (without it the saga is marked
     erased in the key store).  Exit status: 0 done (or would be), 1 refused, 2 usage, 3 Kafka
     or PostgreSQL does not answer.
     """
+    from sagacity._decision_signature import verifier_from_env as approvals_from_env
     from sagacity._env import kafka_journal, kafka_settings_from_env, key_service_from_env
     from sagacity._operator_signature import verifier_from_env, verifier_with
     from sagacity.consumers.erasure import apply_erasure, plan_erasure
@@ -103,6 +106,7 @@ def erase(
     signer = load_operator_key(operator_key) if apply_ or operator_key else None
     try:
         pinned = verifier_from_env()
+        approvals = approvals_from_env()
     except ConfigurationError as exc:
         raise click.UsageError(exc.message) from exc
     env = dict(os.environ)
@@ -132,6 +136,7 @@ def erase(
                 services_database=database_url,
                 archive_database=archive,
                 operator=verifier_with(signer, pinned),
+                approvals=approvals,
             )
             _print_plan(plan)
             click.echo("dry run: nothing was changed; pass --apply to erase")
@@ -148,6 +153,7 @@ def erase(
             archive_database=archive,
             signer=signer,
             operator=pinned,
+            approvals=approvals,
         )
     except SagacityError as exc:
         _stop(exc)
@@ -203,6 +209,12 @@ def _print_ignored(plan: ErasurePlan) -> None:
         click.echo(
             f"  chain: ERASED at seq {seqs} is not signed by a pinned operator key: ignored "
             "(it names nobody as the eraser)"
+        )
+    if plan.after_end:
+        events = ", ".join(f"seq {seq} ({kind})" for seq, kind in plan.after_end)
+        click.echo(
+            f"  chain: {events} after the saga's end: ignored (no operator's signed request "
+            "or counted settlement reopened it, so it starts no work)"
         )
 
 

@@ -339,6 +339,7 @@ def compensate_cmd(
     pending. Exit status: 0 journaled, 1 refused, 2 usage, 3 the cluster does not answer.
     """
     from sagacity._env import kafka_journal, kafka_settings_from_env, key_service_from_env
+    from sagacity._operator_signature import verifier_from_env
     from sagacity.consumers.compensation import request_compensation
     from sagacity.errors import CompensationRefusedError, TailMovedError
 
@@ -348,6 +349,10 @@ def compensate_cmd(
         env["SAGACITY_BOOTSTRAP_SERVERS"] = bootstrap
     if topic:
         env["SAGACITY_TOPIC"] = topic
+    try:
+        pinned = verifier_from_env(env)
+    except ConfigurationError as exc:
+        raise click.UsageError(exc.message) from exc
     try:
         settings = kafka_settings_from_env(env)
     except ConfigurationError as exc:
@@ -360,7 +365,12 @@ def compensate_cmd(
         raise SystemExit(3) from exc
     try:
         entry = request_compensation(
-            journal, saga_id, reason=reason, actor=actor or _operator(), signer=signer
+            journal,
+            saga_id,
+            reason=reason,
+            actor=actor or _operator(),
+            signer=signer,
+            operator=pinned,
         )
     except JournalUnavailableError as exc:
         click.echo(f"Error: {exc.message}", err=True)

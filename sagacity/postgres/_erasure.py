@@ -48,6 +48,7 @@ class ServiceCopies:
 
     Attributes:
         pending_requests: approval requests still pending.
+        pending_seqs: their seqs.
         claims_in_flight: compensation claims whose undo may be in flight (``CLAIMED``).
         requests: approval requests whose payload this call cleared.
         events: kept approval events whose data this call cleared.
@@ -56,6 +57,7 @@ class ServiceCopies:
     """
 
     pending_requests: int = 0
+    pending_seqs: tuple[int, ...] = ()
     claims_in_flight: int = 0
     requests: int = 0
     events: int = 0
@@ -86,14 +88,17 @@ def service_copies(conninfo: str, saga_id: str) -> ServiceCopies:
         connect(conninfo, action="read the services' tables") as conn,
         mapped_errors("read the services' tables"),
     ):
-        pending = in_flight = 0
+        in_flight = 0
+        pending: tuple[int, ...] = ()
         if _exists(conn, _REQUESTS):
-            row = conn.execute(
-                "SELECT count(*) FROM sagacity_approval_request"
-                " WHERE saga_id = %s AND state = 'pending'",
-                (saga_id,),
-            ).fetchone()
-            pending = int(row[0]) if row else 0
+            pending = tuple(
+                int(row[0])
+                for row in conn.execute(
+                    "SELECT seq FROM sagacity_approval_request"
+                    " WHERE saga_id = %s AND state = 'pending' ORDER BY seq",
+                    (saga_id,),
+                )
+            )
         if _exists(conn, _CLAIMS):
             row = conn.execute(
                 "SELECT count(*) FROM sagacity_compensation_claims"
@@ -101,7 +106,9 @@ def service_copies(conninfo: str, saga_id: str) -> ServiceCopies:
                 (saga_id,),
             ).fetchone()
             in_flight = int(row[0]) if row else 0
-    return ServiceCopies(pending_requests=pending, claims_in_flight=in_flight)
+    return ServiceCopies(
+        pending_requests=len(pending), pending_seqs=pending, claims_in_flight=in_flight
+    )
 
 
 def clear_service_copies(conninfo: str, saga_id: str) -> ServiceCopies:

@@ -14,9 +14,11 @@ import psycopg
 import pytest
 from archive_helpers import BASE_US, as_raw, make_chain, rows, with_option
 from click.testing import CliRunner
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from psycopg import sql
 
 from sagacity._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
+from sagacity._operator_signature import OperatorSigner
 from sagacity.chain import committing, link
 from sagacity.cli import main
 from sagacity.consumers.archive import (
@@ -198,8 +200,13 @@ def test_a_form_one_saga_is_refused_whole(archived: str) -> None:
     assert rows(archived, "SELECT count(*) FROM archive_erasure") == [(0,)]
 
 
-def _record_erasure(dsn: str, saga_id: str) -> None:
-    """Archive the ``ERASED`` event ``sagacity erase`` appends to the saga's chain."""
+OPERATOR = OperatorSigner(Ed25519PrivateKey.generate())
+"""The operator key this module's erasures are signed with (docs/adr/0027)."""
+
+
+def _record_erasure(dsn: str, saga_id: str, *, sign: OperatorSigner | None = OPERATOR) -> None:
+    """Archive the ``ERASED`` event ``sagacity erase`` appends to the saga's chain, signed with
+    ``sign`` (``None``: unsigned, as any writer of the topic may append one)."""
     (head,) = rows(
         dsn,
         "SELECT seq, hash, recorded_at_us FROM side_effect_journal WHERE saga_id = %s"
@@ -208,19 +215,18 @@ def _record_erasure(dsn: str, saga_id: str) -> None:
     )
     seq, prev, at = int(str(head[0])), str(head[1]), int(str(head[2]))
     listing = '{"2":["note","payload"],"3":["result"],"4":["error"],"5":["result"]}'
-    erased = link(
-        committing(
-            EntryDraft(
-                saga_id=saga_id,
-                event_type=EventType.ERASED,
-                actor="a",
-                attributes={"reason": "r", "erased": listing, "erased_key": "none"},
-                recorded_at_us=at + 1_000,
-            )
-        ),
-        seq=seq + 1,
-        prev_hash=prev,
+    draft = committing(
+        EntryDraft(
+            saga_id=saga_id,
+            event_type=EventType.ERASED,
+            actor="a",
+            attributes={"reason": "r", "erased": listing, "erased_key": "none"},
+            recorded_at_us=at + 1_000,
+        )
     )
+    if sign is not None:
+        draft = sign.sign(draft, seq=seq + 1, prev_hash=prev)
+    erased = link(draft, seq=seq + 1, prev_hash=prev)
     archiver = BatchArchiver(dsn, consumer_group="g", retry_delay=0.05)
     try:
         assert archiver.archive(as_raw([erased], first_offset=100)).archived == 1

@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from archive_helpers import BASE_US, as_raw, make_chain, rows
 from click.testing import CliRunner
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sagacity import (
     EntryDraft,
@@ -31,6 +32,7 @@ from sagacity import (
     compensation,
 )
 from sagacity import _attributes as attr
+from sagacity._operator_signature import OperatorSigner
 from sagacity._writer_signature import WriterKey
 from sagacity.chain import committing, link
 from sagacity.cli import main
@@ -308,8 +310,13 @@ def signer(tmp_path: Path) -> Signer:
     return generate_key(tmp_path / "archive.key")
 
 
-def _erased_saga(saga_id: str) -> list[JournalEntry]:
-    """A form-2 saga erased by ``sagacity erase``: its ERASED on the chain, after its end."""
+OPERATOR = OperatorSigner(Ed25519PrivateKey.generate())
+"""The operator key the erasures of this module are signed with (docs/adr/0027)."""
+
+
+def _erased_saga(saga_id: str, *, sign: OperatorSigner | None = OPERATOR) -> list[JournalEntry]:
+    """A form-2 saga erased by ``sagacity erase``: its ERASED on the chain, after its end,
+    signed with ``sign`` (``None``: unsigned, as any writer may append one)."""
     drafts = [
         EntryDraft(
             saga_id=saga_id, event_type=E.SAGA_OPENED, attributes={"compensation": "inline"}
@@ -337,22 +344,21 @@ def _erased_saga(saga_id: str) -> list[JournalEntry]:
     chain: list[JournalEntry] = []
     prev = "0" * 64
     for seq, draft in enumerate(drafts, start=1):
-        entry = link(
-            committing(
-                EntryDraft(
-                    saga_id=draft.saga_id,
-                    event_type=draft.event_type,
-                    tool=draft.tool,
-                    payload=draft.payload,
-                    result=draft.result,
-                    actor=draft.actor,
-                    attributes=draft.attributes,
-                    recorded_at_us=BASE_US + seq,
-                )
-            ),
-            seq=seq,
-            prev_hash=prev,
+        made = committing(
+            EntryDraft(
+                saga_id=draft.saga_id,
+                event_type=draft.event_type,
+                tool=draft.tool,
+                payload=draft.payload,
+                result=draft.result,
+                actor=draft.actor,
+                attributes=draft.attributes,
+                recorded_at_us=BASE_US + seq,
+            )
         )
+        if made.event_type is E.ERASED and sign is not None:
+            made = sign.sign(made, seq=seq, prev_hash=prev)
+        entry = link(made, seq=seq, prev_hash=prev)
         chain.append(entry)
         prev = entry.hash
     return chain
@@ -386,3 +392,99 @@ def test_openings_stripped_without_an_erasure_are_withheld_and_a_forged_log_row_
     # auditor who knows it says so, and nothing is reported withheld.
     code, report = _verify(archive_dsn, "--public-key", signer.public_hex, "--allow-unopened")
     assert (code, report["failures"]) == (0, [])
+
+
+@pytest.mark.parametrize("forgery", ["unsigned", "another key"])
+def test_a_forged_erased_counts_in_no_auditors_tool_and_the_data_is_withheld(
+    archiver: BatchArchiver, archive_dsn: str, signer: Signer, tmp_path: Path, forgery: str
+) -> None:
+    """Any writer can append ERASED; an operator with database access can then clear the
+    openings.  With the operator key pinned, verify, the bundle verifier and audit watch
+    count only the operator's erasure: the forged one is reported and the data it claims
+    erased is withheld (docs/adr/0027-operator-signatures.md)."""
+    from sagacity._operator_signature import OperatorVerifier
+    from sagacity.keystore_postgres import PostgresKeyStore
+
+    other = OperatorSigner(Ed25519PrivateKey.generate())
+    forged = _erased_saga("forged", sign=None if forgery == "unsigned" else other)
+    archiver.archive(as_raw(forged + _erased_saga("honest")))
+    with psycopg.connect(archive_dsn, autocommit=True) as conn:
+        sign_pending(conn, signer, archiver.ledger)
+        for saga in ("forged", "honest"):
+            conn.execute("SELECT sgc_erase_saga(%s, 'operator:eve', 'art. 17', NULL)", (saga,))
+    store = PostgresKeyStore(archive_dsn)
+    store.ensure_schema()
+    for saga in ("forged", "honest"):
+        store.destroy(saga, actor="operator:eve", reason="art. 17")
+    store.close()
+    pinned = ("--operator-public-key", OPERATOR.public_hex)
+    why = "unsigned_operator_event" if forgery == "unsigned" else "unknown_operator_key"
+
+    code, report = _verify(archive_dsn, "--public-key", signer.public_hex, *pinned)
+    assert code == 1
+    [failure] = report["failures"]
+    assert (failure["saga_id"], failure["reason"], failure["seq"]) == ("forged", "withheld", 2)
+    assert f"(the ERASED at seq 5 does not count: {why})" in failure["detail"]
+    assert (report["erased_sagas"], report["erasures_unverified"]) == (1, 0)
+    assert [u["saga_id"] for u in report["erasure_unrecorded"]] == ["forged"]
+
+    # Without a key: a signed-looking ERASED counts unverified, and verify says so.
+    result = CliRunner().invoke(
+        main, ["verify", "--database-url", archive_dsn, "--public-key", signer.public_hex]
+    )
+    if forgery == "unsigned":
+        assert result.exit_code == 1, result.output
+        assert "withheld" in result.stdout
+    else:
+        assert result.exit_code == 0, result.output
+        assert "note: 2 erasure(s) counted unverified" in result.stdout
+
+    with psycopg.connect(archive_dsn) as conn:
+        verdict = export_bundle(
+            conn,
+            "forged",
+            tmp_path / "bundle",
+            pinned_keys=(signer.public_raw,),
+            operator=OperatorVerifier([OPERATOR.public_raw]),
+        )
+    assert (verdict.ok, verdict.reason) == (False, "withheld")
+    checked = _standalone(
+        tmp_path / "bundle", "--public-key", signer.public_hex, *pinned, "--allow-unsigned"
+    )
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert checked.stdout.startswith("FAILED: withheld at seq 2: "), checked.stdout
+    assert f"(the ERASED at seq 5 does not: {why})" in checked.stdout
+    # With --allow-unopened (an archive without keys) the forgery itself is still reported.
+    checked = _standalone(
+        tmp_path / "bundle",
+        "--public-key",
+        signer.public_hex,
+        *pinned,
+        "--allow-unsigned",
+        "--allow-unopened",
+    )
+    assert checked.stdout.startswith("FAILED: forged_erasure at seq 5: "), checked.stdout
+
+    result = CliRunner().invoke(
+        main,
+        [
+            "audit",
+            "watch",
+            "--database-url",
+            archive_dsn,
+            "--state",
+            str(tmp_path / "auditor.jsonl"),
+            "--once",
+            "--public-key",
+            signer.public_hex,
+            "--erasure-grace",
+            "0",
+            *pinned,
+        ],
+    )
+    shown = result.stdout + result.stderr
+    assert result.exit_code == 1, shown
+    assert "ALERT forged_erasure: saga 'forged'" in shown
+    assert f"not an operator's ({why})" in shown
+    assert "ALERT erasure_unrecorded: saga 'forged'" in shown
+    assert "'honest'" not in shown

@@ -186,3 +186,41 @@ def test_saga_compensate_refuses_a_live_or_unknown_saga(
     assert unknown.exit_code == 1, unknown.output
     assert "is unknown" in unknown.output
     assert "Traceback" not in result.output + unknown.output
+
+
+@pytest.mark.parametrize("forgery", ["unsigned", "signed by another key"])
+def test_a_forged_erased_does_not_end_a_pending_request(
+    make_lane: Callable[..., Lane],
+    operator: tuple[OperatorSigner, Path],
+    tmp_path: Path,
+    forgery: str,
+) -> None:
+    """Any writer can append ERASED: one no pinned operator key signed, appended after a run
+    handed its saga to compensation, must not end the pending request (the saga would stay
+    COMPENSATION_PENDING, its steps never undone)."""
+    from sagacity._operator_signature import append_signed
+    from tests.compensation.test_service_e2e import fail_after
+
+    signer, _ = operator
+    lane = make_lane()
+    agent = lane.agent()
+    saga = f"order-{uuid.uuid4().hex[:8]}"
+    fail_after(agent, saga, ("charge", {"order": saga, "amount": 30}))
+    journal = KafkaJournal(lane.bootstrap, topic=lane.topic, writer_id="agent-mallory")
+    lane.journals.append(journal)
+    draft = EntryDraft(
+        saga_id=saga,
+        event_type=E.ERASED,
+        actor="dpo@example.org",
+        attributes={"reason": "art. 17", "erased": "{}", "erased_key": "none"},
+    )
+    if forgery == "unsigned":
+        forged = journal.append(draft, durable=True)
+    else:
+        forged = append_signed(journal, draft, generate_key(tmp_path / "mallory.pem"))
+    lane.start(SAGACITY_OPERATOR_PUBLIC_KEY=signer.public_hex)
+    result = agent.wait_for_outcome(saga, timeout=60)
+    assert result.status is SagaStatus.COMPENSATED
+    charged = next(e.seq for e in agent.entries(saga) if e.event_type is E.EXECUTED)
+    assert lane.calls() == [(saga, charged, "charge")]
+    assert [e.seq for e in agent.entries(saga) if e.event_type is E.ERASED] == [forged.seq]

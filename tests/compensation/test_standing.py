@@ -108,17 +108,55 @@ def test_a_first_settlement_that_counts_reopens_an_ended_saga_and_a_copy_does_no
     assert found.refusal_of(chain[-1].seq) is not None
 
 
-def test_an_erased_saga_takes_no_unsigned_request() -> None:
-    journal = InMemoryJournal()
-    chain = _saga(
+def _erase(journal: InMemoryJournal, signer: OperatorSigner) -> JournalEntry:
+    """The operator's ERASED, as ``sagacity erase`` appends it."""
+    return append_signed(
         journal,
-        (E.SAGA_OPENED, None),
-        (E.SAGA_ENDED, "COMPLETED"),
-        (E.ERASED, None),
-        (E.COMPENSATION_REQUESTED, None),
+        EntryDraft(saga_id="s", event_type=E.ERASED, attributes={"reason": "art. 17"}),
+        signer,
     )
-    found = standing(chain, settlement_counts=lambda e: True)
+
+
+def test_an_erased_saga_takes_no_request_not_even_the_operators(signer: OperatorSigner) -> None:
+    """After an erasure that counts nothing stands: the undo's arguments and every result it
+    would journal are erased."""
+    journal = InMemoryJournal()
+    _saga(journal, (E.SAGA_OPENED, None), (E.SAGA_ENDED, "COMPLETED"))
+    _erase(journal, signer)
+    _saga(journal, (E.COMPENSATION_REQUESTED, None))
+    append_signed(
+        journal,
+        EntryDraft(saga_id="s", event_type=E.COMPENSATION_REQUESTED, attributes={"reason": "r"}),
+        signer,
+    )
+    chain = list(journal.entries("s"))
+    found = standing(
+        chain, operator=OperatorVerifier([signer.public_raw]), settlement_counts=lambda e: True
+    )
     assert found.request is None
-    refusal = found.refusal_of(4)
-    assert refusal is not None
-    assert "was erased (seq 3)" in refusal.detail
+    for seq in (4, 5):
+        refusal = found.refusal_of(seq)
+        assert refusal is not None
+        assert refusal.reason == "saga_erased"
+        assert "was erased (seq 3)" in refusal.detail
+
+
+@pytest.mark.parametrize("forgery", ["unsigned", "other key"])
+def test_a_forged_erased_neither_ends_a_pending_request_nor_closes_the_saga(
+    forgery: str, signer: OperatorSigner, tmp_path: Path
+) -> None:
+    """Any writer can append ERASED: one no pinned operator key signed leaves a pending
+    request standing, and a live saga's next request stands as before."""
+    journal = InMemoryJournal()
+    _saga(journal, (E.SAGA_OPENED, None), (E.COMPENSATION_REQUESTED, None))
+    if forgery == "unsigned":
+        _saga(journal, (E.ERASED, None))
+    else:
+        _erase(journal, generate_operator_key(tmp_path / "mallory.pem"))
+    chain = list(journal.entries("s"))
+    pinned = OperatorVerifier([signer.public_raw])
+    assert standing(chain, operator=pinned).request == chain[1]
+    assert pending_request(chain, operator=pinned) == chain[1]
+    # The operator's own erasure does end it.
+    _erase(journal, signer)
+    assert standing(list(journal.entries("s")), operator=pinned).request is None

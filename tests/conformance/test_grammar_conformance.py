@@ -6,7 +6,9 @@ call), the archive's reading of it from rows as ``verify`` selects them (payload
 end's status only), and the standalone bundle verifier's copy (in-process, and as
 ``python -I verify_bundle.py`` on bundles built from the vectors) must give every case's
 findings: none for the flows the product journals, the named rule at the named seq for each
-impossible story, and data withheld where an opening is missing with no ``ERASED``.
+impossible story, data withheld where an opening is missing with no ``ERASED`` that counts, and
+the ``ERASED`` events that do not count (``forged_erasure``: no operator signed them), with the
+vectors' operator key pinned and without a key (docs/adr/0027-operator-signatures.md).
 
 The registry below is checked against the code: a function that names a grammar rule,
 anywhere in the product, fails this module until its file is registered here.
@@ -29,6 +31,7 @@ import pytest
 
 from sagacity import JournalEntry
 from sagacity._grammar import GrammarRule, check
+from sagacity._operator_signature import OperatorVerifier
 from sagacity._withheld import DataAccount
 from sagacity.consumers.archive import AuditReason, verify_bundle
 from sagacity.consumers.archive._story import read_stories
@@ -39,23 +42,51 @@ VECTORS = json.loads((ROOT / "tests" / "vectors" / "grammar-v1.json").read_text(
 CASES = {case["name"]: case for case in VECTORS["cases"]}
 
 Reading = dict[str, Any]
-"""``findings`` ([rule, seq] in order), ``writer`` (the first finding's) and ``withheld`` (the
-first seq whose data is withheld, or ``None``)."""
+"""``findings`` ([rule, seq] in order), ``writer`` (the first finding's), ``withheld`` (the
+first seq whose data is withheld, or ``None``) and ``forged`` ([seq, reason] of each ``ERASED``
+that does not count), with the vectors' operator key pinned, and ``withheld_unpinned`` and
+``forged_unpinned`` without a key."""
+
+OPERATOR_KEY = bytes.fromhex(VECTORS["operator_public_key"])
+PINNED = OperatorVerifier([OPERATOR_KEY])
+
+
+def _reading(findings: list[Any], writer: str | None, pinned: Any, unpinned: Any) -> Reading:
+    return {
+        "findings": findings,
+        "writer": writer,
+        "withheld": pinned[0],
+        "forged": pinned[1],
+        "withheld_unpinned": unpinned[0],
+        "forged_unpinned": unpinned[1],
+    }
+
+
+def _data(account: DataAccount) -> tuple[int | None, list[list[Any]]]:
+    withheld = account.withheld
+    return (
+        None if withheld is None else withheld[0],
+        [[seq, why] for seq, why, _writer in account.forged],
+    )
 
 
 def read_core(case: dict[str, Any]) -> Reading:
     """:func:`sagacity._grammar.check` over the entries, and the core's data account."""
     entries = [JournalEntry.from_dict(e) for e in case["events"]]
     findings = check(entries, after_seq=case["after_seq"])
-    account = DataAccount()
-    for e in entries:
-        account.feed(e.seq, e.event_type, e.attributes, e.commitments, e.salts)
-    withheld = account.withheld
-    return {
-        "findings": [[f.rule.value, f.seq] for f in findings],
-        "writer": findings[0].writer if findings else None,
-        "withheld": None if withheld is None else withheld[0],
-    }
+    accounts = []
+    for operator in (PINNED, None):
+        account = DataAccount(operator=operator)
+        for e in entries:
+            if e.event_type == "ERASED":
+                account.erasure(e)
+            account.feed(e.seq, e.event_type, e.attributes, e.commitments, e.salts)
+        accounts.append(_data(account))
+    return _reading(
+        [[f.rule.value, f.seq] for f in findings],
+        findings[0].writer if findings else None,
+        *accounts,
+    )
 
 
 def _story_row(e: dict[str, Any]) -> tuple[Any, ...]:
@@ -64,6 +95,7 @@ def _story_row(e: dict[str, Any]) -> tuple[Any, ...]:
     if e["event_type"] in ("INTENT", "AWAITING_APPROVAL") and e["payload"] is not None:
         digest = hashlib.sha256(e["payload"].encode("utf-8")).hexdigest()
     form2 = e.get("form") == 2
+    erased = e["event_type"] == "ERASED"
     return (
         e["saga_id"],
         e["seq"],
@@ -73,6 +105,8 @@ def _story_row(e: dict[str, Any]) -> tuple[Any, ...]:
         json.dumps(e["attributes"] or {}),
         digest,
         e["result"] if e["event_type"] == "SAGA_ENDED" else None,
+        e["prev_hash"] if erased else None,
+        e["recorded_at_us"] if erased else None,
         json.dumps(e.get("commitments") or {}) if form2 else None,
         json.dumps(e.get("salts") or {}) if form2 else None,
     )
@@ -80,27 +114,35 @@ def _story_row(e: dict[str, Any]) -> tuple[Any, ...]:
 
 def read_archive_rows(case: dict[str, Any]) -> Reading:
     """The archive's reading (``verify``, ``audit watch``): :func:`read_stories` over rows."""
-    stories = list(read_stories(_story_row(e) for e in case["events"]))
-    assert len(stories) == 1
+    accounts = []
+    for operator in (PINNED, None):
+        stories = list(read_stories((_story_row(e) for e in case["events"]), operator=operator))
+        assert len(stories) == 1
+        accounts.append(_data(stories[0].data))
     story = stories[0]
-    withheld = story.data.withheld
-    return {
-        "findings": [[f.rule.value, f.seq] for f in story.findings],
-        "writer": story.findings[0].writer if story.findings else None,
-        "withheld": None if withheld is None else withheld[0],
-    }
+    return _reading(
+        [[f.rule.value, f.seq] for f in story.findings],
+        story.findings[0].writer if story.findings else None,
+        *accounts,
+    )
 
 
 def read_standalone(case: dict[str, Any]) -> Reading:
     """The standalone verifier's copy, in-process, over the events a bundle holds."""
     events = [dict(e) for e in case["events"]]
     findings = verify_bundle.check_grammar(events, case["after_seq"])
-    withheld = verify_bundle.withheld(events)
-    return {
-        "findings": [[rule, seq] for rule, seq, _detail, _writer in findings],
-        "writer": findings[0][3] if findings else None,
-        "withheld": None if withheld is None else withheld[0],
-    }
+    accounts = []
+    for keys in ({verify_bundle.key_id(OPERATOR_KEY): OPERATOR_KEY}, None):
+        withheld = verify_bundle.withheld(events, keys)
+        forged = verify_bundle.erasures(events, keys)[1]
+        accounts.append(
+            (None if withheld is None else withheld[0], [[seq, why] for seq, why, _w in forged])
+        )
+    return _reading(
+        [[rule, seq] for rule, seq, _detail, _writer in findings],
+        findings[0][3] if findings else None,
+        *accounts,
+    )
 
 
 READERS: dict[str, Callable[[dict[str, Any]], Reading]] = {
@@ -123,9 +165,15 @@ def test_every_reader_reads_every_case(reader: str, name: str) -> None:
     case = CASES[name]
     got = READERS[reader](case)
     assert got == {
-        "findings": case["findings"],
-        "writer": case["writer"],
-        "withheld": case["withheld"],
+        key: case[key]
+        for key in (
+            "findings",
+            "writer",
+            "withheld",
+            "forged",
+            "withheld_unpinned",
+            "forged_unpinned",
+        )
     }
 
 
@@ -134,8 +182,12 @@ def test_the_vectors_cover_every_rule_and_the_flows_the_product_journals() -> No
     assert named == {r.value for r in GrammarRule}
     valid = [c for c in CASES.values() if c["name"].startswith("valid_")]
     assert len(valid) >= 15
-    assert all(not c["findings"] and c["withheld"] is None for c in valid)
+    assert all(not c["findings"] and c["withheld"] is None and not c["forged"] for c in valid)
     assert any(c["withheld"] is not None for c in CASES.values())
+    # Each way an ERASED fails to count, pinned and not.
+    reasons = {why for c in CASES.values() for _seq, why in c["forged"]}
+    assert reasons >= {"unsigned_operator_event", "unknown_operator_key", "bad_operator_signature"}
+    assert any(c["forged"] and not c["forged_unpinned"] for c in CASES.values())
     assert any(c["writer"] for c in CASES.values() if c["findings"])
 
 
@@ -159,6 +211,8 @@ def test_one_vocabulary() -> None:
     assert rules <= {r.value for r in AuditReason}
     assert rules <= {r.value for r in AlertReason}
     assert "withheld" in {r.value for r in AuditReason}
+    assert "forged_erasure" in {r.value for r in AuditReason}
+    assert "forged_erasure" in {r.value for r in AlertReason}
 
 
 def _names_a_rule(function: ast.AST) -> bool:
@@ -232,13 +286,15 @@ def _run(directory: Path, *flags: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_standalone_verifier_run_as_auditors_run_it(tmp_path: Path) -> None:
     """Every case (but an anchored one, which needs a signed retention record) as a bundle
-    checked by ``python -I verify_bundle.py``: valid sagas pass, each impossible story fails
-    with its first finding's name and seq, withheld data fails unless --allow-unopened."""
+    checked by ``python -I verify_bundle.py`` with the operator key pinned: valid sagas pass,
+    each impossible story fails with its first finding's name and seq, withheld data fails
+    unless --allow-unopened, an ERASED that does not count fails as forged_erasure."""
     checked = 0
+    operator = ("--operator-public-key", OPERATOR_KEY.hex())
     for name, case in sorted(CASES.items()):
         if case["after_seq"]:
             continue
-        proc = _run(_bundle(tmp_path / name, case), "--allow-unsigned")
+        proc = _run(_bundle(tmp_path / name, case), "--allow-unsigned", *operator)
         if case["findings"]:
             rule, seq = case["findings"][0]
             assert proc.returncode == 1, (name, proc.stdout, proc.stderr)
@@ -250,10 +306,41 @@ def test_the_standalone_verifier_run_as_auditors_run_it(tmp_path: Path) -> None:
             found = re.match(r"FAILED: withheld at seq (\d+): ", proc.stdout)
             assert found is not None, proc.stdout
             assert int(found.group(1)) == case["withheld"], proc.stdout
-            accepted = _run(tmp_path / name, "--allow-unsigned", "--allow-unopened")
-            assert accepted.returncode == 0, accepted.stdout + accepted.stderr
-            assert "accepted only because of --allow-unopened" in accepted.stdout
+            accepted = _run(tmp_path / name, "--allow-unsigned", "--allow-unopened", *operator)
+            if case["forged"]:
+                assert accepted.returncode == 1, accepted.stdout + accepted.stderr
+                seq = case["forged"][0][0]
+                assert accepted.stdout.startswith(f"FAILED: forged_erasure at seq {seq}: ")
+            else:
+                assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+                assert "accepted only because of --allow-unopened" in accepted.stdout
+        elif case["forged"]:
+            seq, why = case["forged"][0]
+            assert proc.returncode == 1, (name, proc.stdout, proc.stderr)
+            assert proc.stdout.startswith(f"FAILED: forged_erasure at seq {seq}: "), proc.stdout
+            assert f"({why})" in proc.stdout
         else:
             assert proc.returncode == 0, (name, proc.stdout, proc.stderr)
         checked += 1
     assert checked >= 40
+
+
+def test_the_standalone_verifier_without_an_operator_key_says_it_counted_unverified(
+    tmp_path: Path,
+) -> None:
+    """Without --operator-public-key an ERASED with an operator signature counts unverified
+    (and the output says so); one without a signature never counts."""
+    signed = _run(_bundle(tmp_path / "signed", CASES["erased_other_key"]), "--allow-unsigned")
+    assert signed.returncode == 0, signed.stdout + signed.stderr
+    assert "UNVERIFIED: 1 ERASED event(s) counted without checking" in signed.stdout
+    pinned = _run(
+        tmp_path / "signed", "--allow-unsigned", "--operator-public-key", OPERATOR_KEY.hex()
+    )
+    assert pinned.returncode == 1
+    assert pinned.stdout.startswith("FAILED: withheld at seq 2: "), pinned.stdout
+    assert "(the ERASED at seq 5 does not: unknown_operator_key)" in pinned.stdout
+    unsigned = _run(_bundle(tmp_path / "unsigned", CASES["erased_unsigned"]), "--allow-unsigned")
+    assert unsigned.returncode == 1
+    assert unsigned.stdout.startswith("FAILED: withheld at seq 2: "), unsigned.stdout
+    bad = _run(tmp_path / "unsigned", "--allow-unsigned", "--operator-public-key", "00" * 31)
+    assert bad.returncode == 2

@@ -590,3 +590,88 @@ def test_an_erased_event_the_topic_could_not_take_is_refused_before_anything_cha
         keys.close()
         store.close()
     assert _dump(stack.dsn) == before
+
+
+FORGERIES = {
+    "an unsigned request to undo it": EntryDraft(
+        saga_id=SAGA,
+        event_type=EventType.COMPENSATION_REQUESTED,
+        actor="operator:root@ops",
+        error="please undo",
+        attributes={"reason": "FAILED"},
+    ),
+    "a call": EntryDraft(saga_id=SAGA, event_type=EventType.INTENT, tool="mail", payload="{}"),
+    "a request for approval": EntryDraft(
+        saga_id=SAGA,
+        event_type=EventType.AWAITING_APPROVAL,
+        tool="mail",
+        payload="{}",
+        attributes={"payload_sha256": "0" * 64, "reversibility": "IRREVERSIBLE"},
+    ),
+    "an end saying compensation is pending": EntryDraft(
+        saga_id=SAGA, event_type=EventType.SAGA_ENDED, result="COMPENSATION_PENDING"
+    ),
+}
+
+
+@pytest.mark.parametrize("forgery", sorted(FORGERIES))
+def test_a_forged_event_after_the_end_does_not_keep_the_erasure_refused(
+    stack: Stack, forgery: str
+) -> None:
+    """Any writer can append to an ended saga.  What it appends without an operator's signed
+    request (or a settlement) before it starts no work, so erase judges the saga without it,
+    names it, and erases (docs/adr/0027-operator-signatures.md)."""
+    keys = stack.keys()
+    journal = KafkaJournal(stack.bootstrap, topic=stack.topic, keys=keys, writer_id="mallory")
+    try:
+        forged = journal.append(FORGERIES[forgery])
+        journal.flush()
+    finally:
+        journal.close()
+        keys.close()
+    if forged.event_type is EventType.AWAITING_APPROVAL:
+        # The approvals service folds it as a pending request: that starts no work either.
+        with psycopg.connect(stack.dsn, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO sagacity_approval_request (topic, saga_id, seq, tool, payload,"
+                " requested_at_us, signatures_required, policy_version, reversibility, state)"
+                " VALUES (%s, %s, %s, 'mail', '{}', 1, 1, 'v1', 'IRREVERSIBLE', 'pending')",
+                (stack.topic, SAGA, forged.seq),
+            )
+    code, out = stack.cli("erase", "--saga", SAGA, "--reason", "art. 17", "--apply")
+    assert code == 0, out
+    assert f"seq {forged.seq} ({forged.event_type.value}) after the saga's end: ignored" in out
+    assert f"ERASED appended at seq {forged.seq + 1}" in out
+    chain = stack.chain()
+    assert chain[-1].event_type is EventType.ERASED
+    assert chain[-1].prev_hash == forged.hash
+    stack.archive_topic()
+    assert MARKER not in _dump(stack.dsn)
+
+
+def test_an_operators_signed_request_after_the_end_keeps_the_saga_live(stack: Stack) -> None:
+    """What reopens an ended saga is a person's word: the operator's signed request to undo
+    it.  Until the compensation service ends it again, erase refuses."""
+    from sagacity._operator_signature import append_signed
+
+    keys = stack.keys()
+    journal = KafkaJournal(stack.bootstrap, topic=stack.topic, keys=keys)
+    try:
+        append_signed(
+            journal,
+            EntryDraft(
+                saga_id=SAGA,
+                event_type=EventType.COMPENSATION_REQUESTED,
+                actor="operator:ana@ops",
+                attributes={"reason": "refund"},
+            ),
+            stack.operator,
+        )
+    finally:
+        journal.close()
+        keys.close()
+    before = _dump(stack.dsn)
+    code, out = stack.cli("erase", "--saga", SAGA, "--reason", "art. 17", "--apply")
+    assert code == 1, out
+    assert "it is live: seq 5 (COMPENSATION_REQUESTED) follows its last SAGA_ENDED" in out
+    assert _dump(stack.dsn) == before

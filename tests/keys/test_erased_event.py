@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from sagacity import EntryDraft, EventType, InMemoryJournal, verify
 from sagacity import _attributes as attr
 from sagacity._events import JournalEntry, event_type_of
+from sagacity._operator_signature import OperatorSigner, OperatorVerifier, append_signed
 from sagacity._outcome import outcome_from_chain
 from sagacity._requests import pending_requests
 from sagacity.chain import committing
@@ -19,7 +22,11 @@ from sagacity.schemas import decode_entry, encode_entry
 SAGA = "erased-saga"
 
 
-def _chain(*, erased: bool, form: int = 1) -> list[JournalEntry]:
+OPERATOR = OperatorSigner(Ed25519PrivateKey.generate())
+PINNED = OperatorVerifier([OPERATOR.public_raw])
+
+
+def _chain(*, erased: bool, form: int = 1, signed: bool = True) -> list[JournalEntry]:
     journal = InMemoryJournal()
     drafts = [
         EntryDraft(saga_id=SAGA, event_type=EventType.SAGA_OPENED, actor="writer-1"),
@@ -45,7 +52,11 @@ def _chain(*, erased: bool, form: int = 1) -> list[JournalEntry]:
             )
         )
     for draft in drafts:
-        journal.append(committing(draft) if form == 2 else draft)
+        draft = committing(draft) if form == 2 else draft
+        if draft.event_type is EventType.ERASED and signed:
+            append_signed(journal, draft, OPERATOR)  # as `sagacity erase` does
+        else:
+            journal.append(draft)
     return list(journal.entries(SAGA))
 
 
@@ -74,5 +85,18 @@ def test_an_erased_saga_with_its_final_status_erased_is_not_handed_to_compensati
         {**chain[3].to_dict(), "result": None, "salts": {}}  # the opening cleared
     )
     assert verify([*chain[:3], erased_end, chain[4]]).ok
-    assert pending_request([*chain[:3], erased_end]) is not None
-    assert pending_request([*chain[:3], erased_end, chain[4]]) is None
+    assert pending_request([*chain[:3], erased_end], operator=PINNED) is not None
+    assert pending_request([*chain[:3], erased_end, chain[4]], operator=PINNED) is None
+
+
+def test_an_erased_no_operator_signed_closes_nothing() -> None:
+    """Any writer can append ERASED: one without the operator's signature (or with no key
+    pinned to check it) leaves the request pending for the compensation service."""
+    chain = _chain(erased=True, form=2, signed=False)
+    erased_end = JournalEntry.from_dict({**chain[3].to_dict(), "result": None, "salts": {}})
+    forged = [*chain[:3], erased_end, chain[4]]
+    assert verify(forged).ok
+    assert pending_request(forged, operator=PINNED) == chain[2]
+    signed = _chain(erased=True, form=2)
+    signed_end = JournalEntry.from_dict({**signed[3].to_dict(), "result": None, "salts": {}})
+    assert pending_request([*signed[:3], signed_end, signed[4]]) == signed[2]  # no key pinned

@@ -5,6 +5,10 @@ Run ``python tests/vectors/make_grammar_vectors.py`` after changing a case: the 
 deterministic (fixed times, salts and writer ids).  The valid cases are the flows the product
 journals (each named after the test that journals it); every invalid case breaks one rule.
 ``findings`` is every finding of :func:`sagacity._grammar.check`, ``(rule, seq)`` in order.
+Every ``ERASED`` is signed by the vectors' operator key (``operator_public_key``, derived from a
+fixed seed: Ed25519 signatures are deterministic) unless its case says otherwise; ``withheld``
+and ``forged`` are read with that key pinned, ``withheld_unpinned`` and ``forged_unpinned``
+without a key (docs/adr/0027-operator-signatures.md: signed ones count unverified).
 """
 
 from __future__ import annotations
@@ -16,9 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from sagacity import EntryDraft, JournalEntry
 from sagacity._events import GENESIS_HASH, event_type_of
 from sagacity._grammar import check
+from sagacity._operator_signature import OperatorSigner, OperatorVerifier
 from sagacity._withheld import DataAccount
 from sagacity.chain import committing, link, payload_sha256
 
@@ -29,6 +36,17 @@ SERVICE = "sagacity-compensation:svc-1"
 APPROVALS = "sagacity-approvals:app-1"
 
 Event = tuple[str, dict[str, Any]]
+
+
+def _signer(seed: str) -> OperatorSigner:
+    raw = hashlib.sha256(seed.encode()).digest()
+    return OperatorSigner(Ed25519PrivateKey.from_private_bytes(raw))
+
+
+OPERATOR = _signer("sagacity grammar vectors: the operator key")
+"""The operator key every ``ERASED`` of the vectors is signed with (unless its case forges)."""
+OTHER = _signer("sagacity grammar vectors: a key nobody pins")
+VERIFIER = OperatorVerifier([OPERATOR.public_raw])
 
 
 def ev(kind: str, **fields: Any) -> Event:
@@ -139,16 +157,28 @@ def settled(tool: str, ref: int, phase: str, outcome: str) -> Event:
     )
 
 
-def erased(seqs: dict[int, list[str]]) -> Event:
+def erased(seqs: dict[int, list[str]], *, sign: str = "operator") -> Event:
+    """An ``ERASED``: ``sign`` is ``operator`` (the vectors' key), ``other`` (a key nobody
+    pins), ``bad`` (the operator's key id, a signature of another message) or ``none``."""
     return ev(
         "ERASED",
         actor="operator:ana@host",
+        sign=sign,
         attributes={
             "reason": "art. 17 request",
             "erased": json.dumps({str(k): v for k, v in seqs.items()}, separators=(",", ":")),
             "erased_key": "0123456789abcdef",
         },
     )
+
+
+def _signed(draft: EntryDraft, how: str, *, seq: int, prev: str) -> EntryDraft:
+    if how == "none":
+        return draft
+    if how == "bad":
+        elsewhere = OPERATOR.sign(draft, seq=seq + 1, prev_hash=prev)
+        return dataclasses.replace(draft, attributes=dict(elsewhere.attributes))
+    return (OTHER if how == "other" else OPERATOR).sign(draft, seq=seq, prev_hash=prev)
 
 
 RESERVE = '{"product_id":"SKU-9","quantity":2}'
@@ -746,6 +776,43 @@ def case_events() -> list[dict[str, Any]]:
         "an ERASED while a request is pending",
         [opened(), request("wire", w), ended("AWAITING_APPROVAL"), erased({2: ["payload"]})],
     )
+    mail = [
+        opened(),
+        call("mail", '{"to":"ada@example.org"}'),
+        done("mail", 2, result="sent"),
+        ended("COMPLETED"),
+    ]
+    listing = {2: ["payload"], 3: ["result"], 4: ["result"]}
+    add(
+        "erased_unsigned",
+        "an ERASED no operator signed (any writer may append one): it does not count, so the"
+        " data it claims erased is withheld, with or without a pinned key",
+        [*mail, erased(listing, sign="none")],
+        form=2,
+        erase=[2, 3, 4],
+    )
+    add(
+        "erased_other_key",
+        "an ERASED signed by a key nobody pins: withheld where the operator key is pinned,"
+        " counted unverified where none is",
+        [*mail, erased(listing, sign="other")],
+        form=2,
+        erase=[2, 3, 4],
+    )
+    add(
+        "erased_bad_signature",
+        "an ERASED whose operator signature is for another place in the chain",
+        [*mail, erased(listing, sign="bad")],
+        form=2,
+        erase=[2, 3, 4],
+    )
+    add(
+        "erased_forged_then_operator",
+        "a forged ERASED, then the operator's: the data is erased, the forgery still reported",
+        [*mail, erased({}, sign="none"), erased(listing)],
+        form=2,
+        erase=[2, 3, 4],
+    )
     add(
         "ref_forward",
         "an EXECUTED that refers to a later seq",
@@ -803,16 +870,16 @@ def build(case: dict[str, Any]) -> dict[str, Any]:
         )
         if form == 2:
             draft = committing(draft, salt=salt)
+        if kind == "ERASED":
+            draft = _signed(draft, fields.get("sign", "operator"), seq=seq, prev=prev)
         entry = link(draft, seq=seq, prev_hash=prev)
         if seq in case.get("erase", ()):
             entry = _erase(entry)
         chain.append(entry)
         prev = entry.hash
     findings = check(chain, after_seq=after)
-    account = DataAccount()
-    for e in chain:
-        account.feed(e.seq, e.event_type, e.attributes, e.commitments, e.salts)
-    withheld = account.withheld
+    account, unpinned = _account(chain, VERIFIER), _account(chain, None)
+    withheld, withheld_unpinned = account.withheld, unpinned.withheld
     return {
         "name": case["name"],
         "description": case["description"],
@@ -823,8 +890,20 @@ def build(case: dict[str, Any]) -> dict[str, Any]:
         "findings": [[f.rule.value, f.seq] for f in findings],
         "writer": findings[0].writer if findings else None,
         "withheld": None if withheld is None else withheld[0],
+        "forged": [[seq, why] for seq, why, _writer in account.forged],
+        "withheld_unpinned": None if withheld_unpinned is None else withheld_unpinned[0],
+        "forged_unpinned": [[seq, why] for seq, why, _writer in unpinned.forged],
         "erased_fields": account.erased_fields,
     }
+
+
+def _account(chain: list[JournalEntry], operator: OperatorVerifier | None) -> DataAccount:
+    account = DataAccount(operator=operator)
+    for e in chain:
+        if e.event_type == "ERASED":
+            account.erasure(e)
+        account.feed(e.seq, e.event_type, e.attributes, e.commitments, e.salts)
+    return account
 
 
 def _erase(entry: JournalEntry) -> JournalEntry:
@@ -848,9 +927,13 @@ def main(write: Callable[[str], object] = OUT.write_text) -> None:
             "coverage.md): each case is one saga's hash-valid chain in seq order (after_seq: the"
             " chain starts after a retention anchor whose hash is anchor_hash), with every"
             " finding of the saga grammar as [rule, seq] (none for a valid saga), the writer the"
-            " first finding names, and the first seq whose data is withheld (a form-2 opening"
-            " missing with no ERASED on the chain). Generated by make_grammar_vectors.py."
+            " first finding names, the first seq whose data is withheld (a form-2 opening"
+            " missing with no ERASED that counts on the chain) and the ERASED events that do"
+            " not count ([seq, reason]: forged), with operator_public_key pinned and (the"
+            " _unpinned fields) without a key, when an ERASED with an operator signature counts"
+            " unverified. Generated by make_grammar_vectors.py."
         ),
+        "operator_public_key": OPERATOR.public_hex,
         "cases": [build(case) for case in case_events()],
     }
     write(_render(document))

@@ -10,6 +10,7 @@ import zipfile
 from pathlib import Path
 
 from sagacity._disclosure import disclosed
+from sagacity._operator_signature import OperatorVerifier
 from sagacity.errors import UnknownSagaError
 from sagacity.postgres import connect, mapped_errors
 
@@ -19,10 +20,13 @@ class ArchiveView:
 
     Args:
         dsn: the archive's PostgreSQL.
+        operator: the pinned operator keys an ``ERASED`` must be signed with to count in the
+            verdict (``None``: counted unverified, docs/adr/0027-operator-signatures.md).
     """
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, *, operator: OperatorVerifier | None = None) -> None:
         self._dsn = dsn
+        self._operator = operator
 
     def _export(self, saga_id: str, out: Path) -> tuple[bool, str]:
         from sagacity.consumers.archive._export import export_bundle
@@ -31,7 +35,7 @@ class ArchiveView:
             connect(self._dsn, timeout=5, action="cannot read the archive") as conn,
             mapped_errors("cannot read the archive"),
         ):
-            audit = export_bundle(conn, saga_id, out)
+            audit = export_bundle(conn, saga_id, out, operator=self._operator)
         if audit.ok:
             return True, f"archive verifies {audit.events} events ({audit.checkpoints} signed)"
         return False, f"archive does NOT verify at seq {audit.bad_seq}: {audit.detail}"
