@@ -26,25 +26,18 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sagacity import _attributes as attr
-from sagacity._ed25519 import (
-    key_id_of,
-    load_private_key,
-    parse_public_key,
-    public_raw_of,
-    signature_valid,
-    write_private_key,
-)
+from sagacity._ed25519 import KeyHolder, PinnedKeys, signature_valid, write_private_key
 from sagacity._events import EntryDraft
-from sagacity.errors import ConfigurationError, SigningKeyError
+from sagacity.errors import SigningKeyError
 
 if TYPE_CHECKING:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    pass
 
 DECISION_MAGIC = b"SGCD2"
 """Leading bytes of the signed message; the version of its form."""
@@ -165,23 +158,8 @@ def is_decision(entry: EntryDraft) -> bool:
     return entry.event_type.value in DECISION_EVENTS
 
 
-class DecisionSigner:
+class DecisionSigner(KeyHolder):
     """Signs decisions with the approvals service's Ed25519 private key."""
-
-    def __init__(self, private_key: Ed25519PrivateKey) -> None:
-        self._key = private_key
-        self.public_raw = public_raw_of(private_key)
-        self.public_hex = self.public_raw.hex()
-        self.key_id = key_id_of(self.public_raw)
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> DecisionSigner:
-        """Load a PEM (PKCS#8) Ed25519 private key, as written by :func:`generate_key`.
-
-        Raises:
-            SigningKeyError: the file is missing, unreadable or not an Ed25519 private key.
-        """
-        return cls(load_private_key(path))
 
     @classmethod
     def ephemeral(cls) -> DecisionSigner:
@@ -222,45 +200,16 @@ def generate_key(path: str | Path) -> DecisionSigner:
     return DecisionSigner(write_private_key(path))
 
 
-def _public_key(text: str) -> bytes:
-    return parse_public_key(text, what="approvals public key")
-
-
-class DecisionVerifier:
+class DecisionVerifier(PinnedKeys):
     """Checks decision signatures against pinned public keys.
 
     Args:
         public_keys: raw 32-byte Ed25519 public keys (several during a key rotation).
     """
 
-    def __init__(self, public_keys: Iterable[bytes]) -> None:
-        keys = {key_id_of(raw): raw for raw in public_keys}
-        if not keys:
-            raise ConfigurationError("a decision verifier needs at least one public key")
-        self._keys: Mapping[str, bytes] = keys
-
-    @classmethod
-    def parse(cls, text: str) -> DecisionVerifier:
-        """Keys from ``text``: hex or key files (hex or PEM), separated by commas or spaces.
-
-        Raises:
-            ConfigurationError: empty, or an item is not an Ed25519 public key.
-        """
-        items = [part for part in text.replace(",", " ").split() if part]
-        try:
-            return cls(_public_key(item) for item in items)
-        except SigningKeyError as exc:
-            raise ConfigurationError(f"{PUBLIC_KEY_ENV}: {exc.message}") from exc
-
-    @property
-    def key_ids(self) -> tuple[str, ...]:
-        """The ids of the pinned keys."""
-        return tuple(self._keys)
-
-    @property
-    def public_keys(self) -> tuple[bytes, ...]:
-        """The pinned raw public keys."""
-        return tuple(self._keys.values())
+    name = "a decision verifier"
+    what = "approvals public key"
+    setting = PUBLIC_KEY_ENV
 
     def check(self, entry: EntryDraft) -> str | None:
         """``None`` when ``entry``'s decision signature verifies, else a :class:`Reason`."""

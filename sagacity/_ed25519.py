@@ -12,10 +12,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
-from sagacity.errors import SigningKeyError
+from sagacity.errors import ConfigurationError, SigningKeyError
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -138,3 +139,71 @@ def signature_valid(public_raw: bytes, signature: bytes | str | None, message: b
     except (ValueError, TypeError, InvalidSignature):
         return False
     return True
+
+
+class KeyHolder:
+    """An Ed25519 private key with its public half and key id: what every signer of the
+    product (decisions, operator events, checkpoints) holds.  Subclasses add what they sign."""
+
+    def __init__(self, private_key: Ed25519PrivateKey) -> None:
+        self._key = private_key
+        self.public_raw = public_raw_of(private_key)
+        self.public_hex = self.public_raw.hex()
+        self.key_id = key_id_of(self.public_raw)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Self:
+        """Load a PEM (PKCS#8) Ed25519 private key, as :func:`write_private_key` writes it.
+
+        Raises:
+            SigningKeyError: the file is missing, unreadable or not an Ed25519 private key.
+        """
+        return cls(load_private_key(path))
+
+
+class PinnedKeys:
+    """Ed25519 public keys pinned to verify one kind of signature (several during a key
+    rotation), by key id: what every verifier of the product holds.
+
+    Args:
+        public_keys: raw 32-byte public keys.
+
+    Raises:
+        ConfigurationError: no key.
+    """
+
+    name = "a verifier"
+    """What the holder is, in messages (``"a decision verifier"``)."""
+    what = "public key"
+    """What the keys are, in messages (``"approvals public key"``)."""
+    setting = ""
+    """The setting the keys are read from, named in a refusal."""
+
+    def __init__(self, public_keys: Iterable[bytes]) -> None:
+        keys = {key_id_of(raw): raw for raw in public_keys}
+        if not keys:
+            raise ConfigurationError(f"{self.name} needs at least one public key")
+        self._keys: Mapping[str, bytes] = keys
+
+    @classmethod
+    def parse(cls, text: str) -> Self:
+        """Keys from ``text``: hex or key files (hex or PEM), separated by commas or spaces.
+
+        Raises:
+            ConfigurationError: empty, or an item is not an Ed25519 public key.
+        """
+        items = [part for part in text.replace(",", " ").split() if part]
+        try:
+            return cls(parse_public_key(item, what=cls.what) for item in items)
+        except SigningKeyError as exc:
+            raise ConfigurationError(f"{cls.setting}: {exc.message}") from exc
+
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        """The ids of the pinned keys."""
+        return tuple(self._keys)
+
+    @property
+    def public_keys(self) -> tuple[bytes, ...]:
+        """The pinned raw public keys."""
+        return tuple(self._keys.values())

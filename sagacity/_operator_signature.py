@@ -27,24 +27,16 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from sagacity import _attributes as attr
-from sagacity._ed25519 import (
-    key_id_of,
-    load_private_key,
-    parse_public_key,
-    public_raw_of,
-    signature_valid,
-    write_private_key,
-)
+from sagacity._ed25519 import KeyHolder, PinnedKeys, signature_valid, write_private_key
 from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity.chain import framed
 from sagacity.errors import (
-    ConfigurationError,
     SigningKeyError,
     TailMovedError,
     UnknownSagaError,
@@ -52,7 +44,7 @@ from sagacity.errors import (
 from sagacity.journal import ConditionalJournal
 
 if TYPE_CHECKING:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    pass
 
 OPERATOR_MAGIC = b"SGCO1"
 """Leading bytes of the signed message; the version of its form."""
@@ -165,23 +157,8 @@ def _message_of(draft: OperatorDraft, key_id: str, *, seq: int, prev_hash: str) 
         return None
 
 
-class OperatorSigner:
+class OperatorSigner(KeyHolder):
     """Signs operator events with the operator's Ed25519 private key."""
-
-    def __init__(self, private_key: Ed25519PrivateKey) -> None:
-        self._key = private_key
-        self.public_raw = public_raw_of(private_key)
-        self.public_hex = self.public_raw.hex()
-        self.key_id = key_id_of(self.public_raw)
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> OperatorSigner:
-        """Load a PEM (PKCS#8) Ed25519 private key, as written by :func:`generate_key`.
-
-        Raises:
-            SigningKeyError: the file is missing, unreadable or not an Ed25519 private key.
-        """
-        return cls(load_private_key(path))
 
     def sign(self, draft: EntryDraft, *, seq: int, prev_hash: str) -> EntryDraft:
         """``draft`` with its ``operator_signature`` attribute, for the place ``seq`` after
@@ -210,7 +187,7 @@ def generate_key(path: str | Path) -> OperatorSigner:
     return OperatorSigner(write_private_key(path))
 
 
-class OperatorVerifier:
+class OperatorVerifier(PinnedKeys):
     """Checks operator signatures against pinned public keys.
 
     Args:
@@ -220,34 +197,9 @@ class OperatorVerifier:
         ConfigurationError: no key.
     """
 
-    def __init__(self, public_keys: Iterable[bytes]) -> None:
-        keys = {key_id_of(raw): raw for raw in public_keys}
-        if not keys:
-            raise ConfigurationError("an operator verifier needs at least one public key")
-        self._keys: Mapping[str, bytes] = keys
-
-    @classmethod
-    def parse(cls, text: str) -> OperatorVerifier:
-        """Keys from ``text``: hex or key files (hex or PEM), separated by commas or spaces.
-
-        Raises:
-            ConfigurationError: empty, or an item is not an Ed25519 public key.
-        """
-        items = [part for part in text.replace(",", " ").split() if part]
-        try:
-            return cls(parse_public_key(item, what="operator public key") for item in items)
-        except SigningKeyError as exc:
-            raise ConfigurationError(f"{PUBLIC_KEY_ENV}: {exc.message}") from exc
-
-    @property
-    def key_ids(self) -> tuple[str, ...]:
-        """The ids of the pinned keys."""
-        return tuple(self._keys)
-
-    @property
-    def public_keys(self) -> tuple[bytes, ...]:
-        """The pinned raw public keys."""
-        return tuple(self._keys.values())
+    name = "an operator verifier"
+    what = "operator public key"
+    setting = PUBLIC_KEY_ENV
 
     def check(self, entry: OperatorEvent, *, journal: str | None = None) -> str | None:
         """``None`` when ``entry`` carries an operator signature that verifies at its place
