@@ -9,8 +9,7 @@ only what was signed (docs/adr/0025-trust-model.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -26,27 +25,11 @@ from sagacity.schemas import encode_entry
 
 from .conftest import ALICE, MALLORY, bearer, shown
 from .test_processes import Deployment, listed, wait_for
+from .test_processes import deployment as deployment  # the same fixture: a topic, replicas
 from .tools import calls
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 E = EventType
-
-
-@pytest.fixture
-def deployment(
-    kafka_bootstrap: str,
-    make_topic: Callable[..., str],
-    pg_dsn: str,
-    auth_file: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[Deployment]:
-    d = Deployment(kafka_bootstrap, make_topic(partitions=3), pg_dsn, auth_file, tmp_path)
-    monkeypatch.setenv("SAGACITY_TEST_CALL_LOG", str(d.calls))
-    try:
-        yield d
-    finally:
-        d.close()
 
 
 def _producer(deployment: Deployment) -> Producer:
