@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import timedelta
 from typing import Any, Literal, TypeVar, cast
 
-from sagacity import _approval, _settlement, _tracing
+from sagacity import _approval, _resume, _settlement, _tracing
 from sagacity import _attributes as attr
 from sagacity._codec import describe_error
 from sagacity._compensation import CompensationCall, CompensationReport, CompensationRunner
@@ -154,6 +154,7 @@ class Sagacity:
         self._verifier = _verifier(approvals_public_key, decision_signer)
         self._registry = ToolRegistry(admit=self._admit_tool)
         self._desk = _approval.ApprovalDesk(self)
+        self._resumer = _resume.Resumer(self, self._desk)
         self._suspects = _settlement.SuspectDesk(self)
         self._conversations: dict[str, SagaRun] = {}
         self._conversations_lock = threading.Lock()
@@ -781,13 +782,13 @@ class Sagacity:
             ChainIntegrityError: the saga's chain does not verify.
             StepInDoubtError: an interrupted resume left the call without an outcome.
         """
-        return self._desk.resume(saga_id, seq, payload, requested_by=requested_by)
+        return self._resumer.resume(saga_id, seq, payload, requested_by=requested_by)
 
     async def resume_saga_async(
         self, saga_id: str, seq: int, payload: str, *, requested_by: str | None = None
     ) -> SagaResult:
         """:meth:`resume_saga` for asyncio (async tools and compensations are awaited)."""
-        return await self._desk.resume_async(saga_id, seq, payload, requested_by=requested_by)
+        return await self._resumer.resume_async(saga_id, seq, payload, requested_by=requested_by)
 
     def expire(self, saga_id: str, seq: int, *, seen_at_us: int | None = None) -> SagaResult:
         """Journal ``EXPIRED`` for the request at ``seq`` if it is past its time to live.
