@@ -70,7 +70,8 @@ from sagacity.producer._topic import (
 )
 from sagacity.producer._trace import current_traceparent, valid_traceparent
 from sagacity.schemas import current_schema, encode_entry, link_encoded
-from sagacity.schemas._codec import FieldSealer, link_encoded_sealed
+from sagacity.schemas._hotpath import link_encoded_sealed
+from sagacity.schemas._sealed import FieldSealer
 
 RECORD_OVERHEAD = 128
 """Bytes reserved beyond key, value and headers for Kafka's record and batch framing."""

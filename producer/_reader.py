@@ -37,7 +37,7 @@ from sagacity.producer._clients import with_logger
 from sagacity.producer._index import IndexedSaga, SagaIndex
 from sagacity.producer._partition import partition_for
 from sagacity.schemas import decode_entry
-from sagacity.schemas._codec import FieldSealer
+from sagacity.schemas._sealed import FieldSealer
 
 log = logging.getLogger("sagacity.reader")
 

@@ -23,7 +23,7 @@ from sagacity.schemas import (
     link_encoded,
     peek_fingerprint,
 )
-from sagacity.schemas._codec import _link_encoded_python
+from sagacity.schemas._hotpath import _link_encoded_python
 
 GENESIS = "0" * 64
 text = st.text(
@@ -134,10 +134,10 @@ def _fastavro_encoding(entry: JournalEntry) -> bytes:
 
 
 def test_the_direct_encoder_covers_the_current_schema() -> None:
-    from sagacity.schemas._codec import _direct_encoding
+    from sagacity.schemas._avro import direct_encoding
 
     # A schema change must extend the direct encoder (or encoding falls back to fastavro).
-    assert _direct_encoding()
+    assert direct_encoding()
 
 
 @settings(max_examples=200, deadline=None)
@@ -193,14 +193,14 @@ def test_the_compiled_hot_path_is_built_where_cargo_is() -> None:
     import os
     import shutil
 
-    from sagacity.schemas import _codec
+    from sagacity.schemas import _hotpath
 
     wanted = os.environ.get("SAGACITY_NATIVE", "1") != "0"
     cargo = shutil.which("cargo") or (Path.home() / ".cargo" / "bin" / "cargo").exists()
     if wanted and cargo:
-        assert _codec.NATIVE, "cargo is here but sagacity-native is not installed"
+        assert _hotpath.NATIVE, "cargo is here but sagacity-native is not installed"
     if not wanted:
-        assert not _codec.NATIVE
+        assert not _hotpath.NATIVE
 
 
 @pytest.mark.parametrize(
@@ -397,14 +397,14 @@ def test_the_writer_attribute_added_by_the_link_step_is_with_attribute_linked(
     each of its paths (compiled with the entry made there, compiled, Python), and leaves the
     draft as it was."""
     from sagacity._events import with_attribute
-    from sagacity.schemas import _codec
+    from sagacity.schemas import _hotpath
 
-    if path != "python" and _codec._native_link_entry is None:
+    if path != "python" and _hotpath._native_link_entry is None:
         pytest.skip("the compiled module is not installed (the build test says whether it must)")
     if path != "link_entry":
-        monkeypatch.setattr(_codec, "_native_link_entry", None)
+        monkeypatch.setattr(_hotpath, "_native_link_entry", None)
     if path == "python":
-        monkeypatch.setattr(_codec, "_native_link_encode", None)
+        monkeypatch.setattr(_hotpath, "_native_link_encode", None)
     draft = EntryDraft(
         saga_id="saga-1",
         event_type=EventType.INTENT,
