@@ -42,6 +42,8 @@ from sagacity.schemas._sealed import FieldSealer, encode_sealed
 
 _NO_MAP: dict[str, str] = {}
 """An empty map for the compiled hot path's form-1 calls (it copies it, never changes it)."""
+_PLACED = JournalEntry.placed
+"""The entry's constructor the compiled link step calls (bound once, not looked up per event)."""
 
 
 def _load_native() -> Callable[..., tuple[str, bytes] | None] | None:
@@ -101,7 +103,7 @@ def link_encoded(
         # The compiled link step, entry included (form 1); what it hands back (None) is judged
         # below, where the errors are raised.
         try:
-            made = linked(_native_header(), prev_hash, seq, draft, JournalEntry, attribute)
+            made = linked(_native_header(), prev_hash, seq, draft, _PLACED, attribute)
         except (OverflowError, TypeError, ValueError):
             made = None
         if made is not None:
@@ -167,7 +169,7 @@ def _link_encode_compiled(
     if out is None:
         return None
     digest, value = out
-    entry = JournalEntry._linked(
+    entry = JournalEntry.placed(
         draft,
         seq=seq,
         prev_hash=prev_hash,
@@ -215,7 +217,7 @@ def link_encoded_sealed(
                 prev_hash,
                 seq,
                 draft,
-                JournalEntry,
+                _PLACED,
                 keys.material(draft.saga_id),
                 attribute,
             )
@@ -265,7 +267,7 @@ def _link_encoded_python(
     except (struct.error, OverflowError) as exc:
         raise SerializationError(f"entry does not fit the journal schema: {exc}") from exc
     digest = hashlib.sha256(hashed).hexdigest()
-    entry = JournalEntry._linked(draft, seq=seq, prev_hash=prev_hash, hash=digest)
+    entry = JournalEntry.placed(draft, seq=seq, prev_hash=prev_hash, hash=digest)
     value = b"".join(
         (
             MAGIC,

@@ -288,3 +288,37 @@ def test_an_event_without_data_is_written_for_an_erased_saga(
     assert entry.form == 2
     with pytest.raises(SagaErasedError):
         link_encoded_sealed(_DRAFTS[0], seq=4, prev_hash=entry.hash, keys=keys)
+
+
+def test_the_compiled_sealer_makes_its_entry_with_the_public_constructor(keys: KeyService) -> None:
+    """``seal_link_entry`` builds the form-2 entry by calling the constructor it is given
+    (``JournalEntry.placed``) with the salts and commitments it drew."""
+    from sagacity.schemas import _hotpath
+
+    compiled = _hotpath._native_seal_link_entry
+    if compiled is None:
+        pytest.skip("the compiled module is not installed (the build test says whether it must)")
+    calls: list[tuple[object, ...]] = []
+
+    def place(*args: object) -> JournalEntry:
+        calls.append(args)
+        return JournalEntry.placed(*args)  # type: ignore[arg-type]
+
+    draft = _DRAFTS[1]
+    keys.prepare(draft.saga_id)
+    made = compiled(
+        _hotpath._native_header(), "ab" * 32, 7, draft, place, keys.material(draft.saga_id), None
+    )
+    assert made is not None
+    entry, value = made
+    assert len(calls) == 1
+    given, seq, prev_hash, hash_, attributes, commitments, salts = calls[0]
+    assert (given, seq, prev_hash, hash_, attributes) == (draft, 7, "ab" * 32, entry.hash, None)
+    assert entry.form == 2
+    assert dict(entry.commitments) == commitments
+    assert dict(entry.salts) == salts
+    same = link(
+        committing(draft, salt=lambda n: bytes.fromhex(entry.salts[n])), seq=7, prev_hash="ab" * 32
+    )
+    assert entry == same
+    assert decode_entry(value, keys=keys) == entry

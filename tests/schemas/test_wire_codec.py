@@ -426,3 +426,62 @@ def test_a_writer_attribute_that_is_not_text_is_refused_by_the_link_step(value: 
     draft = EntryDraft(saga_id="s", event_type=EventType.INTENT, payload="{}")
     with pytest.raises(SerializationError, match="attribute 'writer'"):
         link_encoded(draft, seq=1, prev_hash=GENESIS, attribute=("writer", value))
+
+
+def test_the_compiled_link_step_makes_its_entry_with_the_public_constructor() -> None:
+    """``link_entry`` builds the entry by calling the constructor it is given
+    (``JournalEntry.placed``) with the draft, the link and the merged attributes, never by
+    writing the entry's slots itself (docs/adr/0024-hot-path-under-the-gil.md)."""
+    from sagacity._events import with_attribute
+    from sagacity.schemas import _hotpath
+
+    compiled = _hotpath._native_link_entry
+    if compiled is None:
+        pytest.skip("the compiled module is not installed (the build test says whether it must)")
+    calls: list[tuple[object, ...]] = []
+
+    def place(*args: object) -> JournalEntry:
+        calls.append(args)
+        return JournalEntry.placed(*args)  # type: ignore[arg-type]
+
+    draft = EntryDraft(
+        saga_id="saga-1",
+        event_type=EventType.INTENT,
+        tool="refund",
+        payload='{"amount":100}',
+        attributes={"payload_sha256": "ab" * 32, "ref_seq": "3"},
+    )
+    made = compiled(_hotpath._native_header(), "cd" * 32, 5, draft, place, ("writer", "w/1"))
+    assert made is not None
+    entry, value = made
+    expected = link(with_attribute(draft, "writer", "w/1"), seq=5, prev_hash="cd" * 32)
+    assert entry == expected
+    assert value == encode_entry(expected)
+    assert len(calls) == 1
+    given, seq, prev_hash, hash_, attributes, commitments, salts = calls[0]
+    assert (given, seq, prev_hash, hash_) == (draft, 5, "cd" * 32, expected.hash)
+    assert attributes == dict(expected.attributes)
+    assert (commitments, salts) == (None, None)
+    # Without an attribute to merge, the draft's own mapping is the entry's.
+    entry, _ = compiled(_hotpath._native_header(), "cd" * 32, 5, draft, place, None)
+    assert calls[1][4] is None
+    assert entry.attributes is draft.attributes
+
+
+def test_placed_takes_the_draft_as_it_is_and_the_entry_stays_frozen() -> None:
+    import dataclasses
+
+    draft = EntryDraft(saga_id="s", event_type=EventType.SAGA_OPENED, actor="w")
+    entry = JournalEntry.placed(draft, 1, GENESIS, "ab" * 32)
+    assert (entry.seq, entry.prev_hash, entry.hash, entry.actor) == (1, GENESIS, "ab" * 32, "w")
+    assert entry.form == 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        entry.hash = "cd" * 32  # type: ignore[misc]
+    sealed = JournalEntry.placed(
+        draft, 1, GENESIS, "ab" * 32, None, {"payload": "01" * 32}, {"payload": "02" * 32}
+    )
+    assert (sealed.form, dict(sealed.commitments), dict(sealed.salts)) == (
+        2,
+        {"payload": "01" * 32},
+        {"payload": "02" * 32},
+    )
