@@ -34,8 +34,6 @@ from sagacity.errors import (
     ConfigurationError,
     EventTooLargeError,
     JournalUnavailableError,
-    LeaseHeldError,
-    SagaNotLiveError,
     SerializationError,
     SigningKeyError,
     TailMovedError,
@@ -46,11 +44,11 @@ from sagacity.producer._config import DEFAULT_TOPIC, KafkaJournalSettings
 from sagacity.producer._delivery import Deliveries, Delivery, earlier_unsettled, require_gil
 from sagacity.producer._index import SagaIndex
 from sagacity.producer._lease import (
-    HANDOFF_TAKEOVER,
     LeaseView,
     Takeover,
-    lease_view,
-    message_timestamp_ms,
+    judge_lease,
+    lease_held,
+    takeover_draft,
 )
 from sagacity.producer._ownership import HeldSagas, SagaState, tail_moved
 from sagacity.producer._reader import HANDOFF_EVENTS, ReadCache, SagaRead, SagaReader
@@ -482,25 +480,11 @@ class KafkaJournal:
         return self._lease(self.read(saga_id))
 
     def _lease(self, read: SagaRead) -> LeaseView:
-        owner = read.ownership
-        if not owner.live or owner.opened_seq is None:
-            what = "has no events" if not read.entries else "is not held by any writer"
-            raise SagaNotLiveError(
-                f"saga {read.saga_id!r} {what}: there is no writer to take it from",
-                saga_id=read.saga_id,
-            )
-        last_offset = read.offsets[-1]
-        stamp = message_timestamp_ms(
-            self._client_config,
-            self._topic,
-            read.partition,
-            last_offset,
-            timeout=self._settings.read_timeout_s,
-        )
-        return lease_view(
-            opened=read.entries[owner.opened_seq - 1],
-            last=read.entries[-1],
-            last_timestamp_ms=stamp,
+        return judge_lease(
+            read,
+            config=self._client_config,
+            topic=self._topic,
+            read_timeout_s=self._settings.read_timeout_s,
             now_s=self._wall_clock(),
             max_clock_skew_s=self._settings.max_clock_skew_s,
         )
@@ -530,31 +514,12 @@ class KafkaJournal:
         read = self.read(saga_id)
         view = self._lease(read)
         if not view.expired and not force:
-            if view.expires_in_s is None:
-                why = "its SAGA_OPENED records no lease (written by an older release)"
-            else:
-                why = (
-                    f"its last event is {view.last_event_age_s:.1f}s old; the lease "
-                    f"({view.lease_ttl_s:g}s) plus the allowed clock skew "
-                    f"({self._settings.max_clock_skew_s:g}s) expires in {view.expires_in_s:.1f}s"
-                )
-            raise LeaseHeldError(
-                f"saga {saga_id!r} is held by writer {view.writer!r} and may still be alive: "
-                f"{why}. Nothing was appended; force only after checking the writer is gone",
-                saga_id=saga_id,
-            )
-        owner = read.ownership
-        lease = "forced" if not view.expired else "lease expired"
-        draft = EntryDraft(
-            saga_id=saga_id,
-            event_type=EventType.COMPENSATION_REQUESTED,
+            raise lease_held(saga_id, view, self._settings.max_clock_skew_s)
+        draft = takeover_draft(
+            read,
+            view,
+            reason=reason,
             actor=actor or self.writer_id,
-            error=f"taken over from writer {view.writer} ({lease}): {reason}",
-            attributes={
-                attr.REF_SEQ: str(owner.opened_seq),
-                attr.HANDOFF: HANDOFF_TAKEOVER,
-                attr.ABANDONED_WRITER: view.writer or "",
-            },
             recorded_at_us=int(self._wall_clock() * 1_000_000),
         )
         draft = self._prepare(draft)
