@@ -53,7 +53,7 @@ from sagacity.chain import link
 from sagacity.keys import KeyRing, KeyService, KeyStore, write_key_encryption_key
 from sagacity.producer import KafkaJournal, partition_for
 from sagacity.schemas import current_schema, encode_entry
-from sagacity.schemas._codec import NATIVE, link_encoded
+from sagacity.schemas._hotpath import NATIVE, link_encoded
 
 ROOT = Path(__file__).resolve().parents[1]
 PERF = ROOT / "docs" / "performance.md"

@@ -1,5 +1,5 @@
 """The dead-letter topic: poison input is parked there with its original bytes and a reason
-(the runtime's :class:`~sagacity.consumers._runtime.DeadLetterTopic` policy)."""
+(the runtime's :class:`~sagacity.consumers._poison.DeadLetterTopic` policy)."""
 
 from __future__ import annotations
 

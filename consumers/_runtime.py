@@ -28,6 +28,9 @@ The behaviour the approvals, compensation and archive services share, and that l
   every iteration, :attr:`~ConsumerRuntime.joined` / :attr:`~ConsumerRuntime.assigned` /
   :attr:`~ConsumerRuntime.error` say where the member stands, and a lag hook is told each
   partition's distance from its high watermark once a second.
+
+The position stores are :mod:`._positions`'s, the poison policies :mod:`._poison`'s; both are
+named here too, where the services import them.
 """
 
 from __future__ import annotations
@@ -35,13 +38,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -49,9 +50,43 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from sagacity.errors import JournalError, KafkaAccessDeniedError, PersistenceUnavailableError
+from sagacity.consumers._poison import (
+    DeadLetterSender,
+    DeadLetterTopic,
+    PoisonPolicy,
+    QuarantineTable,
+    SkipAndCount,
+)
+from sagacity.consumers._positions import (
+    KafkaCommits,
+    Ledger,
+    PositionStore,
+    StoredOffsets,
+    TablePositions,
+)
+from sagacity.errors import KafkaAccessDeniedError
 from sagacity.producer._clients import with_logger
 from sagacity.producer._denied import access_denied
+
+__all__ = [
+    "FIXED_SETTINGS",
+    "LAG_INTERVAL_S",
+    "ConsumerRuntime",
+    "DeadLetterSender",
+    "DeadLetterTopic",
+    "Handler",
+    "KafkaCommits",
+    "Ledger",
+    "PoisonPolicy",
+    "PositionStore",
+    "QuarantineTable",
+    "Redeliver",
+    "RuntimeOptions",
+    "SkipAndCount",
+    "StoredOffsets",
+    "TablePositions",
+    "client_config",
+]
 
 log = logging.getLogger("sagacity.consumer")
 
@@ -94,261 +129,6 @@ def client_config(
         **dict(tuning or {}),
         **FIXED_SETTINGS,
     }
-
-
-# --- positions ------------------------------------------------------------------------------
-@dataclass
-class Ledger:
-    """Which offsets of one partition are done, when work finishes out of order.
-
-    Only the contiguous prefix of finished offsets may be committed: ``commit_at`` is the
-    offset after it (``None`` until the first is done); ``committed`` is what was last sent.
-    """
-
-    pending: OrderedDict[int, bool] = field(default_factory=OrderedDict)
-    commit_at: int | None = None
-    committed: int | None = None
-
-    def add(self, offset: int) -> None:
-        """``offset`` was read; it is not done yet."""
-        self.pending[offset] = False
-
-    def done(self, offset: int) -> None:
-        """The work for ``offset`` is durable."""
-        if offset in self.pending:
-            self.pending[offset] = True
-        while self.pending:
-            first, finished = next(iter(self.pending.items()))
-            if not finished:
-                break
-            self.pending.popitem(last=False)
-            self.commit_at = first + 1
-
-
-class KafkaCommits:
-    """Positions committed to Kafka once the service says the work before them is done.
-
-    Args:
-        ready: the next offset to commit per partition (only those in the given set, or all
-            for ``None``) that changed since the last call; the service marks them committed.
-        done: the partition's position as far as the work is done (for lag), if known.
-    """
-
-    in_kafka = True
-
-    def __init__(
-        self,
-        ready: Callable[[Collection[int] | None], Mapping[int, int]],
-        *,
-        done: Callable[[int], int | None] | None = None,
-    ) -> None:
-        self.ready = ready
-        self.done = done
-
-    def starting(self, topic: str, stop: threading.Event) -> Mapping[int, int]:
-        """Nothing: a partition starts at the group's committed position."""
-        del topic, stop
-        return {}
-
-
-class StoredOffsets(Protocol):
-    """What a service provides to keep its positions in its own table."""
-
-    def __call__(self, topic: str) -> Mapping[int, int]:
-        """The next offset to read per partition of ``topic``, as stored with the effects.
-
-        Raises:
-            PersistenceError: the table cannot be read.
-        """
-        ...
-
-
-class TablePositions:
-    """Positions stored by the service in a table, in the transaction that writes its effect.
-
-    Args:
-        read: the stored positions.
-        from_beginning: a partition the table does not name starts at its first offset
-            (``True``) or at the group's committed position (``False``).
-        wait_on: errors on reading that mean "not yet" (the database is away): the
-            assignment waits a second and reads again; others propagate.
-    """
-
-    in_kafka = False
-    done: Callable[[int], int | None] | None = None
-
-    def __init__(
-        self,
-        read: StoredOffsets,
-        *,
-        from_beginning: bool,
-        wait_on: tuple[type[Exception], ...] = (PersistenceUnavailableError,),
-    ) -> None:
-        self._read = read
-        self._from_beginning = from_beginning
-        self._wait_on = wait_on
-
-    def ready(self, only: Collection[int] | None) -> Mapping[int, int]:
-        """Nothing: the table is the truth; Kafka hears of batches as they are handled."""
-        del only
-        return {}
-
-    def starting(self, topic: str, stop: threading.Event) -> Mapping[int, int]:
-        """The stored positions (waiting while the database is away), ``{}`` if stopped."""
-        while True:
-            try:
-                return dict(self._read(topic))
-            except self._wait_on as exc:
-                log.warning("cannot read stored offsets yet: %s", exc)
-                if stop.wait(1.0):
-                    return {}
-
-    @property
-    def unknown(self) -> int | None:
-        """The offset a partition the table does not name starts at (``None``: committed)."""
-        return OFFSET_BEGINNING if self._from_beginning else None
-
-
-PositionStore = KafkaCommits | TablePositions
-
-
-# --- poison ---------------------------------------------------------------------------------
-class PoisonPolicy(Protocol):
-    """Where a message the service cannot act on goes."""
-
-    def park(
-        self, message: Message, *, reason: str, detail: str, go_on: Callable[[], bool]
-    ) -> bool:
-        """Deal with ``message`` once; ``True`` when done (its offset may then count as done).
-
-        ``go_on`` is asked before every attempt; ``False`` from it abandons the message
-        (shutdown, partition revoked) and ``park`` returns ``False``.
-        """
-        ...
-
-
-class DeadLetterSender(Protocol):
-    """Publishes one message to a dead-letter topic and waits for the acknowledgement."""
-
-    def send(self, message: Message, *, reason: str, detail: str) -> None:
-        """Raises JournalError when the broker did not acknowledge."""
-        ...
-
-
-class DeadLetterTopic:
-    """Poison goes to a dead-letter topic with its original bytes; retried until acknowledged.
-
-    Args:
-        sender: the topic's producer (``sagacity.consumers._deadletter.DeadLetters``).
-        on_parked: told the reason of each message parked (a metric).
-        retry_s: seconds between attempts while the broker does not acknowledge.
-    """
-
-    def __init__(
-        self,
-        sender: DeadLetterSender,
-        *,
-        on_parked: Callable[[str], None] | None = None,
-        retry_s: float = 1.0,
-    ) -> None:
-        self.sender = sender
-        self._on_parked = on_parked
-        self._retry_s = retry_s
-
-    def park(
-        self, message: Message, *, reason: str, detail: str, go_on: Callable[[], bool]
-    ) -> bool:
-        """Publish ``message`` to the dead-letter topic (see :meth:`PoisonPolicy.park`)."""
-        while go_on():
-            try:
-                self.sender.send(message, reason=reason, detail=detail)
-            except JournalError as exc:
-                log.error("dead-letter publication failed, retrying: %s", exc)
-                time.sleep(self._retry_s)
-                continue
-            if self._on_parked is not None:
-                self._on_parked(reason)
-            return True
-        return False
-
-
-class QuarantineTable:
-    """Poison goes to a table the service owns, with its position, reason and original bytes.
-
-    Args:
-        write: writes one row (its own transaction); raises PersistenceError on failure.
-        on_parked: told the reason of each message parked (a metric).
-        retry_s: seconds between attempts while the database refuses.
-    """
-
-    def __init__(
-        self,
-        write: Callable[[Message, str, str], None],
-        *,
-        on_parked: Callable[[str], None] | None = None,
-        retry_s: float = 1.0,
-        retry_on: tuple[type[Exception], ...] = (PersistenceUnavailableError,),
-    ) -> None:
-        self._write = write
-        self._on_parked = on_parked
-        self._retry_s = retry_s
-        self._retry_on = retry_on
-
-    def park(
-        self, message: Message, *, reason: str, detail: str, go_on: Callable[[], bool]
-    ) -> bool:
-        """Write ``message``'s quarantine row (see :meth:`PoisonPolicy.park`).
-
-        Raises:
-            PersistenceError: the table refused the row for a reason retrying cannot fix.
-        """
-        while go_on():
-            try:
-                self._write(message, reason, detail)
-            except self._retry_on as exc:
-                log.error("quarantine write failed, retrying: %s", exc)
-                time.sleep(self._retry_s)
-                continue
-            log.warning(
-                "quarantined %s[%s]@%s: %s: %s",
-                message.topic(),
-                message.partition(),
-                message.offset(),
-                reason,
-                detail,
-            )
-            if self._on_parked is not None:
-                self._on_parked(reason)
-            return True
-        return False
-
-
-class SkipAndCount:
-    """Poison is logged with its position and counted, then skipped.
-
-    For messages that can never matter (an undecodable message is no event of any chain).
-    """
-
-    def __init__(self) -> None:
-        self.skipped = 0
-        self._lock = threading.Lock()
-
-    def park(
-        self, message: Message, *, reason: str, detail: str, go_on: Callable[[], bool]
-    ) -> bool:
-        """Log and count ``message`` (see :meth:`PoisonPolicy.park`)."""
-        del go_on
-        log.warning(
-            "skipping %s message at %s[%s]@%s: %s",
-            reason,
-            message.topic(),
-            message.partition(),
-            message.offset(),
-            detail,
-        )
-        with self._lock:
-            self.skipped += 1
-        return True
 
 
 # --- the service's side ---------------------------------------------------------------------

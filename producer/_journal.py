@@ -17,14 +17,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import os
-import socket
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 
-from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaException
 
 from sagacity import _attributes as attr
 from sagacity._codec import check_json_payload
@@ -38,25 +34,21 @@ from sagacity.errors import (
     ConfigurationError,
     EventTooLargeError,
     JournalUnavailableError,
-    LeaseHeldError,
-    SagaNotLiveError,
     SerializationError,
     SigningKeyError,
     TailMovedError,
-    TopicConfigError,
     WriterConflictError,
 )
 from sagacity.journal import ApprovalRequest
-from sagacity.producer._clients import with_logger
 from sagacity.producer._config import DEFAULT_TOPIC, KafkaJournalSettings
 from sagacity.producer._delivery import Deliveries, Delivery, earlier_unsettled, require_gil
 from sagacity.producer._index import SagaIndex
 from sagacity.producer._lease import (
-    HANDOFF_TAKEOVER,
     LeaseView,
     Takeover,
-    lease_view,
-    message_timestamp_ms,
+    judge_lease,
+    lease_held,
+    takeover_draft,
 )
 from sagacity.producer._ownership import HeldSagas, SagaState, tail_moved
 from sagacity.producer._reader import HANDOFF_EVENTS, ReadCache, SagaRead, SagaReader
@@ -64,13 +56,13 @@ from sagacity.producer._topic import (
     PRODUCER_MAX_MESSAGE_BYTES,
     ClientConfig,
     TopicInfo,
-    compaction_refusal,
-    describe,
     journal_identity,
 )
 from sagacity.producer._trace import current_traceparent, valid_traceparent
+from sagacity.producer._wiring import Given, described, journal_producer, writer_id_of
 from sagacity.schemas import current_schema, encode_entry, link_encoded
-from sagacity.schemas._codec import FieldSealer, link_encoded_sealed
+from sagacity.schemas._hotpath import link_encoded_sealed
+from sagacity.schemas._sealed import FieldSealer
 
 RECORD_OVERHEAD = 128
 """Bytes reserved beyond key, value and headers for Kafka's record and batch framing."""
@@ -156,78 +148,60 @@ class KafkaJournal:
             )
         except ValueError as exc:
             raise ConfigurationError(f"invalid Kafka journal settings: {exc}") from exc
+        given = Given(
+            writer_id=writer_id,
+            writer_key=writer_key,
+            journal_name=journal_name,
+            monotonic=monotonic,
+            wall_clock=wall_clock,
+            index=index,
+            keys=keys,
+            writers=writers,
+        )
+        self._start(settings, given)
+
+    def _start(self, settings: KafkaJournalSettings, given: Given) -> None:
+        """Build the journal from its ``settings`` and what it was ``given``: the topic
+        described (and refused when it compacts), the producer, the reader, the sagas held."""
         self._settings = settings
         self._topic = settings.topic
         self._ack_timeout = settings.ack_timeout_s
-        self._monotonic = monotonic
-        self._wall_clock = wall_clock
+        self._monotonic = given.monotonic
+        self._wall_clock = given.wall_clock
         # How long after sending an acknowledged event the hot path may publish unconfirmed,
         # and after which an acknowledgement must be confirmed by reading back.
         self._lease_soft_span = settings.lease_ttl_s - settings.lease_margin_s
         self._lease_hard_span = settings.lease_ttl_s - 1.0
-        if writer_key is not None and writer_id is not None and writer_key.writer_id != writer_id:
-            raise ConfigurationError(
-                f"the writer key is for writer {writer_key.writer_id!r}, not {writer_id!r}"
-            )
-        self.writer_id = (
-            writer_id
-            or (writer_key.writer_id if writer_key is not None else None)
-            or f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:12]}"
-        )
-        if "\x00" in self.writer_id:
-            raise ConfigurationError("writer_id must not contain U+0000")
-        self._writer_key = writer_key
+        self.writer_id = writer_id_of(given.writer_id, given.writer_key)
+        self._writer_key = given.writer_key
         self._writer_item = (attr.WRITER, self.writer_id)
         base: ClientConfig = {"bootstrap.servers": settings.bootstrap_servers, **settings.client}
         self._client_config = base
-        admin = AdminClient(with_logger(base))
-        info = describe(
-            admin,
-            self._topic,
-            bootstrap=settings.bootstrap_servers,
-            timeout=settings.startup_timeout_s,
-            principal=settings.client.get("sasl.username"),
-        )
-        if info.compacted:
-            raise TopicConfigError(compaction_refusal(self._topic), topic=self._topic)
+        info = described(base, settings)
         self.topic_info: TopicInfo = info
-        self.identity = journal_identity(info.cluster_id, info.name, name=journal_name)
+        self.identity = journal_identity(info.cluster_id, info.name, name=given.journal_name)
         """The journal's name in signed decisions: ``journal_name``, else
         ``kafka:<cluster id>/<topic>`` (docs/adr/0025-trust-model.md)."""
         producer_max = int(settings.client.get("message.max.bytes", PRODUCER_MAX_MESSAGE_BYTES))
         self.max_event_bytes = min(info.max_message_bytes, producer_max)
         """The largest event (key, value, headers and framing) the topic and producer take."""
-        ack_ms = int(self._ack_timeout * 1000)
-        self._producer = Producer(
-            with_logger(
-                {
-                    "linger.ms": 0,
-                    "batch.size": min(self.max_event_bytes, PRODUCER_MAX_MESSAGE_BYTES),
-                    **base,
-                    "acks": "all",
-                    "enable.idempotence": True,
-                    "partitioner": "murmur2_random",
-                    "message.timeout.ms": ack_ms,
-                    "request.timeout.ms": min(ack_ms, 30_000),
-                }
-            )
-        )
+        self._producer = journal_producer(base, self._ack_timeout, self.max_event_bytes)
         self._reader = SagaReader(
             base,
             self._topic,
             partitions=info.partitions,
             timeout=settings.read_timeout_s,
-            index=index,
-            keys=keys,
-            writers=writers,
+            index=given.index,
+            keys=given.keys,
+            writers=given.writers,
         )
         # With a key service, a saga opened here is written in chain form 2 with its data
         # sealed (docs/adr/0019-erasure.md); a saga keeps the form of its SAGA_OPENED.
-        self._keys = keys
-        self._reads = ReadCache(keys=keys)
+        self._keys = given.keys
+        self._reads = ReadCache(keys=given.keys)
         self._sagas = HeldSagas(
             reader=self._reader,
-            monotonic=monotonic,
+            monotonic=given.monotonic,
             lease_soft_span=self._lease_soft_span,
             lease_hard_span=self._lease_hard_span,
         )
@@ -516,25 +490,11 @@ class KafkaJournal:
         return self._lease(self.read(saga_id))
 
     def _lease(self, read: SagaRead) -> LeaseView:
-        owner = read.ownership
-        if not owner.live or owner.opened_seq is None:
-            what = "has no events" if not read.entries else "is not held by any writer"
-            raise SagaNotLiveError(
-                f"saga {read.saga_id!r} {what}: there is no writer to take it from",
-                saga_id=read.saga_id,
-            )
-        last_offset = read.offsets[-1]
-        stamp = message_timestamp_ms(
-            self._client_config,
-            self._topic,
-            read.partition,
-            last_offset,
-            timeout=self._settings.read_timeout_s,
-        )
-        return lease_view(
-            opened=read.entries[owner.opened_seq - 1],
-            last=read.entries[-1],
-            last_timestamp_ms=stamp,
+        return judge_lease(
+            read,
+            config=self._client_config,
+            topic=self._topic,
+            read_timeout_s=self._settings.read_timeout_s,
             now_s=self._wall_clock(),
             max_clock_skew_s=self._settings.max_clock_skew_s,
         )
@@ -564,31 +524,12 @@ class KafkaJournal:
         read = self.read(saga_id)
         view = self._lease(read)
         if not view.expired and not force:
-            if view.expires_in_s is None:
-                why = "its SAGA_OPENED records no lease (written by an older release)"
-            else:
-                why = (
-                    f"its last event is {view.last_event_age_s:.1f}s old; the lease "
-                    f"({view.lease_ttl_s:g}s) plus the allowed clock skew "
-                    f"({self._settings.max_clock_skew_s:g}s) expires in {view.expires_in_s:.1f}s"
-                )
-            raise LeaseHeldError(
-                f"saga {saga_id!r} is held by writer {view.writer!r} and may still be alive: "
-                f"{why}. Nothing was appended; force only after checking the writer is gone",
-                saga_id=saga_id,
-            )
-        owner = read.ownership
-        lease = "forced" if not view.expired else "lease expired"
-        draft = EntryDraft(
-            saga_id=saga_id,
-            event_type=EventType.COMPENSATION_REQUESTED,
+            raise lease_held(saga_id, view, self._settings.max_clock_skew_s)
+        draft = takeover_draft(
+            read,
+            view,
+            reason=reason,
             actor=actor or self.writer_id,
-            error=f"taken over from writer {view.writer} ({lease}): {reason}",
-            attributes={
-                attr.REF_SEQ: str(owner.opened_seq),
-                attr.HANDOFF: HANDOFF_TAKEOVER,
-                attr.ABANDONED_WRITER: view.writer or "",
-            },
             recorded_at_us=int(self._wall_clock() * 1_000_000),
         )
         draft = self._prepare(draft)

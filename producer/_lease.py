@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from sagacity import _attributes as attr
-from sagacity._events import JournalEntry
+from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity._writer_roles import HANDOFF_TAKEOVER as HANDOFF_TAKEOVER
-from sagacity.errors import JournalUnavailableError
+from sagacity.errors import JournalUnavailableError, LeaseHeldError, SagaNotLiveError
 from sagacity.producer._clients import with_logger
+from sagacity.producer._reads import SagaRead
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,3 +150,75 @@ def message_timestamp_ms(
         )
     finally:
         consumer.close()
+
+
+def judge_lease(
+    read: SagaRead,
+    *,
+    config: Mapping[str, str | int | float | bool],
+    topic: str,
+    read_timeout_s: float,
+    now_s: float,
+    max_clock_skew_s: float,
+) -> LeaseView:
+    """The lease of the live saga ``read`` holds, judged at ``now_s`` on the taker's wall clock
+    against the broker timestamp of its last accepted event.
+
+    Raises:
+        SagaNotLiveError: no writer holds the saga (unknown, handed off or ended).
+        JournalUnavailableError: the last event's timestamp could not be read.
+    """
+    owner = read.ownership
+    if not owner.live or owner.opened_seq is None:
+        what = "has no events" if not read.entries else "is not held by any writer"
+        raise SagaNotLiveError(
+            f"saga {read.saga_id!r} {what}: there is no writer to take it from",
+            saga_id=read.saga_id,
+        )
+    stamp = message_timestamp_ms(
+        config, topic, read.partition, read.offsets[-1], timeout=read_timeout_s
+    )
+    return lease_view(
+        opened=read.entries[owner.opened_seq - 1],
+        last=read.entries[-1],
+        last_timestamp_ms=stamp,
+        now_s=now_s,
+        max_clock_skew_s=max_clock_skew_s,
+    )
+
+
+def lease_held(saga_id: str, view: LeaseView, max_clock_skew_s: float) -> LeaseHeldError:
+    """The refusal of a takeover (not forced) while the writer may still be alive."""
+    if view.expires_in_s is None:
+        why = "its SAGA_OPENED records no lease (written by an older release)"
+    else:
+        why = (
+            f"its last event is {view.last_event_age_s:.1f}s old; the lease "
+            f"({view.lease_ttl_s:g}s) plus the allowed clock skew "
+            f"({max_clock_skew_s:g}s) expires in {view.expires_in_s:.1f}s"
+        )
+    return LeaseHeldError(
+        f"saga {saga_id!r} is held by writer {view.writer!r} and may still be alive: "
+        f"{why}. Nothing was appended; force only after checking the writer is gone",
+        saga_id=saga_id,
+    )
+
+
+def takeover_draft(
+    read: SagaRead, view: LeaseView, *, reason: str, actor: str, recorded_at_us: int
+) -> EntryDraft:
+    """The ``COMPENSATION_REQUESTED`` that takes the saga ``read`` holds from its writer
+    (``handoff=takeover``, ``abandoned_writer``, ``ref_seq`` = its ``SAGA_OPENED``)."""
+    lease = "forced" if not view.expired else "lease expired"
+    return EntryDraft(
+        saga_id=read.saga_id,
+        event_type=EventType.COMPENSATION_REQUESTED,
+        actor=actor,
+        error=f"taken over from writer {view.writer} ({lease}): {reason}",
+        attributes={
+            attr.REF_SEQ: str(read.ownership.opened_seq),
+            attr.HANDOFF: HANDOFF_TAKEOVER,
+            attr.ABANDONED_WRITER: view.writer or "",
+        },
+        recorded_at_us=recorded_at_us,
+    )

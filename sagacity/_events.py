@@ -277,21 +277,32 @@ class JournalEntry(EntryDraft):
             raise SerializationError("seq must be an int >= 1 and < 2^63")
 
     @classmethod
-    def _linked(
+    def placed(
         cls,
         draft: EntryDraft,
-        *,
         seq: int,
         prev_hash: str,
         hash: str,
         attributes: Mapping[str, str] | None = None,
+        commitments: Mapping[str, str] | None = None,
+        salts: Mapping[str, str] | None = None,
     ) -> JournalEntry:
-        """``draft`` placed at ``seq``, without validating its fields again.
+        """``draft`` placed in its saga's chain at ``seq`` after ``prev_hash``, hashing to
+        ``hash``: the constructor of a link step that computed the link itself.
 
-        For :func:`sagacity.chain.link` and the journal's link step only: ``draft`` was
-        validated when it was made (it is frozen) and the chain computed ``seq``, ``prev_hash``
-        and ``hash`` itself.  ``attributes``: the draft's with the ones the writer added
-        (:func:`with_attribute_items`), hashed as such, in place of the draft's own.
+        The fast way to make an entry, for the writers of the chain (:func:`sagacity.chain.link`
+        and the journal's hot path, in Python and compiled: ``native/src/entry.rs`` calls it,
+        by position).  It trusts its caller: ``draft``'s fields are taken as they are, not
+        validated again (a draft is validated when it is made, and frozen), and nothing here
+        checks that ``hash`` is the entry's hash.  Anything else makes an entry with
+        ``JournalEntry(...)`` (or :meth:`from_dict`), which validates every field; a chain is
+        checked with :func:`sagacity.chain.verify`.
+
+        Args:
+            attributes: in place of the draft's: its attributes with the writer's added
+                (:func:`with_attribute_items`, sorted by key), as they were hashed.
+            commitments / salts: a sealed writer's, which linked the form-1 ``draft`` in form 2
+                (both, or neither).
         """
         entry: JournalEntry = _copy_draft(draft, cls)
         _SET_SEQ(entry, seq)
@@ -299,6 +310,10 @@ class JournalEntry(EntryDraft):
         _SET_HASH(entry, hash)
         if attributes is not None:
             _SET_ATTRIBUTES(entry, MappingProxyType(attributes))
+        if salts is not None and commitments is not None:
+            _SET_FORM(entry, 2)
+            _SET_COMMITMENTS(entry, MappingProxyType(commitments))
+            _SET_SALTS(entry, MappingProxyType(salts))
         return entry
 
     @property

@@ -8,37 +8,35 @@ import inspect
 import os
 import socket
 import threading
-import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any, Literal, TypeVar, cast
 
-from sagacity import _approval, _settlement, _tracing
+from sagacity import _approval, _resume, _settlement, _tracing
 from sagacity import _attributes as attr
 from sagacity._codec import describe_error
-from sagacity._compensation import CompensationCall, CompensationReport, CompensationRunner
+from sagacity._compensation import CompensationReport
 from sagacity._decision_signature import DecisionSigner, DecisionVerifier, verifier_from_env
 from sagacity._decorators import Constraint, ToolDefinition
 from sagacity._envelope import KEK_SETTING
-from sagacity._events import EntryDraft, EventType, JournalEntry, now_micros
+from sagacity._events import EventType, JournalEntry, now_micros
 from sagacity._memory import InMemoryJournal
-from sagacity._outcome import outcome_from_chain
-from sagacity._oversize import append_bounded
 from sagacity._registry import ToolRegistry
 from sagacity._result import SagaResult, SagaStatus
 from sagacity._reversibility import Reversibility
 from sagacity._run import SagaRun
+from sagacity._saga_ends import SagaEnds
+from sagacity._saga_gates import GateDecisions
 from sagacity._scope import SagaScope, ensure_no_active_scope, open_scope
 from sagacity._undo import UndoCall
 from sagacity._wrap import wrap, wrap_callable
 from sagacity.errors import (
     ConfigurationError,
     InvalidArgumentError,
-    OutcomeTimeoutError,
     SagaExistsError,
 )
-from sagacity.journal import ApprovalRequest, Journal, journal_seals
+from sagacity.journal import Journal, journal_seals
 
 _T = TypeVar("_T")
 
@@ -75,7 +73,7 @@ def check_saga_id(saga_id: object) -> str:
     return saga_id
 
 
-class Sagacity:
+class Sagacity(SagaEnds, GateDecisions):
     """Compensation, approval gates and a verifiable journal for an agent's tool calls.
 
     Args:
@@ -154,6 +152,7 @@ class Sagacity:
         self._verifier = _verifier(approvals_public_key, decision_signer)
         self._registry = ToolRegistry(admit=self._admit_tool)
         self._desk = _approval.ApprovalDesk(self)
+        self._resumer = _resume.Resumer(self, self._desk)
         self._suspects = _settlement.SuspectDesk(self)
         self._conversations: dict[str, SagaRun] = {}
         self._conversations_lock = threading.Lock()
@@ -526,321 +525,6 @@ class Sagacity:
             exception=error,
             redacted=scope.redacted,
         )
-
-    # -- ending a saga (shared with the gate decisions) -----------------------------------
-    def _runner(
-        self, invoke: Callable[[CompensationCall], Any] | None = None
-    ) -> CompensationRunner:
-        return CompensationRunner(
-            self._journal,
-            self._registry,
-            actor=self._writer_id,
-            clock=self._clock,
-            invoke=invoke,
-            settlement_counts=self._desk.settlement_counts,
-        )
-
-    def _draft(self, saga_id: str, event: EventType, **fields: Any) -> EntryDraft:
-        fields.setdefault("actor", self._writer_id)
-        return EntryDraft(saga_id=saga_id, event_type=event, recorded_at_us=self._clock(), **fields)
-
-    def end_saga(
-        self,
-        saga_id: str,
-        *,
-        cause: EventType,
-        ref_seq: int | None,
-        error: str | None,
-        clean_status: SagaStatus,
-        report: CompensationReport | None,
-        value: Any = None,
-        exception: BaseException | None = None,
-        redacted: Collection[str] = (),
-    ) -> SagaResult:
-        """Finish a saga that must be undone: journal the request or the compensation's end.
-
-        ``report`` is the inline compensation's outcome (``None`` in delegated mode, where
-        ``COMPENSATION_REQUESTED`` is journaled instead).  Journals ``SAGA_ENDED`` and flushes.
-        ``redacted``: texts of the values the run redacted, masked in what is journaled.
-        """
-        if report is None:
-            attributes = {attr.REASON: cause.value}
-            if ref_seq is not None:
-                attributes[attr.REF_SEQ] = str(ref_seq)
-            append_bounded(
-                self._journal,
-                self._draft(
-                    saga_id, EventType.COMPENSATION_REQUESTED, error=error, attributes=attributes
-                ),
-                durable=True,
-                redacted=redacted,
-            )
-            status = SagaStatus.COMPENSATION_PENDING
-        else:
-            status = clean_status if report.status is SagaStatus.COMPENSATED else report.status
-        ended: dict[str, str] = {}
-        if report is not None and (report.dirty or report.suspects):
-            ended[attr.DIRTY] = "; ".join(
-                [f"seq {s.seq} {s.tool}: {s.reason}" for s in report.dirty]
-                + [f"seq {s.seq} {s.tool}: suspect: {s.reason}" for s in report.suspects]
-            )
-        append_bounded(
-            self._journal,
-            self._draft(
-                saga_id, EventType.SAGA_ENDED, result=status.value, error=error, attributes=ended
-            ),
-            durable=True,
-            redacted=redacted,
-        )
-        self._journal.flush()
-        return SagaResult(
-            status=status,
-            saga_id=saga_id,
-            value=value,
-            error=error,
-            exception=exception,
-            compensated=report.compensated if report else (),
-            dirty=report.dirty if report else (),
-            suspects=report.suspects if report else (),
-        )
-
-    def compensate(
-        self,
-        saga_id: str,
-        *,
-        reason: EventType = EventType.FAILED,
-        error: str | None = None,
-        invoke: Callable[[CompensationCall], Any] | None = None,
-    ) -> SagaResult:
-        """Run compensation for ``saga_id`` from its chain and end it (``SAGA_ENDED``).
-
-        What the compensation service calls on ``COMPENSATION_REQUESTED``, and what a person
-        runs to finish a saga interrupted mid-way.  Safe to repeat: steps already compensated
-        are skipped.  When anything is left dirty, ``SAGA_ENDED`` names it in its ``dirty``
-        attribute.
-
-        Args:
-            reason: the event that made compensation necessary (``REJECTED`` / ``EXPIRED``
-                end a clean compensation with that status).
-            error: the failure that caused it, recorded on ``SAGA_ENDED``.
-            invoke: makes each undo call (see :class:`CompensationRunner`); a service passes
-                one that adds a timeout or an idempotency claim.
-
-        Raises:
-            UnknownSagaError: the saga has no entries.
-            ChainIntegrityError: the chain does not verify.
-            CompensationConflictError: the saga is being compensated elsewhere right now.
-        """
-        entries = _approval.load_chain(self._journal, saga_id)
-        report = self._runner(invoke).run(saga_id, entries)
-        clean = {
-            EventType.REJECTED: SagaStatus.REJECTED,
-            EventType.EXPIRED: SagaStatus.EXPIRED,
-        }.get(reason, SagaStatus.COMPENSATED)
-        return self.end_saga(
-            saga_id, cause=reason, ref_seq=None, error=error, clean_status=clean, report=report
-        )
-
-    def outcome(self, saga_id: str) -> SagaResult | None:
-        """The saga's outcome as its chain records it (``None`` while no run has ended).
-
-        Raises:
-            UnknownSagaError: the saga has no entries.
-        """
-        return outcome_from_chain(_approval.load_chain(self._journal, saga_id))
-
-    def wait_for_outcome(
-        self, saga_id: str, *, timeout: float = 30.0, poll_interval: float = 0.05
-    ) -> SagaResult:
-        """Wait until the saga's outcome is final (not ``COMPENSATION_PENDING``) and return it.
-
-        For callers in delegated mode: the compensation service journals the end.
-
-        Raises:
-            OutcomeTimeoutError: still pending after ``timeout`` seconds.
-        """
-        deadline = time.monotonic() + timeout
-        while True:
-            result = self._final_outcome(saga_id)
-            if result is not None:
-                return result
-            if time.monotonic() >= deadline:
-                raise self._outcome_timeout(saga_id, timeout)
-            time.sleep(poll_interval)
-
-    async def wait_for_outcome_async(
-        self, saga_id: str, *, timeout: float = 30.0, poll_interval: float = 0.05
-    ) -> SagaResult:
-        """:meth:`wait_for_outcome` without blocking the event loop."""
-        deadline = time.monotonic() + timeout
-        while True:
-            result = self._final_outcome(saga_id)
-            if result is not None:
-                return result
-            if time.monotonic() >= deadline:
-                raise self._outcome_timeout(saga_id, timeout)
-            await asyncio.sleep(poll_interval)
-
-    def _final_outcome(self, saga_id: str) -> SagaResult | None:
-        entries = self._journal.entries(saga_id)
-        result = outcome_from_chain(entries) if entries else None
-        if result is None or result.status is SagaStatus.COMPENSATION_PENDING:
-            return None
-        return result
-
-    @staticmethod
-    def _outcome_timeout(saga_id: str, timeout: float) -> OutcomeTimeoutError:
-        return OutcomeTimeoutError(
-            f"saga {saga_id!r} has no final outcome after {timeout:g}s", saga_id=saga_id
-        )
-
-    def compensation_report(self, saga_id: str) -> CompensationReport:
-        """Run the compensation runner only (no ``SAGA_ENDED``); for services and tests."""
-        return self._runner().run(saga_id)
-
-    # -- approval gates -------------------------------------------------------------------
-    def pending_approvals(self, saga_id: str | None = None) -> Sequence[ApprovalRequest]:
-        """Open approval requests (of one saga, or of all)."""
-        return self._journal.pending_approvals(saga_id)
-
-    def approve(
-        self, saga_id: str, seq: int, approver: str, *, request_hash: str | None = None
-    ) -> ApprovalRequest:
-        """Journal ``APPROVED`` by ``approver`` for the request at ``seq``; nothing runs yet.
-
-        Returns the request with its signatures so far (``request.approved`` says whether
-        enough distinct approvers have signed: one for IRREVERSIBLE, two for PRIVILEGED).
-        The approval names the request entry's hash and the journal (signed, where this
-        Sagacity signs decisions).
-
-        Args:
-            request_hash: the hash of the request the approver was shown
-                (:attr:`ApprovalRequest.entry_hash`); when it is not the chain's request at
-                ``seq``, the approval is refused and ``APPROVAL_REFUSED`` journaled.
-
-        Raises:
-            RequestChangedError: ``request_hash`` is not the chain's request (journaled).
-            UnderDeclaredRequestError: the request claims fewer signatures than this
-                Sagacity's declaration of its tool requires (journaled).
-            InvalidArgumentError: an empty approver, a bad seq.
-            UnknownSagaError / ApprovalNotFound: no such saga / no request at ``seq``.
-            AlreadyDecidedError: the request is closed, fully signed, or ``approver`` signed
-                it already (``"<approver> already signed this request"``).
-            ApprovalExpiredError: the request's time to live has passed (journaled ``EXPIRED``
-                and the saga compensated; the result is on the error).
-            ChainIntegrityError: the saga's chain does not verify.
-        """
-        return self._desk.approve(saga_id, seq, approver, request_hash=request_hash)
-
-    def counted_signers(
-        self, entries: Sequence[JournalEntry], request: ApprovalRequest
-    ) -> set[str]:
-        """The approvers of ``request`` (on the chain ``entries``) whose ``APPROVED`` counts
-        under :attr:`approval_trust`: verified ones with a pinned key, every one in local
-        mode, none when approvals cannot be verified."""
-        return self._desk.signers(entries, request)
-
-    def reject(
-        self, saga_id: str, seq: int, approver: str, *, reason: str | None = None
-    ) -> SagaResult:
-        """Journal ``REJECTED`` by ``approver``, close the request and undo the executed steps.
-
-        Raises: as :meth:`approve` (a closed request raises ``AlreadyDecidedError``).
-        """
-        return self._desk.reject(saga_id, seq, approver, reason=reason)
-
-    def resume_saga(
-        self, saga_id: str, seq: int, payload: str, *, requested_by: str | None = None
-    ) -> SagaResult:
-        """Run the approved call at ``seq`` with ``payload``, if and only if it was approved.
-
-        Fails closed: the request must be pending, approved in the journal by enough distinct
-        people, unexpired, allowed by its policy constraint, and ``payload`` must be
-        byte-identical to the approved one (SHA-256).  Then ``INTENT`` and ``EXECUTED`` (or
-        ``FAILED``, which compensates) are journaled.  The saga completes unless another
-        request is still open.  ``requested_by`` (who asked for the resume, e.g. the
-        authenticated principal) is journaled on the ``INTENT`` or on the refusal.
-
-        A resume of the request that stopped after the call's ``INTENT`` and before the saga's
-        end (its process died) is finished instead, and the tool is never called again: with
-        the call's ``EXECUTED`` (or ``FAILED``) on the chain the saga is ended as that resume
-        would have ended it; without an outcome the step is journaled ``SUSPECT``, the saga
-        compensated (or handed to compensation) and
-        :class:`~sagacity.errors.StepInDoubtError` raised.
-
-        Raises:
-            InvalidArgumentError: ``payload`` is not a str, or a bad seq.
-            UnknownSagaError: no such saga.
-            ApprovalNotFound: no pending request at ``seq``.
-            ApprovalMissingError: ``"no human approval recorded"`` (or too few signatures).
-            PayloadMismatchError: ``"payload changed since approval"``: journaled
-                ``RESUME_REFUSED``, prior steps compensated, the tool never called.
-            UnverifiableApprovalError: the request records no usable payload hash (same).
-            ConstraintViolation: the policy refuses the call (journaled, compensated).
-            ApprovalExpiredError: the request lapsed (journaled ``EXPIRED``, compensated).
-            ChainIntegrityError: the saga's chain does not verify.
-            StepInDoubtError: an interrupted resume left the call without an outcome.
-        """
-        return self._desk.resume(saga_id, seq, payload, requested_by=requested_by)
-
-    async def resume_saga_async(
-        self, saga_id: str, seq: int, payload: str, *, requested_by: str | None = None
-    ) -> SagaResult:
-        """:meth:`resume_saga` for asyncio (async tools and compensations are awaited)."""
-        return await self._desk.resume_async(saga_id, seq, payload, requested_by=requested_by)
-
-    def expire(self, saga_id: str, seq: int, *, seen_at_us: int | None = None) -> SagaResult:
-        """Journal ``EXPIRED`` for the request at ``seq`` if it is past its time to live.
-
-        The request lapses at its own ``expires_at_us`` or, when this Sagacity has an
-        ``approval_ttl``, that long after the earlier of its recorded time and when it was
-        first seen (``seen_at_us``, a request store's record; else when this process first
-        read it), whichever is earlier (:func:`sagacity._requests.deadline_us`).  The saga is
-        then compensated (or ``COMPENSATION_REQUESTED`` journaled, when delegated) and ended.
-
-        Raises:
-            UnknownSagaError / ApprovalNotFound: no such saga / no request at ``seq``.
-            AlreadyDecidedError: the request is already closed.
-            InvalidArgumentError: the request has not lapsed yet.
-            ChainIntegrityError: the saga's chain does not verify.
-        """
-        return self._desk.expire(saga_id, seq, seen_at_us=seen_at_us)
-
-    def approval_deadline_us(
-        self, request: ApprovalRequest, *, seen_at_us: int | None = None
-    ) -> int | None:
-        """When ``request`` lapses for this Sagacity (``None``: never); see :meth:`expire`."""
-        return self._desk.deadline_us(request, seen_at_us=seen_at_us)
-
-    def expire_overdue(self) -> list[SagaResult]:
-        """Expire every pending request past its time to live; returns each saga's result."""
-        return self._desk.expire_overdue()
-
-    # -- suspect steps --------------------------------------------------------------------
-    def settle(self, saga_id: str, seq: int, outcome: str, person: str, *, note: str) -> SagaResult:
-        """Journal a person's word on the suspect step at ``seq`` and finish the saga again.
-
-        ``outcome`` says whether the call in doubt took effect: ``executed`` (a call's effect
-        is then undone, exactly once; an undo in doubt counts as done), ``not-executed``
-        (nothing to undo; an undo in doubt is called again) or ``fixed-by-hand`` (recorded).
-        ``SUSPECT_SETTLED`` (actor = ``person``, with ``note``) is appended, then the saga is
-        compensated from its chain (delegated: ``COMPENSATION_REQUESTED``) and ended, so it
-        ends ``COMPENSATED`` once nothing is dirty.  See ``sagacity._settlement``.
-
-        Raises:
-            InvalidArgumentError: an unknown outcome, an empty person or note, a bad seq.
-            UnknownSagaError / ApprovalNotFound: no such saga / no suspect step at ``seq``.
-            AlreadyDecidedError: the step is settled already (the message says by whom).
-            DecisionInProgressError: the saga is being compensated right now.
-            ChainIntegrityError: the saga's chain does not verify.
-        """
-        return self._suspects.settle(saga_id, seq, outcome, person, note=note)
-
-    def settlement_counts(self, entry: JournalEntry) -> bool:
-        """Whether the ``SUSPECT_SETTLED`` ``entry`` may be acted on under this Sagacity's
-        trust (:attr:`approval_trust`): verified against a pinned approvals key, every one in
-        local mode, none when decisions cannot be verified (docs/adr/0014)."""
-        return self._desk.settlement_counts(entry)
 
     def entries(self, saga_id: str) -> Sequence[JournalEntry]:
         """The saga's chain in seq order (a shortcut for ``journal.entries``)."""

@@ -227,7 +227,7 @@ class SuspectDesk:
             draft = signer.sign(draft)  # a decision like any other (docs/adr/0014)
         # The gate's own decision append (compare-and-append onto the chain the checks read),
         # so a settlement is journaled exactly as an APPROVED or REJECTED is.
-        self._s._desk._append_decision(draft, entries[-1].seq)
+        self._s._desk.append_decision(draft, entries[-1].seq)
         error = f"seq {seq} {step.tool}: settled {outcome.value} by {person}: {note}"
         if self._s.compensation_mode == "delegated":
             return self._s.end_saga(

@@ -106,7 +106,7 @@ def link(draft: EntryDraft, *, seq: int, prev_hash: str) -> JournalEntry:
         raise SerializationError("seq must be an int >= 1")
     digest = compute_hash(prev_hash, draft, seq=seq)
     # ``draft`` was validated when made (it is frozen): its fields are not checked again.
-    return JournalEntry._linked(draft, seq=seq, prev_hash=prev_hash, hash=digest)
+    return JournalEntry.placed(draft, seq=seq, prev_hash=prev_hash, hash=digest)
 
 
 def payload_sha256(payload: str) -> str:

@@ -5,22 +5,22 @@ version so decoders accept old events and a test proves old readers can read new
 See docs/adr/0003-wire-format.md.
 """
 
-from sagacity.schemas._codec import (
+from sagacity.schemas._avro import (
     HEADER_SIZE,
     MAGIC,
     SCHEMA_VERSION,
     WriterSchema,
     current_schema,
-    decode_entry,
     decode_record,
     encode_entry,
     entry_record,
     known_fingerprints,
-    link_encoded,
     peek_fingerprint,
     released_schemas,
     schema_fingerprint,
 )
+from sagacity.schemas._hotpath import link_encoded
+from sagacity.schemas._sealed import decode_entry
 
 __all__ = [
     "HEADER_SIZE",

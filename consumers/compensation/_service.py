@@ -67,7 +67,7 @@ from sagacity.ports import ClaimStore
 from sagacity.producer import KafkaJournal, ReadIndexSettings
 from sagacity.producer._clients import with_logger
 from sagacity.schemas import decode_entry
-from sagacity.schemas._codec import FieldSealer
+from sagacity.schemas._sealed import FieldSealer
 
 log = logging.getLogger("sagacity.compensation")
 

@@ -12,6 +12,7 @@
 #                             could not be built, the cause is remembered, not fatal
 #   sagacity_native_check     after a failed build: one warning and SAGACITY_NATIVE=0 exported
 #                             (the Python path), or an error when SAGACITY_NATIVE=1 asks for it
+#                             (and in CI: CI=true without SAGACITY_NATIVE asks for it too)
 #   sagacity_stack_up         bring the checkout's stack up and export its variables
 #   sagacity_stack_down       stop the services sagacity_stack_up started (none else)
 
@@ -155,10 +156,14 @@ sagacity_native_check() {
     [ -f "$failed" ] || return 0
     local cause
     cause="$(cat "$failed")"
-    if [ "${SAGACITY_NATIVE:-}" = 1 ]; then
+    # A failed build is only attempted where cargo is. In CI (CI=true) that is an error, as
+    # SAGACITY_NATIVE=1 makes it: a CI run never checks the Python half alone by accident;
+    # SAGACITY_NATIVE=0 says so deliberately.
+    if [ "${SAGACITY_NATIVE:-}" = 1 ] || { [ "${CI:-}" = true ] && [ -z "${SAGACITY_NATIVE:-}" ]; }
+    then
         _say "error: cargo could not build the compiled hot path (native/): ${cause:-see the log}"
-        _say "  SAGACITY_NATIVE=1 requires it. Log: $SAGACITY_VENV/install.log; to retry" \
-            "after fixing cargo: rm $SAGACITY_VENV/.sagacity-installed"
+        _say "  SAGACITY_NATIVE=1 (or CI=true) requires it. Log: $SAGACITY_VENV/install.log;" \
+            "to retry after fixing cargo: rm $SAGACITY_VENV/.sagacity-installed"
         return 1
     fi
     _say "warning: cargo could not build the compiled hot path (native/): ${cause:-see the log};" \

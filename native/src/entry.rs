@@ -1,41 +1,21 @@
 //! The journal's link step for a form-1 draft, entry included: `link_encode`'s (or, sealed,
-//! `seal::seal_event`'s) hash and message value, and the `JournalEntry` itself, made here from
-//! the draft's slots (with the writer's attribute merged in) instead of by the Python caller
-//! copying the draft field by field.  `sagacity.schemas._codec.link_encoded` and
+//! `seal::seal_event`'s) hash and message value, and the `JournalEntry` itself, made by its
+//! public constructor `JournalEntry.placed` (the caller passes it) from the draft, the link's
+//! seq, previous hash and hash, and, where they differ from the draft's, the attributes with the
+//! writer's merged in and a sealed writer's commitments and salts.  Nothing here writes the
+//! entry's fields past its frozen `__setattr__`.  `sagacity.schemas._hotpath.link_encoded` and
 //! `link_encoded_sealed` call them when installed; anything they do not take (another form, a
 //! text rule broken, a field too long) they hand back as `None`, and the caller's other paths
 //! judge it and raise the documented error.
 
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyString};
-use pyo3::{ffi, intern};
 
 use crate::seal::{opening_maps, seal_event};
 use crate::{
     acceptable, as_pairs, attribute_items, avro_head, canonical_hex, text, unhex, FORM_1_TAIL,
 };
-
-/// `obj.<name> = value` past a frozen dataclass's `__setattr__` (what `object.__setattr__`
-/// does): the slot's descriptor sets it.
-fn set_slot(
-    obj: &Bound<'_, PyAny>,
-    name: &Bound<'_, PyString>,
-    value: &Bound<'_, PyAny>,
-) -> PyResult<()> {
-    // SAFETY: three live objects of this thread, which holds the GIL.
-    let rc = unsafe { ffi::PyObject_GenericSetAttr(obj.as_ptr(), name.as_ptr(), value.as_ptr()) };
-    if rc < 0 {
-        Err(PyErr::fetch(obj.py()))
-    } else {
-        Ok(())
-    }
-}
-
-/// A read-only view of `dict` (`types.MappingProxyType`), as a draft's maps are.
-fn mapping_proxy<'py>(dict: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyAny>> {
-    // SAFETY: a live dict of this thread, which holds the GIL; a new reference or NULL.
-    unsafe { Bound::from_owned_ptr_or_err(dict.py(), ffi::PyDictProxy_New(dict.as_ptr())) }
-}
 
 type Text<'py> = Option<Bound<'py, PyString>>;
 type Items<'py> = Vec<(Bound<'py, PyString>, Bound<'py, PyString>)>;
@@ -45,9 +25,7 @@ struct Draft<'py> {
     saga: Bound<'py, PyString>,
     kind: Bound<'py, PyString>,
     texts: [Text<'py>; 5],
-    recorded: Bound<'py, PyAny>,
     recorded_at_us: i64,
-    attributes: Bound<'py, PyAny>,
     items: Items<'py>,
     merged: bool,
 }
@@ -74,7 +52,6 @@ fn read_draft<'py>(
     if draft.getattr(intern!(py, "form"))?.extract::<i64>()? != 1 {
         return Ok(None);
     }
-    let recorded = draft.getattr(intern!(py, "recorded_at_us"))?;
     let attributes = draft.getattr(intern!(py, "attributes"))?;
     // The draft's attributes are sorted by key (UTF-8 byte order): the extra one goes in its
     // place, or replaces the one of its key.
@@ -108,9 +85,7 @@ fn read_draft<'py>(
             draft.getattr(intern!(py, "error"))?.extract()?,
             draft.getattr(intern!(py, "actor"))?.extract()?,
         ],
-        recorded_at_us: recorded.extract()?,
-        recorded,
-        attributes,
+        recorded_at_us: draft.getattr(intern!(py, "recorded_at_us"))?.extract()?,
         items,
         merged,
     }))
@@ -141,13 +116,12 @@ fn opening<'a, 'py>(
     Ok(Some((seq_value, prev_text, prev, d)))
 }
 
-/// The `JournalEntry` (`cls`) of `d` at `seq` after `prev_hash`, its hash `hex`; `form_2`: the
-/// salts and commitments a sealed writer made (form 2), else the draft's form 1 and empty maps
-/// (`draft`'s own).
-#[allow(clippy::too_many_arguments)]
+/// The `JournalEntry` of `d` at `seq` after `prev_hash`, its hash `hex`, made by `place`
+/// (`JournalEntry.placed`): the attributes with the writer's merged in when `d` merged one
+/// (else the draft's own), and `form_2`'s salts and commitments from a sealed writer (else the
+/// draft's form 1).
 fn make_entry<'py>(
-    py: Python<'py>,
-    cls: &Bound<'py, PyAny>,
+    place: &Bound<'py, PyAny>,
     draft: &Bound<'py, PyAny>,
     d: &Draft<'py>,
     seq: &Bound<'py, PyAny>,
@@ -155,86 +129,43 @@ fn make_entry<'py>(
     hex: &[u8; 64],
     form_2: Option<(Bound<'py, PyDict>, Bound<'py, PyDict>)>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let none = py.None().into_bound(py);
-    let entry = cls.call_method1(intern!(py, "__new__"), (cls,))?;
-    set_slot(&entry, intern!(py, "saga_id"), &d.saga)?;
-    set_slot(&entry, intern!(py, "event_type"), &d.kind)?;
-    for (name, value) in [
-        intern!(py, "tool"),
-        intern!(py, "payload"),
-        intern!(py, "result"),
-        intern!(py, "error"),
-        intern!(py, "actor"),
-    ]
-    .iter()
-    .zip(&d.texts)
-    {
-        set_slot(&entry, name, value.as_ref().map_or(&none, |v| v.as_any()))?;
-    }
-    if d.merged {
+    let py = place.py();
+    let attributes = if d.merged {
         let dict = PyDict::new(py);
         for (k, v) in &d.items {
             dict.set_item(k, v)?;
         }
-        set_slot(&entry, intern!(py, "attributes"), &mapping_proxy(&dict)?)?;
+        Some(dict)
     } else {
-        set_slot(&entry, intern!(py, "attributes"), &d.attributes)?;
-    }
-    set_slot(&entry, intern!(py, "recorded_at_us"), &d.recorded)?;
-    match form_2 {
-        None => {
-            set_slot(
-                &entry,
-                intern!(py, "form"),
-                &draft.getattr(intern!(py, "form"))?,
-            )?;
-            let commitments = draft.getattr(intern!(py, "commitments"))?;
-            set_slot(&entry, intern!(py, "commitments"), &commitments)?;
-            set_slot(
-                &entry,
-                intern!(py, "salts"),
-                &draft.getattr(intern!(py, "salts"))?,
-            )?;
-        }
-        Some((salts, commitments)) => {
-            set_slot(
-                &entry,
-                intern!(py, "form"),
-                2i64.into_pyobject(py)?.as_any(),
-            )?;
-            set_slot(&entry, intern!(py, "salts"), &mapping_proxy(&salts)?)?;
-            set_slot(
-                &entry,
-                intern!(py, "commitments"),
-                &mapping_proxy(&commitments)?,
-            )?;
-        }
-    }
-    set_slot(&entry, intern!(py, "seq"), seq)?;
-    set_slot(&entry, intern!(py, "prev_hash"), prev_hash)?;
+        None
+    };
+    let (salts, commitments) = match form_2 {
+        Some((salts, commitments)) => (Some(salts), Some(commitments)),
+        None => (None, None),
+    };
     // The hex digits are ASCII, so this is valid UTF-8.
     let hash = PyString::new(py, std::str::from_utf8(hex).expect("hex is ASCII"));
-    set_slot(&entry, intern!(py, "hash"), &hash)?;
-    Ok(entry)
+    place.call1((draft, seq, prev_hash, hash, attributes, commitments, salts))
 }
 
-/// Link and encode a form-1 `draft` and make its `JournalEntry` (an instance of `cls`).
+/// Link and encode a form-1 `draft` and make its `JournalEntry` with `place`
+/// (`JournalEntry.placed`, the entry's public constructor for a link step).
 ///
 /// `extra`: a `(key, value)` attribute added to the draft's (the writer's): merged in key
 /// order, replacing one of the same key, hashed and encoded with the others and set on the
-/// entry as a new read-only mapping (the draft's own is shared otherwise).  Returns
+/// entry (the draft's own are otherwise).  Returns
 /// `(entry, message value)`, or `None` for anything the other paths must judge: a form other
 /// than 1, `prev_hash` not 64 hex digits, a seq below 1 or a bool, a text rule broken, a field
 /// too long for the canonical form.
 #[pyfunction]
-#[pyo3(signature = (header, prev_hash, seq, draft, cls, extra=None))]
+#[pyo3(signature = (header, prev_hash, seq, draft, place, extra=None))]
 pub(crate) fn link_entry<'py>(
     py: Python<'py>,
     header: &[u8],
     prev_hash: Bound<'py, PyString>,
     seq: Bound<'py, PyAny>,
     draft: Bound<'py, PyAny>,
-    cls: Bound<'py, PyAny>,
+    place: Bound<'py, PyAny>,
     extra: Option<(Bound<'py, PyString>, Bound<'py, PyString>)>,
 ) -> PyResult<Option<(Bound<'py, PyAny>, Bound<'py, PyBytes>)>> {
     let Some((seq_value, prev_text, prev, d)) = opening(py, &prev_hash, &seq, &draft, extra)?
@@ -279,19 +210,19 @@ pub(crate) fn link_entry<'py>(
         header.len() + 160 + body + 4 * pairs.len(),
     );
     value.extend_from_slice(&FORM_1_TAIL);
-    let entry = make_entry(py, &cls, &draft, &d, &seq, &prev_hash, &hex, None)?;
+    let entry = make_entry(&place, &draft, &d, &seq, &prev_hash, &hex, None)?;
     Ok(Some((entry, PyBytes::new(py, &value))))
 }
 
 /// `link_entry` sealed: a form-1 `draft` committed to, linked in form 2 and encoded with its
 /// openings sealed under the saga's 32-byte data key `key` (`seal::seal_event`: each data
 /// field present gets a salt and a nonce from the system's generator, drawn in one call), its
-/// `JournalEntry` (an instance of `cls`, form 2, with the salts and commitments drawn) made
-/// too; `extra` as in `link_entry`.  Returns
+/// `JournalEntry` (form 2, with the salts and commitments drawn) made by `place` too; `extra`
+/// as in `link_entry`.  Returns
 /// `(entry, message value)`, or `None` for anything the other paths must judge (as
 /// `link_entry`, or a key not 32 bytes).  The system's generator failing is an `OSError`.
 #[pyfunction]
-#[pyo3(signature = (header, prev_hash, seq, draft, cls, key, extra=None))]
+#[pyo3(signature = (header, prev_hash, seq, draft, place, key, extra=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn seal_link_entry<'py>(
     py: Python<'py>,
@@ -299,7 +230,7 @@ pub(crate) fn seal_link_entry<'py>(
     prev_hash: Bound<'py, PyString>,
     seq: Bound<'py, PyAny>,
     draft: Bound<'py, PyAny>,
-    cls: Bound<'py, PyAny>,
+    place: Bound<'py, PyAny>,
     key: &[u8],
     extra: Option<(Bound<'py, PyString>, Bound<'py, PyString>)>,
 ) -> PyResult<Option<(Bound<'py, PyAny>, Bound<'py, PyBytes>)>> {
@@ -326,8 +257,7 @@ pub(crate) fn seal_link_entry<'py>(
     };
     let maps = opening_maps(py, &event.by_name)?;
     let entry = make_entry(
-        py,
-        &cls,
+        &place,
         &draft,
         &d,
         &seq,

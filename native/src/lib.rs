@@ -1,18 +1,23 @@
 //! The journal's hot path in compiled code: link one event to its chain (the canonical bytes of
 //! docs/adr/0002-hash-chain.md and their SHA-256) and Avro-encode it (docs/adr/0003-wire-format.md)
-//! in one pass.  `sagacity.schemas._codec.link_encoded` calls it when it is installed; its output
+//! in one pass.  `sagacity.schemas._hotpath.link_encoded` calls it when it is installed; its output
 //! is byte for byte the Python path's (tests compare them on generated entries), and anything it
 //! cannot take (a field too long for the canonical form) it hands back to the Python path, which
 //! raises the documented error.
 //!
 //! `entry.rs`: the same for a form-1 draft, its `JournalEntry` made here too
-//! (`sagacity.schemas._codec.link_encoded`).
+//! (`sagacity.schemas._hotpath.link_encoded`).
 //! `verify.rs`: the archive's chain check over a binary `COPY` stream of archived rows
 //! (`sagacity.consumers.archive._fastverify`; docs/adr/0013-compiled-hot-path.md).
 //! `audit.rs`: the audit's merge of those verdicts with each saga's checkpoints and head
 //! (`sagacity.consumers.archive._audit`).
 //! `ingest.rs`: the archive's check of one journal message and the row it writes
 //! (`sagacity.consumers.archive._ingest`).
+//!
+//! No `unsafe` code of its own: Python objects are made and read through PyO3's safe API, and
+//! a `JournalEntry` through its public constructor (`entry.rs`).
+
+#![forbid(unsafe_code)]
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyInt, PyString};
@@ -24,6 +29,9 @@ mod entry;
 mod ingest;
 pub(crate) mod seal;
 mod verify;
+
+#[cfg(test)]
+mod tests;
 
 const CANONICAL_MAGIC: &[u8] = b"SGC1";
 /// Form 2 (docs/adr/0019-erasure.md §1): the data fields committed to, not hashed in clear.
@@ -244,14 +252,47 @@ pub(crate) fn text<'a>(value: &'a Option<Bound<'_, PyString>>) -> PyResult<Optio
     }
 }
 
-/// The entry's hash, lower-case hex: SHA-256 of `prev` (32 bytes) and the canonical bytes of
-/// docs/adr/0002-hash-chain.md (`pairs` sorted by key, each key once).  The one compiled writer
-/// of the form, for the journal's `link_encode` and the archive's `archive_row`; the caller has
-/// checked the text rules, the seq's range and that every field fits.
+/// The canonical bytes of docs/adr/0002-hash-chain.md, appended to `out`: `SGC1` (or, `form`
+/// 2, `SGC2`) then each field in its order (`pairs` sorted by key, each key once).  The one
+/// compiled writer of the form; the caller has checked the text rules, the seq's range and that
+/// every field fits.
 ///
-/// `form` 2 (docs/adr/0019-erasure.md §1) writes `SGC2` over the same layout: the caller gives
+/// Form 2 (docs/adr/0019-erasure.md §1) writes `SGC2` over the same layout: the caller gives
 /// the commitments (32 bytes each) of payload, result and error in `texts` and of the data
 /// attributes in `pairs`; any other form is form 1 (`SGC1`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn canonical_into(
+    out: &mut Vec<u8>,
+    form: i64,
+    saga: &[u8],
+    seq: i64,
+    kind: &[u8],
+    texts: [Option<&[u8]>; 5],
+    recorded_at_us: i64,
+    pairs: &[(&[u8], &[u8])],
+) {
+    out.extend_from_slice(if form == 2 {
+        CANONICAL_MAGIC_V2
+    } else {
+        CANONICAL_MAGIC
+    });
+    field(out, saga);
+    int_field(out, seq);
+    field(out, kind);
+    for t in texts {
+        optional_field(out, t);
+    }
+    int_field(out, recorded_at_us);
+    out.extend_from_slice(&(pairs.len() as u32).to_be_bytes());
+    for (k, v) in pairs {
+        field(out, k);
+        field(out, v);
+    }
+}
+
+/// The entry's hash, lower-case hex: SHA-256 of `prev` (32 bytes) and its canonical bytes
+/// (`canonical_into`), for the journal's `link_encode` and the archive's `archive_row`;
+/// `capacity` is the hashed input's expected size.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn canonical_hex(
     form: i64,
@@ -266,30 +307,169 @@ pub(crate) fn canonical_hex(
 ) -> [u8; 64] {
     let mut hashed = Vec::with_capacity(capacity);
     hashed.extend_from_slice(prev);
-    hashed.extend_from_slice(if form == 2 {
-        CANONICAL_MAGIC_V2
-    } else {
-        CANONICAL_MAGIC
-    });
-    field(&mut hashed, saga);
-    int_field(&mut hashed, seq);
-    field(&mut hashed, kind);
-    for t in texts {
-        optional_field(&mut hashed, t);
-    }
-    int_field(&mut hashed, recorded_at_us);
-    hashed.extend_from_slice(&(pairs.len() as u32).to_be_bytes());
-    for (k, v) in pairs {
-        field(&mut hashed, k);
-        field(&mut hashed, v);
-    }
-    let digest = Sha256::digest(&hashed);
+    canonical_into(
+        &mut hashed,
+        form,
+        saga,
+        seq,
+        kind,
+        texts,
+        recorded_at_us,
+        pairs,
+    );
+    hex_digest(&Sha256::digest(&hashed))
+}
+
+/// A SHA-256 digest as 64 lower-case hex digits.
+pub(crate) fn hex_digest(digest: &[u8]) -> [u8; 64] {
     let mut hex = [0u8; 64];
-    for (i, byte) in digest.iter().enumerate() {
+    for (i, byte) in digest.iter().take(32).enumerate() {
         hex[2 * i] = HEX[(byte >> 4) as usize];
         hex[2 * i + 1] = HEX[(byte & 0x0f) as usize];
     }
     hex
+}
+
+/// One event's fields as `link_encode` reads them: UTF-8, the attributes sorted by key.
+pub(crate) struct Fields<'a> {
+    pub(crate) saga: &'a [u8],
+    pub(crate) seq: i64,
+    pub(crate) kind: &'a [u8],
+    /// tool, payload, result, error, actor.
+    pub(crate) texts: [Option<&'a [u8]>; 5],
+    pub(crate) recorded_at_us: i64,
+    pub(crate) pairs: Vec<(&'a [u8], &'a [u8])>,
+}
+
+/// A form-2 event's data fields and data attributes as hashed, their commitments: made from
+/// the `salts` given (and equal to the `commitments` given), or taken from `commitments` where
+/// a value was erased.  `None` for an opening that is incomplete or does not match, or a map
+/// naming a field that is not data.
+#[allow(clippy::type_complexity)]
+pub(crate) fn committed_fields<'a>(
+    e: &Fields<'a>,
+    commitments: &BTreeMap<String, String>,
+    salts: &BTreeMap<String, String>,
+) -> Option<([Option<[u8; 32]>; 3], Vec<(&'a [u8], Vec<u8>)>)> {
+    let known =
+        |k: &String| DATA_FIELDS.contains(&k.as_str()) || DATA_ATTRIBUTES.contains(&k.as_str());
+    if !commitments.keys().all(known) || !salts.keys().all(known) {
+        return None;
+    }
+    let mut data: [Option<[u8; 32]>; 3] = [None; 3];
+    for (i, name) in DATA_FIELDS.iter().enumerate() {
+        data[i] = committed(name, e.texts[i + 1], commitments, salts).ok()?;
+    }
+    let mut hashed_pairs: Vec<(&'a [u8], Vec<u8>)> = Vec::new();
+    for (k, v) in &e.pairs {
+        let key = std::str::from_utf8(k).ok()?;
+        if DATA_ATTRIBUTES.contains(&key) {
+            let c = committed(key, Some(v), commitments, salts).ok()??;
+            hashed_pairs.push((k, c.to_vec()));
+        } else {
+            hashed_pairs.push((k, v.to_vec()));
+        }
+    }
+    for key in DATA_ATTRIBUTES {
+        let present = e.pairs.iter().any(|(k, _)| *k == key.as_bytes());
+        if !present && (commitments.contains_key(key) || salts.contains_key(key)) {
+            let c = committed(key, None, commitments, salts).ok()??;
+            hashed_pairs.push((key.as_bytes(), c.to_vec()));
+        }
+    }
+    hashed_pairs.sort();
+    Some((data, hashed_pairs))
+}
+
+/// `link_encode`'s work on fields already read: the hash (hex) and the message value, or `None`
+/// for anything the Python path must judge (a text rule broken, a field too long, a seq below
+/// 1, `prev` not 32 bytes, a form other than 1 or 2, a form-1 event with commitments or salts,
+/// a form-2 opening that is incomplete or does not match).
+pub(crate) fn link_encode_fields(
+    header: &[u8],
+    prev: &[u8],
+    prev_text: &[u8],
+    e: &Fields<'_>,
+    form: i64,
+    commitments: &BTreeMap<String, String>,
+    salts: &BTreeMap<String, String>,
+) -> Option<([u8; 64], Vec<u8>)> {
+    let (saga, seq, kind, texts, pairs) = (e.saga, e.seq, e.kind, e.texts, &e.pairs[..]);
+    if !acceptable(seq, saga, kind, &texts, pairs) || prev.len() != 32 {
+        return None;
+    }
+    let v2 = match form {
+        1 if commitments.is_empty() && salts.is_empty() => false,
+        2 => true,
+        _ => return None,
+    };
+    let body: usize = saga.len()
+        + kind.len()
+        + texts
+            .iter()
+            .map(|t| t.map_or(0, |d| d.len()))
+            .sum::<usize>()
+        + pairs.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+    let hex = if v2 {
+        // Form 2: the data fields and data attributes as hashed (their commitments).
+        let (data, hashed_pairs) = committed_fields(e, commitments, salts)?;
+        let committed_pairs: Vec<(&[u8], &[u8])> =
+            hashed_pairs.iter().map(|(k, v)| (*k, &v[..])).collect();
+        let hashed_texts = [
+            texts[0],
+            data[0].as_ref().map(|d| &d[..]),
+            data[1].as_ref().map(|d| &d[..]),
+            data[2].as_ref().map(|d| &d[..]),
+            texts[4],
+        ];
+        let capacity = 96 + body + 40 * committed_pairs.len();
+        canonical_hex(
+            2,
+            prev,
+            saga,
+            seq,
+            kind,
+            hashed_texts,
+            e.recorded_at_us,
+            &committed_pairs,
+            capacity,
+        )
+    } else {
+        let capacity = 96 + body + 8 * pairs.len();
+        canonical_hex(
+            1,
+            prev,
+            saga,
+            seq,
+            kind,
+            texts,
+            e.recorded_at_us,
+            pairs,
+            capacity,
+        )
+    };
+    let capacity = header.len() + 160 + body + 4 * pairs.len();
+    let mut value = avro_head(
+        header,
+        saga,
+        seq,
+        kind,
+        texts,
+        e.recorded_at_us,
+        pairs,
+        prev_text,
+        &hex,
+        capacity,
+    );
+    if v2 {
+        avro_long(&mut value, 2);
+        avro_hex_map(&mut value, commitments);
+        avro_hex_map(&mut value, salts);
+        value.push(0); // nothing sealed: the Python path seals (schemas._sealed.encode_sealed)
+    } else {
+        value.extend_from_slice(&FORM_1_TAIL);
+    }
+    Some((hex, value))
 }
 
 /// Link and encode one event.
@@ -330,127 +510,27 @@ fn link_encode<'py>(
     if seq.is_instance_of::<PyBool>() {
         return Ok(None); // an int to Python, not a seq
     }
-    let seq: i64 = seq.extract()?;
-    let saga = saga.to_str()?.as_bytes();
-    let kind = kind.to_str()?.as_bytes();
-    let texts = [
-        text(&tool)?,
-        text(&payload)?,
-        text(&result)?,
-        text(&error)?,
-        text(&actor)?,
-    ];
     let items = attribute_items(&attributes)?;
-    let pairs = as_pairs(&items)?;
-    if !acceptable(seq, saga, kind, &texts, &pairs) || prev.len() != 32 {
-        return Ok(None);
-    }
-    // Form 2: the data fields and data attributes as hashed (their commitments).
-    let v2 = match form {
-        1 if commitments.is_empty() && salts.is_empty() => false,
-        2 => true,
-        _ => return Ok(None),
-    };
-    let mut data: [Option<[u8; 32]>; 3] = [None; 3];
-    let mut hashed_pairs: Vec<(&[u8], Vec<u8>)> = Vec::new();
-    if v2 {
-        let known =
-            |k: &String| DATA_FIELDS.contains(&k.as_str()) || DATA_ATTRIBUTES.contains(&k.as_str());
-        if !commitments.keys().all(known) || !salts.keys().all(known) {
-            return Ok(None);
-        }
-        for (i, name) in DATA_FIELDS.iter().enumerate() {
-            match committed(name, texts[i + 1], &commitments, &salts) {
-                Ok(c) => data[i] = c,
-                Err(()) => return Ok(None),
-            }
-        }
-        for (k, v) in &pairs {
-            let key = std::str::from_utf8(k).expect("a Python str is UTF-8");
-            if DATA_ATTRIBUTES.contains(&key) {
-                match committed(key, Some(v), &commitments, &salts) {
-                    Ok(Some(c)) => hashed_pairs.push((k, c.to_vec())),
-                    _ => return Ok(None),
-                }
-            } else {
-                hashed_pairs.push((k, v.to_vec()));
-            }
-        }
-        for key in DATA_ATTRIBUTES {
-            let present = pairs.iter().any(|(k, _)| *k == key.as_bytes());
-            if !present && (commitments.contains_key(key) || salts.contains_key(key)) {
-                match committed(key, None, &commitments, &salts) {
-                    Ok(Some(c)) => hashed_pairs.push((key.as_bytes(), c.to_vec())),
-                    _ => return Ok(None),
-                }
-            }
-        }
-        hashed_pairs.sort();
-    }
-
-    let body: usize = saga.len()
-        + kind.len()
-        + texts
-            .iter()
-            .map(|t| t.map_or(0, |d| d.len()))
-            .sum::<usize>()
-        + pairs.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
-    let hex = if v2 {
-        let committed_pairs: Vec<(&[u8], &[u8])> =
-            hashed_pairs.iter().map(|(k, v)| (*k, &v[..])).collect();
-        canonical_hex(
-            2,
-            prev,
-            saga,
-            seq,
-            kind,
-            [
-                texts[0],
-                data[0].as_ref().map(|d| &d[..]),
-                data[1].as_ref().map(|d| &d[..]),
-                data[2].as_ref().map(|d| &d[..]),
-                texts[4],
-            ],
-            recorded_at_us,
-            &committed_pairs,
-            96 + body + 40 * committed_pairs.len(),
-        )
-    } else {
-        canonical_hex(
-            1,
-            prev,
-            saga,
-            seq,
-            kind,
-            texts,
-            recorded_at_us,
-            &pairs,
-            96 + body + 8 * pairs.len(),
-        )
-    };
-
-    let prev_text = prev_hash.to_str()?.as_bytes();
-    let mut value = avro_head(
-        header,
-        saga,
-        seq,
-        kind,
-        texts,
+    let fields = Fields {
+        saga: saga.to_str()?.as_bytes(),
+        seq: seq.extract()?,
+        kind: kind.to_str()?.as_bytes(),
+        texts: [
+            text(&tool)?,
+            text(&payload)?,
+            text(&result)?,
+            text(&error)?,
+            text(&actor)?,
+        ],
         recorded_at_us,
-        &pairs,
-        prev_text,
-        &hex,
-        header.len() + 160 + body + 4 * pairs.len(),
-    );
-    if v2 {
-        avro_long(&mut value, 2);
-        avro_hex_map(&mut value, &commitments);
-        avro_hex_map(&mut value, &salts);
-        value.push(0); // nothing sealed: the Python path seals (schemas._codec.encode_sealed)
-    } else {
-        value.extend_from_slice(&FORM_1_TAIL);
-    }
-
+        pairs: as_pairs(&items)?,
+    };
+    let prev_text = prev_hash.to_str()?.as_bytes();
+    let Some((hex, value)) =
+        link_encode_fields(header, prev, prev_text, &fields, form, &commitments, &salts)
+    else {
+        return Ok(None);
+    };
     // The hex digits are ASCII, so this is valid UTF-8.
     let hash = PyString::new(py, std::str::from_utf8(&hex).expect("hex is ASCII"));
     Ok(Some((hash, PyBytes::new(py, &value))))

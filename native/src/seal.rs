@@ -1,6 +1,6 @@
 //! The sealed journal's hot path: link one event in chain form 2 and Avro-encode it with its
 //! data fields' openings sealed under the saga's data key, in one pass
-//! (docs/adr/0019-erasure.md §1 and §3).  `sagacity.schemas._codec.link_encoded_sealed` calls
+//! (docs/adr/0019-erasure.md §1 and §3).  `sagacity.schemas._hotpath.link_encoded_sealed` calls
 //! it when it is installed; what it writes is what `committing`, `link` and `encode_sealed`
 //! write for the same salts and nonces (tests open it with the key service and compare), and
 //! anything it cannot take it hands back to that Python path, which raises the documented error.

@@ -35,6 +35,17 @@ pub(crate) type Verdict = (
     Cow<'static, [u8]>,
 );
 
+/// Why a stream is not a binary `COPY` of the archive's rows (the whole stream is refused; the
+/// binding raises it as `ValueError` with this message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StreamError(pub(crate) String);
+
+impl From<StreamError> for PyErr {
+    fn from(error: StreamError) -> PyErr {
+        PyValueError::new_err(error.0)
+    }
+}
+
 struct Row<'a> {
     saga: &'a [u8],
     seq: i64,
@@ -309,7 +320,11 @@ impl CopyChainVerifier {
     }
 
     /// Take the next bytes of the stream; the sagas it completed go to `out`.
-    pub(crate) fn feed_sagas(&mut self, chunk: &[u8], out: &mut Vec<Saga>) -> PyResult<()> {
+    pub(crate) fn feed_sagas(
+        &mut self,
+        chunk: &[u8],
+        out: &mut Vec<Saga>,
+    ) -> Result<(), StreamError> {
         if self.ended {
             if chunk.is_empty() {
                 return Ok(());
@@ -387,7 +402,7 @@ impl CopyChainVerifier {
                 let (start, len) = offsets[i];
                 (len >= 0).then(|| &data[start..start + len as usize])
             };
-            let int = |i: usize| -> PyResult<i64> {
+            let int = |i: usize| -> Result<i64, StreamError> {
                 match get(i) {
                     Some(d) if d.len() == 8 => Ok(i64::from_be_bytes(d.try_into().expect("8"))),
                     _ => Err(bad(&format!("column {} is not a bigint", i + 1))),
@@ -418,7 +433,7 @@ impl CopyChainVerifier {
                     .to_string();
                 if let Some(last) = &self.last_saga {
                     if last.as_bytes() >= key {
-                        return Err(PyValueError::new_err(format!(
+                        return Err(StreamError(format!(
                             "rows are not in chain order: saga {} after {}",
                             py_repr(&id),
                             py_repr(last)
@@ -440,7 +455,7 @@ impl CopyChainVerifier {
 
     /// The end of the stream: the last saga (and, verifying one saga that has no rows, that
     /// saga, empty) go to `out`.
-    pub(crate) fn finish_sagas(&mut self, out: &mut Vec<Saga>) -> PyResult<()> {
+    pub(crate) fn finish_sagas(&mut self, out: &mut Vec<Saga>) -> Result<(), StreamError> {
         if !self.ended && (self.started || !self.buf.is_empty()) {
             return Err(bad("the stream ends before its trailer"));
         }
@@ -662,8 +677,8 @@ fn read_i32(data: &[u8], at: usize) -> i32 {
     i32::from_be_bytes(data[at..at + 4].try_into().expect("4 bytes"))
 }
 
-fn bad(message: &str) -> PyErr {
-    PyValueError::new_err(format!(
+fn bad(message: &str) -> StreamError {
+    StreamError(format!(
         "not a binary COPY of the archive's rows: {message}"
     ))
 }

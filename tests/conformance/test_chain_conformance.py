@@ -43,7 +43,7 @@ from sagacity.chain import (
 from sagacity.consumers.archive import _audit, _fastverify, verify_bundle
 from sagacity.consumers.archive._rows import entry_of_row
 from sagacity.errors import SerializationError
-from sagacity.schemas import _codec
+from sagacity.schemas import _hotpath, decode_entry
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS = ROOT / "tests" / "vectors"
@@ -77,7 +77,7 @@ def test_the_native_writer_is_run_where_cargo_is() -> None:
     cargo = shutil.which("cargo") or (Path.home() / ".cargo" / "bin" / "cargo").exists()
     if NATIVE_WANTED and cargo:
         assert NATIVE, "cargo is here but sagacity-native is not installed"
-        assert _codec.NATIVE
+        assert _hotpath.NATIVE
         assert _fastverify.NATIVE
 
 
@@ -193,16 +193,16 @@ def write_link(e: dict[str, Any]) -> tuple[bytes | None, str]:
 
 
 def _link_encoded(e: dict[str, Any], native: Any, entry: Any = None) -> tuple[bytes | None, str]:
-    saved = _codec._native_link_encode, _codec._native_link_entry
-    _codec._native_link_encode, _codec._native_link_entry = native, entry
+    saved = _hotpath._native_link_encode, _hotpath._native_link_entry
+    _hotpath._native_link_encode, _hotpath._native_link_entry = native, entry
     try:
-        entry, value = _codec.link_encoded(_draft(e), seq=e["seq"], prev_hash=e["prev_hash"])
+        entry, value = _hotpath.link_encoded(_draft(e), seq=e["seq"], prev_hash=e["prev_hash"])
     except SerializationError as exc:
         raise RefusedError(exc.message) from exc
     finally:
-        _codec._native_link_encode, _codec._native_link_entry = saved
+        _hotpath._native_link_encode, _hotpath._native_link_entry = saved
     # The Avro value carries the same entry (docs/adr/0003-wire-format.md).
-    assert _codec.decode_entry(value) == entry
+    assert decode_entry(value) == entry
     return None, entry.hash
 
 
@@ -312,7 +312,7 @@ WRITER_FUNCTIONS = {
     # Every function of the product that writes the form's magic, and the writer (or walker,
     # below) of this module that runs it over the vectors.
     # The one Python writer: canonical_bytes, canonical_bytes_of and the journal's encoder
-    # (schemas._codec) all call it.
+    # (schemas._hotpath) all call it.
     "sagacity/chain.py:canonical_layout": "fields",
     "sagacity/chain.py:canonical_bytes_v2_of": "v2:fields",
     "consumers/archive/verify_bundle.py:canonical_v2": "v2:standalone",
@@ -355,6 +355,13 @@ def test_the_negative_vectors_name_their_reasons() -> None:
     assert sum(case["entry"]["hash"] is not None for case in NEGATIVE["cases"]) >= 18
 
 
+def _product_rust_files() -> list[Path]:
+    """The crate's sources, without its unit tests (``native/src/tests/``: they run the crate's
+    writer and walker over these vectors, and name what they expect)."""
+    tests = ROOT / "native" / "src" / "tests"
+    return [p for p in sorted((ROOT / "native" / "src").rglob("*.rs")) if tests not in p.parents]
+
+
 def _magic_users() -> set[str]:
     """``file:function`` for every Python function of the product that uses the canonical
     form's magic (``b"SGC1"`` or ``CANONICAL_MAGIC``), and every Rust file that does."""
@@ -368,7 +375,7 @@ def _magic_users() -> set[str]:
             for scope, function in _functions(tree):
                 if _uses_magic(function):
                     found.add(f"{rel}:{scope}")
-    for path in sorted((ROOT / "native" / "src").rglob("*.rs")):
+    for path in _product_rust_files():
         text = path.read_text(encoding="utf-8")
         if re.search(r'b"SGC[12]"', text):
             found.add(path.relative_to(ROOT).as_posix())
@@ -704,7 +711,7 @@ def test_every_break_namer_is_registered() -> None:
                     for n in ast.walk(function)
                 ):
                     found.add(f"{rel}:{scope}")
-    for path in sorted((ROOT / "native" / "src").rglob("*.rs")):
+    for path in _product_rust_files():
         if '"broken_link"' in path.read_text(encoding="utf-8"):
             found.add(path.relative_to(ROOT).as_posix())
     assert found == set(BREAK_NAMERS) | set(BREAK_NAMERS_ELSEWHERE)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 
@@ -75,3 +76,111 @@ def test_core_imports_no_kafka_postgres_or_http() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# Every public member of ``Sagacity`` with its signature (properties by name): the class's body
+# is spread over modules by concept (the gate's delegations, the saga's ends), its API is not.
+SAGACITY_MEMBERS = {
+    "approval_deadline_us": (
+        "(self, request: 'ApprovalRequest', *, seen_at_us: 'int | None' = None) -> 'int | None'"
+    ),
+    "approval_trust": "property",
+    "approval_ttl_us": "property",
+    "approve": (
+        "(self, saga_id: 'str', seq: 'int', approver: 'str', *, request_hash: 'str | None' = "
+        "None) -> 'ApprovalRequest'"
+    ),
+    "compensate": (
+        "(self, saga_id: 'str', *, reason: 'EventType' = <EventType.FAILED: 'FAILED'>, error:"
+        " 'str | None' = None, invoke: 'Callable[[CompensationCall], Any] | None' = None) -> "
+        "'SagaResult'"
+    ),
+    "compensation_mode": "property",
+    "compensation_report": "(self, saga_id: 'str') -> 'CompensationReport'",
+    "conversation": "(self, conversation_id: 'str') -> 'SagaRun'",
+    "counted_signers": (
+        "(self, entries: 'Sequence[JournalEntry]', request: 'ApprovalRequest') -> 'set[str]'"
+    ),
+    "decision_signer": "property",
+    "decision_verifier": "property",
+    "end_saga": (
+        "(self, saga_id: 'str', *, cause: 'EventType', ref_seq: 'int | None', error: 'str | "
+        "None', clean_status: 'SagaStatus', report: 'CompensationReport | None', value: 'Any'"
+        " = None, exception: 'BaseException | None' = None, redacted: 'Collection[str]' = ())"
+        " -> 'SagaResult'"
+    ),
+    "entries": "(self, saga_id: 'str') -> 'Sequence[JournalEntry]'",
+    "expire": (
+        "(self, saga_id: 'str', seq: 'int', *, seen_at_us: 'int | None' = None) -> 'SagaResult'"
+    ),
+    "expire_overdue": "(self) -> 'list[SagaResult]'",
+    "finish_run": (
+        "(self, scope: 'SagaScope', value: 'Any', error: 'Exception | None') -> 'SagaResult'"
+    ),
+    "from_env": "(**options: 'Any') -> 'Sagacity'",
+    "journal": "property",
+    "journal_identity": "property",
+    "now_us": "(self) -> 'int'",
+    "open_run": "(self, saga_id: 'str') -> 'SagaRun'",
+    "outcome": "(self, saga_id: 'str') -> 'SagaResult | None'",
+    "pending_approvals": "(self, saga_id: 'str | None' = None) -> 'Sequence[ApprovalRequest]'",
+    "policy_version": "property",
+    "registry": "property",
+    "reject": (
+        "(self, saga_id: 'str', seq: 'int', approver: 'str', *, reason: 'str | None' = None) "
+        "-> 'SagaResult'"
+    ),
+    "resume_saga": (
+        "(self, saga_id: 'str', seq: 'int', payload: 'str', *, requested_by: 'str | None' = "
+        "None) -> 'SagaResult'"
+    ),
+    "resume_saga_async": (
+        "(self, saga_id: 'str', seq: 'int', payload: 'str', *, requested_by: 'str | None' = "
+        "None) -> 'SagaResult'"
+    ),
+    "saga": "(self, saga_id: 'str', work: 'Callable[[], Any]') -> 'SagaResult'",
+    "saga_async": "(self, saga_id: 'str', work: 'Callable[[], Awaitable[Any]]') -> 'SagaResult'",
+    "settle": (
+        "(self, saga_id: 'str', seq: 'int', outcome: 'str', person: 'str', *, note: 'str') ->"
+        " 'SagaResult'"
+    ),
+    "settlement_counts": "(self, entry: 'JournalEntry') -> 'bool'",
+    "wait_for_outcome": (
+        "(self, saga_id: 'str', *, timeout: 'float' = 30.0, poll_interval: 'float' = 0.05) ->"
+        " 'SagaResult'"
+    ),
+    "wait_for_outcome_async": (
+        "(self, saga_id: 'str', *, timeout: 'float' = 30.0, poll_interval: 'float' = 0.05) ->"
+        " 'SagaResult'"
+    ),
+    "wrap": "(self, obj: '_T') -> '_T'",
+    "wrap_tool": (
+        "(self, function: 'Callable[..., Any]', *, name: 'str | None' = None, reversibility: "
+        "'Reversibility' = <Reversibility.COMPENSATABLE: 'COMPENSATABLE'>, by: 'Callable[...,"
+        " Any] | None' = None, constraint: 'Constraint | None' = None, undo: 'UndoCall | "
+        "None' = None, redact: 'Sequence[str]' = (), undo_tools: 'Sequence[str]' = ()) -> "
+        "'Callable[..., Any]'"
+    ),
+    "writer_id": "property",
+}
+SAGACITY_INIT = (
+    "(self, journal: 'Journal | None' = None, *, compensation: 'CompensationMode' = 'inline',"
+    " approval_ttl: 'timedelta | float | None' = None, policy_version: 'str' = '1', "
+    "writer_id: 'str | None' = None, clock: 'Callable[[], int] | None' = None, "
+    "decision_signer: 'DecisionSigner | None' = None, approvals_public_key: 'str | "
+    "DecisionVerifier | None' = None) -> 'None'"
+)
+
+
+def test_the_sagacity_class_is_pinned() -> None:
+    members = {}
+    for name in sorted(n for n in dir(sagacity.Sagacity) if not n.startswith("_")):
+        found = inspect.getattr_static(sagacity.Sagacity, name)
+        members[name] = (
+            "property"
+            if isinstance(found, property)
+            else str(inspect.signature(getattr(sagacity.Sagacity, name)))
+        )
+        assert (getattr(sagacity.Sagacity, name).__doc__ or "").strip(), f"{name}: no docstring"
+    assert members == SAGACITY_MEMBERS
+    assert str(inspect.signature(sagacity.Sagacity.__init__)) == SAGACITY_INIT

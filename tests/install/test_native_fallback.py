@@ -50,7 +50,7 @@ def test_a_cargo_that_cannot_build_falls_back_to_the_python_path(tmp_path: Path)
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("SAGACITY_", "VIRTUAL")) and k != "CARGO"
+        if not k.startswith(("SAGACITY_", "VIRTUAL")) and k not in ("CARGO", "CI")
     }
     env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"  # the failing cargo comes first
     # The package alone: its dependencies are not what this test is about.
@@ -96,3 +96,21 @@ def test_a_cargo_that_cannot_build_falls_back_to_the_python_path(tmp_path: Path)
     required = _lib(root, venv, {**env, "SAGACITY_NATIVE": "1"}, "sagacity_native_check")
     assert required.returncode == 1
     assert required.stderr.startswith("error: cargo could not build the compiled hot path")
+
+    # So does CI where cargo is (CI=true, SAGACITY_NATIVE unset), also for a failure remembered
+    # from an earlier run: a CI run never checks the Python half alone by accident.
+    # SAGACITY_NATIVE=0 still chooses the Python path deliberately.
+    for steps in ("sagacity_native_check", "sagacity_venv"):
+        in_ci = _lib(root, venv, {**env, "CI": "true"}, steps)
+        assert in_ci.returncode == 1, (steps, in_ci.stderr)
+        assert in_ci.stderr.startswith("error: cargo could not build the compiled hot path")
+        assert "(or CI=true) requires it" in in_ci.stderr
+    chosen = _lib(
+        root,
+        venv,
+        {**env, "CI": "true", "SAGACITY_NATIVE": "0"},
+        'sagacity_native_check; echo "$SAGACITY_NATIVE"',
+    )
+    assert chosen.returncode == 0, chosen.stderr
+    assert chosen.stdout.split() == ["0"]
+    assert chosen.stderr.startswith("warning: cargo could not build")

@@ -428,12 +428,12 @@ def test_a_watermark_query_rides_through_a_leader_change(code: str) -> None:
     from sagacity.producer._reader import SagaReader
 
     reader = SagaReader({"bootstrap.servers": "127.0.0.1:9"}, "t", partitions=1)
-    real = reader._consumer
-    reader._consumer = _FlakyWatermarks([getattr(KafkaError, code)] * 3)  # type: ignore[assignment]
+    real = reader._scanner._consumer
+    reader._scanner._consumer = _FlakyWatermarks([getattr(KafkaError, code)] * 3)  # type: ignore[assignment]
     try:
-        got = reader._watermarks(TopicPartition("t", 0), time.monotonic() + 10)
+        got = reader._scanner.watermarks(TopicPartition("t", 0), time.monotonic() + 10)
     finally:
-        reader._consumer = real
+        reader._scanner._consumer = real
         reader.close()
     assert got == (0, 7)
 
@@ -447,11 +447,11 @@ def test_a_watermark_query_gives_up_on_a_lasting_error() -> None:
     from sagacity.producer._reader import SagaReader
 
     reader = SagaReader({"bootstrap.servers": "127.0.0.1:9"}, "t", partitions=1)
-    real = reader._consumer
-    reader._consumer = _FlakyWatermarks([KafkaError.TOPIC_AUTHORIZATION_FAILED])  # type: ignore[assignment]
+    real = reader._scanner._consumer
+    reader._scanner._consumer = _FlakyWatermarks([KafkaError.TOPIC_AUTHORIZATION_FAILED])  # type: ignore[assignment]
     try:
         with pytest.raises(JournalUnavailableError, match="cannot read topic"):
-            reader._watermarks(TopicPartition("t", 0), time.monotonic() + 10)
+            reader._scanner.watermarks(TopicPartition("t", 0), time.monotonic() + 10)
     finally:
-        reader._consumer = real
+        reader._scanner._consumer = real
         reader.close()

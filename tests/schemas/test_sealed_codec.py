@@ -16,7 +16,8 @@ from sagacity._keys import InMemoryKeyStore, KeyService
 from sagacity.chain import committing, link
 from sagacity.errors import CiphertextAuthenticationError, SagaErasedError, SerializationError
 from sagacity.schemas import MAGIC, current_schema, decode_entry, encode_entry
-from sagacity.schemas._codec import decode_record, encode_sealed
+from sagacity.schemas._avro import decode_record
+from sagacity.schemas._sealed import encode_sealed
 
 MARKER = "MARKER-5c1e"
 
@@ -135,12 +136,12 @@ class _Reversing:
 def test_the_direct_sealed_encoding_is_fastavros_byte_for_byte(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from sagacity.schemas import _codec
+    from sagacity.schemas import _sealed
 
     sealer = _Reversing()
     chain = _chain()
     direct = [encode_sealed(e, sealer) for e in chain]
-    monkeypatch.setattr(_codec, "_direct_encoding", lambda: False)
+    monkeypatch.setattr(_sealed, "direct_encoding", lambda: False)
     generic = [encode_sealed(e, sealer) for e in chain]
     assert direct == generic
     assert [decode_entry(v, keys=sealer) for v in direct] == chain
@@ -171,13 +172,13 @@ def sealer_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     """Which writer ``link_encoded_sealed`` uses (in Python; compiled, the entry made there
     too); the list records, for the compiled one, whether it took each call (it must: a
     decline would test the Python path twice)."""
-    from sagacity.schemas import _codec
+    from sagacity.schemas import _hotpath
 
     taken: list[bool] = []
     name = "_native_seal_link_entry"
-    compiled = getattr(_codec, name)
+    compiled = getattr(_hotpath, name)
     if request.param == "python":
-        monkeypatch.setattr(_codec, name, None)
+        monkeypatch.setattr(_hotpath, name, None)
         return taken
     if compiled is None:
         pytest.skip("the compiled module is not installed (the build test says whether it must)")
@@ -187,7 +188,7 @@ def sealer_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
         taken.append(out is not None)
         return out
 
-    monkeypatch.setattr(_codec, name, counting)
+    monkeypatch.setattr(_hotpath, name, counting)
     return taken
 
 
@@ -195,7 +196,7 @@ def sealer_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 def test_the_one_pass_sealed_writer_is_committing_link_and_encode_sealed(
     draft: EntryDraft, keys: KeyService, sealer_path: list[bool]
 ) -> None:
-    from sagacity.schemas._codec import link_encoded_sealed
+    from sagacity.schemas._hotpath import link_encoded_sealed
 
     prev = "ab" * 32
     entry, value = link_encoded_sealed(draft, seq=7, prev_hash=prev, keys=keys)
@@ -222,7 +223,7 @@ def test_the_writer_attribute_added_by_the_sealed_link_step_is_with_attribute_li
     """``link_encoded_sealed(draft, attribute=...)`` is ``link_encoded_sealed`` of the draft
     with the attribute added (the same salts drawn), and leaves the draft as it was."""
     from sagacity._events import with_attribute
-    from sagacity.schemas._codec import link_encoded_sealed
+    from sagacity.schemas._hotpath import link_encoded_sealed
 
     prev = "ab" * 32
     before = dict(draft.attributes)
@@ -247,7 +248,7 @@ def test_the_writer_attribute_added_by_the_sealed_link_step_is_with_attribute_li
 def test_a_field_the_one_pass_writer_sealed_opens_only_in_its_place(
     keys: KeyService, sealer_path: list[bool]
 ) -> None:
-    from sagacity.schemas._codec import link_encoded_sealed
+    from sagacity.schemas._hotpath import link_encoded_sealed
 
     entry, value = link_encoded_sealed(_DRAFTS[1], seq=3, prev_hash=GENESIS_HASH, keys=keys)
     sealed = decode_record(value)["sealed"]["result"]
@@ -262,7 +263,7 @@ def test_a_field_the_one_pass_writer_sealed_opens_only_in_its_place(
 def test_the_one_pass_sealed_writer_refuses_what_the_chain_refuses(
     keys: KeyService, sealer_path: list[bool]
 ) -> None:
-    from sagacity.schemas._codec import link_encoded_sealed
+    from sagacity.schemas._hotpath import link_encoded_sealed
 
     draft = EntryDraft(saga_id="s-1", event_type=EventType.INTENT, payload="{}")
     with pytest.raises(SerializationError, match="seq"):
@@ -277,7 +278,7 @@ def test_the_one_pass_sealed_writer_refuses_what_the_chain_refuses(
 def test_an_event_without_data_is_written_for_an_erased_saga(
     keys: KeyService, sealer_path: list[bool]
 ) -> None:
-    from sagacity.schemas._codec import link_encoded_sealed
+    from sagacity.schemas._hotpath import link_encoded_sealed
 
     link_encoded_sealed(_DRAFTS[0], seq=2, prev_hash=GENESIS_HASH, keys=keys)
     keys.destroy("s-1", actor="dpo", reason="art. 17")
@@ -287,3 +288,37 @@ def test_an_event_without_data_is_written_for_an_erased_saga(
     assert entry.form == 2
     with pytest.raises(SagaErasedError):
         link_encoded_sealed(_DRAFTS[0], seq=4, prev_hash=entry.hash, keys=keys)
+
+
+def test_the_compiled_sealer_makes_its_entry_with_the_public_constructor(keys: KeyService) -> None:
+    """``seal_link_entry`` builds the form-2 entry by calling the constructor it is given
+    (``JournalEntry.placed``) with the salts and commitments it drew."""
+    from sagacity.schemas import _hotpath
+
+    compiled = _hotpath._native_seal_link_entry
+    if compiled is None:
+        pytest.skip("the compiled module is not installed (the build test says whether it must)")
+    calls: list[tuple[object, ...]] = []
+
+    def place(*args: object) -> JournalEntry:
+        calls.append(args)
+        return JournalEntry.placed(*args)  # type: ignore[arg-type]
+
+    draft = _DRAFTS[1]
+    keys.prepare(draft.saga_id)
+    made = compiled(
+        _hotpath._native_header(), "ab" * 32, 7, draft, place, keys.material(draft.saga_id), None
+    )
+    assert made is not None
+    entry, value = made
+    assert len(calls) == 1
+    given, seq, prev_hash, hash_, attributes, commitments, salts = calls[0]
+    assert (given, seq, prev_hash, hash_, attributes) == (draft, 7, "ab" * 32, entry.hash, None)
+    assert entry.form == 2
+    assert dict(entry.commitments) == commitments
+    assert dict(entry.salts) == salts
+    same = link(
+        committing(draft, salt=lambda n: bytes.fromhex(entry.salts[n])), seq=7, prev_hash="ab" * 32
+    )
+    assert entry == same
+    assert decode_entry(value, keys=keys) == entry

@@ -23,7 +23,7 @@ from sagacity.schemas import (
     link_encoded,
     peek_fingerprint,
 )
-from sagacity.schemas._codec import _link_encoded_python
+from sagacity.schemas._hotpath import _link_encoded_python
 
 GENESIS = "0" * 64
 text = st.text(
@@ -134,10 +134,10 @@ def _fastavro_encoding(entry: JournalEntry) -> bytes:
 
 
 def test_the_direct_encoder_covers_the_current_schema() -> None:
-    from sagacity.schemas._codec import _direct_encoding
+    from sagacity.schemas._avro import direct_encoding
 
     # A schema change must extend the direct encoder (or encoding falls back to fastavro).
-    assert _direct_encoding()
+    assert direct_encoding()
 
 
 @settings(max_examples=200, deadline=None)
@@ -193,14 +193,14 @@ def test_the_compiled_hot_path_is_built_where_cargo_is() -> None:
     import os
     import shutil
 
-    from sagacity.schemas import _codec
+    from sagacity.schemas import _hotpath
 
     wanted = os.environ.get("SAGACITY_NATIVE", "1") != "0"
     cargo = shutil.which("cargo") or (Path.home() / ".cargo" / "bin" / "cargo").exists()
     if wanted and cargo:
-        assert _codec.NATIVE, "cargo is here but sagacity-native is not installed"
+        assert _hotpath.NATIVE, "cargo is here but sagacity-native is not installed"
     if not wanted:
-        assert not _codec.NATIVE
+        assert not _hotpath.NATIVE
 
 
 @pytest.mark.parametrize(
@@ -397,14 +397,14 @@ def test_the_writer_attribute_added_by_the_link_step_is_with_attribute_linked(
     each of its paths (compiled with the entry made there, compiled, Python), and leaves the
     draft as it was."""
     from sagacity._events import with_attribute
-    from sagacity.schemas import _codec
+    from sagacity.schemas import _hotpath
 
-    if path != "python" and _codec._native_link_entry is None:
+    if path != "python" and _hotpath._native_link_entry is None:
         pytest.skip("the compiled module is not installed (the build test says whether it must)")
     if path != "link_entry":
-        monkeypatch.setattr(_codec, "_native_link_entry", None)
+        monkeypatch.setattr(_hotpath, "_native_link_entry", None)
     if path == "python":
-        monkeypatch.setattr(_codec, "_native_link_encode", None)
+        monkeypatch.setattr(_hotpath, "_native_link_encode", None)
     draft = EntryDraft(
         saga_id="saga-1",
         event_type=EventType.INTENT,
@@ -426,3 +426,62 @@ def test_a_writer_attribute_that_is_not_text_is_refused_by_the_link_step(value: 
     draft = EntryDraft(saga_id="s", event_type=EventType.INTENT, payload="{}")
     with pytest.raises(SerializationError, match="attribute 'writer'"):
         link_encoded(draft, seq=1, prev_hash=GENESIS, attribute=("writer", value))
+
+
+def test_the_compiled_link_step_makes_its_entry_with_the_public_constructor() -> None:
+    """``link_entry`` builds the entry by calling the constructor it is given
+    (``JournalEntry.placed``) with the draft, the link and the merged attributes, never by
+    writing the entry's slots itself (docs/adr/0024-hot-path-under-the-gil.md)."""
+    from sagacity._events import with_attribute
+    from sagacity.schemas import _hotpath
+
+    compiled = _hotpath._native_link_entry
+    if compiled is None:
+        pytest.skip("the compiled module is not installed (the build test says whether it must)")
+    calls: list[tuple[object, ...]] = []
+
+    def place(*args: object) -> JournalEntry:
+        calls.append(args)
+        return JournalEntry.placed(*args)  # type: ignore[arg-type]
+
+    draft = EntryDraft(
+        saga_id="saga-1",
+        event_type=EventType.INTENT,
+        tool="refund",
+        payload='{"amount":100}',
+        attributes={"payload_sha256": "ab" * 32, "ref_seq": "3"},
+    )
+    made = compiled(_hotpath._native_header(), "cd" * 32, 5, draft, place, ("writer", "w/1"))
+    assert made is not None
+    entry, value = made
+    expected = link(with_attribute(draft, "writer", "w/1"), seq=5, prev_hash="cd" * 32)
+    assert entry == expected
+    assert value == encode_entry(expected)
+    assert len(calls) == 1
+    given, seq, prev_hash, hash_, attributes, commitments, salts = calls[0]
+    assert (given, seq, prev_hash, hash_) == (draft, 5, "cd" * 32, expected.hash)
+    assert attributes == dict(expected.attributes)
+    assert (commitments, salts) == (None, None)
+    # Without an attribute to merge, the draft's own mapping is the entry's.
+    entry, _ = compiled(_hotpath._native_header(), "cd" * 32, 5, draft, place, None)
+    assert calls[1][4] is None
+    assert entry.attributes is draft.attributes
+
+
+def test_placed_takes_the_draft_as_it_is_and_the_entry_stays_frozen() -> None:
+    import dataclasses
+
+    draft = EntryDraft(saga_id="s", event_type=EventType.SAGA_OPENED, actor="w")
+    entry = JournalEntry.placed(draft, 1, GENESIS, "ab" * 32)
+    assert (entry.seq, entry.prev_hash, entry.hash, entry.actor) == (1, GENESIS, "ab" * 32, "w")
+    assert entry.form == 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        entry.hash = "cd" * 32  # type: ignore[misc]
+    sealed = JournalEntry.placed(
+        draft, 1, GENESIS, "ab" * 32, None, {"payload": "01" * 32}, {"payload": "02" * 32}
+    )
+    assert (sealed.form, dict(sealed.commitments), dict(sealed.salts)) == (
+        2,
+        {"payload": "01" * 32},
+        {"payload": "02" * 32},
+    )
