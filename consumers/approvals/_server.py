@@ -13,6 +13,7 @@ from fastapi import FastAPI
 
 from sagacity._acceptance import Tail
 from sagacity._decision_signature import DecisionSigner
+from sagacity._defaults import ALLOW_CLEAR_DATA_SETTING
 from sagacity._keys import KeyService
 from sagacity._memory import InMemoryJournal
 from sagacity._saga import Sagacity
@@ -90,6 +91,7 @@ def journal_for(settings: ApprovalsSettings) -> Journal:
             not installed.
         KeyEncryptionKeyError: the key-encryption key file is missing or malformed (the
             message names the setting).
+        ConfigurationError: no key-encryption key, and ``allow_clear_data`` not given.
     """
     if not settings.bootstrap_servers:
         raise ConfigurationError(
@@ -112,6 +114,8 @@ def journal_for(settings: ApprovalsSettings) -> Journal:
     # live in SAGACITY_DATABASE_URL, else the service's own database.
     if not environ.get("SAGACITY_DATABASE_URL") and settings.database_url:
         environ["SAGACITY_DATABASE_URL"] = settings.database_url
+    if settings.allow_clear_data:
+        environ[ALLOW_CLEAR_DATA_SETTING] = "1"
     with starting_keys(environ) as keys:
         journal: Journal = kafka_journal(journal_settings, keys=keys)
     return journal

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import click
 
-from sagacity._defaults import DEFAULT_TOPIC
+from sagacity._defaults import ALLOW_CLEAR_DATA_SETTING, DEFAULT_TOPIC
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -167,6 +167,34 @@ def topic_option(service: str, *, show_default: bool = True) -> Callable[[F], F]
         default=DEFAULT_TOPIC,
         show_default=show_default,
     )
+
+
+def allow_clear_data_option(func: F) -> F:
+    """Add ``--allow-clear-data`` (``SAGACITY_ALLOW_CLEAR_DATA``): start without a
+    key-encryption key, which is otherwise refused (:func:`sagacity._env.refuse_clear_data`)."""
+    return click.option(
+        "--allow-clear-data",
+        is_flag=True,
+        envvar=ALLOW_CLEAR_DATA_SETTING,
+        show_envvar=True,
+        help="Start without a key-encryption key (SAGACITY_KEY_ENCRYPTION_KEY_FILE), refused "
+        "otherwise: the journal's data is then written and archived in clear, and no saga "
+        "can be erased.",
+    )(func)
+
+
+def key_environ(allow_clear_data: bool, database_url: str | None = None) -> dict[str, str]:
+    """The process environment as a command starting with keys reads it
+    (:func:`sagacity._env.starting_keys`): ``SAGACITY_DATABASE_URL`` defaulting to the
+    command's own database, and ``--allow-clear-data`` as its variable."""
+    import os
+
+    environ = dict(os.environ)
+    if database_url and not environ.get("SAGACITY_DATABASE_URL"):
+        environ["SAGACITY_DATABASE_URL"] = database_url
+    if allow_clear_data:
+        environ[ALLOW_CLEAR_DATA_SETTING] = "1"
+    return environ
 
 
 def parse_duration(text: str) -> float:

@@ -9,6 +9,7 @@ import click
 from sagacity._defaults import DEFAULT_ARCHIVE_GROUP
 from sagacity.cli._db_options import conninfo, database_options
 from sagacity.cli._options import (
+    allow_clear_data_option,
     bootstrap_servers_option,
     group_option,
     host_option,
@@ -61,6 +62,7 @@ from sagacity.cli._options import (
 )
 @host_option("ARCHIVE", default="127.0.0.1", old="METRICS")
 @log_level_option("ARCHIVE")
+@allow_clear_data_option
 def archive(
     bootstrap_servers: str,
     database_url: str,
@@ -76,12 +78,14 @@ def archive(
     port: int | None,
     host: str,
     log_level: str,
+    allow_clear_data: bool,
 ) -> None:
     """Archive the journal topic into Postgres, exactly once, verifying every chain."""
     import os
     import signal
 
     from sagacity._env import client_settings, starting_keys
+    from sagacity.cli._options import key_environ
     from sagacity.consumers import configure_logging as configure
     from sagacity.consumers.archive import ArchiveService, ArchiveSettings
     from sagacity.producer import check_reachable, startup_timeout
@@ -93,7 +97,7 @@ def archive(
     # Sealed events are opened through the key service (docs/adr/0019-erasure.md §3): a missing
     # or malformed key-encryption key file stops the start-up, naming the setting; stored keys
     # under a KEK not held are warned of (those sagas' events fail one by one).
-    with starting_keys({"SAGACITY_DATABASE_URL": database_url, **os.environ}) as keys:
+    with starting_keys(key_environ(allow_clear_data, database_url)) as keys:
         service = ArchiveService(
             ArchiveSettings(
                 bootstrap_servers=bootstrap_servers,

@@ -9,6 +9,7 @@ import click
 
 from sagacity._defaults import DEFAULT_COMPENSATION_GROUP
 from sagacity.cli._options import (
+    allow_clear_data_option,
     bootstrap_servers_option,
     database_url_option,
     group_option,
@@ -111,6 +112,7 @@ from sagacity.cli._options import (
 @host_option("COMPENSATION", default="127.0.0.1", old="HTTP")
 @click.option("--dlq-topic", envvar="SAGACITY_COMPENSATION_DLQ_TOPIC", default=None)
 @log_level_option("COMPENSATION")
+@allow_clear_data_option
 def compensation(
     tools: tuple[str, ...],
     mcp_upstream: str | None,
@@ -130,6 +132,7 @@ def compensation(
     host: str,
     dlq_topic: str | None,
     log_level: str,
+    allow_clear_data: bool,
 ) -> None:
     """Compensate failed, rejected and expired sagas from the journal, exactly once.
 
@@ -202,11 +205,12 @@ def compensation(
     except ValidationError as exc:
         raise ConfigurationError(f"invalid settings: {exc}") from exc
     from sagacity._env import starting_keys
+    from sagacity.cli._options import key_environ
 
     # Sealed sagas are opened through the key service (docs/adr/0019-erasure.md §3): a missing
     # or malformed key-encryption key file stops the start-up, naming the setting; stored keys
     # under a KEK not held are warned of (those sagas' events fail one by one).
-    with starting_keys({"SAGACITY_DATABASE_URL": database_url, **os.environ}) as keys:
+    with starting_keys(key_environ(allow_clear_data, database_url)) as keys:
         service = CompensationService(settings, register=register, keys=keys)
         broker.result()
 

@@ -6,7 +6,6 @@ The options shared with ``sagacity mcp proxy`` (transport, auth, Kafka, saga sco
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from sagacity._defaults import DEFAULT_TOPIC
-from sagacity.cli._options import service_envvars
+from sagacity.cli._options import allow_clear_data_option, key_environ, service_envvars
 
 if TYPE_CHECKING:
     from sagacity import Sagacity
@@ -40,6 +39,7 @@ class Serving:
     idle_timeout_s: float
     compensation: str
     log_level: str
+    allow_clear_data: bool
 
 
 def serving_options(fn: F) -> F:
@@ -136,7 +136,7 @@ def serving_options(fn: F) -> F:
     ]
     for option in reversed(options):
         fn = option(fn)
-    return fn
+    return allow_clear_data_option(fn)
 
 
 def serving(**options: Any) -> Serving:
@@ -184,7 +184,7 @@ def sagacity_for(serving: Serving) -> Sagacity:
     from sagacity._env import journal_from_env
 
     environ = {
-        **os.environ,
+        **key_environ(serving.allow_clear_data),
         "SAGACITY_BOOTSTRAP_SERVERS": serving.bootstrap_servers,
         "SAGACITY_TOPIC": serving.topic,
     }

@@ -34,7 +34,12 @@ def test_up_is_idempotent_status_reports_and_down_stops(
         first = runner.invoke(main, ["dev", "up"])
         assert first.exit_code == 0, first.output
         env = _exports(first.stdout)
-        assert set(env) == {"SAGACITY_BOOTSTRAP_SERVERS", "SAGACITY_DATABASE_URL"}
+        assert set(env) == {
+            "SAGACITY_BOOTSTRAP_SERVERS",
+            "SAGACITY_DATABASE_URL",
+            "SAGACITY_KEY_ENCRYPTION_KEY_FILE",
+        }
+        assert env["SAGACITY_KEY_ENCRYPTION_KEY_FILE"] == str(tmp_path / "dev" / "journal.kek")
         assert "kafka: started" in first.stderr
 
         metadata = AdminClient(
