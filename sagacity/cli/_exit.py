@@ -41,7 +41,7 @@ class CommandError(click.ClickException):
     @classmethod
     def of(cls, exc: SagacityError) -> CommandError:
         """The error a command reports for ``exc``."""
-        return cls(exc.message, code_for(exc))
+        return cls(str(exc), code_for(exc))
 
     def show(self, file: IO[str] | None = None) -> None:
         click.echo(f"error: {self.format_message()}", err=True, file=file)

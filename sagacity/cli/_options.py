@@ -210,4 +210,4 @@ def parse_duration(text: str) -> float:
     try:
         return parse_seconds(text)
     except DurationError as exc:
-        raise click.BadParameter(exc.message) from exc
+        raise click.BadParameter(str(exc)) from exc

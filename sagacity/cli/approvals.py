@@ -459,7 +459,7 @@ def token_hash(
             name, token, [ANY_TOOL] if all_tools else list(tools), role=role, agents=agents
         )
     except ConfigurationError as exc:
-        raise click.UsageError(exc.message) from exc
+        raise click.UsageError(str(exc)) from exc
     click.echo(entry, nl=False)
 
 
@@ -483,7 +483,7 @@ def keygen(out: Path) -> None:
     try:
         signer = generate_key(out)
     except SagacityError as exc:
-        raise click.ClickException(exc.message) from exc
+        raise click.ClickException(str(exc)) from exc
     click.echo(f"private key: {out}")
     click.echo(f"key id:      {signer.key_id}")
     click.echo(f"public key:  {signer.public_hex}")

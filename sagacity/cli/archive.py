@@ -94,7 +94,7 @@ def writer_keygen(writer_id: str, out: Path, use_hmac: bool, role: str) -> None:
     try:
         key = WriterKey.from_file(out, writer_id)
     except SagacityError as exc:
-        fail(exc.message)
+        fail(str(exc))
     click.echo(f"# writer key: {out} (SAGACITY_WRITER_KEY, with SAGACITY_WRITER_ID={writer_id})")
     click.echo(key.registry_entry(WriterRole(role)), nl=False)
 

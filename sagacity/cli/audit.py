@@ -631,7 +631,7 @@ def watch(
                     erasure_grace_s=erasure_grace_s if erasure_grace_s >= 0 else None,
                 )
         except SagacityError as exc:
-            fail(exc.message)
+            fail(str(exc))
         for signed in report.recorded:
             click.echo(
                 f"round {signed.round_id} recorded: {signed.leaf_count} head(s), log of "

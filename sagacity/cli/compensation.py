@@ -70,7 +70,7 @@ def prune_claims(
                 raise SystemExit(2) from None
             continue  # no dead-letter topic: nothing was ever dead-lettered
         except SagacityError as exc:
-            click.echo(f"Error: {exc.message}", err=True)
+            click.echo(f"Error: {exc}", err=True)
             raise SystemExit(3) from exc
         retentions[name] = int(info.config.get("retention.ms", str(7 * _DAY_S * 1000)))
     forever = [name for name, ms in retentions.items() if ms < 0]
@@ -99,12 +99,12 @@ def prune_claims(
         )
         store = claim_store(database_url, instance="prune-claims", journal=journal)
     except SagacityError as exc:
-        click.echo(f"Error: {exc.message}", err=True)
+        click.echo(f"Error: {exc}", err=True)
         raise SystemExit(3) from exc
     try:
         count = store.prune(older_than_s=age_s, apply=apply)
     except PersistenceError as exc:
-        click.echo(f"Error: {exc.message}", err=True)
+        click.echo(f"Error: {exc}", err=True)
         raise SystemExit(3) from exc
     finally:
         store.close()

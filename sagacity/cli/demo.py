@@ -24,7 +24,8 @@ from sagacity.errors import SagacityError
     "--run-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Directory for the services' logs and the approver's token (default: a new temp dir).",
+    help="Directory for the services' logs (default: a new temp dir); the keys and the "
+    "approver's token the run makes there are deleted at its end.",
 )
 @click.option(
     "--compensation-tools",
@@ -70,6 +71,7 @@ def demo(
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     bootstrap = os.environ.get("SAGACITY_BOOTSTRAP_SERVERS")
     dsn = os.environ.get("SAGACITY_DATABASE_URL")
+    kek = os.environ.get("SAGACITY_KEY_ENCRYPTION_KEY_FILE") or None
     try:
         if not bootstrap or not dsn:
             from sagacity.dev import Stack
@@ -77,6 +79,8 @@ def demo(
             endpoints = Stack().up(kafka=not bootstrap, postgres=not dsn)
             bootstrap = bootstrap or endpoints.bootstrap_servers
             dsn = dsn or endpoints.database_url
+            if kek is None and endpoints.key_encryption_key is not None:
+                kek = str(endpoints.key_encryption_key)
             click.echo("local stack up (`sagacity dev down` stops it)", err=True)
         assert bootstrap is not None
         assert dsn is not None
@@ -84,6 +88,7 @@ def demo(
             DemoSettings(
                 bootstrap_servers=bootstrap,
                 database_url=dsn,
+                key_encryption_key=Path(kek) if kek else None,
                 topic=topic or topic_from_env(),
                 run_id=run_id,
                 run_dir=run_dir,

@@ -104,7 +104,7 @@ def erase(
     try:
         pinned = verifier_from_env()
     except ConfigurationError as exc:
-        raise click.UsageError(exc.message) from exc
+        raise click.UsageError(str(exc)) from exc
     env = dict(os.environ)
     env["SAGACITY_DATABASE_URL"] = database_url
     if bootstrap:
@@ -115,7 +115,7 @@ def erase(
     try:
         settings = kafka_settings_from_env(env)
     except ConfigurationError as exc:
-        raise click.UsageError(f"{exc.message} (or pass --bootstrap-servers)") from exc
+        raise click.UsageError(f"{exc} (or pass --bootstrap-servers)") from exc
     store = PostgresKeyStore(database_url)
     try:
         keys = key_service_from_env(env)
@@ -162,9 +162,9 @@ def erase(
 def _stop(exc: SagacityError) -> NoReturn:
     """Say why the command stopped and exit with the status of its kind."""
     if isinstance(exc, ErasureRefusedError):
-        click.echo(f"Refused: {exc.message}", err=True)
+        click.echo(f"Refused: {exc}", err=True)
         raise SystemExit(FAILED) from exc
-    click.echo(f"error: {exc.message}", err=True)
+    click.echo(f"error: {exc}", err=True)
     unavailable = isinstance(exc, JournalUnavailableError | PersistenceUnavailableError)
     raise SystemExit(UNAVAILABLE if unavailable else USAGE) from exc
 

@@ -135,7 +135,7 @@ def operator_keygen(out: Path) -> None:
     try:
         signer = generate_key(out)
     except SigningKeyError as exc:
-        raise CommandError(exc.message, USAGE) from exc
+        raise CommandError(str(exc), USAGE) from exc
     click.echo(f"operator key: {out}")
     click.echo(f"key id:       {signer.key_id}")
     click.echo(f"SAGACITY_OPERATOR_SIGNING_KEY={out}")

@@ -107,7 +107,7 @@ def connect_upstream(
             upstream.close()
             raise
     except SagacityError as exc:
-        raise click.ClickException(exc.message) from exc
+        raise click.ClickException(str(exc)) from exc
     return upstream, tools
 
 
@@ -145,6 +145,6 @@ def proxy(
         adapter.register(sagacity, tools)
         serve(settings, sagacity, proxied=tools)
     except SagacityError as exc:
-        raise click.ClickException(exc.message) from exc
+        raise click.ClickException(str(exc)) from exc
     finally:
         upstream.close()

@@ -102,19 +102,19 @@ def takeover_cmd(
     try:
         settings = kafka_settings_from_env(env)
     except ConfigurationError as exc:
-        raise click.UsageError(f"{exc.message} (or pass --bootstrap-servers)") from exc
+        raise click.UsageError(f"{exc} (or pass --bootstrap-servers)") from exc
     try:
         journal = kafka_journal(settings)
     except JournalError as exc:
-        click.echo(f"Error: {exc.message}", err=True)
+        click.echo(f"Error: {exc}", err=True)
         raise SystemExit(3) from exc
     try:
         done = journal.take_over(saga_id, reason=reason, force=force, actor=actor or _operator())
     except JournalUnavailableError as exc:
-        click.echo(f"Error: {exc.message}", err=True)
+        click.echo(f"Error: {exc}", err=True)
         raise SystemExit(3) from exc
     except SagacityError as exc:
-        click.echo(f"Refused: {exc.message}", err=True)
+        click.echo(f"Refused: {exc}", err=True)
         raise SystemExit(1) from exc
     finally:
         journal.close()
@@ -178,7 +178,7 @@ def sweep_cmd(
     try:
         settings = kafka_settings_from_env(env)
     except ConfigurationError as exc:
-        raise click.UsageError(f"{exc.message} (or pass --bootstrap-servers)") from exc
+        raise click.UsageError(f"{exc} (or pass --bootstrap-servers)") from exc
     try:
         with connect(conninfo(database_url, schema)) as conn:
             candidates = quiet_sagas(conn, topic=settings.topic, older_than_s=seconds, limit=limit)
@@ -190,7 +190,7 @@ def sweep_cmd(
     try:
         journal = kafka_journal(settings)
     except JournalError as exc:
-        click.echo(f"Error: {exc.message}", err=True)
+        click.echo(f"Error: {exc}", err=True)
         raise SystemExit(3) from exc
     try:
         results = sweep(
@@ -201,7 +201,7 @@ def sweep_cmd(
             actor=_operator(),
         )
     except JournalUnavailableError as exc:
-        click.echo(f"Error: {exc.message}", err=True)
+        click.echo(f"Error: {exc}", err=True)
         raise SystemExit(3) from exc
     finally:
         journal.close()
@@ -305,7 +305,7 @@ def load_operator_key(path: Path | None) -> OperatorSigner:
     try:
         return OperatorSigner.from_file(path)
     except SigningKeyError as exc:
-        raise click.UsageError(f"--operator-key: {exc.message}") from exc
+        raise click.UsageError(f"--operator-key: {exc}") from exc
 
 
 @saga.command("compensate")
@@ -351,22 +351,22 @@ def compensate_cmd(
     try:
         settings = kafka_settings_from_env(env)
     except ConfigurationError as exc:
-        raise click.UsageError(f"{exc.message} (or pass --bootstrap-servers)") from exc
+        raise click.UsageError(f"{exc} (or pass --bootstrap-servers)") from exc
     keys = key_service_from_env(env)
     try:
         journal = kafka_journal(settings, keys=keys)
     except JournalError as exc:
-        click.echo(f"Error: {exc.message}", err=True)
+        click.echo(f"Error: {exc}", err=True)
         raise SystemExit(3) from exc
     try:
         entry = request_compensation(
             journal, saga_id, reason=reason, actor=actor or _operator(), signer=signer
         )
     except JournalUnavailableError as exc:
-        click.echo(f"Error: {exc.message}", err=True)
+        click.echo(f"Error: {exc}", err=True)
         raise SystemExit(3) from exc
     except (CompensationRefusedError, TailMovedError) as exc:
-        click.echo(f"Refused: {exc.message}", err=True)
+        click.echo(f"Refused: {exc}", err=True)
         raise SystemExit(1) from exc
     finally:
         journal.close()

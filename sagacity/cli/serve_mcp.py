@@ -213,7 +213,7 @@ def serve(
         auth = _agents(serving.auth_file) if serving.auth_file is not None else None
         token = _agent_token(auth, serving.token_file) if serving.token_file is not None else None
     except SagacityError as exc:
-        raise click.ClickException(exc.message) from exc
+        raise click.ClickException(str(exc)) from exc
     if serving.transport == "stdio":
         server.run_stdio(auth.agent if auth is not None else None, token)
         return
@@ -297,5 +297,5 @@ def mcp(tools: tuple[str, ...], **options: Any) -> None:
         for obj in load_tools(tools):
             sagacity.wrap(obj)
     except SagacityError as exc:
-        raise click.ClickException(exc.message) from exc
+        raise click.ClickException(str(exc)) from exc
     serve(settings, sagacity)

@@ -135,7 +135,7 @@ def create_cmd(
             pass
         except JournalError as exc:
             code = UNAVAILABLE if isinstance(exc, JournalUnavailableError) else FAILED
-            raise CommandError(exc.message, code) from exc
+            raise CommandError(str(exc), code) from exc
         else:
             click.echo(f"{found.name} exists already ({found.partitions} partitions)")
             return
@@ -151,7 +151,7 @@ def create_cmd(
         )
     except JournalError as exc:
         code = UNAVAILABLE if isinstance(exc, JournalUnavailableError) else FAILED
-        raise CommandError(exc.message, code) from exc
+        raise CommandError(str(exc), code) from exc
     click.echo(
         f"created {info.name}: {info.partitions} partitions, replication factor "
         f"{info.replication_factor}, min.insync.replicas {info.config.get('min.insync.replicas')}, "
@@ -181,7 +181,7 @@ def check_cmd(bootstrap: str | None, topic: str, as_json: bool, timeout: float) 
     try:
         info = describe(AdminClient(with_logger(config)), topic, bootstrap=servers, timeout=timeout)
     except JournalError as exc:
-        click.echo(f"Error: {exc.message}", err=True)
+        click.echo(f"Error: {exc}", err=True)
         raise SystemExit(3) from exc
     findings = check(info)
     if as_json:

@@ -45,6 +45,8 @@ class DemoRun:
         self.report = DemoReport(run_id=run_id, run_dir=self.dir)
         self.services: dict[str, Service] = {}
         self.commands_log = self.dir / "commands.log"
+        self.secrets: list[Path] = []
+        """What this run wrote that no one else may read: deleted at its end."""
         env = {
             k: v
             for k, v in os.environ.items()
@@ -55,9 +57,29 @@ class DemoRun:
             SAGACITY_DATABASE_URL=settings.database_url,
             SAGACITY_DEMO_DATABASE_URL=settings.database_url,
             SAGACITY_TOPIC=settings.topic,
+            SAGACITY_KEY_ENCRYPTION_KEY_FILE=str(self._key_encryption_key()),
             PYTHONUNBUFFERED="1",
         )
         self.env = env
+
+    def _key_encryption_key(self) -> Path:
+        """The key the run's journal is sealed under: the settings', else one of its own."""
+        if self.settings.key_encryption_key is not None:
+            return self.settings.key_encryption_key
+        from sagacity._envelope import write_key_encryption_key
+
+        path = self.dir / "journal.kek"
+        if not path.exists():
+            write_key_encryption_key(path)
+            self.secrets.append(path)
+        return path
+
+    def remove_secrets(self) -> None:
+        """Delete the keys and the token this run made (its logs stay in its directory)."""
+        for path in self.secrets:
+            path.unlink(missing_ok=True)
+        if self.secrets:
+            self.echo(f"[cleanup]  keys and token removed; logs kept in {self.dir}")
 
     # -- checks -----------------------------------------------------------------------------
     def expect(
@@ -82,6 +104,7 @@ class DemoRun:
         auth.write_text(auth_entry(APPROVER, token, ["*"]), encoding="utf-8")
         self.token_file = self.dir / "approver.token"
         self.token_file.touch(mode=0o600)
+        self.secrets.append(self.token_file)
         self.token_file.write_text(token + "\n", encoding="utf-8")
         self.echo(
             f"[auth]     approver {APPROVER}: token in {self.token_file.name}, its SHA-256 in "
@@ -91,6 +114,7 @@ class DemoRun:
 
         key_file = self.dir / "approvals-signing.pem"
         signer = DecisionSigner.from_file(key_file) if key_file.exists() else generate_key(key_file)
+        self.secrets.append(key_file)
         self.approvals_public_key = signer.public_hex
         self.env.update(
             SAGACITY_APPROVALS_SIGNING_KEY=str(key_file),
@@ -99,6 +123,13 @@ class DemoRun:
         self.echo(
             f"[keys]     approvals decision key {signer.key_id} in {key_file.name}; its public "
             f"key pinned in {PUBLIC_KEY_ENV} for the agent and every service"
+        )
+        from sagacity._envelope import KeyEncryptionKey
+
+        kek = Path(self.env["SAGACITY_KEY_ENCRYPTION_KEY_FILE"])
+        self.echo(
+            f"[keys]     journal data sealed under key-encryption key "
+            f"{KeyEncryptionKey.from_file(kek).key_id} ({kek}): each saga can be erased"
         )
         groups = f"sagacity-demo-{self.settings.topic}"
         ports = {name: pick_free_port() for name in ("approvals", "compensation", "archive")}

@@ -251,3 +251,31 @@ def test_every_service_logs_json_lines(capsys: pytest.CaptureFixture[str]) -> No
         ("uvicorn.error", "listening"),
     ]
     assert lines[0]["saga_id"] == "s-1"
+
+
+def test_an_error_prints_its_reason_not_only_its_message() -> None:
+    """An error with a reason beyond its message (an approval refused for want of a pinned
+    key) is printed whole by every command."""
+    from sagacity.cli._exit import CommandError
+    from sagacity.errors import ApprovalMissingError
+
+    error = ApprovalMissingError(
+        "no human approval recorded", detail="no approvals key is pinned to verify it"
+    )
+    assert CommandError.of(error).format_message() == (
+        "no human approval recorded: no approvals key is pinned to verify it"
+    )
+
+
+def test_no_command_prints_only_the_message_of_an_error() -> None:
+    """``exc.message`` drops an error's reason: the commands print ``str(exc)``."""
+    import re
+
+    cli = Path(__file__).resolve().parents[2] / "sagacity" / "cli"
+    offenders = [
+        f"{path.name}:{number}"
+        for path in sorted(cli.glob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"\b(exc|error|bad)\.message\b", line)
+    ]
+    assert offenders == []

@@ -385,9 +385,9 @@ class SagacityMCP:
                 saga_id, seq, payload, requested_by=principal
             )
         except ApprovalError as exc:
-            raise MCPError(APPROVAL_REFUSED, exc.message) from exc
+            raise MCPError(APPROVAL_REFUSED, str(exc)) from exc
         except SagacityError as exc:
-            raise MCPError(APPROVAL_REFUSED, exc.message) from exc
+            raise MCPError(APPROVAL_REFUSED, str(exc)) from exc
         if result.status in (SagaStatus.COMPLETED, SagaStatus.AWAITING_APPROVAL):
             return _ran(result.value, saga_id)
         raise ToolError(f"{registered.name}: {result.summary()}")
@@ -401,7 +401,7 @@ class SagacityMCP:
         try:
             entries = self._sagacity.entries(saga_id)
         except SagacityError as exc:
-            raise MCPError(APPROVAL_REFUSED, exc.message) from exc
+            raise MCPError(APPROVAL_REFUSED, str(exc)) from exc
         entry = request_entry(entries, seq)
         if entry is None:
             return  # no request there: the core refuses it, journaling nothing
