@@ -125,7 +125,9 @@ class Stack:
             keys.close()
 
     def cli(self, *args: str) -> tuple[int, str]:
-        result = CliRunner().invoke(main, list(args), env=self.env)
+        # Exactly self.env: a variable popped from it is unset, not the runner's.
+        env: dict[str, str | None] = {k: None for k in os.environ if k not in self.env}
+        result = CliRunner().invoke(main, list(args), env={**env, **self.env})
         return result.exit_code, result.stdout + result.stderr
 
     def erase_process(self, *args: str) -> subprocess.Popen[str]:
