@@ -11,15 +11,16 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sagacity.consumers._logging import configure as configure_logging
-    from sagacity.consumers._tools import load_tools
+    from sagacity.consumers._tools import import_tools, load_tools
 
 # Public name → (module, attribute).
 _EXPORTS = {
     "configure_logging": ("_logging", "configure"),
+    "import_tools": ("_tools", "import_tools"),
     "load_tools": ("_tools", "load_tools"),
 }
 
-__all__ = ["configure_logging", "load_tools"]
+__all__ = ["configure_logging", "import_tools", "load_tools"]
 
 
 def __getattr__(name: str) -> object:

@@ -29,6 +29,7 @@ class ServiceJournal:
             Kafka journal of its own, so partition reads run in parallel).
         may_write: ``may_write(saga_id)`` is ``True`` while this instance may start a step.
         on_append: told about every entry written.
+        seals: the inner journals seal data fields (they have a key service).
     """
 
     def __init__(
@@ -37,7 +38,10 @@ class ServiceJournal:
         *,
         may_write: Callable[[str], bool],
         on_append: Callable[[JournalEntry], None] | None = None,
+        seals: bool = False,
     ) -> None:
+        self.seals = seals
+        """Whether the inner journals seal (a key service): a tool that redacts needs it."""
         self._inner = inner
         self._may_write = may_write
         self._on_append = on_append

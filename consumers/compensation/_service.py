@@ -32,6 +32,7 @@ from sagacity._compensation import CompensationCall
 from sagacity._defaults import DEFAULT_COMPENSATION_GROUP, DEFAULT_TOPIC
 from sagacity._env import claim_store, read_index
 from sagacity._events import EventType, JournalEntry
+from sagacity._memory import InMemoryJournal
 from sagacity._operator_signature import OperatorVerifier
 from sagacity._result import SagaResult, SagaStatus
 from sagacity._saga import Sagacity
@@ -149,6 +150,13 @@ class _Partition(Ledger):
     revoking: bool = False
 
 
+class _SealingDeclarations(InMemoryJournal):
+    """Where the service checks its tools before it connects: a journal that seals, as the
+    service's own do when it holds a key service."""
+
+    seals = True
+
+
 @dataclass(frozen=True, kw_only=True)
 class _Work:
     message: Message
@@ -221,8 +229,14 @@ class CompensationService(Handler):
             if settings.operator_public_key
             else None
         )
-        # Tools first: an un-importable target must fail before anything connects.
-        self._sagacity = Sagacity(compensation="delegated", writer_id=self.writer_id)
+        # Tools first: an un-importable target must fail before anything connects. They are
+        # admitted as the service's journals will run them: sealing with a key service (a
+        # tool that redacts needs it, docs/adr/0019-erasure.md §5).
+        self._sagacity = Sagacity(
+            journal=_SealingDeclarations() if keys is not None else InMemoryJournal(),
+            compensation="delegated",
+            writer_id=self.writer_id,
+        )
         self.tool_names = self._register_tools(self._sagacity)
         # Made at start: the claims' key names the journal, whose cluster id Kafka tells.
         self._claims: ClaimStore | None = None
@@ -275,7 +289,9 @@ class CompensationService(Handler):
             on_call=self._called,
             on_start=self._starting,
         )
-        self._journal = ServiceJournal(self._thread_journal, may_write=self._may_write)
+        self._journal = ServiceJournal(
+            self._thread_journal, may_write=self._may_write, seals=self._keys is not None
+        )
         self._sagacity = Sagacity(
             journal=self._journal,
             compensation="delegated",

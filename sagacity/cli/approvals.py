@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 import click
 
-from sagacity.cli._exit import UNAVAILABLE, CommandError
+from sagacity.cli._exit import UNAVAILABLE, USAGE, CommandError
 from sagacity.cli._options import json_option, parse_duration, wants_json
 
 DEFAULT_URL = "http://127.0.0.1:8085"
@@ -411,6 +411,13 @@ def stats(client: _Client, window: str) -> None:
     "decides none of its requests (repeat).",
 )
 @click.option("--generate", is_flag=True, help="Make a new random token (printed on stderr).")
+@click.option(
+    "--save-token",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="With --generate: write the token to this file (mode 0600, never overwritten) for "
+    "the principal's --token-file, instead of printing it.",
+)
 def token_hash(
     name: str | None,
     role: str,
@@ -418,6 +425,7 @@ def token_hash(
     all_tools: bool,
     agents: tuple[str, ...],
     generate: bool,
+    save_token: Path | None,
 ) -> None:
     """Print the SHA-256 of a token read from stdin, or an auth-file entry with --name.
 
@@ -444,9 +452,17 @@ def token_hash(
             raise click.UsageError(
                 "--agent binds an approver's own agents: only with --role approver"
             )
+    if save_token is not None and not generate:
+        raise click.UsageError("--save-token writes a generated token: give --generate")
     if generate:
         token = new_token()
-        click.echo(f"token (give it to the principal; it is not stored): {token}", err=True)
+        if save_token is not None:
+            _save_token(save_token, token)
+            click.echo(
+                f"token written to {save_token.resolve()} (give it to the principal)", err=True
+            )
+        else:
+            click.echo(f"token (give it to the principal; it is not stored): {token}", err=True)
     else:
         token = sys.stdin.readline().strip()
         if not token:
@@ -461,6 +477,20 @@ def token_hash(
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from exc
     click.echo(entry, nl=False)
+
+
+def _save_token(path: Path, token: str) -> None:
+    """Write ``token`` to a new file only its owner reads.
+
+    Raises:
+        CommandError: the file exists or cannot be made (exit 2).
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise CommandError(f"--save-token {path}: {exc.strerror}", USAGE) from exc
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(token + "\n")
 
 
 @approvals.command("keygen")

@@ -206,7 +206,9 @@ def compensation(
         raise ConfigurationError(f"invalid settings: {exc}") from exc
     from sagacity._env import starting_keys
     from sagacity.cli._options import key_environ
+    from sagacity.consumers import import_tools
 
+    import_tools(tools)  # a target that cannot be imported stops it before anything connects
     # Sealed sagas are opened through the key service (docs/adr/0019-erasure.md §3): a missing
     # or malformed key-encryption key file stops the start-up, naming the setting; stored keys
     # under a KEK not held are warned of (those sagas' events fail one by one).
