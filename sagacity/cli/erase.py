@@ -175,24 +175,27 @@ def _seqs(plan: ErasurePlan) -> str:
 
 
 def _print_plan(plan: ErasurePlan) -> None:
+    """What ``--apply`` would do, said as such (nothing has been done)."""
     key = {
-        "live": f"live (wrapped under KEK {plan.kek_id}): destroyed",
-        "destroyed": "destroyed already (an erasure began): the rest is completed",
-        "none": "none (nothing of the saga was sealed): the saga is marked erased",
+        "live": f"live (wrapped under KEK {plan.kek_id}): would be destroyed",
+        "destroyed": "destroyed already (an erasure began): the rest would be completed",
+        "none": "none (nothing of the saga was sealed): the saga would be marked erased",
     }[plan.key]
     click.echo(f"saga {plan.saga_id}: {plan.events} events on its chain")
-    click.echo(f"  data fields erased: {plan.field_count} ({_seqs(plan)})")
+    click.echo(f"  data fields to erase: {plan.field_count} ({_seqs(plan)})")
     click.echo(f"  data key: {key}")
     click.echo(
         f"  archive: the openings of its {plan.archived} archived events and its quarantined "
-        "messages cleared"
+        "messages would be cleared"
     )
-    click.echo("  services: its approval requests' payloads and compensation claims cleared")
+    click.echo(
+        "  services: its approval requests' payloads and compensation claims would be cleared"
+    )
     click.echo(
         "  chain: ERASED is on it already"
         if plan.recorded
-        else "  chain: ERASED appended (actor, reason, the fields, the key's KEK id), signed "
-        "with the operator key"
+        else "  chain: ERASED would be appended (actor, reason, the fields, the key's KEK id), "
+        "signed with the operator key"
     )
     _print_ignored(plan)
 
