@@ -19,7 +19,15 @@ from sagacity.errors import (
 
 
 def _connection(bootstrap: str | None) -> tuple[str, dict[str, str | int | float | bool]]:
+    """The brokers and client settings, once the brokers answer.
+
+    Raises:
+        click.UsageError: no bootstrap servers.
+        CommandError: the brokers do not answer within the services' start-up budget: one
+            line, exit 3 (:func:`sagacity.producer.check_reachable`).
+    """
     from sagacity._env import kafka_settings_from_env
+    from sagacity.producer import check_reachable, startup_timeout
 
     env = dict(os.environ)
     if bootstrap:
@@ -28,10 +36,15 @@ def _connection(bootstrap: str | None) -> tuple[str, dict[str, str | int | float
         settings = kafka_settings_from_env(env)
     except ConfigurationError as exc:
         raise click.UsageError(f"{exc} (or pass --bootstrap-servers)") from exc
-    return settings.bootstrap_servers, {
+    config: dict[str, str | int | float | bool] = {
         "bootstrap.servers": settings.bootstrap_servers,
         **settings.client,
     }
+    try:
+        check_reachable(config, timeout=startup_timeout())
+    except JournalError as exc:
+        raise CommandError.of(exc) from exc
+    return settings.bootstrap_servers, config
 
 
 def _bootstrap_option(f: Any) -> Any:
@@ -180,9 +193,10 @@ def check_cmd(bootstrap: str | None, topic: str, as_json: bool, timeout: float) 
     servers, config = _connection(bootstrap)
     try:
         info = describe(AdminClient(with_logger(config)), topic, bootstrap=servers, timeout=timeout)
+    except TopicNotFoundError as exc:  # the journal is not there: what the cluster lacks
+        raise CommandError(str(exc), UNAVAILABLE) from exc
     except JournalError as exc:
-        click.echo(f"Error: {exc}", err=True)
-        raise SystemExit(3) from exc
+        raise CommandError.of(exc) from exc
     findings = check(info)
     if as_json:
         click.echo(
