@@ -157,7 +157,7 @@ def _decision_text(d: dict[str, Any]) -> str:
     envvar="SAGACITY_APPROVALS_URL",
     default=DEFAULT_URL,
     show_default=True,
-    help="The approvals service ($SAGACITY_APPROVALS_URL).",
+    help="The approvals service.",
 )
 @click.option(
     "--token-file",

@@ -232,7 +232,7 @@ def sweep_cmd(
     envvar="SAGACITY_APPROVALS_URL",
     default=APPROVALS_URL,
     show_default=True,
-    help="The approvals service ($SAGACITY_APPROVALS_URL).",
+    help="The approvals service.",
 )
 @click.option(
     "--token-file",
@@ -283,8 +283,7 @@ def operator_key_option(func: F) -> F:
         envvar="SAGACITY_OPERATOR_SIGNING_KEY",
         type=click.Path(dir_okay=False, path_type=Path),
         default=None,
-        help="The operator's private key (from `sagacity keys operator-keygen`) "
-        "[default: $SAGACITY_OPERATOR_SIGNING_KEY].",
+        help="The operator's private key (from `sagacity keys operator-keygen`).",
     )(func)
 
 

@@ -285,3 +285,58 @@ def test_no_command_prints_only_the_message_of_an_error() -> None:
         if re.search(r"\b(exc|error|bad)\.message\b", line)
     ]
     assert offenders == []
+
+
+# Runs the CLI as if the [mcp] extra's SDK were not installed.
+_WITHOUT_MCP = _WITHOUT_SERVICES.replace(
+    'blocked = {"fastapi", "starlette", "uvicorn", "prometheus_client", "httpx", "jinja2"}',
+    'blocked = {"mcp"}',
+)
+
+
+def test_a_missing_mcp_extra_is_one_line_and_exit_2_as_elsewhere(tmp_path: Path) -> None:
+    assert _WITHOUT_MCP != _WITHOUT_SERVICES
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_MCP, "serve", "mcp", "--tools", "sagacity.demo.tools:TOOLS",
+         "--bootstrap-servers", "127.0.0.1:9"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "`sagacity serve mcp` needs the [services,mcp] extra" in lines[0]
+    assert "pip install 'sagacity[services,mcp]'" in lines[0]
+
+
+def test_every_variable_is_named_once_in_a_commands_help() -> None:
+    """``[env var: …]`` is click's, from the option's ``envvar``: a help text that also
+    names it by hand shows it twice."""
+    import re
+
+    import click
+
+    from sagacity.cli import main
+
+    def commands(group: click.Group, path: list[str]) -> list[tuple[list[str], click.Command]]:
+        found = []
+        for name, command in group.commands.items():
+            found.append(([*path, name], command))
+            if isinstance(command, click.Group):
+                found.extend(commands(command, [*path, name]))
+        return found
+
+    twice = []
+    for path, command in commands(main, []):
+        for param in command.params:
+            if not isinstance(param, click.Option) or not param.envvar:
+                continue
+            record = param.get_help_record(click.Context(command, info_name=path[-1]))
+            text = " ".join(record[1].split()) if record else ""
+            names = [param.envvar] if isinstance(param.envvar, str) else list(param.envvar)
+            for name in names:
+                if len(re.findall(rf"\b{name}\b", text)) > 1:
+                    twice.append(f"sagacity {' '.join(path)} {param.opts[0]}: {name}")
+    assert twice == []
