@@ -33,7 +33,7 @@ from sagacity.errors import (
     SerializationError,
     UnopenableError,
 )
-from sagacity.producer._clients import with_logger
+from sagacity.producer._clients import kafka_reason, with_logger
 from sagacity.producer._index import IndexedSaga, SagaIndex
 from sagacity.producer._partition import partition_for
 from sagacity.schemas import decode_entry
@@ -740,7 +740,7 @@ class SagaReader:
                     error.retriable() or error.code() in _TRANSIENT_WATERMARK_ERRORS
                 )
                 if not transient or time.monotonic() + 0.1 >= deadline:
-                    raise self._unavailable(str(exc), exc) from exc
+                    raise self._unavailable(kafka_reason(exc), exc) from exc
                 time.sleep(0.1)
 
     def _scan(self, partition: int, span: _Span, until_offset: int | None) -> Iterator[Message]:
@@ -775,7 +775,7 @@ class SagaReader:
                         if error is not None:
                             if error.code() == KafkaError._PARTITION_EOF:
                                 continue
-                            raise self._unavailable(str(error), KafkaException(error))
+                            raise self._unavailable(kafka_reason(error), KafkaException(error))
                         offset = _offset(message)
                         if offset >= end:
                             position = end

@@ -56,10 +56,11 @@ def ensure_topic(settings: DemoSettings) -> tuple[int, bool]:
     from confluent_kafka.admin import AdminClient
 
     from sagacity.errors import JournalError, TopicConfigError
+    from sagacity.producer import with_logger
     from sagacity.producer._topic import TopicSpec, check, create, describe
 
     bootstrap = settings.bootstrap_servers
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(with_logger({"bootstrap.servers": bootstrap}))
     refusal: Exception | None = None
     try:
         created = settings.topic not in admin.list_topics(timeout=30).topics

@@ -297,8 +297,17 @@ _WITHOUT_MCP = _WITHOUT_SERVICES.replace(
 def test_a_missing_mcp_extra_is_one_line_and_exit_2_as_elsewhere(tmp_path: Path) -> None:
     assert _WITHOUT_MCP != _WITHOUT_SERVICES
     done = subprocess.run(
-        [sys.executable, "-c", _WITHOUT_MCP, "serve", "mcp", "--tools", "sagacity.demo.tools:TOOLS",
-         "--bootstrap-servers", "127.0.0.1:9"],
+        [
+            sys.executable,
+            "-c",
+            _WITHOUT_MCP,
+            "serve",
+            "mcp",
+            "--tools",
+            "sagacity.demo.tools:TOOLS",
+            "--bootstrap-servers",
+            "127.0.0.1:9",
+        ],
         capture_output=True,
         text=True,
         cwd=tmp_path,
@@ -340,3 +349,35 @@ def test_every_variable_is_named_once_in_a_commands_help() -> None:
                 if len(re.findall(rf"\b{name}\b", text)) > 1:
                     twice.append(f"sagacity {' '.join(path)} {param.opts[0]}: {name}")
     assert twice == []
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["replay", "--timeout", "3"],
+        ["saga", "takeover", "order-1", "--reason", "host lost"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_a_command_on_an_unreachable_broker_prints_one_tidy_line(
+    argv: list[str], pg_dsn: str
+) -> None:
+    """No line of librdkafka's own, no ``KafkaError{…}``: the command's one line says it."""
+    env = {
+        **os.environ,
+        "SAGACITY_BOOTSTRAP_SERVERS": f"127.0.0.1:{pick_free_port()}",
+        "SAGACITY_DATABASE_URL": pg_dsn,  # its own schema: no other key's data keys
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "sagacity.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=env,
+    )
+    assert done.returncode == 3, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "librdkafka" not in done.stderr
+    assert "KafkaError{" not in done.stderr

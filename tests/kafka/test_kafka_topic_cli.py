@@ -105,8 +105,15 @@ def test_an_unreachable_broker_is_one_line_and_exit_3_within_10_seconds(command:
 
     began = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "sagacity.cli", "topic", command, "--bootstrap-servers",
-         f"127.0.0.1:{pick_free_port()}"],
+        [
+            sys.executable,
+            "-m",
+            "sagacity.cli",
+            "topic",
+            command,
+            "--bootstrap-servers",
+            f"127.0.0.1:{pick_free_port()}",
+        ],
         capture_output=True,
         text=True,
         timeout=60,
