@@ -96,9 +96,9 @@ sagacity_venv() {
         fi
     fi
     if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-        _say "installing sagacity and its dev dependencies into .venv"
+        _say "installing sagacity and its dev dependencies into .venv (a few minutes the first time)"
         "$SAGACITY_VENV/bin/python" -m pip install -q --upgrade pip
-        (cd "$SAGACITY_ROOT" && "$SAGACITY_VENV/bin/python" -m pip install -q -e '.[dev]')
+        (cd "$SAGACITY_ROOT" && "$SAGACITY_VENV/bin/python" -m pip install --progress-bar off -e '.[dev]')
         if [ "$native" = 1 ]; then
             sagacity_native_build
         else

@@ -81,3 +81,14 @@ def test_compose_config_validates_and_catches_a_broken_file(tmp_path: Path) -> N
         bad_file.unlink()
     assert bad.returncode == 1
     assert "nowhere" in bad.stderr
+
+
+def test_the_cold_install_says_what_it_is_doing() -> None:
+    """A first `deploy/local/demo` spends minutes in pip: it names the packages as it goes
+    (pip without -q), rather than a silent minute and a half."""
+    import re
+
+    lib = (DEPLOY / "local" / "lib.sh").read_text(encoding="utf-8")
+    [install] = re.findall(r"^.*pip install.*'\.\[dev\]'.*$", lib, re.MULTILINE)
+    assert " -q " not in install, install
+    assert "--progress-bar off" in install
