@@ -37,6 +37,7 @@ class Serving:
     bootstrap_servers: str
     topic: str
     approvals_url: str | None
+    approvals_public_url: str | None
     idle_timeout_s: float
     compensation: str
     log_level: str
@@ -103,7 +104,16 @@ def serving_options(fn: F) -> F:
             "--approvals-url",
             envvar="SAGACITY_APPROVALS_URL",
             default=None,
-            help="The approvals service, for the approval_url of gated calls.",
+            help="The approvals service as this server reaches it: a gated call's "
+            "approval_api_url.",
+        ),
+        click.option(
+            "--approvals-public-url",
+            envvar="SAGACITY_APPROVALS_PUBLIC_URL",
+            default=None,
+            help="The approvals service as people reach it (its --public-url): a gated call's "
+            "approval_url is the console's page for the request there [default: "
+            "--approvals-url].",
         ),
         click.option(
             "--idle-timeout",
@@ -200,6 +210,7 @@ def serve(
         server = adapter.SagacityMCP(
             sagacity,
             approvals_url=serving.approvals_url,
+            approvals_public_url=serving.approvals_public_url,
             idle_timeout_s=serving.idle_timeout_s,
             proxied=proxied or (),
         )

@@ -154,8 +154,20 @@ class PageRun:
     # -- Python blocks ---------------------------------------------------------------------
     def _python_block(self, block: Block) -> None:
         code = compile(self._text(block), f"{block.where} (python block)", "exec")
-        with self._as_the_shell():
-            exec(code, self.namespace)  # the documentation's own example
+        start = self.log.stat().st_size if self.log.exists() else 0
+        # Its output goes to the page's log, a real file (what it starts may need a fileno).
+        with (
+            self._as_the_shell(),
+            self.log.open("a", encoding="utf-8") as out,
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(out),
+        ):
+            print(f"\n### {block.where}", flush=True)
+            try:
+                exec(code, self.namespace)  # the documentation's own example
+            except Exception as exc:
+                out.flush()
+                self._fail(block, start, f"{type(exc).__name__}: {exc}")
 
     @contextlib.contextmanager
     def _as_the_shell(self) -> Iterator[None]:
