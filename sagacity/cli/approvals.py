@@ -513,7 +513,7 @@ def keygen(out: Path) -> None:
     try:
         signer = generate_key(out)
     except SagacityError as exc:
-        raise click.ClickException(str(exc)) from exc
-    click.echo(f"private key: {out}")
+        raise CommandError(str(exc), USAGE) from exc
+    click.echo(f"private key: {out.resolve()}")
     click.echo(f"key id:      {signer.key_id}")
     click.echo(f"public key:  {signer.public_hex}")

@@ -38,7 +38,7 @@ def keygen(out: Path) -> None:
         signer = generate_key(out)
     except SagacityError as exc:
         fail(exc)
-    click.echo(f"private key: {out}")
+    click.echo(f"private key: {out.resolve()}")
     click.echo(f"key id:      {signer.key_id}")
     click.echo(f"public key:  {signer.public_hex}")
 

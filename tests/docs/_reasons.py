@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 from tests.docs._blocks import ROOT, Block
 
@@ -60,7 +61,7 @@ def _checked_by(block: Block) -> str | None:
     path = ROOT / test
     if not test.startswith("tests/") or not path.is_file():
         return f"{test} is not a test file of this repository"
-    if block.page not in path.read_text(encoding="utf-8"):
+    if Path(block.page).name not in path.read_text(encoding="utf-8"):
         return f"{test} does not name {block.page}"
     return None
 
@@ -69,7 +70,7 @@ REASONS: dict[str, Callable[[Block], str | None]] = {
     "installs packages": _needs(r"\b(?:pip|apt-get) install\b", "installs nothing"),
     "starts a local stack of its own": _needs(r"\bsagacity dev up\b", "starts no stack"),
     "run by .ci/run": _ci_scripts,
-    "production hosts, paths or placeholders": _production,
+    "placeholders, other hosts or system paths": _production,
     "an MCP server in another language": _needs(r"\bnode\b", "names no such server"),
     "checked by": _checked_by,
 }

@@ -5,7 +5,8 @@ carries a ``<!-- not-run: REASON -->`` marker whose reason is allowed and true o
 command of the CLI with options it has (``tests/docs/_commands.py``). A command that drifts
 from the code fails here.
 
-Each page runs in a directory of its own with the session's variables and a few of its own:
+Each page runs in a directory of its own, holding the reader's own tools the pages name
+(``myapp.tools:Bank``: tests/docs/myapp), with the session's variables and a few of its own:
 a fresh journal topic (``SAGACITY_TOPIC``), a schema of its own (``SAGACITY_DATABASE_URL``),
 consumer groups of its own, ``SAGACITY_DEV_HOME`` in that directory (a page's ``sagacity dev
 up`` never reaches the checkout's stack) and this environment's ``bin`` first on ``PATH``.
@@ -136,6 +137,7 @@ def test_the_page_runs(
         # A stack of its own, with its topic and the ACLs of the default names.
         for variable in ("SAGACITY_TOPIC", *(v for v in env if v.endswith("_GROUP"))):
             env.pop(variable, None)
+    shutil.copytree(Path(__file__).parent / "myapp", tmp_path / "page" / "myapp")
     run = PageRun(page, tmp_path / "page", env, substitutions=_substitutions(page))
     began = time.monotonic()
     try:
