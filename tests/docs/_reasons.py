@@ -56,6 +56,16 @@ def _production(block: Block) -> str | None:
     return "the block names no placeholder, other host or system path: run it"
 
 
+def _foreground(block: Block) -> str | None:
+    """A ``sagacity serve`` (or ``mcp proxy``) line without ``&``: it runs until stopped."""
+    joined = block.text.replace("\\\n", " ")
+    for line in joined.splitlines():
+        command = line.split("#")[0].strip()
+        if re.match(r"sagacity (serve \S+|mcp proxy)\b", command) and not command.endswith("&"):
+            return None
+    return "the block starts no service in the foreground"
+
+
 def _checked_by(block: Block) -> str | None:
     test = block.value.removeprefix("checked by ").strip()
     path = ROOT / test
@@ -72,6 +82,7 @@ REASONS: dict[str, Callable[[Block], str | None]] = {
     "run by .ci/run": _ci_scripts,
     "placeholders, other hosts or system paths": _production,
     "an MCP server in another language": _needs(r"\bnode\b", "names no such server"),
+    "starts a service in the foreground": _foreground,
     "checked by": _checked_by,
 }
 """Each allowed reason (``checked by`` takes a test file: ``checked by tests/x/test_y.py``)

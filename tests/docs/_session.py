@@ -14,10 +14,11 @@ import contextlib
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, NoReturn
 
 from tests.docs._blocks import Block, blocks
 
@@ -128,19 +129,23 @@ class PageRun:
         deadline = time.monotonic() + BLOCK_TIMEOUT_S
         while not done.exists():
             if shell.poll() is not None:
-                self._fail(block, start, f"the shell exited with status {shell.returncode}")
+                why = f"the shell exited with status {shell.returncode}"
+                self._fail(block, why, self._shell_output(start))
             if time.monotonic() > deadline:
-                self._fail(block, start, f"still running after {BLOCK_TIMEOUT_S:g} s")
+                why = f"still running after {BLOCK_TIMEOUT_S:g} s"
+                self._fail(block, why, self._shell_output(start))
             time.sleep(0.05)
         self.cwd = Path(done.read_text(encoding="utf-8").strip())
         self.env = dict(
             item.split("=", 1) for item in env_file.read_text().split("\0") if "=" in item
         )
 
-    def _fail(self, block: Block, start: int, why: str) -> None:
+    def _shell_output(self, start: int) -> str:
         with self.log.open(encoding="utf-8", errors="replace") as log:
             log.seek(start)
-            output = log.read()[-6000:]
+            return log.read()[-6000:]
+
+    def _fail(self, block: Block, why: str, output: str) -> NoReturn:
         logs = []
         for path in sorted(self.workdir.rglob("*.log")):
             tail = path.read_text(encoding="utf-8", errors="replace").splitlines()[-25:]
@@ -154,20 +159,23 @@ class PageRun:
     # -- Python blocks ---------------------------------------------------------------------
     def _python_block(self, block: Block) -> None:
         code = compile(self._text(block), f"{block.where} (python block)", "exec")
-        start = self.log.stat().st_size if self.log.exists() else 0
-        # Its output goes to the page's log, a real file (what it starts may need a fileno).
-        with (
-            self._as_the_shell(),
-            self.log.open("a", encoding="utf-8") as out,
-            contextlib.redirect_stdout(out),
-            contextlib.redirect_stderr(out),
-        ):
-            print(f"\n### {block.where}", flush=True)
-            try:
+        out = _python_output()
+        start = out.tell()
+        try:
+            with (
+                self._as_the_shell(),
+                contextlib.redirect_stdout(out),
+                contextlib.redirect_stderr(out),
+            ):
+                print(f"\n### {block.where}", flush=True)
                 exec(code, self.namespace)  # the documentation's own example
-            except Exception as exc:
-                out.flush()
-                self._fail(block, start, f"{type(exc).__name__}: {exc}")
+        except Exception as exc:
+            out.flush()
+            out.seek(start)
+            output = out.read()
+            self._fail(block, f"{type(exc).__name__}: {exc}", output[-6000:])
+        finally:
+            out.seek(0, os.SEEK_END)
 
     @contextlib.contextmanager
     def _as_the_shell(self) -> Iterator[None]:
@@ -203,6 +211,22 @@ class PageRun:
                 break
         with contextlib.suppress(subprocess.TimeoutExpired):
             shell.wait(timeout=5)
+
+
+_OUTPUT: list[IO[str]] = []
+
+
+def _python_output() -> IO[str]:
+    """Where Python blocks print: one real file for the whole session, never closed, since a
+    library may keep the ``sys.stderr`` it saw at import (the MCP SDK's stdio client does,
+    and hands it to the server it starts as its stderr)."""
+    if not _OUTPUT:
+        _OUTPUT.append(
+            tempfile.NamedTemporaryFile(  # noqa: SIM115 - open for the session, on purpose
+                "a+", encoding="utf-8", prefix="sagacity-docs-python-", suffix=".log", delete=False
+            )
+        )
+    return _OUTPUT[0]
 
 
 def _group_alive(pgid: int) -> bool:
