@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 import click
 
-from sagacity.cli._exit import UNAVAILABLE, USAGE, CommandError
+from sagacity.cli._exit import FAILED, UNAVAILABLE, USAGE, CommandError
 from sagacity.cli._options import json_option, parse_duration, wants_json
 
 DEFAULT_URL = "http://127.0.0.1:8085"
@@ -71,17 +71,19 @@ class _Client:
         if 200 <= status < 300:
             return answer
         detail = answer.get("detail") if isinstance(answer, dict) else answer
+        # 4xx: the service refused the request (1); 5xx: it could not serve it (3).
+        code = UNAVAILABLE if status >= 500 else FAILED
         if self.as_json:
             click.echo(json.dumps({"status": status, "detail": detail}))
-            sys.exit(1)
-        raise click.ClickException(f"HTTP {status}: {detail}")
+            sys.exit(code)
+        raise CommandError(f"HTTP {status}: {detail}", code)
 
     def refuse(self, detail: str, **fields: Any) -> NoReturn:
         """Refuse here, before anything is sent: exit 1 with ``detail``."""
         if self.as_json:
             click.echo(json.dumps({"status": None, "detail": detail, **fields}))
-            sys.exit(1)
-        raise click.ClickException(detail)
+            sys.exit(FAILED)
+        raise CommandError(detail, FAILED)
 
 
 def _redacted_fields(payload: object, path: str = "$") -> list[str]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from sagacity.cli._db_options import database_options, fail
+from sagacity.cli._exit import FAILED, CommandError
 from sagacity.cli._options import parse_duration
 from sagacity.cli.approvals import DEFAULT_URL as APPROVALS_URL
 from sagacity.cli.approvals import _Client as ApprovalsClient
@@ -105,17 +106,14 @@ def takeover_cmd(
         raise click.UsageError(f"{exc} (or pass --bootstrap-servers)") from exc
     try:
         journal = kafka_journal(settings)
-    except JournalError as exc:
-        click.echo(f"Error: {exc}", err=True)
-        raise SystemExit(3) from exc
+    except JournalError as exc:  # unreachable: 3; no such topic, or refused its ACL: 2
+        raise CommandError.of(exc) from exc
     try:
         done = journal.take_over(saga_id, reason=reason, force=force, actor=actor or _operator())
     except JournalUnavailableError as exc:
-        click.echo(f"Error: {exc}", err=True)
-        raise SystemExit(3) from exc
+        raise CommandError.of(exc) from exc
     except SagacityError as exc:
-        click.echo(f"Refused: {exc}", err=True)
-        raise SystemExit(1) from exc
+        raise CommandError(f"refused: {exc}", FAILED) from exc
     finally:
         journal.close()
     lease = done.lease
@@ -189,9 +187,8 @@ def sweep_cmd(
         return
     try:
         journal = kafka_journal(settings)
-    except JournalError as exc:
-        click.echo(f"Error: {exc}", err=True)
-        raise SystemExit(3) from exc
+    except JournalError as exc:  # unreachable: 3; no such topic, or refused its ACL: 2
+        raise CommandError.of(exc) from exc
     try:
         results = sweep(
             journal,
@@ -201,8 +198,7 @@ def sweep_cmd(
             actor=_operator(),
         )
     except JournalUnavailableError as exc:
-        click.echo(f"Error: {exc}", err=True)
-        raise SystemExit(3) from exc
+        raise CommandError.of(exc) from exc
     finally:
         journal.close()
     quiet = {c.saga_id: c for c in candidates}
@@ -354,19 +350,16 @@ def compensate_cmd(
     keys = key_service_from_env(env)
     try:
         journal = kafka_journal(settings, keys=keys)
-    except JournalError as exc:
-        click.echo(f"Error: {exc}", err=True)
-        raise SystemExit(3) from exc
+    except JournalError as exc:  # unreachable: 3; no such topic, or refused its ACL: 2
+        raise CommandError.of(exc) from exc
     try:
         entry = request_compensation(
             journal, saga_id, reason=reason, actor=actor or _operator(), signer=signer
         )
     except JournalUnavailableError as exc:
-        click.echo(f"Error: {exc}", err=True)
-        raise SystemExit(3) from exc
+        raise CommandError.of(exc) from exc
     except (CompensationRefusedError, TailMovedError) as exc:
-        click.echo(f"Refused: {exc}", err=True)
-        raise SystemExit(1) from exc
+        raise CommandError(f"refused: {exc}", FAILED) from exc
     finally:
         journal.close()
         if keys is not None:

@@ -181,8 +181,8 @@ def create_cmd(
 def check_cmd(bootstrap: str | None, topic: str, as_json: bool, timeout: float) -> None:
     """Check the journal topic's settings; exit 1 when one would lose evidence.
 
-    Exit status: 0 all safe, 1 a finding is unsafe, 2 usage, and 3 the topic is missing or
-    the cluster does not answer.
+    Exit status: 0 all safe, 1 a finding is unsafe, 2 usage or no such topic, 3 the cluster
+    does not answer.
     """
     from confluent_kafka.admin import AdminClient
 
@@ -193,9 +193,7 @@ def check_cmd(bootstrap: str | None, topic: str, as_json: bool, timeout: float) 
     servers, config = _connection(bootstrap)
     try:
         info = describe(AdminClient(with_logger(config)), topic, bootstrap=servers, timeout=timeout)
-    except TopicNotFoundError as exc:  # the journal is not there: what the cluster lacks
-        raise CommandError(str(exc), UNAVAILABLE) from exc
-    except JournalError as exc:
+    except JournalError as exc:  # unreachable: 3; no such topic, or refused its ACL: 2
         raise CommandError.of(exc) from exc
     findings = check(info)
     if as_json:
