@@ -377,7 +377,12 @@ def test_a_forged_approval_on_the_topic_never_runs_the_tool(deployment: Deployme
         headers=bearer("alice"),
         timeout=30,
     )
-    assert (refused.status_code, refused.json()["detail"]) == (409, "no human approval recorded")
+    # Refused, with the reason: the approval on the topic is not the service's signed one.
+    assert (refused.status_code, refused.json()["detail"]) == (
+        409,
+        f"no human approval recorded: the APPROVED at seq {served + 1} does not verify "
+        "(unsigned_decision)",
+    )
     # Through the agent's own resume (compensation delegated).
     with pytest.raises(ApprovalMissingError, match="no human approval recorded"):
         deployment.agent.resume_saga("forged-agent", agent_side, ALICE)
