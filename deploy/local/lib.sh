@@ -98,7 +98,7 @@ sagacity_venv() {
     if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
         _say "installing sagacity and its dev dependencies into .venv (a few minutes the first time)"
         "$SAGACITY_VENV/bin/python" -m pip install -q --upgrade pip
-        (cd "$SAGACITY_ROOT" && "$SAGACITY_VENV/bin/python" -m pip install --progress-bar off -e '.[dev]')
+        (cd "$SAGACITY_ROOT" && "$SAGACITY_VENV/bin/python" -m pip install --progress-bar off -e '.[dev]' >&2)
         if [ "$native" = 1 ]; then
             sagacity_native_build
         else
