@@ -101,6 +101,16 @@ def kafka_reason(exc: BaseException | object) -> str:
     return str(text()) if callable(text) else str(exc)
 
 
+def topic_unreadable(
+    topic: str, bootstrap: object, why: BaseException | str
+) -> JournalUnavailableError:
+    """The one line a reader of ``topic`` stops with when Kafka does not serve it."""
+    reason = why if isinstance(why, str) else kafka_reason(why)
+    return JournalUnavailableError(
+        f"cannot read topic {topic!r} from Kafka at {bootstrap}: {reason}"
+    )
+
+
 def _unreachable(
     config: Mapping[str, Any], timeout: float, exc: Exception
 ) -> JournalUnavailableError | KafkaAccessDeniedError:

@@ -33,7 +33,7 @@ from sagacity.errors import (
     SerializationError,
     UnopenableError,
 )
-from sagacity.producer._clients import kafka_reason, with_logger
+from sagacity.producer._clients import kafka_reason, topic_unreadable, with_logger
 from sagacity.producer._index import IndexedSaga, SagaIndex
 from sagacity.producer._partition import partition_for
 from sagacity.schemas import decode_entry
@@ -719,9 +719,7 @@ class SagaReader:
     def _unavailable(
         self, detail: str, exc: BaseException | None = None
     ) -> JournalUnavailableError:
-        error = JournalUnavailableError(
-            f"cannot read topic {self._topic!r} from Kafka at {self._bootstrap}: {detail}"
-        )
+        error = topic_unreadable(self._topic, self._bootstrap, detail)
         error.__cause__ = exc
         return error
 

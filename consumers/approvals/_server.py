@@ -13,7 +13,6 @@ from fastapi import FastAPI
 
 from sagacity._acceptance import Tail
 from sagacity._decision_signature import DecisionSigner
-from sagacity._defaults import ALLOW_CLEAR_DATA_SETTING
 from sagacity._keys import KeyService
 from sagacity._memory import InMemoryJournal
 from sagacity._saga import Sagacity
@@ -91,7 +90,8 @@ def journal_for(settings: ApprovalsSettings) -> Journal:
             not installed.
         KeyEncryptionKeyError: the key-encryption key file is missing or malformed (the
             message names the setting).
-        ConfigurationError: no key-encryption key, and ``allow_clear_data`` not given.
+        ConfigurationError: no key-encryption key, and clear data not allowed
+            (``SAGACITY_ALLOW_CLEAR_DATA``).
     """
     if not settings.bootstrap_servers:
         raise ConfigurationError(
@@ -114,8 +114,6 @@ def journal_for(settings: ApprovalsSettings) -> Journal:
     # live in SAGACITY_DATABASE_URL, else the service's own database.
     if not environ.get("SAGACITY_DATABASE_URL") and settings.database_url:
         environ["SAGACITY_DATABASE_URL"] = settings.database_url
-    if settings.allow_clear_data:
-        environ[ALLOW_CLEAR_DATA_SETTING] = "1"
     with starting_keys(environ) as keys:
         journal: Journal = kafka_journal(journal_settings, keys=keys)
     return journal

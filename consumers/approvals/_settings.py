@@ -56,8 +56,6 @@ class ApprovalsSettings(SagacitySettings):
         notify_interval_s: how often the notifier looks for something to tell.
         archive_database_url: the archive, for the console's verdict and audit bundle
             (``SAGACITY_ARCHIVE_DATABASE_URL``).
-        allow_clear_data: start without a key-encryption key (``ALLOW_CLEAR_DATA``), which
-            is refused otherwise (:func:`sagacity._env.refuse_clear_data`).
     """
 
     env_service: ClassVar[str] = "APPROVALS"
@@ -88,7 +86,6 @@ class ApprovalsSettings(SagacitySettings):
     notify_before_expiry_s: float = Field(default=900.0, ge=0)
     notify_interval_s: float = Field(default=2.0, gt=0)
     archive_database_url: str | None = None
-    allow_clear_data: bool = False
 
     @field_validator("notify_format")
     @classmethod

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from sagacity._events import EntryDraft, EventType, JournalEntry
+from sagacity._memory import InMemoryJournal
 from sagacity.consumers.compensation import _failpoints
 from sagacity.journal import ApprovalRequest, ConditionalJournal, Journal
 
@@ -136,3 +137,14 @@ class ServiceJournal:
 
     def close(self) -> None:
         """Nothing: the service closes the journals it made."""
+
+
+class _SealingDeclarations(InMemoryJournal):
+    seals = True
+
+
+def declarations(*, seals: bool) -> Journal:
+    """Where a service checks its tools before it connects: an in-memory journal that seals
+    as the service's own journals will (with a key service), so a tool that redacts is
+    admitted exactly when it can be run (docs/adr/0019-erasure.md §5)."""
+    return _SealingDeclarations() if seals else InMemoryJournal()

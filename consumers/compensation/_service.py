@@ -32,7 +32,6 @@ from sagacity._compensation import CompensationCall
 from sagacity._defaults import DEFAULT_COMPENSATION_GROUP, DEFAULT_TOPIC
 from sagacity._env import claim_store, read_index
 from sagacity._events import EventType, JournalEntry
-from sagacity._memory import InMemoryJournal
 from sagacity._operator_signature import OperatorVerifier
 from sagacity._result import SagaResult, SagaStatus
 from sagacity._saga import Sagacity
@@ -55,7 +54,7 @@ from sagacity.consumers.compensation._job import (
     JobContext,
     SagaJob,
 )
-from sagacity.consumers.compensation._journal import Revoked, ServiceJournal
+from sagacity.consumers.compensation._journal import Revoked, ServiceJournal, declarations
 from sagacity.consumers.compensation._locks import SagaLocks
 from sagacity.consumers.compensation._metrics import HealthServer, Metrics
 from sagacity.errors import (
@@ -150,13 +149,6 @@ class _Partition(Ledger):
     revoking: bool = False
 
 
-class _SealingDeclarations(InMemoryJournal):
-    """Where the service checks its tools before it connects: a journal that seals, as the
-    service's own do when it holds a key service."""
-
-    seals = True
-
-
 @dataclass(frozen=True, kw_only=True)
 class _Work:
     message: Message
@@ -230,12 +222,11 @@ class CompensationService(Handler):
             else None
         )
         # Tools first: an un-importable target must fail before anything connects. They are
-        # admitted as the service's journals will run them: sealing with a key service (a
-        # tool that redacts needs it, docs/adr/0019-erasure.md §5).
+        # admitted as the service's journals run them: sealing with keys (a tool may redact).
+        self._sealed = keys is not None
+        declared = declarations(seals=self._sealed)
         self._sagacity = Sagacity(
-            journal=_SealingDeclarations() if keys is not None else InMemoryJournal(),
-            compensation="delegated",
-            writer_id=self.writer_id,
+            journal=declared, compensation="delegated", writer_id=self.writer_id
         )
         self.tool_names = self._register_tools(self._sagacity)
         # Made at start: the claims' key names the journal, whose cluster id Kafka tells.
@@ -283,14 +274,9 @@ class CompensationService(Handler):
             s.database_url, instance=self.instance, journal=self._kafka.identity
         )
         self._claims.ensure_schema()
-        invoker = ClaimingInvoker(
-            self._claims,
-            timeout_s=s.compensation_timeout_s,
-            on_call=self._called,
-            on_start=self._starting,
-        )
+        invoker = self._invoker(self._claims)
         self._journal = ServiceJournal(
-            self._thread_journal, may_write=self._may_write, seals=self._keys is not None
+            self._thread_journal, may_write=self._may_write, seals=self._sealed
         )
         self._sagacity = Sagacity(
             journal=self._journal,
@@ -392,6 +378,15 @@ class CompensationService(Handler):
         with self._lock:
             self._journals.append(journal)
         return journal
+
+    def _invoker(self, claims: ClaimStore) -> ClaimingInvoker:
+        """The undo caller: each call claimed in ``claims`` first, bounded by the timeout."""
+        return ClaimingInvoker(
+            claims,
+            timeout_s=self.settings.compensation_timeout_s,
+            on_call=self._called,
+            on_start=self._starting,
+        )
 
     def _thread_journal(self) -> KafkaJournal:
         """This worker thread's journal: each has its own reader, so reads run in parallel."""

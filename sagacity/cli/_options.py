@@ -139,6 +139,15 @@ def log_level_option(service: str) -> Callable[[F], F]:
     )
 
 
+def service_options(service: str) -> Callable[[F], F]:
+    """What every service's start takes: ``--log-level`` and ``--allow-clear-data``."""
+
+    def decorate(func: F) -> F:
+        return log_level_option(service)(allow_clear_data_option(func))
+
+    return decorate
+
+
 def bootstrap_servers_option(service: str) -> Callable[[F], F]:
     """Add a required ``--bootstrap-servers`` read from the service's variables."""
     return click.option(
@@ -169,6 +178,17 @@ def topic_option(service: str, *, show_default: bool = True) -> Callable[[F], F]
     )
 
 
+def _allow_clear_data(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    """``--allow-clear-data`` is its variable, set for the command's run: whatever starts
+    from the environment (:func:`sagacity._env.starting_keys`) reads it there."""
+    import os
+
+    if value and not os.environ.get(ALLOW_CLEAR_DATA_SETTING):
+        os.environ[ALLOW_CLEAR_DATA_SETTING] = "1"
+        ctx.call_on_close(lambda: os.environ.pop(ALLOW_CLEAR_DATA_SETTING, None))
+    return value
+
+
 def allow_clear_data_option(func: F) -> F:
     """Add ``--allow-clear-data`` (``SAGACITY_ALLOW_CLEAR_DATA``): start without a
     key-encryption key, which is otherwise refused (:func:`sagacity._env.refuse_clear_data`)."""
@@ -177,24 +197,12 @@ def allow_clear_data_option(func: F) -> F:
         is_flag=True,
         envvar=ALLOW_CLEAR_DATA_SETTING,
         show_envvar=True,
+        expose_value=False,
+        callback=_allow_clear_data,
         help="Start without a key-encryption key (SAGACITY_KEY_ENCRYPTION_KEY_FILE), refused "
         "otherwise: the journal's data is then written and archived in clear, and no saga "
         "can be erased.",
     )(func)
-
-
-def key_environ(allow_clear_data: bool, database_url: str | None = None) -> dict[str, str]:
-    """The process environment as a command starting with keys reads it
-    (:func:`sagacity._env.starting_keys`): ``SAGACITY_DATABASE_URL`` defaulting to the
-    command's own database, and ``--allow-clear-data`` as its variable."""
-    import os
-
-    environ = dict(os.environ)
-    if database_url and not environ.get("SAGACITY_DATABASE_URL"):
-        environ["SAGACITY_DATABASE_URL"] = database_url
-    if allow_clear_data:
-        environ[ALLOW_CLEAR_DATA_SETTING] = "1"
-    return environ
 
 
 def parse_duration(text: str) -> float:

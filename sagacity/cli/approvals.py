@@ -437,23 +437,7 @@ def token_hash(
     from sagacity.consumers.approvals._auth import ANY_TOOL, auth_entry, new_token, token_sha256
     from sagacity.errors import ConfigurationError
 
-    if name is None and (tools or all_tools or agents or role != "approver"):
-        raise click.UsageError(
-            "--role, --tool, --all-tools and --agent describe an entry: give --name"
-        )
-    if name is not None:
-        if tools and all_tools:
-            raise click.UsageError("give --tool (repeat) or --all-tools, not both")
-        if role == "auditor" and (tools or all_tools):
-            raise click.UsageError("an auditor reads every saga and decides none: no --tool")
-        if role != "auditor" and not (tools or all_tools):
-            raise click.UsageError(
-                f"an {role} needs its tools: --tool NAME (repeat), or --all-tools for every tool"
-            )
-        if agents and role != "approver":
-            raise click.UsageError(
-                "--agent binds an approver's own agents: only with --role approver"
-            )
+    _check_entry(name, role, tools, all_tools, agents)
     if save_token is not None and not generate:
         raise click.UsageError("--save-token writes a generated token: give --generate")
     if generate:
@@ -479,6 +463,32 @@ def token_hash(
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from exc
     click.echo(entry, nl=False)
+
+
+def _check_entry(
+    name: str | None, role: str, tools: tuple[str, ...], all_tools: bool, agents: tuple[str, ...]
+) -> None:
+    """Refuse the options of ``token-hash`` that do not make an entry.
+
+    Raises:
+        click.UsageError: naming what to give instead.
+    """
+    if name is None and (tools or all_tools or agents or role != "approver"):
+        raise click.UsageError(
+            "--role, --tool, --all-tools and --agent describe an entry: give --name"
+        )
+    if name is None:
+        return
+    if tools and all_tools:
+        raise click.UsageError("give --tool (repeat) or --all-tools, not both")
+    if role == "auditor" and (tools or all_tools):
+        raise click.UsageError("an auditor reads every saga and decides none: no --tool")
+    if role != "auditor" and not (tools or all_tools):
+        raise click.UsageError(
+            f"an {role} needs its tools: --tool NAME (repeat), or --all-tools for every tool"
+        )
+    if agents and role != "approver":
+        raise click.UsageError("--agent binds an approver's own agents: only with --role approver")
 
 
 def _save_token(path: Path, token: str) -> None:

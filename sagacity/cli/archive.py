@@ -9,7 +9,6 @@ import click
 from sagacity._defaults import DEFAULT_ARCHIVE_GROUP
 from sagacity.cli._db_options import conninfo, database_options, fail
 from sagacity.cli._options import (
-    allow_clear_data_option,
     bootstrap_servers_option,
     group_option,
     topic_option,
@@ -142,7 +141,6 @@ def migrate(database_url: str, schema: str | None, grant_role: str | None) -> No
     show_default=True,
     help="Seconds to read the topic to its end before giving up (nothing is signed then).",
 )
-@allow_clear_data_option
 def checkpoint(
     bootstrap_servers: str,
     database_url: str,
@@ -152,7 +150,6 @@ def checkpoint(
     signing_key: Path,
     witness: str | None,
     timeout: float,
-    allow_clear_data: bool,
 ) -> None:
     """Sign now what the archive holds, read again from the topic.
 
@@ -164,7 +161,6 @@ def checkpoint(
     import os
 
     from sagacity._env import client_settings, starting_keys
-    from sagacity.cli._options import key_environ
     from sagacity.consumers.archive import (
         ArchiveSettings,
         SignedRound,
@@ -184,7 +180,7 @@ def checkpoint(
         signer = Signer.from_file(signing_key)
         with connect(url) as conn:
             ensure_schema(conn)
-        with starting_keys(key_environ(allow_clear_data, database_url)) as keys:
+        with starting_keys({"SAGACITY_DATABASE_URL": database_url, **os.environ}) as keys:
             settings = ArchiveSettings(
                 bootstrap_servers=bootstrap_servers,
                 database_url=url,

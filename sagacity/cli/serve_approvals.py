@@ -8,12 +8,11 @@ import click
 
 from sagacity._defaults import DEFAULT_APPROVALS_GROUP
 from sagacity.cli._options import (
-    allow_clear_data_option,
     group_option,
     host_option,
-    log_level_option,
     port_option,
     service_envvars,
+    service_options,
     topic_option,
 )
 
@@ -145,8 +144,7 @@ def _env(name: str) -> list[str]:
     default=None,
     help="The console's address as people reach it, for links [default: http://HOST:PORT].",
 )
-@log_level_option("APPROVALS")
-@allow_clear_data_option
+@service_options("APPROVALS")
 def approvals(
     tools: tuple[str, ...],
     host: str,
@@ -167,7 +165,6 @@ def approvals(
     notify_before_expiry_s: float | None,
     public_url: str | None,
     log_level: str,
-    allow_clear_data: bool,
 ) -> None:
     """Serve the approvals API and fold AWAITING_APPROVAL events into PostgreSQL.
 
@@ -205,7 +202,6 @@ def approvals(
         notify_format=notify_format,
         notify_before_expiry_s=notify_before_expiry_s,
         public_url=public_url,
-        allow_clear_data=allow_clear_data or None,
     )
     if settings.bootstrap_servers:
         check_reachable(

@@ -9,12 +9,11 @@ import click
 from sagacity._defaults import DEFAULT_ARCHIVE_GROUP
 from sagacity.cli._db_options import conninfo, database_options
 from sagacity.cli._options import (
-    allow_clear_data_option,
     bootstrap_servers_option,
     group_option,
     host_option,
-    log_level_option,
     port_option,
+    service_options,
     topic_option,
 )
 
@@ -61,8 +60,7 @@ from sagacity.cli._options import (
     "ARCHIVE", default=None, old="METRICS", help="Serve /metrics and /healthz on this port."
 )
 @host_option("ARCHIVE", default="127.0.0.1", old="METRICS")
-@log_level_option("ARCHIVE")
-@allow_clear_data_option
+@service_options("ARCHIVE")
 def archive(
     bootstrap_servers: str,
     database_url: str,
@@ -78,14 +76,12 @@ def archive(
     port: int | None,
     host: str,
     log_level: str,
-    allow_clear_data: bool,
 ) -> None:
     """Archive the journal topic into Postgres, exactly once, verifying every chain."""
     import os
     import signal
 
     from sagacity._env import client_settings, starting_keys
-    from sagacity.cli._options import key_environ
     from sagacity.consumers import configure_logging as configure
     from sagacity.consumers.archive import ArchiveService, ArchiveSettings
     from sagacity.producer import check_reachable, startup_timeout
@@ -97,7 +93,7 @@ def archive(
     # Sealed events are opened through the key service (docs/adr/0019-erasure.md §3): a missing
     # or malformed key-encryption key file stops the start-up, naming the setting; stored keys
     # under a KEK not held are warned of (those sagas' events fail one by one).
-    with starting_keys(key_environ(allow_clear_data, database_url)) as keys:
+    with starting_keys({"SAGACITY_DATABASE_URL": database_url, **os.environ}) as keys:
         service = ArchiveService(
             ArchiveSettings(
                 bootstrap_servers=bootstrap_servers,

@@ -6,6 +6,7 @@ The options shared with ``sagacity mcp proxy`` (transport, auth, Kafka, saga sco
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ import click
 
 from sagacity._defaults import DEFAULT_TOPIC
 from sagacity.cli._exit import CommandError
-from sagacity.cli._options import allow_clear_data_option, key_environ, service_envvars
+from sagacity.cli._options import allow_clear_data_option, service_envvars
 
 if TYPE_CHECKING:
     from sagacity import Sagacity
@@ -41,7 +42,6 @@ class Serving:
     idle_timeout_s: float
     compensation: str
     log_level: str
-    allow_clear_data: bool
 
 
 def serving_options(fn: F) -> F:
@@ -108,14 +108,6 @@ def serving_options(fn: F) -> F:
             "approval_api_url.",
         ),
         click.option(
-            "--approvals-public-url",
-            envvar="SAGACITY_APPROVALS_PUBLIC_URL",
-            default=None,
-            help="The approvals service as people reach it (its --public-url): a gated call's "
-            "approval_url is the console's page for the request there [default: "
-            "--approvals-url].",
-        ),
-        click.option(
             "--idle-timeout",
             "idle_timeout_s",
             type=click.FloatRange(min=0, min_open=True),
@@ -142,7 +134,18 @@ def serving_options(fn: F) -> F:
     ]
     for option in reversed(options):
         fn = option(fn)
-    return allow_clear_data_option(fn)
+    return _approvals_public_url(allow_clear_data_option(fn))
+
+
+def _approvals_public_url(fn: F) -> F:
+    """``--approvals-public-url``: where a gated call's ``approval_url`` points people."""
+    return click.option(
+        "--approvals-public-url",
+        envvar="SAGACITY_APPROVALS_PUBLIC_URL",
+        default=None,
+        help="The approvals service as people reach it (its --public-url): a gated call's "
+        "approval_url is the console's page for the request there [default: --approvals-url].",
+    )(fn)
 
 
 def serving(**options: Any) -> Serving:
@@ -187,7 +190,7 @@ def sagacity_for(serving: Serving) -> Sagacity:
     from sagacity._env import journal_from_env
 
     environ = {
-        **key_environ(serving.allow_clear_data),
+        **os.environ,
         "SAGACITY_BOOTSTRAP_SERVERS": serving.bootstrap_servers,
         "SAGACITY_TOPIC": serving.topic,
     }

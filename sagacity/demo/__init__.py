@@ -177,6 +177,7 @@ def run(settings: DemoSettings, *, echo: Callable[[str], None] = print) -> DemoR
     prepare_shop(settings)
     echo("[shop]     tables reset: p-1 Widget (stock 10), p-2 Discontinued gadget (stock 5)")
     try:
+        demo.announce_sealing()
         demo.start_services()
         with sagacity_on_kafka(demo.env, demo.approvals_public_key) as sagacity:
             confirmed(demo, sagacity)

@@ -25,6 +25,9 @@ from sagacity.demo import (
 from sagacity.demo._processes import SAGACITY, Completed, Service, run_command
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,40}$")
+_SECRETS = ("approver.token", "approvals-signing.pem")
+"""What :meth:`DemoRun.start_services` writes that no one else may read (the run's own KEK
+besides, when it made one): deleted at the run's end."""
 
 
 class DemoRun:
@@ -74,11 +77,23 @@ class DemoRun:
             self.secrets.append(path)
         return path
 
+    def announce_sealing(self) -> None:
+        """Say which key-encryption key the run's journal is sealed under."""
+        from sagacity._envelope import KeyEncryptionKey
+
+        kek = Path(self.env["SAGACITY_KEY_ENCRYPTION_KEY_FILE"])
+        self.echo(
+            f"[keys]     journal data sealed under key-encryption key "
+            f"{KeyEncryptionKey.from_file(kek).key_id} ({kek}): each saga can be erased"
+        )
+
     def remove_secrets(self) -> None:
         """Delete the keys and the token this run made (its logs stay in its directory)."""
-        for path in self.secrets:
-            path.unlink(missing_ok=True)
-        if self.secrets:
+        made = [*self.secrets, *(self.dir / name for name in _SECRETS)]
+        removed = [path for path in made if path.exists()]
+        for path in removed:
+            path.unlink()
+        if removed:
             self.echo(f"[cleanup]  keys and token removed; logs kept in {self.dir}")
 
     # -- checks -----------------------------------------------------------------------------
@@ -104,7 +119,6 @@ class DemoRun:
         auth.write_text(auth_entry(APPROVER, token, ["*"]), encoding="utf-8")
         self.token_file = self.dir / "approver.token"
         self.token_file.touch(mode=0o600)
-        self.secrets.append(self.token_file)
         self.token_file.write_text(token + "\n", encoding="utf-8")
         self.echo(
             f"[auth]     approver {APPROVER}: token in {self.token_file.name}, its SHA-256 in "
@@ -114,7 +128,6 @@ class DemoRun:
 
         key_file = self.dir / "approvals-signing.pem"
         signer = DecisionSigner.from_file(key_file) if key_file.exists() else generate_key(key_file)
-        self.secrets.append(key_file)
         self.approvals_public_key = signer.public_hex
         self.env.update(
             SAGACITY_APPROVALS_SIGNING_KEY=str(key_file),
@@ -123,13 +136,6 @@ class DemoRun:
         self.echo(
             f"[keys]     approvals decision key {signer.key_id} in {key_file.name}; its public "
             f"key pinned in {PUBLIC_KEY_ENV} for the agent and every service"
-        )
-        from sagacity._envelope import KeyEncryptionKey
-
-        kek = Path(self.env["SAGACITY_KEY_ENCRYPTION_KEY_FILE"])
-        self.echo(
-            f"[keys]     journal data sealed under key-encryption key "
-            f"{KeyEncryptionKey.from_file(kek).key_id} ({kek}): each saga can be erased"
         )
         groups = f"sagacity-demo-{self.settings.topic}"
         ports = {name: pick_free_port() for name in ("approvals", "compensation", "archive")}
