@@ -88,3 +88,17 @@ def test_an_unreachable_dependency_is_3() -> None:
     assert _run("verify", "--all", "--database-url", dead) == exits.UNAVAILABLE
     env = {**os.environ, "SAGACITY_APPROVALS_URL": f"http://127.0.0.1:{pick_free_port()}"}
     assert _run("approvals", "list", env=dict(env)) == exits.UNAVAILABLE
+
+
+def test_allow_clear_data_takes_a_service_past_the_key_check_for_its_run_only() -> None:
+    """``--allow-clear-data`` is its variable for the command's run: the archive starts without
+    a key (and then finds no broker: 3, not the key's 2), and the variable is gone after."""
+    env: dict[str, str | None] = {
+        "SAGACITY_KEY_ENCRYPTION_KEY_FILE": None,
+        "SAGACITY_ALLOW_CLEAR_DATA": None,
+    }
+    dead = f"127.0.0.1:{pick_free_port()}"
+    args = ["serve", "archive", "--allow-clear-data", "--bootstrap-servers", dead]
+    code = _run(*args, "--database-url", "postgresql://nobody@127.0.0.1:9/none", env=env)
+    assert code == exits.UNAVAILABLE
+    assert "SAGACITY_ALLOW_CLEAR_DATA" not in os.environ
