@@ -391,7 +391,7 @@ def create_app(
         if status >= 500:
             log.error("%s %s: %s", request.method, request.url.path, exc)
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-        return JSONResponse({"detail": exc.message}, status_code=status, headers=headers)
+        return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:

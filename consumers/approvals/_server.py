@@ -91,6 +91,8 @@ def journal_for(settings: ApprovalsSettings) -> Journal:
             not installed.
         KeyEncryptionKeyError: the key-encryption key file is missing or malformed (the
             message names the setting).
+        ConfigurationError: no key-encryption key, and clear data not allowed
+            (``SAGACITY_ALLOW_CLEAR_DATA``).
     """
     if not settings.bootstrap_servers:
         raise ConfigurationError(

@@ -24,7 +24,7 @@ from sagacity.consumers._runtime import client_config
 from sagacity.consumers.archive._checkpoints import SignedRound, Signer, sign_pending
 from sagacity.consumers.archive._ingest import BatchArchiver, RawEvent
 from sagacity.errors import JournalUnavailableError
-from sagacity.producer._clients import with_logger
+from sagacity.producer._clients import topic_unreadable, with_logger
 
 
 def _headers(message: Any) -> dict[str, bytes]:
@@ -70,7 +70,7 @@ def catch_up_and_sign(
         try:
             metadata = consumer.list_topics(topic, timeout=min(timeout_s, 30.0))
         except KafkaException as exc:
-            raise JournalUnavailableError(f"cannot read topic {topic!r}: {exc}") from exc
+            raise topic_unreadable(topic, bootstrap_servers, exc) from exc
         found = metadata.topics.get(topic)
         if found is None or found.error is not None or not found.partitions:
             raise JournalUnavailableError(f"topic {topic!r} does not exist or cannot be read")

@@ -30,7 +30,7 @@ from sagacity.consumers.archive._db import check_schema, mapped_errors
 from sagacity.consumers.archive._ingest import Decoder, _avro_decoder
 from sagacity.errors import JournalUnavailableError, SagacityError, TopicNotFoundError
 from sagacity.producer import ForkKind, Rejected, SagaRead
-from sagacity.producer._clients import with_logger
+from sagacity.producer._clients import topic_unreadable, with_logger
 from sagacity.producer._denied import access_denied
 
 
@@ -124,7 +124,7 @@ def read_topic(
         try:
             metadata = consumer.list_topics(topic, timeout=timeout)
         except KafkaException as exc:
-            raise JournalUnavailableError(f"cannot read topic {topic!r}: {exc}") from exc
+            raise topic_unreadable(topic, bootstrap_servers, exc) from exc
         info = metadata.topics.get(topic)
         if info is None or info.error is not None or not info.partitions:
             raise TopicNotFoundError(

@@ -54,7 +54,7 @@ from sagacity.consumers.compensation._job import (
     JobContext,
     SagaJob,
 )
-from sagacity.consumers.compensation._journal import Revoked, ServiceJournal
+from sagacity.consumers.compensation._journal import Revoked, ServiceJournal, declarations
 from sagacity.consumers.compensation._locks import SagaLocks
 from sagacity.consumers.compensation._metrics import HealthServer, Metrics
 from sagacity.errors import (
@@ -221,8 +221,13 @@ class CompensationService(Handler):
             if settings.operator_public_key
             else None
         )
-        # Tools first: an un-importable target must fail before anything connects.
-        self._sagacity = Sagacity(compensation="delegated", writer_id=self.writer_id)
+        # Tools first: an un-importable target must fail before anything connects. They are
+        # admitted as the service's journals run them: sealing with keys (a tool may redact).
+        self._sealed = keys is not None
+        declared = declarations(seals=self._sealed)
+        self._sagacity = Sagacity(
+            journal=declared, compensation="delegated", writer_id=self.writer_id
+        )
         self.tool_names = self._register_tools(self._sagacity)
         # Made at start: the claims' key names the journal, whose cluster id Kafka tells.
         self._claims: ClaimStore | None = None
@@ -269,13 +274,10 @@ class CompensationService(Handler):
             s.database_url, instance=self.instance, journal=self._kafka.identity
         )
         self._claims.ensure_schema()
-        invoker = ClaimingInvoker(
-            self._claims,
-            timeout_s=s.compensation_timeout_s,
-            on_call=self._called,
-            on_start=self._starting,
+        invoker = self._invoker(self._claims)
+        self._journal = ServiceJournal(
+            self._thread_journal, may_write=self._may_write, seals=self._sealed
         )
-        self._journal = ServiceJournal(self._thread_journal, may_write=self._may_write)
         self._sagacity = Sagacity(
             journal=self._journal,
             compensation="delegated",
@@ -376,6 +378,15 @@ class CompensationService(Handler):
         with self._lock:
             self._journals.append(journal)
         return journal
+
+    def _invoker(self, claims: ClaimStore) -> ClaimingInvoker:
+        """The undo caller: each call claimed in ``claims`` first, bounded by the timeout."""
+        return ClaimingInvoker(
+            claims,
+            timeout_s=self.settings.compensation_timeout_s,
+            on_call=self._called,
+            on_start=self._starting,
+        )
 
     def _thread_journal(self) -> KafkaJournal:
         """This worker thread's journal: each has its own reader, so reads run in parallel."""

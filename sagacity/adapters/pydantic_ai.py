@@ -233,7 +233,7 @@ class _JournalingToolset(WrapperToolset[Any]):
             line = self.hook.compensation_line(definition, exc)
             if line is None:
                 raise
-            raise ToolFailed(f"{exc.message}\n{line}") from exc
+            raise ToolFailed(f"{exc}\n{line}") from exc
 
 
 DepsT = TypeVar("DepsT")

@@ -660,7 +660,7 @@ def watch(
                     operator=operator,
                 )
         except SagacityError as exc:
-            fail(exc.message)
+            fail(str(exc))
         for signed in report.recorded:
             click.echo(
                 f"round {signed.round_id} recorded: {signed.leaf_count} head(s), log of "

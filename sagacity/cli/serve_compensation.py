@@ -13,8 +13,8 @@ from sagacity.cli._options import (
     database_url_option,
     group_option,
     host_option,
-    log_level_option,
     port_option,
+    service_options,
     topic_option,
 )
 
@@ -110,7 +110,7 @@ from sagacity.cli._options import (
 )
 @host_option("COMPENSATION", default="127.0.0.1", old="HTTP")
 @click.option("--dlq-topic", envvar="SAGACITY_COMPENSATION_DLQ_TOPIC", default=None)
-@log_level_option("COMPENSATION")
+@service_options("COMPENSATION")
 def compensation(
     tools: tuple[str, ...],
     mcp_upstream: str | None,
@@ -138,9 +138,9 @@ def compensation(
     import os
     import signal
 
-    from sagacity._env import client_settings, read_index_settings_from_env
+    from sagacity._env import client_settings, read_index_settings_from_env, starting_keys
     from sagacity.consumers import configure_logging as configure
-    from sagacity.consumers import log_hot_path
+    from sagacity.consumers import import_tools, log_hot_path
     from sagacity.producer import BrokerCheck
     from sagacity.tracing import configure_from_env as configure_tracing
 
@@ -202,11 +202,9 @@ def compensation(
         )
     except ValidationError as exc:
         raise ConfigurationError(f"invalid settings: {exc}") from exc
-    from sagacity._env import starting_keys
-
-    # Sealed sagas are opened through the key service (docs/adr/0019-erasure.md §3): a missing
-    # or malformed key-encryption key file stops the start-up, naming the setting; stored keys
-    # under a KEK not held are warned of (those sagas' events fail one by one).
+    import_tools(tools)  # a target that cannot be imported stops it before anything connects
+    # Sealed sagas are opened through the key service (docs/adr/0019-erasure.md §3): no KEK, or
+    # a bad one, stops the start-up; keys under a KEK not held are warned of (one by one).
     with starting_keys({"SAGACITY_DATABASE_URL": database_url, **os.environ}) as keys:
         service = CompensationService(settings, register=register, keys=keys)
         broker.result()

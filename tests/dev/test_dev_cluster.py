@@ -56,7 +56,7 @@ def test_broker_commands_without_a_cluster_say_how_to_start_one(
 ) -> None:
     monkeypatch.setenv("SAGACITY_DEV_HOME", str(tmp_path / "dev"))
     result = CliRunner().invoke(main, ["dev", "kill-broker", "1"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "sagacity dev up --brokers 3" in result.output
     bad = CliRunner().invoke(main, ["dev", "pause-broker", "0"])
     assert bad.exit_code == 2
@@ -149,7 +149,7 @@ def test_a_three_broker_cluster_keeps_acknowledged_messages_through_kill_pause_a
         assert _count(bootstrap, topic, 3) == 200
 
         wrong = runner.invoke(main, ["dev", "up", "--no-postgres", "--brokers", "1"])
-        assert wrong.exit_code == 1
+        assert wrong.exit_code == 2
         assert "cluster of 3 brokers" in wrong.output
     finally:
         runner.invoke(main, ["dev", "down", "--purge"])

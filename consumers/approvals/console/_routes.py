@@ -305,8 +305,8 @@ def create_console(
                     503: "Unavailable",
                 }.get(status, "Refused")
                 if status == 503:
-                    log.warning("console: %s: %s", request.url.path, exc.message)
-                return error_page(request, viewer, status, title, exc.message)
+                    log.warning("console: %s: %s", request.url.path, str(exc))
+                return error_page(request, viewer, status, title, str(exc))
 
         return endpoint
 
@@ -372,9 +372,9 @@ def create_console(
             principal, session_id, session = await run_in_threadpool(check)
         except PermissionDeniedError as exc:
             log.info("console: an agent's token was refused sign-in from %s", client)
-            return error_page(request, None, 403, "Not allowed", exc.message)
+            return error_page(request, None, 403, "Not allowed", str(exc))
         except SagacityError as exc:
-            return error_page(request, None, _status_for(exc), "Unavailable", exc.message)
+            return error_page(request, None, _status_for(exc), "Unavailable", str(exc))
         if principal is None or session is None:
             limiter.failed(client)
             log.info("console: failed sign-in from %s", client)
@@ -528,7 +528,7 @@ def create_console(
                 "request.html",
                 viewer,
                 409 if isinstance(exc, ApprovalError) else 422,
-                refusal=exc.message,
+                refusal=str(exc),
                 message=None,
                 **context,
             )
