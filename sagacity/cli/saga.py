@@ -347,7 +347,7 @@ def compensate_cmd(
     try:
         pinned = verifier_from_env(env)
     except ConfigurationError as exc:
-        raise click.UsageError(exc.message) from exc
+        raise click.UsageError(str(exc)) from exc
     try:
         settings = kafka_settings_from_env(env)
     except ConfigurationError as exc:

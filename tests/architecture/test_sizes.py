@@ -57,7 +57,7 @@ MODULES_ALLOWED: dict[str, tuple[int, str]] = {
         "of issue 33 (composition root) reshapes it",
     ),
     "consumers/compensation/_service.py": (
-        681,
+        692,
         "the compensation service wires its own adapters; issue 33's composition root takes "
         "that wiring out of it",
     ),
@@ -107,8 +107,8 @@ FUNCTIONS_ALLOWED: dict[str, tuple[int, str]] = {
     "sagacity/cli/archive.py::checkpoint": (98, CLI_COMMAND),
     "sagacity/cli/audit.py::verify": (121, CLI_COMMAND),
     "sagacity/cli/audit.py::watch": (102, CLI_COMMAND),
-    "sagacity/cli/compensation.py::prune_claims": (94, CLI_COMMAND),
-    "sagacity/cli/demo.py::demo": (90, CLI_COMMAND),
+    "sagacity/cli/compensation.py::prune_claims": (88, CLI_COMMAND),
+    "sagacity/cli/demo.py::demo": (82, CLI_COMMAND),
     "sagacity/cli/erase.py::erase": (139, CLI_COMMAND),
     "sagacity/cli/saga.py::sweep_cmd": (85, CLI_COMMAND),
     "sagacity/cli/serve_approvals.py::approvals": (208, CLI_COMMAND),
