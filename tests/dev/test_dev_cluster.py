@@ -107,7 +107,10 @@ def test_a_three_broker_cluster_keeps_acknowledged_messages_through_kill_pause_a
     try:
         up = runner.invoke(main, ["dev", "up", "--brokers", "3", "--no-postgres"])
         assert up.exit_code == 0, up.output
-        bootstrap = up.stdout.strip().split("=", 1)[1]
+        exports = dict(
+            line.removeprefix("export ").split("=", 1) for line in up.stdout.splitlines()
+        )
+        bootstrap = exports["SAGACITY_BOOTSTRAP_SERVERS"]
         assert len(bootstrap.split(",")) == 3
 
         status = runner.invoke(main, ["dev", "status", "--no-postgres"])
