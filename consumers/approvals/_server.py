@@ -18,7 +18,8 @@ from sagacity._memory import InMemoryJournal
 from sagacity._operator_signature import verifier_from_env as operator_verifier_from_env
 from sagacity._saga import Sagacity
 from sagacity.consumers._tools import register_tools
-from sagacity.consumers.approvals._api import INSECURE_VALUE, create_app
+from sagacity.consumers.approvals._api import create_app
+from sagacity.consumers.approvals._api_limits import INSECURE_VALUE
 from sagacity.consumers.approvals._auth import AuthFile
 from sagacity.consumers.approvals._consumer import RequestConsumer
 from sagacity.consumers.approvals._metrics import GateCollector, exposition
