@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 from sagacity._operator_signature import OperatorVerifier
-from sagacity.consumers.archive._audit import SagaAudit, iter_audits, trusted_keys
+from sagacity.consumers.archive._audit import iter_audits, trusted_keys
 from sagacity.consumers.archive._checkpoints import (
     LOG_ROUND_FORMAT,
     inclusion_proof,
@@ -33,6 +33,7 @@ from sagacity.consumers.archive._schema import (
     LOG_VERSION,
     checkpoint_round_columns,
 )
+from sagacity.consumers.archive._verdicts import SagaAudit
 from sagacity.consumers.archive.verify_bundle import UNSIGNED_FIELDS
 from sagacity.errors import RoundLogError, UnknownSagaError
 
