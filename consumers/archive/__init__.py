@@ -70,7 +70,12 @@ if TYPE_CHECKING:
         SagaAudit,
         unsigned_as_failure,
     )
-    from sagacity.consumers.archive._watch import AuditorState, post_alerts, watch_once
+    from sagacity.consumers.archive._watch import (
+        AuditorState,
+        WatchReport,
+        post_alerts,
+        watch_once,
+    )
     from sagacity.consumers.archive._witness import publish as publish_witness
     from sagacity.consumers.archive._witness import read as read_witness
 
@@ -135,6 +140,7 @@ _MODULE_OF = {
     "trusted_keys": "_audit",
     "unsigned_as_failure": "_verdicts",
     "watch_once": "_watch",
+    "WatchReport": "_watch",
 }
 
 __all__ = [
@@ -165,6 +171,7 @@ __all__ = [
     "SignedRound",
     "Signer",
     "TimeWindow",
+    "WatchReport",
     "archiver_of",
     "audit",
     "audit_erasures",
