@@ -1,7 +1,7 @@
 # Shared set-up for deploy/local/demo, deploy/local/test and .ci/run (sourced, not run).
 #
 # Functions:
-#   sagacity_system_packages  install Java 17, Maven and PostgreSQL with apt-get when absent;
+#   sagacity_system_packages  install Java 17, Maven, PostgreSQL and curl with apt-get when absent;
 #                             with --browser also Chromium and its driver (the console's
 #                             browser tests; the demo does not need them)
 #   sagacity_cargo_path       put the cargo rustup installed ($HOME/.cargo/bin) on the PATH when
@@ -38,6 +38,7 @@ sagacity_system_packages() {
     command -v mvn >/dev/null || missing+=(maven)
     _have_postgres_server || missing+=(postgresql)
     command -v python3 >/dev/null || missing+=(python3)
+    command -v curl >/dev/null || missing+=(curl)  # the walkthrough (docs/production.md) uses it
     [ ${#missing[@]} -eq 0 ] && return 0
     if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
         _say "missing: ${missing[*]}"
