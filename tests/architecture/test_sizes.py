@@ -39,9 +39,10 @@ ARCHIVE_STEP = (
 # Modules allowed past the budget: path -> (ceiling in lines, why).
 MODULES_ALLOWED: dict[str, tuple[int, str]] = {
     "consumers/archive/verify_bundle.py": (
-        1462,
+        1481,
         "the standalone verifier: one file an auditor copies and runs on the standard library "
-        "alone (docs/adr/0006), so it cannot be split into modules",
+        "alone (docs/adr/0006), so it cannot be split into modules; it grew by its copy of the "
+        "grammar's rule for REPLAYED (docs/adr/0026)",
     ),
     "consumers/archive/_audit.py": (1147, f"verdicts / judging / streaming: {IN_FLIGHT}"),
     "consumers/approvals/console/_routes.py": (696, f"module-level routers: {IN_FLIGHT}"),
