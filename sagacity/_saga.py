@@ -19,6 +19,7 @@ from sagacity._codec import describe_error
 from sagacity._compensation import CompensationReport
 from sagacity._decision_signature import DecisionSigner, DecisionVerifier, verifier_from_env
 from sagacity._decorators import Constraint, ToolDefinition
+from sagacity._effect_keys import DEFAULT_KEY
 from sagacity._effects import EffectIndex
 from sagacity._envelope import KEK_SETTING
 from sagacity._events import EventType, JournalEntry, now_micros
@@ -301,6 +302,8 @@ class Sagacity(SagaEnds, GateDecisions):
         undo: UndoCall | None = None,
         redact: Sequence[str] = (),
         undo_tools: Sequence[str] = (),
+        effect_key: Sequence[str] | object | None = DEFAULT_KEY,
+        refuses: Sequence[type[BaseException]] = (),
     ) -> Callable[..., Any]:
         """Declare and wrap an undecorated callable in one step (for framework adapters).
 
@@ -309,8 +312,9 @@ class Sagacity(SagaEnds, GateDecisions):
         where it cannot be decorated.  ``by`` is the compensation itself (a callable taking
         one ``CompensationContext``); ``undo`` names another registered tool as the undo, with
         arguments taken from the call and its result (:class:`~sagacity.UndoCall`);
-        ``redact`` names payload fields never journaled in clear, and ``undo_tools`` the
-        tools its result may name as its undo, as ``@compensable``'s.
+        ``redact`` names payload fields never journaled in clear, ``undo_tools`` the tools its
+        result may name as its undo, ``effect_key`` the fields naming its effect and
+        ``refuses`` its refusals before acting, as ``@compensable``'s.
 
         Raises:
             DeclarationError: as :meth:`wrap`.
@@ -327,6 +331,8 @@ class Sagacity(SagaEnds, GateDecisions):
             undo=undo,
             redact=redact,
             undo_tools=undo_tools,
+            effect_key=effect_key,
+            refuses=refuses,
         )
 
     # -- sagas ----------------------------------------------------------------------------

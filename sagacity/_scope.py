@@ -118,6 +118,12 @@ class SagaScope:
             self._gates.append(Gate(tool=tool, seq=seq))
 
     @property
+    def failures(self) -> tuple[Failure, ...]:
+        """The failed steps not recovered since, in order."""
+        with self._lock:
+            return tuple(self._failures)
+
+    @property
     def failure(self) -> Failure | None:
         """The first failed step not recovered since, if any."""
         with self._lock:
