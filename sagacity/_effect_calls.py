@@ -92,6 +92,10 @@ class Notice(str):
         notice.kind, notice.fields, notice.value, notice.result = kind, fields, value, result
         return notice
 
+    def __reduce__(self) -> tuple[type[str], tuple[str]]:
+        # Copied or pickled (a framework keeping the tool's output), it is the text it says.
+        return (str, (str(self),))
+
     def told(self, line: str | None = None) -> Notice:
         """What the model is told: ``line`` (this notice reworded; default its own line), with
         the recorded result after it for a replay."""
