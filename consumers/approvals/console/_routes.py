@@ -36,7 +36,7 @@ from sagacity.chain import payload_sha256, verify
 from sagacity.consumers.approvals._auth import Principal, Role, token_sha256
 from sagacity.consumers.approvals._reads import check_readable, may_read
 from sagacity.consumers.approvals._service import ApprovalService
-from sagacity.consumers.approvals.console import _metrics
+from sagacity.consumers.approvals.console import _metrics, _undo
 from sagacity.consumers.approvals.console._security import (
     LoginLimiter,
     SecurityHeaders,
@@ -232,8 +232,7 @@ def create_console(
     limiter = limiter or LoginLimiter()
     sagacity = service.sagacity
 
-    def now_us() -> int:
-        return sagacity.now_us()
+    now_us = sagacity.now_us
 
     def render(
         request: Request,
@@ -458,7 +457,6 @@ def create_console(
         before = [e for e in entries if e.seq < seq]
         after = [e for e in entries if e.seq > seq]
         deadline = deadline_of(row)
-        stored_hash = row.payload_sha256
         return {
             "row": row,
             "before": before,
@@ -468,11 +466,12 @@ def create_console(
             "visible": _visible_whitespace(row.payload),
             "payload_bytes": len(row.payload.encode("utf-8")),
             "computed_sha256": payload_sha256(row.payload),
-            "hash_matches": stored_hash == payload_sha256(row.payload),
+            "hash_matches": row.payload_sha256 == payload_sha256(row.payload),
             "deadline": deadline,
             "left": _span((deadline - now_us()) / 1e6) if deadline else "no limit",
             "writer": writer_of(row),
             "signed_by_me": viewer.principal.name in row.signed_by,
+            "undo": _undo.undo_list(before, sagacity.registry),  # what an undo puts back
         }
 
     def parse_seq(raw: str) -> int:
@@ -686,6 +685,7 @@ def create_console(
         Route("/attention", page(attention), methods=["GET"]),
         Route("/sagas/{saga_id}", page(saga_page), methods=["GET"]),
         Route("/sagas/{saga_id}/bundle", page(saga_bundle), methods=["GET"]),
+        Route("/sagas/{saga_id}/undo", page(_undo.undo_page(sagacity, render)), methods=["GET"]),
         Route("/sagas/{saga_id}/settle/{seq}", page(settle, post=True), methods=["POST"]),
         Route("/metrics", page(metrics_page), methods=["GET"]),
         Route("/favicon.ico", favicon),
