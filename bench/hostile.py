@@ -321,6 +321,9 @@ class Deployment:
             SAGACITY_BOOTSTRAP_SERVERS=self.bootstrap,
             SAGACITY_DATABASE_URL=self.dsn,
             SAGACITY_TOPIC=self.topic,
+            # Clear data, said explicitly (the services refuse it otherwise): the hostile
+            # events are written in clear by the rounds themselves.
+            SAGACITY_ALLOW_CLEAR_DATA="1",
             SAGACITY_APPROVALS_SIGNING_KEY=str(self.home / "approvals.key"),
             SAGACITY_APPROVALS_PUBLIC_KEY=self.approvals_public,
             FAULT_TOOLS_DSN=self.dsn,

@@ -12,16 +12,17 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sagacity.consumers._logging import configure as configure_logging
     from sagacity.consumers._logging import log_hot_path
-    from sagacity.consumers._tools import load_tools
+    from sagacity.consumers._tools import import_tools, load_tools
 
 # Public name → (module, attribute).
 _EXPORTS = {
     "configure_logging": ("_logging", "configure"),
+    "import_tools": ("_tools", "import_tools"),
     "log_hot_path": ("_logging", "log_hot_path"),
     "load_tools": ("_tools", "load_tools"),
 }
 
-__all__ = ["configure_logging", "load_tools", "log_hot_path"]
+__all__ = ["configure_logging", "import_tools", "load_tools", "log_hot_path"]
 
 
 def __getattr__(name: str) -> object:

@@ -70,6 +70,17 @@ def _instance(target: str, member: Any) -> Any:
         ) from exc
 
 
+def import_tools(targets: Iterable[str]) -> None:
+    """Import what the targets name, making no instance: a service checks its ``--tools``
+    this way before it connects to anything (its key store included).
+
+    Raises:
+        ToolLoadError: a target cannot be resolved.
+    """
+    for target in targets:
+        resolve(target)
+
+
 def load_tools(targets: Iterable[str]) -> list[Any]:
     """The tool objects the targets name: classes instantiated, lists flattened.
 

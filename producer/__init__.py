@@ -13,6 +13,7 @@ from sagacity.producer._clients import (
     BrokerCheck,
     check_reachable,
     cluster_id,
+    kafka_reason,
     startup_timeout,
     with_logger,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "current_traceparent",
     "describe_topic",
     "journal_identity",
+    "kafka_reason",
     "misplaced",
     "murmur2",
     "ownership",

@@ -21,6 +21,10 @@ from sagacity.errors import JournalUnavailableError, KafkaAccessDeniedError
 from sagacity.producer._denied import access_denied
 
 KAFKA_LOGGER = "sagacity.kafka"
+# librdkafka's lines go where the process's logging sends them (a service's JSON lines), and
+# nowhere when it sends them nowhere: a command or an agent without logging configured says
+# what failed in its own error, not in Python's last-resort copy of each line on stderr.
+logging.getLogger(KAFKA_LOGGER).addHandler(logging.NullHandler())
 REACHABLE_TIMEOUT_S = 8.0
 """How long a service waits for the broker before it reports it unreachable, counted from the
 process's start (:func:`startup_timeout`): the report comes within 10 s of the command, however
@@ -89,6 +93,24 @@ def startup_timeout(budget: float = REACHABLE_TIMEOUT_S) -> float:
     return max(MIN_REACHABLE_TIMEOUT_S, budget - age)
 
 
+def kafka_reason(exc: BaseException | object) -> str:
+    """What librdkafka says went wrong, as a sentence: a ``KafkaException``'s (or a
+    ``KafkaError``'s) text without its ``KafkaError{code=…,val=…}`` framing."""
+    error = exc.args[0] if isinstance(exc, BaseException) and exc.args else exc
+    text = getattr(error, "str", None)
+    return str(text()) if callable(text) else str(exc)
+
+
+def topic_unreadable(
+    topic: str, bootstrap: object, why: BaseException | str
+) -> JournalUnavailableError:
+    """The one line a reader of ``topic`` stops with when Kafka does not serve it."""
+    reason = why if isinstance(why, str) else kafka_reason(why)
+    return JournalUnavailableError(
+        f"cannot read topic {topic!r} from Kafka at {bootstrap}: {reason}"
+    )
+
+
 def _unreachable(
     config: Mapping[str, Any], timeout: float, exc: Exception
 ) -> JournalUnavailableError | KafkaAccessDeniedError:
@@ -96,7 +118,7 @@ def _unreachable(
     if denied is not None:
         return denied
     servers = config.get("bootstrap.servers", "?")
-    reason = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else exc
+    reason = kafka_reason(exc)
     return JournalUnavailableError(
         f"Kafka at {servers} is unreachable: no answer within {timeout:.3g} s ({reason})"
     )

@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from sagacity._writer_signature import HEADER as WRITER_SIGNATURE_HEADER
 from sagacity.errors import JournalUnavailableError
-from sagacity.producer._clients import with_logger
+from sagacity.producer._clients import kafka_reason, topic_unreadable, with_logger
 
 
 @dataclass
@@ -100,9 +100,7 @@ class PartitionScanner:
 
     def unavailable(self, detail: str, exc: BaseException | None = None) -> JournalUnavailableError:
         """The error saying the topic cannot be read (``exc``: its cause)."""
-        error = JournalUnavailableError(
-            f"cannot read topic {self._topic!r} from Kafka at {self._bootstrap}: {detail}"
-        )
+        error = topic_unreadable(self._topic, self._bootstrap, detail)
         error.__cause__ = exc
         return error
 
@@ -127,7 +125,7 @@ class PartitionScanner:
                     error.retriable() or error.code() in _TRANSIENT_WATERMARK_ERRORS
                 )
                 if not transient or time.monotonic() + 0.1 >= deadline:
-                    raise self.unavailable(str(exc), exc) from exc
+                    raise self.unavailable(kafka_reason(exc), exc) from exc
                 time.sleep(0.1)
 
     def scan(self, partition: int, span: Span, until_offset: int | None) -> Iterator[Message]:

@@ -25,6 +25,7 @@ from sagacity.errors import (
     TopicConfigError,
     TopicNotFoundError,
 )
+from sagacity.producer._clients import kafka_reason
 from sagacity.producer._denied import access_denied
 
 ClientConfig = dict[str, str | int | float | bool]
@@ -216,7 +217,7 @@ def _unavailable(
     client = {"bootstrap.servers": bootstrap, "sasl.username": principal}
     error: JournalError | None = access_denied(exc, client, doing=doing or "its request")
     if error is None:
-        error = JournalUnavailableError(f"cannot reach Kafka at {bootstrap}: {exc}")
+        error = JournalUnavailableError(f"cannot reach Kafka at {bootstrap}: {kafka_reason(exc)}")
     error.__cause__ = exc
     return error
 

@@ -14,3 +14,7 @@ DEFAULT_APPROVALS_GROUP = "sagacity-approvals"
 
 DEFAULT_COMPENSATION_GROUP = "sagacity-compensation"
 """The compensation service's consumer group (``SAGACITY_COMPENSATION_GROUP``)."""
+
+ALLOW_CLEAR_DATA_SETTING = "SAGACITY_ALLOW_CLEAR_DATA"
+"""``1``: a component may start without a key-encryption key, its journal data in clear
+(``--allow-clear-data``; refused otherwise, :func:`sagacity._env.refuse_clear_data`)."""

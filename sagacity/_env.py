@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from sagacity._defaults import (
+    ALLOW_CLEAR_DATA_SETTING,
     DEFAULT_APPROVALS_GROUP,
     DEFAULT_ARCHIVE_GROUP,
     DEFAULT_COMPENSATION_GROUP,
@@ -58,6 +59,7 @@ __all__ = [
     "key_service_from_env",
     "read_index",
     "read_index_settings_from_env",
+    "refuse_clear_data",
     "starting_keys",
 ]
 
@@ -252,6 +254,47 @@ def claim_store(database_url: str, *, instance: str, journal: str) -> ClaimStore
 
 _announced = False
 
+_YES = frozenset({"1", "true", "yes", "on"})
+
+
+def clear_data_allowed(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``SAGACITY_ALLOW_CLEAR_DATA`` says, explicitly, to run without a key-encryption
+    key (``1``, ``true``, ``yes``, ``on``; unset, empty, ``0``, ``false``, ``no``, ``off``: no).
+
+    Raises:
+        ConfigurationError: any other value (the message names the setting).
+    """
+    env = os.environ if environ is None else environ
+    value = env.get(ALLOW_CLEAR_DATA_SETTING, "").strip().lower()
+    if value in _YES:
+        return True
+    if not value or value in _OFF:
+        return False
+    raise ConfigurationError(
+        f"{ALLOW_CLEAR_DATA_SETTING}={value!r}: give 1 to run without a key-encryption key, "
+        "or unset it"
+    )
+
+
+def refuse_clear_data(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse to start a component with no key-encryption key, unless
+    ``SAGACITY_ALLOW_CLEAR_DATA`` allows it: a saga journaled in clear can never be erased
+    (its chain hashes the data itself; docs/adr/0019-erasure.md), so clear data is chosen,
+    never defaulted into.
+
+    Raises:
+        ConfigurationError: no key and clear data not allowed (the message names both
+            settings and the command that makes a key).
+    """
+    if clear_data_allowed(environ):
+        return
+    raise ConfigurationError(
+        f"no key-encryption key: {KEK_SETTING} is not set, so the journal's data would be "
+        "written and archived in clear and no saga could ever be erased; create one with "
+        f"`sagacity keys init --out FILE` and set {KEK_SETTING}=FILE "
+        f"(docs/operations/keys.md), or run in clear knowingly with {ALLOW_CLEAR_DATA_SETTING}=1"
+    )
+
 
 def announce_clear_data() -> None:
     """Say, once per process, that no key-encryption key is configured: the journal's data
@@ -309,10 +352,15 @@ def starting_keys(environ: Mapping[str, str] | None = None) -> Iterator[KeyServi
     (:func:`announce_clear_data`, once the component has started).  After the block the
     component owns the key service: whoever closes the component closes it.
 
+    Without a key the component starts only when ``SAGACITY_ALLOW_CLEAR_DATA`` allows it
+    (:func:`refuse_clear_data`): every service and ``Sagacity.from_env()`` start here.
+
     Raises:
-        as :func:`key_service_from_env`, before the block runs.
+        as :func:`key_service_from_env` and :func:`refuse_clear_data`, before the block runs.
     """
     keys = key_service_from_env(environ)
+    if keys is None:
+        refuse_clear_data(environ)
     try:
         yield keys
     except BaseException:

@@ -21,6 +21,7 @@ import gc
 import logging
 import os
 import re
+import shutil
 import sys
 import uuid
 import warnings
@@ -193,15 +194,42 @@ def _collect_everything_between_modules() -> Iterator[None]:
 
 
 _INFRASTRUCTURE = pytest.StashKey[_Infrastructure]()
+_KEK_SETTING = "SAGACITY_KEY_ENCRYPTION_KEY_FILE"
+_KEK_SOURCE = pytest.StashKey[str]()
+
+
+def _session_key_encryption_key(config: pytest.Config) -> None:
+    """The session runs sealed, as the demo and a deployment do (docs/operations/keys.md):
+    the key-encryption key ``SAGACITY_KEY_ENCRYPTION_KEY_FILE`` names (``sagacity dev up``
+    exports the stack's), else one made for the session; every test process inherits it. A
+    test of clear data says so itself (``SAGACITY_ALLOW_CLEAR_DATA=1``, the variable unset)."""
+    if os.environ.get(_KEK_SETTING):
+        config.stash[_KEK_SOURCE] = f"{_KEK_SETTING} is set"
+        return
+    import tempfile
+    from pathlib import Path
+
+    from sagacity._envelope import write_key_encryption_key
+
+    directory = Path(tempfile.mkdtemp(prefix="sagacity-test-kek-"))
+    write_key_encryption_key(directory / "journal.kek")
+    os.environ[_KEK_SETTING] = str(directory / "journal.kek")
+    config.add_cleanup(lambda: shutil.rmtree(directory, ignore_errors=True))
+    config.stash[_KEK_SOURCE] = f"a key made for the session ({_KEK_SETTING} was not set)"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_INFRASTRUCTURE] = _Infrastructure()
+    _session_key_encryption_key(config)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    """Which Kafka and PostgreSQL the session's tests use (when one asks), and why."""
-    return config.stash[_INFRASTRUCTURE].header()
+    """Which Kafka and PostgreSQL the session's tests use (when one asks), and why; which
+    key-encryption key seals their journals."""
+    return [
+        *config.stash[_INFRASTRUCTURE].header(),
+        f"journal sealed with: {config.stash[_KEK_SOURCE]}",
+    ]
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,8 @@ Run it with ``sagacity serve approvals``; see docs/operations/approvals.md.
 """
 
 from sagacity.consumers._tools import load_tools
-from sagacity.consumers.approvals._api import SAGA_ID_PATTERN, create_app
+from sagacity.consumers.approvals._api import create_app
+from sagacity.consumers.approvals._api_models import SAGA_ID_PATTERN
 from sagacity.consumers.approvals._auth import (
     AuthConfig,
     AuthFile,

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.applications import Starlette
 
 from sagacity._acceptance import Tail
 from sagacity._decision_signature import DecisionSigner
@@ -18,7 +19,8 @@ from sagacity._memory import InMemoryJournal
 from sagacity._operator_signature import verifier_from_env as operator_verifier_from_env
 from sagacity._saga import Sagacity
 from sagacity.consumers._tools import register_tools
-from sagacity.consumers.approvals._api import INSECURE_VALUE, create_app
+from sagacity.consumers.approvals._api import create_app
+from sagacity.consumers.approvals._api_limits import INSECURE_VALUE
 from sagacity.consumers.approvals._auth import AuthFile
 from sagacity.consumers.approvals._consumer import RequestConsumer
 from sagacity.consumers.approvals._metrics import GateCollector, exposition
@@ -91,6 +93,8 @@ def journal_for(settings: ApprovalsSettings) -> Journal:
             not installed.
         KeyEncryptionKeyError: the key-encryption key file is missing or malformed (the
             message names the setting).
+        ConfigurationError: no key-encryption key, and clear data not allowed
+            (``SAGACITY_ALLOW_CLEAR_DATA``).
     """
     if not settings.bootstrap_servers:
         raise ConfigurationError(
@@ -207,23 +211,36 @@ class ApprovalsServer:
             self.sagacity, self.store, lock_timeout_s=settings.lock_timeout_s
         )
         self.auth = AuthFile(settings.auth_file) if settings.auth_file else None
-        auth = self.auth
-        self.consumer = (
-            RequestConsumer(
-                self.store,
-                bootstrap_servers=settings.bootstrap_servers or "",
-                topic=settings.topic,
-                group_id=settings.group_id,
-                client=_client_settings(),
-                keys=getattr(self.journal, "keys", None),
-                placed=placement(self.journal),
-                prefix=prefix_reader(self.journal),
-                # An erased saga's opened data leaves this replica as its ERASED is read.
-                on_erased=getattr(self.journal, "forget", None),
-            )
-            if consume
-            else None
+        self.consumer = self._request_consumer(settings) if consume else None
+        self.app: FastAPI = self._api(settings)
+        self.sessions = SessionStore(self.store, ttl_s=settings.console_session_ttl_s)
+        self.login_limiter = LoginLimiter()
+        if self.auth is not None:
+            # The console needs signed-in principals; with --insecure-dev it is not served.
+            self.app.mount("/ui", self._console(settings, self.auth))
+        self.notifier = self._notifier(settings) if settings.notify else None
+        self._stop = threading.Event()
+        self._sweeper: threading.Thread | None = None
+        self.app.router.on_startup.append(self.start)
+        self.app.router.on_shutdown.append(self.stop)
+
+    def _request_consumer(self, settings: ApprovalsSettings) -> RequestConsumer:
+        """The consumer group materialising requests from the journal topic."""
+        return RequestConsumer(
+            self.store,
+            bootstrap_servers=settings.bootstrap_servers or "",
+            topic=settings.topic,
+            group_id=settings.group_id,
+            client=_client_settings(),
+            keys=getattr(self.journal, "keys", None),
+            placed=placement(self.journal),
+            prefix=prefix_reader(self.journal),
+            # An erased saga's opened data leaves this replica as its ERASED is read.
+            on_erased=getattr(self.journal, "forget", None),
         )
+
+    def _api(self, settings: ApprovalsSettings) -> FastAPI:
+        """The HTTP API, with its gate metrics and health."""
         consumer = self.consumer
         collector = GateCollector(
             lambda: self.store.stats(
@@ -234,49 +251,40 @@ class ApprovalsServer:
             else None,
             self._auth_state if self.auth is not None else None,
         )
-        self.app: FastAPI = create_app(
+        return create_app(
             self.service,
-            auth=auth,
+            auth=self.auth,
             insecure_dev=settings.insecure_dev,
             max_body=settings.max_body_bytes,
             metrics=exposition(collector),
             health=self.health,
         )
-        self.sessions = SessionStore(self.store, ttl_s=settings.console_session_ttl_s)
-        self.login_limiter = LoginLimiter()
-        if auth is not None:
-            # The console needs signed-in principals; with --insecure-dev it is not served.
-            self.app.mount(
-                "/ui",
-                create_console(
-                    self.service,
-                    auth=auth,
-                    sessions=self.sessions,
-                    limiter=self.login_limiter,
-                    archive=ArchiveView(
-                        settings.archive_database_url, operator=operator_verifier_from_env()
-                    )
-                    if settings.archive_database_url
-                    else None,
-                ),
+
+    def _console(self, settings: ApprovalsSettings, auth: AuthFile) -> Starlette:
+        """The operator console, for the principals of ``auth``."""
+        return create_console(
+            self.service,
+            auth=auth,
+            sessions=self.sessions,
+            limiter=self.login_limiter,
+            archive=ArchiveView(
+                settings.archive_database_url, operator=operator_verifier_from_env()
             )
-        self.notifier = (
-            Notifier(
-                self.store,
-                self.sagacity,
-                urls=settings.notify,
-                fmt=settings.notify_format,
-                public_url=settings.public_url or f"http://{settings.host}:{settings.port}",
-                before_expiry_s=settings.notify_before_expiry_s,
-                interval_s=settings.notify_interval_s,
-            )
-            if settings.notify
-            else None
+            if settings.archive_database_url
+            else None,
         )
-        self._stop = threading.Event()
-        self._sweeper: threading.Thread | None = None
-        self.app.router.on_startup.append(self.start)
-        self.app.router.on_shutdown.append(self.stop)
+
+    def _notifier(self, settings: ApprovalsSettings) -> Notifier:
+        """What tells approvers of new requests and near expiries."""
+        return Notifier(
+            self.store,
+            self.sagacity,
+            urls=settings.notify,
+            fmt=settings.notify_format,
+            public_url=settings.public_url or f"http://{settings.host}:{settings.port}",
+            before_expiry_s=settings.notify_before_expiry_s,
+            interval_s=settings.notify_interval_s,
+        )
 
     def _auth_state(self) -> tuple[int, int, bool]:
         assert self.auth is not None

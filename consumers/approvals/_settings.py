@@ -14,7 +14,7 @@ from pydantic import Field, field_validator, model_validator
 
 from sagacity._defaults import DEFAULT_APPROVALS_GROUP, DEFAULT_TOPIC
 from sagacity._settings import SagacitySettings
-from sagacity.consumers.approvals._api import DEFAULT_MAX_BODY
+from sagacity.consumers.approvals._api_limits import DEFAULT_MAX_BODY
 
 DEFAULT_PORT = 8085
 DEFAULT_TTL_S = 86400.0

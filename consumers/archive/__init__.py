@@ -15,15 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sagacity.consumers.archive._abandoned import quiet_sagas
     from sagacity.consumers.archive._abandoned import sweep as sweep_abandoned
-    from sagacity.consumers.archive._audit import (
-        AuditSummary,
-        RetentionAudit,
-        SagaAudit,
-        audit,
-        iter_audits,
-        trusted_keys,
-        unsigned_as_failure,
-    )
+    from sagacity.consumers.archive._audit import audit, iter_audits, trusted_keys
     from sagacity.consumers.archive._authorship import Authorship
     from sagacity.consumers.archive._catchup import CatchUp, catch_up_and_sign
     from sagacity.consumers.archive._checkpoints import (
@@ -72,7 +64,18 @@ if TYPE_CHECKING:
     from sagacity.consumers.archive._roundaudit import RoundAudit
     from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings, archiver_of
     from sagacity.consumers.archive._timewindow import TimeWindow
-    from sagacity.consumers.archive._watch import AuditorState, post_alerts, watch_once
+    from sagacity.consumers.archive._verdicts import (
+        AuditSummary,
+        RetentionAudit,
+        SagaAudit,
+        unsigned_as_failure,
+    )
+    from sagacity.consumers.archive._watch import (
+        AuditorState,
+        WatchReport,
+        post_alerts,
+        watch_once,
+    )
     from sagacity.consumers.archive._witness import publish as publish_witness
     from sagacity.consumers.archive._witness import read as read_witness
 
@@ -83,7 +86,7 @@ _MODULE_OF = {
     "ArchiveService": "_service",
     "ArchiveSettings": "_service",
     "AuditReason": "_reasons",
-    "AuditSummary": "_audit",
+    "AuditSummary": "_verdicts",
     "AuditorState": "_watch",
     "Authorship": "_authorship",
     "BatchArchiver": "_ingest",
@@ -101,11 +104,11 @@ _MODULE_OF = {
     "QuarantineReason": "_ingest",
     "RawEvent": "_ingest",
     "ReplayReport": "_replay",
-    "RetentionAudit": "_audit",
+    "RetentionAudit": "_verdicts",
     "RoundAudit": "_roundaudit",
     "SagaRefusals": "_findings",
     "saga_refusals": "_findings",
-    "SagaAudit": "_audit",
+    "SagaAudit": "_verdicts",
     "SignedRound": "_checkpoints",
     "Signer": "_checkpoints",
     "audit": "_audit",
@@ -135,8 +138,9 @@ _MODULE_OF = {
     "signature_valid": "_checkpoints",
     "sweep_abandoned": "_abandoned:sweep",
     "trusted_keys": "_audit",
-    "unsigned_as_failure": "_audit",
+    "unsigned_as_failure": "_verdicts",
     "watch_once": "_watch",
+    "WatchReport": "_watch",
 }
 
 __all__ = [
@@ -167,6 +171,7 @@ __all__ = [
     "SignedRound",
     "Signer",
     "TimeWindow",
+    "WatchReport",
     "archiver_of",
     "audit",
     "audit_erasures",

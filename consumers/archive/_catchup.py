@@ -14,7 +14,7 @@ duplicate).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,7 @@ from sagacity.consumers._runtime import client_config
 from sagacity.consumers.archive._checkpoints import SignedRound, Signer, sign_pending
 from sagacity.consumers.archive._ingest import BatchArchiver, RawEvent
 from sagacity.errors import JournalUnavailableError
-from sagacity.producer._clients import with_logger
+from sagacity.producer._clients import topic_unreadable, with_logger
 
 
 def _headers(message: Any) -> dict[str, bytes]:
@@ -39,6 +39,58 @@ class CatchUp:
     again: int
     archived: int
     signed: int
+
+
+def _assigned_from_signed(
+    consumer: Consumer,
+    archiver: BatchArchiver,
+    topic: str,
+    numbers: Sequence[int],
+    *,
+    timeout_s: float,
+) -> dict[int, int]:
+    """Assign ``consumer`` each partition from the archiver's signed offset (its start when
+    none) where messages remain; the end offset of each."""
+    starts = archiver.start_offsets(topic)
+    ends: dict[int, int] = {}
+    assignment = []
+    for number in numbers:
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, number), timeout=min(timeout_s, 30.0)
+        )
+        start = max(starts.get(number, low), low)
+        if start < high:
+            ends[number] = high
+            assignment.append(
+                TopicPartition(topic, number, start if number in starts else OFFSET_BEGINNING)
+            )
+    consumer.assign(assignment)
+    return ends
+
+
+def _batch(messages: Sequence[Any], topic: str, ends: dict[int, int]) -> list[RawEvent]:
+    """The messages before their partition's end, as the archiver takes them; a partition
+    whose end is reached leaves ``ends``."""
+    batch = []
+    for m in messages:
+        if m.error() is not None or m.partition() not in ends:
+            continue
+        partition, offset = m.partition() or 0, m.offset() or 0
+        if offset >= ends[partition]:
+            continue
+        batch.append(
+            RawEvent(
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                key=m.key(),
+                value=m.value(),
+                headers=_headers(m),
+            )
+        )
+        if offset + 1 >= ends[partition]:
+            del ends[partition]
+    return batch
 
 
 def catch_up_and_sign(
@@ -70,26 +122,13 @@ def catch_up_and_sign(
         try:
             metadata = consumer.list_topics(topic, timeout=min(timeout_s, 30.0))
         except KafkaException as exc:
-            raise JournalUnavailableError(f"cannot read topic {topic!r}: {exc}") from exc
+            raise topic_unreadable(topic, bootstrap_servers, exc) from exc
         found = metadata.topics.get(topic)
         if found is None or found.error is not None or not found.partitions:
             raise JournalUnavailableError(f"topic {topic!r} does not exist or cannot be read")
         numbers = sorted(found.partitions)
         archiver.partitions[topic] = len(numbers)
-        starts = archiver.start_offsets(topic)
-        ends: dict[int, int] = {}
-        assignment = []
-        for number in numbers:
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, number), timeout=min(timeout_s, 30.0)
-            )
-            start = max(starts.get(number, low), low)
-            if start < high:
-                ends[number] = high
-                assignment.append(
-                    TopicPartition(topic, number, start if number in starts else OFFSET_BEGINNING)
-                )
-        consumer.assign(assignment)
+        ends = _assigned_from_signed(consumer, archiver, topic, numbers, timeout_s=timeout_s)
         deadline = time.monotonic() + timeout_s
         while ends:
             if time.monotonic() > deadline:
@@ -97,26 +136,7 @@ def catch_up_and_sign(
                     f"partitions {sorted(ends)} of {topic!r} were not read to their end in "
                     f"{timeout_s:g} s; nothing was signed"
                 )
-            messages = consumer.consume(num_messages=2_000, timeout=0.5)
-            batch = []
-            for m in messages:
-                if m.error() is not None or m.partition() not in ends:
-                    continue
-                partition, offset = m.partition() or 0, m.offset() or 0
-                if offset >= ends[partition]:
-                    continue
-                batch.append(
-                    RawEvent(
-                        topic=topic,
-                        partition=partition,
-                        offset=offset,
-                        key=m.key(),
-                        value=m.value(),
-                        headers=_headers(m),
-                    )
-                )
-                if offset + 1 >= ends[partition]:
-                    del ends[partition]
+            batch = _batch(consumer.consume(num_messages=2_000, timeout=0.5), topic, ends)
             if batch:
                 report = archiver.archive(batch)
                 read += len(batch)

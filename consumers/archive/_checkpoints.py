@@ -484,20 +484,12 @@ def _sign_round(
 ) -> tuple[SignedRound | None, list[Finding]]:
     """Sign ``pending`` (attested heads, saga id order) as one round, leaving out those this
     key signed already (a round an earlier process committed before it could record so)."""
-    findings: list[Finding] = []
     with mapped_errors("sign archived heads"), conn.transaction():
         conn.execute(
             "SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))", (_SIGNING_LOCK,)
         )
         sagas = [h[0] for h in pending]
-        table = {
-            s: (int(n), h)
-            for s, n, h in conn.execute(
-                "SELECT saga_id, head_seq, head_hash FROM archive_saga_head"
-                " WHERE saga_id = ANY(%s) FOR UPDATE",
-                (sagas,),
-            )
-        }
+        findings = _moved_heads(conn, ledger, pending)
         done = {
             (s, int(n))
             for s, n in conn.execute(
@@ -507,23 +499,6 @@ def _sign_round(
                 (sagas, [h[1] for h in pending], signer.key_id),
             )
         }
-        for saga_id, seq, hash in pending:
-            entry = ledger.get(saga_id)
-            shown = table.get(saga_id)
-            if shown != (seq, hash) and not (entry is not None and entry.flagged):
-                if entry is not None:
-                    entry.flagged = entry.stopped = True
-                findings.append(
-                    Finding(
-                        reason=FindingReason.HEAD_MOVED,
-                        saga_id=saga_id,
-                        detail=f"the table's head is {describe(shown)} where this archiver read "
-                        f"seq {seq} from the topic{_where(entry)}: the table was changed by "
-                        f"something else; seq {seq} is signed, nothing past it",
-                        ingested=(seq, hash),
-                        table=shown,
-                    )
-                )
         write_findings(conn.cursor(), findings)
         heads = [h for h in pending if (h[0], h[1]) not in done]
         if not heads:
@@ -543,35 +518,81 @@ def _sign_round(
             prev_root=prev_root,
             signed_at_us=now_micros(),
         )
-        conn.execute(
-            "INSERT INTO archive_checkpoint_round (round_id, leaf_count, root, prev_root,"
-            " signed_at_us, key_id, signature, format, tree_size, frontier)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (
-                signed.round_id,
-                signed.leaf_count,
-                signed.root,
-                signed.prev_root,
-                signed.signed_at_us,
-                signed.key_id,
-                signed.signature,
-                signed.format,
-                signed.tree_size,
-                encode_frontier(builder.frontier()),
-            ),
-        )
-        with conn.cursor().copy(
-            "COPY archive_checkpoint (saga_id, seq, hash, signed_at_us, key_id, round_id,"
-            " leaf_index) FROM STDIN"
-        ) as copy:
-            for index, (saga_id, seq, hash) in enumerate(heads):
-                copy.write_row(
-                    (saga_id, seq, hash, signed.signed_at_us, signed.key_id, signed.round_id, index)
-                )
-        conn.execute(
-            "UPDATE archive_saga_head h SET checkpointed_seq = GREATEST(h.checkpointed_seq, u.seq)"
-            " FROM unnest(%s::text[], %s::bigint[]) AS u(saga_id, seq)"
-            " WHERE h.saga_id = u.saga_id",
-            ([h[0] for h in heads], [h[1] for h in heads]),
-        )
+        _record_round(conn, signed, frontier=encode_frontier(builder.frontier()), heads=heads)
     return signed, findings
+
+
+def _moved_heads(
+    conn: psycopg.Connection, ledger: IngestLedger, pending: list[tuple[str, int, str]]
+) -> list[Finding]:
+    """A ``head_moved`` finding for each head of ``pending`` the head table no longer shows
+    (its rows locked for the round), the saga stopped in ``ledger``; one per saga."""
+    findings: list[Finding] = []
+    table = {
+        s: (int(n), h)
+        for s, n, h in conn.execute(
+            "SELECT saga_id, head_seq, head_hash FROM archive_saga_head"
+            " WHERE saga_id = ANY(%s) FOR UPDATE",
+            ([h[0] for h in pending],),
+        )
+    }
+    for saga_id, seq, hash in pending:
+        entry = ledger.get(saga_id)
+        shown = table.get(saga_id)
+        if shown != (seq, hash) and not (entry is not None and entry.flagged):
+            if entry is not None:
+                entry.flagged = entry.stopped = True
+            findings.append(
+                Finding(
+                    reason=FindingReason.HEAD_MOVED,
+                    saga_id=saga_id,
+                    detail=f"the table's head is {describe(shown)} where this archiver read "
+                    f"seq {seq} from the topic{_where(entry)}: the table was changed by "
+                    f"something else; seq {seq} is signed, nothing past it",
+                    ingested=(seq, hash),
+                    table=shown,
+                )
+            )
+    return findings
+
+
+def _record_round(
+    conn: psycopg.Connection,
+    signed: SignedRound,
+    *,
+    frontier: str,
+    heads: list[tuple[str, int, str]],
+) -> None:
+    """Store the signed round, its checkpoints (one per head, in leaf order) and each
+    saga's checkpointed seq, in the caller's transaction."""
+    conn.execute(
+        "INSERT INTO archive_checkpoint_round (round_id, leaf_count, root, prev_root,"
+        " signed_at_us, key_id, signature, format, tree_size, frontier)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (
+            signed.round_id,
+            signed.leaf_count,
+            signed.root,
+            signed.prev_root,
+            signed.signed_at_us,
+            signed.key_id,
+            signed.signature,
+            signed.format,
+            signed.tree_size,
+            frontier,
+        ),
+    )
+    with conn.cursor().copy(
+        "COPY archive_checkpoint (saga_id, seq, hash, signed_at_us, key_id, round_id,"
+        " leaf_index) FROM STDIN"
+    ) as copy:
+        for index, (saga_id, seq, hash) in enumerate(heads):
+            copy.write_row(
+                (saga_id, seq, hash, signed.signed_at_us, signed.key_id, signed.round_id, index)
+            )
+    conn.execute(
+        "UPDATE archive_saga_head h SET checkpointed_seq = GREATEST(h.checkpointed_seq, u.seq)"
+        " FROM unnest(%s::text[], %s::bigint[]) AS u(saga_id, seq)"
+        " WHERE h.saga_id = u.saga_id",
+        ([h[0] for h in heads], [h[1] for h in heads]),
+    )

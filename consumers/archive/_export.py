@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 from sagacity._operator_signature import OperatorVerifier
-from sagacity.consumers.archive._audit import SagaAudit, iter_audits, trusted_keys
+from sagacity.consumers.archive._audit import iter_audits, trusted_keys
 from sagacity.consumers.archive._checkpoints import (
     LOG_ROUND_FORMAT,
     inclusion_proof,
@@ -33,6 +33,7 @@ from sagacity.consumers.archive._schema import (
     LOG_VERSION,
     checkpoint_round_columns,
 )
+from sagacity.consumers.archive._verdicts import SagaAudit
 from sagacity.consumers.archive.verify_bundle import UNSIGNED_FIELDS
 from sagacity.errors import RoundLogError, UnknownSagaError
 
@@ -195,6 +196,59 @@ def export_bundle(
         UnknownSagaError: the archive holds nothing for ``saga_id``.
         ArchiveSchemaError / PersistenceError: the database is not an archive or failed.
     """
+    rows, checkpoints, anchor = _read_saga(conn, saga_id)
+    if not rows and not checkpoints:
+        raise UnknownSagaError(
+            f"the archive holds no entries for saga {saga_id!r}", saga_id=saga_id
+        )
+    audits = list(
+        iter_audits(
+            conn,
+            saga_id=saga_id,
+            pinned_keys=pinned_keys,
+            allow_unopened=allow_unopened,
+            operator=operator,
+        )
+    )
+    verdict = audits[0]
+    keys = trusted_keys(conn)
+    out.mkdir(parents=True, exist_ok=True)
+    events, form_2 = _events_jsonl(rows)
+    (out / "events.jsonl").write_bytes(events)
+    head_seq, head_hash = (rows[-1][1], rows[-1][11]) if rows else (0, "0" * 64)
+    exported_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    manifest = {
+        "format": BUNDLE_FORMAT,
+        "saga_id": saga_id,
+        "exported_at": exported_at,
+        "events": len(rows),
+        "events_sha256": hashlib.sha256(events).hexdigest(),
+        "head_seq": head_seq,
+        "head_hash": head_hash,
+        "anchor": anchor,
+        "canonical_form": "SGC2" if form_2 else "SGC1",
+        "checkpoint_form": "SGCR2",
+        "checkpoints": checkpoints,
+        "unsigned": list(UNSIGNED_FIELDS),
+        "public_keys": {k: v.hex() for k, v in sorted(keys.items())},
+        "archive_verdict": {
+            "ok": verdict.ok,
+            "bad_seq": verdict.bad_seq,
+            "reason": verdict.reason.value if verdict.reason else None,
+            "detail": verdict.detail,
+        },
+    }
+    (out / "manifest.json").write_text(
+        json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    _write_readme_and_verifier(out, saga_id=saga_id, exported_at=exported_at, keys=keys)
+    return verdict
+
+
+def _read_saga(
+    conn: psycopg.Connection, saga_id: str
+) -> tuple[list[Any], list[dict[str, Any]], dict[str, Any] | None]:
+    """The saga's rows, checkpoints and retention anchor, read in one snapshot."""
     version = check_schema(conn)
     round_columns = checkpoint_round_columns(version)
     if not conn.autocommit:
@@ -219,22 +273,12 @@ def export_bundle(
             ).fetchall()
         ]
         anchor = _anchor(conn, saga_id, version)
-    if not rows and not checkpoints:
-        raise UnknownSagaError(
-            f"the archive holds no entries for saga {saga_id!r}", saga_id=saga_id
-        )
-    audits = list(
-        iter_audits(
-            conn,
-            saga_id=saga_id,
-            pinned_keys=pinned_keys,
-            allow_unopened=allow_unopened,
-            operator=operator,
-        )
-    )
-    verdict = audits[0]
-    keys = trusted_keys(conn)
-    out.mkdir(parents=True, exist_ok=True)
+    return rows, checkpoints, anchor
+
+
+def _events_jsonl(rows: Sequence[Sequence[Any]]) -> tuple[bytes, bool]:
+    """``events.jsonl``: one JSON object per row, in archived order; and whether any event
+    is in chain form 2."""
     lines = []
     form_2 = False
     for r in rows:
@@ -265,34 +309,13 @@ def export_bundle(
                 sort_keys=True,
             )
         )
-    events = ("\n".join(lines) + "\n").encode("utf-8") if lines else b""
-    (out / "events.jsonl").write_bytes(events)
-    head_seq, head_hash = (rows[-1][1], rows[-1][11]) if rows else (0, "0" * 64)
-    exported_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    manifest = {
-        "format": BUNDLE_FORMAT,
-        "saga_id": saga_id,
-        "exported_at": exported_at,
-        "events": len(rows),
-        "events_sha256": hashlib.sha256(events).hexdigest(),
-        "head_seq": head_seq,
-        "head_hash": head_hash,
-        "anchor": anchor,
-        "canonical_form": "SGC2" if form_2 else "SGC1",
-        "checkpoint_form": "SGCR2",
-        "checkpoints": checkpoints,
-        "unsigned": list(UNSIGNED_FIELDS),
-        "public_keys": {k: v.hex() for k, v in sorted(keys.items())},
-        "archive_verdict": {
-            "ok": verdict.ok,
-            "bad_seq": verdict.bad_seq,
-            "reason": verdict.reason.value if verdict.reason else None,
-            "detail": verdict.detail,
-        },
-    }
-    (out / "manifest.json").write_text(
-        json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-    )
+    return (("\n".join(lines) + "\n").encode("utf-8") if lines else b""), form_2
+
+
+def _write_readme_and_verifier(
+    out: Path, *, saga_id: str, exported_at: str, keys: dict[str, bytes]
+) -> None:
+    """The bundle's README and its standalone verifier."""
     (out / "README.md").write_text(
         _README.format(
             saga_id=saga_id,
@@ -304,4 +327,3 @@ def export_bundle(
     )
     verifier = resources.files("sagacity.consumers.archive").joinpath("verify_bundle.py")
     (out / "verify_bundle.py").write_bytes(verifier.read_bytes())
-    return verdict

@@ -17,7 +17,7 @@ for a topic or a saga, not a service.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,7 @@ from sagacity.consumers.archive._db import check_schema, mapped_errors
 from sagacity.consumers.archive._ingest import Decoder, _avro_decoder
 from sagacity.errors import JournalUnavailableError, SagacityError, TopicNotFoundError
 from sagacity.producer import ForkKind, Rejected, SagaRead
-from sagacity.producer._clients import with_logger
+from sagacity.producer._clients import topic_unreadable, with_logger
 from sagacity.producer._denied import access_denied
 
 
@@ -124,57 +124,30 @@ def read_topic(
         try:
             metadata = consumer.list_topics(topic, timeout=timeout)
         except KafkaException as exc:
-            raise JournalUnavailableError(f"cannot read topic {topic!r}: {exc}") from exc
+            raise topic_unreadable(topic, bootstrap_servers, exc) from exc
         info = metadata.topics.get(topic)
         if info is None or info.error is not None or not info.partitions:
             raise TopicNotFoundError(
                 f"topic {topic!r} does not exist or has no partitions", topic=topic
             )
-        ends: dict[int, int] = {}
-        trimmed: set[int] = set()
-        assignment = []
-        for p in sorted(info.partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
-            if low > 0:
-                trimmed.add(p)
-            report.trimmed = report.trimmed or low > 0
-            if high > low:
-                ends[p] = high
-                assignment.append(TopicPartition(topic, p, low))
-        consumer.assign(assignment)
-        idle = 0.0
-        while ends and idle < timeout:
-            messages = consumer.consume(num_messages=1000, timeout=1.0)
-            if not messages:
-                idle += 1.0
-                continue
-            idle = 0.0
-            for m in messages:
-                err = m.error()
-                if err is not None:
-                    if err.code() != KafkaError._PARTITION_EOF:
-                        doing = f"reading topic {topic!r}"
-                        denied = access_denied(err, config, doing=doing)
-                        raise denied or JournalUnavailableError(f"reading {topic!r} failed: {err}")
-                    continue
-                partition, offset = m.partition() or 0, m.offset() or 0
-                if partition in ends and offset + 1 >= ends[partition]:
-                    del ends[partition]
-                key = m.key()
-                if wanted is not None and key != wanted:
-                    continue
-                report.messages += 1
-                _offer(
-                    report,
-                    reads,
-                    decoder,
-                    (partition, offset),
-                    key,
-                    m.value(),
-                    trimmed=partition in trimmed,
-                )
-        if ends:
-            raise JournalUnavailableError(f"topic {topic!r} not read to its end in {timeout} s")
+        ends, trimmed = _assigned_to_ends(consumer, topic, sorted(info.partitions), timeout)
+        report.trimmed = report.trimmed or bool(trimmed)
+
+        def offer(partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+            if wanted is not None and key != wanted:
+                return
+            report.messages += 1
+            _offer(
+                report,
+                reads,
+                decoder,
+                (partition, offset),
+                key,
+                value,
+                trimmed=partition in trimmed,
+            )
+
+        _read_to_ends(consumer, topic, ends, config=config, timeout=timeout, offer=offer)
     finally:
         consumer.close()
     for sid, read in reads.items():
@@ -186,6 +159,63 @@ def read_topic(
             grammar=check(read.entries, after_seq=read.base_seq),
         )
     return report, {sid: read.entries for sid, read in reads.items()}
+
+
+def _assigned_to_ends(
+    consumer: Consumer, topic: str, partitions: Sequence[int], timeout: float
+) -> tuple[dict[int, int], set[int]]:
+    """Assign ``consumer`` every partition of ``topic`` holding messages, from its start; the
+    end offset of each, and the partitions whose start retention removed."""
+    ends: dict[int, int] = {}
+    trimmed: set[int] = set()
+    assignment = []
+    for p in partitions:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+        if low > 0:
+            trimmed.add(p)
+        if high > low:
+            ends[p] = high
+            assignment.append(TopicPartition(topic, p, low))
+    consumer.assign(assignment)
+    return ends, trimmed
+
+
+def _read_to_ends(
+    consumer: Consumer,
+    topic: str,
+    ends: dict[int, int],
+    *,
+    config: Mapping[str, Any],
+    timeout: float,
+    offer: Callable[[int, int, bytes | None, bytes | None], None],
+) -> None:
+    """Each message up to ``ends`` (by partition; emptied as each is reached) to ``offer``.
+
+    Raises:
+        JournalUnavailableError: reading failed, or the ends were not reached in ``timeout``.
+        KafkaAccessDeniedError: the principal may not read the topic.
+    """
+    idle = 0.0
+    while ends and idle < timeout:
+        messages = consumer.consume(num_messages=1000, timeout=1.0)
+        if not messages:
+            idle += 1.0
+            continue
+        idle = 0.0
+        for m in messages:
+            err = m.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    doing = f"reading topic {topic!r}"
+                    denied = access_denied(err, config, doing=doing)
+                    raise denied or JournalUnavailableError(f"reading {topic!r} failed: {err}")
+                continue
+            partition, offset = m.partition() or 0, m.offset() or 0
+            if partition in ends and offset + 1 >= ends[partition]:
+                del ends[partition]
+            offer(partition, offset, m.key(), m.value())
+    if ends:
+        raise JournalUnavailableError(f"topic {topic!r} not read to its end in {timeout} s")
 
 
 def _offer(

@@ -342,29 +342,10 @@ def _export_and_drop(
         raise RetentionError(f"cannot create {export_dir}: {exc.strerror}") from exc
     target = export_dir / f"{part.name}.jsonl"
     partial = target.with_suffix(".jsonl.partial")
-    digest = hashlib.sha256()
-    rows = 0
     try:
         with mapped_errors("export and drop an expired month"), conn.transaction():
             conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(table))
-            try:
-                with partial.open("wb") as out, conn.cursor(name="sgc_retention") as cur:
-                    cur.itersize = 5_000
-                    cur.execute(
-                        sql.SQL(
-                            "SELECT row_to_json(t)::text FROM {} t ORDER BY saga_id, archive_id"
-                        ).format(table)
-                    )
-                    for (line,) in cur:
-                        data = line.encode("utf-8") + b"\n"
-                        out.write(data)
-                        digest.update(data)
-                        rows += 1
-                    out.flush()
-                    os.fsync(out.fileno())
-                partial.replace(target)
-            except OSError as exc:
-                raise RetentionError(f"cannot write {target}: {exc.strerror}") from exc
+            rows, digest = _exported(conn, table, partial=partial, target=target)
             anchors = sql.SQL(
                 'SELECT DISTINCT ON (saga_id COLLATE "C") saga_id, seq, hash FROM {}'
                 ' ORDER BY saga_id COLLATE "C", seq DESC'
@@ -380,36 +361,11 @@ def _export_and_drop(
                 range_from_us=part.range_from_us,
                 range_to_us=part.range_to_us,
                 row_count=rows,
-                export_sha256=digest.hexdigest(),
+                export_sha256=digest,
                 anchor_count=count,
                 anchors_root=root,
             )
-            conn.execute(
-                "INSERT INTO archive_retention (partition_name, range_from_us, range_to_us,"
-                " row_count, export_file, export_sha256, anchor_count, anchors_root,"
-                " signed_at_us, key_id, signature)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (
-                    part.name,
-                    part.range_from_us,
-                    part.range_to_us,
-                    rows,
-                    str(target),
-                    record.export_sha256,
-                    record.anchor_count,
-                    record.anchors_root,
-                    record.signed_at_us,
-                    record.key_id,
-                    record.signature,
-                ),
-            )
-            conn.execute(
-                sql.SQL(
-                    "INSERT INTO archive_retention_anchor (saga_id, seq, hash, partition_name,"
-                    " leaf_index) SELECT saga_id, seq, hash, {},"
-                    ' row_number() OVER (ORDER BY saga_id COLLATE "C") - 1 FROM ({}) a'
-                ).format(sql.Literal(part.name), anchors)
-            )
+            _store_record(conn, part, record, rows=rows, target=target, anchors=anchors)
             # DDL, not a row change: the append-only row and TRUNCATE triggers do not apply,
             # and only the table's owner may do it.
             conn.execute(sql.SQL("DROP TABLE {}").format(table))
@@ -422,6 +378,77 @@ def _export_and_drop(
         partition=part,
         rows=rows,
         export_file=target,
-        export_sha256=digest.hexdigest(),
+        export_sha256=digest,
         dropped=True,
+    )
+
+
+def _exported(
+    conn: psycopg.Connection, table: sql.Composable, *, partial: Path, target: Path
+) -> tuple[int, str]:
+    """Write the month's rows, one JSON object a line, to ``partial``, synced, then renamed
+    to ``target``; how many rows, and the file's SHA-256.
+
+    Raises:
+        RetentionError: the file could not be written.
+    """
+    digest = hashlib.sha256()
+    rows = 0
+    try:
+        with partial.open("wb") as out, conn.cursor(name="sgc_retention") as cur:
+            cur.itersize = 5_000
+            cur.execute(
+                sql.SQL(
+                    "SELECT row_to_json(t)::text FROM {} t ORDER BY saga_id, archive_id"
+                ).format(table)
+            )
+            for (line,) in cur:
+                data = line.encode("utf-8") + b"\n"
+                out.write(data)
+                digest.update(data)
+                rows += 1
+            out.flush()
+            os.fsync(out.fileno())
+        partial.replace(target)
+    except OSError as exc:
+        raise RetentionError(f"cannot write {target}: {exc.strerror}") from exc
+    return rows, digest.hexdigest()
+
+
+def _store_record(
+    conn: psycopg.Connection,
+    part: Partition,
+    record: RetentionRecord,
+    *,
+    rows: int,
+    target: Path,
+    anchors: sql.Composable,
+) -> None:
+    """Store the month's signed retention record and its anchors (the last seq and hash of
+    each saga it holds, in leaf order), in the caller's transaction."""
+    conn.execute(
+        "INSERT INTO archive_retention (partition_name, range_from_us, range_to_us,"
+        " row_count, export_file, export_sha256, anchor_count, anchors_root,"
+        " signed_at_us, key_id, signature)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (
+            part.name,
+            part.range_from_us,
+            part.range_to_us,
+            rows,
+            str(target),
+            record.export_sha256,
+            record.anchor_count,
+            record.anchors_root,
+            record.signed_at_us,
+            record.key_id,
+            record.signature,
+        ),
+    )
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO archive_retention_anchor (saga_id, seq, hash, partition_name,"
+            " leaf_index) SELECT saga_id, seq, hash, {},"
+            ' row_number() OVER (ORDER BY saga_id COLLATE "C") - 1 FROM ({}) a'
+        ).format(sql.Literal(part.name), anchors)
     )

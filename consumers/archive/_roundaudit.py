@@ -176,6 +176,93 @@ def _leaf_problem(
     return None
 
 
+def _queries(saga_id: str | None, version: int) -> tuple[str, str]:
+    """The rounds in id order (for one saga, its rounds, each with the round before it and
+    that round's log columns), and their leaves in round and leaf order."""
+    columns = round_select(version, "r")
+    if saga_id is None:
+        rounds = (
+            f"SELECT {columns}, NULL, NULL, NULL, NULL, NULL"  # noqa: S608
+            " FROM archive_checkpoint_round r ORDER BY r.round_id"
+        )
+        scope = ""
+    else:
+        log_columns = (
+            "b.format, b.tree_size, b.frontier" if version >= LOG_VERSION else "1, NULL, NULL"
+        )
+        # One saga's rounds come with the round before each (whatever sagas it signed), so
+        # that their links are checked as the whole-archive pass checks them.
+        rounds = (
+            f"SELECT {columns}, b.round_id, b.root, {log_columns}"  # noqa: S608
+            " FROM archive_checkpoint_round r LEFT JOIN LATERAL (SELECT *"
+            " FROM archive_checkpoint_round q WHERE q.round_id < r.round_id"
+            " ORDER BY q.round_id DESC LIMIT 1) b ON true WHERE r.round_id IN"
+            " (SELECT round_id FROM archive_checkpoint WHERE saga_id = %(s)s)"
+            " ORDER BY r.round_id"
+        )
+        scope = " AND round_id IN (SELECT round_id FROM archive_checkpoint WHERE saga_id = %(s)s)"
+    leaves = (
+        "SELECT round_id, leaf_index, saga_id, seq, hash, signed_at_us, key_id"  # noqa: S608
+        f" FROM archive_checkpoint WHERE round_id IS NOT NULL{scope}"
+        " ORDER BY round_id, leaf_index"
+    )
+    return rounds, leaves
+
+
+@dataclass(kw_only=True)
+class _RoundLeaves:
+    """One round's leaves as read: how many, the first problem with them, and (to judge a
+    round of the log again from them) their hashes."""
+
+    count: int = 0
+    problem: str | None = None
+    kept: list[bytes] | None = None
+
+
+class _Leaves:
+    """The leaves of every round, in round and leaf order, read one round at a time."""
+
+    def __init__(self, rows: Iterator[Sequence[Any]]) -> None:
+        self._rows = rows
+        self.current: Sequence[Any] | None = next(rows, None)
+
+    def of_round(
+        self,
+        round_id: int,
+        signed: SignedRound | None,
+        *,
+        builders: Sequence[RootBuilder],
+        keep: bool,
+    ) -> _RoundLeaves:
+        """Read round ``round_id``'s leaves, each hash added to every one of ``builders``."""
+        read = _RoundLeaves(kept=[] if keep else None)
+        last_saga = None
+        at_us, key = (signed.signed_at_us, signed.key_id) if signed else (None, None)
+        adds = [b.add for b in builders]
+        leaf = self.current
+        while leaf is not None and int(leaf[0]) == round_id:
+            index = int(leaf[1])
+            if read.problem is None and (index != read.count or leaf[5] != at_us or leaf[6] != key):
+                read.problem = _leaf_problem(leaf, read.count, last_saga, signed)
+            try:
+                seq = int(leaf[3])
+                hashed = native_leaf(leaf[2], seq, leaf[4]) or leaf_hash(
+                    saga_id=leaf[2], seq=seq, hash=leaf[4]
+                )
+            except (TypeError, ValueError, UnicodeError) as exc:
+                read.problem = read.problem or f"leaf {index} cannot be hashed: {exc}"
+                hashed = bytes(32)
+            for add in adds:
+                add(hashed)
+            if read.kept is not None:
+                read.kept.append(hashed)
+            last_saga = leaf[2]
+            read.count += 1
+            leaf = next(self._rows, None)
+        self.current = leaf
+        return read
+
+
 def audit_rounds(
     conn: psycopg.Connection,
     *,
@@ -196,125 +283,17 @@ def audit_rounds(
     from the log's frontier before it (docs/adr/0015-round-log.md)."""
     audit = RoundAudit()
     unseen = {round_id: root.lower() for round_id, root in known.items()}
-    scope = (
-        " AND round_id IN (SELECT round_id FROM archive_checkpoint WHERE saga_id = %(s)s)"
-        if saga_id is not None
-        else ""
-    )
-    log_columns = "b.format, b.tree_size, b.frontier" if version >= LOG_VERSION else "1, NULL, NULL"
+    round_query, leaf_query = _queries(saga_id, version)
     with (
         conn.cursor(name="sgc_audit_rounds") as round_cur,
         conn.cursor(name="sgc_audit_leaves") as leaf_cur,
     ):
         round_cur.itersize = leaf_cur.itersize = fetch
-        columns = round_select(version, "r")
-        if saga_id is None:
-            query = (
-                f"SELECT {columns}, NULL, NULL, NULL, NULL, NULL"  # noqa: S608
-                " FROM archive_checkpoint_round r ORDER BY r.round_id"
-            )
-        else:
-            # One saga's rounds come with the round before each (whatever sagas it signed), so
-            # that their links are checked as the whole-archive pass checks them.
-            query = (
-                f"SELECT {columns}, b.round_id, b.root, {log_columns}"  # noqa: S608
-                " FROM archive_checkpoint_round r LEFT JOIN LATERAL (SELECT *"
-                " FROM archive_checkpoint_round q WHERE q.round_id < r.round_id"
-                " ORDER BY q.round_id DESC LIMIT 1) b ON true WHERE r.round_id IN"
-                " (SELECT round_id FROM archive_checkpoint WHERE saga_id = %(s)s)"
-                " ORDER BY r.round_id"
-            )
-        round_cur.execute(query, {"s": saga_id})
-        leaf_cur.execute(
-            "SELECT round_id, leaf_index, saga_id, seq, hash, signed_at_us, key_id"  # noqa: S608
-            f" FROM archive_checkpoint WHERE round_id IS NOT NULL{scope}"
-            " ORDER BY round_id, leaf_index",
-            {"s": saga_id},
-        )
-        round_rows, leaf_rows = _fetched(round_cur, fetch), _fetched(leaf_cur, fetch)
-        row = next(round_rows, None)
-        leaf = next(leaf_rows, None)
-        previous: tuple[int, str] | None = None
-        log = RootBuilder()  # every leaf so far (the whole archive), in log order
-        while row is not None or leaf is not None:
-            round_id = min(int(r[0]) for r in (row, leaf) if r is not None)
-            signed = None
-            before: Sequence[Any] | None = None
-            if row is not None and int(row[0]) == round_id:
-                signed = round_of_row(row)
-                if saga_id is not None:
-                    previous = None if row[9] is None else (int(row[9]), row[10])
-                    before = None if row[9] is None else (row[9], row[11], row[12], row[13])
-                row = next(round_rows, None)
-            in_log = signed is not None and signed.format == LOG_ROUND_FORMAT
-            if saga_id is not None and in_log:
-                log = _log_before(conn, before, version)
-            own = None if in_log else RootBuilder()  # a first-format round's own root
-            kept: list[bytes] | None = [] if saga_id is not None and in_log else None
-            leaves, problem, last_saga = 0, None, None
-            at_us, key = (signed.signed_at_us, signed.key_id) if signed else (None, None)
-            add = log.add
-            while leaf is not None and int(leaf[0]) == round_id:
-                index = int(leaf[1])
-                if problem is None and (index != leaves or leaf[5] != at_us or leaf[6] != key):
-                    problem = _leaf_problem(leaf, leaves, last_saga, signed)
-                try:
-                    seq = int(leaf[3])
-                    hashed = native_leaf(leaf[2], seq, leaf[4]) or leaf_hash(
-                        saga_id=leaf[2], seq=seq, hash=leaf[4]
-                    )
-                except (TypeError, ValueError, UnicodeError) as exc:
-                    problem = problem or f"leaf {index} cannot be hashed: {exc}"
-                    hashed = bytes(32)
-                add(hashed)
-                if own is not None:
-                    own.add(hashed)
-                if kept is not None:
-                    kept.append(hashed)
-                last_saga = leaf[2]
-                leaves += 1
-                leaf = next(leaf_rows, None)
-            audit.rounds += 1
-            finding = _judge_round(
-                round_id,
-                signed,
-                leaves=leaves,
-                root=log.root() if own is None else own.root(),
-                log_size=log.count,
-                problem=problem,
-                keys=keys,
-                previous=previous,
-            )
-            if finding is not None and kept is not None and before is not None:
-                # The stored frontier is not evidence: judge again from the leaves themselves.
-                log = _log_from_leaves(conn, int(before[0]))
-                for hashed in kept:
-                    log.add(hashed)
-                finding = _judge_round(
-                    round_id,
-                    signed,
-                    leaves=leaves,
-                    root=log.root(),
-                    log_size=log.count,
-                    problem=problem,
-                    keys=keys,
-                    previous=previous,
-                )
-            if signed is not None:
-                recorded = unseen.pop(round_id, None)
-                if finding is None and recorded is not None and recorded != signed.root:
-                    finding = (
-                        AuditReason.BAD_SIGNATURE,
-                        (
-                            f"round {round_id} was recorded with root {recorded[:16]}…; the archive"
-                            f" holds root {signed.root[:16]}…: the round was replaced"
-                        ),
-                    )
-                previous = (round_id, signed.root)
-                audit.last = signed
-            if finding is not None:
-                audit.failed[round_id] = finding
-        audit.latest = previous
+        round_cur.execute(round_query, {"s": saga_id})
+        leaf_cur.execute(leaf_query, {"s": saga_id})
+        passed = _RoundPass(conn, saga_id=saga_id, keys=keys, version=version, unseen=unseen)
+        passed.run(_fetched(round_cur, fetch), _Leaves(_fetched(leaf_cur, fetch)), audit)
+        audit.latest = passed.previous
     if saga_id is None:
         for round_id, root in sorted(unseen.items()):
             audit.failed[round_id] = (
@@ -325,3 +304,95 @@ def audit_rounds(
                 ),
             )
     return audit
+
+
+class _RoundPass:
+    """The walk of :func:`audit_rounds` over the rounds and their leaves, merged by round id;
+    ``unseen`` loses each known round it meets."""
+
+    def __init__(
+        self,
+        conn: psycopg.Connection,
+        *,
+        saga_id: str | None,
+        keys: Mapping[str, bytes],
+        version: int,
+        unseen: dict[int, str],
+    ) -> None:
+        self._conn = conn
+        self._saga_id = saga_id
+        self._keys = keys
+        self._version = version
+        self._unseen = unseen
+        self.previous: tuple[int, str] | None = None
+        """The last round walked (id, root)."""
+        self._log = RootBuilder()  # every leaf so far (the whole archive), in log order
+
+    def run(self, rounds: Iterator[Sequence[Any]], leaves: _Leaves, audit: RoundAudit) -> None:
+        """Walk every round into ``audit``."""
+        row = next(rounds, None)
+        while row is not None or leaves.current is not None:
+            round_id = min(int(r[0]) for r in (row, leaves.current) if r is not None)
+            signed = None
+            before: Sequence[Any] | None = None
+            if row is not None and int(row[0]) == round_id:
+                signed = round_of_row(row)
+                if self._saga_id is not None:
+                    self.previous = None if row[9] is None else (int(row[9]), row[10])
+                    before = None if row[9] is None else (row[9], row[11], row[12], row[13])
+                row = next(rounds, None)
+            finding = self._round(round_id, signed, before, leaves)
+            audit.rounds += 1
+            if signed is not None:
+                recorded = self._unseen.pop(round_id, None)
+                if finding is None and recorded is not None and recorded != signed.root:
+                    finding = (
+                        AuditReason.BAD_SIGNATURE,
+                        (
+                            f"round {round_id} was recorded with root {recorded[:16]}…; the archive"
+                            f" holds root {signed.root[:16]}…: the round was replaced"
+                        ),
+                    )
+                self.previous = (round_id, signed.root)
+                audit.last = signed
+            if finding is not None:
+                audit.failed[round_id] = finding
+
+    def _round(
+        self,
+        round_id: int,
+        signed: SignedRound | None,
+        before: Sequence[Any] | None,
+        leaves: _Leaves,
+    ) -> tuple[AuditReason, str] | None:
+        """One round's finding, from its leaves (read here) and the round before it."""
+        in_log = signed is not None and signed.format == LOG_ROUND_FORMAT
+        if self._saga_id is not None and in_log:
+            self._log = _log_before(self._conn, before, self._version)
+        own = None if in_log else RootBuilder()  # a first-format round's own root
+        builders = [self._log] if own is None else [self._log, own]
+        read = leaves.of_round(
+            round_id, signed, builders=builders, keep=self._saga_id is not None and in_log
+        )
+        finding = self._judged(round_id, signed, read, root_of=self._log if own is None else own)
+        if finding is not None and read.kept is not None and before is not None:
+            # The stored frontier is not evidence: judge again from the leaves themselves.
+            self._log = _log_from_leaves(self._conn, int(before[0]))
+            for hashed in read.kept:
+                self._log.add(hashed)
+            finding = self._judged(round_id, signed, read, root_of=self._log)
+        return finding
+
+    def _judged(
+        self, round_id: int, signed: SignedRound | None, read: _RoundLeaves, *, root_of: RootBuilder
+    ) -> tuple[AuditReason, str] | None:
+        return _judge_round(
+            round_id,
+            signed,
+            leaves=read.count,
+            root=root_of.root(),
+            log_size=self._log.count,
+            problem=read.problem,
+            keys=self._keys,
+            previous=self.previous,
+        )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sagacity._events import JournalEntry
@@ -128,6 +128,65 @@ def _avro_record_decoder() -> RecordDecoder:
     return decode_record
 
 
+def _plain_fields(record: Mapping[str, Any], key: bytes | None) -> tuple[Any, ...] | None:
+    """The fields of a form-1 record keyed by its saga, ``(saga_id, seq, event_type, tool,
+    payload, result, error, actor, attributes, recorded_at_us, prev_hash, hash)``, when
+    each is of its type and in its range; ``None`` for anything else (the reference's)."""
+    saga_id = record["saga_id"]
+    seq = record["seq"]
+    event_type = record["event_type"]
+    tool = record["tool"]
+    payload = record["payload"]
+    result = record["result"]
+    error = record["error"]
+    actor = record["actor"]
+    attributes = record["attributes"]
+    recorded_at_us = record["recorded_at_us"]
+    prev_hash = record["prev_hash"]
+    recorded_hash = record["hash"]
+    if (
+        type(saga_id) is not str
+        or not saga_id
+        or type(seq) is not int
+        or seq < 1
+        or type(event_type) is not str
+        or not event_type
+        or type(recorded_at_us) is not int
+        or not _MIN_US <= recorded_at_us < _MAX_US
+        or type(prev_hash) is not str
+        or type(recorded_hash) is not str
+        or type(attributes) is not dict
+        or (tool is not None and type(tool) is not str)
+        or (payload is not None and type(payload) is not str)
+        or (result is not None and type(result) is not str)
+        or (error is not None and type(error) is not str)
+        or (actor is not None and type(actor) is not str)
+        # None formats as "None", which holds no U+0000.
+        or "\x00" in f"{saga_id}{event_type}{tool}{payload}{result}{error}{actor}"
+        or key != saga_id.encode("utf-8")  # lone surrogates raise: left to the reference
+        # Form 2 (docs/adr/0019-erasure.md), or form 1 showing commitments: the reference.
+        or record.get("form", 1) != 1
+        or record.get("commitments")
+        or record.get("salts")
+        or record.get("sealed")
+    ):
+        return None
+    return (
+        saga_id,
+        seq,
+        event_type,
+        tool,
+        payload,
+        result,
+        error,
+        actor,
+        attributes,
+        recorded_at_us,
+        prev_hash,
+        recorded_hash,
+    )
+
+
 def _checked_from_record(ev: RawEvent, decode_record: RecordDecoder) -> _Checked | None:
     """``ev`` checked from its Avro record's fields, or ``None`` to leave it to the reference
     path (:meth:`BatchArchiver._decode_entry`, through :class:`JournalEntry`).
@@ -141,46 +200,23 @@ def _checked_from_record(ev: RawEvent, decode_record: RecordDecoder) -> _Checked
     if value is None:
         return None
     try:
-        record = decode_record(value)
-        saga_id = record["saga_id"]
-        seq = record["seq"]
-        event_type = record["event_type"]
-        tool = record["tool"]
-        payload = record["payload"]
-        result = record["result"]
-        error = record["error"]
-        actor = record["actor"]
-        attributes = record["attributes"]
-        recorded_at_us = record["recorded_at_us"]
-        prev_hash = record["prev_hash"]
-        recorded_hash = record["hash"]
-        if (
-            type(saga_id) is not str
-            or not saga_id
-            or type(seq) is not int
-            or seq < 1
-            or type(event_type) is not str
-            or not event_type
-            or type(recorded_at_us) is not int
-            or not _MIN_US <= recorded_at_us < _MAX_US
-            or type(prev_hash) is not str
-            or type(recorded_hash) is not str
-            or type(attributes) is not dict
-            or (tool is not None and type(tool) is not str)
-            or (payload is not None and type(payload) is not str)
-            or (result is not None and type(result) is not str)
-            or (error is not None and type(error) is not str)
-            or (actor is not None and type(actor) is not str)
-            # None formats as "None", which holds no U+0000.
-            or "\x00" in f"{saga_id}{event_type}{tool}{payload}{result}{error}{actor}"
-            or ev.key != saga_id.encode("utf-8")  # lone surrogates raise: left to the reference
-            # Form 2 (docs/adr/0019-erasure.md), or form 1 showing commitments: the reference.
-            or record.get("form", 1) != 1
-            or record.get("commitments")
-            or record.get("salts")
-            or record.get("sealed")
-        ):
+        fields = _plain_fields(decode_record(value), ev.key)
+        if fields is None:
             return None
+        (
+            saga_id,
+            seq,
+            event_type,
+            tool,
+            payload,
+            result,
+            error,
+            actor,
+            attributes,
+            recorded_at_us,
+            prev_hash,
+            recorded_hash,
+        ) = fields
         if attributes:
             # join refuses non-text keys and values
             if "\x00" in "".join(attributes) or "\x00" in "".join(attributes.values()):

@@ -294,8 +294,8 @@ class SagaJob:
             self._compensate()
             span.outcome = "handled"
 
-    def _compensate(self) -> None:
-        saga = self.request.saga_id
+    def _lock_saga(self, saga: str) -> None:
+        """Take the saga's lock, waiting while another instance compensates it."""
         waiting_since = time.monotonic()
         said = 0.0
         while not self.context.claims.try_lock_saga(saga):
@@ -310,19 +310,29 @@ class SagaJob:
                     extra={"saga_id": saga},
                 )
             time.sleep(0.05)
-        try:
+
+    def _read_after_grace(self, saga: str) -> SagaRead:
+        """The saga read once the requesting run's ``SAGA_ENDED`` follows its request, or
+        its grace ran out."""
+        read = self._read()
+        # Normally the requesting run's SAGA_ENDED is on the chain already (the consumer
+        # waits for its message); when that run died before writing it, wait out the grace
+        # so a late SAGA_ENDED cannot lose the race for its seq.
+        deadline = self.deadline
+        while (
+            read.entries[-1].event_type is EventType.COMPENSATION_REQUESTED
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.01)
+            self._guard(saga)
             read = self._read()
-            # Normally the requesting run's SAGA_ENDED is on the chain already (the consumer
-            # waits for its message); when that run died before writing it, wait out the grace
-            # so a late SAGA_ENDED cannot lose the race for its seq.
-            deadline = self.deadline
-            while (
-                read.entries[-1].event_type is EventType.COMPENSATION_REQUESTED
-                and time.monotonic() < deadline
-            ):
-                time.sleep(0.01)
-                self._guard(saga)
-                read = self._read()
+        return read
+
+    def _compensate(self) -> None:
+        saga = self.request.saga_id
+        self._lock_saga(saga)
+        try:
+            read = self._read_after_grace(saga)
             found = standing(
                 read.entries,
                 operator=self.context.operator,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from sagacity._events import EntryDraft, EventType, JournalEntry
+from sagacity._memory import InMemoryJournal
 from sagacity.consumers.compensation import _failpoints
 from sagacity.journal import ApprovalRequest, ConditionalJournal, Journal
 
@@ -29,6 +30,7 @@ class ServiceJournal:
             Kafka journal of its own, so partition reads run in parallel).
         may_write: ``may_write(saga_id)`` is ``True`` while this instance may start a step.
         on_append: told about every entry written.
+        seals: the inner journals seal data fields (they have a key service).
     """
 
     def __init__(
@@ -37,7 +39,10 @@ class ServiceJournal:
         *,
         may_write: Callable[[str], bool],
         on_append: Callable[[JournalEntry], None] | None = None,
+        seals: bool = False,
     ) -> None:
+        self.seals = seals
+        """Whether the inner journals seal (a key service): a tool that redacts needs it."""
         self._inner = inner
         self._may_write = may_write
         self._on_append = on_append
@@ -136,3 +141,14 @@ class ServiceJournal:
 
     def close(self) -> None:
         """Nothing: the service closes the journals it made."""
+
+
+class _SealingDeclarations(InMemoryJournal):
+    seals = True
+
+
+def declarations(*, seals: bool) -> Journal:
+    """Where a service checks its tools before it connects: an in-memory journal that seals
+    as the service's own journals will (with a key service), so a tool that redacts is
+    admitted exactly when it can be run (docs/adr/0019-erasure.md §5)."""
+    return _SealingDeclarations() if seals else InMemoryJournal()

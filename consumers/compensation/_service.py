@@ -20,22 +20,18 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from confluent_kafka import Message
 from confluent_kafka.admin import AdminClient
-from pydantic import Field
 
 from sagacity._compensation import CompensationCall
-from sagacity._defaults import DEFAULT_COMPENSATION_GROUP, DEFAULT_TOPIC
-from sagacity._env import claim_store, read_index
+from sagacity._env import claim_store
 from sagacity._events import EventType, JournalEntry
 from sagacity._operator_signature import OperatorVerifier
 from sagacity._result import SagaResult, SagaStatus
 from sagacity._saga import Sagacity
-from sagacity._settings import SagacitySettings
 from sagacity._writer_signature import WriterKey, WriterRegistry
 from sagacity.consumers._deadletter import DeadLetters, ensure_topic
 from sagacity.consumers._runtime import (
@@ -54,9 +50,11 @@ from sagacity.consumers.compensation._job import (
     JobContext,
     SagaJob,
 )
-from sagacity.consumers.compensation._journal import Revoked, ServiceJournal
+from sagacity.consumers.compensation._journal import Revoked, ServiceJournal, declarations
+from sagacity.consumers.compensation._kafka import KafkaJournals
 from sagacity.consumers.compensation._locks import SagaLocks
 from sagacity.consumers.compensation._metrics import HealthServer, Metrics
+from sagacity.consumers.compensation._settings import CompensationSettings
 from sagacity.errors import (
     DeclarationError,
     SerializationError,
@@ -64,80 +62,12 @@ from sagacity.errors import (
     UnopenableError,
 )
 from sagacity.ports import ClaimStore
-from sagacity.producer import KafkaJournal, ReadIndexSettings
+from sagacity.producer import KafkaJournal
 from sagacity.producer._clients import with_logger
 from sagacity.schemas import decode_entry
 from sagacity.schemas._sealed import FieldSealer
 
 log = logging.getLogger("sagacity.compensation")
-
-
-class CompensationSettings(SagacitySettings):
-    """How the service runs: each setting ``x`` from ``SAGACITY_COMPENSATION_X``, then
-    ``SAGACITY_X`` (pydantic-settings; keywords win; the CLI passes its options).
-
-    Attributes:
-        bootstrap_servers / topic: the journal.
-        database_url: Postgres for claims and saga locks.
-        tools: ``package.module:attr`` targets naming the tools and their compensations.
-        group_id: the consumer group every instance joins.
-        instance_id: a stable id per replica (static membership: a restarted replica takes its
-            partitions back without waiting for the session timeout); ``None``: dynamic.
-        compensation_timeout_s: the longest one undo call may run.
-        concurrency: sagas compensated at once.
-        handoff_grace_s: how long to wait for the requesting run's ``SAGA_ENDED`` after its
-            ``COMPENSATION_REQUESTED`` (so the two writers never race for the same seq).
-        http_host / http_port: where ``/healthz``, ``/readyz`` and ``/metrics`` are served
-            (``None``: not served).
-        dlq_topic: the dead-letter topic (default ``<topic>.dlq``).
-        client: extra librdkafka settings (TLS/SASL, ``fetch.wait.max.ms`` …).
-        session_timeout_ms: the consumer group session timeout.
-        read_index: where reads find sagas' archived prefixes; by default the archive in
-            ``database_url`` (docs/adr/0010-saga-read-index.md).
-    """
-
-    env_service: ClassVar[str] = "COMPENSATION"
-    env_names: ClassVar[Mapping[str, tuple[str, ...]]] = {
-        "group_id": ("GROUP",),
-        "compensation_timeout_s": ("TIMEOUT_S",),
-        "http_port": ("PORT",),
-        "http_host": ("HOST",),
-    }
-    env_excluded: ClassVar[frozenset[str]] = frozenset({"client", "read_index"})
-
-    bootstrap_servers: str = Field(min_length=1)
-    database_url: str = Field(min_length=1)
-    tools: tuple[str, ...] = ()
-    topic: str = DEFAULT_TOPIC
-    group_id: str = DEFAULT_COMPENSATION_GROUP
-    instance_id: str | None = None
-    compensation_timeout_s: float = Field(default=30.0, gt=0)
-    concurrency: int = Field(default=4, ge=1, le=256)
-    handoff_grace_s: float = Field(default=5.0, ge=0)
-    http_host: str = "127.0.0.1"
-    http_port: int | None = Field(default=None, ge=0, le=65535)
-    dlq_topic: str | None = None
-    client: Mapping[str, str] = Field(default_factory=dict)
-    session_timeout_ms: int = Field(default=10_000, ge=1000)
-    read_index: ReadIndexSettings | None = None
-    writer_key: str | None = None
-    journal_name: str | None = Field(default=None, min_length=1, max_length=256)
-    writer_registry: str | None = None
-    """The writer registry (``SAGACITY_WRITER_REGISTRY``, as the archive's): the service reads
-    a saga's events only from registered writers allowed to write them there, so a forged
-    ``EXECUTED`` or ``COMPENSATED`` in another writer's saga plans nothing (docs/adr/0014 §5)."""
-    """The journal's name (``SAGACITY_JOURNAL_NAME``; default ``kafka:<cluster id>/<topic>``):
-    what settlements and claims are bound to (docs/adr/0025-trust-model.md)."""
-    approvals_public_key: str | None = None
-    """The pinned approvals key(s) (``SAGACITY_APPROVALS_PUBLIC_KEY``): a ``SUSPECT_SETTLED``
-    is acted on only when it verifies; without one, no settlement is acted on."""
-    operator_public_key: str | None = None
-    """The pinned operator key(s) (``SAGACITY_OPERATOR_PUBLIC_KEY``, hex or key files,
-    comma-separated): a ``COMPENSATION_REQUESTED`` after a saga's end is acted on only when
-    one of them signed it (``sagacity saga compensate``); without one, none is."""
-    """The service's writer signing key file (``SAGACITY_COMPENSATION_WRITER_KEY`` or
-    ``SAGACITY_WRITER_KEY``), registered with the archive under ``sagacity-compensation/<group>``;
-    ``None``: unsigned (docs/adr/0014-signed-decisions-and-writers.md)."""
 
 
 @dataclass(kw_only=True)
@@ -204,25 +134,32 @@ class CompensationService(Handler):
         self._awaiting: dict[str, _Work] = {}
         self._first_call: dict[str, int] = {}
         self._kafka: KafkaJournal | None = None
-        self._journals: list[KafkaJournal] = []
-        self._local = threading.local()
-        self._journal: ServiceJournal | None = None
-        self._writer_key = (
-            WriterKey.from_file(settings.writer_key, f"{WRITER_PREFIX}{settings.group_id}")
+        self._journals = KafkaJournals(
+            settings,
+            keys=keys,
+            writer_key=WriterKey.from_file(
+                settings.writer_key, f"{WRITER_PREFIX}{settings.group_id}"
+            )
             if settings.writer_key
-            else None
+            else None,
+            writers=WriterRegistry.from_file(settings.writer_registry)
+            if settings.writer_registry
+            else None,
         )
-        self._writer_registry = (
-            WriterRegistry.from_file(settings.writer_registry) if settings.writer_registry else None
-        )
+        self._journal: ServiceJournal | None = None
         # A bad pinned key stops the start-up, naming the setting (its own configuration).
         self._operator = (
             OperatorVerifier.parse(settings.operator_public_key)
             if settings.operator_public_key
             else None
         )
-        # Tools first: an un-importable target must fail before anything connects.
-        self._sagacity = Sagacity(compensation="delegated", writer_id=self.writer_id)
+        # Tools first: an un-importable target must fail before anything connects. They are
+        # admitted as the service's journals run them: sealing with keys (a tool may redact).
+        self._sealed = keys is not None
+        declared = declarations(seals=self._sealed)
+        self._sagacity = Sagacity(
+            journal=declared, compensation="delegated", writer_id=self.writer_id
+        )
         self.tool_names = self._register_tools(self._sagacity)
         # Made at start: the claims' key names the journal, whose cluster id Kafka tells.
         self._claims: ClaimStore | None = None
@@ -264,18 +201,15 @@ class CompensationService(Handler):
             PersistenceError / JournalError / ConfigurationError: a dependency is unusable.
         """
         s = self.settings
-        self._kafka = self._new_journal()
+        self._kafka = self._journals.new()
         self._claims = claim_store(
             s.database_url, instance=self.instance, journal=self._kafka.identity
         )
         self._claims.ensure_schema()
-        invoker = ClaimingInvoker(
-            self._claims,
-            timeout_s=s.compensation_timeout_s,
-            on_call=self._called,
-            on_start=self._starting,
+        invoker = self._invoker(self._claims)
+        self._journal = ServiceJournal(
+            self._journals.of_thread, may_write=self._may_write, seals=self._sealed
         )
-        self._journal = ServiceJournal(self._thread_journal, may_write=self._may_write)
         self._sagacity = Sagacity(
             journal=self._journal,
             compensation="delegated",
@@ -288,55 +222,8 @@ class CompensationService(Handler):
         base = self._base_config()
         ensure_topic(AdminClient(with_logger(base)), dlq, partitions=1, timeout=15, client=base)
         self._dead = DeadLetters(self._base_config(), dlq)
-        tuning: dict[str, str | int | float | bool] = {
-            "partition.assignment.strategy": "cooperative-sticky",
-            "session.timeout.ms": s.session_timeout_ms,
-            "heartbeat.interval.ms": max(500, s.session_timeout_ms // 5),
-            "max.poll.interval.ms": max(300_000, int(s.compensation_timeout_s * 4000)),
-        }
-        if s.instance_id:
-            tuning["group.instance.id"] = s.instance_id
-        self._runtime = ConsumerRuntime(
-            RuntimeOptions(
-                topic=s.topic,
-                config=client_config(
-                    bootstrap_servers=s.bootstrap_servers,
-                    group_id=s.group_id,
-                    client=s.client,
-                    defaults={"fetch.wait.max.ms": 50, "fetch.min.bytes": 1},
-                    tuning=tuning,
-                ),
-                # One message at a time: back-pressure (pausing) is decided between messages.
-                batch_size=1,
-                poll_timeout_s=0.1,
-                name="compensation consumer",
-            ),
-            self,
-            positions=KafkaCommits(self._ready_offsets, done=self._done_at),
-            poison=DeadLetterTopic(self._dead, on_parked=self._dead_lettered),
-            stop=self._stopping,
-            lag=lambda number, lag: self.metrics.lag.labels(partition=str(number)).set(lag),
-            lag_gone=self._lag_gone,
-        )
-        runtime = self._runtime
-        self._jobs = JobContext(
-            sagacity=self._sagacity,
-            journal=self._journal,
-            claims=self._claims,
-            invoker=invoker,
-            writer_id=self.writer_id,
-            thread_journal=self._thread_journal,
-            drop_thread_journal=self._drop_thread_journal,
-            may_write=self._may_write,
-            saga_lock=self._saga_locks.hold,
-            dead_letter=lambda message, reason, detail, go_on: runtime.poison(
-                message, reason=reason, detail=detail, go_on=go_on
-            ),
-            first_call=self._first_call,
-            ended=self._ended,
-            operator=self._operator,
-            refused=lambda reason: self.metrics.refused.labels(reason=reason).inc(),
-        )
+        self._runtime = self._consumer_runtime(self._dead)
+        self._jobs = self._job_context(invoker, self._runtime)
         if s.http_port is not None:
             self._http = HealthServer(
                 s.http_host,
@@ -356,45 +243,71 @@ class CompensationService(Handler):
                 "requested after a saga ended is refused (dead-lettered), never acted on"
             )
 
-    def _new_journal(self) -> KafkaJournal:
+    def _consumer_runtime(self, dead: DeadLetters) -> ConsumerRuntime:
+        """The consumer loop: Kafka positions, poison to the dead-letter topic ``dead``."""
         s = self.settings
-        index = s.read_index or ReadIndexSettings(database_url=s.database_url)
-        if index.database_url is None:
-            index = index.model_copy(update={"database_url": s.database_url})
-        journal = KafkaJournal(
-            s.bootstrap_servers,
-            topic=s.topic,
-            client=dict(s.client),
-            writer_id=f"{WRITER_PREFIX}{s.group_id}",
-            # The archive keeps no sealed openings yet: with keys, reads scan the topic.
-            index=read_index(index) if self._keys is None else None,
-            writer_key=self._writer_key,
-            keys=self._keys,
-            journal_name=s.journal_name,
-            writers=self._writer_registry,
+        tuning: dict[str, str | int | float | bool] = {
+            "partition.assignment.strategy": "cooperative-sticky",
+            "session.timeout.ms": s.session_timeout_ms,
+            "heartbeat.interval.ms": max(500, s.session_timeout_ms // 5),
+            "max.poll.interval.ms": max(300_000, int(s.compensation_timeout_s * 4000)),
+        }
+        if s.instance_id:
+            tuning["group.instance.id"] = s.instance_id
+        return ConsumerRuntime(
+            RuntimeOptions(
+                topic=s.topic,
+                config=client_config(
+                    bootstrap_servers=s.bootstrap_servers,
+                    group_id=s.group_id,
+                    client=s.client,
+                    defaults={"fetch.wait.max.ms": 50, "fetch.min.bytes": 1},
+                    tuning=tuning,
+                ),
+                # One message at a time: back-pressure (pausing) is decided between messages.
+                batch_size=1,
+                poll_timeout_s=0.1,
+                name="compensation consumer",
+            ),
+            self,
+            positions=KafkaCommits(self._ready_offsets, done=self._done_at),
+            poison=DeadLetterTopic(dead, on_parked=self._dead_lettered),
+            stop=self._stopping,
+            lag=lambda number, lag: self.metrics.lag.labels(partition=str(number)).set(lag),
+            lag_gone=self._lag_gone,
         )
-        with self._lock:
-            self._journals.append(journal)
-        return journal
 
-    def _thread_journal(self) -> KafkaJournal:
-        """This worker thread's journal: each has its own reader, so reads run in parallel."""
-        journal: KafkaJournal | None = getattr(self._local, "journal", None)
-        if journal is None:
-            journal = self._new_journal()
-            self._local.journal = journal
-        return journal
+    def _invoker(self, claims: ClaimStore) -> ClaimingInvoker:
+        """The undo caller: each call claimed in ``claims`` first, bounded by the timeout."""
+        return ClaimingInvoker(
+            claims,
+            timeout_s=self.settings.compensation_timeout_s,
+            on_call=self._called,
+            on_start=self._starting,
+        )
 
-    def _drop_thread_journal(self) -> None:
-        journal: KafkaJournal | None = getattr(self._local, "journal", None)
-        self._local.journal = None
-        if journal is None:
-            return
-        with self._lock:
-            if journal in self._journals:
-                self._journals.remove(journal)
-        with contextlib.suppress(Exception):
-            journal.close()
+    def _job_context(self, invoker: ClaimingInvoker, runtime: ConsumerRuntime) -> JobContext:
+        """What every saga's job runs with (the service's journals, claims and hooks)."""
+        assert self._claims is not None
+        assert self._journal is not None
+        return JobContext(
+            sagacity=self._sagacity,
+            journal=self._journal,
+            claims=self._claims,
+            invoker=invoker,
+            writer_id=self.writer_id,
+            thread_journal=self._journals.of_thread,
+            drop_thread_journal=self._journals.drop_thread,
+            may_write=self._may_write,
+            saga_lock=self._saga_locks.hold,
+            dead_letter=lambda message, reason, detail, go_on: runtime.poison(
+                message, reason=reason, detail=detail, go_on=go_on
+            ),
+            first_call=self._first_call,
+            ended=self._ended,
+            operator=self._operator,
+            refused=lambda reason: self.metrics.refused.labels(reason=reason).inc(),
+        )
 
     def run(self) -> None:
         """Start, then consume until :meth:`stop`; finishes the steps in flight and returns."""
@@ -594,8 +507,7 @@ class CompensationService(Handler):
         """Drop what every journal of this instance keeps opened of the saga an ``ERASED``
         names (by its key and its body): a job reading it next opens it through the key
         service, which refuses an erased saga's key (docs/operations/erasure.md)."""
-        with self._lock:
-            journals = list(self._journals)
+        journals = list(self._journals)
         for saga_id in dict.fromkeys(saga_ids):
             for journal in journals:
                 journal.forget(saga_id)

@@ -39,7 +39,12 @@ from sagacity.consumers.compensation import pending_request
 from sagacity.consumers.erasure._ended import after_end
 from sagacity.errors import ErasureRefusedError
 from sagacity.keystore_postgres import PostgresKeyStore
-from sagacity.postgres._erasure import clear_service_copies, erasure_lock, service_copies
+from sagacity.postgres._erasure import (
+    ServiceCopies,
+    clear_service_copies,
+    erasure_lock,
+    service_copies,
+)
 from sagacity.postgres._statistics import refresh_statistics
 from sagacity.producer import KafkaJournal
 from sagacity.producer._reader import ownership
@@ -181,21 +186,7 @@ def plan_erasure(
         JournalUnavailableError / PersistenceError: the topic or a database could not be read.
         ArchiveSchemaError: ``archive_database`` holds no archive.
     """
-    entries = journal.read(saga_id).entries
-    with connect_archive(archive_database, autocommit=True) as conn:
-        archived = archived_count(conn, saga_id)
-    if not entries:
-        if archived:
-            raise ErasureRefusedError(
-                f"saga {saga_id!r} is archived ({archived} events) but no longer on the "
-                "topic (its retention passed): ERASED cannot be appended to its chain, so it "
-                "is not erased",
-                saga_id=saga_id,
-            )
-        raise ErasureRefusedError(
-            f"saga {saga_id!r} is unknown: it is neither on the topic nor in the archive",
-            saga_id=saga_id,
-        )
+    entries, archived = _read(journal, saga_id, archive_database=archive_database)
     # A dry run creates nothing: without the key table, nothing of the saga has a key here.
     row = key_store.load(saga_id) if key_store.exists() else None
     key = "none" if row is None else "destroyed" if row.erased else "live"
@@ -212,9 +203,60 @@ def plan_erasure(
         raise ErasureRefusedError(
             f"saga {saga_id!r} is not erased: {why}; nothing was changed", saga_id=saga_id
         )
-    copies = service_copies(services_database, saga_id)
     # A request the approvals service folded from an ignored event starts no work either.
-    disregarded = {e.seq for e in judged.ignored}
+    _refuse_work_in_flight(
+        saga_id, service_copies(services_database, saga_id), {e.seq for e in judged.ignored}
+    )
+    fields = _fields(entries)
+    erasures = [e for e in entries if e.event_type is EventType.ERASED]
+    recorded = any(erasure_counts(e, operator, journal=identity) for e in erasures)
+    ignored = tuple(e.seq for e in erasures if not erasure_counts(e, operator, journal=identity))
+    if not recorded:
+        # Checked before anything is destroyed: a key destroyed whose ERASED cannot be
+        # appended would leave the erasure unrecorded.
+        _refuse_an_oversized_listing(journal, saga_id, fields)
+    return ErasurePlan(
+        saga_id=saga_id,
+        events=len(entries),
+        fields=fields,
+        key=key,
+        kek_id=None if row is None else row.kek_id,
+        recorded=recorded,
+        archived=archived,
+        ignored=ignored,
+        after_end=tuple((e.seq, e.event_type.value) for e in judged.ignored),
+    )
+
+
+def _read(
+    journal: KafkaJournal, saga_id: str, *, archive_database: str
+) -> tuple[list[JournalEntry], int]:
+    """The saga's entries on the topic and how many events of it the archive holds.
+
+    Raises:
+        ErasureRefusedError: the topic holds nothing of the saga.
+    """
+    entries = journal.read(saga_id).entries
+    with connect_archive(archive_database, autocommit=True) as conn:
+        archived = archived_count(conn, saga_id)
+    if entries:
+        return list(entries), archived
+    if archived:
+        raise ErasureRefusedError(
+            f"saga {saga_id!r} is archived ({archived} events) but no longer on the "
+            "topic (its retention passed): ERASED cannot be appended to its chain, so it "
+            "is not erased",
+            saga_id=saga_id,
+        )
+    raise ErasureRefusedError(
+        f"saga {saga_id!r} is unknown: it is neither on the topic nor in the archive",
+        saga_id=saga_id,
+    )
+
+
+def _refuse_work_in_flight(saga_id: str, copies: ServiceCopies, disregarded: set[int]) -> None:
+    """Refuse while the services hold a pending request (one folded from an event in
+    ``disregarded`` starts no work) or a claimed compensation step of the saga."""
     pending = [seq for seq in copies.pending_seqs if seq not in disregarded]
     if pending:
         raise ErasureRefusedError(
@@ -228,14 +270,14 @@ def plan_erasure(
             f"({copies.claims_in_flight} claimed step(s)); nothing was changed",
             saga_id=saga_id,
         )
-    fields = _fields(entries)
-    erasures = [e for e in entries if e.event_type is EventType.ERASED]
-    recorded = any(erasure_counts(e, operator, journal=identity) for e in erasures)
-    ignored = tuple(e.seq for e in erasures if not erasure_counts(e, operator, journal=identity))
+
+
+def _refuse_an_oversized_listing(
+    journal: KafkaJournal, saga_id: str, fields: Mapping[int, Sequence[str]]
+) -> None:
+    """Refuse when the ``ERASED`` listing ``fields`` would not fit the topic's events."""
     listing = len(_listing(fields).encode("utf-8"))
-    if not recorded and listing + _ERASED_MARGIN > journal.max_event_bytes:
-        # Checked before anything is destroyed: a key destroyed whose ERASED cannot be
-        # appended would leave the erasure unrecorded.
+    if listing + _ERASED_MARGIN > journal.max_event_bytes:
         raise ErasureRefusedError(
             f"saga {saga_id!r} is not erased: its ERASED event would list "
             f"{sum(len(f) for f in fields.values())} fields of {len(fields)} events in "
@@ -244,17 +286,6 @@ def plan_erasure(
             "raise the topic's max.message.bytes; nothing was changed",
             saga_id=saga_id,
         )
-    return ErasurePlan(
-        saga_id=saga_id,
-        events=len(entries),
-        fields=fields,
-        key=key,
-        kek_id=None if row is None else row.kek_id,
-        recorded=recorded,
-        archived=archived,
-        ignored=ignored,
-        after_end=tuple((e.seq, e.event_type.value) for e in judged.ignored),
-    )
 
 
 def _settlement_counts(
@@ -311,14 +342,7 @@ def apply_erasure(
         ErasureRefusedError: as :func:`plan_erasure` (nothing is changed).
         JournalUnavailableError / PersistenceError: a step could not be done; run it again.
     """
-    if not actor.strip() or not reason.strip():
-        raise ErasureRefusedError("an erasure needs an actor and a reason", saga_id=saga_id)
-    if len(actor.encode("utf-8")) + len(reason.encode("utf-8")) > _ERASED_MARGIN // 2:
-        raise ErasureRefusedError(
-            f"the actor and reason take more than {_ERASED_MARGIN // 2} bytes: the reason is "
-            "journaled in clear on ERASED, keep it short (and free of personal data)",
-            saga_id=saga_id,
-        )
+    _check_words(saga_id, actor=actor, reason=reason)
     with erasure_lock(services_database, saga_id):
         plan = plan_erasure(
             journal,
@@ -341,21 +365,9 @@ def apply_erasure(
         refresh_statistics(archive_database, services_database)  # no sample of the values
         event = None
         if not plan.recorded:
-            draft = EntryDraft(
-                saga_id=saga_id,
-                event_type=EventType.ERASED,
-                actor=actor,
-                attributes={
-                    attr.REASON: reason,
-                    attr.ERASED_FIELDS: _listing(plan.fields),
-                    attr.ERASED_KEY: key_id,
-                },
+            event = _append_erased(
+                journal, plan, actor=actor, reason=reason, key_id=key_id, signer=signer
             )
-            if journal.keys is None:  # the journal links it as drafted: in the saga's form
-                draft = committing(draft)
-            # Signed for the tail as read now: a forged ERASED (or anything) appended since
-            # is extended, never taken for this one (docs/adr/0027-operator-signatures.md).
-            event = append_signed(journal, draft, signer)
     return ErasureOutcome(
         plan=plan,
         key_destroyed=destroyed,
@@ -367,6 +379,45 @@ def apply_erasure(
         attention=copies.attention,
         erased_event=event,
     )
+
+
+def _check_words(saga_id: str, *, actor: str, reason: str) -> None:
+    """Refuse an erasure naming no actor or reason, or too long a one for ``ERASED``."""
+    if not actor.strip() or not reason.strip():
+        raise ErasureRefusedError("an erasure needs an actor and a reason", saga_id=saga_id)
+    if len(actor.encode("utf-8")) + len(reason.encode("utf-8")) > _ERASED_MARGIN // 2:
+        raise ErasureRefusedError(
+            f"the actor and reason take more than {_ERASED_MARGIN // 2} bytes: the reason is "
+            "journaled in clear on ERASED, keep it short (and free of personal data)",
+            saga_id=saga_id,
+        )
+
+
+def _append_erased(
+    journal: KafkaJournal,
+    plan: ErasurePlan,
+    *,
+    actor: str,
+    reason: str,
+    key_id: str,
+    signer: OperatorSigner,
+) -> JournalEntry:
+    """Append the saga's ``ERASED`` (the fields it lists, the key's KEK id), signed."""
+    draft = EntryDraft(
+        saga_id=plan.saga_id,
+        event_type=EventType.ERASED,
+        actor=actor,
+        attributes={
+            attr.REASON: reason,
+            attr.ERASED_FIELDS: _listing(plan.fields),
+            attr.ERASED_KEY: key_id,
+        },
+    )
+    if journal.keys is None:  # the journal links it as drafted: in the saga's form
+        draft = committing(draft)
+    # Signed for the tail as read now: a forged ERASED (or anything) appended since is
+    # extended, never taken for this one (docs/adr/0027-operator-signatures.md).
+    return append_signed(journal, draft, signer)
 
 
 def _recorded_key_id(conn: psycopg.Connection[Any], saga_id: str, plan: ErasurePlan) -> str:

@@ -121,6 +121,12 @@ sagacity_venv() {
 # installs without it and the Python path runs. The failure is remembered in .venv until the
 # inputs change, so later runs neither retry nor fail; each run says it once
 # (sagacity_native_check). $1: 0 to install without building it (no cargo, SAGACITY_NATIVE=0).
+# The lines of pip's output that say what it is doing (a package collected, the install), on
+# stderr; never fails the pipeline it ends.
+_sagacity_pip_progress() {
+    grep -E --line-buffered '^(Collecting|Installing collected|Successfully installed)' >&2 || true
+}
+
 sagacity_install() {
     local failed="$SAGACITY_VENV/.sagacity-native-failed" log="$SAGACITY_VENV/install.log"
     local build=("SAGACITY_NATIVE=")
@@ -136,9 +142,10 @@ sagacity_install() {
         _say "installing sagacity and its dev dependencies into .venv, with its compiled hot" \
             "path (native/, Rust)"
     fi
-    # Verbose into the log: the build's one warning line (setup.py) names the cause.
+    # Verbose into the log (the build's one warning line, setup.py, names a failure's cause);
+    # what pip collects and installs shown as it goes: a cold install takes minutes.
     if ! (cd "$SAGACITY_ROOT" && env "${build[@]}" "$SAGACITY_VENV/bin/python" -m pip install -v \
-        -e '.[dev]' >"$log" 2>&1); then
+        --progress-bar off -e '.[dev]' 2>&1 | tee "$log" | _sagacity_pip_progress); then
         tail -n 30 "$log" >&2
         _say "error: installing sagacity failed (log: $log)"
         return 1

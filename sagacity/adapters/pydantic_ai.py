@@ -282,7 +282,7 @@ class _JournalingToolset(WrapperToolset[Any]):
             # may call again, as the signal asks.
             if current_scope() is None:
                 raise
-            raise type(exc)(f"{exc.message}\n{self.hook.refusal_line(definition)}") from exc
+            raise type(exc)(f"{exc}\n{self.hook.refusal_line(definition)}") from exc
 
 
 DepsT = TypeVar("DepsT")

@@ -3,11 +3,14 @@
 =====  ==========================================================================================
 0      done
 1      the check failed or the request was refused (a chain that does not verify, a decision the
-       service refused, a topic setting that would lose evidence)
-2      the command could not run: a wrong option, a missing setting or extra, bad input, an
-       archive that is not there
-3      a dependency is unreachable: the Kafka broker, PostgreSQL, the approvals service
+       service refused, a topic setting that would lose evidence, a service of the stack down)
+2      the command could not run: a wrong option, a missing setting, key or extra, bad input,
+       what it works on is not there (an archive, the journal topic), a principal Kafka refused
+3      a dependency is unreachable or failing: the Kafka broker, PostgreSQL, the approvals service
 =====  ==========================================================================================
+
+README.md, "Exit status, output and logs", shows this table; tests/cli/test_exit_statuses.py
+holds the two equal and runs a command of each row.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ class CommandError(click.ClickException):
     @classmethod
     def of(cls, exc: SagacityError) -> CommandError:
         """The error a command reports for ``exc``."""
-        return cls(exc.message, code_for(exc))
+        return cls(str(exc), code_for(exc))
 
     def show(self, file: IO[str] | None = None) -> None:
         click.echo(f"error: {self.format_message()}", err=True, file=file)

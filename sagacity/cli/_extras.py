@@ -16,7 +16,7 @@ _EXTRA_OF = {
     "langchain_core": "langchain",
     "langchain": "langchain",
     "agents": "openai-agents",
-    "mcp": "mcp",
+    "mcp": "services,mcp",  # the MCP commands serve over HTTP too
 }
 
 

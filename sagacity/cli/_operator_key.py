@@ -44,7 +44,7 @@ def pinned_operator(values: tuple[str, ...]) -> OperatorVerifier | None:
     try:
         return OperatorVerifier.parse(text)
     except ConfigurationError as exc:
-        raise click.UsageError(f"--operator-public-key: {exc.message}") from exc
+        raise click.UsageError(f"--operator-public-key: {exc}") from exc
 
 
 def unverified_note(unverified: int, *, pinned: bool) -> str | None:

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import click
 
-from sagacity._defaults import DEFAULT_TOPIC
+from sagacity._defaults import ALLOW_CLEAR_DATA_SETTING, DEFAULT_TOPIC
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -139,6 +139,15 @@ def log_level_option(service: str) -> Callable[[F], F]:
     )
 
 
+def service_options(service: str) -> Callable[[F], F]:
+    """What every service's start takes: ``--log-level`` and ``--allow-clear-data``."""
+
+    def decorate(func: F) -> F:
+        return log_level_option(service)(allow_clear_data_option(func))
+
+    return decorate
+
+
 def bootstrap_servers_option(service: str) -> Callable[[F], F]:
     """Add a required ``--bootstrap-servers`` read from the service's variables."""
     return click.option(
@@ -169,6 +178,33 @@ def topic_option(service: str, *, show_default: bool = True) -> Callable[[F], F]
     )
 
 
+def _allow_clear_data(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    """``--allow-clear-data`` is its variable, set for the command's run: whatever starts
+    from the environment (:func:`sagacity._env.starting_keys`) reads it there."""
+    import os
+
+    if value and not os.environ.get(ALLOW_CLEAR_DATA_SETTING):
+        os.environ[ALLOW_CLEAR_DATA_SETTING] = "1"
+        ctx.call_on_close(lambda: os.environ.pop(ALLOW_CLEAR_DATA_SETTING, None))
+    return value
+
+
+def allow_clear_data_option(func: F) -> F:
+    """Add ``--allow-clear-data`` (``SAGACITY_ALLOW_CLEAR_DATA``): start without a
+    key-encryption key, which is otherwise refused (:func:`sagacity._env.refuse_clear_data`)."""
+    return click.option(
+        "--allow-clear-data",
+        is_flag=True,
+        envvar=ALLOW_CLEAR_DATA_SETTING,
+        show_envvar=True,
+        expose_value=False,
+        callback=_allow_clear_data,
+        help="Start without a key-encryption key (SAGACITY_KEY_ENCRYPTION_KEY_FILE), refused "
+        "otherwise: the journal's data is then written and archived in clear, and no saga "
+        "can be erased.",
+    )(func)
+
+
 def parse_duration(text: str) -> float:
     """Seconds in ``90s``, ``15m``, ``2h`` or ``30d`` (``m`` is minutes; see
     :mod:`sagacity._duration`).
@@ -182,4 +218,4 @@ def parse_duration(text: str) -> float:
     try:
         return parse_seconds(text)
     except DurationError as exc:
-        raise click.BadParameter(exc.message) from exc
+        raise click.BadParameter(str(exc)) from exc

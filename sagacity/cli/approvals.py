@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 import click
 
-from sagacity.cli._exit import UNAVAILABLE, CommandError
+from sagacity.cli._exit import FAILED, UNAVAILABLE, USAGE, CommandError
 from sagacity.cli._options import json_option, parse_duration, wants_json
 
 DEFAULT_URL = "http://127.0.0.1:8085"
@@ -71,17 +71,19 @@ class _Client:
         if 200 <= status < 300:
             return answer
         detail = answer.get("detail") if isinstance(answer, dict) else answer
+        # 4xx: the service refused the request (1); 5xx: it could not serve it (3).
+        code = UNAVAILABLE if status >= 500 else FAILED
         if self.as_json:
             click.echo(json.dumps({"status": status, "detail": detail}))
-            sys.exit(1)
-        raise click.ClickException(f"HTTP {status}: {detail}")
+            sys.exit(code)
+        raise CommandError(f"HTTP {status}: {detail}", code)
 
     def refuse(self, detail: str, **fields: Any) -> NoReturn:
         """Refuse here, before anything is sent: exit 1 with ``detail``."""
         if self.as_json:
             click.echo(json.dumps({"status": None, "detail": detail, **fields}))
-            sys.exit(1)
-        raise click.ClickException(detail)
+            sys.exit(FAILED)
+        raise CommandError(detail, FAILED)
 
 
 def _redacted_fields(payload: object, path: str = "$") -> list[str]:
@@ -157,7 +159,7 @@ def _decision_text(d: dict[str, Any]) -> str:
     envvar="SAGACITY_APPROVALS_URL",
     default=DEFAULT_URL,
     show_default=True,
-    help="The approvals service ($SAGACITY_APPROVALS_URL).",
+    help="The approvals service.",
 )
 @click.option(
     "--token-file",
@@ -411,6 +413,13 @@ def stats(client: _Client, window: str) -> None:
     "decides none of its requests (repeat).",
 )
 @click.option("--generate", is_flag=True, help="Make a new random token (printed on stderr).")
+@click.option(
+    "--save-token",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="With --generate: write the token to this file (mode 0600, never overwritten) for "
+    "the principal's --token-file, instead of printing it.",
+)
 def token_hash(
     name: str | None,
     role: str,
@@ -418,6 +427,7 @@ def token_hash(
     all_tools: bool,
     agents: tuple[str, ...],
     generate: bool,
+    save_token: Path | None,
 ) -> None:
     """Print the SHA-256 of a token read from stdin, or an auth-file entry with --name.
 
@@ -427,26 +437,18 @@ def token_hash(
     from sagacity.consumers.approvals._auth import ANY_TOOL, auth_entry, new_token, token_sha256
     from sagacity.errors import ConfigurationError
 
-    if name is None and (tools or all_tools or agents or role != "approver"):
-        raise click.UsageError(
-            "--role, --tool, --all-tools and --agent describe an entry: give --name"
-        )
-    if name is not None:
-        if tools and all_tools:
-            raise click.UsageError("give --tool (repeat) or --all-tools, not both")
-        if role == "auditor" and (tools or all_tools):
-            raise click.UsageError("an auditor reads every saga and decides none: no --tool")
-        if role != "auditor" and not (tools or all_tools):
-            raise click.UsageError(
-                f"an {role} needs its tools: --tool NAME (repeat), or --all-tools for every tool"
-            )
-        if agents and role != "approver":
-            raise click.UsageError(
-                "--agent binds an approver's own agents: only with --role approver"
-            )
+    _check_entry(name, role, tools, all_tools, agents)
+    if save_token is not None and not generate:
+        raise click.UsageError("--save-token writes a generated token: give --generate")
     if generate:
         token = new_token()
-        click.echo(f"token (give it to the principal; it is not stored): {token}", err=True)
+        if save_token is not None:
+            _save_token(save_token, token)
+            click.echo(
+                f"token written to {save_token.resolve()} (give it to the principal)", err=True
+            )
+        else:
+            click.echo(f"token (give it to the principal; it is not stored): {token}", err=True)
     else:
         token = sys.stdin.readline().strip()
         if not token:
@@ -459,8 +461,48 @@ def token_hash(
             name, token, [ANY_TOOL] if all_tools else list(tools), role=role, agents=agents
         )
     except ConfigurationError as exc:
-        raise click.UsageError(exc.message) from exc
+        raise click.UsageError(str(exc)) from exc
     click.echo(entry, nl=False)
+
+
+def _check_entry(
+    name: str | None, role: str, tools: tuple[str, ...], all_tools: bool, agents: tuple[str, ...]
+) -> None:
+    """Refuse the options of ``token-hash`` that do not make an entry.
+
+    Raises:
+        click.UsageError: naming what to give instead.
+    """
+    if name is None and (tools or all_tools or agents or role != "approver"):
+        raise click.UsageError(
+            "--role, --tool, --all-tools and --agent describe an entry: give --name"
+        )
+    if name is None:
+        return
+    if tools and all_tools:
+        raise click.UsageError("give --tool (repeat) or --all-tools, not both")
+    if role == "auditor" and (tools or all_tools):
+        raise click.UsageError("an auditor reads every saga and decides none: no --tool")
+    if role != "auditor" and not (tools or all_tools):
+        raise click.UsageError(
+            f"an {role} needs its tools: --tool NAME (repeat), or --all-tools for every tool"
+        )
+    if agents and role != "approver":
+        raise click.UsageError("--agent binds an approver's own agents: only with --role approver")
+
+
+def _save_token(path: Path, token: str) -> None:
+    """Write ``token`` to a new file only its owner reads.
+
+    Raises:
+        CommandError: the file exists or cannot be made (exit 2).
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise CommandError(f"--save-token {path}: {exc.strerror}", USAGE) from exc
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(token + "\n")
 
 
 @approvals.command("keygen")
@@ -483,7 +525,7 @@ def keygen(out: Path) -> None:
     try:
         signer = generate_key(out)
     except SagacityError as exc:
-        raise click.ClickException(exc.message) from exc
-    click.echo(f"private key: {out}")
+        raise CommandError(str(exc), USAGE) from exc
+    click.echo(f"private key: {out.resolve()}")
     click.echo(f"key id:      {signer.key_id}")
     click.echo(f"public key:  {signer.public_hex}")

@@ -8,7 +8,11 @@ import click
 
 from sagacity._defaults import DEFAULT_ARCHIVE_GROUP
 from sagacity.cli._db_options import conninfo, database_options, fail
-from sagacity.cli._options import bootstrap_servers_option, group_option, topic_option
+from sagacity.cli._options import (
+    bootstrap_servers_option,
+    group_option,
+    topic_option,
+)
 
 
 @click.group()
@@ -33,7 +37,7 @@ def keygen(out: Path) -> None:
         signer = generate_key(out)
     except SagacityError as exc:
         fail(exc)
-    click.echo(f"private key: {out}")
+    click.echo(f"private key: {out.resolve()}")
     click.echo(f"key id:      {signer.key_id}")
     click.echo(f"public key:  {signer.public_hex}")
 
@@ -89,7 +93,7 @@ def writer_keygen(writer_id: str, out: Path, use_hmac: bool, role: str) -> None:
     try:
         key = WriterKey.from_file(out, writer_id)
     except SagacityError as exc:
-        fail(exc.message)
+        fail(str(exc))
     click.echo(f"# writer key: {out} (SAGACITY_WRITER_KEY, with SAGACITY_WRITER_ID={writer_id})")
     click.echo(key.registry_entry(WriterRole(role)), nl=False)
 

@@ -7,10 +7,11 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
+from sagacity.cli._audit_report import print_replay, print_verified, replay_json
 from sagacity.cli._db_options import EXIT_FAILED, conninfo, database_options, fail
 from sagacity.cli._operator_key import operator_public_key_option, pinned_operator, unverified_note
 from sagacity.cli._options import bootstrap_servers_option, topic_option
@@ -21,12 +22,8 @@ if TYPE_CHECKING:
     import psycopg
 
     from sagacity import JournalEntry
-    from sagacity.consumers.archive import (
-        AuditSummary,
-        ErasureAudit,
-        ReplayReport,
-        SagaRefusals,
-    )
+    from sagacity._operator_signature import OperatorVerifier
+    from sagacity.consumers.archive import AuditSummary, ErasureAudit, SagaRefusals, WatchReport
 
 
 def _pinned(public_keys: tuple[str, ...]) -> tuple[bytes, ...]:
@@ -45,6 +42,25 @@ _KEY_OPTION = click.option(
 )
 
 
+_ROUND_OPTION = click.option(
+    "--round",
+    "known_rounds",
+    multiple=True,
+    metavar="ID:ROOT",
+    help="A signing round recorded earlier (the 'latest signing round' a previous verify "
+    "printed): the archive must still hold it with that root, so rounds removed at the end "
+    "are caught.  Repeatable; needs every saga (not --saga).",
+)
+
+
+_REQUIRE_SIGNED_OPTION = click.option(
+    "--require-signed",
+    is_flag=True,
+    help="Fail every saga whose newest events no checkpoint covers (an unsigned saga or "
+    "tail); without it they are only counted in the summary.",
+)
+
+
 _WITNESS_OPTION = click.option(
     "--witness",
     envvar="SAGACITY_ARCHIVE_WITNESS",
@@ -59,22 +75,9 @@ _WITNESS_OPTION = click.option(
 @click.option("--saga", "saga_id", default=None, help="Verify one saga.")
 @click.option("--all", "all_sagas", is_flag=True, help="Verify every saga (the default).")
 @_KEY_OPTION
-@click.option(
-    "--round",
-    "known_rounds",
-    multiple=True,
-    metavar="ID:ROOT",
-    help="A signing round recorded earlier (the 'latest signing round' a previous verify "
-    "printed): the archive must still hold it with that root, so rounds removed at the end "
-    "are caught.  Repeatable; needs every saga (not --saga).",
-)
+@_ROUND_OPTION
 @_WITNESS_OPTION
-@click.option(
-    "--require-signed",
-    is_flag=True,
-    help="Fail every saga whose newest events no checkpoint covers (an unsigned saga or "
-    "tail); without it they are only counted in the summary.",
-)
+@_REQUIRE_SIGNED_OPTION
 @click.option(
     "--allow-unopened",
     is_flag=True,
@@ -103,14 +106,7 @@ def verify(
 
     With --public-key, a run in which nothing verified under the key fails too.
     """
-    from sagacity.consumers.archive import (
-        AuditSummary,
-        audit_erasures,
-        connect,
-        iter_audits,
-        saga_refusals,
-        unsigned_as_failure,
-    )
+    from sagacity.consumers.archive import AuditSummary, connect
     from sagacity.errors import SagacityError
 
     if saga_id is not None and all_sagas:
@@ -125,104 +121,81 @@ def verify(
         with connect(conninfo(database_url, schema)) as conn:
             if witness is not None:
                 known.update(_witnessed(conn, witness, pinned))
-            total = 1 if saga_id is not None else _estimate_sagas(conn)
-            started = time.perf_counter()
-            with click.progressbar(length=total, label="verifying", file=sys.stderr) as bar:
-                for result in iter_audits(
-                    conn,
-                    saga_id=saga_id,
-                    pinned_keys=pinned,
-                    rounds=summary.rounds,
-                    known_rounds=known,
-                    retention=summary.retention,
-                    allow_unopened=allow_unopened,
-                    operator=operator,
-                ):
-                    if require_signed:
-                        result = unsigned_as_failure(result)
-                    summary.add(result, keep_failures=show)
-                    bar.update(1)
-            summary.seconds = time.perf_counter() - started
-            erasures = audit_erasures(
+            erasures, refusals = _audit_into(
+                summary,
                 conn,
-                saga_id,
-                recorded=summary.erased_sagas,
-                sagas=len(summary.erased_sagas),
-                fields=summary.erased_fields,
+                saga_id=saga_id,
+                pinned=pinned,
+                known=known,
+                require_signed=require_signed,
+                allow_unopened=allow_unopened,
+                operator=operator,
+                show=show,
             )
-            refusals = saga_refusals(conn, saga_id) if saga_id is not None else None
     except SagacityError as exc:
         fail(exc)
     if saga_id is not None and summary.sagas == 0:
         fail(f"the archive holds nothing for saga {saga_id!r}")
-    if as_json:
-        report = _summary_json(summary, pinned=bool(public_keys))
-        report.update(_erasures_json(erasures))
-        report["erasures_unverified"] = summary.erasures_unverified
-        report["operator_key_pinned"] = operator is not None
-        if refusals is not None:
-            report["quarantined"] = refusals.quarantined
-            report["findings"] = [{"reason": r, "detail": d} for r, d in refusals.findings]
-        report["ok"] = report["ok"] and not erasures.unrecorded
-        click.echo(json.dumps(report, indent=2))
-    else:
-        _print_summary(summary, pinned=bool(public_keys), every_saga=saga_id is None)
-        _print_erasures(erasures)
-        note = unverified_note(summary.erasures_unverified, pinned=operator is not None)
-        if note is not None:
-            click.echo(note)
-        if refusals is not None:
-            _print_refusals(refusals)
+    print_verified(
+        summary,
+        erasures,
+        refusals,
+        pinned=bool(public_keys),
+        operator_pinned=operator is not None,
+        every_saga=saga_id is None,
+        as_json=as_json,
+    )
     if not summary.all_ok or erasures.unrecorded:
         raise click.exceptions.Exit(EXIT_FAILED)
 
 
-def _print_refusals(refusals: SagaRefusals) -> None:
-    """The saga's quarantined messages (by reason) and the archiver's findings about it: never
-    part of its chain, shown so that what was kept out is seen (a forged event on another
-    partition, a writer that may not write the saga, …)."""
-    click.echo(f"{'quarantined':<22} {refusals.quarantined_total:>12,}")
-    for reason, count in refusals.quarantined.items():
-        click.echo(f"{'  ' + reason:<22} {count:>12,}")
-    click.echo(f"{'archiver findings':<22} {len(refusals.findings):>12,}")
-    for reason, detail in refusals.findings:
-        click.echo(f"  {reason}: {detail}")
+def _audit_into(
+    summary: AuditSummary,
+    conn: psycopg.Connection,
+    *,
+    saga_id: str | None,
+    pinned: tuple[bytes, ...],
+    known: dict[int, str],
+    require_signed: bool,
+    allow_unopened: bool,
+    operator: OperatorVerifier | None,
+    show: int,
+) -> tuple[ErasureAudit, SagaRefusals | None]:
+    """Audit the saga (or every saga) into ``summary``, with a progress bar on stderr; then
+    its erasures, and for one saga what was kept out of its chain."""
+    from sagacity.consumers.archive import (
+        audit_erasures,
+        iter_audits,
+        saga_refusals,
+        unsigned_as_failure,
+    )
 
-
-def _erasures_json(erasures: ErasureAudit) -> dict[str, Any]:
-    return {
-        "erased_sagas": erasures.sagas,
-        "erased_fields": erasures.fields,
-        "erasure_keys_checked": not erasures.keys_unreadable,
-        "erasure_unrecorded": [
-            {
-                "saga_id": u.saga_id,
-                "erased_at": u.erased_at.isoformat(),
-                "erased_by": u.erased_by,
-            }
-            for u in erasures.unrecorded
-        ],
-    }
-
-
-def _print_erasures(erasures: ErasureAudit) -> None:
-    """The erasures (docs/adr/0019-erasure.md §4), counted from the ERASED events on the
-    chains: erased sagas verify by their commitments; a destroyed key without an ERASED event
-    fails the run."""
-    click.echo(f"{'sagas erased':<22} {erasures.sagas:>12,}")
-    click.echo(f"{'  fields erased':<22} {erasures.fields:>12,}")
-    if erasures.keys_unreadable:
-        click.echo(
-            "note: this role may not read sagacity_data_keys: keys destroyed without an "
-            "ERASED event (erasure_unrecorded) were not looked for"
-        )
-    for u in erasures.unrecorded:
-        by = f" by {u.erased_by}" if u.erased_by else ""
-        click.echo(
-            f"FAILED: {u.saga_id}: erasure_unrecorded: its data key was destroyed at "
-            f"{u.erased_at.isoformat()}{by}, and its archived chain holds no ERASED event "
-            "(run 'sagacity erase --apply' for the saga to record it, or restore the key)"
-        )
+    total = 1 if saga_id is not None else _estimate_sagas(conn)
+    started = time.perf_counter()
+    with click.progressbar(length=total, label="verifying", file=sys.stderr) as bar:
+        for result in iter_audits(
+            conn,
+            saga_id=saga_id,
+            pinned_keys=pinned,
+            rounds=summary.rounds,
+            known_rounds=known,
+            retention=summary.retention,
+            allow_unopened=allow_unopened,
+            operator=operator,
+        ):
+            if require_signed:
+                result = unsigned_as_failure(result)
+            summary.add(result, keep_failures=show)
+            bar.update(1)
+    summary.seconds = time.perf_counter() - started
+    erasures = audit_erasures(
+        conn,
+        saga_id,
+        recorded=summary.erased_sagas,
+        sagas=len(summary.erased_sagas),
+        fields=summary.erased_fields,
+    )
+    return erasures, saga_refusals(conn, saga_id) if saga_id is not None else None
 
 
 def _witnessed(conn: psycopg.Connection, witness: str, pinned: tuple[bytes, ...]) -> dict[int, str]:
@@ -268,98 +241,6 @@ def _estimate_sagas(conn: psycopg.Connection) -> int:
     with mapped_errors("count sagas"):
         row = conn.execute("SELECT count(*) FROM archive_saga_head").fetchone()
     return max(int(row[0]) if row else 0, 1)
-
-
-def _summary_json(summary: AuditSummary, *, pinned: bool) -> dict[str, Any]:
-    latest = summary.rounds.latest
-    return {
-        "ok": summary.all_ok,
-        "sagas": summary.sagas,
-        "sagas_ok": summary.ok,
-        "failed_by_reason": {r.value: n for r, n in sorted(summary.by_reason.items())},
-        "failures": [
-            {
-                "saga_id": f.saga_id,
-                "seq": f.bad_seq,
-                "reason": None if f.reason is None else str(f.reason),
-                "detail": f.detail,
-                "writer": f.writer,
-            }
-            for f in summary.failures
-        ],
-        "events": summary.events,
-        "checkpoints": summary.checkpoints,
-        "signing_rounds": summary.rounds.rounds,
-        "failed_rounds": {
-            str(round_id): {"reason": reason.value, "detail": detail}
-            for round_id, (reason, detail) in sorted(summary.rounds.failed.items())
-        },
-        "latest_round": None if latest is None else f"{latest[0]}:{latest[1]}",
-        "unsigned_sagas": summary.unsigned_sagas,
-        "unsigned_tails": summary.unsigned_tails,
-        "unsigned_events": summary.unsigned_events,
-        "keys_pinned": pinned,
-        "seconds": round(summary.seconds, 3),
-    }
-
-
-def _print_summary(summary: AuditSummary, *, pinned: bool, every_saga: bool) -> None:
-    from sagacity.consumers.archive import AuditReason
-
-    if summary.failures:
-        click.echo(f"{'saga':<40} {'seq':>8}  {'reason':<34} detail")
-        for f in summary.failures:
-            click.echo(f"{f.saga_id:<40} {f.bad_seq or '-':>8}  {f.reason or '':<34} {f.detail}")
-        click.echo("")
-    if summary.unsigned:
-        click.echo(f"{'saga (passed, not all signed)':<40} {'unsigned seqs':>17}")
-        for u in summary.unsigned:
-            first = u.head_seq - u.unsigned + 1
-            click.echo(f"{u.saga_id:<40} {f'{first}..{u.head_seq}':>17}")
-        click.echo("")
-    if summary.rounds.failed:
-        click.echo(f"{'signing round':>13}  {'reason':<20} detail")
-        for round_id, (reason, detail) in sorted(summary.rounds.failed.items())[:20]:
-            click.echo(f"{round_id:>13}  {reason.value:<20} {detail}")
-        click.echo("")
-    if summary.retention.failed:
-        click.echo(f"{'retention record':<30} detail")
-        for name, detail in sorted(summary.retention.failed.items())[:20]:
-            click.echo(f"{name:<30} {detail}")
-        click.echo("")
-    rate = summary.events / summary.seconds if summary.seconds else 0.0
-    click.echo(f"{'sagas verified':<22} {summary.sagas:>12,}")
-    click.echo(f"{'sagas ok':<22} {summary.ok:>12,}")
-    click.echo(f"{'sagas failed':<22} {summary.sagas - summary.ok:>12,}")
-    for reason, count in sorted(summary.by_reason.items()):
-        click.echo(f"{'  ' + reason.value:<22} {count:>12,}")
-    click.echo(f"{'events':<22} {summary.events:>12,}")
-    click.echo(f"{'checkpoints verified':<22} {summary.checkpoints:>12,}")
-    click.echo(f"{'unsigned sagas':<22} {summary.unsigned_sagas:>12,}")
-    click.echo(f"{'unsigned tails':<22} {summary.unsigned_tails:>12,}")
-    click.echo(f"{'  unsigned events':<22} {summary.unsigned_events:>12,}")
-    click.echo(f"{'signing rounds':<22} {summary.rounds.rounds:>12,}")
-    click.echo(f"{'  failed':<22} {len(summary.rounds.failed):>12,}")
-    click.echo(f"{'retention records':<22} {summary.retention.records:>12,}")
-    click.echo(f"{'  records failed':<22} {len(summary.retention.failed):>12,}")
-    if every_saga and summary.rounds.latest is not None:
-        round_id, root = summary.rounds.latest
-        click.echo(f"latest signing round: {round_id}:{root}  (record it; pass it as --round)")
-    click.echo(f"{'seconds':<22} {summary.seconds:>12.2f}")
-    click.echo(f"{'events per second':<22} {rate:>12,.0f}")
-    if not pinned:
-        click.echo("note: checkpoint keys were read from the archive itself; pass --public-key")
-    if summary.nothing_signed:
-        click.echo("FAILED: nothing in the archive is signed by the pinned key(s)")
-    elif summary.unsigned_sagas or summary.unsigned_tails:
-        unsigned = summary.unsigned_sagas + summary.unsigned_tails
-        if summary.by_reason.get(AuditReason.UNSIGNED):
-            click.echo(f"FAILED: {unsigned} saga(s) end in events no checkpoint covers")
-        else:
-            click.echo(
-                f"note: {unsigned} saga(s) end in events no checkpoint covers (normal until "
-                "the next signing round); --require-signed fails them"
-            )
 
 
 @click.command()
@@ -489,9 +370,9 @@ def replay(
             keys.close()
     sealed = _sealed_unopened(chains)
     if as_json:
-        click.echo(json.dumps({**_replay_json(report), "sealed_unopened": sealed}, indent=2))
+        click.echo(json.dumps({**replay_json(report), "sealed_unopened": sealed}, indent=2))
     else:
-        _print_replay(report)
+        print_replay(report)
         if sealed:
             why = "their sagas were erased" if keys is not None else f"{KEK_SETTING} is not set"
             click.echo(
@@ -517,85 +398,21 @@ def _sealed_in_bundle(out: Path) -> int:
     return count
 
 
-def _print_replay(report: ReplayReport) -> None:
-    from sagacity.producer import ForkKind
-
-    bad = [s for s in report.sagas.values() if not s.ok]
-    if bad:
-        click.echo(f"{'saga':<40} {'topic':>7} {'archive':>7}  finding")
-        for s in bad:
-            findings = []
-            for label, seqs in (
-                ("missing", s.missing),
-                ("extra", s.extra),
-                ("differing", s.differing),
-            ):
-                if seqs:
-                    shown = ", ".join(map(str, seqs[:10])) + (" …" if len(seqs) > 10 else "")
-                    findings.append(f"{label}: {shown}")
-            findings += [f"{g.rule.value} at seq {g.seq}: {g.describe()}" for g in s.grammar[:3]]
-            click.echo(
-                f"{s.saga_id:<40} {s.topic_events:>7} {s.archive_events:>7}  {'; '.join(findings)}"
-            )
-        click.echo("")
-    rejected = [
-        (s.saga_id, r)
-        for s in report.sagas.values()
-        for r in s.rejected
-        if r.kind is not ForkKind.DUPLICATE
-    ]
-    if rejected:
-        click.echo("not in any chain (readers reject them; the archive quarantines them):")
-        for saga_id, r in rejected[:20]:
-            named = f" (its body names {r.entry.saga_id!r})" if r.kind is ForkKind.FOREIGN else ""
-            click.echo(
-                f"  {r.kind.value}: saga {saga_id} seq {r.entry.seq} at partition {r.partition}"
-                f" offset {r.offset}{named}: {r.detail}"
-            )
-        click.echo("")
-    for partition, offset, saga in report.unkeyed[:20]:
-        click.echo(
-            f"event without a text key at partition {partition} offset {offset} (body names "
-            f"{saga!r}): in no saga's chain"
-        )
-    for partition, offset, why in report.undecodable[:20]:
-        click.echo(f"undecodable message at partition {partition} offset {offset}: {why}")
-    counts = dict.fromkeys(ForkKind, 0)
-    for s in report.sagas.values():
-        for r in s.rejected:
-            counts[r.kind] += 1
-    click.echo(f"{'messages read':<22} {report.messages:>10,}")
-    click.echo(f"{'sagas':<22} {len(report.sagas):>10,}")
-    click.echo(f"{'sagas matching':<22} {len(report.sagas) - len(bad):>10,}")
-    click.echo(f"{'sagas differing':<22} {len(bad):>10,}")
-    told = sum(1 for s in report.sagas.values() if s.grammar)
-    click.echo(f"{'  impossible stories':<22} {told:>10,}")
-    click.echo(f"{'forked events':<22} {counts[ForkKind.FORK]:>10,}")
-    click.echo(f"{'foreign events':<22} {counts[ForkKind.FOREIGN] + len(report.unkeyed):>10,}")
-    click.echo(f"{'edited events':<22} {counts[ForkKind.EDITED]:>10,}")
-    click.echo(f"{'duplicate events':<22} {counts[ForkKind.DUPLICATE]:>10,}")
-    click.echo(f"{'undecodable messages':<22} {len(report.undecodable):>10,}")
-    if report.trimmed:
-        click.echo("note: the topic was trimmed by Kafka retention; older events are archive-only")
-
-
 @click.group()
 def audit() -> None:
     """Continuous auditing of an archive's log of signing rounds."""
 
 
-@audit.command()
-@database_options
-@click.option(
+_STATE_OPTION = click.option(
     "--state",
     required=True,
     type=click.Path(dir_okay=False, path_type=Path),
     help="This auditor's record of the rounds it saw (JSON lines), kept off the archive's "
     "host; created on the first run.",
 )
-@_KEY_OPTION
-@_WITNESS_OPTION
-@click.option(
+
+
+_PEER_OPTION = click.option(
     "--peer",
     "peers",
     multiple=True,
@@ -603,10 +420,9 @@ def audit() -> None:
     help="Another auditor's record to compare with (repeatable): a round it recorded must be "
     "the one this auditor (or the archive) holds.",
 )
-@click.option("--webhook", default=None, help="http(s) URL each alert is POSTed to (JSON).")
-@click.option("--once", is_flag=True, help="One pass, then exit (for cron and tests).")
-@click.option("--interval", default=60.0, show_default=True, help="Seconds between passes.")
-@click.option(
+
+
+_ERASURE_GRACE_OPTION = click.option(
     "--erasure-grace",
     "erasure_grace_s",
     default=900.0,
@@ -614,6 +430,18 @@ def audit() -> None:
     help="Seconds after a saga's data key was destroyed before its archived chain must hold "
     "the ERASED event (else alert erasure_unrecorded); negative: not checked.",
 )
+
+
+@audit.command()
+@database_options
+@_STATE_OPTION
+@_KEY_OPTION
+@_WITNESS_OPTION
+@_PEER_OPTION
+@click.option("--webhook", default=None, help="http(s) URL each alert is POSTed to (JSON).")
+@click.option("--once", is_flag=True, help="One pass, then exit (for cron and tests).")
+@click.option("--interval", default=60.0, show_default=True, help="Seconds between passes.")
+@_ERASURE_GRACE_OPTION
 @operator_public_key_option
 def watch(
     database_url: str,
@@ -631,13 +459,7 @@ def watch(
     """Record every signing round, check each extends the last one recorded (RFC 9162
     consistency proof) and alert on a fork: exit 1, a log line, the webhook.  A data key
     destroyed without an archived ERASED event is an alert too (erasure_unrecorded)."""
-    from sagacity.consumers.archive import (
-        AuditorState,
-        connect,
-        post_alerts,
-        trusted_keys,
-        watch_once,
-    )
+    from sagacity.consumers.archive import AuditorState, connect, trusted_keys, watch_once
     from sagacity.errors import SagacityError
 
     if interval <= 0:
@@ -660,79 +482,44 @@ def watch(
                     operator=operator,
                 )
         except SagacityError as exc:
-            fail(exc.message)
-        for signed in report.recorded:
-            click.echo(
-                f"round {signed.round_id} recorded: {signed.leaf_count} head(s), log of "
-                f"{signed.tree_size if signed.tree_size is not None else '-'}, root {signed.root}"
-            )
-        if report.alerts:
-            for alert in report.alerts:
-                click.echo(f"ALERT {alert.reason.value}: {alert.detail}", err=True)
-            if webhook is not None:
-                problem = post_alerts(webhook, report.alerts)
-                if problem is not None:
-                    click.echo(f"error: {problem}", err=True)
-            raise click.exceptions.Exit(EXIT_FAILED)
-        if report.latest is not None:
-            click.echo(f"consistent up to round {report.latest.round_id}:{report.latest.root}")
-        if not public_keys:
-            click.echo("note: round keys were read from the archive itself; pass --public-key")
-        if operator is None:
-            click.echo(
-                "note: no operator key is pinned: an ERASED with an operator signature counts "
-                "unverified; pass --operator-public-key"
-            )
+            fail(str(exc))
+        _print_watched(
+            report,
+            webhook=webhook,
+            keys_pinned=bool(public_keys),
+            operator_pinned=operator is not None,
+        )
         if once:
             return
         time.sleep(interval)
 
 
-def _replay_json(report: ReplayReport) -> dict[str, Any]:
-    bad = [s for s in report.sagas.values() if not s.ok]
-    return {
-        "ok": report.ok,
-        "topic": report.topic,
-        "messages": report.messages,
-        "sagas": len(report.sagas),
-        "sagas_matching": len(report.sagas) - len(bad),
-        "differing": [
-            {
-                "saga_id": s.saga_id,
-                "topic_events": s.topic_events,
-                "archive_events": s.archive_events,
-                "missing": s.missing,
-                "extra": s.extra,
-                "differing": s.differing,
-                "grammar": [
-                    {
-                        "finding": g.rule.value,
-                        "seq": g.seq,
-                        "detail": g.detail,
-                        "writer": g.writer,
-                    }
-                    for g in s.grammar
-                ],
-            }
-            for s in bad
-        ],
-        "rejected": [
-            {
-                "saga_id": s.saga_id,
-                "kind": r.kind.value,
-                "seq": r.entry.seq,
-                "partition": r.partition,
-                "offset": r.offset,
-                "detail": r.detail,
-            }
-            for s in report.sagas.values()
-            for r in s.rejected
-        ],
-        "unkeyed": [
-            {"partition": p, "offset": o, "body_saga_id": saga} for p, o, saga in report.unkeyed
-        ],
-        "undecodable": [
-            {"partition": p, "offset": o, "why": why} for p, o, why in report.undecodable
-        ],
-        "trimmed": report.trimmed,
-    }
+def _print_watched(
+    report: WatchReport, *, webhook: str | None, keys_pinned: bool, operator_pinned: bool
+) -> None:
+    """One pass of ``audit watch``: the rounds recorded, then the alerts (posted to the
+    webhook; exit 1) or how far the log is consistent."""
+    from sagacity.consumers.archive import post_alerts
+
+    for signed in report.recorded:
+        click.echo(
+            f"round {signed.round_id} recorded: {signed.leaf_count} head(s), log of "
+            f"{signed.tree_size if signed.tree_size is not None else '-'}, root {signed.root}"
+        )
+    if report.alerts:
+        for alert in report.alerts:
+            click.echo(f"ALERT {alert.reason.value}: {alert.detail}", err=True)
+        if webhook is not None:
+            problem = post_alerts(webhook, report.alerts)
+            if problem is not None:
+                click.echo(f"error: {problem}", err=True)
+        raise click.exceptions.Exit(EXIT_FAILED)
+    if report.latest is not None:
+        click.echo(f"consistent up to round {report.latest.round_id}:{report.latest.root}")
+    if not keys_pinned:
+        click.echo("note: round keys were read from the archive itself; pass --public-key")
+    if not operator_pinned:
+        click.echo(
+            "note: no operator key is pinned: an ERASED with an operator signature counts "
+            "unverified; pass --operator-public-key"
+        )

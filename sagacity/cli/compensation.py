@@ -6,6 +6,7 @@ import os
 
 import click
 
+from sagacity.cli._exit import FAILED, USAGE, CommandError
 from sagacity.cli._options import (
     bootstrap_servers_option,
     database_url_option,
@@ -66,31 +67,27 @@ def prune_claims(
             info = describe(admin, name, bootstrap=bootstrap_servers, timeout=10)
         except TopicNotFoundError:
             if name == topic:
-                click.echo(f"Error: topic {topic!r} does not exist", err=True)
-                raise SystemExit(2) from None
+                raise CommandError(f"topic {topic!r} does not exist", USAGE) from None
             continue  # no dead-letter topic: nothing was ever dead-lettered
         except SagacityError as exc:
-            click.echo(f"Error: {exc.message}", err=True)
-            raise SystemExit(3) from exc
+            raise CommandError.of(exc) from exc
         retentions[name] = int(info.config.get("retention.ms", str(7 * _DAY_S * 1000)))
     forever = [name for name, ms in retentions.items() if ms < 0]
     if forever:
-        click.echo(
-            f"Refused: {', '.join(forever)} keeps events forever, so a request can be delivered "
+        raise CommandError(
+            f"refused: {', '.join(forever)} keeps events forever, so a request can be delivered "
             "again at any time and no claim can be pruned safely",
-            err=True,
+            FAILED,
         )
-        raise SystemExit(1)
     floor_s = max(retentions.values()) / 1000
     age_s = floor_s if older_than is None else parse_duration(older_than)
     if age_s < floor_s:
-        click.echo(
-            f"Refused: {older_than} is shorter than the topics' retention "
+        raise CommandError(
+            f"refused: {older_than} is shorter than the topics' retention "
             f"({floor_s / _DAY_S:g} days): a request still on a topic could be redelivered and "
             "find no claim",
-            err=True,
+            FAILED,
         )
-        raise SystemExit(1)
     try:
         journal = journal_identity(
             topic=topic,
@@ -99,13 +96,11 @@ def prune_claims(
         )
         store = claim_store(database_url, instance="prune-claims", journal=journal)
     except SagacityError as exc:
-        click.echo(f"Error: {exc.message}", err=True)
-        raise SystemExit(3) from exc
+        raise CommandError.of(exc) from exc
     try:
         count = store.prune(older_than_s=age_s, apply=apply)
     except PersistenceError as exc:
-        click.echo(f"Error: {exc.message}", err=True)
-        raise SystemExit(3) from exc
+        raise CommandError.of(exc) from exc
     finally:
         store.close()
     days = f"{age_s / _DAY_S:g} days"

@@ -24,7 +24,8 @@ from sagacity.errors import SagacityError
     "--run-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Directory for the services' logs and the approver's token (default: a new temp dir).",
+    help="Directory for the services' logs (default: a new temp dir); the keys and the "
+    "approver's token the run makes there are deleted at its end.",
 )
 @click.option(
     "--compensation-tools",
@@ -68,22 +69,13 @@ def demo(
 
     # SIGTERM unwinds like ^C, so the services the demo started are stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    bootstrap = os.environ.get("SAGACITY_BOOTSTRAP_SERVERS")
-    dsn = os.environ.get("SAGACITY_DATABASE_URL")
     try:
-        if not bootstrap or not dsn:
-            from sagacity.dev import Stack
-
-            endpoints = Stack().up(kafka=not bootstrap, postgres=not dsn)
-            bootstrap = bootstrap or endpoints.bootstrap_servers
-            dsn = dsn or endpoints.database_url
-            click.echo("local stack up (`sagacity dev down` stops it)", err=True)
-        assert bootstrap is not None
-        assert dsn is not None
+        bootstrap, dsn, kek = _stack()
         run(
             DemoSettings(
                 bootstrap_servers=bootstrap,
                 database_url=dsn,
+                key_encryption_key=kek,
                 topic=topic or topic_from_env(),
                 run_id=run_id,
                 run_dir=run_dir,
@@ -101,3 +93,22 @@ def demo(
         raise click.exceptions.Exit(1) from exc
     except SagacityError as exc:
         raise CommandError.of(exc) from exc
+
+
+def _stack() -> tuple[str, str, Path | None]:
+    """The broker, the database and the key-encryption key the demo runs with: the variables'
+    when set, else the checkout's local stack's (brought up, and left running)."""
+    bootstrap = os.environ.get("SAGACITY_BOOTSTRAP_SERVERS")
+    dsn = os.environ.get("SAGACITY_DATABASE_URL")
+    kek = os.environ.get("SAGACITY_KEY_ENCRYPTION_KEY_FILE") or None
+    if not bootstrap or not dsn:
+        from sagacity.dev import Stack
+
+        endpoints = Stack().up(kafka=not bootstrap, postgres=not dsn)
+        bootstrap = bootstrap or endpoints.bootstrap_servers
+        dsn = dsn or endpoints.database_url
+        kek = kek or (str(endpoints.key_encryption_key) if endpoints.key_encryption_key else None)
+        click.echo("local stack up (`sagacity dev down` stops it)", err=True)
+    assert bootstrap is not None
+    assert dsn is not None
+    return bootstrap, dsn, Path(kek) if kek else None

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from sagacity.cli._exit import USAGE, CommandError
 from sagacity.errors import DevStackError
 
 
@@ -52,7 +53,7 @@ def up(kafka: bool, postgres: bool, brokers: int | None, secure: bool) -> None:
             secure=secure or (stack.secured and kafka),
         )
     except DevStackError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise CommandError.of(exc) from exc
     elapsed = time.monotonic() - began
     for name in ("kafka", "postgres"):
         if not {"kafka": kafka, "postgres": postgres}[name]:
@@ -75,11 +76,11 @@ def credentials(principal: str) -> None:
 
     security = Stack().security()
     if security is None:
-        raise click.ClickException("this stack is not secured: start it with --secure")
+        raise CommandError("this stack is not secured: start it with --secure", USAGE)
     try:
         lines = security.export_lines(principal)
     except DevStackError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise CommandError.of(exc) from exc
     for line in lines:
         click.echo(line)
 
@@ -126,7 +127,7 @@ def _cluster() -> Any:
     try:
         return Stack().cluster()
     except DevStackError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise CommandError.of(exc) from exc
 
 
 def _node_command(name: str, summary: str) -> Callable[[Callable[[Any, int], str]], Any]:
@@ -138,7 +139,7 @@ def _node_command(name: str, summary: str) -> Callable[[Callable[[Any, int], str
             try:
                 click.echo(action(cluster, node))
             except DevStackError as exc:
-                raise click.ClickException(str(exc)) from exc
+                raise CommandError.of(exc) from exc
 
         return command
 

@@ -108,7 +108,7 @@ def erase(
         pinned = verifier_from_env()
         approvals = approvals_from_env()
     except ConfigurationError as exc:
-        raise click.UsageError(exc.message) from exc
+        raise click.UsageError(str(exc)) from exc
     env = dict(os.environ)
     env["SAGACITY_DATABASE_URL"] = database_url
     if bootstrap:
@@ -119,7 +119,7 @@ def erase(
     try:
         settings = kafka_settings_from_env(env)
     except ConfigurationError as exc:
-        raise click.UsageError(f"{exc.message} (or pass --bootstrap-servers)") from exc
+        raise click.UsageError(f"{exc} (or pass --bootstrap-servers)") from exc
     store = PostgresKeyStore(database_url)
     try:
         keys = key_service_from_env(env)
@@ -168,9 +168,9 @@ def erase(
 def _stop(exc: SagacityError) -> NoReturn:
     """Say why the command stopped and exit with the status of its kind."""
     if isinstance(exc, ErasureRefusedError):
-        click.echo(f"Refused: {exc.message}", err=True)
+        click.echo(f"Refused: {exc}", err=True)
         raise SystemExit(FAILED) from exc
-    click.echo(f"error: {exc.message}", err=True)
+    click.echo(f"error: {exc}", err=True)
     unavailable = isinstance(exc, JournalUnavailableError | PersistenceUnavailableError)
     raise SystemExit(UNAVAILABLE if unavailable else USAGE) from exc
 
@@ -181,24 +181,27 @@ def _seqs(plan: ErasurePlan) -> str:
 
 
 def _print_plan(plan: ErasurePlan) -> None:
+    """What ``--apply`` would do, said as such (nothing has been done)."""
     key = {
-        "live": f"live (wrapped under KEK {plan.kek_id}): destroyed",
-        "destroyed": "destroyed already (an erasure began): the rest is completed",
-        "none": "none (nothing of the saga was sealed): the saga is marked erased",
+        "live": f"live (wrapped under KEK {plan.kek_id}): would be destroyed",
+        "destroyed": "destroyed already (an erasure began): the rest would be completed",
+        "none": "none (nothing of the saga was sealed): the saga would be marked erased",
     }[plan.key]
     click.echo(f"saga {plan.saga_id}: {plan.events} events on its chain")
-    click.echo(f"  data fields erased: {plan.field_count} ({_seqs(plan)})")
+    click.echo(f"  data fields to erase: {plan.field_count} ({_seqs(plan)})")
     click.echo(f"  data key: {key}")
     click.echo(
         f"  archive: the openings of its {plan.archived} archived events and its quarantined "
-        "messages cleared"
+        "messages would be cleared"
     )
-    click.echo("  services: its approval requests' payloads and compensation claims cleared")
+    click.echo(
+        "  services: its approval requests' payloads and compensation claims would be cleared"
+    )
     click.echo(
         "  chain: ERASED is on it already"
         if plan.recorded
-        else "  chain: ERASED appended (actor, reason, the fields, the key's KEK id), signed "
-        "with the operator key"
+        else "  chain: ERASED would be appended (actor, reason, the fields, the key's KEK id), "
+        "signed with the operator key"
     )
     _print_ignored(plan)
 

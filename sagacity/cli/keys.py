@@ -32,9 +32,10 @@ def init(out: Path) -> None:
     from sagacity.keys import write_key_encryption_key
 
     kek = write_key_encryption_key(out)
-    click.echo(f"key-encryption key: {out}")
+    path = out.resolve()  # the variable names it from wherever a process starts
+    click.echo(f"key-encryption key: {path}")
     click.echo(f"key id:             {kek.key_id}")
-    click.echo(f"{KEK_SETTING}={out}")
+    click.echo(f"{KEK_SETTING}={path}")
 
 
 def _current_option(func: click.decorators.FC) -> click.decorators.FC:
@@ -135,8 +136,8 @@ def operator_keygen(out: Path) -> None:
     try:
         signer = generate_key(out)
     except SigningKeyError as exc:
-        raise CommandError(exc.message, USAGE) from exc
-    click.echo(f"operator key: {out}")
+        raise CommandError(str(exc), USAGE) from exc
+    click.echo(f"operator key: {out.resolve()}")
     click.echo(f"key id:       {signer.key_id}")
-    click.echo(f"SAGACITY_OPERATOR_SIGNING_KEY={out}")
+    click.echo(f"SAGACITY_OPERATOR_SIGNING_KEY={out.resolve()}")
     click.echo(f"SAGACITY_OPERATOR_PUBLIC_KEY={signer.public_hex}")

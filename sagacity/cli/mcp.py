@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from sagacity.cli._exit import CommandError
 from sagacity.cli.serve_mcp import mcp_adapter, sagacity_for, serve, serving, serving_options
 
 
@@ -25,15 +26,13 @@ def upstream_options(fn: Any) -> Any:
                 default=None,
                 envvar="SAGACITY_MCP_UPSTREAM",
                 metavar='"CMD ARGS"',
-                help="The upstream server's command line (stdio), split like a shell. "
-                "[env: SAGACITY_MCP_UPSTREAM]",
+                help="The upstream server's command line (stdio), split like a shell.",
             ),
             click.option(
                 "--upstream-url",
                 default=None,
                 envvar="SAGACITY_MCP_UPSTREAM_URL",
-                help="The upstream server's streamable HTTP endpoint. "
-                "[env: SAGACITY_MCP_UPSTREAM_URL]",
+                help="The upstream server's streamable HTTP endpoint.",
             ),
             click.option(
                 "--upstream-header",
@@ -49,8 +48,7 @@ def upstream_options(fn: Any) -> Any:
                 default=30.0,
                 show_default=True,
                 envvar="SAGACITY_MCP_UPSTREAM_TIMEOUT_S",
-                help="Seconds one upstream call may take; longer is journaled FAILED. "
-                "[env: SAGACITY_MCP_UPSTREAM_TIMEOUT_S]",
+                help="Seconds one upstream call may take; longer is journaled FAILED.",
             ),
             click.option(
                 "--policy",
@@ -58,8 +56,7 @@ def upstream_options(fn: Any) -> Any:
                 type=click.Path(exists=True, dir_okay=False, path_type=Path),
                 required=True,
                 envvar="SAGACITY_MCP_POLICY",
-                help="The tool policy (TOML): each upstream tool's reversibility and undo. "
-                "[env: SAGACITY_MCP_POLICY]",
+                help="The tool policy (TOML): each upstream tool's reversibility and undo.",
             ),
         ]
     ):
@@ -107,7 +104,7 @@ def connect_upstream(
             upstream.close()
             raise
     except SagacityError as exc:
-        raise click.ClickException(exc.message) from exc
+        raise CommandError.of(exc) from exc
     return upstream, tools
 
 
@@ -145,6 +142,6 @@ def proxy(
         adapter.register(sagacity, tools)
         serve(settings, sagacity, proxied=tools)
     except SagacityError as exc:
-        raise click.ClickException(exc.message) from exc
+        raise CommandError.of(exc) from exc
     finally:
         upstream.close()

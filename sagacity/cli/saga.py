@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from sagacity.cli._db_options import database_options, fail
+from sagacity.cli._exit import FAILED, CommandError
 from sagacity.cli._options import parse_duration
 from sagacity.cli.approvals import DEFAULT_URL as APPROVALS_URL
 from sagacity.cli.approvals import _Client as ApprovalsClient
@@ -102,20 +103,17 @@ def takeover_cmd(
     try:
         settings = kafka_settings_from_env(env)
     except ConfigurationError as exc:
-        raise click.UsageError(f"{exc.message} (or pass --bootstrap-servers)") from exc
+        raise click.UsageError(f"{exc} (or pass --bootstrap-servers)") from exc
     try:
         journal = kafka_journal(settings)
-    except JournalError as exc:
-        click.echo(f"Error: {exc.message}", err=True)
-        raise SystemExit(3) from exc
+    except JournalError as exc:  # unreachable: 3; no such topic, or refused its ACL: 2
+        raise CommandError.of(exc) from exc
     try:
         done = journal.take_over(saga_id, reason=reason, force=force, actor=actor or _operator())
     except JournalUnavailableError as exc:
-        click.echo(f"Error: {exc.message}", err=True)
-        raise SystemExit(3) from exc
+        raise CommandError.of(exc) from exc
     except SagacityError as exc:
-        click.echo(f"Refused: {exc.message}", err=True)
-        raise SystemExit(1) from exc
+        raise CommandError(f"refused: {exc}", FAILED) from exc
     finally:
         journal.close()
     lease = done.lease
@@ -178,7 +176,7 @@ def sweep_cmd(
     try:
         settings = kafka_settings_from_env(env)
     except ConfigurationError as exc:
-        raise click.UsageError(f"{exc.message} (or pass --bootstrap-servers)") from exc
+        raise click.UsageError(f"{exc} (or pass --bootstrap-servers)") from exc
     try:
         with connect(conninfo(database_url, schema)) as conn:
             candidates = quiet_sagas(conn, topic=settings.topic, older_than_s=seconds, limit=limit)
@@ -189,9 +187,8 @@ def sweep_cmd(
         return
     try:
         journal = kafka_journal(settings)
-    except JournalError as exc:
-        click.echo(f"Error: {exc.message}", err=True)
-        raise SystemExit(3) from exc
+    except JournalError as exc:  # unreachable: 3; no such topic, or refused its ACL: 2
+        raise CommandError.of(exc) from exc
     try:
         results = sweep(
             journal,
@@ -201,8 +198,7 @@ def sweep_cmd(
             actor=_operator(),
         )
     except JournalUnavailableError as exc:
-        click.echo(f"Error: {exc.message}", err=True)
-        raise SystemExit(3) from exc
+        raise CommandError.of(exc) from exc
     finally:
         journal.close()
     quiet = {c.saga_id: c for c in candidates}
@@ -232,7 +228,7 @@ def sweep_cmd(
     envvar="SAGACITY_APPROVALS_URL",
     default=APPROVALS_URL,
     show_default=True,
-    help="The approvals service ($SAGACITY_APPROVALS_URL).",
+    help="The approvals service.",
 )
 @click.option(
     "--token-file",
@@ -283,8 +279,7 @@ def operator_key_option(func: F) -> F:
         envvar="SAGACITY_OPERATOR_SIGNING_KEY",
         type=click.Path(dir_okay=False, path_type=Path),
         default=None,
-        help="The operator's private key (from `sagacity keys operator-keygen`) "
-        "[default: $SAGACITY_OPERATOR_SIGNING_KEY].",
+        help="The operator's private key (from `sagacity keys operator-keygen`).",
     )(func)
 
 
@@ -305,7 +300,7 @@ def load_operator_key(path: Path | None) -> OperatorSigner:
     try:
         return OperatorSigner.from_file(path)
     except SigningKeyError as exc:
-        raise click.UsageError(f"--operator-key: {exc.message}") from exc
+        raise click.UsageError(f"--operator-key: {exc}") from exc
 
 
 @saga.command("compensate")
@@ -352,17 +347,16 @@ def compensate_cmd(
     try:
         pinned = verifier_from_env(env)
     except ConfigurationError as exc:
-        raise click.UsageError(exc.message) from exc
+        raise click.UsageError(str(exc)) from exc
     try:
         settings = kafka_settings_from_env(env)
     except ConfigurationError as exc:
-        raise click.UsageError(f"{exc.message} (or pass --bootstrap-servers)") from exc
+        raise click.UsageError(f"{exc} (or pass --bootstrap-servers)") from exc
     keys = key_service_from_env(env)
     try:
         journal = kafka_journal(settings, keys=keys)
-    except JournalError as exc:
-        click.echo(f"Error: {exc.message}", err=True)
-        raise SystemExit(3) from exc
+    except JournalError as exc:  # unreachable: 3; no such topic, or refused its ACL: 2
+        raise CommandError.of(exc) from exc
     try:
         entry = request_compensation(
             journal,
@@ -373,11 +367,9 @@ def compensate_cmd(
             operator=pinned,
         )
     except JournalUnavailableError as exc:
-        click.echo(f"Error: {exc.message}", err=True)
-        raise SystemExit(3) from exc
+        raise CommandError.of(exc) from exc
     except (CompensationRefusedError, TailMovedError) as exc:
-        click.echo(f"Refused: {exc.message}", err=True)
-        raise SystemExit(1) from exc
+        raise CommandError(f"refused: {exc}", FAILED) from exc
     finally:
         journal.close()
         if keys is not None:

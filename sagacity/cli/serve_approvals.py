@@ -10,9 +10,9 @@ from sagacity._defaults import DEFAULT_APPROVALS_GROUP
 from sagacity.cli._options import (
     group_option,
     host_option,
-    log_level_option,
     port_option,
     service_envvars,
+    service_options,
     topic_option,
 )
 
@@ -144,7 +144,7 @@ def _env(name: str) -> list[str]:
     default=None,
     help="The console's address as people reach it, for links [default: http://HOST:PORT].",
 )
-@log_level_option("APPROVALS")
+@service_options("APPROVALS")
 def approvals(
     tools: tuple[str, ...],
     host: str,

@@ -12,8 +12,8 @@ from sagacity.cli._options import (
     bootstrap_servers_option,
     group_option,
     host_option,
-    log_level_option,
     port_option,
+    service_options,
     topic_option,
 )
 
@@ -60,7 +60,7 @@ from sagacity.cli._options import (
     "ARCHIVE", default=None, old="METRICS", help="Serve /metrics and /healthz on this port."
 )
 @host_option("ARCHIVE", default="127.0.0.1", old="METRICS")
-@log_level_option("ARCHIVE")
+@service_options("ARCHIVE")
 def archive(
     bootstrap_servers: str,
     database_url: str,

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -13,10 +14,13 @@ from sagacity.cli._options import (
     database_url_option,
     group_option,
     host_option,
-    log_level_option,
     port_option,
+    service_options,
     topic_option,
 )
+
+if TYPE_CHECKING:
+    from sagacity.consumers.compensation import CompensationSettings
 
 
 @click.command()
@@ -110,7 +114,7 @@ from sagacity.cli._options import (
 )
 @host_option("COMPENSATION", default="127.0.0.1", old="HTTP")
 @click.option("--dlq-topic", envvar="SAGACITY_COMPENSATION_DLQ_TOPIC", default=None)
-@log_level_option("COMPENSATION")
+@service_options("COMPENSATION")
 def compensation(
     tools: tuple[str, ...],
     mcp_upstream: str | None,
@@ -138,9 +142,9 @@ def compensation(
     import os
     import signal
 
-    from sagacity._env import client_settings, read_index_settings_from_env
+    from sagacity._env import client_settings, starting_keys
     from sagacity.consumers import configure_logging as configure
-    from sagacity.consumers import log_hot_path
+    from sagacity.consumers import import_tools, log_hot_path
     from sagacity.producer import BrokerCheck
     from sagacity.tracing import configure_from_env as configure_tracing
 
@@ -151,62 +155,36 @@ def compensation(
     # is reported within 10 s of the command however slowly the start-up goes.
     broker = BrokerCheck({**client, "bootstrap.servers": bootstrap_servers})
 
-    from pydantic import ValidationError
+    from sagacity.consumers.compensation import CompensationService
 
-    from sagacity.consumers.compensation import CompensationService, CompensationSettings
-    from sagacity.errors import ConfigurationError
-
-    register = None
-    upstream = None
+    upstream, register = None, None
     if mcp_upstream is not None or mcp_upstream_url is not None:
-        from sagacity.cli.mcp import connect_upstream
-
         if policy_file is None:
             raise click.UsageError("--mcp-upstream needs --policy (the tool policy)")
-        upstream, proxied = connect_upstream(
-            upstream_command=mcp_upstream,
-            upstream_url=mcp_upstream_url,
-            upstream_headers=mcp_upstream_headers,
-            upstream_timeout_s=timeout_s,
-            policy_file=policy_file,
+        upstream, register = _proxied_tools(
+            mcp_upstream, mcp_upstream_url, mcp_upstream_headers, timeout_s, policy_file
         )
-
-        def register(sagacity: Any) -> None:
-            from sagacity.adapters.mcp import register as register_proxied
-
-            register_proxied(sagacity, proxied)
-
     elif not tools:
         raise click.UsageError("give the tools with --tools (or --mcp-upstream and --policy)")
-    try:
-        settings = CompensationSettings(
-            bootstrap_servers=bootstrap_servers,
-            database_url=database_url,
-            tools=tools,
-            topic=topic,
-            group_id=group,
-            instance_id=instance_id,
-            compensation_timeout_s=timeout_s,
-            concurrency=concurrency,
-            handoff_grace_s=handoff_grace,
-            session_timeout_ms=session_timeout_ms,
-            http_host=host,
-            http_port=port,
-            dlq_topic=dlq_topic,
-            client=client,
-            read_index=read_index_settings_from_env(os.environ, database_url=database_url),
-            approvals_public_key=os.environ.get("SAGACITY_APPROVALS_PUBLIC_KEY") or None,
-            writer_key=os.environ.get("SAGACITY_COMPENSATION_WRITER_KEY")
-            or os.environ.get("SAGACITY_WRITER_KEY")
-            or None,
-        )
-    except ValidationError as exc:
-        raise ConfigurationError(f"invalid settings: {exc}") from exc
-    from sagacity._env import starting_keys
-
-    # Sealed sagas are opened through the key service (docs/adr/0019-erasure.md §3): a missing
-    # or malformed key-encryption key file stops the start-up, naming the setting; stored keys
-    # under a KEK not held are warned of (those sagas' events fail one by one).
+    settings = _settings(
+        bootstrap_servers=bootstrap_servers,
+        database_url=database_url,
+        tools=tools,
+        topic=topic,
+        group_id=group,
+        instance_id=instance_id,
+        compensation_timeout_s=timeout_s,
+        concurrency=concurrency,
+        handoff_grace_s=handoff_grace,
+        session_timeout_ms=session_timeout_ms,
+        http_host=host,
+        http_port=port,
+        dlq_topic=dlq_topic,
+        client=client,
+    )
+    import_tools(tools)  # a target that cannot be imported stops it before anything connects
+    # Sealed sagas are opened through the key service (docs/adr/0019-erasure.md §3): no KEK, or
+    # a bad one, stops the start-up; keys under a KEK not held are warned of (one by one).
     with starting_keys({"SAGACITY_DATABASE_URL": database_url, **os.environ}) as keys:
         service = CompensationService(settings, register=register, keys=keys)
         broker.result()
@@ -225,3 +203,59 @@ def compensation(
             upstream.close()
         if keys is not None:
             keys.close()
+
+
+def _proxied_tools(
+    command: str | None,
+    url: str | None,
+    headers: tuple[str, ...],
+    timeout_s: float,
+    policy_file: Path,
+) -> tuple[Any, Callable[[Any], None]]:
+    """The upstream MCP server's connection, and what registers its tools (declared by the
+    tool policy) on each ``Sagacity`` the service makes."""
+    from sagacity.cli.mcp import connect_upstream
+
+    upstream, proxied = connect_upstream(
+        upstream_command=command,
+        upstream_url=url,
+        upstream_headers=headers,
+        upstream_timeout_s=timeout_s,
+        policy_file=policy_file,
+    )
+
+    def register(sagacity: Any) -> None:
+        from sagacity.adapters.mcp import register as register_proxied
+
+        register_proxied(sagacity, proxied)
+
+    return upstream, register
+
+
+def _settings(*, database_url: str, **options: Any) -> CompensationSettings:
+    """The service's settings from the options, and from the environment the read index,
+    the pinned approvals key and the writer key.
+
+    Raises:
+        ConfigurationError: a setting is invalid.
+    """
+    import os
+
+    from pydantic import ValidationError
+
+    from sagacity._env import read_index_settings_from_env
+    from sagacity.consumers.compensation import CompensationSettings
+    from sagacity.errors import ConfigurationError
+
+    try:
+        return CompensationSettings(
+            database_url=database_url,
+            **options,
+            read_index=read_index_settings_from_env(os.environ, database_url=database_url),
+            approvals_public_key=os.environ.get("SAGACITY_APPROVALS_PUBLIC_KEY") or None,
+            writer_key=os.environ.get("SAGACITY_COMPENSATION_WRITER_KEY")
+            or os.environ.get("SAGACITY_WRITER_KEY")
+            or None,
+        )
+    except ValidationError as exc:
+        raise ConfigurationError(f"invalid settings: {exc}") from exc

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from sagacity._defaults import DEFAULT_TOPIC
-from sagacity.cli._options import service_envvars
+from sagacity.cli._exit import CommandError
+from sagacity.cli._options import allow_clear_data_option, service_envvars
 
 if TYPE_CHECKING:
     from sagacity import Sagacity
@@ -37,6 +38,7 @@ class Serving:
     bootstrap_servers: str
     topic: str
     approvals_url: str | None
+    approvals_public_url: str | None
     idle_timeout_s: float
     compensation: str
     log_level: str
@@ -52,14 +54,14 @@ def serving_options(fn: F) -> F:
             show_default=True,
             envvar="SAGACITY_MCP_TRANSPORT",
             help="stdio for a host that starts the server; http (streamable HTTP at /mcp) for "
-            "remote clients. [env: SAGACITY_MCP_TRANSPORT]",
+            "remote clients.",
         ),
         click.option(
             "--host",
             default="127.0.0.1",
             show_default=True,
             envvar="SAGACITY_MCP_HOST",
-            help="[env: SAGACITY_MCP_HOST]",
+            help="Listen address of --transport http.",
         ),
         click.option(
             "--port",
@@ -67,7 +69,7 @@ def serving_options(fn: F) -> F:
             default=8086,
             show_default=True,
             envvar="SAGACITY_MCP_PORT",
-            help="[env: SAGACITY_MCP_PORT]",
+            help="Port of --transport http (the endpoint is /mcp).",
         ),
         click.option(
             "--auth",
@@ -76,36 +78,34 @@ def serving_options(fn: F) -> F:
             envvar="SAGACITY_MCP_AUTH",
             default=None,
             help='The principals file: its agents (role = "agent") are the callers, each '
-            "served its own tools; required for http. [env: SAGACITY_MCP_AUTH]",
+            "served its own tools; required for http.",
         ),
         click.option(
             "--token-file",
             type=click.Path(exists=True, dir_okay=False, path_type=Path),
             envvar="SAGACITY_MCP_TOKEN_FILE",
             default=None,
-            help="stdio with --auth: the file holding the token of the agent this server acts "
-            "for. [env: SAGACITY_MCP_TOKEN_FILE]",
+            help="stdio with --auth: the file holding the token of the agent this server acts for.",
         ),
         click.option(
             "--bootstrap-servers",
             envvar=service_envvars("MCP", "BOOTSTRAP_SERVERS"),
             required=True,
-            help="Kafka bootstrap servers. [env: SAGACITY_MCP_BOOTSTRAP_SERVERS, "
-            "SAGACITY_BOOTSTRAP_SERVERS]",
+            help="Kafka bootstrap servers.",
         ),
         click.option(
             "--topic",
             envvar=service_envvars("MCP", "TOPIC"),
             default=DEFAULT_TOPIC,
             show_default=True,
-            help="Journal topic. [env: SAGACITY_MCP_TOPIC, SAGACITY_TOPIC]",
+            help="Journal topic.",
         ),
         click.option(
             "--approvals-url",
             envvar="SAGACITY_APPROVALS_URL",
             default=None,
-            help="The approvals service, for the approval_url of gated calls. "
-            "[env: SAGACITY_APPROVALS_URL]",
+            help="The approvals service as this server reaches it: a gated call's "
+            "approval_api_url.",
         ),
         click.option(
             "--idle-timeout",
@@ -114,8 +114,7 @@ def serving_options(fn: F) -> F:
             default=300.0,
             show_default=True,
             envvar="SAGACITY_MCP_IDLE_TIMEOUT_S",
-            help="Seconds a session's saga may go without a call before it is ended. "
-            "[env: SAGACITY_MCP_IDLE_TIMEOUT_S]",
+            help="Seconds a session's saga may go without a call before it is ended.",
         ),
         click.option(
             "--compensation",
@@ -123,20 +122,30 @@ def serving_options(fn: F) -> F:
             default="delegated",
             show_default=True,
             envvar="SAGACITY_MCP_COMPENSATION",
-            help="delegated: the compensation service undoes failed sagas; inline: this "
-            "process. [env: SAGACITY_MCP_COMPENSATION]",
+            help="delegated: the compensation service undoes failed sagas; inline: this process.",
         ),
         click.option(
             "--log-level",
             default="INFO",
             show_default=True,
             envvar="SAGACITY_MCP_LOG_LEVEL",
-            help="[env: SAGACITY_MCP_LOG_LEVEL]",
+            help="Log records at this level and above, as JSON lines on stderr.",
         ),
     ]
     for option in reversed(options):
         fn = option(fn)
-    return fn
+    return _approvals_public_url(allow_clear_data_option(fn))
+
+
+def _approvals_public_url(fn: F) -> F:
+    """``--approvals-public-url``: where a gated call's ``approval_url`` points people."""
+    return click.option(
+        "--approvals-public-url",
+        envvar="SAGACITY_APPROVALS_PUBLIC_URL",
+        default=None,
+        help="The approvals service as people reach it (its --public-url): a gated call's "
+        "approval_url is the console's page for the request there [default: --approvals-url].",
+    )(fn)
 
 
 def serving(**options: Any) -> Serving:
@@ -167,13 +176,10 @@ def serving(**options: Any) -> Serving:
 
 
 def mcp_adapter() -> Any:
-    """``sagacity.adapters.mcp``, or one line naming the extra it needs."""
-    try:
-        from sagacity.adapters import mcp as adapter
-    except ImportError as exc:
-        raise click.ClickException(
-            f"the MCP commands need the mcp extra: pip install 'sagacity[services,mcp]' ({exc})"
-        ) from exc
+    """``sagacity.adapters.mcp``; without the SDK, the root command says which extra to
+    install in one line, exit 2, as every command does (:mod:`sagacity.cli._extras`)."""
+    from sagacity.adapters import mcp as adapter
+
     return adapter
 
 
@@ -208,13 +214,14 @@ def serve(
         server = adapter.SagacityMCP(
             sagacity,
             approvals_url=serving.approvals_url,
+            approvals_public_url=serving.approvals_public_url,
             idle_timeout_s=serving.idle_timeout_s,
             proxied=proxied or (),
         )
         auth = _agents(serving.auth_file) if serving.auth_file is not None else None
         token = _agent_token(auth, serving.token_file) if serving.token_file is not None else None
     except SagacityError as exc:
-        raise click.ClickException(exc.message) from exc
+        raise CommandError.of(exc) from exc
     log_hot_path()
     if serving.transport == "stdio":
         server.run_stdio(auth.agent if auth is not None else None, token)
@@ -279,7 +286,7 @@ def _agent_token(auth: AuthFile | None, path: Path) -> str:
     envvar="SAGACITY_MCP_TOOLS",
     metavar="package.module:attr",
     help="Tools to serve (an object with @compensable methods, a function, or a class "
-    "instantiated without arguments); repeatable. [env: SAGACITY_MCP_TOOLS]",
+    "instantiated without arguments); repeatable.",
 )
 @serving_options
 def mcp(tools: tuple[str, ...], **options: Any) -> None:
@@ -299,5 +306,5 @@ def mcp(tools: tuple[str, ...], **options: Any) -> None:
         for obj in load_tools(tools):
             sagacity.wrap(obj)
     except SagacityError as exc:
-        raise click.ClickException(exc.message) from exc
+        raise CommandError.of(exc) from exc
     serve(settings, sagacity)

@@ -19,7 +19,15 @@ from sagacity.errors import (
 
 
 def _connection(bootstrap: str | None) -> tuple[str, dict[str, str | int | float | bool]]:
+    """The brokers and client settings, once the brokers answer.
+
+    Raises:
+        click.UsageError: no bootstrap servers.
+        CommandError: the brokers do not answer within the services' start-up budget: one
+            line, exit 3 (:func:`sagacity.producer.check_reachable`).
+    """
     from sagacity._env import kafka_settings_from_env
+    from sagacity.producer import check_reachable, startup_timeout
 
     env = dict(os.environ)
     if bootstrap:
@@ -28,10 +36,15 @@ def _connection(bootstrap: str | None) -> tuple[str, dict[str, str | int | float
         settings = kafka_settings_from_env(env)
     except ConfigurationError as exc:
         raise click.UsageError(f"{exc} (or pass --bootstrap-servers)") from exc
-    return settings.bootstrap_servers, {
+    config: dict[str, str | int | float | bool] = {
         "bootstrap.servers": settings.bootstrap_servers,
         **settings.client,
     }
+    try:
+        check_reachable(config, timeout=startup_timeout())
+    except JournalError as exc:
+        raise CommandError.of(exc) from exc
+    return settings.bootstrap_servers, config
 
 
 def _bootstrap_option(f: Any) -> Any:
@@ -135,7 +148,7 @@ def create_cmd(
             pass
         except JournalError as exc:
             code = UNAVAILABLE if isinstance(exc, JournalUnavailableError) else FAILED
-            raise CommandError(exc.message, code) from exc
+            raise CommandError(str(exc), code) from exc
         else:
             click.echo(f"{found.name} exists already ({found.partitions} partitions)")
             return
@@ -151,7 +164,7 @@ def create_cmd(
         )
     except JournalError as exc:
         code = UNAVAILABLE if isinstance(exc, JournalUnavailableError) else FAILED
-        raise CommandError(exc.message, code) from exc
+        raise CommandError(str(exc), code) from exc
     click.echo(
         f"created {info.name}: {info.partitions} partitions, replication factor "
         f"{info.replication_factor}, min.insync.replicas {info.config.get('min.insync.replicas')}, "
@@ -168,8 +181,8 @@ def create_cmd(
 def check_cmd(bootstrap: str | None, topic: str, as_json: bool, timeout: float) -> None:
     """Check the journal topic's settings; exit 1 when one would lose evidence.
 
-    Exit status: 0 all safe, 1 a finding is unsafe, 2 usage, and 3 the topic is missing or
-    the cluster does not answer.
+    Exit status: 0 all safe, 1 a finding is unsafe, 2 usage or no such topic, 3 the cluster
+    does not answer.
     """
     from confluent_kafka.admin import AdminClient
 
@@ -180,9 +193,8 @@ def check_cmd(bootstrap: str | None, topic: str, as_json: bool, timeout: float) 
     servers, config = _connection(bootstrap)
     try:
         info = describe(AdminClient(with_logger(config)), topic, bootstrap=servers, timeout=timeout)
-    except JournalError as exc:
-        click.echo(f"Error: {exc.message}", err=True)
-        raise SystemExit(3) from exc
+    except JournalError as exc:  # unreachable: 3; no such topic, or refused its ACL: 2
+        raise CommandError.of(exc) from exc
     findings = check(info)
     if as_json:
         click.echo(

@@ -78,11 +78,16 @@ class DemoSettings:
 
     ``run_id`` suffixes the saga ids (default: the UTC time and a random tag), so reruns on
     the same topic never collide; ``run_dir`` receives the logs and the principals file
-    (default: a new temporary directory, kept after the run).
+    (default: a new temporary directory, its logs kept after the run; the secrets the run
+    made there, the approvals signing key and the approver's token, are deleted at its end).
+    ``key_encryption_key`` is the key-encryption key file every process of the run seals the
+    journal's data under (``sagacity dev up`` makes the stack's); without one the run makes a
+    key of its own in the run directory, deleted at its end with the other secrets.
     """
 
     bootstrap_servers: str
     database_url: str
+    key_encryption_key: Path | None = None
     topic: str = DEFAULT_TOPIC
     run_id: str | None = None
     run_dir: Path | None = None
@@ -172,14 +177,16 @@ def run(settings: DemoSettings, *, echo: Callable[[str], None] = print) -> DemoR
     prepare_shop(settings)
     echo("[shop]     tables reset: p-1 Widget (stock 10), p-2 Discontinued gadget (stock 5)")
     try:
+        demo.announce_sealing()
         demo.start_services()
-        with sagacity_on_kafka(settings, demo.approvals_public_key) as sagacity:
+        with sagacity_on_kafka(demo.env, demo.approvals_public_key) as sagacity:
             confirmed(demo, sagacity)
             failed(demo, sagacity)
             attack(demo, sagacity)
             archive_and_verify(demo, sagacity)
     finally:
         demo.stop_services()
+        demo.remove_secrets()
     echo(
         f"demo complete: all {len(demo.report.expectations)} expectations met "
         f"in {time.monotonic() - started:.1f}s"

@@ -25,6 +25,9 @@ from sagacity.demo import (
 from sagacity.demo._processes import SAGACITY, Completed, Service, run_command
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,40}$")
+_SECRETS = ("approver.token", "approvals-signing.pem")
+"""What :meth:`DemoRun.start_services` writes that no one else may read (the run's own KEK
+besides, when it made one): deleted at the run's end."""
 
 
 class DemoRun:
@@ -45,6 +48,8 @@ class DemoRun:
         self.report = DemoReport(run_id=run_id, run_dir=self.dir)
         self.services: dict[str, Service] = {}
         self.commands_log = self.dir / "commands.log"
+        self.secrets: list[Path] = []
+        """What this run wrote that no one else may read: deleted at its end."""
         env = {
             k: v
             for k, v in os.environ.items()
@@ -55,9 +60,41 @@ class DemoRun:
             SAGACITY_DATABASE_URL=settings.database_url,
             SAGACITY_DEMO_DATABASE_URL=settings.database_url,
             SAGACITY_TOPIC=settings.topic,
+            SAGACITY_KEY_ENCRYPTION_KEY_FILE=str(self._key_encryption_key()),
             PYTHONUNBUFFERED="1",
         )
         self.env = env
+
+    def _key_encryption_key(self) -> Path:
+        """The key the run's journal is sealed under: the settings', else one of its own."""
+        if self.settings.key_encryption_key is not None:
+            return self.settings.key_encryption_key
+        from sagacity._envelope import write_key_encryption_key
+
+        path = self.dir / "journal.kek"
+        if not path.exists():
+            write_key_encryption_key(path)
+            self.secrets.append(path)
+        return path
+
+    def announce_sealing(self) -> None:
+        """Say which key-encryption key the run's journal is sealed under."""
+        from sagacity._envelope import KeyEncryptionKey
+
+        kek = Path(self.env["SAGACITY_KEY_ENCRYPTION_KEY_FILE"])
+        self.echo(
+            f"[keys]     journal data sealed under key-encryption key "
+            f"{KeyEncryptionKey.from_file(kek).key_id} ({kek}): each saga can be erased"
+        )
+
+    def remove_secrets(self) -> None:
+        """Delete the keys and the token this run made (its logs stay in its directory)."""
+        made = [*self.secrets, *(self.dir / name for name in _SECRETS)]
+        removed = [path for path in made if path.exists()]
+        for path in removed:
+            path.unlink()
+        if removed:
+            self.echo(f"[cleanup]  keys and token removed; logs kept in {self.dir}")
 
     # -- checks -----------------------------------------------------------------------------
     def expect(

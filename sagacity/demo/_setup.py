@@ -3,8 +3,7 @@ and the Sagacity it reads the chains with."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -12,19 +11,31 @@ from sagacity.demo import DemoError, DemoSettings
 
 
 @contextmanager
-def sagacity_on_kafka(settings: DemoSettings, approvals_public_key: str) -> Iterator[Any]:
-    """The demo's own Sagacity on the Kafka journal, to read the chains the run wrote."""
-    from sagacity._env import client_settings
+def sagacity_on_kafka(env: Mapping[str, str], approvals_public_key: str) -> Iterator[Any]:
+    """The demo's own Sagacity on the Kafka journal of the run's environment ``env``, to read
+    the chains the run wrote (their sealed fields opened with the run's key-encryption key)."""
+    from sagacity._env import client_settings, key_service_from_env
     from sagacity._saga import Sagacity
     from sagacity.producer import KafkaJournal
 
-    journal = KafkaJournal(
-        settings.bootstrap_servers, topic=settings.topic, client=client_settings(os.environ)
-    )
+    keys = key_service_from_env(env)
+    try:
+        journal = KafkaJournal(
+            env["SAGACITY_BOOTSTRAP_SERVERS"],
+            topic=env["SAGACITY_TOPIC"],
+            client=client_settings(env),
+            keys=keys,
+        )
+    except BaseException:
+        if keys is not None:
+            keys.close()
+        raise
     try:
         yield Sagacity(journal, compensation="delegated", approvals_public_key=approvals_public_key)
     finally:
         journal.close()
+        if keys is not None:
+            keys.close()
 
 
 def prepare_shop(settings: DemoSettings) -> None:
@@ -45,10 +56,11 @@ def ensure_topic(settings: DemoSettings) -> tuple[int, bool]:
     from confluent_kafka.admin import AdminClient
 
     from sagacity.errors import JournalError, TopicConfigError
+    from sagacity.producer import with_logger
     from sagacity.producer._topic import TopicSpec, check, create, describe
 
     bootstrap = settings.bootstrap_servers
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(with_logger({"bootstrap.servers": bootstrap}))
     refusal: Exception | None = None
     try:
         created = settings.topic not in admin.list_topics(timeout=30).topics

@@ -165,7 +165,9 @@ def apply_acls(admin_config: Mapping[str, Any], topic: str, *, timeout: float = 
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient(dict(admin_config))
+    from sagacity.producer import with_logger
+
+    admin = AdminClient(with_logger(dict(admin_config)))
     bindings = acl_bindings(topic)
     for binding, future in admin.create_acls(bindings, request_timeout=timeout).items():
         try:

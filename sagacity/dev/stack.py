@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sagacity._defaults import DEFAULT_TOPIC
+from sagacity._envelope import KEK_SETTING, write_key_encryption_key
 from sagacity.dev import _secure
 from sagacity.dev._paths import dev_home
 from sagacity.dev.cluster import KafkaCluster
@@ -30,6 +31,8 @@ from sagacity.errors import DevStackError, TopicConfigError, TopicNotFoundError
 
 BOOTSTRAP_VAR = "SAGACITY_BOOTSTRAP_SERVERS"
 DATABASE_VAR = "SAGACITY_DATABASE_URL"
+KEK_FILE = "journal.kek"
+"""The stack's key-encryption key, in its state directory (made once by ``up``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +44,8 @@ class Endpoints:
     started: frozenset[str] = field(default_factory=frozenset)
     principals: Mapping[str, Path] = field(default_factory=dict)
     """A secured stack's principals and the file of each one's client settings."""
+    key_encryption_key: Path | None = None
+    """The stack's key-encryption key file: the journal's data is sealed under it."""
 
     def export_lines(self) -> list[str]:
         """``export VAR=value`` lines a POSIX shell can ``eval`` (a secured stack's
@@ -50,6 +55,8 @@ class Endpoints:
             lines.append(f"export {BOOTSTRAP_VAR}={shlex.quote(self.bootstrap_servers)}")
         if self.database_url is not None:
             lines.append(f"export {DATABASE_VAR}={shlex.quote(self.database_url)}")
+        if self.key_encryption_key is not None:
+            lines.append(f"export {KEK_SETTING}={shlex.quote(str(self.key_encryption_key))}")
         for name, path in self.principals.items():
             lines.append(f"# principal {name}: . {shlex.quote(str(path))}")
         return lines
@@ -91,6 +98,19 @@ class Stack:
         if not create and not self.secured:
             return None
         return _secure.load_or_create(self.home / "secure")
+
+    @property
+    def kek_file(self) -> Path:
+        """The stack's key-encryption key file (``up`` makes it when missing)."""
+        return self.home / KEK_FILE
+
+    def _key_encryption_key(self) -> Path:
+        """The stack's key-encryption key, made once: the demo, the tests and whatever runs
+        with the stack's variables journal sealed (docs/operations/keys.md), so a saga can
+        be erased; a purge deletes it with the data keys it wraps."""
+        if not self.kek_file.is_file():
+            write_key_encryption_key(self.kek_file)
+        return self.kek_file
 
     @property
     def brokers(self) -> int:
@@ -168,7 +188,8 @@ class Stack:
         secure: bool = False,
         topic: str = DEFAULT_TOPIC,
     ) -> Endpoints:
-        """Start (or reuse) the requested services and return where they answer.
+        """Start (or reuse) the requested services and return where they answer, with the
+        stack's key-encryption key (made in the state directory the first time).
 
         Kafka and PostgreSQL start in parallel. If one fails, one this call started is
         stopped again before the error propagates.
@@ -235,6 +256,7 @@ class Stack:
                 database_url=dsn,
                 started=frozenset(started),
                 principals=principals,
+                key_encryption_key=self._key_encryption_key(),
             )
 
     def down(self, *, kafka: bool = True, postgres: bool = True) -> list[str]:

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from sagacity import EventType, InMemoryJournal, Sagacity, SagaStatus
 from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
-from sagacity.consumers.approvals._api import INSECURE_HEADER
+from sagacity.consumers.approvals._api_limits import INSECURE_HEADER
 
 from .conftest import ALICE, MALLORY, bearer, principal_entry
 from .tools import Bank, StrictBank, calls

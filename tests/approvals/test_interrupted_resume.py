@@ -187,7 +187,11 @@ def test_a_retried_resume_with_another_payload_finishes_nothing(gate: Gate, tmp_
     refused = gate.resume("crash-other-payload", seq, MALLORY)
 
     assert refused.status_code == 409
-    assert refused.json()["detail"] == "payload changed since approval"
+    # The refusal and its reason (the error's detail), as every error prints them.
+    assert refused.json()["detail"] == (
+        "payload changed since approval: the resume started at seq 7 ran the approved payload; "
+        "nothing was journaled for this attempt"
+    )
     assert gate.kinds("crash-other-payload") == before
     assert wires(tmp_path) == []
     # The approved payload still finishes it.

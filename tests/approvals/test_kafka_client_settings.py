@@ -28,6 +28,15 @@ def _settings(
     )
 
 
+def _close(journal: object) -> None:
+    """Close a journal ``journal_for`` made, and its key service (the session runs sealed:
+    the server that made them would close both)."""
+    keys = getattr(journal, "keys", None)
+    journal.close()  # type: ignore[attr-defined]
+    if keys is not None:
+        keys.close()
+
+
 def test_the_journal_takes_the_kafka_client_settings(
     kafka_bootstrap: str,
     make_topic: Callable[..., str],
@@ -43,7 +52,7 @@ def test_the_journal_takes_the_kafka_client_settings(
         assert journal._client_config["client.id"] == "approvals-under-test"
         assert journal._client_config["bootstrap.servers"] == kafka_bootstrap
     finally:
-        journal.close()
+        _close(journal)
 
 
 def test_a_tls_setting_reaches_the_journal_client(
@@ -78,7 +87,7 @@ def test_the_settings_given_win_over_the_variables(
         assert isinstance(journal, KafkaJournal)
         assert (journal.topic, journal.writer_id) == (topic, "approvals-7")
     finally:
-        journal.close()
+        _close(journal)
 
 
 def test_the_request_consumer_takes_the_kafka_client_settings(

@@ -8,6 +8,7 @@ consumer group and deciding through the HTTP API.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -377,7 +378,13 @@ def test_a_forged_approval_on_the_topic_never_runs_the_tool(deployment: Deployme
         headers=bearer("alice"),
         timeout=30,
     )
-    assert (refused.status_code, refused.json()["detail"]) == (409, "no human approval recorded")
+    # Refused, with the reason: the approval on the topic is not the service's signed one.
+    assert refused.status_code == 409
+    assert re.fullmatch(
+        r"no human approval recorded: the APPROVED at seq \d+ does not verify "
+        r"\(unsigned_decision\)",
+        refused.json()["detail"],
+    )
     # Through the agent's own resume (compensation delegated).
     with pytest.raises(ApprovalMissingError, match="no human approval recorded"):
         deployment.agent.resume_saga("forged-agent", agent_side, ALICE)

@@ -424,13 +424,13 @@ def test_a_sealed_form_2_event_is_archived_alike_with_and_without_the_compiled_m
             got = NATIVE_ROW(PREFIX, ev.key, ev.value, ev.topic, ev.partition, ev.offset)
             assert (got is None) == (ev.key == b"sealed-n"), ev
     streamed: list[bool] = []
-    stream_class = _audit._RowStream
+    stream_class = _audit.RowStream
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         streamed.append(kwargs["forms"])
         return stream_class(*args, **kwargs)
 
-    monkeypatch.setattr(_audit, "_RowStream", counted)
+    monkeypatch.setattr(_audit, "RowStream", counted)
     outcomes = []
     for mode in ("compiled", "python"):
         monkeypatch.setenv(

@@ -246,9 +246,17 @@ def test_an_index_on_a_schema_without_an_archive_falls_back_to_the_scan(
             reader.close()
 
 
+def _in_clear(monkeypatch):
+    """The read index serves sagas journaled in clear (a sealed journal reads the topic,
+    docs/adr/0019-erasure.md): these agents run in clear, said explicitly."""
+    monkeypatch.delenv("SAGACITY_KEY_ENCRYPTION_KEY_FILE", raising=False)
+    monkeypatch.setenv("SAGACITY_ALLOW_CLEAR_DATA", "1")
+
+
 def test_a_database_without_an_archive_is_reported_once_per_process(
     kafka_bootstrap, make_topic, pg_dsn, monkeypatch, caplog
 ):
+    _in_clear(monkeypatch)
     monkeypatch.setenv("SAGACITY_BOOTSTRAP_SERVERS", kafka_bootstrap)
     monkeypatch.setenv("SAGACITY_TOPIC", make_topic(partitions=2))
     monkeypatch.setenv("SAGACITY_DATABASE_URL", pg_dsn)  # a schema without an archive
@@ -420,6 +428,7 @@ def test_sagacity_from_env_reads_through_the_archive(
     kafka_bootstrap, make_topic, archive_dsn, monkeypatch
 ):
     topic = make_topic(partitions=1)
+    _in_clear(monkeypatch)
     monkeypatch.setenv("SAGACITY_BOOTSTRAP_SERVERS", kafka_bootstrap)
     monkeypatch.setenv("SAGACITY_TOPIC", topic)
     monkeypatch.setenv("SAGACITY_DATABASE_URL", archive_dsn)

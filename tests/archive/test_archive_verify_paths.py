@@ -22,11 +22,13 @@ from sagacity.consumers.archive import (
     SagaAudit,
     Signer,
     _audit,
+    _judging,
     generate_key,
     iter_audits,
     sign_pending,
 )
-from sagacity.consumers.archive._audit import _snapshot_reader, _verified_head
+from sagacity.consumers.archive._auditstream import snapshot_reader
+from sagacity.consumers.archive._columncheck import verified_head
 from sagacity.consumers.archive._retention import sign_records
 from sagacity.consumers.archive._rows import ROW_COLUMNS
 
@@ -296,15 +298,15 @@ def test_intact_rows_pass_straight_from_their_columns(archived, archive_dsn):
             f"SELECT {ROW_COLUMNS} FROM side_effect_journal WHERE saga_id = %s ORDER BY archive_id",
             (RICH,),
         ).fetchall()
-    assert _verified_head(rows, after_seq=0, after_hash=GENESIS_HASH) == (6, archived[-1].hash)
-    assert _verified_head(rows[2:], after_seq=2, after_hash=archived[1].hash) == (
+    assert verified_head(rows, after_seq=0, after_hash=GENESIS_HASH) == (6, archived[-1].hash)
+    assert verified_head(rows[2:], after_seq=2, after_hash=archived[1].hash) == (
         6,
         archived[-1].hash,
     )
     edited = [*rows[:4], (*rows[4][:6], "boom\nline 3", *rows[4][7:]), rows[5]]
-    assert _verified_head(edited, after_seq=0, after_hash=GENESIS_HASH) is None
-    assert _verified_head(rows[1:], after_seq=0, after_hash=GENESIS_HASH) is None
-    assert _verified_head(rows, after_seq=0, after_hash="ab" * 32) is None
+    assert verified_head(edited, after_seq=0, after_hash=GENESIS_HASH) is None
+    assert verified_head(rows[1:], after_seq=0, after_hash=GENESIS_HASH) is None
+    assert verified_head(rows, after_seq=0, after_hash="ab" * 32) is None
 
 
 def test_a_chain_linked_from_a_seq_zero_anchor_is_left_to_the_reference_path():
@@ -333,8 +335,8 @@ def test_a_chain_linked_from_a_seq_zero_anchor_is_left_to_the_reference_path():
         )
         for e in entries
     ]
-    assert _verified_head(rows[1:], after_seq=1, after_hash=entries[0].hash) == (3, prev)
-    assert _verified_head(rows, after_seq=0, after_hash=start) is None
+    assert verified_head(rows[1:], after_seq=1, after_hash=entries[0].hash) == (3, prev)
+    assert verified_head(rows, after_seq=0, after_hash=start) is None
 
 
 def test_the_bulk_reader_sees_the_audits_snapshot(archived, archive_dsn):
@@ -343,7 +345,7 @@ def test_the_bulk_reader_sees_the_audits_snapshot(archived, archive_dsn):
     with psycopg.connect(archive_dsn) as conn, conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         before = conn.execute("SELECT count(*) FROM side_effect_journal").fetchone()
-        reader = _snapshot_reader(conn)
+        reader = snapshot_reader(conn)
         assert reader is not None
         with reader:
             tamper(archive_dsn, ("DELETE FROM side_effect_journal WHERE saga_id = %s", (RICH,)))
@@ -412,8 +414,8 @@ def test_the_bulk_verifier_judges_intact_sagas_alone(archived, archive_dsn, sign
         raise AssertionError("an intact saga left the bulk verifier")
 
     expected = audits(archive_dsn, signer)
-    monkeypatch.setattr(_audit, "_verified_head", unused)
-    monkeypatch.setattr(_audit, "judge", unused)
+    monkeypatch.setattr(_judging, "verified_head", unused)
+    monkeypatch.setattr(_judging, "judge", unused)
     with psycopg.connect(archive_dsn) as conn:
         got = list(iter_audits(conn, pinned_keys=[signer.public_raw], bulk=True))
     assert got == expected

@@ -17,7 +17,13 @@ from test_fastverify import copy_binary
 
 from sagacity._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
 from sagacity.chain import link
-from sagacity.consumers.archive import SagaAudit, _audit, _fastverify
+from sagacity.consumers.archive import (
+    RetentionAudit,
+    SagaAudit,
+    _auditstream,
+    _fastverify,
+    _judging,
+)
 from sagacity.consumers.archive._fastverify import batch_verdict, chain_verifier
 from sagacity.consumers.archive._reasons import AuditReason
 from sagacity.consumers.archive._roundaudit import RoundAudit
@@ -126,8 +132,8 @@ class Archive:
         anchors: Sequence[Sequence[Any]] | None,
         heads: Sequence[Sequence[Any]] | None,
     ) -> SagaAudit:
-        """The Python path's audit of one saga (``_audit._audit_one``)."""
-        return _audit._audit_one(
+        """The Python path's audit of one saga (``_judging.audit_one``)."""
+        return _judging.audit_one(
             None,  # type: ignore[arg-type]  # no saga refers (every row is an entry)
             saga,
             verdict=verdict,
@@ -137,7 +143,7 @@ class Archive:
             heads=heads,
             keys={},
             rounds=RoundAudit(failed={FAILED_ROUND: (AuditReason.BAD_SIGNATURE, "round 3")}),
-            records=_audit.RetentionAudit(failed={FORGED_PARTITION: "forged"}),
+            records=RetentionAudit(failed={FORGED_PARTITION: "forged"}),
             reference=False,
         )
 
@@ -205,7 +211,7 @@ def test_the_compiled_merge_gives_the_python_merges_audits(seed: int, fetch: int
         return archive.judge_back(saga, *rest)
 
     got = list(
-        _audit._merged_audits(
+        _auditstream.merged_audits(
             archive.auditor(),
             blocks_of(copy_binary(archive.rows), random.Random(seed)),
             checkpoints=Fetches(archive.checkpoints),  # type: ignore[arg-type]
@@ -247,7 +253,7 @@ def test_memory_holds_a_fetch_not_the_archive() -> None:
     # Checkpoints and heads are fetched as the stream reaches them, not read ahead whole.
     archive = Archive(5, sagas=400)
     checkpoints, heads = Fetches(archive.checkpoints), Fetches(archive.heads)
-    merged = _audit._merged_audits(
+    merged = _auditstream.merged_audits(
         archive.auditor(),
         iter([copy_binary(archive.rows)[:4096]]),  # the first few sagas' rows only
         checkpoints=checkpoints,  # type: ignore[arg-type]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -121,6 +122,11 @@ def test_an_unreachable_broker_is_one_line_and_exit_3_within_10_seconds(
         capture_output=True,
         text=True,
         timeout=60,
+        # The broker is the subject: no key store to reach (clear data, said explicitly).
+        env={
+            **{k: v for k, v in os.environ.items() if k != "SAGACITY_KEY_ENCRYPTION_KEY_FILE"},
+            "SAGACITY_ALLOW_CLEAR_DATA": "1",
+        },
     )
     took = time.monotonic() - began
     assert done.returncode == 3, done.stderr
@@ -251,3 +257,127 @@ def test_every_service_logs_json_lines(capsys: pytest.CaptureFixture[str]) -> No
         ("uvicorn.error", "listening"),
     ]
     assert lines[0]["saga_id"] == "s-1"
+
+
+def test_an_error_prints_its_reason_not_only_its_message() -> None:
+    """An error with a reason beyond its message (an approval refused for want of a pinned
+    key) is printed whole by every command."""
+    from sagacity.cli._exit import CommandError
+    from sagacity.errors import ApprovalMissingError
+
+    error = ApprovalMissingError(
+        "no human approval recorded", detail="no approvals key is pinned to verify it"
+    )
+    assert CommandError.of(error).format_message() == (
+        "no human approval recorded: no approvals key is pinned to verify it"
+    )
+
+
+def test_no_command_prints_only_the_message_of_an_error() -> None:
+    """``exc.message`` drops an error's reason: the commands print ``str(exc)``."""
+    import re
+
+    cli = Path(__file__).resolve().parents[2] / "sagacity" / "cli"
+    offenders = [
+        f"{path.name}:{number}"
+        for path in sorted(cli.glob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"\b(exc|error|bad)\.message\b", line)
+    ]
+    assert offenders == []
+
+
+# Runs the CLI as if the [mcp] extra's SDK were not installed.
+_WITHOUT_MCP = _WITHOUT_SERVICES.replace(
+    'blocked = {"fastapi", "starlette", "uvicorn", "prometheus_client", "httpx", "jinja2"}',
+    'blocked = {"mcp"}',
+)
+
+
+def test_a_missing_mcp_extra_is_one_line_and_exit_2_as_elsewhere(tmp_path: Path) -> None:
+    assert _WITHOUT_MCP != _WITHOUT_SERVICES
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _WITHOUT_MCP,
+            "serve",
+            "mcp",
+            "--tools",
+            "sagacity.demo.tools:TOOLS",
+            "--bootstrap-servers",
+            "127.0.0.1:9",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "`sagacity serve mcp` needs the [services,mcp] extra" in lines[0]
+    assert "pip install 'sagacity[services,mcp]'" in lines[0]
+
+
+def test_every_variable_is_named_once_in_a_commands_help() -> None:
+    """``[env var: …]`` is click's, from the option's ``envvar``: a help text that also
+    names it by hand shows it twice."""
+    import re
+
+    import click
+
+    from sagacity.cli import main
+
+    def commands(group: click.Group, path: list[str]) -> list[tuple[list[str], click.Command]]:
+        found = []
+        for name, command in group.commands.items():
+            found.append(([*path, name], command))
+            if isinstance(command, click.Group):
+                found.extend(commands(command, [*path, name]))
+        return found
+
+    twice = []
+    for path, command in commands(main, []):
+        for param in command.params:
+            if not isinstance(param, click.Option) or not param.envvar:
+                continue
+            record = param.get_help_record(click.Context(command, info_name=path[-1]))
+            text = " ".join(record[1].split()) if record else ""
+            names = [param.envvar] if isinstance(param.envvar, str) else list(param.envvar)
+            for name in names:
+                if len(re.findall(rf"\b{name}\b", text)) > 1:
+                    twice.append(f"sagacity {' '.join(path)} {param.opts[0]}: {name}")
+    assert twice == []
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["replay", "--timeout", "3"],
+        ["saga", "takeover", "order-1", "--reason", "host lost"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_a_command_on_an_unreachable_broker_prints_one_tidy_line(
+    argv: list[str], pg_dsn: str
+) -> None:
+    """No line of librdkafka's own, no ``KafkaError{…}``: the command's one line says it."""
+    env = {
+        **os.environ,
+        "SAGACITY_BOOTSTRAP_SERVERS": f"127.0.0.1:{pick_free_port()}",
+        "SAGACITY_DATABASE_URL": pg_dsn,  # its own schema: no other key's data keys
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "sagacity.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=env,
+    )
+    assert done.returncode == 3, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "librdkafka" not in done.stderr
+    assert "KafkaError{" not in done.stderr

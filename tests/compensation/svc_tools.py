@@ -196,6 +196,11 @@ class CardShop(Shop):
         raise ValueError(f"card {card_number} declined for order {order} ({amount})")
 
 
+card_shop = CardShop(os.environ.get("SVC_TOOLS_DSN"))
+"""The instance ``--tools tests.compensation.svc_tools:card_shop`` names: its tools redact, so
+the service loads it only with a key-encryption key."""
+
+
 class Partial:
     """The same tool names as :class:`Shop` for a subset: a service that knows only these."""
 

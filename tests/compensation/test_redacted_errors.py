@@ -59,7 +59,12 @@ def test_a_card_number_echoed_in_a_result_and_an_exception_is_journaled_masked(
 ) -> None:
     lane = make_lane(partitions=1)
     kek = write_key_encryption_key(tmp_path / "journal.kek")
-    service = lane.start(**{KEK_SETTING: str(tmp_path / "journal.kek")})
+    # The service declares every tool the saga used (the read included: its undo is the
+    # service's own declaration), tools that redact: it loads them with the key.
+    service = lane.start(
+        tools=("tests.compensation.svc_tools:card_shop",),
+        **{KEK_SETTING: str(tmp_path / "journal.kek")},
+    )
     keys = KeyService(PostgresKeyStore(lane.dsn), KeyRing((kek,)))
     journal = KafkaJournal(lane.bootstrap, topic=lane.topic, keys=keys)
     saga = f"order-{uuid.uuid4().hex[:8]}"

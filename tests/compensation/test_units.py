@@ -102,11 +102,14 @@ def test_cli_requires_tools_and_names_a_bad_target() -> None:
     assert "--session-timeout-ms" in short.output
     unreadable = runner.invoke(
         main,
-        ["serve", "compensation", "--tools", "x:y"],
+        ["serve", "compensation", "--tools", "tests.compensation.svc_tools:shop"],
         env={
             "SAGACITY_BOOTSTRAP_SERVERS": "x:1",
             "SAGACITY_DATABASE_URL": "postgresql://x",
             "SAGACITY_WRITER_KEY": "/nonexistent/writer.key",
+            # No key store to reach first (in clear, said so): the writer key is the subject.
+            "SAGACITY_KEY_ENCRYPTION_KEY_FILE": None,
+            "SAGACITY_ALLOW_CLEAR_DATA": "1",
         },
     )
     assert unreadable.exit_code == 2  # a configuration error, as in every command
@@ -183,3 +186,26 @@ def test_a_sagas_lock_is_one_lock_while_any_job_holds_or_waits_for_it() -> None:
     assert not c.is_alive()
     assert overlap == []
     assert len(locks) == 0
+
+
+def test_the_service_loads_a_tool_that_redacts_when_it_holds_a_key_service() -> None:
+    """A redacting tool needs a journal that seals: the service given a key service has one
+    (its Kafka journals seal), so it loads the tool; without keys it refuses it, naming the
+    setting."""
+    import os
+
+    from sagacity._envelope import KeyEncryptionKey, KeyRing
+    from sagacity._keys import InMemoryKeyStore, KeyService
+    from sagacity.consumers.compensation import CompensationService, CompensationSettings
+    from sagacity.errors import ConfigurationError
+
+    settings = CompensationSettings(
+        bootstrap_servers="127.0.0.1:9",
+        database_url="postgresql://nobody@127.0.0.1:9/none",
+        tools=("tests.compensation.svc_tools:CardShop",),
+    )
+    keys = KeyService(InMemoryKeyStore(), KeyRing((KeyEncryptionKey.of(os.urandom(32)),)))
+    service = CompensationService(settings, keys=keys)
+    assert {"check_card", "pay_by_card"} <= set(service.tool_names)
+    with pytest.raises(ConfigurationError, match="SAGACITY_KEY_ENCRYPTION_KEY_FILE"):
+        CompensationService(settings)

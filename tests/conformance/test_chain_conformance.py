@@ -40,7 +40,7 @@ from sagacity.chain import (
     hash_of,
     link,
 )
-from sagacity.consumers.archive import _audit, _fastverify, verify_bundle
+from sagacity.consumers.archive import _audit, _columncheck, _fastverify, _judging, verify_bundle
 from sagacity.consumers.archive._rows import entry_of_row
 from sagacity.errors import SerializationError
 from sagacity.schemas import _hotpath, decode_entry
@@ -466,16 +466,16 @@ def walk_reference(rows: list[list[Any]], saga_id: str, anchor: tuple[int, str])
 
 
 def walk_audit(rows: list[list[Any]], saga_id: str, anchor: tuple[int, str]) -> Verdict:
-    """The archive audit's per-saga judgement (``_audit.judge``; no checkpoints), after its
+    """The archive audit's per-saga judgement (``_judging.judge``; no checkpoints), after its
     fast path over the columns (``_verified_head``), which must never pass a chain the
     reference does not."""
-    head = _audit._verified_head(rows, after_seq=anchor[0], after_hash=anchor[1])
+    head = _columncheck.verified_head(rows, after_seq=anchor[0], after_hash=anchor[1])
     try:
         entries = [entry_of_row(r) for r in rows]
     except SerializationError:
         assert head is None, "the audit's fast path passed rows that are not entries"
         return {"ok": False, "refused": True}
-    audit = _audit.judge(
+    audit = _judging.judge(
         saga_id,
         entries,
         anchor=anchor if anchor[0] else None,
@@ -902,14 +902,16 @@ def walk_audit_events(events: list[dict[str, Any]], saga_id: str) -> Verdict:
     head = (
         None
         if any(r[12] != 1 for r in rows)
-        else _audit._verified_head([r[:12] for r in rows], after_seq=0, after_hash=GENESIS_HASH)
+        else _columncheck.verified_head(
+            [r[:12] for r in rows], after_seq=0, after_hash=GENESIS_HASH
+        )
     )
     try:
         entries = [entry_of_row(r, forms=True) for r in rows]
     except SerializationError:
         assert head is None, "the audit's column check passed rows that are not entries"
         return {"ok": False, "refused": True}
-    audit = _audit.judge(saga_id, entries, anchor=None, recorded_head=None, keys={})
+    audit = _judging.judge(saga_id, entries, anchor=None, recorded_head=None, keys={})
     if head is not None:
         assert (head[0], head[1]) == (audit.head_seq, audit.head_hash)
     if audit.reason is _audit.AuditReason.BEYOND_HEAD or audit.ok:

@@ -23,7 +23,14 @@ import pytest
 
 from sagacity import JournalEntry
 from sagacity._ed25519 import key_id_of
-from sagacity.consumers.archive import _audit, _fastverify, _roundaudit, verify_bundle
+from sagacity.consumers.archive import (
+    _audit,
+    _fastverify,
+    _judging,
+    _retentionaudit,
+    _roundaudit,
+    verify_bundle,
+)
 from sagacity.consumers.archive._checkpoints import (
     Checkpoint,
     bytes_signature_valid,
@@ -145,7 +152,7 @@ def test_the_retention_record_and_its_anchors() -> None:
     record = r["record"]
     row = tuple(record[name.strip()] for name in RECORD_COLUMNS.split(","))
     assert (
-        _audit._judge_record(
+        _retentionaudit.judge_record(
             record["partition_name"],
             row,
             anchors=record["anchor_count"],
@@ -327,7 +334,7 @@ def test_every_negative_vector_is_refused_by_the_archive(name: str) -> None:
     elif kind == "checkpoint":
         cp = v["checkpoint"]
         fields = ("saga_id", "seq", "hash", "signed_at_us", "key_id", "signature")
-        audit = _audit.judge(
+        audit = _judging.judge(
             SAGA,
             [JournalEntry.from_dict(e) for e in EVENTS],
             checkpoints=[Checkpoint(**{k: cp[k] for k in fields})],
@@ -354,7 +361,7 @@ def test_every_negative_vector_is_refused_by_the_archive(name: str) -> None:
             (a["saga_id"], a["seq"], a["hash"]) for a in v["retention"]["anchors"]
         )
         anchor = v["retention"]["anchors"][0]
-        finding = _audit._judge_record(
+        finding = _retentionaudit.judge_record(
             record["partition_name"], row, anchors=count, root=root, problem=None, keys=KEYS
         )
         leaf = anchor_leaf(saga_id=anchor["saga_id"], seq=anchor["seq"], hash=anchor["hash"])
@@ -435,7 +442,7 @@ def _merge(checkpoints: list[tuple[Any, ...]], failed_rounds: set[int]) -> tuple
 
 
 def _judged_by_python(checkpoints: list[tuple[Any, ...]], failed_rounds: set[int]) -> Any:
-    return _audit.judge(
+    return _judging.judge(
         SAGA,
         [JournalEntry.from_dict(e) for e in EVENTS],
         checkpoints=[

@@ -333,6 +333,7 @@ def world(
             SVC_TOOLS_DSN=dsn,
             PYTHONPATH=str(ROOT),
             SAGACITY_APPROVALS_PUBLIC_KEY=approvals_public,
+            SAGACITY_ALLOW_CLEAR_DATA="1",  # the console's tests run in clear, said so
         )
         cport = free_port()
         with log.open("wb") as out:

@@ -4,7 +4,8 @@ the metrics and their chart."""
 from __future__ import annotations
 
 from sagacity.consumers.approvals.console import _metrics
-from sagacity.consumers.approvals.console._routes import _safe_next, _visible_whitespace
+from sagacity.consumers.approvals.console._page import safe_next as _safe_next
+from sagacity.consumers.approvals.console._requests import _visible_whitespace
 from sagacity.consumers.approvals.console._security import LoginLimiter
 from sagacity.ports import RequestRow, RowState
 
@@ -96,7 +97,7 @@ def test_a_redacted_field_is_shown_masked_on_the_request_page() -> None:
 
     from sagacity._redaction import redact
     from sagacity.chain import payload_sha256
-    from sagacity.consumers.approvals.console import _routes
+    from sagacity.consumers.approvals.console import _page, _requests, _routes
 
     clear = '{"amount":120,"card_number":"4111111111111111","customer":{"name":"Ada"}}'
     payload = redact("charge", clear, ("$.card_number", "$.customer.iban")).payload
@@ -122,13 +123,13 @@ def test_a_redacted_field_is_shown_masked_on_the_request_page() -> None:
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(_routes.HERE / "templates")), autoescape=True
     )
-    environment.globals.update(when=_routes._when, span=_routes._span)
+    environment.globals.update(when=_page.when, span=_page.span)
     page = environment.get_template("request.html").render(
         row=row,
         before=[],
         after=[],
-        pretty=_routes._pretty(payload),
-        redacted=_routes._redacted(payload),
+        pretty=_requests._pretty(payload),
+        redacted=_requests._redacted(payload),
         visible=None,
         payload_bytes=len(payload),
         computed_sha256=payload_sha256(payload),
@@ -145,5 +146,5 @@ def test_a_redacted_field_is_shown_masked_on_the_request_page() -> None:
     assert '"card_number": "•••• (redacted)"' in page.replace("&#34;", '"')
     assert "never journaled in clear: $.card_number (shown •••• (redacted))" in page
     assert '"amount": 120' in page.replace("&#34;", '"')
-    assert _routes._redacted('{"a":1}') == []
-    assert _routes._redacted("not json") == []
+    assert _requests._redacted('{"a":1}') == []
+    assert _requests._redacted("not json") == []

@@ -119,6 +119,12 @@ def test_the_demo_runs_the_three_sagas_across_the_services(
     # Each service logged to its own file, and every one was stopped.
     for name in ("approvals", "compensation", "archive"):
         assert (tmp_path / f"{name}.log").stat().st_size > 0
+    # It ran sealed, and left no secret behind: the keys and the token it made are gone.
+    assert "[keys]     journal data sealed under key-encryption key" in out
+    assert (
+        sorted(p.name for p in tmp_path.iterdir() if p.suffix in (".pem", ".token", ".kek")) == []
+    )
+    assert "keys and token removed; logs kept in" in out
     pids = _service_pids(out)
     assert len(pids) == 3
     assert all(_gone(pid) for pid in pids)

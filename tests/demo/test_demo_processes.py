@@ -57,6 +57,7 @@ def world(
         SAGACITY_TOPIC=make_topic(partitions=3),
         SAGACITY_COMPENSATION_GROUP=f"demo-{tmp_path.name}",
         PYTHONPATH=str(ROOT),
+        SAGACITY_ALLOW_CLEAR_DATA="1",  # in clear, said so (`sagacity demo` runs sealed)
     )
     port = _free_port()
     log = tmp_path / "compensation.log"

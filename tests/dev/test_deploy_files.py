@@ -81,3 +81,18 @@ def test_compose_config_validates_and_catches_a_broken_file(tmp_path: Path) -> N
         bad_file.unlink()
     assert bad.returncode == 1
     assert "nowhere" in bad.stderr
+
+
+def test_the_cold_install_says_what_it_is_doing() -> None:
+    """A first `deploy/local/demo` spends minutes in pip: it names the packages as it goes (pip
+    without -q, its progress lines on stderr), rather than a silent minute and a half, while
+    the whole verbose output goes to the log (the native build's cause of failure is read
+    there)."""
+    lib = (DEPLOY / "local" / "lib.sh").read_text(encoding="utf-8")
+    install = lib[lib.index("pip install -v") : lib.index("_sagacity_pip_progress); then")]
+    assert " -q " not in install, install  # pip names each package it collects …
+    assert "--progress-bar off" in install  # (one line each, not a bar per download)
+    assert '| tee "$log" |' in install  # … into the log, and …
+    progress = lib[lib.index("_sagacity_pip_progress() {") :]
+    assert "Collecting" in progress.split("}")[0]  # … the packages on stderr
+    assert ">&2" in progress.split("}")[0]

@@ -34,7 +34,12 @@ def test_up_is_idempotent_status_reports_and_down_stops(
         first = runner.invoke(main, ["dev", "up"])
         assert first.exit_code == 0, first.output
         env = _exports(first.stdout)
-        assert set(env) == {"SAGACITY_BOOTSTRAP_SERVERS", "SAGACITY_DATABASE_URL"}
+        assert set(env) == {
+            "SAGACITY_BOOTSTRAP_SERVERS",
+            "SAGACITY_DATABASE_URL",
+            "SAGACITY_KEY_ENCRYPTION_KEY_FILE",
+        }
+        assert env["SAGACITY_KEY_ENCRYPTION_KEY_FILE"] == str(tmp_path / "dev" / "journal.kek")
         assert "kafka: started" in first.stderr
 
         metadata = AdminClient(
@@ -85,7 +90,7 @@ def test_up_without_java_fails_naming_java_and_starts_nothing(
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("JAVA_HOME", raising=False)
     result = CliRunner().invoke(main, ["dev", "up", "--no-postgres"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "java is not installed" in result.stderr
     assert "apt-get install openjdk-17-jre-headless" in result.stderr
     assert result.stdout == ""
@@ -103,7 +108,7 @@ def test_up_stops_the_server_it_started_when_the_other_one_fails(
     # Java missing, PostgreSQL present (its programs are found outside PATH).
     monkeypatch.setenv("PATH", "/nonexistent")
     result = CliRunner().invoke(main, ["dev", "up"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "java" in result.stderr
     stack = Stack()
     try:

@@ -56,7 +56,7 @@ def test_broker_commands_without_a_cluster_say_how_to_start_one(
 ) -> None:
     monkeypatch.setenv("SAGACITY_DEV_HOME", str(tmp_path / "dev"))
     result = CliRunner().invoke(main, ["dev", "kill-broker", "1"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "sagacity dev up --brokers 3" in result.output
     bad = CliRunner().invoke(main, ["dev", "pause-broker", "0"])
     assert bad.exit_code == 2
@@ -107,7 +107,10 @@ def test_a_three_broker_cluster_keeps_acknowledged_messages_through_kill_pause_a
     try:
         up = runner.invoke(main, ["dev", "up", "--brokers", "3", "--no-postgres"])
         assert up.exit_code == 0, up.output
-        bootstrap = up.stdout.strip().split("=", 1)[1]
+        exports = dict(
+            line.removeprefix("export ").split("=", 1) for line in up.stdout.splitlines()
+        )
+        bootstrap = exports["SAGACITY_BOOTSTRAP_SERVERS"]
         assert len(bootstrap.split(",")) == 3
 
         status = runner.invoke(main, ["dev", "status", "--no-postgres"])
@@ -149,7 +152,7 @@ def test_a_three_broker_cluster_keeps_acknowledged_messages_through_kill_pause_a
         assert _count(bootstrap, topic, 3) == 200
 
         wrong = runner.invoke(main, ["dev", "up", "--no-postgres", "--brokers", "1"])
-        assert wrong.exit_code == 1
+        assert wrong.exit_code == 2
         assert "cluster of 3 brokers" in wrong.output
     finally:
         runner.invoke(main, ["dev", "down", "--purge"])

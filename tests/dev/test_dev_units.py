@@ -276,3 +276,30 @@ def test_an_empty_or_missing_archive_is_never_installed(tmp_path: Path) -> None:
     _install_archive(str(tmp_path / "classes-y.jsa.0000.tmp"))
     _install_archive(None)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_up_makes_a_key_encryption_key_once_and_exports_it(tmp_path: Path) -> None:
+    """The stack's journal runs sealed (docs/operations/keys.md): its key-encryption key is
+    made once in the state directory and exported with the other variables."""
+    from click.testing import CliRunner
+
+    from sagacity._envelope import KEK_SETTING, KeyEncryptionKey
+    from sagacity.cli import main
+    from sagacity.dev import Stack
+
+    stack = Stack(tmp_path / "dev")
+    first = stack.up(kafka=False, postgres=False)
+    kek = first.key_encryption_key
+    assert kek is not None
+    assert kek.parent == stack.home
+    assert kek.stat().st_mode & 0o777 == 0o600
+    key_id = KeyEncryptionKey.from_file(kek).key_id
+    again = stack.up(kafka=False, postgres=False)
+    assert again.key_encryption_key == kek
+    assert KeyEncryptionKey.from_file(kek).key_id == key_id  # never replaced
+    assert f"export {KEK_SETTING}={kek}" in first.export_lines()
+
+    env = {"SAGACITY_DEV_HOME": str(stack.home)}
+    result = CliRunner().invoke(main, ["dev", "up", "--no-kafka", "--no-postgres"], env=env)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [f"export {KEK_SETTING}={kek}"]

@@ -81,6 +81,7 @@ class Runner:
             SAGACITY_BOOTSTRAP_SERVERS=bootstrap,
             SAGACITY_DATABASE_URL=dsn,
             PYTHONPATH=str(ROOT),
+            SAGACITY_ALLOW_CLEAR_DATA="1",  # the principals' ACLs are the subject, in clear
         )
         self.services: list[tuple[subprocess.Popen[bytes], Path]] = []
 

@@ -115,6 +115,8 @@ def test_an_agents_call_its_approval_and_its_undo_are_one_trace(
         OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
         OTEL_BSP_SCHEDULE_DELAY="100",
         PYTHONPATH=str(ROOT),
+        # Sealed, as a deployment runs: the session's key-encryption key.
+        SAGACITY_KEY_ENCRYPTION_KEY_FILE=os.environ["SAGACITY_KEY_ENCRYPTION_KEY_FILE"],
     )
     processes = Processes(env, tmp_path)
     try:

@@ -146,12 +146,17 @@ def test_journal_from_env_seals_with_the_key_file_and_says_so_without_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """SAGACITY_KEY_ENCRYPTION_KEY_FILE set: the journal seals (keys stored in Postgres);
-    unset: one line, once per process, says the data travels in clear once the journal has
-    started; a wrong file is refused, naming the setting."""
+    unset: refused, unless SAGACITY_ALLOW_CLEAR_DATA says so, and then one line, once per
+    process, says the data travels in clear once the journal has started; a wrong file is
+    refused, naming the setting."""
     import sagacity._env
+    from sagacity.errors import ConfigurationError
 
     monkeypatch.setattr(sagacity._env, "_announced", False)
     env = {"SAGACITY_BOOTSTRAP_SERVERS": kafka_bootstrap, "SAGACITY_TOPIC": topic}
+    with pytest.raises(ConfigurationError, match="SAGACITY_ALLOW_CLEAR_DATA=1"):
+        journal_from_env(env)
+    env["SAGACITY_ALLOW_CLEAR_DATA"] = "1"
     with caplog.at_level(logging.WARNING, logger="sagacity.journal"):
         plain = journal_from_env(env)
         again = journal_from_env(env)

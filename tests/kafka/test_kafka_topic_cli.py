@@ -70,7 +70,7 @@ def test_check_of_a_missing_topic_names_create(kafka_bootstrap: str) -> None:
         main,
         ["topic", "check", "--bootstrap-servers", kafka_bootstrap, "--topic", "absent.topic"],
     )
-    assert result.exit_code == 3
+    assert result.exit_code == 2  # the command cannot run: what it checks is not there
     assert "sagacity topic create" in result.output
 
 
@@ -92,3 +92,36 @@ def test_create_with_infinite_retention(kafka_bootstrap: str, fresh_name: str) -
     )
     assert result.exit_code == 0, result.output
     assert "retention.ms -1" in result.output
+
+
+@pytest.mark.parametrize("command", ["check", "create"])
+def test_an_unreachable_broker_is_one_line_and_exit_3_within_10_seconds(command: str) -> None:
+    """As the services say it: within 10 s, one line naming the brokers, no KafkaError{…}."""
+    import subprocess
+    import sys
+    import time
+
+    from sagacity.dev import pick_free_port
+
+    began = time.monotonic()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sagacity.cli",
+            "topic",
+            command,
+            "--bootstrap-servers",
+            f"127.0.0.1:{pick_free_port()}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    took = time.monotonic() - began
+    assert done.returncode == 3, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "is unreachable: no answer within" in lines[0]
+    assert "KafkaError{" not in lines[0]
+    assert took <= 10, took

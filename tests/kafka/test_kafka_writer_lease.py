@@ -276,7 +276,7 @@ def test_the_takeover_command_refuses_a_held_lease_and_takes_an_expired_one(
     args = ["saga", "takeover", "--topic", topic, "--reason", "host lost"]
     refused = runner.invoke(main, [*args, held], env=env)
     assert refused.exit_code == 1, refused.output
-    assert "Refused:" in refused.output
+    assert "error: refused:" in refused.output
     assert "may still be alive" in refused.output
     assert len(writer.read(held).entries) == 2
 

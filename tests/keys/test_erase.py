@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -125,7 +126,9 @@ class Stack:
             keys.close()
 
     def cli(self, *args: str) -> tuple[int, str]:
-        result = CliRunner().invoke(main, list(args), env=self.env)
+        # Exactly self.env: a variable popped from it is unset, not the runner's.
+        env: dict[str, str | None] = {k: None for k in os.environ if k not in self.env}
+        result = CliRunner().invoke(main, list(args), env={**env, **self.env})
         return result.exit_code, result.stdout + result.stderr
 
     def erase_process(self, *args: str) -> subprocess.Popen[str]:
@@ -249,9 +252,16 @@ def test_a_dry_run_says_what_would_be_erased_and_changes_nothing(stack: Stack) -
     before = _dump(stack.dsn)
     code, out = stack.cli("erase", "--saga", SAGA, "--reason", "art. 17 request")
     assert code == 0, out
-    assert "data fields erased: 4 (seqs 2..4)" in out
+    assert "data fields to erase: 4 (seqs 2..4)" in out
     assert "data key: live" in out
     assert "dry run: nothing was changed" in out
+    # It speaks of what would happen, never as if it had.
+    plan = out.split("dry run:")[0]
+    assert not re.search(r"(?<!would be )\b(destroyed|cleared|appended)\b", plan), out
+    assert "erased:" not in plan
+    assert "would be destroyed" in plan
+    assert "would be cleared" in plan
+    assert "would be appended" in plan
     assert _dump(stack.dsn) == before
 
 

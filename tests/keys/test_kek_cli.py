@@ -107,3 +107,14 @@ def test_keys_status_on_an_unreachable_database_exits_3() -> None:
     )
     assert done.exit_code == 3
     assert "key store: connect failed" in done.output
+
+
+def test_keys_init_prints_the_absolute_path_to_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The variable it prints works from any directory: the path is absolute."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["keys", "init", "--out", "journal.kek"])
+    assert result.exit_code == 0, result.output
+    assert f"SAGACITY_KEY_ENCRYPTION_KEY_FILE={tmp_path / 'journal.kek'}" in result.stdout
+    assert f"key-encryption key: {tmp_path / 'journal.kek'}" in result.stdout

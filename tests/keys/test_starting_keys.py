@@ -40,9 +40,12 @@ def _configured(monkeypatch: pytest.MonkeyPatch) -> _CountedStore:
     return store
 
 
+CLEAR = {"SAGACITY_ALLOW_CLEAR_DATA": "1"}
+
+
 def _start_failing(why: str, given: list[KeyService | None]) -> None:
     """A start-up whose component fails after the key service was made (kept in ``given``)."""
-    with sagacity._env.starting_keys({}) as keys:
+    with sagacity._env.starting_keys(CLEAR) as keys:
         given.append(keys)
         raise RuntimeError(why)
 
@@ -79,7 +82,53 @@ def test_without_a_key_the_clear_data_is_announced_once_the_component_started(
     assert given == [None]
     assert announced() == []  # a failed start-up says only why it failed
     for _ in range(2):
-        with sagacity._env.starting_keys({}) as keys:
+        with sagacity._env.starting_keys(CLEAR) as keys:
             assert keys is None
     assert len(announced()) == 1  # once per process
     assert "not encrypted: SAGACITY_KEY_ENCRYPTION_KEY_FILE is not set" in announced()[0]
+
+
+@pytest.mark.parametrize("value", ["", "0", "no", "off"])
+def test_without_a_key_a_component_refuses_to_start_unless_told(
+    value: str, announced: Callable[[], list[str]]
+) -> None:
+    """A saga journaled in clear can never be erased: no key is a refusal naming the key's
+    setting, the command that makes one, and the setting that allows clear data."""
+    started = []
+    with (
+        pytest.raises(sagacity._env.ConfigurationError) as refused,
+        sagacity._env.starting_keys({"SAGACITY_ALLOW_CLEAR_DATA": value}),
+    ):
+        started.append(True)
+    assert started == []
+    message = str(refused.value)
+    assert "SAGACITY_KEY_ENCRYPTION_KEY_FILE is not set" in message
+    assert "sagacity keys init" in message
+    assert "SAGACITY_ALLOW_CLEAR_DATA=1" in message
+    assert "\n" not in message
+    assert announced() == []
+
+
+@pytest.mark.parametrize("value", ["1", "true", "YES", "on"])
+def test_clear_data_allowed_explicitly_starts_and_says_so(
+    value: str, announced: Callable[[], list[str]]
+) -> None:
+    with sagacity._env.starting_keys({"SAGACITY_ALLOW_CLEAR_DATA": value}) as keys:
+        assert keys is None
+    assert len(announced()) == 1
+
+
+def test_a_value_of_the_allowing_setting_that_says_neither_is_refused() -> None:
+    with pytest.raises(sagacity._env.ConfigurationError, match="SAGACITY_ALLOW_CLEAR_DATA='maybe'"):
+        sagacity._env.clear_data_allowed({"SAGACITY_ALLOW_CLEAR_DATA": "maybe"})
+
+
+def test_from_env_refuses_a_journal_in_clear(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent (``Sagacity.from_env()``) starts through the same rule."""
+    from sagacity import Sagacity
+
+    monkeypatch.delenv("SAGACITY_KEY_ENCRYPTION_KEY_FILE", raising=False)
+    monkeypatch.delenv("SAGACITY_ALLOW_CLEAR_DATA", raising=False)
+    monkeypatch.setenv("SAGACITY_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    with pytest.raises(sagacity._env.ConfigurationError, match="no key-encryption key"):
+        Sagacity.from_env()

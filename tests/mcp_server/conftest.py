@@ -39,7 +39,10 @@ class McpDeployment:
         # The approvals service signs its decisions; the MCP server verifies them.
         key = generate_key(tmp / "approvals.pem")
         self.env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k != "SAGACITY_KEY_ENCRYPTION_KEY_FILE"},
+            # The protocol is the subject, in clear (said explicitly): the test's own journal
+            # reads the servers' events without keys.
+            "SAGACITY_ALLOW_CLEAR_DATA": "1",
             "SAGACITY_BOOTSTRAP_SERVERS": bootstrap,
             "SAGACITY_TOPIC": topic,
             "SAGACITY_TEST_CALL_LOG": str(self.calls),

@@ -162,7 +162,7 @@ def test_an_approvers_token_is_refused_by_the_mcp_server_with_one_line(
         timeout=60,
     )
     assert started.returncode != 0
-    errors = [x for x in started.stderr.splitlines() if x.startswith("Error")]
+    errors = [x for x in started.stderr.splitlines() if x.startswith("error: ")]
     assert len(errors) == 1, started.stderr
     [line] = errors
     assert "audit@example.com is an auditor, not an agent" in line

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
 
@@ -144,7 +145,13 @@ def test_a_gated_call_waits_for_approval_and_resumes_with_the_exact_arguments(
         info = gated.structured_content
         saga_id, seq = info["saga_id"], info["seq"]
         assert info["payload_sha256"] == payload_sha256('{"amount":"100","to":"alice"}')
-        assert info["approval_url"] == f"{replica.url}/sagacity/approvals/{saga_id}/{seq}"
+        # A person opens the console's page for the request (a sign-in, then the request),
+        # not the token-protected API; a program gets the API's address too.
+        assert info["approval_url"] == f"{replica.url}/ui/requests/{saga_id}/{seq}"
+        assert info["approval_api_url"] == f"{replica.url}/sagacity/approvals/{saga_id}/{seq}"
+        page = httpx.get(info["approval_url"], follow_redirects=True, timeout=10)
+        assert page.status_code == 200
+        assert "/ui/login" in str(page.url)
         assert calls(mcp_deployment.calls) == []
         assert mcp_deployment.wait_ended(saga_id)[-1].result == "AWAITING_APPROVAL"
 
@@ -352,3 +359,33 @@ def test_arguments_that_are_not_an_object_are_refused_by_the_protocol(
     assert reply["id"] == 2
     assert "error" in reply
     assert calls(mcp_deployment.calls) == []
+
+
+def test_the_approval_url_is_the_consoles_page_at_the_address_people_reach() -> None:
+    """``approval_url`` is the console's page for the request, under the approvals service's
+    public address when one is given (its --public-url), else under the address the server
+    reaches it at; ``approval_api_url`` is always the latter's API."""
+    from sagacity import InMemoryJournal, Reversibility, Sagacity, compensable
+    from sagacity.adapters.mcp import SagacityMCP
+
+    class Wire:
+        @compensable(reversibility=Reversibility.IRREVERSIBLE)
+        def wire(self, amount: str) -> str:
+            return amount
+
+    sagacity = Sagacity(journal=InMemoryJournal())
+    sagacity.wrap(Wire())
+    registered = sagacity.registry.get("wire")
+    assert registered is not None
+    internal, public = "http://approvals.internal:8085", "https://approvals.example.com/"
+    shown = SagacityMCP(sagacity, approvals_url=internal, approvals_public_url=public)._awaiting(
+        registered, "s-1", 4, {"amount": "1"}
+    )
+    assert shown.structured_content is not None
+    assert shown.structured_content["approval_url"] == (
+        "https://approvals.example.com/ui/requests/s-1/4"
+    )
+    assert shown.structured_content["approval_api_url"] == (f"{internal}/sagacity/approvals/s-1/4")
+    bare = SagacityMCP(sagacity)._awaiting(registered, "s-1", 4, {"amount": "1"})
+    assert bare.structured_content is not None
+    assert bare.structured_content["approval_url"] is None

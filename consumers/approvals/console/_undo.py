@@ -13,20 +13,21 @@ saga's earlier steps a rejection (or a later undo) could put back and which not.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route, Router
 
 from sagacity._events import JournalEntry
 from sagacity._outcome import outcome_from_chain
 from sagacity._registry import ToolRegistry
-from sagacity._saga import Sagacity
 from sagacity._undo_preview import preview_undo
 from sagacity._writer_roles import SagaWriters
 from sagacity.consumers.approvals._reads import check_readable
+from sagacity.consumers.approvals.console._page import Console, Viewer, page
 
 
 def undo_list(entries: Sequence[JournalEntry], registry: ToolRegistry) -> dict[str, Any]:
@@ -56,18 +57,16 @@ def undo_context(
     }
 
 
-def undo_page(
-    sagacity: Sagacity, render: Callable[..., Response]
-) -> Callable[[Request, Any], Awaitable[Response]]:
-    """The console's handler of ``GET /ui/sagas/{saga_id}/undo`` (read like the saga page)."""
+async def undo_page(request: Request, console: Console, viewer: Viewer) -> Response:
+    """``GET /ui/sagas/{saga_id}/undo``, read like the saga page."""
 
-    async def page(request: Request, viewer: Any) -> Response:
-        def read(saga_id: str) -> dict[str, Any]:
-            entries = sagacity.entries(saga_id)
-            check_readable(viewer.principal, saga_id, entries)
-            return undo_context(saga_id, entries, sagacity.registry)
+    def read(saga_id: str) -> dict[str, Any]:
+        entries = console.sagacity.entries(saga_id)
+        check_readable(viewer.principal, saga_id, entries)
+        return undo_context(saga_id, entries, console.sagacity.registry)
 
-        context = await run_in_threadpool(read, request.path_params["saga_id"])
-        return render(request, "undo.html", viewer, undo=context, **context)
+    context = await run_in_threadpool(read, request.path_params["saga_id"])
+    return console.render(request, "undo.html", viewer, undo=context, **context)
 
-    return page
+
+router = Router(routes=[Route("/sagas/{saga_id}/undo", page(undo_page), methods=["GET"])])

@@ -112,8 +112,12 @@ class SagacityMCP:
     Args:
         sagacity: the wrapped tools (``sagacity.wrap(...)`` first) and the journal.
         name: the server's name in the MCP handshake.
-        approvals_url: the approvals service's base URL, for the ``approval_url`` of a gated
-            call's structured content.
+        approvals_url: the approvals service's base URL as this server reaches it: a gated
+            call's ``approval_api_url`` (its request in the API) and, without
+            ``approvals_public_url``, the base of its ``approval_url``.
+        approvals_public_url: the approvals service's address as people reach it (its
+            ``--public-url``): a gated call's ``approval_url`` is the console's page for the
+            request there, ``/ui/requests/{saga_id}/{seq}``.
         idle_timeout_s: a session's saga with no call for this long is ended.
         saga_prefix: the prefix of the saga ids generated for sessions.
         proxied: tools of an upstream MCP server (already registered on ``sagacity``), served
@@ -130,6 +134,7 @@ class SagacityMCP:
         *,
         name: str = "sagacity",
         approvals_url: str | None = None,
+        approvals_public_url: str | None = None,
         idle_timeout_s: float = 300.0,
         saga_prefix: str = "mcp-",
         proxied: Sequence[ProxiedTool] = (),
@@ -143,6 +148,8 @@ class SagacityMCP:
             )
         self._sagacity = sagacity
         self._approvals_url = approvals_url.rstrip("/") if approvals_url else None
+        public = approvals_public_url or approvals_url
+        self._console_url = public.rstrip("/") if public else None
         self.sessions = SessionSagas(
             sagacity, idle_timeout_s=idle_timeout_s, saga_prefix=saga_prefix
         )
@@ -367,7 +374,12 @@ class SagacityMCP:
             "saga_id": saga_id,
             "seq": seq,
             "payload_sha256": digest,
+            # For a person: the console's page for the request (sign-in, then the request).
             "approval_url": (
+                f"{self._console_url}/ui/requests/{saga_id}/{seq}" if self._console_url else None
+            ),
+            # For a program holding a token: the request in the approvals API.
+            "approval_api_url": (
                 f"{self._approvals_url}/sagacity/approvals/{saga_id}/{seq}"
                 if self._approvals_url
                 else None
@@ -415,9 +427,9 @@ class SagacityMCP:
                 saga_id, seq, payload, requested_by=principal
             )
         except ApprovalError as exc:
-            raise MCPError(APPROVAL_REFUSED, exc.message) from exc
+            raise MCPError(APPROVAL_REFUSED, str(exc)) from exc
         except SagacityError as exc:
-            raise MCPError(APPROVAL_REFUSED, exc.message) from exc
+            raise MCPError(APPROVAL_REFUSED, str(exc)) from exc
         if result.status in (SagaStatus.COMPLETED, SagaStatus.AWAITING_APPROVAL):
             return _ran(result.value, saga_id)
         raise ToolError(f"{registered.name}: {result.summary()}")
@@ -431,7 +443,7 @@ class SagacityMCP:
         try:
             entries = self._sagacity.entries(saga_id)
         except SagacityError as exc:
-            raise MCPError(APPROVAL_REFUSED, exc.message) from exc
+            raise MCPError(APPROVAL_REFUSED, str(exc)) from exc
         entry = request_entry(entries, seq)
         if entry is None:
             return  # no request there: the core refuses it, journaling nothing

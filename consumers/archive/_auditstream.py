@@ -1,0 +1,196 @@
+"""The streams an archive audit merges, saga by saga, in saga id order.
+
+Four streams ordered by saga id (the chains' rows or their bulk verdicts, checkpoints,
+retention anchors, heads) are merged so memory holds one saga at a time however large the
+archive.  The rows go by binary ``COPY`` on a second connection reading the audit's snapshot
+(:class:`RowStream`) into the bulk verifier (:func:`bulk_verdicts`); with the compiled module
+the merge itself runs there (:func:`merged_audits`), handing back every saga it does not pass
+to the Python path.  Otherwise the Python merge (:func:`merged_by_saga`) runs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import psycopg
+
+from sagacity.consumers.archive._chainstream import chain_rows
+from sagacity.consumers.archive._fastverify import BatchVerdict, batch_verdict, chain_verifier
+from sagacity.consumers.archive._snapshots import reader_of, shared_snapshot
+from sagacity.consumers.archive._verdicts import SagaAudit
+
+
+def fetched(cursor: psycopg.ServerCursor[Any], size: int) -> Iterator[Sequence[Any]]:
+    """The rows of a named cursor, ``size`` a fetch (one call per fetch, not per row)."""
+    while rows := cursor.fetchmany(size):
+        yield from rows
+
+
+def grouped(cursor: Iterator[Sequence[Any]]) -> Iterator[tuple[str, list[Sequence[Any]]]]:
+    current: str | None = None
+    group: list[Sequence[Any]] = []
+    for row in cursor:
+        if row[0] != current:
+            if current is not None:
+                yield current, group
+            current, group = row[0], []
+        group.append(row)
+    if current is not None:
+        yield current, group
+
+
+def merged_by_saga(
+    streams: Sequence[Iterator[tuple[str, Any]]],
+) -> Iterator[tuple[str, list[Any]]]:
+    """Each saga id of ``streams`` (each ordered by saga id, one item per saga) with the item
+    of every stream for it (``None`` where a stream has none), in saga id order."""
+    current: list[tuple[str, Any] | None] = [next(s, None) for s in streams]
+    while any(c is not None for c in current):
+        saga = min(c[0] for c in current if c is not None)
+        parts: list[Any] = []
+        for i, c in enumerate(current):
+            if c is not None and c[0] == saga:
+                parts.append(c[1])
+                current[i] = next(streams[i], None)
+            else:
+                parts.append(None)
+        yield saga, parts
+
+
+def merged_audits(
+    auditor: Any,
+    blocks: Iterable[bytes],
+    *,
+    checkpoints: psycopg.ServerCursor[Any],
+    heads: psycopg.ServerCursor[Any],
+    fetch: int,
+    anchors: Mapping[str, tuple[int, str]],
+    anchor_rows: Mapping[str, Sequence[Any]],
+    judge_back: Callable[..., SagaAudit],
+) -> Generator[SagaAudit]:
+    """Every saga's audit from the compiled merge (``sagacity_native.ChainAuditor``): the rows
+    streamed in ``blocks``, checkpoints and heads a fetch at a time.  The sagas it judges come back
+    as a few fields; the others, with what was read for them, go to ``judge_back`` (the Python
+    path, which explains every finding)."""
+
+    def drain() -> Iterator[SagaAudit]:
+        while True:
+            out, need_checkpoints, need_heads = auditor.take()
+            for t in out:
+                if t[1]:
+                    yield SagaAudit(
+                        saga_id=t[0],
+                        ok=True,
+                        events=t[2],
+                        head_seq=t[3],
+                        head_hash=t[4],
+                        checkpoints=t[5],
+                        signed_seq=t[6],
+                        unsigned=t[7],
+                    )
+                else:
+                    saga, verdict, cps, head = t[0], t[2], t[3], t[4]
+                    anchor = anchor_rows.get(saga)
+                    yield judge_back(
+                        saga,
+                        None if verdict is None else batch_verdict(verdict, anchors),
+                        [],
+                        cps or None,
+                        None if anchor is None else [anchor],
+                        head or None,
+                    )
+            if not (need_checkpoints or need_heads):
+                return
+            if need_checkpoints:
+                auditor.add_checkpoints(checkpoints.fetchmany(fetch))
+            if need_heads:
+                auditor.add_heads(heads.fetchmany(fetch))
+
+    for block in blocks:
+        auditor.feed(block)
+        yield from drain()
+    auditor.finish()
+    yield from drain()
+
+
+def snapshot_reader(conn: psycopg.Connection) -> psycopg.Connection | None:
+    """A second connection to the archive reading ``conn``'s snapshot (exported: the same rows,
+    whatever is committed meanwhile) and search path; ``None`` where it cannot connect (a
+    connection limit, a pooler), and the caller then reads the rows on ``conn``."""
+    return reader_of(*shared_snapshot(conn))
+
+
+def bulk_verdicts(
+    blocks: Iterable[bytes], *, anchors: Mapping[str, tuple[int, str]]
+) -> Generator[tuple[str, BatchVerdict]]:
+    """The bulk verifier's verdicts on the blocks of :func:`chain_rows`, by saga id order."""
+    verifier = chain_verifier(anchors=anchors)
+    for block in blocks:
+        for verdict in verifier.feed(block):
+            yield verdict.saga_id, verdict
+    for verdict in verifier.finish():
+        yield verdict.saga_id, verdict
+
+
+class RowStream:
+    """Every saga's rows by binary ``COPY`` (:func:`chain_rows`) on a second connection reading
+    ``conn``'s snapshot (:func:`snapshot_reader`), opened and started in a thread of its own:
+    the connection is made, and the server sorts the rows and sends the first of them, while
+    the caller reads other things on ``conn`` (psycopg and ``select`` release the GIL while
+    they wait).
+
+    :meth:`connected` says whether the second connection could be made (if not, the caller
+    reads the rows on ``conn``); then iterate the blocks once.  :meth:`close` waits for the
+    thread, then closes the stream (read or not) and the connection.
+    """
+
+    def __init__(self, conn: psycopg.Connection, *, forms: bool = False) -> None:
+        shared = shared_snapshot(conn)
+        self._forms = forms
+        self._reader: psycopg.Connection | None = None
+        self._blocks: Generator[bytes] | None = None
+        self._first: bytes | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._start, args=shared, name="sagacity-audit-stream"
+        )
+        self._thread.start()
+
+    def _start(self, dsn: str, password: str | None, snapshot: str, search_path: str) -> None:
+        try:
+            self._reader = reader_of(dsn, password, snapshot, search_path)
+            if self._reader is not None:
+                self._blocks = chain_rows(self._reader, forms_only_first=self._forms)
+                self._first = next(self._blocks, None)
+        except BaseException as exc:  # raised to the caller by connected()
+            self._error = exc
+
+    def connected(self) -> bool:
+        """Whether the rows are streamed on a second connection (waits for the first block).
+
+        Raises:
+            PersistenceError: the database failed opening or starting the stream.
+        """
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._reader is not None
+
+    def __iter__(self) -> Iterator[bytes]:
+        if not self.connected() or self._blocks is None:
+            raise RuntimeError("no second connection: the rows are read on the audit's")
+        if self._first is not None:
+            yield self._first
+        yield from self._blocks
+
+    def close(self) -> None:
+        """Wait for the thread; then close the stream and the second connection."""
+        self._thread.join()
+        try:
+            if self._blocks is not None:
+                self._blocks.close()
+        finally:
+            if self._reader is not None:
+                self._reader.close()
