@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 
 import click
 
+from sagacity.cli._exit import USAGE, CommandError
 from sagacity.cli.saga import _kafka_options, compensate_cmd, load_operator_key, operator_key_option
-from sagacity.errors import ConfigurationError, JournalError
+from sagacity.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from sagacity._undo_preview import UndoPreview
@@ -109,27 +110,20 @@ def _preview(
     try:
         settings = kafka_settings_from_env(env)
     except ConfigurationError as exc:
-        raise click.UsageError(f"{exc.message} (or pass --bootstrap-servers)") from exc
+        raise CommandError(f"{exc} (or pass --bootstrap-servers)", USAGE) from exc
     keys = key_service_from_env(env)
-    try:
-        journal = kafka_journal(settings, keys=keys)
-    except JournalError as exc:
-        click.echo(f"Error: {exc.message}", err=True)
-        raise SystemExit(3) from exc
+    # A journal that cannot be reached is the root group's one line and exit status 3.
+    journal = kafka_journal(settings, keys=keys)
     try:
         entries = journal.entries(saga_id)
         if not entries:
-            click.echo(f"Refused: saga {saga_id!r} is unknown", err=True)
-            raise SystemExit(1)
+            raise CommandError(f"saga {saga_id!r} is unknown on this journal", USAGE)
         registry = None
         if tools:
             declared = Sagacity(journal)
             register_tools(declared, tools)
             registry = declared.registry
         return preview_undo(entries, registry)
-    except JournalError as exc:
-        click.echo(f"Error: {exc.message}", err=True)
-        raise SystemExit(3) from exc
     finally:
         journal.close()
         if keys is not None:
