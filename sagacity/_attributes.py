@@ -85,6 +85,21 @@ ERASED_KEY = "erased_key"
 """On ``ERASED``: the id of the key-encryption key the destroyed data key was wrapped under,
 ``none`` when no data key existed (nothing was sealed), ``unknown`` when an earlier run had
 destroyed it already and its id was not recorded."""
+EFFECT_KEY = "effect_key"
+"""On ``INTENT``, ``AWAITING_APPROVAL``, ``REPLAYED`` and an effect refusal's
+``CONSTRAINT_VIOLATED`` of a tool with an effect key (docs/adr/0026-effects-and-refusals.md):
+the fields that name its effect, ``*`` (the whole payload) or the compact JSON list of their
+``$.`` paths.  Never a value: two calls share an effect when these fields are equal."""
+EFFECT_OF = "effect_of"
+"""On an effect refusal's ``CONSTRAINT_VIOLATED``: the seq of the earlier call (its ``INTENT``
+or request) with the same effect key."""
+REFUSED = "refused"
+"""On ``FAILED``: the tool refused before acting (``retry``: a framework's signal to call again
+with other arguments; ``declared``: an exception its declaration names): no effect, nothing to
+undo, and the saga goes on."""
+RECOVERS = "recovers"
+"""On ``EXECUTED``: the seqs (comma-separated) of the earlier ``FAILED`` calls of the same tool
+(and effect key) this success recovers: they no longer make the saga compensate."""
 REDACTION = "redaction"
 """On an entry whose payload has redacted fields (docs/adr/0019-erasure.md §5): compact JSON of
 each redacted path's salt (hex); a data attribute, committed to in chain form 2 and sealed."""

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
+from sagacity._effect_keys import DEFAULT_KEY, EffectKey, effect_key_of
 from sagacity._redaction import redact_paths
+from sagacity._refusals import Refusals, check_refuses
 from sagacity._reversibility import Reversibility
 from sagacity._undo import UndoCall
 from sagacity.errors import DeclarationError
@@ -45,6 +47,13 @@ class ToolDefinition:
     redact: tuple[str, ...] = ()
     """The payload fields never journaled in clear, as ``$.`` paths (docs/adr/0019-erasure.md
     §5); empty: none."""
+    effect_key: object = DEFAULT_KEY
+    """The effect key as declared (see :attr:`key`)."""
+    refuses: Refusals = ()
+    """The exceptions with which the tool refuses a call before acting (journaled ``FAILED``
+    with ``refused``: no effect, no compensation; docs/adr/0026-effects-and-refusals.md)."""
+    key: EffectKey | None = field(init=False, default=None)
+    """The fields naming the call's effect in its saga (``None``: calls never share one)."""
 
     def __post_init__(self) -> None:
         names = check_undo_tools(
@@ -55,6 +64,11 @@ class ToolDefinition:
                 f"tool {self.name!r}: give an undo call or undo_tools= (a returned undo), not both"
             )
         object.__setattr__(self, "undo_tools", names)
+        object.__setattr__(self, "refuses", check_refuses(self.refuses, tool=self.name))
+        key = effect_key_of(
+            self.effect_key, reversibility=self.reversibility, redact=self.redact, tool=self.name
+        )
+        object.__setattr__(self, "key", key)
 
     def undo_targets(self) -> tuple[str, ...]:
         """Every tool the declaration lets compensation call as this tool's undo."""
@@ -171,6 +185,8 @@ def define_tool(
     redact: Iterable[str] = (),
     undo_tools: Iterable[str] = (),
     undo: UndoCall | None = None,
+    effect_key: object = DEFAULT_KEY,
+    refuses: Iterable[type[BaseException]] = (),
 ) -> ToolDefinition:
     """The definition ``@compensable(...)`` would attach to ``function``, without attaching it.
 
@@ -200,6 +216,8 @@ def define_tool(
         redact=paths,
         undo_tools=undo_names,
         undo_call=_check_undo_call(undo, by=by, reversibility=reversibility, tool=tool_name),
+        effect_key=effect_key,
+        refuses=check_refuses(refuses, tool=tool_name),
     )
 
 
@@ -233,6 +251,8 @@ def compensable(
     redact: Iterable[str] = (),
     undo_tools: Iterable[str] = (),
     undo: UndoCall | None = None,
+    effect_key: Iterable[str] | object | None = DEFAULT_KEY,
+    refuses: Iterable[type[BaseException]] = (),
 ) -> Callable[[F], F]: ...
 def compensable(
     fn: F | None = None,
@@ -245,6 +265,8 @@ def compensable(
     redact: Iterable[str] = (),
     undo_tools: Iterable[str] = (),
     undo: UndoCall | None = None,
+    effect_key: Iterable[str] | object | None = DEFAULT_KEY,
+    refuses: Iterable[type[BaseException]] = (),
 ) -> Any:
     """Declare a tool: journaled inside sagas, compensated or gated by its reversibility.
 
@@ -282,6 +304,8 @@ def compensable(
     undo_names = check_undo_tools(undo_tools, by=by, reversibility=reversibility, tool=name)
     _check_undo_call(undo, by=by, reversibility=reversibility, tool=name)
     paths = redact_paths(redact, tool=name)
+    refusals = check_refuses(refuses, tool=name)
+    effect_key_of(effect_key, reversibility=reversibility, redact=paths, tool=name)
 
     def decorate(target: F) -> F:
         function = _check_function(target, "compensable")
@@ -294,6 +318,8 @@ def compensable(
             redact=paths,
             undo_tools=undo_names,
             undo=undo,
+            effect_key=effect_key,
+            refuses=refusals,
         )
         setattr(function, TOOL_ATTR, definition)
         return target

@@ -31,7 +31,9 @@ class EventType(enum.StrEnum):
     ``COMPENSATION_REQUESTED`` (hand-off to the compensation service), ``COMPENSATION_INTENT``
     (before an undo is called), ``COMPENSATED`` / ``COMPENSATION_FAILED`` (its outcome),
     ``SUSPECT`` (an ``INTENT`` with no outcome, for a person), ``SUSPECT_SETTLED`` (a
-    person's word on a suspect step).  Lifecycle: ``SAGA_OPENED`` (a writer took the saga)
+    person's word on a suspect step).  Effects: ``REPLAYED`` (a call whose effect key an
+    earlier call of the saga already has: not run, its recorded result returned;
+    docs/adr/0026-effects-and-refusals.md).  Lifecycle: ``SAGA_OPENED`` (a writer took the saga)
     and ``SAGA_ENDED`` (final
     status in ``result``).  Administration: ``ERASED`` (the saga's data was erased: its key
     destroyed and its openings cleared; written after its end, docs/adr/0019-erasure.md §4).
@@ -56,6 +58,7 @@ class EventType(enum.StrEnum):
     SAGA_ENDED = "SAGA_ENDED"
     ERASED = "ERASED"
     APPROVAL_REFUSED = "APPROVAL_REFUSED"
+    REPLAYED = "REPLAYED"
 
 
 class UnknownEventType(str):

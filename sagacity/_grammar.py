@@ -15,9 +15,12 @@ The rules are written against every flow the product journals; a rule is relaxed
 legitimate flow could not be told from a forged one by the chain alone:
 
 * compensation may run within an inline run (its work may raise without a trace on the
-  chain), and after a cause: a ``COMPENSATION_REQUESTED``, a failed call, a closing decision, a
-  suspect or its settlement, or a run that ended ``COMPENSATION_PENDING`` or
-  ``COMPENSATION_FAILED`` (a settlement or a retry follows those);
+  chain), and after a cause: a ``COMPENSATION_REQUESTED``, a failed call (not one the tool
+  refused before acting: ``FAILED`` with ``refused`` has no effect and causes nothing), a
+  closing decision, a suspect or its settlement, or a run that ended ``COMPENSATION_PENDING``
+  or ``COMPENSATION_FAILED`` (a settlement or a retry follows those);
+* a ``REPLAYED`` call (its effect key already had an effect, docs/adr/0026) refers to an
+  earlier call of its tool that executed, or to its tool's approval request;
 * after an end ``COMPLETED``, ``COMPENSATED``, ``REJECTED`` or ``EXPIRED`` only an erasure or
   another ``SAGA_ENDED`` (a repeated compensation finds nothing to do and ends again) may
   follow; after ``COMPENSATION_FAILED``, no call and no decision;
@@ -71,6 +74,9 @@ class GrammarRule(enum.StrEnum):
     decision after the end, anything but an erasure after a clean end."""
     ERASED_WHILE_LIVE = "grammar:erased_while_live"
     """An ``ERASED`` that does not follow a final ``SAGA_ENDED``."""
+    REPLAY_OF_NO_EFFECT = "grammar:replay_of_no_effect"
+    """A ``REPLAYED`` whose ``ref_seq`` is neither an earlier ``INTENT`` of its tool with an
+    ``EXECUTED`` outcome nor an approval request of its tool: it replays no effect."""
 
 
 class Event(Protocol):
@@ -143,6 +149,7 @@ _CALLS_AND_DECISIONS = frozenset(
         EventType.EXPIRED,
         EventType.RESUME_REFUSED,
         EventType.CONSTRAINT_VIOLATED,
+        EventType.REPLAYED,
     }
 )
 _AFTER_ANY_END = frozenset({EventType.SAGA_ENDED, EventType.ERASED})
@@ -253,8 +260,8 @@ class SagaGrammar:
             _HANDLERS.get(kind, SagaGrammar._neutral)(self, event, ref)
         if not self._cause and kind is not EventType.SAGA_ENDED:
             # A resume's CONSTRAINT_VIOLATED closes its request and ends the saga like a
-            # decision.
-            self._cause = kind in _CAUSES or (
+            # decision; a refusal before acting had no effect and causes nothing.
+            self._cause = (kind in _CAUSES and attr.REFUSED not in event.attributes) or (
                 kind is EventType.CONSTRAINT_VIOLATED and ref is not None
             )
         self._last = kind
@@ -273,7 +280,7 @@ class SagaGrammar:
             why = f"the saga ended {ended}"
         elif ended == SagaStatus.COMPENSATION_FAILED and kind in _CALLS_AND_DECISIONS:
             why = f"the saga ended {ended}: no call or decision follows"
-        elif kind is EventType.AWAITING_APPROVAL or (
+        elif kind in (EventType.AWAITING_APPROVAL, EventType.REPLAYED) or (
             kind is EventType.INTENT and ref_of(event) is None
         ):
             why = "a tool is called after the saga's run ended, with no SAGA_OPENED since"
@@ -376,6 +383,23 @@ class SagaGrammar:
                 self._steps.add(event.seq)
             return
         self._find(event, GrammarRule.EXECUTED_WITHOUT_INTENT, f"{kind} at seq {event.seq} {why}")
+
+    def _replayed(self, event: Event, ref: int | None) -> None:
+        if self._unknown_ref(ref):
+            return
+        request = self._requests.get(ref) if ref is not None else None
+        if request is not None and request.tool == event.tool:
+            return
+        executed = ref is not None and self._outcomes.get(ref) in self._steps
+        if executed and self._intents.get(ref or 0, "") == event.tool:
+            return
+        where = "no ref_seq" if ref is None else f"seq {ref}"
+        self._find(
+            event,
+            GrammarRule.REPLAY_OF_NO_EFFECT,
+            f"REPLAYED at seq {event.seq} replays {where}, which is no executed call or "
+            f"request of tool {event.tool!r}",
+        )
 
     # -- approvals ------------------------------------------------------------------------
     def _request(self, event: Event, _ref: int | None) -> None:
@@ -495,6 +519,7 @@ _HANDLERS = {
     EventType.COMPENSATION_FAILED: SagaGrammar._compensation,
     EventType.SUSPECT: SagaGrammar._suspect,
     EventType.SUSPECT_SETTLED: SagaGrammar._settled,
+    EventType.REPLAYED: SagaGrammar._replayed,
 }
 
 

@@ -16,8 +16,10 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
 from sagacity import _tracing
+from sagacity._effects import EffectIndex
 from sagacity._result import SagaResult
 from sagacity._scope import Failure, Gate, SagaScope, joined_scope
+from sagacity.errors import SagaCancelledError
 
 if TYPE_CHECKING:
     from sagacity._saga import Sagacity
@@ -32,9 +34,11 @@ class SagaRun:
     raise :class:`~sagacity.errors.SagaClosedError` without running.
     """
 
-    def __init__(self, owner: Sagacity, saga_id: str) -> None:
+    def __init__(
+        self, owner: Sagacity, saga_id: str, *, effects: EffectIndex | None = None
+    ) -> None:
         self._owner = owner
-        self._scope = SagaScope(saga_id=saga_id, owner=owner)
+        self._scope = SagaScope(saga_id=saga_id, owner=owner, effects=effects or EffectIndex())
         self._lock = threading.Lock()
         self._result: SagaResult | None = None
 
@@ -115,6 +119,15 @@ class SagaRun:
     async def end_async(self, error: Exception | None = None) -> SagaResult:
         """:meth:`end` on a worker thread, so the event loop is never blocked."""
         return await asyncio.to_thread(self.end, error)
+
+    def cancel(self, reason: str = "cancelled") -> SagaResult:
+        """End the saga because its work was cancelled (the agent's cancellation, a kill
+        switch): its completed steps are compensated, once (:meth:`end` is idempotent)."""
+        return self.end(SagaCancelledError(f"saga {self.saga_id!r}: {reason}"))
+
+    async def cancel_async(self, reason: str = "cancelled") -> SagaResult:
+        """:meth:`cancel` on a worker thread, shielded from a second cancellation."""
+        return await asyncio.shield(asyncio.to_thread(self.cancel, reason))
 
     def __repr__(self) -> str:
         return f"SagaRun({self.saga_id!r}, ended={self.ended})"

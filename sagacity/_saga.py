@@ -19,6 +19,8 @@ from sagacity._codec import describe_error
 from sagacity._compensation import CompensationReport
 from sagacity._decision_signature import DecisionSigner, DecisionVerifier, verifier_from_env
 from sagacity._decorators import Constraint, ToolDefinition
+from sagacity._effect_keys import DEFAULT_KEY
+from sagacity._effects import EffectIndex
 from sagacity._envelope import KEK_SETTING
 from sagacity._events import EventType, JournalEntry, now_micros
 from sagacity._memory import InMemoryJournal
@@ -31,9 +33,11 @@ from sagacity._saga_gates import GateDecisions
 from sagacity._scope import SagaScope, ensure_no_active_scope, open_scope
 from sagacity._undo import UndoCall
 from sagacity._wrap import wrap, wrap_callable
+from sagacity._writer_roles import SagaWriters
 from sagacity.errors import (
     ConfigurationError,
     InvalidArgumentError,
+    SagaCancelledError,
     SagaExistsError,
 )
 from sagacity.journal import Journal, journal_seals
@@ -298,6 +302,8 @@ class Sagacity(SagaEnds, GateDecisions):
         undo: UndoCall | None = None,
         redact: Sequence[str] = (),
         undo_tools: Sequence[str] = (),
+        effect_key: Sequence[str] | object | None = DEFAULT_KEY,
+        refuses: Sequence[type[BaseException]] = (),
     ) -> Callable[..., Any]:
         """Declare and wrap an undecorated callable in one step (for framework adapters).
 
@@ -306,8 +312,9 @@ class Sagacity(SagaEnds, GateDecisions):
         where it cannot be decorated.  ``by`` is the compensation itself (a callable taking
         one ``CompensationContext``); ``undo`` names another registered tool as the undo, with
         arguments taken from the call and its result (:class:`~sagacity.UndoCall`);
-        ``redact`` names payload fields never journaled in clear, and ``undo_tools`` the
-        tools its result may name as its undo, as ``@compensable``'s.
+        ``redact`` names payload fields never journaled in clear, ``undo_tools`` the tools its
+        result may name as its undo, ``effect_key`` the fields naming its effect and
+        ``refuses`` its refusals before acting, as ``@compensable``'s.
 
         Raises:
             DeclarationError: as :meth:`wrap`.
@@ -324,6 +331,8 @@ class Sagacity(SagaEnds, GateDecisions):
             undo=undo,
             redact=redact,
             undo_tools=undo_tools,
+            effect_key=effect_key,
+            refuses=refuses,
         )
 
     # -- sagas ----------------------------------------------------------------------------
@@ -430,6 +439,7 @@ class Sagacity(SagaEnds, GateDecisions):
         saga = await asyncio.to_thread(self._open, saga_id)
         value: Any = None
         error: Exception | None = None
+        cancelled: asyncio.CancelledError | None = None
         with open_scope(saga, self) as scope:
             try:
                 value = work()
@@ -437,13 +447,25 @@ class Sagacity(SagaEnds, GateDecisions):
                     value = await value
             except Exception as exc:
                 error = exc
+            except asyncio.CancelledError as exc:
+                cancelled, error = exc, SagaCancelledError(f"saga {saga!r}: its run was cancelled")
             except BaseException:
                 self._flush_quietly()
                 raise
+        if cancelled is None:
+            return await self._finish_async(scope, value, error)
+        # Shielded: a second cancellation does not cut the compensation short.
+        await asyncio.shield(self._finish_async(scope, value, error))
+        raise cancelled
+
+    async def _finish_async(
+        self, scope: SagaScope, value: Any, error: Exception | None
+    ) -> SagaResult:
         if scope.lost is not None:
             return await asyncio.to_thread(self._end_lost, scope, error)
         if self._needs_compensation(scope, error):
-            report = None if self._mode == "delegated" else await self._runner().run_async(saga)
+            delegated = self._mode == "delegated"
+            report = None if delegated else await self._runner().run_async(scope.saga_id)
             return await asyncio.to_thread(self._end_failed, scope, value, error, report)
         return await asyncio.to_thread(self._end_clean, scope, value)
 
@@ -456,9 +478,14 @@ class Sagacity(SagaEnds, GateDecisions):
         ``conversation.end()`` when the conversation is over; that is when a failed step is
         compensated.  Its saga id is the conversation id.
 
+        A conversation whose saga this writer (``writer_id``) still holds on the journal, such
+        as one a restarted process comes back to, is continued: its calls' effects are read
+        from its chain once, so a call the framework replays does not run twice, and a call
+        whose ``INTENT`` has no outcome is in doubt (docs/adr/0026-effects-and-refusals.md).
+
         Raises:
             InvalidArgumentError: an empty ``conversation_id``.
-            SagaExistsError: the id names a saga this ``Sagacity`` did not open (one that
+            SagaExistsError: the id names a saga this ``Sagacity`` does not hold (one that
                 ended, or another writer's).
             JournalError: the journal could not record the saga.
         """
@@ -466,9 +493,17 @@ class Sagacity(SagaEnds, GateDecisions):
         with self._conversations_lock:
             run = self._conversations.get(saga)
             if run is None or run.ended:
-                run = self.open_run(saga)
+                run = self._continued(saga) or self.open_run(saga)
                 self._conversations[saga] = run
             return run
+
+    def _continued(self, saga_id: str) -> SagaRun | None:
+        """A run continuing ``saga_id`` if this writer holds it live on the chain (``None``:
+        no such saga; opening it refuses one held by another or ended)."""
+        entries = self._journal.entries(saga_id)
+        if not entries or SagaWriters.of(entries).live != self._writer_id:
+            return None
+        return SagaRun(self, saga_id, effects=EffectIndex.from_chain(entries, self._registry))
 
     def _flush_quietly(self) -> None:
         # On the way out of an interrupted run: make buffered outcomes durable if the journal

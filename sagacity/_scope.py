@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
+from sagacity._effects import EffectIndex
 from sagacity.errors import NestedSagaError, SagaClosedError
 
 
@@ -27,11 +28,13 @@ class Gate:
 
 @dataclass(frozen=True, kw_only=True)
 class Failure:
-    """The first step that failed in this run."""
+    """A step that failed in this run."""
 
     tool: str | None
     seq: int | None
     error: str
+    key: str | None = None
+    """The failed call's effect key (its digest), when its tool has one."""
 
 
 @dataclass(eq=False)
@@ -47,10 +50,12 @@ class SagaScope:
     owner: object
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _gates: list[Gate] = field(default_factory=list)
-    _failure: Failure | None = None
+    _failures: list[Failure] = field(default_factory=list)
     _lost: str | None = None
     _closed: bool = False
     _redacted: set[str] = field(default_factory=set, repr=False)
+    effects: EffectIndex = field(default_factory=EffectIndex, repr=False)
+    """The effect keys of the run's calls (docs/adr/0026-effects-and-refusals.md)."""
 
     def note_redacted(self, texts: frozenset[str]) -> None:
         """Remember the texts of values a call of this run redacted: masked in every outcome
@@ -78,11 +83,34 @@ class SagaScope:
         with self._lock:
             return self._lost
 
-    def mark_failed(self, *, tool: str | None, seq: int | None, error: str) -> None:
-        """Record a failed step (the first one is kept)."""
+    def mark_failed(
+        self, *, tool: str | None, seq: int | None, error: str, key: str | None = None
+    ) -> None:
+        """Record a failed step: the run compensates at its end unless it is recovered."""
         with self._lock:
-            if self._failure is None:
-                self._failure = Failure(tool=tool, seq=seq, error=error)
+            self._failures.append(Failure(tool=tool, seq=seq, error=error, key=key))
+
+    def mark_succeeded(self, tool: str, key: str | None) -> tuple[int, ...]:
+        """A call of ``tool`` (effect key ``key``) succeeded: the failures it recovers (earlier
+        failures of the same tool, with the same key where it has one) no longer make the run
+        compensate.  Returns their seqs."""
+        with self._lock:
+            recovered = [
+                f for f in self._failures if f.tool == tool and (f.key is None or f.key == key)
+            ]
+            self._failures = [f for f in self._failures if f not in recovered]
+        return tuple(f.seq for f in recovered if f.seq is not None)
+
+    def blocking(self, tool: str, *, reads: bool) -> Failure | None:
+        """The failure that keeps a call of ``tool`` from running (``None``: it may run).
+
+        While a failure is not recovered, only a retry of a failed tool and reads
+        (``reads``: the tool is ``READ``) run: anything else would only be undone.
+        """
+        with self._lock:
+            if not self._failures or reads or any(f.tool == tool for f in self._failures):
+                return None
+            return self._failures[0]
 
     def mark_awaiting(self, *, tool: str, seq: int) -> None:
         """Record a call suspended for human approval."""
@@ -90,10 +118,16 @@ class SagaScope:
             self._gates.append(Gate(tool=tool, seq=seq))
 
     @property
-    def failure(self) -> Failure | None:
-        """The first failed step, if any."""
+    def failures(self) -> tuple[Failure, ...]:
+        """The failed steps not recovered since, in order."""
         with self._lock:
-            return self._failure
+            return tuple(self._failures)
+
+    @property
+    def failure(self) -> Failure | None:
+        """The first failed step not recovered since, if any."""
+        with self._lock:
+            return self._failures[0] if self._failures else None
 
     @property
     def gates(self) -> tuple[Gate, ...]:

@@ -13,13 +13,20 @@ Outside any saga the tool runs straight through, unjournaled.  Inside one:
   ``FAILED`` (the error; the run is marked failed and the exception re-raised, including
   ``BaseException`` subclasses such as ``KeyboardInterrupt``).
 
-After a step of the run failed, further calls are refused with :class:`SagaFailedError`
-without calling the tool or journaling anything: the saga compensates on exit, so new side
-effects would only be undone again.
+A tool with an effect key (docs/adr/0026-effects-and-refusals.md) is looked up in the run's
+effects first: a call whose effect an earlier call of the saga already has does not run
+(:mod:`sagacity._effect_calls`).  A call the tool refuses before acting (a declared refusal, a
+framework's retry signal) is journaled ``FAILED`` with ``refused``: no failed step.
+
+After a step of the run failed, and until a later success of the same tool (with the same
+effect key, where it has one) recovers it, only a retry of that tool and reads run; anything
+else is refused with :class:`SagaFailedError` without calling the tool or journaling anything:
+unless recovered, the saga compensates on exit, so new side effects would only be undone again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
@@ -28,27 +35,39 @@ from typing import Any, Protocol
 
 from sagacity import _attributes as attr
 from sagacity import _tracing
+from sagacity._call_entries import (
+    check_constraint,
+    constraint_message,
+    executed_draft,
+    failed_draft,
+    intent_draft,
+    redacted_payload,
+)
 from sagacity._codec import (
     call_arguments,
-    decode_payload,
     describe_error,
-    dumps,
     encode_payload,
-    encode_result,
-    result_data,
 )
 from sagacity._decorators import ToolDefinition
+from sagacity._effect_calls import (
+    AWAITING_PREFIX,
+    EffectStop,
+    awaiting_message,
+    effect_stop,
+    recorded_outcome,
+)
+from sagacity._effects import EffectClaim, EffectHit, EffectState
 from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity._oversize import append_bounded, append_bounded_async
-from sagacity._redaction import Redacted, redact
+from sagacity._refusals import Refusals, refusal_of
+from sagacity._registry import ToolRegistry
+from sagacity._reversibility import Reversibility
 from sagacity._scope import SagaScope, current_caller, current_scope
-from sagacity._undo import Undo, extract_undo, undo_declared
 from sagacity.chain import payload_sha256
 from sagacity.errors import (
     SagaClosedError,
     SagaError,
     SagaFailedError,
-    SerializationError,
     WriterConflictError,
 )
 from sagacity.journal import Journal
@@ -67,37 +86,21 @@ class Host(Protocol):
     def policy_version(self) -> str: ...
     @property
     def approval_ttl_us(self) -> int | None: ...
+    @property
+    def registry(self) -> ToolRegistry: ...
     def now_us(self) -> int: ...
 
 
-AWAITING_PREFIX = "[AWAITING_APPROVAL]"
-"""How the text a gated call returns instead of running begins."""
-
-
-def awaiting_message(tool: str) -> str:
-    """What a gated call returns to its caller instead of running."""
-    return f"{AWAITING_PREFIX} Tool '{tool}' requires human approval"
-
-
-def constraint_message(tool: str, reason: str) -> str:
-    """What a call refused by a policy constraint returns (and journals)."""
-    return f"[constraint] {tool}: {reason}"
-
-
-def check_constraint(definition: ToolDefinition, arguments: Mapping[str, Any]) -> str | None:
-    """The constraint's refusal text for ``arguments``, or ``None`` when allowed.
-
-    A constraint that raises refuses: the policy path fails closed.
-    """
-    if definition.constraint is None:
-        return None
-    try:
-        reason = definition.constraint(dict(arguments))
-    except Exception as exc:
-        reason = f"the policy constraint could not be evaluated ({describe_error(exc)})"
-    if reason is None:
-        return None
-    return constraint_message(definition.name, str(reason) or "refused by policy")
+__all__ = [  # re-exported: where the hot path's callers have always found them
+    "AWAITING_PREFIX",
+    "awaiting_message",
+    "check_constraint",
+    "constraint_message",
+    "executed_draft",
+    "failed_draft",
+    "intent_draft",
+    "redacted_payload",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,129 +112,33 @@ class _Stop:
     gate: bool
 
 
-def executed_draft(
-    host: Host, definition: ToolDefinition, intent: JournalEntry, value: object
-) -> EntryDraft:
-    """The ``EXECUTED`` entry for ``value`` returned by the call journaled as ``intent``."""
-    text, encoding = encode_result(value)
-    attributes = {
-        attr.REF_SEQ: str(intent.seq),
-        attr.REVERSIBILITY: definition.reversibility.value,
-        attr.RESULT_ENCODING: encoding,
-    }
-    if definition.undo_call is not None:
-        try:
-            undo: Undo | object | None = definition.undo_call.render(
-                arguments=decode_payload(intent.payload or "{}"),
-                result=result_data(text, encoding),
-            )
-        except SerializationError:
-            undo = None  # journaled undo=none: compensation reports the step dirty, by name
-        _record_undo(attributes, undo)
-    elif definition.by is None and definition.reversibility.undoable:
-        _record_undo(attributes, extract_undo(value))
-    return EntryDraft(
-        saga_id=intent.saga_id,
-        event_type=EventType.EXECUTED,
-        tool=definition.name,
-        result=text,
-        actor=host.writer_id,
-        attributes=attributes,
-        recorded_at_us=host.now_us(),
-    )
+@dataclass(frozen=True, kw_only=True)
+class _Prepared:
+    """What a call inside a saga does: stop (journal and return), or run after ``step``."""
+
+    step: _Stop | EffectStop | EntryDraft
+    claim: EffectClaim | None = None
+    """The call's hold on its effect key while it runs (``None``: no key)."""
+
+    @property
+    def key(self) -> str | None:
+        return self.claim.record.key if self.claim is not None else None
 
 
-def _record_undo(attributes: dict[str, str], undo: object) -> None:
-    """Record on ``EXECUTED`` the undo a result carries (or that none exists)."""
-    if isinstance(undo, Undo):
-        attributes[attr.UNDO] = "tool"
-        attributes[attr.UNDO_TOOL] = undo.tool
-        try:
-            attributes[attr.UNDO_ARGUMENTS] = dumps(dict(undo.arguments))
-        except (TypeError, ValueError):
-            attributes[attr.UNDO] = "none"
-            del attributes[attr.UNDO_TOOL]
-    elif undo is None and undo_declared(undo):
-        attributes[attr.UNDO] = "none"
-
-
-def failed_draft(
-    host: Host, definition: ToolDefinition, intent: JournalEntry, exc: BaseException
-) -> EntryDraft:
-    """The ``FAILED`` entry for the call journaled as ``intent``."""
-    return EntryDraft(
-        saga_id=intent.saga_id,
-        event_type=EventType.FAILED,
-        tool=definition.name,
-        error=describe_error(exc),
-        actor=host.writer_id,
-        attributes={
-            attr.REF_SEQ: str(intent.seq),
-            attr.REVERSIBILITY: definition.reversibility.value,
-        },
-        recorded_at_us=host.now_us(),
-    )
-
-
-def intent_draft(
-    host: Host,
-    definition: ToolDefinition,
-    saga_id: str,
-    payload: str,
-    ref_seq: int | None,
-    *,
-    caller: str | None = None,
-    redaction: str | None = None,
-) -> EntryDraft:
-    """The ``INTENT`` entry journaled before a call (``ref_seq``: the approved request;
-    ``caller``: the authenticated principal the call came from, when known; ``payload``
-    already redacted, ``redaction`` its salts' attribute)."""
-    attributes = {attr.REVERSIBILITY: definition.reversibility.value}
-    if ref_seq is not None:
-        attributes[attr.REF_SEQ] = str(ref_seq)
-    if caller is not None:
-        attributes[attr.CALLER] = caller
-    if redaction is not None:
-        attributes[attr.REDACTION] = redaction
-    return EntryDraft(
-        saga_id=saga_id,
-        event_type=EventType.INTENT,
-        tool=definition.name,
-        payload=payload,
-        actor=host.writer_id,
-        attributes=attributes,
-        recorded_at_us=host.now_us(),
-    )
-
-
-def redacted_payload(
-    definition: ToolDefinition, payload: str, salts: Mapping[str, str] | None = None
-) -> Redacted:
-    """``payload`` as journaled for ``definition``: its ``redact`` fields replaced by their
-    redaction keys (``salts``: reused for their paths, e.g. a request's at resume).
-
-    Raises:
-        SerializationError: a redacted path runs into a value that is not an object.
-    """
-    return redact(definition.name, payload, definition.redact, salts)
-
-
-def _stop_or_intent(
+def _prepare(
     host: Host, definition: ToolDefinition, scope: SagaScope, arguments: Mapping[str, Any]
-) -> _Stop | EntryDraft:
-    redacted = redacted_payload(definition, encode_payload(definition.name, arguments))
+) -> _Prepared:
+    clear = encode_payload(definition.name, arguments)
+    redacted = redacted_payload(definition, clear)
     scope.note_redacted(redacted.values)
     payload = redacted.payload
     refusal = check_constraint(definition, arguments)
     now = host.now_us()
     caller = current_caller()
-    redaction = redacted.attribute
+    said: dict[str, str] = {} if caller is None else {attr.CALLER: caller}
+    if redacted.attribute is not None:
+        said[attr.REDACTION] = redacted.attribute
     if refusal is not None:
-        refused = {attr.POLICY_VERSION: host.policy_version}
-        if caller is not None:
-            refused[attr.CALLER] = caller
-        if redaction is not None:
-            refused[attr.REDACTION] = redaction
         draft = EntryDraft(
             saga_id=scope.saga_id,
             event_type=EventType.CONSTRAINT_VIOLATED,
@@ -239,23 +146,37 @@ def _stop_or_intent(
             payload=payload,
             error=refusal,
             actor=host.writer_id,
-            attributes=refused,
+            attributes={attr.POLICY_VERSION: host.policy_version, **said},
             recorded_at_us=now,
         )
-        return _Stop(draft=draft, value=refusal, gate=False)
+        return _Prepared(step=_Stop(draft=draft, value=refusal, gate=False))
+    claim = _claim(host, definition, scope, clear)
+    if isinstance(claim, EffectHit):
+        recorded = None
+        if claim.record.state is EffectState.EXECUTED and claim.same_arguments:
+            recorded = recorded_outcome(host.journal, scope.saga_id, claim.record.outcome)
+        stop = effect_stop(
+            host,
+            definition,
+            scope.saga_id,
+            claim,
+            payload=payload,
+            attributes=said,
+            recorded=recorded,
+        )
+        return _Prepared(step=stop)
     if definition.reversibility.gated:
         attributes = {
             attr.PAYLOAD_SHA256: payload_sha256(payload),
             attr.SIGNATURES_REQUIRED: str(definition.reversibility.signatures_required),
             attr.POLICY_VERSION: host.policy_version,
             attr.REVERSIBILITY: definition.reversibility.value,
+            **said,
         }
-        if caller is not None:
-            attributes[attr.CALLER] = caller
         if host.approval_ttl_us is not None:
             attributes[attr.EXPIRES_AT_US] = str(now + host.approval_ttl_us)
-        if redaction is not None:
-            attributes[attr.REDACTION] = redaction
+        if definition.key is not None:
+            attributes[attr.EFFECT_KEY] = definition.key.label
         draft = EntryDraft(
             saga_id=scope.saga_id,
             event_type=EventType.AWAITING_APPROVAL,
@@ -265,10 +186,30 @@ def _stop_or_intent(
             attributes=attributes,
             recorded_at_us=now,
         )
-        return _Stop(draft=draft, value=awaiting_message(definition.name), gate=True)
-    return intent_draft(
-        host, definition, scope.saga_id, payload, None, caller=caller, redaction=redaction
+        step = _Stop(draft=draft, value=awaiting_message(definition.name), gate=True)
+        return _Prepared(step=step, claim=claim)
+    intent = intent_draft(
+        host,
+        definition,
+        scope.saga_id,
+        payload,
+        None,
+        caller=caller,
+        redaction=redacted.attribute,
     )
+    return _Prepared(step=intent, claim=claim)
+
+
+def _claim(
+    host: Host, definition: ToolDefinition, scope: SagaScope, clear: str
+) -> EffectHit | EffectClaim | None:
+    """The call's claim on its effect key, or the earlier call that has it.  An earlier call
+    waiting for approval is looked up on the chain first: another process decides on it."""
+    found = scope.effects.claim(definition, clear)
+    if isinstance(found, EffectHit) and found.record.state is EffectState.REQUESTED:
+        scope.effects.refresh(host.journal.entries(scope.saga_id), host.registry)
+        found = scope.effects.claim(definition, clear)
+    return found
 
 
 def _active_scope(host: Host, definition: ToolDefinition) -> SagaScope | None:
@@ -294,28 +235,83 @@ def _active_scope(host: Host, definition: ToolDefinition) -> SagaScope | None:
             f"{definition.name!r} was not called",
             saga_id=scope.saga_id,
         )
-    failure = scope.failure
+    reads = definition.reversibility is Reversibility.READ
+    failure = scope.blocking(definition.name, reads=reads)
     if failure is not None:
         raise SagaFailedError(
             f"saga {scope.saga_id!r} already has a failed step "
             f"({failure.tool} at seq {failure.seq}: {failure.error}); tool "
-            f"{definition.name!r} was not called because the saga will be compensated",
+            f"{definition.name!r} was not called because the saga will be compensated "
+            f"unless a retry of {failure.tool!r} succeeds (only it and reads run until then)",
             saga_id=scope.saga_id,
             seq=failure.seq,
         )
     return scope
 
 
-def _after_stop(scope: SagaScope, stop: _Stop, entry: JournalEntry) -> str:
-    if stop.gate:
+def _stopped(scope: SagaScope, prepared: _Prepared, entry: JournalEntry | None, told: bool) -> Any:
+    """What a call that did not run returns, once its stop is journaled (``entry``)."""
+    step, claim = prepared.step, prepared.claim
+    if isinstance(step, EffectStop):
+        step.after(scope, key=step.record.key or f"seq:{step.record.seq}")
+        notice = step.notice
+        if notice.kind == "replayed":
+            return notice.told() if told else notice.value
+        return notice
+    assert isinstance(step, _Stop)
+    if step.gate and entry is not None:
+        if claim is not None:
+            claim.requested(entry.seq)
         scope.mark_awaiting(tool=entry.tool or "", seq=entry.seq)
-    return stop.value
+    elif claim is not None:
+        claim.release()
+    return step.value
 
 
-def _record_failure(scope: SagaScope, intent: JournalEntry, exc: BaseException) -> None:
+def _unclaimed(scope: SagaScope, prepared: _Prepared, exc: BaseException) -> None:
+    """Journaling the call's first entry failed: nothing ran."""
+    if isinstance(exc, WriterConflictError):
+        scope.mark_lost(exc.message)
+    if prepared.claim is not None:
+        prepared.claim.release()
+
+
+def _failed(
+    scope: SagaScope,
+    prepared: _Prepared,
+    intent: JournalEntry,
+    failed: JournalEntry | None,
+    exc: BaseException,
+    refused: str | None,
+) -> None:
+    """The tool raised (``failed``: its journaled ``FAILED``, ``None`` if it could not be)."""
+    if prepared.claim is not None:
+        if failed is None:
+            prepared.claim.in_doubt(intent)  # the chain shows the call without an outcome
+        else:
+            prepared.claim.release()
+    if refused is None or failed is None:
+        _record_failure(scope, failed or intent, exc, prepared.key)
+
+
+def _unrecorded(
+    scope: SagaScope, prepared: _Prepared, intent: JournalEntry, exc: BaseException
+) -> None:
+    """The tool ran and its ``EXECUTED`` could not be journaled: the call is in doubt."""
+    if prepared.claim is not None:
+        prepared.claim.in_doubt(intent)
+    if isinstance(exc, WriterConflictError):
+        scope.mark_lost(exc.message)
+    else:
+        _record_failure(scope, intent, exc, prepared.key)
+
+
+def _record_failure(
+    scope: SagaScope, intent: JournalEntry, exc: BaseException, key: str | None = None
+) -> None:
     # A journaled FAILED's error is the one the saga reports (cut short if it had to be).
     error = intent.error if intent.event_type is EventType.FAILED and intent.error else None
-    scope.mark_failed(tool=intent.tool, seq=intent.seq, error=error or describe_error(exc))
+    scope.mark_failed(tool=intent.tool, seq=intent.seq, error=error or describe_error(exc), key=key)
 
 
 def journaled_call(
@@ -323,6 +319,9 @@ def journaled_call(
     definition: ToolDefinition,
     arguments: Callable[[], Mapping[str, Any]],
     call: Callable[[], Any],
+    *,
+    refuses: Refusals = (),
+    told: bool = False,
 ) -> Any:
     """Run ``call()`` as one journaled tool call of ``definition``: the sync hot path.
 
@@ -330,14 +329,32 @@ def journaled_call(
     saga).  Outside a saga ``call()`` runs straight through.  This is what
     :func:`wrap_function` does for a declared function, and what framework adapters use for
     a tool whose arguments the framework has already parsed.
+
+    Args:
+        refuses: the caller's retry signals (a framework's): raised by the tool, the call is
+            journaled as a refusal, as for the exceptions the declaration names.
+        told: the result goes to a model: a replayed call returns its line and the recorded
+            result (a :class:`~sagacity._effect_calls.Notice`) rather than the result alone.
     """
     scope = _active_scope(host, definition)
     if scope is None:
         return call()
+    run = _Run(host, definition, scope, refuses, told)
     if _tracing.tracer is not None:
         with _tracing.tracer.tool(*_traced(definition), scope) as span:
-            return _journaled(host, definition, scope, arguments, call, span)
-    return _journaled(host, definition, scope, arguments, call, None)
+            return _journaled(run, arguments, call, span)
+    return _journaled(run, arguments, call, None)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One call's context on the hot path."""
+
+    host: Host
+    definition: ToolDefinition
+    scope: SagaScope
+    refuses: Refusals
+    told: bool
 
 
 def _traced(definition: ToolDefinition) -> tuple[str, str, bool]:
@@ -345,43 +362,46 @@ def _traced(definition: ToolDefinition) -> tuple[str, str, bool]:
 
 
 def _journaled(
-    host: Host,
-    definition: ToolDefinition,
-    scope: SagaScope,
+    run: _Run,
     arguments: Callable[[], Mapping[str, Any]],
     call: Callable[[], Any],
     span: _tracing.Span | None,
 ) -> Any:
-    step = _stop_or_intent(host, definition, scope, arguments())
-    journal = host.journal
+    host, definition, scope = run.host, run.definition, run.scope
+    prepared = _prepare(host, definition, scope, arguments())
+    step, journal = prepared.step, host.journal
     try:
-        if isinstance(step, _Stop):
-            stopped = append_bounded(journal, step.draft, durable=True, redacted=scope.redacted)
-            if span is not None:
-                span.journaled(stopped)
-            return _after_stop(scope, step, stopped)
+        if not isinstance(step, EntryDraft):
+            entry = None
+            if step.draft is not None:
+                entry = append_bounded(journal, step.draft, durable=True, redacted=scope.redacted)
+                if span is not None:
+                    span.journaled(entry)
+            return _stopped(scope, prepared, entry, run.told)
         intent = journal.append(step, durable=True)
         if span is not None:
             span.journaled(intent)
-    except WriterConflictError as exc:
-        scope.mark_lost(exc.message)
+    except BaseException as exc:
+        _unclaimed(scope, prepared, exc)
         raise
+    if prepared.claim is not None:
+        prepared.claim.started(intent.seq)
     try:
         value = call()
     except BaseException as exc:
-        failed = _journal_failed(journal, host, definition, intent, exc, scope.redacted)
-        _record_failure(scope, failed or intent, exc)
+        refused = refusal_of(exc, definition.refuses, run.refuses)
+        failed = _journal_failed(journal, host, definition, intent, exc, scope.redacted, refused)
+        _failed(scope, prepared, intent, failed, exc, refused)
         raise
+    recovers = scope.mark_succeeded(definition.name, prepared.key)
+    draft = executed_draft(host, definition, intent, value, recovers=recovers)
     try:
-        append_bounded(
-            journal, executed_draft(host, definition, intent, value), redacted=scope.redacted
-        )
-    except WriterConflictError as exc:
-        scope.mark_lost(exc.message)
-        raise
+        executed = append_bounded(journal, draft, redacted=scope.redacted)
     except BaseException as exc:
-        _record_failure(scope, intent, exc)
+        _unrecorded(scope, prepared, intent, exc)
         raise
+    if prepared.claim is not None:
+        prepared.claim.executed(executed.seq)
     return value
 
 
@@ -390,57 +410,69 @@ async def journaled_call_async(
     definition: ToolDefinition,
     arguments: Callable[[], Mapping[str, Any]],
     call: Callable[[], Awaitable[Any]],
+    *,
+    refuses: Refusals = (),
+    told: bool = False,
 ) -> Any:
     """:func:`journaled_call` for asyncio: ``call()`` is awaited, the journal's async API used."""
     scope = _active_scope(host, definition)
     if scope is None:
         return await call()
+    run = _Run(host, definition, scope, refuses, told)
     if _tracing.tracer is not None:
         with _tracing.tracer.tool(*_traced(definition), scope) as span:
-            return await _journaled_async(host, definition, scope, arguments, call, span)
-    return await _journaled_async(host, definition, scope, arguments, call, None)
+            return await _journaled_async(run, arguments, call, span)
+    return await _journaled_async(run, arguments, call, None)
 
 
 async def _journaled_async(
-    host: Host,
-    definition: ToolDefinition,
-    scope: SagaScope,
+    run: _Run,
     arguments: Callable[[], Mapping[str, Any]],
     call: Callable[[], Awaitable[Any]],
     span: _tracing.Span | None,
 ) -> Any:
-    step = _stop_or_intent(host, definition, scope, arguments())
-    journal = host.journal
+    host, definition, scope = run.host, run.definition, run.scope
+    if definition.key is None:
+        prepared = _prepare(host, definition, scope, arguments())
+    else:  # an earlier call with its key may be read back from the chain: not on the loop
+        prepared = await asyncio.to_thread(_prepare, host, definition, scope, arguments())
+    step, journal = prepared.step, host.journal
     try:
-        if isinstance(step, _Stop):
-            stopped = await append_bounded_async(
-                journal, step.draft, durable=True, redacted=scope.redacted
-            )
-            if span is not None:
-                span.journaled(stopped)
-            return _after_stop(scope, step, stopped)
+        if not isinstance(step, EntryDraft):
+            entry = None
+            if step.draft is not None:
+                entry = await append_bounded_async(
+                    journal, step.draft, durable=True, redacted=scope.redacted
+                )
+                if span is not None:
+                    span.journaled(entry)
+            return _stopped(scope, prepared, entry, run.told)
         intent = await journal.append_async(step, durable=True)
         if span is not None:
             span.journaled(intent)
-    except WriterConflictError as exc:
-        scope.mark_lost(exc.message)
+    except BaseException as exc:
+        _unclaimed(scope, prepared, exc)
         raise
+    if prepared.claim is not None:
+        prepared.claim.started(intent.seq)
     try:
         value = await call()
     except BaseException as exc:
-        failed = await _journal_failed_async(journal, host, definition, intent, exc, scope.redacted)
-        _record_failure(scope, failed or intent, exc)
-        raise
-    try:
-        await append_bounded_async(
-            journal, executed_draft(host, definition, intent, value), redacted=scope.redacted
+        refused = refusal_of(exc, definition.refuses, run.refuses)
+        failed = await _journal_failed_async(
+            journal, host, definition, intent, exc, scope.redacted, refused
         )
-    except WriterConflictError as exc:
-        scope.mark_lost(exc.message)
+        _failed(scope, prepared, intent, failed, exc, refused)
         raise
+    recovers = scope.mark_succeeded(definition.name, prepared.key)
+    draft = executed_draft(host, definition, intent, value, recovers=recovers)
+    try:
+        executed = await append_bounded_async(journal, draft, redacted=scope.redacted)
     except BaseException as exc:
-        _record_failure(scope, intent, exc)
+        _unrecorded(scope, prepared, intent, exc)
         raise
+    if prepared.claim is not None:
+        prepared.claim.executed(executed.seq)
     return value
 
 
@@ -484,10 +516,11 @@ def _journal_failed(
     intent: JournalEntry,
     exc: BaseException,
     redacted: frozenset[str],
+    refused: str | None = None,
 ) -> JournalEntry | None:
     try:
         return append_bounded(
-            journal, failed_draft(host, definition, intent, exc), redacted=redacted
+            journal, failed_draft(host, definition, intent, exc, refused), redacted=redacted
         )
     except Exception as journal_exc:
         # The tool's own exception matters more to the caller; the INTENT without an outcome
@@ -503,10 +536,11 @@ async def _journal_failed_async(
     intent: JournalEntry,
     exc: BaseException,
     redacted: frozenset[str],
+    refused: str | None = None,
 ) -> JournalEntry | None:
     try:
         return await append_bounded_async(
-            journal, failed_draft(host, definition, intent, exc), redacted=redacted
+            journal, failed_draft(host, definition, intent, exc, refused), redacted=redacted
         )
     except Exception as journal_exc:
         exc.add_note(f"sagacity: FAILED could not be journaled: {describe_error(journal_exc)}")

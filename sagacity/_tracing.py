@@ -60,6 +60,8 @@ _OUTCOMES: dict[object, str] = {
     EventType.INTENT: "executed",
     EventType.AWAITING_APPROVAL: "awaiting_approval",
     EventType.CONSTRAINT_VIOLATED: "refused",
+    EventType.REPLAYED: "replayed",
+    EventType.SUSPECT: "in_doubt",
 }
 
 

@@ -19,6 +19,7 @@ from sagacity._decorators import (
     compensation_definition,
     tool_definition,
 )
+from sagacity._effect_keys import DEFAULT_KEY
 from sagacity._frameworks import NOT_A_FRAMEWORK_OBJECT
 from sagacity._frameworks import route as route_framework_object
 from sagacity._redaction import redact_paths
@@ -239,6 +240,8 @@ def wrap_callable(
     undo: UndoCall | None = None,
     redact: Sequence[str] = (),
     undo_tools: Sequence[str] = (),
+    effect_key: object = DEFAULT_KEY,
+    refuses: Sequence[type[BaseException]] = (),
 ) -> Callable[..., Any]:
     """Declare and wrap an undecorated callable (a framework's tool function) in one step.
 
@@ -289,6 +292,8 @@ def wrap_callable(
         undo_call=undo,
         redact=redact_paths(redact, tool=tool_name),
         undo_tools=check_undo_tools(undo_tools, by=by, reversibility=reversibility, tool=tool_name),
+        effect_key=effect_key,
+        refuses=tuple(refuses),
     )
     compensation, compensation_def = _resolve_by(definition, None, marked=False)
     tool = RegisteredTool(

@@ -89,7 +89,15 @@ class SagaFailedError(SagaError):
     """A wrapped tool was called after a step of the same saga failed; the tool was not called.
 
     New side effects after a failure would only be undone again by the compensation that the
-    saga runs on exit, so they are refused.
+    saga runs on exit unless the failure is recovered, so they are refused (a retry of the
+    failed tool, and reads, still run).
+    """
+
+
+class SagaCancelledError(SagaError):
+    """The run was cancelled (the agent's cancellation, a kill switch): what ended its work.
+
+    Its completed steps are compensated, once; the cancellation itself is re-raised.
     """
 
 

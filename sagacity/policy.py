@@ -59,7 +59,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sagacity._decorators import Constraint, check_undo_tools
+from sagacity._effect_keys import DEFAULT_KEY, effect_key_of
 from sagacity._redaction import redact_paths
+from sagacity._refusals import Refusals, check_refuses
 from sagacity._reversibility import Reversibility
 from sagacity._undo import Undo, UndoCall, extract_undo
 from sagacity.errors import DeclarationError, PolicyError, SerializationError
@@ -73,7 +75,7 @@ __all__ = [
     "returned_undo",
 ]
 
-_RULE_KEYS = frozenset({"reversibility", "undo", "by", "redact", "undo_tools"})
+_RULE_KEYS = frozenset({"reversibility", "undo", "by", "redact", "undo_tools", "key", "refuses"})
 _TOP_KEYS = frozenset({"default", "tools"})
 
 
@@ -104,6 +106,13 @@ class Rule:
             sealed or hashed (docs/adr/0019-erasure.md §5).  A tool with fields to redact is
             refused at start-up by a journal that does not seal
             (``SAGACITY_KEY_ENCRYPTION_KEY_FILE`` unset).
+        effect_key: the fields naming a call's effect in its saga (``key = ["order_id"]``;
+            ``key = false``: none), as ``@compensable(effect_key=...)``: a second call with
+            the same values does not run (docs/adr/0026-effects-and-refusals.md).  Left out:
+            the whole payload for ``IRREVERSIBLE`` / ``PRIVILEGED`` tools, none for others.
+        refuses: exception classes with which the tool refuses a call before acting
+            (``refuses = ["myapp.errors:OutOfStock"]``, imported when the rule is made):
+            journaled as a refusal, no failed step.
     """
 
     reversibility: Reversibility
@@ -113,9 +122,13 @@ class Rule:
     constraint: Constraint | None = None
     redact: tuple[str, ...] = ()
     undo_tools: tuple[str, ...] = ()
+    effect_key: object = DEFAULT_KEY
+    refuses: Refusals = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "redact", redact_paths(self.redact))
+        object.__setattr__(self, "refuses", check_refuses(self.refuses))
+        effect_key_of(self.effect_key, reversibility=self.reversibility, redact=self.redact)
         if not isinstance(self.reversibility, Reversibility):
             raise DeclarationError(
                 f"reversibility must be a Reversibility member, got {self.reversibility!r}"
@@ -273,7 +286,7 @@ def _rule(value: object) -> Rule:
     if unknown:
         raise ValueError(
             f"unknown key(s) {', '.join(unknown)} (a rule takes reversibility, undo, "
-            "undo_tools, by, redact)"
+            "undo_tools, by, redact, key, refuses)"
         )
     by = value.get("by")
     by_name: str | None = None
@@ -321,9 +334,33 @@ def _rule(value: object) -> Rule:
             constraint=value.get("constraint"),
             redact=value.get("redact", ()),
             undo_tools=tuple(undo_tools),
+            effect_key=_effect_key(value),
+            refuses=_refuses(value.get("refuses", ())),
         )
     except DeclarationError as exc:
         raise ValueError(exc.message) from exc
+
+
+def _effect_key(value: Mapping[str, Any]) -> object:
+    """A rule's ``key``: a list of fields, ``false`` (none) or left out (the default)."""
+    if "key" not in value:
+        return DEFAULT_KEY
+    key = value["key"]
+    if key is False or key is None:
+        return None
+    if isinstance(key, str) or not isinstance(key, list | tuple):
+        raise ValueError(f'key must be a list of fields (["order_id"]) or false, got {key!r}')
+    return tuple(key)
+
+
+def _refuses(value: object) -> Refusals:
+    """A rule's ``refuses``: exception classes, or ``"module:Class"`` names imported now."""
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise ValueError(
+            f'refuses must be a list of exception classes (["myapp.errors:OutOfStock"]), '
+            f"got {value!r}"
+        )
+    return tuple(_import_target(v) if isinstance(v, str) else v for v in value)  # type: ignore[misc]
 
 
 def _undo_call(table: Mapping[str, Any]) -> UndoCall:

@@ -55,3 +55,4 @@ class AuditReason(enum.StrEnum):
     SETTLEMENT_WITHOUT_SUSPECT = GrammarRule.SETTLEMENT_WITHOUT_SUSPECT.value
     AFTER_END = GrammarRule.AFTER_END.value
     ERASED_WHILE_LIVE = GrammarRule.ERASED_WHILE_LIVE.value
+    REPLAY_OF_NO_EFFECT = GrammarRule.REPLAY_OF_NO_EFFECT.value

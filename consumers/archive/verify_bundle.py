@@ -665,6 +665,7 @@ GRAMMAR_RULES = (
     "grammar:settlement_without_suspect",
     "grammar:after_end",
     "grammar:erased_while_live",
+    "grammar:replay_of_no_effect",
 )
 """The impossible stories a chain may tell: a copy of ``sagacity._grammar`` (this file imports
 nothing of the product); the product's conformance suite runs both over the same vectors
@@ -683,6 +684,7 @@ _CALLS_AND_DECISIONS = (
     "EXPIRED",
     "RESUME_REFUSED",
     "CONSTRAINT_VIOLATED",
+    "REPLAYED",
 )
 _CAUSES = (
     "FAILED",
@@ -772,7 +774,8 @@ class SagaGrammar:
             self.handle(event, kind, attributes, ref)
         if kind not in ("SAGA_ENDED", "SAGA_OPENED"):
             resume_refusal = kind == "CONSTRAINT_VIOLATED" and ref is not None
-            self.cause = self.cause or kind in _CAUSES or resume_refusal
+            caused = kind in _CAUSES and "refused" not in attributes  # a refusal did nothing
+            self.cause = self.cause or caused or resume_refusal
         self.last = kind
 
     def after_end(self, event: dict[str, Any], kind: str, attributes: dict[str, Any]) -> bool:
@@ -788,7 +791,9 @@ class SagaGrammar:
             why = f"the saga ended {ended}"
         elif ended == "COMPENSATION_FAILED" and kind in _CALLS_AND_DECISIONS:
             why = f"the saga ended {ended}: no call or decision follows"
-        elif kind == "AWAITING_APPROVAL" or (kind == "INTENT" and _ref(attributes) is None):
+        elif kind in ("AWAITING_APPROVAL", "REPLAYED") or (
+            kind == "INTENT" and _ref(attributes) is None
+        ):
             why = "a tool is called after the saga's run ended, with no SAGA_OPENED since"
         if why is None:
             return False
@@ -844,6 +849,20 @@ class SagaGrammar:
             self.suspect(event, attributes, ref)
         elif kind == "SUSPECT_SETTLED":
             self.settled(event, attributes, ref)
+        elif kind == "REPLAYED":
+            self.replayed(event, ref)
+
+    def replayed(self, event: dict[str, Any], ref: int | None) -> None:
+        tool, request = event.get("tool"), self.requests.get(ref) if ref is not None else None
+        if self.unknown_ref(ref) or (request is not None and request["tool"] == tool):
+            return
+        intent = self.intents.get(ref) if ref is not None else None
+        if intent is not None and intent[0] == tool and intent[1] in self.steps:
+            return
+        where = "no ref_seq" if ref is None else f"seq {ref}"
+        why = f"which is no executed call or request of tool {tool!r}"
+        self.find(event, "grammar:replay_of_no_effect", f"REPLAYED at seq {event['seq']} "
+                  f"replays {where}, {why}")  # fmt: skip
 
     def intent(self, event: dict[str, Any], attributes: dict[str, Any], ref: int | None) -> None:
         seq = event["seq"]

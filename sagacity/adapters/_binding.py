@@ -31,6 +31,7 @@ from sagacity._decorators import (
     define_tool,
     tool_definition,
 )
+from sagacity._refusals import Refusals
 from sagacity._registry import RegisteredTool
 from sagacity._reversibility import Reversibility
 from sagacity._saga import Sagacity
@@ -200,11 +201,15 @@ def journaling_for(
     definition: ToolDefinition,
     function: Callable[..., Any],
     payload_parameters: Collection[str],
+    *,
+    refuses: Refusals = (),
 ) -> Callable[..., Any]:
     """A stand-in for ``function`` journaling its calls as ``definition``, unregistered.
 
     :func:`bind` uses it for the tool's function; an adapter uses it directly for a second
     function of the same tool (a framework tool with both a sync and an async function).
+    Its result goes to a model: a replayed call returns its line with the recorded result;
+    ``refuses``: the framework's signals that the tool refused before acting.
     """
     signature = inspect.signature(function)
     names = frozenset(payload_parameters)
@@ -225,6 +230,8 @@ def journaling_for(
                 definition,
                 lambda: arguments(args, kwargs),
                 lambda: function(*args, **kwargs),
+                refuses=refuses,
+                told=True,
             )
 
         journaling = journaling_async
@@ -237,6 +244,8 @@ def journaling_for(
                 definition,
                 lambda: arguments(args, kwargs),
                 lambda: function(*args, **kwargs),
+                refuses=refuses,
+                told=True,
             )
 
         journaling = journaling_sync
@@ -251,6 +260,7 @@ def bind(
     tool_name: str,
     payload_parameters: Collection[str],
     declared: Declaration | None,
+    refuses: Refusals = (),
 ) -> Binding:
     """Bind ``function`` (a framework tool's) to ``sagacity`` and register it.
 
@@ -262,6 +272,7 @@ def bind(
         payload_parameters: the parameters the model supplies; every other parameter is the
             framework's (context, callbacks, injected values) and is not journaled.
         declared: the adapter's declaration, when the function carries no ``@compensable``.
+        refuses: the framework's signals that a tool refused a call before acting.
 
     Raises:
         DeclarationError: no declaration or two, a malformed one, a ``by=`` that does not
@@ -281,6 +292,7 @@ def bind(
         definition,
         payload_parameters=payload_parameters,
         marked=tool_definition(function) is not None,
+        refuses=refuses,
     )
     return Binding(definition=definition, journaling=registered.wrapped, registered=registered)
 
@@ -292,6 +304,7 @@ def register_function(
     *,
     payload_parameters: Collection[str],
     marked: bool,
+    refuses: Refusals = (),
 ) -> RegisteredTool:
     """Register ``function`` (a framework tool's) as ``definition`` for resume and undo.
 
@@ -321,7 +334,7 @@ def register_function(
     owner = getattr(function, "__self__", None)
     compensation, compensation_definition = _resolve_by(definition, owner, marked=marked)
     names = frozenset(p.name for p in payload)
-    journaling = journaling_for(sagacity, definition, function, names)
+    journaling = journaling_for(sagacity, definition, function, names, refuses=refuses)
     registered = RegisteredTool(
         name=definition.name,
         definition=definition,

@@ -23,6 +23,8 @@ from typing import Any
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from sagacity._decorators import ToolDefinition, tool_definition
+from sagacity._effect_calls import LINES, Notice
+from sagacity._refusals import Refusals
 from sagacity._registry import RegisteredTool
 from sagacity._run import SagaRun
 from sagacity._saga import Sagacity
@@ -41,8 +43,12 @@ class ModelLines:
 
     Each is a ``str.format`` template.  Fields: ``{tool}``, ``{saga_id}``; ``{seq}`` (the
     approval request's) for ``gate``; ``{error}`` (the tool's failure) and ``{undone}`` (the
-    steps the saga will undo, or ``nothing_undone``) for ``compensation``.  ``gate`` should
-    keep its ``[AWAITING_APPROVAL]`` prefix for ``stop_at_approval`` to recognise it.
+    steps the saga will undo, or ``nothing_undone``) for ``compensation``; ``{failed}`` (the
+    tool whose failure is not recovered) for ``refused``; ``{seq}`` (the earlier call) and
+    ``{key}`` (the effect key's fields) for ``replayed``, ``conflict``, ``in_progress`` and
+    ``in_doubt`` (docs/adr/0026-effects-and-refusals.md: a replayed call's recorded result
+    follows its line).  ``gate`` should keep its ``[AWAITING_APPROVAL]`` prefix for
+    ``stop_at_approval`` to recognise it.
     """
 
     gate: str = (
@@ -50,17 +56,32 @@ class ModelLines:
         "(saga {saga_id}, request {seq})."
     )
     compensation: str = (
-        "[COMPENSATING] Tool '{tool}' failed ({error}); saga {saga_id} is rolled back, "
-        "undoing: {undone}. Do not report success."
+        "[FAILED] Tool '{tool}' failed ({error}); unless a retry of it succeeds, saga "
+        "{saga_id} is rolled back when it ends, undoing: {undone}. Do not report success."
     )
     refused: str = (
-        "[SAGA_FAILED] Tool '{tool}' was not called: saga {saga_id} has a failed step and "
-        "is rolled back. Do not report success."
+        "[SAGA_FAILED] Tool '{tool}' was not called: saga {saga_id} has a failed step "
+        "('{failed}') and is rolled back unless a retry of it succeeds. Do not report success."
     )
+    refusal: str = LINES["refusal"]
+    replayed: str = LINES["replayed"]
+    conflict: str = LINES["conflict"]
+    in_progress: str = LINES["in_progress"]
+    in_doubt: str = LINES["in_doubt"]
     nothing_undone: str = "nothing"
 
     def __post_init__(self) -> None:
-        for name in ("gate", "compensation", "refused", "nothing_undone"):
+        for name in (
+            "gate",
+            "compensation",
+            "refused",
+            "refusal",
+            "replayed",
+            "conflict",
+            "in_progress",
+            "in_doubt",
+            "nothing_undone",
+        ):
             value = getattr(self, name)
             if not isinstance(value, str) or "\n" in value:
                 raise DeclarationError(f"ModelLines.{name} must be one line of text, got {value!r}")
@@ -104,6 +125,8 @@ class AgentHook:
         lines: what the model is told.
         saga_id: makes the id of the saga each run opens when none is active (default
             ``run-<hex>``).
+        refuses: the framework's signals that a tool refused a call before acting ("fix
+            your arguments and call again"): journaled as refusals, not failures.
     """
 
     def __init__(
@@ -113,6 +136,7 @@ class AgentHook:
         *,
         lines: ModelLines | None,
         saga_id: Callable[[], str] | None,
+        refuses: Refusals = (),
     ) -> None:
         self.sagacity = check_sagacity(sagacity)
         if policy is not None and not isinstance(policy, Policy):
@@ -123,6 +147,7 @@ class AgentHook:
             raise DeclarationError(f"saga_id must be callable, got {saga_id!r}")
         self.policy = policy or Policy()
         self.lines = lines or ModelLines()
+        self.refuses = refuses
         self._saga_id = saga_id
         self._lock = threading.Lock()
         self._definitions: dict[str, ToolDefinition] = {}
@@ -176,6 +201,8 @@ class AgentHook:
                 undo_tools=rule.undo_tools,
                 is_async=inspect.iscoroutinefunction(function),
                 redact=rule.redact,
+                effect_key=rule.effect_key,
+                refuses=rule.refuses,
             )
         register_function(
             self.sagacity,
@@ -222,6 +249,8 @@ class AgentHook:
             undo_tools=rule.undo_tools,
             is_async=True,
             redact=rule.redact,
+            effect_key=rule.effect_key,
+            refuses=rule.refuses,
         )
         compensation, compensation_definition = _resolve_by(definition, None, marked=False)
         self.sagacity.registry.register(
@@ -289,6 +318,8 @@ class AgentHook:
         if len(now) > gates:
             gate = now[-1]
             return self.lines.gate.format(tool=gate.tool, saga_id=scope.saga_id, seq=gate.seq)
+        if isinstance(value, Notice):
+            return self.told(value)
         if definition.reversibility.undoable:
             with self._lock:
                 self._undoable.setdefault(scope, []).append(definition.name)
@@ -311,11 +342,29 @@ class AgentHook:
             undone=", ".join(reversed(undone)) or self.lines.nothing_undone,
         )
 
-    def refused_line(self, definition: ToolDefinition, error: SagaFailedError | str) -> str:
-        """The line telling the model a call was refused because the saga already failed
-        (``error``: the refusal, or the saga id)."""
+    def refused_line(
+        self, definition: ToolDefinition, error: SagaFailedError | str, failed: str | None = None
+    ) -> str:
+        """The line telling the model a call was refused because the saga has a failed step
+        (``error``: the refusal, or the saga id; ``failed``: the failed tool, when known)."""
         saga = error if isinstance(error, str) else error.saga_id
-        return self.lines.refused.format(tool=definition.name, saga_id=saga)
+        scope = current_scope()
+        failure = scope.failure if scope is not None else None
+        name = failed or (failure.tool if failure is not None else None) or "?"
+        return self.lines.refused.format(tool=definition.name, saga_id=saga, failed=name)
+
+    def refusal_line(self, definition: ToolDefinition) -> str:
+        """The line telling the model the tool refused before acting: nothing to undo."""
+        scope = current_scope()
+        saga = scope.saga_id if scope is not None else ""
+        return self.lines.refusal.format(tool=definition.name, saga_id=saga)
+
+    def told(self, notice: Notice) -> Notice:
+        """A call that did not run, in this hook's words (a replay with its result)."""
+        template = getattr(self.lines, notice.kind, None)
+        if not isinstance(template, str) or notice.kind == "gate":
+            return notice.told()
+        return notice.told(template.format(**notice.fields))
 
     def stand_in(
         self,
@@ -367,7 +416,14 @@ class AgentHook:
             the saga already failed (nothing journaled, nothing run).
         """
         scope, gates = self._before()
-        value = journaled_call(self.sagacity, definition, lambda: _jsonable(arguments), run)
+        value = journaled_call(
+            self.sagacity,
+            definition,
+            lambda: _jsonable(arguments),
+            run,
+            refuses=self.refuses,
+            told=True,
+        )
         return self._after(definition, scope, gates, value)
 
     async def call_async(
@@ -379,6 +435,11 @@ class AgentHook:
         """:meth:`call` for asyncio."""
         scope, gates = self._before()
         value = await journaled_call_async(
-            self.sagacity, definition, lambda: _jsonable(arguments), run
+            self.sagacity,
+            definition,
+            lambda: _jsonable(arguments),
+            run,
+            refuses=self.refuses,
+            told=True,
         )
         return self._after(definition, scope, gates, value)

@@ -56,13 +56,14 @@ from langgraph.types import Command
 from pydantic import BaseModel
 
 from sagacity._decorators import Constraint, ToolDefinition, tool_definition
+from sagacity._effect_calls import Notice
 from sagacity._result import SagaResult
 from sagacity._reversibility import Reversibility
 from sagacity._run import SagaRun
 from sagacity._saga import Sagacity
 from sagacity.adapters._binding import bind, check_sagacity, declaration, journaling_for
 from sagacity.adapters._hook import AgentHook, ModelLines
-from sagacity.errors import DeclarationError, SagaFailedError
+from sagacity.errors import DeclarationError, SagaCancelledError, SagaFailedError
 from sagacity.policy import Policy, ToolAnnotations
 
 __all__ = ["SagacityMiddleware", "wrap_tool", "wrap_tools"]
@@ -346,11 +347,13 @@ class SagacityMiddleware(AgentMiddleware[SagaState, Any, Any]):
         return definition
 
     def _message(self, request: ToolCallRequest, text: str) -> ToolMessage:
+        # A replayed call's recorded result is a success; every other stop is not a result.
+        replayed = isinstance(text, Notice) and text.kind == "replayed"
         return ToolMessage(
-            content=text,
+            content=str(text),
             name=request.tool_call["name"],
             tool_call_id=request.tool_call["id"],
-            status="error",
+            status="success" if replayed else "error",
         )
 
     def _told(
@@ -389,8 +392,8 @@ class SagacityMiddleware(AgentMiddleware[SagaState, Any, Any]):
             except Exception as exc:
                 self._abandon(session, exc)
                 raise
-        if not answer:  # stopped at the gate
-            return self._message(request, str(value))
+        if not answer:  # stopped at the gate, or its effect was had already
+            return self._message(request, value)
         return answer[0]  # type: ignore[no-any-return]
 
     async def awrap_tool_call(
@@ -422,8 +425,11 @@ class SagacityMiddleware(AgentMiddleware[SagaState, Any, Any]):
             except Exception as exc:
                 self._abandon(session, exc)
                 raise
+            except asyncio.CancelledError:
+                self._abandon(session, SagaCancelledError("the agent run was cancelled"))
+                raise
         if not answer:
-            return self._message(request, str(value))
+            return self._message(request, value)
         return answer[0]  # type: ignore[no-any-return]
 
     def _abandon(self, session: SagaRun | None, error: Exception) -> None:

@@ -55,7 +55,7 @@ from sagacity._result import SagaResult
 from sagacity._reversibility import Reversibility
 from sagacity._run import SagaRun
 from sagacity._saga import Sagacity
-from sagacity._scope import current_scope
+from sagacity._scope import SagaScope, current_scope
 from sagacity._tool import AWAITING_PREFIX
 from sagacity.adapters._binding import bind, check_sagacity, declaration
 from sagacity.adapters._hook import AgentHook, ModelLines, remote_identity
@@ -353,9 +353,10 @@ class JournaledAgent(Agent[Any]):
             session = runs.session(context)
             with _entered(session):
                 scope = current_scope()
-                failed_before = scope is not None and scope.failure is not None
-                if definition is not None and failed_before and scope is not None:
-                    return hook.refused_line(definition, scope.saga_id)
+                failed_before = scope.failures if scope is not None else ()
+                blocked = _blocked(scope, definition)
+                if definition is not None and blocked is not None and scope is not None:
+                    return hook.refused_line(definition, scope.saga_id, blocked)
                 if remote and not is_mcp and definition is not None:
                     arguments = json.loads(input_json) if input_json else {}
                     output = await hook.call_async(
@@ -363,9 +364,10 @@ class JournaledAgent(Agent[Any]):
                     )
                 else:
                     output = await original(context, input_json)
-                failure = scope.failure if scope is not None else None
-                if definition is not None and failure is not None and not failed_before:
-                    line = hook.compensation_line(definition, failure.error)
+                failed = scope.failures if scope is not None else ()
+                new = [f for f in failed if f not in failed_before]
+                if definition is not None and new:
+                    line = hook.compensation_line(definition, new[-1].error)
                     if line is not None:
                         output = f"{output}\n{line}"
                 return output
@@ -373,6 +375,15 @@ class JournaledAgent(Agent[Any]):
         entering = copy.copy(tool)
         entering.on_invoke_tool = invoke
         return entering
+
+
+def _blocked(scope: SagaScope | None, definition: ToolDefinition | None) -> str | None:
+    """The failed tool that keeps ``definition``'s call from running, if any."""
+    if scope is None or definition is None:
+        return None
+    reads = definition.reversibility is Reversibility.READ
+    failure = scope.blocking(definition.name, reads=reads)
+    return (failure.tool or "?") if failure is not None else None
 
 
 @contextlib.contextmanager

@@ -21,9 +21,11 @@ A tool is a function (decorated with ``@compensable``, or declared by the option
 :func:`wrap_tool`) or a ``pydantic_ai.Tool`` around one.  The returned ``Tool`` keeps the
 original's name, description, schema and options; only the function it calls is replaced, by
 one that journals the call.  So the journaling sits inside Pydantic AI's tool execution: a
-``ModelRetry`` or ``ToolFailed`` the tool raises is journaled ``FAILED`` before Pydantic AI turns
-it into a message for the model, and the saga compensates when the run ends even though the
-model carried on.  A ``RunContext`` parameter is the framework's: it is not journaled.
+``ModelRetry`` or ``ToolFailed`` the tool raises (the tool refusing the call before acting,
+for the model to adapt) is journaled as a refusal (``FAILED`` with ``refused``: no effect,
+nothing undone, the saga goes on) before Pydantic AI turns it into a message for the model;
+any other exception ends the run and the saga compensates.  A ``RunContext`` parameter is the
+framework's: it is not journaled.
 
 An ``IRREVERSIBLE``/``PRIVILEGED`` tool does not run inside a saga: the model receives
 ``[AWAITING_APPROVAL] Tool '<name>' requires human approval`` as the tool's result and the saga
@@ -39,6 +41,8 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
+import functools
+import inspect
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -54,6 +58,7 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_ai.toolsets.function import FunctionToolsetTool
 
 from sagacity._decorators import Constraint, ToolDefinition
+from sagacity._effect_calls import LINES
 from sagacity._result import SagaResult
 from sagacity._reversibility import Reversibility
 from sagacity._saga import Sagacity
@@ -64,6 +69,10 @@ from sagacity.errors import DeclarationError, SagaFailedError
 from sagacity.policy import Policy, ToolAnnotations
 
 __all__ = ["JournaledAgent", "journaled", "wrap_tool", "wrap_tools"]
+
+RETRY_SIGNALS = (ModelRetry, ToolFailed)
+"""Pydantic AI's signals that a tool refused a call ("fix your arguments", "adapt"): journaled
+as refusals, never as failed steps (docs/adr/0026-effects-and-refusals.md)."""
 
 
 def _function_payload(tool: Tool[Any]) -> set[str]:
@@ -118,11 +127,47 @@ def wrap_tool(
         tool_name=tool.name,
         payload_parameters=payload,
         declared=declared,
+        refuses=RETRY_SIGNALS,
     )
+    telling = _telling(binding.journaling, binding.name)
     wrapped = copy.copy(tool)
-    wrapped.function = binding.journaling
-    wrapped.function_schema = dataclasses.replace(schema, function=binding.journaling)
+    wrapped.function = telling
+    wrapped.function_schema = dataclasses.replace(schema, function=telling)
     return wrapped
+
+
+def _refusal_told(exc: ModelRetry | ToolFailed, tool: str) -> ModelRetry | ToolFailed:
+    scope = current_scope()
+    line = LINES["refusal"].format(tool=tool, saga_id=scope.saga_id if scope else "")
+    return type(exc)(f"{exc.message}\n{line}")
+
+
+def _telling(journaling: Callable[..., Any], tool: str) -> Callable[..., Any]:
+    """``journaling`` telling the model, after a refusal's own message, that nothing happened
+    (inside a saga: outside one nothing is journaled and the message is the tool's alone)."""
+    if inspect.iscoroutinefunction(journaling):
+
+        @functools.wraps(journaling)
+        async def telling_async(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await journaling(*args, **kwargs)
+            except RETRY_SIGNALS as exc:
+                if current_scope() is None:
+                    raise
+                raise _refusal_told(exc, tool) from exc
+
+        return telling_async
+
+    @functools.wraps(journaling)
+    def telling(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return journaling(*args, **kwargs)
+        except RETRY_SIGNALS as exc:
+            if current_scope() is None:
+                raise
+            raise _refusal_told(exc, tool) from exc
+
+    return telling
 
 
 def wrap_tools(
@@ -191,6 +236,10 @@ class _Journaling(AbstractCapability[Any]):
                 result = await handler()
             except Exception as exc:
                 error = exc
+            except asyncio.CancelledError:
+                # The run was cancelled: its completed steps are undone, once.
+                self._owner._last_saga = await run.cancel_async("the agent run was cancelled")
+                raise
         self._owner._last_saga = await run.end_async(error)
         if error is not None:
             raise error
@@ -229,11 +278,11 @@ class _JournalingToolset(WrapperToolset[Any]):
         except SagaFailedError as exc:
             raise ToolFailed(self.hook.refused_line(definition, exc)) from exc
         except (ModelRetry, ToolFailed) as exc:
-            # Handed to the model: say the saga is undone, and ask for no retry.
-            line = self.hook.compensation_line(definition, exc)
-            if line is None:
+            # The tool refused before acting (journaled so): nothing is undone, and the model
+            # may call again, as the signal asks.
+            if current_scope() is None:
                 raise
-            raise ToolFailed(f"{exc}\n{line}") from exc
+            raise type(exc)(f"{exc}\n{self.hook.refusal_line(definition)}") from exc
 
 
 DepsT = TypeVar("DepsT")
@@ -317,7 +366,7 @@ def journaled(
     """
     if not isinstance(agent, AbstractAgent):
         raise DeclarationError(f"expected a pydantic_ai Agent, got {agent!r}")
-    hook = AgentHook(sagacity, policy, lines=lines, saga_id=saga_id)
+    hook = AgentHook(sagacity, policy, lines=lines, saga_id=saga_id, refuses=RETRY_SIGNALS)
     wrapper = JournaledAgent(agent, hook)
     uncovered: list[str] = []
     names: list[str] = []

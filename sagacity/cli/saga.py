@@ -379,3 +379,13 @@ def compensate_cmd(
         f"operator key {signer.key_id}: the compensation service (pinning that key in "
         "SAGACITY_OPERATOR_PUBLIC_KEY) undoes its steps not undone yet"
     )
+
+
+def _register_undo() -> None:
+    # `saga undo` lives in its own module (it reuses `saga compensate`): registered here.
+    from sagacity.cli.undo import undo_cmd
+
+    saga.add_command(undo_cmd)
+
+
+_register_undo()

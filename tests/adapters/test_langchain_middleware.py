@@ -207,6 +207,7 @@ def test_a_handled_tool_error_compensates_and_the_model_is_told() -> None:
         calls(("hold", {"sku": "widget", "quantity": 2})),
         calls(("create_order", {"sku": "widget", "quantity": 2})),
         calls(("check_stock", {"sku": "widget"})),
+        calls(("hold", {"sku": "gadget", "quantity": 1})),
         "Sorry.",
         saga_id=lambda: "lc-told",
     )
@@ -218,11 +219,18 @@ def test_a_handled_tool_error_compensates_and_the_model_is_told() -> None:
     assert UNDONE == ["unhold widget"]
     told = dict(Scripted.seen)
     assert told["create_order"] == (
-        "payment declined\n[COMPENSATING] Tool 'create_order' failed (payment declined); "
-        "saga lc-told is rolled back, undoing: hold. Do not report success."
+        "payment declined\n[FAILED] Tool 'create_order' failed (payment declined); unless a "
+        "retry of it succeeds, saga lc-told is rolled back when it ends, undoing: hold. Do not "
+        "report success."
     )
-    assert told["check_stock"].startswith("[SAGA_FAILED] Tool 'check_stock' was not called")
+    assert not told["check_stock"].startswith("[")  # a read still runs
+    assert told["hold"] == (
+        "[SAGA_FAILED] Tool 'hold' was not called: saga lc-told has a failed step "
+        "('create_order') and is rolled back unless a retry of it succeeds. Do not report "
+        "success."
+    )
     assert (E.FAILED, "create_order") in kinds(sagacity.entries("lc-told"))
+    assert kinds(sagacity.entries("lc-told")).count((E.EXECUTED, "hold")) == 1
 
 
 def test_the_gate_line_reaches_the_model() -> None:

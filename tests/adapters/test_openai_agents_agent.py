@@ -221,10 +221,15 @@ def test_a_failure_the_sdk_hands_to_the_model_compensates_and_the_model_is_told(
         if isinstance(item, dict) and item.get("type") == "function_call_output"
     ]
     assert outputs[1].endswith(
-        "\n[COMPENSATING] Tool 'create_order' failed (RuntimeError: payment declined); saga "
-        "oa-told is rolled back, undoing: hold. Do not report success."
+        "\n[FAILED] Tool 'create_order' failed (RuntimeError: payment declined); unless a "
+        "retry of it succeeds, saga oa-told is rolled back when it ends, undoing: hold. Do not "
+        "report success."
     )
-    assert outputs[2].startswith("[SAGA_FAILED] Tool 'hold' was not called: saga oa-told")
+    assert outputs[2] == (
+        "[SAGA_FAILED] Tool 'hold' was not called: saga oa-told has a failed step "
+        "('create_order') and is rolled back unless a retry of it succeeds. Do not report "
+        "success."
+    )
     assert kinds(sagacity.entries("oa-told")).count((E.EXECUTED, "hold")) == 1
 
 

@@ -84,7 +84,9 @@ CONFIRM = ("send_confirmation", {"order_id": "order-1", "email": "a@example.com"
     [ToolFailed("payment declined"), ModelRetry("payment declined")],
     ids=["ToolFailed", "ModelRetry"],
 )
-def test_a_failure_the_framework_hands_to_the_model_still_compensates(error: Exception) -> None:
+def test_a_refusal_the_framework_hands_to_the_model_undoes_nothing(error: Exception) -> None:
+    """Pydantic AI's signals mean "the tool refused; adapt and call again": journaled as a
+    refusal (docs/adr/0026), they leave the saga's earlier steps in place."""
     sagacity = Sagacity()
     SHOP.create_order_error = error
     script = Script([RESERVE], [ORDER], "Sorry, the payment was declined.")
@@ -94,10 +96,13 @@ def test_a_failure_the_framework_hands_to_the_model_still_compensates(error: Exc
 
     # Pydantic AI caught the exception, showed it to the model, and the run carried on.
     assert result.value == "Sorry, the payment was declined."
-    assert any(t == "create_order" and "payment declined" in c for t, c in script.seen)
-    assert result.status is SagaStatus.COMPENSATED
-    assert SHOP.stock == {"widget": 10}
-    assert SHOP.calls == ["reserve_inventory", "create_order", "release_inventory"]
+    told = [c for t, c in script.seen if t == "create_order"]
+    assert told
+    assert "payment declined" in told[0]
+    assert "[REFUSED] Tool 'create_order' refused the call before acting" in told[0]
+    assert result.status is SagaStatus.COMPLETED
+    assert SHOP.stock == {"widget": 8}
+    assert SHOP.calls == ["reserve_inventory", "create_order"]
     entries = sagacity.entries("s-1")
     assert kinds(entries) == [
         (E.SAGA_OPENED, None),
@@ -105,13 +110,12 @@ def test_a_failure_the_framework_hands_to_the_model_still_compensates(error: Exc
         (E.EXECUTED, "reserve_inventory"),
         (E.INTENT, "create_order"),
         (E.FAILED, "create_order"),
-        (E.COMPENSATION_INTENT, "reserve_inventory"),
-        (E.COMPENSATED, "reserve_inventory"),
         (E.SAGA_ENDED, None),
     ]
     assert entries[1].payload == '{"sku":"widget","quantity":2}'
     assert entries[4].error == f"{type(error).__name__}: payment declined"
-    assert entries[-1].result == "COMPENSATED"
+    assert entries[4].attributes["refused"] == "retry"
+    assert entries[-1].result == "COMPLETED"
 
 
 def test_the_gate_returns_awaiting_to_the_model_and_resume_runs_the_exact_payload() -> None:
@@ -245,21 +249,19 @@ def test_wrapping_twice_and_a_wrong_host_are_refused() -> None:
         wrap_tools(object(), [shop.check_stock])  # type: ignore[arg-type]
 
 
-def test_after_a_failed_step_a_further_call_is_refused_and_the_saga_compensates() -> None:
+def test_after_a_refusal_the_run_goes_on() -> None:
     sagacity = Sagacity()
     SHOP.create_order_error = ToolFailed("payment declined")
-    # The model ignores the failure and tries to confirm anyway.
-    script = Script([RESERVE], [ORDER], [CONFIRM], "never reached")
+    # The model goes on after the refusal and asks to confirm: the gate stops that call.
+    script = Script([RESERVE], [ORDER], [CONFIRM], "waiting for approval")
     runner = agent(sagacity, script)
 
     result = sagacity.saga("s-after", lambda: runner.run_sync("order").output)
 
-    # SagaFailedError is not one Pydantic AI hands to the model: it ends the run.
-    assert result.status is SagaStatus.COMPENSATED
-    assert type(result.exception).__name__ == "SagaFailedError"
+    assert result.status is SagaStatus.AWAITING_APPROVAL
     assert SHOP.sent == []
-    assert SHOP.stock == {"widget": 10}
-    assert "send_confirmation" not in [e.tool for e in sagacity.entries("s-after")]
+    assert SHOP.stock == {"widget": 8}
+    assert ("send_confirmation", AWAITING) in script.seen
 
 
 class Transfer(BaseModel):

@@ -284,7 +284,7 @@ def test_mcp_annotations_give_defaults_and_the_gate_line_reaches_the_model() -> 
     ]
 
 
-def test_a_failure_handed_to_the_model_compensates_and_the_model_is_told() -> None:
+def test_a_refusal_handed_to_the_model_undoes_nothing_and_the_model_is_told() -> None:
     sagacity = Sagacity()
     SHOP.create_order_error = ModelRetry("payment declined")
     script = Script(
@@ -299,18 +299,17 @@ def test_a_failure_handed_to_the_model_compensates_and_the_model_is_told() -> No
 
     saga = agent.last_saga
     assert saga is not None
-    assert saga.status is SagaStatus.COMPENSATED
-    assert UNDONE == ["unreserve widget"]
+    assert saga.status is SagaStatus.COMPLETED
+    assert UNDONE == []
     told = dict(script.seen)
-    assert told["create_order"] == (
-        "payment declined\n[COMPENSATING] Tool 'create_order' failed (payment declined); "
-        "saga s-told is rolled back, undoing: reserve. Do not report success."
+    assert (
+        "payment declined\n[REFUSED] Tool 'create_order' refused the call before acting: "
+        "nothing happened and nothing is undone; you may call it again with other arguments."
+        in told["create_order"]
     )
-    assert told["check_stock"] == (
-        "[SAGA_FAILED] Tool 'check_stock' was not called: saga s-told has a failed step and "
-        "is rolled back. Do not report success."
-    )
-    assert (E.FAILED, "create_order") in kinds(sagacity.entries("s-told"))
+    assert not told["check_stock"].startswith("[")
+    failed = [e for e in sagacity.entries("s-told") if e.event_type is E.FAILED]
+    assert [e.attributes.get("refused") for e in failed] == ["retry"]
 
 
 def test_a_run_inside_an_explicit_saga_joins_it() -> None:
@@ -384,14 +383,15 @@ def test_a_write_that_returns_its_own_undo_is_undone_by_it() -> None:
     @agent.tool_plain
     def refund(ticket_id: str) -> str:
         """Refund the ticket's order."""
-        raise ModelRetry("the payment provider is down")
+        raise RuntimeError("the payment provider is down")
 
     policy = Policy.loads(
         '[tools]\nupdate_ticket_status = { undo_tools = ["update_ticket_status"] }\n'
         'refund = "REVERSIBLE"\n'
     )
     hooked = journaled(agent, sagacity, policy=policy)
-    hooked.run_sync("close T-1 and refund")
+    with pytest.raises(RuntimeError):
+        hooked.run_sync("close T-1 and refund")
 
     assert hooked.last_saga is not None
     assert hooked.last_saga.status is SagaStatus.COMPENSATED

@@ -48,6 +48,8 @@ CLI_PRIVATE_ALLOWED: dict[str, str] = {
     "sagacity._operator_signature": "`keys operator-keygen`, the operator key of `saga compensate` "
     "and `erase`",
     "sagacity._duration": "one duration parser for every option",
+    "sagacity._undo_preview": "`saga undo` lists what an undo could reverse (the compensation "
+    "runner's plan, read as the service would)",
     # The approvals package imports its HTTP API (FastAPI, the services extra) eagerly;
     # the token and principal commands and `serve mcp` need the auth file alone.
     "sagacity.consumers.approvals._auth": "usable without the services extra",

@@ -37,9 +37,10 @@ CLI_COMMAND = (
 # Modules allowed past the budget: path -> (ceiling in lines, why).
 MODULES_ALLOWED: dict[str, tuple[int, str]] = {
     "consumers/archive/verify_bundle.py": (
-        1462,
+        1481,
         "the standalone verifier: one file an auditor copies and runs on the standard library "
-        "alone (docs/adr/0006), so it cannot be split into modules",
+        "alone (docs/adr/0006), so it cannot be split into modules; it grew by its copy of the "
+        "grammar's rule for REPLAYED (docs/adr/0026)",
     ),
     "sagacity/ports.py": (
         612,

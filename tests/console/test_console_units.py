@@ -138,6 +138,7 @@ def test_a_redacted_field_is_shown_masked_on_the_request_page() -> None:
         left="no limit",
         writer="w",
         signed_by_me=False,
+        undo={"reversed": (), "kept": (), "undone": (), "warning": None},
         csrf="c",
         viewer=None,
     )

@@ -158,8 +158,9 @@ SAGACITY_MEMBERS = {
         "(self, function: 'Callable[..., Any]', *, name: 'str | None' = None, reversibility: "
         "'Reversibility' = <Reversibility.COMPENSATABLE: 'COMPENSATABLE'>, by: 'Callable[...,"
         " Any] | None' = None, constraint: 'Constraint | None' = None, undo: 'UndoCall | "
-        "None' = None, redact: 'Sequence[str]' = (), undo_tools: 'Sequence[str]' = ()) -> "
-        "'Callable[..., Any]'"
+        "None' = None, redact: 'Sequence[str]' = (), undo_tools: 'Sequence[str]' = (), "
+        "effect_key: 'Sequence[str] | object | None' = DEFAULT_KEY, refuses: "
+        "'Sequence[type[BaseException]]' = ()) -> 'Callable[..., Any]'"
     ),
     "writer_id": "property",
 }

@@ -62,6 +62,7 @@ def test_the_proxy_lists_upstream_tools_with_the_policys_reversibility(
             return {t.name: t for t in (await session.list_tools()).tools}
 
     tools = run(conversation())
+    assert tools.pop("undo_saga").annotations.destructive_hint is True  # docs/adr/0026
     reversibility = {n: (t.meta or {})["sagacity/reversibility"] for n, t in tools.items()}
     assert reversibility == {
         "crash_server": "COMPENSATABLE",

@@ -47,6 +47,7 @@ def test_tools_are_listed_with_their_schema_and_reversibility(
         "lookup_stock",
         "reserve_inventory",
         "send_wire_transfer",
+        "undo_saga",  # docs/adr/0026: an agent undoes its own saga
     }
     read = tools["lookup_stock"].annotations
     assert read.read_only_hint is True

@@ -73,12 +73,30 @@ def done(tool: str, ref: int, *, result: str = "ok", rev: str = "COMPENSATABLE")
     )
 
 
-def failed(tool: str, ref: int) -> Event:
+def failed(tool: str, ref: int, *, refused: str | None = None) -> Event:
+    attributes = {"ref_seq": str(ref), "reversibility": "COMPENSATABLE"}
+    if refused is not None:
+        attributes["refused"] = refused
+    return ev("FAILED", tool=tool, error="RuntimeError: down", attributes=attributes)
+
+
+def keyed(tool: str, payload: str, key: str = '["$.order_id"]') -> Event:
+    """An ``INTENT`` of a tool with an effect key (docs/adr/0026)."""
     return ev(
-        "FAILED",
+        "INTENT",
         tool=tool,
-        error="RuntimeError: down",
-        attributes={"ref_seq": str(ref), "reversibility": "COMPENSATABLE"},
+        payload=payload,
+        attributes={"reversibility": "COMPENSATABLE", "effect_key": key},
+    )
+
+
+def replayed(tool: str, ref: int, payload: str, key: str = '["$.order_id"]') -> Event:
+    """A call whose effect key the call (or request) at ``ref`` already has: not run."""
+    return ev(
+        "REPLAYED",
+        tool=tool,
+        payload=payload,
+        attributes={"ref_seq": str(ref), "reversibility": "COMPENSATABLE", "effect_key": key},
     )
 
 
@@ -509,6 +527,109 @@ def case_events() -> list[dict[str, Any]]:
         [opened(), call("reserve", r), done("reserve", 2), ended("COMPLETED")],
         writer=AGENT,
     )
+    order = '{"order_id":"o-7","amount":"20"}'
+    add(
+        "valid_replayed_effect",
+        "a call whose effect key an executed call has: REPLAYED, not run, the saga completes"
+        " (tests/core/test_effects.py)",
+        [
+            opened(),
+            keyed("charge", order),
+            done("charge", 2),
+            replayed("charge", 2, order),
+            ended("COMPLETED"),
+        ],
+    )
+    add(
+        "valid_replayed_request",
+        "a gated call made again while its request is open: REPLAYED of the request",
+        [
+            opened(),
+            request("wire", w),
+            replayed("wire", 2, w, key="*"),
+            ended("AWAITING_APPROVAL"),
+            approved("wire", 2, "manager@company.com", w),
+            call("wire", w, rev="IRREVERSIBLE", ref=2),
+            done("wire", 6, rev="IRREVERSIBLE"),
+            ended("COMPLETED", actor=APPROVALS),
+        ],
+    )
+    add(
+        "valid_effect_conflict",
+        "the same effect key with other arguments: refused (CONSTRAINT_VIOLATED, effect_of)",
+        [
+            opened(),
+            keyed("charge", order),
+            done("charge", 2),
+            ev(
+                "CONSTRAINT_VIOLATED",
+                tool="charge",
+                payload='{"order_id":"o-7","amount":"99"}',
+                error="[effect] charge: the call at seq 2 already had this effect",
+                attributes={
+                    "policy_version": "p1",
+                    "effect_key": '["$.order_id"]',
+                    "effect_of": "2",
+                },
+            ),
+            ended("COMPLETED"),
+        ],
+    )
+    add(
+        "valid_refusal_then_retry",
+        "a tool that refused before acting (FAILED refused), called again: the saga completes"
+        " and nothing asks for compensation",
+        [
+            opened("delegated"),
+            call("ship", "{}"),
+            failed("ship", 2, refused="retry"),
+            call("ship", '{"carrier":"dhl"}'),
+            done("ship", 4),
+            ended("COMPLETED"),
+        ],
+    )
+    add(
+        "valid_recovered_failure",
+        "a failed call recovered by a later success of the same tool: no compensation",
+        [
+            opened("delegated"),
+            call("ship", "{}"),
+            failed("ship", 2),
+            call("ship", "{}"),
+            ev(
+                "EXECUTED",
+                tool="ship",
+                result="ok",
+                attributes={
+                    "ref_seq": "4",
+                    "reversibility": "COMPENSATABLE",
+                    "result_encoding": "text",
+                    "recovers": "3",
+                },
+            ),
+            ended("COMPLETED"),
+        ],
+    )
+    add(
+        "valid_effect_in_doubt_continued",
+        "a writer stopped after an INTENT and continued the conversation: the replayed call in"
+        " doubt (SUSPECT by the agent), the saga handed to compensation at its end"
+        " (tests/kafka/test_effects_restart.py)",
+        [
+            opened("delegated"),
+            keyed("charge", order),
+            suspect("charge", 2, "call", AGENT),
+            requested("FAILED", 2),
+            ended("COMPENSATION_PENDING"),
+            opened("delegated", SERVICE),
+            ended("COMPENSATION_FAILED", actor=SERVICE),
+            settled("charge", 2, "call", "not-executed"),
+            requested("SUSPECT_SETTLED", 2),
+            ended("COMPENSATION_PENDING", actor=APPROVALS),
+            opened("delegated", SERVICE),
+            ended("COMPENSATED", actor=SERVICE),
+        ],
+    )
 
     # --- impossible stories --------------------------------------------------------------
     add(
@@ -829,6 +950,54 @@ def case_events() -> list[dict[str, Any]]:
         ],
         form=2,
         erase=[2, 3],
+    )
+    add(
+        "replay_of_a_failed_call",
+        "a REPLAYED of a call that failed: no effect to replay",
+        [
+            opened(),
+            keyed("charge", order),
+            failed("charge", 2),
+            replayed("charge", 2, order),
+            ended("COMPLETED"),
+        ],
+    )
+    add(
+        "replay_of_another_tool",
+        "a REPLAYED naming another tool's executed call",
+        [
+            opened(),
+            call("reserve", r),
+            done("reserve", 2),
+            replayed("charge", 2, order),
+            ended("COMPLETED"),
+        ],
+    )
+    add(
+        "replay_after_end",
+        "a REPLAYED after the saga's run ended, with no SAGA_OPENED since",
+        [
+            opened(),
+            keyed("charge", order),
+            done("charge", 2),
+            ended("AWAITING_APPROVAL"),
+            replayed("charge", 2, order),
+        ],
+    )
+    add(
+        "compensation_after_a_refusal",
+        "a refusal before acting asks for no compensation: undoing a step after it, with no"
+        " request, in a delegated saga",
+        [
+            opened("delegated"),
+            call("reserve", r),
+            done("reserve", 2),
+            call("ship", "{}"),
+            failed("ship", 4, refused="declared"),
+            undo("COMPENSATION_INTENT", "reserve", 3),
+            undo("COMPENSATED", "reserve", 3),
+            ended("COMPENSATED"),
+        ],
     )
     add(
         "writer_named_in_finding",

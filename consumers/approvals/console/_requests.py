@@ -21,6 +21,7 @@ from starlette.routing import Route, Router
 from sagacity._approval import load_chain
 from sagacity._redaction import masked, redacted_fields
 from sagacity.chain import payload_sha256
+from sagacity.consumers.approvals.console import _undo
 from sagacity.consumers.approvals.console._page import (
     MAX_FIELD,
     Console,
@@ -127,6 +128,7 @@ def _request_context(console: Console, viewer: Viewer, saga_id: str, seq: int) -
         "left": span((deadline - console.now_us()) / 1e6) if deadline else "no limit",
         "writer": console.writer_of(row),
         "signed_by_me": viewer.principal.name in row.signed_by,
+        "undo": _undo.undo_list(before, console.sagacity.registry),  # what an undo puts back
     }
 
 

@@ -28,6 +28,7 @@ from sagacity.consumers.approvals.console import (
     _requests,
     _sagas,
     _signin,
+    _undo,
 )
 from sagacity.consumers.approvals.console._page import (
     Console,
@@ -59,6 +60,7 @@ def _routes() -> list[BaseRoute]:
         *_sagas.router.routes,
         *_bundles.router.routes,
         *_metrics_page.router.routes,
+        *_undo.router.routes,
         Route("/favicon.ico", _favicon),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]

@@ -48,6 +48,8 @@ from sagacity.adapters.mcp._callers import (
 from sagacity.adapters.mcp._http import BearerAuth
 from sagacity.adapters.mcp._proxy import ProxiedTool
 from sagacity.adapters.mcp._sessions import SessionSagas
+from sagacity.adapters.mcp._undo import UNDO_DESCRIPTION, UNDO_TOOL
+from sagacity.adapters.mcp._undo import undo_saga as undo
 from sagacity.chain import payload_sha256
 from sagacity.errors import (
     ApprovalError,
@@ -157,11 +159,39 @@ class SagacityMCP:
         self.server: MCPServer[Any] = MCPServer(
             name,
             tools=[
-                self._raw_tool(t, upstream[t.name]) if t.name in upstream else self._tool(t)
-                for t in sorted(tools, key=lambda t: t.name)
+                *(
+                    self._raw_tool(t, upstream[t.name]) if t.name in upstream else self._tool(t)
+                    for t in sorted(tools, key=lambda t: t.name)
+                ),
+                self._undo_tool(),
             ],
         )
         self.server.middleware.append(ToolScope(lambda: self._callers))
+
+    @property
+    def sagacity(self) -> Sagacity:
+        """The tools' ``Sagacity``: its journal and registry."""
+        return self._sagacity
+
+    def _undo_tool(self) -> Tool:
+        """``undo_saga`` (:mod:`._undo`): served beside the wrapped tools, scoped like them."""
+        if UNDO_TOOL in self._sagacity.registry:
+            raise ConfigurationError(f"a wrapped tool is named {UNDO_TOOL!r}: rename it")
+
+        async def undo_saga(saga_id: str, reason: str, ctx: Context) -> CallToolResult:
+            caller = caller_of(self._callers, ctx.request_context.request)
+            refuse_tool(caller, UNDO_TOOL)
+            principal = caller.name if caller is not None else None
+            return await undo(self, check_saga_id(saga_id), reason, principal)
+
+        return Tool.from_function(
+            undo_saga,
+            name=UNDO_TOOL,
+            description=UNDO_DESCRIPTION,
+            context_kwarg="ctx",
+            annotations=annotations_for(Reversibility.IRREVERSIBLE),
+            structured_output=False,
+        )
 
     def set_caller_source(self, source: CallerSource | None) -> None:
         """How to find a call's agent principal (journaled as ``caller``; its tools served):

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sagacity._result import SagaResult
 from sagacity._run import SagaRun
 from sagacity.errors import SagaExistsError
 
@@ -145,6 +146,20 @@ class SessionSagas:
             del self._slots[slot.key]
         if run is not None:
             await run.end_async()
+
+    async def cancel(self, saga_id: str, reason: str) -> SagaResult | None:
+        """Stop the saga ``saga_id`` if it is open here: its run is cancelled and its completed
+        steps compensated once (``None``: it is not open in this server)."""
+        for slot in list(self._slots.values()):
+            if slot.run is None or slot.run.saga_id != saga_id:
+                continue
+            async with slot.lock:
+                run, slot.run = slot.run, None
+                if self._slots.get(slot.key) is slot:
+                    del self._slots[slot.key]
+            if run is not None:
+                return await run.cancel_async(reason)
+        return None
 
     async def sweep(self) -> list[str]:
         """End the sagas of sessions gone away or idle too long; returns their ids."""
