@@ -291,7 +291,11 @@ tool_call_id: ContextVar[str | None] = ContextVar("sagacity_tool_call_id", defau
 
 @contextlib.contextmanager
 def calling_tool(call_id: str | None) -> Iterator[None]:
-    """Within the block, a tool call's span names ``call_id`` (the framework's id of it)."""
+    """Within the block, a tool call's span names ``call_id`` (the framework's id of it);
+    ``None`` (a framework that gave none here) keeps the id an outer block set."""
+    if call_id is None:
+        yield
+        return
     token = tool_call_id.set(call_id)
     try:
         yield

@@ -30,6 +30,7 @@ from sagacity._run import SagaRun
 from sagacity._saga import Sagacity
 from sagacity._scope import SagaScope, current_scope
 from sagacity._tool import WRAPPED_ATTR, journaled_call, journaled_call_async
+from sagacity._tracing import calling_tool
 from sagacity._undo import UndoCall
 from sagacity._wrap import _resolve_by
 from sagacity.adapters._binding import check_sagacity, register_function
@@ -408,22 +409,27 @@ class AgentHook:
         definition: ToolDefinition,
         arguments: Mapping[str, Any],
         run: Callable[[], Any],
+        *,
+        call_id: str | None = None,
     ) -> Any:
         """One journaled call (sync): the result, or the gate line instead of running.
+
+        ``call_id`` is the framework's id of the call (the span's ``gen_ai.tool.call.id``).
 
         Raises:
             whatever the tool raises (journaled ``FAILED`` first), ``SagaFailedError`` when
             the saga already failed (nothing journaled, nothing run).
         """
         scope, gates = self._before()
-        value = journaled_call(
-            self.sagacity,
-            definition,
-            lambda: _jsonable(arguments),
-            run,
-            refuses=self.refuses,
-            told=True,
-        )
+        with calling_tool(call_id):
+            value = journaled_call(
+                self.sagacity,
+                definition,
+                lambda: _jsonable(arguments),
+                run,
+                refuses=self.refuses,
+                told=True,
+            )
         return self._after(definition, scope, gates, value)
 
     async def call_async(
@@ -431,15 +437,18 @@ class AgentHook:
         definition: ToolDefinition,
         arguments: Mapping[str, Any],
         run: Callable[[], Awaitable[Any]],
+        *,
+        call_id: str | None = None,
     ) -> Any:
         """:meth:`call` for asyncio."""
         scope, gates = self._before()
-        value = await journaled_call_async(
-            self.sagacity,
-            definition,
-            lambda: _jsonable(arguments),
-            run,
-            refuses=self.refuses,
-            told=True,
-        )
+        with calling_tool(call_id):
+            value = await journaled_call_async(
+                self.sagacity,
+                definition,
+                lambda: _jsonable(arguments),
+                run,
+                refuses=self.refuses,
+                told=True,
+            )
         return self._after(definition, scope, gates, value)

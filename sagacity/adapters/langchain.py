@@ -384,7 +384,9 @@ class SagacityMiddleware(AgentMiddleware[SagaState, Any, Any]):
 
         with self._entered(session):
             try:
-                value = self._hook.call(definition, request.tool_call["args"], run)
+                value = self._hook.call(
+                    definition, request.tool_call["args"], run, call_id=request.tool_call.get("id")
+                )
             except SagaFailedError as exc:
                 return self._message(request, self._hook.refused_line(definition, exc))
             except _ToolError as exc:
@@ -417,7 +419,9 @@ class SagacityMiddleware(AgentMiddleware[SagaState, Any, Any]):
 
         with self._entered(session):
             try:
-                value = await self._hook.call_async(definition, request.tool_call["args"], run)
+                value = await self._hook.call_async(
+                    definition, request.tool_call["args"], run, call_id=request.tool_call.get("id")
+                )
             except SagaFailedError as exc:
                 return self._message(request, self._hook.refused_line(definition, exc))
             except _ToolError as exc:

@@ -57,6 +57,7 @@ from sagacity._run import SagaRun
 from sagacity._saga import Sagacity
 from sagacity._scope import SagaScope, current_scope
 from sagacity._tool import AWAITING_PREFIX
+from sagacity._tracing import calling_tool
 from sagacity.adapters._binding import bind, check_sagacity, declaration
 from sagacity.adapters._hook import AgentHook, ModelLines, remote_identity
 from sagacity.errors import DeclarationError
@@ -351,7 +352,8 @@ class JournaledAgent(Agent[Any]):
 
         async def invoke(context: Any, input_json: str) -> Any:
             session = runs.session(context)
-            with _entered(session):
+            # The SDK's ToolContext names the call (the spans' gen_ai.tool.call.id).
+            with _entered(session), calling_tool(getattr(context, "tool_call_id", None)):
                 scope = current_scope()
                 failed_before = scope.failures if scope is not None else ()
                 blocked = _blocked(scope, definition)

@@ -273,7 +273,10 @@ class _JournalingToolset(WrapperToolset[Any]):
         assert definition is not None
         try:
             return await self.hook.call_async(
-                definition, tool_args, lambda: self.wrapped.call_tool(name, tool_args, ctx, tool)
+                definition,
+                tool_args,
+                lambda: self.wrapped.call_tool(name, tool_args, ctx, tool),
+                call_id=getattr(ctx, "tool_call_id", None),
             )
         except SagaFailedError as exc:
             raise ToolFailed(self.hook.refused_line(definition, exc)) from exc
