@@ -10,7 +10,8 @@
   handing the same results back twice runs the approved tool again.
 
 Each test counts the effect in the tool itself, reads the chain (a ``REPLAYED`` naming the
-first call's ``INTENT``) and checks the line the model (or the node) was given.
+first call's ``INTENT``) and checks the line the model (or the node) was given. docs/concepts.md
+shows each of these replays, checked here.
 """
 
 from __future__ import annotations
