@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sagacity.cli._exit import USAGE, CommandError
+from sagacity.cli._exit import FAILED, USAGE, CommandError
 from sagacity.cli.saga import _kafka_options, compensate_cmd, load_operator_key, operator_key_option
 from sagacity.errors import ConfigurationError
 
@@ -117,7 +117,7 @@ def _preview(
     try:
         entries = journal.entries(saga_id)
         if not entries:
-            raise CommandError(f"saga {saga_id!r} is unknown on this journal", USAGE)
+            raise CommandError(f"saga {saga_id!r} is unknown on this journal", FAILED)
         registry = None
         if tools:
             declared = Sagacity(journal)
