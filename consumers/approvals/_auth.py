@@ -221,7 +221,7 @@ class AuthConfig:
                 )
             if principal.slack_user is not None:
                 other = self._by_slack.setdefault(principal.slack_user, principal)
-                if other is not principal:
+                if other != principal:  # two entries of one approver (a rotation) are one
                     raise ConfigurationError(
                         f"slack_user {principal.slack_user} is listed for {other.name!r} and "
                         f"for {principal.name!r}: one Slack user decides as one principal"

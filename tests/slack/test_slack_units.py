@@ -175,3 +175,13 @@ def test_the_console_link_decides_nothing() -> None:
 def test_a_malformed_click_is_refused(body: bytes) -> None:
     with pytest.raises(InvalidArgumentError):
         parse_click(body)
+
+
+def test_two_entries_of_one_approver_may_share_its_slack_user() -> None:
+    import tomllib
+
+    line = 'slack_user = "U024BE7LH"\n'
+    text = _principals(line, line).replace('name = "p2"', 'name = "p1"')
+    found = AuthConfig.from_mapping(tomllib.loads(text)).by_slack_user("U024BE7LH")
+    assert found is not None
+    assert found.name == "p1"
