@@ -44,6 +44,10 @@ class Till:
         self.paid.append((order, account, amount))
         return f"paid {amount} for {order}"
 
+    @compensable(reversibility=Reversibility.PRIVILEGED)
+    def grant(self, order: str, role: str) -> str:
+        return f"granted {role} for {order}"
+
 
 def auth_text(late: str | None = None) -> str:
     """The principals file: alice, bob and carol in Slack; dave too when ``late`` names him."""
@@ -75,6 +79,15 @@ class World:
         pay = self.agent.registry.get("pay")
         assert pay is not None
         result = self.agent.saga(saga, lambda: pay.wrapped(saga, ACCOUNT, amount))
+        assert result.status is SagaStatus.AWAITING_APPROVAL, result
+        assert result.awaiting_seq is not None
+        return result.awaiting_seq
+
+    def gate_grant(self, saga: str) -> int:
+        """A privileged grant gated for two approvers; returns the request's seq."""
+        grant = self.agent.registry.get("grant")
+        assert grant is not None
+        result = self.agent.saga(saga, lambda: grant.wrapped(saga, "admin"))
         assert result.status is SagaStatus.AWAITING_APPROVAL, result
         assert result.awaiting_seq is not None
         return result.awaiting_seq

@@ -186,3 +186,44 @@ def test_a_click_by_the_requests_own_caller_is_refused(world: World) -> None:
     assert answer.status_code == 200
     assert "nobody decides their own request" in world.told(ALICE, saga)
     assert world.of(saga, E.APPROVED) == []
+
+
+def test_a_privileged_request_keeps_its_buttons_until_its_second_approver(world: World) -> None:
+    saga = saga_id("two")
+    world.gate_grant(saga)
+    message = world.posted(saga)
+    assert "0 of 2 signatures" in _texts(message)
+    value = json.dumps(shown_value(message))
+    assert world.click(ALICE, APPROVE, value).status_code == 200
+    first = world.slack.wait("chat.update", about(saga))
+    assert "Signed by alice@example.com so far" in _texts(first.body)
+    assert button(first.body, APPROVE) is not None  # the second approver still decides here
+    # alice cannot be both signatures.
+    assert world.click(ALICE, APPROVE, value).status_code == 200
+    assert "Nothing was decided" in world.told(ALICE, saga)
+    assert world.click(BOB, APPROVE, value).status_code == 200
+    assert [e.actor for e in world.of(saga, E.APPROVED)] == [
+        "alice@example.com",
+        "bob@example.com",
+    ]
+    final = world.slack.wait(
+        "chat.update", lambda c: about(saga)(c) and "Approved by" in _texts(c.body)
+    )
+    assert "alice@example.com, bob@example.com" in _texts(final.body)
+    assert button(final.body, APPROVE) is None
+
+
+def test_a_request_decided_in_the_console_loses_its_buttons_in_slack(world: World) -> None:
+    saga = saga_id("elsewhere")
+    seq = world.gate(saga)
+    message = world.posted(saga)
+    auth = world.server.auth
+    assert auth is not None
+    bob = auth.by_slack_user(BOB)
+    assert bob is not None
+    # The console's form and the API call the same service method; no click in Slack.
+    world.server.service.reject(bob, saga, seq, reason="not this one")
+    update = world.slack.wait("chat.update", about(saga))
+    assert "Rejected by bob@example.com" in _texts(update.body)
+    assert button(update.body, APPROVE) is None
+    assert button(message, APPROVE) is not None

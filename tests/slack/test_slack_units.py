@@ -185,3 +185,65 @@ def test_two_entries_of_one_approver_may_share_its_slack_user() -> None:
     found = AuthConfig.from_mapping(tomllib.loads(text)).by_slack_user("U024BE7LH")
     assert found is not None
     assert found.name == "p1"
+
+
+def _row(payload: str, *, entry_hash: str | None = HASH) -> Any:
+    from sagacity.chain import payload_sha256
+    from sagacity.ports import RequestRow, RowState
+
+    return RequestRow(
+        saga_id="s-1",
+        seq=3,
+        tool="<https://evil.example|pay>",
+        payload=payload,
+        payload_sha256=payload_sha256(payload),
+        requested_at_us=1,
+        expires_at_us=None,
+        signatures_required=1,
+        policy_version="1",
+        reversibility="IRREVERSIBLE",
+        state=RowState.PENDING,
+        signed_by=(),
+        decision=None,
+        decided_by=None,
+        decided_at_us=None,
+        decision_policy_version=None,
+        closed_at_us=None,
+        entry_hash=entry_hash,
+    )
+
+
+def _buttons(message: Any) -> list[str]:
+    return [
+        element["action_id"]
+        for block in message.blocks
+        if block["type"] == "actions"
+        for element in block["elements"]
+    ]
+
+
+def test_a_payload_too_long_to_show_whole_cannot_be_approved_in_slack() -> None:
+    from sagacity.consumers.approvals.slack._blocks import MAX_SHOWN, request_message
+
+    message = request_message(_row(json.dumps({"x": "y" * MAX_SHOWN})), public_url="http://h")
+    assert _buttons(message) == ["sagacity_reject", "sagacity_open"]
+    assert "too long to show here whole" in json.dumps(message.blocks)
+
+
+def test_a_request_without_its_entry_hash_cannot_be_approved_in_slack() -> None:
+    from sagacity.consumers.approvals.slack._blocks import request_message
+
+    message = request_message(_row('{"a":1}', entry_hash=None), public_url="http://h")
+    assert "sagacity_approve" not in _buttons(message)
+
+
+def test_a_writers_text_is_never_slack_markup() -> None:
+    from sagacity.consumers.approvals.slack._blocks import request_message
+
+    message = request_message(_row('{"note":"<!channel> <https://x|y>"}'), public_url="http://h")
+    assert _buttons(message) == ["sagacity_approve", "sagacity_reject", "sagacity_open"]
+    for block in message.blocks:
+        for part in [block.get("text"), *block.get("elements", [])]:
+            if isinstance(part, dict) and "type" in part and part["type"].endswith("text"):
+                assert part["type"] in ("plain_text", "rich_text_preformatted", "text"), part
+    assert "mrkdwn" not in json.dumps(message.blocks)
