@@ -10,6 +10,7 @@ body.  Tokens are stored as SHA-256 hashes (hex) in a TOML or JSON file, one ent
     tools = ["send_wire_transfer"]   # or ["*"] for every tool
     agents = ["claude@alice"]        # agent identities acting for alice: she decides none of
                                      # their requests
+    slack_user = "U024BE7LH"         # her Slack user id: she decides in Slack as herself
 
     [[principals]]
     name = "claude@alice"
@@ -64,6 +65,8 @@ ANY_TOOL = "*"
 CHECK_INTERVAL_S = 2.0
 """How often the service looks at the auth file's modification stamp."""
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_SLACK_USER = re.compile(r"^[UW][A-Z0-9]{2,20}$")
+"""A Slack user id (``U…``, or ``W…`` on an Enterprise Grid)."""
 
 
 def token_sha256(token: str) -> str:
@@ -144,6 +147,7 @@ class Principal:
         role: what the principal is for (:class:`Role`).
         agents: for an approver, the agent identities acting for it.
         authenticated: ``False`` only in ``--insecure-dev`` mode (a name taken from the body).
+        slack_user: the Slack user id that decides as this principal in Slack (``None``: none).
     """
 
     name: str
@@ -151,6 +155,7 @@ class Principal:
     role: Role = Role.APPROVER
     agents: frozenset[str] = frozenset()
     authenticated: bool = True
+    slack_user: str | None = None
 
     def _covers(self, tool: str) -> bool:
         return ANY_TOOL in self.tools or tool in self.tools
@@ -207,12 +212,20 @@ class AuthConfig:
 
     def __init__(self, principals: Iterable[tuple[str, Principal]]) -> None:
         self._by_hash: dict[str, Principal] = {}
+        self._by_slack: dict[str, Principal] = {}
         roles: dict[str, Role] = {}
         for digest, principal in principals:
             if digest in self._by_hash:
                 raise ConfigurationError(
                     f"token hash {digest[:12]}… is listed twice in the auth file"
                 )
+            if principal.slack_user is not None:
+                other = self._by_slack.setdefault(principal.slack_user, principal)
+                if other != principal:  # two entries of one approver (a rotation) are one
+                    raise ConfigurationError(
+                        f"slack_user {principal.slack_user} is listed for {other.name!r} and "
+                        f"for {principal.name!r}: one Slack user decides as one principal"
+                    )
             held = roles.setdefault(principal.name, principal.role)
             if held is not principal.role:
                 raise ConfigurationError(
@@ -266,6 +279,10 @@ class AuthConfig:
             if hmac.compare_digest(known, digest):
                 return principal
         return None
+
+    def by_slack_user(self, user_id: str) -> Principal | None:
+        """The principal whose ``slack_user`` is ``user_id`` (a click in Slack), or ``None``."""
+        return self._by_slack.get(user_id)
 
     def principals(self) -> list[Principal]:
         """Every principal of the file, in file order."""
@@ -373,6 +390,14 @@ class AuthFile:
         """
         return self.current().by_digest(digest)
 
+    def by_slack_user(self, user_id: str) -> Principal | None:
+        """The principal whose ``slack_user`` is ``user_id``, as the file stands now.
+
+        Raises:
+            ConfigurationError: the file is broken (fail closed).
+        """
+        return self.current().by_slack_user(user_id)
+
     def current(self) -> AuthConfig:
         """The principals of the file as it is now (re-read if its stamp moved).
 
@@ -458,5 +483,25 @@ def _entry(item: Mapping[str, Any], where: str) -> tuple[str, Principal]:
             )
     if agents and role is not Role.APPROVER:
         raise ConfigurationError(f"{where}: only an approver lists 'agents'")
-    principal = Principal(name=name, tools=tools or frozenset(), role=role, agents=agents)
+    slack_user = _slack_user(item, role, where)
+    principal = Principal(
+        name=name, tools=tools or frozenset(), role=role, agents=agents, slack_user=slack_user
+    )
     return digest, principal
+
+
+def _slack_user(item: Mapping[str, Any], role: Role, where: str) -> str | None:
+    """The entry's ``slack_user``: a Slack user id, on an approver only (it decides in Slack)."""
+    value = item.get("slack_user")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _SLACK_USER.fullmatch(value):
+        raise ConfigurationError(
+            f"{where}: 'slack_user' must be a Slack user id (U… or W…, as Slack's profile "
+            f"menu 'Copy member ID' gives it), got {value!r}"
+        )
+    if role is not Role.APPROVER:
+        raise ConfigurationError(
+            f"{where}: only an approver has a 'slack_user' (a {role.value} decides nothing)"
+        )
+    return value

@@ -29,6 +29,7 @@ from sagacity.consumers.approvals._settings import ApprovalsSettings
 from sagacity.consumers.approvals.console import LoginLimiter, SessionStore, create_console
 from sagacity.consumers.approvals.console._archive import ArchiveView
 from sagacity.consumers.approvals.console._notify import Notifier
+from sagacity.consumers.approvals.slack import SlackConfig, SlackIntegration, slack_config
 from sagacity.errors import ConfigurationError, SagacityError, SigningKeyError
 from sagacity.journal import Journal
 from sagacity.postgres import PostgresRequestStore
@@ -184,6 +185,7 @@ class ApprovalsServer:
         tools: Iterable[Any] = (),
     ) -> None:
         self.settings = settings
+        slack = slack_config(settings)  # a broken Slack setting stops it before it connects
         self.journal = journal if journal is not None else journal_for(settings)
         # The key service of a journal made here is this server's to close; a journal given
         # is its caller's, with its keys.
@@ -219,6 +221,7 @@ class ApprovalsServer:
             # The console needs signed-in principals; with --insecure-dev it is not served.
             self.app.mount("/ui", self._console(settings, self.auth))
         self.notifier = self._notifier(settings) if settings.notify else None
+        self.slack = self._slack(settings, slack) if slack is not None else None
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
         self.app.router.on_startup.append(self.start)
@@ -286,6 +289,18 @@ class ApprovalsServer:
             interval_s=settings.notify_interval_s,
         )
 
+    def _slack(self, settings: ApprovalsSettings, config: SlackConfig) -> SlackIntegration:
+        """Deciding in Slack (docs/operations/slack.md)."""
+        assert self.auth is not None  # slack_config refuses a service without principals
+        slack = SlackIntegration(
+            config,
+            service=self.service,
+            auth=self.auth,
+            public_url=settings.public_url or f"http://{settings.host}:{settings.port}",
+        )
+        self.app.mount("/slack", slack.app)
+        return slack
+
     def _auth_state(self) -> tuple[int, int, bool]:
         assert self.auth is not None
         with contextlib.suppress(ConfigurationError):
@@ -333,6 +348,8 @@ class ApprovalsServer:
         self.sessions.migrate()
         if self.notifier is not None:
             self.notifier.start()
+        if self.slack is not None:
+            self.slack.start()
         if self.consumer is not None:
             self.consumer.start()
         self._sweeper = threading.Thread(target=self._sweep, name="sagacity-approvals-sweep")
@@ -345,6 +362,8 @@ class ApprovalsServer:
         self._stop.set()
         if self.notifier is not None:
             self.notifier.stop()
+        if self.slack is not None:
+            self.slack.stop()
         if self._sweeper is not None:
             self._sweeper.join(10)
         if self.consumer is not None:

@@ -56,6 +56,10 @@ class ApprovalsSettings(SagacitySettings):
         notify_interval_s: how often the notifier looks for something to tell.
         archive_database_url: the archive, for the console's verdict and audit bundle
             (``SAGACITY_ARCHIVE_DATABASE_URL``).
+        slack_signing_secret_file / slack_bot_token_file: the Slack app's signing secret and
+            bot token, each in a file (docs/operations/slack.md); both or neither.
+        slack_channel: the channel new requests are posted to.
+        slack_api_url: Slack's Web API base URL (tests point it at a loopback server).
     """
 
     env_service: ClassVar[str] = "APPROVALS"
@@ -86,6 +90,10 @@ class ApprovalsSettings(SagacitySettings):
     notify_before_expiry_s: float = Field(default=900.0, ge=0)
     notify_interval_s: float = Field(default=2.0, gt=0)
     archive_database_url: str | None = None
+    slack_signing_secret_file: str | None = None
+    slack_bot_token_file: str | None = None
+    slack_channel: str | None = None
+    slack_api_url: str = "https://slack.com/api/"
 
     @field_validator("notify_format")
     @classmethod

@@ -12,6 +12,7 @@ _EXTRA_OF = {
     "httpx": SERVICES,
     "jinja2": SERVICES,
     "multipart": SERVICES,
+    "slack_sdk": SERVICES,
     "pydantic_ai": "pydantic-ai",
     "langchain_core": "langchain",
     "langchain": "langchain",

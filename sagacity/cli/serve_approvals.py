@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -15,6 +16,7 @@ from sagacity.cli._options import (
     service_options,
     topic_option,
 )
+from sagacity.cli._slack_options import slack_options
 
 
 def _env(name: str) -> list[str]:
@@ -145,6 +147,7 @@ def _env(name: str) -> list[str]:
     help="The console's address as people reach it, for links [default: http://HOST:PORT].",
 )
 @service_options("APPROVALS")
+@slack_options
 def approvals(
     tools: tuple[str, ...],
     host: str,
@@ -164,6 +167,7 @@ def approvals(
     notify_format: str | None,
     notify_before_expiry_s: float | None,
     public_url: str | None,
+    slack: dict[str, Any],
     log_level: str,
 ) -> None:
     """Serve the approvals API and fold AWAITING_APPROVAL events into PostgreSQL.
@@ -203,6 +207,7 @@ def approvals(
         notify_format=notify_format,
         notify_before_expiry_s=notify_before_expiry_s,
         public_url=public_url,
+        **slack,
     )
     if settings.bootstrap_servers:
         check_reachable(

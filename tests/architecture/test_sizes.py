@@ -73,7 +73,7 @@ FUNCTIONS_ALLOWED: dict[str, tuple[int, str]] = {
     "sagacity/cli/demo.py::demo": (82, CLI_COMMAND),
     "sagacity/cli/erase.py::erase": (139, CLI_COMMAND),
     "sagacity/cli/saga.py::sweep_cmd": (85, CLI_COMMAND),
-    "sagacity/cli/serve_approvals.py::approvals": (208, CLI_COMMAND),
+    "sagacity/cli/serve_approvals.py::approvals": (211, CLI_COMMAND),
     "sagacity/cli/serve_archive.py::archive": (106, CLI_COMMAND),
     "sagacity/cli/serve_compensation.py::compensation": (180, CLI_COMMAND),
     "sagacity/cli/serve_mcp.py::serving_options": (
