@@ -33,6 +33,7 @@ MIN_REACHABLE_TIMEOUT_S = 2.0
 """The least a broker is given to answer, however late in the start-up the check begins."""
 _REPEAT_WINDOW_S = 60.0
 _TIMINGS = re.compile(r"\d+ms\b")
+_SUPPRESSED = re.compile(r", \d+ identical error\(s\) suppressed")
 
 
 class _LibrdkafkaLog:
@@ -46,7 +47,9 @@ class _LibrdkafkaLog:
 
     def log(self, level: int, msg: str, *args: object) -> None:
         text = msg % args if args else msg
-        key = _TIMINGS.sub("Nms", text)  # "(after 0ms in state CONNECT)" and "1ms" repeat
+        # "(after 0ms in state CONNECT)", "1ms" and librdkafka's own ", 3 identical error(s)
+        # suppressed" vary between repeats of one line.
+        key = _SUPPRESSED.sub("", _TIMINGS.sub("Nms", text))
         now = time.monotonic()
         with self._lock:
             last, suppressed = self._seen.get(key, (-_REPEAT_WINDOW_S, 0))
