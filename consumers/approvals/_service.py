@@ -177,7 +177,13 @@ class ApprovalService:
             state = request_state(entries, seq)
             if state is not None and state.pending and self._lapsed(state.request, row, entries):
                 # Past its deadline: the route's fallback, never a late approval.
-                return self._expire_one(saga_id, seq, row.seen_at_us)
+                result = self._expire_one(saga_id, seq, row.seen_at_us)
+                raise ApprovalExpiredError(
+                    f"approval request {saga_id}/{seq} expired ({result.status.value})",
+                    saga_id=saga_id,
+                    seq=seq,
+                    result=result,
+                )
             if request_hash is None and principal.authenticated:
                 raise InvalidArgumentError(
                     "request_hash is required: name the request you were shown (its "

@@ -31,7 +31,7 @@ from sagacity.consumers.approvals._auth import Principal
 from sagacity.consumers.approvals._routing import FALLBACK_ACTOR, LiveRouting
 from sagacity.consumers.approvals.console._notify import ESCALATED, NEW_REQUEST, Notifier
 from sagacity.errors import (
-    ApprovalExpiredError,
+    AlreadyDecidedError,
     ApprovalMissingError,
     ConfigurationError,
     PermissionDeniedError,
@@ -268,7 +268,8 @@ def test_escalation_after_the_delay_lets_the_next_group_decide_and_tells_it(
     ]
     r.approve("tom", "wire-escalated", seq)
     done = r.service.resume(r.who("tom"), "wire-escalated", seq, ALICE)
-    assert done.result is not None and done.result.status is SagaStatus.COMPLETED
+    assert done.result is not None
+    assert done.result.status is SagaStatus.COMPLETED
 
 
 @pytest.mark.parametrize(("fallback", "status"), [("expire", "EXPIRED"), ("reject", "REJECTED")])
@@ -284,20 +285,26 @@ def test_the_fallback_at_the_deadline_is_journaled_as_such(
     assert r.service.sweep() == [(saga, seq)]
     entries = r.journal.entries(saga)
     state = request_state(entries, seq)
-    assert state is not None and state.status is RequestStatus(status.lower())
+    assert state is not None
+    assert state.status is RequestStatus(status.lower())
     [closing] = [e for e in entries if e.event_type.value == status]
     if fallback == "reject":
         assert closing.actor == FALLBACK_ACTOR
-        assert closing.error is not None and "fallback is reject" in closing.error
+        assert closing.error is not None
+        assert "fallback is reject" in closing.error
     # The saga's end, as the compensation service writes it from the hand-off's reason.
     [handoff] = [e for e in entries if e.event_type is E.COMPENSATION_REQUESTED]
     assert handoff.attributes[attr.REASON] == status
     ended = Sagacity(r.journal).compensate(saga, reason=EventType(status))
     assert ended.status.value == status
     outcome = outcome_from_chain(r.journal.entries(saga))
-    assert outcome is not None and outcome.status.value == status
+    assert outcome is not None
+    assert outcome.status.value == status
     # A late approval is the fallback's too, never a signature.
-    with pytest.raises(Exception, match="cannot approve|closed|expired|rejected"):
+    with pytest.raises(
+        AlreadyDecidedError,
+        match=r"cannot approve: the request (expired|was rejected by sagacity:fallback)",
+    ):
         r.approve("ann", saga, seq)
 
 
@@ -369,6 +376,34 @@ def test_a_signed_deadline_extension_is_honoured(
     assert r.service.sweep() == [("wire-extended", seq)]
 
 
+def test_the_cli_journals_a_signed_extension_the_service_honours(
+    routed_with: Callable[[str], Routed], tmp_path: Path, kafka_bootstrap: str, pg_dsn: str
+) -> None:
+    """``sagacity approvals extend`` as docs/operations/routing.md shows it."""
+    from click.testing import CliRunner
+
+    from sagacity.cli import main
+
+    r = routed_with("expire")
+    seq = r.gate("wire-cli")
+    topic = r.journal.topic
+    args = ["approvals", "extend", "--saga", "wire-cli", "--seq", str(seq), "--by", "2h"]
+    where = ["--bootstrap-servers", kafka_bootstrap, "--topic", topic]
+    key = ["--operator-key", str(tmp_path / "operator.pem")]
+    env = {"SAGACITY_DATABASE_URL": pg_dsn}
+    done = CliRunner().invoke(main, [*args, *key, *where], env=env)
+    assert done.exit_code == 0, done.output
+    assert "journaled DEADLINE_EXTENDED" in done.output
+    r.clock.advance(4 * HOUR_US + 10)
+    assert r.service.sweep() == []
+    # Without the key nothing is journaled.
+    refused = CliRunner().invoke(
+        main, [*args, *where], env={**env, "SAGACITY_OPERATOR_SIGNING_KEY": ""}
+    )
+    assert refused.exit_code == 2, refused.output
+    assert r.kinds("wire-cli").count("DEADLINE_EXTENDED") == 1
+
+
 def test_two_of_finance(routed_with: Callable[[str], Routed]) -> None:
     r = routed_with("expire")
     saga = "grant-two-of-finance"
@@ -395,7 +430,8 @@ def test_two_of_finance(routed_with: Callable[[str], Routed]) -> None:
         r.service.resume(r.who("ann"), saga, seq, GRANT)
     r.approve("fay", saga, seq)
     done = r.service.resume(r.who("fay"), saga, seq, GRANT)
-    assert done.result is not None and done.result.status is SagaStatus.COMPLETED
+    assert done.result is not None
+    assert done.result.status is SagaStatus.COMPLETED
 
 
 def test_routes_naming_unknown_groups_do_not_load(tmp_path: Path) -> None:
