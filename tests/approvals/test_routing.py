@@ -25,6 +25,7 @@ from sagacity._operator_signature import OperatorVerifier
 from sagacity._operator_signature import generate_key as operator_keygen
 from sagacity._outcome import outcome_from_chain
 from sagacity._requests import RequestStatus, request_state
+from sagacity.adapters import ModelLines
 from sagacity.consumers.approvals import ApprovalService, AuthFile, extend_deadline
 from sagacity.consumers.approvals._api import create_app
 from sagacity.consumers.approvals._auth import Principal
@@ -297,6 +298,13 @@ def test_the_fallback_at_the_deadline_is_journaled_as_such(
     assert handoff.attributes[attr.REASON] == status
     ended = Sagacity(r.journal).compensate(saga, reason=EventType(status))
     assert ended.status.value == status
+    # What the model is told says the same: expired is not denied, nor pending.
+    line = ModelLines().decided(ended, tool="send_wire_transfer", seq=seq)
+    assert line is not None
+    assert line.startswith(f"[{status}]")
+    assert ("expired" in line) is (status == "EXPIRED")
+    assert "pending" not in line
+    assert ("expired awaiting approval" in ended.summary()) is (status == "EXPIRED")
     outcome = outcome_from_chain(r.journal.entries(saga))
     assert outcome is not None
     assert outcome.status.value == status
