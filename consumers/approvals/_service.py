@@ -96,7 +96,7 @@ class ApprovalService:
         rows = self.store.requests(states=states, tools=principal.visible_tools(), limit=limit)
         if self.routing is None or principal.role is not Role.APPROVER:
             return rows
-        return [row for row in rows if self._routed(principal, row) is None]
+        return [row for row in rows if self.routed_refusal(principal, row) is None]
 
     def get(self, principal: Principal, saga_id: str, seq: int) -> RequestRow:
         """One request (materialised from the chain if the consumer has not caught up).
@@ -338,7 +338,7 @@ class ApprovalService:
         )
         return deadline is not None and self.sagacity.now_us() > deadline
 
-    def _routed(self, principal: Principal, row: RequestRow) -> str | None:
+    def routed_refusal(self, principal: Principal, row: RequestRow) -> str | None:
         """``None`` when the routing lets ``principal`` decide ``row`` now, else why not."""
         if self.routing is None:
             return None
@@ -359,7 +359,7 @@ class ApprovalService:
                 saga_id=row.saga_id,
                 seq=row.seq,
             )
-        refusal = self._routed(principal, row)
+        refusal = self.routed_refusal(principal, row)
         if refusal is not None:
             raise PermissionDeniedError(refusal, saga_id=row.saga_id, seq=row.seq)
 

@@ -220,6 +220,12 @@ def serve(
         )
         auth = _agents(serving.auth_file) if serving.auth_file is not None else None
         token = _agent_token(auth, serving.token_file) if serving.token_file is not None else None
+        if auth is not None:
+            # A resume here counts approvals by the file's M-of-N rules too (routing.md).
+            from sagacity.consumers.approvals._routing import LiveRouting
+
+            held = auth
+            sagacity.approver_groups = LiveRouting(lambda: held.current().routing)
     except SagacityError as exc:
         raise CommandError.of(exc) from exc
     log_hot_path()

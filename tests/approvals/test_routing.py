@@ -448,3 +448,63 @@ def test_routes_naming_unknown_groups_do_not_load(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigurationError, match="fnance is no group"):
         AuthFile(path)
+
+
+def test_the_request_page_offers_no_decision_to_someone_it_is_not_routed_to(
+    routed_with: Callable[[str], Routed],
+) -> None:
+    import jinja2
+
+    from sagacity.consumers.approvals.console import _page, _routes
+
+    r = routed_with("expire")
+    seq = r.gate("wire-page")
+    row = r.service.get(r.who("bob"), "wire-page", seq)  # bob may read it (his tools: all)
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(_routes.HERE / "templates")), autoescape=True
+    )
+    environment.globals.update(when=_page.when, span=_page.span)
+
+    def page(name: str) -> str:
+        return environment.get_template("request.html").render(
+            row=row,
+            before=[],
+            after=[],
+            pretty=None,
+            redacted=[],
+            visible=None,
+            payload_bytes=len(row.payload),
+            computed_sha256=row.payload_sha256,
+            hash_matches=True,
+            deadline=None,
+            left="no limit",
+            writer="w",
+            signed_by_me=False,
+            undo=[],
+            routed_away=r.service.routed_refusal(r.who(name), row),
+        )
+
+    assert 'class="decide"' not in page("bob")
+    assert "routed to group:finance" in page("bob")
+    assert 'class="decide"' in page("ann")
+
+
+def test_the_example_of_the_routing_page_loads() -> None:
+    """docs/operations/routing.md's principals file, with real token hashes, loads as written."""
+    import re
+    import tomllib
+
+    from sagacity.consumers.approvals import AuthConfig
+
+    page = (Path(__file__).parents[2] / "docs/operations/routing.md").read_text(encoding="utf-8")
+    [block] = re.findall(r"```toml\n(.*?)```", page, re.DOTALL)
+    hashes = iter(hashlib.sha256(str(i).encode()).hexdigest() for i in range(10))
+    text = re.sub(r'token_sha256 = "…"', lambda _: f'token_sha256 = "{next(hashes)}"', block)
+    config = AuthConfig.from_mapping(tomllib.loads(text), source="routing.md")
+    route = config.routing.route("send_wire_transfer")
+    assert route is not None
+    assert [t.names() for t in route.tiers] == [["group:finance"], ["group:treasury"]]
+    assert route.fallback == "reject"
+    rule = config.routing.group_rule("grant_agent_access")
+    assert rule is not None
+    assert rule.describe() == "2 of finance"
