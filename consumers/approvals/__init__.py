@@ -17,6 +17,7 @@ from sagacity.consumers.approvals._auth import (
 )
 from sagacity.consumers.approvals._consumer import RequestConsumer
 from sagacity.consumers.approvals._extend import extend_deadline
+from sagacity.consumers.approvals._routing import LiveRouting, Routing
 from sagacity.consumers.approvals._server import ApprovalsServer
 from sagacity.consumers.approvals._service import ApprovalService, Decided
 from sagacity.consumers.approvals._settings import ApprovalsSettings
@@ -33,10 +34,12 @@ __all__ = [
     "AuthFile",
     "Decided",
     "GateStats",
+    "LiveRouting",
     "Principal",
     "RequestConsumer",
     "RequestRow",
     "Role",
+    "Routing",
     "RowState",
     "auth_entry",
     "create_app",

@@ -222,7 +222,7 @@ def serve(
         token = _agent_token(auth, serving.token_file) if serving.token_file is not None else None
         if auth is not None:
             # A resume here counts approvals by the file's M-of-N rules too (routing.md).
-            from sagacity.consumers.approvals._routing import LiveRouting
+            from sagacity.consumers.approvals import LiveRouting
 
             held = auth
             sagacity.approver_groups = LiveRouting(lambda: held.current().routing)
