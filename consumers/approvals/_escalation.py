@@ -1,8 +1,10 @@
 """What the approvals service does as a routed request waits: escalate it, and at its deadline
 apply the route's fallback.
 
-Both run on the service's own clock (``Sagacity.now_us``) from its own first sight of the
-request (``seen_at_us``), never a time the request carries.  An escalation is journaled
+Both run on the service's own clock (``Sagacity.now_us``): an escalation from the later of its
+first sight of the request (``seen_at_us``) and the request's own time
+(:func:`~sagacity.consumers.approvals._routing.age_us`), the deadline as
+``Sagacity.approval_deadline_us`` says.  An escalation is journaled
 (``APPROVAL_ESCALATED``: the tier, who it adds) once per tier by the replica holding the
 request's row lock, so the chain shows when more people were allowed to decide; nothing acts on
 that event (who may decide is computed again from the file and the clock at every decision),
@@ -131,7 +133,7 @@ def escalate_due(service: ApprovalService, routing: Routing) -> int:
         route = routing.route(row.tool)
         if route is None or len(route.tiers) < 2 or row.seen_at_us is None:
             continue
-        reached = route.reached(age_us(now, row.seen_at_us))
+        reached = route.reached(age_us(now, row))
         if reached == 0:
             continue
         try:

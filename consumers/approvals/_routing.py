@@ -24,8 +24,9 @@ principals and their ``groups`` (re-read with it, failing closed with it)::
     groups = ["treasury"]
 
 A routed request is decided only by a principal that may decide its tool *and* is named by a
-tier reached: tier 0 from the start, each later tier ``after`` the service's first sight of the
-request (``seen_at_us``, its own clock; never a time the request carries).  Nothing in a
+tier reached: tier 0 from the start, each later tier ``after`` the later of the service's
+first sight of the request (``seen_at_us``) and the request's own time, on the service's
+clock (:func:`age_us`).  Nothing in a
 request chooses its route (docs/adr/0025-trust-model.md).  ``fallback = "approve"`` is refused
 when the file loads: only ``IRREVERSIBLE`` and ``PRIVILEGED`` tools make requests, and those
 never run without a person's signature.
@@ -44,6 +45,7 @@ from sagacity.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from sagacity.consumers.approvals._auth import Principal
+    from sagacity.ports import RequestRow
 
 Fallback = Literal["expire", "reject"]
 FALLBACKS: tuple[Fallback, ...] = ("expire", "reject")
@@ -143,10 +145,14 @@ class LiveRouting:
         return self._current().groups_of(approver)
 
 
-def age_us(now_us: int, seen_at_us: int | None) -> int:
-    """How long the service has known a request: from its own first sight only (a request's
-    own dates are the writer's: an early one must not escalate it)."""
-    return 0 if seen_at_us is None else max(0, now_us - seen_at_us)
+def age_us(now_us: int, row: RequestRow) -> int:
+    """How long a request has waited, for its escalation: from the later of the service's own
+    first sight of it (``seen_at_us``) and its own ``requested_at_us``.  Neither alone can
+    hurry an escalation: an early date a writer chose does not precede the service's sight, a
+    ``seen_at_us`` a database operator moved back does not precede the request's own time."""
+    if row.seen_at_us is None:
+        return 0
+    return max(0, now_us - max(row.seen_at_us, row.requested_at_us))
 
 
 def _names(value: object, where: str, key: str) -> frozenset[str]:

@@ -344,7 +344,7 @@ class ApprovalService:
             return None
         routing = self.routing()
         route = routing.route(row.tool)
-        age = age_us(self.sagacity.now_us(), row.seen_at_us)
+        age = age_us(self.sagacity.now_us(), row)
         if route is None or route.reaches(principal, age):
             return None
         return (

@@ -508,3 +508,36 @@ def test_the_example_of_the_routing_page_loads() -> None:
     rule = config.routing.group_rule("grant_agent_access")
     assert rule is not None
     assert rule.describe() == "2 of finance"
+
+
+@pytest.mark.parametrize("who", ["writer", "database_operator"])
+def test_a_backdated_request_does_not_escalate_early(
+    routed_with: Callable[[str], Routed], pg_dsn: str, who: str
+) -> None:
+    """Escalation widens who decides: neither the request's writer (an early
+    ``requested_at_us``) nor a database operator (an early ``seen_at_us``) can hurry it."""
+    import psycopg
+
+    r = routed_with("expire")
+    saga = f"wire-backdated-{who}"
+    if who == "writer":
+        early = Sagacity(
+            r.agent_journal, compensation="delegated", clock=lambda: now_micros() - 2 * HOUR_US
+        )
+        bank = early.wrap(Bank())
+        result = early.saga(saga, lambda: bank.send_wire_transfer("100", "alice"))
+        assert result.awaiting_seq is not None
+        seq = result.awaiting_seq
+        r.service.materialise(saga)
+    else:
+        seq = r.gate(saga)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE sagacity_approval_request SET seen_at_us = seen_at_us - %s "
+                "WHERE saga_id = %s",
+                (2 * HOUR_US, saga),
+            )
+    with pytest.raises(PermissionDeniedError, match="routed to group:finance"):
+        r.approve("tom", saga, seq)
+    r.service.sweep()
+    assert "APPROVAL_ESCALATED" not in r.kinds(saga)

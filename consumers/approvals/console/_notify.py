@@ -103,7 +103,7 @@ def _routed(
         )
         if notice.kind != NEW_REQUEST or row.seen_at_us is None:
             continue
-        reached = route.reached(age_us(now_us, row.seen_at_us))
+        reached = route.reached(age_us(now_us, row))
         for index, tier in enumerate(route.tiers[1 : reached + 1], start=1):
             out.append(
                 Notice(
