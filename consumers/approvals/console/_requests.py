@@ -112,7 +112,7 @@ def _request_context(console: Console, viewer: Viewer, saga_id: str, seq: int) -
     entries = load_chain(console.sagacity.journal, saga_id)
     before = [e for e in entries if e.seq < seq]
     after = [e for e in entries if e.seq > seq]
-    deadline = console.deadline_of(row)
+    deadline = console.deadline_of(row, entries)
     stored_hash = row.payload_sha256
     return {
         "row": row,
