@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import textwrap
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -262,6 +263,18 @@ def test_escalation_after_the_delay_lets_the_next_group_decide_and_tells_it(
     told = [n for n in notifier.candidates() if n.kind == ESCALATED]
     assert [(n.urls, n.detail) for n in told] == [
         (("http://treasury.example/hook",), {"routed_to": ["group:treasury"], "tier": 1})
+    ]
+    # Delivered: the escalation to treasury's hook only, once; the new request to --notify.
+    sent = {(n.kind, n.claim) for n in notifier.scan()}
+    assert sent == {(NEW_REQUEST, None), (ESCALATED, f"{ESCALATED}.1")}
+    assert notifier.scan() == []
+    deadline = time.monotonic() + 10
+    while len(posted) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    notifier.stop()
+    assert sorted((url, body["event"]) for url, body in posted) == [
+        ("http://all.example/hook", NEW_REQUEST),
+        ("http://treasury.example/hook", ESCALATED),
     ]
     # tom may decide from now on, and sees it.
     assert [x.saga_id for x in r.service.requests(r.who("tom"), states=["pending"])] == [
