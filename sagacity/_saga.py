@@ -26,6 +26,7 @@ from sagacity._envelope import KEK_SETTING
 from sagacity._events import EventType, JournalEntry, now_micros
 from sagacity._memory import InMemoryJournal
 from sagacity._operator_signature import OperatorVerifier
+from sagacity._operator_signature import verifier_from_env as operator_verifier_from_env
 from sagacity._registry import ToolRegistry
 from sagacity._result import SagaResult, SagaStatus
 from sagacity._reversibility import Reversibility
@@ -194,6 +195,9 @@ class Sagacity(SagaEnds, GateDecisions):
         options.setdefault("compensation", "delegated")
         if options.get("approvals_public_key") is None:
             options["approvals_public_key"] = verifier_from_env()
+        if options.get("operator_public_key") is None:
+            # A deadline extension counts here as in the approvals service (routing.md).
+            options["operator_public_key"] = operator_verifier_from_env()
         _tracing.configure_from_env("sagacity-agent")
         writer_id = options.get("writer_id")
         journal: Journal = (

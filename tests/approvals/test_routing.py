@@ -393,6 +393,22 @@ def test_a_signed_deadline_extension_is_honoured(
     r.clock.advance(4 * HOUR_US + 10)
     assert r.service.sweep() == []
     assert "EXPIRED" not in r.kinds("wire-extended")
+    # A resumer pinning the operator key (Sagacity.from_env reads it) sees the same deadline;
+    # one without it sees the deadline unextended.
+    entries = r.journal.entries("wire-extended")
+    state = request_state(entries, seq)
+    assert state is not None
+    deadlines = {
+        pinned: Sagacity(
+            r.journal,
+            approval_ttl=4 * 3600,
+            operator_public_key=OperatorVerifier([operator_key.public_raw]) if pinned else None,
+        ).approval_deadline_us(
+            state.request, seen_at_us=state.request.requested_at_us, entries=entries
+        )
+        for pinned in (True, False)
+    }
+    assert deadlines[True] - deadlines[False] == 2 * HOUR_US
     r.clock.advance(2 * HOUR_US)
     assert r.service.sweep() == [("wire-extended", seq)]
 
