@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sagacity import _approval_verify as trust
 from sagacity import _attributes as attr
+from sagacity._approver_groups import counts_toward
+from sagacity._bounds import INT64_MAX
+from sagacity._deadline_extension import extended_us
 from sagacity._decision_signature import DECISION_EVENTS
 from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity._requests import FirstSeen, RequestState, deadline_us, request_state
@@ -32,6 +35,7 @@ from sagacity.errors import (
     ChainIntegrityError,
     ConfigurationError,
     InvalidArgumentError,
+    PermissionDeniedError,
     RequestChangedError,
     TailMovedError,
     UnderDeclaredRequestError,
@@ -258,7 +262,13 @@ class ApprovalDesk:
         return trust.requirement(self._s, request)
 
     # -- time to live ---------------------------------------------------------------------
-    def deadline_us(self, request: ApprovalRequest, *, seen_at_us: int | None = None) -> int | None:
+    def deadline_us(
+        self,
+        request: ApprovalRequest,
+        *,
+        seen_at_us: int | None = None,
+        entries: Sequence[JournalEntry] | None = None,
+    ) -> int | None:
         """When ``request`` lapses for this Sagacity (``None``: never).
 
         The earlier of the request's own ``expires_at_us`` and, when this Sagacity has an
@@ -269,20 +279,35 @@ class ApprovalDesk:
         caller's store first folded it (the approvals service's table); without it, when
         this process first read it (:class:`sagacity._requests.FirstSeen`), so a request
         dated in the future is bounded by now as it is first read, not by its own date.
+        Given the saga's ``entries``, the deadline extensions on them that a pinned operator
+        key signed are added (:mod:`sagacity._deadline_extension`).
         """
         ttl = self._s.approval_ttl_us
         if ttl is not None and seen_at_us is None:
             seen_at_us = self._first_seen(request)
-        return deadline_us(
+        deadline = deadline_us(
             request.requested_at_us,
             seen_at_us=seen_at_us,
             expires_at_us=request.expires_at_us,
             ttl_us=ttl,
         )
+        if deadline is None or entries is None:
+            return deadline
+        extra = extended_us(
+            entries, request, self._s.operator_verifier, journal=self._s.journal_identity
+        )
+        return min(deadline + extra, INT64_MAX)
 
-    def expired(self, request: ApprovalRequest, *, seen_at_us: int | None = None) -> bool:
-        """Whether ``request`` is past its deadline on this Sagacity's clock."""
-        deadline = self.deadline_us(request, seen_at_us=seen_at_us)
+    def expired(
+        self,
+        request: ApprovalRequest,
+        *,
+        seen_at_us: int | None = None,
+        entries: Sequence[JournalEntry] | None = None,
+    ) -> bool:
+        """Whether ``request`` is past its deadline on this Sagacity's clock (with the
+        verified extensions on ``entries``, when given)."""
+        deadline = self.deadline_us(request, seen_at_us=seen_at_us, entries=entries)
         return deadline is not None and self._s.now_us() > deadline
 
     def expire_request(self, request: ApprovalRequest, tail: int) -> ApprovalExpiredError:
@@ -351,12 +376,17 @@ class ApprovalDesk:
                 )
                 self._refuse_approval(request, person, tail, reason, shown)
                 raise RequestChangedError(reason, saga_id=saga_id, seq=seq)
-            if self.expired(request):
+            if self.expired(request, entries=entries):
                 raise self.expire_request(request, tail)
             needed, refusal = self.requirement(request)
             if refusal is not None:
                 self._refuse_approval(request, person, tail, refusal, shown)
                 raise UnderDeclaredRequestError(refusal, saga_id=saga_id, seq=seq)
+            outside = counts_toward(self._s.approver_groups, request.tool, person)
+            if outside is not None:
+                # It would not count: refused and journaled, never signed.
+                self._refuse_approval(request, person, tail, outside, shown)
+                raise PermissionDeniedError(outside, saga_id=saga_id, seq=seq)
             signers = self.signers(entries, request)
             if person in signers:
                 raise AlreadyDecidedError(already_signed(person), saga_id=saga_id, seq=seq)
@@ -412,7 +442,7 @@ class ApprovalDesk:
 
     def _expire_one(self, saga_id: str, seq: int, seen_at_us: int | None) -> SagaResult:
         with self._pending(saga_id, seq, "expire") as (entries, request):
-            if not self.expired(request, seen_at_us=seen_at_us):
+            if not self.expired(request, seen_at_us=seen_at_us, entries=entries):
                 raise InvalidArgumentError(
                     f"approval request {saga_id}/{seq} has not reached its time to live",
                     saga_id=saga_id,
@@ -431,7 +461,7 @@ class ApprovalDesk:
             try:
                 with self.claim(request.saga_id, request.seq):
                     entries, state = self.load(request.saga_id, request.seq)
-                    if state.pending and self.expired(state.request):
+                    if state.pending and self.expired(state.request, entries=entries):
                         error = self.expire_request(state.request, entries[-1].seq)
                         if error.result is not None:
                             results.append(error.result)

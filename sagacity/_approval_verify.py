@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sagacity import _attributes as attr
+from sagacity._approver_groups import members, rule_for
 from sagacity._events import EventType, JournalEntry
 from sagacity._redaction import REDACTION_ATTRIBUTE, is_canonical_payload, redact, stored_salts
 from sagacity._requests import approval_refusal
@@ -181,7 +182,8 @@ def counted_signers(
             or approval_refusal(verifier, approval, request, journal=journal) is None
         )
 
-    return {e.actor for e in approvals_of(entries, request) if e.actor and counts(e)}
+    signers = {e.actor for e in approvals_of(entries, request) if e.actor and counts(e)}
+    return members(s.approver_groups, request.tool, signers)
 
 
 def requirement(s: Sagacity, request: ApprovalRequest) -> tuple[int, str | None]:
@@ -191,20 +193,23 @@ def requirement(s: Sagacity, request: ApprovalRequest) -> tuple[int, str | None]
     What a requester journaled may raise the bar, never lower it: a request claiming fewer
     signatures than the tool's declared reversibility requires is refused.  A tool this
     Sagacity does not know is judged by the request's own claim (a resume refuses it anyway:
-    it cannot call it).
+    it cannot call it).  A group rule of the tool (:mod:`sagacity._approver_groups`, "two of
+    finance") raises the need to its count.
     """
     claimed = request.signatures_required
+    rule = rule_for(s.approver_groups, request.tool)
+    floor = rule.count if rule is not None else 0
     tool = s.registry.get(request.tool)
     if tool is None:
-        return claimed, None
+        return max(claimed, floor), None
     declared = tool.definition.reversibility
     needed = declared.signatures_required
     if claimed < needed:
-        return needed, (
+        return max(needed, floor), (
             f"the request claims {claimed} signature(s) but tool {request.tool!r} is "
             f"declared {declared.value} here, which needs {needed}"
         )
-    return max(claimed, needed), None
+    return max(claimed, needed, floor), None
 
 
 def authentic_signers(
@@ -230,4 +235,5 @@ def authentic_signers(
             reason = approval_refusal(verifier, approval, request, journal=s.journal_identity)
             if reason is not None:
                 return set(), f"the APPROVED at seq {approval.seq} does not verify ({reason})"
-    return {e.actor for e in approvals if e.actor}, None
+    # Only the members of a group rule's groups count (the decider's membership, now).
+    return members(s.approver_groups, request.tool, (e.actor for e in approvals if e.actor)), None

@@ -103,3 +103,10 @@ RECOVERS = "recovers"
 REDACTION = "redaction"
 """On an entry whose payload has redacted fields (docs/adr/0019-erasure.md §5): compact JSON of
 each redacted path's salt (hex); a data attribute, committed to in chain form 2 and sealed."""
+EXTEND_BY_US = "extend_by_us"
+"""On ``DEADLINE_EXTENDED``: how long (microseconds) the request's deadline is extended by; the
+operator-signed ``reason`` spells it out (``sagacity._deadline_extension``)."""
+TIER = "tier"
+"""On ``APPROVAL_ESCALATED``: the route's tier the request reached (1 = the first escalation)."""
+ROUTED_TO = "routed_to"
+"""On ``APPROVAL_ESCALATED``: the groups (``group:NAME``) and principals the tier adds."""

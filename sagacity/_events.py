@@ -27,7 +27,10 @@ class EventType(enum.StrEnum):
     resume that failed a check), ``CONSTRAINT_VIOLATED`` (a policy refusal no approval
     overrides), ``APPROVAL_REFUSED`` (an approval the approvals service refused: the approver
     was shown another request than the chain's, or the request claims fewer signatures than
-    its tool is declared with; the request stays pending).  Compensation:
+    its tool is declared with; the request stays pending), ``APPROVAL_ESCALATED`` (the
+    approvals service's record that a routed request reached its next tier: information,
+    never acted on), ``DEADLINE_EXTENDED`` (an operator's signed extension of a request's
+    deadline; docs/operations/routing.md).  Compensation:
     ``COMPENSATION_REQUESTED`` (hand-off to the compensation service), ``COMPENSATION_INTENT``
     (before an undo is called), ``COMPENSATED`` / ``COMPENSATION_FAILED`` (its outcome),
     ``SUSPECT`` (an ``INTENT`` with no outcome, for a person), ``SUSPECT_SETTLED`` (a
@@ -59,6 +62,8 @@ class EventType(enum.StrEnum):
     ERASED = "ERASED"
     APPROVAL_REFUSED = "APPROVAL_REFUSED"
     REPLAYED = "REPLAYED"
+    APPROVAL_ESCALATED = "APPROVAL_ESCALATED"
+    DEADLINE_EXTENDED = "DEADLINE_EXTENDED"
 
 
 class UnknownEventType(str):

@@ -54,7 +54,7 @@ SIGNING_KEY_ENV = "SAGACITY_OPERATOR_SIGNING_KEY"
 """The operator's private key file, read by the commands that sign (never by a service)."""
 
 OPERATOR_EVENTS: frozenset[EventType] = frozenset(
-    {EventType.COMPENSATION_REQUESTED, EventType.ERASED}
+    {EventType.COMPENSATION_REQUESTED, EventType.ERASED, EventType.DEADLINE_EXTENDED}
 )
 """The event types an operator signs."""
 

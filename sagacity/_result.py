@@ -93,7 +93,7 @@ class SagaResult:
             )
         verb = {
             SagaStatus.COMPENSATED: "stopped",
-            SagaStatus.REJECTED: "was rejected by a person",
+            SagaStatus.REJECTED: "was rejected",
             SagaStatus.EXPIRED: "expired awaiting approval",
         }[self.status]
         return f"{saga} {verb}{cause}; {undone}."

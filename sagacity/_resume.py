@@ -225,7 +225,7 @@ class Resumer:
                 saga_id=saga_id,
                 seq=seq,
             )
-        if self._desk.expired(request):
+        if self._desk.expired(request, entries=entries):
             raise self._desk.expire_request(request, entries[-1].seq)
         tool = self._s.registry.get(request.tool)
         if tool is None:

@@ -15,6 +15,7 @@ from typing import Any, Literal, TypeVar, cast
 
 from sagacity import _approval, _resume, _settlement, _tracing
 from sagacity import _attributes as attr
+from sagacity._approver_groups import ApproverGroups
 from sagacity._codec import describe_error
 from sagacity._compensation import CompensationReport
 from sagacity._decision_signature import DecisionSigner, DecisionVerifier, verifier_from_env
@@ -24,6 +25,8 @@ from sagacity._effects import EffectIndex
 from sagacity._envelope import KEK_SETTING
 from sagacity._events import EventType, JournalEntry, now_micros
 from sagacity._memory import InMemoryJournal
+from sagacity._operator_signature import OperatorVerifier
+from sagacity._operator_signature import verifier_from_env as operator_verifier_from_env
 from sagacity._registry import ToolRegistry
 from sagacity._result import SagaResult, SagaStatus
 from sagacity._reversibility import Reversibility
@@ -102,6 +105,10 @@ class Sagacity(SagaEnds, GateDecisions):
             :class:`InMemoryJournal` (one process wrote them all); on any other journal every
             resume is refused (see :attr:`approval_trust`).  A ``decision_signer`` pins its own
             key as well.
+        approver_groups: the deciding service's declaration of who counts toward which
+            tool's requests ("two of finance", :mod:`sagacity._approver_groups`).
+        operator_public_key: the pinned operator key(s) a deadline extension must verify
+            against to count (docs/operations/routing.md; ``None``: none counts).
 
     Raises:
         ConfigurationError: an option is invalid.
@@ -118,6 +125,8 @@ class Sagacity(SagaEnds, GateDecisions):
         clock: Callable[[], int] | None = None,
         decision_signer: DecisionSigner | None = None,
         approvals_public_key: str | DecisionVerifier | None = None,
+        approver_groups: ApproverGroups | None = None,
+        operator_public_key: OperatorVerifier | None = None,
     ) -> None:
         if compensation not in _MODES:
             raise ConfigurationError(
@@ -154,6 +163,8 @@ class Sagacity(SagaEnds, GateDecisions):
             raise ConfigurationError("decision_signer must be a DecisionSigner")
         self._signer = decision_signer
         self._verifier = _verifier(approvals_public_key, decision_signer)
+        self.approver_groups = approver_groups
+        self.operator_verifier = operator_public_key
         self._registry = ToolRegistry(admit=self._admit_tool)
         self._desk = _approval.ApprovalDesk(self)
         self._resumer = _resume.Resumer(self, self._desk)
@@ -184,6 +195,9 @@ class Sagacity(SagaEnds, GateDecisions):
         options.setdefault("compensation", "delegated")
         if options.get("approvals_public_key") is None:
             options["approvals_public_key"] = verifier_from_env()
+        if options.get("operator_public_key") is None:
+            # A deadline extension counts here as in the approvals service (routing.md).
+            options["operator_public_key"] = operator_verifier_from_env()
         _tracing.configure_from_env("sagacity-agent")
         writer_id = options.get("writer_id")
         journal: Journal = (

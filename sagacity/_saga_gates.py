@@ -137,10 +137,15 @@ class GateDecisions:
         return self._desk.expire(saga_id, seq, seen_at_us=seen_at_us)
 
     def approval_deadline_us(
-        self, request: ApprovalRequest, *, seen_at_us: int | None = None
+        self,
+        request: ApprovalRequest,
+        *,
+        seen_at_us: int | None = None,
+        entries: Sequence[JournalEntry] | None = None,
     ) -> int | None:
-        """When ``request`` lapses for this Sagacity (``None``: never); see :meth:`expire`."""
-        return self._desk.deadline_us(request, seen_at_us=seen_at_us)
+        """When ``request`` lapses for this Sagacity (``None``: never); see :meth:`expire`.
+        Given the saga's ``entries``, with the extensions a pinned operator key signed."""
+        return self._desk.deadline_us(request, seen_at_us=seen_at_us, entries=entries)
 
     def expire_overdue(self) -> list[SagaResult]:
         """Expire every pending request past its time to live; returns each saga's result."""

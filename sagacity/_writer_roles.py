@@ -13,12 +13,12 @@ role           events it may write in a saga it does not hold
 ``approvals``  the decisions ``APPROVED``, ``REJECTED``, ``EXPIRED``,
                ``SUSPECT_SETTLED``; its resumes (``INTENT``, ``EXECUTED``, ``FAILED``,
                ``SUSPECT``, ``RESUME_REFUSED``) and the hand-off and end after a decision
-               (``COMPENSATION_REQUESTED``, ``SAGA_ENDED``)
+               (``COMPENSATION_REQUESTED``, ``SAGA_ENDED``); ``APPROVAL_ESCALATED``
 ``compensation`` once the saga was handed to compensation: ``SAGA_OPENED`` (it then holds
                the saga) and ``COMPENSATION_INTENT``, ``COMPENSATED``,
                ``COMPENSATION_FAILED``, ``SUSPECT``, ``SAGA_ENDED``
 ``operator``   ``ERASED``; ``COMPENSATION_REQUESTED`` (a takeover, docs/adr/0011, even
-               while another writer holds the saga)
+               while another writer holds the saga); ``DEADLINE_EXTENDED``
 =============  ======================================================================
 
 ``APPROVED`` and ``SUSPECT_SETTLED`` (they let work proceed) are written by the ``approvals``
@@ -84,6 +84,7 @@ ROLE_EVENTS: Mapping[WriterRole, frozenset[str]] = {
             _E.RESUME_REFUSED,
             _E.COMPENSATION_REQUESTED,
             _E.SAGA_ENDED,
+            _E.APPROVAL_ESCALATED,
         }
     ),
     WriterRole.COMPENSATION: frozenset(
@@ -96,7 +97,7 @@ ROLE_EVENTS: Mapping[WriterRole, frozenset[str]] = {
             _E.SAGA_ENDED,
         }
     ),
-    WriterRole.OPERATOR: frozenset({_E.ERASED, _E.COMPENSATION_REQUESTED}),
+    WriterRole.OPERATOR: frozenset({_E.ERASED, _E.COMPENSATION_REQUESTED, _E.DEADLINE_EXTENDED}),
 }
 """The events each role may write in a saga it neither opened nor holds."""
 

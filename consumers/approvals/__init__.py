@@ -16,6 +16,8 @@ from sagacity.consumers.approvals._auth import (
     token_sha256,
 )
 from sagacity.consumers.approvals._consumer import RequestConsumer
+from sagacity.consumers.approvals._extend import extend_deadline
+from sagacity.consumers.approvals._routing import LiveRouting, Routing
 from sagacity.consumers.approvals._server import ApprovalsServer
 from sagacity.consumers.approvals._service import ApprovalService, Decided
 from sagacity.consumers.approvals._settings import ApprovalsSettings
@@ -32,13 +34,16 @@ __all__ = [
     "AuthFile",
     "Decided",
     "GateStats",
+    "LiveRouting",
     "Principal",
     "RequestConsumer",
     "RequestRow",
     "Role",
+    "Routing",
     "RowState",
     "auth_entry",
     "create_app",
+    "extend_deadline",
     "load_tools",
     "token_sha256",
 ]

@@ -11,6 +11,7 @@ body.  Tokens are stored as SHA-256 hashes (hex) in a TOML or JSON file, one ent
     agents = ["claude@alice"]        # agent identities acting for alice: she decides none of
                                      # their requests
     slack_user = "U024BE7LH"         # her Slack user id: she decides in Slack as herself
+    groups = ["finance"]             # the groups routes name (docs/operations/routing.md)
 
     [[principals]]
     name = "claude@alice"
@@ -146,6 +147,7 @@ class Principal:
         tools: the tools an approver decides or an agent calls (``"*"``: all).
         role: what the principal is for (:class:`Role`).
         agents: for an approver, the agent identities acting for it.
+        groups: for an approver, the groups the file's routes name it by.
         authenticated: ``False`` only in ``--insecure-dev`` mode (a name taken from the body).
         slack_user: the Slack user id that decides as this principal in Slack (``None``: none).
     """
@@ -154,6 +156,7 @@ class Principal:
     tools: frozenset[str]
     role: Role = Role.APPROVER
     agents: frozenset[str] = frozenset()
+    groups: frozenset[str] = frozenset()
     authenticated: bool = True
     slack_user: str | None = None
 
@@ -210,7 +213,9 @@ class AuthConfig:
             unknown role, a role without its tools, one name under two roles).
     """
 
-    def __init__(self, principals: Iterable[tuple[str, Principal]]) -> None:
+    def __init__(
+        self, principals: Iterable[tuple[str, Principal]], *, routes: object = None
+    ) -> None:
         self._by_hash: dict[str, Principal] = {}
         self._by_slack: dict[str, Principal] = {}
         roles: dict[str, Role] = {}
@@ -233,6 +238,10 @@ class AuthConfig:
                     f"{principal.role.value}: a name holds one role (an agent gets its own name)"
                 )
             self._by_hash[digest] = principal
+        from sagacity.consumers.approvals._routing import routing_from
+
+        self.routing = routing_from(routes, self.principals(), source="routes")
+        """The file's routes and groups (docs/operations/routing.md)."""
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, source: str = "auth config") -> AuthConfig:
@@ -246,7 +255,7 @@ class AuthConfig:
             if not isinstance(item, Mapping):
                 raise ConfigurationError(f"{where} is not a table")
             entries.append(_entry(item, where))
-        return cls(entries)
+        return cls(entries, routes=data.get("routes"))
 
     @classmethod
     def load(cls, path: str | Path) -> AuthConfig:
@@ -484,8 +493,16 @@ def _entry(item: Mapping[str, Any], where: str) -> tuple[str, Principal]:
     if agents and role is not Role.APPROVER:
         raise ConfigurationError(f"{where}: only an approver lists 'agents'")
     slack_user = _slack_user(item, role, where)
+    groups = _names(item, "groups", where) or frozenset()
+    if groups and role is not Role.APPROVER:
+        raise ConfigurationError(f"{where}: only an approver is in 'groups' (routes name them)")
     principal = Principal(
-        name=name, tools=tools or frozenset(), role=role, agents=agents, slack_user=slack_user
+        name=name,
+        tools=tools or frozenset(),
+        role=role,
+        agents=agents,
+        groups=groups,
+        slack_user=slack_user,
     )
     return digest, principal
 

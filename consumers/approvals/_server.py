@@ -24,6 +24,7 @@ from sagacity.consumers.approvals._api_limits import INSECURE_VALUE
 from sagacity.consumers.approvals._auth import AuthFile
 from sagacity.consumers.approvals._consumer import RequestConsumer
 from sagacity.consumers.approvals._metrics import GateCollector, exposition
+from sagacity.consumers.approvals._routing import LiveRouting
 from sagacity.consumers.approvals._service import ApprovalService
 from sagacity.consumers.approvals._settings import ApprovalsSettings
 from sagacity.consumers.approvals.console import LoginLimiter, SessionStore, create_console
@@ -191,6 +192,10 @@ class ApprovalsServer:
         # is its caller's, with its keys.
         made_keys = getattr(self.journal, "keys", None) if journal is None else None
         self._keys: KeyService | None = made_keys if isinstance(made_keys, KeyService) else None
+        self.auth = AuthFile(settings.auth_file) if settings.auth_file else None
+        # Routes, groups and M of N: the principals file's, as it is now (routing.md).
+        auth = self.auth
+        self.routing = LiveRouting(lambda: auth.current().routing) if auth is not None else None
         self.sagacity = Sagacity(
             self.journal,
             compensation="delegated",
@@ -198,6 +203,9 @@ class ApprovalsServer:
             policy_version=settings.policy_version,
             decision_signer=decision_signer(settings, self.journal),
             approvals_public_key=settings.public_key,
+            approver_groups=self.routing,
+            # Only an extension a pinned operator key signed moves a deadline.
+            operator_public_key=operator_verifier_from_env(),
         )
         # The rows count the approvals the resume counts: those the service's keys verify.
         self.store = PostgresRequestStore(
@@ -210,9 +218,8 @@ class ApprovalsServer:
         for tool in tools:
             self.sagacity.wrap(tool)
         self.service = ApprovalService(
-            self.sagacity, self.store, lock_timeout_s=settings.lock_timeout_s
+            self.sagacity, self.store, lock_timeout_s=settings.lock_timeout_s, routing=self.routing
         )
-        self.auth = AuthFile(settings.auth_file) if settings.auth_file else None
         self.consumer = self._request_consumer(settings) if consume else None
         self.app: FastAPI = self._api(settings)
         self.sessions = SessionStore(self.store, ttl_s=settings.console_session_ttl_s)
@@ -287,6 +294,7 @@ class ApprovalsServer:
             public_url=settings.public_url or f"http://{settings.host}:{settings.port}",
             before_expiry_s=settings.notify_before_expiry_s,
             interval_s=settings.notify_interval_s,
+            routing=self.routing,
         )
 
     def _slack(self, settings: ApprovalsSettings, config: SlackConfig) -> SlackIntegration:

@@ -20,14 +20,17 @@ import psycopg
 from sagacity import _tracing
 from sagacity._approval import load_chain
 from sagacity._disclosure import disclosed
+from sagacity._events import JournalEntry
 from sagacity._outcome import outcome_from_chain
 from sagacity._requests import interrupted_resume, request_state
 from sagacity._result import SagaResult
 from sagacity._saga import Sagacity
 from sagacity._settlement import suspect_steps
 from sagacity.chain import verify
-from sagacity.consumers.approvals._auth import Principal
+from sagacity.consumers.approvals._auth import Principal, Role
+from sagacity.consumers.approvals._escalation import apply_fallback, escalate_due
 from sagacity.consumers.approvals._reads import check_readable
+from sagacity.consumers.approvals._routing import Routing, age_us, describe
 from sagacity.consumers.approvals._self_approval import refuse_own_request
 from sagacity.errors import (
     AlreadyDecidedError,
@@ -71,18 +74,29 @@ class ApprovalService:
     """
 
     def __init__(
-        self, sagacity: Sagacity, store: PostgresRequestStore, *, lock_timeout_s: float = 30.0
+        self,
+        sagacity: Sagacity,
+        store: PostgresRequestStore,
+        *,
+        lock_timeout_s: float = 30.0,
+        routing: Callable[[], Routing] | None = None,
     ) -> None:
         self.sagacity = sagacity
         self.store = store
         self._lock_timeout_ms = int(lock_timeout_s * 1000)
+        self.routing = routing
+        """The principals file's routes, as it is now (``None``: nothing is routed)."""
 
     # -- reading ----------------------------------------------------------------------------
     def requests(
         self, principal: Principal, *, states: Sequence[str], limit: int = 500
     ) -> list[RequestRow]:
-        """Requests in ``states`` for the tools ``principal`` may decide on, oldest first."""
-        return self.store.requests(states=states, tools=principal.visible_tools(), limit=limit)
+        """Requests in ``states`` for the tools ``principal`` may decide on, oldest first;
+        for an approver, only those routed to it now (docs/operations/routing.md)."""
+        rows = self.store.requests(states=states, tools=principal.visible_tools(), limit=limit)
+        if self.routing is None or principal.role is not Role.APPROVER:
+            return rows
+        return [row for row in rows if self.routed_refusal(principal, row) is None]
 
     def get(self, principal: Principal, saga_id: str, seq: int) -> RequestRow:
         """One request (materialised from the chain if the consumer has not caught up).
@@ -160,6 +174,16 @@ class ApprovalService:
         def act(row: RequestRow) -> SagaResult | None:
             entries = load_chain(self.sagacity.journal, saga_id)
             refuse_own_request(principal, saga_id, entries, seq)
+            state = request_state(entries, seq)
+            if state is not None and state.pending and self._lapsed(state.request, row, entries):
+                # Past its deadline: the route's fallback, never a late approval.
+                result = self._expire_one(saga_id, seq, row.seen_at_us)
+                raise ApprovalExpiredError(
+                    f"approval request {saga_id}/{seq} expired ({result.status.value})",
+                    saga_id=saga_id,
+                    seq=seq,
+                    result=result,
+                )
             if request_hash is None and principal.authenticated:
                 raise InvalidArgumentError(
                     "request_hash is required: name the request you were shown (its "
@@ -194,7 +218,7 @@ class ApprovalService:
             state = request_state(entries, seq)
             if state is None:
                 raise ApprovalNotFound(f"no approval request at {saga_id}/{seq}")
-            if state.pending and self._lapsed(state.request, row.seen_at_us):
+            if state.pending and self._lapsed(state.request, row, entries):
                 return self._expire_one(saga_id, seq, row.seen_at_us)
             # Only approvals that verify close the door to a rejection: a forged one on the
             # topic must not stop a reviewer's veto.
@@ -278,6 +302,8 @@ class ApprovalService:
         """
         expired: list[tuple[str, int]] = []
         now = self.sagacity.now_us()
+        if self.routing is not None:
+            escalate_due(self, self.routing())
         for row in self.store.overdue(now, self.sagacity.approval_ttl_us):
             try:
                 with self.store.connect() as conn:
@@ -287,7 +313,12 @@ class ApprovalService:
                         self._expire_one(row.saga_id, row.seq, row.seen_at_us)
                         expired.append((row.saga_id, row.seq))
                         log.info("expired approval request %s/%s", row.saga_id, row.seq)
-                    except (AlreadyDecidedError, ApprovalNotFound, UnknownSagaError) as exc:
+                    except (
+                        AlreadyDecidedError,
+                        ApprovalNotFound,
+                        UnknownSagaError,
+                        InvalidArgumentError,  # not lapsed: e.g. an operator extended it
+                    ) as exc:
                         log.info("sweep: %s/%s not expired: %s", row.saga_id, row.seq, exc)
                     finally:
                         self._sync(conn, row.saga_id)
@@ -297,20 +328,40 @@ class ApprovalService:
 
     # -- internals --------------------------------------------------------------------------
     def _expire_one(self, saga_id: str, seq: int, seen_at_us: int | None = None) -> SagaResult:
-        return self._retrying(lambda: self.sagacity.expire(saga_id, seq, seen_at_us=seen_at_us))
+        """Apply the deadline's fallback: its route's (``reject``: journaled ``REJECTED`` by
+        :data:`FALLBACK_ACTOR`), else ``EXPIRED`` — once lapsed by the service's own clock."""
+        return self._retrying(lambda: apply_fallback(self, saga_id, seq, seen_at_us))
 
-    def _lapsed(self, request: Any, seen_at_us: int | None) -> bool:
-        deadline = self.sagacity.approval_deadline_us(request, seen_at_us=seen_at_us)
+    def _lapsed(self, request: Any, row: RequestRow, entries: Sequence[JournalEntry]) -> bool:
+        deadline = self.sagacity.approval_deadline_us(
+            request, seen_at_us=row.seen_at_us, entries=entries
+        )
         return deadline is not None and self.sagacity.now_us() > deadline
 
-    @staticmethod
-    def _authorise(principal: Principal, row: RequestRow) -> None:
+    def routed_refusal(self, principal: Principal, row: RequestRow) -> str | None:
+        """``None`` when the routing lets ``principal`` decide ``row`` now, else why not."""
+        if self.routing is None:
+            return None
+        routing = self.routing()
+        route = routing.route(row.tool)
+        age = age_us(self.sagacity.now_us(), row)
+        if route is None or route.reaches(principal, age):
+            return None
+        return (
+            f"{principal.name} may not decide this request: requests for tool {row.tool!r} "
+            f"are routed to {describe(route, age)}"
+        )
+
+    def _authorise(self, principal: Principal, row: RequestRow) -> None:
         if not principal.may_decide(row.tool):
             raise PermissionDeniedError(
                 f"{principal.name} may not decide requests for tool {row.tool!r}",
                 saga_id=row.saga_id,
                 seq=row.seq,
             )
+        refusal = self.routed_refusal(principal, row)
+        if refusal is not None:
+            raise PermissionDeniedError(refusal, saga_id=row.saga_id, seq=row.seq)
 
     def _retrying(self, write: Callable[[], T]) -> T:
         """Run a chain write again when another writer took the seq first.

@@ -26,6 +26,7 @@ from sagacity._decorators import ToolDefinition, tool_definition
 from sagacity._effect_calls import LINES, Notice
 from sagacity._refusals import Refusals
 from sagacity._registry import RegisteredTool
+from sagacity._result import SagaResult, SagaStatus
 from sagacity._run import SagaRun
 from sagacity._saga import Sagacity
 from sagacity._scope import SagaScope, current_scope
@@ -48,7 +49,8 @@ class ModelLines:
     tool whose failure is not recovered) for ``refused``; ``{seq}`` (the earlier call) and
     ``{key}`` (the effect key's fields) for ``replayed``, ``conflict``, ``in_progress`` and
     ``in_doubt`` (docs/adr/0026-effects-and-refusals.md: a replayed call's recorded result
-    follows its line).  ``gate`` should keep its ``[AWAITING_APPROVAL]`` prefix for
+    follows its line); ``{seq}`` (the request's) for ``expired`` and ``rejected``
+    (:meth:`decided`).  ``gate`` should keep its ``[AWAITING_APPROVAL]`` prefix for
     ``stop_at_approval`` to recognise it.
     """
 
@@ -70,6 +72,15 @@ class ModelLines:
     in_progress: str = LINES["in_progress"]
     in_doubt: str = LINES["in_doubt"]
     nothing_undone: str = "nothing"
+    expired: str = (
+        "[EXPIRED] Tool '{tool}' did not run: nobody decided its approval request before the "
+        "deadline (saga {saga_id}, request {seq}); it expired, it was not denied. Do not "
+        "report success."
+    )
+    rejected: str = (
+        "[REJECTED] Tool '{tool}' did not run: its approval request was rejected (saga "
+        "{saga_id}, request {seq}). Do not report success."
+    )
 
     def __post_init__(self) -> None:
         for name in (
@@ -82,10 +93,25 @@ class ModelLines:
             "in_progress",
             "in_doubt",
             "nothing_undone",
+            "expired",
+            "rejected",
         ):
             value = getattr(self, name)
             if not isinstance(value, str) or "\n" in value:
                 raise DeclarationError(f"ModelLines.{name} must be one line of text, got {value!r}")
+
+    def decided(self, result: SagaResult, *, tool: str, seq: int) -> str | None:
+        """The line telling the model how its approval request at ``seq`` ended, from the
+        saga's outcome: ``expired`` for an ``EXPIRED`` saga (never "denied" nor "pending"),
+        ``rejected`` for a ``REJECTED`` one; ``None`` for any other outcome."""
+        template = {SagaStatus.EXPIRED: self.expired, SagaStatus.REJECTED: self.rejected}.get(
+            result.status
+        )
+        return (
+            None
+            if template is None
+            else template.format(tool=tool, saga_id=result.saga_id, seq=seq)
+        )
 
 
 def _jsonable(arguments: Mapping[str, Any]) -> dict[str, Any]:

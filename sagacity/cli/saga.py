@@ -389,3 +389,15 @@ def _register_undo() -> None:
 
 
 _register_undo()
+
+
+def _register_extend() -> None:
+    # `approvals extend` signs with the operator key, with this module's options: in its own
+    # module, registered on the approvals group here (approvals is imported before it).
+    from sagacity.cli.approvals import approvals
+    from sagacity.cli.approvals_extend import extend_cmd
+
+    approvals.add_command(extend_cmd)
+
+
+_register_extend()

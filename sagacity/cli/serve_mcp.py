@@ -188,6 +188,7 @@ def sagacity_for(serving: Serving) -> Sagacity:
     from sagacity import Sagacity
     from sagacity._decision_signature import verifier_from_env
     from sagacity._env import journal_from_env
+    from sagacity._operator_signature import verifier_from_env as operator_verifier_from_env
 
     environ = {
         **os.environ,
@@ -199,6 +200,8 @@ def sagacity_for(serving: Serving) -> Sagacity:
         compensation="inline" if serving.compensation == "inline" else "delegated",
         # A resume counts only approvals the approvals service signed (docs/adr/0014).
         approvals_public_key=verifier_from_env(environ),
+        # ... and a deadline as extended by a verified operator extension (routing.md).
+        operator_public_key=operator_verifier_from_env(environ),
     )
 
 
@@ -220,6 +223,12 @@ def serve(
         )
         auth = _agents(serving.auth_file) if serving.auth_file is not None else None
         token = _agent_token(auth, serving.token_file) if serving.token_file is not None else None
+        if auth is not None:
+            # A resume here counts approvals by the file's M-of-N rules too (routing.md).
+            from sagacity.consumers.approvals import LiveRouting
+
+            held = auth
+            sagacity.approver_groups = LiveRouting(lambda: held.current().routing)
     except SagacityError as exc:
         raise CommandError.of(exc) from exc
     log_hot_path()

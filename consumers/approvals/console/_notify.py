@@ -14,13 +14,14 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
 from sagacity._saga import Sagacity
+from sagacity.consumers.approvals._routing import Routing, age_us
 from sagacity.errors import SagacityError
 from sagacity.ports import OPEN_STATES, RequestRow
 from sagacity.postgres import PostgresRequestStore, migrate
@@ -39,6 +40,8 @@ CREATE TABLE IF NOT EXISTS sagacity_console_notice (
 
 NEW_REQUEST = "request.new"
 EXPIRING = "request.expiring"
+ESCALATED = "request.escalated"
+"""A routed request reached a later tier (docs/operations/routing.md); claimed per tier."""
 ATTENTION = "saga.attention"
 FORMATS = ("json", "slack")
 
@@ -54,6 +57,10 @@ class Notice:
     link: str
     tool: str | None = None
     detail: dict[str, Any] | None = None
+    urls: tuple[str, ...] = ()
+    """Where this notice goes (a route tier's ``notify``); empty: every ``--notify`` URL."""
+    claim: str | None = None
+    """The kind it is claimed under, when one kind is sent more than once (a tier)."""
 
     def body(self, fmt: str) -> dict[str, Any]:
         """The webhook body: Slack's incoming-webhook ``text`` or plain JSON."""
@@ -68,6 +75,51 @@ class Notice:
             "link": self.link,
             **(self.detail or {}),
         }
+
+
+def _routed(
+    notices: list[Notice], rows: Sequence[RequestRow], routing: Routing, now_us: int
+) -> list[Notice]:
+    """``notices`` addressed as the routes say: each request's to its first tier (its
+    ``notify`` URLs, who it names), and one ``request.escalated`` per later tier reached, to
+    that tier (docs/operations/routing.md)."""
+    by_key = {(r.saga_id, r.seq): r for r in rows}
+    out: list[Notice] = []
+    for notice in notices:
+        row = by_key.get((notice.saga_id, notice.seq))
+        route = routing.route(row.tool) if row is not None else None
+        if row is None or route is None:
+            out.append(notice)
+            continue
+        first = route.tiers[0]
+        names = first.names()
+        out.append(
+            replace(
+                notice,
+                text=f"{notice.text} (for {', '.join(names)})",
+                urls=first.notify,
+                detail={**(notice.detail or {}), "routed_to": names},
+            )
+        )
+        if notice.kind != NEW_REQUEST or row.seen_at_us is None:
+            continue
+        reached = route.reached(age_us(now_us, row))
+        for index, tier in enumerate(route.tiers[1 : reached + 1], start=1):
+            out.append(
+                Notice(
+                    kind=ESCALATED,
+                    claim=f"{ESCALATED}.{index}",
+                    saga_id=row.saga_id,
+                    seq=row.seq,
+                    tool=row.tool,
+                    link=notice.link,
+                    text=f"Escalated to {', '.join(tier.names())}: approval needed for "
+                    f"{row.tool} in saga {row.saga_id}",
+                    urls=tier.notify,
+                    detail={"routed_to": tier.names(), "tier": index},
+                )
+            )
+    return out
 
 
 def _slack_escape(text: str) -> str:
@@ -101,6 +153,9 @@ class Notifier:
         public_url: the console's base address, for links (``http://host:port``).
         before_expiry_s: how long before a request's deadline its warning goes out.
         interval_s: how often the tables are looked at.
+        routing: the principals file's routes (:mod:`.._routing`): a routed request's notices
+            name who it goes to, go to its tier's ``notify`` URLs when it has some, and an
+            escalation is told to the tier it reaches.
         delivery: timeouts and retries.
         post: sends one body (tests may pass their own); default an ``httpx`` POST.
     """
@@ -117,6 +172,7 @@ class Notifier:
         interval_s: float = 2.0,
         delivery: Delivery | None = None,
         post: Callable[[str, dict[str, Any], float], int] | None = None,
+        routing: Callable[[], Routing] | None = None,
     ) -> None:
         if fmt not in FORMATS:
             raise ValueError(f"notify format must be one of {FORMATS}, got {fmt!r}")
@@ -129,6 +185,7 @@ class Notifier:
         self._interval = interval_s
         self._delivery = delivery or Delivery()
         self._post = post or _http_post
+        self._routing = routing
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(
@@ -177,7 +234,8 @@ class Notifier:
         """Every notice the tables call for now (claimed or not)."""
         now = self._sagacity.now_us()
         notices: list[Notice] = []
-        for row in self._store.requests(states=OPEN_STATES):
+        rows = self._store.requests(states=OPEN_STATES)
+        for row in rows:
             link = self._link("requests", row.saga_id, str(row.seq))
             signatures = f"{len(row.signed_by)} of {row.signatures_required} signatures"
             notices.append(
@@ -207,6 +265,8 @@ class Notifier:
                         detail={"deadline_us": deadline},
                     )
                 )
+        if self._routing is not None:
+            notices = _routed(notices, rows, self._routing(), now)
         for saga in self._store.attention():
             notices.append(
                 Notice(
@@ -225,7 +285,7 @@ class Notifier:
             claimed = conn.execute(
                 """INSERT INTO sagacity_console_notice (kind, saga_id, seq, noticed_at_us)
                    VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1""",
-                (notice.kind, notice.saga_id, notice.seq, self._sagacity.now_us()),
+                (notice.claim or notice.kind, notice.saga_id, notice.seq, self._sagacity.now_us()),
             ).fetchone()
         return claimed is not None
 
@@ -237,7 +297,7 @@ class Notifier:
         for notice in self.candidates():
             if self._claim(notice):
                 sent.append(notice)
-                for url in self.urls:
+                for url in notice.urls or self.urls:
                     self._pool.submit(self._deliver, url, notice)
         return sent
 

@@ -8,7 +8,7 @@ console application (``app.state.console``); every page handler gets it as an ar
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
+from sagacity._events import JournalEntry
 from sagacity._saga import Sagacity
 from sagacity.consumers.approvals._auth import Principal, Role
 from sagacity.consumers.approvals._service import ApprovalService
@@ -158,9 +159,14 @@ class Console:
         """The error page, with ``status``."""
         return self.render(request, "error.html", viewer, status, title=title, detail=detail)
 
-    def deadline_of(self, row: RequestRow) -> int | None:
-        """The request's approval deadline, by the service's own declarations and clock."""
-        return self.sagacity.approval_deadline_us(row.request(), seen_at_us=row.seen_at_us)
+    def deadline_of(
+        self, row: RequestRow, entries: Sequence[JournalEntry] | None = None
+    ) -> int | None:
+        """The request's approval deadline, by the service's own declarations and clock (with
+        the operator extensions on the saga's ``entries`` that verify, when given)."""
+        return self.sagacity.approval_deadline_us(
+            row.request(), seen_at_us=row.seen_at_us, entries=entries
+        )
 
     def writer_of(self, row: RequestRow) -> str:
         """The actor of the request's entry on the chain (``?`` when it cannot be read)."""

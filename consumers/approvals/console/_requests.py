@@ -112,7 +112,7 @@ def _request_context(console: Console, viewer: Viewer, saga_id: str, seq: int) -
     entries = load_chain(console.sagacity.journal, saga_id)
     before = [e for e in entries if e.seq < seq]
     after = [e for e in entries if e.seq > seq]
-    deadline = console.deadline_of(row)
+    deadline = console.deadline_of(row, entries)
     stored_hash = row.payload_sha256
     return {
         "row": row,
@@ -128,6 +128,8 @@ def _request_context(console: Console, viewer: Viewer, saga_id: str, seq: int) -
         "left": span((deadline - console.now_us()) / 1e6) if deadline else "no limit",
         "writer": console.writer_of(row),
         "signed_by_me": viewer.principal.name in row.signed_by,
+        # A routed request is offered for decision only to those it is routed to (routing.md).
+        "routed_away": console.service.routed_refusal(viewer.principal, row),
         "undo": _undo.undo_list(before, console.sagacity.registry),  # what an undo puts back
     }
 
