@@ -4,7 +4,7 @@
 //! `sagacity.chain.verify` gives for the entries those rows hold: the same reason, bad seq,
 //! head and detail.  A row that is not a valid entry (which the reference path would refuse to
 //! build) makes its saga's verdict "refer": the caller judges that saga by the reference path.
-//! `sagacity.consumers.archive._fastverify` holds the Python twin; tests run both on the same
+//! `sagacity.chain._fastverify` holds the Python twin; tests run both on the same
 //! bytes.
 
 use pyo3::exceptions::PyValueError;

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from sagacity._acceptance import REGISTRY_KINDS, ForkKind, Tail, admit
 from sagacity._events import JournalEntry
+from sagacity.chain._acceptance import REGISTRY_KINDS, ForkKind, Tail, admit
 from sagacity.postgres import PostgresRequestStore
 from sagacity.producer import SagaRead
 from sagacity.testing import InMemoryRequestStore

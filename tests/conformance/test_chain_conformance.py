@@ -33,6 +33,7 @@ import pytest
 from sagacity import GENESIS_HASH, BreakReason, EntryDraft, JournalEntry, verify
 from sagacity._events import event_type_of
 from sagacity.chain import (
+    _fastverify,
     canonical_bytes,
     canonical_bytes_of,
     canonical_bytes_v2_of,
@@ -40,7 +41,7 @@ from sagacity.chain import (
     hash_of,
     link,
 )
-from sagacity.consumers.archive import _audit, _columncheck, _fastverify, _judging, verify_bundle
+from sagacity.consumers.archive import _audit, _columncheck, _judging, verify_bundle
 from sagacity.consumers.archive._rows import entry_of_row
 from sagacity.errors import SerializationError
 from sagacity.schemas import _hotpath, decode_entry
@@ -313,11 +314,11 @@ WRITER_FUNCTIONS = {
     # below) of this module that runs it over the vectors.
     # The one Python writer: canonical_bytes, canonical_bytes_of and the journal's encoder
     # (schemas._hotpath) all call it.
-    "sagacity/chain.py:canonical_layout": "fields",
-    "sagacity/chain.py:canonical_bytes_v2_of": "v2:fields",
+    "sagacity/chain/_form.py:canonical_layout": "fields",
+    "sagacity/chain/_form.py:canonical_bytes_v2_of": "v2:fields",
     "consumers/archive/verify_bundle.py:canonical_v2": "v2:standalone",
     "consumers/archive/verify_bundle.py:canonical": "standalone",
-    "consumers/archive/_fastverify.py:_Saga.check": "walker:fastverify-python",
+    "sagacity/chain/_fastverify.py:_Saga.check": "walker:fastverify-python",
     "native/src/lib.rs": "native",
     "native/src/verify.rs": "walker:fastverify-native",
 }
@@ -588,8 +589,8 @@ NATIVE_WALKERS = {"fastverify-native", "audit-native"}
 BREAK_NAMERS = {
     # Every function of the product that names a chain break ("broken_link"), and the walker
     # of this module that runs it (or why none needs to).
-    "sagacity/chain.py:link_break": "reference",
-    "consumers/archive/_fastverify.py:_Saga.check": "fastverify-python",
+    "sagacity/chain/_form.py:link_break": "reference",
+    "sagacity/chain/_fastverify.py:_Saga.check": "fastverify-python",
     "consumers/archive/verify_bundle.py:check_link": "standalone",
     "native/src/verify.rs": "fastverify-native",
 }
