@@ -318,9 +318,17 @@ WRITER_FUNCTIONS = {
     "sagacity/chain/_form.py:canonical_bytes_v2_of": "v2:fields",
     "consumers/archive/verify_bundle.py:canonical_v2": "v2:standalone",
     "consumers/archive/verify_bundle.py:canonical": "standalone",
-    "sagacity/chain/_fastverify.py:_Saga.check": "walker:fastverify-python",
     "native/src/lib.rs": "native",
-    "native/src/verify.rs": "walker:fastverify-native",
+}
+
+THE_WRITERS = {
+    # The three writers of the form (issue 33): the Python reference, the compiled one and the
+    # standalone verifier's copy (one file an auditor runs on the standard library alone).
+    # Every other path calls one of them: the column fast path and the journal's encoder the
+    # reference, the compiled walker and codec the crate's ``canonical_into``.
+    "sagacity/chain/_form.py",
+    "native/src/lib.rs",
+    "consumers/archive/verify_bundle.py",
 }
 
 
@@ -398,6 +406,12 @@ def _uses_magic(function: ast.AST) -> bool:
         if isinstance(node, ast.Name) and node.id in ("CANONICAL_MAGIC", "CANONICAL_MAGIC_V2"):
             return True
     return False
+
+
+def test_the_form_has_three_writers() -> None:
+    """A second writer in a language that has one calls it instead (the registry below is
+    what the code holds: ``test_every_writer_of_the_form_is_registered``)."""
+    assert {name.split(":")[0] for name in WRITER_FUNCTIONS} == THE_WRITERS
 
 
 def test_every_writer_of_the_form_is_registered() -> None:
@@ -588,11 +602,17 @@ NATIVE_WALKERS = {"fastverify-native", "audit-native"}
 
 BREAK_NAMERS = {
     # Every function of the product that names a chain break ("broken_link"), and the walker
-    # of this module that runs it (or why none needs to).
+    # of this module that runs it (or why none needs to).  Three (issue 33): the reference,
+    # the compiled walker and the standalone verifier's copy; the column fast path's Python
+    # twin, the audit and replay call the reference, the compiled audit the compiled walker.
     "sagacity/chain/_form.py:link_break": "reference",
-    "sagacity/chain/_fastverify.py:_Saga.check": "fastverify-python",
     "consumers/archive/verify_bundle.py:check_link": "standalone",
     "native/src/verify.rs": "fastverify-native",
+}
+THE_WALKERS = {
+    "sagacity/chain/_form.py",
+    "native/src/verify.rs",
+    "consumers/archive/verify_bundle.py",
 }
 BREAK_NAMERS_ELSEWHERE = {
     # Walkers whose input is not a stored chain, run by their own suites on a real stack.
@@ -695,6 +715,12 @@ def _row_representable(chain: list[dict[str, Any]]) -> bool:
         if not isinstance(e["attributes"], dict | None) or not isinstance(e["hash"], str):
             return False
     return True
+
+
+def test_a_chain_has_three_walkers() -> None:
+    """A walker that names a break in a language that has one calls it instead (what the code
+    holds is checked by ``test_every_break_namer_is_registered``)."""
+    assert {name.split(":")[0] for name in BREAK_NAMERS} == THE_WALKERS
 
 
 def test_every_break_namer_is_registered() -> None:
