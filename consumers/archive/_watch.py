@@ -30,6 +30,8 @@ import psycopg
 
 from sagacity._operator_signature import OperatorVerifier
 from sagacity._withheld import FORGED_ERASURE
+from sagacity.chain import BreakReason
+from sagacity.chain._acceptance import ForkKind
 from sagacity.chain._grammar import GrammarRule
 from sagacity.consumers.archive._checkpoints import (
     FIRST_PREV_ROOT,
@@ -56,13 +58,13 @@ from sagacity.errors import AuditorStateError, RoundLogError
 class AlertReason(enum.StrEnum):
     """Why an auditor raises an alert."""
 
-    FORK = "fork"
+    FORK = ForkKind.FORK.value
     """A round differs from the one recorded (by this auditor, a peer or the witness)."""
     ROLLBACK = "rollback"
     """The archive no longer holds a round recorded earlier."""
     INCONSISTENT = "inconsistent"
     """A round's log does not extend the last one recorded (no consistency proof)."""
-    BROKEN_LINK = "broken_link"
+    BROKEN_LINK = BreakReason.BROKEN_LINK.value
     """A round's previous root is not the root of the round before it."""
     BAD_SIGNATURE = "bad_signature"
     """A round's signature does not verify."""

@@ -41,6 +41,7 @@ from sagacity.chain import (
     hash_of,
     link,
 )
+from sagacity.chain._acceptance import ForkKind
 from sagacity.consumers.archive import _audit, _columncheck, _judging, verify_bundle
 from sagacity.consumers.archive._rows import entry_of_row
 from sagacity.errors import SerializationError
@@ -755,6 +756,36 @@ def test_one_set_of_reason_codes() -> None:
     assert breaks - {"foreign_saga", "reordered"} <= {r.value for r in QuarantineReason}
     standalone = set(re.findall(r'"([a-z_]+)"', Path(verify_bundle.__file__).read_text()))
     assert breaks <= standalone
+
+
+def test_a_break_is_named_in_one_place() -> None:
+    """The words of a chain break (:class:`BreakReason`) and of an event the chain refuses
+    (:class:`ForkKind`, the acceptance rule's) are written once, in ``sagacity/chain/``: every
+    other vocabulary that uses one (the audit's, ingest's quarantine, the auditor's alerts)
+    takes its value from there, so the walkers cannot drift apart by a renamed word.  (The
+    standalone verifier keeps its copy by design; the compiled walker's words are checked by
+    the vectors, its verdicts read through ``BreakReason``.)"""
+    words = {r.value for r in BreakReason} | {k.value for k in ForkKind}
+    written: dict[str, list[str]] = {}
+    for top in ("sagacity", "producer", "consumers", "schemas"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            if any(p.is_symlink() for p in [path, *path.parents] if ROOT in p.parents):
+                continue
+            rel = path.relative_to(ROOT).as_posix()
+            if rel == "consumers/archive/verify_bundle.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not isinstance(node, ast.ClassDef):
+                    continue
+                for statement in node.body:
+                    value = statement.value if isinstance(statement, ast.Assign) else None
+                    if isinstance(value, ast.Constant) and value.value in words:
+                        written.setdefault(value.value, []).append(f"{rel}:{node.name}")
+    assert {word: places for word, places in written.items() if len(places) > 1} == {}
+    assert {place.split(":")[0] for places in written.values() for place in places} == {
+        "sagacity/chain/_form.py",
+        "sagacity/chain/_acceptance.py",
+    }
 
 
 # --- the standalone verifier as auditors run it ------------------------------------------------
