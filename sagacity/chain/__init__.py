@@ -6,9 +6,9 @@ language; ``tests/vectors/`` holds the vectors and ``tests/conformance/`` runs e
 walker over them.  What is where:
 
 - :mod:`._form`: the canonical layout and its text rules (the one Python writer,
-  :func:`canonical_layout`), commitments of form 2, linking and hashing; the walk of a stored
-  chain (:func:`link_break`, :func:`verify`) and the one vocabulary of a break
-  (:class:`BreakReason`).
+  :func:`canonical_layout`), commitments of form 2, linking and hashing.
+- :mod:`._walk`: the walk of a stored chain (:func:`link_break`, :func:`verify`) and the one
+  vocabulary of a break (:class:`BreakReason`), whose words every other vocabulary takes.
 - :mod:`._acceptance`: which event a saga's chain takes next ("extends the tail").
 - :mod:`._fastverify`: the walk over a binary ``COPY`` stream of archived rows (compiled in
   ``native/src/verify.rs``, with its Python twin here).
@@ -26,8 +26,6 @@ from sagacity.chain._form import (
     CANONICAL_MAGIC_V2,
     COMMITMENT_MAGIC,
     SALT_BYTES,
-    BreakReason,
-    ChainVerdict,
     canonical_bytes,
     canonical_bytes_of,
     canonical_bytes_v2_of,
@@ -39,10 +37,9 @@ from sagacity.chain._form import (
     framed,
     hash_of,
     link,
-    link_break,
     payload_sha256,
-    verify,
 )
+from sagacity.chain._walk import BreakReason, ChainVerdict, link_break, verify
 from sagacity.errors import SerializationError
 
 __all__ = [

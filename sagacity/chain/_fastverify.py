@@ -39,7 +39,8 @@ from typing import Any, Protocol
 
 from sagacity._events import GENESIS_HASH
 from sagacity._native import native
-from sagacity.chain._form import BreakReason, canonical_layout, link_break
+from sagacity.chain._form import canonical_layout
+from sagacity.chain._walk import BreakReason, link_break
 
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 """The first bytes of every binary ``COPY`` stream."""

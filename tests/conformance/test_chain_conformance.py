@@ -606,12 +606,12 @@ BREAK_NAMERS = {
     # of this module that runs it (or why none needs to).  Three (issue 33): the reference,
     # the compiled walker and the standalone verifier's copy; the column fast path's Python
     # twin, the audit and replay call the reference, the compiled audit the compiled walker.
-    "sagacity/chain/_form.py:link_break": "reference",
+    "sagacity/chain/_walk.py:link_break": "reference",
     "consumers/archive/verify_bundle.py:check_link": "standalone",
     "native/src/verify.rs": "fastverify-native",
 }
 THE_WALKERS = {
-    "sagacity/chain/_form.py",
+    "sagacity/chain/_walk.py",
     "native/src/verify.rs",
     "consumers/archive/verify_bundle.py",
 }
@@ -783,7 +783,7 @@ def test_a_break_is_named_in_one_place() -> None:
                         written.setdefault(value.value, []).append(f"{rel}:{node.name}")
     assert {word: places for word, places in written.items() if len(places) > 1} == {}
     assert {place.split(":")[0] for places in written.values() for place in places} == {
-        "sagacity/chain/_form.py",
+        "sagacity/chain/_walk.py",
         "sagacity/chain/_acceptance.py",
     }
 
