@@ -616,11 +616,8 @@ THE_WALKERS = {
     "consumers/archive/verify_bundle.py",
 }
 BREAK_NAMERS_ELSEWHERE = {
-    # Walkers whose input is not a stored chain, run by their own suites on a real stack.
-    "consumers/archive/_ingest.py:BatchArchiver._classify": (
-        "ingest: one event against the archived head, in a transaction"
-        " (tests/archive/test_archive_ingest*)"
-    ),
+    # Walkers whose input is not a saga's chain, run by their own suites on a real stack.
+    # (Ingest judges one event against the archived head with the reference's rule.)
     "consumers/archive/_watch.py:_record_new": (
         "the round log's links (prev_root), not a saga's chain (tests/archive/test_round_log*)"
     ),
