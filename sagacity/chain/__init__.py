@@ -14,8 +14,8 @@ walker over them.  What is where:
   ``native/src/verify.rs``, with its Python twin here).
 - :mod:`._grammar`: the impossible stories a linked chain may still tell.
 
-This package's public names are the ones ``sagacity.chain`` has always had; they need the
-standard library only, so that auditors' tools can reuse them.
+This package's public names are the ones ``sagacity.chain`` has always had; it imports the
+standard library and the core only, so that auditors' tools can reuse it.
 """
 
 from __future__ import annotations
