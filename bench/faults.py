@@ -58,7 +58,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from bench import _fault_tools
 from sagacity import EventType, verify
-from sagacity._acceptance import ForkKind
+from sagacity.chain._acceptance import ForkKind
 from sagacity.consumers.compensation import pending_request
 from sagacity.dev import KafkaBroker, PostgresServer, pick_free_port
 from sagacity.dev.cluster import KafkaCluster

@@ -35,9 +35,9 @@ from bench._archive_common import (
     table,
 )
 from sagacity.chain import canonical_bytes
+from sagacity.chain._fastverify import NATIVE, chain_verifier
 from sagacity.consumers.archive import BatchArchiver, audit, generate_key, sign_pending
 from sagacity.consumers.archive._chainstream import chain_rows, copy_blocks
-from sagacity.consumers.archive._fastverify import NATIVE, chain_verifier
 from sagacity.consumers.archive._rows import ROW_COLUMNS
 
 

@@ -7,8 +7,8 @@ variable and imports no other adapter.
 
 from __future__ import annotations
 
-from sagacity._acceptance import ForkKind
 from sagacity._codec import check_json_payload
+from sagacity.chain._acceptance import ForkKind
 from sagacity.producer._clients import (
     BrokerCheck,
     check_reachable,

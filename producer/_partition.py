@@ -6,7 +6,7 @@ same partition; readers compute a saga's partition instead of scanning the whole
 
 from __future__ import annotations
 
-from sagacity._acceptance import ForkKind
+from sagacity.chain._acceptance import ForkKind
 
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
@@ -47,7 +47,7 @@ def partition_for(key: bytes, partitions: int) -> int:
 
 WRONG_PARTITION: str = ForkKind.WRONG_PARTITION.value
 """The reason every consumer gives a message that is not on its key's partition (the core's
-acceptance vocabulary, :class:`sagacity._acceptance.ForkKind`)."""
+acceptance vocabulary, :class:`sagacity.chain._acceptance.ForkKind`)."""
 
 
 def misplaced(key: bytes | None, partition: int, partitions: int) -> str | None:

@@ -2,7 +2,7 @@
 
 A read accepts, per saga and in offset order, only the first event at each seq whose
 ``prev_hash`` extends the accepted tail and whose content hashes to its ``hash`` (the acceptance
-rule, :mod:`sagacity._acceptance`); anything else with the saga's key is kept as
+rule, :mod:`sagacity.chain._acceptance`); anything else with the saga's key is kept as
 :class:`Rejected` (a fork or a duplicate) or :class:`Skipped` (not decodable), never accepted.
 See docs/adr/0004-single-writer.md.
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sagacity._acceptance import ForkKind, Tail, attributed, judge, writers_after
 from sagacity._events import GENESIS_HASH, EventType, JournalEntry
 from sagacity._writer_roles import HANDOFF_EVENTS, SagaWriters
 from sagacity._writer_signature import WriterRegistry
+from sagacity.chain._acceptance import ForkKind, Tail, attributed, judge, writers_after
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,8 +160,8 @@ class SagaRead:
         self, partition: int, offset: int, entry: JournalEntry, signature: bytes | None = None
     ) -> None:
         """Offer the next event with this saga's key (in offset order) to the chain (the
-        acceptance rule, :func:`sagacity._acceptance.judge`, and with a writer registry
-        :func:`sagacity._acceptance.attributed`; ``signature`` is the message's writer
+        acceptance rule, :func:`sagacity.chain._acceptance.judge`, and with a writer registry
+        :func:`sagacity.chain._acceptance.attributed`; ``signature`` is the message's writer
         signature header)."""
         seq, prev = self.tail
         refusal = judge(

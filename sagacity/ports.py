@@ -480,12 +480,12 @@ class GateStats:
 @dataclass(frozen=True, kw_only=True)
 class QuarantinedEvent:
     """An event of the topic a projection refused by the acceptance rule
-    (:func:`sagacity._acceptance.admit`): never folded, never shown as a request.
+    (:func:`sagacity.chain._acceptance.admit`): never folded, never shown as a request.
 
     Attributes:
         saga_id / seq: what the event claims (its key's saga, its seq).
         event_type: its type's name.
-        kind / detail: why it was refused (:class:`sagacity._acceptance.ForkKind`).
+        kind / detail: why it was refused (:class:`sagacity.chain._acceptance.ForkKind`).
         partition / offset: where it is on the topic (``None`` when folded from elsewhere).
         entry_hash: its recorded hash.
     """
@@ -558,7 +558,7 @@ class RequestStore(Protocol):
     def apply(self, entries: Iterable[JournalEntry]) -> None:
         """Fold ``entries`` (in the topic's order) into the store, all or none.
 
-        Each entry passes the acceptance rule first (:func:`sagacity._acceptance.admit`,
+        Each entry passes the acceptance rule first (:func:`sagacity.chain._acceptance.admit`,
         against the tail the store keeps for its saga): only the saga's next linked event is
         folded; a duplicate or an event behind the tail is dropped; anything else (a decoy
         that does not link, a fork, an edited event, a saga first seen past its first event)

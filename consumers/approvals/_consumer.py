@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from confluent_kafka import KafkaException, Message
 
-from sagacity._acceptance import QUIET, Tail
 from sagacity._defaults import DEFAULT_APPROVALS_GROUP as DEFAULT_GROUP
 from sagacity._events import EventType, JournalEntry
+from sagacity.chain._acceptance import QUIET, Tail
 from sagacity.consumers._runtime import (
     ConsumerRuntime,
     Handler,

@@ -12,12 +12,12 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.applications import Starlette
 
-from sagacity._acceptance import Tail
 from sagacity._decision_signature import DecisionSigner
 from sagacity._keys import KeyService
 from sagacity._memory import InMemoryJournal
 from sagacity._operator_signature import verifier_from_env as operator_verifier_from_env
 from sagacity._saga import Sagacity
+from sagacity.chain._acceptance import Tail
 from sagacity.consumers._tools import register_tools
 from sagacity.consumers.approvals._api import create_app
 from sagacity.consumers.approvals._api_limits import INSECURE_VALUE

@@ -30,6 +30,7 @@ from typing import Any
 import psycopg
 
 from sagacity._operator_signature import OperatorVerifier
+from sagacity.chain._fastverify import NATIVE, NATIVE_AUDITOR, BatchVerdict
 from sagacity.consumers.archive._auditstream import (
     RowStream,
     bulk_verdicts,
@@ -39,7 +40,6 @@ from sagacity.consumers.archive._auditstream import (
     merged_by_saga,
 )
 from sagacity.consumers.archive._db import check_schema, mapped_errors
-from sagacity.consumers.archive._fastverify import NATIVE, NATIVE_AUDITOR, BatchVerdict
 from sagacity.consumers.archive._judging import audit_one
 from sagacity.consumers.archive._reasons import AuditReason
 from sagacity.consumers.archive._retentionaudit import audit_retention
@@ -336,7 +336,7 @@ def iter_audits(
     gives every finding.  Every path gives the same audits; tests compare them.
 
     When every saga is audited, the rows go by binary ``COPY`` into the bulk verifier
-    (:mod:`~sagacity.consumers.archive._fastverify`), on a second connection reading the same
+    (:mod:`~sagacity.chain._fastverify`), on a second connection reading the same
     snapshot (a connection streaming a ``COPY`` can run nothing else; the stream starts, and
     the server sorts its rows, while the rounds are checked); a saga it cannot judge (a row
     that is not a valid entry) goes to the reference path.  With the compiled module the merge

@@ -16,8 +16,8 @@ from typing import Any
 
 import psycopg
 
+from sagacity.chain._fastverify import BatchVerdict, batch_verdict, chain_verifier
 from sagacity.consumers.archive._chainstream import chain_rows
-from sagacity.consumers.archive._fastverify import BatchVerdict, batch_verdict, chain_verifier
 from sagacity.consumers.archive._snapshots import reader_of, shared_snapshot
 from sagacity.consumers.archive._verdicts import SagaAudit
 

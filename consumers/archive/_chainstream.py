@@ -3,7 +3,7 @@
 ``COPY (SELECT ...) TO STDOUT (FORMAT BINARY)`` is the fastest way PostgreSQL hands rows to a
 client: no per-row round trip, no text formatting of the integers, and psycopg passes each
 row's message through as bytes, without decoding its values.  The blocks go, as they are,
-to :func:`sagacity.consumers.archive._fastverify.chain_verifier`; :func:`decoded_rows` turns
+to :func:`sagacity.chain._fastverify.chain_verifier`; :func:`decoded_rows` turns
 them into tuples for readers that want the values.  Memory stays flat: psycopg holds one block
 at a time, whatever the number of rows or sagas.
 """
@@ -18,8 +18,8 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
+from sagacity.chain._fastverify import SIGNATURE
 from sagacity.consumers.archive._db import mapped_errors
-from sagacity.consumers.archive._fastverify import SIGNATURE
 from sagacity.consumers.archive._rows import ROW_COLUMNS
 
 CHAIN_ORDER = 'saga_id COLLATE "C", archive_id'

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from sagacity._events import GENESIS_HASH, JournalEntry
-from sagacity.chain import compute_hash
+from sagacity.chain import compute_hash, link_break
 from sagacity.consumers.archive._attest import CheckpointVerifier
 from sagacity.consumers.archive._authorship import Authorship
 from sagacity.consumers.archive._batchplan import BatchPlan, Table
@@ -538,19 +538,30 @@ class BatchArchiver:
                 f"seq {entry.seq} is already archived with hash "
                 f"{(archived_hash or '?')[:16]}…; this event has {entry.hash[:16]}…",
             )
-        if entry.seq > head_seq + 1:
-            return (
-                QuarantineReason.GAP,
-                f"archived head is seq {head_seq}; seq {head_seq + 1} has not been seen",
-            )
-        if entry.prev_hash != head_hash:
-            if entry.seq == 1:
-                return (QuarantineReason.WRONG_GENESIS, "seq 1 does not start at the genesis hash")
-            return (
-                QuarantineReason.BROKEN_LINK,
-                f"previous hash {entry.prev_hash[:16]}… is not seq {head_seq}'s {head_hash[:16]}…",
-            )
-        return None
+        # The reference's walk of one event past the archived head (its hash was checked when
+        # it was decoded; a seq past the head's next is a gap: what follows is not read yet).
+        found = link_break(
+            saga_id=entry.saga_id,
+            expected_seq=head_seq + 1,
+            prev_hash=head_hash,
+            entry_saga_id=entry.saga_id,
+            entry_seq=entry.seq,
+            entry_prev_hash=entry.prev_hash,
+            entry_hash=entry.hash,
+            recompute=lambda: entry.hash,
+            stored_later=lambda seq: False,
+        )
+        if found is None:
+            return None
+        reason = QuarantineReason(found[0].value)
+        if reason is QuarantineReason.GAP:
+            return reason, f"archived head is seq {head_seq}; seq {head_seq + 1} has not been seen"
+        if reason is QuarantineReason.WRONG_GENESIS:
+            return reason, "seq 1 does not start at the genesis hash"
+        return (
+            reason,
+            f"previous hash {entry.prev_hash[:16]}… is not seq {head_seq}'s {head_hash[:16]}…",
+        )
 
     def _make_months(
         self,

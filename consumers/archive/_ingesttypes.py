@@ -7,27 +7,33 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from sagacity.chain import BreakReason
+from sagacity.chain._acceptance import ForkKind
 from sagacity.producer._partition import WRONG_PARTITION as _WRONG_PARTITION
 
 
 class QuarantineReason(enum.StrEnum):
-    """Why an event was refused on ingest (``archive_quarantine.reason``)."""
+    """Why an event was refused on ingest (``archive_quarantine.reason``).
+
+    A chain's words are the chain's (:class:`sagacity.chain.BreakReason` for a break of the
+    link, the acceptance rule's :class:`~sagacity.chain._acceptance.ForkKind` for an event the
+    chain refuses), taken from there: one vocabulary for every walker."""
 
     UNDECODABLE = "undecodable"
     """The bytes are not a journal event (or not a valid one)."""
-    FORK = "fork"
+    FORK = ForkKind.FORK.value
     """Another event already holds this seq in the saga's archived chain."""
-    GAP = "gap"
+    GAP = BreakReason.GAP.value
     """The event's seq is beyond the saga's archived head plus one."""
-    WRONG_GENESIS = "wrong_genesis"
+    WRONG_GENESIS = BreakReason.WRONG_GENESIS.value
     """A first event whose previous hash is not the genesis hash."""
-    BROKEN_LINK = "broken_link"
+    BROKEN_LINK = BreakReason.BROKEN_LINK.value
     """The previous hash is not the archived head's hash."""
-    EDITED = "edited"
+    EDITED = BreakReason.EDITED.value
     """The content does not hash to the event's recorded hash."""
     BAD_TIME = "bad_time"
     """The event time is outside what the archive can partition (before 1970, after 9999)."""
-    FOREIGN = "foreign"
+    FOREIGN = ForkKind.FOREIGN.value
     """The message's key is not the saga its body names (no reader of either saga accepts it)."""
     AUTHENTICATION_FAILED = "authentication failed"
     """A sealed data field does not authenticate under its saga's data key: altered, or moved
@@ -51,7 +57,7 @@ class QuarantineReason(enum.StrEnum):
     """A registered writer's event without its signature header."""
     BAD_WRITER_SIGNATURE = "bad_writer_signature"
     """The writer's signature does not verify."""
-    WRITER_NOT_OWNER = "writer_not_owner"
+    WRITER_NOT_OWNER = ForkKind.WRITER_NOT_OWNER.value
     """A registered writer wrote an event it may not write in that saga: not its owner, and
     not a service role registered for that event (docs/adr/0014 §5)."""
     WRONG_PARTITION = _WRONG_PARTITION

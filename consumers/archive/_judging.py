@@ -19,9 +19,9 @@ import psycopg
 
 from sagacity._events import GENESIS_HASH, JournalEntry
 from sagacity.chain import verify
+from sagacity.chain._fastverify import BatchVerdict
 from sagacity.consumers.archive._checkpoints import Checkpoint, signature_valid
 from sagacity.consumers.archive._columncheck import verified_head
-from sagacity.consumers.archive._fastverify import BatchVerdict
 from sagacity.consumers.archive._reasons import AuditReason
 from sagacity.consumers.archive._roundaudit import RoundAudit
 from sagacity.consumers.archive._rows import ROW_COLUMNS, entry_of_row

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import enum
 
-from sagacity._grammar import GrammarRule
 from sagacity._withheld import FORGED_ERASURE
 from sagacity.chain import BreakReason
+from sagacity.chain._grammar import GrammarRule
 
 
 class AuditReason(enum.StrEnum):
     """Why a saga fails the audit: a chain break (docs/adr/0002), a checkpoint or head finding,
     or what its chain says (docs/adr/0017): an impossible event of the saga grammar
-    (:class:`~sagacity._grammar.GrammarRule`, ``grammar:*``) or data withheld."""
+    (:class:`~sagacity.chain._grammar.GrammarRule`, ``grammar:*``) or data withheld."""
 
     WRONG_GENESIS = BreakReason.WRONG_GENESIS.value
     GAP = BreakReason.GAP.value

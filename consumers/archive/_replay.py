@@ -9,7 +9,7 @@ fork (a writer conflict, or an event that does not extend the tail), a duplicate
 event, a foreign one (its body names another saga) — and never compared with the archive, which
 quarantines them (docs/adr/0006-archive-and-checkpoints.md).  Only the archive's rows of the
 replayed topic are compared.  Each accepted chain is also read against the saga grammar
-(:mod:`sagacity._grammar`): a chain that links but tells an impossible story fails too.
+(:mod:`sagacity.chain._grammar`): a chain that links but tells an impossible story fails too.
 Every saga's chain is held in memory: this is an auditor's tool
 for a topic or a saga, not a service.
 """
@@ -25,7 +25,7 @@ import psycopg
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from sagacity._events import JournalEntry
-from sagacity._grammar import GrammarFinding, check
+from sagacity.chain._grammar import GrammarFinding, check
 from sagacity.consumers.archive._db import check_schema, mapped_errors
 from sagacity.consumers.archive._ingest import Decoder, _avro_decoder
 from sagacity.errors import JournalUnavailableError, SagacityError, TopicNotFoundError

@@ -1,5 +1,5 @@
 """What each archived saga's chain says, checked beside its hashes: the saga grammar
-(:mod:`sagacity._grammar`) and the data it holds or withholds (:mod:`sagacity._withheld`).
+(:mod:`sagacity.chain._grammar`) and the data it holds or withholds (:mod:`sagacity._withheld`).
 
 ``verify`` judges a chain's links, checkpoints and head first (``_audit``); a saga that passes
 them is then read here, in the same snapshot and saga order, from a narrow select of its rows
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from sagacity._grammar import GrammarFinding, Row, SagaGrammar
 from sagacity._operator_signature import OperatorVerifier
 from sagacity._withheld import ERASURE_EVENT, DataAccount
+from sagacity.chain._grammar import GrammarFinding, Row, SagaGrammar
 from sagacity.consumers.archive._reasons import AuditReason
 
 _NONE: Mapping[str, str] = MappingProxyType({})

@@ -7,7 +7,7 @@ link to the round before, and an RFC 9162 consistency proof from the last round 
 recorded, before recording it.  Other auditors' records (peers) and a witness are compared with
 its own, so two different histories shown to two auditors are caught
 (docs/adr/0015-round-log.md).  The sagas each newly recorded round signed are read against the
-saga grammar (:mod:`sagacity._grammar`): a round that signs an impossible story is an alert
+saga grammar (:mod:`sagacity.chain._grammar`): a round that signs an impossible story is an alert
 named after the finding (``grammar:*``), as ``verify`` names it, and one holding an ``ERASED``
 no pinned operator key signed is a ``forged_erasure`` alert; such an ``ERASED`` does not
 record an erasure either (``erasure_unrecorded``, docs/adr/0027-operator-signatures.md).
@@ -28,9 +28,11 @@ from typing import Any
 
 import psycopg
 
-from sagacity._grammar import GrammarRule
 from sagacity._operator_signature import OperatorVerifier
 from sagacity._withheld import FORGED_ERASURE
+from sagacity.chain import BreakReason
+from sagacity.chain._acceptance import ForkKind
+from sagacity.chain._grammar import GrammarRule
 from sagacity.consumers.archive._checkpoints import (
     FIRST_PREV_ROOT,
     LOG_ROUND_FORMAT,
@@ -56,13 +58,13 @@ from sagacity.errors import AuditorStateError, RoundLogError
 class AlertReason(enum.StrEnum):
     """Why an auditor raises an alert."""
 
-    FORK = "fork"
+    FORK = ForkKind.FORK.value
     """A round differs from the one recorded (by this auditor, a peer or the witness)."""
     ROLLBACK = "rollback"
     """The archive no longer holds a round recorded earlier."""
     INCONSISTENT = "inconsistent"
     """A round's log does not extend the last one recorded (no consistency proof)."""
-    BROKEN_LINK = "broken_link"
+    BROKEN_LINK = BreakReason.BROKEN_LINK.value
     """A round's previous root is not the root of the round before it."""
     BAD_SIGNATURE = "bad_signature"
     """A round's signature does not verify."""
@@ -74,7 +76,7 @@ class AlertReason(enum.StrEnum):
     FORGED_ERASURE = FORGED_ERASURE
     """A round signed a saga whose chain holds an ``ERASED`` no pinned operator key signed
     (docs/adr/0027-operator-signatures.md)."""
-    # A round signed a saga whose chain tells an impossible story (sagacity._grammar).
+    # A round signed a saga whose chain tells an impossible story (sagacity.chain._grammar).
     REF_FORWARD = GrammarRule.REF_FORWARD.value
     EXECUTED_WITHOUT_INTENT = GrammarRule.EXECUTED_WITHOUT_INTENT.value
     GATED_WITHOUT_REQUEST = GrammarRule.GATED_WITHOUT_REQUEST.value

@@ -667,9 +667,9 @@ GRAMMAR_RULES = (
     "grammar:erased_while_live",
     "grammar:replay_of_no_effect",
 )
-"""The impossible stories a chain may tell: a copy of ``sagacity._grammar`` (this file imports
-nothing of the product); the product's conformance suite runs both over the same vectors
-(``tests/vectors/grammar-v1.json``)."""
+"""The impossible stories a chain may tell: a copy of ``sagacity.chain._grammar`` (this file
+imports nothing of the product); the product's conformance suite runs both over the same
+vectors (``tests/vectors/grammar-v1.json``)."""
 
 _QUIET_ENDS = ("COMPLETED", "COMPENSATED", "REJECTED", "EXPIRED")
 _CAUSE_KEEPING_ENDS = ("COMPENSATION_PENDING", "COMPENSATION_FAILED")

@@ -8,7 +8,7 @@
 //! `entry.rs`: the same for a form-1 draft, its `JournalEntry` made here too
 //! (`sagacity.schemas._hotpath.link_encoded`).
 //! `verify.rs`: the archive's chain check over a binary `COPY` stream of archived rows
-//! (`sagacity.consumers.archive._fastverify`; docs/adr/0013-compiled-hot-path.md).
+//! (`sagacity.chain._fastverify`; docs/adr/0013-compiled-hot-path.md).
 //! `audit.rs`: the audit's merge of those verdicts with each saga's checkpoints and head
 //! (`sagacity.consumers.archive._audit`).
 //! `ingest.rs`: the archive's check of one journal message and the row it writes

@@ -4,7 +4,7 @@
 //! `sagacity.chain.verify` gives for the entries those rows hold: the same reason, bad seq,
 //! head and detail.  A row that is not a valid entry (which the reference path would refuse to
 //! build) makes its saga's verdict "refer": the caller judges that saga by the reference path.
-//! `sagacity.consumers.archive._fastverify` holds the Python twin; tests run both on the same
+//! `sagacity.chain._fastverify` holds the Python twin; tests run both on the same
 //! bytes.
 
 use pyo3::exceptions::PyValueError;
@@ -182,15 +182,17 @@ fn skip_ws(data: &[u8], mut i: usize) -> usize {
     i
 }
 
-/// M(attributes) of the canonical form from a flat JSON object of strings (jsonb's text form),
-/// or `None` for anything else (another value type, a duplicate key, invalid text).
-fn attributes_field(data: &[u8], out: &mut Vec<u8>) -> Option<()> {
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// The attribute pairs of a flat JSON object of strings (jsonb's text form), sorted by key as
+/// the canonical form takes them, or `None` for anything else (another value type, a duplicate
+/// key, invalid text).
+fn attribute_pairs(data: &[u8]) -> Option<Pairs> {
     if data == b"{}" {
-        out.extend_from_slice(&0u32.to_be_bytes());
-        return Some(());
+        return Some(Vec::new());
     }
     std::str::from_utf8(data).ok()?;
-    let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut pairs: Pairs = Vec::new();
     let mut i = skip_ws(data, 0);
     if data.get(i) != Some(&b'{') {
         return None;
@@ -232,37 +234,29 @@ fn attributes_field(data: &[u8], out: &mut Vec<u8>) -> Option<()> {
     if pairs.windows(2).any(|w| w[0].0 == w[1].0) {
         return None;
     }
-    out.extend_from_slice(&(pairs.len() as u32).to_be_bytes());
-    for (k, v) in &pairs {
-        field(out, k);
-        field(out, v);
-    }
-    Some(())
+    Some(pairs)
 }
 
-fn field(out: &mut Vec<u8>, data: &[u8]) {
-    out.extend_from_slice(&(data.len() as u32).to_be_bytes());
-    out.extend_from_slice(data);
-}
-
-/// `prev || C(entry)` for a row, or `None` when the row is not a valid entry.
+/// `prev || C(entry)` for a row, written by the crate's one writer of the form
+/// (`crate::canonical_into`), or `None` when the row is not a valid entry.
 fn hash_input(row: &Row, prev: &[u8; 32], out: &mut Vec<u8>) -> Option<()> {
+    let pairs = attribute_pairs(row.attributes)?;
+    let pairs: Vec<(&[u8], &[u8])> = pairs
+        .iter()
+        .map(|(k, v)| (k.as_slice(), v.as_slice()))
+        .collect();
     out.clear();
     out.extend_from_slice(prev);
-    out.extend_from_slice(b"SGC1");
-    field(out, row.saga);
-    out.extend_from_slice(&8u32.to_be_bytes());
-    out.extend_from_slice(&row.seq.to_be_bytes());
-    field(out, row.kind);
-    for t in row.texts {
-        match t {
-            None => out.extend_from_slice(&[0xff; 4]),
-            Some(d) => field(out, d),
-        }
-    }
-    out.extend_from_slice(&8u32.to_be_bytes());
-    out.extend_from_slice(&row.recorded_at_us.to_be_bytes());
-    attributes_field(row.attributes, out)?;
+    crate::canonical_into(
+        out,
+        1,
+        row.saga,
+        row.seq,
+        row.kind,
+        row.texts,
+        row.recorded_at_us,
+        &pairs,
+    );
     if out.len() - 32 >= u32::MAX as usize {
         return None;
     }
@@ -554,7 +548,7 @@ impl CopyChainVerifier {
         if saga.broken.is_some() || saga.pending.is_some() {
             // Past the first break only malformed rows matter (they send the saga to the
             // reference path, which builds every entry first).
-            if attributes_field(row.attributes, scratch).is_none() {
+            if attribute_pairs(row.attributes).is_none() {
                 saga.refer = true;
             }
             return;
@@ -634,7 +628,7 @@ impl CopyChainVerifier {
             return;
         }
         // A break found without hashing: the row must still be an entry.
-        if attributes_field(row.attributes, scratch).is_none() {
+        if attribute_pairs(row.attributes).is_none() {
             saga.refer = true;
         }
     }

@@ -23,7 +23,6 @@ import psycopg.errors
 from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
-from sagacity._acceptance import QUIET, Refusal, Tail, admit
 from sagacity._decision_signature import DecisionVerifier
 from sagacity._defaults import DEFAULT_TOPIC
 from sagacity._events import JournalEntry, now_micros
@@ -34,6 +33,7 @@ from sagacity._requests import (
     request_input,
     request_states,
 )
+from sagacity.chain._acceptance import QUIET, Refusal, Tail, admit
 from sagacity.errors import DecisionInProgressError, SerializationError
 from sagacity.ports import (
     OPEN_STATES,
@@ -145,7 +145,7 @@ def apply_entry(
     tables; ``None`` when it was accepted (or was already), else why it was refused.
 
     The event is accepted only when it is its saga's next linked event
-    (:func:`sagacity._acceptance.admit` against the tail ``tails`` holds): a duplicate or an
+    (:func:`sagacity.chain._acceptance.admit` against the tail ``tails`` holds): a duplicate or an
     event behind the tail is dropped, anything else is quarantined with its reason and folds
     nothing.  An accepted event moves the tail, is folded into the attention queue and, when
     the core's fold reads it (:func:`sagacity._requests.request_input`), kept; then the saga's

@@ -1,7 +1,7 @@
 """The approvals projection's acceptance state: each saga's tail, and what it refused.
 
 The projection folds the whole topic, so it keeps each saga's accepted tail (seq, hash), not
-its chain, and judges every event with the core's rule (:func:`sagacity._acceptance.admit`)
+its chain, and judges every event with the core's rule (:func:`sagacity.chain._acceptance.admit`)
 before folding it: only the saga's next linked event counts.  Refused events are kept with
 their reason in ``sagacity_approval_quarantine`` (never folded, never shown as a request).
 
@@ -18,8 +18,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import tuple_row
 
-from sagacity._acceptance import Refusal, Tail
 from sagacity._events import JournalEntry
+from sagacity.chain._acceptance import Refusal, Tail
 from sagacity.ports import QuarantinedEvent
 
 SCHEMA = """
@@ -158,7 +158,7 @@ def quarantine(
     position: tuple[int, int] | None,
 ) -> None:
     """Keep a refused event with its reason (once per position of the topic): a
-    :class:`~sagacity._acceptance.Refusal` of the acceptance rule, or a :class:`Fault` of the
+    :class:`~sagacity.chain._acceptance.Refusal` of the acceptance rule, or a :class:`Fault` of the
     message itself."""
     partition, offset = position if position is not None else (None, None)
     conn.execute(

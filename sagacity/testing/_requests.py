@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from sagacity import _attributes as attr
-from sagacity._acceptance import QUIET, Refusal, Tail, admit
 from sagacity._decision_signature import DecisionVerifier
 from sagacity._defaults import DEFAULT_TOPIC
 from sagacity._events import EventType, JournalEntry, now_micros
@@ -25,6 +24,7 @@ from sagacity._requests import (
     request_states,
 )
 from sagacity._result import SagaStatus
+from sagacity.chain._acceptance import QUIET, Refusal, Tail, admit
 from sagacity.ports import OPEN_STATES, AttentionRow, GateStats, QuarantinedEvent, RequestRow
 
 _LEAVES = frozenset(

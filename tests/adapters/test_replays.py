@@ -21,7 +21,7 @@ import json
 from typing import Any, TypedDict
 
 from sagacity import CompensationContext, EventType, Sagacity, compensable, compensation, verify
-from sagacity._grammar import check
+from sagacity.chain._grammar import check
 from sagacity.policy import Policy
 
 E = EventType

@@ -278,6 +278,8 @@ def test_the_cli_imports_public_names_only() -> None:
         ("sagacity", CORE),
         ("sagacity._saga", CORE),
         ("sagacity.chain", CORE),
+        ("sagacity.chain._acceptance", CORE),
+        ("sagacity.chain._fastverify", CORE),
         ("sagacity.ports", PORTS),
         ("sagacity.producer._journal", ADAPTERS),
         ("sagacity.postgres._index", ADAPTERS),

@@ -374,7 +374,7 @@ _AUDIT_IN_ANOTHER_PROCESS = """
 import json, sys
 import psycopg
 from sagacity.consumers.archive import iter_audits
-from sagacity.consumers.archive._fastverify import NATIVE
+from sagacity.chain._fastverify import NATIVE
 with psycopg.connect(sys.argv[1]) as conn:
     found = [repr(a) for a in iter_audits(conn, pinned_keys=[bytes.fromhex(sys.argv[2])])]
 print(json.dumps({"native": NATIVE, "audits": found}))

@@ -16,15 +16,14 @@ import pytest
 from test_fastverify import copy_binary
 
 from sagacity._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
-from sagacity.chain import link
+from sagacity.chain import _fastverify, link
+from sagacity.chain._fastverify import batch_verdict, chain_verifier
 from sagacity.consumers.archive import (
     RetentionAudit,
     SagaAudit,
     _auditstream,
-    _fastverify,
     _judging,
 )
-from sagacity.consumers.archive._fastverify import batch_verdict, chain_verifier
 from sagacity.consumers.archive._reasons import AuditReason
 from sagacity.consumers.archive._roundaudit import RoundAudit
 

@@ -12,13 +12,13 @@ from archive_helpers import as_raw, make_chain
 
 from sagacity._events import GENESIS_HASH, EntryDraft, EventType
 from sagacity.chain import BreakReason, link, verify
+from sagacity.chain._fastverify import NATIVE, chain_verifier
 from sagacity.consumers.archive._chainstream import (
     CHAIN_ORDER,
     chain_rows,
     copy_messages,
     decoded_rows,
 )
-from sagacity.consumers.archive._fastverify import NATIVE, chain_verifier
 from sagacity.consumers.archive._rows import ROW_COLUMNS, entry_of_row
 
 pytestmark = pytest.mark.postgres

@@ -16,9 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sagacity._events import GENESIS_HASH, EntryDraft, EventType
-from sagacity.chain import link, verify
-from sagacity.consumers.archive import _fastverify
-from sagacity.consumers.archive._fastverify import BatchVerdict, chain_verifier
+from sagacity.chain import _fastverify, link, verify
+from sagacity.chain._fastverify import BatchVerdict, chain_verifier
 from sagacity.consumers.archive._rows import entry_of_row
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,8 +21,8 @@ import pytest
 from click.testing import CliRunner
 
 from sagacity import EventType, Sagacity, SagaStatus, verify
-from sagacity._grammar import check
 from sagacity._operator_signature import OperatorSigner, generate_key
+from sagacity.chain._grammar import check
 from sagacity.cli import main
 from tests.compensation.conftest import Lane
 

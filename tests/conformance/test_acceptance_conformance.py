@@ -12,6 +12,7 @@ projection (``admit``), the in-memory request store and the approvals projection
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -19,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from sagacity._acceptance import REGISTRY_KINDS, ForkKind, Tail, admit
 from sagacity._events import JournalEntry
+from sagacity.chain._acceptance import REGISTRY_KINDS, ForkKind, Tail, admit
 from sagacity.postgres import PostgresRequestStore
 from sagacity.producer import SagaRead
 from sagacity.testing import InMemoryRequestStore
@@ -141,6 +142,81 @@ def test_the_approvals_projection_accepts_the_same_chain(name: str, pg_dsn: str)
         if kind not in ("accepted", "duplicate", "stale")
     ]
     assert quarantined == refused
+
+
+ROOT = Path(__file__).resolve().parents[2]
+RULE = "sagacity/chain/_acceptance.py"
+RULE_NAMES = {"judge", "admit", "attributed", "screen"}
+"""The rule's functions a reader calls (:mod:`sagacity.chain._acceptance`)."""
+
+RULE_CALLERS = {
+    # Every function of the product that takes a saga's events through the acceptance rule,
+    # and the reader of this module that runs it over the vectors.  Replay, the resumers, the
+    # compensation service and the read index read through the journal reader.
+    "producer/_reads.py:SagaRead.feed": "journal reader",
+    "sagacity/testing/_requests.py:InMemoryRequestStore.apply_message": "in-memory request store",
+    "sagacity/postgres/_requests.py:apply_entry": "approvals projection (PostgreSQL)",
+}
+
+
+def _product_functions() -> list[tuple[str, ast.AST, set[str]]]:
+    """``file:function``, the function, and the names its module imports from the rule."""
+    out: list[tuple[str, ast.AST, set[str]]] = []
+    for top in ("sagacity", "producer", "consumers", "schemas"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            if any(p.is_symlink() for p in [path, *path.parents] if ROOT in p.parents):
+                continue
+            rel = path.relative_to(ROOT).as_posix()
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            imported = {
+                alias.asname or alias.name
+                for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and node.module == "sagacity.chain._acceptance"
+                for alias in node.names
+                if alias.name in RULE_NAMES
+            }
+            out += [(f"{rel}:{scope}", f, imported) for scope, f in _functions(tree)]
+    return out
+
+
+def _functions(tree: ast.AST, prefix: str = "") -> list[tuple[str, ast.AST]]:
+    out: list[tuple[str, ast.AST]] = []
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.ClassDef):
+            out += _functions(node, f"{prefix}{node.name}.")
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            out.append((f"{prefix}{node.name}", node))
+    return out
+
+
+def test_every_caller_of_the_rule_is_run_here() -> None:
+    """A reader that takes a saga's events through the rule is one of the readers run over the
+    vectors; one that refuses an event with a kind of its own keeps a second rule, which is
+    how a decoy gets in (docs/adr/0025-trust-model.md): it fails here."""
+    callers: set[str] = set()
+    own_rules: set[str] = set()
+    for name, function, imported in _product_functions():
+        if name.startswith(f"{RULE}:"):
+            continue
+        for node in ast.walk(function):
+            if not isinstance(node, ast.Call):
+                continue
+            if isinstance(node.func, ast.Name) and node.func.id in imported:
+                callers.add(name)
+            for keyword in node.keywords:
+                value = keyword.value
+                if (
+                    keyword.arg == "kind"
+                    and isinstance(value, ast.Attribute)
+                    and isinstance(value.value, ast.Name)
+                    and value.value.id == "ForkKind"
+                ):
+                    own_rules.add(name)
+    assert callers == set(RULE_CALLERS)
+    assert own_rules == set()
+    runners = {"journal reader", "in-memory request store", "approvals projection (PostgreSQL)"}
+    assert set(RULE_CALLERS.values()) == runners
+    assert {"journal reader", "in-memory request store"} <= set(READERS)
 
 
 def test_the_vectors_cover_every_refusal_kind() -> None:

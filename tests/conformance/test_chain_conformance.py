@@ -33,6 +33,7 @@ import pytest
 from sagacity import GENESIS_HASH, BreakReason, EntryDraft, JournalEntry, verify
 from sagacity._events import event_type_of
 from sagacity.chain import (
+    _fastverify,
     canonical_bytes,
     canonical_bytes_of,
     canonical_bytes_v2_of,
@@ -40,7 +41,8 @@ from sagacity.chain import (
     hash_of,
     link,
 )
-from sagacity.consumers.archive import _audit, _columncheck, _fastverify, _judging, verify_bundle
+from sagacity.chain._acceptance import ForkKind
+from sagacity.consumers.archive import _audit, _columncheck, _judging, verify_bundle
 from sagacity.consumers.archive._rows import entry_of_row
 from sagacity.errors import SerializationError
 from sagacity.schemas import _hotpath, decode_entry
@@ -313,13 +315,21 @@ WRITER_FUNCTIONS = {
     # below) of this module that runs it over the vectors.
     # The one Python writer: canonical_bytes, canonical_bytes_of and the journal's encoder
     # (schemas._hotpath) all call it.
-    "sagacity/chain.py:canonical_layout": "fields",
-    "sagacity/chain.py:canonical_bytes_v2_of": "v2:fields",
+    "sagacity/chain/_form.py:canonical_layout": "fields",
+    "sagacity/chain/_form.py:canonical_bytes_v2_of": "v2:fields",
     "consumers/archive/verify_bundle.py:canonical_v2": "v2:standalone",
     "consumers/archive/verify_bundle.py:canonical": "standalone",
-    "consumers/archive/_fastverify.py:_Saga.check": "walker:fastverify-python",
     "native/src/lib.rs": "native",
-    "native/src/verify.rs": "walker:fastverify-native",
+}
+
+THE_WRITERS = {
+    # The three writers of the form (issue 33): the Python reference, the compiled one and the
+    # standalone verifier's copy (one file an auditor runs on the standard library alone).
+    # Every other path calls one of them: the column fast path and the journal's encoder the
+    # reference, the compiled walker and codec the crate's ``canonical_into``.
+    "sagacity/chain/_form.py",
+    "native/src/lib.rs",
+    "consumers/archive/verify_bundle.py",
 }
 
 
@@ -397,6 +407,12 @@ def _uses_magic(function: ast.AST) -> bool:
         if isinstance(node, ast.Name) and node.id in ("CANONICAL_MAGIC", "CANONICAL_MAGIC_V2"):
             return True
     return False
+
+
+def test_the_form_has_three_writers() -> None:
+    """A second writer in a language that has one calls it instead (the registry below is
+    what the code holds: ``test_every_writer_of_the_form_is_registered``)."""
+    assert {name.split(":")[0] for name in WRITER_FUNCTIONS} == THE_WRITERS
 
 
 def test_every_writer_of_the_form_is_registered() -> None:
@@ -587,18 +603,21 @@ NATIVE_WALKERS = {"fastverify-native", "audit-native"}
 
 BREAK_NAMERS = {
     # Every function of the product that names a chain break ("broken_link"), and the walker
-    # of this module that runs it (or why none needs to).
-    "sagacity/chain.py:link_break": "reference",
-    "consumers/archive/_fastverify.py:_Saga.check": "fastverify-python",
+    # of this module that runs it (or why none needs to).  Three (issue 33): the reference,
+    # the compiled walker and the standalone verifier's copy; the column fast path's Python
+    # twin, the audit and replay call the reference, the compiled audit the compiled walker.
+    "sagacity/chain/_walk.py:link_break": "reference",
     "consumers/archive/verify_bundle.py:check_link": "standalone",
     "native/src/verify.rs": "fastverify-native",
 }
+THE_WALKERS = {
+    "sagacity/chain/_walk.py",
+    "native/src/verify.rs",
+    "consumers/archive/verify_bundle.py",
+}
 BREAK_NAMERS_ELSEWHERE = {
-    # Walkers whose input is not a stored chain, run by their own suites on a real stack.
-    "consumers/archive/_ingest.py:BatchArchiver._classify": (
-        "ingest: one event against the archived head, in a transaction"
-        " (tests/archive/test_archive_ingest*)"
-    ),
+    # Walkers whose input is not a saga's chain, run by their own suites on a real stack.
+    # (Ingest judges one event against the archived head with the reference's rule.)
     "consumers/archive/_watch.py:_record_new": (
         "the round log's links (prev_root), not a saga's chain (tests/archive/test_round_log*)"
     ),
@@ -696,6 +715,12 @@ def _row_representable(chain: list[dict[str, Any]]) -> bool:
     return True
 
 
+def test_a_chain_has_three_walkers() -> None:
+    """A walker that names a break in a language that has one calls it instead (what the code
+    holds is checked by ``test_every_break_namer_is_registered``)."""
+    assert {name.split(":")[0] for name in BREAK_NAMERS} == THE_WALKERS
+
+
 def test_every_break_namer_is_registered() -> None:
     """Every function naming a chain break is one of the walkers run here."""
     found: set[str] = set()
@@ -728,6 +753,40 @@ def test_one_set_of_reason_codes() -> None:
     assert breaks - {"foreign_saga", "reordered"} <= {r.value for r in QuarantineReason}
     standalone = set(re.findall(r'"([a-z_]+)"', Path(verify_bundle.__file__).read_text()))
     assert breaks <= standalone
+    # The compiled walker names every break; a word it gives that is not one fails where its
+    # verdicts are read (``_fastverify.batch_verdict``: ``BreakReason(word)``) on the vectors.
+    compiled = (ROOT / "native" / "src" / "verify.rs").read_text(encoding="utf-8")
+    assert breaks <= set(re.findall(r'"([a-z_]+)"', compiled))
+
+
+def test_a_break_is_named_in_one_place() -> None:
+    """The words of a chain break (:class:`BreakReason`) and of an event the chain refuses
+    (:class:`ForkKind`, the acceptance rule's) are written once, in ``sagacity/chain/``: every
+    other vocabulary that uses one (the audit's, ingest's quarantine, the auditor's alerts)
+    takes its value from there, so the walkers cannot drift apart by a renamed word.  (The
+    standalone verifier keeps its copy by design; the compiled walker's words are checked by
+    the vectors, its verdicts read through ``BreakReason``.)"""
+    words = {r.value for r in BreakReason} | {k.value for k in ForkKind}
+    written: dict[str, list[str]] = {}
+    for top in ("sagacity", "producer", "consumers", "schemas"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            if any(p.is_symlink() for p in [path, *path.parents] if ROOT in p.parents):
+                continue
+            rel = path.relative_to(ROOT).as_posix()
+            if rel == "consumers/archive/verify_bundle.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not isinstance(node, ast.ClassDef):
+                    continue
+                for statement in node.body:
+                    value = statement.value if isinstance(statement, ast.Assign) else None
+                    if isinstance(value, ast.Constant) and value.value in words:
+                        written.setdefault(value.value, []).append(f"{rel}:{node.name}")
+    assert {word: places for word, places in written.items() if len(places) > 1} == {}
+    assert {place.split(":")[0] for places in written.values() for place in places} == {
+        "sagacity/chain/_walk.py",
+        "sagacity/chain/_acceptance.py",
+    }
 
 
 # --- the standalone verifier as auditors run it ------------------------------------------------

@@ -23,9 +23,9 @@ import pytest
 
 from sagacity import JournalEntry
 from sagacity._ed25519 import key_id_of
+from sagacity.chain import _fastverify
 from sagacity.consumers.archive import (
     _audit,
-    _fastverify,
     _judging,
     _retentionaudit,
     _roundaudit,

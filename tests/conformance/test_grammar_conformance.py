@@ -1,7 +1,7 @@
 """The saga grammar in one place: every reader of what a chain says, run over every case of
 ``tests/vectors/grammar-v1.json`` (docs/adr/0005-saga-core-events.md, docs/adr/0017).
 
-The core module (:mod:`sagacity._grammar`, which ``verify``, ``replay`` and ``audit watch``
+The core module (:mod:`sagacity.chain._grammar`, which ``verify``, ``replay`` and ``audit watch``
 call), the archive's reading of it from rows as ``verify`` selects them (payload digests, an
 end's status only), and the standalone bundle verifier's copy (in-process, and as
 ``python -I verify_bundle.py`` on bundles built from the vectors) must give every case's
@@ -30,9 +30,9 @@ from typing import Any
 import pytest
 
 from sagacity import JournalEntry
-from sagacity._grammar import GrammarRule, check
 from sagacity._operator_signature import OperatorVerifier
 from sagacity._withheld import DataAccount
+from sagacity.chain._grammar import GrammarRule, check
 from sagacity.consumers.archive import AuditReason, verify_bundle
 from sagacity.consumers.archive._story import read_stories
 from sagacity.consumers.archive._watch import AlertReason
@@ -71,7 +71,7 @@ def _data(account: DataAccount) -> tuple[int | None, list[list[Any]]]:
 
 
 def read_core(case: dict[str, Any]) -> Reading:
-    """:func:`sagacity._grammar.check` over the entries, and the core's data account."""
+    """:func:`sagacity.chain._grammar.check` over the entries, and the core's data account."""
     entries = [JournalEntry.from_dict(e) for e in case["events"]]
     findings = check(entries, after_seq=case["after_seq"])
     accounts = []
@@ -154,7 +154,7 @@ READERS: dict[str, Callable[[dict[str, Any]], Reading]] = {
 GRAMMAR_NAMERS = {
     # Every file of the product with a function that names a grammar rule, and the reader of
     # this module that runs it over the vectors.
-    "sagacity/_grammar.py": "core",
+    "sagacity/chain/_grammar.py": "core",
     "consumers/archive/verify_bundle.py": "standalone",
 }
 

@@ -28,8 +28,8 @@ from sagacity import (
     verify,
 )
 from sagacity._effect_calls import Notice
-from sagacity._grammar import check
 from sagacity.chain import committing
+from sagacity.chain._grammar import check
 from sagacity.errors import DeclarationError, SagaExistsError, SagaFailedError
 
 E = EventType

@@ -21,7 +21,7 @@ from sagacity import (
     compensable,
     compensation,
 )
-from sagacity._grammar import GrammarRule, check
+from sagacity.chain._grammar import GrammarRule, check
 from sagacity.errors import ApprovalError, ConstraintViolation
 
 WIRE = '{"amount":"100","to":"alice"}'

@@ -185,3 +185,46 @@ def test_the_sagacity_class_is_pinned() -> None:
         assert (getattr(sagacity.Sagacity, name).__doc__ or "").strip(), f"{name}: no docstring"
     assert members == SAGACITY_MEMBERS
     assert str(inspect.signature(sagacity.Sagacity.__init__)) == SAGACITY_INIT
+
+
+CHAIN_PINNED = [
+    # The public names ``sagacity.chain`` had as one module: the package keeps every one of
+    # them (its rooms, ``sagacity.chain._*``, are private).
+    "CANONICAL_MAGIC",
+    "CANONICAL_MAGIC_V2",
+    "COMMITMENT_MAGIC",
+    "DATA_ATTRIBUTES",
+    "GENESIS_HASH",
+    "SALT_BYTES",
+    "BreakReason",
+    "ChainVerdict",
+    "EntryDraft",
+    "JournalEntry",
+    "SerializationError",
+    "canonical_bytes",
+    "canonical_bytes_of",
+    "canonical_bytes_v2_of",
+    "canonical_layout",
+    "commitment",
+    "committed",
+    "committing",
+    "compute_hash",
+    "framed",
+    "hash_of",
+    "link",
+    "link_break",
+    "payload_sha256",
+    "verify",
+]
+
+
+def test_the_chain_package_keeps_the_chain_modules_public_names() -> None:
+    import sagacity.chain as chain
+
+    assert chain.__all__ == CHAIN_PINNED
+    public = {n for n in vars(chain) if not n.startswith("_") and n != "annotations"}
+    assert public == set(CHAIN_PINNED)
+    for name in CHAIN_PINNED:
+        assert getattr(chain, name) is not None, name
+    assert sagacity.verify is chain.verify
+    assert sagacity.BreakReason is chain.BreakReason

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sagacity import EventType, Sagacity, SagaStatus, verify
-from sagacity._grammar import check
+from sagacity.chain._grammar import check
 from sagacity.errors import SagaExistsError
 from sagacity.producer import KafkaJournal
 

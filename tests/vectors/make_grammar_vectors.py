@@ -4,7 +4,7 @@ stories, each a hash-valid chain (docs/adr/0005-saga-core-events.md, docs/adr/00
 Run ``python tests/vectors/make_grammar_vectors.py`` after changing a case: the output is
 deterministic (fixed times, salts and writer ids).  The valid cases are the flows the product
 journals (each named after the test that journals it); every invalid case breaks one rule.
-``findings`` is every finding of :func:`sagacity._grammar.check`, ``(rule, seq)`` in order.
+``findings`` is every finding of :func:`sagacity.chain._grammar.check`, ``(rule, seq)`` in order.
 Every ``ERASED`` is signed by the vectors' operator key (``operator_public_key``, derived from a
 fixed seed: Ed25519 signatures are deterministic) unless its case says otherwise; ``withheld``
 and ``forged`` are read with that key pinned, ``withheld_unpinned`` and ``forged_unpinned``
@@ -24,10 +24,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sagacity import EntryDraft, JournalEntry
 from sagacity._events import GENESIS_HASH, event_type_of
-from sagacity._grammar import check
 from sagacity._operator_signature import OperatorSigner, OperatorVerifier
 from sagacity._withheld import DataAccount
 from sagacity.chain import committing, link, payload_sha256
+from sagacity.chain._grammar import check
 
 OUT = Path(__file__).with_name("grammar-v1.json")
 BASE_US = 1_764_633_600_000_000

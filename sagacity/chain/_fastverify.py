@@ -39,7 +39,8 @@ from typing import Any, Protocol
 
 from sagacity._events import GENESIS_HASH
 from sagacity._native import native
-from sagacity.chain import BreakReason
+from sagacity.chain._form import canonical_layout
+from sagacity.chain._walk import BreakReason, link_break
 
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 """The first bytes of every binary ``COPY`` stream."""
@@ -48,11 +49,7 @@ _COLUMNS = 12
 _I16 = struct.Struct(">h").unpack_from
 _I32 = struct.Struct(">i").unpack_from
 _I64 = struct.Struct(">q").unpack_from
-_U32 = struct.Struct(">I").pack
-_INT_FIELD = struct.Struct(">Iq").pack
 _HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
-_GENESIS = GENESIS_HASH.encode()
-_NULL_FIELD = b"\xff\xff\xff\xff"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -238,12 +235,13 @@ def _text_ok(data: bytes) -> bool:
     return True
 
 
-def _attributes_field(data: bytes | None) -> bytes | None:
-    """M(attributes) from jsonb's text, or ``None`` when they are not an entry's."""
+def _attribute_items(data: bytes | None) -> list[tuple[bytes, bytes]] | None:
+    """The attribute pairs of jsonb's text, sorted by key as the canonical form takes them, or
+    ``None`` when they are not an entry's."""
     if data is None:
         return None
     if data == b"{}":
-        return b"\x00\x00\x00\x00"
+        return []
     try:
         value = _loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
@@ -259,14 +257,25 @@ def _attributes_field(data: bytes | None) -> bytes | None:
         except UnicodeEncodeError:  # a lone surrogate
             return None
     items.sort()
-    out = [_U32(len(items))]
-    for k, v in items:
-        out += (_U32(len(k)), k, _U32(len(v)), v)
-    return b"".join(out)
+    return items
 
 
 def _prev_ok(prev_hash: bytes | None) -> bool:
     return prev_hash is not None and len(prev_hash) == 64 and _HEX_DIGITS.issuperset(prev_hash)
+
+
+def _not_yet_read(seq: int) -> bool:
+    """A stream's walker has not read what is stored later: a higher seq than expected is a
+    gap until the expected seq turns up (then it was a swap)."""
+    return False
+
+
+def _read_later(seq: int) -> bool:
+    return True
+
+
+# (reason, bad_seq, length, head_seq, head_hash, detail)
+_Break = tuple[str, int, int, int, str, str]
 
 
 class _Saga:
@@ -293,24 +302,13 @@ class _Saga:
         self.events = 0
         self.refer = not _prev_ok(after_hash.encode("utf-8", "surrogatepass"))
         self.prev = b"" if self.refer else bytes.fromhex(after_hash)
-        # (reason, bad_seq, length, head_seq, head_hash, detail)
-        self.broken: tuple[str, int, int, int, str, str] | None = None
-        # (expected, found, length, head_seq, head_hash)
-        self.pending: tuple[int, int, int, int, str] | None = None
+        self.broken: _Break | None = None
+        # A higher seq than expected: (the expected seq, the gap it is, the swap it would be).
+        self.pending: tuple[int, _Break, _Break] | None = None
         self.digests = bytearray()
 
     def verdict(self) -> VerdictTuple:
-        broken = self.broken
-        if self.pending is not None:
-            expected, found, length, head_seq, head_hash = self.pending
-            broken = (
-                BreakReason.GAP.value,
-                expected,
-                length,
-                head_seq,
-                head_hash,
-                f"seq {expected} is missing (found {found})",
-            )
+        broken = self.broken if self.pending is None else self.pending[1]
         if self.refer:
             return (self.id, False, True, self.events, 0, 0, "", None, None, None, b"")
         if broken is None:
@@ -342,103 +340,90 @@ class _Saga:
             bytes(self.digests),
         )
 
-    def fail(self, reason: BreakReason, detail: str) -> None:
+    def _break(self, found: tuple[BreakReason, str]) -> _Break:
         e = self.expected
-        self.broken = (reason.value, e, self.count, e - 1, self.prev_hex, detail)
+        return (found[0].value, e, self.count, e - 1, self.prev_hex, found[1])
 
     def check(self, row: list[bytes | None], seq: int, recorded_at_us: int) -> None:
+        """Walk one row: the reference's rule (:func:`sagacity.chain.link_break`) over the
+        reference's canonical form (:func:`sagacity.chain.canonical_layout`), from the
+        columns; a row that is not a valid entry refers the saga to the reference path."""
         self.events += 1
         saga, _, kind, tool, payload, result, error, actor, attributes, _, prev_hash, digest = row
+        texts = (tool, payload, result, error, actor)
+        if self.refer:
+            return
         if not (
             saga
             and _text_ok(saga)
             and seq >= 1
             and kind
             and _text_ok(kind)
-            and all(t is None or _text_ok(t) for t in (tool, payload, result, error, actor))
+            and all(t is None or _text_ok(t) for t in texts)
+            and prev_hash
             and _prev_ok(prev_hash)
             and digest is not None
         ):
             self.refer = True
-        if self.refer:
             return
-        assert saga is not None
-        assert kind is not None
-        assert prev_hash is not None
-        assert digest is not None
+        items = _attribute_items(attributes)
         try:
-            digest.decode("utf-8")
+            digest_text = digest.decode("utf-8")
         except UnicodeDecodeError:
-            self.refer = True
+            items = None
+        if items is None:
+            self.refer = True  # not an entry's, wherever it stands in the chain
             return
         if self.pending is not None and seq == self.pending[0]:
-            expected, found, length, head_seq, head_hash = self.pending
-            self.pending = None
-            self.broken = (
-                BreakReason.REORDERED.value,
-                expected,
-                length,
-                head_seq,
-                head_hash,
-                f"seq {found} found where seq {expected} was expected "
-                f"(seq {expected} is stored later)",
-            )
+            self.broken, self.pending = self.pending[2], None  # a swap, not a gap
         if self.broken is not None or self.pending is not None:
-            # Past the first break only malformed rows matter.
-            if _attributes_field(attributes) is None:
-                self.refer = True
-            return
+            return  # past the first break only malformed rows matter
         self.count += 1
-        expected = self.expected
-        if saga != self.id_bytes:
-            if not all(0x20 <= b < 0x7F for b in saga):
-                self.refer = True  # Python's repr of such an id is the reference's to write
-                return
-            self.fail(BreakReason.FOREIGN_SAGA, f"entry belongs to saga {saga.decode()!r}")
-        elif expected == 1 and seq == 1 and prev_hash != _GENESIS:
-            self.fail(
-                BreakReason.WRONG_GENESIS,
-                f"seq 1 has previous hash {prev_hash[:16].decode()}…, not the genesis hash",
-            )
-        elif seq > expected:
-            self.pending = (expected, seq, self.count, expected - 1, self.prev_hex)
-        elif seq < expected:
-            self.fail(BreakReason.REORDERED, f"seq {seq} found where seq {expected} was expected")
-        else:
-            mapped = _attributes_field(attributes)
-            if mapped is None:
-                self.refer = True
-                return
-            canonical = b"".join(
-                (
-                    b"SGC1",
-                    _U32(len(saga)),
-                    saga,
-                    _INT_FIELD(8, seq),
-                    _U32(len(kind)),
-                    kind,
-                    *(
-                        _NULL_FIELD if t is None else _U32(len(t)) + t
-                        for t in (tool, payload, result, error, actor)
-                    ),
-                    _INT_FIELD(8, recorded_at_us),
-                    mapped,
-                )
-            )
-            raw = hashlib.sha256(bytes.fromhex(prev_hash.decode()) + canonical).digest()
-            hexed = raw.hex()
-            if hexed.encode() != digest:
-                self.fail(BreakReason.EDITED, "content does not match its recorded hash")
-            elif prev_hash.decode() != self.prev_hex:
-                self.fail(BreakReason.BROKEN_LINK, "previous hash is not the preceding entry's")
-            else:
-                self.prev = raw
-                self.digests += raw
-                self.prev_hex = hexed
-                self.expected += 1
+        if saga != self.id_bytes and not all(0x20 <= b < 0x7F for b in saga):
+            self.refer = True  # Python's repr of such an id is the reference's to write
             return
-        if _attributes_field(attributes) is None:
-            self.refer = True
+        prev_text = prev_hash.decode()
+        digests: list[bytes] = []
+
+        def recompute() -> str:
+            hashed = canonical_layout(
+                saga, seq, kind, *texts, recorded_at_us, items, bytes.fromhex(prev_text)
+            )
+            digests.append(hashlib.sha256(hashed).digest())
+            return digests[-1].hex()
+
+        found = link_break(
+            saga_id=self.id,
+            expected_seq=self.expected,
+            prev_hash=self.prev_hex,
+            entry_saga_id=saga.decode(),
+            entry_seq=seq,
+            entry_prev_hash=prev_text,
+            entry_hash=digest_text,
+            recompute=recompute,
+            stored_later=_not_yet_read,
+        )
+        if found is None:
+            self.prev = digests[-1]
+            self.digests += self.prev
+            self.prev_hex = digest_text
+            self.expected += 1
+        elif found[0] is BreakReason.GAP:
+            swap = link_break(
+                saga_id=self.id,
+                expected_seq=self.expected,
+                prev_hash=self.prev_hex,
+                entry_saga_id=saga.decode(),
+                entry_seq=seq,
+                entry_prev_hash=prev_text,
+                entry_hash=digest_text,
+                recompute=recompute,
+                stored_later=_read_later,
+            )
+            assert swap is not None
+            self.pending = (self.expected, self._break(found), self._break(swap))
+        else:
+            self.broken = self._break(found)
 
 
 class PyCopyChainVerifier:

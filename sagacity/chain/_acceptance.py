@@ -23,7 +23,7 @@ from sagacity import _attributes as attr
 from sagacity._events import GENESIS_HASH, JournalEntry
 from sagacity._writer_roles import SagaWriters, writer_refusal
 from sagacity._writer_signature import WriterRegistry
-from sagacity.chain import compute_hash
+from sagacity.chain import BreakReason, compute_hash
 from sagacity.errors import SerializationError
 
 
@@ -34,8 +34,8 @@ class ForkKind(enum.StrEnum):
     """A different event at a seq already taken, or one that does not extend the tail."""
     DUPLICATE = "duplicate"
     """The same event (same hash) as one already accepted."""
-    EDITED = "edited"
-    """Its content does not hash to its recorded hash."""
+    EDITED = BreakReason.EDITED.value
+    """Its content does not hash to its recorded hash (the chain's word for it)."""
     FOREIGN = "foreign"
     """Its body names another saga than its key."""
     WRONG_PARTITION = "wrong_partition"
