@@ -199,7 +199,7 @@ class ErasureAudit:
 
 
 KEY_TABLE = "sagacity_data_keys"
-"""The key store's table (:mod:`sagacity.keystore_postgres`), read when it is in the same
+"""The key store's table (:mod:`sagacity.postgres._keys`), read when it is in the same
 schema as the archive."""
 
 

@@ -38,7 +38,7 @@ from sagacity.consumers.archive._erasure import archived_count
 from sagacity.consumers.compensation import pending_request
 from sagacity.consumers.erasure._ended import after_end
 from sagacity.errors import ErasureRefusedError
-from sagacity.keystore_postgres import PostgresKeyStore
+from sagacity.postgres import PostgresKeyStore
 from sagacity.postgres._erasure import (
     ServiceCopies,
     clear_service_copies,

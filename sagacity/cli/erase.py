@@ -99,7 +99,7 @@ def erase(
     from sagacity._env import kafka_journal, kafka_settings_from_env, key_service_from_env
     from sagacity._operator_signature import verifier_from_env, verifier_with
     from sagacity.consumers.erasure import apply_erasure, plan_erasure
-    from sagacity.keystore_postgres import PostgresKeyStore
+    from sagacity.postgres import PostgresKeyStore
 
     if not reason.strip():
         raise click.UsageError("--reason must not be empty")

@@ -31,7 +31,7 @@ from sagacity._operator_signature import generate_key as generate_operator_key
 from sagacity.cli import main
 from sagacity.consumers.archive import migrate
 from sagacity.consumers.compensation import CompensationService, CompensationSettings
-from sagacity.keystore_postgres import PostgresKeyStore
+from sagacity.postgres import PostgresKeyStore
 from sagacity.producer import KafkaJournal
 
 from ._process import REPO

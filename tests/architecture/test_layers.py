@@ -32,6 +32,10 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {
     # The named exception: Sagacity.from_env() delegates to the composition root (a lazy
     # import inside the method, so the core imports without the Kafka client).
     ("sagacity._saga", COMPOSITION_ROOT): "Sagacity.from_env delegates to the composition root",
+    # The key service seals and opens with the keys of the key store's port: the port is
+    # declared with the others in sagacity.ports (its adapters below the services), and the
+    # service, a core rule over it (one key per saga, erasure, rotation), reads its types.
+    ("sagacity._keys", "sagacity.ports"): "the key service is written against the KeyStore port",
 }
 
 # Private modules of other packages the CLI may import, each with its reason.

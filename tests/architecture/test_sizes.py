@@ -42,11 +42,6 @@ MODULES_ALLOWED: dict[str, tuple[int, str]] = {
         "alone (docs/adr/0006), so it cannot be split into modules; it grew by its copy of the "
         "grammar's rule for REPLAYED (docs/adr/0026)",
     ),
-    "sagacity/ports.py": (
-        612,
-        "every port and its values in one module (ADR 0021); the composition-root step of "
-        "issue 33 moves the key store's port here and splits it by port",
-    ),
     "sagacity/postgres/_requests.py": (
         622,
         "the request store's tables, fold storage and decision transaction; the unit of work "

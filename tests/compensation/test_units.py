@@ -195,9 +195,10 @@ def test_the_service_loads_a_tool_that_redacts_when_it_holds_a_key_service() -> 
     import os
 
     from sagacity._envelope import KeyEncryptionKey, KeyRing
-    from sagacity._keys import InMemoryKeyStore, KeyService
+    from sagacity._keys import KeyService
     from sagacity.consumers.compensation import CompensationService, CompensationSettings
     from sagacity.errors import ConfigurationError
+    from sagacity.testing import InMemoryKeyStore
 
     settings = CompensationSettings(
         bootstrap_servers="127.0.0.1:9",

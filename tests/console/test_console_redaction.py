@@ -35,7 +35,7 @@ from sagacity.chain import payload_sha256
 from sagacity.consumers.approvals import ApprovalsServer
 from sagacity.errors import PayloadMismatchError
 from sagacity.keys import KEK_SETTING, KeyRing, KeyService, write_key_encryption_key
-from sagacity.keystore_postgres import PostgresKeyStore
+from sagacity.postgres import PostgresKeyStore
 from sagacity.producer import KafkaJournal
 from tests.console.conftest import (
     World,

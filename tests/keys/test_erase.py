@@ -26,8 +26,7 @@ from sagacity._operator_signature import OperatorSigner
 from sagacity._operator_signature import generate_key as generate_operator_key
 from sagacity.cli import main
 from sagacity.consumers.archive import BatchArchiver, RawEvent, migrate
-from sagacity.keystore_postgres import PostgresKeyStore
-from sagacity.postgres import PostgresClaimStore, PostgresRequestStore
+from sagacity.postgres import PostgresClaimStore, PostgresKeyStore, PostgresRequestStore
 from sagacity.producer import KafkaJournal
 from sagacity.schemas import decode_entry
 
