@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -54,6 +55,7 @@ __all__ = [
     "KeyStore",
     "QuarantinedEvent",
     "RefusedMessage",
+    "RequestDecision",
     "RequestRow",
     "RequestStore",
     "RowState",
@@ -292,6 +294,36 @@ class AttentionRow:
     ended_seq: int
 
 
+class RequestDecision(Protocol):
+    """One decision's unit of work on a request store (:meth:`RequestStore.deciding`).
+
+    What it locks stays locked, and what it folds is kept, until the unit ends: the approvals
+    service holds a request's lock while the core decides from the chain and appends to it,
+    then folds what was journaled before another decider may look.  The Postgres store runs
+    the unit in one transaction (its locks the saga's advisory lock and the row's).
+    """
+
+    def get(self, saga_id: str, seq: int, *, lock: bool = False) -> RequestRow | None:
+        """The request's row; ``lock`` first takes the saga's and the request's lock for the
+        unit, waiting up to the unit's lock timeout.
+
+        Raises:
+            DecisionInProgressError: another unit holds the lock past the timeout.
+        """
+        ...
+
+    def lock_open(self, saga_id: str, seq: int) -> bool:
+        """Take the saga's and the open request's lock for the unit without waiting;
+        ``False`` when another unit holds either, or the request is not open."""
+        ...
+
+    def fold(self, saga_id: str, entries: Sequence[JournalEntry]) -> None:
+        """Fold ``entries``, the saga's chain as the journal's reader accepted it (from its
+        first event), in the unit: what the store holds already is skipped, the rest judged by
+        the acceptance rule and folded as :meth:`RequestStore.apply` folds."""
+        ...
+
+
 @runtime_checkable
 class RequestStore(Protocol):
     """Approval requests of one journal topic, folded from its events; never evidence.
@@ -307,8 +339,9 @@ class RequestStore(Protocol):
     saga whose run ends ``COMPENSATION_FAILED`` enters the attention queue until a later run
     ends in another final status.
 
-    A store may offer more (the Postgres one: transactions holding a request's row lock, and
-    the consumer's position written in the same transaction as the rows).
+    A decision runs in a unit of work (:meth:`deciding`) that holds the request's lock.  A
+    store may offer more (the Postgres one: the consumer's position written in the same
+    transaction as the rows).
     """
 
     topic: str
@@ -376,4 +409,16 @@ class RequestStore(Protocol):
 
     def attention(self, *, limit: int = 500) -> list[AttentionRow]:
         """Sagas whose last run ended ``COMPENSATION_FAILED``, oldest first."""
+        ...
+
+    def deciding(
+        self, *, lock_timeout_s: float | None = None
+    ) -> AbstractContextManager[RequestDecision]:
+        """A unit of work for one decision (:class:`RequestDecision`): its locks are released
+        and its folds kept when the block ends; ``lock_timeout_s`` bounds how long a locking
+        :meth:`RequestDecision.get` waits (``None``: the store's default).
+
+        Raises:
+            PersistenceError: the store failed (the Postgres unit then keeps nothing).
+        """
         ...

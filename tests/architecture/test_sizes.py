@@ -43,9 +43,9 @@ MODULES_ALLOWED: dict[str, tuple[int, str]] = {
         "grammar's rule for REPLAYED (docs/adr/0026)",
     ),
     "sagacity/postgres/_requests.py": (
-        622,
-        "the request store's tables, fold storage and decision transaction; the unit of work "
-        "of issue 33 (composition root) reshapes it",
+        606,
+        "the request store's tables, fold storage and reads; its decision's unit of work is "
+        "in _decision.py, the fold storage (apply_entry) is the next cut",
     ),
     "producer/_journal.py": (
         796,
