@@ -15,6 +15,8 @@ re-exported here.  One module per port; every name is exported here.
 * :class:`KeyStore`: the per-saga data keys, wrapped (:mod:`._keys`, docs/adr/0019-erasure.md).
 * :class:`RequestStore`: the approvals service's view of requests folded from the journal
   (here).
+* :class:`Dependencies`: every dependency a service is handed, built by the composition root
+  (:mod:`._dependencies`, :mod:`sagacity.compose`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from sagacity._events import JournalEntry
 from sagacity._requests import RequestState, RequestStatus
 from sagacity.journal import ApprovalRequest, ConditionalJournal, Journal
 from sagacity.ports._claims import Claim, ClaimStatus, ClaimStore, check_claim_key
+from sagacity.ports._dependencies import ClaimStores, Dependencies
 from sagacity.ports._index import (
     IndexedEvent,
     IndexedPartition,
@@ -46,7 +49,9 @@ __all__ = [
     "Claim",
     "ClaimStatus",
     "ClaimStore",
+    "ClaimStores",
     "ConditionalJournal",
+    "Dependencies",
     "GateStats",
     "IndexedEvent",
     "IndexedPartition",

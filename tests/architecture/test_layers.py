@@ -4,8 +4,9 @@ Every module of the installed tree is read with ``ast`` — the ``sagacity/produ
 ``sagacity/consumers`` and ``sagacity/schemas`` links followed, so their modules carry the names
 they are imported by — and every import is checked: at module level, inside functions (lazy),
 under ``TYPE_CHECKING``, and ``importlib.import_module("literal")``.  The composition root,
-``sagacity._env``, is the one module allowed to import both the Kafka and the Postgres
-adapters, and the core's ``Sagacity.from_env`` the one core function allowed to import it.
+``sagacity._env`` (the journal from ``SAGACITY_*``) and ``sagacity.compose`` (each service's
+dependencies), is the one place allowed to import both the Kafka and the Postgres adapters,
+and the core's ``Sagacity.from_env`` the one core function allowed to import it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ PACKAGE = ROOT / "sagacity"
 CORE, PORTS, ADAPTERS, ROOT_LAYER, SERVICES, CLI = range(6)
 LAYER_NAMES = ("core", "ports", "adapters", "composition root", "services", "CLI")
 COMPOSITION_ROOT = "sagacity._env"
+COMPOSE = "sagacity.compose"
+ROOT_MODULES = (COMPOSITION_ROOT, COMPOSE)
 
 # Edges that go against the order, each with the reason it is allowed (importer, imported).
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {
@@ -65,7 +68,7 @@ POSTGRES = ("psycopg", "psycopg_pool", "sagacity.postgres")
 
 def layer_of(module: str) -> int:
     """The layer ``module`` (a dotted name under ``sagacity``) belongs to."""
-    if module == COMPOSITION_ROOT:
+    if module in ROOT_MODULES:
         return ROOT_LAYER
     parts = module.split(".")
     second = parts[1] if len(parts) > 1 else ""
@@ -189,7 +192,7 @@ def test_every_allowed_upward_edge_still_exists() -> None:
 def test_the_composition_root_is_the_only_module_importing_kafka_and_postgres() -> None:
     both = []
     for module, path in sorted(MODULES.items()):
-        if module == COMPOSITION_ROOT or layer_of(module) > ADAPTERS:
+        if module in ROOT_MODULES or layer_of(module) > ADAPTERS:
             continue
         targets = {imp.target for imp in _imports(module, path)}
         kafka = any(_within(t, KAFKA) for t in targets)
@@ -287,6 +290,7 @@ def test_the_cli_imports_public_names_only() -> None:
         ("sagacity.postgres._index", ADAPTERS),
         ("sagacity.adapters.langchain", ADAPTERS),
         ("sagacity._env", ROOT_LAYER),
+        ("sagacity.compose", ROOT_LAYER),
         ("sagacity.consumers.archive._service", SERVICES),
         ("sagacity.cli.serve", CLI),
         ("sagacity.demo", CLI),
