@@ -15,6 +15,7 @@ re-exported here.  One module per port; every name is exported here.
 * :class:`KeyStore`: the per-saga data keys, wrapped (:mod:`._keys`, docs/adr/0019-erasure.md).
 * :class:`RequestStore`: the approvals service's view of requests folded from the journal
   (here).
+* :class:`ErasableArchive`: the archive's side of an erasure (:mod:`._erasure`).
 * :class:`Dependencies`: every dependency a service is handed, built by the composition root
   (:mod:`._dependencies`, :mod:`sagacity.compose`).
 """
@@ -33,6 +34,7 @@ from sagacity._requests import RequestState, RequestStatus
 from sagacity.journal import ApprovalRequest, ConditionalJournal, Journal
 from sagacity.ports._claims import Claim, ClaimStatus, ClaimStore, check_claim_key
 from sagacity.ports._dependencies import ClaimStores, Dependencies
+from sagacity.ports._erasure import ArchiveErasure, ErasableArchive
 from sagacity.ports._index import (
     IndexedEvent,
     IndexedPartition,
@@ -45,6 +47,7 @@ from sagacity.ports._keys import KeyStore, StoredKey
 __all__ = [
     "OPEN_STATES",
     "ApprovalRequest",
+    "ArchiveErasure",
     "AttentionRow",
     "Claim",
     "ClaimStatus",
@@ -52,6 +55,7 @@ __all__ = [
     "ClaimStores",
     "ConditionalJournal",
     "Dependencies",
+    "ErasableArchive",
     "GateStats",
     "IndexedEvent",
     "IndexedPartition",
