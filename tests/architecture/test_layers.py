@@ -298,3 +298,128 @@ def test_the_cli_imports_public_names_only() -> None:
 )
 def test_layers_are_named_as_documented(module: str, expected: int) -> None:
     assert layer_of(module) == expected
+
+
+# --- services: handed their ports, never wiring themselves (issue 33) ----------------------
+SHARED_RUNTIME = "sagacity.consumers"
+"""The services' shared runtime (``consumers/_runtime.py`` and its helpers, ADR 0023): the
+package root and its private modules, which every service runs on."""
+
+
+def service_of(module: str) -> str:
+    """The service package ``module`` belongs to (``sagacity.consumers.<name>``), or the
+    shared runtime."""
+    parts = module.split(".")
+    if len(parts) > 2 and not parts[2].startswith("_"):
+        return ".".join(parts[:3])
+    return SHARED_RUNTIME
+
+
+# A service that reads another service's data, each with its reason (importer, imported).
+SERVICE_TO_SERVICE_ALLOWED: dict[tuple[str, str], str] = {
+    ("sagacity.consumers.approvals", "sagacity.consumers.archive"): (
+        "the console shows the archive's audit verdict and serves its audit bundle through "
+        "the archive's public export_bundle; not yet a port of the bundle"
+    ),
+}
+
+_ARCHIVE = (
+    "the archive is the Postgres archive: its tables' schema, rows and errors "
+    "(sagacity.postgres) and its readers of the topic (the partitioner, the chain reader, "
+    "the Kafka clients) are its own work, not a store behind a port"
+)
+_RUNTIME = "the shared consumer runtime is a Kafka consumer (ADR 0023): its clients' logging"
+_APPROVALS = (
+    "the request consumer and the console run their own transactions on the request store's "
+    "tables (positions with the rows, sessions, notifications): not yet behind the port"
+)
+_COMPENSATION = (
+    "the compensation service's worker journals are Kafka journals (their identity, "
+    "forget, lease) and it decodes the topic's messages with their sealed fields"
+)
+_ERASURE = (
+    "an erasure clears the services' tables under their erasure lock and reads the chain "
+    "with the Kafka journal; not yet behind ports"
+)
+
+# Adapter modules (a package or one private module) a service imports, each with its reason.
+# The entries only go: a new edge fails, an edge no longer there fails until removed.
+SERVICE_ADAPTERS_ALLOWED: dict[tuple[str, str], str] = {
+    (SHARED_RUNTIME, "sagacity.producer._clients"): _RUNTIME,
+    (SHARED_RUNTIME, "sagacity.producer._denied"): _RUNTIME,
+    ("sagacity.consumers.approvals", "sagacity.postgres"): _APPROVALS,
+    ("sagacity.consumers.approvals", "sagacity.postgres._requests"): _APPROVALS,
+    ("sagacity.consumers.approvals", "sagacity.postgres._requests_schema"): _APPROVALS,
+    ("sagacity.consumers.approvals", "sagacity.postgres._tails"): _APPROVALS,
+    ("sagacity.consumers.approvals", "sagacity.producer"): _APPROVALS,
+    ("sagacity.consumers.approvals", "sagacity.schemas"): "the request consumer decodes messages",
+    ("sagacity.consumers.approvals", "sagacity.schemas._codec"): "the decoder of one message",
+    ("sagacity.consumers.archive", "sagacity.postgres._archive"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.postgres._archive_schema"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.postgres._connect"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.postgres._errors"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.postgres._rows"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.postgres._statistics"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.producer"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.producer._clients"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.producer._denied"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.producer._partition"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.producer._reader"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.schemas"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.schemas._codec"): _ARCHIVE,
+    ("sagacity.consumers.compensation", "sagacity.producer"): _COMPENSATION,
+    ("sagacity.consumers.compensation", "sagacity.producer._clients"): _COMPENSATION,
+    ("sagacity.consumers.compensation", "sagacity.producer._reader"): _COMPENSATION,
+    ("sagacity.consumers.compensation", "sagacity.schemas"): _COMPENSATION,
+    ("sagacity.consumers.compensation", "sagacity.schemas._sealed"): _COMPENSATION,
+    ("sagacity.consumers.erasure", "sagacity.postgres"): _ERASURE,
+    ("sagacity.consumers.erasure", "sagacity.postgres._erasure"): _ERASURE,
+    ("sagacity.consumers.erasure", "sagacity.postgres._statistics"): _ERASURE,
+    ("sagacity.consumers.erasure", "sagacity.producer"): _ERASURE,
+    ("sagacity.consumers.erasure", "sagacity.producer._reader"): _ERASURE,
+}
+
+SERVICE_EDGES = [(m, i, t) for m, i, t in EDGES if layer_of(m) == SERVICES]
+
+
+def test_no_service_imports_the_composition_root() -> None:
+    """A service is handed its dependencies (sagacity.ports.Dependencies); it never builds
+    them from the environment itself."""
+    wired = [f"{m}:{i.line} {t}" for m, i, t in SERVICE_EDGES if layer_of(t) == ROOT_LAYER]
+    assert wired == []
+
+
+def test_no_service_imports_another_service() -> None:
+    crossing = {
+        (service_of(m), service_of(t)): f"{m}:{i.line} {t}"
+        for m, i, t in SERVICE_EDGES
+        if layer_of(t) == SERVICES and service_of(t) not in (service_of(m), SHARED_RUNTIME)
+    }
+    assert {k: v for k, v in crossing.items() if k not in SERVICE_TO_SERVICE_ALLOWED} == {}
+    assert set(SERVICE_TO_SERVICE_ALLOWED) <= set(crossing), "remove the entries no longer needed"
+    private = [
+        f"{m}:{i.line} {t}"
+        for m, i, t in SERVICE_EDGES
+        if layer_of(t) == SERVICES
+        and service_of(t) not in (service_of(m), SHARED_RUNTIME)
+        and _private(t.removeprefix(service_of(t)))
+    ]
+    assert private == [], "a service reads another one through its public names only"
+
+
+def test_services_import_no_adapter_beyond_the_named_ones() -> None:
+    """Services take ports; the adapters they still import are named, each with its reason,
+    and the list only shrinks."""
+    found = {
+        (service_of(m), t): f"{m}:{i.line}" for m, i, t in SERVICE_EDGES if layer_of(t) == ADAPTERS
+    }
+    assert {k: v for k, v in found.items() if k not in SERVICE_ADAPTERS_ALLOWED} == {}
+    assert set(SERVICE_ADAPTERS_ALLOWED) <= set(found), "remove the entries no longer needed"
+
+
+def test_services_import_public_names_of_the_ports_and_the_testing_fakes_only() -> None:
+    """What a service takes from the ports layer it takes by the package's public names."""
+    private = [
+        f"{m}:{i.line} {t}" for m, i, t in SERVICE_EDGES if layer_of(t) == PORTS and _private(t)
+    ]
+    assert private == []
