@@ -29,6 +29,7 @@ __all__ = [
     "Dependencies",
     "approvals",
     "approvals_of",
+    "archive",
     "client_settings",
     "compensation",
     "compensation_of",
@@ -66,6 +67,12 @@ def _claims(database_url: str, *, instance: str, journal: str) -> ClaimStore:
 
 def _index(settings: ReadIndexSettings) -> SagaIndex | None:
     return read_index(settings)
+
+
+def archive(*, keys: KeyService | None = None) -> Dependencies:
+    """The archive service's dependencies: the key service that opens sealed events (the
+    archive's own tables are its work, reached through its settings)."""
+    return Dependencies(keys=keys)
 
 
 def compensation(
