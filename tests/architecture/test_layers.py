@@ -423,3 +423,40 @@ def test_services_import_public_names_of_the_ports_and_the_testing_fakes_only() 
         f"{m}:{i.line} {t}" for m, i, t in SERVICE_EDGES if layer_of(t) == PORTS and _private(t)
     ]
     assert private == []
+
+
+# Modules that open a PostgreSQL connection of their own, each with its reason; everything
+# else reaches the database through sagacity.postgres.connect (its one error rule).
+OWN_CONNECTIONS_ALLOWED: dict[str, str] = {
+    "sagacity.postgres._connect": "the plumbing itself",
+    "sagacity.dev.postgres": "the development stack's administrator, creating the database",
+    "sagacity.demo.tools": "the demo's tools are an application's own code, shown as written",
+    "sagacity.demo._scenarios": "the demo reads its own application's table, as a user would",
+}
+
+
+def _opens_a_connection(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "connect"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "psycopg"
+    )
+
+
+def test_postgres_is_reached_through_the_one_plumbing() -> None:
+    found = {
+        f"{module}:{node.lineno}"
+        for module, path in sorted(MODULES.items())
+        if module not in OWN_CONNECTIONS_ALLOWED
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if _opens_a_connection(node)
+    }
+    assert found == set()
+    used = {
+        module
+        for module, path in MODULES.items()
+        if any(map(_opens_a_connection, ast.walk(ast.parse(path.read_text(encoding="utf-8")))))
+    }
+    assert set(OWN_CONNECTIONS_ALLOWED) <= used, "remove the entries no longer needed"
