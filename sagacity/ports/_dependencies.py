@@ -40,11 +40,11 @@ class Dependencies:
 
     Attributes:
         journal: the shared journal (its reader included); the receiver closes it.
-        journals: makes a journal of the service's own (one per worker thread: each has its
-            own reader, so reads run in parallel); the receiver closes what it makes.
         claims: makes the claim store of a journal (:class:`ClaimStores`).
         keys: the key service that seals and opens the journal's fields (``None``: the data
-            travels in clear, as the composition root allowed); the receiver closes it.
+            travels in clear, as the composition root allowed); the approvals server closes
+            the one it is handed, the compensation and archive services leave it to the
+            command that made it.
         read_index: makes the read index a new journal reads archived prefixes through
             (``None``: the journal scans its topic).
         client: settings of the journal's transport (librdkafka's, from
@@ -52,7 +52,6 @@ class Dependencies:
     """
 
     journal: Journal | None = None
-    journals: Callable[[], Journal] | None = None
     claims: ClaimStores | None = None
     keys: KeyService | None = None
     read_index: Callable[[], SagaIndex | None] = _no_index
