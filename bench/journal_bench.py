@@ -50,7 +50,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # NewTopic: n
 from sagacity import EntryDraft, EventType
 from sagacity._codec import check_json_payload
 from sagacity.chain import link
-from sagacity.keys import KeyRing, KeyService, KeyStore, write_key_encryption_key
+from sagacity.keys import KeyRing, KeyService, write_key_encryption_key
+from sagacity.ports import KeyStore
 from sagacity.producer import KafkaJournal, partition_for
 from sagacity.schemas import current_schema, encode_entry
 from sagacity.schemas._hotpath import NATIVE, link_encoded
@@ -389,13 +390,13 @@ def _key_service(scratch: Path) -> Any:
     kek = write_key_encryption_key(scratch / "bench.kek")
     url = os.environ.get("SAGACITY_DATABASE_URL")
     if not url:
-        from sagacity._keys import InMemoryKeyStore
+        from sagacity.testing import InMemoryKeyStore
 
         yield KeyService(InMemoryKeyStore(), KeyRing((kek,))), "in memory"
         return
     import psycopg
 
-    from sagacity.keystore_postgres import PostgresKeyStore
+    from sagacity.postgres import PostgresKeyStore
 
     schema = f"bench_keys_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(url, autocommit=True) as conn:

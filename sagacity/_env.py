@@ -331,7 +331,7 @@ def key_service_from_env(environ: Mapping[str, str] | None = None) -> KeyService
     value = env.get(KEK_SETTING, "").strip()
     if not value:
         return None
-    KeyRing.from_setting(value)  # a bad file is named before a missing database
+    keyring = KeyRing.from_setting(value)  # a bad file is named before a missing database
     ttl = key_cache_ttl(env.get(KEY_CACHE_TTL_SETTING))
     url = env.get("SAGACITY_DATABASE_URL", "").strip()
     if not url:
@@ -339,9 +339,25 @@ def key_service_from_env(environ: Mapping[str, str] | None = None) -> KeyService
             f"{KEK_SETTING} is set: SAGACITY_DATABASE_URL must name the database holding the "
             "data keys"
         )
-    from sagacity.keystore_postgres import key_service_from_env as keyed  # the driver, only here
+    from sagacity.postgres import PostgresKeyStore  # the driver, only here
 
-    return keyed(url, {KEK_SETTING: value}, cache_ttl=ttl)
+    service = KeyService(PostgresKeyStore(url), keyring, cache_ttl=ttl)
+    try:
+        unheld = service.check()
+    except BaseException:
+        service.close()
+        raise
+    if unheld:
+        logging.getLogger("sagacity.keys").warning(
+            "%s: some data keys are wrapped under key-encryption key(s) %s, which this process "
+            "does not hold (it holds %s): those sagas' sealed events cannot be opened here and "
+            "are quarantined or dead-lettered one by one; add the key file if they should be "
+            "(docs/operations/keys.md)",
+            KEK_SETTING,
+            ", ".join(unheld),
+            ", ".join(keyring.key_ids),
+        )
+    return service
 
 
 @contextmanager

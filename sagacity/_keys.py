@@ -2,9 +2,10 @@
 
 :class:`KeyService` seals and opens a saga's fields with the saga's data key (created on first
 use, stored wrapped by the key-encryption key), destroys a saga's key for an erasure, and
-rewraps every stored key under a new KEK for a rotation.  Where the wrapped keys live is a
-:class:`KeyStore`: :mod:`sagacity.keystore_postgres`, or :class:`InMemoryKeyStore` for tests
-and single-process use.  See docs/adr/0019-erasure.md.
+rewraps every stored key under a new KEK for a rotation.  Where the wrapped keys live is the
+:class:`~sagacity.ports.KeyStore` port: :class:`sagacity.postgres.PostgresKeyStore`, or
+:class:`sagacity.testing.InMemoryKeyStore` for tests and single-process use.  See
+docs/adr/0019-erasure.md.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Protocol
+from datetime import datetime
 
 from sagacity._envelope import KEK_SETTING, DataKey, KeyRing
 from sagacity.errors import (
@@ -23,6 +23,7 @@ from sagacity.errors import (
     DataKeyNotHeldError,
     SagaErasedError,
 )
+from sagacity.ports import KeyStore, StoredKey
 
 KEY_CACHE_TTL_SETTING = "SAGACITY_KEY_CACHE_TTL_S"
 """How long a process keeps a saga's data key (and what it opened with it) before asking the
@@ -53,30 +54,6 @@ def key_cache_ttl(value: str | None) -> float:
             f"{MAX_KEY_CACHE_TTL_S:g} (the documented erasure bound), got {value!r}"
         )
     return ttl
-
-
-@dataclass(frozen=True, kw_only=True)
-class StoredKey:
-    """A saga's row in the key store.
-
-    Attributes:
-        saga_id: the saga.
-        kek_id: the KEK its data key is wrapped under; ``None`` once erased.
-        wrapped: the wrapped data key; ``None`` once erased.
-        erased_at / erased_by / reason: when, by whom and why the key was destroyed.
-    """
-
-    saga_id: str
-    kek_id: str | None
-    wrapped: bytes | None
-    erased_at: datetime | None = None
-    erased_by: str | None = None
-    reason: str | None = None
-
-    @property
-    def erased(self) -> bool:
-        """The data key was destroyed."""
-        return self.erased_at is not None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,44 +94,6 @@ class Rotation:
     def complete(self) -> bool:
         """Every live key is wrapped under the new KEK: the others may be destroyed."""
         return all(kek_id == self.new_kek_id for kek_id in self.by_kek)
-
-
-class KeyStore(Protocol):
-    """Where the wrapped data keys live (one row per saga, the erased ones kept as markers)."""
-
-    def ensure_schema(self) -> None:
-        """Create the store if missing (safe for instances starting together)."""
-
-    def load(self, saga_id: str) -> StoredKey | None:
-        """The saga's row, or ``None``."""
-
-    def create(self, saga_id: str, *, kek_id: str, wrapped: bytes) -> StoredKey:
-        """Store the saga's first key; when a row exists already (a concurrent first use, or
-        an erasure), return that row unchanged instead."""
-
-    def destroy(self, saga_id: str, *, actor: str, reason: str) -> tuple[StoredKey, bool, bool]:
-        """Erase the saga's key (a marker row when it had none); the row after, whether this
-        call erased it, and whether a key existed. Concurrent calls erase once."""
-
-    def pending_rewrap(
-        self, *, kek_ids: tuple[str, ...], after: str, limit: int
-    ) -> list[StoredKey]:
-        """Live keys wrapped under one of ``kek_ids``, by saga id after ``after``."""
-
-    def rewrap(
-        self, saga_id: str, *, old_kek_id: str, old_wrapped: bytes, kek_id: str, wrapped: bytes
-    ) -> bool:
-        """Replace the saga's wrapped key if it is still ``old_wrapped`` (not erased or
-        rewrapped meanwhile); whether it was replaced."""
-
-    def count_by_kek(self) -> dict[str, int]:
-        """How many live keys each KEK wraps."""
-
-    def kek_ids(self) -> set[str]:
-        """The KEKs live keys are wrapped under (cheap: read at every start-up)."""
-
-    def close(self) -> None:
-        """Release the store's connections."""
 
 
 class KeyService:
@@ -429,86 +368,3 @@ def _erased(row: StoredKey) -> SagaErasedError:
         saga_id=row.saga_id,
         erased_at=when,
     )
-
-
-class InMemoryKeyStore:
-    """The :class:`KeyStore` port in process memory, for tests and single-process use.
-
-    Behaves as the Postgres store does (the same contract suite runs against both): one row per
-    saga, the first creator wins, an erasure keeps a marker and happens once, a rewrap replaces
-    a key only if unchanged.  Keys last as long as the process.
-    """
-
-    def __init__(self) -> None:
-        self._rows: dict[str, StoredKey] = {}
-        self._lock = threading.Lock()
-
-    def ensure_schema(self) -> None:
-        """Nothing to create."""
-
-    def load(self, saga_id: str) -> StoredKey | None:
-        """The saga's row, or ``None``."""
-        with self._lock:
-            return self._rows.get(saga_id)
-
-    def create(self, saga_id: str, *, kek_id: str, wrapped: bytes) -> StoredKey:
-        """Store the saga's first key, or return the row already there."""
-        with self._lock:
-            return self._rows.setdefault(
-                saga_id, StoredKey(saga_id=saga_id, kek_id=kek_id, wrapped=wrapped)
-            )
-
-    def destroy(self, saga_id: str, *, actor: str, reason: str) -> tuple[StoredKey, bool, bool]:
-        """Erase the saga's key (a marker row when it had none), once."""
-        with self._lock:
-            found = self._rows.get(saga_id)
-            if found is not None and found.erased:
-                return found, False, True
-            erased = StoredKey(
-                saga_id=saga_id,
-                kek_id=None,
-                wrapped=None,
-                erased_at=datetime.now(UTC),
-                erased_by=actor,
-                reason=reason,
-            )
-            self._rows[saga_id] = erased
-            return erased, True, found is not None
-
-    def pending_rewrap(
-        self, *, kek_ids: tuple[str, ...], after: str, limit: int
-    ) -> list[StoredKey]:
-        """Live keys under one of ``kek_ids``, by saga id after ``after``."""
-        with self._lock:
-            rows = sorted(
-                (r for r in self._rows.values() if r.kek_id in kek_ids and r.saga_id > after),
-                key=lambda r: r.saga_id,
-            )
-        return rows[:limit]
-
-    def rewrap(
-        self, saga_id: str, *, old_kek_id: str, old_wrapped: bytes, kek_id: str, wrapped: bytes
-    ) -> bool:
-        """Replace the wrapped key if unchanged since it was read."""
-        with self._lock:
-            found = self._rows.get(saga_id)
-            if found is None or (found.kek_id, found.wrapped) != (old_kek_id, old_wrapped):
-                return False
-            self._rows[saga_id] = StoredKey(saga_id=saga_id, kek_id=kek_id, wrapped=wrapped)
-            return True
-
-    def count_by_kek(self) -> dict[str, int]:
-        """How many live keys each KEK wraps."""
-        counts: dict[str, int] = {}
-        with self._lock:
-            for row in self._rows.values():
-                if row.kek_id is not None:
-                    counts[row.kek_id] = counts.get(row.kek_id, 0) + 1
-        return counts
-
-    def kek_ids(self) -> set[str]:
-        """The KEKs live keys are wrapped under."""
-        return set(self.count_by_kek())
-
-    def close(self) -> None:
-        """Nothing to release."""

@@ -137,15 +137,13 @@ def escalate_due(service: ApprovalService, routing: Routing) -> int:
         if reached == 0:
             continue
         try:
-            with service.store.connect() as conn:
-                if not service.store.lock_open(conn, row.saga_id, row.seq):
+            with service.store.deciding() as unit:
+                if not unit.lock_open(row.saga_id, row.seq):
                     continue
                 try:
                     journaled += _journal_tiers(service, row, route, reached)
                 finally:
-                    service.store.apply_chain_in(
-                        conn, row.saga_id, service.sagacity.entries(row.saga_id)
-                    )
+                    unit.fold(row.saga_id, service.sagacity.entries(row.saga_id))
         except TailMovedError:
             continue  # the chain moved: the next sweep looks again
         except SagacityError as exc:

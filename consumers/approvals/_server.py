@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -33,9 +32,8 @@ from sagacity.consumers.approvals.console._notify import Notifier
 from sagacity.consumers.approvals.slack import SlackConfig, SlackIntegration, slack_config
 from sagacity.errors import ConfigurationError, SagacityError, SigningKeyError
 from sagacity.journal import Journal
+from sagacity.ports import Dependencies
 from sagacity.postgres import PostgresRequestStore
-
-_SERVICE = "APPROVALS"
 
 log = logging.getLogger("sagacity.approvals")
 
@@ -80,57 +78,6 @@ def decision_signer(settings: ApprovalsSettings, journal: Journal) -> DecisionSi
     return signer
 
 
-def journal_for(settings: ApprovalsSettings) -> Journal:
-    """The Kafka journal the settings name, assembled by the composition root, opening sealed
-    sagas with the key service ``SAGACITY_KEY_ENCRYPTION_KEY_FILE`` configures.
-
-    The journal's settings are read as every service's are (:func:`sagacity._env.
-    kafka_settings_from_env` with the ``APPROVALS`` prefix): librdkafka settings from
-    ``SAGACITY_KAFKA_*`` (TLS, SASL), ``SAGACITY_APPROVALS_X`` then ``SAGACITY_X`` for the
-    others (writer id and key, timeouts, lease, read index); the bootstrap servers, topic and
-    database of ``settings`` (options included) win over the variables.
-
-    Raises:
-        ConfigurationError: no bootstrap servers, a variable is invalid, or the Kafka journal is
-            not installed.
-        KeyEncryptionKeyError: the key-encryption key file is missing or malformed (the
-            message names the setting).
-        ConfigurationError: no key-encryption key, and clear data not allowed
-            (``SAGACITY_ALLOW_CLEAR_DATA``).
-    """
-    if not settings.bootstrap_servers:
-        raise ConfigurationError(
-            "the approvals service reads the journal topic: set SAGACITY_BOOTSTRAP_SERVERS"
-        )
-    try:
-        from sagacity._env import kafka_journal, kafka_settings_from_env, starting_keys
-    except ImportError as exc:
-        raise ConfigurationError(f"the Kafka journal cannot be imported: {exc}") from exc
-    # Reads take sagas' archived prefixes from the archive when it shares the service's
-    # database (or SAGACITY_ARCHIVE_DATABASE_URL names it): docs/adr/0010-saga-read-index.md.
-    given = {
-        "BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-        "TOPIC": settings.topic,
-        "DATABASE_URL": settings.database_url,
-    }
-    environ = {**os.environ, **{f"SAGACITY_{_SERVICE}_{k}": v for k, v in given.items()}}
-    journal_settings = kafka_settings_from_env(environ, service=_SERVICE)
-    # Sealed sagas are opened through the key service (docs/adr/0019-erasure.md §3); its keys
-    # live in SAGACITY_DATABASE_URL, else the service's own database.
-    if not environ.get("SAGACITY_DATABASE_URL") and settings.database_url:
-        environ["SAGACITY_DATABASE_URL"] = settings.database_url
-    with starting_keys(environ) as keys:
-        journal: Journal = kafka_journal(journal_settings, keys=keys)
-    return journal
-
-
-def _client_settings() -> dict[str, str]:
-    """librdkafka settings from ``SAGACITY_KAFKA_*`` (TLS, SASL), for the request consumer."""
-    from sagacity._env import client_settings
-
-    return client_settings()
-
-
 def placement(journal: Journal) -> Callable[[bytes | None, int], bool] | None:
     """Whether a message's key maps to the partition it is on (:func:`sagacity.producer.
     misplaced`, the journal's partitioner over its topic's partitions); ``None`` for a journal
@@ -171,7 +118,11 @@ class ApprovalsServer:
 
     Args:
         settings: how to run.
-        journal: the shared journal (default: the Kafka journal the settings name).
+        dependencies: what the server is handed (:func:`sagacity.compose.approvals` builds
+            them from the settings): the shared journal, its key service and the request
+            consumer's client settings; the server closes the journal and the key service.
+        journal: the shared journal alone, instead of ``dependencies`` (its key service
+            stays its caller's).
         consume: run the consumer group (needs Kafka); off, requests are materialised from the
             chain on first access only.
         tools: tool objects to register in addition to ``settings.tools``.
@@ -181,17 +132,24 @@ class ApprovalsServer:
         self,
         settings: ApprovalsSettings,
         *,
+        dependencies: Dependencies | None = None,
         journal: Journal | None = None,
         consume: bool = True,
         tools: Iterable[Any] = (),
     ) -> None:
         self.settings = settings
         slack = slack_config(settings)  # a broken Slack setting stops it before it connects
-        self.journal = journal if journal is not None else journal_for(settings)
-        # The key service of a journal made here is this server's to close; a journal given
-        # is its caller's, with its keys.
-        made_keys = getattr(self.journal, "keys", None) if journal is None else None
-        self._keys: KeyService | None = made_keys if isinstance(made_keys, KeyService) else None
+        handed = dependencies if dependencies is not None else Dependencies(journal=journal)
+        if handed.journal is None:
+            raise ConfigurationError(
+                "the approvals service is handed its journal: build its dependencies with "
+                "sagacity.compose.approvals"
+            )
+        self.journal = handed.journal
+        self._client = dict(handed.client)
+        # The key service of a bundle handed over is this server's to close; a journal given
+        # alone is its caller's, with its keys.
+        self._keys: KeyService | None = handed.keys if dependencies is not None else None
         self.auth = AuthFile(settings.auth_file) if settings.auth_file else None
         # Routes, groups and M of N: the principals file's, as it is now (routing.md).
         auth = self.auth
@@ -241,7 +199,7 @@ class ApprovalsServer:
             bootstrap_servers=settings.bootstrap_servers or "",
             topic=settings.topic,
             group_id=settings.group_id,
-            client=_client_settings(),
+            client=self._client,
             keys=getattr(self.journal, "keys", None),
             placed=placement(self.journal),
             prefix=prefix_reader(self.journal),
@@ -303,6 +261,7 @@ class ApprovalsServer:
         slack = SlackIntegration(
             config,
             service=self.service,
+            requests=self.store,
             auth=self.auth,
             public_url=settings.public_url or f"http://{settings.host}:{settings.port}",
         )

@@ -1,8 +1,9 @@
 """Decisions on approval requests, serialised across replicas by the request's row lock.
 
-Each decision runs inside one PostgreSQL transaction that holds the request row's lock
-(``SELECT … FOR UPDATE``) while the core decides from the saga's chain and appends to it; only
-then is the row updated from the chain and the lock released.  Two replicas, or a
+Each decision runs inside one unit of work of the request store
+(:meth:`~sagacity.ports.RequestStore.deciding`; in PostgreSQL one transaction holding the
+request row's lock) while the core decides from the saga's chain and appends to it; only then
+is the row updated from the chain and the lock released.  Two replicas, or a
 double-clicked button, therefore reach the chain one after the other, and the second sees the
 first's event.  The table says which requests exist and gives replicas something to lock;
 what is allowed is always decided by the core from the chain.
@@ -14,8 +15,6 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
-
-import psycopg
 
 from sagacity import _tracing
 from sagacity._approval import load_chain
@@ -42,8 +41,7 @@ from sagacity.errors import (
     UnknownSagaError,
     WriterConflictError,
 )
-from sagacity.ports import RequestRow
-from sagacity.postgres import PostgresRequestStore
+from sagacity.ports import RequestDecision, RequestRow, RequestStore
 
 log = logging.getLogger("sagacity.approvals")
 
@@ -76,14 +74,14 @@ class ApprovalService:
     def __init__(
         self,
         sagacity: Sagacity,
-        store: PostgresRequestStore,
+        store: RequestStore,
         *,
         lock_timeout_s: float = 30.0,
         routing: Callable[[], Routing] | None = None,
     ) -> None:
         self.sagacity = sagacity
         self.store = store
-        self._lock_timeout_ms = int(lock_timeout_s * 1000)
+        self._lock_timeout_s = lock_timeout_s
         self.routing = routing
         """The principals file's routes, as it is now (``None``: nothing is routed)."""
 
@@ -107,8 +105,8 @@ class ApprovalService:
         """
         row = self.store.get(saga_id, seq)
         if row is None:
-            with self.store.connect() as conn:
-                row = self._materialise(conn, saga_id, seq)
+            with self.store.deciding() as unit:
+                row = self._materialise(unit, saga_id, seq)
         if not principal.may_read([row.tool]):
             raise PermissionDeniedError(
                 f"{principal.name} may not read requests for tool {row.tool!r}",
@@ -123,8 +121,8 @@ class ApprovalService:
         Raises:
             UnknownSagaError: the saga has no entries.
         """
-        with self.store.connect() as conn:
-            self.store.apply_chain_in(conn, saga_id, load_chain(self.sagacity.journal, saga_id))
+        with self.store.deciding() as unit:
+            unit.fold(saga_id, load_chain(self.sagacity.journal, saga_id))
 
     def saga(self, principal: Principal, saga_id: str) -> dict[str, Any]:
         """The saga's status, verification verdict, open requests and chain (its entries as
@@ -306,8 +304,8 @@ class ApprovalService:
             escalate_due(self, self.routing())
         for row in self.store.overdue(now, self.sagacity.approval_ttl_us):
             try:
-                with self.store.connect() as conn:
-                    if not self.store.lock_open(conn, row.saga_id, row.seq):
+                with self.store.deciding() as unit:
+                    if not unit.lock_open(row.saga_id, row.seq):
                         continue
                     try:
                         self._expire_one(row.saga_id, row.seq, row.seen_at_us)
@@ -321,7 +319,7 @@ class ApprovalService:
                     ) as exc:
                         log.info("sweep: %s/%s not expired: %s", row.saga_id, row.seq, exc)
                     finally:
-                        self._sync(conn, row.saga_id)
+                        self._sync(unit, row.saga_id)
             except SagacityError as exc:
                 log.warning("sweep: could not expire %s/%s: %s", row.saga_id, row.seq, exc)
         return expired
@@ -378,15 +376,15 @@ class ApprovalService:
                 log.info("chain write lost a race (attempt %d); retrying", attempt)
         raise AssertionError("unreachable")
 
-    def _materialise(self, conn: psycopg.Connection[Any], saga_id: str, seq: int) -> RequestRow:
+    def _materialise(self, unit: RequestDecision, saga_id: str, seq: int) -> RequestRow:
         """Fold the saga's chain into the table and return the request's row.
 
         Raises:
             UnknownSagaError: the saga has no entries.
             ApprovalNotFound: its chain has no request at ``seq``.
         """
-        self.store.apply_chain_in(conn, saga_id, load_chain(self.sagacity.journal, saga_id))
-        row = self.store.get_in(conn, saga_id, seq)
+        unit.fold(saga_id, load_chain(self.sagacity.journal, saga_id))
+        row = unit.get(saga_id, seq)
         if row is None:
             raise ApprovalNotFound(
                 f"saga {saga_id!r} has no approval request at seq {seq}", saga_id=saga_id, seq=seq
@@ -403,8 +401,8 @@ class ApprovalService:
             span.outcome = result.status.value if result is not None else _DONE[kind]
             return result
 
-    def _sync(self, conn: psycopg.Connection[Any], saga_id: str) -> None:
-        self.store.apply_chain_in(conn, saga_id, self.sagacity.entries(saga_id))
+    def _sync(self, unit: RequestDecision, saga_id: str) -> None:
+        unit.fold(saga_id, self.sagacity.entries(saga_id))
 
     def _decide(
         self,
@@ -417,12 +415,11 @@ class ApprovalService:
     ) -> Decided:
         failure: SagacityError | None = None
         result: SagaResult | None = None
-        with self.store.connect() as conn:
-            conn.execute(f"SET LOCAL lock_timeout = {self._lock_timeout_ms}")
-            row = self.store.get_in(conn, saga_id, seq, lock=True)
+        with self.store.deciding(lock_timeout_s=self._lock_timeout_s) as unit:
+            row = unit.get(saga_id, seq, lock=True)
             if row is None:
-                self._materialise(conn, saga_id, seq)
-                row = self.store.get_in(conn, saga_id, seq, lock=True)
+                self._materialise(unit, saga_id, seq)
+                row = unit.get(saga_id, seq, lock=True)
                 assert row is not None
             self._authorise(principal, row)
             try:
@@ -434,8 +431,8 @@ class ApprovalService:
             finally:
                 # Whatever the core journaled (a decision, a refusal, an expiry) is folded in
                 # before the lock is released, so the next decider sees the table current.
-                self._sync(conn, saga_id)
-            updated = self.store.get_in(conn, saga_id, seq)
+                self._sync(unit, saga_id)
+            updated = unit.get(saga_id, seq)
             assert updated is not None
         if failure is not None:
             raise failure

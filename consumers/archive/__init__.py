@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         migrate,
     )
     from sagacity.consumers.archive._erasure import (
+        ArchiveEraser,
         ArchiveErasure,
         ErasureAudit,
         ErasureRecord,
@@ -83,6 +84,7 @@ if TYPE_CHECKING:
 _MODULE_OF = {
     "ARCHIVER_ROLE": "_db",
     "ArchiveErasure": "_erasure",
+    "ArchiveEraser": "_erasure",
     "ArchiveService": "_service",
     "ArchiveSettings": "_service",
     "AuditReason": "_reasons",
@@ -145,6 +147,7 @@ _MODULE_OF = {
 
 __all__ = [
     "ARCHIVER_ROLE",
+    "ArchiveEraser",
     "ArchiveErasure",
     "ArchiveService",
     "ArchiveSettings",

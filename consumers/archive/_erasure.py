@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -19,34 +19,16 @@ import psycopg
 
 from sagacity._operator_signature import OperatorVerifier
 from sagacity._withheld import ERASURE_EVENT, erasure_verdict
-from sagacity.consumers.archive._db import mapped_errors
+from sagacity.consumers.archive._db import connect, mapped_errors
 from sagacity.consumers.archive._story import ErasureRow, json_map
 from sagacity.errors import ArchiveSchemaError, ErasureRefusedError, PersistenceError
+from sagacity.ports import ArchiveErasure as ArchiveErasure  # the port's value, exported
 from sagacity.postgres._archive import check_schema
 from sagacity.postgres._archive_schema import ERASURE_VERSION
+from sagacity.postgres._statistics import refresh_statistics
 
 FORM_ONE_REFUSED = "SGC02"
 """The SQLSTATE ``sgc_erase_saga`` raises for a saga with form-1 rows."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ArchiveErasure:
-    """What one ``sgc_erase_saga`` call did.
-
-    Attributes:
-        saga_id: the saga.
-        erased: the data fields whose openings this call cleared, by seq (empty when an
-            earlier erasure, or an ingest without keys, left none).
-        quarantined: quarantined messages of the saga whose bytes this call cleared.
-        logged: this call appended a row to ``archive_erasure``.
-        rows: the saga's rows in the archive.
-    """
-
-    saga_id: str
-    erased: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
-    quarantined: int = 0
-    logged: bool = False
-    rows: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,6 +150,33 @@ def erasure_records(
     ]
 
 
+class ArchiveEraser:
+    """:class:`~sagacity.ports.ErasableArchive` on the archive at ``conninfo``: each call on a
+    connection of its own."""
+
+    def __init__(self, conninfo: str) -> None:
+        self._conninfo = conninfo
+
+    def archived(self, saga_id: str) -> int:
+        """The saga's rows in the archive (:func:`archived_count`)."""
+        with connect(self._conninfo, autocommit=True) as conn:
+            return archived_count(conn, saga_id)
+
+    def recorded_key_id(self, saga_id: str) -> str | None:
+        """The KEK id the saga's first logged erasure that names one recorded."""
+        with connect(self._conninfo, autocommit=True) as conn:
+            records = erasure_records(conn, saga_id)
+        return next((r.key_id for r in records if r.key_id), None)
+
+    def erase(self, saga_id: str, *, actor: str, reason: str, key_id: str) -> ArchiveErasure:
+        """:func:`erase_in_archive`, then the cleared columns' statistics re-sampled (no
+        sample of the values stays in the planner's statistics)."""
+        with connect(self._conninfo) as conn:
+            done = erase_in_archive(conn, saga_id, actor=actor, reason=reason, key_id=key_id)
+        refresh_statistics(self._conninfo, None)
+        return done
+
+
 @dataclass(frozen=True, kw_only=True)
 class UnrecordedErasure:
     """A saga whose data key was destroyed while its chain, as archived, holds no ``ERASED``
@@ -199,7 +208,7 @@ class ErasureAudit:
 
 
 KEY_TABLE = "sagacity_data_keys"
-"""The key store's table (:mod:`sagacity.keystore_postgres`), read when it is in the same
+"""The key store's table (:mod:`sagacity.postgres._keys`), read when it is in the same
 schema as the archive."""
 
 

@@ -17,7 +17,7 @@ from sagacity.chain import compute_hash, link_break
 from sagacity.consumers.archive._attest import CheckpointVerifier
 from sagacity.consumers.archive._authorship import Authorship
 from sagacity.consumers.archive._batchplan import BatchPlan, Table
-from sagacity.consumers.archive._db import mapped_errors
+from sagacity.consumers.archive._db import connect, mapped_errors
 from sagacity.consumers.archive._findings import (
     Finding,
     log_findings,
@@ -165,8 +165,7 @@ class BatchArchiver:
     def connection(self) -> psycopg.Connection:
         """The open connection, reconnecting if it was lost."""
         if self._conn is None or self._conn.closed:
-            with mapped_errors("connect to the archive database"):
-                self._conn = psycopg.connect(self._conninfo, connect_timeout=10)
+            self._conn = connect(self._conninfo)
             self._months.clear()
         return self._conn
 

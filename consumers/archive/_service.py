@@ -60,6 +60,7 @@ from sagacity.errors import (
     RoundLogError,
     WitnessError,
 )
+from sagacity.ports import Dependencies
 from sagacity.schemas._codec import FieldSealer
 
 log = logging.getLogger("sagacity.archive")
@@ -259,8 +260,9 @@ class ArchiveService(Handler):
         settings: see :class:`ArchiveSettings`.
         decode: the message decoder (default: the journal's wire format).
         metrics: the counters to serve (default: new ones).
-        keys: the key service filling the value columns of sealed events (its caller closes
-            it); a sealed field that fails authentication is quarantined, reason
+        dependencies: what the service is handed (:func:`sagacity.compose.archive`): the key
+            service filling the value columns of sealed events (its caller closes it); a
+            sealed field that fails authentication is quarantined, reason
             ``authentication failed`` (docs/adr/0019-erasure.md §3).
     """
 
@@ -270,8 +272,9 @@ class ArchiveService(Handler):
         *,
         decode: Decoder | None = None,
         metrics: ArchiveMetrics | None = None,
-        keys: FieldSealer | None = None,
+        dependencies: Dependencies | None = None,
     ) -> None:
+        keys: FieldSealer | None = (dependencies or Dependencies()).keys
         self.settings = settings
         self.metrics = metrics if metrics is not None else ArchiveMetrics()
         self._authorship = authorship_of(settings)

@@ -16,6 +16,10 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from sagacity.consumers.archive._db import connect
+from sagacity.errors import PersistenceError
 
 
 def shared_snapshot(conn: psycopg.Connection) -> tuple[str, str | None, str, str]:
@@ -32,8 +36,8 @@ def reader_of(
 ) -> psycopg.Connection | None:
     """A second connection reading a snapshot, from :func:`shared_snapshot`."""
     try:
-        reader = psycopg.connect(dsn, password=password)
-    except psycopg.Error:
+        reader = connect(make_conninfo(dsn, password=password) if password else dsn)
+    except PersistenceError:
         return None
     try:
         reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")

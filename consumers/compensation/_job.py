@@ -27,11 +27,11 @@ from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity._operator_signature import OperatorVerifier
 from sagacity._result import SagaResult
 from sagacity._saga import Sagacity
+from sagacity._standing import standing
 from sagacity.chain import verify
 from sagacity.consumers.compensation import _failpoints
 from sagacity.consumers.compensation._invoker import ClaimingInvoker
 from sagacity.consumers.compensation._journal import Revoked, ServiceJournal
-from sagacity.consumers.compensation._standing import standing
 from sagacity.errors import (
     ChainIntegrityError,
     CompensationConflictError,

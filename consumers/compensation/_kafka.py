@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-from sagacity._env import read_index
 from sagacity._writer_signature import WriterKey, WriterRegistry
 from sagacity.consumers.compensation._job import WRITER_PREFIX
 from sagacity.consumers.compensation._settings import CompensationSettings
-from sagacity.producer import KafkaJournal, ReadIndexSettings
+from sagacity.ports import SagaIndex
+from sagacity.producer import KafkaJournal
 from sagacity.schemas._sealed import FieldSealer
 
 
@@ -24,6 +24,7 @@ class KafkaJournals:
     Args:
         settings: the service's settings (the broker, the topic, the read index).
         keys: opens sealed sagas and seals what the service journals for them.
+        index: makes each journal's read index (the service's dependencies').
         writer_key: the service's writer signing key (``None``: unsigned).
         writers: the writer registry events are read against.
     """
@@ -33,11 +34,13 @@ class KafkaJournals:
         settings: CompensationSettings,
         *,
         keys: FieldSealer | None,
+        index: Callable[[], SagaIndex | None],
         writer_key: WriterKey | None,
         writers: WriterRegistry | None,
     ) -> None:
         self._settings = settings
         self._keys = keys
+        self._index = index
         self._writer_key = writer_key
         self._writers = writers
         self._lock = threading.Lock()
@@ -47,16 +50,12 @@ class KafkaJournals:
     def new(self) -> KafkaJournal:
         """A new journal, closed by :meth:`close`."""
         s = self._settings
-        index = s.read_index or ReadIndexSettings(database_url=s.database_url)
-        if index.database_url is None:
-            index = index.model_copy(update={"database_url": s.database_url})
         journal = KafkaJournal(
             s.bootstrap_servers,
             topic=s.topic,
             client=dict(s.client),
             writer_id=f"{WRITER_PREFIX}{s.group_id}",
-            # The archive keeps no sealed openings yet: with keys, reads scan the topic.
-            index=read_index(index) if self._keys is None else None,
+            index=self._index(),
             writer_key=self._writer_key,
             keys=self._keys,
             journal_name=s.journal_name,

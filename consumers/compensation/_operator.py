@@ -18,7 +18,7 @@ from sagacity._operator_signature import (
     erasure_counts,
     verifier_with,
 )
-from sagacity.consumers.compensation._standing import TERMINAL, standing
+from sagacity._standing import TERMINAL, standing
 from sagacity.errors import CompensationRefusedError
 from sagacity.journal import ConditionalJournal
 from sagacity.producer._reader import ownership

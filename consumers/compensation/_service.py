@@ -27,7 +27,6 @@ from confluent_kafka import Message
 from confluent_kafka.admin import AdminClient
 
 from sagacity._compensation import CompensationCall
-from sagacity._env import claim_store
 from sagacity._events import EventType, JournalEntry
 from sagacity._operator_signature import OperatorVerifier
 from sagacity._result import SagaResult, SagaStatus
@@ -56,12 +55,13 @@ from sagacity.consumers.compensation._locks import SagaLocks
 from sagacity.consumers.compensation._metrics import HealthServer, Metrics
 from sagacity.consumers.compensation._settings import CompensationSettings
 from sagacity.errors import (
+    ConfigurationError,
     DeclarationError,
     SerializationError,
     ToolLoadError,
     UnopenableError,
 )
-from sagacity.ports import ClaimStore
+from sagacity.ports import ClaimStore, Dependencies
 from sagacity.producer import KafkaJournal
 from sagacity.producer._clients import with_logger
 from sagacity.schemas import decode_entry
@@ -100,8 +100,10 @@ class CompensationService(Handler):
         register: registers further tools on each ``Sagacity`` the service makes (the tools
             of an upstream MCP server, declared by a tool policy); with it ``settings.tools``
             may be empty.
-        keys: the key service opening sealed sagas and sealing what the service journals for
-            them (docs/adr/0019-erasure.md §3); its caller closes it.  A message whose sealed
+        dependencies: what the service is handed (:func:`sagacity.compose.compensation`
+            builds them): its claim store, its journals' read index, and the key service
+            opening sealed sagas and sealing what the service journals for them
+            (docs/adr/0019-erasure.md §3; its caller closes it).  A message whose sealed
             field cannot be opened is dead-lettered with the reason (``authentication
             failed``, ``data key not found``, ``key-encryption key not held``), and the
             service goes on.
@@ -116,10 +118,12 @@ class CompensationService(Handler):
         settings: CompensationSettings,
         *,
         register: Callable[[Sagacity], None] | None = None,
-        keys: FieldSealer | None = None,
+        dependencies: Dependencies | None = None,
     ) -> None:
         self.settings = settings
         self._register = register
+        self._dependencies = dependencies or Dependencies()
+        keys: FieldSealer | None = self._dependencies.keys
         self._keys = keys
         self.instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}"
         self.writer_id = f"{WRITER_PREFIX}{self.instance}/{uuid.uuid4().hex[:8]}"
@@ -137,6 +141,7 @@ class CompensationService(Handler):
         self._journals = KafkaJournals(
             settings,
             keys=keys,
+            index=self._dependencies.read_index,
             writer_key=WriterKey.from_file(
                 settings.writer_key, f"{WRITER_PREFIX}{settings.group_id}"
             )
@@ -201,10 +206,10 @@ class CompensationService(Handler):
             PersistenceError / JournalError / ConfigurationError: a dependency is unusable.
         """
         s = self.settings
+        if (claims := self._dependencies.claims) is None:
+            raise ConfigurationError("no claim store handed (sagacity.compose.compensation)")
         self._kafka = self._journals.new()
-        self._claims = claim_store(
-            s.database_url, instance=self.instance, journal=self._kafka.identity
-        )
+        self._claims = claims(instance=self.instance, journal=self._kafka.identity)
         self._claims.ensure_schema()
         invoker = self._invoker(self._claims)
         self._journal = ServiceJournal(

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from sagacity._events import EventType, JournalEntry
 from sagacity._operator_signature import OperatorVerifier, erasure_counts, operator_reason
-from sagacity.consumers.compensation._standing import TERMINAL
+from sagacity._standing import TERMINAL
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,9 +14,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import psycopg
 
 from sagacity import _attributes as attr
 from sagacity._decision_signature import DecisionVerifier
@@ -31,14 +28,12 @@ from sagacity._operator_signature import (
 )
 from sagacity._requests import pending_requests
 from sagacity._result import SagaStatus
+from sagacity._standing import pending_request
 from sagacity.chain import committing
-from sagacity.consumers.archive import connect as connect_archive
-from sagacity.consumers.archive import erase_in_archive, erasure_records
-from sagacity.consumers.archive._erasure import archived_count
-from sagacity.consumers.compensation import pending_request
 from sagacity.consumers.erasure._ended import after_end
 from sagacity.errors import ErasureRefusedError
-from sagacity.keystore_postgres import PostgresKeyStore
+from sagacity.ports import ErasableArchive
+from sagacity.postgres import PostgresKeyStore
 from sagacity.postgres._erasure import (
     ServiceCopies,
     clear_service_copies,
@@ -165,7 +160,7 @@ def plan_erasure(
     *,
     key_store: PostgresKeyStore,
     services_database: str,
-    archive_database: str,
+    archive: ErasableArchive,
     operator: OperatorVerifier | None = None,
     approvals: DecisionVerifier | None = None,
 ) -> ErasurePlan:
@@ -184,9 +179,9 @@ def plan_erasure(
     Raises:
         ErasureRefusedError: the saga is unknown, still live, or in chain form 1.
         JournalUnavailableError / PersistenceError: the topic or a database could not be read.
-        ArchiveSchemaError: ``archive_database`` holds no archive.
+        ArchiveSchemaError: ``archive`` is no archive.
     """
-    entries, archived = _read(journal, saga_id, archive_database=archive_database)
+    entries, archived = _read(journal, saga_id, archive=archive)
     # A dry run creates nothing: without the key table, nothing of the saga has a key here.
     row = key_store.load(saga_id) if key_store.exists() else None
     key = "none" if row is None else "destroyed" if row.erased else "live"
@@ -229,7 +224,7 @@ def plan_erasure(
 
 
 def _read(
-    journal: KafkaJournal, saga_id: str, *, archive_database: str
+    journal: KafkaJournal, saga_id: str, *, archive: ErasableArchive
 ) -> tuple[list[JournalEntry], int]:
     """The saga's entries on the topic and how many events of it the archive holds.
 
@@ -237,8 +232,7 @@ def _read(
         ErasureRefusedError: the topic holds nothing of the saga.
     """
     entries = journal.read(saga_id).entries
-    with connect_archive(archive_database, autocommit=True) as conn:
-        archived = archived_count(conn, saga_id)
+    archived = archive.archived(saga_id)
     if entries:
         return list(entries), archived
     if archived:
@@ -319,7 +313,7 @@ def apply_erasure(
     keys: KeyService | None,
     key_store: PostgresKeyStore,
     services_database: str,
-    archive_database: str,
+    archive: ErasableArchive,
     signer: OperatorSigner,
     operator: OperatorVerifier | None = None,
     approvals: DecisionVerifier | None = None,
@@ -349,7 +343,7 @@ def apply_erasure(
             saga_id,
             key_store=key_store,
             services_database=services_database,
-            archive_database=archive_database,
+            archive=archive,
             operator=verifier_with(signer, operator),
             approvals=approvals,
         )
@@ -358,11 +352,10 @@ def apply_erasure(
         else:
             key_store.ensure_schema()  # the saga is marked erased even if it had no key
             destroyed = key_store.destroy(saga_id, actor=actor, reason=reason)[1]
-        with connect_archive(archive_database) as conn:
-            key_id = plan.kek_id or _recorded_key_id(conn, saga_id, plan)
-            archived = erase_in_archive(conn, saga_id, actor=actor, reason=reason, key_id=key_id)
+        key_id = plan.kek_id or _recorded_key_id(archive, saga_id, plan)
+        archived = archive.erase(saga_id, actor=actor, reason=reason, key_id=key_id)
         copies = clear_service_copies(services_database, saga_id)
-        refresh_statistics(archive_database, services_database)  # no sample of the values
+        refresh_statistics(None, services_database)  # no sample of the values
         event = None
         if not plan.recorded:
             event = _append_erased(
@@ -420,11 +413,8 @@ def _append_erased(
     return append_signed(journal, draft, signer)
 
 
-def _recorded_key_id(conn: psycopg.Connection[Any], saga_id: str, plan: ErasurePlan) -> str:
+def _recorded_key_id(archive: ErasableArchive, saga_id: str, plan: ErasurePlan) -> str:
     """The destroyed key's KEK id as an earlier run logged it (``none``: there was no key)."""
     if plan.key == "none":
         return "none"
-    for record in erasure_records(conn, saga_id):
-        if record.key_id:
-            return record.key_id
-    return "unknown"
+    return archive.recorded_key_id(saga_id) or "unknown"

@@ -22,6 +22,7 @@ from sagacity.errors import (
 
 if TYPE_CHECKING:
     from sagacity.consumers.erasure import ErasureOutcome, ErasurePlan
+    from sagacity.ports import ErasableArchive
 
 
 @click.command("erase")
@@ -99,7 +100,7 @@ def erase(
     from sagacity._env import kafka_journal, kafka_settings_from_env, key_service_from_env
     from sagacity._operator_signature import verifier_from_env, verifier_with
     from sagacity.consumers.erasure import apply_erasure, plan_erasure
-    from sagacity.keystore_postgres import PostgresKeyStore
+    from sagacity.postgres import PostgresKeyStore
 
     if not reason.strip():
         raise click.UsageError("--reason must not be empty")
@@ -115,7 +116,7 @@ def erase(
         env["SAGACITY_BOOTSTRAP_SERVERS"] = bootstrap
     if topic:
         env["SAGACITY_TOPIC"] = topic
-    archive = conninfo(archive_database_url or database_url, archive_schema)
+    archive = _archive_of(conninfo(archive_database_url or database_url, archive_schema))
     try:
         settings = kafka_settings_from_env(env)
     except ConfigurationError as exc:
@@ -134,7 +135,7 @@ def erase(
                 saga_id,
                 key_store=store,
                 services_database=database_url,
-                archive_database=archive,
+                archive=archive,
                 operator=verifier_with(signer, pinned),
                 approvals=approvals,
             )
@@ -150,7 +151,7 @@ def erase(
             keys=keys,
             key_store=store,
             services_database=database_url,
-            archive_database=archive,
+            archive=archive,
             signer=signer,
             operator=pinned,
             approvals=approvals,
@@ -163,6 +164,13 @@ def erase(
             keys.close()
         store.close()
     _print_outcome(done)
+
+
+def _archive_of(conninfo: str) -> ErasableArchive:
+    """The archive's side of the erasure, on the archive at ``conninfo``."""
+    from sagacity.consumers.archive import ArchiveEraser
+
+    return ArchiveEraser(conninfo)
 
 
 def _stop(exc: SagacityError) -> NoReturn:

@@ -72,7 +72,7 @@ def rotate(new_path: Path, current: str, database_url: str, batch: int) -> None:
     remain under a key this command was not given.
     """
     from sagacity.keys import KeyEncryptionKey, KeyRing, KeyService
-    from sagacity.keystore_postgres import PostgresKeyStore
+    from sagacity.postgres import PostgresKeyStore
 
     new = KeyEncryptionKey.from_file(new_path, setting="--new")
     olds = KeyRing.from_setting(current, setting=KEK_SETTING)
@@ -103,7 +103,7 @@ def rotate(new_path: Path, current: str, database_url: str, batch: int) -> None:
 @database_url_option("KEYS", help="libpq URL or conninfo of the database holding the keys.")
 def status(database_url: str) -> None:
     """How many live data keys each key-encryption key wraps."""
-    from sagacity.keystore_postgres import PostgresKeyStore
+    from sagacity.postgres import PostgresKeyStore
 
     store = PostgresKeyStore(database_url)
     try:

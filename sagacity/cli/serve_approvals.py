@@ -179,7 +179,7 @@ def approvals(
 
     import uvicorn
 
-    from sagacity._env import client_settings
+    from sagacity import compose
     from sagacity.consumers import configure_logging as configure
     from sagacity.consumers import log_hot_path
     from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
@@ -209,12 +209,10 @@ def approvals(
         public_url=public_url,
         **slack,
     )
-    if settings.bootstrap_servers:
-        check_reachable(
-            {**client_settings(os.environ), "bootstrap.servers": settings.bootstrap_servers},
-            timeout=startup_timeout(),
-        )
-    server = ApprovalsServer(settings)
+    if where := settings.bootstrap_servers:
+        client = compose.client_settings(os.environ)
+        check_reachable({**client, "bootstrap.servers": where}, timeout=startup_timeout())
+    server = ApprovalsServer(settings, dependencies=compose.approvals_of(settings))
     log_hot_path()
     web = uvicorn.Server(
         uvicorn.Config(

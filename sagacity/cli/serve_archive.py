@@ -81,7 +81,7 @@ def archive(
     import os
     import signal
 
-    from sagacity._env import client_settings, starting_keys
+    from sagacity import compose
     from sagacity.consumers import configure_logging as configure
     from sagacity.consumers import log_hot_path
     from sagacity.consumers.archive import ArchiveService, ArchiveSettings
@@ -90,11 +90,11 @@ def archive(
 
     configure(log_level)
     configure_tracing("sagacity-archive")  # OTEL_* variables, with the otel extra
-    kafka_config = client_settings(os.environ)
+    kafka_config = compose.client_settings(os.environ)
     # Sealed events are opened through the key service (docs/adr/0019-erasure.md §3): a missing
     # or malformed key-encryption key file stops the start-up, naming the setting; stored keys
     # under a KEK not held are warned of (those sagas' events fail one by one).
-    with starting_keys({"SAGACITY_DATABASE_URL": database_url, **os.environ}) as keys:
+    with compose.starting_keys({"SAGACITY_DATABASE_URL": database_url, **os.environ}) as keys:
         service = ArchiveService(
             ArchiveSettings(
                 bootstrap_servers=bootstrap_servers,
@@ -111,7 +111,7 @@ def archive(
                 approvals_public_key=approvals_public_key,
                 writer_registry=writer_registry,
             ),
-            keys=keys,
+            dependencies=compose.archive(keys=keys),
         )
         check_reachable(
             {**kafka_config, "bootstrap.servers": bootstrap_servers}, timeout=startup_timeout()

@@ -142,7 +142,7 @@ def compensation(
     import os
     import signal
 
-    from sagacity._env import client_settings, starting_keys
+    from sagacity import compose
     from sagacity.consumers import configure_logging as configure
     from sagacity.consumers import import_tools, log_hot_path
     from sagacity.producer import BrokerCheck
@@ -150,9 +150,8 @@ def compensation(
 
     configure(log_level)
     configure_tracing("sagacity-compensation")  # OTEL_* variables, with the otel extra
-    client = client_settings(os.environ)
-    # Asked at once, answered while the service is imported and built: an unreachable broker
-    # is reported within 10 s of the command however slowly the start-up goes.
+    client = compose.client_settings(os.environ)
+    # Asked now, answered while the service is built: a dead broker shows within 10 s.
     broker = BrokerCheck({**client, "bootstrap.servers": bootstrap_servers})
 
     from sagacity.consumers.compensation import CompensationService
@@ -183,10 +182,11 @@ def compensation(
         client=client,
     )
     import_tools(tools)  # a target that cannot be imported stops it before anything connects
-    # Sealed sagas are opened through the key service (docs/adr/0019-erasure.md §3): no KEK, or
-    # a bad one, stops the start-up; keys under a KEK not held are warned of (one by one).
-    with starting_keys({"SAGACITY_DATABASE_URL": database_url, **os.environ}) as keys:
-        service = CompensationService(settings, register=register, keys=keys)
+    # Sealed sagas are opened through the key service (docs/adr/0019-erasure.md §3): no KEK,
+    # or a bad one, stops the start-up; the composition root hands the service its stores.
+    with compose.starting_keys({"SAGACITY_DATABASE_URL": database_url, **os.environ}) as keys:
+        handed = compose.compensation_of(settings, keys=keys)  # its claims, index and keys
+        service = CompensationService(settings, register=register, dependencies=handed)
         broker.result()
 
     def stop(signum: int, _frame: object) -> None:

@@ -9,7 +9,8 @@ behind the ports (:mod:`sagacity.ports`) that live in Postgres.
 * :func:`positions` / :func:`store_positions`: consumer positions stored with the effects.
 * :class:`PostgresClaimStore` (:class:`~sagacity.ports.ClaimStore`), :class:`PostgresSagaIndex`
   (:class:`~sagacity.ports.SagaIndex`, over the archive's tables), :class:`PostgresRequestStore`
-  (:class:`~sagacity.ports.RequestStore`, the approvals service's tables).
+  (:class:`~sagacity.ports.RequestStore`, the approvals service's tables),
+  :class:`PostgresKeyStore` (:class:`~sagacity.ports.KeyStore`, the per-saga data keys).
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from sagacity.postgres._claims import PostgresClaimStore
 from sagacity.postgres._connect import connect, ping, transaction, with_search_path
 from sagacity.postgres._errors import error_class, map_error, mapped_errors, retryable
 from sagacity.postgres._index import PostgresSagaIndex
+from sagacity.postgres._keys import PostgresKeyStore
 from sagacity.postgres._migrate import applied_versions, current_schema, migrate
 from sagacity.postgres._positions import ensure_positions, positions, store_positions
 from sagacity.postgres._requests import PostgresRequestStore
 
 __all__ = [
     "PostgresClaimStore",
+    "PostgresKeyStore",
     "PostgresRequestStore",
     "PostgresSagaIndex",
     "applied_versions",

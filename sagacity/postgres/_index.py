@@ -25,7 +25,7 @@ from sagacity.ports import IndexedEvent, IndexedPartition, IndexedSaga, RefusedM
 from sagacity.postgres._archive import archive_errors as mapped_errors
 from sagacity.postgres._archive import check_schema
 from sagacity.postgres._archive_schema import FORMS_VERSION
-from sagacity.postgres._connect import with_search_path
+from sagacity.postgres._connect import connect, with_search_path
 from sagacity.postgres._rows import FORM_COLUMNS, ROW_COLUMNS, entry_of_row
 
 log = logging.getLogger("sagacity.reader")
@@ -149,10 +149,12 @@ class PostgresSagaIndex:
             error = self._failed[1]
             raise type(error)(f"{error.message} (not retried for {self._retry_s:g}s)")
         try:
-            with mapped_errors("connect to the archive (read index)"):
-                conn = psycopg.connect(
-                    self._conninfo, connect_timeout=max(1, int(self._timeout)), autocommit=True
-                )
+            conn = connect(
+                self._conninfo,
+                autocommit=True,
+                timeout=self._timeout,
+                action="connect to the archive (read index)",
+            )
             try:
                 self._forms = check_schema(conn) >= FORMS_VERSION
             except ArchiveSchemaError as exc:

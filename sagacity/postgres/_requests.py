@@ -15,7 +15,7 @@ consumer's position (docs/adr/0022-request-projection-from-the-core-fold.md).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import psycopg
@@ -45,12 +45,12 @@ from sagacity.ports import (
 )
 from sagacity.postgres._attention import apply_attention, attention_rows
 from sagacity.postgres._connect import connect
+from sagacity.postgres._decision import PostgresDecision, deciding
 from sagacity.postgres._errors import map_error, refuses_the_row
 from sagacity.postgres._migrate import migrate
 from sagacity.postgres._requests_schema import COMPONENT, MIGRATIONS
 from sagacity.postgres._tails import (
     REFUSED_BY_DATABASE,
-    SAGA_LOCK,
     Fault,
     Tails,
     lock_saga,
@@ -233,10 +233,6 @@ def _first_line(exc: psycopg.Error) -> str:
 
 def _constant(tail: Tail | None) -> Callable[[], Tail | None]:
     return lambda: tail
-
-
-def _first(record: Any) -> Any:
-    return record[0] if isinstance(record, tuple | list) else next(iter(record.values()))
 
 
 class PostgresRequestStore:
@@ -468,23 +464,11 @@ class PostgresRequestStore:
         record = conn.execute(query, (self.topic, saga_id, seq)).fetchone()
         return _row(record) if record is not None else None
 
-    def lock_open(self, conn: psycopg.Connection[Any], saga_id: str, seq: int) -> bool:
-        """Take the saga's lock and the open request's row lock in ``conn``'s transaction,
-        without waiting; ``False`` when either is held elsewhere or the request is closed."""
-        taken = conn.execute(
-            "SELECT pg_try_advisory_xact_lock(%s, hashtext(%s)) AS taken",
-            (SAGA_LOCK, f"{self.topic}\n{saga_id}"),
-        ).fetchone()
-        if taken is None or not _first(taken):
-            return False
-        locked = conn.execute(
-            """SELECT 1 FROM sagacity_approval_request
-               WHERE topic = %s AND saga_id = %s AND seq = %s
-                 AND state IN ('pending', 'approved')
-               FOR UPDATE SKIP LOCKED""",
-            (self.topic, saga_id, seq),
-        ).fetchone()
-        return locked is not None
+    def deciding(
+        self, *, lock_timeout_s: float | None = None
+    ) -> AbstractContextManager[PostgresDecision]:
+        """A decision's unit of work: one transaction (:func:`._decision.deciding`)."""
+        return deciding(self, lock_timeout_s=lock_timeout_s)
 
     def requests(
         self,

@@ -43,17 +43,19 @@ SERVICE_COLUMNS: Mapping[str, tuple[str, ...]] = {
 """What :func:`~sagacity.postgres._erasure.clear_service_copies` clears."""
 
 
-def refresh_statistics(archive_database: str, services_database: str) -> list[str]:
+def refresh_statistics(archive_database: str | None, services_database: str | None) -> list[str]:
     """``ANALYZE`` the columns an erasure cleared, in the archive and the services' tables
-    (a table that does not exist is skipped).
+    (a table that does not exist is skipped; ``None``: that database is not refreshed).
 
     Returns:
         the tables whose statistics could not be refreshed (the role may not analyze them, or
         the database failed), each also logged as a warning saying what to run.
     """
     targets: dict[str, dict[str, tuple[str, ...]]] = {}
-    targets.setdefault(archive_database, {}).update(ARCHIVE_COLUMNS)
-    targets.setdefault(services_database, {}).update(SERVICE_COLUMNS)
+    if archive_database is not None:
+        targets.setdefault(archive_database, {}).update(ARCHIVE_COLUMNS)
+    if services_database is not None:
+        targets.setdefault(services_database, {}).update(SERVICE_COLUMNS)
     missed: list[str] = []
     for conninfo, columns in targets.items():
         missed += _analyze(conninfo, columns)

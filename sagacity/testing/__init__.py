@@ -16,12 +16,14 @@ from __future__ import annotations
 from sagacity._memory import InMemoryJournal
 from sagacity.testing._claims import InMemoryClaimStore
 from sagacity.testing._index import BAD_TIME, InMemorySagaIndex
+from sagacity.testing._keys import InMemoryKeyStore
 from sagacity.testing._requests import InMemoryRequestStore, request_row
 
 __all__ = [
     "BAD_TIME",
     "InMemoryClaimStore",
     "InMemoryJournal",
+    "InMemoryKeyStore",
     "InMemoryRequestStore",
     "InMemorySagaIndex",
     "request_row",

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 
 from sagacity import _attributes as attr
@@ -25,6 +26,7 @@ from sagacity._requests import (
 )
 from sagacity._result import SagaStatus
 from sagacity.chain._acceptance import QUIET, Refusal, Tail, admit
+from sagacity.errors import DecisionInProgressError
 from sagacity.ports import OPEN_STATES, AttentionRow, GateStats, QuarantinedEvent, RequestRow
 
 _LEAVES = frozenset(
@@ -86,6 +88,7 @@ class InMemoryRequestStore:
         self._tails: dict[str, Tail] = {}
         self._quarantine: list[QuarantinedEvent] = []
         self._lock = threading.Lock()
+        self._saga_locks: dict[str, threading.Lock] = {}
 
     def migrate(self) -> None:
         """Nothing to create."""
@@ -253,3 +256,71 @@ class InMemoryRequestStore:
         with self._lock:
             rows = sorted(self._attention.values(), key=lambda r: (r.since_us, r.saga_id))
         return rows[:limit]
+
+    @contextmanager
+    def deciding(self, *, lock_timeout_s: float | None = None) -> Iterator[InMemoryDecision]:
+        """A decision's unit of work: the sagas it locks stay locked until the block ends,
+        however it ends (a unit cut short keeps what it folded: the rows mirror the chain)."""
+        unit = InMemoryDecision(self, lock_timeout_s)
+        try:
+            yield unit
+        finally:
+            unit.release()
+
+    def _saga_lock(self, saga_id: str) -> threading.Lock:
+        with self._lock:
+            return self._saga_locks.setdefault(saga_id, threading.Lock())
+
+    def _tail(self, saga_id: str) -> Tail | None:
+        with self._lock:
+            return self._tails.get(saga_id)
+
+
+class InMemoryDecision:
+    """:class:`~sagacity.ports.RequestDecision` of an :class:`InMemoryRequestStore`: a lock
+    per saga, held from the unit's first locking read to its end."""
+
+    def __init__(self, store: InMemoryRequestStore, lock_timeout_s: float | None) -> None:
+        self._store = store
+        self._timeout = -1.0 if lock_timeout_s is None else max(0.0, lock_timeout_s)
+        self._held: dict[str, threading.Lock] = {}
+
+    def _take(self, saga_id: str, *, wait: bool) -> bool:
+        if saga_id in self._held:
+            return True
+        lock = self._store._saga_lock(saga_id)
+        if not (lock.acquire(timeout=self._timeout) if wait else lock.acquire(blocking=False)):
+            return False
+        self._held[saga_id] = lock
+        return True
+
+    def get(self, saga_id: str, seq: int, *, lock: bool = False) -> RequestRow | None:
+        """The row; ``lock`` takes the saga's lock first, waiting up to the unit's timeout."""
+        if lock and not self._take(saga_id, wait=True):
+            raise DecisionInProgressError(
+                "another decision on this request holds its lock; retry shortly",
+                saga_id=saga_id,
+                seq=seq,
+            )
+        return self._store.get(saga_id, seq)
+
+    def lock_open(self, saga_id: str, seq: int) -> bool:
+        """Take the saga's lock without waiting; ``False`` when held elsewhere or the request
+        is not open."""
+        if not self._take(saga_id, wait=False):
+            return False
+        row = self._store.get(saga_id, seq)
+        return row is not None and row.open
+
+    def fold(self, saga_id: str, entries: Sequence[JournalEntry]) -> None:
+        """Fold the saga's chain past the tail the store holds, each event judged first."""
+        tail = self._store._tail(saga_id)
+        for entry in entries:
+            if tail is None or entry.seq > tail.seq:
+                self._store.apply_message(entry, key=saga_id)
+
+    def release(self) -> None:
+        """Release every lock the unit holds."""
+        held, self._held = self._held, {}
+        for lock in held.values():
+            lock.release()

@@ -24,14 +24,14 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from sagacity import Sagacity, SagaStatus
+from sagacity import Sagacity, SagaStatus, compose
 from sagacity._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
 from sagacity._keys import KEY_CACHE_TTL_SETTING, KeyService
 from sagacity._operator_signature import generate_key as generate_operator_key
 from sagacity.cli import main
 from sagacity.consumers.archive import migrate
 from sagacity.consumers.compensation import CompensationService, CompensationSettings
-from sagacity.keystore_postgres import PostgresKeyStore
+from sagacity.postgres import PostgresKeyStore
 from sagacity.producer import KafkaJournal
 
 from ._process import REPO
@@ -202,7 +202,8 @@ def test_the_compensation_services_journals_forget_an_erased_saga(
         KeyRing.from_setting(d.env[KEK_SETTING]),
         cache_ttl=TTL_S,
     )
-    service = CompensationService(settings, register=lambda s: s.wrap(Bank()), keys=keys)
+    handed = compose.compensation(database_url=settings.database_url, keys=keys)
+    service = CompensationService(settings, register=lambda s: s.wrap(Bank()), dependencies=handed)
     runner = threading.Thread(target=service.run, name="compensation-under-test")
     runner.start()
     saga = "erase-undone"

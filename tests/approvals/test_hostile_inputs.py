@@ -25,14 +25,14 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from sagacity import EntryDraft, EventType, Sagacity
 from sagacity import _attributes as attr
 from sagacity._decision_signature import DecisionSigner
+from sagacity._env import key_service_from_env
 from sagacity._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
 from sagacity._keys import KeyService
 from sagacity.chain import link, payload_sha256
 from sagacity.consumers.approvals import RequestConsumer
 from sagacity.consumers.approvals._service import ApprovalService
-from sagacity.keystore_postgres import PostgresKeyStore, key_service_from_env
 from sagacity.ports import RequestRow, RowState
-from sagacity.postgres import PostgresRequestStore
+from sagacity.postgres import PostgresKeyStore, PostgresRequestStore
 from sagacity.producer import KafkaJournal
 from sagacity.schemas import encode_entry
 
@@ -259,7 +259,7 @@ def test_sealed_events_whose_key_cannot_be_had_are_quarantined_and_the_inbox_goe
             _request(sealed, saga)
         keys.close()
     # The service still starts: that row is data, not its configuration.
-    keys = key_service_from_env(pg_dsn, {KEK_SETTING: str(service_kek)})
+    keys = key_service_from_env({KEK_SETTING: str(service_kek), "SAGACITY_DATABASE_URL": pg_dsn})
     assert keys is not None
     assert keys.unheld == (foreign.key_id,)
     store = store_for(topic)

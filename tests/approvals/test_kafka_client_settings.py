@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from sagacity import compose
 from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
-from sagacity.consumers.approvals._server import journal_for
 from sagacity.errors import JournalUnavailableError
+from sagacity.ports import Dependencies
 from sagacity.producer import KafkaJournal
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
@@ -26,6 +28,20 @@ def _settings(
         auth_file=str(auth_file),
         signing_key=signing_key,
     )
+
+
+def _handed(settings: ApprovalsSettings) -> Dependencies:
+    """The dependencies the composition root hands the service, as ``serve approvals`` does."""
+    return compose.approvals(
+        bootstrap_servers=settings.bootstrap_servers,
+        topic=settings.topic,
+        database_url=settings.database_url,
+    )
+
+
+def journal_for(settings: ApprovalsSettings) -> Any:
+    """The journal the composition root assembles for the service."""
+    return _handed(settings).journal
 
 
 def _close(journal: object) -> None:
@@ -103,16 +119,13 @@ def test_the_request_consumer_takes_the_kafka_client_settings(
     generate_key(tmp_path / "approvals.pem")
     monkeypatch.setenv("SAGACITY_KAFKA_CLIENT_ID", "approvals-under-test")
     topic = make_topic()
-    journal = KafkaJournal(kafka_bootstrap, topic=topic)
+    settings = _settings(kafka_bootstrap, topic, pg_dsn, auth_file, str(tmp_path / "approvals.pem"))
+    server = ApprovalsServer(settings, dependencies=_handed(settings))
     try:
-        server = ApprovalsServer(
-            _settings(kafka_bootstrap, topic, pg_dsn, auth_file, str(tmp_path / "approvals.pem")),
-            journal=journal,
-        )
         assert server.consumer is not None
         assert server.consumer.runtime.options.config["client.id"] == "approvals-under-test"
     finally:
-        journal.close()
+        server.stop()
 
 
 def test_the_server_closes_the_key_service_of_a_journal_it_made_only(
@@ -139,13 +152,13 @@ def test_the_server_closes_the_key_service_of_a_journal_it_made_only(
         close = keys.close
         monkeypatch.setattr(keys, "close", lambda: (closed.append(name), close()))
 
-    made = ApprovalsServer(settings, consume=False)
+    made = ApprovalsServer(settings, dependencies=_handed(settings), consume=False)
     keys = made.journal.keys  # type: ignore[attr-defined]
     assert isinstance(keys, KeyService)
     counted(keys, "made")
     made.stop()
     assert closed == ["made"]
-    given = journal_for(settings)  # with its own key service, from the same variables
+    given: Any = journal_for(settings)  # with its own key service, from the same variables
     given_keys = given.keys  # type: ignore[attr-defined]
     assert isinstance(given_keys, KeyService)
     counted(given_keys, "given")

@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from sagacity import EventType, Sagacity, SagaStatus
 from sagacity._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
 from sagacity._keys import KeyService
-from sagacity.keystore_postgres import PostgresKeyStore
+from sagacity.postgres import PostgresKeyStore
 from sagacity.producer import KafkaJournal
 from sagacity.schemas._codec import decode_record
 

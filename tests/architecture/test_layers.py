@@ -4,8 +4,9 @@ Every module of the installed tree is read with ``ast`` — the ``sagacity/produ
 ``sagacity/consumers`` and ``sagacity/schemas`` links followed, so their modules carry the names
 they are imported by — and every import is checked: at module level, inside functions (lazy),
 under ``TYPE_CHECKING``, and ``importlib.import_module("literal")``.  The composition root,
-``sagacity._env``, is the one module allowed to import both the Kafka and the Postgres
-adapters, and the core's ``Sagacity.from_env`` the one core function allowed to import it.
+``sagacity._env`` (the journal from ``SAGACITY_*``) and ``sagacity.compose`` (each service's
+dependencies), is the one place allowed to import both the Kafka and the Postgres adapters,
+and the core's ``Sagacity.from_env`` the one core function allowed to import it.
 """
 
 from __future__ import annotations
@@ -26,12 +27,18 @@ PACKAGE = ROOT / "sagacity"
 CORE, PORTS, ADAPTERS, ROOT_LAYER, SERVICES, CLI = range(6)
 LAYER_NAMES = ("core", "ports", "adapters", "composition root", "services", "CLI")
 COMPOSITION_ROOT = "sagacity._env"
+COMPOSE = "sagacity.compose"
+ROOT_MODULES = (COMPOSITION_ROOT, COMPOSE)
 
 # Edges that go against the order, each with the reason it is allowed (importer, imported).
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {
     # The named exception: Sagacity.from_env() delegates to the composition root (a lazy
     # import inside the method, so the core imports without the Kafka client).
     ("sagacity._saga", COMPOSITION_ROOT): "Sagacity.from_env delegates to the composition root",
+    # The key service seals and opens with the keys of the key store's port: the port is
+    # declared with the others in sagacity.ports (its adapters below the services), and the
+    # service, a core rule over it (one key per saga, erasure, rotation), reads its types.
+    ("sagacity._keys", "sagacity.ports"): "the key service is written against the KeyStore port",
 }
 
 # Private modules of other packages the CLI may import, each with its reason.
@@ -61,7 +68,7 @@ POSTGRES = ("psycopg", "psycopg_pool", "sagacity.postgres")
 
 def layer_of(module: str) -> int:
     """The layer ``module`` (a dotted name under ``sagacity``) belongs to."""
-    if module == COMPOSITION_ROOT:
+    if module in ROOT_MODULES:
         return ROOT_LAYER
     parts = module.split(".")
     second = parts[1] if len(parts) > 1 else ""
@@ -185,7 +192,7 @@ def test_every_allowed_upward_edge_still_exists() -> None:
 def test_the_composition_root_is_the_only_module_importing_kafka_and_postgres() -> None:
     both = []
     for module, path in sorted(MODULES.items()):
-        if module == COMPOSITION_ROOT or layer_of(module) > ADAPTERS:
+        if module in ROOT_MODULES or layer_of(module) > ADAPTERS:
             continue
         targets = {imp.target for imp in _imports(module, path)}
         kafka = any(_within(t, KAFKA) for t in targets)
@@ -285,6 +292,7 @@ def test_the_cli_imports_public_names_only() -> None:
         ("sagacity.postgres._index", ADAPTERS),
         ("sagacity.adapters.langchain", ADAPTERS),
         ("sagacity._env", ROOT_LAYER),
+        ("sagacity.compose", ROOT_LAYER),
         ("sagacity.consumers.archive._service", SERVICES),
         ("sagacity.cli.serve", CLI),
         ("sagacity.demo", CLI),
@@ -292,3 +300,165 @@ def test_the_cli_imports_public_names_only() -> None:
 )
 def test_layers_are_named_as_documented(module: str, expected: int) -> None:
     assert layer_of(module) == expected
+
+
+# --- services: handed their ports, never wiring themselves (issue 33) ----------------------
+SHARED_RUNTIME = "sagacity.consumers"
+"""The services' shared runtime (``consumers/_runtime.py`` and its helpers, ADR 0023): the
+package root and its private modules, which every service runs on."""
+
+
+def service_of(module: str) -> str:
+    """The service package ``module`` belongs to (``sagacity.consumers.<name>``), or the
+    shared runtime."""
+    parts = module.split(".")
+    if len(parts) > 2 and not parts[2].startswith("_"):
+        return ".".join(parts[:3])
+    return SHARED_RUNTIME
+
+
+# A service that reads another service's data, each with its reason (importer, imported).
+SERVICE_TO_SERVICE_ALLOWED: dict[tuple[str, str], str] = {
+    ("sagacity.consumers.approvals", "sagacity.consumers.archive"): (
+        "the console shows the archive's audit verdict and serves its audit bundle through "
+        "the archive's public export_bundle; not yet a port of the bundle"
+    ),
+}
+
+_ARCHIVE = (
+    "the archive is the Postgres archive: its tables' schema, rows and errors "
+    "(sagacity.postgres) and its readers of the topic (the partitioner, the chain reader, "
+    "the Kafka clients) are its own work, not a store behind a port"
+)
+_RUNTIME = "the shared consumer runtime is a Kafka consumer (ADR 0023): its clients' logging"
+_APPROVALS = (
+    "the request consumer and the console run their own transactions on the request store's "
+    "tables (positions with the rows, sessions, notifications): not yet behind the port"
+)
+_COMPENSATION = (
+    "the compensation service's worker journals are Kafka journals (their identity, "
+    "forget, lease) and it decodes the topic's messages with their sealed fields"
+)
+_ERASURE = (
+    "an erasure clears the services' tables under their erasure lock and reads the chain "
+    "with the Kafka journal; not yet behind ports"
+)
+
+# Adapter modules (a package or one private module) a service imports, each with its reason.
+# The entries only go: a new edge fails, an edge no longer there fails until removed.
+SERVICE_ADAPTERS_ALLOWED: dict[tuple[str, str], str] = {
+    (SHARED_RUNTIME, "sagacity.producer._clients"): _RUNTIME,
+    (SHARED_RUNTIME, "sagacity.producer._denied"): _RUNTIME,
+    ("sagacity.consumers.approvals", "sagacity.postgres"): _APPROVALS,
+    ("sagacity.consumers.approvals", "sagacity.postgres._requests"): _APPROVALS,
+    ("sagacity.consumers.approvals", "sagacity.postgres._requests_schema"): _APPROVALS,
+    ("sagacity.consumers.approvals", "sagacity.postgres._tails"): _APPROVALS,
+    ("sagacity.consumers.approvals", "sagacity.producer"): _APPROVALS,
+    ("sagacity.consumers.approvals", "sagacity.schemas"): "the request consumer decodes messages",
+    ("sagacity.consumers.approvals", "sagacity.schemas._codec"): "the decoder of one message",
+    ("sagacity.consumers.archive", "sagacity.postgres._archive"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.postgres._archive_schema"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.postgres._connect"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.postgres._errors"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.postgres._rows"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.postgres._statistics"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.producer"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.producer._clients"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.producer._denied"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.producer._partition"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.producer._reader"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.schemas"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.schemas._codec"): _ARCHIVE,
+    ("sagacity.consumers.compensation", "sagacity.producer"): _COMPENSATION,
+    ("sagacity.consumers.compensation", "sagacity.producer._clients"): _COMPENSATION,
+    ("sagacity.consumers.compensation", "sagacity.producer._reader"): _COMPENSATION,
+    ("sagacity.consumers.compensation", "sagacity.schemas"): _COMPENSATION,
+    ("sagacity.consumers.compensation", "sagacity.schemas._sealed"): _COMPENSATION,
+    ("sagacity.consumers.erasure", "sagacity.postgres"): _ERASURE,
+    ("sagacity.consumers.erasure", "sagacity.postgres._erasure"): _ERASURE,
+    ("sagacity.consumers.erasure", "sagacity.postgres._statistics"): _ERASURE,
+    ("sagacity.consumers.erasure", "sagacity.producer"): _ERASURE,
+    ("sagacity.consumers.erasure", "sagacity.producer._reader"): _ERASURE,
+}
+
+SERVICE_EDGES = [(m, i, t) for m, i, t in EDGES if layer_of(m) == SERVICES]
+
+
+def test_no_service_imports_the_composition_root() -> None:
+    """A service is handed its dependencies (sagacity.ports.Dependencies); it never builds
+    them from the environment itself."""
+    wired = [f"{m}:{i.line} {t}" for m, i, t in SERVICE_EDGES if layer_of(t) == ROOT_LAYER]
+    assert wired == []
+
+
+def test_no_service_imports_another_service() -> None:
+    crossing = {
+        (service_of(m), service_of(t)): f"{m}:{i.line} {t}"
+        for m, i, t in SERVICE_EDGES
+        if layer_of(t) == SERVICES and service_of(t) not in (service_of(m), SHARED_RUNTIME)
+    }
+    assert {k: v for k, v in crossing.items() if k not in SERVICE_TO_SERVICE_ALLOWED} == {}
+    assert set(SERVICE_TO_SERVICE_ALLOWED) <= set(crossing), "remove the entries no longer needed"
+    private = [
+        f"{m}:{i.line} {t}"
+        for m, i, t in SERVICE_EDGES
+        if layer_of(t) == SERVICES
+        and service_of(t) not in (service_of(m), SHARED_RUNTIME)
+        and _private(t.removeprefix(service_of(t)))
+    ]
+    assert private == [], "a service reads another one through its public names only"
+
+
+def test_services_import_no_adapter_beyond_the_named_ones() -> None:
+    """Services take ports; the adapters they still import are named, each with its reason,
+    and the list only shrinks."""
+    found = {
+        (service_of(m), t): f"{m}:{i.line}" for m, i, t in SERVICE_EDGES if layer_of(t) == ADAPTERS
+    }
+    assert {k: v for k, v in found.items() if k not in SERVICE_ADAPTERS_ALLOWED} == {}
+    assert set(SERVICE_ADAPTERS_ALLOWED) <= set(found), "remove the entries no longer needed"
+
+
+def test_services_import_public_names_of_the_ports_and_the_testing_fakes_only() -> None:
+    """What a service takes from the ports layer it takes by the package's public names."""
+    private = [
+        f"{m}:{i.line} {t}" for m, i, t in SERVICE_EDGES if layer_of(t) == PORTS and _private(t)
+    ]
+    assert private == []
+
+
+# Modules that open a PostgreSQL connection of their own, each with its reason; everything
+# else reaches the database through sagacity.postgres.connect (its one error rule).
+OWN_CONNECTIONS_ALLOWED: dict[str, str] = {
+    "sagacity.postgres._connect": "the plumbing itself",
+    "sagacity.dev.postgres": "the development stack's administrator, creating the database",
+    "sagacity.demo.tools": "the demo's tools are an application's own code, shown as written",
+    "sagacity.demo._scenarios": "the demo reads its own application's table, as a user would",
+}
+
+
+def _opens_a_connection(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "connect"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "psycopg"
+    )
+
+
+def test_postgres_is_reached_through_the_one_plumbing() -> None:
+    found = {
+        f"{module}:{node.lineno}"
+        for module, path in sorted(MODULES.items())
+        if module not in OWN_CONNECTIONS_ALLOWED
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if _opens_a_connection(node)
+    }
+    assert found == set()
+    used = {
+        module
+        for module, path in MODULES.items()
+        if any(map(_opens_a_connection, ast.walk(ast.parse(path.read_text(encoding="utf-8")))))
+    }
+    assert set(OWN_CONNECTIONS_ALLOWED) <= used, "remove the entries no longer needed"

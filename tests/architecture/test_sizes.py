@@ -42,15 +42,10 @@ MODULES_ALLOWED: dict[str, tuple[int, str]] = {
         "alone (docs/adr/0006), so it cannot be split into modules; it grew by its copy of the "
         "grammar's rule for REPLAYED (docs/adr/0026)",
     ),
-    "sagacity/ports.py": (
-        612,
-        "every port and its values in one module (ADR 0021); the composition-root step of "
-        "issue 33 moves the key store's port here and splits it by port",
-    ),
     "sagacity/postgres/_requests.py": (
-        622,
-        "the request store's tables, fold storage and decision transaction; the unit of work "
-        "of issue 33 (composition root) reshapes it",
+        606,
+        "the request store's tables, fold storage and reads; its decision's unit of work is "
+        "in _decision.py, the fold storage (apply_entry) is the next cut",
     ),
     "producer/_journal.py": (
         796,

@@ -54,7 +54,7 @@ def test_the_consoles_bundle_withholds_redaction_salts_and_still_verifies(
     from sagacity._keys import KeyService
     from sagacity._redaction import stored_salts
     from sagacity.consumers.archive import BatchArchiver, RawEvent
-    from sagacity.keystore_postgres import PostgresKeyStore
+    from sagacity.postgres import PostgresKeyStore
     from sagacity.producer import KafkaJournal
 
     topic = make_topic(partitions=1)

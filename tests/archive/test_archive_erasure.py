@@ -268,7 +268,7 @@ def test_an_erased_saga_still_verifies_and_verify_reports_the_erasure(archived: 
 
 
 def test_verify_says_so_when_its_role_may_not_read_the_key_table(archived: str) -> None:
-    from sagacity.keystore_postgres import PostgresKeyStore
+    from sagacity.postgres import PostgresKeyStore
 
     store = PostgresKeyStore(archived)
     store.ensure_schema()
@@ -299,7 +299,7 @@ def test_verify_says_so_when_its_role_may_not_read_the_key_table(archived: str) 
 def test_audit_watch_alerts_on_a_key_destroyed_without_an_erased_event(
     archived: str, tmp_path: Path
 ) -> None:
-    from sagacity.keystore_postgres import PostgresKeyStore
+    from sagacity.postgres import PostgresKeyStore
 
     store = PostgresKeyStore(archived)
     store.ensure_schema()

@@ -214,10 +214,11 @@ def test_sealed_events_are_archived_opened_with_the_keys_and_quarantined_when_al
     import os
 
     from sagacity._envelope import KeyEncryptionKey, KeyRing
-    from sagacity._keys import InMemoryKeyStore, KeyService
+    from sagacity._keys import KeyService
     from sagacity.chain import committing
     from sagacity.consumers.archive import BatchArchiver
     from sagacity.schemas._codec import decode_record, encode_sealed
+    from sagacity.testing import InMemoryKeyStore
 
     keys = KeyService(InMemoryKeyStore(), KeyRing((KeyEncryptionKey.of(os.urandom(32)),)))
     chain = []
@@ -263,10 +264,11 @@ def test_sealed_events_archived_without_the_keys_keep_their_commitments(archiver
 
     from sagacity import verify
     from sagacity._envelope import KeyEncryptionKey, KeyRing
-    from sagacity._keys import InMemoryKeyStore, KeyService
+    from sagacity._keys import KeyService
     from sagacity.chain import committing
     from sagacity.consumers.archive import iter_audits
     from sagacity.schemas._codec import encode_sealed
+    from sagacity.testing import InMemoryKeyStore
 
     keys = KeyService(InMemoryKeyStore(), KeyRing((KeyEncryptionKey.of(os.urandom(32)),)))
     chain = []

@@ -393,10 +393,11 @@ def test_a_sealed_form_2_event_is_archived_alike_with_and_without_the_compiled_m
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     from sagacity._envelope import KeyEncryptionKey, KeyRing
-    from sagacity._keys import InMemoryKeyStore, KeyService
+    from sagacity._keys import KeyService
     from sagacity.chain import committing
     from sagacity.consumers.archive import _audit, iter_audits, migrate
     from sagacity.schemas._codec import decode_record, encode_sealed
+    from sagacity.testing import InMemoryKeyStore
 
     keys = KeyService(InMemoryKeyStore(), KeyRing((KeyEncryptionKey.of(os.urandom(32)),)))
     sealed: list[Any] = []

@@ -20,7 +20,7 @@ from sagacity._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
 from sagacity._keys import KeyService
 from sagacity.chain import committing, link
 from sagacity.consumers.archive import BatchArchiver, RawEvent
-from sagacity.keystore_postgres import PostgresKeyStore
+from sagacity.postgres import PostgresKeyStore
 from sagacity.producer import KafkaJournal
 from sagacity.schemas._codec import decode_record, encode_sealed
 

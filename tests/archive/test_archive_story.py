@@ -403,7 +403,7 @@ def test_a_forged_erased_counts_in_no_auditors_tool_and_the_data_is_withheld(
     count only the operator's erasure: the forged one is reported and the data it claims
     erased is withheld (docs/adr/0027-operator-signatures.md)."""
     from sagacity._operator_signature import OperatorVerifier
-    from sagacity.keystore_postgres import PostgresKeyStore
+    from sagacity.postgres import PostgresKeyStore
 
     other = OperatorSigner(Ed25519PrivateKey.generate())
     forged = _erased_saga("forged", sign=None if forgery == "unsigned" else other)

@@ -18,7 +18,7 @@ from sagacity._envelope import KeyRing, write_key_encryption_key
 from sagacity._keys import KeyService
 from sagacity.chain import GENESIS_HASH, committing, link
 from sagacity.consumers.archive import BatchArchiver, RawEvent
-from sagacity.keystore_postgres import PostgresKeyStore
+from sagacity.postgres import PostgresKeyStore
 from sagacity.schemas._codec import encode_sealed
 
 pytestmark = [pytest.mark.postgres]

@@ -26,7 +26,7 @@ from sagacity._redaction import REDACTED, stored_salts
 from sagacity.chain import payload_sha256
 from sagacity.consumers.archive import BatchArchiver, RawEvent
 from sagacity.errors import ConfigurationError, PayloadMismatchError
-from sagacity.keystore_postgres import PostgresKeyStore
+from sagacity.postgres import PostgresKeyStore
 from sagacity.producer import KafkaJournal
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]

@@ -24,7 +24,7 @@ from sagacity._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
 from sagacity._events import JournalEntry
 from sagacity._keys import KeyService
 from sagacity._redaction import MASK
-from sagacity.keystore_postgres import PostgresKeyStore
+from sagacity.postgres import PostgresKeyStore
 from sagacity.producer import KafkaJournal
 from sagacity.schemas import decode_entry
 from tests.compensation import svc_tools

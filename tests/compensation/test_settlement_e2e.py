@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sagacity import EntryDraft, EventType, Sagacity, SagaStatus, verify
+from sagacity import EntryDraft, EventType, Sagacity, SagaStatus, compose, verify
 from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings, Principal
 from sagacity.errors import AlreadyDecidedError, PermissionDeniedError
 from tests.compensation.conftest import Lane
@@ -65,16 +65,14 @@ def test_a_suspect_settled_executed_is_undone_once_by_the_compensation_service(
     seq = suspect_saga(agent, saga)
     assert [(s, t) for s, _q, t in lane.effects()] == [(saga, "reserve")]  # charge not undone
 
-    server = ApprovalsServer(
-        ApprovalsSettings(
-            database_url=lane.dsn,
-            bootstrap_servers=lane.bootstrap,
-            topic=lane.topic,
-            insecure_dev=True,
-            signing_key=str(tmp_path / "approvals.pem"),
-        ),
-        consume=False,
+    settings = ApprovalsSettings(
+        database_url=lane.dsn,
+        bootstrap_servers=lane.bootstrap,
+        topic=lane.topic,
+        insecure_dev=True,
+        signing_key=str(tmp_path / "approvals.pem"),
     )
+    server = ApprovalsServer(settings, dependencies=compose.approvals_of(settings), consume=False)
     server.store.migrate()
     try:
         ops = Principal(name="ops@example.com", tools=frozenset({"charge"}))

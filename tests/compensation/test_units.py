@@ -195,9 +195,11 @@ def test_the_service_loads_a_tool_that_redacts_when_it_holds_a_key_service() -> 
     import os
 
     from sagacity._envelope import KeyEncryptionKey, KeyRing
-    from sagacity._keys import InMemoryKeyStore, KeyService
+    from sagacity._keys import KeyService
     from sagacity.consumers.compensation import CompensationService, CompensationSettings
     from sagacity.errors import ConfigurationError
+    from sagacity.ports import Dependencies
+    from sagacity.testing import InMemoryKeyStore
 
     settings = CompensationSettings(
         bootstrap_servers="127.0.0.1:9",
@@ -205,7 +207,7 @@ def test_the_service_loads_a_tool_that_redacts_when_it_holds_a_key_service() -> 
         tools=("tests.compensation.svc_tools:CardShop",),
     )
     keys = KeyService(InMemoryKeyStore(), KeyRing((KeyEncryptionKey.of(os.urandom(32)),)))
-    service = CompensationService(settings, keys=keys)
+    service = CompensationService(settings, dependencies=Dependencies(keys=keys))
     assert {"check_card", "pay_by_card"} <= set(service.tool_names)
     with pytest.raises(ConfigurationError, match="SAGACITY_KEY_ENCRYPTION_KEY_FILE"):
         CompensationService(settings)

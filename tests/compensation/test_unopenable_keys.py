@@ -23,7 +23,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from sagacity import Sagacity, SagaStatus
 from sagacity._envelope import KEK_SETTING, KeyEncryptionKey, KeyRing, write_key_encryption_key
 from sagacity._keys import KeyService
-from sagacity.keystore_postgres import PostgresKeyStore
+from sagacity.postgres import PostgresKeyStore
 from sagacity.producer import KafkaJournal
 from tests.compensation import svc_tools
 from tests.compensation.conftest import Lane

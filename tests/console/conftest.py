@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from sagacity import Sagacity, SagaStatus
+from sagacity import Sagacity, SagaStatus, compose
 from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
 from sagacity.producer import KafkaJournal
 from tests.approvals.conftest import entry_text
@@ -321,7 +321,9 @@ def world(
         settings, approvals_public = console_settings(
             tmp, dsn=dsn, bootstrap=kafka_bootstrap, topic=topic
         )
-        server = ApprovalsServer(settings, tools=[ConsoleShop(dsn)])
+        server = ApprovalsServer(
+            settings, dependencies=compose.approvals_of(settings), tools=[ConsoleShop(dsn)]
+        )
         url = stack.enter_context(serving(server))
         log = tmp / "compensation.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("SAGACITY_")}

@@ -28,6 +28,7 @@ from sagacity import (
     Sagacity,
     SagaStatus,
     compensable,
+    compose,
     verify,
 )
 from sagacity._redaction import MASK, REDACTED, REDACTION_ATTRIBUTE, stored_salts
@@ -35,7 +36,7 @@ from sagacity.chain import payload_sha256
 from sagacity.consumers.approvals import ApprovalsServer
 from sagacity.errors import PayloadMismatchError
 from sagacity.keys import KEK_SETTING, KeyRing, KeyService, write_key_encryption_key
-from sagacity.keystore_postgres import PostgresKeyStore
+from sagacity.postgres import PostgresKeyStore
 from sagacity.producer import KafkaJournal
 from tests.console.conftest import (
     World,
@@ -101,7 +102,9 @@ def sealed(
         environment.setenv(KEK_SETTING, str(kek))
         environment.setenv("SAGACITY_DATABASE_URL", dsn)
         # Registering a tool that redacts is refused on a journal that does not seal.
-        server = ApprovalsServer(settings, tools=[Till()])
+        server = ApprovalsServer(
+            settings, dependencies=compose.approvals_of(settings), tools=[Till()]
+        )
         server_keys = server.journal.keys  # type: ignore[attr-defined]
         assert isinstance(server_keys, KeyService)  # closed by the server as it stops
         url = stack.enter_context(serving(server))

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from sagacity._decision_signature import DecisionVerifier
 from sagacity._events import JournalEntry
-from sagacity.ports import ClaimStatus, ClaimStore, RequestStore, SagaIndex
-from sagacity.testing import InMemoryClaimStore, InMemoryRequestStore, InMemorySagaIndex
+from sagacity.ports import ClaimStatus, ClaimStore, KeyStore, RequestStore, SagaIndex
+from sagacity.testing import (
+    InMemoryClaimStore,
+    InMemoryKeyStore,
+    InMemoryRequestStore,
+    InMemorySagaIndex,
+)
 from sagacity.testing.contracts import (
     JOURNAL,
     ClaimStoreContract,
+    KeyStoreContract,
     RequestStoreContract,
     SagaIndexContract,
 )
@@ -28,6 +34,13 @@ class TestInMemoryClaimStore(ClaimStoreContract):
     ) -> None:
         assert isinstance(store, InMemoryClaimStore)
         store.add_unbound(saga_id, step_seq, status)
+
+
+class TestInMemoryKeyStore(KeyStoreContract):
+    def create_store(self) -> KeyStore:
+        # One memory per test, shared by the test's stores (one database).
+        self.shared = getattr(self, "shared", None) or InMemoryKeyStore()
+        return self.shared
 
 
 class TestInMemoryRequestStore(RequestStoreContract):

@@ -12,11 +12,17 @@ from sagacity._decision_signature import DecisionVerifier
 from sagacity._defaults import DEFAULT_ARCHIVE_GROUP as DEFAULT_GROUP
 from sagacity._events import JournalEntry
 from sagacity.consumers.archive._db import migrate
-from sagacity.ports import ClaimStatus, ClaimStore, RequestStore, SagaIndex
-from sagacity.postgres import PostgresClaimStore, PostgresRequestStore, PostgresSagaIndex
+from sagacity.ports import ClaimStatus, ClaimStore, KeyStore, RequestStore, SagaIndex
+from sagacity.postgres import (
+    PostgresClaimStore,
+    PostgresKeyStore,
+    PostgresRequestStore,
+    PostgresSagaIndex,
+)
 from sagacity.testing.contracts import (
     JOURNAL,
     ClaimStoreContract,
+    KeyStoreContract,
     RequestStoreContract,
     SagaIndexContract,
 )
@@ -51,6 +57,15 @@ class TestPostgresClaimStore(ClaimStoreContract):
                     settled,
                 ),
             )
+
+
+class TestPostgresKeyStore(KeyStoreContract):
+    @pytest.fixture(autouse=True)
+    def _database(self, pg_dsn: str) -> None:
+        self.dsn = pg_dsn
+
+    def create_store(self) -> KeyStore:
+        return PostgresKeyStore(self.dsn)
 
 
 class TestPostgresRequestStore(RequestStoreContract):

@@ -25,9 +25,8 @@ from sagacity._keys import KeyService
 from sagacity._operator_signature import OperatorSigner
 from sagacity._operator_signature import generate_key as generate_operator_key
 from sagacity.cli import main
-from sagacity.consumers.archive import BatchArchiver, RawEvent, migrate
-from sagacity.keystore_postgres import PostgresKeyStore
-from sagacity.postgres import PostgresClaimStore, PostgresRequestStore
+from sagacity.consumers.archive import ArchiveEraser, BatchArchiver, RawEvent, migrate
+from sagacity.postgres import PostgresClaimStore, PostgresKeyStore, PostgresRequestStore
 from sagacity.producer import KafkaJournal
 from sagacity.schemas import decode_entry
 
@@ -288,7 +287,7 @@ def test_a_dry_run_creates_no_key_table_where_there_is_none(stack: Stack) -> Non
             SAGA,
             key_store=store,
             services_database=elsewhere,
-            archive_database=stack.dsn,
+            archive=ArchiveEraser(stack.dsn),
         )
         assert plan.key == "none"
         assert not store.exists()
@@ -580,13 +579,17 @@ def test_an_erased_event_the_topic_could_not_take_is_refused_before_anything_cha
             keys=keys,
             key_store=store,
             services_database=stack.dsn,
-            archive_database=stack.dsn,
+            archive=ArchiveEraser(stack.dsn),
             signer=stack.operator,
         )
 
     try:
         plan = plan_erasure(
-            journal, SAGA, key_store=store, services_database=stack.dsn, archive_database=stack.dsn
+            journal,
+            SAGA,
+            key_store=store,
+            services_database=stack.dsn,
+            archive=ArchiveEraser(stack.dsn),
         )
         assert plan.field_count == 4
         journal.max_event_bytes = 4096  # as a topic whose max.message.bytes is this small

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from sagacity._envelope import KEK_SETTING, KeyEncryptionKey, KeyRing, write_key_encryption_key
 from sagacity._keys import KeyService
 from sagacity.cli import main
-from sagacity.keystore_postgres import PostgresKeyStore
+from sagacity.postgres import PostgresKeyStore
 
 
 def test_keys_init_writes_a_private_kek_and_refuses_to_overwrite(tmp_path: Path) -> None:
@@ -106,7 +106,7 @@ def test_keys_status_on_an_unreachable_database_exits_3() -> None:
         env={"SAGACITY_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2"},
     )
     assert done.exit_code == 3
-    assert "key store: connect failed" in done.output
+    assert "key store: connect: database unavailable" in done.output
 
 
 def test_keys_init_prints_the_absolute_path_to_set(

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import psycopg
 import pytest
 
+from sagacity._env import key_service_from_env
 from sagacity._envelope import KEK_SETTING, KeyEncryptionKey, KeyRing, write_key_encryption_key
 from sagacity._keys import KeyService
 from sagacity.errors import (
@@ -20,12 +21,14 @@ from sagacity.errors import (
     PersistenceUnavailableError,
     SagaErasedError,
 )
-from sagacity.keystore_postgres import TABLE, PostgresKeyStore, key_service_from_env
+from sagacity.postgres import PostgresKeyStore, applied_versions
+from sagacity.postgres._keys import TABLE
 
 pytestmark = [pytest.mark.postgres]
 
 MARKER = b'{"email":"marker-7f3a@example.org"}'
 T = TypeVar("T")
+DATABASE = "SAGACITY_DATABASE_URL"
 
 
 @pytest.fixture
@@ -136,7 +139,7 @@ def test_keys_under_a_kek_not_held_are_data_named_at_start_and_refused_per_saga(
     assert other.open("s-2", 1, "payload", mine) == MARKER
     # From the environment too: a warning naming the setting, never a refusal to start.
     with caplog.at_level("WARNING", logger="sagacity.keys"):
-        started = key_service_from_env(pg_dsn, {KEK_SETTING: str(tmp_path / "wrong.kek")})
+        started = key_service_from_env({KEK_SETTING: str(tmp_path / "wrong.kek"), DATABASE: pg_dsn})
     assert started is not None
     started.close()
     [warning] = [r.getMessage() for r in caplog.records if r.name == "sagacity.keys"]
@@ -147,14 +150,14 @@ def test_keys_under_a_kek_not_held_are_data_named_at_start_and_refused_per_saga(
 def test_the_kek_setting_from_the_environment(
     pg_dsn: str, kek: KeyEncryptionKey, tmp_path: Path
 ) -> None:
-    assert key_service_from_env(pg_dsn, {}) is None  # no key configured: no encryption
+    assert key_service_from_env({DATABASE: pg_dsn}) is None  # no key: no encryption
+    assert key_service_from_env({KEK_SETTING: " ", DATABASE: pg_dsn}) is None  # blank: unset
     for value, problem in [
         (str(tmp_path / "absent.kek"), "does not exist"),
-        ("", "not set"),
     ]:
         with pytest.raises(KeyEncryptionKeyError, match=f"{KEK_SETTING}: .*{problem}"):
-            key_service_from_env(pg_dsn, {KEK_SETTING: value})
-    service = key_service_from_env(pg_dsn, {KEK_SETTING: str(tmp_path / "current.kek")})
+            key_service_from_env({KEK_SETTING: value, DATABASE: pg_dsn})
+    service = key_service_from_env({KEK_SETTING: str(tmp_path / "current.kek"), DATABASE: pg_dsn})
     assert service is not None
     try:
         assert service.keyring.key_ids == (kek.key_id,)
@@ -368,16 +371,16 @@ def test_an_unreachable_database_is_reported_as_unavailable(kek: KeyEncryptionKe
         KeyRing((kek,)),
     )
     try:
-        with pytest.raises(PersistenceUnavailableError, match="key store: connect failed"):
+        with pytest.raises(PersistenceUnavailableError, match="key store: connect: database un"):
             service.seal("s-1", 1, "payload", MARKER)
     finally:
         service.close()
 
 
 _PROCESS = """
-import sys, time
-from sagacity.keystore_postgres import key_service_from_env
-service = key_service_from_env(sys.argv[1])
+import os, sys, time
+from sagacity._env import key_service_from_env
+service = key_service_from_env({**os.environ, "SAGACITY_DATABASE_URL": sys.argv[1]})
 start = float(sys.argv[2])
 while time.time() < start:
     time.sleep(0.001)
@@ -413,3 +416,43 @@ def test_two_processes_using_a_saga_first_at_once_make_one_key(
     reader = services(kek)
     for seq, (out, _) in zip((1, 2), outputs, strict=True):
         assert reader.open("s-1", seq, "payload", bytes.fromhex(out.strip())) == b"from a process"
+
+
+_PREVIOUS_RELEASE_TABLE = f"""
+CREATE TABLE {TABLE} (
+    saga_id text PRIMARY KEY, kek_id text, wrapped bytea,
+    created_at timestamptz NOT NULL DEFAULT now(), rewrapped_at timestamptz,
+    erased_at timestamptz, erased_by text, reason text,
+    CHECK ((erased_at IS NULL) = (wrapped IS NOT NULL AND kek_id IS NOT NULL))
+)
+"""
+
+
+def test_the_key_store_is_migrated_by_the_one_runner_and_keeps_an_older_table(
+    pg_dsn: str, kek: KeyEncryptionKey
+) -> None:
+    """The store's table is made by the migrations runner (its version recorded, like every
+    other table's), and a table an earlier release made with its own DDL is adopted as it is,
+    its keys still opening."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(_PREVIOUS_RELEASE_TABLE)
+    wrapped = kek.wrap("s-old", bytes(range(32)))
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(
+            f"INSERT INTO {TABLE} (saga_id, kek_id, wrapped) VALUES (%s, %s, %s)",
+            ("s-old", kek.key_id, wrapped),
+        )
+    store = PostgresKeyStore(pg_dsn)
+    try:
+        store.ensure_schema()
+        store.ensure_schema()
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            assert applied_versions(conn, "sagacity_keys") == {1}
+        found = store.load("s-old")
+        assert found is not None
+        assert found.wrapped == wrapped
+        service = KeyService(store, KeyRing((kek,)))
+        sealed = service.seal("s-old", 1, "payload", MARKER)
+        assert service.open("s-old", 1, "payload", sealed) == MARKER
+    finally:
+        store.close()

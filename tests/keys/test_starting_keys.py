@@ -11,7 +11,8 @@ import pytest
 
 import sagacity._env
 from sagacity._envelope import KeyEncryptionKey, KeyRing
-from sagacity._keys import InMemoryKeyStore, KeyService
+from sagacity._keys import KeyService
+from sagacity.testing import InMemoryKeyStore
 
 
 class _CountedStore(InMemoryKeyStore):

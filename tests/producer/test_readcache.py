@@ -14,7 +14,6 @@ from sagacity._envelope import KeyEncryptionKey, KeyRing
 from sagacity._keys import (
     KEY_CACHE_TTL_SETTING,
     MAX_KEY_CACHE_TTL_S,
-    InMemoryKeyStore,
     KeyService,
     key_cache_ttl,
 )
@@ -22,6 +21,7 @@ from sagacity.chain import committing, link
 from sagacity.errors import ConfigurationError
 from sagacity.producer import SagaRead
 from sagacity.producer._reader import ReadCache
+from sagacity.testing import InMemoryKeyStore
 
 GENESIS = "0" * 64
 

@@ -12,12 +12,13 @@ import pytest
 
 from sagacity import GENESIS_HASH, EntryDraft, EventType, JournalEntry, verify
 from sagacity._envelope import KeyEncryptionKey, KeyRing
-from sagacity._keys import InMemoryKeyStore, KeyService
+from sagacity._keys import KeyService
 from sagacity.chain import committing, link
 from sagacity.errors import CiphertextAuthenticationError, SagaErasedError, SerializationError
 from sagacity.schemas import MAGIC, current_schema, decode_entry, encode_entry
 from sagacity.schemas._avro import decode_record
 from sagacity.schemas._sealed import encode_sealed
+from sagacity.testing import InMemoryKeyStore
 
 MARKER = "MARKER-5c1e"
 

@@ -29,7 +29,7 @@ class ArchiveView:
         self._operator = operator
 
     def _export(self, saga_id: str, out: Path) -> tuple[bool, str]:
-        from sagacity.consumers.archive._export import export_bundle
+        from sagacity.consumers.archive import export_bundle
 
         with (
             connect(self._dsn, timeout=5, action="cannot read the archive") as conn,

@@ -29,6 +29,7 @@ from sagacity.consumers.approvals.slack._signature import WINDOW_S, SlackSignatu
 from sagacity.consumers.approvals.slack._store import SlackStore
 from sagacity.consumers.approvals.slack._web import SlackWeb
 from sagacity.errors import AuthenticationError, InvalidArgumentError
+from sagacity.postgres import PostgresRequestStore
 
 __all__ = [
     "WINDOW_S",
@@ -49,6 +50,7 @@ class SlackIntegration:
     Args:
         config: the secrets, channel and Web API URL.
         service: the service's decision path.
+        requests: the service's request tables (where the Slack tables live beside them).
         auth: the principals file.
         public_url: the console's address as people reach it.
         interval_s: how often new requests are looked for.
@@ -59,19 +61,20 @@ class SlackIntegration:
         config: SlackConfig,
         *,
         service: ApprovalService,
+        requests: PostgresRequestStore,
         auth: AuthFile,
         public_url: str,
         interval_s: float = 2.0,
     ) -> None:
         now_us = service.sagacity.now_us
-        self.store = SlackStore(service.store)
+        self.store = SlackStore(requests)
         self.web = SlackWeb(config.bot_token, base_url=config.api_url)
         self.signature = SlackSignature(config.signing_secret, store=self.store, now_us=now_us)
         self.decisions = SlackDecisions(
             service, auth=auth, web=self.web, store=self.store, public_url=public_url
         )
         self.poster = SlackPoster(
-            service.store,
+            requests,
             store=self.store,
             web=self.web,
             decisions=self.decisions,

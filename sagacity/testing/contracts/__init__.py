@@ -10,12 +10,14 @@ from __future__ import annotations
 from sagacity.testing.contracts._claims import JOURNAL, ClaimStoreContract
 from sagacity.testing.contracts._index import SagaIndexContract
 from sagacity.testing.contracts._journal import JournalContract
+from sagacity.testing.contracts._keys import KeyStoreContract
 from sagacity.testing.contracts._requests import RequestStoreContract
 
 __all__ = [
     "JOURNAL",
     "ClaimStoreContract",
     "JournalContract",
+    "KeyStoreContract",
     "RequestStoreContract",
     "SagaIndexContract",
 ]

@@ -10,96 +10,21 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import uuid
 from collections.abc import Sequence
 
 import pytest
 
-from sagacity import InMemoryJournal
 from sagacity._decision_signature import DecisionSigner, DecisionVerifier
 from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity._requests import request_states, verified_by
 from sagacity.chain import link, payload_sha256
 from sagacity.ports import RequestRow, RequestStore, RowState
+from sagacity.testing.contracts._chains import PAYLOAD, PAYLOAD_SHA, E, _Chain, _saga
 from sagacity.testing.contracts._claims import JOURNAL
-
-E = EventType
-PAYLOAD = '{"amount":"100","to":"alice"}'
-PAYLOAD_SHA = payload_sha256(PAYLOAD)
+from sagacity.testing.contracts._decisions import RequestDecisionContract
 
 
-def _saga() -> str:
-    return f"contract-{uuid.uuid4().hex}"
-
-
-class _Chain:
-    """One saga's chain, built event by event with explicit times."""
-
-    def __init__(self, saga_id: str | None = None, *, start_us: int = 1_700_000_000_000_000):
-        self.saga_id = saga_id or _saga()
-        self._journal = InMemoryJournal()
-        self.now_us = start_us
-        self.entries: list[JournalEntry] = []
-
-    def add(
-        self,
-        kind: EventType,
-        *,
-        actor: str | None = None,
-        ref: int | None = None,
-        result: str | None = None,
-        after_us: int = 1_000_000,
-        signer: DecisionSigner | None = None,
-        **attributes: str,
-    ) -> JournalEntry:
-        self.now_us += after_us
-        if ref is not None:
-            attributes["ref_seq"] = str(ref)
-            if signer is not None:
-                # A decision binds the entry it decides on and the journal (ADR 0025).
-                attributes.setdefault("request_hash", self.entries[ref - 1].hash)
-                attributes.setdefault("journal", JOURNAL)
-        draft = EntryDraft(
-            saga_id=self.saga_id,
-            event_type=kind,
-            tool="wire",
-            payload=PAYLOAD if kind is E.AWAITING_APPROVAL else None,
-            actor=actor,
-            result=result,
-            attributes=attributes,
-            recorded_at_us=self.now_us,
-        )
-        entry = self._journal.append(signer.sign(draft) if signer is not None else draft)
-        self.entries.append(entry)
-        return entry
-
-    def request(
-        self, *, signatures: int = 1, tool: str = "wire", expires_at_us: int | None = None
-    ) -> int:
-        attributes = {
-            "payload_sha256": payload_sha256(PAYLOAD),
-            "signatures_required": str(signatures),
-            "policy_version": "7",
-            "reversibility": "IRREVERSIBLE",
-        }
-        if expires_at_us is not None:
-            attributes["expires_at_us"] = str(expires_at_us)
-        self.now_us += 1_000_000
-        entry = self._journal.append(
-            EntryDraft(
-                saga_id=self.saga_id,
-                event_type=E.AWAITING_APPROVAL,
-                tool=tool,
-                payload=PAYLOAD,
-                attributes=attributes,
-                recorded_at_us=self.now_us,
-            )
-        )
-        self.entries.append(entry)
-        return entry.seq
-
-
-class RequestStoreContract(abc.ABC):
+class RequestStoreContract(RequestDecisionContract, abc.ABC):
     """Fold requests, signatures and closings idempotently; list, age and count them."""
 
     @abc.abstractmethod
@@ -107,13 +32,6 @@ class RequestStoreContract(abc.ABC):
         """A store on a fresh database, its tables not yet created; ``verifier`` (the
         approvals service's decision keys) decides which approvals sign, ``None``: all.  A
         store with a verifier is made for the journal named :data:`JOURNAL`."""
-
-    @pytest.fixture
-    def store(self) -> RequestStore:
-        """A store from :meth:`create_store`, migrated."""
-        store = self.create_store()
-        store.migrate()
-        return store
 
     def fold(self, store: RequestStore, entries: Sequence[JournalEntry]) -> None:
         """Fold ``entries`` as a consumer would: one event at a time, each replayed once."""

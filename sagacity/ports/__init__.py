@@ -2,298 +2,76 @@
 
 Each port is a :class:`typing.Protocol` with the value objects it speaks in; adapters implement
 them (memory in :mod:`sagacity.testing`, Kafka in ``sagacity.producer``, Postgres in
-``sagacity.postgres``), and one contract suite per port (:mod:`sagacity.testing`) runs against
-each.  This module imports the standard library and the core only; the core's own port, the journal
-(:mod:`sagacity.journal`: the core is written against it), is re-exported here.
+``sagacity.postgres``), and one contract suite per port (:mod:`sagacity.testing.contracts`)
+runs against each.  This package imports the standard library and the core only; the core's
+own port, the journal (:mod:`sagacity.journal`: the core is written against it), is
+re-exported here.  One module per port; every name is exported here.
 
 * :class:`Journal` / :class:`ConditionalJournal`: the hash-chained event log.
-* :class:`SagaIndex`: where a reader finds a saga's archived prefix
-  (docs/adr/0010-saga-read-index.md).
-* :class:`ClaimStore`: the compensation service's claims and saga locks
-  (docs/adr/0007-compensation-exactly-once.md).
-* :class:`RequestStore`: the approvals service's view of requests folded from the journal.
+* :class:`SagaIndex`: where a reader finds a saga's archived prefix (:mod:`._index`,
+  docs/adr/0010-saga-read-index.md).
+* :class:`ClaimStore`: the compensation service's claims and saga locks (:mod:`._claims`,
+  docs/adr/0007-compensation-exactly-once.md).
+* :class:`KeyStore`: the per-saga data keys, wrapped (:mod:`._keys`, docs/adr/0019-erasure.md).
+* :class:`RequestStore`: the approvals service's view of requests folded from the journal
+  (here).
+* :class:`ErasableArchive`: the archive's side of an erasure (:mod:`._erasure`).
+* :class:`Dependencies`: every dependency a service is handed, built by the composition root
+  (:mod:`._dependencies`, :mod:`sagacity.compose`).
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from sagacity import _attributes as attr
-from sagacity._events import GENESIS_HASH, JournalEntry
+from sagacity._events import JournalEntry
 from sagacity._requests import RequestState, RequestStatus
 from sagacity.journal import ApprovalRequest, ConditionalJournal, Journal
+from sagacity.ports._claims import Claim, ClaimStatus, ClaimStore, check_claim_key
+from sagacity.ports._dependencies import ClaimStores, Dependencies
+from sagacity.ports._erasure import ArchiveErasure, ErasableArchive
+from sagacity.ports._index import (
+    IndexedEvent,
+    IndexedPartition,
+    IndexedSaga,
+    RefusedMessage,
+    SagaIndex,
+)
+from sagacity.ports._keys import KeyStore, StoredKey
 
 __all__ = [
     "OPEN_STATES",
     "ApprovalRequest",
+    "ArchiveErasure",
     "AttentionRow",
     "Claim",
     "ClaimStatus",
     "ClaimStore",
+    "ClaimStores",
     "ConditionalJournal",
+    "Dependencies",
+    "ErasableArchive",
     "GateStats",
     "IndexedEvent",
     "IndexedPartition",
     "IndexedSaga",
     "Journal",
+    "KeyStore",
     "QuarantinedEvent",
     "RefusedMessage",
+    "RequestDecision",
     "RequestRow",
     "RequestStore",
     "RowState",
     "SagaIndex",
+    "StoredKey",
     "check_claim_key",
 ]
-
-
-# -- read index ---------------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
-class IndexedEvent:
-    """An event the archiver accepted into a saga's chain.
-
-    Attributes:
-        topic / partition / offset: where the archiver read it.
-        entry: the event as archived (the reader re-hashes it).
-    """
-
-    topic: str
-    partition: int
-    offset: int
-    entry: JournalEntry
-
-
-@dataclass(frozen=True, kw_only=True)
-class RefusedMessage:
-    """A message with the saga's key the archiver refused, bytes exactly as read.
-
-    Attributes:
-        offset: where it is in the partition.
-        value: the message value (``None`` for a tombstone).
-    """
-
-    offset: int
-    value: bytes | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class IndexedSaga:
-    """What an index knows of one saga.
-
-    Attributes:
-        covered_to: the archiver has read every message of the partition below this offset;
-            ``None`` when it has not read the partition (the reader scans it).
-        keys_checked_from: events below this offset were archived without comparing the
-            message key with the saga the body names (``None``: none were compared); the
-            reader does not take such events from the index.
-        events: the accepted events, in seq order.
-        refused: refused messages with the saga's key below ``covered_to``, in offset order.
-        head: the archiver's head for the saga (``None`` if it has none).
-        base_seq / base_hash: the link the archived chain starts after (a retention anchor).
-    """
-
-    covered_to: int | None
-    keys_checked_from: int | None = None
-    events: Sequence[IndexedEvent] = field(default_factory=tuple)
-    refused: Sequence[RefusedMessage] = field(default_factory=tuple)
-    head: tuple[int, str] | None = None
-    base_seq: int = 0
-    base_hash: str = GENESIS_HASH
-
-
-@runtime_checkable
-class SagaIndex(Protocol):
-    """Finds a saga's archived prefix (an implementation: the Postgres archive,
-    :class:`sagacity.postgres.PostgresSagaIndex`).
-
-    An index may also offer ``lookup_many(topic, partition, saga_ids) -> dict[str,
-    IndexedSaga]``, every saga's :meth:`lookup` in one snapshot; scans for pending approvals
-    use it when present instead of one lookup per candidate saga.
-    """
-
-    def lookup(self, topic: str, partition: int, saga_id: str) -> IndexedSaga:
-        """The saga's archived prefix, in one consistent snapshot.
-
-        Raises:
-            ArchiveSchemaError: the database holds no archive; the reader scans the partition
-                without a warning (the index says so itself, once per process).
-            SagacityError: the index cannot answer (unreachable, not an index); the reader
-                then scans the partition.
-        """
-        ...
-
-    def sagas_with_pending_requests(self, topic: str, partition: int) -> IndexedPartition:
-        """Every saga of the partition whose archived chain may hold an open approval request."""
-        ...
-
-    def close(self) -> None:
-        """Release connections."""
-        ...
-
-
-@dataclass(frozen=True, kw_only=True)
-class IndexedPartition:
-    """Sagas of one partition the archive knows, for scans (pending approvals).
-
-    Attributes:
-        covered_to: as :attr:`IndexedSaga.covered_to`.
-        sagas: saga ids whose archived chain may hold an open approval request (its last
-            ``AWAITING_APPROVAL`` is not followed by a decision).
-    """
-
-    covered_to: int | None
-    sagas: Sequence[str] = field(default_factory=tuple)
-
-
-# -- compensation claims ------------------------------------------------------------------
-class ClaimStatus(enum.StrEnum):
-    """Where a claimed step stands."""
-
-    CLAIMED = "CLAIMED"
-    COMPENSATED = "COMPENSATED"
-    FAILED = "FAILED"
-    TIMED_OUT = "TIMED_OUT"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Claim:
-    """A step's claim.
-
-    A claim belongs to one journal (the store's, given when it is made) and one step: the
-    saga id, the ``EXECUTED`` seq and that entry's hash.  A claim of another journal, or of
-    another entry at the same seq, is never this step's.
-
-    Attributes:
-        saga_id / step_seq / step_hash: the step (its ``EXECUTED`` seq and entry hash); the
-            hash is ``""`` on an ``unbound`` claim.
-        status: see :class:`ClaimStatus`.
-        attempts: how many times the undo was started.
-        result / result_encoding: what the undo returned, once ``COMPENSATED``.
-        error: why the undo failed, once ``FAILED`` or ``TIMED_OUT``.
-        fresh: this call created the claim (no earlier attempt exists).
-        unbound: a claim written before claims named their journal and step (a row the
-            claims table held when it was upgraded): it is for this saga id and seq on *some*
-            journal, perhaps this step's, perhaps another's.  Its result is never this
-            step's; whether its undo may have run is for the caller to weigh.
-    """
-
-    saga_id: str
-    step_seq: int
-    step_hash: str
-    status: ClaimStatus
-    attempts: int
-    result: str | None = None
-    result_encoding: str | None = None
-    error: str | None = None
-    fresh: bool = False
-    unbound: bool = False
-
-
-@runtime_checkable
-class ClaimStore(Protocol):
-    """The compensation service's memory of what it did to the outside world.
-
-    A store serves one journal: its identity (a non-empty string, given when the store is
-    made) is part of every claim's key with the step's saga id, seq and entry hash, so
-    journals sharing one database never see each other's claims.  A step is claimed once,
-    before its undo is called; a second attempt finds the claim and learns what the first one
-    got to.  A saga lock keeps two instances (or threads) from compensating the same saga at
-    once; it belongs to the calling thread and is released when the store is closed (or its
-    holder dies).  Claims in doubt (``CLAIMED``, ``TIMED_OUT``) are never removed.
-    """
-
-    def ensure_schema(self) -> None:
-        """Create the store's tables if they do not exist (safe on every start, concurrently).
-
-        Raises:
-            PersistenceError: the store could not be reached or refused.
-        """
-        ...
-
-    def ping(self) -> bool:
-        """The store answers."""
-        ...
-
-    def try_lock_saga(self, saga_id: str) -> bool:
-        """Take the saga's lock for the calling thread without waiting; ``True`` if held.
-
-        Raises:
-            PersistenceError: the store failed.
-        """
-        ...
-
-    def unlock_saga(self, saga_id: str) -> None:
-        """Release the saga's lock held by the calling thread."""
-        ...
-
-    def claim(self, saga_id: str, step_seq: int, *, step_hash: str, target: str, key: str) -> Claim:
-        """Create the step's claim (``fresh``, ``CLAIMED``), or return the existing one.
-
-        When the claim is new but an ``unbound`` claim of the same saga id and seq exists,
-        that one is returned (``fresh=False``, ``unbound=True``) and the new claim stays
-        ``CLAIMED`` for :meth:`restart`.
-
-        Raises:
-            ValueError: ``step_hash`` is not an entry hash (64 lowercase hex).
-            PersistenceError: the store failed.
-        """
-        ...
-
-    def restart(self, saga_id: str, step_seq: int, *, step_hash: str) -> None:
-        """Record that the step's undo is being started again (``CLAIMED``, one more attempt)."""
-        ...
-
-    def record(
-        self,
-        saga_id: str,
-        step_seq: int,
-        status: ClaimStatus,
-        *,
-        step_hash: str,
-        result: str | None = None,
-        result_encoding: str | None = None,
-        error: str | None = None,
-    ) -> None:
-        """Record how the step's undo ended."""
-        ...
-
-    def claims(self, saga_id: str) -> list[Claim]:
-        """The saga's claims on this store's journal (every step hash) and its ``unbound``
-        ones, by step."""
-        ...
-
-    def prune(self, *, older_than_s: float, apply: bool) -> int:
-        """Delete (with ``apply``; else count) ``COMPENSATED`` and ``FAILED`` claims of this
-        store's journal, and ``unbound`` ones, finished over ``older_than_s`` seconds ago.
-
-        Raises:
-            PersistenceError: the store failed.
-        """
-        ...
-
-    def close(self) -> None:
-        """Release connections and the saga locks they hold."""
-        ...
-
-
-def check_claim_key(journal: str, step_hash: str | None = None) -> None:
-    """Refuse a journal identity or a step hash no claim may be keyed by.
-
-    The empty identity and the empty hash mark ``unbound`` claims (rows older than the key),
-    so a store may never write them.
-
-    Raises:
-        ValueError: ``journal`` is empty, or ``step_hash`` (when given) is not 64 lowercase
-            hex characters.
-    """
-    if not journal:
-        raise ValueError("a claim store needs its journal's identity (a non-empty string)")
-    if step_hash is not None and (
-        len(step_hash) != 64 or step_hash.strip("0123456789abcdef") != ""
-    ):
-        raise ValueError(f"a claim's step hash is an entry hash (64 lowercase hex): {step_hash!r}")
 
 
 # -- approval requests --------------------------------------------------------------------
@@ -525,6 +303,36 @@ class AttentionRow:
     ended_seq: int
 
 
+class RequestDecision(Protocol):
+    """One decision's unit of work on a request store (:meth:`RequestStore.deciding`).
+
+    What it locks stays locked, and what it folds is kept, until the unit ends: the approvals
+    service holds a request's lock while the core decides from the chain and appends to it,
+    then folds what was journaled before another decider may look.  The Postgres store runs
+    the unit in one transaction (its locks the saga's advisory lock and the row's).
+    """
+
+    def get(self, saga_id: str, seq: int, *, lock: bool = False) -> RequestRow | None:
+        """The request's row; ``lock`` first takes the saga's and the request's lock for the
+        unit, waiting up to the unit's lock timeout.
+
+        Raises:
+            DecisionInProgressError: another unit holds the lock past the timeout.
+        """
+        ...
+
+    def lock_open(self, saga_id: str, seq: int) -> bool:
+        """Take the saga's and the open request's lock for the unit without waiting;
+        ``False`` when another unit holds either, or the request is not open."""
+        ...
+
+    def fold(self, saga_id: str, entries: Sequence[JournalEntry]) -> None:
+        """Fold ``entries``, the saga's chain as the journal's reader accepted it (from its
+        first event), in the unit: what the store holds already is skipped, the rest judged by
+        the acceptance rule and folded as :meth:`RequestStore.apply` folds."""
+        ...
+
+
 @runtime_checkable
 class RequestStore(Protocol):
     """Approval requests of one journal topic, folded from its events; never evidence.
@@ -540,8 +348,9 @@ class RequestStore(Protocol):
     saga whose run ends ``COMPENSATION_FAILED`` enters the attention queue until a later run
     ends in another final status.
 
-    A store may offer more (the Postgres one: transactions holding a request's row lock, and
-    the consumer's position written in the same transaction as the rows).
+    A decision runs in a unit of work (:meth:`deciding`) that holds the request's lock.  A
+    store may offer more (the Postgres one: the consumer's position written in the same
+    transaction as the rows).
     """
 
     topic: str
@@ -609,4 +418,16 @@ class RequestStore(Protocol):
 
     def attention(self, *, limit: int = 500) -> list[AttentionRow]:
         """Sagas whose last run ended ``COMPENSATION_FAILED``, oldest first."""
+        ...
+
+    def deciding(
+        self, *, lock_timeout_s: float | None = None
+    ) -> AbstractContextManager[RequestDecision]:
+        """A unit of work for one decision (:class:`RequestDecision`): its locks are released
+        and its folds kept when the block ends; ``lock_timeout_s`` bounds how long a locking
+        :meth:`RequestDecision.get` waits (``None``: the store's default).
+
+        Raises:
+            PersistenceError: the store failed (the Postgres unit then keeps nothing).
+        """
         ...

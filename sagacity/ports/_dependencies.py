@@ -1,0 +1,58 @@
+"""Every dependency a service needs, as ports: built by the composition root
+(:mod:`sagacity.compose`) from the settings and handed to the service by the CLI.
+
+A service is written against this bundle and never builds an adapter itself: it takes its
+journal, its claim store, its request store, its key service and its read index from here, so
+the same service runs on the in-memory fakes of :mod:`sagacity.testing` in a test.  A service
+uses the fields it needs; the others stay ``None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from sagacity.journal import Journal
+from sagacity.ports._claims import ClaimStore
+from sagacity.ports._index import SagaIndex
+
+if TYPE_CHECKING:
+    from sagacity._keys import KeyService
+
+
+def _no_index() -> SagaIndex | None:
+    return None
+
+
+class ClaimStores(Protocol):
+    """Makes the claim store of one journal (its identity, known once the journal has
+    connected) for one instance of a service (recorded on its claims)."""
+
+    def __call__(self, *, instance: str, journal: str) -> ClaimStore:
+        """The store; its schema is ensured by the caller."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dependencies:
+    """What a service is handed.
+
+    Attributes:
+        journal: the shared journal (its reader included); the receiver closes it.
+        claims: makes the claim store of a journal (:class:`ClaimStores`).
+        keys: the key service that seals and opens the journal's fields (``None``: the data
+            travels in clear, as the composition root allowed); the approvals server closes
+            the one it is handed, the compensation and archive services leave it to the
+            command that made it.
+        read_index: makes the read index a new journal reads archived prefixes through
+            (``None``: the journal scans its topic).
+        client: settings of the journal's transport (librdkafka's, from
+            ``SAGACITY_KAFKA_*``) for a service's own consumers of the topic.
+    """
+
+    journal: Journal | None = None
+    claims: ClaimStores | None = None
+    keys: KeyService | None = None
+    read_index: Callable[[], SagaIndex | None] = _no_index
+    client: Mapping[str, str] = field(default_factory=dict)
