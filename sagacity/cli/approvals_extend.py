@@ -7,15 +7,15 @@ docs/operations/routing.md); the approvals service honours it only when its pinn
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 
 from sagacity.cli._exit import FAILED, CommandError
+from sagacity.cli._kafka_env import kafka_env, kafka_options
 from sagacity.cli._options import parse_duration
-from sagacity.cli.saga import _kafka_options, _operator, load_operator_key, operator_key_option
-from sagacity.errors import ConfigurationError, JournalError, JournalUnavailableError
+from sagacity.cli.saga import _operator, load_operator_key, operator_key_option
+from sagacity.errors import JournalError, JournalUnavailableError
 
 
 @click.command("extend")
@@ -28,7 +28,7 @@ from sagacity.errors import ConfigurationError, JournalError, JournalUnavailable
     default=None,
     help="Who extends it, journaled as the actor [default: operator:<user>@<host>].",
 )
-@_kafka_options
+@kafka_options
 def extend_cmd(
     saga_id: str,
     seq: int,
@@ -46,7 +46,7 @@ def extend_cmd(
     $SAGACITY_OPERATOR_PUBLIC_KEY. Exit status: 0 journaled, 1 refused, 2 usage, 3 the cluster
     does not answer.
     """
-    from sagacity._env import kafka_journal, kafka_settings_from_env, key_service_from_env
+    from sagacity._env import kafka_journal, key_service_from_env
     from sagacity.consumers.approvals import extend_deadline
     from sagacity.errors import (
         ApprovalError,
@@ -57,15 +57,7 @@ def extend_cmd(
 
     by_us = int(parse_duration(by) * 1_000_000)
     signer = load_operator_key(operator_key)
-    env = dict(os.environ)
-    if bootstrap:
-        env["SAGACITY_BOOTSTRAP_SERVERS"] = bootstrap
-    if topic:
-        env["SAGACITY_TOPIC"] = topic
-    try:
-        settings = kafka_settings_from_env(env)
-    except ConfigurationError as exc:
-        raise click.UsageError(f"{exc} (or pass --bootstrap-servers)") from exc
+    env, settings = kafka_env(bootstrap, topic)
     keys = key_service_from_env(env)
     try:
         journal = kafka_journal(settings, keys=keys)

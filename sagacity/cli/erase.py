@@ -3,7 +3,6 @@ docs/operations/erasure.md)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -11,6 +10,7 @@ import click
 
 from sagacity.cli._db_options import conninfo
 from sagacity.cli._exit import FAILED, UNAVAILABLE, USAGE
+from sagacity.cli._kafka_env import kafka_env
 from sagacity.cli.saga import _operator, load_operator_key, operator_key_option
 from sagacity.errors import (
     ConfigurationError,
@@ -97,7 +97,7 @@ def erase(
     or PostgreSQL does not answer.
     """
     from sagacity._decision_signature import verifier_from_env as approvals_from_env
-    from sagacity._env import kafka_journal, kafka_settings_from_env, key_service_from_env
+    from sagacity._env import kafka_journal, key_service_from_env
     from sagacity._operator_signature import verifier_from_env, verifier_with
     from sagacity.consumers.erasure import apply_erasure, plan_erasure
     from sagacity.postgres import PostgresKeyStore
@@ -110,17 +110,9 @@ def erase(
         approvals = approvals_from_env()
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from exc
-    env = dict(os.environ)
+    env, settings = kafka_env(bootstrap, topic)
     env["SAGACITY_DATABASE_URL"] = database_url
-    if bootstrap:
-        env["SAGACITY_BOOTSTRAP_SERVERS"] = bootstrap
-    if topic:
-        env["SAGACITY_TOPIC"] = topic
     archive = _archive_of(conninfo(archive_database_url or database_url, archive_schema))
-    try:
-        settings = kafka_settings_from_env(env)
-    except ConfigurationError as exc:
-        raise click.UsageError(f"{exc} (or pass --bootstrap-servers)") from exc
     store = PostgresKeyStore(database_url)
     try:
         keys = key_service_from_env(env)

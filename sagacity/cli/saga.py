@@ -15,6 +15,7 @@ import click
 
 from sagacity.cli._db_options import database_options, fail
 from sagacity.cli._exit import FAILED, CommandError
+from sagacity.cli._kafka_env import kafka_env, kafka_options
 from sagacity.cli._options import parse_duration
 from sagacity.cli.approvals import DEFAULT_URL as APPROVALS_URL
 from sagacity.cli.approvals import _Client as ApprovalsClient
@@ -44,21 +45,6 @@ def _operator() -> str:
     return f"operator:{user}@{socket.gethostname()}"
 
 
-def _kafka_options(func: F) -> F:
-    """``--bootstrap-servers`` and ``--topic``, defaulting to the shared variables."""
-    func = click.option(
-        "--topic",
-        default=None,
-        help="The journal topic [default: $SAGACITY_TOPIC or sagacity.journal].",
-    )(func)
-    return click.option(
-        "--bootstrap-servers",
-        "bootstrap",
-        metavar="HOST:PORT[,…]",
-        help="Kafka bootstrap servers [default: $SAGACITY_BOOTSTRAP_SERVERS].",
-    )(func)
-
-
 @saga.command("takeover")
 @click.argument("saga_id")
 @click.option(
@@ -72,7 +58,7 @@ def _kafka_options(func: F) -> F:
     is_flag=True,
     help="Take it even though its writer's lease has not expired (check it is gone first).",
 )
-@_kafka_options
+@kafka_options
 @click.option(
     "--actor",
     default=None,
@@ -93,17 +79,9 @@ def takeover_cmd(
     with a compare-and-append: if the writer appends meanwhile, nothing is journaled.
     Exit status: 0 taken over, 1 refused, 2 usage, 3 the cluster does not answer.
     """
-    from sagacity._env import kafka_journal, kafka_settings_from_env
+    from sagacity._env import kafka_journal
 
-    env = dict(os.environ)
-    if bootstrap:
-        env["SAGACITY_BOOTSTRAP_SERVERS"] = bootstrap
-    if topic:
-        env["SAGACITY_TOPIC"] = topic
-    try:
-        settings = kafka_settings_from_env(env)
-    except ConfigurationError as exc:
-        raise click.UsageError(f"{exc} (or pass --bootstrap-servers)") from exc
+    _, settings = kafka_env(bootstrap, topic)
     try:
         journal = kafka_journal(settings)
     except JournalError as exc:  # unreachable: 3; no such topic, or refused its ACL: 2
@@ -142,7 +120,7 @@ def takeover_cmd(
     show_default=True,
     help="Why the sagas are taken over (journaled with each hand-off).",
 )
-@_kafka_options
+@kafka_options
 @database_options
 def sweep_cmd(
     older_than: str,
@@ -162,21 +140,13 @@ def sweep_cmd(
     only reports. Run it from cron (or a Kubernetes CronJob) next to the compensation service.
     Exit status: 0 done, 2 usage or no archive, 3 the cluster does not answer.
     """
-    from sagacity._env import kafka_journal, kafka_settings_from_env
+    from sagacity._env import kafka_journal
     from sagacity.cli._db_options import conninfo
     from sagacity.consumers.archive import connect, quiet_sagas
     from sagacity.consumers.archive import sweep_abandoned as sweep
 
     seconds = parse_duration(older_than)
-    env = dict(os.environ)
-    if bootstrap:
-        env["SAGACITY_BOOTSTRAP_SERVERS"] = bootstrap
-    if topic:
-        env["SAGACITY_TOPIC"] = topic
-    try:
-        settings = kafka_settings_from_env(env)
-    except ConfigurationError as exc:
-        raise click.UsageError(f"{exc} (or pass --bootstrap-servers)") from exc
+    _, settings = kafka_env(bootstrap, topic)
     try:
         with connect(conninfo(database_url, schema)) as conn:
             candidates = quiet_sagas(conn, topic=settings.topic, older_than_s=seconds, limit=limit)
@@ -316,7 +286,7 @@ def load_operator_key(path: Path | None) -> OperatorSigner:
     default=None,
     help="Who asks, journaled as the request's actor [default: operator:<user>@<host>].",
 )
-@_kafka_options
+@kafka_options
 def compensate_cmd(
     saga_id: str,
     reason: str,
@@ -333,25 +303,17 @@ def compensate_cmd(
     Refused for an unknown, live, erased or not-ended saga and while a compensation of it is
     pending. Exit status: 0 journaled, 1 refused, 2 usage, 3 the cluster does not answer.
     """
-    from sagacity._env import kafka_journal, kafka_settings_from_env, key_service_from_env
+    from sagacity._env import kafka_journal, key_service_from_env
     from sagacity._operator_signature import verifier_from_env
     from sagacity.consumers.compensation import request_compensation
     from sagacity.errors import CompensationRefusedError, TailMovedError
 
     signer = load_operator_key(operator_key)
-    env = dict(os.environ)
-    if bootstrap:
-        env["SAGACITY_BOOTSTRAP_SERVERS"] = bootstrap
-    if topic:
-        env["SAGACITY_TOPIC"] = topic
+    env, settings = kafka_env(bootstrap, topic)
     try:
         pinned = verifier_from_env(env)
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from exc
-    try:
-        settings = kafka_settings_from_env(env)
-    except ConfigurationError as exc:
-        raise click.UsageError(f"{exc} (or pass --bootstrap-servers)") from exc
     keys = key_service_from_env(env)
     try:
         journal = kafka_journal(settings, keys=keys)

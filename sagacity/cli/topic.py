@@ -10,8 +10,8 @@ import click
 
 from sagacity._defaults import DEFAULT_TOPIC as _DEFAULT_TOPIC
 from sagacity.cli._exit import FAILED, UNAVAILABLE, CommandError
+from sagacity.cli._kafka_env import kafka_env
 from sagacity.errors import (
-    ConfigurationError,
     JournalError,
     JournalUnavailableError,
     TopicNotFoundError,
@@ -26,16 +26,9 @@ def _connection(bootstrap: str | None) -> tuple[str, dict[str, str | int | float
         CommandError: the brokers do not answer within the services' start-up budget: one
             line, exit 3 (:func:`sagacity.producer.check_reachable`).
     """
-    from sagacity._env import kafka_settings_from_env
     from sagacity.producer import check_reachable, startup_timeout
 
-    env = dict(os.environ)
-    if bootstrap:
-        env["SAGACITY_BOOTSTRAP_SERVERS"] = bootstrap
-    try:
-        settings = kafka_settings_from_env(env)
-    except ConfigurationError as exc:
-        raise click.UsageError(f"{exc} (or pass --bootstrap-servers)") from exc
+    _, settings = kafka_env(bootstrap)
     config: dict[str, str | int | float | bool] = {
         "bootstrap.servers": settings.bootstrap_servers,
         **settings.client,

@@ -8,15 +8,14 @@ be called or why none would (``sagacity._undo_preview``), from the declarations 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from sagacity.cli._exit import FAILED, USAGE, CommandError
-from sagacity.cli.saga import _kafka_options, compensate_cmd, load_operator_key, operator_key_option
-from sagacity.errors import ConfigurationError
+from sagacity.cli._exit import FAILED, CommandError
+from sagacity.cli._kafka_env import kafka_env, kafka_options
+from sagacity.cli.saga import compensate_cmd, load_operator_key, operator_key_option
 
 if TYPE_CHECKING:
     from sagacity._undo_preview import UndoPreview
@@ -44,7 +43,7 @@ if TYPE_CHECKING:
     default=None,
     help="Who asks, journaled as the request's actor [default: operator:<user>@<host>].",
 )
-@_kafka_options
+@kafka_options
 @click.pass_context
 def undo_cmd(
     ctx: click.Context,
@@ -98,19 +97,11 @@ def _preview(
     saga_id: str, tools: tuple[str, ...], bootstrap: str | None, topic: str | None
 ) -> UndoPreview:
     from sagacity import Sagacity
-    from sagacity._env import kafka_journal, kafka_settings_from_env, key_service_from_env
+    from sagacity._env import kafka_journal, key_service_from_env
     from sagacity._undo_preview import preview_undo
     from sagacity.consumers.compensation import register_tools
 
-    env = dict(os.environ)
-    if bootstrap:
-        env["SAGACITY_BOOTSTRAP_SERVERS"] = bootstrap
-    if topic:
-        env["SAGACITY_TOPIC"] = topic
-    try:
-        settings = kafka_settings_from_env(env)
-    except ConfigurationError as exc:
-        raise CommandError(f"{exc} (or pass --bootstrap-servers)", USAGE) from exc
+    env, settings = kafka_env(bootstrap, topic)
     keys = key_service_from_env(env)
     # A journal that cannot be reached is the root group's one line and exit status 3.
     journal = kafka_journal(settings, keys=keys)
