@@ -183,6 +183,7 @@ def approvals(
     from sagacity.consumers import configure_logging as configure
     from sagacity.consumers import log_hot_path
     from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
+    from sagacity.consumers.approvals.slack import slack_config
     from sagacity.producer import check_reachable, startup_timeout
     from sagacity.tracing import configure_from_env as configure_tracing
 
@@ -209,6 +210,7 @@ def approvals(
         public_url=public_url,
         **slack,
     )
+    slack_config(settings)  # a broken Slack setting is named before the journal's are checked
     if where := settings.bootstrap_servers:
         client = compose.client_settings(os.environ)
         check_reachable({**client, "bootstrap.servers": where}, timeout=startup_timeout())

@@ -15,10 +15,18 @@ from typing import Any
 import httpx
 import pytest
 
-from sagacity import EventType, JournalEntry, Reversibility, Sagacity, SagaStatus, compensable
+from sagacity import (
+    EventType,
+    JournalEntry,
+    Reversibility,
+    Sagacity,
+    SagaStatus,
+    compensable,
+    compose,
+)
 from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
 from sagacity.keys import KEK_SETTING, KeyRing, KeyService, write_key_encryption_key
-from sagacity.keystore_postgres import PostgresKeyStore
+from sagacity.postgres import PostgresKeyStore
 from sagacity.producer import KafkaJournal
 from tests.approvals.conftest import entry_text
 from tests.compensation.conftest import free_port
@@ -191,7 +199,9 @@ def world(
             slack_channel="C0APPROVALS",
             slack_api_url=slack.url,
         )
-        server = ApprovalsServer(settings, tools=[Till()])
+        server = ApprovalsServer(
+            settings, dependencies=compose.approvals_of(settings), tools=[Till()]
+        )
         url = stack.enter_context(serving(server))
         keys = KeyService(PostgresKeyStore(dsn), KeyRing.from_setting(str(kek)))
         stack.callback(quietly, keys.close)
