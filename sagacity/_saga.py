@@ -23,6 +23,7 @@ from sagacity._effect_keys import DEFAULT_KEY
 from sagacity._effects import EffectIndex
 from sagacity._envelope import KEK_SETTING
 from sagacity._events import EventType, JournalEntry, now_micros
+from sagacity._grant_desk import GrantDecisions
 from sagacity._memory import InMemoryJournal
 from sagacity._registry import ToolRegistry
 from sagacity._result import SagaResult, SagaStatus
@@ -77,7 +78,7 @@ def check_saga_id(saga_id: object) -> str:
     return saga_id
 
 
-class Sagacity(SagaEnds, GateDecisions):
+class Sagacity(SagaEnds, GateDecisions, GrantDecisions):
     """Compensation, approval gates and a verifiable journal for an agent's tool calls.
 
     Args:
@@ -304,6 +305,7 @@ class Sagacity(SagaEnds, GateDecisions):
         undo_tools: Sequence[str] = (),
         effect_key: Sequence[str] | object | None = DEFAULT_KEY,
         refuses: Sequence[type[BaseException]] = (),
+        grantable: bool = True,
     ) -> Callable[..., Any]:
         """Declare and wrap an undecorated callable in one step (for framework adapters).
 
@@ -314,7 +316,8 @@ class Sagacity(SagaEnds, GateDecisions):
         arguments taken from the call and its result (:class:`~sagacity.UndoCall`);
         ``redact`` names payload fields never journaled in clear, ``undo_tools`` the tools its
         result may name as its undo, ``effect_key`` the fields naming its effect and
-        ``refuses`` its refusals before acting, as ``@compensable``'s.
+        ``refuses`` its refusals before acting and ``grantable`` whether it may be granted,
+        as ``@compensable``'s.
 
         Raises:
             DeclarationError: as :meth:`wrap`.
@@ -333,6 +336,7 @@ class Sagacity(SagaEnds, GateDecisions):
             undo_tools=undo_tools,
             effect_key=effect_key,
             refuses=refuses,
+            grantable=grantable,
         )
 
     # -- sagas ----------------------------------------------------------------------------
