@@ -164,6 +164,7 @@ class GrantDecisions:
             ConfigurationError: this Sagacity cannot sign grants on a shared journal.
             UnknownSagaError / ChainIntegrityError: as for a decision.
         """
+        signer = self._grant_signer()
         if not isinstance(grantor, str) or not grantor.strip():
             raise InvalidArgumentError(f"grantor must be a non-empty str, got {grantor!r}")
         tool_def = self._registry.get(tool) if isinstance(tool, str) else None
@@ -182,7 +183,6 @@ class GrantDecisions:
                 f"a grant's deadline must be in the future and at most {MAX_GRANT_S // 86400} "
                 f"days away, got {expires_at_us!r}"
             )
-        signer = self._grant_signer()
 
         def attempt() -> GrantView:
             entries = load_chain(self._journal, saga_id)

@@ -1,0 +1,59 @@
+"""``grantable = false`` in a policy and a declaration; grants in a single process."""
+
+from __future__ import annotations
+
+import pytest
+
+from sagacity import InMemoryJournal, Reversibility, Sagacity
+from sagacity.errors import ConfigurationError, InvalidArgumentError
+from sagacity.policy import Policy, PolicyError
+from sagacity.producer import KafkaJournal
+
+
+def test_the_policy_reads_grantable() -> None:
+    policy = Policy.loads(
+        '[tools]\nclose_account = { reversibility = "IRREVERSIBLE", grantable = false }\n'
+        'pay = "IRREVERSIBLE"\n'
+    )
+    closing = policy.resolve("close_account")
+    paying = policy.resolve("pay")
+    assert closing is not None
+    assert paying is not None
+    assert (closing.rule.grantable, paying.rule.grantable) == (False, True)
+    with pytest.raises(PolicyError, match="grantable"):
+        Policy.loads('[tools]\nx = { reversibility = "IRREVERSIBLE", grantable = "no" }\n')
+
+
+def test_a_wrapped_tool_declared_not_grantable_is_never_granted() -> None:
+    s = Sagacity(journal=InMemoryJournal())
+    close = s.wrap_tool(
+        lambda account: "closed",
+        name="close_account",
+        reversibility=Reversibility.IRREVERSIBLE,
+        grantable=False,
+    )
+    talk = s.conversation("talk")
+    assert str(talk.call(lambda: close(account="a"))).startswith("[AWAITING_APPROVAL]")
+    with pytest.raises(InvalidArgumentError, match="grantable = false"):
+        s.grant(
+            "talk",
+            "close_account",
+            ['account == "a"'],
+            expires_at_us=s.now_us() + 10**8,
+            grantor="a",
+        )
+    with pytest.raises(InvalidArgumentError, match="not registered"):
+        s.grant("talk", "nope", ["x == 1"], expires_at_us=s.now_us() + 10**8, grantor="a")
+
+
+def test_a_shared_journal_without_a_signer_grants_nothing(
+    kafka_bootstrap: str, make_topic: object
+) -> None:
+    assert callable(make_topic)
+    journal = KafkaJournal(kafka_bootstrap, topic=make_topic(partitions=1))
+    try:
+        s = Sagacity(journal=journal)
+        with pytest.raises(ConfigurationError, match="decision_signer"):
+            s.grant("any", "pay", ["x == 1"], expires_at_us=s.now_us() + 10**8, grantor="a")
+    finally:
+        journal.close()
