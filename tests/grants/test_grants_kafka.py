@@ -22,7 +22,7 @@ from sagacity import _attributes as attr
 from sagacity._decision_signature import DecisionSigner
 from sagacity._grammar import check
 from sagacity._grants import sign_grant
-from sagacity.errors import InvalidArgumentError, SagacityError
+from sagacity.errors import InvalidArgumentError, SagacityError, WriterConflictError
 from sagacity.producer import KafkaJournal
 
 pytestmark = [pytest.mark.kafka]
@@ -210,7 +210,14 @@ def test_privileged_and_ungrantable_tools_are_refused_at_grant_time(setup: Setup
     assert len(setup.entries("refused")) == before  # nothing journaled
 
 
-def _forge(setup: Setup, saga_id: str, tool: str, *, sign: DecisionSigner | None) -> None:
+def _forge(
+    setup: Setup,
+    saga_id: str,
+    tool: str,
+    *,
+    sign: DecisionSigner | None,
+    journal: str | None = None,
+) -> None:
     """A GRANTED the rogue writer appends to ``saga_id``, as the desk would word it."""
     opened = setup.entries(saga_id, E.SAGA_OPENED)[0]
     draft = EntryDraft(
@@ -223,7 +230,7 @@ def _forge(setup: Setup, saga_id: str, tool: str, *, sign: DecisionSigner | None
             attr.GRANT_RULES: '["amount <= 1000000"]' if tool == "pay" else '["user == \\"m\\""]',
             attr.GRANT_EXPIRES_AT_US: str(setup.clock.now_us + 10 * MINUTE_US),
             attr.GRANT_AGENT: opened.attributes[attr.WRITER],
-            attr.JOURNAL: setup.agent.journal_identity,
+            attr.JOURNAL: journal or setup.agent.journal_identity,
         },
         recorded_at_us=setup.clock.now_us,
     )
@@ -242,18 +249,27 @@ def test_privileged_and_ungrantable_tools_are_ignored_at_use_time(setup: Setup) 
     assert (setup.payments.admins, setup.payments.closed) == ([], [])
 
 
-@pytest.mark.parametrize("forgery", ["unsigned", "another_key"])
+@pytest.mark.parametrize("forgery", ["unsigned", "another_key", "another_journal"])
 def test_a_forged_grant_covers_nothing(setup: Setup, forgery: str) -> None:
+    """Unsigned; signed by a key nobody pins; or signed by the approvals key for another
+    journal (a grant made there, copied here)."""
     talk = setup.gated(f"forged-{forgery}")
-    other = DecisionSigner.ephemeral()
-    _forge(setup, f"forged-{forgery}", "pay", sign=None if forgery == "unsigned" else other)
+    sign = {"unsigned": None, "another_key": DecisionSigner.ephemeral()}.get(forgery, setup.key)
+    elsewhere = "kafka:another-cluster/sagacity.journal" if forgery == "another_journal" else None
+    _forge(setup, f"forged-{forgery}", "pay", sign=sign, journal=elsewhere)
     assert talk.call(lambda: setup.tools.pay(5, "a@x")).startswith(AWAITING)
     setup.agent.journal.flush()
     assert setup.payments.paid == []
     [view] = setup.desk.grants(f"forged-{forgery}")
     assert view.status == "not counted"
-    expected = "unsigned_grant" if forgery == "unsigned" else "unknown_grant_key"
-    assert view.reason == expected
+    assert (
+        view.reason
+        == {
+            "unsigned": "unsigned_grant",
+            "another_key": "unknown_grant_key",
+            "another_journal": "grant_for_another_journal",
+        }[forgery]
+    )
 
 
 def test_a_grant_copied_from_another_saga_covers_nothing(setup: Setup) -> None:
@@ -310,3 +326,14 @@ def test_a_grant_for_another_agents_saga_covers_nothing_here(
         '{"amount":5,"to":"a@x"}',
     )
     assert mine is not None
+
+
+def test_a_grant_is_refused_while_the_agent_holds_its_saga(setup: Setup) -> None:
+    """Before its first request hands the saga off, the agent holds it: the desk's grant is
+    refused by the journal's single-writer rule, and nothing is appended."""
+    setup.talk("held")  # SAGA_OPENED: the agent holds the saga
+    setup.agent.journal.flush()
+    before = len(setup.entries("held"))
+    with pytest.raises(WriterConflictError, match="open by writer"):
+        setup.grant("held", "amount <= 100")
+    assert len(setup.entries("held")) == before
