@@ -119,7 +119,7 @@ class GrantDecisions:
         return cast("Sagacity", self)
 
     # -- at use ---------------------------------------------------------------------------
-    def grant_judge(self) -> Judge:
+    def _grant_judge(self) -> Judge:
         """How this process judges grants now: its pinned keys, journal, identity, clock."""
         s = self._sagacity
         agent = getattr(self._journal, "writer_id", None)
@@ -142,7 +142,7 @@ class GrantDecisions:
         ):
             return None
         entries = self._journal.entries(saga_id)
-        return covering_grant(self.grant_judge(), entries, definition, payload)
+        return covering_grant(self._grant_judge(), entries, definition, payload)
 
     # -- making and revoking --------------------------------------------------------------
     def grant(
@@ -288,7 +288,7 @@ class GrantDecisions:
     def _view(self, book: GrantBook, grant_id: str) -> GrantView:
         grant = book.grants[grant_id]
         revocation = book.revoked.get(grant_id)
-        judge = replace(self.grant_judge(), agent=None)  # listed for every agent's saga
+        judge = replace(self._grant_judge(), agent=None)  # listed for every agent's saga
         why = judge.refusal(grant, book)
         status: GrantStatus = "active"
         if why == "revoked":
