@@ -34,6 +34,7 @@ from sagacity.errors import (
     AlreadyDecidedError,
     ApprovalNotFound,
     ConfigurationError,
+    GrantRefusedError,
     InvalidArgumentError,
 )
 from sagacity.journal import ConditionalJournal, Journal
@@ -158,9 +159,10 @@ class GrantDecisions:
         for calls whose arguments satisfy every one of ``rules``, until ``expires_at_us``.
 
         Raises:
-            InvalidArgumentError: the tool can never be granted here (PRIVILEGED, ungated,
+            GrantRefusedError: the tool can never be granted here (PRIVILEGED, ungated,
                 ``grantable = false``, not registered), a rule does not parse, the deadline is
-                not in the future or too far, an empty grantor, or the saga has ended.
+                not in the future or too far, or the saga has ended.
+            InvalidArgumentError: an empty grantor.
             ConfigurationError: this Sagacity cannot sign grants on a shared journal.
             UnknownSagaError / ChainIntegrityError: as for a decision.
         """
@@ -170,8 +172,11 @@ class GrantDecisions:
         tool_def = self._registry.get(tool) if isinstance(tool, str) else None
         refusal = grantable_refusal(tool_def.definition if tool_def else None, str(tool))
         if refusal is not None:
-            raise InvalidArgumentError(f"cannot grant: {refusal}")
-        parsed = parse_rules(rules)
+            raise GrantRefusedError(f"cannot grant: {refusal}", saga_id=saga_id)
+        try:
+            parsed = parse_rules(rules)
+        except InvalidArgumentError as exc:
+            raise GrantRefusedError(exc.message, saga_id=saga_id) from exc
         s = self._sagacity
         now = s.now_us()
         if (
@@ -179,19 +184,24 @@ class GrantDecisions:
             or isinstance(expires_at_us, bool)
             or not now < expires_at_us <= now + MAX_GRANT_S * 1_000_000
         ):
-            raise InvalidArgumentError(
+            raise GrantRefusedError(
                 f"a grant's deadline must be in the future and at most {MAX_GRANT_S // 86400} "
-                f"days away, got {expires_at_us!r}"
+                f"days away, got {expires_at_us!r}",
+                saga_id=saga_id,
             )
 
         def attempt() -> GrantView:
             entries = load_chain(self._journal, saga_id)
             ended = _ended(entries)
             if ended is not None:
-                raise InvalidArgumentError(f"cannot grant: saga {saga_id!r} ended {ended}")
+                raise GrantRefusedError(
+                    f"cannot grant: saga {saga_id!r} ended {ended}", saga_id=saga_id
+                )
             agent = SagaWriters.of(entries).opener
             if agent is None:
-                raise InvalidArgumentError(f"cannot grant: saga {saga_id!r} has no opener")
+                raise GrantRefusedError(
+                    f"cannot grant: saga {saga_id!r} has no opener", saga_id=saga_id
+                )
             draft = EntryDraft(
                 saga_id=saga_id,
                 event_type=EventType.GRANTED,

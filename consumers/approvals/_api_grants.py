@@ -25,7 +25,7 @@ GrantId = Annotated[str, Path(pattern=r"^[0-9A-Za-z_-]{1,64}$", description="the
 
 
 class GrantBody(ApproverBody):
-    """``POST /sagacity/grants/{saga_id}``: the tool, its argument rules and how long."""
+    """``POST /sagacity/grant/{saga_id}``: the tool, its argument rules and how long."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -36,11 +36,16 @@ class GrantBody(ApproverBody):
         description='argument rules, all of which a call must satisfy ("amount <= 100", '
         '"to in [\\"a@x\\"]")',
     )
-    ttl_s: int = Field(ge=1, le=_grants.MAX_GRANT_TTL_S, description="seconds the grant stands")
+    ttl_s: int = Field(
+        ge=1,
+        le=_grants.MAX_GRANT_TTL_S,
+        strict=False,  # a JSON number with no fraction (60.0) is a whole number of seconds
+        description="seconds the grant stands",
+    )
 
 
 class RevokeBody(ApproverBody):
-    """``POST /sagacity/grants/{saga_id}/{grant_id}/revoke`` (the body is optional)."""
+    """``POST /sagacity/revoke/{saga_id}/{grant_id}`` (the body is optional)."""
 
 
 class GrantOut(BaseModel):
@@ -66,7 +71,7 @@ def _out(data: dict[str, Any]) -> GrantOut:
     return GrantOut(**data)
 
 
-@router.post("/sagacity/grants/{saga_id}", response_model=GrantOut, responses=DECISION_ERRORS)
+@router.post("/sagacity/grant/{saga_id}", response_model=GrantOut, responses=DECISION_ERRORS)
 def grant(saga_id: SagaId, api: Api, who: Who, body: GrantBody) -> GrantOut:
     """Grant ``tool`` for the saga: calls whose arguments satisfy every rule run without a
     new request until the grant lapses or is revoked (``GRANTED``, signed)."""
@@ -82,7 +87,7 @@ def grants(saga_id: SagaId, api: Api, who: Who) -> list[GrantOut]:
 
 
 @router.post(
-    "/sagacity/grants/{saga_id}/{grant_id}/revoke",
+    "/sagacity/revoke/{saga_id}/{grant_id}",
     response_model=GrantOut,
     responses=DECISION_ERRORS,
 )

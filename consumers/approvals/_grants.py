@@ -4,7 +4,8 @@ The service's own :class:`~sagacity.Sagacity` signs and journals (:mod:`sagacity
 this module decides who may: a principal grants or revokes only a tool it may decide, never in
 a saga whose agent (the writer that opened it, or a caller of its calls) is one of its own
 identities, and reads a saga's grants only where it may read the saga.  The API's routes
-(``/sagacity/grants/…``) and the console's page call these functions.
+(``/sagacity/grant/…``, ``/sagacity/grants/…``, ``/sagacity/revoke/…``) and the console's page
+call these functions.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from sagacity.consumers.approvals._auth import Principal
 from sagacity.consumers.approvals._reads import check_readable
 from sagacity.consumers.approvals._service import ApprovalService
 from sagacity.errors import (
-    InvalidArgumentError,
+    GrantRefusedError,
     PermissionDeniedError,
     SelfApprovalError,
     WriterConflictError,
@@ -79,13 +80,14 @@ def grant(
     Raises:
         PermissionDeniedError: ``principal`` may not decide ``tool``.
         SelfApprovalError: the saga's agent is one of ``principal``'s identities.
-        InvalidArgumentError: as :meth:`Sagacity.grant` (a tool never granted, a rule that
+        GrantRefusedError: as :meth:`Sagacity.grant` (a tool never granted, a rule that
             does not parse, a deadline out of range, an ended saga).
     """
     _authorise(principal, tool, saga_id)
     if not isinstance(ttl_s, int) or isinstance(ttl_s, bool) or not 0 < ttl_s <= MAX_GRANT_TTL_S:
-        raise InvalidArgumentError(
-            f"a grant lasts 1 second to {MAX_GRANT_TTL_S // 86400} days, got {ttl_s!r}"
+        raise GrantRefusedError(
+            f"a grant lasts 1 second to {MAX_GRANT_TTL_S // 86400} days, got {ttl_s!r}",
+            saga_id=saga_id,
         )
     _refuse_own_saga(service, principal, saga_id)
     s = service.sagacity

@@ -56,7 +56,7 @@ def grant(client: _Client, saga_id: str, tool: str, rules: tuple[str, ...], last
     """Grant TOOL for the conversation saga SAGA_ID under the rules, signed by the service."""
     seconds = int(parse_duration(lasting))
     body = {"tool": tool, "rules": list(rules), "ttl_s": seconds}
-    data = client.call("POST", f"/sagacity/grants/{quote(saga_id, safe='')}", body=body)
+    data = client.call("POST", f"/sagacity/grant/{quote(saga_id, safe='')}", body=body)
     _emit(client, data, _grant_text(data))
 
 
@@ -89,6 +89,6 @@ def grants(client: _Client, saga_id: str) -> None:
 @click.pass_obj
 def revoke(client: _Client, saga_id: str, grant_id: str) -> None:
     """Revoke a grant: from its signed revocation on, it covers no call."""
-    path = f"/sagacity/grants/{quote(saga_id, safe='')}/{quote(grant_id, safe='')}/revoke"
+    path = f"/sagacity/revoke/{quote(saga_id, safe='')}/{quote(grant_id, safe='')}"
     data = client.call("POST", path)
     _emit(client, data, _grant_text(data))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sagacity import InMemoryJournal, Reversibility, Sagacity
-from sagacity.errors import ConfigurationError, InvalidArgumentError
+from sagacity.errors import ConfigurationError, GrantRefusedError
 from sagacity.policy import Policy, PolicyError
 from sagacity.producer import KafkaJournal
 
@@ -34,7 +34,7 @@ def test_a_wrapped_tool_declared_not_grantable_is_never_granted() -> None:
     )
     talk = s.conversation("talk")
     assert str(talk.call(lambda: close(account="a"))).startswith("[AWAITING_APPROVAL]")
-    with pytest.raises(InvalidArgumentError, match="grantable = false"):
+    with pytest.raises(GrantRefusedError, match="grantable = false"):
         s.grant(
             "talk",
             "close_account",
@@ -42,7 +42,7 @@ def test_a_wrapped_tool_declared_not_grantable_is_never_granted() -> None:
             expires_at_us=s.now_us() + 10**8,
             grantor="a",
         )
-    with pytest.raises(InvalidArgumentError, match="not registered"):
+    with pytest.raises(GrantRefusedError, match="not registered"):
         s.grant("talk", "nope", ["x == 1"], expires_at_us=s.now_us() + 10**8, grantor="a")
 
 

@@ -22,7 +22,7 @@ from sagacity import _attributes as attr
 from sagacity._decision_signature import DecisionSigner
 from sagacity._grammar import check
 from sagacity._grants import sign_grant
-from sagacity.errors import InvalidArgumentError, SagacityError, WriterConflictError
+from sagacity.errors import GrantRefusedError, SagacityError, WriterConflictError
 from sagacity.producer import KafkaJournal
 
 pytestmark = [pytest.mark.kafka]
@@ -201,11 +201,11 @@ def test_privileged_and_ungrantable_tools_are_refused_at_grant_time(setup: Setup
     setup.gated("refused")
     before = len(setup.entries("refused"))
     for tool, why in (("make_admin", "PRIVILEGED"), ("close_account", "grantable = false")):
-        with pytest.raises(InvalidArgumentError, match=why):
+        with pytest.raises(GrantRefusedError, match=why):
             setup.grant("refused", 'user == "x"', tool=tool)
-    with pytest.raises(InvalidArgumentError, match="grant rule"):
+    with pytest.raises(GrantRefusedError, match="grant rule"):
         setup.grant("refused", "amount <= 100 or 1 == 1")
-    with pytest.raises(InvalidArgumentError, match="deadline"):
+    with pytest.raises(GrantRefusedError, match="deadline"):
         setup.grant("refused", "amount <= 1", minutes=0)
     assert len(setup.entries("refused")) == before  # nothing journaled
 
