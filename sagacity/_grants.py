@@ -146,6 +146,12 @@ def grant_refusal(
         return GrantReason.OTHER_JOURNAL
     if verifier is None:
         return None if local else GrantReason.NO_KEY
+    return signature_refusal(verifier, entry)
+
+
+def signature_refusal(verifier: DecisionVerifier, entry: EntryDraft) -> str | None:
+    """Why ``entry``'s ``grant_signature`` does not verify against ``verifier``'s pinned keys
+    (``None``: it does): what the archive checks on ingest, and every use before the rest."""
     raw = entry.attributes.get(attr.GRANT_SIGNATURE)
     if raw is None:
         return GrantReason.UNSIGNED
@@ -164,6 +170,15 @@ def grant_refusal(
     if message is None:
         return GrantReason.MALFORMED
     return None if signature_valid(public, signature, message) else GrantReason.BAD_SIGNATURE
+
+
+def archive_refusal(verifier: DecisionVerifier, entry: EntryDraft) -> str | None:
+    """Why the archive refuses ``entry`` (a grant event) under the pinned approvals keys: a
+    ``GRANTED`` must verify (it lets calls run); a ``GRANT_REVOKED`` only when it is signed
+    (an unsigned one only stops work, as an unsigned ``REJECTED`` does)."""
+    if entry.event_type is EventType.GRANT_REVOKED and attr.GRANT_SIGNATURE not in entry.attributes:
+        return None
+    return signature_refusal(verifier, entry)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
