@@ -445,9 +445,9 @@ async def _journaled_async(
     span: _tracing.Span | None,
 ) -> Any:
     host, definition, scope = run.host, run.definition, run.scope
-    if definition.key is None:
+    if definition.key is None and not definition.reversibility.gated:
         prepared = _prepare(host, definition, scope, arguments())
-    else:  # an earlier call with its key may be read back from the chain: not on the loop
+    else:  # an earlier call with its key, or the saga's grants, may be read from the chain
         prepared = await asyncio.to_thread(_prepare, host, definition, scope, arguments())
     step, journal = prepared.step, host.journal
     try:

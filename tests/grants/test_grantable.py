@@ -57,3 +57,44 @@ def test_a_shared_journal_without_a_signer_grants_nothing(
             s.grant("any", "pay", ["x == 1"], expires_at_us=s.now_us() + 10**8, grantor="a")
     finally:
         journal.close()
+
+
+def test_an_async_tool_is_covered_and_its_chain_read_off_the_loop() -> None:
+    """An async gated tool without an effect key: the grant is judged on a worker thread
+    (the chain is read there), and the covered call runs."""
+    import asyncio
+    import threading
+
+    journal = InMemoryJournal()
+    s = Sagacity(journal=journal)
+    loop_threads: set[int] = set()
+    read_threads: set[int] = set()
+    entries = journal.entries
+
+    def watched(saga_id: str) -> object:
+        read_threads.add(threading.get_ident())
+        return entries(saga_id)
+
+    journal.entries = watched  # type: ignore[method-assign]
+
+    async def pay(amount: int) -> str:
+        return f"paid {amount}"
+
+    wrapped = s.wrap_tool(
+        pay, name="pay", reversibility=Reversibility.IRREVERSIBLE, effect_key=None
+    )
+    talk = s.conversation("async")
+
+    async def run() -> list[str]:
+        loop_threads.add(threading.get_ident())
+        first = await talk.call_async(lambda: wrapped(amount=1))
+        s.grant("async", "pay", ["amount <= 10"], expires_at_us=s.now_us() + 10**8, grantor="a")
+        read_threads.clear()
+        second = await talk.call_async(lambda: wrapped(amount=2))
+        return [str(first), str(second)]
+
+    first, second = asyncio.run(run())
+    assert first.startswith("[AWAITING_APPROVAL]")
+    assert second == "paid 2"
+    assert read_threads
+    assert not read_threads & loop_threads
