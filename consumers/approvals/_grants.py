@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from sagacity._approval import load_chain
+from sagacity._events import EventType
 from sagacity._grant_desk import GrantView
 from sagacity._requester import requesters
 from sagacity._writer_roles import SagaWriters
@@ -30,6 +31,9 @@ from sagacity.errors import (
 log = logging.getLogger("sagacity.approvals")
 
 MAX_GRANT_TTL_S = 30 * 24 * 3600
+_AGENTS_EVENTS = frozenset({EventType.SAGA_OPENED, EventType.AWAITING_APPROVAL, EventType.INTENT})
+"""The entries that name the saga's agent (who opened it, asked, called): not a decision's or
+a grant's, whose actor is the person who made it."""
 _WRITE_ATTEMPTS = 3
 
 
@@ -37,7 +41,7 @@ def _refuse_own_saga(service: ApprovalService, principal: Principal, saga_id: st
     """A grant is an approval of calls to come: nobody grants their own agent's saga."""
     entries = load_chain(service.sagacity.journal, saga_id)
     agents = {SagaWriters.of(entries).opener} | {
-        who for entry in entries for who in requesters(entry)
+        who for entry in entries if entry.event_type in _AGENTS_EVENTS for who in requesters(entry)
     }
     shared = sorted(principal.identities & {a for a in agents if a})
     if shared:

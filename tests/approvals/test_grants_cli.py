@@ -90,3 +90,28 @@ def test_grants_refused_on_the_command_line_journal_nothing(live: LiveService) -
     )
     assert too_long.exit_code == 1
     assert len(live.journal.entries("cli-refused")) == before
+
+
+def test_a_second_grant_by_the_same_approver_and_no_grant_in_their_own_agents_saga(
+    live: LiveService,
+) -> None:
+    """An approver's earlier grant does not make the saga theirs; a saga opened by an agent
+    bound to dave (agents = ["agent@example.com"]) is one he may not grant in."""
+    from sagacity import Sagacity
+
+    from .tools import Bank
+
+    talk = live.agent.conversation("cli-twice")
+    assert talk.call(lambda: live.bank.send_wire_transfer("1", "alice")).startswith(AWAITING)
+    for rule in ('to == "alice"', 'to == "bob"'):
+        granted = cli(live, "alice", "grant", "cli-twice", "send_wire_transfer", "--rule", rule)
+        assert granted.exit_code == 0, granted.output
+    davids = Sagacity(live.journal, compensation="delegated", writer_id="agent@example.com")
+    bank = davids.wrap(Bank())
+    own = davids.conversation("cli-own")
+    assert own.call(lambda: bank.send_wire_transfer("1", "alice")).startswith(AWAITING)
+    before = len(live.journal.entries("cli-own"))
+    refused = cli(live, "dave", "grant", "cli-own", "send_wire_transfer", "--rule", "amount <= 1")
+    assert refused.exit_code == 1
+    assert "agent@example.com, an identity of dave@example.com" in refused.output
+    assert len(live.journal.entries("cli-own")) == before
