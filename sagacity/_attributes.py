@@ -72,6 +72,20 @@ approver was shown."""
 JOURNAL = "journal"
 """On a decision: the name of the journal it was made on (``SAGACITY_JOURNAL_NAME``, else
 ``kafka:<cluster id>/<topic>``); a decision counts on no other journal."""
+GRANT_ID = "grant_id"
+"""On ``GRANTED`` and ``GRANT_REVOKED``: the grant's id; on an ``INTENT`` (and its outcome) a
+grant covered: the id of that grant (docs/operations/grants.md)."""
+GRANT_SEQ = "grant_seq"
+"""On an ``INTENT`` a grant covered, and on ``GRANT_REVOKED``: the seq of the ``GRANTED``."""
+GRANT_RULES = "grant_rules"
+"""On ``GRANTED``: the argument rules, a compact JSON list of their texts (signed)."""
+GRANT_EXPIRES_AT_US = "grant_expires_at_us"
+"""On ``GRANTED``: the grant's deadline in microseconds since the epoch (signed)."""
+GRANT_AGENT = "grant_agent"
+"""On ``GRANTED``: the writer that opened the saga, the only one the grant covers (signed)."""
+GRANT_SIGNATURE = "grant_signature"
+"""On ``GRANTED`` and ``GRANT_REVOKED``: ``SGCG1:<key_id>:<signature hex>``, the approvals
+service's Ed25519 signature over the grant's own message (docs/operations/grants.md)."""
 OPERATOR_SIGNATURE = "operator_signature"
 """On a ``COMPENSATION_REQUESTED`` journaled by ``sagacity saga compensate`` and on an
 ``ERASED`` journaled by ``sagacity erase``: ``SGCO1:<key_id>:<signature hex>``, the operator's

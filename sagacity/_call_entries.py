@@ -63,6 +63,7 @@ def executed_draft(
         attr.REVERSIBILITY: definition.reversibility.value,
         attr.RESULT_ENCODING: encoding,
     }
+    _carry_grant(intent, attributes)
     if recovers:
         attributes[attr.RECOVERS] = ",".join(str(seq) for seq in recovers)
     if definition.undo_call is not None:
@@ -114,6 +115,7 @@ def failed_draft(
         attr.REF_SEQ: str(intent.seq),
         attr.REVERSIBILITY: definition.reversibility.value,
     }
+    _carry_grant(intent, attributes)
     if refused is not None:
         attributes[attr.REFUSED] = refused
     return EntryDraft(
@@ -125,6 +127,13 @@ def failed_draft(
         attributes=attributes,
         recorded_at_us=host.now_us(),
     )
+
+
+def _carry_grant(intent: JournalEntry, attributes: dict[str, str]) -> None:
+    """A call a standing grant covered names the grant on its outcome too."""
+    grant_id = intent.attributes.get(attr.GRANT_ID)
+    if grant_id is not None:
+        attributes[attr.GRANT_ID] = grant_id
 
 
 def intent_draft(

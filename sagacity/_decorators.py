@@ -52,6 +52,9 @@ class ToolDefinition:
     refuses: Refusals = ()
     """The exceptions with which the tool refuses a call before acting (journaled ``FAILED``
     with ``refused``: no effect, no compensation; docs/adr/0026-effects-and-refusals.md)."""
+    grantable: bool = True
+    """Whether an approver may grant the tool for a saga (docs/operations/grants.md);
+    ``PRIVILEGED`` tools never can, whatever this says."""
     key: EffectKey | None = field(init=False, default=None)
     """The fields naming the call's effect in its saga (``None``: calls never share one)."""
 
@@ -187,6 +190,7 @@ def define_tool(
     undo: UndoCall | None = None,
     effect_key: object = DEFAULT_KEY,
     refuses: Iterable[type[BaseException]] = (),
+    grantable: bool = True,
 ) -> ToolDefinition:
     """The definition ``@compensable(...)`` would attach to ``function``, without attaching it.
 
@@ -218,6 +222,7 @@ def define_tool(
         undo_call=_check_undo_call(undo, by=by, reversibility=reversibility, tool=tool_name),
         effect_key=effect_key,
         refuses=check_refuses(refuses, tool=tool_name),
+        grantable=grantable,
     )
 
 
@@ -253,6 +258,7 @@ def compensable(
     undo: UndoCall | None = None,
     effect_key: Iterable[str] | object | None = DEFAULT_KEY,
     refuses: Iterable[type[BaseException]] = (),
+    grantable: bool = True,
 ) -> Callable[[F], F]: ...
 def compensable(
     fn: F | None = None,
@@ -267,6 +273,7 @@ def compensable(
     undo: UndoCall | None = None,
     effect_key: Iterable[str] | object | None = DEFAULT_KEY,
     refuses: Iterable[type[BaseException]] = (),
+    grantable: bool = True,
 ) -> Any:
     """Declare a tool: journaled inside sagas, compensated or gated by its reversibility.
 
@@ -296,6 +303,8 @@ def compensable(
             call and its result (:class:`~sagacity.UndoCall`); compensation renders them from
             the journaled call and result.  Not with ``by=`` or ``undo_tools``; never a gated
             tool.
+        grantable: ``False``: no approver may grant the tool for a saga (a standing grant,
+            docs/operations/grants.md); each call needs its own approval.
 
     Raises:
         DeclarationError: the declaration is malformed (checked now, not at call time).
@@ -320,6 +329,7 @@ def compensable(
             undo=undo,
             effect_key=effect_key,
             refuses=refusals,
+            grantable=bool(grantable),
         )
         setattr(function, TOOL_ATTR, definition)
         return target

@@ -160,6 +160,10 @@ class KeyHolder:
         """
         return cls(load_private_key(path))
 
+    def sign_bytes(self, message: bytes) -> bytes:
+        """The Ed25519 signature of ``message`` (a caller's own domain-separated form)."""
+        return self._key.sign(message)
+
 
 class PinnedKeys:
     """Ed25519 public keys pinned to verify one kind of signature (several during a key

@@ -40,6 +40,9 @@ class EventType(enum.StrEnum):
     and ``SAGA_ENDED`` (final
     status in ``result``).  Administration: ``ERASED`` (the saga's data was erased: its key
     destroyed and its openings cleared; written after its end, docs/adr/0019-erasure.md §4).
+    Standing grants (docs/operations/grants.md): ``GRANTED`` (an approver's signed grant of
+    a tool for the saga, under argument rules and a deadline) and ``GRANT_REVOKED`` (its
+    signed revocation); a call a grant covers is an ``INTENT`` naming the grant.
     """
 
     SAGA_OPENED = "SAGA_OPENED"
@@ -64,6 +67,8 @@ class EventType(enum.StrEnum):
     REPLAYED = "REPLAYED"
     APPROVAL_ESCALATED = "APPROVAL_ESCALATED"
     DEADLINE_EXTENDED = "DEADLINE_EXTENDED"
+    GRANTED = "GRANTED"
+    GRANT_REVOKED = "GRANT_REVOKED"
 
 
 class UnknownEventType(str):

@@ -24,6 +24,7 @@ from sagacity._effect_keys import DEFAULT_KEY
 from sagacity._effects import EffectIndex
 from sagacity._envelope import KEK_SETTING
 from sagacity._events import EventType, JournalEntry, now_micros
+from sagacity._grant_desk import GrantDecisions
 from sagacity._memory import InMemoryJournal
 from sagacity._operator_signature import OperatorVerifier
 from sagacity._operator_signature import verifier_from_env as operator_verifier_from_env
@@ -80,7 +81,7 @@ def check_saga_id(saga_id: object) -> str:
     return saga_id
 
 
-class Sagacity(SagaEnds, GateDecisions):
+class Sagacity(SagaEnds, GateDecisions, GrantDecisions):
     """Compensation, approval gates and a verifiable journal for an agent's tool calls.
 
     Args:
@@ -318,6 +319,7 @@ class Sagacity(SagaEnds, GateDecisions):
         undo_tools: Sequence[str] = (),
         effect_key: Sequence[str] | object | None = DEFAULT_KEY,
         refuses: Sequence[type[BaseException]] = (),
+        grantable: bool = True,
     ) -> Callable[..., Any]:
         """Declare and wrap an undecorated callable in one step (for framework adapters).
 
@@ -328,7 +330,8 @@ class Sagacity(SagaEnds, GateDecisions):
         arguments taken from the call and its result (:class:`~sagacity.UndoCall`);
         ``redact`` names payload fields never journaled in clear, ``undo_tools`` the tools its
         result may name as its undo, ``effect_key`` the fields naming its effect and
-        ``refuses`` its refusals before acting, as ``@compensable``'s.
+        ``refuses`` its refusals before acting and ``grantable`` whether it may be granted,
+        as ``@compensable``'s.
 
         Raises:
             DeclarationError: as :meth:`wrap`.
@@ -347,6 +350,7 @@ class Sagacity(SagaEnds, GateDecisions):
             undo_tools=undo_tools,
             effect_key=effect_key,
             refuses=refuses,
+            grantable=grantable,
         )
 
     # -- sagas ----------------------------------------------------------------------------

@@ -8,6 +8,8 @@ Outside any saga the tool runs straight through, unjournaled.  Inside one:
 * an ``IRREVERSIBLE`` / ``PRIVILEGED`` tool journals ``AWAITING_APPROVAL`` (the exact payload
   and its SHA-256), marks the run awaiting and returns
   ``[AWAITING_APPROVAL] Tool '<name>' requires human approval``: it is not called;
+  unless a standing grant of the saga covers the call (:mod:`sagacity._grants`): it then
+  runs as below, its ``INTENT`` naming the grant;
 * otherwise ``INTENT`` is journaled and acknowledged *before* the call (if the journal cannot
   take it, the tool is not called and the error propagates); then ``EXECUTED`` (the result) or
   ``FAILED`` (the error; the run is marked failed and the exception re-raised, including
@@ -30,7 +32,7 @@ import asyncio
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from sagacity import _attributes as attr
@@ -58,6 +60,7 @@ from sagacity._effect_calls import (
 )
 from sagacity._effects import EffectClaim, EffectHit, EffectState
 from sagacity._events import EntryDraft, EventType, JournalEntry
+from sagacity._grants import GrantUse
 from sagacity._oversize import append_bounded, append_bounded_async
 from sagacity._refusals import Refusals, refusal_of
 from sagacity._registry import ToolRegistry
@@ -89,6 +92,9 @@ class Host(Protocol):
     @property
     def registry(self) -> ToolRegistry: ...
     def now_us(self) -> int: ...
+    def covering_grant(
+        self, definition: ToolDefinition, saga_id: str, payload: str
+    ) -> GrantUse | None: ...
 
 
 __all__ = [  # re-exported: where the hot path's callers have always found them
@@ -165,7 +171,12 @@ def _prepare(
             recorded=recorded,
         )
         return _Prepared(step=stop)
-    if definition.reversibility.gated:
+    grant = (
+        host.covering_grant(definition, scope.saga_id, clear)
+        if definition.reversibility.gated
+        else None
+    )
+    if definition.reversibility.gated and grant is None:
         attributes = {
             attr.PAYLOAD_SHA256: payload_sha256(payload),
             attr.SIGNATURES_REQUIRED: str(definition.reversibility.signatures_required),
@@ -197,6 +208,8 @@ def _prepare(
         caller=caller,
         redaction=redacted.attribute,
     )
+    if grant is not None:  # a standing grant covers the call (sagacity._grants)
+        intent = replace(intent, attributes={**intent.attributes, **grant.attributes()})
     return _Prepared(step=intent, claim=claim)
 
 
@@ -432,9 +445,9 @@ async def _journaled_async(
     span: _tracing.Span | None,
 ) -> Any:
     host, definition, scope = run.host, run.definition, run.scope
-    if definition.key is None:
+    if definition.key is None and not definition.reversibility.gated:
         prepared = _prepare(host, definition, scope, arguments())
-    else:  # an earlier call with its key may be read back from the chain: not on the loop
+    else:  # an earlier call with its key, or the saga's grants, may be read from the chain
         prepared = await asyncio.to_thread(_prepare, host, definition, scope, arguments())
     step, journal = prepared.step, host.journal
     try:

@@ -242,6 +242,7 @@ def wrap_callable(
     undo_tools: Sequence[str] = (),
     effect_key: object = DEFAULT_KEY,
     refuses: Sequence[type[BaseException]] = (),
+    grantable: bool = True,
 ) -> Callable[..., Any]:
     """Declare and wrap an undecorated callable (a framework's tool function) in one step.
 
@@ -294,6 +295,7 @@ def wrap_callable(
         undo_tools=check_undo_tools(undo_tools, by=by, reversibility=reversibility, tool=tool_name),
         effect_key=effect_key,
         refuses=tuple(refuses),
+        grantable=grantable,
     )
     compensation, compensation_def = _resolve_by(definition, None, marked=False)
     tool = RegisteredTool(

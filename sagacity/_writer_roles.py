@@ -13,7 +13,8 @@ role           events it may write in a saga it does not hold
 ``approvals``  the decisions ``APPROVED``, ``REJECTED``, ``EXPIRED``,
                ``SUSPECT_SETTLED``; its resumes (``INTENT``, ``EXECUTED``, ``FAILED``,
                ``SUSPECT``, ``RESUME_REFUSED``) and the hand-off and end after a decision
-               (``COMPENSATION_REQUESTED``, ``SAGA_ENDED``); ``APPROVAL_ESCALATED``
+               (``COMPENSATION_REQUESTED``, ``SAGA_ENDED``); ``APPROVAL_ESCALATED``;
+               standing grants (``GRANTED``, ``GRANT_REVOKED``)
 ``compensation`` once the saga was handed to compensation: ``SAGA_OPENED`` (it then holds
                the saga) and ``COMPENSATION_INTENT``, ``COMPENSATED``,
                ``COMPENSATION_FAILED``, ``SUSPECT``, ``SAGA_ENDED``
@@ -21,9 +22,10 @@ role           events it may write in a saga it does not hold
                while another writer holds the saga); ``DEADLINE_EXTENDED``
 =============  ======================================================================
 
-``APPROVED`` and ``SUSPECT_SETTLED`` (they let work proceed) are written by the ``approvals``
-role only, and ``ERASED`` by the ``operator`` role only, whoever holds the saga.  An opener
-whose saga was taken over is its owner no more.
+``APPROVED``, ``SUSPECT_SETTLED``, ``GRANTED`` and ``GRANT_REVOKED`` (they let work proceed,
+or govern what may) are written by the ``approvals`` role only, and ``ERASED`` by the
+``operator`` role only, whoever holds the saga.  An opener whose saga was taken over is its
+owner no more.
 
 Everything here is pure: :func:`writer_refusal` is the one rule, called by the archive on
 ingest and by every reader that accepts events from a registry.
@@ -85,6 +87,8 @@ ROLE_EVENTS: Mapping[WriterRole, frozenset[str]] = {
             _E.COMPENSATION_REQUESTED,
             _E.SAGA_ENDED,
             _E.APPROVAL_ESCALATED,
+            _E.GRANTED,
+            _E.GRANT_REVOKED,
         }
     ),
     WriterRole.COMPENSATION: frozenset(
@@ -104,6 +108,8 @@ ROLE_EVENTS: Mapping[WriterRole, frozenset[str]] = {
 SERVICE_ONLY: Mapping[str, WriterRole] = {
     _E.APPROVED: WriterRole.APPROVALS,
     _E.SUSPECT_SETTLED: WriterRole.APPROVALS,
+    _E.GRANTED: WriterRole.APPROVALS,
+    _E.GRANT_REVOKED: WriterRole.APPROVALS,
     _E.ERASED: WriterRole.OPERATOR,
 }
 """Events only one role writes, in any saga (its owner's included)."""

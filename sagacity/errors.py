@@ -256,6 +256,12 @@ class UnderDeclaredRequestError(ApprovalError):
     journaled."""
 
 
+class GrantRefusedError(ApprovalError):
+    """A standing grant was refused when it was asked for (nothing journaled): a tool that can
+    never be granted here, a rule that does not parse, a deadline out of range, an ended saga
+    (docs/operations/grants.md)."""
+
+
 class AlreadyDecidedError(ApprovalError):
     """A decision was made on a request already decided (or signed by the same approver)."""
 

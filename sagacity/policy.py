@@ -75,7 +75,9 @@ __all__ = [
     "returned_undo",
 ]
 
-_RULE_KEYS = frozenset({"reversibility", "undo", "by", "redact", "undo_tools", "key", "refuses"})
+_RULE_KEYS = frozenset(
+    {"reversibility", "undo", "by", "redact", "undo_tools", "key", "refuses", "grantable"}
+)
 _TOP_KEYS = frozenset({"default", "tools"})
 
 
@@ -113,6 +115,8 @@ class Rule:
         refuses: exception classes with which the tool refuses a call before acting
             (``refuses = ["myapp.errors:OutOfStock"]``, imported when the rule is made):
             journaled as a refusal, no failed step.
+        grantable: ``false``: no approver may grant the tool for a saga (a standing grant,
+            docs/operations/grants.md); ``PRIVILEGED`` tools never can.
     """
 
     reversibility: Reversibility
@@ -124,9 +128,12 @@ class Rule:
     undo_tools: tuple[str, ...] = ()
     effect_key: object = DEFAULT_KEY
     refuses: Refusals = ()
+    grantable: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "redact", redact_paths(self.redact))
+        if not isinstance(self.grantable, bool):
+            raise DeclarationError(f"grantable must be true or false, got {self.grantable!r}")
         object.__setattr__(self, "refuses", check_refuses(self.refuses))
         effect_key_of(self.effect_key, reversibility=self.reversibility, redact=self.redact)
         if not isinstance(self.reversibility, Reversibility):
@@ -286,7 +293,7 @@ def _rule(value: object) -> Rule:
     if unknown:
         raise ValueError(
             f"unknown key(s) {', '.join(unknown)} (a rule takes reversibility, undo, "
-            "undo_tools, by, redact, key, refuses)"
+            "undo_tools, by, redact, key, refuses, grantable)"
         )
     by = value.get("by")
     by_name: str | None = None
@@ -336,6 +343,7 @@ def _rule(value: object) -> Rule:
             undo_tools=tuple(undo_tools),
             effect_key=_effect_key(value),
             refuses=_refuses(value.get("refuses", ())),
+            grantable=value.get("grantable", True),
         )
     except DeclarationError as exc:
         raise ValueError(exc.message) from exc

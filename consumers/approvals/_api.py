@@ -6,9 +6,9 @@ not decide for, 404 an unknown saga or request, 409 a refused decision or resume
 over the limit, 422 a malformed body or an id outside the documented charset.
 
 The routes, by resource: requests (:mod:`._api_requests`), deciding (:mod:`._api_decisions`),
-sagas (:mod:`._api_sagas`) and figures (:mod:`._api_stats`); their shapes in
-:mod:`._api_models`, what they share in :mod:`._api_context`, the body limit in
-:mod:`._api_limits`.
+sagas (:mod:`._api_sagas`), standing grants (:mod:`._api_grants`) and figures
+(:mod:`._api_stats`); their shapes in :mod:`._api_models`, what they share in
+:mod:`._api_context`, the body limit in :mod:`._api_limits`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse, Response
 
 from sagacity.consumers.approvals import (
     _api_decisions,
+    _api_grants,
     _api_requests,
     _api_sagas,
     _api_stats,
@@ -137,7 +138,7 @@ def create_app(
     )
     app.add_exception_handler(SagacityError, _sagacity_error)
     app.add_exception_handler(RequestValidationError, _invalid)
-    for routes in (_api_requests, _api_decisions, _api_sagas, _api_stats):
+    for routes in (_api_requests, _api_decisions, _api_grants, _api_sagas, _api_stats):
         app.include_router(routes.router)
     app.add_middleware(Limits, max_body=max_body, insecure=insecure_dev)
     return app

@@ -15,6 +15,7 @@ from typing import Any
 from sagacity import _attributes as attr
 from sagacity._decision_signature import DECISION_EVENTS, DecisionVerifier
 from sagacity._events import EntryDraft, event_type_of
+from sagacity._grants import GRANT_EVENTS, archive_refusal
 from sagacity._writer_roles import SagaWriters, writer_refusal
 from sagacity._writer_signature import HEADER, WriterRegistry
 from sagacity.errors import SagacityError
@@ -42,7 +43,10 @@ class Authorship:
             always; ``REJECTED`` / ``EXPIRED`` when signed) whose signature does not verify is
             quarantined
             (``unsigned_decision``, ``bad_decision_signature``, ``unknown_decision_key``,
-            ``malformed_decision_signature``).  ``None``: decisions are not checked.
+            ``malformed_decision_signature``); so is a ``GRANTED`` (always) or a signed
+            ``GRANT_REVOKED`` whose ``grant_signature`` does not (``unsigned_grant``,
+            ``bad_grant_signature``, ``unknown_grant_key``, ``malformed_grant_signature``).
+            ``None``: decisions are not checked.
         writers: the writer registry: an event whose ``writer`` is not registered, or whose
             ``sagacity_writer_sig`` header does not verify, is quarantined
             (``unregistered_writer``, ``unsigned_writer``, ``bad_writer_signature``).
@@ -67,7 +71,9 @@ class Authorship:
         The writer's role is checked later, against the saga's chain
         (:meth:`writer_refusal`)."""
         event_type = row[2]
-        decision = self.approvals is not None and event_type in DECISION_EVENTS
+        decision = self.approvals is not None and (
+            event_type in DECISION_EVENTS or event_type in GRANT_EVENTS
+        )
         if not decision and self.writers is None:
             return None
         attributes: dict[str, str] = json.loads(row[8]) if row[8] != "{}" else {}
@@ -94,6 +100,8 @@ class Authorship:
                 )
             except SagacityError as exc:
                 return "malformed_decision_signature", exc.message
+            if event_type in GRANT_EVENTS:
+                return self._grant_refusal(self.approvals, entry)
             reason = self.approvals.required(entry)
             if reason is not None:
                 return reason, (
@@ -101,6 +109,16 @@ class Authorship:
                     f"by {row[7]!r} is not signed by a pinned approvals key ({reason})"
                 )
         return None
+
+    @staticmethod
+    def _grant_refusal(approvals: DecisionVerifier, entry: EntryDraft) -> tuple[str, str] | None:
+        reason = archive_refusal(approvals, entry)
+        if reason is None:
+            return None
+        return reason, (
+            f"the {entry.event_type} of grant {entry.attributes.get(attr.GRANT_ID, '?')} by "
+            f"{entry.actor!r} is not signed by a pinned approvals key ({reason})"
+        )
 
     def writer_refusal(self, row: tuple[Any, ...], saga: SagaWriters) -> tuple[str, str] | None:
         """With a writer registry: ``None`` when the event's (registered, verified) writer may

@@ -51,6 +51,16 @@ class QuarantineReason(enum.StrEnum):
     """A decision signed by a key that is not pinned."""
     MALFORMED_DECISION_SIGNATURE = "malformed_decision_signature"
     """A decision whose signature attribute (or request reference) cannot be read."""
+    UNSIGNED_GRANT = "unsigned_grant"
+    """A ``GRANTED`` without the approvals service's ``grant_signature`` (a pinned key is set;
+    docs/operations/grants.md)."""
+    BAD_GRANT_SIGNATURE = "bad_grant_signature"
+    """A grant (or a signed revocation) whose signature does not verify: altered, or moved
+    from another saga."""
+    UNKNOWN_GRANT_KEY = "unknown_grant_key"
+    """A grant signed by a key that is not pinned."""
+    MALFORMED_GRANT_SIGNATURE = "malformed_grant_signature"
+    """A grant whose signature attribute (or an integer it signs) cannot be read."""
     UNREGISTERED_WRITER = "unregistered_writer"
     """The event's writer is not in the writer registry (per-writer signing is on)."""
     UNSIGNED_WRITER = "unsigned_writer"

@@ -685,6 +685,8 @@ _CALLS_AND_DECISIONS = (
     "RESUME_REFUSED",
     "CONSTRAINT_VIOLATED",
     "REPLAYED",
+    "GRANTED",
+    "GRANT_REVOKED",
 )
 _CAUSES = (
     "FAILED",
@@ -720,6 +722,19 @@ def _ref(attributes: dict[str, Any]) -> int | None:
         return None
 
 
+def _grant_seq(raw: Any) -> int | None:
+    """A ``grant_seq`` attribute's seq, saturated to 1 .. 2^63 - 1 (``None``: no integer)."""
+    if not isinstance(raw, str):
+        return None
+    text = raw.strip()
+    negative = text.startswith("-")
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    if not digits or not (digits.isascii() and digits.isdigit()):
+        return None
+    value = 2**63 - 1 if len(digits) > 20 else int(digits)
+    return 1 if negative else min(max(value, 1), 2**63 - 1)
+
+
 def required_signatures(attributes: dict[str, Any]) -> int:
     """The approvers a request needs: 1 for ``IRREVERSIBLE``, 2 for ``PRIVILEGED``, raised,
     never lowered, by its journaled ``signatures_required`` (2 when unreadable)."""
@@ -750,6 +765,8 @@ class SagaGrammar:
         self.steps: set[int] = set()
         self.undoing: set[int] = set()
         self.suspects: set[tuple[int, str]] = set()
+        self.grants: dict[int, tuple[Any, Any]] = {}  # seq: (tool, grant id)
+        self.revoked: set[str] = set()
 
     def find(self, event: dict[str, Any], rule: str, detail: str) -> None:
         writer = (event.get("attributes") or {}).get("writer") or None
@@ -851,6 +868,31 @@ class SagaGrammar:
             self.settled(event, attributes, ref)
         elif kind == "REPLAYED":
             self.replayed(event, ref)
+        elif kind == "GRANTED":
+            self.grants[seq] = (event.get("tool"), attributes.get("grant_id"))
+        elif kind == "GRANT_REVOKED" and attributes.get("grant_id"):
+            self.revoked.add(attributes["grant_id"])
+
+    def ungranted(self, event: dict[str, Any], attributes: dict[str, Any], declared: str) -> Any:
+        """Why the grant a gated INTENT names does not cover it ("": it names none; None: it
+        covers it, or refers before the chain held)."""
+        raw = attributes.get("grant_seq")
+        if raw is None:
+            return ""
+        grant_seq = _grant_seq(raw)
+        if grant_seq is not None and self.unknown_ref(grant_seq):
+            return None
+        found = self.grants.get(grant_seq) if grant_seq is not None else None
+        grant_id = attributes.get("grant_id")
+        if found is None or grant_seq is None or grant_seq >= event["seq"]:
+            return f" (grant_seq {raw} is no earlier GRANTED)"
+        if found != (event.get("tool"), grant_id):
+            return f" (GRANTED seq {grant_seq} grants another tool or id)"
+        if grant_id in self.revoked:
+            return f" (grant {grant_id} was revoked before it)"
+        if declared == "PRIVILEGED":
+            return " (a PRIVILEGED tool is never granted)"
+        return None
 
     def replayed(self, event: dict[str, Any], ref: int | None) -> None:
         tool, request = event.get("tool"), self.requests.get(ref) if ref is not None else None
@@ -869,12 +911,13 @@ class SagaGrammar:
         self.intents[seq] = [event.get("tool"), None]
         if ref is None:
             declared = attributes.get("reversibility", "")
-            if declared in ("IRREVERSIBLE", "PRIVILEGED"):
+            why = self.ungranted(event, attributes, declared)
+            if declared in ("IRREVERSIBLE", "PRIVILEGED") and why is not None:
                 self.find(
                     event,
                     "grammar:gated_without_request",
                     f"INTENT at seq {seq} runs {declared} tool {event.get('tool')!r} with no "
-                    "approval request",
+                    f"approval request{why}",
                 )
             return
         if self.unknown_ref(ref):

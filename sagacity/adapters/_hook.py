@@ -230,6 +230,7 @@ class AgentHook:
                 redact=rule.redact,
                 effect_key=rule.effect_key,
                 refuses=rule.refuses,
+                grantable=rule.grantable,
             )
         register_function(
             self.sagacity,
@@ -278,6 +279,7 @@ class AgentHook:
             redact=rule.redact,
             effect_key=rule.effect_key,
             refuses=rule.refuses,
+            grantable=rule.grantable,
         )
         compensation, compensation_definition = _resolve_by(definition, None, marked=False)
         self.sagacity.registry.register(

@@ -21,6 +21,11 @@ legitimate flow could not be told from a forged one by the chain alone:
   or ``COMPENSATION_FAILED`` (a settlement or a retry follows those);
 * a ``REPLAYED`` call (its effect key already had an effect, docs/adr/0026) refers to an
   earlier call of its tool that executed, or to its tool's approval request;
+* a gated call a standing grant covered (an ``INTENT`` with no ``ref_seq`` naming
+  ``grant_seq`` and ``grant_id``) refers to an earlier ``GRANTED`` of its tool with that id,
+  not revoked before it, and is never of a ``PRIVILEGED`` tool; whether the grant's signature,
+  rules and deadline held is the acting process's judgement, not the chain's
+  (docs/operations/grants.md);
 * after an end ``COMPLETED``, ``COMPENSATED``, ``REJECTED`` or ``EXPIRED`` only an erasure or
   another ``SAGA_ENDED`` (a repeated compensation finds nothing to do and ends again) may
   follow; after ``COMPENSATION_FAILED``, no call and no decision;
@@ -36,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from sagacity import _attributes as attr
+from sagacity._bounds import INT64_MAX, parse_int
 from sagacity._events import EventType
 from sagacity._requests import AWAITING_RESULT, CLOSING_EVENTS, ref_of, signatures_required
 from sagacity._result import SagaStatus
@@ -51,7 +57,8 @@ class GrammarRule(enum.StrEnum):
     """An ``EXECUTED`` / ``FAILED`` whose ``ref_seq`` is no earlier ``INTENT`` of its tool, or
     whose ``INTENT`` already has an outcome."""
     GATED_WITHOUT_REQUEST = "grammar:gated_without_request"
-    """An ``INTENT`` of an ``IRREVERSIBLE`` / ``PRIVILEGED`` tool that resumes no request."""
+    """An ``INTENT`` of an ``IRREVERSIBLE`` / ``PRIVILEGED`` tool that resumes no request and
+    names no earlier, unrevoked ``GRANTED`` of its tool (a ``PRIVILEGED`` one never)."""
     RESUME_WITHOUT_REQUEST = "grammar:resume_without_request"
     """An ``INTENT`` whose ``ref_seq`` is no ``AWAITING_APPROVAL``, or one already closed."""
     RESUMED_WITHOUT_APPROVAL = "grammar:resumed_without_approval"
@@ -150,6 +157,8 @@ _CALLS_AND_DECISIONS = frozenset(
         EventType.RESUME_REFUSED,
         EventType.CONSTRAINT_VIOLATED,
         EventType.REPLAYED,
+        EventType.GRANTED,
+        EventType.GRANT_REVOKED,
     }
 )
 _AFTER_ANY_END = frozenset({EventType.SAGA_ENDED, EventType.ERASED})
@@ -225,6 +234,10 @@ class SagaGrammar:
     _steps: set[int] = field(default_factory=set)
     _undoing: set[int] = field(default_factory=set)
     _suspects: set[tuple[int, str]] = field(default_factory=set)
+    _grants: dict[int, tuple[str | None, str | None]] = field(default_factory=dict)
+    """Each ``GRANTED``'s tool and grant id, by seq."""
+    _revoked: set[str] = field(default_factory=set)
+    """The grant ids a ``GRANT_REVOKED`` named."""
 
     def __post_init__(self) -> None:
         # A chain held from mid-way: its state before the first event held is unknown.
@@ -322,12 +335,14 @@ class SagaGrammar:
         if ref is None:
             declared = event.attributes.get(attr.REVERSIBILITY, "")
             if declared in (Reversibility.IRREVERSIBLE, Reversibility.PRIVILEGED):
-                self._find(
-                    event,
-                    GrammarRule.GATED_WITHOUT_REQUEST,
-                    f"INTENT at seq {event.seq} runs {declared} tool {event.tool!r} with no "
-                    "approval request",
-                )
+                why = self._ungranted(event, declared)
+                if why is not None:
+                    self._find(
+                        event,
+                        GrammarRule.GATED_WITHOUT_REQUEST,
+                        f"INTENT at seq {event.seq} runs {declared} tool {event.tool!r} with no "
+                        f"approval request{why}",
+                    )
             return
         if self._unknown_ref(ref):
             return
@@ -348,6 +363,35 @@ class SagaGrammar:
             self._check_resume(event, ref, request)
         request.state = _CLOSED
         request.closed_by = f"its resume at seq {event.seq}"
+
+    def _ungranted(self, event: Event, declared: str) -> str | None:
+        """Why the grant a gated ``INTENT`` names does not cover it (``""``: it names none;
+        ``None``: it covers it, or refers before the chain held)."""
+        raw = event.attributes.get(attr.GRANT_SEQ)
+        if raw is None:
+            return ""
+        grant_seq = parse_int(raw, low=1, high=INT64_MAX)
+        if grant_seq is not None and self._unknown_ref(grant_seq):
+            return None
+        found = self._grants.get(grant_seq) if grant_seq is not None else None
+        grant_id = event.attributes.get(attr.GRANT_ID)
+        if found is None or grant_seq is None or grant_seq >= event.seq:
+            return f" (grant_seq {raw} is no earlier GRANTED)"
+        if found != (event.tool, grant_id):
+            return f" (GRANTED seq {grant_seq} grants another tool or id)"
+        if grant_id in self._revoked:
+            return f" (grant {grant_id} was revoked before it)"
+        if declared == Reversibility.PRIVILEGED:
+            return " (a PRIVILEGED tool is never granted)"
+        return None
+
+    def _granted(self, event: Event, _ref: int | None) -> None:
+        self._grants[event.seq] = (event.tool, event.attributes.get(attr.GRANT_ID))
+
+    def _grant_revoked(self, event: Event, _ref: int | None) -> None:
+        grant_id = event.attributes.get(attr.GRANT_ID)
+        if grant_id:
+            self._revoked.add(grant_id)
 
     def _check_resume(self, event: Event, ref: int, request: _Request) -> None:
         if len(request.approvers) < request.required:
@@ -520,6 +564,8 @@ _HANDLERS = {
     EventType.SUSPECT: SagaGrammar._suspect,
     EventType.SUSPECT_SETTLED: SagaGrammar._settled,
     EventType.REPLAYED: SagaGrammar._replayed,
+    EventType.GRANTED: SagaGrammar._granted,
+    EventType.GRANT_REVOKED: SagaGrammar._grant_revoked,
 }
 
 

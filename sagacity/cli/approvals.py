@@ -529,3 +529,7 @@ def keygen(out: Path) -> None:
     click.echo(f"private key: {out.resolve()}")
     click.echo(f"key id:      {signer.key_id}")
     click.echo(f"public key:  {signer.public_hex}")
+
+
+# The standing grants' commands (grant, grants, revoke) register on the group above.
+from sagacity.cli import _approvals_grants as _approvals_grants  # noqa: E402

@@ -448,3 +448,64 @@ def test_every_legitimate_flow_archives_with_a_writer_registry(
         assert _quarantined(archive_dsn, saga_id) == [], saga_id
     assert expected["rejected"][-1].event_type is E.SAGA_ENDED
     assert expected["abandoned"][-1].event_type is E.SAGA_ENDED
+
+
+def test_the_archive_quarantines_grants_the_approvals_service_did_not_sign(
+    kafka_bootstrap: str,
+    make_topic: Callable[..., str],
+    archive_dsn: str,
+    archive_of: Callable[..., ArchiveService],
+    tmp_path: Path,
+) -> None:
+    """A standing grant (docs/operations/grants.md) is archived when the approvals key signed
+    it; one a writer produced unsigned, or with a signature moved from another saga, is
+    quarantined like a forged decision."""
+    topic = make_topic(partitions=2)
+    key = generate_key(tmp_path / "approvals.pem")
+    agent_journal = KafkaJournal(kafka_bootstrap, topic=topic)
+    service_journal = KafkaJournal(kafka_bootstrap, topic=topic)
+    try:
+        agent = Sagacity(
+            agent_journal, compensation="delegated", approvals_public_key=key.public_hex
+        )
+        service = Sagacity(service_journal, compensation="delegated", decision_signer=key)
+        bank = agent.wrap(Bank())
+        service.wrap(Bank())
+        for saga_id in ("granted", "unsigned", "moved"):
+            talk = agent.conversation(saga_id)
+            talk.call(lambda: bank.send_wire_transfer("100", "alice"))
+        agent_journal.flush()
+        genuine = service.grant(
+            "granted",
+            "send_wire_transfer",
+            ['to == "alice"'],
+            expires_at_us=service.now_us() + 600_000_000,
+            grantor="alice@example.com",
+        ).grant.entry
+        for saga_id, attributes in (
+            (
+                "unsigned",
+                {k: v for k, v in genuine.attributes.items() if k != attr.GRANT_SIGNATURE},
+            ),
+            ("moved", dict(genuine.attributes)),
+        ):
+            head = agent_journal.entries(saga_id)[-1]
+            copy = EntryDraft(
+                saga_id=saga_id,
+                event_type=E.GRANTED,
+                tool=genuine.tool,
+                actor=genuine.actor,
+                attributes=attributes,
+                recorded_at_us=genuine.recorded_at_us,
+            )
+            _produce(kafka_bootstrap, topic, link(copy, seq=head.seq + 1, prev_hash=head.hash))
+        service_journal.flush()
+    finally:
+        agent_journal.close()
+        service_journal.close()
+    archive_of(topic, approvals_public_key=key.public_hex)
+    _wait(lambda: _quarantined(archive_dsn, "moved") and _quarantined(archive_dsn, "unsigned"))
+    _wait(lambda: "GRANTED" in _archived(archive_dsn, "granted"))
+    assert _quarantined(archive_dsn, "granted") == []
+    assert _quarantined(archive_dsn, "unsigned") == [("unsigned_grant", 3)]
+    assert _quarantined(archive_dsn, "moved") == [("bad_grant_signature", 3)]

@@ -98,6 +98,9 @@ SAGACITY_MEMBERS = {
     "compensation_mode": "property",
     "compensation_report": "(self, saga_id: 'str') -> 'CompensationReport'",
     "conversation": "(self, conversation_id: 'str') -> 'SagaRun'",
+    "covering_grant": (
+        "(self, definition: 'ToolDefinition', saga_id: 'str', payload: 'str') -> 'GrantUse | None'"
+    ),
     "counted_signers": (
         "(self, entries: 'Sequence[JournalEntry]', request: 'ApprovalRequest') -> 'set[str]'"
     ),
@@ -118,6 +121,11 @@ SAGACITY_MEMBERS = {
         "(self, scope: 'SagaScope', value: 'Any', error: 'Exception | None') -> 'SagaResult'"
     ),
     "from_env": "(**options: 'Any') -> 'Sagacity'",
+    "grant": (
+        "(self, saga_id: 'str', tool: 'str', rules: 'Sequence[str]', *, expires_at_us: 'int', "
+        "grantor: 'str') -> 'GrantView'"
+    ),
+    "grants": "(self, saga_id: 'str') -> 'list[GrantView]'",
     "journal": "property",
     "journal_identity": "property",
     "now_us": "(self) -> 'int'",
@@ -138,6 +146,7 @@ SAGACITY_MEMBERS = {
         "(self, saga_id: 'str', seq: 'int', payload: 'str', *, requested_by: 'str | None' = "
         "None) -> 'SagaResult'"
     ),
+    "revoke_grant": ("(self, saga_id: 'str', grant_id: 'str', principal: 'str') -> 'GrantView'"),
     "saga": "(self, saga_id: 'str', work: 'Callable[[], Any]') -> 'SagaResult'",
     "saga_async": "(self, saga_id: 'str', work: 'Callable[[], Awaitable[Any]]') -> 'SagaResult'",
     "settle": (
@@ -160,7 +169,8 @@ SAGACITY_MEMBERS = {
         " Any] | None' = None, constraint: 'Constraint | None' = None, undo: 'UndoCall | "
         "None' = None, redact: 'Sequence[str]' = (), undo_tools: 'Sequence[str]' = (), "
         "effect_key: 'Sequence[str] | object | None' = DEFAULT_KEY, refuses: "
-        "'Sequence[type[BaseException]]' = ()) -> 'Callable[..., Any]'"
+        "'Sequence[type[BaseException]]' = (), grantable: 'bool' = True) -> "
+        "'Callable[..., Any]'"
     ),
     "writer_id": "property",
 }

@@ -132,6 +132,44 @@ def approved(tool: str, ref: int, who: str, payload: str) -> Event:
     )
 
 
+def granted(tool: str, grant_id: str) -> Event:
+    """A standing grant of ``tool`` (docs/operations/grants.md); its signature is the acting
+    process's to judge, not the grammar's."""
+    return ev(
+        "GRANTED",
+        tool=tool,
+        actor="alice@company.com",
+        attributes={
+            "grant_id": grant_id,
+            "grant_rules": '["amount <= 100"]',
+            "grant_expires_at_us": str(BASE_US + 3_600_000_000),
+            "grant_agent": AGENT,
+            "journal": "kafka:vectors/sagacity.journal",
+        },
+    )
+
+
+def revoked(tool: str, grant_id: str, grant_seq: int) -> Event:
+    return ev(
+        "GRANT_REVOKED",
+        tool=tool,
+        actor="bob@company.com",
+        attributes={"grant_id": grant_id, "grant_seq": str(grant_seq)},
+    )
+
+
+def covered(
+    tool: str, payload: str, grant_id: str, grant_seq: int, rev: str = "IRREVERSIBLE"
+) -> Event:
+    """A gated call a standing grant covered: an INTENT naming the grant, no request."""
+    return ev(
+        "INTENT",
+        tool=tool,
+        payload=payload,
+        attributes={"reversibility": rev, "grant_id": grant_id, "grant_seq": str(grant_seq)},
+    )
+
+
 def ended(status: str, *, actor: str = AGENT, error: str | None = None) -> Event:
     return ev("SAGA_ENDED", actor=actor, result=status, error=error)
 
@@ -997,6 +1035,68 @@ def case_events() -> list[dict[str, Any]]:
             undo("COMPENSATION_INTENT", "reserve", 3),
             undo("COMPENSATED", "reserve", 3),
             ended("COMPENSATED"),
+        ],
+    )
+    # --- standing grants (docs/operations/grants.md) ------------------------------------
+    small = '{"amount":"50","to":"alice"}'
+    asked = [opened(), request("wire", w)]
+    add(
+        "valid_granted_call",
+        "a conversation's wire asked for, the tool granted, a later wire run under the grant"
+        " (tests/grants/test_grants_kafka.py)",
+        [
+            *asked,
+            granted("wire", "g1"),
+            covered("wire", small, "g1", 3),
+            done("wire", 4, rev="IRREVERSIBLE"),
+        ],
+    )
+    add(
+        "valid_granted_then_revoked",
+        "a grant used, revoked, and the next wire asked for again",
+        [
+            *asked,
+            granted("wire", "g1"),
+            covered("wire", small, "g1", 3),
+            done("wire", 4, rev="IRREVERSIBLE"),
+            revoked("wire", "g1", 3),
+            request("wire", small),
+        ],
+    )
+    add(
+        "granted_call_after_revocation",
+        "a wire run under a grant revoked before it",
+        [*asked, granted("wire", "g1"), revoked("wire", "g1", 3), covered("wire", small, "g1", 3)],
+    )
+    add(
+        "granted_call_of_no_grant",
+        "a wire naming a grant seq that is no GRANTED",
+        [*asked, covered("wire", small, "g1", 2)],
+    )
+    add(
+        "granted_call_of_another_tool",
+        "a wire naming a grant of another tool",
+        [*asked, granted("refund", "g1"), covered("wire", small, "g1", 3)],
+    )
+    add(
+        "granted_privileged_call",
+        "a PRIVILEGED call run under a grant: never granted",
+        [
+            opened(),
+            request("grant", g, rev="PRIVILEGED"),
+            granted("grant", "g1"),
+            covered("grant", g, "g1", 3, rev="PRIVILEGED"),
+        ],
+    )
+    add(
+        "granted_after_end",
+        "a grant after the saga ended COMPLETED",
+        [
+            opened(),
+            call("reserve", r),
+            done("reserve", 2),
+            ended("COMPLETED"),
+            granted("wire", "g1"),
         ],
     )
     add(

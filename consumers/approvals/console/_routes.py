@@ -4,7 +4,8 @@ Every page is rendered on the server (Jinja2 through Starlette's templating, aut
 every action is a plain form POST checked by :mod:`._security` (through :func:`~._page.page`).
 The pages, by concern: signing in (:mod:`._signin`), the inbox, a request and deciding it
 (:mod:`._requests`), sagas and the attention queue (:mod:`._sagas`), the archive's audit
-bundle (:mod:`._bundles`) and gate metrics (:mod:`._metrics_page`).  The decisions go through
+bundle (:mod:`._bundles`), gate metrics (:mod:`._metrics_page`) and a saga's standing grants
+(:mod:`._grants`).  The decisions go through
 the approvals service's own decision path (:class:`ApprovalService`), as the API's do, so the
 console records exactly what the API would, as the signed-in principal.
 """
@@ -24,6 +25,7 @@ from starlette.templating import Jinja2Templates
 from sagacity.consumers.approvals._service import ApprovalService
 from sagacity.consumers.approvals.console import (
     _bundles,
+    _grants,
     _metrics_page,
     _requests,
     _sagas,
@@ -61,6 +63,7 @@ def _routes() -> list[BaseRoute]:
         *_bundles.router.routes,
         *_metrics_page.router.routes,
         *_undo.router.routes,
+        *_grants.router.routes,
         Route("/favicon.ico", _favicon),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]

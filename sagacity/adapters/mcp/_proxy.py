@@ -123,4 +123,5 @@ def register(sagacity: Sagacity, tools: list[ProxiedTool]) -> None:
             constraint=rule.constraint,
             undo=rule.undo if isinstance(rule.undo, UndoCall) else None,
             undo_tools=rule.undo_tools,
+            grantable=rule.grantable,
         )
