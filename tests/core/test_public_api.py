@@ -82,7 +82,8 @@ def test_core_imports_no_kafka_postgres_or_http() -> None:
 # is spread over modules by concept (the gate's delegations, the saga's ends), its API is not.
 SAGACITY_MEMBERS = {
     "approval_deadline_us": (
-        "(self, request: 'ApprovalRequest', *, seen_at_us: 'int | None' = None) -> 'int | None'"
+        "(self, request: 'ApprovalRequest', *, seen_at_us: 'int | None' = None, entries: "
+        "'Sequence[JournalEntry] | None' = None) -> 'int | None'"
     ),
     "approval_trust": "property",
     "approval_ttl_us": "property",
@@ -179,7 +180,8 @@ SAGACITY_INIT = (
     " approval_ttl: 'timedelta | float | None' = None, policy_version: 'str' = '1', "
     "writer_id: 'str | None' = None, clock: 'Callable[[], int] | None' = None, "
     "decision_signer: 'DecisionSigner | None' = None, approvals_public_key: 'str | "
-    "DecisionVerifier | None' = None) -> 'None'"
+    "DecisionVerifier | None' = None, approver_groups: 'ApproverGroups | None' = None, "
+    "operator_public_key: 'OperatorVerifier | None' = None) -> 'None'"
 )
 
 
