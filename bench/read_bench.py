@@ -15,9 +15,7 @@ in the same run: one ``SagaReader.read`` (a fresh saga each time) and one
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import functools
-import os
 import statistics
 import sys
 import time
@@ -37,6 +35,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # NewTopic: n
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from bench._runinfo import Stamp
 from bench.compensation_bench import _infrastructure, _machine, _pct
 from sagacity import EntryDraft, EventType, Reversibility, Sagacity, compensable
 from sagacity._events import GENESIS_HASH
@@ -117,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sagas", type=int, default=60)
     parser.add_argument("--no-write", action="store_true", help="Do not update the docs.")
     args = parser.parse_args(argv)
+    stamp = Stamp()
     with _infrastructure() as (bootstrap, root_dsn):
         topic = f"bench.read.{uuid.uuid4().hex[:10]}"
         admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -168,8 +168,6 @@ def main(argv: list[str] | None = None) -> None:
             indexed.close()
             for journal in journals.values():
                 journal.close()
-    load = os.getloadavg()[0]
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     r_scan, r_index = _pct(reads["scan"], 0.5), _pct(reads["index"], 0.5)
     a_scan, a_index = _pct(approvals["scan"], 0.5), _pct(approvals["index"], 0.5)
     rows = [
@@ -185,12 +183,11 @@ def main(argv: list[str] | None = None) -> None:
         [
             "## Reading a saga: partition scan versus read index (`python -m bench.read_bench`)",
             "",
-            f"Run {now} on {_machine()}; the local broker and PostgreSQL. One partition holding "
-            f"{args.background} events of other sagas and {len(gated)} sagas at an approval "
-            "gate, archived (the archiver caught up). Each side read each saga once (a fresh "
-            "reader state per saga) and approved half of them, alternating sides; p50 over "
-            f"{len(gated)} reads and {len(gated) // 2} approvals per side. Load average at the "
-            f"end: {load:.1f}.",
+            f"{stamp.line()} On {_machine()}; the local broker and PostgreSQL. One partition "
+            f"holding {args.background} events of other sagas and {len(gated)} sagas at an "
+            "approval gate, archived (the archiver caught up). Each side read each saga once "
+            "(a fresh reader state per saga) and approved half of them, alternating sides; p50 "
+            f"over {len(gated)} reads and {len(gated) // 2} approvals per side.",
             "",
             *rows,
             "",
