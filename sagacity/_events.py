@@ -306,7 +306,9 @@ class EntryDraft:
                 raise SerializationError(f"unknown event type {self.event_type!r}") from exc
         if not in_int64(self.recorded_at_us):
             raise SerializationError("recorded_at_us must be an int (microseconds) of 64 bits")
-        object.__setattr__(self, "attributes", _freeze(self.attributes))
+        attributes = self.attributes
+        if attributes is not _NO_ATTRIBUTES:  # the default is frozen already
+            _SET_ATTRIBUTES(self, _freeze(attributes))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
