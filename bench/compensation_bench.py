@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import os
 import platform
 import signal
@@ -46,6 +45,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from bench._compensation_tools import SCHEMA, Payments
+from bench._runinfo import Stamp
 from sagacity import EntryDraft, EventType, JournalEntry, Sagacity, SagaStatus
 from sagacity.journal import ApprovalRequest, Journal
 from sagacity.producer import KafkaJournal
@@ -301,13 +301,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--throughput-sagas", type=int, default=300)
     parser.add_argument("--no-write", action="store_true", help="Do not update the docs.")
     args = parser.parse_args(argv)
+    stamp = Stamp()
     with _infrastructure() as (bootstrap, dsn):
         latencies = measure_latency(bootstrap, dsn, args.latency_sagas)
         one = measure_throughput(bootstrap, dsn, args.throughput_sagas, 1)
         two = measure_throughput(bootstrap, dsn, args.throughput_sagas, 2)
     p50, p95 = _pct(latencies, 0.5), _pct(latencies, 0.95)
-    load = os.getloadavg()[0]
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     rows = [
         "| measure | value | target |",
         "| --- | ---: | --- |",
@@ -324,11 +323,11 @@ def main(argv: list[str] | None = None) -> None:
         [
             "## Compensation service (`python -m bench.compensation_bench`)",
             "",
-            f"Run {now} on {_machine()}; the local broker and PostgreSQL; topics of 6 "
+            f"{stamp.line()} On {_machine()}; the local broker and PostgreSQL; topics of 6 "
             f"partitions; service defaults (concurrency 4, `fetch.wait.max.ms=50`, "
             f"`fetch.min.bytes=1`). Latency over {len(latencies)} sagas run one at a time; "
             f"throughput over {args.throughput_sagas} sagas requested before the instances "
-            f"started. Load average at the end: {load:.1f}.",
+            "started.",
             "",
             *rows,
             "",

@@ -1,6 +1,7 @@
 """A peer, side by side: one DBOS Transact durable step against one journaled Sagacity tool call.
 
     python bench/dbos_peer.py [--calls 1000] [--events 4000] [--rounds 3] [--quick]
+        [--replication 3] [--dbos-database-url postgresql://…]
 
 DBOS Transact (``pip install -e '.[bench]'``) is what a Python user would pick for durable,
 journaled steps; here it keeps its state in the same PostgreSQL as the archive
@@ -16,6 +17,14 @@ process (asyncio; DBOS's async workflows and steps, the journal's ``append_async
 alternating rounds, medians.  DBOS runs with its defaults (a pool of 20 connections to its
 system database; ``--pool`` changes it), with asyncio's executor as wide as that pool.  The
 last line printed is one line a script can read.
+
+Durable against durable: ``--replication 3`` makes the journal's topic replicated three times
+with ``min.insync.replicas=2`` (the journal produces with ``acks=all``: an event is acknowledged
+once two brokers hold it), on a cluster such as ``sagacity dev up --brokers 3``;
+``--dbos-database-url`` points DBOS at a PostgreSQL of its own (one with ``fsync`` and
+``synchronous_commit`` on: the table prints both settings as the server reports them).
+Target (issue 36): the journaled call at least 3x faster than a DBOS step at p50 and in calls
+per second at 16 callers.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # NewTopic: n
 )
 from psycopg import sql
 
+from bench._runinfo import Stamp
 from bench.journal_bench import PARTITIONS, PAYLOAD, RESULT, _executed, _intent, _pct
 from sagacity import EntryDraft, EventType
 from sagacity.producer import KafkaJournal
@@ -170,6 +180,68 @@ def _dbos(dsn: str, pool: int | None) -> Any:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
+TARGET = 3.0
+"""How many times faster than a DBOS step the journaled call must be (p50, calls/s at 16)."""
+
+
+def _durability(dsn: str) -> str:
+    """The server's ``fsync`` and ``synchronous_commit``, as it reports them."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        fsync = conn.execute("SHOW fsync").fetchone()
+        commit = conn.execute("SHOW synchronous_commit").fetchone()
+    return (
+        f"`fsync={fsync[0] if fsync else '?'}`, `synchronous_commit={commit[0] if commit else '?'}`"
+    )
+
+
+def _topic(admin: AdminClient, topic: str, replication: int) -> str:
+    """Create the journal's topic; say how it is replicated."""
+    isr = max(1, replication - 1)
+    admin.create_topics(
+        [
+            NewTopic(
+                topic,
+                num_partitions=PARTITIONS,
+                replication_factor=replication,
+                config={"min.insync.replicas": str(isr)},
+            )
+        ]
+    )[topic].result(30)
+    brokers = len(admin.list_topics(timeout=10).brokers)
+    return (
+        f"{brokers} broker(s), topic of {PARTITIONS} partitions, replication {replication}, "
+        f"`min.insync.replicas={isr}`, `acks=all`"
+    )
+
+
+def _report(lat: dict[str, float], rates: dict[int, dict[str, float]]) -> list[str]:
+    """The table, with each side's ratio and the targets met or not."""
+    p50 = lat["dbos_p50_ms"] / lat["sagacity_p50_ms"]
+    at16 = rates[16]["sagacity"] / rates[16]["dbos"]
+    lines = [
+        "| side | p50 ms | p99 ms | calls/s, 1 | calls/s, 16 | calls/s, 256 |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for side in ("sagacity", "dbos"):
+        lines.append(
+            f"| {side} | {lat[f'{side}_p50_ms']:.2f} | {lat[f'{side}_p99_ms']:.2f} | "
+            + " | ".join(f"{rates[n][side]:,.0f}" for n in (1, 16, 256))
+            + " |"
+        )
+    ratios = " | ".join(f"{rates[n]['sagacity'] / rates[n]['dbos']:.1f}x" for n in (1, 16, 256))
+    lines.append(
+        "| sagacity's lead (dbos ms ÷ sagacity ms; sagacity calls/s ÷ dbos calls/s) | "
+        f"{p50:.1f}x | {lat['dbos_p99_ms'] / lat['sagacity_p99_ms']:.1f}x | {ratios} |"
+    )
+    lines.append("")
+    lines.append(
+        f"Target: at least {TARGET:g}x at p50 ({p50:.1f}x: {'met' if p50 >= TARGET else 'missed'}) "
+        f"and in calls per second at 16 callers ({at16:.1f}x: "
+        f"{'met' if at16 >= TARGET else 'missed'})."
+    )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=1000, help="sequential calls per side")
@@ -177,19 +249,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per figure")
     parser.add_argument("--pool", type=int, default=None, help="DBOS's connection pool size")
     parser.add_argument("--quick", action="store_true", help="a short run that proves it works")
+    parser.add_argument(
+        "--replication", type=int, default=1, help="the journal topic's replication factor"
+    )
+    parser.add_argument(
+        "--dbos-database-url", default=None, help="DBOS's PostgreSQL (default: the archive's)"
+    )
     args = parser.parse_args(argv)
+    stamp = Stamp()
     if args.quick:
         args.calls, args.events, args.rounds = 100, 512, 1
     warmup, minimum = (10, 2) if args.quick else (50, 20)
     dsn = os.environ.get("SAGACITY_DATABASE_URL")
     bootstrap = os.environ.get("SAGACITY_BOOTSTRAP_SERVERS")
+    dsn = args.dbos_database_url or dsn
     if not dsn or not bootstrap:
         raise SystemExit("set SAGACITY_DATABASE_URL and SAGACITY_BOOTSTRAP_SERVERS")
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topic = f"bench.peer.{uuid.uuid4().hex[:8]}"
-    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])[
-        topic
-    ].result(30)
+    kafka = _topic(admin, topic, args.replication)
+    database = _durability(dsn)
     journal = KafkaJournal(bootstrap, topic=topic)
     rates: dict[int, dict[str, float]] = {}
     try:
@@ -203,15 +282,13 @@ def main(argv: list[str] | None = None) -> int:
         journal.close()
         with contextlib.suppress(Exception):
             admin.delete_topics([topic])[topic].result(30)
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print("| side | p50 ms | p99 ms | calls/s, 1 | calls/s, 16 | calls/s, 256 |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for side in ("sagacity", "dbos"):
-        print(
-            f"| {side} | {lat[f'{side}_p50_ms']:.2f} | {lat[f'{side}_p99_ms']:.2f} | "
-            + " | ".join(f"{rates[n][side]:,.0f}" for n in (1, 16, 256))
-            + " |"
-        )
+    print(stamp.line())
+    print(f"Kafka: {kafka}. DBOS's PostgreSQL: {database}.")
+    print(
+        f"{args.calls} sequential calls per side; {args.rounds} round(s) of {args.events} "
+        "calls per concurrency level."
+    )
+    print("\n".join(_report(lat, rates)))
     # The line a script reads.
     print(
         "dbos peer:"

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import datetime as dt
 import os
 import platform
 import statistics
@@ -47,6 +46,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # NewTopic: n
     NewTopic,
 )
 
+from bench._profile import profile
+from bench._runinfo import Stamp
 from sagacity import EntryDraft, EventType
 from sagacity._codec import check_json_payload
 from sagacity.chain import link
@@ -325,6 +326,22 @@ def _row(
     )
 
 
+def _targets(side: str, measure: str) -> tuple[str, Any]:
+    """The target of one row (issue 36: on the median of the runs and on every run) and its
+    check over the runs' sorted ratios."""
+    if measure == "p50":
+        return "≤ 1.15x, every run", lambda r: r[-1] <= 1.15
+    if measure == "p99":
+        return "≤ 1.3x, every run", lambda r: r[-1] <= 1.3
+    if measure == "256":
+        floor = 0.8 if side == "journal" else 0.6
+        return (
+            f"≥ {floor}x, no run < 0.5x",
+            lambda r: statistics.median(r) >= floor and r[0] >= 0.5,
+        )
+    return "≥ 0.5x", lambda r: statistics.median(r) >= 0.5
+
+
 def _table(lats: list[dict[str, float]], tps: list[list[dict[str, float]]]) -> str:
     """One row per measure and side (in clear, sealed): medians over the runs, the median
     ratio against raw and its range."""
@@ -335,6 +352,7 @@ def _table(lats: list[dict[str, float]], tps: list[list[dict[str, float]]]) -> s
     for side, label in (("journal", ""), ("sealed", "sealed: ")):
         for q in ("p50", "p99"):
             ratios = sorted(r[f"{side}_{q}_ms"] / r[f"raw_{q}_ms"] for r in lats)
+            target, check = _targets(side, q)
             lines.append(
                 _row(
                     f"{label}one tool call, {q} (ms)",
@@ -342,21 +360,23 @@ def _table(lats: list[dict[str, float]], tps: list[list[dict[str, float]]]) -> s
                     [r[f"raw_{q}_ms"] for r in lats],
                     ratios,
                     ".2f",
-                    "≤ 1.3x",
-                    statistics.median(ratios) <= 1.3,
+                    target,
+                    check(ratios),
                 )
             )
         for level in zip(*tps, strict=True):
             ratios = sorted(r[f"{side}_eps"] / r["raw_eps"] for r in level)
+            sagas = int(level[0]["sagas"])
+            target, check = _targets(side, str(sagas))
             lines.append(
                 _row(
-                    f"{label}events/s, {int(level[0]['sagas'])} concurrent saga(s)",
+                    f"{label}events/s, {sagas} concurrent saga(s)",
                     [r[f"{side}_eps"] for r in level],
                     [r["raw_eps"] for r in level],
                     ratios,
                     ",.0f",
-                    "≥ 0.5x",
-                    statistics.median(ratios) >= 0.5,
+                    target,
+                    check(ratios),
                 )
             )
     return "\n".join(lines)
@@ -438,7 +458,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per figure")
     parser.add_argument("--runs", type=int, default=3, help="whole runs (medians are reported)")
     parser.add_argument("--no-write", action="store_true", help="do not update performance.md")
+    parser.add_argument(
+        "--quick", action="store_true", help="a short run that proves it works (not written)"
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead of the bench: cProfile of the tool call and of 256 sagas, clear and sealed",
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.calls, args.events, args.rounds, args.runs, args.no_write = 200, 1000, 1, 1, True
+    stamp = Stamp()
     lats: list[dict[str, float]] = []
     tps: list[list[dict[str, float]]] = []
     owns: list[float] = []
@@ -461,6 +492,9 @@ def main(argv: list[str] | None = None) -> int:
         raw = Raw(bootstrap, topics[1])
         sealed = KafkaJournal(bootstrap, topic=topics[2], keys=keys)
         try:
+            if args.profile:
+                profile(journal, sealed, args.calls, _intent, _executed)
+                return 0
             for _ in range(args.runs):
                 lats.append(latency(journal, raw, args.calls, sealed))
                 tps.append(
@@ -493,16 +527,15 @@ def main(argv: list[str] | None = None) -> int:
     ceiling = statistics.median(
         1 / ((run[-1]["raw_cpu_us"] + own) * 1e-6 * run[-1]["raw_eps"]) for run in tps
     )
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     latency_reading = (
-        f"that is within the 1.3x target here (median {p50_ratio:.2f}x)"
-        if p50_ratio <= 1.3
-        else f"that misses the 1.3x target here (median {p50_ratio:.2f}x)"
+        f"that is within the 1.15x target here (median {p50_ratio:.2f}x)"
+        if p50_ratio <= 1.15
+        else f"that misses the 1.15x target here (median {p50_ratio:.2f}x)"
     )
     crowd_reading = (
-        f"at 256 sagas the journal keeps {crowded:.2f}x of the raw rate (target 0.5x: met)"
-        if crowded >= 0.5
-        else f"at 256 sagas the journal keeps {crowded:.2f}x of the raw rate (target 0.5x: missed)"
+        f"at 256 sagas the journal keeps {crowded:.2f}x of the raw rate (target 0.8x: met)"
+        if crowded >= 0.8
+        else f"at 256 sagas the journal keeps {crowded:.2f}x of the raw rate (target 0.8x: missed)"
     )
     hot_path = (
         "compiled (`native/`, docs/adr/0013-compiled-hot-path.md)"
@@ -511,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     section = (
         "## Journal on Kafka (`python -m bench.journal_bench`)\n\n"
-        f"Run {now} on {_machine()}; broker: {where}, topics of {PARTITIONS} partitions, "
+        f"{stamp.line()} On {_machine()}; broker: {where}, topics of {PARTITIONS} partitions, "
         "replication factor 1. Producer for both sides: idempotent, `acks=all`, `linger.ms=0`. "
         f"The journal's link-and-encode step: {hot_path}.\n"
         f"{args.runs} whole runs; each figure is the median over the runs, each ratio the median "
@@ -545,18 +578,17 @@ def main(argv: list[str] | None = None) -> int:
         f"{own:.1f} µs per event in a tight loop without Kafka (`own_work`, a lower bound); "
         "added to the raw loop's CPU per event, it alone caps the journal at "
         f"{ceiling:.2f}x of the raw rate at 256 sagas, before any acknowledgement tracking, "
-        "asyncio future or second delivery callback. The machine is shared (load "
-        f"average at the end of this run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs), "
-        "so runs vary; the range column shows by how much.\n\n"
+        "asyncio future or second delivery callback. The machine is shared (its load "
+        "is given above), so runs vary; the range column shows by how much.\n\n"
         f"Sealed, the tool call's p50 is {sealed_p50:.2f}x of the raw produce and 256 sagas keep "
-        f"{sealed_crowded:.2f}x of the raw rate (targets 1.3x and 0.5x: "
-        f"{'met' if sealed_p50 <= 1.3 else 'missed'} and "
-        f"{'met' if sealed_crowded >= 0.5 else 'missed'}); calling-thread CPU per event at 256 "
+        f"{sealed_crowded:.2f}x of the raw rate (targets 1.15x and 0.6x: "
+        f"{'met' if sealed_p50 <= 1.15 else 'missed'} and "
+        f"{'met' if sealed_crowded >= 0.6 else 'missed'}); calling-thread CPU per event at 256 "
         f"sagas {s_cpu:.1f} µs against {j_cpu:.1f} µs in clear. Sealing adds, per event, the "
         "form-2 commitments (a salt and a SHA-256 per data field) and one AES-256-GCM per data "
         "field (docs/adr/0019-erasure.md, Consequences)."
     )
-    print(table)
+    print(section)
     if not args.no_write:
         _write(section)
         print(f"written to {PERF.relative_to(ROOT)}")

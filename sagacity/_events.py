@@ -131,19 +131,27 @@ def now_micros() -> int:
     return time.time_ns() // 1_000
 
 
-def _check_text(name: str, value: str | None) -> None:
+def _check_text(name: str, value: str | None, key: object = None) -> None:
+    """``value`` is valid text (or ``None``); the error names ``name`` (and ``key``, an
+    attribute's, formatted only for the message: this runs for every field of every event)."""
     if value is None:
         return
     if not isinstance(value, str):
-        raise SerializationError(f"{name} must be a str, got {type(value).__name__}")
+        raise SerializationError(f"{_named(name, key)} must be a str, got {type(value).__name__}")
     if "\x00" in value:
-        raise SerializationError(f"{name} must not contain U+0000")
+        raise SerializationError(f"{_named(name, key)} must not contain U+0000")
     if value.isascii():  # O(1) for CPython strings; ASCII always encodes
         return
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise SerializationError(f"{name} is not valid Unicode text: {exc.reason}") from exc
+        raise SerializationError(
+            f"{_named(name, key)} is not valid Unicode text: {exc.reason}"
+        ) from exc
+
+
+def _named(name: str, key: object) -> str:
+    return name if key is None else f"{name} {key!r}"
 
 
 _NO_ATTRIBUTES: Mapping[str, str] = MappingProxyType({})
@@ -158,7 +166,7 @@ def _freeze(attributes: Mapping[str, str] | None) -> Mapping[str, str]:
     items = dict(attributes)
     for key, value in items.items():
         _check_text("attribute key", key)
-        _check_text(f"attribute {key!r}", value)
+        _check_text("attribute", value, key)
     if len(items) == 1:
         return MappingProxyType(items)
     # Code-point order is UTF-8 byte order (valid text has no surrogates): keys sort as bytes.
@@ -196,7 +204,12 @@ def _check_form(draft: EntryDraft) -> None:
         object.__setattr__(draft, name, MappingProxyType(dict(sorted(mapping.items()))))
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+_NOW: Any = object()
+"""``EntryDraft``'s default ``recorded_at_us``: the time the draft is made (only omitted means
+now; an explicit ``None`` is refused as before)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True, init=False)
 class EntryDraft:
     """An event before the journal places it in a chain (no seq, no hashes yet).
 
@@ -232,6 +245,40 @@ class EntryDraft:
     form: int = 1
     commitments: Mapping[str, str] = field(default_factory=lambda: _NO_COMMITMENTS)
     salts: Mapping[str, str] = field(default_factory=lambda: _NO_COMMITMENTS)
+
+    def __init__(
+        self,
+        *,
+        saga_id: str,
+        event_type: AnyEventType,
+        tool: str | None = None,
+        payload: str | None = None,
+        result: str | None = None,
+        error: str | None = None,
+        actor: str | None = None,
+        attributes: Mapping[str, str] = _NO_ATTRIBUTES,
+        recorded_at_us: int = _NOW,
+        form: int = 1,
+        commitments: Mapping[str, str] = _NO_COMMITMENTS,
+        salts: Mapping[str, str] = _NO_COMMITMENTS,
+    ) -> None:
+        # Written out, not generated: a frozen dataclass's __init__ sets each field through
+        # object.__setattr__, the slot descriptors here set them directly (about a third of a
+        # draft's cost, once per event on the journal's hot path).  The defaults are the
+        # fields' (a test pins them); the checks are __post_init__'s, as before.
+        _SET_SAGA_ID(self, saga_id)
+        _SET_EVENT_TYPE(self, event_type)
+        _SET_TOOL(self, tool)
+        _SET_PAYLOAD(self, payload)
+        _SET_RESULT(self, result)
+        _SET_ERROR(self, error)
+        _SET_ACTOR(self, actor)
+        _SET_ATTRIBUTES(self, attributes)
+        _SET_RECORDED_AT_US(self, now_micros() if recorded_at_us is _NOW else recorded_at_us)
+        _SET_FORM(self, form)
+        _SET_COMMITMENTS(self, commitments)
+        _SET_SALTS(self, salts)
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         if self.form != 1 or self.commitments or self.salts:
@@ -269,7 +316,9 @@ class EntryDraft:
                 raise SerializationError(f"unknown event type {self.event_type!r}") from exc
         if not in_int64(self.recorded_at_us):
             raise SerializationError("recorded_at_us must be an int (microseconds) of 64 bits")
-        object.__setattr__(self, "attributes", _freeze(self.attributes))
+        attributes = self.attributes
+        if attributes is not _NO_ATTRIBUTES:  # the default is frozen already
+            _SET_ATTRIBUTES(self, _freeze(attributes))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
