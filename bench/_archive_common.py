@@ -15,9 +15,9 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from sagacity._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
 from sagacity.chain import link
 from sagacity.consumers.archive import RawEvent, migrate
+from sagacity.entries._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
 from sagacity.schemas import encode_entry
 
 BASE_US = 1_780_000_000_000_000  # 2026-05-28

@@ -26,9 +26,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # NewTopic: n
 if __package__ in (None, ""):  # run as a script: the checkout's root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._archive_common import database_url, machine, scratch_schema, server_version, table
-from sagacity._events import GENESIS_HASH, EntryDraft, EventType, now_micros
 from sagacity.chain import link
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
+from sagacity.entries._events import GENESIS_HASH, EntryDraft, EventType, now_micros
 from sagacity.schemas import encode_entry
 
 

@@ -31,9 +31,9 @@ from bench._archive_common import (
     server_version,
     table,
 )
-from sagacity._events import JournalEntry
 from sagacity.consumers.archive import BatchArchiver, RawEvent
 from sagacity.consumers.archive._ingest import _COPY_JOURNAL, _journal_row, _native_archive_row
+from sagacity.entries._events import JournalEntry
 
 NATIVE_CHECK = _native_archive_row() is not None
 

@@ -40,9 +40,9 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from sagacity import EntryDraft, EventType
-from sagacity._envelope import KeyRing, write_key_encryption_key
-from sagacity._keys import KeyService
 from sagacity.postgres import PostgresKeyStore
+from sagacity.privacy._envelope import KeyRing, write_key_encryption_key
+from sagacity.privacy._keys import KeyService
 from sagacity.producer import KafkaJournal
 
 PAYLOAD = b'{"order_id":"ord-0001","amount":"129.90","currency":"EUR","to":"acct-778812"}'

@@ -286,7 +286,7 @@ class Run:
         auth.write_text(auth_entry("fault-approver", self.token, ["*"]), encoding="utf-8")
         signer = generate_key(self.dir / "archive.key")
         self.public_key = signer.public_hex
-        from sagacity._decision_signature import generate_key as generate_decision_key
+        from sagacity.signing._decision_signature import generate_key as generate_decision_key
 
         self.approvals_public_key = generate_decision_key(self.dir / "approvals.key").public_hex
         cli = [sys.executable, "-m", "sagacity.cli"]

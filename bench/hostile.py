@@ -48,9 +48,9 @@ from psycopg.conninfo import make_conninfo
 from bench import _fault_tools
 from bench.faults import Service
 from sagacity import EntryDraft, JournalEntry, Sagacity, SagaStatus
-from sagacity._events import event_type_of
 from sagacity.chain import link, payload_sha256
 from sagacity.dev import pick_free_port
+from sagacity.entries._events import event_type_of
 from sagacity.producer import KafkaJournal, partition_for
 from sagacity.producer._topic import TopicSpec, create
 from sagacity.schemas import encode_entry
@@ -297,9 +297,9 @@ class Deployment:
 
     def start(self) -> None:
         """Make the topic, the keys and the services; wait until every service is healthy."""
-        from sagacity._decision_signature import generate_key as decision_key
         from sagacity.consumers.approvals._auth import auth_entry, new_token
         from sagacity.consumers.archive import generate_key as archive_key
+        from sagacity.signing._decision_signature import generate_key as decision_key
 
         self.home.mkdir(parents=True, exist_ok=True)
         # A schema of its own: the archive keeps one topic per schema.

@@ -49,13 +49,13 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # NewTopic: n
 from bench._profile import profile
 from bench._runinfo import Stamp
 from sagacity import EntryDraft, EventType
-from sagacity._codec import check_json_payload
 from sagacity.chain import link
 from sagacity.keys import KeyRing, KeyService, write_key_encryption_key
 from sagacity.ports import KeyStore
 from sagacity.producer import KafkaJournal, partition_for
 from sagacity.schemas import current_schema, encode_entry
 from sagacity.schemas._hotpath import NATIVE, link_encoded
+from sagacity.tools._codec import check_json_payload
 
 ROOT = Path(__file__).resolve().parents[1]
 PERF = ROOT / "docs" / "performance.md"

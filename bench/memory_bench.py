@@ -51,8 +51,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # NewTopic: n
 )
 
 from sagacity import EntryDraft, EventType
-from sagacity._events import JournalEntry
 from sagacity._native import path_in_use
+from sagacity.entries._events import JournalEntry
 from sagacity.producer import KafkaJournal
 
 PARTITIONS = 12

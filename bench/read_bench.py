@@ -45,9 +45,9 @@ from sagacity import (
     Sagacity,
     compensable,
 )
-from sagacity._events import GENESIS_HASH
 from sagacity.chain import link
 from sagacity.consumers.archive import BatchArchiver, RawEvent, migrate
+from sagacity.entries._events import GENESIS_HASH
 from sagacity.postgres import PostgresSagaIndex
 from sagacity.producer import KafkaJournal, SagaReader
 from sagacity.schemas import encode_entry

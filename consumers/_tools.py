@@ -14,9 +14,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sagacity._decorators import tool_definition
-from sagacity._saga import Sagacity
 from sagacity.errors import DeclarationError, ToolLoadError
+from sagacity.saga._saga import Sagacity
+from sagacity.tools._decorators import tool_definition
 
 
 def _cwd_on_path() -> None:

@@ -7,7 +7,6 @@ variable and imports no other adapter.
 
 from __future__ import annotations
 
-from sagacity._codec import check_json_payload
 from sagacity.chain._acceptance import ForkKind
 from sagacity.producer._clients import (
     BrokerCheck,
@@ -43,6 +42,7 @@ from sagacity.producer._topic import check as check_topic
 from sagacity.producer._topic import create as create_topic
 from sagacity.producer._topic import describe as describe_topic
 from sagacity.producer._trace import current_traceparent, traced, valid_traceparent
+from sagacity.tools._codec import check_json_payload
 
 __all__ = [
     "DEFAULT_TOPIC",

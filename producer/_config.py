@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from sagacity._defaults import DEFAULT_ARCHIVE_GROUP, DEFAULT_TOPIC
+from sagacity.config._defaults import DEFAULT_ARCHIVE_GROUP, DEFAULT_TOPIC
 
 __all__ = ["DEFAULT_TOPIC", "KafkaJournalSettings", "ReadIndexSettings"]
 

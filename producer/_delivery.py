@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from sagacity._events import JournalEntry
+from sagacity.entries._events import JournalEntry
 from sagacity.errors import ConfigurationError, JournalError, JournalUnavailableError
 from sagacity.producer._denied import access_denied
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 
-from sagacity._events import JournalEntry
+from sagacity.entries._events import JournalEntry
 from sagacity.errors import ArchiveSchemaError, SagacityError, SerializationError
 from sagacity.producer._index import IndexedSaga, SagaIndex
 from sagacity.producer._reads import SagaRead, Skipped

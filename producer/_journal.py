@@ -22,14 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from confluent_kafka import KafkaException
 
-from sagacity import _attributes as attr
-from sagacity._codec import check_json_payload
-from sagacity._events import EntryDraft, EventType, JournalEntry, with_attribute
-from sagacity._redaction import refuse_in_form_1
-from sagacity._tracing import header_traceparent
-from sagacity._writer_signature import HEADER as WRITER_HEADER
-from sagacity._writer_signature import WriterKey, WriterRegistry
 from sagacity.chain import link
+from sagacity.entries import _attributes as attr
+from sagacity.entries._events import EntryDraft, EventType, JournalEntry, with_attribute
 from sagacity.errors import (
     ConfigurationError,
     EventTooLargeError,
@@ -40,6 +35,7 @@ from sagacity.errors import (
     WriterConflictError,
 )
 from sagacity.journal import ApprovalRequest
+from sagacity.privacy._redaction import refuse_in_form_1
 from sagacity.producer._config import DEFAULT_TOPIC, KafkaJournalSettings
 from sagacity.producer._delivery import Deliveries, Delivery, earlier_unsettled, require_gil
 from sagacity.producer._index import SagaIndex
@@ -63,6 +59,10 @@ from sagacity.producer._wiring import Given, described, journal_producer, writer
 from sagacity.schemas import current_schema, encode_entry, link_encoded
 from sagacity.schemas._hotpath import link_encoded_sealed
 from sagacity.schemas._sealed import FieldSealer
+from sagacity.signing._writer_signature import HEADER as WRITER_HEADER
+from sagacity.signing._writer_signature import WriterKey, WriterRegistry
+from sagacity.telemetry._tracing import header_traceparent
+from sagacity.tools._codec import check_json_payload
 
 RECORD_OVERHEAD = 128
 """Bytes reserved beyond key, value and headers for Kafka's record and batch framing."""
@@ -104,7 +104,7 @@ class KafkaJournal:
             ``time.time``); replaceable to simulate a paused writer or a late taker.
         index: where reads find sagas' archived prefixes instead of scanning partitions from
             their start (docs/adr/0010-saga-read-index.md); closed with the journal.
-        keys: the key service (:class:`sagacity._keys.KeyService`): sagas opened by this
+        keys: the key service (:class:`sagacity.privacy._keys.KeyService`): sagas opened by this
             journal are written in chain form 2, their data sealed on the topic, and reads
             open them (docs/adr/0019-erasure.md); not with ``index`` (ConfigurationError).
 
@@ -468,7 +468,7 @@ class KafkaJournal:
         Raises:
             JournalUnavailableError: the topic could not be read.
         """
-        from sagacity._requests import pending_requests
+        from sagacity.gate._requests import pending_requests
 
         if saga_id is not None:
             return list(pending_requests(self.entries(saga_id)))

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from sagacity import _attributes as attr
-from sagacity._events import EntryDraft, EventType, JournalEntry
-from sagacity._writer_roles import HANDOFF_TAKEOVER as HANDOFF_TAKEOVER
+from sagacity.entries import _attributes as attr
+from sagacity.entries._events import EntryDraft, EventType, JournalEntry
 from sagacity.errors import JournalUnavailableError, LeaseHeldError, SagaNotLiveError
 from sagacity.producer._clients import with_logger
 from sagacity.producer._reads import SagaRead
+from sagacity.signing._writer_roles import HANDOFF_TAKEOVER as HANDOFF_TAKEOVER
 
 
 @dataclass(frozen=True, kw_only=True)

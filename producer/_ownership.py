@@ -18,7 +18,7 @@ import threading
 import weakref
 from collections.abc import Callable
 
-from sagacity._events import EventType, JournalEntry
+from sagacity.entries._events import EventType, JournalEntry
 from sagacity.errors import TailMovedError, WriterConflictError
 from sagacity.producer._delivery import Delivery
 from sagacity.producer._reader import HANDOFF_EVENTS, Ownership, SagaRead, SagaReader

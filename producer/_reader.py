@@ -19,9 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from confluent_kafka import Message
 
-from sagacity._events import JournalEntry
-from sagacity._writer_roles import HANDOFF_EVENTS
-from sagacity._writer_signature import WriterRegistry
+from sagacity.entries._events import JournalEntry
 from sagacity.errors import (
     ConfigurationError,
     SagacityError,
@@ -42,6 +40,8 @@ from sagacity.producer._reads import (
 from sagacity.producer._scan import PartitionScanner, Span, message_offset, writer_signature
 from sagacity.schemas import decode_entry
 from sagacity.schemas._sealed import FieldSealer
+from sagacity.signing._writer_roles import HANDOFF_EVENTS
+from sagacity.signing._writer_signature import WriterRegistry
 
 __all__ = [
     "HANDOFF_EVENTS",
@@ -74,8 +74,8 @@ class ReadCache:
     entries are copies no caller holds.
 
     A read holding data opened through the key service is kept no longer than the key service
-    allows (:meth:`~sagacity._keys.KeyService.opened_until`: the saga's key cache TTL), so an
-    erasure reaches it within that bound: a read after it starts again from the partition and
+    allows (:meth:`~sagacity.privacy._keys.KeyService.opened_until`: the saga's key cache TTL),
+    so an erasure reaches it within that bound: a read after it starts again from the partition and
     opens through the key service, which refuses an erased saga's key (the saga then reads as
     erased).  :meth:`forget` drops a saga at once (its ``ERASED`` seen;
     docs/operations/erasure.md).

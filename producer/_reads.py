@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sagacity._events import GENESIS_HASH, EventType, JournalEntry
-from sagacity._writer_roles import HANDOFF_EVENTS, SagaWriters
-from sagacity._writer_signature import WriterRegistry
 from sagacity.chain._acceptance import ForkKind, Tail, attributed, judge, writers_after
+from sagacity.entries._events import GENESIS_HASH, EventType, JournalEntry
+from sagacity.signing._writer_roles import HANDOFF_EVENTS, SagaWriters
+from sagacity.signing._writer_signature import WriterRegistry
 
 
 @dataclass(frozen=True, kw_only=True)

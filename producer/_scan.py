@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from sagacity._writer_signature import HEADER as WRITER_SIGNATURE_HEADER
 from sagacity.errors import JournalUnavailableError
 from sagacity.producer._clients import kafka_reason, topic_unreadable, with_logger
+from sagacity.signing._writer_signature import HEADER as WRITER_SIGNATURE_HEADER
 
 
 @dataclass

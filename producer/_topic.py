@@ -18,7 +18,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewTopic,
 )
 
-from sagacity import _duration
+from sagacity.config import _duration
 from sagacity.errors import (
     JournalError,
     JournalUnavailableError,

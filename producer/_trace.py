@@ -1,7 +1,8 @@
-"""W3C trace context for journal events (defined by the core: :mod:`sagacity._traceparent`)."""
+"""W3C trace context for journal events (defined by the core:
+:mod:`sagacity.telemetry._traceparent`)."""
 
 from __future__ import annotations
 
-from sagacity._traceparent import current_traceparent, traced, valid_traceparent
+from sagacity.telemetry._traceparent import current_traceparent, traced, valid_traceparent
 
 __all__ = ["current_traceparent", "traced", "valid_traceparent"]

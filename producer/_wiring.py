@@ -15,7 +15,6 @@ from collections.abc import Callable
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from sagacity._writer_signature import WriterKey, WriterRegistry
 from sagacity.errors import ConfigurationError, TopicConfigError
 from sagacity.producer._clients import with_logger
 from sagacity.producer._config import KafkaJournalSettings
@@ -28,6 +27,7 @@ from sagacity.producer._topic import (
     describe,
 )
 from sagacity.schemas._sealed import FieldSealer
+from sagacity.signing._writer_signature import WriterKey, WriterRegistry
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -7,11 +7,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sagacity._compensation import CompensationCall, CompensationReport, CompensationRunner
-    from sagacity._context import CompensationContext
-    from sagacity._decision_signature import DecisionSigner, DecisionVerifier
-    from sagacity._decorators import compensable, compensation
-    from sagacity._events import (
+    from sagacity.chain import BreakReason, ChainVerdict, verify
+    from sagacity.entries._events import (
         GENESIS_HASH,
         AnyEventType,
         EntryDraft,
@@ -20,51 +17,54 @@ if TYPE_CHECKING:
         UnknownEventType,
         event_type_of,
     )
-    from sagacity._memory import InMemoryJournal
-    from sagacity._registry import RegisteredTool, ToolRegistry
-    from sagacity._result import SagaResult, SagaStatus, Step
-    from sagacity._reversibility import Reversibility
-    from sagacity._run import SagaRun
-    from sagacity._saga import Sagacity
-    from sagacity._undo import Undo, UndoCall
-    from sagacity.chain import BreakReason, ChainVerdict, verify
+    from sagacity.entries._memory import InMemoryJournal
     from sagacity.errors import SagacityError
     from sagacity.journal import ApprovalRequest, Journal
+    from sagacity.saga._result import SagaResult, SagaStatus, Step
+    from sagacity.saga._run import SagaRun
+    from sagacity.saga._saga import Sagacity
+    from sagacity.signing._decision_signature import DecisionSigner, DecisionVerifier
+    from sagacity.tools._decorators import compensable, compensation
+    from sagacity.tools._registry import RegisteredTool, ToolRegistry
+    from sagacity.tools._reversibility import Reversibility
+    from sagacity.undo._compensation import CompensationCall, CompensationReport, CompensationRunner
+    from sagacity.undo._context import CompensationContext
+    from sagacity.undo._undo import Undo, UndoCall
 
 # Each public name and the module defining it: imported on first use, so ``import sagacity``
 # (and every ``sagacity`` command) starts without loading the whole core.
 _EXPORTS = {
-    "AnyEventType": "sagacity._events",
+    "AnyEventType": "sagacity.entries._events",
     "ApprovalRequest": "sagacity.journal",
     "BreakReason": "sagacity.chain",
     "ChainVerdict": "sagacity.chain",
-    "CompensationCall": "sagacity._compensation",
-    "CompensationContext": "sagacity._context",
-    "CompensationReport": "sagacity._compensation",
-    "CompensationRunner": "sagacity._compensation",
-    "DecisionSigner": "sagacity._decision_signature",
-    "DecisionVerifier": "sagacity._decision_signature",
-    "EntryDraft": "sagacity._events",
-    "EventType": "sagacity._events",
-    "GENESIS_HASH": "sagacity._events",
-    "InMemoryJournal": "sagacity._memory",
+    "CompensationCall": "sagacity.undo._compensation",
+    "CompensationContext": "sagacity.undo._context",
+    "CompensationReport": "sagacity.undo._compensation",
+    "CompensationRunner": "sagacity.undo._compensation",
+    "DecisionSigner": "sagacity.signing._decision_signature",
+    "DecisionVerifier": "sagacity.signing._decision_signature",
+    "EntryDraft": "sagacity.entries._events",
+    "EventType": "sagacity.entries._events",
+    "GENESIS_HASH": "sagacity.entries._events",
+    "InMemoryJournal": "sagacity.entries._memory",
     "Journal": "sagacity.journal",
-    "JournalEntry": "sagacity._events",
-    "RegisteredTool": "sagacity._registry",
-    "Reversibility": "sagacity._reversibility",
-    "SagaResult": "sagacity._result",
-    "SagaRun": "sagacity._run",
-    "SagaStatus": "sagacity._result",
-    "Sagacity": "sagacity._saga",
+    "JournalEntry": "sagacity.entries._events",
+    "RegisteredTool": "sagacity.tools._registry",
+    "Reversibility": "sagacity.tools._reversibility",
+    "SagaResult": "sagacity.saga._result",
+    "SagaRun": "sagacity.saga._run",
+    "SagaStatus": "sagacity.saga._result",
+    "Sagacity": "sagacity.saga._saga",
     "SagacityError": "sagacity.errors",
-    "Step": "sagacity._result",
-    "ToolRegistry": "sagacity._registry",
-    "Undo": "sagacity._undo",
-    "UndoCall": "sagacity._undo",
-    "UnknownEventType": "sagacity._events",
-    "compensable": "sagacity._decorators",
-    "compensation": "sagacity._decorators",
-    "event_type_of": "sagacity._events",
+    "Step": "sagacity.saga._result",
+    "ToolRegistry": "sagacity.tools._registry",
+    "Undo": "sagacity.undo._undo",
+    "UndoCall": "sagacity.undo._undo",
+    "UnknownEventType": "sagacity.entries._events",
+    "compensable": "sagacity.tools._decorators",
+    "compensation": "sagacity.tools._decorators",
+    "event_type_of": "sagacity.entries._events",
     "verify": "sagacity.chain",
 }
 

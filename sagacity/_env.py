@@ -23,18 +23,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sagacity._defaults import (
+from sagacity.config._defaults import (
     ALLOW_CLEAR_DATA_SETTING,
     DEFAULT_APPROVALS_GROUP,
     DEFAULT_ARCHIVE_GROUP,
     DEFAULT_COMPENSATION_GROUP,
     DEFAULT_TOPIC,
 )
-from sagacity._envelope import KEK_SETTING, KeyRing
-from sagacity._keys import KEY_CACHE_TTL_SETTING, KeyService, key_cache_ttl
-from sagacity._settings import SagacitySettings
+from sagacity.config._settings import SagacitySettings
 from sagacity.errors import ConfigurationError
 from sagacity.ports import ClaimStore
+from sagacity.privacy._envelope import KEK_SETTING, KeyRing
+from sagacity.privacy._keys import KEY_CACHE_TTL_SETTING, KeyService, key_cache_ttl
 from sagacity.producer import (
     KafkaJournal,
     KafkaJournalSettings,

@@ -20,9 +20,9 @@ from sagacity._env import (
     read_index,
     starting_keys,
 )
-from sagacity._keys import KeyService
 from sagacity.errors import ConfigurationError
 from sagacity.ports import ClaimStore, Dependencies, SagaIndex
+from sagacity.privacy._keys import KeyService
 from sagacity.producer import ReadIndexSettings
 
 __all__ = [

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sagacity._result import SagaResult
+    from sagacity.saga._result import SagaResult
 
 
 class SagacityError(Exception):

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from sagacity._events import EntryDraft, JournalEntry
+from sagacity.entries._events import EntryDraft, JournalEntry
 
 __all__ = ["ApprovalRequest", "ConditionalJournal", "Journal"]
 
@@ -71,7 +71,7 @@ class Journal(Protocol):
             JournalUnavailableError: the store could not make the entry durable in time.
             WriterConflictError: another writer owns the saga.
             SerializationError: an ``INTENT`` / ``AWAITING_APPROVAL`` payload is not JSON
-                (:func:`sagacity._codec.check_json_payload`, the rule every journal applies).
+                (:func:`sagacity.tools._codec.check_json_payload`, the rule every journal applies).
         """
         ...
 

@@ -58,13 +58,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from sagacity._decorators import Constraint, check_undo_tools
-from sagacity._effect_keys import DEFAULT_KEY, effect_key_of
-from sagacity._redaction import redact_paths
-from sagacity._refusals import Refusals, check_refuses
-from sagacity._reversibility import Reversibility
-from sagacity._undo import Undo, UndoCall, extract_undo
+from sagacity.effects._effect_keys import DEFAULT_KEY, effect_key_of
+from sagacity.effects._refusals import Refusals, check_refuses
 from sagacity.errors import DeclarationError, PolicyError, SerializationError
+from sagacity.privacy._redaction import redact_paths
+from sagacity.tools._decorators import Constraint, check_undo_tools
+from sagacity.tools._reversibility import Reversibility
+from sagacity.undo._undo import Undo, UndoCall, extract_undo
 
 __all__ = [
     "Policy",

@@ -8,6 +8,6 @@ id of the call being made.  The spans and their attributes: docs/operations/trac
 
 from __future__ import annotations
 
-from sagacity._tracing import calling_tool, configure_from_env, disable, enable
+from sagacity.telemetry._tracing import calling_tool, configure_from_env, disable, enable
 
 __all__ = ["calling_tool", "configure_from_env", "disable", "enable"]

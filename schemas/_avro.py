@@ -22,7 +22,7 @@ from typing import Any
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from sagacity._events import EntryDraft, JournalEntry
+from sagacity.entries._events import EntryDraft, JournalEntry
 from sagacity.errors import SerializationError
 
 MAGIC = b"\xc3\x01"

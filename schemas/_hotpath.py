@@ -15,15 +15,15 @@ import struct
 from collections.abc import Callable, Mapping
 from functools import cache
 
-from sagacity._events import (
+from sagacity._native import native
+from sagacity.chain import canonical_bytes, canonical_layout, committing, link
+from sagacity.entries._events import (
     DATA_ATTRIBUTES,
     EntryDraft,
     JournalEntry,
     with_attribute,
     with_attribute_items,
 )
-from sagacity._native import native
-from sagacity.chain import canonical_bytes, canonical_layout, committing, link
 from sagacity.errors import SerializationError
 from sagacity.schemas._avro import (
     LENGTHS,

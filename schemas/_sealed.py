@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 import fastavro
 
-from sagacity._events import DATA_ATTRIBUTES, JournalEntry, event_type_of
 from sagacity.chain import SALT_BYTES
+from sagacity.entries._events import DATA_ATTRIBUTES, JournalEntry, event_type_of
 from sagacity.errors import SagaErasedError, SerializationError
 from sagacity.schemas._avro import (
     LENGTHS,
@@ -35,7 +35,7 @@ from sagacity.schemas._avro import (
 
 
 class FieldSealer(Protocol):
-    """What sealing and opening need of :class:`sagacity._keys.KeyService`."""
+    """What sealing and opening need of :class:`sagacity.privacy._keys.KeyService`."""
 
     def prepare(self, saga_id: str) -> None: ...
 
@@ -177,7 +177,7 @@ def decode_entry(data: bytes, *, keys: FieldSealer | None = None) -> JournalEntr
 
     The hash is not checked here (a verifier reports edited entries); it recomputes exactly
     for every entry :func:`encode_entry` produced.  An event type this release does not know
-    decodes as an :class:`~sagacity._events.UnknownEventType` carrying its exact name.
+    decodes as an :class:`~sagacity.entries._events.UnknownEventType` carrying its exact name.
 
     Raises:
         SerializationError: with the reason, for anything that is not a decodable entry.

@@ -209,7 +209,7 @@ def _session_key_encryption_key(config: pytest.Config) -> None:
     import tempfile
     from pathlib import Path
 
-    from sagacity._envelope import write_key_encryption_key
+    from sagacity.privacy._envelope import write_key_encryption_key
 
     directory = Path(tempfile.mkdtemp(prefix="sagacity-test-kek-"))
     write_key_encryption_key(directory / "journal.kek")
@@ -307,6 +307,6 @@ def pg_dsn(postgres_dsn: str) -> Iterator[str]:
 def approvals_key(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """An approvals decision key: on a shared journal (Kafka) a process that approves and
     resumes must sign its decisions (docs/adr/0014-signed-decisions-and-writers.md)."""
-    from sagacity._decision_signature import generate_key
+    from sagacity.signing._decision_signature import generate_key
 
     return generate_key(tmp_path_factory.mktemp("approvals-key") / "approvals.pem")

@@ -10,7 +10,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 from pydantic import BaseModel, ConfigDict, Field
 
-from sagacity._grant_rules import MAX_RULE_CHARS, MAX_RULES
 from sagacity.consumers.approvals import _grants
 from sagacity.consumers.approvals._api_context import Api, Who, decider
 from sagacity.consumers.approvals._api_models import (
@@ -19,6 +18,7 @@ from sagacity.consumers.approvals._api_models import (
     ApproverBody,
     SagaId,
 )
+from sagacity.gate._grant_rules import MAX_RULE_CHARS, MAX_RULES
 
 router = APIRouter()
 GrantId = Annotated[str, Path(pattern=r"^[0-9A-Za-z_-]{1,64}$", description="the grant's id")]

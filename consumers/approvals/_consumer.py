@@ -17,9 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from confluent_kafka import KafkaException, Message
 
-from sagacity._defaults import DEFAULT_APPROVALS_GROUP as DEFAULT_GROUP
-from sagacity._events import EventType, JournalEntry
 from sagacity.chain._acceptance import QUIET, Tail
+from sagacity.config._defaults import DEFAULT_APPROVALS_GROUP as DEFAULT_GROUP
 from sagacity.consumers._runtime import (
     ConsumerRuntime,
     Handler,
@@ -29,6 +28,7 @@ from sagacity.consumers._runtime import (
     client_config,
 )
 from sagacity.consumers.approvals._store import ApprovalStore
+from sagacity.entries._events import EventType, JournalEntry
 from sagacity.errors import (
     KafkaAccessDeniedError,
     SagacityError,

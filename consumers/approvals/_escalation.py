@@ -19,12 +19,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from sagacity import _attributes as attr
-from sagacity._approval import load_chain
-from sagacity._events import EntryDraft, EventType, JournalEntry
-from sagacity._requests import request_state
-from sagacity._result import SagaResult
 from sagacity.consumers.approvals._routing import FALLBACK_ACTOR, Route, Routing, age_us
+from sagacity.entries import _attributes as attr
+from sagacity.entries._events import EntryDraft, EventType, JournalEntry
 from sagacity.errors import (
     AlreadyDecidedError,
     ApprovalNotFound,
@@ -32,8 +29,11 @@ from sagacity.errors import (
     SagacityError,
     TailMovedError,
 )
+from sagacity.gate._approval import load_chain
+from sagacity.gate._requests import request_state
 from sagacity.journal import ConditionalJournal
 from sagacity.ports import OPEN_STATES, RequestRow
+from sagacity.saga._result import SagaResult
 
 if TYPE_CHECKING:
     from sagacity.consumers.approvals._service import ApprovalService

@@ -4,19 +4,19 @@ What ``sagacity approvals extend`` journals (docs/operations/routing.md).  The e
 request (``ref_seq``), the extension (``extend_by_us``) and a ``reason`` spelling both out; the
 operator key signs it at its place in the chain of this journal (ADR 0027's ``SGCO1``).  The
 approvals service adds it to the request's deadline only when its pinned operator key verifies
-it (:func:`sagacity._deadline_extension.extended_us`).
+it (:func:`sagacity.gate._deadline_extension.extended_us`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sagacity._deadline_extension import extension_draft
-from sagacity._events import JournalEntry, now_micros
-from sagacity._operator_signature import OperatorSigner, append_signed
-from sagacity._requests import request_state
+from sagacity.entries._events import JournalEntry, now_micros
 from sagacity.errors import AlreadyDecidedError, ApprovalNotFound, UnknownSagaError
+from sagacity.gate._deadline_extension import extension_draft
+from sagacity.gate._requests import request_state
 from sagacity.journal import ConditionalJournal
+from sagacity.signing._operator_signature import OperatorSigner, append_signed
 
 
 def extend_deadline(

@@ -1,6 +1,6 @@
 """Standing grants through the approvals service: make, list and revoke, as a principal.
 
-The service's own :class:`~sagacity.Sagacity` signs and journals (:mod:`sagacity._grant_desk`);
+The service's own :class:`~sagacity.Sagacity` signs and journals (:mod:`sagacity.gate._grant_desk`);
 this module decides who may: a principal grants or revokes only a tool it may decide, never in
 a saga whose agent (the writer that opened it, or a caller of its calls) is one of its own
 identities, and reads a saga's grants only where it may read the saga.  The API's routes
@@ -13,20 +13,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from sagacity._approval import load_chain
-from sagacity._events import EventType
-from sagacity._grant_desk import GrantView
-from sagacity._requester import requesters
-from sagacity._writer_roles import SagaWriters
 from sagacity.consumers.approvals._auth import Principal
 from sagacity.consumers.approvals._reads import check_readable
 from sagacity.consumers.approvals._service import ApprovalService
+from sagacity.entries._events import EventType
 from sagacity.errors import (
     GrantRefusedError,
     PermissionDeniedError,
     SelfApprovalError,
     WriterConflictError,
 )
+from sagacity.gate._approval import load_chain
+from sagacity.gate._grant_desk import GrantView
+from sagacity.gate._requester import requesters
+from sagacity.signing._writer_roles import SagaWriters
 
 log = logging.getLogger("sagacity.approvals")
 

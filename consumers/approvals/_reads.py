@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sagacity._events import JournalEntry
 from sagacity.consumers.approvals._auth import Principal
+from sagacity.entries._events import JournalEntry
 from sagacity.errors import UnknownSagaError
 
 

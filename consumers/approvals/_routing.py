@@ -39,9 +39,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from sagacity._approver_groups import GroupRule
-from sagacity._duration import parse_seconds
+from sagacity.config._duration import parse_seconds
 from sagacity.errors import ConfigurationError
+from sagacity.gate._approver_groups import GroupRule
 
 if TYPE_CHECKING:
     from sagacity.consumers.approvals._auth import Principal
@@ -101,7 +101,7 @@ class Route:
 @dataclass(frozen=True, kw_only=True)
 class Routing:
     """The routes of the principals file and who is in which group; the service's
-    :class:`~sagacity._approver_groups.ApproverGroups`."""
+    :class:`~sagacity.gate._approver_groups.ApproverGroups`."""
 
     routes: tuple[Route, ...] = ()
     membership: Mapping[str, frozenset[str]] | None = None

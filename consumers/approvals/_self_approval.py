@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from sagacity._events import JournalEntry
-from sagacity._requester import request_entry, requesters
 from sagacity.consumers.approvals._auth import Principal
+from sagacity.entries._events import JournalEntry
 from sagacity.errors import SelfApprovalError
+from sagacity.gate._requester import request_entry, requesters
 
 log = logging.getLogger("sagacity.approvals")
 

@@ -11,11 +11,6 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.applications import Starlette
 
-from sagacity._decision_signature import DecisionSigner
-from sagacity._keys import KeyService
-from sagacity._memory import InMemoryJournal
-from sagacity._operator_signature import verifier_from_env as operator_verifier_from_env
-from sagacity._saga import Sagacity
 from sagacity.chain._acceptance import Tail
 from sagacity.consumers._tools import register_tools
 from sagacity.consumers.approvals._api import create_app
@@ -30,10 +25,15 @@ from sagacity.consumers.approvals.console import LoginLimiter, SessionStore, cre
 from sagacity.consumers.approvals.console._archive import ArchiveView
 from sagacity.consumers.approvals.console._notify import Notifier
 from sagacity.consumers.approvals.slack import SlackConfig, SlackIntegration, slack_config
+from sagacity.entries._memory import InMemoryJournal
 from sagacity.errors import ConfigurationError, SagacityError, SigningKeyError
 from sagacity.journal import Journal
 from sagacity.ports import Dependencies
 from sagacity.postgres import PostgresRequestStore
+from sagacity.privacy._keys import KeyService
+from sagacity.saga._saga import Sagacity
+from sagacity.signing._decision_signature import DecisionSigner
+from sagacity.signing._operator_signature import verifier_from_env as operator_verifier_from_env
 
 log = logging.getLogger("sagacity.approvals")
 

@@ -16,21 +16,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sagacity import _tracing
-from sagacity._approval import load_chain
-from sagacity._disclosure import disclosed
-from sagacity._events import JournalEntry
-from sagacity._outcome import outcome_from_chain
-from sagacity._requests import interrupted_resume, request_state
-from sagacity._result import SagaResult
-from sagacity._saga import Sagacity
-from sagacity._settlement import suspect_steps
 from sagacity.chain import verify
 from sagacity.consumers.approvals._auth import Principal, Role
 from sagacity.consumers.approvals._escalation import apply_fallback, escalate_due
 from sagacity.consumers.approvals._reads import check_readable
 from sagacity.consumers.approvals._routing import Routing, age_us, describe
 from sagacity.consumers.approvals._self_approval import refuse_own_request
+from sagacity.entries._events import JournalEntry
 from sagacity.errors import (
     AlreadyDecidedError,
     ApprovalExpiredError,
@@ -41,7 +33,15 @@ from sagacity.errors import (
     UnknownSagaError,
     WriterConflictError,
 )
+from sagacity.gate._approval import load_chain
+from sagacity.gate._requests import interrupted_resume, request_state
+from sagacity.gate._settlement import suspect_steps
 from sagacity.ports import RequestDecision, RequestRow, RequestStore
+from sagacity.privacy._disclosure import disclosed
+from sagacity.saga._outcome import outcome_from_chain
+from sagacity.saga._result import SagaResult
+from sagacity.saga._saga import Sagacity
+from sagacity.telemetry import _tracing
 
 log = logging.getLogger("sagacity.approvals")
 
@@ -126,7 +126,7 @@ class ApprovalService:
 
     def saga(self, principal: Principal, saga_id: str) -> dict[str, Any]:
         """The saga's status, verification verdict, open requests and chain (its entries as
-        they may leave the service: :func:`~sagacity._disclosure.disclosed`).
+        they may leave the service: :func:`~sagacity.privacy._disclosure.disclosed`).
 
         Raises:
             UnknownSagaError: the saga has no entries, or ``principal`` may not read it.

@@ -12,8 +12,8 @@ from typing import ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
-from sagacity._defaults import DEFAULT_APPROVALS_GROUP, DEFAULT_TOPIC
-from sagacity._settings import SagacitySettings
+from sagacity.config._defaults import DEFAULT_APPROVALS_GROUP, DEFAULT_TOPIC
+from sagacity.config._settings import SagacitySettings
 from sagacity.consumers.approvals._api_limits import DEFAULT_MAX_BODY
 
 DEFAULT_PORT = 8085

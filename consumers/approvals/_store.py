@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sagacity._defaults import DEFAULT_TOPIC
+from sagacity.config._defaults import DEFAULT_TOPIC
 from sagacity.postgres._requests import PostgresRequestStore as ApprovalStore
 from sagacity.postgres._requests import apply_entry
 from sagacity.postgres._requests_schema import SCHEMA

@@ -29,7 +29,6 @@ from typing import Any
 
 import psycopg
 
-from sagacity._operator_signature import OperatorVerifier
 from sagacity.chain._fastverify import NATIVE, NATIVE_AUDITOR, BatchVerdict
 from sagacity.consumers.archive._auditstream import (
     RowStream,
@@ -59,6 +58,7 @@ from sagacity.consumers.archive._verdicts import (
     SagaAudit,
     unsigned_as_failure,
 )
+from sagacity.signing._operator_signature import OperatorVerifier
 
 
 def trusted_keys(conn: psycopg.Connection, pinned: Sequence[bytes] = ()) -> dict[str, bytes]:
@@ -359,7 +359,7 @@ def iter_audits(
             ingests without the key-encryption key): a missing opening is not ``withheld``.
         operator: the pinned operator keys: an ``ERASED`` counts only when one of them signed
             it (else ``forged_erasure``); ``None``: one with an operator signature counts
-            unverified (:func:`sagacity._withheld.erasure_verdict`).
+            unverified (:func:`sagacity.privacy._withheld.erasure_verdict`).
         bulk: ``True`` the bulk verifier (compiled where installed, else its Python twin),
             ``False`` the column check; by default the bulk verifier when every saga is
             audited and the compiled module is installed (:data:`_fastverify.NATIVE`).  Where

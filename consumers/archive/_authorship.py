@@ -12,13 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sagacity import _attributes as attr
-from sagacity._decision_signature import DECISION_EVENTS, DecisionVerifier
-from sagacity._events import EntryDraft, event_type_of
-from sagacity._grants import GRANT_EVENTS, archive_refusal
-from sagacity._writer_roles import SagaWriters, writer_refusal
-from sagacity._writer_signature import HEADER, WriterRegistry
+from sagacity.entries import _attributes as attr
+from sagacity.entries._events import EntryDraft, event_type_of
 from sagacity.errors import SagacityError
+from sagacity.gate._grants import GRANT_EVENTS, archive_refusal
+from sagacity.signing._decision_signature import DECISION_EVENTS, DecisionVerifier
+from sagacity.signing._writer_roles import SagaWriters, writer_refusal
+from sagacity.signing._writer_signature import HEADER, WriterRegistry
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +123,7 @@ class Authorship:
     def writer_refusal(self, row: tuple[Any, ...], saga: SagaWriters) -> tuple[str, str] | None:
         """With a writer registry: ``None`` when the event's (registered, verified) writer may
         write it into its saga, whose chain so far folds to ``saga``; else
-        ``("writer_not_owner", detail)`` (:func:`sagacity._writer_roles.writer_refusal`)."""
+        ``("writer_not_owner", detail)`` (:func:`sagacity.signing._writer_roles.writer_refusal`)."""
         if self.writers is None:
             return None
         event = _RowEvent.of(row)

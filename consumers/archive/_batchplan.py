@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from sagacity._events import GENESIS_HASH
-from sagacity._writer_roles import SagaWriters
 from sagacity.consumers.archive._findings import Finding, FindingReason, describe
 from sagacity.consumers.archive._ledger import IngestLedger, LedgerEntry
 from sagacity.consumers.archive._owners import writers_of, writers_up_to
+from sagacity.entries._events import GENESIS_HASH
+from sagacity.signing._writer_roles import SagaWriters
 
 if TYPE_CHECKING:
     from sagacity.consumers.archive._attest import CheckpointVerifier

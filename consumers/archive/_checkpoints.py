@@ -34,11 +34,6 @@ from pathlib import Path
 import psycopg
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from sagacity._ed25519 import key_id_of as key_id_of
-from sagacity._ed25519 import load_private_key, public_raw_of, write_private_key
-from sagacity._ed25519 import parse_public_key as _parse_public_key
-from sagacity._ed25519 import signature_valid as _signature_valid
-from sagacity._events import now_micros
 from sagacity.consumers.archive._db import mapped_errors
 from sagacity.consumers.archive._findings import (
     Finding,
@@ -53,7 +48,12 @@ from sagacity.consumers.archive._merkle import decode_frontier, encode_frontier
 from sagacity.consumers.archive._merkle import inclusion_proof as inclusion_proof
 from sagacity.consumers.archive._merkle import merkle_root as merkle_root
 from sagacity.consumers.archive._merkle import root_from_proof as root_from_proof
+from sagacity.entries._events import now_micros
 from sagacity.errors import RoundLogError
+from sagacity.signing._ed25519 import key_id_of as key_id_of
+from sagacity.signing._ed25519 import load_private_key, public_raw_of, write_private_key
+from sagacity.signing._ed25519 import parse_public_key as _parse_public_key
+from sagacity.signing._ed25519 import signature_valid as _signature_valid
 
 CHECKPOINT_MAGIC = b"SGCP1"
 LEAF_MAGIC = b"SGCL1"

@@ -13,8 +13,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sagacity._events import GENESIS_HASH
 from sagacity.chain import canonical_bytes_of
+from sagacity.entries._events import GENESIS_HASH
 
 
 def verified_head(

@@ -17,8 +17,6 @@ from typing import Any
 
 import psycopg
 
-from sagacity._operator_signature import OperatorVerifier
-from sagacity._withheld import ERASURE_EVENT, erasure_verdict
 from sagacity.consumers.archive._db import connect, mapped_errors
 from sagacity.consumers.archive._story import ErasureRow, json_map
 from sagacity.errors import ArchiveSchemaError, ErasureRefusedError, PersistenceError
@@ -26,6 +24,8 @@ from sagacity.ports import ArchiveErasure as ArchiveErasure  # the port's value,
 from sagacity.postgres._archive import check_schema
 from sagacity.postgres._archive_schema import ERASURE_VERSION
 from sagacity.postgres._statistics import refresh_statistics
+from sagacity.privacy._withheld import ERASURE_EVENT, erasure_verdict
+from sagacity.signing._operator_signature import OperatorVerifier
 
 FORM_ONE_REFUSED = "SGC02"
 """The SQLSTATE ``sgc_erase_saga`` raises for a saga with form-1 rows."""
@@ -193,7 +193,7 @@ class ErasureAudit:
 
     Attributes:
         sagas: sagas whose chain records an erasure (an ``ERASED`` event it counts,
-            :func:`sagacity._withheld.erasure_verdict`; never the ``archive_erasure`` log,
+            :func:`sagacity.privacy._withheld.erasure_verdict`; never the ``archive_erasure`` log,
             which anyone with database access can write).
         fields: data fields those erasures list.
         unrecorded: destroyed keys without an ``ERASED`` event (``erasure_unrecorded``).
@@ -226,7 +226,7 @@ def audit_erasures(
     Args:
         recorded: the sagas whose verified chain counts an erasure (``verify`` collects them
             as it walks the chains); ``None``: each destroyed key's saga's archived ``ERASED``
-            rows are read and counted here (:func:`sagacity._withheld.erasure_verdict`, with
+            rows are read and counted here (:func:`sagacity.privacy._withheld.erasure_verdict`, with
             ``operator``, the pinned operator keys).
         sagas / fields: the erasures counted on the chains, reported as they are.
     """

@@ -14,7 +14,6 @@ from typing import Any
 
 import psycopg
 
-from sagacity._operator_signature import OperatorVerifier
 from sagacity.consumers.archive._audit import iter_audits, trusted_keys
 from sagacity.consumers.archive._checkpoints import (
     LOG_ROUND_FORMAT,
@@ -36,6 +35,7 @@ from sagacity.consumers.archive._schema import (
 from sagacity.consumers.archive._verdicts import SagaAudit
 from sagacity.consumers.archive.verify_bundle import UNSIGNED_FIELDS
 from sagacity.errors import RoundLogError, UnknownSagaError
+from sagacity.signing._operator_signature import OperatorVerifier
 
 BUNDLE_FORMAT = "sagacity-audit-bundle/3"
 """Version 2: checkpoints of signing rounds carry their round and inclusion proof.  Version 3:

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from sagacity._events import GENESIS_HASH, JournalEntry
 from sagacity.chain import compute_hash, link_break
 from sagacity.consumers.archive._attest import CheckpointVerifier
 from sagacity.consumers.archive._authorship import Authorship
@@ -56,6 +55,7 @@ from sagacity.consumers.archive._rowcheck import (
 )
 from sagacity.consumers.archive._sweep import moved_heads
 from sagacity.consumers.archive._timewindow import TimeWindow
+from sagacity.entries._events import GENESIS_HASH, JournalEntry
 from sagacity.errors import (
     PersistenceError,
     PersistenceUnavailableError,

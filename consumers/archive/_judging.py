@@ -17,7 +17,6 @@ from typing import Any
 
 import psycopg
 
-from sagacity._events import GENESIS_HASH, JournalEntry
 from sagacity.chain import verify
 from sagacity.chain._fastverify import BatchVerdict
 from sagacity.consumers.archive._checkpoints import Checkpoint, signature_valid
@@ -26,6 +25,7 @@ from sagacity.consumers.archive._reasons import AuditReason
 from sagacity.consumers.archive._roundaudit import RoundAudit
 from sagacity.consumers.archive._rows import ROW_COLUMNS, entry_of_row
 from sagacity.consumers.archive._verdicts import RetentionAudit, SagaAudit
+from sagacity.entries._events import GENESIS_HASH, JournalEntry
 from sagacity.errors import SerializationError
 
 _Finding = tuple[int, AuditReason, str]

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from sagacity._writer_roles import SagaWriters
+from sagacity.signing._writer_roles import SagaWriters
 
 Head = tuple[int, str]
 """A saga's (seq, hash)."""

@@ -8,11 +8,11 @@ from dataclasses import dataclass, replace
 
 import psycopg
 
-from sagacity._events import EventType, JournalEntry
-from sagacity._writer_roles import HANDOFF_EVENTS, SagaWriters
 from sagacity.chain import verify
+from sagacity.entries._events import EventType, JournalEntry
 from sagacity.errors import SerializationError
 from sagacity.postgres._rows import FORM_COLUMNS, ROW_COLUMNS, entry_of_row
+from sagacity.signing._writer_roles import HANDOFF_EVENTS, SagaWriters
 
 _STATE_EVENTS = sorted({EventType.SAGA_OPENED.value, *(e.value for e in HANDOFF_EVENTS)})
 """The event types that change a saga's writers (the others only count)."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import enum
 
-from sagacity._withheld import FORGED_ERASURE
 from sagacity.chain import BreakReason
 from sagacity.chain._grammar import GrammarRule
+from sagacity.privacy._withheld import FORGED_ERASURE
 
 
 class AuditReason(enum.StrEnum):

@@ -35,11 +35,11 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from sagacity._duration import parse_retention
-from sagacity._events import now_micros
+from sagacity.config._duration import parse_retention
 from sagacity.consumers.archive._checkpoints import Signer
 from sagacity.consumers.archive._db import check_schema, current_schema, mapped_errors
 from sagacity.consumers.archive._merkle import RootBuilder
+from sagacity.entries._events import now_micros
 from sagacity.errors import DurationError, RetentionError
 
 MIN_RETENTION_MONTHS = 6

@@ -12,9 +12,9 @@ import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from sagacity._events import JournalEntry
 from sagacity._native import native
 from sagacity.chain import canonical_bytes_of
+from sagacity.entries._events import JournalEntry
 
 if TYPE_CHECKING:
     from sagacity.consumers.archive._ingest import RawEvent

@@ -22,12 +22,9 @@ from confluent_kafka import KafkaException, Message
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pydantic import Field
 
-from sagacity import _tracing
-from sagacity._decision_signature import DecisionVerifier
-from sagacity._defaults import DEFAULT_ARCHIVE_GROUP as DEFAULT_GROUP
-from sagacity._defaults import DEFAULT_TOPIC
-from sagacity._settings import SagacitySettings
-from sagacity._writer_signature import WriterRegistry
+from sagacity.config._defaults import DEFAULT_ARCHIVE_GROUP as DEFAULT_GROUP
+from sagacity.config._defaults import DEFAULT_TOPIC
+from sagacity.config._settings import SagacitySettings
 from sagacity.consumers._runtime import (
     ConsumerRuntime,
     Handler,
@@ -62,6 +59,9 @@ from sagacity.errors import (
 )
 from sagacity.ports import Dependencies
 from sagacity.schemas._codec import FieldSealer
+from sagacity.signing._decision_signature import DecisionVerifier
+from sagacity.signing._writer_signature import WriterRegistry
+from sagacity.telemetry import _tracing
 
 log = logging.getLogger("sagacity.archive")
 

@@ -1,5 +1,6 @@
 """What each archived saga's chain says, checked beside its hashes: the saga grammar
-(:mod:`sagacity.chain._grammar`) and the data it holds or withholds (:mod:`sagacity._withheld`).
+(:mod:`sagacity.chain._grammar`) and the data it holds or withholds
+(:mod:`sagacity.privacy._withheld`).
 
 ``verify`` judges a chain's links, checkpoints and head first (``_audit``); a saga that passes
 them is then read here, in the same snapshot and saga order, from a narrow select of its rows
@@ -18,10 +19,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from sagacity._operator_signature import OperatorVerifier
-from sagacity._withheld import ERASURE_EVENT, DataAccount
 from sagacity.chain._grammar import GrammarFinding, Row, SagaGrammar
 from sagacity.consumers.archive._reasons import AuditReason
+from sagacity.privacy._withheld import ERASURE_EVENT, DataAccount
+from sagacity.signing._operator_signature import OperatorVerifier
 
 _NONE: Mapping[str, str] = MappingProxyType({})
 _ERASED = ERASURE_EVENT.value
@@ -112,7 +113,7 @@ def read_stories(
     A saga's chain is judged from its first row held (a retention anchor before it leaves
     what came earlier unjudged).  Rows that are not entries (a chain the audit fails anyway)
     are read as best they can be; the audit reports them, not this.  ``operator``: the pinned
-    operator keys an ``ERASED`` must be signed with to count (:func:`sagacity._withheld.
+    operator keys an ``ERASED`` must be signed with to count (:func:`sagacity.privacy._withheld.
     erasure_verdict`).
     """
     saga: str | None = None

@@ -28,8 +28,6 @@ from typing import Any
 
 import psycopg
 
-from sagacity._operator_signature import OperatorVerifier
-from sagacity._withheld import FORGED_ERASURE
 from sagacity.chain import BreakReason
 from sagacity.chain._acceptance import ForkKind
 from sagacity.chain._grammar import GrammarRule
@@ -53,6 +51,8 @@ from sagacity.consumers.archive._schema import FORMS_VERSION
 from sagacity.consumers.archive._story import impossible_signed
 from sagacity.consumers.archive._witness import read as read_witness
 from sagacity.errors import AuditorStateError, RoundLogError
+from sagacity.privacy._withheld import FORGED_ERASURE
+from sagacity.signing._operator_signature import OperatorVerifier
 
 
 class AlertReason(enum.StrEnum):
@@ -254,7 +254,7 @@ def watch_once(
     ago whose saga's archived chain holds no ``ERASED`` event is an alert (an erasure in
     progress appends it within seconds); ``None``: not looked for.  ``operator``: the pinned
     operator keys an ``ERASED`` must be signed with to count (``None``: one with an operator
-    signature counts unverified, :func:`sagacity._withheld.erasure_verdict`).
+    signature counts unverified, :func:`sagacity.privacy._withheld.erasure_verdict`).
 
     Raises:
         AuditorStateError: a record cannot be read or written.

@@ -1092,7 +1092,7 @@ def withheld(
 
 def operator_message(event: dict[str, Any], key_id: str) -> bytes:
     """The ``SGCO1`` bytes an operator signature of ``event`` covers: a copy of
-    ``sagacity._operator_signature.operator_message`` (the conformance suite runs both)."""
+    ``sagacity.signing._operator_signature.operator_message`` (the conformance suite runs both)."""
     attributes = event.get("attributes") or {}
     return b"".join(
         (

@@ -28,8 +28,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sagacity._codec import decode_result, describe_error, encode_result
-from sagacity._compensation import CompensationCall
 from sagacity.consumers.compensation import _failpoints
 from sagacity.errors import (
     CompensationInDoubtError,
@@ -38,6 +36,8 @@ from sagacity.errors import (
     PersistenceError,
 )
 from sagacity.ports import Claim, ClaimStatus, ClaimStore
+from sagacity.tools._codec import decode_result, describe_error, encode_result
+from sagacity.undo._compensation import CompensationCall
 
 log = logging.getLogger("sagacity.compensation")
 

@@ -21,17 +21,12 @@ from typing import Any, Protocol
 
 from confluent_kafka import Message
 
-from sagacity import _attributes as attr
-from sagacity import _tracing
-from sagacity._events import EntryDraft, EventType, JournalEntry
-from sagacity._operator_signature import OperatorVerifier
-from sagacity._result import SagaResult
-from sagacity._saga import Sagacity
-from sagacity._standing import standing
 from sagacity.chain import verify
 from sagacity.consumers.compensation import _failpoints
 from sagacity.consumers.compensation._invoker import ClaimingInvoker
 from sagacity.consumers.compensation._journal import Revoked, ServiceJournal
+from sagacity.entries import _attributes as attr
+from sagacity.entries._events import EntryDraft, EventType, JournalEntry
 from sagacity.errors import (
     ChainIntegrityError,
     CompensationConflictError,
@@ -42,6 +37,11 @@ from sagacity.errors import (
 )
 from sagacity.ports import Claim, ClaimStatus, ClaimStore
 from sagacity.producer import ForkKind, SagaRead
+from sagacity.saga._result import SagaResult
+from sagacity.saga._saga import Sagacity
+from sagacity.signing._operator_signature import OperatorVerifier
+from sagacity.telemetry import _tracing
+from sagacity.undo._standing import standing
 
 log = logging.getLogger("sagacity.compensation")
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from sagacity._events import EntryDraft, EventType, JournalEntry
-from sagacity._memory import InMemoryJournal
 from sagacity.consumers.compensation import _failpoints
+from sagacity.entries._events import EntryDraft, EventType, JournalEntry
+from sagacity.entries._memory import InMemoryJournal
 from sagacity.journal import ApprovalRequest, ConditionalJournal, Journal
 
 _OUTCOMES = frozenset({EventType.COMPENSATED, EventType.COMPENSATION_FAILED})

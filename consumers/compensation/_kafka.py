@@ -10,12 +10,12 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator
 
-from sagacity._writer_signature import WriterKey, WriterRegistry
 from sagacity.consumers.compensation._job import WRITER_PREFIX
 from sagacity.consumers.compensation._settings import CompensationSettings
 from sagacity.ports import SagaIndex
 from sagacity.producer import KafkaJournal
 from sagacity.schemas._sealed import FieldSealer
+from sagacity.signing._writer_signature import WriterKey, WriterRegistry
 
 
 class KafkaJournals:

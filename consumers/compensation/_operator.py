@@ -9,19 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sagacity import _attributes as attr
-from sagacity._events import EntryDraft, EventType, JournalEntry, now_micros
-from sagacity._operator_signature import (
+from sagacity.entries import _attributes as attr
+from sagacity.entries._events import EntryDraft, EventType, JournalEntry, now_micros
+from sagacity.errors import CompensationRefusedError
+from sagacity.journal import ConditionalJournal
+from sagacity.producer._reader import ownership
+from sagacity.signing._operator_signature import (
     OperatorSigner,
     OperatorVerifier,
     append_signed,
     erasure_counts,
     verifier_with,
 )
-from sagacity._standing import TERMINAL, standing
-from sagacity.errors import CompensationRefusedError
-from sagacity.journal import ConditionalJournal
-from sagacity.producer._reader import ownership
+from sagacity.undo._standing import TERMINAL, standing
 
 MAX_REASON_BYTES = 1024
 """The operator's reason is journaled in clear: a line for people, not a document."""

@@ -26,12 +26,6 @@ from dataclasses import dataclass, field
 from confluent_kafka import Message
 from confluent_kafka.admin import AdminClient
 
-from sagacity._compensation import CompensationCall
-from sagacity._events import EventType, JournalEntry
-from sagacity._operator_signature import OperatorVerifier
-from sagacity._result import SagaResult, SagaStatus
-from sagacity._saga import Sagacity
-from sagacity._writer_signature import WriterKey, WriterRegistry
 from sagacity.consumers._deadletter import DeadLetters, ensure_topic
 from sagacity.consumers._runtime import (
     ConsumerRuntime,
@@ -54,6 +48,7 @@ from sagacity.consumers.compensation._kafka import KafkaJournals
 from sagacity.consumers.compensation._locks import SagaLocks
 from sagacity.consumers.compensation._metrics import HealthServer, Metrics
 from sagacity.consumers.compensation._settings import CompensationSettings
+from sagacity.entries._events import EventType, JournalEntry
 from sagacity.errors import (
     ConfigurationError,
     DeclarationError,
@@ -64,8 +59,13 @@ from sagacity.errors import (
 from sagacity.ports import ClaimStore, Dependencies
 from sagacity.producer import KafkaJournal
 from sagacity.producer._clients import with_logger
+from sagacity.saga._result import SagaResult, SagaStatus
+from sagacity.saga._saga import Sagacity
 from sagacity.schemas import decode_entry
 from sagacity.schemas._sealed import FieldSealer
+from sagacity.signing._operator_signature import OperatorVerifier
+from sagacity.signing._writer_signature import WriterKey, WriterRegistry
+from sagacity.undo._compensation import CompensationCall
 
 log = logging.getLogger("sagacity.compensation")
 

@@ -7,8 +7,8 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from sagacity._defaults import DEFAULT_COMPENSATION_GROUP, DEFAULT_TOPIC
-from sagacity._settings import SagacitySettings
+from sagacity.config._defaults import DEFAULT_COMPENSATION_GROUP, DEFAULT_TOPIC
+from sagacity.config._settings import SagacitySettings
 from sagacity.producer import ReadIndexSettings
 
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from sagacity._events import EventType, JournalEntry
-from sagacity._operator_signature import OperatorVerifier, erasure_counts, operator_reason
-from sagacity._standing import TERMINAL
+from sagacity.entries._events import EventType, JournalEntry
+from sagacity.signing._operator_signature import OperatorVerifier, erasure_counts, operator_reason
+from sagacity.undo._standing import TERMINAL
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,23 +15,12 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sagacity import _attributes as attr
-from sagacity._decision_signature import DecisionVerifier
-from sagacity._events import EntryDraft, EventType, JournalEntry
-from sagacity._keys import KeyService
-from sagacity._operator_signature import (
-    OperatorSigner,
-    OperatorVerifier,
-    append_signed,
-    erasure_counts,
-    verifier_with,
-)
-from sagacity._requests import pending_requests
-from sagacity._result import SagaStatus
-from sagacity._standing import pending_request
 from sagacity.chain import committing
 from sagacity.consumers.erasure._ended import after_end
+from sagacity.entries import _attributes as attr
+from sagacity.entries._events import EntryDraft, EventType, JournalEntry
 from sagacity.errors import ErasureRefusedError
+from sagacity.gate._requests import pending_requests
 from sagacity.ports import ErasableArchive
 from sagacity.postgres import PostgresKeyStore
 from sagacity.postgres._erasure import (
@@ -41,8 +30,19 @@ from sagacity.postgres._erasure import (
     service_copies,
 )
 from sagacity.postgres._statistics import refresh_statistics
+from sagacity.privacy._keys import KeyService
 from sagacity.producer import KafkaJournal
 from sagacity.producer._reader import ownership
+from sagacity.saga._result import SagaStatus
+from sagacity.signing._decision_signature import DecisionVerifier
+from sagacity.signing._operator_signature import (
+    OperatorSigner,
+    OperatorVerifier,
+    append_signed,
+    erasure_counts,
+    verifier_with,
+)
+from sagacity.undo._standing import pending_request
 
 _NOT_FINAL = frozenset({SagaStatus.AWAITING_APPROVAL.value, SagaStatus.COMPENSATION_PENDING.value})
 

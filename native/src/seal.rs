@@ -15,7 +15,7 @@ use crate::{
     DATA_ATTRIBUTES, DATA_FIELDS, HEX,
 };
 
-/// A sealed field's magic (`sagacity._envelope.SEALED_MAGIC`), also the start of its
+/// A sealed field's magic (`sagacity.privacy._envelope.SEALED_MAGIC`), also the start of its
 /// associated data.
 const SEALED_MAGIC: &[u8] = b"SGE1";
 const SALT_BYTES: usize = 32;
@@ -33,7 +33,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// `"SGE1" || nonce || AES-256-GCM(opening)`, the associated data binding it to its place:
-/// `"SGE1" || F(saga_id) || F(int64_be(seq)) || F(field)` (`sagacity._envelope.seal_ad`).
+/// `"SGE1" || F(saga_id) || F(int64_be(seq)) || F(field)` (`sagacity.privacy._envelope.seal_ad`).
 fn seal_field(
     cipher: &Aes256Gcm,
     nonce: &[u8],

@@ -23,21 +23,21 @@ from typing import Any
 from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from sagacity._codec import call_arguments
-from sagacity._decorators import (
+from sagacity.effects._refusals import Refusals
+from sagacity.errors import DeclarationError
+from sagacity.saga._saga import Sagacity
+from sagacity.tools._codec import call_arguments
+from sagacity.tools._decorators import (
     Constraint,
     ToolDefinition,
     check_undo_tools,
     define_tool,
     tool_definition,
 )
-from sagacity._refusals import Refusals
-from sagacity._registry import RegisteredTool
-from sagacity._reversibility import Reversibility
-from sagacity._saga import Sagacity
-from sagacity._tool import WRAPPED_ATTR, journaled_call, journaled_call_async
-from sagacity._wrap import _resolve_by
-from sagacity.errors import DeclarationError
+from sagacity.tools._registry import RegisteredTool
+from sagacity.tools._reversibility import Reversibility
+from sagacity.tools._tool import WRAPPED_ATTR, journaled_call, journaled_call_async
+from sagacity.tools._wrap import _resolve_by
 
 
 @dataclass(frozen=True, kw_only=True)

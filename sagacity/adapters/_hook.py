@@ -22,21 +22,21 @@ from typing import Any
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from sagacity._decorators import ToolDefinition, tool_definition
-from sagacity._effect_calls import LINES, Notice
-from sagacity._refusals import Refusals
-from sagacity._registry import RegisteredTool
-from sagacity._result import SagaResult, SagaStatus
-from sagacity._run import SagaRun
-from sagacity._saga import Sagacity
-from sagacity._scope import SagaScope, current_scope
-from sagacity._tool import WRAPPED_ATTR, journaled_call, journaled_call_async
-from sagacity._tracing import calling_tool
-from sagacity._undo import UndoCall
-from sagacity._wrap import _resolve_by
 from sagacity.adapters._binding import check_sagacity, register_function
+from sagacity.effects._effect_calls import LINES, Notice
+from sagacity.effects._refusals import Refusals
 from sagacity.errors import DeclarationError, SagaFailedError
 from sagacity.policy import Policy, ToolAnnotations
+from sagacity.saga._result import SagaResult, SagaStatus
+from sagacity.saga._run import SagaRun
+from sagacity.saga._saga import Sagacity
+from sagacity.saga._scope import SagaScope, current_scope
+from sagacity.telemetry._tracing import calling_tool
+from sagacity.tools._decorators import ToolDefinition, tool_definition
+from sagacity.tools._registry import RegisteredTool
+from sagacity.tools._tool import WRAPPED_ATTR, journaled_call, journaled_call_async
+from sagacity.tools._wrap import _resolve_by
+from sagacity.undo._undo import UndoCall
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -55,16 +55,16 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 from pydantic import BaseModel
 
-from sagacity._decorators import Constraint, ToolDefinition, tool_definition
-from sagacity._effect_calls import Notice
-from sagacity._result import SagaResult
-from sagacity._reversibility import Reversibility
-from sagacity._run import SagaRun
-from sagacity._saga import Sagacity
 from sagacity.adapters._binding import bind, check_sagacity, declaration, journaling_for
 from sagacity.adapters._hook import AgentHook, ModelLines
+from sagacity.effects._effect_calls import Notice
 from sagacity.errors import DeclarationError, SagaCancelledError, SagaFailedError
 from sagacity.policy import Policy, ToolAnnotations
+from sagacity.saga._result import SagaResult
+from sagacity.saga._run import SagaRun
+from sagacity.saga._saga import Sagacity
+from sagacity.tools._decorators import Constraint, ToolDefinition, tool_definition
+from sagacity.tools._reversibility import Reversibility
 
 __all__ = ["SagacityMiddleware", "wrap_tool", "wrap_tools"]
 

@@ -50,18 +50,18 @@ from agents.mcp import MCPServer
 from agents.tool import FunctionToolResult
 from mcp.types import CallToolResult, TextContent
 
-from sagacity._decorators import Constraint, ToolDefinition
-from sagacity._result import SagaResult
-from sagacity._reversibility import Reversibility
-from sagacity._run import SagaRun
-from sagacity._saga import Sagacity
-from sagacity._scope import SagaScope, current_scope
-from sagacity._tool import AWAITING_PREFIX
-from sagacity._tracing import calling_tool
 from sagacity.adapters._binding import bind, check_sagacity, declaration
 from sagacity.adapters._hook import AgentHook, ModelLines, remote_identity
 from sagacity.errors import DeclarationError
 from sagacity.policy import Policy, ToolAnnotations
+from sagacity.saga._result import SagaResult
+from sagacity.saga._run import SagaRun
+from sagacity.saga._saga import Sagacity
+from sagacity.saga._scope import SagaScope, current_scope
+from sagacity.telemetry._tracing import calling_tool
+from sagacity.tools._decorators import Constraint, ToolDefinition
+from sagacity.tools._reversibility import Reversibility
+from sagacity.tools._tool import AWAITING_PREFIX
 
 __all__ = ["JournaledAgent", "journaled", "stop_at_approval", "wrap_tool", "wrap_tools"]
 

@@ -57,16 +57,16 @@ from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolse
 from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_ai.toolsets.function import FunctionToolsetTool
 
-from sagacity._decorators import Constraint, ToolDefinition
-from sagacity._effect_calls import LINES
-from sagacity._result import SagaResult
-from sagacity._reversibility import Reversibility
-from sagacity._saga import Sagacity
-from sagacity._scope import current_scope
 from sagacity.adapters._binding import bind, check_sagacity, declaration
 from sagacity.adapters._hook import AgentHook, ModelLines, remote_identity
+from sagacity.effects._effect_calls import LINES
 from sagacity.errors import DeclarationError, SagaFailedError
 from sagacity.policy import Policy, ToolAnnotations
+from sagacity.saga._result import SagaResult
+from sagacity.saga._saga import Sagacity
+from sagacity.saga._scope import current_scope
+from sagacity.tools._decorators import Constraint, ToolDefinition
+from sagacity.tools._reversibility import Reversibility
 
 __all__ = ["JournaledAgent", "journaled", "wrap_tool", "wrap_tools"]
 

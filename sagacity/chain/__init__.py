@@ -20,7 +20,6 @@ standard library and the core only, so that auditors' tools can reuse it.
 
 from __future__ import annotations
 
-from sagacity._events import DATA_ATTRIBUTES, GENESIS_HASH, EntryDraft, JournalEntry
 from sagacity.chain._form import (
     CANONICAL_MAGIC,
     CANONICAL_MAGIC_V2,
@@ -40,6 +39,7 @@ from sagacity.chain._form import (
     payload_sha256,
 )
 from sagacity.chain._walk import BreakReason, ChainVerdict, link_break, verify
+from sagacity.entries._events import DATA_ATTRIBUTES, GENESIS_HASH, EntryDraft, JournalEntry
 from sagacity.errors import SerializationError
 
 __all__ = [

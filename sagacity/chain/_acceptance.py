@@ -1,10 +1,11 @@
 """The acceptance rule: which event a saga's chain takes next (docs/adr/0004-single-writer.md).
 
 Every reader of a saga gets its state through this rule and then the core's folds
-(:mod:`sagacity._requests`, :mod:`sagacity._settlement`, :mod:`sagacity._outcome`): the
-journal's reader, the approvals service's projection and its console and API, the resumers,
-the compensation service and replay (docs/adr/0025-trust-model.md).  A reader that keeps its
-own rule is how a decoy gets shown as a request.
+(:mod:`sagacity.gate._requests`, :mod:`sagacity.gate._settlement`,
+:mod:`sagacity.saga._outcome`): the journal's reader, the approvals service's projection and its
+console and API, the resumers, the compensation service and replay
+(docs/adr/0025-trust-model.md).  A reader that keeps its own rule is how a decoy gets shown as a
+request.
 
 The rule, for a message carrying a saga's key, in its partition's offset order: it is accepted
 only if it sits on the partition its key maps to, its body names the key's saga, its content
@@ -19,12 +20,12 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from sagacity import _attributes as attr
-from sagacity._events import GENESIS_HASH, JournalEntry
-from sagacity._writer_roles import SagaWriters, writer_refusal
-from sagacity._writer_signature import WriterRegistry
 from sagacity.chain import BreakReason, compute_hash
+from sagacity.entries import _attributes as attr
+from sagacity.entries._events import GENESIS_HASH, JournalEntry
 from sagacity.errors import SerializationError
+from sagacity.signing._writer_roles import SagaWriters, writer_refusal
+from sagacity.signing._writer_signature import WriterRegistry
 
 
 class ForkKind(enum.StrEnum):
@@ -197,7 +198,7 @@ def attributed(
     event that extends its saga's tail) was written by a registered writer whose signature
     (the ``sagacity_writer_sig`` header, ``signature``) verifies, and that writer may write it
     into the saga whose accepted chain so far folds to ``writers``
-    (:func:`sagacity._writer_roles.writer_refusal`); else why not."""
+    (:func:`sagacity.signing._writer_roles.writer_refusal`); else why not."""
     writer = entry.attributes.get(attr.WRITER)
     refused = registry.check(
         writer=writer, saga_id=entry.saga_id, seq=entry.seq, hash=entry.hash, signature=signature
@@ -219,7 +220,7 @@ def writers_after(writers: SagaWriters, entry: JournalEntry) -> SagaWriters:
 
 
 class _Written:
-    """An entry as :func:`~sagacity._writer_roles.writer_refusal` reads it."""
+    """An entry as :func:`~sagacity.signing._writer_roles.writer_refusal` reads it."""
 
     __slots__ = ("_entry",)
 

@@ -37,10 +37,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sagacity._events import GENESIS_HASH
 from sagacity._native import native
 from sagacity.chain._form import canonical_layout
 from sagacity.chain._walk import BreakReason, link_break
+from sagacity.entries._events import GENESIS_HASH
 
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 """The first bytes of every binary ``COPY`` stream."""

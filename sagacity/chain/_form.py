@@ -14,7 +14,7 @@ import secrets
 import struct
 from collections.abc import Callable, Mapping, Sequence
 
-from sagacity._events import DATA_ATTRIBUTES, EntryDraft, JournalEntry
+from sagacity.entries._events import DATA_ATTRIBUTES, EntryDraft, JournalEntry
 from sagacity.errors import SerializationError
 
 CANONICAL_MAGIC = b"SGC1"

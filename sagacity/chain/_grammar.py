@@ -40,12 +40,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from sagacity import _attributes as attr
-from sagacity._bounds import INT64_MAX, parse_int
-from sagacity._events import EventType
-from sagacity._requests import AWAITING_RESULT, CLOSING_EVENTS, ref_of, signatures_required
-from sagacity._result import SagaStatus
-from sagacity._reversibility import Reversibility
+from sagacity.entries import _attributes as attr
+from sagacity.entries._bounds import INT64_MAX, parse_int
+from sagacity.entries._events import EventType
+from sagacity.gate._requests import AWAITING_RESULT, CLOSING_EVENTS, ref_of, signatures_required
+from sagacity.saga._result import SagaStatus
+from sagacity.tools._reversibility import Reversibility
 
 
 class GrammarRule(enum.StrEnum):

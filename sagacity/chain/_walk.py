@@ -15,8 +15,8 @@ import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from sagacity._events import GENESIS_HASH, JournalEntry
 from sagacity.chain._form import compute_hash
+from sagacity.entries._events import GENESIS_HASH, JournalEntry
 from sagacity.errors import SerializationError
 
 

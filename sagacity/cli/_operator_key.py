@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 if TYPE_CHECKING:
-    from sagacity._operator_signature import OperatorVerifier
+    from sagacity.signing._operator_signature import OperatorVerifier
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,8 +35,8 @@ def pinned_operator(values: tuple[str, ...]) -> OperatorVerifier | None:
     Raises:
         click.UsageError: a value is not an Ed25519 public key.
     """
-    from sagacity._operator_signature import OperatorVerifier
     from sagacity.errors import ConfigurationError
+    from sagacity.signing._operator_signature import OperatorVerifier
 
     text = " ".join(values).strip()
     if not text:

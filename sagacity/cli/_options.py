@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import click
 
-from sagacity._defaults import ALLOW_CLEAR_DATA_SETTING, DEFAULT_TOPIC
+from sagacity.config._defaults import ALLOW_CLEAR_DATA_SETTING, DEFAULT_TOPIC
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -207,12 +207,12 @@ def allow_clear_data_option(func: F) -> F:
 
 def parse_duration(text: str) -> float:
     """Seconds in ``90s``, ``15m``, ``2h`` or ``30d`` (``m`` is minutes; see
-    :mod:`sagacity._duration`).
+    :mod:`sagacity.config._duration`).
 
     Raises:
         click.BadParameter: anything else.
     """
-    from sagacity._duration import parse_seconds
+    from sagacity.config._duration import parse_seconds
     from sagacity.errors import DurationError
 
     try:

@@ -519,8 +519,8 @@ def keygen(out: Path) -> None:
     approvals and compensation services and the archive pin the public key in
     SAGACITY_APPROVALS_PUBLIC_KEY.
     """
-    from sagacity._decision_signature import generate_key
     from sagacity.errors import SagacityError
+    from sagacity.signing._decision_signature import generate_key
 
     try:
         signer = generate_key(out)

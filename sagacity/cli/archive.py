@@ -6,13 +6,13 @@ from pathlib import Path
 
 import click
 
-from sagacity._defaults import DEFAULT_ARCHIVE_GROUP
 from sagacity.cli._db_options import conninfo, database_options, fail
 from sagacity.cli._options import (
     bootstrap_servers_option,
     group_option,
     topic_option,
 )
+from sagacity.config._defaults import DEFAULT_ARCHIVE_GROUP
 
 
 @click.group()
@@ -68,8 +68,8 @@ def writer_keygen(writer_id: str, out: Path, use_hmac: bool, role: str) -> None:
     import os
     import secrets
 
-    from sagacity._writer_signature import HMAC_PREFIX, WriterKey, WriterRole
     from sagacity.errors import SagacityError
+    from sagacity.signing._writer_signature import HMAC_PREFIX, WriterKey, WriterRole
 
     if use_hmac:
         data = f"{HMAC_PREFIX}{secrets.token_hex(32)}\n".encode()

@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     import psycopg
 
     from sagacity import JournalEntry
-    from sagacity._operator_signature import OperatorVerifier
     from sagacity.consumers.archive import AuditSummary, ErasureAudit, SagaRefusals, WatchReport
+    from sagacity.signing._operator_signature import OperatorVerifier
 
 
 def _pinned(public_keys: tuple[str, ...]) -> tuple[bytes, ...]:

@@ -96,11 +96,11 @@ def erase(
     erased in the key store).  Exit status: 0 done (or would be), 1 refused, 2 usage, 3 Kafka
     or PostgreSQL does not answer.
     """
-    from sagacity._decision_signature import verifier_from_env as approvals_from_env
     from sagacity._env import kafka_journal, key_service_from_env
-    from sagacity._operator_signature import verifier_from_env, verifier_with
     from sagacity.consumers.erasure import apply_erasure, plan_erasure
     from sagacity.postgres import PostgresKeyStore
+    from sagacity.signing._decision_signature import verifier_from_env as approvals_from_env
+    from sagacity.signing._operator_signature import verifier_from_env, verifier_with
 
     if not reason.strip():
         raise click.UsageError("--reason must not be empty")

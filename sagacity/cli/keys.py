@@ -130,8 +130,8 @@ def operator_keygen(out: Path) -> None:
     (docs/adr/0027-operator-signatures.md).  Commands read it from
     SAGACITY_OPERATOR_SIGNING_KEY; the services pin the public key it prints in
     SAGACITY_OPERATOR_PUBLIC_KEY."""
-    from sagacity._operator_signature import generate_key
     from sagacity.errors import SigningKeyError
+    from sagacity.signing._operator_signature import generate_key
 
     try:
         signer = generate_key(out)

@@ -27,7 +27,7 @@ from sagacity.errors import (
 )
 
 if TYPE_CHECKING:
-    from sagacity._operator_signature import OperatorSigner
+    from sagacity.signing._operator_signature import OperatorSigner
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -254,13 +254,13 @@ def operator_key_option(func: F) -> F:
 
 
 def load_operator_key(path: Path | None) -> OperatorSigner:
-    """The operator's :class:`~sagacity._operator_signature.OperatorSigner` from ``path``.
+    """The operator's :class:`~sagacity.signing._operator_signature.OperatorSigner` from ``path``.
 
     Raises:
         click.UsageError: no key given, or the file is not an operator key (one line).
     """
-    from sagacity._operator_signature import OperatorSigner
     from sagacity.errors import SigningKeyError
+    from sagacity.signing._operator_signature import OperatorSigner
 
     if path is None:
         raise click.UsageError(
@@ -304,9 +304,9 @@ def compensate_cmd(
     pending. Exit status: 0 journaled, 1 refused, 2 usage, 3 the cluster does not answer.
     """
     from sagacity._env import kafka_journal, key_service_from_env
-    from sagacity._operator_signature import verifier_from_env
     from sagacity.consumers.compensation import request_compensation
     from sagacity.errors import CompensationRefusedError, TailMovedError
+    from sagacity.signing._operator_signature import verifier_from_env
 
     signer = load_operator_key(operator_key)
     env, settings = kafka_env(bootstrap, topic)

@@ -7,7 +7,6 @@ from typing import Any
 
 import click
 
-from sagacity._defaults import DEFAULT_APPROVALS_GROUP
 from sagacity.cli._options import (
     group_option,
     host_option,
@@ -17,6 +16,7 @@ from sagacity.cli._options import (
     topic_option,
 )
 from sagacity.cli._slack_options import slack_options
+from sagacity.config._defaults import DEFAULT_APPROVALS_GROUP
 
 
 def _env(name: str) -> list[str]:

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import click
 
-from sagacity._defaults import DEFAULT_ARCHIVE_GROUP
 from sagacity.cli._db_options import conninfo, database_options
 from sagacity.cli._options import (
     bootstrap_servers_option,
@@ -16,6 +15,7 @@ from sagacity.cli._options import (
     service_options,
     topic_option,
 )
+from sagacity.config._defaults import DEFAULT_ARCHIVE_GROUP
 
 
 @click.command()

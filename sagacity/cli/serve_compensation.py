@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from sagacity._defaults import DEFAULT_COMPENSATION_GROUP
 from sagacity.cli._options import (
     bootstrap_servers_option,
     database_url_option,
@@ -18,6 +17,7 @@ from sagacity.cli._options import (
     service_options,
     topic_option,
 )
+from sagacity.config._defaults import DEFAULT_COMPENSATION_GROUP
 
 if TYPE_CHECKING:
     from sagacity.consumers.compensation import CompensationSettings

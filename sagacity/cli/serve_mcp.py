@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from sagacity._defaults import DEFAULT_TOPIC
 from sagacity.cli._exit import CommandError
 from sagacity.cli._options import allow_clear_data_option, service_envvars
+from sagacity.config._defaults import DEFAULT_TOPIC
 
 if TYPE_CHECKING:
     from sagacity import Sagacity
@@ -186,9 +186,9 @@ def mcp_adapter() -> Any:
 def sagacity_for(serving: Serving) -> Sagacity:
     """A ``Sagacity`` on the Kafka journal the options name."""
     from sagacity import Sagacity
-    from sagacity._decision_signature import verifier_from_env
     from sagacity._env import journal_from_env
-    from sagacity._operator_signature import verifier_from_env as operator_verifier_from_env
+    from sagacity.signing._decision_signature import verifier_from_env
+    from sagacity.signing._operator_signature import verifier_from_env as operator_verifier_from_env
 
     environ = {
         **os.environ,

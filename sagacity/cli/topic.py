@@ -8,9 +8,9 @@ from typing import Any
 
 import click
 
-from sagacity._defaults import DEFAULT_TOPIC as _DEFAULT_TOPIC
 from sagacity.cli._exit import FAILED, UNAVAILABLE, CommandError
 from sagacity.cli._kafka_env import kafka_env
+from sagacity.config._defaults import DEFAULT_TOPIC as _DEFAULT_TOPIC
 from sagacity.errors import (
     JournalError,
     JournalUnavailableError,

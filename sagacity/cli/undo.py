@@ -2,7 +2,7 @@
 
 The operator-signed compensation of an ended saga (``sagacity saga compensate``, ADR 0027),
 preceded by the warning of what it cannot reverse: each step is listed with the undo that would
-be called or why none would (``sagacity._undo_preview``), from the declarations of ``--tools``
+be called or why none would (``sagacity.undo._undo_preview``), from the declarations of ``--tools``
 (what the compensation service registers), else from what the journal says.
 """
 
@@ -18,7 +18,7 @@ from sagacity.cli._kafka_env import kafka_env, kafka_options
 from sagacity.cli.saga import compensate_cmd, load_operator_key, operator_key_option
 
 if TYPE_CHECKING:
-    from sagacity._undo_preview import UndoPreview
+    from sagacity.undo._undo_preview import UndoPreview
 
 
 @click.command("undo")
@@ -98,8 +98,8 @@ def _preview(
 ) -> UndoPreview:
     from sagacity import Sagacity
     from sagacity._env import kafka_journal, key_service_from_env
-    from sagacity._undo_preview import preview_undo
     from sagacity.consumers.compensation import register_tools
+    from sagacity.undo._undo_preview import preview_undo
 
     env, settings = kafka_env(bootstrap, topic)
     keys = key_service_from_env(env)

@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sagacity._defaults import DEFAULT_TOPIC
-from sagacity._events import EventType, JournalEntry
+from sagacity.config._defaults import DEFAULT_TOPIC
 from sagacity.demo._processes import tail
+from sagacity.entries._events import EventType, JournalEntry
 from sagacity.errors import SagacityError
 
 COMPENSATION_TOOLS = "sagacity.demo.tools:TOOLS"

@@ -23,6 +23,7 @@ from sagacity.demo import (
     new_run_id,
 )
 from sagacity.demo._processes import SAGACITY, Completed, Service, run_command
+from sagacity.signing._decision_signature import PUBLIC_KEY_ENV, DecisionSigner, generate_key
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,40}$")
 _SECRETS = ("approver.token", "approvals-signing.pem")
@@ -69,7 +70,7 @@ class DemoRun:
         """The key the run's journal is sealed under: the settings', else one of its own."""
         if self.settings.key_encryption_key is not None:
             return self.settings.key_encryption_key
-        from sagacity._envelope import write_key_encryption_key
+        from sagacity.privacy._envelope import write_key_encryption_key
 
         path = self.dir / "journal.kek"
         if not path.exists():
@@ -79,7 +80,7 @@ class DemoRun:
 
     def announce_sealing(self) -> None:
         """Say which key-encryption key the run's journal is sealed under."""
-        from sagacity._envelope import KeyEncryptionKey
+        from sagacity.privacy._envelope import KeyEncryptionKey
 
         kek = Path(self.env["SAGACITY_KEY_ENCRYPTION_KEY_FILE"])
         self.echo(
@@ -124,8 +125,6 @@ class DemoRun:
             f"[auth]     approver {APPROVER}: token in {self.token_file.name}, its SHA-256 in "
             f"{auth.name} (the approvals service authenticates every decision)"
         )
-        from sagacity._decision_signature import PUBLIC_KEY_ENV, DecisionSigner, generate_key
-
         key_file = self.dir / "approvals-signing.pem"
         signer = DecisionSigner.from_file(key_file) if key_file.exists() else generate_key(key_file)
         self.approvals_public_key = signer.public_hex

@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sagacity._events import EventType
 from sagacity.demo import APPROVER, ATTACK_PAYLOAD, DemoError, Saga, abbreviate, chain_table
 from sagacity.demo._run import DemoRun, decoded
+from sagacity.entries._events import EventType
 
 E = EventType
 
@@ -229,7 +229,7 @@ def _outcome(demo: DemoRun, sagacity: Any, saga_id: str, stage: str) -> str:
 
 
 def _saga(name: str, saga_id: str, sagacity: Any) -> Saga:
-    from sagacity._outcome import outcome_from_chain
+    from sagacity.saga._outcome import outcome_from_chain
 
     entries = tuple(sagacity.entries(saga_id))
     outcome = outcome_from_chain(entries) if entries else None

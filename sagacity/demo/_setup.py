@@ -15,8 +15,8 @@ def sagacity_on_kafka(env: Mapping[str, str], approvals_public_key: str) -> Iter
     """The demo's own Sagacity on the Kafka journal of the run's environment ``env``, to read
     the chains the run wrote (their sealed fields opened with the run's key-encryption key)."""
     from sagacity._env import client_settings, key_service_from_env
-    from sagacity._saga import Sagacity
     from sagacity.producer import KafkaJournal
+    from sagacity.saga._saga import Sagacity
 
     keys = key_service_from_env(env)
     try:

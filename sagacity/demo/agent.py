@@ -35,11 +35,11 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from sagacity._result import SagaResult
-from sagacity._saga import Sagacity
 from sagacity.adapters.pydantic_ai import journaled
 from sagacity.demo import tools
 from sagacity.errors import InvalidArgumentError
+from sagacity.saga._result import SagaResult
+from sagacity.saga._saga import Sagacity
 
 EMAIL = "customer@example.com"
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sagacity._defaults import (
+from sagacity.config._defaults import (
     DEFAULT_APPROVALS_GROUP,
     DEFAULT_ARCHIVE_GROUP,
     DEFAULT_COMPENSATION_GROUP,

@@ -20,14 +20,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sagacity._defaults import DEFAULT_TOPIC
-from sagacity._envelope import KEK_SETTING, write_key_encryption_key
+from sagacity.config._defaults import DEFAULT_TOPIC
 from sagacity.dev import _secure
 from sagacity.dev._paths import dev_home
 from sagacity.dev.cluster import KafkaCluster
 from sagacity.dev.kafka import KafkaBroker
 from sagacity.dev.postgres import PostgresServer
 from sagacity.errors import DevStackError, TopicConfigError, TopicNotFoundError
+from sagacity.privacy._envelope import KEK_SETTING, write_key_encryption_key
 
 BOOTSTRAP_VAR = "SAGACITY_BOOTSTRAP_SERVERS"
 DATABASE_VAR = "SAGACITY_DATABASE_URL"

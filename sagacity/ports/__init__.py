@@ -28,9 +28,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from sagacity import _attributes as attr
-from sagacity._events import JournalEntry
-from sagacity._requests import RequestState, RequestStatus
+from sagacity.entries import _attributes as attr
+from sagacity.entries._events import JournalEntry
+from sagacity.gate._requests import RequestState, RequestStatus
 from sagacity.journal import ApprovalRequest, ConditionalJournal, Journal
 from sagacity.ports._claims import Claim, ClaimStatus, ClaimStore, check_claim_key
 from sagacity.ports._dependencies import ClaimStores, Dependencies
@@ -122,13 +122,13 @@ class RequestRow:
     seen_at_us: int | None = field(default=None, compare=False)
     """When the store first folded the request, by the service's clock (``None``: not
     recorded): the service's TTL runs from the earlier of this and ``requested_at_us``
-    (:func:`sagacity._requests.deadline_us`).  An observation of the store, not part of the
+    (:func:`sagacity.gate._requests.deadline_us`).  An observation of the store, not part of the
     chain's fold, so rows compare without it."""
 
     @classmethod
     def from_state(cls, state: RequestState) -> RequestRow:
         """The row of one request, from its state in the core's fold
-        (:func:`sagacity._requests.request_states`): every store holds exactly this.
+        (:func:`sagacity.gate._requests.request_states`): every store holds exactly this.
 
         Signatures are the fold's approvals (distinct approvers, in order, until fully signed);
         the one that completes the request is the ``approved`` decision.  A rejection or an
@@ -339,12 +339,12 @@ class RequestStore(Protocol):
 
     Folding is idempotent (a replayed or repeated event changes nothing: the first event at a
     seq of a saga is the one kept) and the rows are the core's fold
-    (:func:`sagacity._requests.request_states`, mapped by :meth:`RequestRow.from_state`): the
+    (:func:`sagacity.gate._requests.request_states`, mapped by :meth:`RequestRow.from_state`): the
     ``AWAITING_APPROVAL`` entry is the request, decisions refer to it by ``ref_seq``,
     ``COMPENSATION_REQUESTED`` or a final ``SAGA_ENDED`` closes whatever is still open before
     it (docs/adr/0005).  A store made with the approvals service's decision verifier counts an
     ``APPROVED`` as a signature only when it verifies as the resume requires
-    (:func:`sagacity._requests.verified_by`); without one, every journaled approval counts.  A
+    (:func:`sagacity.gate._requests.verified_by`); without one, every journaled approval counts.  A
     saga whose run ends ``COMPENSATION_FAILED`` enters the attention queue until a later run
     ends in another final status.
 
@@ -407,7 +407,7 @@ class RequestStore(Protocol):
         ...
 
     def overdue(self, now_us: int, ttl_us: int | None, *, limit: int = 100) -> list[RequestRow]:
-        """Open requests past their deadline (:func:`sagacity._requests.deadline_us`: their
+        """Open requests past their deadline (:func:`sagacity.gate._requests.deadline_us`: their
         own ``expires_at_us``, or ``ttl_us`` after the earlier of ``requested_at_us`` and
         ``seen_at_us``), computed without overflow whatever the rows hold."""
         ...

@@ -18,7 +18,7 @@ from sagacity.ports._claims import ClaimStore
 from sagacity.ports._index import SagaIndex
 
 if TYPE_CHECKING:
-    from sagacity._keys import KeyService
+    from sagacity.privacy._keys import KeyService
 
 
 def _no_index() -> SagaIndex | None:

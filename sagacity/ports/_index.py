@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from sagacity._events import GENESIS_HASH, JournalEntry
+from sagacity.entries._events import GENESIS_HASH, JournalEntry
 
 
 @dataclass(frozen=True, kw_only=True)

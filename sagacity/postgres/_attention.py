@@ -15,11 +15,11 @@ from typing import Any
 
 import psycopg
 
-from sagacity import _attributes as attr
-from sagacity._events import EventType, JournalEntry
-from sagacity._result import SagaStatus
+from sagacity.entries import _attributes as attr
+from sagacity.entries._events import EventType, JournalEntry
 from sagacity.ports import AttentionRow
 from sagacity.postgres._migrate import key_by_topic
+from sagacity.saga._result import SagaStatus
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sagacity_attention (

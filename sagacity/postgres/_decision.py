@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from sagacity._events import JournalEntry
+from sagacity.entries._events import JournalEntry
 from sagacity.ports import RequestRow
 from sagacity.postgres._tails import SAGA_LOCK
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import psycopg
 
-from sagacity._defaults import DEFAULT_ARCHIVE_GROUP as DEFAULT_GROUP
-from sagacity._events import GENESIS_HASH
+from sagacity.config._defaults import DEFAULT_ARCHIVE_GROUP as DEFAULT_GROUP
+from sagacity.entries._events import GENESIS_HASH
 from sagacity.errors import ArchiveSchemaError, PersistenceError
 from sagacity.ports import IndexedEvent, IndexedPartition, IndexedSaga, RefusedMessage
 from sagacity.postgres._archive import archive_errors as mapped_errors
@@ -36,7 +36,7 @@ _CLOSING_END = (
     "event_type = 'COMPENSATION_REQUESTED'"
     " OR (event_type = 'SAGA_ENDED' AND result IS DISTINCT FROM 'AWAITING_APPROVAL')"
 )
-"""Events after which no earlier approval request of the saga is open (sagacity._requests)."""
+"""Events after which no earlier approval request of the saga is open (sagacity.gate._requests)."""
 
 
 _POSITION = (

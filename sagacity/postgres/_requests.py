@@ -6,8 +6,8 @@ can be listed without scanning the topic, and so replicas have a row to lock.  I
 evidence: every decision and every resume reads the saga's chain through the core.
 
 Rows are the core's fold, never SQL's: the entries of a saga the fold reads
-(:func:`sagacity._requests.request_input`) are kept in ``sagacity_approval_event``, and each
-new one refolds the saga (:func:`sagacity._requests.request_states`, approvals counted as the
+(:func:`sagacity.gate._requests.request_input`) are kept in ``sagacity_approval_event``, and each
+new one refolds the saga (:func:`sagacity.gate._requests.request_states`, approvals counted as the
 resume counts them) and upserts the rows that changed, in the transaction that stores the
 consumer's position (docs/adr/0022-request-projection-from-the-core-fold.md).
 """
@@ -23,18 +23,17 @@ import psycopg.errors
 from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
-from sagacity._decision_signature import DecisionVerifier
-from sagacity._defaults import DEFAULT_TOPIC
-from sagacity._events import JournalEntry, now_micros
-from sagacity._requests import (
+from sagacity.chain._acceptance import QUIET, Refusal, Tail, admit
+from sagacity.config._defaults import DEFAULT_TOPIC
+from sagacity.entries._events import JournalEntry, now_micros
+from sagacity.errors import DecisionInProgressError, SerializationError
+from sagacity.gate._requests import (
     Counts,
     affects_requests,
     counted_approvals,
     request_input,
     request_states,
 )
-from sagacity.chain._acceptance import QUIET, Refusal, Tail, admit
-from sagacity.errors import DecisionInProgressError, SerializationError
 from sagacity.ports import (
     OPEN_STATES,
     AttentionRow,
@@ -57,6 +56,7 @@ from sagacity.postgres._tails import (
     quarantine,
     quarantined,
 )
+from sagacity.signing._decision_signature import DecisionVerifier
 
 _UPSERT = """
 INSERT INTO sagacity_approval_request (topic, saga_id, seq, tool, payload, payload_sha256,
@@ -148,8 +148,8 @@ def apply_entry(
     (:func:`sagacity.chain._acceptance.admit` against the tail ``tails`` holds): a duplicate or an
     event behind the tail is dropped, anything else is quarantined with its reason and folds
     nothing.  An accepted event moves the tail, is folded into the attention queue and, when
-    the core's fold reads it (:func:`sagacity._requests.request_input`), kept; then the saga's
-    kept events are folded by the core (:func:`sagacity._requests.request_states` with
+    the core's fold reads it (:func:`sagacity.gate._requests.request_input`), kept; then the saga's
+    kept events are folded by the core (:func:`sagacity.gate._requests.request_states` with
     ``counts``, the approvals that sign) and the rows whose state changed are upserted.  Rows
     are keyed by topic: two topics sharing a database never mix.
 
@@ -524,7 +524,7 @@ class PostgresRequestStore:
         return [_row(r) for r in records]
 
     def overdue(self, now_us: int, ttl_us: int | None, *, limit: int = 100) -> list[RequestRow]:
-        """Open requests past their deadline: :func:`sagacity._requests.deadline_us` in SQL,
+        """Open requests past their deadline: :func:`sagacity.gate._requests.deadline_us` in SQL,
         in ``numeric`` so that no time a writer chose overflows the sum."""
         with self.connect() as conn:
             records = conn.execute(

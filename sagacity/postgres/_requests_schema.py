@@ -74,7 +74,8 @@ UPDATE sagacity_approval_request
  WHERE seen_at_us IS NULL;
 """
 """Migration 5: when the service first saw each request, by its own clock: its TTL runs from
-the earlier of this and the time the requester wrote (:func:`sagacity._requests.deadline_us`)."""
+the earlier of this and the time the requester wrote
+(:func:`sagacity.gate._requests.deadline_us`)."""
 
 COMPONENT = "sagacity_approvals"
 """The tables' migrations are recorded in ``sagacity_approvals_schema_version``."""

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sagacity._events import JournalEntry, event_type_of
+from sagacity.entries._events import JournalEntry, event_type_of
 from sagacity.errors import SerializationError
 
 ROW_COLUMNS = (

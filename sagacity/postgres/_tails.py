@@ -18,8 +18,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import tuple_row
 
-from sagacity._events import JournalEntry
 from sagacity.chain._acceptance import Refusal, Tail
+from sagacity.entries._events import JournalEntry
 from sagacity.ports import QuarantinedEvent
 
 SCHEMA = """

@@ -13,7 +13,7 @@ are in :mod:`sagacity.testing.contracts` (they need pytest)::
 
 from __future__ import annotations
 
-from sagacity._memory import InMemoryJournal
+from sagacity.entries._memory import InMemoryJournal
 from sagacity.testing._claims import InMemoryClaimStore
 from sagacity.testing._index import BAD_TIME, InMemorySagaIndex
 from sagacity.testing._keys import InMemoryKeyStore

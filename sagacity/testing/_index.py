@@ -11,8 +11,8 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sagacity._events import GENESIS_HASH, EventType, JournalEntry
-from sagacity._requests import AWAITING_RESULT
+from sagacity.entries._events import GENESIS_HASH, EventType, JournalEntry
+from sagacity.gate._requests import AWAITING_RESULT
 from sagacity.ports import IndexedEvent, IndexedPartition, IndexedSaga, RefusedMessage
 
 BAD_TIME = "bad_time"
@@ -30,7 +30,7 @@ class _Refused:
 
 
 def _closes_requests(entry: JournalEntry) -> bool:
-    """After ``entry`` no earlier approval request of the saga is open (sagacity._requests)."""
+    """After ``entry`` no earlier approval request of the saga is open (sagacity.gate._requests)."""
     return entry.event_type is EventType.COMPENSATION_REQUESTED or (
         entry.event_type is EventType.SAGA_ENDED and entry.result != AWAITING_RESULT
     )

@@ -1,7 +1,7 @@
 """The approvals' request store in memory: :class:`~sagacity.ports.RequestStore` for tests.
 
-Rows are derived from each saga's kept entries by the core's fold (:func:`sagacity._requests.
-request_states`, the entries kept by :func:`sagacity._requests.request_input`), as the
+Rows are derived from each saga's kept entries by the core's fold (:func:`sagacity.gate._requests.
+request_states`, the entries kept by :func:`sagacity.gate._requests.request_input`), as the
 Postgres projection derives them; the contract suite holds both to the same rows.
 """
 
@@ -13,21 +13,21 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 
-from sagacity import _attributes as attr
-from sagacity._decision_signature import DecisionVerifier
-from sagacity._defaults import DEFAULT_TOPIC
-from sagacity._events import EventType, JournalEntry, now_micros
-from sagacity._requests import (
+from sagacity.chain._acceptance import QUIET, Refusal, Tail, admit
+from sagacity.config._defaults import DEFAULT_TOPIC
+from sagacity.entries import _attributes as attr
+from sagacity.entries._events import EventType, JournalEntry, now_micros
+from sagacity.errors import DecisionInProgressError
+from sagacity.gate._requests import (
     RequestState,
     counted_approvals,
     deadline_us,
     request_input,
     request_states,
 )
-from sagacity._result import SagaStatus
-from sagacity.chain._acceptance import QUIET, Refusal, Tail, admit
-from sagacity.errors import DecisionInProgressError
 from sagacity.ports import OPEN_STATES, AttentionRow, GateStats, QuarantinedEvent, RequestRow
+from sagacity.saga._result import SagaStatus
+from sagacity.signing._decision_signature import DecisionVerifier
 
 _LEAVES = frozenset(
     {
@@ -209,7 +209,7 @@ class InMemoryRequestStore:
         return rows[:limit]
 
     def overdue(self, now_us: int, ttl_us: int | None, *, limit: int = 100) -> list[RequestRow]:
-        """Open requests past their deadline (:func:`sagacity._requests.deadline_us`)."""
+        """Open requests past their deadline (:func:`sagacity.gate._requests.deadline_us`)."""
 
         def deadline(row: RequestRow) -> int | None:
             return deadline_us(

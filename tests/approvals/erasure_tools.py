@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from sagacity import Reversibility, compensable
-from sagacity._scope import current_scope
+from sagacity.saga._scope import current_scope
 from tests.approvals.tools import Bank
 
 

@@ -634,7 +634,7 @@ def test_a_forged_approval_does_not_block_a_rejection(
     pg_dsn: str, auth_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sagacity import EntryDraft
-    from sagacity._decision_signature import generate_key
+    from sagacity.signing._decision_signature import generate_key
 
     monkeypatch.setenv("SAGACITY_TEST_CALL_LOG", str(tmp_path / "calls.jsonl"))
     generate_key(tmp_path / "approvals.pem")

@@ -25,14 +25,14 @@ import pytest
 from click.testing import CliRunner
 
 from sagacity import Sagacity, SagaStatus, compose
-from sagacity._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
-from sagacity._keys import KEY_CACHE_TTL_SETTING, KeyService
-from sagacity._operator_signature import generate_key as generate_operator_key
 from sagacity.cli import main
 from sagacity.consumers.archive import migrate
 from sagacity.consumers.compensation import CompensationService, CompensationSettings
 from sagacity.postgres import PostgresKeyStore
+from sagacity.privacy._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
+from sagacity.privacy._keys import KEY_CACHE_TTL_SETTING, KeyService
 from sagacity.producer import KafkaJournal
+from sagacity.signing._operator_signature import generate_key as generate_operator_key
 
 from ._process import REPO
 from .conftest import TOKENS, bearer, shown

@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from sagacity import EventType
-from sagacity import _attributes as attr
 from sagacity.cli import main
+from sagacity.entries import _attributes as attr
 
 from .conftest import TOKENS, LiveService
 

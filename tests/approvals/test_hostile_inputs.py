@@ -23,18 +23,18 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from sagacity import EntryDraft, EventType, Sagacity
-from sagacity import _attributes as attr
-from sagacity._decision_signature import DecisionSigner
 from sagacity._env import key_service_from_env
-from sagacity._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
-from sagacity._keys import KeyService
 from sagacity.chain import link, payload_sha256
 from sagacity.consumers.approvals import RequestConsumer
 from sagacity.consumers.approvals._service import ApprovalService
+from sagacity.entries import _attributes as attr
 from sagacity.ports import RequestRow, RowState
 from sagacity.postgres import PostgresKeyStore, PostgresRequestStore
+from sagacity.privacy._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
+from sagacity.privacy._keys import KeyService
 from sagacity.producer import KafkaJournal
 from sagacity.schemas import encode_entry
+from sagacity.signing._decision_signature import DecisionSigner
 
 from .tools import Bank
 

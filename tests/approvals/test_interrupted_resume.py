@@ -17,10 +17,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from sagacity import EventType, Sagacity, SagaStatus
-from sagacity._decision_signature import generate_key
-from sagacity._tool import executed_draft, failed_draft, intent_draft
 from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
 from sagacity.producer import KafkaJournal
+from sagacity.signing._decision_signature import generate_key
+from sagacity.tools._tool import executed_draft, failed_draft, intent_draft
 
 from .conftest import ALICE, MALLORY, bearer
 from .tools import Bank, calls

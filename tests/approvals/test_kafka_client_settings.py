@@ -114,7 +114,7 @@ def test_the_request_consumer_takes_the_kafka_client_settings(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from sagacity._decision_signature import generate_key
+    from sagacity.signing._decision_signature import generate_key
 
     generate_key(tmp_path / "approvals.pem")
     monkeypatch.setenv("SAGACITY_KAFKA_CLIENT_ID", "approvals-under-test")
@@ -136,8 +136,8 @@ def test_the_server_closes_the_key_service_of_a_journal_it_made_only(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from sagacity._decision_signature import generate_key
     from sagacity.keys import KEK_SETTING, KeyService, write_key_encryption_key
+    from sagacity.signing._decision_signature import generate_key
 
     generate_key(tmp_path / "approvals.pem")
     write_key_encryption_key(tmp_path / "journal.kek")

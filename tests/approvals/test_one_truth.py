@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from sagacity import EntryDraft, EventType, Sagacity, SagaStatus
-from sagacity import _attributes as attr
 from sagacity.chain import link, payload_sha256
+from sagacity.entries import _attributes as attr
 from sagacity.errors import ApprovalMissingError
 from sagacity.producer import KafkaJournal, partition_for
 from sagacity.schemas import encode_entry

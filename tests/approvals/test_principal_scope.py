@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sagacity import EventType, SagaStatus
-from sagacity._scope import calling_as
+from sagacity.saga._scope import calling_as
 
 from .conftest import ALICE, LiveService, bearer, entry_text
 from .test_api import Harness, wires

@@ -23,12 +23,12 @@ import pytest
 from confluent_kafka import Producer
 
 from sagacity import EntryDraft, EventType, Sagacity, SagaStatus
-from sagacity import _attributes as attr
-from sagacity._decision_signature import generate_key
 from sagacity.chain import link
+from sagacity.entries import _attributes as attr
 from sagacity.errors import ApprovalMissingError
 from sagacity.producer import KafkaJournal
 from sagacity.schemas import encode_entry
+from sagacity.signing._decision_signature import generate_key
 
 from ._process import REPO, Replica
 from .conftest import ALICE, MALLORY, bearer, shown

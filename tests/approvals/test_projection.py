@@ -21,14 +21,14 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from sagacity import DecisionSigner, EntryDraft, EventType, Sagacity, SagaStatus
-from sagacity import _attributes as attr
-from sagacity._decision_signature import DecisionVerifier
 from sagacity.consumers.approvals import RequestConsumer
+from sagacity.entries import _attributes as attr
 from sagacity.ports import RequestRow, RowState
 from sagacity.postgres import PostgresRequestStore
 from sagacity.postgres import migrate as run_migrations
 from sagacity.postgres._requests import COMPONENT, MIGRATIONS
 from sagacity.schemas import decode_entry
+from sagacity.signing._decision_signature import DecisionVerifier
 from sagacity.testing import InMemoryRequestStore
 
 from .tools import Bank

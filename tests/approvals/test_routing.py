@@ -19,27 +19,27 @@ import httpx
 import pytest
 
 from sagacity import EventType, Sagacity, SagaStatus
-from sagacity import _attributes as attr
-from sagacity._decision_signature import DecisionSigner
-from sagacity._events import now_micros
-from sagacity._operator_signature import OperatorVerifier
-from sagacity._operator_signature import generate_key as operator_keygen
-from sagacity._outcome import outcome_from_chain
-from sagacity._requests import RequestStatus, request_state
 from sagacity.adapters import ModelLines
 from sagacity.consumers.approvals import ApprovalService, AuthFile, extend_deadline
 from sagacity.consumers.approvals._api import create_app
 from sagacity.consumers.approvals._auth import Principal
 from sagacity.consumers.approvals._routing import FALLBACK_ACTOR, LiveRouting
 from sagacity.consumers.approvals.console._notify import ESCALATED, NEW_REQUEST, Notifier
+from sagacity.entries import _attributes as attr
+from sagacity.entries._events import now_micros
 from sagacity.errors import (
     AlreadyDecidedError,
     ApprovalMissingError,
     ConfigurationError,
     PermissionDeniedError,
 )
+from sagacity.gate._requests import RequestStatus, request_state
 from sagacity.postgres import PostgresRequestStore
 from sagacity.producer import KafkaJournal
+from sagacity.saga._outcome import outcome_from_chain
+from sagacity.signing._decision_signature import DecisionSigner
+from sagacity.signing._operator_signature import OperatorVerifier
+from sagacity.signing._operator_signature import generate_key as operator_keygen
 
 from .conftest import ALICE
 from .tools import Bank
@@ -346,8 +346,8 @@ def test_a_fallback_of_approve_is_refused_when_the_service_starts(
 
 def _forged_extension(r: Routed, saga_id: str, seq: int, signer: Any | None) -> None:
     """A DEADLINE_EXTENDED by the agent: unsigned, or signed with a key nobody pinned."""
-    from sagacity._deadline_extension import extension_draft
-    from sagacity._operator_signature import append_signed
+    from sagacity.gate._deadline_extension import extension_draft
+    from sagacity.signing._operator_signature import append_signed
 
     draft = extension_draft(
         saga_id, seq, 24 * HOUR_US, actor="operator:mallory", recorded_at_us=now_micros(), tool=None

@@ -21,9 +21,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from sagacity import EventType, Sagacity, SagaStatus
-from sagacity._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
-from sagacity._keys import KeyService
 from sagacity.postgres import PostgresKeyStore
+from sagacity.privacy._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
+from sagacity.privacy._keys import KeyService
 from sagacity.producer import KafkaJournal
 from sagacity.schemas._codec import decode_record
 

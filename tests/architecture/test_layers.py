@@ -34,11 +34,17 @@ ROOT_MODULES = (COMPOSITION_ROOT, COMPOSE)
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {
     # The named exception: Sagacity.from_env() delegates to the composition root (a lazy
     # import inside the method, so the core imports without the Kafka client).
-    ("sagacity._saga", COMPOSITION_ROOT): "Sagacity.from_env delegates to the composition root",
+    (
+        "sagacity.saga._saga",
+        COMPOSITION_ROOT,
+    ): "Sagacity.from_env delegates to the composition root",
     # The key service seals and opens with the keys of the key store's port: the port is
     # declared with the others in sagacity.ports (its adapters below the services), and the
     # service, a core rule over it (one key per saga, erasure, rotation), reads its types.
-    ("sagacity._keys", "sagacity.ports"): "the key service is written against the KeyStore port",
+    (
+        "sagacity.privacy._keys",
+        "sagacity.ports",
+    ): "the key service is written against the KeyStore port",
 }
 
 # Private modules of other packages the CLI may import, each with its reason.
@@ -46,16 +52,16 @@ CLI_PRIVATE_ALLOWED: dict[str, str] = {
     # The composition root is where the CLI assembles journals from the environment.
     COMPOSITION_ROOT: "the CLI assembles journals through the composition root",
     # Shared names (topic, groups) of option defaults; not part of the user's API.
-    "sagacity._defaults": "option defaults shared with the services",
+    "sagacity.config._defaults": "option defaults shared with the services",
     # Core helpers of operators' commands (key files, durations): the core's public API,
     # ``sagacity.__all__`` (pinned by tests/core/test_public_api.py), is the agent's and
     # does not carry them.
-    "sagacity._decision_signature": "`approvals keygen` and the resumer's pinned keys",
-    "sagacity._writer_signature": "`archive writer-keygen` writes writer key files",
-    "sagacity._operator_signature": "`keys operator-keygen`, the operator key of `saga compensate` "
-    "and `erase`",
-    "sagacity._duration": "one duration parser for every option",
-    "sagacity._undo_preview": "`saga undo` lists what an undo could reverse (the compensation "
+    "sagacity.signing._decision_signature": "`approvals keygen` and the resumer's pinned keys",
+    "sagacity.signing._writer_signature": "`archive writer-keygen` writes writer key files",
+    "sagacity.signing._operator_signature": "`keys operator-keygen`, the operator key of "
+    "`saga compensate` and `erase`",
+    "sagacity.config._duration": "one duration parser for every option",
+    "sagacity.undo._undo_preview": "`saga undo` lists what an undo could reverse (the compensation "
     "runner's plan, read as the service would)",
     # The approvals package imports its HTTP API (FastAPI, the services extra) eagerly;
     # the token and principal commands and `serve mcp` need the auth file alone.
@@ -283,7 +289,7 @@ def test_the_cli_imports_public_names_only() -> None:
     ("module", "expected"),
     [
         ("sagacity", CORE),
-        ("sagacity._saga", CORE),
+        ("sagacity.saga._saga", CORE),
         ("sagacity.chain", CORE),
         ("sagacity.chain._acceptance", CORE),
         ("sagacity.chain._fastverify", CORE),

@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import psycopg
 
-from sagacity._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
 from sagacity.chain import committing, link
 from sagacity.consumers.archive import RawEvent
+from sagacity.entries._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
 from sagacity.schemas import decode_entry, encode_entry
 
 # 2026-03-15T12:00:00Z in microseconds.

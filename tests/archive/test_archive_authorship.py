@@ -28,14 +28,14 @@ from sagacity import (
     compensable,
     compensation,
 )
-from sagacity import _attributes as attr
-from sagacity._decision_signature import generate_key
-from sagacity._writer_roles import WriterRole
-from sagacity._writer_signature import HEADER, WriterKey, writer_message
 from sagacity.chain import link
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
+from sagacity.entries import _attributes as attr
 from sagacity.producer import KafkaJournal
 from sagacity.schemas import encode_entry
+from sagacity.signing._decision_signature import generate_key
+from sagacity.signing._writer_roles import WriterRole
+from sagacity.signing._writer_signature import HEADER, WriterKey, writer_message
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 E = EventType

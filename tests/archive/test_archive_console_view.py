@@ -49,13 +49,13 @@ def test_the_consoles_bundle_withholds_redaction_salts_and_still_verifies(
     from test_redaction_end_to_end import ADA, CARD, Payments, _raw
 
     from sagacity import EventType, Sagacity, SagaStatus
-    from sagacity._decision_signature import DecisionSigner
-    from sagacity._envelope import KeyRing, write_key_encryption_key
-    from sagacity._keys import KeyService
-    from sagacity._redaction import stored_salts
     from sagacity.consumers.archive import BatchArchiver, RawEvent
     from sagacity.postgres import PostgresKeyStore
+    from sagacity.privacy._envelope import KeyRing, write_key_encryption_key
+    from sagacity.privacy._keys import KeyService
+    from sagacity.privacy._redaction import stored_salts
     from sagacity.producer import KafkaJournal
+    from sagacity.signing._decision_signature import DecisionSigner
 
     topic = make_topic(partitions=1)
     keys = KeyService(

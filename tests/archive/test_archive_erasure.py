@@ -17,8 +17,6 @@ from click.testing import CliRunner
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from psycopg import sql
 
-from sagacity._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
-from sagacity._operator_signature import OperatorSigner
 from sagacity.chain import committing, link
 from sagacity.cli import main
 from sagacity.consumers.archive import (
@@ -27,7 +25,9 @@ from sagacity.consumers.archive import (
     erase_in_archive,
     erasure_records,
 )
+from sagacity.entries._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
 from sagacity.errors import ErasureRefusedError
+from sagacity.signing._operator_signature import OperatorSigner
 
 pytestmark = pytest.mark.postgres
 

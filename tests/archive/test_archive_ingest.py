@@ -213,10 +213,10 @@ def test_sealed_events_are_archived_opened_with_the_keys_and_quarantined_when_al
     that does not authenticate is quarantined as "authentication failed"."""
     import os
 
-    from sagacity._envelope import KeyEncryptionKey, KeyRing
-    from sagacity._keys import KeyService
     from sagacity.chain import committing
     from sagacity.consumers.archive import BatchArchiver
+    from sagacity.privacy._envelope import KeyEncryptionKey, KeyRing
+    from sagacity.privacy._keys import KeyService
     from sagacity.schemas._codec import decode_record, encode_sealed
     from sagacity.testing import InMemoryKeyStore
 
@@ -263,10 +263,10 @@ def test_sealed_events_archived_without_the_keys_keep_their_commitments(archiver
     import os
 
     from sagacity import verify
-    from sagacity._envelope import KeyEncryptionKey, KeyRing
-    from sagacity._keys import KeyService
     from sagacity.chain import committing
     from sagacity.consumers.archive import iter_audits
+    from sagacity.privacy._envelope import KeyEncryptionKey, KeyRing
+    from sagacity.privacy._keys import KeyService
     from sagacity.schemas._codec import encode_sealed
     from sagacity.testing import InMemoryKeyStore
 

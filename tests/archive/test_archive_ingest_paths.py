@@ -18,7 +18,6 @@ from archive_helpers import BASE_US, as_raw, make_chain, rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sagacity._events import GENESIS_HASH, EntryDraft, EventType, UnknownEventType
 from sagacity.chain import canonical_layout, hash_of, link
 from sagacity.consumers.archive import BatchArchiver, QuarantineReason, RawEvent
 from sagacity.consumers.archive._ingest import (
@@ -28,6 +27,7 @@ from sagacity.consumers.archive._ingest import (
     _native_archive_row,
     _Refusal,
 )
+from sagacity.entries._events import GENESIS_HASH, EntryDraft, EventType, UnknownEventType
 from sagacity.schemas import encode_entry
 from sagacity.schemas._codec import MAGIC, current_schema, entry_record
 
@@ -392,10 +392,10 @@ def test_a_sealed_form_2_event_is_archived_alike_with_and_without_the_compiled_m
     from psycopg import connect
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    from sagacity._envelope import KeyEncryptionKey, KeyRing
-    from sagacity._keys import KeyService
     from sagacity.chain import committing
     from sagacity.consumers.archive import _audit, iter_audits, migrate
+    from sagacity.privacy._envelope import KeyEncryptionKey, KeyRing
+    from sagacity.privacy._keys import KeyService
     from sagacity.schemas._codec import decode_record, encode_sealed
     from sagacity.testing import InMemoryKeyStore
 

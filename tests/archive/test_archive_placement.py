@@ -17,12 +17,12 @@ from click.testing import CliRunner
 from confluent_kafka import Producer
 
 from sagacity import EntryDraft, EventType, Reversibility, Sagacity, compensable
-from sagacity import _attributes as attr
-from sagacity._decision_signature import generate_key
 from sagacity.chain import link
 from sagacity.cli import main
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
+from sagacity.entries import _attributes as attr
 from sagacity.producer import KafkaJournal, partition_for
+from sagacity.signing._decision_signature import generate_key
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 ALICE = '{"amount":"100","to":"alice"}'

@@ -16,11 +16,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from sagacity import EntryDraft, EventType, JournalEntry
-from sagacity._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
-from sagacity._keys import KeyService
 from sagacity.chain import committing, link
 from sagacity.consumers.archive import BatchArchiver, RawEvent
 from sagacity.postgres import PostgresKeyStore
+from sagacity.privacy._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
+from sagacity.privacy._keys import KeyService
 from sagacity.producer import KafkaJournal
 from sagacity.schemas._codec import decode_record, encode_sealed
 

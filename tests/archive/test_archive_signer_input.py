@@ -19,7 +19,6 @@ from archive_helpers import as_raw, encode, make_chain, rows
 from click.testing import CliRunner
 from confluent_kafka import Producer
 
-from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity.chain import link
 from sagacity.cli import main
 from sagacity.consumers.archive import (
@@ -30,6 +29,7 @@ from sagacity.consumers.archive import (
     sign_pending,
 )
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
+from sagacity.entries._events import EntryDraft, EventType, JournalEntry
 
 pytestmark = [pytest.mark.postgres]
 
@@ -384,10 +384,10 @@ def test_reading_again_does_not_attest_an_event_its_writer_may_not_write(
     """With a writer registry, agent-2's append into agent-1's saga was quarantined
     (``writer_not_owner``).  Someone copies it into the table.  Read again after a restart, it
     is found there, but the writer rule refuses it again: reported, never signed."""
-    from sagacity import _attributes as attr
-    from sagacity._writer_roles import WriterRole
-    from sagacity._writer_signature import HEADER, WriterKey, WriterRegistry
     from sagacity.consumers.archive import Authorship, RawEvent
+    from sagacity.entries import _attributes as attr
+    from sagacity.signing._writer_roles import WriterRole
+    from sagacity.signing._writer_signature import HEADER, WriterKey, WriterRegistry
 
     signer = generate_key(tmp_path / "archive.key")
     keys = {}

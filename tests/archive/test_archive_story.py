@@ -31,16 +31,16 @@ from sagacity import (
     compensable,
     compensation,
 )
-from sagacity import _attributes as attr
-from sagacity._operator_signature import OperatorSigner
-from sagacity._writer_signature import WriterKey
 from sagacity.chain import committing, link
 from sagacity.cli import main
 from sagacity.consumers.archive import BatchArchiver, Signer, generate_key, sign_pending
 from sagacity.consumers.archive._export import export_bundle
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
+from sagacity.entries import _attributes as attr
 from sagacity.errors import ApprovalError
 from sagacity.producer import KafkaJournal
+from sagacity.signing._operator_signature import OperatorSigner
+from sagacity.signing._writer_signature import WriterKey
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 E = EventType
@@ -402,8 +402,8 @@ def test_a_forged_erased_counts_in_no_auditors_tool_and_the_data_is_withheld(
     openings.  With the operator key pinned, verify, the bundle verifier and audit watch
     count only the operator's erasure: the forged one is reported and the data it claims
     erased is withheld (docs/adr/0027-operator-signatures.md)."""
-    from sagacity._operator_signature import OperatorVerifier
     from sagacity.postgres import PostgresKeyStore
+    from sagacity.signing._operator_signature import OperatorVerifier
 
     other = OperatorSigner(Ed25519PrivateKey.generate())
     forged = _erased_saga("forged", sign=None if forgery == "unsigned" else other)

@@ -14,11 +14,11 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from sagacity import EntryDraft, EventType, JournalEntry
-from sagacity._envelope import KeyRing, write_key_encryption_key
-from sagacity._keys import KeyService
 from sagacity.chain import GENESIS_HASH, committing, link
 from sagacity.consumers.archive import BatchArchiver, RawEvent
 from sagacity.postgres import PostgresKeyStore
+from sagacity.privacy._envelope import KeyRing, write_key_encryption_key
+from sagacity.privacy._keys import KeyService
 from sagacity.schemas._codec import encode_sealed
 
 pytestmark = [pytest.mark.postgres]

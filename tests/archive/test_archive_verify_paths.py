@@ -15,7 +15,6 @@ import psycopg
 import pytest
 from archive_helpers import BASE_US, as_raw, make_chain
 
-from sagacity._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry, UnknownEventType
 from sagacity.chain import link
 from sagacity.consumers.archive import (
     AuditReason,
@@ -31,6 +30,13 @@ from sagacity.consumers.archive._auditstream import snapshot_reader
 from sagacity.consumers.archive._columncheck import verified_head
 from sagacity.consumers.archive._retention import sign_records
 from sagacity.consumers.archive._rows import ROW_COLUMNS
+from sagacity.entries._events import (
+    GENESIS_HASH,
+    EntryDraft,
+    EventType,
+    JournalEntry,
+    UnknownEventType,
+)
 
 pytestmark = pytest.mark.postgres
 

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from test_fastverify import copy_binary
 
-from sagacity._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
 from sagacity.chain import _fastverify, link
 from sagacity.chain._fastverify import batch_verdict, chain_verifier
 from sagacity.consumers.archive import (
@@ -26,6 +25,7 @@ from sagacity.consumers.archive import (
 )
 from sagacity.consumers.archive._reasons import AuditReason
 from sagacity.consumers.archive._roundaudit import RoundAudit
+from sagacity.entries._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
 
 pytestmark = pytest.mark.skipif(
     _fastverify.NATIVE_AUDITOR is None,

@@ -10,7 +10,6 @@ import psycopg
 import pytest
 from archive_helpers import as_raw, make_chain
 
-from sagacity._events import GENESIS_HASH, EntryDraft, EventType
 from sagacity.chain import BreakReason, link, verify
 from sagacity.chain._fastverify import NATIVE, chain_verifier
 from sagacity.consumers.archive._chainstream import (
@@ -20,6 +19,7 @@ from sagacity.consumers.archive._chainstream import (
     decoded_rows,
 )
 from sagacity.consumers.archive._rows import ROW_COLUMNS, entry_of_row
+from sagacity.entries._events import GENESIS_HASH, EntryDraft, EventType
 
 pytestmark = pytest.mark.postgres
 

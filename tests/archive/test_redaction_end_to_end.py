@@ -19,15 +19,15 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from sagacity import EventType, Reversibility, Sagacity, SagaStatus, compensable, verify
-from sagacity._decision_signature import DecisionSigner
-from sagacity._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
-from sagacity._keys import KeyService
-from sagacity._redaction import REDACTED, stored_salts
 from sagacity.chain import payload_sha256
 from sagacity.consumers.archive import BatchArchiver, RawEvent
 from sagacity.errors import ConfigurationError, PayloadMismatchError
 from sagacity.postgres import PostgresKeyStore
+from sagacity.privacy._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
+from sagacity.privacy._keys import KeyService
+from sagacity.privacy._redaction import REDACTED, stored_salts
 from sagacity.producer import KafkaJournal
+from sagacity.signing._decision_signature import DecisionSigner
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 _HEAVY = {
-    "sagacity._saga",
+    "sagacity.saga._saga",
     "asyncio",
     "pydantic",
     "confluent_kafka",

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sagacity._operator_signature import OperatorSigner, OperatorVerifier
 from sagacity.cli import main
+from sagacity.signing._operator_signature import OperatorSigner, OperatorVerifier
 
 # No broker nor database is reached: every case stops at the key, before connecting.
 _ENV = {

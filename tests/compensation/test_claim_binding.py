@@ -8,16 +8,16 @@ import hashlib
 import psycopg
 import pytest
 
-from sagacity._compensation import CompensationCall
-from sagacity._events import GENESIS_HASH, EntryDraft, EventType
 from sagacity.chain import link
 from sagacity.consumers.compensation._invoker import ClaimingInvoker
 from sagacity.consumers.compensation._job import _step_claims
+from sagacity.entries._events import GENESIS_HASH, EntryDraft, EventType
 from sagacity.errors import CompensationInDoubtError
 from sagacity.ports import Claim, ClaimStatus
 from sagacity.postgres._claims import COMPONENT, TABLE, PostgresClaimStore, _migrations
 from sagacity.postgres._migrate import migrate
 from sagacity.testing import InMemoryClaimStore
+from sagacity.undo._compensation import CompensationCall
 
 JOURNAL = "kafka:cluster/journal"
 

@@ -16,12 +16,12 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from sagacity import EntryDraft, EventType, SagaStatus, verify
-from sagacity._compensation import CompensationCall
-from sagacity._events import GENESIS_HASH
 from sagacity.chain import link
 from sagacity.consumers.compensation._invoker import ClaimingInvoker
+from sagacity.entries._events import GENESIS_HASH
 from sagacity.errors import CompensationInterruptedError
 from sagacity.postgres import PostgresClaimStore
+from sagacity.undo._compensation import CompensationCall
 from tests.compensation.conftest import Lane, free_port
 from tests.compensation.netcut import Relay
 from tests.compensation.test_service_e2e import fail_after

@@ -26,9 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from sagacity import EventType, SagaStatus, verify
-from sagacity._outcome import outcome_from_chain
 from sagacity.consumers.compensation._failpoints import POINTS
 from sagacity.producer import KafkaJournal
+from sagacity.saga._outcome import outcome_from_chain
 from tests.compensation.conftest import Lane
 from tests.compensation.test_service_e2e import fail_after
 

@@ -18,9 +18,9 @@ import pytest
 from click.testing import CliRunner
 
 from sagacity import EntryDraft, EventType, Sagacity, SagaStatus, verify
-from sagacity._operator_signature import OperatorSigner, generate_key
 from sagacity.cli import main
 from sagacity.producer import KafkaJournal
+from sagacity.signing._operator_signature import OperatorSigner, generate_key
 from tests.compensation.conftest import Lane, ServiceProcess
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
@@ -93,7 +93,7 @@ def test_an_unsigned_request_on_a_completed_saga_is_dead_lettered_and_nothing_un
     other = generate_key(tmp_path / "other.pem")
     journal = KafkaJournal(lane.bootstrap, topic=lane.topic, writer_id="agent-mallory")
     lane.journals.append(journal)
-    from sagacity._operator_signature import append_signed
+    from sagacity.signing._operator_signature import append_signed
 
     append_signed(
         journal,
@@ -198,7 +198,7 @@ def test_a_forged_erased_does_not_end_a_pending_request(
     """Any writer can append ERASED: one no pinned operator key signed, appended after a run
     handed its saga to compensation, must not end the pending request (the saga would stay
     COMPENSATION_PENDING, its steps never undone)."""
-    from sagacity._operator_signature import append_signed
+    from sagacity.signing._operator_signature import append_signed
     from tests.compensation.test_service_e2e import fail_after
 
     signer, _ = operator

@@ -20,11 +20,11 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from sagacity import EventType, Sagacity, SagaStatus
-from sagacity._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
-from sagacity._events import JournalEntry
-from sagacity._keys import KeyService
-from sagacity._redaction import MASK
+from sagacity.entries._events import JournalEntry
 from sagacity.postgres import PostgresKeyStore
+from sagacity.privacy._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
+from sagacity.privacy._keys import KeyService
+from sagacity.privacy._redaction import MASK
 from sagacity.producer import KafkaJournal
 from sagacity.schemas import decode_entry
 from tests.compensation import svc_tools

@@ -21,9 +21,9 @@ import pytest
 from click.testing import CliRunner
 
 from sagacity import EventType, Sagacity, SagaStatus, verify
-from sagacity._operator_signature import OperatorSigner, generate_key
 from sagacity.chain._grammar import check
 from sagacity.cli import main
+from sagacity.signing._operator_signature import OperatorSigner, generate_key
 from tests.compensation.conftest import Lane
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
@@ -163,7 +163,7 @@ def test_a_recovered_error_rolls_nothing_back(make_lane: Callable[..., Lane]) ->
         assert tool is not None
         attempts.append("ship")
         if len(attempts) == 1:
-            from sagacity._tool import journaled_call
+            from sagacity.tools._tool import journaled_call
 
             def broken() -> str:
                 raise RuntimeError("carrier timeout")

@@ -54,7 +54,7 @@ def suspect_saga(agent: Sagacity, saga: str) -> int:
 def test_a_suspect_settled_executed_is_undone_once_by_the_compensation_service(
     make_lane: Callable[..., Lane], tmp_path: Path
 ) -> None:
-    from sagacity._decision_signature import generate_key
+    from sagacity.signing._decision_signature import generate_key
 
     key = generate_key(tmp_path / "approvals.pem")
     lane = make_lane()

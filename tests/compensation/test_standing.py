@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from sagacity import EntryDraft, EventType, InMemoryJournal, JournalEntry
-from sagacity._operator_signature import OperatorSigner, OperatorVerifier, append_signed
-from sagacity._operator_signature import generate_key as generate_operator_key
-from sagacity._standing import standing
 from sagacity.consumers.compensation import pending_request
+from sagacity.signing._operator_signature import OperatorSigner, OperatorVerifier, append_signed
+from sagacity.signing._operator_signature import generate_key as generate_operator_key
+from sagacity.undo._standing import standing
 
 E = EventType
 

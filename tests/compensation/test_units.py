@@ -194,11 +194,11 @@ def test_the_service_loads_a_tool_that_redacts_when_it_holds_a_key_service() -> 
     setting."""
     import os
 
-    from sagacity._envelope import KeyEncryptionKey, KeyRing
-    from sagacity._keys import KeyService
     from sagacity.consumers.compensation import CompensationService, CompensationSettings
     from sagacity.errors import ConfigurationError
     from sagacity.ports import Dependencies
+    from sagacity.privacy._envelope import KeyEncryptionKey, KeyRing
+    from sagacity.privacy._keys import KeyService
     from sagacity.testing import InMemoryKeyStore
 
     settings = CompensationSettings(

@@ -21,9 +21,14 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from sagacity import Sagacity, SagaStatus
-from sagacity._envelope import KEK_SETTING, KeyEncryptionKey, KeyRing, write_key_encryption_key
-from sagacity._keys import KeyService
 from sagacity.postgres import PostgresKeyStore
+from sagacity.privacy._envelope import (
+    KEK_SETTING,
+    KeyEncryptionKey,
+    KeyRing,
+    write_key_encryption_key,
+)
+from sagacity.privacy._keys import KeyService
 from sagacity.producer import KafkaJournal
 from tests.compensation import svc_tools
 from tests.compensation.conftest import Lane

@@ -13,13 +13,13 @@ import pytest
 from confluent_kafka import Producer
 
 from sagacity import EntryDraft, EventType, Sagacity, SagaStatus
-from sagacity import _attributes as attr
-from sagacity._writer_roles import WriterRole
-from sagacity._writer_signature import HEADER, WriterKey, WriterRegistry
 from sagacity.chain import link
 from sagacity.consumers.compensation._job import WRITER_PREFIX
+from sagacity.entries import _attributes as attr
 from sagacity.producer import KafkaJournal
 from sagacity.schemas import encode_entry
+from sagacity.signing._writer_roles import WriterRole
+from sagacity.signing._writer_signature import HEADER, WriterKey, WriterRegistry
 from tests.compensation import svc_tools
 from tests.compensation.conftest import Lane
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from sagacity._events import JournalEntry
 from sagacity.chain._acceptance import REGISTRY_KINDS, ForkKind, Tail, admit
+from sagacity.entries._events import JournalEntry
 from sagacity.postgres import PostgresRequestStore
 from sagacity.producer import SagaRead
 from sagacity.testing import InMemoryRequestStore
@@ -232,8 +232,8 @@ def test_with_a_writer_registry_the_reader_refuses_what_a_writer_may_not_write(
     tmp_path: Path,
 ) -> None:
     from sagacity import EntryDraft, EventType
-    from sagacity._writer_signature import WriterKey, WriterRegistry
     from sagacity.chain import link
+    from sagacity.signing._writer_signature import WriterKey, WriterRegistry
 
     keys = {}
     for writer in ("agent-1", "agent-2"):

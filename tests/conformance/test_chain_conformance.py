@@ -31,7 +31,6 @@ from typing import Any
 import pytest
 
 from sagacity import GENESIS_HASH, BreakReason, EntryDraft, JournalEntry, verify
-from sagacity._events import event_type_of
 from sagacity.chain import (
     _fastverify,
     canonical_bytes,
@@ -44,6 +43,7 @@ from sagacity.chain import (
 from sagacity.chain._acceptance import ForkKind
 from sagacity.consumers.archive import _audit, _columncheck, _judging, verify_bundle
 from sagacity.consumers.archive._rows import entry_of_row
+from sagacity.entries._events import event_type_of
 from sagacity.errors import SerializationError
 from sagacity.schemas import _hotpath, decode_entry
 

@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 
 from sagacity import JournalEntry
-from sagacity._ed25519 import key_id_of
 from sagacity.chain import _fastverify
 from sagacity.consumers.archive import (
     _audit,
@@ -48,6 +47,7 @@ from sagacity.consumers.archive._merkle import (
 )
 from sagacity.consumers.archive._retention import RECORD_COLUMNS, anchor_leaf, anchors_root
 from sagacity.consumers.archive._roundlog import round_from_dict, round_to_dict
+from sagacity.signing._ed25519 import key_id_of
 
 ROOT = Path(__file__).resolve().parents[2]
 V = json.loads((ROOT / "tests/vectors/checkpoints-v1.json").read_text(encoding="utf-8"))

@@ -30,12 +30,12 @@ from typing import Any
 import pytest
 
 from sagacity import JournalEntry
-from sagacity._operator_signature import OperatorVerifier
-from sagacity._withheld import DataAccount
 from sagacity.chain._grammar import GrammarRule, check
 from sagacity.consumers.archive import AuditReason, verify_bundle
 from sagacity.consumers.archive._story import read_stories
 from sagacity.consumers.archive._watch import AlertReason
+from sagacity.privacy._withheld import DataAccount
+from sagacity.signing._operator_signature import OperatorVerifier
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS = json.loads((ROOT / "tests" / "vectors" / "grammar-v1.json").read_text(encoding="utf-8"))

@@ -178,7 +178,7 @@ def console_settings(
     Returns:
         The settings and the signing key's public key (hex), which resumers pin.
     """
-    from sagacity._decision_signature import generate_key
+    from sagacity.signing._decision_signature import generate_key
 
     auth = tmp / "auth.toml"
     auth.write_text(

@@ -432,8 +432,8 @@ def test_a_decoy_request_is_not_what_the_console_shows_or_signs(world: World) ->
     from confluent_kafka import Producer
 
     from sagacity import EntryDraft
-    from sagacity import _attributes as attr
     from sagacity.chain import link, payload_sha256
+    from sagacity.entries import _attributes as attr
     from sagacity.schemas import encode_entry
 
     saga = saga_id("decoy")

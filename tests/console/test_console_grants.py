@@ -15,7 +15,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
 from sagacity import EventType
-from sagacity import _attributes as attr
+from sagacity.entries import _attributes as attr
 from tests.console.conftest import World, saga_id, submit
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]

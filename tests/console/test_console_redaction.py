@@ -31,12 +31,12 @@ from sagacity import (
     compose,
     verify,
 )
-from sagacity._redaction import MASK, REDACTED, REDACTION_ATTRIBUTE, stored_salts
 from sagacity.chain import payload_sha256
 from sagacity.consumers.approvals import ApprovalsServer
 from sagacity.errors import PayloadMismatchError
 from sagacity.keys import KEK_SETTING, KeyRing, KeyService, write_key_encryption_key
 from sagacity.postgres import PostgresKeyStore
+from sagacity.privacy._redaction import MASK, REDACTED, REDACTION_ATTRIBUTE, stored_salts
 from sagacity.producer import KafkaJournal
 from tests.console.conftest import (
     World,
@@ -346,7 +346,7 @@ def test_an_agents_token_does_not_sign_in_to_the_console(sealed: Sealed) -> None
 
 
 def test_an_approver_cannot_approve_his_own_agents_request_in_the_browser(sealed: Sealed) -> None:
-    from sagacity._scope import calling_as
+    from sagacity.saga._scope import calling_as
 
     world = sealed.world
     saga = saga_id("own")

@@ -95,9 +95,9 @@ def test_a_redacted_field_is_shown_masked_on_the_request_page() -> None:
     the redacted fields; the exact stored bytes (the redaction keys) stay on the page."""
     import jinja2
 
-    from sagacity._redaction import redact
     from sagacity.chain import payload_sha256
     from sagacity.consumers.approvals.console import _page, _requests, _routes
+    from sagacity.privacy._redaction import redact
 
     clear = '{"amount":120,"card_number":"4111111111111111","customer":{"name":"Ada"}}'
     payload = redact("charge", clear, ("$.card_number", "$.customer.iban")).payload

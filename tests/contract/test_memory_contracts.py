@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sagacity._decision_signature import DecisionVerifier
-from sagacity._events import JournalEntry
+from sagacity.entries._events import JournalEntry
 from sagacity.ports import ClaimStatus, ClaimStore, KeyStore, RequestStore, SagaIndex
+from sagacity.signing._decision_signature import DecisionVerifier
 from sagacity.testing import (
     InMemoryClaimStore,
     InMemoryKeyStore,

@@ -8,10 +8,9 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from sagacity._decision_signature import DecisionVerifier
-from sagacity._defaults import DEFAULT_ARCHIVE_GROUP as DEFAULT_GROUP
-from sagacity._events import JournalEntry
+from sagacity.config._defaults import DEFAULT_ARCHIVE_GROUP as DEFAULT_GROUP
 from sagacity.consumers.archive._db import migrate
+from sagacity.entries._events import JournalEntry
 from sagacity.ports import ClaimStatus, ClaimStore, KeyStore, RequestStore, SagaIndex
 from sagacity.postgres import (
     PostgresClaimStore,
@@ -19,6 +18,7 @@ from sagacity.postgres import (
     PostgresRequestStore,
     PostgresSagaIndex,
 )
+from sagacity.signing._decision_signature import DecisionVerifier
 from sagacity.testing.contracts import (
     JOURNAL,
     ClaimStoreContract,

@@ -664,7 +664,7 @@ def test_reject_racing_a_resume_loses_cleanly() -> None:
 
 def _interrupt_resume(sagacity: Sagacity, seq: int, *, executed: bool) -> None:
     """What a resume journals before its process dies: the call's INTENT (and EXECUTED)."""
-    from sagacity._tool import executed_draft, intent_draft
+    from sagacity.tools._tool import executed_draft, intent_draft
 
     tool = sagacity.registry.get("send_wire_transfer")
     assert tool is not None

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from sagacity import EntryDraft, EventType, InMemoryJournal, Sagacity
-from sagacity._bounds import INT32_MAX, INT64_MAX, INT64_MIN, parse_int, saturating_add
-from sagacity._events import JournalEntry
-from sagacity._requests import deadline_us, expiry_of, signatures_of
 from sagacity.chain import link, payload_sha256
+from sagacity.entries._bounds import INT32_MAX, INT64_MAX, INT64_MIN, parse_int, saturating_add
+from sagacity.entries._events import JournalEntry
 from sagacity.errors import SerializationError
+from sagacity.gate._requests import deadline_us, expiry_of, signatures_of
 
 E = EventType
 PAYLOAD = '{"amount":"100","to":"alice"}'

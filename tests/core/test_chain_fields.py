@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sagacity import GENESIS_HASH, EntryDraft, EventType, JournalEntry
-from sagacity._events import UnknownEventType
 from sagacity.chain import canonical_bytes, canonical_bytes_of, compute_hash, hash_of, link
+from sagacity.entries._events import UnknownEventType
 from sagacity.errors import SerializationError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,7 +142,7 @@ def test_linking_copies_every_field_of_the_draft() -> None:
     to ``EntryDraft`` must be copied too, or linked entries would lose it."""
     import dataclasses
 
-    from sagacity import _events
+    from sagacity.entries import _events
 
     assert tuple(f.name for f in dataclasses.fields(EntryDraft)) == _events._COPIED
     draft = EntryDraft(

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from sagacity import DecisionSigner, EventType, Sagacity, SagaStatus, verify
-from sagacity._decision_signature import generate_key
 from sagacity.errors import PayloadMismatchError, SagacityError
+from sagacity.signing._decision_signature import generate_key
 
 from .test_approval import ALICE, MALLORY, Bank
 

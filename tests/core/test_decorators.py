@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from sagacity import CompensationContext, Reversibility, compensable, compensation
-from sagacity._decorators import compensation_definition, tool_definition
 from sagacity.errors import DeclarationError
+from sagacity.tools._decorators import compensation_definition, tool_definition
 
 
 def test_compensable_returns_the_function_itself_and_it_stays_callable() -> None:

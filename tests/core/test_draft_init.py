@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sagacity import EntryDraft, EventType
-from sagacity._events import now_micros
+from sagacity.entries._events import now_micros
 from sagacity.errors import SerializationError
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from sagacity._duration import parse_duration, parse_retention, parse_seconds
 from sagacity.cli import main
+from sagacity.config._duration import parse_duration, parse_retention, parse_seconds
 from sagacity.consumers.archive._retention import parse_keep
 from sagacity.errors import DurationError, RetentionError
 from sagacity.producer._topic import DAY_MS

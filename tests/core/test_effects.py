@@ -27,9 +27,9 @@ from sagacity import (
     compensation,
     verify,
 )
-from sagacity._effect_calls import Notice
 from sagacity.chain import committing
 from sagacity.chain._grammar import check
+from sagacity.effects._effect_calls import Notice
 from sagacity.errors import DeclarationError, SagaExistsError, SagaFailedError
 
 E = EventType
@@ -141,7 +141,7 @@ def test_the_same_effect_key_replays_the_recorded_result_and_the_tool_runs_once(
 def test_a_replay_told_to_a_model_is_one_line_then_the_result(
     sagacity: Sagacity, shop: Shop
 ) -> None:
-    from sagacity._tool import journaled_call
+    from sagacity.tools._tool import journaled_call
 
     sagacity.wrap(shop)
     definition = sagacity.registry.get("charge")

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from sagacity import EntryDraft, EventType, InMemoryJournal, JournalEntry
-from sagacity._operator_signature import (
+from sagacity.chain import link
+from sagacity.errors import ConfigurationError, SigningKeyError
+from sagacity.signing._operator_signature import (
     OperatorSigner,
     OperatorVerifier,
     Reason,
@@ -20,8 +22,6 @@ from sagacity._operator_signature import (
     operator_reason,
     verifier_from_env,
 )
-from sagacity.chain import link
-from sagacity.errors import ConfigurationError, SigningKeyError
 
 E = EventType
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from sagacity import EntryDraft, EventType
-from sagacity._oversize import CUT_SHORT, ERROR_KEPT, without_bulk
+from sagacity.entries._oversize import CUT_SHORT, ERROR_KEPT, without_bulk
 
 
 def test_an_executed_result_is_left_out_with_its_digest_and_size() -> None:

@@ -23,15 +23,6 @@ from sagacity import (
     compensable,
     verify,
 )
-from sagacity._redaction import (
-    MASK,
-    REDACTED,
-    masked,
-    redact,
-    redact_paths,
-    redaction_key,
-    stored_salts,
-)
 from sagacity.chain import committing, payload_sha256
 from sagacity.errors import (
     ConfigurationError,
@@ -41,6 +32,15 @@ from sagacity.errors import (
     SerializationError,
 )
 from sagacity.policy import Policy
+from sagacity.privacy._redaction import (
+    MASK,
+    REDACTED,
+    masked,
+    redact,
+    redact_paths,
+    redaction_key,
+    stored_salts,
+)
 
 E = EventType
 CARD = "4111111111111111"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sagacity import EntryDraft, EventType, Reversibility, Sagacity, SagaStatus, compensable, verify
-from sagacity._redaction import MASK, MIN_MASKED_CHARS, mask_draft, redact, value_texts
+from sagacity.privacy._redaction import MASK, MIN_MASKED_CHARS, mask_draft, redact, value_texts
 from tests.core.test_redaction import SealingMemoryJournal
 
 E = EventType

@@ -9,16 +9,16 @@ from dataclasses import replace
 import pytest
 
 from sagacity import DecisionSigner, EntryDraft, EventType, InMemoryJournal
-from sagacity._decision_signature import DecisionVerifier
-from sagacity._events import JournalEntry
-from sagacity._requests import (
+from sagacity.chain import payload_sha256
+from sagacity.entries._events import JournalEntry
+from sagacity.gate._requests import (
     RequestStatus,
     affects_requests,
     request_input,
     request_states,
     verified_by,
 )
-from sagacity.chain import payload_sha256
+from sagacity.signing._decision_signature import DecisionVerifier
 
 JOURNAL = "fold-journal"
 E = EventType

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import pytest
 
-from sagacity._settings import SagacitySettings
+from sagacity.config._settings import SagacitySettings
 from sagacity.errors import ConfigurationError
 
 

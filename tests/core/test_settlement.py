@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 
 from sagacity import EntryDraft, EventType, InMemoryJournal, Sagacity, SagaStatus, verify
-from sagacity._settlement import open_suspects, suspect_steps
 from sagacity.errors import (
     AlreadyDecidedError,
     ApprovalNotFound,
@@ -15,6 +14,7 @@ from sagacity.errors import (
     InvalidArgumentError,
     UnknownSagaError,
 )
+from sagacity.gate._settlement import open_suspects, suspect_steps
 
 from .conftest import Ledger, only
 

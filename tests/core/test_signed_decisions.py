@@ -18,14 +18,7 @@ from sagacity import (
     compensable,
     compensation,
 )
-from sagacity import _attributes as attr
-from sagacity._decision_signature import (
-    DecisionSigner,
-    DecisionVerifier,
-    Reason,
-    decision_message,
-    generate_key,
-)
+from sagacity.entries import _attributes as attr
 from sagacity.errors import (
     AlreadyDecidedError,
     ApprovalMissingError,
@@ -33,6 +26,13 @@ from sagacity.errors import (
     SigningKeyError,
 )
 from sagacity.journal import ApprovalRequest
+from sagacity.signing._decision_signature import (
+    DecisionSigner,
+    DecisionVerifier,
+    Reason,
+    decision_message,
+    generate_key,
+)
 
 E = EventType
 ALICE = '{"amount":"100","to":"alice"}'

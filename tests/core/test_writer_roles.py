@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sagacity import EntryDraft, EventType
-from sagacity import _attributes as attr
-from sagacity._writer_roles import (
+from sagacity.entries import _attributes as attr
+from sagacity.signing._writer_roles import (
     HANDOFF_TAKEOVER,
     WRITER_NOT_OWNER,
     RegisteredWriter,

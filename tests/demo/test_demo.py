@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from sagacity._events import GENESIS_HASH, EntryDraft, EventType
 from sagacity.chain import link
 from sagacity.demo import DemoError, abbreviate, chain_table
 from sagacity.dev import pick_free_port
+from sagacity.entries._events import GENESIS_HASH, EntryDraft, EventType
 
 ROOT = Path(__file__).resolve().parents[2]
 

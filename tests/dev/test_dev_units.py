@@ -283,9 +283,9 @@ def test_up_makes_a_key_encryption_key_once_and_exports_it(tmp_path: Path) -> No
     made once in the state directory and exported with the other variables."""
     from click.testing import CliRunner
 
-    from sagacity._envelope import KEK_SETTING, KeyEncryptionKey
     from sagacity.cli import main
     from sagacity.dev import Stack
+    from sagacity.privacy._envelope import KEK_SETTING, KeyEncryptionKey
 
     stack = Stack(tmp_path / "dev")
     first = stack.up(kafka=False, postgres=False)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sagacity._grant_rules import all_hold, decode_rules, encode_rules, parse_rule, parse_rules
 from sagacity.errors import InvalidArgumentError
+from sagacity.gate._grant_rules import all_hold, decode_rules, encode_rules, parse_rule, parse_rules
 
 
 def holds(rule: str, payload: str) -> bool:

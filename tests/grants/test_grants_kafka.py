@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 
 from sagacity import EntryDraft, EventType, Reversibility, Sagacity, compensable
-from sagacity import _attributes as attr
-from sagacity._decision_signature import DecisionSigner
-from sagacity._grants import sign_grant
 from sagacity.chain._grammar import check
+from sagacity.entries import _attributes as attr
 from sagacity.errors import GrantRefusedError, SagacityError, WriterConflictError
+from sagacity.gate._grants import sign_grant
 from sagacity.producer import KafkaJournal
+from sagacity.signing._decision_signature import DecisionSigner
 
 pytestmark = [pytest.mark.kafka]
 E = EventType

@@ -18,8 +18,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from sagacity import InMemoryJournal, Sagacity, _tracing
-from sagacity._traceparent import current_traceparent
+from sagacity import InMemoryJournal, Sagacity
+from sagacity.telemetry import _tracing
+from sagacity.telemetry._traceparent import current_traceparent
 from tests.integrations.travel_tools import Travel
 
 SECRET = "Ada Lovelace"

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
 
-from sagacity._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
 from sagacity.chain import link
+from sagacity.entries._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
 from sagacity.producer import SagaRead, partition_for
 from sagacity.schemas import encode_entry
 

@@ -12,8 +12,8 @@ from collections.abc import Callable
 import pytest
 
 from sagacity import EntryDraft, EventType, verify
-from sagacity._events import JournalEntry
 from sagacity.chain import GENESIS_HASH, link
+from sagacity.entries._events import JournalEntry
 from sagacity.producer import KafkaJournal
 from sagacity.producer._reader import ReadCache, SagaRead
 

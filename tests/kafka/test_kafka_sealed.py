@@ -16,9 +16,9 @@ from confluent_kafka import Consumer, TopicPartition
 
 from sagacity import EntryDraft, EventType, Sagacity, SagaStatus, compensable, compensation, verify
 from sagacity._env import journal_from_env, key_service_from_env
-from sagacity._envelope import KeyEncryptionKey, KeyRing, write_key_encryption_key
-from sagacity._keys import KeyService
 from sagacity.errors import ConfigurationError, KeyEncryptionKeyError
+from sagacity.privacy._envelope import KeyEncryptionKey, KeyRing, write_key_encryption_key
+from sagacity.privacy._keys import KeyService
 from sagacity.producer import KafkaJournal, partition_for
 from sagacity.schemas import decode_entry
 from sagacity.testing import InMemoryKeyStore

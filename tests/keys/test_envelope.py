@@ -6,18 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from sagacity._envelope import (
+from sagacity.errors import (
+    CiphertextAuthenticationError,
+    InvalidArgumentError,
+    KeyEncryptionKeyError,
+)
+from sagacity.privacy._envelope import (
     KEK_SETTING,
     SEAL_OVERHEAD,
     DataKey,
     KeyEncryptionKey,
     KeyRing,
     write_key_encryption_key,
-)
-from sagacity.errors import (
-    CiphertextAuthenticationError,
-    InvalidArgumentError,
-    KeyEncryptionKeyError,
 )
 
 PAYLOAD = b'{"name":"Ada Lovelace","card":"4111111111111111"}'

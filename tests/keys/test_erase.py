@@ -20,15 +20,15 @@ from confluent_kafka import Consumer, TopicPartition
 from psycopg import sql
 
 from sagacity import EntryDraft, EventType, JournalEntry
-from sagacity._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
-from sagacity._keys import KeyService
-from sagacity._operator_signature import OperatorSigner
-from sagacity._operator_signature import generate_key as generate_operator_key
 from sagacity.cli import main
 from sagacity.consumers.archive import ArchiveEraser, BatchArchiver, RawEvent, migrate
 from sagacity.postgres import PostgresClaimStore, PostgresKeyStore, PostgresRequestStore
+from sagacity.privacy._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
+from sagacity.privacy._keys import KeyService
 from sagacity.producer import KafkaJournal
 from sagacity.schemas import decode_entry
+from sagacity.signing._operator_signature import OperatorSigner
+from sagacity.signing._operator_signature import generate_key as generate_operator_key
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
@@ -389,7 +389,7 @@ def test_erase_leaves_the_marker_nowhere_and_the_saga_verifiable(
 def test_a_forged_erased_neither_stops_the_erasure_nor_counts_as_one(stack: Stack) -> None:
     """Any writer can append ERASED; the real erasure ignores one no operator key signed,
     proceeds, and signs its own: the chain's counted ERASED is the operator's."""
-    from sagacity._operator_signature import OperatorVerifier, erasure_counts
+    from sagacity.signing._operator_signature import OperatorVerifier, erasure_counts
 
     keys = stack.keys()
     journal = KafkaJournal(stack.bootstrap, topic=stack.topic, keys=keys, writer_id="mallory")
@@ -508,7 +508,7 @@ def test_the_erased_event_carries_the_operators_writer_signature(
 ) -> None:
     """Like any append, ERASED names its writer and is signed with the writer key of the
     environment it runs in (docs/adr/0014-signed-decisions-and-writers.md)."""
-    from sagacity._writer_signature import HEADER, HMAC, HMAC_PREFIX, WriterRegistry
+    from sagacity.signing._writer_signature import HEADER, HMAC, HMAC_PREFIX, WriterRegistry
 
     secret = os.urandom(32)
     key = tmp_path / "operator.key"
@@ -665,7 +665,7 @@ def test_a_forged_event_after_the_end_does_not_keep_the_erasure_refused(
 def test_an_operators_signed_request_after_the_end_keeps_the_saga_live(stack: Stack) -> None:
     """What reopens an ended saga is a person's word: the operator's signed request to undo
     it.  Until the compensation service ends it again, erase refuses."""
-    from sagacity._operator_signature import append_signed
+    from sagacity.signing._operator_signature import append_signed
 
     keys = stack.keys()
     journal = KafkaJournal(stack.bootstrap, topic=stack.topic, keys=keys)

@@ -15,12 +15,12 @@ import pytest
 from psycopg import sql
 
 from sagacity import EntryDraft, EventType
-from sagacity._envelope import write_key_encryption_key
-from sagacity._operator_signature import generate_key as generate_operator_key
 from sagacity.consumers.archive import migrate
 from sagacity.postgres import PostgresClaimStore
 from sagacity.postgres._statistics import refresh_statistics
+from sagacity.privacy._envelope import write_key_encryption_key
 from sagacity.producer import KafkaJournal
+from sagacity.signing._operator_signature import generate_key as generate_operator_key
 from tests.archive.archive_helpers import with_option
 from tests.keys.test_erase import Stack
 

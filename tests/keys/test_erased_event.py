@@ -9,15 +9,15 @@ import json
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sagacity import EntryDraft, EventType, InMemoryJournal, verify
-from sagacity import _attributes as attr
-from sagacity._events import JournalEntry, event_type_of
-from sagacity._operator_signature import OperatorSigner, OperatorVerifier, append_signed
-from sagacity._outcome import outcome_from_chain
-from sagacity._requests import pending_requests
 from sagacity.chain import committing
 from sagacity.consumers.compensation import pending_request
+from sagacity.entries import _attributes as attr
+from sagacity.entries._events import JournalEntry, event_type_of
+from sagacity.gate._requests import pending_requests
 from sagacity.producer._reader import ownership
+from sagacity.saga._outcome import outcome_from_chain
 from sagacity.schemas import decode_entry, encode_entry
+from sagacity.signing._operator_signature import OperatorSigner, OperatorVerifier, append_signed
 
 SAGA = "erased-saga"
 

@@ -7,10 +7,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sagacity._envelope import KEK_SETTING, KeyEncryptionKey, KeyRing, write_key_encryption_key
-from sagacity._keys import KeyService
 from sagacity.cli import main
 from sagacity.postgres import PostgresKeyStore
+from sagacity.privacy._envelope import (
+    KEK_SETTING,
+    KeyEncryptionKey,
+    KeyRing,
+    write_key_encryption_key,
+)
+from sagacity.privacy._keys import KeyService
 
 
 def test_keys_init_writes_a_private_kek_and_refuses_to_overwrite(tmp_path: Path) -> None:

@@ -11,8 +11,6 @@ import psycopg
 import pytest
 
 from sagacity._env import key_service_from_env
-from sagacity._envelope import KEK_SETTING, KeyEncryptionKey, KeyRing, write_key_encryption_key
-from sagacity._keys import KeyService
 from sagacity.errors import (
     CiphertextAuthenticationError,
     DataKeyNotFoundError,
@@ -23,6 +21,13 @@ from sagacity.errors import (
 )
 from sagacity.postgres import PostgresKeyStore, applied_versions
 from sagacity.postgres._keys import TABLE
+from sagacity.privacy._envelope import (
+    KEK_SETTING,
+    KeyEncryptionKey,
+    KeyRing,
+    write_key_encryption_key,
+)
+from sagacity.privacy._keys import KeyService
 
 pytestmark = [pytest.mark.postgres]
 

@@ -10,8 +10,8 @@ from collections.abc import Callable
 import pytest
 
 import sagacity._env
-from sagacity._envelope import KeyEncryptionKey, KeyRing
-from sagacity._keys import KeyService
+from sagacity.privacy._envelope import KeyEncryptionKey, KeyRing
+from sagacity.privacy._keys import KeyService
 from sagacity.testing import InMemoryKeyStore
 
 

@@ -19,8 +19,8 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from sagacity import EventType, JournalEntry
-from sagacity._decision_signature import generate_key
 from sagacity.producer import KafkaJournal
+from sagacity.signing._decision_signature import generate_key
 from tests.approvals._process import REPO, Replica
 from tests.approvals.conftest import TOKENS, auth_file, bearer
 

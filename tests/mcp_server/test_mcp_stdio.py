@@ -11,9 +11,9 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from sagacity import EventType, Sagacity, SagaStatus
-from sagacity._tool import awaiting_message
 from sagacity.adapters.mcp import APPROVAL_REFUSED, SAGA_META, SAGA_REFUSED, SEQ_META
 from sagacity.chain import payload_sha256
+from sagacity.tools._tool import awaiting_message
 from tests.approvals.tools import calls
 
 from .conftest import McpDeployment, RawServer, approvals_service, approve, run

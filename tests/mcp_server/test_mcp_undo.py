@@ -22,10 +22,10 @@ from sagacity import (
     compensation,
     verify,
 )
-from sagacity._scope import calling_as
 from sagacity.adapters.mcp import SAGA_REFUSED, TOOL_REFUSED, SagacityMCP
 from sagacity.adapters.mcp._undo import undo_saga
 from sagacity.chain._grammar import check
+from sagacity.saga._scope import calling_as
 
 E = EventType
 

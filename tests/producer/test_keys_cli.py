@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sagacity._decision_signature import DecisionSigner
 from sagacity._env import kafka_journal, kafka_settings_from_env
-from sagacity._writer_signature import Reason, WriterKey, WriterRegistry
 from sagacity.cli import main
 from sagacity.errors import ConfigurationError, SigningKeyError
+from sagacity.signing._decision_signature import DecisionSigner
+from sagacity.signing._writer_signature import Reason, WriterKey, WriterRegistry
 
 HASH = "ab" * 32
 

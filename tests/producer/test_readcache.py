@@ -10,15 +10,15 @@ import time
 import pytest
 
 from sagacity import EntryDraft, EventType
-from sagacity._envelope import KeyEncryptionKey, KeyRing
-from sagacity._keys import (
+from sagacity.chain import committing, link
+from sagacity.errors import ConfigurationError
+from sagacity.privacy._envelope import KeyEncryptionKey, KeyRing
+from sagacity.privacy._keys import (
     KEY_CACHE_TTL_SETTING,
     MAX_KEY_CACHE_TTL_S,
     KeyService,
     key_cache_ttl,
 )
-from sagacity.chain import committing, link
-from sagacity.errors import ConfigurationError
 from sagacity.producer import SagaRead
 from sagacity.producer._reader import ReadCache
 from sagacity.testing import InMemoryKeyStore

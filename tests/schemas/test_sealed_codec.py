@@ -11,10 +11,10 @@ import fastavro
 import pytest
 
 from sagacity import GENESIS_HASH, EntryDraft, EventType, JournalEntry, verify
-from sagacity._envelope import KeyEncryptionKey, KeyRing
-from sagacity._keys import KeyService
 from sagacity.chain import committing, link
 from sagacity.errors import CiphertextAuthenticationError, SagaErasedError, SerializationError
+from sagacity.privacy._envelope import KeyEncryptionKey, KeyRing
+from sagacity.privacy._keys import KeyService
 from sagacity.schemas import MAGIC, current_schema, decode_entry, encode_entry
 from sagacity.schemas._avro import decode_record
 from sagacity.schemas._sealed import encode_sealed
@@ -223,7 +223,7 @@ def test_the_writer_attribute_added_by_the_sealed_link_step_is_with_attribute_li
 ) -> None:
     """``link_encoded_sealed(draft, attribute=...)`` is ``link_encoded_sealed`` of the draft
     with the attribute added (the same salts drawn), and leaves the draft as it was."""
-    from sagacity._events import with_attribute
+    from sagacity.entries._events import with_attribute
     from sagacity.schemas._hotpath import link_encoded_sealed
 
     prev = "ab" * 32

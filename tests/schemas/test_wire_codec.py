@@ -396,7 +396,7 @@ def test_the_writer_attribute_added_by_the_link_step_is_with_attribute_linked(
     draft with the attribute added gives (sorted in, or replacing one of the same key), on
     each of its paths (compiled with the entry made there, compiled, Python), and leaves the
     draft as it was."""
-    from sagacity._events import with_attribute
+    from sagacity.entries._events import with_attribute
     from sagacity.schemas import _hotpath
 
     if path != "python" and _hotpath._native_link_entry is None:
@@ -432,7 +432,7 @@ def test_the_compiled_link_step_makes_its_entry_with_the_public_constructor() ->
     """``link_entry`` builds the entry by calling the constructor it is given
     (``JournalEntry.placed``) with the draft, the link and the merged attributes, never by
     writing the entry's slots itself (docs/adr/0024-hot-path-under-the-gil.md)."""
-    from sagacity._events import with_attribute
+    from sagacity.entries._events import with_attribute
     from sagacity.schemas import _hotpath
 
     compiled = _hotpath._native_link_entry

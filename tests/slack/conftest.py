@@ -168,7 +168,7 @@ def shown_value(message: dict[str, Any]) -> dict[str, Any]:
 def world(
     kafka_bootstrap: str, postgres_dsn: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[World]:
-    from sagacity._decision_signature import generate_key
+    from sagacity.signing._decision_signature import generate_key
 
     tmp = tmp_path_factory.mktemp("slack")
     kek = tmp / "journal.kek"

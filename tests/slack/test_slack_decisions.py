@@ -11,9 +11,9 @@ import time
 import pytest
 
 from sagacity import EventType, SagaStatus, verify
-from sagacity._redaction import MASK
-from sagacity._scope import calling_as
 from sagacity.chain import payload_sha256
+from sagacity.privacy._redaction import MASK
+from sagacity.saga._scope import calling_as
 from tests.console.conftest import saga_id
 from tests.slack.conftest import ACCOUNT, SLACK_USERS, World, auth_text, button, shown_value
 from tests.slack.loopback import CHANNEL, about, click_body

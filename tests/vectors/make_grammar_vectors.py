@@ -23,11 +23,11 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sagacity import EntryDraft, JournalEntry
-from sagacity._events import GENESIS_HASH, event_type_of
-from sagacity._operator_signature import OperatorSigner, OperatorVerifier
-from sagacity._withheld import DataAccount
 from sagacity.chain import committing, link, payload_sha256
 from sagacity.chain._grammar import check
+from sagacity.entries._events import GENESIS_HASH, event_type_of
+from sagacity.privacy._withheld import DataAccount
+from sagacity.signing._operator_signature import OperatorSigner, OperatorVerifier
 
 OUT = Path(__file__).with_name("grammar-v1.json")
 BASE_US = 1_764_633_600_000_000

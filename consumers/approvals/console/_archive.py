@@ -9,10 +9,10 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from sagacity._disclosure import disclosed
-from sagacity._operator_signature import OperatorVerifier
 from sagacity.errors import UnknownSagaError
 from sagacity.postgres import connect, mapped_errors
+from sagacity.privacy._disclosure import disclosed
+from sagacity.signing._operator_signature import OperatorVerifier
 
 
 class ArchiveView:
@@ -50,7 +50,7 @@ class ArchiveView:
 
     def bundle(self, saga_id: str) -> bytes:
         """The audit bundle (``sagacity audit verify-bundle`` checks it) as a zip archive, with
-        the redaction salts withheld (:func:`~sagacity._disclosure.disclosed`): the bundle
+        the redaction salts withheld (:func:`~sagacity.privacy._disclosure.disclosed`): the bundle
         still verifies, the ``redaction`` attribute reported withheld like an erased field.
 
         Raises:

@@ -19,11 +19,11 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route, Router
 
-from sagacity._grant_rules import MAX_RULES
-from sagacity._reversibility import Reversibility
 from sagacity.consumers.approvals import _grants
 from sagacity.consumers.approvals.console._page import Console, Viewer, page
 from sagacity.errors import InvalidArgumentError
+from sagacity.gate._grant_rules import MAX_RULES
+from sagacity.tools._reversibility import Reversibility
 
 log = logging.getLogger("sagacity.console")
 _DONE = {"granted": "The grant is recorded, signed.", "revoked": "The grant is revoked."}

@@ -20,11 +20,11 @@ from urllib.parse import quote
 
 import httpx
 
-from sagacity._saga import Sagacity
 from sagacity.consumers.approvals._routing import Routing, age_us
 from sagacity.errors import SagacityError
 from sagacity.ports import OPEN_STATES, RequestRow
 from sagacity.postgres import PostgresRequestStore, migrate
+from sagacity.saga._saga import Sagacity
 
 log = logging.getLogger("sagacity.console.notify")
 

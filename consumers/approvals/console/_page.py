@@ -19,12 +19,11 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
-from sagacity._events import JournalEntry
-from sagacity._saga import Sagacity
 from sagacity.consumers.approvals._auth import Principal, Role
 from sagacity.consumers.approvals._service import ApprovalService
 from sagacity.consumers.approvals.console._security import LoginLimiter, same_origin, tokens_match
 from sagacity.consumers.approvals.console._sessions import COOKIE, Session, SessionStore
+from sagacity.entries._events import JournalEntry
 from sagacity.errors import (
     ApprovalNotFound,
     AuthenticationError,
@@ -37,6 +36,7 @@ from sagacity.errors import (
     UnknownSagaError,
 )
 from sagacity.ports import RequestRow
+from sagacity.saga._saga import Sagacity
 
 log = logging.getLogger("sagacity.console")
 

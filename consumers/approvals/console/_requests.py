@@ -18,8 +18,6 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route, Router
 
-from sagacity._approval import load_chain
-from sagacity._redaction import masked, redacted_fields
 from sagacity.chain import payload_sha256
 from sagacity.consumers.approvals.console import _undo
 from sagacity.consumers.approvals.console._page import (
@@ -37,7 +35,9 @@ from sagacity.errors import (
     InvalidArgumentError,
     PermissionDeniedError,
 )
+from sagacity.gate._approval import load_chain
 from sagacity.ports import OPEN_STATES
+from sagacity.privacy._redaction import masked, redacted_fields
 
 _VISIBLE = {0x20: "·", 0x09: "→", 0x0A: "↵\n", 0x0D: "␍", 0xA0: "⍽"}
 

@@ -14,9 +14,6 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route, Router
 
-from sagacity import _attributes as attr
-from sagacity._outcome import outcome_from_chain
-from sagacity._settlement import SettlementOutcome, open_suspects
 from sagacity.chain import verify
 from sagacity.consumers.approvals._reads import check_readable, may_read
 from sagacity.consumers.approvals.console._page import (
@@ -28,7 +25,10 @@ from sagacity.consumers.approvals.console._page import (
     page,
     parse_seq,
 )
+from sagacity.entries import _attributes as attr
 from sagacity.errors import InvalidArgumentError, SagacityError
+from sagacity.gate._settlement import SettlementOutcome, open_suspects
+from sagacity.saga._outcome import outcome_from_chain
 
 
 def _attention_context(console: Console, viewer: Viewer) -> dict[str, Any]:

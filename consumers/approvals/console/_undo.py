@@ -21,13 +21,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route, Router
 
-from sagacity._events import JournalEntry
-from sagacity._outcome import outcome_from_chain
-from sagacity._registry import ToolRegistry
-from sagacity._undo_preview import preview_undo
-from sagacity._writer_roles import SagaWriters
 from sagacity.consumers.approvals._reads import check_readable
 from sagacity.consumers.approvals.console._page import Console, Viewer, page
+from sagacity.entries._events import JournalEntry
+from sagacity.saga._outcome import outcome_from_chain
+from sagacity.signing._writer_roles import SagaWriters
+from sagacity.tools._registry import ToolRegistry
+from sagacity.undo._undo_preview import preview_undo
 
 
 def undo_list(entries: Sequence[JournalEntry], registry: ToolRegistry) -> dict[str, Any]:

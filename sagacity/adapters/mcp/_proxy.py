@@ -21,12 +21,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sagacity._reversibility import Reversibility
-from sagacity._saga import Sagacity
-from sagacity._undo import UndoCall
 from sagacity.adapters.mcp._upstream import Upstream
 from sagacity.errors import DeclarationError
 from sagacity.policy import Policy, Resolution, ToolAnnotations
+from sagacity.saga._saga import Sagacity
+from sagacity.tools._reversibility import Reversibility
+from sagacity.undo._undo import UndoCall
 
 
 @dataclass(frozen=True, kw_only=True)

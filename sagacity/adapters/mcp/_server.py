@@ -25,16 +25,6 @@ from mcp.server.mcpserver.utilities.func_metadata import func_metadata
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 
-from sagacity import _attributes as attr
-from sagacity._codec import call_arguments, describe_error, encode_payload, encode_result
-from sagacity._registry import RegisteredTool
-from sagacity._requester import caller_of as request_caller
-from sagacity._requester import request_entry
-from sagacity._result import SagaResult, SagaStatus
-from sagacity._reversibility import Reversibility
-from sagacity._saga import Sagacity, check_saga_id
-from sagacity._scope import calling_as
-from sagacity._tool import awaiting_message
 from sagacity.adapters.mcp._callers import (
     Authenticate,
     Caller,
@@ -51,6 +41,7 @@ from sagacity.adapters.mcp._sessions import SessionSagas
 from sagacity.adapters.mcp._undo import UNDO_DESCRIPTION, UNDO_TOOL
 from sagacity.adapters.mcp._undo import undo_saga as undo
 from sagacity.chain import payload_sha256
+from sagacity.entries import _attributes as attr
 from sagacity.errors import (
     ApprovalError,
     ConfigurationError,
@@ -59,6 +50,15 @@ from sagacity.errors import (
     SagaExistsError,
     SerializationError,
 )
+from sagacity.gate._requester import caller_of as request_caller
+from sagacity.gate._requester import request_entry
+from sagacity.saga._result import SagaResult, SagaStatus
+from sagacity.saga._saga import Sagacity, check_saga_id
+from sagacity.saga._scope import calling_as
+from sagacity.tools._codec import call_arguments, describe_error, encode_payload, encode_result
+from sagacity.tools._registry import RegisteredTool
+from sagacity.tools._reversibility import Reversibility
+from sagacity.tools._tool import awaiting_message
 
 SAGA_META = "sagacity/saga_id"
 """``_meta`` key: the saga a call joins (or, with :data:`SEQ_META`, resumes)."""

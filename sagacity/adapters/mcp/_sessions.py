@@ -22,12 +22,12 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sagacity._result import SagaResult
-from sagacity._run import SagaRun
 from sagacity.errors import SagaExistsError
+from sagacity.saga._result import SagaResult
+from sagacity.saga._run import SagaRun
 
 if TYPE_CHECKING:
-    from sagacity._saga import Sagacity
+    from sagacity.saga._saga import Sagacity
 
 log = logging.getLogger("sagacity.mcp")
 

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 
-from sagacity import _attributes as attr
-from sagacity._events import EventType, JournalEntry
-from sagacity._undo_preview import UndoPreview, preview_undo
-from sagacity._writer_roles import SagaWriters
+from sagacity.entries import _attributes as attr
+from sagacity.entries._events import EventType, JournalEntry
+from sagacity.signing._writer_roles import SagaWriters
+from sagacity.undo._undo_preview import UndoPreview, preview_undo
 
 if TYPE_CHECKING:
     from sagacity.adapters.mcp._server import SagacityMCP

@@ -5,9 +5,9 @@ from __future__ import annotations
 import uuid
 
 from sagacity import InMemoryJournal
-from sagacity._decision_signature import DecisionSigner
-from sagacity._events import EntryDraft, EventType, JournalEntry
 from sagacity.chain import payload_sha256
+from sagacity.entries._events import EntryDraft, EventType, JournalEntry
+from sagacity.signing._decision_signature import DecisionSigner
 from sagacity.testing.contracts._claims import JOURNAL
 
 E = EventType

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from sagacity import EntryDraft, EventType, InMemoryJournal
-from sagacity._events import GENESIS_HASH, JournalEntry
+from sagacity.entries._events import GENESIS_HASH, JournalEntry
 from sagacity.ports import SagaIndex
 
 E = EventType

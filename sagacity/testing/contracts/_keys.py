@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from sagacity._envelope import KeyRing, write_key_encryption_key
-from sagacity._keys import KeyService
 from sagacity.errors import SagaErasedError
 from sagacity.ports import KeyStore
+from sagacity.privacy._envelope import KeyRing, write_key_encryption_key
+from sagacity.privacy._keys import KeyService
 
 WRAPPED_A = b"SGW1" + bytes(60)
 WRAPPED_B = b"SGW1" + bytes([1]) * 60

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 
 import pytest
 
-from sagacity._decision_signature import DecisionSigner, DecisionVerifier
-from sagacity._events import EntryDraft, EventType, JournalEntry
-from sagacity._requests import request_states, verified_by
 from sagacity.chain import link, payload_sha256
+from sagacity.entries._events import EntryDraft, EventType, JournalEntry
+from sagacity.gate._requests import request_states, verified_by
 from sagacity.ports import RequestRow, RequestStore, RowState
+from sagacity.signing._decision_signature import DecisionSigner, DecisionVerifier
 from sagacity.testing.contracts._chains import PAYLOAD, PAYLOAD_SHA, E, _Chain, _saga
 from sagacity.testing.contracts._claims import JOURNAL
 from sagacity.testing.contracts._decisions import RequestDecisionContract
