@@ -39,6 +39,20 @@ def framed(data: bytes) -> bytes:
     return _U32(len(data)) + data
 
 
+def framed_field(value: str | bytes | None) -> bytes:
+    """A signed message's field (decisions, operator events, grants, writers): text as its
+    UTF-8 bytes, :func:`framed`; ``FF FF FF FF`` for none."""
+    if value is None:
+        return _NULL
+    return framed(value.encode("utf-8") if isinstance(value, str) else value)
+
+
+def framed_int(value: int | None) -> bytes:
+    """A signed message's integer field: its big-endian int64, :func:`framed`; ``FF FF FF FF``
+    for none."""
+    return _NULL if value is None else _INT_FIELD(8, value)
+
+
 def canonical_bytes(entry: EntryDraft, *, seq: int) -> bytes:
     """The exact bytes hashed for an entry at ``seq`` (docs/adr/0002-hash-chain.md; form 2:
     docs/adr/0019-erasure.md).

@@ -41,6 +41,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from sagacity.chain._form import framed_field as _field
+from sagacity.chain._form import framed_int as _int
 from sagacity.entries import _attributes as attr
 from sagacity.entries._bounds import INT64_MAX, parse_int
 from sagacity.entries._events import EntryDraft, EventType, JournalEntry
@@ -69,20 +71,6 @@ class GrantReason:
     NOT_GRANTABLE = "tool_not_grantable"
     OTHER_AGENT = "grant_for_another_agent"
     UNREADABLE = "unreadable_grant"
-
-
-_NULL = b"\xff\xff\xff\xff"
-
-
-def _field(value: str | bytes | None) -> bytes:
-    if value is None:
-        return _NULL
-    data = value.encode("utf-8") if isinstance(value, str) else value
-    return struct.pack(">I", len(data)) + data
-
-
-def _int(value: int | None) -> bytes:
-    return _NULL if value is None else _field(struct.pack(">q", value))
 
 
 def grant_message(entry: EntryDraft, key_id: str) -> bytes | None:

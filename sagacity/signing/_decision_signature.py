@@ -31,6 +31,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sagacity.chain._form import framed_field as _field
+from sagacity.chain._form import framed_int as _int
 from sagacity.entries import _attributes as attr
 from sagacity.entries._events import EntryDraft
 from sagacity.errors import SigningKeyError
@@ -76,20 +78,6 @@ class Reason:
     OTHER_JOURNAL = "decision_for_another_journal"
     OTHER_REQUEST = "decision_for_another_request"
     BEFORE_REQUEST = "decision_before_request"
-
-
-_NULL = b"\xff\xff\xff\xff"
-
-
-def _field(value: str | bytes | None) -> bytes:
-    if value is None:
-        return _NULL
-    data = value.encode("utf-8") if isinstance(value, str) else value
-    return struct.pack(">I", len(data)) + data
-
-
-def _int(value: int) -> bytes:
-    return _field(struct.pack(">q", value))
 
 
 def decision_message(

@@ -32,7 +32,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from sagacity.chain import framed
+from sagacity.chain._form import framed_field as _field
+from sagacity.chain._form import framed_int as _int
 from sagacity.entries import _attributes as attr
 from sagacity.entries._events import EntryDraft, EventType, JournalEntry
 from sagacity.errors import (
@@ -71,9 +72,6 @@ class Reason:
     OTHER_JOURNAL = "operator_event_for_another_journal"
 
 
-_NULL = b"\xff\xff\xff\xff"
-
-
 class OperatorDraft(Protocol):
     """What an operator signature covers of an event (an :class:`EntryDraft`, or an event
     read back: a :class:`JournalEntry`, an archived row)."""
@@ -97,14 +95,6 @@ class OperatorEvent(OperatorDraft, Protocol):
     def seq(self) -> int: ...
     @property
     def prev_hash(self) -> str: ...
-
-
-def _field(value: str | None) -> bytes:
-    return _NULL if value is None else framed(value.encode("utf-8"))
-
-
-def _int(value: int) -> bytes:
-    return framed(struct.pack(">q", value))
 
 
 def operator_message(

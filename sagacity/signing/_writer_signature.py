@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sagacity.chain._form import framed as _field
 from sagacity.errors import ConfigurationError, SigningKeyError
 from sagacity.signing._writer_roles import RegisteredWriter
 from sagacity.signing._writer_roles import WriterRole as WriterRole
@@ -44,10 +45,6 @@ class Reason:
     UNREGISTERED = "unregistered_writer"
     UNSIGNED = "unsigned_writer"
     BAD_SIGNATURE = "bad_writer_signature"
-
-
-def _field(data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + data
 
 
 def writer_message(*, writer: str, saga_id: str, seq: int, hash: str) -> bytes:
