@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sagacity.consumers.archive._db import mapped_errors
 from sagacity.consumers.archive._findings import (
@@ -50,8 +49,8 @@ from sagacity.consumers.archive._merkle import merkle_root as merkle_root
 from sagacity.consumers.archive._merkle import root_from_proof as root_from_proof
 from sagacity.entries._events import now_micros
 from sagacity.errors import RoundLogError
+from sagacity.signing._ed25519 import KeyHolder, write_private_key
 from sagacity.signing._ed25519 import key_id_of as key_id_of
-from sagacity.signing._ed25519 import load_private_key, public_raw_of, write_private_key
 from sagacity.signing._ed25519 import parse_public_key as _parse_public_key
 from sagacity.signing._ed25519 import signature_valid as _signature_valid
 
@@ -224,23 +223,9 @@ class Checkpoint:
         )
 
 
-class Signer:
-    """Signs checkpoints with an Ed25519 private key read from a file."""
-
-    def __init__(self, private_key: Ed25519PrivateKey) -> None:
-        self._key = private_key
-        self.public_raw = public_raw_of(private_key)
-        self.public_hex = self.public_raw.hex()
-        self.key_id = key_id_of(self.public_raw)
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> Signer:
-        """Load a PEM (PKCS#8) Ed25519 private key, as written by :func:`generate_key`.
-
-        Raises:
-            SigningKeyError: the file is missing, unreadable or not an Ed25519 private key.
-        """
-        return cls(load_private_key(path))
+class Signer(KeyHolder):
+    """Signs checkpoints with an Ed25519 private key (``Signer.from_file``: a PEM file, as
+    :func:`generate_key` writes it)."""
 
     def sign_round(
         self,
@@ -288,12 +273,12 @@ class Signer:
         return self._signed(unsigned)
 
     def _signed(self, unsigned: SignedRound) -> SignedRound:
-        return dataclasses.replace(unsigned, signature=self.sign_bytes(unsigned.message()))
+        return dataclasses.replace(unsigned, signature=self.sign_hex(unsigned.message()))
 
-    def sign_bytes(self, message: bytes) -> str:
+    def sign_hex(self, message: bytes) -> str:
         """A signature over ``message`` (hex), for the other signed records of the archive
         (retention: docs/adr/0015-round-log.md)."""
-        return self._key.sign(message).hex()
+        return self.sign_bytes(message).hex()
 
     def sign(self, *, saga_id: str, seq: int, hash: str, signed_at_us: int) -> Checkpoint:
         """A checkpoint for one head in the per-head form (``SGCP1``) of archives signed

@@ -191,7 +191,7 @@ def _signed_record(signer: Signer, **fields: object) -> RetentionRecord:
         key_id=signer.key_id,
         **fields,  # type: ignore[arg-type]
     )
-    return dataclasses.replace(unsigned, signature=signer.sign_bytes(unsigned.message()))
+    return dataclasses.replace(unsigned, signature=signer.sign_hex(unsigned.message()))
 
 
 def sign_records(conn: psycopg.Connection, signer: Signer) -> int:
