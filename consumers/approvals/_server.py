@@ -165,12 +165,14 @@ class ApprovalsServer:
             # Only an extension a pinned operator key signed moves a deadline.
             operator_public_key=operator_verifier_from_env(),
         )
-        # The rows count the approvals the resume counts: those the service's keys verify.
+        # The rows count the approvals the resume counts and the extensions the expiry counts:
+        # those the service's keys verify.
         self.store = PostgresRequestStore(
             settings.database_url,
             topic=settings.topic,
             verifier=self.sagacity.decision_verifier,
             journal=self.sagacity.journal_identity,
+            operator=self.sagacity.operator_verifier,
         )
         register_tools(self.sagacity, settings.tools, required=False)
         for tool in tools:

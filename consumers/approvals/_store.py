@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from sagacity.config._defaults import DEFAULT_TOPIC
 from sagacity.postgres._requests import PostgresRequestStore as ApprovalStore
-from sagacity.postgres._requests import apply_entry
 from sagacity.postgres._requests_schema import SCHEMA
 
-__all__ = ["DEFAULT_TOPIC", "SCHEMA", "ApprovalStore", "apply_entry"]
+__all__ = ["DEFAULT_TOPIC", "SCHEMA", "ApprovalStore"]

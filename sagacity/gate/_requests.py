@@ -70,6 +70,9 @@ class RequestState:
     approvals: tuple[JournalEntry, ...] = ()
     """The ``APPROVED`` entries that give the request its signatures, in chain order: one per
     approver, before its closure, until it has the signatures it needs."""
+    extended_by_us: int = 0
+    """The sum of the deadline extensions the fold counted before the request closed
+    (saturating; none unless the fold was given ``extends``)."""
 
     @property
     def pending(self) -> bool:
@@ -128,6 +131,11 @@ def expiry_of(entry: _Attributed) -> int | None:
 Counts = Callable[[JournalEntry, ApprovalRequest], bool]
 """Whether an ``APPROVED`` entry counts as a signature of a request (see :func:`verified_by`)."""
 
+Extends = Callable[[JournalEntry], bool]
+"""Which ``DEADLINE_EXTENDED`` entries move a request's deadline in a fold
+(:func:`sagacity.gate._deadline_extension.counted_extensions`: those a pinned operator key
+signed)."""
+
 
 def approval_refusal(
     verifier: DecisionVerifier, approval: JournalEntry, request: ApprovalRequest, *, journal: str
@@ -179,7 +187,7 @@ def affects_requests(entry: JournalEntry) -> bool:
         return False
     if kind is EventType.APPROVED:
         return bool(entry.actor)
-    return isinstance(kind, EventType) and kind in _CLOSING
+    return kind is EventType.DEADLINE_EXTENDED or (isinstance(kind, EventType) and kind in _CLOSING)
 
 
 def request_input(held: Iterable[JournalEntry], entry: JournalEntry) -> bool:
@@ -290,7 +298,7 @@ def counted_approvals(verifier: DecisionVerifier | None, journal: str | None) ->
 
 
 def request_states(
-    entries: Iterable[JournalEntry], *, counts: Counts | None = None
+    entries: Iterable[JournalEntry], *, counts: Counts | None = None, extends: Extends | None = None
 ) -> list[RequestState]:
     """Every approval request of one saga's chain with its current state, in seq order.
 
@@ -298,10 +306,13 @@ def request_states(
     with a closing event, or by the first later end of the saga (a ``COMPENSATION_REQUESTED``
     or a ``SAGA_ENDED`` that did not leave requests open); ``APPROVED`` entries before that add
     signatures.  ``counts`` says which ``APPROVED`` entries sign (default: every one with an
-    approver; :func:`verified_by` gives the resume's rule).
+    approver; :func:`verified_by` gives the resume's rule); ``extends`` which
+    ``DEADLINE_EXTENDED`` entries before the closure add to the request's deadline (default:
+    none).
     """
     found: dict[int, tuple[JournalEntry, ApprovalRequest, list[JournalEntry]]] = {}
     closed: dict[int, tuple[RequestStatus, JournalEntry]] = {}
+    extended: dict[int, int] = {}
     for entry in entries:
         if entry.event_type is EventType.AWAITING_APPROVAL:
             found[entry.seq] = (entry, _request(entry, ()), [])
@@ -316,6 +327,10 @@ def request_states(
         if entry.event_type is EventType.APPROVED and entry.actor:
             if counts is None or counts(entry, found[ref][1]):
                 found[ref][2].append(entry)
+        elif entry.event_type is EventType.DEADLINE_EXTENDED:
+            by = parse_int(entry.attributes.get(attr.EXTEND_BY_US), low=1, high=INT64_MAX)
+            if by is not None and extends is not None and extends(entry):
+                extended[ref] = saturating_add(extended.get(ref, 0), by)
         elif isinstance(entry.event_type, EventType) and entry.event_type in _CLOSING:
             # An event type this release does not know closes nothing here; a resume refuses
             # a request followed by one (it may have closed it).
@@ -336,6 +351,7 @@ def request_states(
                 status=status,
                 closed_by=closed_by,
                 approvals=tuple(approvals),
+                extended_by_us=extended.get(seq, 0),
             )
         )
     return states

@@ -124,6 +124,11 @@ class RequestRow:
     recorded): the service's TTL runs from the earlier of this and ``requested_at_us``
     (:func:`sagacity.gate._requests.deadline_us`).  An observation of the store, not part of the
     chain's fold, so rows compare without it."""
+    extended_by_us: int = 0
+    """The operator extensions of the request's deadline the store's fold counted (those its
+    pinned operator key verifies, :func:`sagacity.gate._deadline_extension.counted_extensions`):
+    what the sweep, the inbox and the notices add to the deadline.  A schedule, never a
+    decision: an expiry re-derives the deadline from the chain."""
 
     @classmethod
     def from_state(cls, state: RequestState) -> RequestRow:
@@ -170,6 +175,7 @@ class RequestRow:
             ),
             closed_at_us=closer.recorded_at_us if closer is not None else None,
             entry_hash=request.entry_hash,
+            extended_by_us=state.extended_by_us,
         )
 
     @property
@@ -212,6 +218,7 @@ class RequestRow:
             "decision_policy_version": self.decision_policy_version,
             "closed_at_us": self.closed_at_us,
             "request_hash": self.entry_hash,
+            "extended_by_us": self.extended_by_us,
         }
 
 

@@ -43,11 +43,6 @@ MODULES_ALLOWED: dict[str, tuple[int, str]] = {
         "grammar's rule for REPLAYED (docs/adr/0026) and for a call a standing grant covered "
         "(GRANTED, GRANT_REVOKED: docs/operations/grants.md)",
     ),
-    "sagacity/postgres/_requests.py": (
-        606,
-        "the request store's tables, fold storage and reads; its decision's unit of work is "
-        "in _decision.py, the fold storage (apply_entry) is the next cut",
-    ),
     "producer/_journal.py": (
         796,
         "the journal's writing paths (the owned hot path, the confirmed append, the takeover) "

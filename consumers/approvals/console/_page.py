@@ -20,6 +20,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
 from sagacity.consumers.approvals._auth import Principal, Role
+from sagacity.consumers.approvals._deadline import row_deadline_us
 from sagacity.consumers.approvals._service import ApprovalService
 from sagacity.consumers.approvals.console._security import LoginLimiter, same_origin, tokens_match
 from sagacity.consumers.approvals.console._sessions import COOKIE, Session, SessionStore
@@ -162,8 +163,11 @@ class Console:
     def deadline_of(
         self, row: RequestRow, entries: Sequence[JournalEntry] | None = None
     ) -> int | None:
-        """The request's approval deadline, by the service's own declarations and clock (with
-        the operator extensions on the saga's ``entries`` that verify, when given)."""
+        """The request's approval deadline, by the service's own declarations and clock, with
+        the operator extensions that verify: on the saga's ``entries`` when given, else those
+        the store's fold counted."""
+        if entries is None:
+            return row_deadline_us(self.sagacity, row)
         return self.sagacity.approval_deadline_us(
             row.request(), seen_at_us=row.seen_at_us, entries=entries
         )
