@@ -23,6 +23,7 @@ from sagacity.adapters import ModelLines
 from sagacity.consumers.approvals import ApprovalService, AuthFile, extend_deadline
 from sagacity.consumers.approvals._api import create_app
 from sagacity.consumers.approvals._auth import Principal
+from sagacity.consumers.approvals._deadline import row_deadline_us
 from sagacity.consumers.approvals._routing import FALLBACK_ACTOR, LiveRouting
 from sagacity.consumers.approvals.console._notify import ESCALATED, NEW_REQUEST, Notifier
 from sagacity.entries import _attributes as attr
@@ -128,6 +129,7 @@ class Routed:
             verifier=self.sagacity.decision_verifier,
             journal=self.sagacity.journal_identity,
             clock=self.clock,
+            operator=self.sagacity.operator_verifier,
         )
         self.store.migrate()
         self.service = ApprovalService(self.sagacity, self.store, routing=self.routing)
@@ -367,6 +369,10 @@ def test_a_forged_deadline_extension_extends_nothing(
     signer = operator_keygen(tmp_path / "mallory.pem") if forgery == "wrong_key" else None
     _forged_extension(r, f"wire-forged-{forgery}", seq, signer)
     assert "DEADLINE_EXTENDED" in r.kinds(f"wire-forged-{forgery}")
+    r.service.materialise(f"wire-forged-{forgery}")
+    row = r.store.get(f"wire-forged-{forgery}", seq)
+    assert row is not None
+    assert row.extended_by_us == 0
     r.clock.advance(4 * HOUR_US + 10)
     assert r.service.sweep() == [(f"wire-forged-{forgery}", seq)]
     assert r.kinds(f"wire-forged-{forgery}")[-3:] == [
@@ -390,7 +396,17 @@ def test_a_signed_deadline_extension_is_honoured(
         signer=operator_key,
     )
     assert entry.event_type is E.DEADLINE_EXTENDED
+    r.service.materialise("wire-extended")
+    row = r.store.get("wire-extended", seq)
+    assert row is not None
+    assert row.extended_by_us == 2 * HOUR_US
+    # What the API, the inbox and the notices show: the extended deadline.
+    unextended = r.sagacity.approval_deadline_us(row.request(), seen_at_us=row.seen_at_us)
+    assert unextended is not None
+    assert row_deadline_us(r.sagacity, row) == unextended + 2 * HOUR_US
     r.clock.advance(4 * HOUR_US + 10)
+    # The sweep does not take it up again before its extended deadline.
+    assert r.store.overdue(r.clock(), r.sagacity.approval_ttl_us) == []
     assert r.service.sweep() == []
     assert "EXPIRED" not in r.kinds("wire-extended")
     # A resumer pinning the operator key (Sagacity.from_env reads it) sees the same deadline;
