@@ -33,6 +33,7 @@ from sagacity.errors import (
     ApprovalMissingError,
     ConfigurationError,
     PermissionDeniedError,
+    SelfApprovalError,
 )
 from sagacity.gate._requests import RequestStatus, request_state
 from sagacity.postgres import PostgresRequestStore
@@ -586,3 +587,69 @@ def test_a_backdated_request_does_not_escalate_early(
         r.approve("tom", saga, seq)
     r.service.sweep()
     assert "APPROVAL_ESCALATED" not in r.kinds(saga)
+
+
+SETTLE_ROUTES = """
+[[routes]]
+tools = ["reserve_inventory"]
+groups = ["finance"]
+"""
+
+
+def test_a_suspect_step_is_settled_as_a_request_of_its_tool_is_decided(
+    kafka_bootstrap: str,
+    make_topic: Callable[..., str],
+    pg_dsn: str,
+    tmp_path: Path,
+    operator_key: Any,
+) -> None:
+    """Settling a step in doubt decides whether its undo runs: it follows the tool's route, the
+    tool is the one the step's own entry names (a SUSPECT naming another tool changes
+    nothing), and whoever made the call does not settle it."""
+    from sagacity import EntryDraft
+
+    auth = principals_file(tmp_path / "settle.toml", SETTLE_ROUTES)
+    # fay acts through the agent identity that made the call.
+    text = auth.read_text(encoding="utf-8").replace(
+        'name = "fay"\n', 'name = "fay"\nagents = ["agent:fay-bot"]\n'
+    )
+    auth.write_text(text, encoding="utf-8")
+    r = Routed(kafka_bootstrap, make_topic(), pg_dsn, auth, operator_key.public_raw)
+    try:
+        inline = Sagacity(r.agent_journal)
+        inline.wrap(Bank())
+        saga = "suspect-routed"
+        inline.saga(saga, lambda: None)
+        intent = r.agent_journal.append(
+            EntryDraft(
+                saga_id=saga,
+                event_type=E.INTENT,
+                tool="reserve_inventory",
+                actor="agent:fay-bot",
+                payload='{"sku":"SKU-2"}',
+                attributes={"reversibility": "REVERSIBLE"},
+            ),
+            durable=True,
+        )
+        # A SUSPECT worded by a writer: it names a tool nobody routed.
+        r.agent_journal.append(
+            EntryDraft(
+                saga_id=saga,
+                event_type=E.SUSPECT,
+                tool="lookup_price",
+                attributes={"ref_seq": str(intent.seq), "phase": "call"},
+            ),
+            durable=True,
+        )
+        # bob and tom decide every tool, but reserve_inventory is routed to finance.
+        for outsider in ("bob", "tom"):
+            with pytest.raises(PermissionDeniedError, match="routed to group:finance"):
+                r.service.settle(r.who(outsider), saga, intent.seq, outcome="executed", note="x")
+        with pytest.raises(SelfApprovalError, match="made by its agent"):
+            r.service.settle(r.who("fay"), saga, intent.seq, outcome="not_executed", note="x")
+        assert "SUSPECT_SETTLED" not in r.kinds(saga)
+        r.service.settle(r.who("ann"), saga, intent.seq, outcome="executed", note="held")
+        [settled] = [e for e in r.journal.entries(saga) if e.event_type is E.SUSPECT_SETTLED]
+        assert settled.actor == "ann"
+    finally:
+        r.close()
