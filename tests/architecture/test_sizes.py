@@ -37,11 +37,11 @@ CLI_COMMAND = (
 # Modules allowed past the budget: path -> (ceiling in lines, why).
 MODULES_ALLOWED: dict[str, tuple[int, str]] = {
     "consumers/archive/verify_bundle.py": (
-        1524,
+        1528,
         "the standalone verifier: one file an auditor copies and runs on the standard library "
         "alone (docs/adr/0006), so it cannot be split into modules; it grew by its copy of the "
         "grammar's rule for REPLAYED (docs/adr/0026) and for a call a standing grant covered "
-        "(GRANTED, GRANT_REVOKED: docs/operations/grants.md)",
+        "(GRANTED, GRANT_REVOKED: docs/operations/grants.md) and the gate's notes it must know",
     ),
     "producer/_journal.py": (
         796,
