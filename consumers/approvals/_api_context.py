@@ -123,9 +123,14 @@ def requester(
 
 
 def request_out(api: ApiContext, row: RequestRow) -> RequestOut:
-    """A request as the API shows it, with its deadline by the service's declarations."""
+    """A request as the API shows it, with its deadline by the service's declarations and
+    whom its route offers it to now."""
     data = row.to_dict()
-    return RequestOut(**data, deadline_us=row_deadline_us(api.service.sagacity, row))
+    return RequestOut(
+        **data,
+        deadline_us=row_deadline_us(api.service.sagacity, row),
+        routed_to=api.service.routed_to(row),
+    )
 
 
 def decision_out(api: ApiContext, decided: Decided) -> DecisionOut:

@@ -158,6 +158,11 @@ class RequestOut(BaseModel):
         description="the request entry's hash: what an approval names (it chains to the whole "
         "saga before the request)"
     )
+    routed_to: list[str] | None = Field(
+        default=None,
+        description="whom the request's route offers it to now (group:NAME and principals of "
+        "the tiers reached at its age; docs/operations/routing.md); null: its tool is not routed",
+    )
     extended_by_us: int = Field(
         default=0,
         description="the operator extensions of the deadline that verify under the service's "

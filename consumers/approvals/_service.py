@@ -350,6 +350,17 @@ class ApprovalService:
         )
         return deadline is not None and self.sagacity.now_us() > deadline
 
+    def routed_to(self, row: RequestRow) -> list[str] | None:
+        """Who the routing offers ``row`` to now (``group:finance``, names; the tiers reached
+        at its age), ``None`` when its tool is not routed (every approver of the tool)."""
+        if self.routing is None:
+            return None
+        route = self.routing().route(row.tool)
+        if route is None:
+            return None
+        reached = route.reached(age_us(self.sagacity.now_us(), row))
+        return [n for t in route.tiers[: reached + 1] for n in t.names()]
+
     def routed_refusal(self, principal: Principal, row: RequestRow) -> str | None:
         """``None`` when the routing lets ``principal`` decide ``row`` now, else why not."""
         if self.routing is None:

@@ -213,7 +213,10 @@ def test_a_routed_request_is_decided_and_offered_only_to_its_group(
                     "/sagacity/approvals", headers={"Authorization": f"Bearer {TOKENS[name]}"}
                 )
                 assert answer.status_code == 200, answer.text
-                return [x["saga_id"] for x in answer.json()["requests"]]
+                shown = answer.json()["requests"]
+                # Whom the route offers it to now is said with it.
+                assert all(x["routed_to"] == ["group:finance"] for x in shown)
+                return [x["saga_id"] for x in shown]
 
         import asyncio
 
@@ -263,6 +266,9 @@ def test_escalation_after_the_delay_lets_the_next_group_decide_and_tells_it(
     assert escalated.attributes[attr.TIER] == "1"
     assert escalated.attributes[attr.ROUTED_TO] == "group:treasury"
     assert escalated.attributes[attr.REF_SEQ] == str(seq)
+    row = r.store.get("wire-escalated", seq)
+    assert row is not None
+    assert r.service.routed_to(row) == ["group:finance", "group:treasury"]
     told = [n for n in notifier.candidates() if n.kind == ESCALATED]
     assert [(n.urls, n.detail) for n in told] == [
         (("http://treasury.example/hook",), {"routed_to": ["group:treasury"], "tier": 1})
