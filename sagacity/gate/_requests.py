@@ -11,17 +11,15 @@ import enum
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 from sagacity.entries import _attributes as attr
 from sagacity.entries._bounds import INT64_MAX, INT64_MIN, SIGNATURES_MAX, parse_int, saturating_add
 from sagacity.entries._events import EventType, JournalEntry
 from sagacity.errors import ConfigurationError
 from sagacity.journal import ApprovalRequest
-
-if TYPE_CHECKING:
-    from sagacity.signing._decision_signature import DecisionVerifier
+from sagacity.signing._decision_signature import DecisionVerifier, counts_required
 
 AWAITING_RESULT = "AWAITING_APPROVAL"
 """``SAGA_ENDED.result`` of a run that left requests open."""
@@ -339,15 +337,20 @@ def request_states(
     for seq in sorted(found):
         entry, request, signed = found[seq]
         status, closed_by = closed.get(seq, (RequestStatus.PENDING, None))
+        need = request.signatures_required
+        if counts is not None:
+            # What the service that signed the counted approvals required (its route's rule).
+            need = max([need, *(signed_requirement(a) for a in signed)])
         approvals: list[JournalEntry] = []
         for approval in signed:
-            if len(approvals) >= request.signatures_required:
+            if len(approvals) >= need:
                 break
             if all(a.actor != approval.actor for a in approvals):
                 approvals.append(approval)
+        shown = _request(entry, tuple(a.actor or "" for a in signed))
         states.append(
             RequestState(
-                request=_request(entry, tuple(a.actor or "" for a in signed)),
+                request=replace(shown, signatures_required=need),
                 status=status,
                 closed_by=closed_by,
                 approvals=tuple(approvals),
@@ -355,6 +358,16 @@ def request_states(
             )
         )
     return states
+
+
+def signed_requirement(approval: JournalEntry) -> int:
+    """The signatures the deciding service required of the request, as ``approval`` says
+    where its signature covers it (``SGCD3``, :func:`counts_required`); 0 where it says
+    nothing.  Read it only from an approval whose signature verified."""
+    if not counts_required(approval):
+        return 0
+    value = approval.attributes.get(attr.SIGNATURES_REQUIRED)
+    return parse_int(value, low=1, high=SIGNATURES_MAX) or 0
 
 
 def request_state(

@@ -659,4 +659,4 @@ def test_a_forged_approval_does_not_block_a_rejection(
         )
         assert vetoed.status_code == 200, vetoed.text
         [rejection] = h.entries("t-veto", E.REJECTED)
-        assert rejection.attributes["decision_signature"].startswith("SGCD2:")
+        assert rejection.attributes["decision_signature"].startswith("SGCD3:")

@@ -659,3 +659,42 @@ def test_a_suspect_step_is_settled_as_a_request_of_its_tool_is_decided(
         assert settled.actor == "ann"
     finally:
         r.close()
+
+
+TWO_OF_FINANCE = """
+[[routes]]
+tools = ["send_wire_transfer"]
+groups = ["finance"]
+approvers = { count = 2, groups = ["finance"] }
+"""
+
+
+def test_a_resumer_without_the_routes_waits_for_the_count_the_service_signed(
+    kafka_bootstrap: str,
+    make_topic: Callable[..., str],
+    pg_dsn: str,
+    tmp_path: Path,
+    operator_key: Any,
+) -> None:
+    """The wire is IRREVERSIBLE (one signature by its declaration) but routed to two of
+    finance: the agent's own Sagacity, which pins the service's key but has no principals
+    file, reads the count from the signed approvals and does not resume after one."""
+    auth = principals_file(tmp_path / "two.toml", TWO_OF_FINANCE)
+    r = Routed(kafka_bootstrap, make_topic(), pg_dsn, auth, operator_key.public_raw)
+    try:
+        seq = r.gate("wire-two")
+        first = r.approve("ann", "wire-two", seq)
+        assert first.request.signatures_required == 2
+        [approval] = [e for e in r.journal.entries("wire-two") if e.event_type is E.APPROVED]
+        assert approval.attributes[attr.SIGNATURES_REQUIRED] == "2"
+        assert approval.attributes[attr.DECISION_SIGNATURE].startswith("SGCD3:")
+        row = r.store.get("wire-two", seq)
+        assert row is not None
+        assert (row.state.value, row.signatures_required) == ("pending", 2)
+        with pytest.raises(ApprovalMissingError, match="only 1 of 2 required signatures"):
+            r.agent.resume_saga("wire-two", seq, ALICE)
+        assert "INTENT" not in r.kinds("wire-two")[seq:]
+        r.approve("fay", "wire-two", seq)
+        assert r.agent.resume_saga("wire-two", seq, ALICE).status is SagaStatus.COMPLETED
+    finally:
+        r.close()

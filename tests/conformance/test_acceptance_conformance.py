@@ -155,7 +155,7 @@ RULE_CALLERS = {
     # compensation service and the read index read through the journal reader.
     "producer/_reads.py:SagaRead.feed": "journal reader",
     "sagacity/testing/_requests.py:InMemoryRequestStore.apply_message": "in-memory request store",
-    "sagacity/postgres/_requests.py:apply_entry": "approvals projection (PostgreSQL)",
+    "sagacity/postgres/_request_fold.py:apply_entry": "approvals projection (PostgreSQL)",
 }
 
 
