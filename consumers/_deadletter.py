@@ -56,6 +56,16 @@ def ensure_topic(
         ) from exc
 
 
+def ensure_dead_letter_topic(
+    config: Mapping[str, str | int | float | bool], name: str, *, timeout: float
+) -> None:
+    """:func:`ensure_topic` (one partition) through an admin client on ``config`` (the
+    service's librdkafka settings, its principal named when Kafka refuses it)."""
+    ensure_topic(
+        AdminClient(with_logger(config)), name, partitions=1, timeout=timeout, client=config
+    )
+
+
 class DeadLetters:
     """Publishes poison messages to ``<topic>.dlq`` and waits for the broker's acknowledgement.
 

@@ -36,8 +36,8 @@ from sagacity.errors import (
     UnopenableError,
 )
 from sagacity.postgres._tails import Fault
+from sagacity.privacy._keys import KeyService
 from sagacity.schemas import decode_entry
-from sagacity.schemas._codec import FieldSealer
 
 log = logging.getLogger("sagacity.approvals")
 
@@ -82,7 +82,7 @@ class RequestConsumer(Handler):
         topic: str,
         group_id: str = DEFAULT_GROUP,
         client: Mapping[str, str] | None = None,
-        keys: FieldSealer | None = None,
+        keys: KeyService | None = None,
         placed: Callable[[bytes | None, int], bool] | None = None,
         prefix: Callable[[str, int], Tail | None] | None = None,
         on_erased: Callable[[str], None] | None = None,

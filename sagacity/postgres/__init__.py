@@ -10,13 +10,16 @@ behind the ports (:mod:`sagacity.ports`) that live in Postgres.
 * :class:`PostgresClaimStore` (:class:`~sagacity.ports.ClaimStore`), :class:`PostgresSagaIndex`
   (:class:`~sagacity.ports.SagaIndex`, over the archive's tables), :class:`PostgresRequestStore`
   (:class:`~sagacity.ports.RequestStore`, the approvals service's tables),
-  :class:`PostgresKeyStore` (:class:`~sagacity.ports.KeyStore`, the per-saga data keys).
+  :class:`PostgresKeyStore` (:class:`~sagacity.ports.KeyStore`, the per-saga data keys),
+  :class:`PostgresServiceTables` (:class:`~sagacity.ports.ServiceTables`, as an erasure
+  clears them).
 """
 
 from __future__ import annotations
 
 from sagacity.postgres._claims import PostgresClaimStore
 from sagacity.postgres._connect import connect, ping, transaction, with_search_path
+from sagacity.postgres._erasure import PostgresServiceTables
 from sagacity.postgres._errors import error_class, map_error, mapped_errors, retryable
 from sagacity.postgres._index import PostgresSagaIndex
 from sagacity.postgres._keys import PostgresKeyStore
@@ -29,6 +32,7 @@ __all__ = [
     "PostgresKeyStore",
     "PostgresRequestStore",
     "PostgresSagaIndex",
+    "PostgresServiceTables",
     "applied_versions",
     "connect",
     "current_schema",

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from sagacity import EventType, InMemoryJournal, Sagacity, SagaStatus
+from sagacity import EventType, InMemoryJournal, Sagacity, SagaStatus, compose
 from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
 from sagacity.consumers.approvals._api_limits import INSECURE_HEADER
 
@@ -45,7 +45,10 @@ class Harness:
             **settings,
         )
         self.server = ApprovalsServer(
-            self.settings, journal=self.journal, consume=False, tools=tools
+            self.settings,
+            dependencies=compose.approvals_on(self.journal, self.settings),
+            consume=False,
+            tools=tools,
         )
         self.client = TestClient(self.server.app)
 
