@@ -27,7 +27,6 @@ from sagacity.journal import Journal
 from sagacity.ports import (
     ClaimStore,
     Dependencies,
-    ErasableArchive,
     RequestStore,
     SagaIndex,
     TopicJournal,
@@ -213,21 +212,25 @@ def erasure(
     settings: KafkaJournalSettings,
     *,
     database_url: str,
+    archive_database_url: str,
     keys: KeyService | None,
-    archive: ErasableArchive,
 ) -> Dependencies:
     """What ``sagacity erase`` composes: the journal ``settings`` configure (opening sealed
-    sagas with ``keys``), the key store and the services' tables in ``database_url``, and
-    ``archive`` (the archive's side, :class:`sagacity.consumers.archive.ArchiveEraser`, made
-    by the command).  The caller closes the journal it makes, the key store and ``keys``."""
-    from sagacity.postgres import PostgresKeyStore, PostgresServiceTables  # the driver, here
+    sagas with ``keys``), the key store and the services' tables in ``database_url``, and the
+    archive in ``archive_database_url`` (its schema in the connection's search path).  The
+    caller closes the journal it makes, the key store and ``keys``."""
+    from sagacity.postgres import (  # the driver, only here
+        ArchiveEraser,
+        PostgresKeyStore,
+        PostgresServiceTables,
+    )
 
     return Dependencies(
         keys=keys,
         journals=_SettingsJournals(settings=settings, keys=keys),
         key_store=PostgresKeyStore(database_url),
         service_tables=PostgresServiceTables(database_url),
-        archive=archive,
+        archive=ArchiveEraser(archive_database_url),
     )
 
 

@@ -22,7 +22,7 @@ from sagacity.errors import (
 
 if TYPE_CHECKING:
     from sagacity.consumers.erasure import ErasureOutcome, ErasurePlan
-    from sagacity.ports import Dependencies, ErasableArchive
+    from sagacity.ports import Dependencies
     from sagacity.signing._operator_signature import OperatorSigner
 
 
@@ -97,31 +97,43 @@ def erase(
     erased in the key store).  Exit status: 0 done (or would be), 1 refused, 2 usage, 3 Kafka
     or PostgreSQL does not answer.
     """
-    from sagacity import compose
-    from sagacity._env import key_service_from_env
-
     if not reason.strip():
         raise click.UsageError("--reason must not be empty")
     signer = load_operator_key(operator_key) if apply_ or operator_key else None
-    env, settings = kafka_env(bootstrap, topic)
-    env["SAGACITY_DATABASE_URL"] = database_url
-    archive = _archive_of(conninfo(archive_database_url or database_url, archive_schema))
-    try:
-        keys = key_service_from_env(env)
-    except SagacityError as exc:
-        _stop(exc)
-    # The erasure is a composition of ports: the journal, the key store, the services' tables
-    # and the archive, each built by the composition root.
-    ports = compose.erasure(settings, database_url=database_url, keys=keys, archive=archive)
+    ports = _ports(
+        bootstrap,
+        topic,
+        database_url=database_url,
+        archive=conninfo(archive_database_url or database_url, archive_schema),
+    )
     try:
         done = _run(ports, saga_id, apply_=apply_, actor=actor, reason=reason, signer=signer)
     finally:
-        if keys is not None:
-            keys.close()
+        if ports.keys is not None:
+            ports.keys.close()
         if ports.key_store is not None:
             ports.key_store.close()
     if done is not None:
         _print_outcome(done)
+
+
+def _ports(
+    bootstrap: str | None, topic: str | None, *, database_url: str, archive: str
+) -> Dependencies:
+    """The erasure is a composition of ports: the journal, the key service and the key
+    store, the services' tables and the archive, each built by the composition root."""
+    from sagacity import compose
+    from sagacity._env import key_service_from_env
+
+    env, settings = kafka_env(bootstrap, topic)
+    env["SAGACITY_DATABASE_URL"] = database_url
+    try:
+        keys = key_service_from_env(env)
+    except SagacityError as exc:
+        _stop(exc)
+    return compose.erasure(
+        settings, database_url=database_url, archive_database_url=archive, keys=keys
+    )
 
 
 def _run(
@@ -186,13 +198,6 @@ def _run(
         _stop(exc)
     finally:
         journal.close()
-
-
-def _archive_of(conninfo: str) -> ErasableArchive:
-    """The archive's side of the erasure, on the archive at ``conninfo``."""
-    from sagacity.consumers.archive import ArchiveEraser
-
-    return ArchiveEraser(conninfo)
 
 
 def _stop(exc: SagacityError) -> NoReturn:

@@ -358,7 +358,6 @@ SERVICE_ADAPTERS_ALLOWED: dict[tuple[str, str], str] = {
     ("sagacity.consumers.archive", "sagacity.postgres._archive"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.postgres._archive_schema"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.postgres._rows"): _ARCHIVE,
-    ("sagacity.consumers.archive", "sagacity.postgres._statistics"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.producer"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.producer._clients"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.producer._denied"): _ARCHIVE,
