@@ -35,7 +35,7 @@ from sagacity.errors import (
     SerializationError,
     UnopenableError,
 )
-from sagacity.postgres._tails import Fault
+from sagacity.ports import Fault
 from sagacity.privacy._keys import KeyService
 from sagacity.schemas import decode_entry
 

@@ -72,6 +72,7 @@ __all__ = [
     "ConditionalJournal",
     "Dependencies",
     "ErasableArchive",
+    "Fault",
     "GateStats",
     "IndexedEvent",
     "IndexedPartition",
@@ -281,6 +282,17 @@ class GateStats:
             "latency_covers": "request journaled to deciding event journaled "
             "(not time to first look)",
         }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fault:
+    """Why the projection set an event aside for a reason of the message itself, not of its
+    chain's links: its sealed fields cannot be opened (``kind`` the error's
+    :attr:`~sagacity.errors.UnopenableError.reason`), or the database refused its values
+    (``refused_by_database``)."""
+
+    kind: str
+    detail: str
 
 
 @dataclass(frozen=True, kw_only=True)
