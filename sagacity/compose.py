@@ -191,7 +191,7 @@ def compensation(
             index=indexes,
             journal_name=journal_name,
         ),
-        decode=partial(decode_entry, keys=keys),
+        decode=decode_entry,
     )
 
 
@@ -274,6 +274,7 @@ def approvals(*, bootstrap_servers: str | None, topic: str, database_url: str) -
         keys=keys,
         client=client_settings(),
         requests=partial(_requests, database_url, topic),
+        decode=decode_entry,
     )
 
 
@@ -293,4 +294,5 @@ def approvals_on(journal: Journal, settings: ApprovalsWhere) -> Dependencies:
     return Dependencies(
         journal=journal,
         requests=partial(_requests, settings.database_url, settings.topic),
+        decode=decode_entry,
     )

@@ -135,11 +135,12 @@ class ApprovalsServer:
         self.settings = settings
         slack = slack_config(settings)  # a broken Slack setting stops it before it connects
         handed = dependencies
-        if handed.journal is None or handed.requests is None:
+        if handed.journal is None or handed.requests is None or handed.decode is None:
             raise ConfigurationError(
-                "the approvals service is handed its journal and its request store: build its "
-                "dependencies with sagacity.compose.approvals"
+                "the approvals service is handed its journal, its request store and its "
+                "decoder: build its dependencies with sagacity.compose.approvals"
             )
+        self._decode = handed.decode
         self.journal = handed.journal
         self._client = dict(handed.client)
         # The key service handed is this server's to close (none is handed with a journal
@@ -195,6 +196,7 @@ class ApprovalsServer:
             group_id=settings.group_id,
             client=self._client,
             keys=getattr(self.journal, "keys", None),
+            decode=self._decode,
             placed=placement(self.journal),
             prefix=prefix_reader(self.journal),
             # An erased saga's opened data leaves this replica as its ERASED is read.

@@ -120,6 +120,7 @@ class CompensationService(Handler):
         self._register = register
         self._dependencies = dependencies or Dependencies()
         keys: KeyService | None = self._dependencies.keys
+        self._keys = keys
         self._decode = self._dependencies.decode or not_handed
         self.instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}"
         self.writer_id = f"{WRITER_PREFIX}{self.instance}/{uuid.uuid4().hex[:8]}"
@@ -473,7 +474,7 @@ class CompensationService(Handler):
                 return
             part.add(offset)
         try:
-            entry = self._decode(message.value() or b"")
+            entry = self._decode(message.value() or b"", keys=self._keys)
         except SerializationError as exc:
             self._dead_letter_now(message, part, "undecodable", exc.message)
             return

@@ -14,10 +14,11 @@ from collections.abc import Iterator
 from sagacity.entries._events import JournalEntry
 from sagacity.errors import ConfigurationError
 from sagacity.ports import TopicJournal, TopicJournals
+from sagacity.privacy._keys import KeyService
 from sagacity.signing._writer_signature import WriterKey, WriterRegistry
 
 
-def not_handed(value: bytes) -> JournalEntry:
+def not_handed(data: bytes, *, keys: KeyService | None = None) -> JournalEntry:
     """The decoder of a service handed none: refuses (:meth:`CompensationService.start`
     refuses first)."""
     raise ConfigurationError("no decoder handed (sagacity.compose.compensation)")

@@ -48,6 +48,7 @@ from sagacity.ports._index import (
 )
 from sagacity.ports._keys import KeyStore, StoredKey
 from sagacity.ports._reads import (
+    EntryDecoder,
     Ownership,
     PartitionMap,
     PartitionRead,
@@ -71,6 +72,7 @@ __all__ = [
     "ClaimStores",
     "ConditionalJournal",
     "Dependencies",
+    "EntryDecoder",
     "ErasableArchive",
     "Fault",
     "GateStats",

@@ -14,13 +14,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from sagacity.entries._events import JournalEntry
 from sagacity.journal import Journal
 from sagacity.ports._claims import ClaimStore
 from sagacity.ports._erasure import ErasableArchive
 from sagacity.ports._index import SagaIndex
 from sagacity.ports._keys import KeyStore
-from sagacity.ports._reads import TopicJournals
+from sagacity.ports._reads import EntryDecoder, TopicJournals
 from sagacity.ports._service_tables import ServiceTables
 
 if TYPE_CHECKING:
@@ -70,8 +69,9 @@ class Dependencies:
         journals: makes new journals on the topic (:class:`~sagacity.ports.TopicJournals`:
             the compensation service's worker journals, the erasure's journal); the receiver
             closes each.
-        decode: the entry of one message value of the topic, sealed fields opened with
-            :attr:`keys` (raises ``SerializationError`` / ``UnopenableError``).
+        decode: the entry of one message value of the topic
+            (:class:`~sagacity.ports.EntryDecoder`; the receiver opens sealed fields with
+            :attr:`keys`).
         key_store: the store of the wrapped data keys (an erasure); the receiver closes it.
         service_tables: the services' tables as an erasure clears them.
         archive: the archive as an erasure clears it.
@@ -84,7 +84,7 @@ class Dependencies:
     read_index: Callable[[], SagaIndex | None] = _no_index
     client: Mapping[str, str] = field(default_factory=dict)
     journals: TopicJournals | None = None
-    decode: Callable[[bytes], JournalEntry] | None = None
+    decode: EntryDecoder | None = None
     key_store: KeyStore | None = None
     service_tables: ServiceTables | None = None
     archive: ErasableArchive | None = None

@@ -12,13 +12,16 @@ See docs/adr/0004-single-writer.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sagacity.chain._acceptance import ForkKind, Tail, attributed, judge, writers_after
 from sagacity.entries._events import GENESIS_HASH, EventType, JournalEntry
 from sagacity.journal import ConditionalJournal
 from sagacity.signing._writer_roles import HANDOFF_EVENTS, SagaWriters
 from sagacity.signing._writer_signature import WriterKey, WriterRegistry
+
+if TYPE_CHECKING:
+    from sagacity.privacy._keys import KeyService
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -264,6 +267,20 @@ class TopicJournal(ConditionalJournal, Protocol):
     def forget(self, saga_id: str) -> None:
         """Drop what the journal keeps opened of the saga (its ``ERASED`` was seen)."""
         ...
+
+
+class EntryDecoder(Protocol):
+    """The entry one message value of the topic carries (the journal's wire format).
+
+    ``keys`` open its sealed fields (``None``: they are left out, the entry verifying by its
+    commitments).
+
+    Raises:
+        SerializationError: the value is not an entry.
+        UnopenableError: a sealed field cannot be opened with ``keys``.
+    """
+
+    def __call__(self, data: bytes, *, keys: KeyService | None = None) -> JournalEntry: ...
 
 
 class TopicJournals(Protocol):

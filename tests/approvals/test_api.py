@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from sagacity import EventType, InMemoryJournal, Sagacity, SagaStatus, compose
 from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
 from sagacity.consumers.approvals._api_limits import INSECURE_HEADER
+from sagacity.schemas import decode_entry
 
 from .conftest import ALICE, MALLORY, bearer, principal_entry
 from .tools import Bank, StrictBank, calls
@@ -607,7 +608,9 @@ def test_a_consumer_whose_database_is_not_ready_retries_and_folds_everything(
         agent = Sagacity(journal, compensation="delegated")
         bank = agent.wrap(Bank())
         agent.saga("c-1", lambda: bank.send_wire_transfer("1", "a"))
-        consumer = RequestConsumer(store, bootstrap_servers=kafka_bootstrap, topic=topic)
+        consumer = RequestConsumer(
+            store, bootstrap_servers=kafka_bootstrap, topic=topic, decode=decode_entry
+        )
         consumer.start()
         try:
             deadline = time.monotonic() + 30

@@ -12,6 +12,7 @@ from sagacity.entries._memory import InMemoryJournal
 from sagacity.errors import ConfigurationError
 from sagacity.ports import Dependencies, RequestStore
 from sagacity.postgres import PostgresRequestStore
+from sagacity.schemas import decode_entry
 from sagacity.testing import InMemoryRequestStore
 
 NOWHERE = "postgresql://nobody@127.0.0.1:9/none"
@@ -28,7 +29,7 @@ def test_the_server_runs_on_the_store_it_is_handed_made_for_its_keys_and_journal
         asked.append(given)
         return PostgresRequestStore(NOWHERE, **given)
 
-    handed = Dependencies(journal=InMemoryJournal(), requests=requests)
+    handed = Dependencies(journal=InMemoryJournal(), requests=requests, decode=decode_entry)
     server = ApprovalsServer(_settings(), dependencies=handed, consume=False)
     assert len(asked) == 1
     assert asked[0]["verifier"] is server.sagacity.decision_verifier
@@ -39,6 +40,7 @@ def test_the_server_runs_on_the_store_it_is_handed_made_for_its_keys_and_journal
 def test_a_store_the_console_and_consumer_cannot_share_is_refused() -> None:
     handed = Dependencies(
         journal=InMemoryJournal(),
+        decode=decode_entry,
         requests=lambda *, verifier, journal: InMemoryRequestStore(
             verifier=verifier, journal=journal
         ),

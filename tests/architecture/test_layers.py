@@ -352,7 +352,6 @@ SERVICE_ADAPTERS_ALLOWED: dict[tuple[str, str], str] = {
     (SHARED_RUNTIME, "sagacity.producer._clients"): _RUNTIME,
     (SHARED_RUNTIME, "sagacity.producer._denied"): _RUNTIME,
     ("sagacity.consumers.approvals", "sagacity.postgres"): _APPROVALS,
-    ("sagacity.consumers.approvals", "sagacity.schemas"): "the request consumer decodes messages",
     ("sagacity.consumers.archive", "sagacity.postgres"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.postgres._archive"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.postgres._archive_schema"): _ARCHIVE,
