@@ -31,8 +31,7 @@ from sagacity.consumers.archive._ingest import Decoder, _avro_decoder
 from sagacity.entries._events import JournalEntry
 from sagacity.errors import JournalUnavailableError, SagacityError, TopicNotFoundError
 from sagacity.ports import Rejected, SagaRead
-from sagacity.producer._clients import topic_unreadable, with_logger
-from sagacity.producer._denied import access_denied
+from sagacity.producer import access_denied, topic_unreadable, with_logger
 
 
 @dataclass(kw_only=True)

@@ -349,16 +349,13 @@ _APPROVALS = (
 # Adapter modules (a package or one private module) a service imports, each with its reason.
 # The entries only go: a new edge fails, an edge no longer there fails until removed.
 SERVICE_ADAPTERS_ALLOWED: dict[tuple[str, str], str] = {
-    (SHARED_RUNTIME, "sagacity.producer._clients"): _RUNTIME,
-    (SHARED_RUNTIME, "sagacity.producer._denied"): _RUNTIME,
+    (SHARED_RUNTIME, "sagacity.producer"): _RUNTIME,
     ("sagacity.consumers.approvals", "sagacity.postgres"): _APPROVALS,
     ("sagacity.consumers.archive", "sagacity.postgres"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.postgres._archive"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.postgres._archive_schema"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.postgres._rows"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.producer"): _ARCHIVE,
-    ("sagacity.consumers.archive", "sagacity.producer._clients"): _ARCHIVE,
-    ("sagacity.consumers.archive", "sagacity.producer._denied"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.schemas"): _ARCHIVE,
 }
 
