@@ -332,13 +332,17 @@ SERVICE_TO_SERVICE_ALLOWED: dict[tuple[str, str], str] = {
 }
 
 _ARCHIVE = (
-    "the archive is the Postgres archive: its tables' schema, rows, statistics and errors "
-    "(sagacity.postgres and its archive modules) are the implementation of what it offers "
-    "the others through ports (SagaIndex, ErasableArchive), not a store it could be handed; "
-    "its readers of the topic (the partitioner, the Kafka clients of its ingest and replay) "
-    "are its own work"
+    "the archive is the Postgres archive: its tables' schema, rows and errors "
+    "(sagacity.postgres and its archive modules) are the implementation of the ports it "
+    "offers the others (SagaIndex, ErasableArchive: both in sagacity.postgres), not a store "
+    "it could be handed; it reads the topic with Kafka clients of its own (catch-up, replay, "
+    "the partitioner's check at ingest) and checks archived messages against the wire format "
+    "(sagacity.schemas)"
 )
-_RUNTIME = "the shared consumer runtime is a Kafka consumer (ADR 0023): its clients' logging"
+_RUNTIME = (
+    "the shared consumer runtime is a Kafka consumer (ADR 0023): its clients' logging and "
+    "the refusals of their principal"
+)
 _APPROVALS = (
     "the request store is handed (Dependencies.requests), but the request consumer and the "
     "console run their own transactions on its tables (positions with the rows, sessions, "
