@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sagacity import EventType, Sagacity, SagaStatus
+from sagacity import EventType, Sagacity, SagaStatus, compose
 from sagacity.adapters import ModelLines
 from sagacity.consumers.approvals import ApprovalService, AuthFile, extend_deadline
 from sagacity.consumers.approvals._api import create_app
@@ -344,10 +344,11 @@ def test_a_fallback_of_approve_is_refused_when_the_service_starts(
     from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
 
     auth = principals_file(tmp_path / "approve.toml", ROUTES.format(fallback="approve"))
+    settings = ApprovalsSettings(database_url=pg_dsn, auth_file=str(auth), insecure_dev=False)
     with pytest.raises(ConfigurationError, match='fallback = "approve" is refused'):
         ApprovalsServer(
-            ApprovalsSettings(database_url=pg_dsn, auth_file=str(auth), insecure_dev=False),
-            journal=Sagacity().journal,
+            settings,
+            dependencies=compose.approvals_on(Sagacity().journal, settings),
             consume=False,
             tools=[Bank()],
         )
