@@ -41,7 +41,7 @@ def test_a_store_the_console_and_consumer_cannot_share_is_refused() -> None:
     handed = Dependencies(
         journal=InMemoryJournal(),
         decode=decode_entry,
-        requests=lambda *, verifier, journal: InMemoryRequestStore(
+        requests=lambda *, verifier, journal, operator=None: InMemoryRequestStore(
             verifier=verifier, journal=journal
         ),
     )

@@ -63,12 +63,17 @@ def test_the_archive_package_still_exports_every_name() -> None:
         value = getattr(archive, name)
         home = getattr(value, "__module__", "") if not isinstance(value, str) else ""
         # The schema check and the error mapping are the Postgres adapter's, shared with the
-        # read index; what an erasure asks of the archive is the port's (sagacity.ports).
+        # read index; what an erasure asks of the archive is the port's (sagacity.ports), and
+        # the archive's side of an erasure is the Postgres adapter's (it implements that port).
         assert (
             home.startswith("sagacity.consumers.archive._")
             or name == "ARCHIVER_ROLE"
             or (name in {"check_schema", "mapped_errors"} and home == "sagacity.postgres._archive")
             or (name == "ArchiveErasure" and home == "sagacity.ports._erasure")
+            or (
+                name in {"ArchiveEraser", "ErasureRecord", "erase_in_archive", "erasure_records"}
+                and home == "sagacity.postgres._archive_erasure"
+            )
         ), (name, home)
     assert set(archive.__all__) <= set(dir(archive))
     with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
