@@ -203,6 +203,9 @@ fn required_signatures(event: &Event) -> Result<i128, Refer> {
     Ok(declared.max(journaled))
 }
 
+/// A `GRANTED`'s tool and grant id.
+type Grant = (Option<Vec<u8>>, Option<Vec<u8>>);
+
 #[derive(PartialEq, Eq, Clone, Copy)]
 enum State {
     Open,
@@ -275,7 +278,7 @@ pub(crate) struct Grammar {
     steps: HashSet<i64>,
     undoing: HashSet<i64>,
     suspects: HashSet<(i64, Vec<u8>)>,
-    grants: HashMap<i64, (Option<Vec<u8>>, Option<Vec<u8>>)>,
+    grants: HashMap<i64, Grant>,
     revoked: HashSet<Vec<u8>>,
 }
 
@@ -349,14 +352,10 @@ impl Grammar {
             return Ok(false);
         };
         let after_any_end = kind == Kind::Ended;
-        let ruled_out = if quiet_end(ended) && !after_any_end {
-            true
-        } else if ended == b"COMPENSATION_FAILED" && calls_and_decisions(kind) {
-            true
-        } else {
-            matches!(kind, Kind::Awaiting | Kind::Replayed)
-                || (kind == Kind::Intent && ref_of(event)?.is_none())
-        };
+        let ruled_out = (quiet_end(ended) && !after_any_end)
+            || (ended == b"COMPENSATION_FAILED" && calls_and_decisions(kind))
+            || matches!(kind, Kind::Awaiting | Kind::Replayed)
+            || (kind == Kind::Intent && ref_of(event)?.is_none());
         if ruled_out {
             self.find(rule::AFTER_END, event.seq);
         }
@@ -442,7 +441,8 @@ impl Grammar {
     }
 
     fn intent(&mut self, event: &Event, r: Option<i64>) -> Result<(), Refer> {
-        self.intents.insert(event.seq, event.tool.map(<[u8]>::to_vec));
+        self.intents
+            .insert(event.seq, event.tool.map(<[u8]>::to_vec));
         let Some(r) = r else {
             let declared = event.get("reversibility");
             if matches!(declared, Some(b"IRREVERSIBLE" | b"PRIVILEGED"))

@@ -244,7 +244,12 @@ fn attribute_pairs(data: &[u8]) -> Option<Pairs> {
 /// `prev || C(entry)` for a row whose attributes are `pairs` (sorted by key), written by the
 /// crate's one writer of the form (`crate::canonical_into`), or `None` when the row is not a
 /// valid entry.
-fn hash_input(row: &Row, pairs: &[(&[u8], &[u8])], prev: &[u8; 32], out: &mut Vec<u8>) -> Option<()> {
+fn hash_input(
+    row: &Row,
+    pairs: &[(&[u8], &[u8])],
+    prev: &[u8; 32],
+    out: &mut Vec<u8>,
+) -> Option<()> {
     out.clear();
     out.extend_from_slice(prev);
     crate::canonical_into(
