@@ -87,6 +87,12 @@ fn saga_of(row: &Bound<'_, PyAny>, what: &str) -> PyResult<String> {
         .map_err(|_| PyTypeError::new_err(format!("a {what} row's saga id is not text")))
 }
 
+/// A saga whose rows have all been read, its story's state reduced to its verdict.
+fn settled(mut saga: Saga) -> Saga {
+    saga.grammar.settle();
+    saga
+}
+
 #[pyclass(module = "sagacity._sagacity_native")]
 pub struct ChainAuditor {
     verifier: CopyChainVerifier,
@@ -296,7 +302,7 @@ impl ChainAuditor {
     fn feed(&mut self, chunk: &[u8]) -> PyResult<()> {
         let mut done = Vec::new();
         self.verifier.feed_sagas(chunk, &mut done)?;
-        self.ready.extend(done);
+        self.ready.extend(done.into_iter().map(settled));
         Ok(())
     }
 
@@ -304,7 +310,7 @@ impl ChainAuditor {
     fn finish(&mut self) -> PyResult<()> {
         let mut done = Vec::new();
         self.verifier.finish_sagas(&mut done)?;
-        self.ready.extend(done);
+        self.ready.extend(done.into_iter().map(settled));
         self.chain_done = true;
         Ok(())
     }

@@ -294,6 +294,18 @@ impl Grammar {
         }
     }
 
+    /// The saga's chain has ended: keep only what [`Grammar::clean`] reads (a saga waiting
+    /// for its checkpoints and head holds no state of its story).
+    pub(crate) fn settle(&mut self) {
+        let findings = std::mem::take(&mut self.findings);
+        *self = Grammar {
+            started: true,
+            referred: self.referred,
+            findings,
+            ..Grammar::default()
+        };
+    }
+
     /// Whether the story is clean: nothing found, nothing left to the Python grammar.
     pub(crate) fn clean(&self) -> bool {
         !self.referred && self.findings.is_empty()
