@@ -369,7 +369,8 @@ def iter_audits(
 
     A saga whose chain, checkpoints and head pass is then judged by what its chain says
     (:mod:`~sagacity.consumers.archive._story`): an impossible event of the saga grammar
-    (``grammar:*``), then data withheld (``withheld``) unless ``allow_unopened``.
+    (``grammar:*``), then data withheld (``withheld``) unless ``allow_unopened``; read on the
+    rows the chain was walked on (compiled: by the grammar's twin, beside the chain check).
 
     Args:
         allow_unopened: the archive is known to store sealed events' commitments only (it

@@ -3,52 +3,20 @@
 //! verifier streams, so that `verify` reads the archive once.
 //!
 //! The rule lives in `_grammar.py`; this is its twin for the compiled path only, held to it by
-//! the vectors (`tests/vectors/grammar-v1.json`, every case run over both in
-//! `tests/conformance/test_grammar_conformance.py`) and by a comparison on random stories.
+//! the vectors (`tests/vectors/grammar-v1.json`: every case, in this crate's tests and in
+//! `tests/conformance/test_grammar_compiled.py`) and by a comparison on random stories there.
 //! It decides one thing: that a saga's story is clean.  Whatever it finds, and whatever it does
 //! not model (an `ERASED`, whose operator signature and data account are Python's; an event
 //! type it does not know; an integer attribute holding text Python might read differently),
 //! makes the saga's story the Python grammar's to tell: the finding's name, seq, detail and
 //! writer always come from `_grammar.py`.
 
-use pyo3::exceptions::PyTypeError;
-use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
 use std::collections::{HashMap, HashSet};
 
 const INT64_MAX: i128 = i64::MAX as i128;
 const SIGNATURES_MAX: i128 = i32::MAX as i128;
 const STRICTEST_SIGNATURES: i128 = 2;
 const LIMIT: usize = 100;
-
-/// The event types `sagacity.entries._events.EventType` names, in its order (a test holds the
-/// two lists equal).
-pub(crate) const EVENT_TYPES: [&str; 24] = [
-    "SAGA_OPENED",
-    "INTENT",
-    "EXECUTED",
-    "FAILED",
-    "AWAITING_APPROVAL",
-    "APPROVED",
-    "REJECTED",
-    "EXPIRED",
-    "RESUME_REFUSED",
-    "CONSTRAINT_VIOLATED",
-    "COMPENSATION_REQUESTED",
-    "COMPENSATION_INTENT",
-    "COMPENSATED",
-    "COMPENSATION_FAILED",
-    "SUSPECT",
-    "SUSPECT_SETTLED",
-    "SAGA_ENDED",
-    "ERASED",
-    "APPROVAL_REFUSED",
-    "REPLAYED",
-    "APPROVAL_ESCALATED",
-    "DEADLINE_EXTENDED",
-    "GRANTED",
-    "GRANT_REVOKED",
-];
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {
@@ -78,38 +46,45 @@ enum Kind {
     GrantRevoked,
 }
 
-const KINDS: [Kind; 24] = [
-    Kind::Opened,
-    Kind::Intent,
-    Kind::Executed,
-    Kind::Failed,
-    Kind::Awaiting,
-    Kind::Approved,
-    Kind::Rejected,
-    Kind::Expired,
-    Kind::ResumeRefused,
-    Kind::ConstraintViolated,
-    Kind::CompensationRequested,
-    Kind::CompensationIntent,
-    Kind::Compensated,
-    Kind::CompensationFailed,
-    Kind::Suspect,
-    Kind::SuspectSettled,
-    Kind::Ended,
-    Kind::Erased,
-    Kind::ApprovalRefused,
-    Kind::Replayed,
-    Kind::ApprovalEscalated,
-    Kind::DeadlineExtended,
-    Kind::Granted,
-    Kind::GrantRevoked,
+/// The event types `sagacity.entries._events.EventType` names, in its order, and what each is
+/// here (a test holds the names to the core's).
+const TYPES: [(&str, Kind); 24] = [
+    ("SAGA_OPENED", Kind::Opened),
+    ("INTENT", Kind::Intent),
+    ("EXECUTED", Kind::Executed),
+    ("FAILED", Kind::Failed),
+    ("AWAITING_APPROVAL", Kind::Awaiting),
+    ("APPROVED", Kind::Approved),
+    ("REJECTED", Kind::Rejected),
+    ("EXPIRED", Kind::Expired),
+    ("RESUME_REFUSED", Kind::ResumeRefused),
+    ("CONSTRAINT_VIOLATED", Kind::ConstraintViolated),
+    ("COMPENSATION_REQUESTED", Kind::CompensationRequested),
+    ("COMPENSATION_INTENT", Kind::CompensationIntent),
+    ("COMPENSATED", Kind::Compensated),
+    ("COMPENSATION_FAILED", Kind::CompensationFailed),
+    ("SUSPECT", Kind::Suspect),
+    ("SUSPECT_SETTLED", Kind::SuspectSettled),
+    ("SAGA_ENDED", Kind::Ended),
+    ("ERASED", Kind::Erased),
+    ("APPROVAL_REFUSED", Kind::ApprovalRefused),
+    ("REPLAYED", Kind::Replayed),
+    ("APPROVAL_ESCALATED", Kind::ApprovalEscalated),
+    ("DEADLINE_EXTENDED", Kind::DeadlineExtended),
+    ("GRANTED", Kind::Granted),
+    ("GRANT_REVOKED", Kind::GrantRevoked),
 ];
 
+/// The names of [`TYPES`], in order.
+pub(crate) fn event_types() -> Vec<&'static str> {
+    TYPES.iter().map(|(name, _)| *name).collect()
+}
+
 fn kind_of(name: &[u8]) -> Option<Kind> {
-    EVENT_TYPES
+    TYPES
         .iter()
-        .position(|t| t.as_bytes() == name)
-        .map(|i| KINDS[i])
+        .find(|(t, _)| t.as_bytes() == name)
+        .map(|(_, kind)| *kind)
 }
 
 /// The grammar's rules, by the value `GrammarRule` gives each.
@@ -652,58 +627,4 @@ impl Grammar {
             self.steps.insert(r);
         }
     }
-}
-
-fn optional_bytes(value: &Bound<'_, PyAny>) -> PyResult<Option<Vec<u8>>> {
-    if value.is_none() {
-        return Ok(None);
-    }
-    Ok(Some(value.extract::<String>()?.into_bytes()))
-}
-
-/// The compiled twin over one saga's events, for tests: each event a tuple (seq, event_type,
-/// tool, actor, attributes, payload, result) as `_grammar.Row` holds it (attributes a dict of
-/// text); returns the (rule, seq) of each finding, or `None` where the story is the Python
-/// grammar's (`after_seq`: where the chain starts, as `check` takes it).
-#[pyfunction]
-#[pyo3(signature = (events, *, after_seq=0))]
-pub(crate) fn grammar_findings(
-    events: Vec<Bound<'_, PyTuple>>,
-    after_seq: i64,
-) -> PyResult<Option<Vec<(&'static str, i64)>>> {
-    let mut grammar = Grammar::after(after_seq);
-    for event in events {
-        if event.len() != 7 {
-            return Err(PyTypeError::new_err("an event is a tuple of 7"));
-        }
-        let kind: String = event.get_item(1)?.extract()?;
-        let tool = optional_bytes(&event.get_item(2)?)?;
-        let actor = optional_bytes(&event.get_item(3)?)?;
-        let payload = optional_bytes(&event.get_item(5)?)?;
-        let result = optional_bytes(&event.get_item(6)?)?;
-        let attributes = event.get_item(4)?;
-        let attributes = attributes.downcast::<PyDict>()?;
-        let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        for (k, v) in attributes.iter() {
-            pairs.push((
-                k.extract::<String>()?.into_bytes(),
-                v.extract::<String>()?.into_bytes(),
-            ));
-        }
-        pairs.sort();
-        let pairs: Vec<(&[u8], &[u8])> = pairs
-            .iter()
-            .map(|(k, v)| (k.as_slice(), v.as_slice()))
-            .collect();
-        grammar.feed(&Event {
-            seq: event.get_item(0)?.extract()?,
-            kind: kind.as_bytes(),
-            tool: tool.as_deref(),
-            actor: actor.as_deref(),
-            attributes: &pairs,
-            payload: payload.as_deref(),
-            result: result.as_deref(),
-        });
-    }
-    Ok((!grammar.referred).then_some(grammar.findings))
 }
