@@ -10,8 +10,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from sagacity.errors import JournalError, JournalUnavailableError
-from sagacity.producer._clients import with_logger
-from sagacity.producer._denied import access_denied
+from sagacity.producer import access_denied, with_logger
 
 log = logging.getLogger("sagacity.consumer")
 
@@ -54,6 +53,16 @@ def ensure_topic(
         raise (
             denied or JournalUnavailableError(f"cannot create dead-letter topic {name!r}: {exc}")
         ) from exc
+
+
+def ensure_dead_letter_topic(
+    config: Mapping[str, str | int | float | bool], name: str, *, timeout: float
+) -> None:
+    """:func:`ensure_topic` (one partition) through an admin client on ``config`` (the
+    service's librdkafka settings, its principal named when Kafka refuses it)."""
+    ensure_topic(
+        AdminClient(with_logger(config)), name, partitions=1, timeout=timeout, client=config
+    )
 
 
 class DeadLetters:

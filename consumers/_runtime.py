@@ -65,8 +65,7 @@ from sagacity.consumers._positions import (
     TablePositions,
 )
 from sagacity.errors import KafkaAccessDeniedError
-from sagacity.producer._clients import with_logger
-from sagacity.producer._denied import access_denied
+from sagacity.producer import access_denied, with_logger
 
 __all__ = [
     "FIXED_SETTINGS",

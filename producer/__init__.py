@@ -14,9 +14,11 @@ from sagacity.producer._clients import (
     cluster_id,
     kafka_reason,
     startup_timeout,
+    topic_unreadable,
     with_logger,
 )
 from sagacity.producer._config import DEFAULT_TOPIC, KafkaJournalSettings, ReadIndexSettings
+from sagacity.producer._denied import access_denied
 from sagacity.producer._index import (
     IndexedEvent,
     IndexedPartition,
@@ -69,6 +71,7 @@ __all__ = [
     "Skipped",
     "Takeover",
     "TopicSpec",
+    "access_denied",
     "check_json_payload",
     "check_reachable",
     "check_topic",
@@ -84,6 +87,7 @@ __all__ = [
     "parse_retention",
     "partition_for",
     "startup_timeout",
+    "topic_unreadable",
     "traced",
     "valid_traceparent",
     "with_logger",

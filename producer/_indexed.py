@@ -15,8 +15,8 @@ import time
 
 from sagacity.entries._events import JournalEntry
 from sagacity.errors import ArchiveSchemaError, SagacityError, SerializationError
+from sagacity.ports import SagaRead, Skipped
 from sagacity.producer._index import IndexedSaga, SagaIndex
-from sagacity.producer._reads import SagaRead, Skipped
 from sagacity.schemas import decode_entry
 
 log = logging.getLogger("sagacity.reader")

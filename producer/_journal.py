@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -38,6 +37,7 @@ from sagacity.journal import ApprovalRequest
 from sagacity.privacy._redaction import refuse_in_form_1
 from sagacity.producer._config import DEFAULT_TOPIC, KafkaJournalSettings
 from sagacity.producer._delivery import Deliveries, Delivery, earlier_unsettled, require_gil
+from sagacity.producer._headers import EVENT_TYPE_HEADERS, fingerprint_header, type_header_of
 from sagacity.producer._index import SagaIndex
 from sagacity.producer._lease import (
     LeaseView,
@@ -56,7 +56,7 @@ from sagacity.producer._topic import (
 )
 from sagacity.producer._trace import current_traceparent, valid_traceparent
 from sagacity.producer._wiring import Given, described, journal_producer, writer_id_of
-from sagacity.schemas import current_schema, encode_entry, link_encoded
+from sagacity.schemas import encode_entry, link_encoded
 from sagacity.schemas._hotpath import link_encoded_sealed
 from sagacity.schemas._sealed import FieldSealer
 from sagacity.signing._writer_signature import HEADER as WRITER_HEADER
@@ -68,19 +68,10 @@ RECORD_OVERHEAD = 128
 """Bytes reserved beyond key, value and headers for Kafka's record and batch framing."""
 
 _ROUTE_CACHE = 100_000
-_EVENT_TYPE_HEADERS: dict[str, tuple[str, bytes]] = {
-    t.value: ("event_type", t.value.encode()) for t in EventType
-}
-"""The ``event_type`` header of each known event type, built once."""
 
 
 _Route = tuple[bytes, int, tuple[str, bytes], int]
 """A saga's message key, partition, ``saga_id`` header and fixed size (``KafkaJournal._route``)."""
-
-
-@functools.cache
-def _fingerprint_header() -> tuple[str, bytes]:
-    return ("schema_fingerprint", current_schema().fingerprint.hex().encode())
 
 
 class KafkaJournal:
@@ -206,7 +197,7 @@ class KafkaJournal:
             lease_hard_span=self._lease_hard_span,
         )
         self._routes: dict[str, _Route] = {}
-        self._fingerprint = _fingerprint_header()
+        self._fingerprint = fingerprint_header()
         self._closed = False
         self._deliveries = Deliveries(
             self._producer,
@@ -644,21 +635,22 @@ class KafkaJournal:
         key, partition, saga_header, size = self._route(entry.saga_id)
         if value is None:
             value = encode_entry(entry)
-        event_type = entry.event_type
-        type_header = _EVENT_TYPE_HEADERS.get(event_type)
-        if type_header is None:  # an unknown type relayed as is
-            type_header = ("event_type", event_type.value.encode())
+        type_header, type_size = EVENT_TYPE_HEADERS.get(entry.event_type) or type_header_of(
+            entry.event_type.value  # an unknown type relayed as is
+        )
         headers: list[tuple[str, str | bytes | None]] = [
             type_header,
             saga_header,
             self._fingerprint,
         ]
-        size += len(value) + len(type_header[0]) + len(type_header[1])
-        extra = self._extra_headers(entry)
-        if extra is not None:
-            headers += extra
-            for name, header in extra:
-                size += len(name) + len(header)
+        size += len(value) + type_size
+        # Most events have neither a writer's signature nor a trace context: no call for them.
+        if self._writer_key is not None or current_traceparent.get() is not None:
+            extra = self._extra_headers(entry)
+            if extra is not None:
+                headers += extra
+                for header_name, header in extra:
+                    size += len(header_name) + len(header)
         if size > self.max_event_bytes:
             raise EventTooLargeError(
                 f"the {entry.event_type.value} event of saga {entry.saga_id!r} is {size} bytes; "

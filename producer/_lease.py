@@ -19,8 +19,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from sagacity.entries import _attributes as attr
 from sagacity.entries._events import EntryDraft, EventType, JournalEntry
 from sagacity.errors import JournalUnavailableError, LeaseHeldError, SagaNotLiveError
+from sagacity.ports import SagaRead
 from sagacity.producer._clients import with_logger
-from sagacity.producer._reads import SagaRead
 from sagacity.signing._writer_roles import HANDOFF_TAKEOVER as HANDOFF_TAKEOVER
 
 

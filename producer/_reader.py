@@ -26,10 +26,7 @@ from sagacity.errors import (
     SerializationError,
     UnopenableError,
 )
-from sagacity.producer._index import IndexedSaga, SagaIndex
-from sagacity.producer._indexed import IndexedReads, scan_instead
-from sagacity.producer._partition import partition_for
-from sagacity.producer._reads import (
+from sagacity.ports import (
     Ownership,
     PartitionRead,
     Rejected,
@@ -37,6 +34,9 @@ from sagacity.producer._reads import (
     Skipped,
     ownership,
 )
+from sagacity.producer._index import IndexedSaga, SagaIndex
+from sagacity.producer._indexed import IndexedReads, scan_instead
+from sagacity.producer._partition import misplaced, partition_for
 from sagacity.producer._scan import PartitionScanner, Span, message_offset, writer_signature
 from sagacity.schemas import decode_entry
 from sagacity.schemas._sealed import FieldSealer
@@ -230,6 +230,11 @@ class SagaReader:
     def partition_of(self, saga_id: str) -> int:
         """The partition holding ``saga_id``'s events."""
         return partition_for(saga_id.encode("utf-8"), self._partitions)
+
+    def placed(self, key: bytes | None, partition: int) -> bool:
+        """Whether a message with ``key`` belongs on ``partition`` (:func:`misplaced`, the
+        topic's partitioner over its partitions)."""
+        return misplaced(key, partition, self._partitions) is None
 
     def read(
         self,

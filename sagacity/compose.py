@@ -9,7 +9,8 @@ this module nor ``sagacity._env`` (tests/architecture/test_layers.py).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Protocol
 
@@ -20,19 +21,33 @@ from sagacity._env import (
     read_index,
     starting_keys,
 )
+from sagacity.config._read_index import ReadIndexSettings
 from sagacity.errors import ConfigurationError
-from sagacity.ports import ClaimStore, Dependencies, SagaIndex
+from sagacity.journal import Journal
+from sagacity.ports import (
+    ClaimStore,
+    Dependencies,
+    RequestStore,
+    SagaIndex,
+    TopicJournal,
+)
 from sagacity.privacy._keys import KeyService
-from sagacity.producer import ReadIndexSettings
+from sagacity.producer import KafkaJournal, KafkaJournalSettings
+from sagacity.schemas import decode_entry
+from sagacity.signing._decision_signature import DecisionVerifier
+from sagacity.signing._operator_signature import OperatorVerifier
+from sagacity.signing._writer_signature import WriterKey, WriterRegistry
 
 __all__ = [
     "Dependencies",
     "approvals",
     "approvals_of",
+    "approvals_on",
     "archive",
     "client_settings",
     "compensation",
     "compensation_of",
+    "erasure",
     "starting_keys",
 ]
 
@@ -40,6 +55,12 @@ __all__ = [
 class CompensationWhere(Protocol):
     """What :func:`compensation_of` reads of the compensation service's settings."""
 
+    @property
+    def bootstrap_servers(self) -> str: ...
+    @property
+    def topic(self) -> str: ...
+    @property
+    def journal_name(self) -> str | None: ...
     @property
     def database_url(self) -> str: ...
     @property
@@ -65,8 +86,78 @@ def _claims(database_url: str, *, instance: str, journal: str) -> ClaimStore:
     return PostgresClaimStore(database_url, instance=instance, journal=journal)
 
 
+def _requests(
+    database_url: str,
+    topic: str,
+    *,
+    verifier: DecisionVerifier | None,
+    journal: str | None,
+    operator: OperatorVerifier | None = None,
+) -> RequestStore:
+    from sagacity.postgres import PostgresRequestStore  # the driver, only here
+
+    return PostgresRequestStore(
+        database_url, topic=topic, verifier=verifier, journal=journal, operator=operator
+    )
+
+
 def _index(settings: ReadIndexSettings) -> SagaIndex | None:
     return read_index(settings)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _WorkerJournals:
+    """New Kafka journals on one topic, each with its own reader (a worker thread's):
+    :class:`~sagacity.ports.TopicJournals`."""
+
+    bootstrap_servers: str
+    topic: str
+    client: Mapping[str, str]
+    keys: KeyService | None
+    index: Callable[[], SagaIndex | None]
+    journal_name: str | None
+
+    def __call__(
+        self,
+        *,
+        writer_id: str | None = None,
+        writer_key: WriterKey | None = None,
+        writers: WriterRegistry | None = None,
+    ) -> TopicJournal:
+        return KafkaJournal(
+            self.bootstrap_servers,
+            topic=self.topic,
+            client=dict(self.client),
+            writer_id=writer_id,
+            index=self.index(),
+            writer_key=writer_key,
+            keys=self.keys,
+            journal_name=self.journal_name,
+            writers=writers,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class _SettingsJournals:
+    """New Kafka journals as ``SAGACITY_*`` configure them (their writer key and registry
+    included): :class:`~sagacity.ports.TopicJournals`."""
+
+    settings: KafkaJournalSettings
+    keys: KeyService | None
+
+    def __call__(
+        self,
+        *,
+        writer_id: str | None = None,
+        writer_key: WriterKey | None = None,
+        writers: WriterRegistry | None = None,
+    ) -> TopicJournal:
+        if writer_key is not None or writers is not None:
+            raise ConfigurationError(
+                "this journal signs and reads as SAGACITY_WRITER_KEY and "
+                "SAGACITY_WRITER_REGISTRY say; it takes no other key or registry"
+            )
+        return kafka_journal(self.settings, writer_id=writer_id, keys=self.keys)
 
 
 def archive(*, keys: KeyService | None = None) -> Dependencies:
@@ -77,33 +168,77 @@ def archive(*, keys: KeyService | None = None) -> Dependencies:
 
 def compensation(
     *,
+    bootstrap_servers: str,
+    topic: str,
     database_url: str,
     read_index: ReadIndexSettings | None = None,
     keys: KeyService | None = None,
     client: Mapping[str, str] | None = None,
+    journal_name: str | None = None,
 ) -> Dependencies:
-    """The compensation service's dependencies: its claims in ``database_url``, its journals'
-    read index (``read_index``, else the archive in ``database_url``; none when ``keys`` seal
-    the data: the archive keeps no sealed openings yet, so reads scan the topic), and
+    """The compensation service's dependencies: its claims in ``database_url``, its worker
+    journals on ``topic`` (Kafka at ``bootstrap_servers``, ``client`` its librdkafka
+    settings, ``journal_name`` their name) and their read index (``read_index``, else the
+    archive in ``database_url``; none when ``keys`` seal the data: the archive keeps no
+    sealed openings yet, so reads scan the topic), the decoder of the topic's messages, and
     ``keys``, which the service is handed."""
     index = read_index or ReadIndexSettings(database_url=database_url)
     if index.database_url is None:
         index = index.model_copy(update={"database_url": database_url})
+    indexes = partial(_index, index) if keys is None else Dependencies().read_index
     return Dependencies(
         claims=partial(_claims, database_url),
         keys=keys,
-        read_index=partial(_index, index) if keys is None else Dependencies().read_index,
+        read_index=indexes,
         client=dict(client or {}),
+        journals=_WorkerJournals(
+            bootstrap_servers=bootstrap_servers,
+            topic=topic,
+            client=dict(client or {}),
+            keys=keys,
+            index=indexes,
+            journal_name=journal_name,
+        ),
+        decode=decode_entry,
     )
 
 
 def compensation_of(settings: CompensationWhere, *, keys: KeyService | None) -> Dependencies:
     """:func:`compensation` for the service's settings."""
     return compensation(
+        bootstrap_servers=settings.bootstrap_servers,
+        topic=settings.topic,
         database_url=settings.database_url,
         read_index=settings.read_index,
         keys=keys,
         client=settings.client,
+        journal_name=settings.journal_name,
+    )
+
+
+def erasure(
+    settings: KafkaJournalSettings,
+    *,
+    database_url: str,
+    archive_database_url: str,
+    keys: KeyService | None,
+) -> Dependencies:
+    """What ``sagacity erase`` composes: the journal ``settings`` configure (opening sealed
+    sagas with ``keys``), the key store and the services' tables in ``database_url``, and the
+    archive in ``archive_database_url`` (its schema in the connection's search path).  The
+    caller closes the journal it makes, the key store and ``keys``."""
+    from sagacity.postgres import (  # the driver, only here
+        ArchiveEraser,
+        PostgresKeyStore,
+        PostgresServiceTables,
+    )
+
+    return Dependencies(
+        keys=keys,
+        journals=_SettingsJournals(settings=settings, keys=keys),
+        key_store=PostgresKeyStore(database_url),
+        service_tables=PostgresServiceTables(database_url),
+        archive=ArchiveEraser(archive_database_url),
     )
 
 
@@ -142,7 +277,13 @@ def approvals(*, bootstrap_servers: str | None, topic: str, database_url: str) -
         environ["SAGACITY_DATABASE_URL"] = database_url
     with starting_keys(environ) as keys:
         journal = kafka_journal(journal_settings, keys=keys)
-    return Dependencies(journal=journal, keys=keys, client=client_settings())
+    return Dependencies(
+        journal=journal,
+        keys=keys,
+        client=client_settings(),
+        requests=partial(_requests, database_url, topic),
+        decode=decode_entry,
+    )
 
 
 def approvals_of(settings: ApprovalsWhere) -> Dependencies:
@@ -151,4 +292,15 @@ def approvals_of(settings: ApprovalsWhere) -> Dependencies:
         bootstrap_servers=settings.bootstrap_servers,
         topic=settings.topic,
         database_url=settings.database_url,
+    )
+
+
+def approvals_on(journal: Journal, settings: ApprovalsWhere) -> Dependencies:
+    """The approvals service's dependencies on a journal its caller made (an in-memory one in
+    a test, or a journal with its own key service): the request store in the settings'
+    database; the server closes the journal, never its key service (none is handed)."""
+    return Dependencies(
+        journal=journal,
+        requests=partial(_requests, settings.database_url, settings.topic),
+        decode=decode_entry,
     )

@@ -21,8 +21,8 @@ from sagacity.consumers.approvals._routing import LiveRouting, Routing
 from sagacity.consumers.approvals._server import ApprovalsServer
 from sagacity.consumers.approvals._service import ApprovalService, Decided
 from sagacity.consumers.approvals._settings import ApprovalsSettings
+from sagacity.consumers.approvals._store import ApprovalStore
 from sagacity.ports import GateStats, RequestRow, RowState
-from sagacity.postgres import PostgresRequestStore as ApprovalStore
 
 __all__ = [
     "SAGA_ID_PATTERN",

@@ -32,66 +32,17 @@ from sagacity.consumers.approvals._api_context import ApiContext
 from sagacity.consumers.approvals._api_limits import DEFAULT_MAX_BODY, Limits
 from sagacity.consumers.approvals._auth import Authenticator
 from sagacity.consumers.approvals._service import ApprovalService
+from sagacity.consumers.approvals._statuses import status_for
 from sagacity.errors import (
-    AlreadyDecidedError,
-    ApprovalError,
-    ApprovalExpiredError,
-    ApprovalMissingError,
-    ApprovalNotFound,
-    AuthenticationError,
-    ChainIntegrityError,
-    ConfigurationError,
-    ConstraintViolation,
-    DeclarationError,
-    InvalidArgumentError,
-    JournalError,
-    PayloadMismatchError,
-    PermissionDeniedError,
-    PersistenceError,
     SagacityError,
-    SerializationError,
-    TailMovedError,
-    UnknownSagaError,
-    UnverifiableApprovalError,
-    WriterConflictError,
 )
 
 log = logging.getLogger("sagacity.approvals")
 
 
-def _status_for(exc: SagacityError) -> int:
-    if isinstance(exc, AuthenticationError):
-        return 401
-    if isinstance(exc, PermissionDeniedError):
-        return 403
-    if isinstance(exc, UnknownSagaError | ApprovalNotFound):
-        return 404
-    if isinstance(exc, InvalidArgumentError | SerializationError):
-        return 422
-    if isinstance(exc, DeclarationError | ConfigurationError):
-        return 503
-    if isinstance(
-        exc,
-        AlreadyDecidedError
-        | ApprovalMissingError
-        | PayloadMismatchError
-        | UnverifiableApprovalError
-        | ConstraintViolation
-        | ApprovalExpiredError
-        | ChainIntegrityError
-        | WriterConflictError
-        | TailMovedError
-        | ApprovalError,
-    ):
-        return 409
-    if isinstance(exc, JournalError | PersistenceError):
-        return 503
-    return 500
-
-
 async def _sagacity_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, SagacityError)
-    status = _status_for(exc)
+    status = status_for(exc)
     if status >= 500:
         log.error("%s %s: %s", request.method, request.url.path, exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None

@@ -20,6 +20,7 @@ from sagacity.consumers.approvals._api_models import (
     ResumeBody,
 )
 from sagacity.consumers.approvals._auth import ANY_TOOL, Authenticator, Principal
+from sagacity.consumers.approvals._deadline import row_deadline_us
 from sagacity.consumers.approvals._service import ApprovalService, Decided
 from sagacity.errors import AuthenticationError, InvalidArgumentError, PermissionDeniedError
 from sagacity.ports import RequestRow
@@ -122,11 +123,14 @@ def requester(
 
 
 def request_out(api: ApiContext, row: RequestRow) -> RequestOut:
-    """A request as the API shows it, with its deadline by the service's declarations."""
+    """A request as the API shows it, with its deadline by the service's declarations and
+    whom its route offers it to now."""
     data = row.to_dict()
-
-    deadline = api.service.sagacity.approval_deadline_us(row.request(), seen_at_us=row.seen_at_us)
-    return RequestOut(**data, deadline_us=deadline)
+    return RequestOut(
+        **data,
+        deadline_us=row_deadline_us(api.service.sagacity, row),
+        routed_to=api.service.routed_to(row),
+    )
 
 
 def decision_out(api: ApiContext, decided: Decided) -> DecisionOut:

@@ -140,7 +140,10 @@ class RequestOut(BaseModel):
     payload_sha256: str | None
     requested_at_us: int
     expires_at_us: int | None
-    deadline_us: int | None
+    deadline_us: int | None = Field(
+        description="when the request lapses by the service's clock and declarations, with the "
+        "verified operator extensions (null: never)"
+    )
     signatures_required: int
     policy_version: str
     reversibility: str
@@ -154,6 +157,16 @@ class RequestOut(BaseModel):
     request_hash: str | None = Field(
         description="the request entry's hash: what an approval names (it chains to the whole "
         "saga before the request)"
+    )
+    routed_to: list[str] | None = Field(
+        default=None,
+        description="whom the request's route offers it to now (group:NAME and principals of "
+        "the tiers reached at its age; docs/operations/routing.md); null: its tool is not routed",
+    )
+    extended_by_us: int = Field(
+        default=0,
+        description="the operator extensions of the deadline that verify under the service's "
+        "pinned operator key (already in deadline_us)",
     )
 
 

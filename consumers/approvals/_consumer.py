@@ -35,9 +35,8 @@ from sagacity.errors import (
     SerializationError,
     UnopenableError,
 )
-from sagacity.postgres._tails import Fault
-from sagacity.schemas import decode_entry
-from sagacity.schemas._codec import FieldSealer
+from sagacity.ports import EntryDecoder, Fault
+from sagacity.privacy._keys import KeyService
 
 log = logging.getLogger("sagacity.approvals")
 
@@ -61,6 +60,8 @@ class RequestConsumer(Handler):
             key is missing or wrapped under a key-encryption key not held) is quarantined
             with the reason (``authentication failed``, ``data key not found``,
             ``key-encryption key not held``).
+        decode: the entry of a message value (the journal's wire format:
+            :func:`sagacity.schemas.decode_entry`, handed by the composition root).
         placed: whether a message's key maps to the partition it is on (default: every
             message is taken as placed; the server passes the journal's partitioner).
         prefix: a saga's accepted tail before an offset, read from the journal (for a saga
@@ -82,7 +83,8 @@ class RequestConsumer(Handler):
         topic: str,
         group_id: str = DEFAULT_GROUP,
         client: Mapping[str, str] | None = None,
-        keys: FieldSealer | None = None,
+        keys: KeyService | None = None,
+        decode: EntryDecoder,
         placed: Callable[[bytes | None, int], bool] | None = None,
         prefix: Callable[[str, int], Tail | None] | None = None,
         on_erased: Callable[[str], None] | None = None,
@@ -95,6 +97,7 @@ class RequestConsumer(Handler):
         """Events quarantined: refused by the acceptance rule, or set aside for a fault of
         their own (a sealed field that cannot be opened, values the database refused)."""
         self._keys = keys
+        self._decode = decode
         self._topic = topic
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -186,13 +189,13 @@ class RequestConsumer(Handler):
                 saga_id = key.decode("utf-8", "replace") if key is not None else ""
                 position = (partition, offset)
                 try:
-                    entry = decode_entry(message.value() or b"", keys=self._keys)
+                    entry = self._decode(message.value() or b"", keys=self._keys)
                 except SerializationError as exc:
                     poison.append((message, "undecodable", exc.message))
                     continue
                 except UnopenableError as exc:
                     try:  # what can be read without the key, for the quarantine's row
-                        sealed = decode_entry(message.value() or b"")
+                        sealed = self._decode(message.value() or b"")
                     except SerializationError as bad:
                         poison.append((message, "undecodable", bad.message))
                         continue

@@ -32,23 +32,40 @@ def refuse_own_request(
         SelfApprovalError: the request is ``principal``'s own (or one of its agents').
     """
     entry = request_entry(entries, seq)
-    if entry is None:
-        return
+    if entry is not None:
+        _refuse_own(principal, saga_id, entry, "decide the request")
+
+
+def refuse_own_step(principal: Principal, saga_id: str, step: JournalEntry) -> None:
+    """Refuse ``principal``'s settlement of the suspect step whose entry is ``step`` (the
+    call's ``INTENT``, or the undone step's outcome) if it made the call: whoever ran a step
+    does not say whether it took effect.
+
+    Raises:
+        SelfApprovalError: the step is ``principal``'s own (or one of its agents').
+    """
+    _refuse_own(principal, saga_id, step, "settle the step")
+
+
+def _refuse_own(principal: Principal, saga_id: str, entry: JournalEntry, act: str) -> None:
     shared = sorted(principal.identities & requesters(entry))
     if not shared:
         return
     whose = "its own" if principal.name in shared else "made by its agent"
+    seq = entry.seq
     log.warning(
-        "refused: %s deciding request %s/%s, %s (%s)",
+        "refused: %s to %s at %s/%s, %s (%s)",
         principal.name,
+        act,
         saga_id,
         seq,
         whose,
         ", ".join(shared),
     )
+    noun = "request" if act.endswith("request") else "step"
     raise SelfApprovalError(
-        f"{principal.name} may not decide the request at {saga_id}/{seq}: it is {whose} "
-        f"({', '.join(shared)}); nobody decides their own request, another approver must",
+        f"{principal.name} may not {act} at {saga_id}/{seq}: it is {whose} "
+        f"({', '.join(shared)}); nobody decides their own {noun}, another approver must",
         saga_id=saga_id,
         seq=seq,
     )

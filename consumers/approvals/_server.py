@@ -6,7 +6,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from fastapi import FastAPI
 from starlette.applications import Starlette
@@ -21,6 +21,7 @@ from sagacity.consumers.approvals._metrics import GateCollector, exposition
 from sagacity.consumers.approvals._routing import LiveRouting
 from sagacity.consumers.approvals._service import ApprovalService
 from sagacity.consumers.approvals._settings import ApprovalsSettings
+from sagacity.consumers.approvals._store import approval_store
 from sagacity.consumers.approvals.console import LoginLimiter, SessionStore, create_console
 from sagacity.consumers.approvals.console._archive import ArchiveView
 from sagacity.consumers.approvals.console._notify import Notifier
@@ -29,7 +30,6 @@ from sagacity.entries._memory import InMemoryJournal
 from sagacity.errors import ConfigurationError, SagacityError, SigningKeyError
 from sagacity.journal import Journal
 from sagacity.ports import Dependencies
-from sagacity.postgres import PostgresRequestStore
 from sagacity.privacy._keys import KeyService
 from sagacity.saga._saga import Sagacity
 from sagacity.signing._decision_signature import DecisionSigner
@@ -79,18 +79,13 @@ def decision_signer(settings: ApprovalsSettings, journal: Journal) -> DecisionSi
 
 
 def placement(journal: Journal) -> Callable[[bytes | None, int], bool] | None:
-    """Whether a message's key maps to the partition it is on (:func:`sagacity.producer.
-    misplaced`, the journal's partitioner over its topic's partitions); ``None`` for a journal
-    that has no partitions."""
-    partitions = getattr(getattr(journal, "reader", None), "partitions", None)
-    if not isinstance(partitions, int):
+    """Whether a message's key maps to the partition it is on (the journal's reader's
+    :meth:`~sagacity.ports.PartitionMap.placed`: its partitioner over its topic's
+    partitions); ``None`` for a journal that has no partitions."""
+    placed = getattr(getattr(journal, "reader", None), "placed", None)
+    if not callable(placed):
         return None
-    from sagacity.producer import misplaced
-
-    def placed(key: bytes | None, partition: int) -> bool:
-        return misplaced(key, partition, partitions) is None
-
-    return placed
+    return cast("Callable[[bytes | None, int], bool]", placed)
 
 
 def prefix_reader(journal: Journal) -> Callable[[str, int], Tail | None] | None:
@@ -119,10 +114,11 @@ class ApprovalsServer:
     Args:
         settings: how to run.
         dependencies: what the server is handed (:func:`sagacity.compose.approvals` builds
-            them from the settings): the shared journal, its key service and the request
-            consumer's client settings; the server closes the journal and the key service.
-        journal: the shared journal alone, instead of ``dependencies`` (its key service
-            stays its caller's).
+            them from the settings; :func:`sagacity.compose.approvals_on` on a journal its
+            caller made): the shared journal, its key service, the request store (the
+            PostgreSQL one: the console, the notifier and Slack keep their rows in its
+            database) and the request consumer's client settings; the server closes the
+            journal and the key service handed.
         consume: run the consumer group (needs Kafka); off, requests are materialised from the
             chain on first access only.
         tools: tool objects to register in addition to ``settings.tools``.
@@ -132,24 +128,24 @@ class ApprovalsServer:
         self,
         settings: ApprovalsSettings,
         *,
-        dependencies: Dependencies | None = None,
-        journal: Journal | None = None,
+        dependencies: Dependencies,
         consume: bool = True,
         tools: Iterable[Any] = (),
     ) -> None:
         self.settings = settings
         slack = slack_config(settings)  # a broken Slack setting stops it before it connects
-        handed = dependencies if dependencies is not None else Dependencies(journal=journal)
-        if handed.journal is None:
+        handed = dependencies
+        if handed.journal is None or handed.requests is None or handed.decode is None:
             raise ConfigurationError(
-                "the approvals service is handed its journal: build its dependencies with "
-                "sagacity.compose.approvals"
+                "the approvals service is handed its journal, its request store and its "
+                "decoder: build its dependencies with sagacity.compose.approvals"
             )
+        self._decode = handed.decode
         self.journal = handed.journal
         self._client = dict(handed.client)
-        # The key service of a bundle handed over is this server's to close; a journal given
-        # alone is its caller's, with its keys.
-        self._keys: KeyService | None = handed.keys if dependencies is not None else None
+        # The key service handed is this server's to close (none is handed with a journal
+        # its caller made: sagacity.compose.approvals_on).
+        self._keys: KeyService | None = handed.keys
         self.auth = AuthFile(settings.auth_file) if settings.auth_file else None
         # Routes, groups and M of N: the principals file's, as it is now (routing.md).
         auth = self.auth
@@ -165,12 +161,14 @@ class ApprovalsServer:
             # Only an extension a pinned operator key signed moves a deadline.
             operator_public_key=operator_verifier_from_env(),
         )
-        # The rows count the approvals the resume counts: those the service's keys verify.
-        self.store = PostgresRequestStore(
-            settings.database_url,
-            topic=settings.topic,
-            verifier=self.sagacity.decision_verifier,
-            journal=self.sagacity.journal_identity,
+        # The rows count the approvals the resume counts and the extensions the expiry counts:
+        # those the service's keys verify.
+        self.store = approval_store(
+            handed.requests(
+                verifier=self.sagacity.decision_verifier,
+                journal=self.sagacity.journal_identity,
+                operator=self.sagacity.operator_verifier,
+            )
         )
         register_tools(self.sagacity, settings.tools, required=False)
         for tool in tools:
@@ -201,6 +199,7 @@ class ApprovalsServer:
             group_id=settings.group_id,
             client=self._client,
             keys=getattr(self.journal, "keys", None),
+            decode=self._decode,
             placed=placement(self.journal),
             prefix=prefix_reader(self.journal),
             # An erased saga's opened data leaves this replica as its ERASED is read.

@@ -21,7 +21,7 @@ from sagacity.consumers.approvals._auth import Principal, Role
 from sagacity.consumers.approvals._escalation import apply_fallback, escalate_due
 from sagacity.consumers.approvals._reads import check_readable
 from sagacity.consumers.approvals._routing import Routing, age_us, describe
-from sagacity.consumers.approvals._self_approval import refuse_own_request
+from sagacity.consumers.approvals._self_approval import refuse_own_request, refuse_own_step
 from sagacity.entries._events import JournalEntry
 from sagacity.errors import (
     AlreadyDecidedError,
@@ -274,18 +274,32 @@ class ApprovalService:
         the tail), then the saga is handed to the compensation service, which undoes a step
         settled ``executed`` exactly once and ends the saga.
 
+        The step's tool is the one its own entry on the chain names (not the ``SUSPECT``'s,
+        which any writer could word), and the settlement is decided as a request of that tool
+        is: by an approver of the tool, named by its route's tiers when it is routed, who did
+        not make the call.
+
         Raises:
-            PermissionDeniedError: ``principal`` may not decide for the step's tool.
+            PermissionDeniedError: ``principal`` may not decide for the step's tool, or the
+                tool's route does not name it.
+            SelfApprovalError: the call was ``principal``'s (or one of its agents').
             as :meth:`Sagacity.settle`.
         """
-        steps = [
-            s for s in suspect_steps(load_chain(self.sagacity.journal, saga_id)) if s.seq == seq
-        ]
-        tool = steps[-1].tool if steps else None
-        if tool is not None and not principal.may_decide(tool):
-            raise PermissionDeniedError(
-                f"{principal.name} may not settle steps of tool {tool!r}", saga_id=saga_id, seq=seq
-            )
+        entries = load_chain(self.sagacity.journal, saga_id)
+        step = next((e for e in entries if e.seq == seq), None)
+        suspected = [s for s in suspect_steps(entries) if s.seq == seq]
+        if suspected and step is not None:
+            tool = step.tool or suspected[-1].tool or ""
+            if not principal.may_decide(tool):
+                raise PermissionDeniedError(
+                    f"{principal.name} may not settle steps of tool {tool!r}",
+                    saga_id=saga_id,
+                    seq=seq,
+                )
+            refusal = self._settlement_refusal(principal, tool)
+            if refusal is not None:
+                raise PermissionDeniedError(refusal, saga_id=saga_id, seq=seq)
+            refuse_own_step(principal, saga_id, step)
         result = self._retrying(
             lambda: self.sagacity.settle(saga_id, seq, outcome, principal.name, note=note)
         )
@@ -336,6 +350,17 @@ class ApprovalService:
         )
         return deadline is not None and self.sagacity.now_us() > deadline
 
+    def routed_to(self, row: RequestRow) -> list[str] | None:
+        """Who the routing offers ``row`` to now (``group:finance``, names; the tiers reached
+        at its age), ``None`` when its tool is not routed (every approver of the tool)."""
+        if self.routing is None:
+            return None
+        route = self.routing().route(row.tool)
+        if route is None:
+            return None
+        reached = route.reached(age_us(self.sagacity.now_us(), row))
+        return [n for t in route.tiers[: reached + 1] for n in t.names()]
+
     def routed_refusal(self, principal: Principal, row: RequestRow) -> str | None:
         """``None`` when the routing lets ``principal`` decide ``row`` now, else why not."""
         if self.routing is None:
@@ -349,6 +374,18 @@ class ApprovalService:
             f"{principal.name} may not decide this request: requests for tool {row.tool!r} "
             f"are routed to {describe(route, age)}"
         )
+
+    def _settlement_refusal(self, principal: Principal, tool: str) -> str | None:
+        """``None`` when the routing lets ``principal`` settle a step of ``tool``: a routed
+        tool's steps are settled by whoever any of its tiers names (a step has no waiting
+        clock to reach the tiers by), else why not."""
+        if self.routing is None:
+            return None
+        route = self.routing().route(tool)
+        if route is None or any(t.reaches(principal) for t in route.tiers):
+            return None
+        names = ", ".join(n for t in route.tiers for n in t.names())
+        return f"{principal.name} may not settle steps of tool {tool!r}: they are routed to {names}"
 
     def _authorise(self, principal: Principal, row: RequestRow) -> None:
         if not principal.may_decide(row.tool):

@@ -20,7 +20,7 @@ import psycopg
 
 from sagacity.consumers.archive._db import check_schema, mapped_errors
 from sagacity.errors import LeaseHeldError, SagaNotLiveError, TailMovedError
-from sagacity.producer._reader import HANDOFF_EVENTS
+from sagacity.signing._writer_roles import HANDOFF_EVENTS
 
 if TYPE_CHECKING:
     from sagacity.producer import KafkaJournal

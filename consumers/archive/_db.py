@@ -11,10 +11,10 @@ import psycopg
 from psycopg import sql
 
 from sagacity.errors import ArchiveSchemaError
+from sagacity.postgres import connect as connect_database
 from sagacity.postgres._archive import archive_errors as mapped_errors
 from sagacity.postgres._archive import check_schema, current_schema, migrate_archive
 from sagacity.postgres._archive_schema import MIGRATIONS
-from sagacity.postgres._connect import connect as connect_database
 
 __all__ = [
     "ARCHIVER_ROLE",

@@ -62,10 +62,10 @@ from sagacity.errors import (
     SagacityError,
     UnopenableError,
 )
-from sagacity.producer._partition import misplaced, partition_for
+from sagacity.producer import misplaced, partition_for
 
 if TYPE_CHECKING:
-    from sagacity.schemas._codec import FieldSealer
+    from sagacity.privacy._keys import KeyService
 
 __all__ = [
     "JOURNAL_COLUMNS",
@@ -130,7 +130,7 @@ class BatchArchiver:
         retries: int = 20,
         retry_delay: float = 0.2,
         authorship: Authorship | None = None,
-        keys: FieldSealer | None = None,
+        keys: KeyService | None = None,
         time_window: TimeWindow | None = None,
         partitions: Mapping[str, int] | None = None,
         signed_keys: Sequence[bytes] = (),

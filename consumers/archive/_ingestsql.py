@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import psycopg
 
-from sagacity.postgres._errors import retryable
+from sagacity.postgres import retryable
 
 if TYPE_CHECKING:
     from sagacity.consumers.archive._ingest import RawEvent

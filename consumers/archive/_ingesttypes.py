@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from sagacity.chain import BreakReason
 from sagacity.chain._acceptance import ForkKind
-from sagacity.producer._partition import WRONG_PARTITION as _WRONG_PARTITION
+from sagacity.producer import WRONG_PARTITION as _WRONG_PARTITION
 
 
 class QuarantineReason(enum.StrEnum):

@@ -24,14 +24,14 @@ from typing import Any
 import psycopg
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from sagacity.chain._acceptance import ForkKind
 from sagacity.chain._grammar import GrammarFinding, check
 from sagacity.consumers.archive._db import check_schema, mapped_errors
 from sagacity.consumers.archive._ingest import Decoder, _avro_decoder
 from sagacity.entries._events import JournalEntry
 from sagacity.errors import JournalUnavailableError, SagacityError, TopicNotFoundError
-from sagacity.producer import ForkKind, Rejected, SagaRead
-from sagacity.producer._clients import topic_unreadable, with_logger
-from sagacity.producer._denied import access_denied
+from sagacity.ports import Rejected, SagaRead
+from sagacity.producer import access_denied, topic_unreadable, with_logger
 
 
 @dataclass(kw_only=True)

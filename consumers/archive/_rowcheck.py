@@ -18,7 +18,7 @@ from sagacity.entries._events import JournalEntry
 
 if TYPE_CHECKING:
     from sagacity.consumers.archive._ingest import RawEvent
-    from sagacity.schemas._codec import FieldSealer
+    from sagacity.privacy._keys import KeyService
 
 Decoder = Callable[[bytes], JournalEntry]
 """Turns a Kafka message value into a journal entry; raises on bytes it cannot decode."""
@@ -93,7 +93,7 @@ class _Checked:
         self.row = row
 
 
-def _avro_decoder(keys: FieldSealer | None = None) -> Decoder:
+def _avro_decoder(keys: KeyService | None = None) -> Decoder:
     from sagacity.schemas import decode_entry
 
     if keys is None:
@@ -117,13 +117,13 @@ def _native_archive_row() -> NativeRow | None:
 
 def _current_prefix() -> bytes:
     """The first bytes of a message of the current schema: marker and fingerprint."""
-    from sagacity.schemas._codec import MAGIC, current_schema
+    from sagacity.schemas import MAGIC, current_schema
 
     return MAGIC + current_schema().fingerprint
 
 
 def _avro_record_decoder() -> RecordDecoder:
-    from sagacity.schemas._codec import decode_record
+    from sagacity.schemas import decode_record
 
     return decode_record
 

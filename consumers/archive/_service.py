@@ -58,7 +58,7 @@ from sagacity.errors import (
     WitnessError,
 )
 from sagacity.ports import Dependencies
-from sagacity.schemas._codec import FieldSealer
+from sagacity.privacy._keys import KeyService
 from sagacity.signing._decision_signature import DecisionVerifier
 from sagacity.signing._writer_signature import WriterRegistry
 from sagacity.telemetry import _tracing
@@ -224,7 +224,7 @@ def archiver_of(
     signer: Signer | None,
     authorship: Authorship | None = None,
     decode: Decoder | None = None,
-    keys: FieldSealer | None = None,
+    keys: KeyService | None = None,
 ) -> BatchArchiver:
     """The batch archiver ``settings`` ask for, signing (or not) with ``signer``: the service's,
     and ``sagacity archive checkpoint``'s.
@@ -274,7 +274,7 @@ class ArchiveService(Handler):
         metrics: ArchiveMetrics | None = None,
         dependencies: Dependencies | None = None,
     ) -> None:
-        keys: FieldSealer | None = (dependencies or Dependencies()).keys
+        keys: KeyService | None = (dependencies or Dependencies()).keys
         self.settings = settings
         self.metrics = metrics if metrics is not None else ArchiveMetrics()
         self._authorship = authorship_of(settings)

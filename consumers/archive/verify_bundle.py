@@ -708,6 +708,10 @@ _KNOWN_TYPES = frozenset(
         "COMPENSATION_INTENT",
         "COMPENSATED",
         "COMPENSATION_FAILED",
+        # The gate's notes: neutral in the grammar, known so a request stays known past them.
+        "APPROVAL_REFUSED",
+        "APPROVAL_ESCALATED",
+        "DEADLINE_EXTENDED",
     }
 )
 

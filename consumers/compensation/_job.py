@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from confluent_kafka import Message
 
 from sagacity.chain import verify
+from sagacity.chain._acceptance import ForkKind
 from sagacity.consumers.compensation import _failpoints
 from sagacity.consumers.compensation._invoker import ClaimingInvoker
 from sagacity.consumers.compensation._journal import Revoked, ServiceJournal
@@ -35,8 +36,7 @@ from sagacity.errors import (
     PersistenceError,
     UnopenableError,
 )
-from sagacity.ports import Claim, ClaimStatus, ClaimStore
-from sagacity.producer import ForkKind, SagaRead
+from sagacity.ports import Claim, ClaimStatus, ClaimStore, SagaRead
 from sagacity.saga._result import SagaResult
 from sagacity.saga._saga import Sagacity
 from sagacity.signing._operator_signature import OperatorVerifier
@@ -89,7 +89,7 @@ class Duplicate(Exception):  # noqa: N818 - a flow signal inside the service
 
 
 class ChainReader(Protocol):
-    """Reads one saga's chain (a worker thread's ``KafkaJournal``)."""
+    """Reads one saga's chain (a worker thread's journal on the topic)."""
 
     def read(self, saga_id: str) -> SagaRead:
         """The saga's accepted chain and what was refused."""

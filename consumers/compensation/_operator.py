@@ -13,7 +13,7 @@ from sagacity.entries import _attributes as attr
 from sagacity.entries._events import EntryDraft, EventType, JournalEntry, now_micros
 from sagacity.errors import CompensationRefusedError
 from sagacity.journal import ConditionalJournal
-from sagacity.producer._reader import ownership
+from sagacity.ports import ownership
 from sagacity.signing._operator_signature import (
     OperatorSigner,
     OperatorVerifier,

@@ -24,9 +24,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import Message
-from confluent_kafka.admin import AdminClient
 
-from sagacity.consumers._deadletter import DeadLetters, ensure_topic
+from sagacity.consumers._deadletter import DeadLetters, ensure_dead_letter_topic
 from sagacity.consumers._runtime import (
     ConsumerRuntime,
     DeadLetterTopic,
@@ -44,10 +43,10 @@ from sagacity.consumers.compensation._job import (
     SagaJob,
 )
 from sagacity.consumers.compensation._journal import Revoked, ServiceJournal, declarations
-from sagacity.consumers.compensation._kafka import KafkaJournals
 from sagacity.consumers.compensation._locks import SagaLocks
 from sagacity.consumers.compensation._metrics import HealthServer, Metrics
 from sagacity.consumers.compensation._settings import CompensationSettings
+from sagacity.consumers.compensation._workers import WorkerJournals, not_handed
 from sagacity.entries._events import EventType, JournalEntry
 from sagacity.errors import (
     ConfigurationError,
@@ -56,13 +55,10 @@ from sagacity.errors import (
     ToolLoadError,
     UnopenableError,
 )
-from sagacity.ports import ClaimStore, Dependencies
-from sagacity.producer import KafkaJournal
-from sagacity.producer._clients import with_logger
+from sagacity.ports import ClaimStore, Dependencies, TopicJournal
+from sagacity.privacy._keys import KeyService
 from sagacity.saga._result import SagaResult, SagaStatus
 from sagacity.saga._saga import Sagacity
-from sagacity.schemas import decode_entry
-from sagacity.schemas._sealed import FieldSealer
 from sagacity.signing._operator_signature import OperatorVerifier
 from sagacity.signing._writer_signature import WriterKey, WriterRegistry
 from sagacity.undo._compensation import CompensationCall
@@ -123,8 +119,9 @@ class CompensationService(Handler):
         self.settings = settings
         self._register = register
         self._dependencies = dependencies or Dependencies()
-        keys: FieldSealer | None = self._dependencies.keys
+        keys: KeyService | None = self._dependencies.keys
         self._keys = keys
+        self._decode = self._dependencies.decode or not_handed
         self.instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}"
         self.writer_id = f"{WRITER_PREFIX}{self.instance}/{uuid.uuid4().hex[:8]}"
         self.metrics = Metrics()
@@ -137,11 +134,10 @@ class CompensationService(Handler):
         self._saga_locks = SagaLocks()
         self._awaiting: dict[str, _Work] = {}
         self._first_call: dict[str, int] = {}
-        self._kafka: KafkaJournal | None = None
-        self._journals = KafkaJournals(
-            settings,
-            keys=keys,
-            index=self._dependencies.read_index,
+        self._kafka: TopicJournal | None = None
+        self._journals = WorkerJournals(
+            self._dependencies.journals,
+            writer_id=f"{WRITER_PREFIX}{settings.group_id}",
             writer_key=WriterKey.from_file(
                 settings.writer_key, f"{WRITER_PREFIX}{settings.group_id}"
             )
@@ -208,6 +204,8 @@ class CompensationService(Handler):
         s = self.settings
         if (claims := self._dependencies.claims) is None:
             raise ConfigurationError("no claim store handed (sagacity.compose.compensation)")
+        if self._dependencies.decode is None:
+            raise ConfigurationError("no decoder handed (sagacity.compose.compensation)")
         self._kafka = self._journals.new()
         self._claims = claims(instance=self.instance, journal=self._kafka.identity)
         self._claims.ensure_schema()
@@ -224,8 +222,7 @@ class CompensationService(Handler):
         )
         self._register_tools(self._sagacity)
         dlq = s.dlq_topic or f"{s.topic}.dlq"
-        base = self._base_config()
-        ensure_topic(AdminClient(with_logger(base)), dlq, partitions=1, timeout=15, client=base)
+        ensure_dead_letter_topic(self._base_config(), dlq, timeout=15)
         self._dead = DeadLetters(self._base_config(), dlq)
         self._runtime = self._consumer_runtime(self._dead)
         self._jobs = self._job_context(invoker, self._runtime)
@@ -477,7 +474,7 @@ class CompensationService(Handler):
                 return
             part.add(offset)
         try:
-            entry = decode_entry(message.value() or b"", keys=self._keys)
+            entry = self._decode(message.value() or b"", keys=self._keys)
         except SerializationError as exc:
             self._dead_letter_now(message, part, "undecodable", exc.message)
             return

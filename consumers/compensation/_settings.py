@@ -8,8 +8,8 @@ from typing import ClassVar
 from pydantic import Field
 
 from sagacity.config._defaults import DEFAULT_COMPENSATION_GROUP, DEFAULT_TOPIC
+from sagacity.config._read_index import ReadIndexSettings
 from sagacity.config._settings import SagacitySettings
-from sagacity.producer import ReadIndexSettings
 
 
 class CompensationSettings(SagacitySettings):

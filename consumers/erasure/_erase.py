@@ -21,18 +21,15 @@ from sagacity.entries import _attributes as attr
 from sagacity.entries._events import EntryDraft, EventType, JournalEntry
 from sagacity.errors import ErasureRefusedError
 from sagacity.gate._requests import pending_requests
-from sagacity.ports import ErasableArchive
-from sagacity.postgres import PostgresKeyStore
-from sagacity.postgres._erasure import (
+from sagacity.ports import (
+    ErasableArchive,
+    KeyStore,
     ServiceCopies,
-    clear_service_copies,
-    erasure_lock,
-    service_copies,
+    ServiceTables,
+    TopicJournal,
+    ownership,
 )
-from sagacity.postgres._statistics import refresh_statistics
 from sagacity.privacy._keys import KeyService
-from sagacity.producer import KafkaJournal
-from sagacity.producer._reader import ownership
 from sagacity.saga._result import SagaStatus
 from sagacity.signing._decision_signature import DecisionVerifier
 from sagacity.signing._operator_signature import (
@@ -155,11 +152,11 @@ def _refusal(entries: Sequence[JournalEntry], *, key_destroyed: bool) -> str | N
 
 
 def plan_erasure(
-    journal: KafkaJournal,
+    journal: TopicJournal,
     saga_id: str,
     *,
-    key_store: PostgresKeyStore,
-    services_database: str,
+    key_store: KeyStore,
+    services: ServiceTables,
     archive: ErasableArchive,
     operator: OperatorVerifier | None = None,
     approvals: DecisionVerifier | None = None,
@@ -171,6 +168,9 @@ def plan_erasure(
     the plan: a forged event must not keep a real erasure refused.
 
     Args:
+        journal / key_store / services / archive: the ports it reads (composed by
+            ``sagacity erase``): the saga's chain on the topic, its data key, the services'
+            copies of it and the archive's rows.
         operator: the operator keys an ``ERASED`` on the chain, or a request reopening the
             ended saga, must be signed with to count (``None``: none counts).
         approvals: the pinned approvals keys a settlement reopening the ended saga must be
@@ -199,9 +199,7 @@ def plan_erasure(
             f"saga {saga_id!r} is not erased: {why}; nothing was changed", saga_id=saga_id
         )
     # A request the approvals service folded from an ignored event starts no work either.
-    _refuse_work_in_flight(
-        saga_id, service_copies(services_database, saga_id), {e.seq for e in judged.ignored}
-    )
+    _refuse_work_in_flight(saga_id, services.copies(saga_id), {e.seq for e in judged.ignored})
     fields = _fields(entries)
     erasures = [e for e in entries if e.event_type is EventType.ERASED]
     recorded = any(erasure_counts(e, operator, journal=identity) for e in erasures)
@@ -224,7 +222,7 @@ def plan_erasure(
 
 
 def _read(
-    journal: KafkaJournal, saga_id: str, *, archive: ErasableArchive
+    journal: TopicJournal, saga_id: str, *, archive: ErasableArchive
 ) -> tuple[list[JournalEntry], int]:
     """The saga's entries on the topic and how many events of it the archive holds.
 
@@ -267,7 +265,7 @@ def _refuse_work_in_flight(saga_id: str, copies: ServiceCopies, disregarded: set
 
 
 def _refuse_an_oversized_listing(
-    journal: KafkaJournal, saga_id: str, fields: Mapping[int, Sequence[str]]
+    journal: TopicJournal, saga_id: str, fields: Mapping[int, Sequence[str]]
 ) -> None:
     """Refuse when the ``ERASED`` listing ``fields`` would not fit the topic's events."""
     listing = len(_listing(fields).encode("utf-8"))
@@ -305,14 +303,14 @@ def _listing(fields: Mapping[int, Sequence[str]]) -> str:
 
 
 def apply_erasure(
-    journal: KafkaJournal,
+    journal: TopicJournal,
     saga_id: str,
     *,
     actor: str,
     reason: str,
     keys: KeyService | None,
-    key_store: PostgresKeyStore,
-    services_database: str,
+    key_store: KeyStore,
+    services: ServiceTables,
     archive: ErasableArchive,
     signer: OperatorSigner,
     operator: OperatorVerifier | None = None,
@@ -337,12 +335,12 @@ def apply_erasure(
         JournalUnavailableError / PersistenceError: a step could not be done; run it again.
     """
     _check_words(saga_id, actor=actor, reason=reason)
-    with erasure_lock(services_database, saga_id):
+    with services.erasure_lock(saga_id):
         plan = plan_erasure(
             journal,
             saga_id,
             key_store=key_store,
-            services_database=services_database,
+            services=services,
             archive=archive,
             operator=verifier_with(signer, operator),
             approvals=approvals,
@@ -354,8 +352,7 @@ def apply_erasure(
             destroyed = key_store.destroy(saga_id, actor=actor, reason=reason)[1]
         key_id = plan.kek_id or _recorded_key_id(archive, saga_id, plan)
         archived = archive.erase(saga_id, actor=actor, reason=reason, key_id=key_id)
-        copies = clear_service_copies(services_database, saga_id)
-        refresh_statistics(None, services_database)  # no sample of the values
+        copies = services.clear(saga_id)  # and re-samples the columns' statistics
         event = None
         if not plan.recorded:
             event = _append_erased(
@@ -387,7 +384,7 @@ def _check_words(saga_id: str, *, actor: str, reason: str) -> None:
 
 
 def _append_erased(
-    journal: KafkaJournal,
+    journal: TopicJournal,
     plan: ErasurePlan,
     *,
     actor: str,
@@ -406,7 +403,7 @@ def _append_erased(
             attr.ERASED_KEY: key_id,
         },
     )
-    if journal.keys is None:  # the journal links it as drafted: in the saga's form
+    if not journal.seals:  # the journal links it as drafted: in the saga's form
         draft = committing(draft)
     # Signed for the tail as read now: a forged ERASED (or anything) appended since is
     # extended, never taken for this one (docs/adr/0027-operator-signatures.md).

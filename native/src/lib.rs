@@ -7,6 +7,7 @@
 //!
 //! `entry.rs`: the same for a form-1 draft, its `JournalEntry` made here too
 //! (`sagacity.schemas._hotpath.link_encoded`).
+//! `draft.rs`: the text rule of a draft's fields (`sagacity.entries._events.EntryDraft`).
 //! `verify.rs`: the archive's chain check over a binary `COPY` stream of archived rows
 //! (`sagacity.chain._fastverify`; docs/adr/0013-compiled-hot-path.md).
 //! `audit.rs`: the audit's merge of those verdicts with each saga's checkpoints and head
@@ -25,6 +26,7 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
 mod audit;
+mod draft;
 mod entry;
 mod grammar;
 mod grammar_binding;
@@ -570,6 +572,7 @@ fn leaf_hash<'py>(
 #[pyo3(name = "_sagacity_native")]
 fn sagacity_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(link_encode, m)?)?;
+    m.add_function(wrap_pyfunction!(draft::valid_texts, m)?)?;
     m.add_function(wrap_pyfunction!(entry::link_entry, m)?)?;
     m.add_function(wrap_pyfunction!(entry::seal_link_entry, m)?)?;
     m.add_function(wrap_pyfunction!(ingest::archive_row, m)?)?;

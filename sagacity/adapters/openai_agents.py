@@ -160,13 +160,23 @@ class _McpToolError(Exception):
         self.result = result
 
 
+_ABSENT = object()
+
+
+def _result_field(result: CallToolResult, snake: str, camel: str) -> Any:
+    """A field of an MCP tool result, which the SDK spells in snake_case (2.x) or camelCase
+    (1.x).  The camelCase name is read only where the snake_case one is absent: in a process
+    that also loads FastMCP, reading it warns as deprecated (an error where warnings are)."""
+    value = getattr(result, snake, _ABSENT)
+    return getattr(result, camel, None) if value is _ABSENT else value
+
+
 def _is_error(result: CallToolResult) -> bool:
-    # The MCP SDK spells its fields in camelCase (1.x) or snake_case (2.x).
-    return bool(getattr(result, "is_error", None) or getattr(result, "isError", None))
+    return bool(_result_field(result, "is_error", "isError"))
 
 
 def _mcp_value(result: CallToolResult) -> Any:
-    structured = getattr(result, "structured_content", getattr(result, "structuredContent", None))
+    structured = _result_field(result, "structured_content", "structuredContent")
     if structured is not None:
         return structured
     texts = [c.text for c in result.content if isinstance(c, TextContent)]

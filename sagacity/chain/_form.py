@@ -363,7 +363,7 @@ def canonical_layout(
     attributes given as their commitments) from the fields' UTF-8 bytes and the attribute
     pairs sorted by key: the one Python writer of the form (:func:`canonical_bytes`,
     :func:`canonical_bytes_of`, :func:`canonical_bytes_v2_of` and the journal's encoder,
-    ``schemas._codec``, call it).  ``prefix`` lets a caller hash ``prev || C`` without copying
+    ``schemas._hotpath``, call it).  ``prefix`` lets a caller hash ``prev || C`` without copying
     ``C`` again.
 
     Raises:

@@ -22,7 +22,8 @@ from sagacity.errors import (
 
 if TYPE_CHECKING:
     from sagacity.consumers.erasure import ErasureOutcome, ErasurePlan
-    from sagacity.ports import ErasableArchive
+    from sagacity.ports import Dependencies
+    from sagacity.signing._operator_signature import OperatorSigner
 
 
 @click.command("erase")
@@ -96,53 +97,98 @@ def erase(
     erased in the key store).  Exit status: 0 done (or would be), 1 refused, 2 usage, 3 Kafka
     or PostgreSQL does not answer.
     """
-    from sagacity._env import kafka_journal, key_service_from_env
-    from sagacity.consumers.erasure import apply_erasure, plan_erasure
-    from sagacity.postgres import PostgresKeyStore
-    from sagacity.signing._decision_signature import verifier_from_env as approvals_from_env
-    from sagacity.signing._operator_signature import verifier_from_env, verifier_with
-
     if not reason.strip():
         raise click.UsageError("--reason must not be empty")
     signer = load_operator_key(operator_key) if apply_ or operator_key else None
+    ports = _ports(
+        bootstrap,
+        topic,
+        database_url=database_url,
+        archive=conninfo(archive_database_url or database_url, archive_schema),
+    )
+    try:
+        done = _run(ports, saga_id, apply_=apply_, actor=actor, reason=reason, signer=signer)
+    finally:
+        if ports.keys is not None:
+            ports.keys.close()
+        if ports.key_store is not None:
+            ports.key_store.close()
+    if done is not None:
+        _print_outcome(done)
+
+
+def _ports(
+    bootstrap: str | None, topic: str | None, *, database_url: str, archive: str
+) -> Dependencies:
+    """The erasure is a composition of ports: the journal, the key service and the key
+    store, the services' tables and the archive, each built by the composition root."""
+    from sagacity import compose
+    from sagacity._env import key_service_from_env
+
+    env, settings = kafka_env(bootstrap, topic)
+    env["SAGACITY_DATABASE_URL"] = database_url
+    try:
+        keys = key_service_from_env(env)
+    except SagacityError as exc:
+        _stop(exc)
+    return compose.erasure(
+        settings, database_url=database_url, archive_database_url=archive, keys=keys
+    )
+
+
+def _run(
+    ports: Dependencies,
+    saga_id: str,
+    *,
+    apply_: bool,
+    actor: str | None,
+    reason: str,
+    signer: OperatorSigner | None,
+) -> ErasureOutcome | None:
+    """Plan (and with ``apply_`` carry out) the erasure on ``ports``; ``None``: a dry run,
+    its plan printed."""
+    from sagacity.consumers.erasure import apply_erasure, plan_erasure
+    from sagacity.signing._decision_signature import verifier_from_env as approvals_from_env
+    from sagacity.signing._operator_signature import verifier_from_env, verifier_with
+
+    journals, key_store, services = ports.journals, ports.key_store, ports.service_tables
+    archive = ports.archive
+    assert journals is not None
+    assert key_store is not None
+    assert services is not None
+    assert archive is not None
     try:
         pinned = verifier_from_env()
         approvals = approvals_from_env()
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from exc
-    env, settings = kafka_env(bootstrap, topic)
-    env["SAGACITY_DATABASE_URL"] = database_url
-    archive = _archive_of(conninfo(archive_database_url or database_url, archive_schema))
-    store = PostgresKeyStore(database_url)
     try:
-        keys = key_service_from_env(env)
-        journal = kafka_journal(settings, keys=keys)
+        journal = journals()
     except SagacityError as exc:
-        store.close()
         _stop(exc)
     try:
         if not apply_:
             plan = plan_erasure(
                 journal,
                 saga_id,
-                key_store=store,
-                services_database=database_url,
+                key_store=key_store,
+                services=services,
                 archive=archive,
                 operator=verifier_with(signer, pinned),
                 approvals=approvals,
             )
             _print_plan(plan)
             click.echo("dry run: nothing was changed; pass --apply to erase")
-            return
+            return None
         assert signer is not None  # loaded above for --apply
-        done = apply_erasure(
+        return apply_erasure(
             journal,
             saga_id,
             actor=actor or _operator(),
             reason=reason,
-            keys=keys,
-            key_store=store,
-            services_database=database_url,
+            keys=ports.keys,
+            key_store=key_store,
+            services=services,
             archive=archive,
             signer=signer,
             operator=pinned,
@@ -152,17 +198,6 @@ def erase(
         _stop(exc)
     finally:
         journal.close()
-        if keys is not None:
-            keys.close()
-        store.close()
-    _print_outcome(done)
-
-
-def _archive_of(conninfo: str) -> ErasableArchive:
-    """The archive's side of the erasure, on the archive at ``conninfo``."""
-    from sagacity.consumers.archive import ArchiveEraser
-
-    return ArchiveEraser(conninfo)
 
 
 def _stop(exc: SagacityError) -> NoReturn:

@@ -37,7 +37,8 @@ POLICY_VERSION = "policy_version"
 PAYLOAD_SHA256 = "payload_sha256"
 """SHA-256 (hex) of the entry's payload, on requests and refused resumes."""
 SIGNATURES_REQUIRED = "signatures_required"
-"""On ``AWAITING_APPROVAL``: ``1`` or ``2``."""
+"""On ``AWAITING_APPROVAL``: ``1`` or ``2`` (the requester's claim); on an ``APPROVED`` the
+approvals service signed (``SGCD3``): the count it decided the request needs, routes included."""
 EXPIRES_AT_US = "expires_at_us"
 """On ``AWAITING_APPROVAL``: when the request lapses, in microseconds since the epoch."""
 DIRTY = "dirty"
@@ -63,7 +64,7 @@ OMITTED_SHA256 = "omitted_sha256"
 OMITTED_BYTES = "omitted_bytes"
 """The size in bytes of the field left out or cut short."""
 DECISION_SIGNATURE = "decision_signature"
-"""On a decision the approvals service journaled: ``SGCD2:<key_id>:<signature hex>``, its
+"""On a decision the approvals service journaled: ``SGCD3:<key_id>:<signature hex>``, its
 Ed25519 signature (docs/adr/0014-signed-decisions-and-writers.md)."""
 REQUEST_HASH = "request_hash"
 """On a decision: the hash of the entry decided on (the request, or the settled step), which

@@ -9,11 +9,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from sagacity._native import native
 from sagacity.entries._bounds import INT64_MAX, SAGA_ID_MAX_BYTES, in_int64, parse_int
 from sagacity.errors import SerializationError
 
@@ -154,6 +155,13 @@ def _named(name: str, key: object) -> str:
     return name if key is None else f"{name} {key!r}"
 
 
+_valid_texts: Callable[..., bool] | None = native("valid_texts")
+"""The compiled twin of :func:`_check_text`'s acceptance (``native/src/draft.rs``), over any
+number of values: ``True`` when each is ``None`` or valid text.  Asked first, once per draft;
+when it declines, :func:`_check_text` runs and says what is wrong.  It accepts exactly what
+``_check_text`` accepts (tests/core/test_draft_texts.py); ``None`` without the compiled module."""
+
+
 _NO_ATTRIBUTES: Mapping[str, str] = MappingProxyType({})
 
 
@@ -164,9 +172,11 @@ def _freeze(attributes: Mapping[str, str] | None) -> Mapping[str, str]:
         # dict() would read a list of pairs as a map: the form's attributes are a map only.
         raise SerializationError(f"attributes must be a mapping, got {type(attributes).__name__}")
     items = dict(attributes)
-    for key, value in items.items():
-        _check_text("attribute key", key)
-        _check_text("attribute", value, key)
+    valid = _valid_texts
+    if valid is None or not valid(*items, *items.values()):
+        for key, value in items.items():
+            _check_text("attribute key", key)
+            _check_text("attribute", value, key)
     if len(items) == 1:
         return MappingProxyType(items)
     # Code-point order is UTF-8 byte order (valid text has no surrogates): keys sort as bytes.
@@ -202,6 +212,22 @@ def _check_form(draft: EntryDraft) -> None:
             except ValueError as exc:
                 raise SerializationError(f"{name}[{key!r}] must be 64 hex digits") from exc
         object.__setattr__(draft, name, MappingProxyType(dict(sorted(mapping.items()))))
+
+
+def _check_texts(draft: EntryDraft) -> None:
+    """The text rule (:func:`_check_text`) on ``draft``'s saga id and text fields, in order."""
+    _check_text("saga_id", draft.saga_id)
+    # An absent field needs no check (nor a call).
+    if draft.tool is not None:
+        _check_text("tool", draft.tool)
+    if draft.payload is not None:
+        _check_text("payload", draft.payload)
+    if draft.result is not None:
+        _check_text("result", draft.result)
+    if draft.error is not None:
+        _check_text("error", draft.error)
+    if draft.actor is not None:
+        _check_text("actor", draft.actor)
 
 
 _NOW: Any = object()
@@ -285,7 +311,11 @@ class EntryDraft:
             _check_form(self)
         if not isinstance(self.saga_id, str) or not self.saga_id:
             raise SerializationError("saga_id must be a non-empty str")
-        _check_text("saga_id", self.saga_id)
+        valid = _valid_texts
+        if valid is None or not valid(
+            self.saga_id, self.tool, self.payload, self.result, self.error, self.actor
+        ):
+            _check_texts(self)
         # Four bytes at most per character: only a long id needs encoding to be measured.
         if len(self.saga_id) * 4 > SAGA_ID_MAX_BYTES and (
             len(self.saga_id.encode("utf-8")) > SAGA_ID_MAX_BYTES
@@ -294,17 +324,6 @@ class EntryDraft:
                 f"saga_id is longer than {SAGA_ID_MAX_BYTES} bytes of UTF-8 "
                 f"({len(self.saga_id.encode('utf-8'))})"
             )
-        # An absent field needs no check (nor a call, once per field of every event).
-        if self.tool is not None:
-            _check_text("tool", self.tool)
-        if self.payload is not None:
-            _check_text("payload", self.payload)
-        if self.result is not None:
-            _check_text("result", self.result)
-        if self.error is not None:
-            _check_text("error", self.error)
-        if self.actor is not None:
-            _check_text("actor", self.actor)
         if type(self.event_type) is EventType:
             pass
         elif isinstance(self.event_type, UnknownEventType):

@@ -396,7 +396,12 @@ class ApprovalDesk:
                     saga_id=saga_id,
                     seq=seq,
                 )
-            self.append_decision(self.decision(request, EventType.APPROVED, person), tail)
+            # The count this desk decided is signed with the approval: a resumer that does not
+            # know the tool's route waits for as many.
+            counted = {attr.SIGNATURES_REQUIRED: str(needed)}
+            self.append_decision(
+                self.decision(request, EventType.APPROVED, person, attributes=counted), tail
+            )
             self._s.journal.flush()
             return ApprovalRequest(
                 saga_id=request.saga_id,

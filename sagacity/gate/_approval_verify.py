@@ -24,7 +24,7 @@ from sagacity.errors import (
     UnverifiableApprovalError,
 )
 from sagacity.gate._approver_groups import members, rule_for
-from sagacity.gate._requests import approval_refusal
+from sagacity.gate._requests import approval_refusal, signed_requirement
 from sagacity.journal import ApprovalRequest
 from sagacity.privacy._redaction import (
     REDACTION_ATTRIBUTE,
@@ -215,6 +215,24 @@ def requirement(s: Sagacity, request: ApprovalRequest) -> tuple[int, str | None]
             f"declared {declared.value} here, which needs {needed}"
         )
     return max(claimed, needed, floor), None
+
+
+def signed_need(s: Sagacity, entries: Sequence[JournalEntry], request: ApprovalRequest) -> int:
+    """The most signatures a verified approval of ``request`` says the deciding service
+    required (0: none says, or no key is pinned): a resumer without the service's routes
+    still waits for them (:func:`sagacity.gate._requests.signed_requirement`)."""
+    verifier = s.decision_verifier
+    if verifier is None:
+        return 0
+    journal = s.journal_identity
+    return max(
+        (
+            signed_requirement(a)
+            for a in approvals_of(entries, request)
+            if approval_refusal(verifier, a, request, journal=journal) is None
+        ),
+        default=0,
+    )
 
 
 def authentic_signers(

@@ -18,6 +18,7 @@ from sagacity.entries import _attributes as attr
 from sagacity.entries._bounds import INT64_MAX, parse_int, saturating_add
 from sagacity.entries._events import EntryDraft, EventType, JournalEntry
 from sagacity.errors import InvalidArgumentError
+from sagacity.gate._requests import Extends
 from sagacity.journal import ApprovalRequest
 from sagacity.signing._operator_signature import OperatorVerifier, operator_reason
 
@@ -71,6 +72,16 @@ def extension_refusal(
     if entry.attributes.get(attr.REASON) != extension_reason(ref, by):
         return "extension_not_as_signed"
     return operator_reason(entry, verifier, journal=journal)
+
+
+def counted_extensions(verifier: OperatorVerifier | None, *, journal: str | None) -> Extends:
+    """A request fold's :data:`~sagacity.gate._requests.Extends`: the extensions
+    :func:`extension_refusal` lets count (none without a pinned operator key)."""
+
+    def extends(entry: JournalEntry) -> bool:
+        return extension_refusal(entry, verifier, journal=journal) is None
+
+    return extends
 
 
 def extended_us(

@@ -11,17 +11,15 @@ import enum
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 from sagacity.entries import _attributes as attr
 from sagacity.entries._bounds import INT64_MAX, INT64_MIN, SIGNATURES_MAX, parse_int, saturating_add
 from sagacity.entries._events import EventType, JournalEntry
 from sagacity.errors import ConfigurationError
 from sagacity.journal import ApprovalRequest
-
-if TYPE_CHECKING:
-    from sagacity.signing._decision_signature import DecisionVerifier
+from sagacity.signing._decision_signature import DecisionVerifier, counts_required
 
 AWAITING_RESULT = "AWAITING_APPROVAL"
 """``SAGA_ENDED.result`` of a run that left requests open."""
@@ -70,6 +68,9 @@ class RequestState:
     approvals: tuple[JournalEntry, ...] = ()
     """The ``APPROVED`` entries that give the request its signatures, in chain order: one per
     approver, before its closure, until it has the signatures it needs."""
+    extended_by_us: int = 0
+    """The sum of the deadline extensions the fold counted before the request closed
+    (saturating; none unless the fold was given ``extends``)."""
 
     @property
     def pending(self) -> bool:
@@ -128,6 +129,11 @@ def expiry_of(entry: _Attributed) -> int | None:
 Counts = Callable[[JournalEntry, ApprovalRequest], bool]
 """Whether an ``APPROVED`` entry counts as a signature of a request (see :func:`verified_by`)."""
 
+Extends = Callable[[JournalEntry], bool]
+"""Which ``DEADLINE_EXTENDED`` entries move a request's deadline in a fold
+(:func:`sagacity.gate._deadline_extension.counted_extensions`: those a pinned operator key
+signed)."""
+
 
 def approval_refusal(
     verifier: DecisionVerifier, approval: JournalEntry, request: ApprovalRequest, *, journal: str
@@ -179,7 +185,7 @@ def affects_requests(entry: JournalEntry) -> bool:
         return False
     if kind is EventType.APPROVED:
         return bool(entry.actor)
-    return isinstance(kind, EventType) and kind in _CLOSING
+    return kind is EventType.DEADLINE_EXTENDED or (isinstance(kind, EventType) and kind in _CLOSING)
 
 
 def request_input(held: Iterable[JournalEntry], entry: JournalEntry) -> bool:
@@ -290,7 +296,7 @@ def counted_approvals(verifier: DecisionVerifier | None, journal: str | None) ->
 
 
 def request_states(
-    entries: Iterable[JournalEntry], *, counts: Counts | None = None
+    entries: Iterable[JournalEntry], *, counts: Counts | None = None, extends: Extends | None = None
 ) -> list[RequestState]:
     """Every approval request of one saga's chain with its current state, in seq order.
 
@@ -298,10 +304,13 @@ def request_states(
     with a closing event, or by the first later end of the saga (a ``COMPENSATION_REQUESTED``
     or a ``SAGA_ENDED`` that did not leave requests open); ``APPROVED`` entries before that add
     signatures.  ``counts`` says which ``APPROVED`` entries sign (default: every one with an
-    approver; :func:`verified_by` gives the resume's rule).
+    approver; :func:`verified_by` gives the resume's rule); ``extends`` which
+    ``DEADLINE_EXTENDED`` entries before the closure add to the request's deadline (default:
+    none).
     """
     found: dict[int, tuple[JournalEntry, ApprovalRequest, list[JournalEntry]]] = {}
     closed: dict[int, tuple[RequestStatus, JournalEntry]] = {}
+    extended: dict[int, int] = {}
     for entry in entries:
         if entry.event_type is EventType.AWAITING_APPROVAL:
             found[entry.seq] = (entry, _request(entry, ()), [])
@@ -316,6 +325,10 @@ def request_states(
         if entry.event_type is EventType.APPROVED and entry.actor:
             if counts is None or counts(entry, found[ref][1]):
                 found[ref][2].append(entry)
+        elif entry.event_type is EventType.DEADLINE_EXTENDED:
+            by = parse_int(entry.attributes.get(attr.EXTEND_BY_US), low=1, high=INT64_MAX)
+            if by is not None and extends is not None and extends(entry):
+                extended[ref] = saturating_add(extended.get(ref, 0), by)
         elif isinstance(entry.event_type, EventType) and entry.event_type in _CLOSING:
             # An event type this release does not know closes nothing here; a resume refuses
             # a request followed by one (it may have closed it).
@@ -324,21 +337,37 @@ def request_states(
     for seq in sorted(found):
         entry, request, signed = found[seq]
         status, closed_by = closed.get(seq, (RequestStatus.PENDING, None))
+        need = request.signatures_required
+        if counts is not None:
+            # What the service that signed the counted approvals required (its route's rule).
+            need = max([need, *(signed_requirement(a) for a in signed)])
         approvals: list[JournalEntry] = []
         for approval in signed:
-            if len(approvals) >= request.signatures_required:
+            if len(approvals) >= need:
                 break
             if all(a.actor != approval.actor for a in approvals):
                 approvals.append(approval)
+        shown = _request(entry, tuple(a.actor or "" for a in signed))
         states.append(
             RequestState(
-                request=_request(entry, tuple(a.actor or "" for a in signed)),
+                request=replace(shown, signatures_required=need),
                 status=status,
                 closed_by=closed_by,
                 approvals=tuple(approvals),
+                extended_by_us=extended.get(seq, 0),
             )
         )
     return states
+
+
+def signed_requirement(approval: JournalEntry) -> int:
+    """The signatures the deciding service required of the request, as ``approval`` says
+    where its signature covers it (``SGCD3``, :func:`counts_required`); 0 where it says
+    nothing.  Read it only from an approval whose signature verified."""
+    if not counts_required(approval):
+        return 0
+    value = approval.attributes.get(attr.SIGNATURES_REQUIRED)
+    return parse_int(value, low=1, high=SIGNATURES_MAX) or 0
 
 
 def request_state(

@@ -41,6 +41,7 @@ from sagacity.gate._approval_verify import (
     Bound,
     authentic_signers,
     bind,
+    signed_need,
 )
 from sagacity.gate._requests import interrupted_resume, pending_requests
 from sagacity.gate._settlement import PHASE_CALL
@@ -183,6 +184,7 @@ class Resumer:
                 requested_by,
                 detail=unverified,
             )
+        needed = max(needed, signed_need(self._s, entries, request))
         if len(signers) < needed:
             raise ApprovalMissingError(
                 f"only {len(signers)} of {needed} required signatures recorded",

@@ -16,6 +16,10 @@ re-exported here.  One module per port; every name is exported here.
 * :class:`RequestStore`: the approvals service's view of requests folded from the journal
   (here).
 * :class:`ErasableArchive`: the archive's side of an erasure (:mod:`._erasure`).
+* :class:`ServiceTables`: the services' tables as an erasure clears them
+  (:mod:`._service_tables`).
+* :class:`TopicJournal` / :class:`TopicJournals`: the journal on its topic as a service reads
+  it, and what a read gives (:class:`SagaRead`, :func:`ownership`: :mod:`._reads`).
 * :class:`Dependencies`: every dependency a service is handed, built by the composition root
   (:mod:`._dependencies`, :mod:`sagacity.compose`).
 """
@@ -33,7 +37,7 @@ from sagacity.entries._events import JournalEntry
 from sagacity.gate._requests import RequestState, RequestStatus
 from sagacity.journal import ApprovalRequest, ConditionalJournal, Journal
 from sagacity.ports._claims import Claim, ClaimStatus, ClaimStore, check_claim_key
-from sagacity.ports._dependencies import ClaimStores, Dependencies
+from sagacity.ports._dependencies import ClaimStores, Dependencies, RequestStores
 from sagacity.ports._erasure import ArchiveErasure, ErasableArchive
 from sagacity.ports._index import (
     IndexedEvent,
@@ -43,6 +47,19 @@ from sagacity.ports._index import (
     SagaIndex,
 )
 from sagacity.ports._keys import KeyStore, StoredKey
+from sagacity.ports._reads import (
+    EntryDecoder,
+    Ownership,
+    PartitionMap,
+    PartitionRead,
+    Rejected,
+    SagaRead,
+    Skipped,
+    TopicJournal,
+    TopicJournals,
+    ownership,
+)
+from sagacity.ports._service_tables import ServiceCopies, ServiceTables
 
 __all__ = [
     "OPEN_STATES",
@@ -55,22 +72,36 @@ __all__ = [
     "ClaimStores",
     "ConditionalJournal",
     "Dependencies",
+    "EntryDecoder",
     "ErasableArchive",
+    "Fault",
     "GateStats",
     "IndexedEvent",
     "IndexedPartition",
     "IndexedSaga",
     "Journal",
     "KeyStore",
+    "Ownership",
+    "PartitionMap",
+    "PartitionRead",
     "QuarantinedEvent",
     "RefusedMessage",
+    "Rejected",
     "RequestDecision",
     "RequestRow",
     "RequestStore",
+    "RequestStores",
     "RowState",
     "SagaIndex",
+    "SagaRead",
+    "ServiceCopies",
+    "ServiceTables",
+    "Skipped",
     "StoredKey",
+    "TopicJournal",
+    "TopicJournals",
     "check_claim_key",
+    "ownership",
 ]
 
 
@@ -124,6 +155,11 @@ class RequestRow:
     recorded): the service's TTL runs from the earlier of this and ``requested_at_us``
     (:func:`sagacity.gate._requests.deadline_us`).  An observation of the store, not part of the
     chain's fold, so rows compare without it."""
+    extended_by_us: int = 0
+    """The operator extensions of the request's deadline the store's fold counted (those its
+    pinned operator key verifies, :func:`sagacity.gate._deadline_extension.counted_extensions`):
+    what the sweep, the inbox and the notices add to the deadline.  A schedule, never a
+    decision: an expiry re-derives the deadline from the chain."""
 
     @classmethod
     def from_state(cls, state: RequestState) -> RequestRow:
@@ -170,6 +206,7 @@ class RequestRow:
             ),
             closed_at_us=closer.recorded_at_us if closer is not None else None,
             entry_hash=request.entry_hash,
+            extended_by_us=state.extended_by_us,
         )
 
     @property
@@ -212,6 +249,7 @@ class RequestRow:
             "decision_policy_version": self.decision_policy_version,
             "closed_at_us": self.closed_at_us,
             "request_hash": self.entry_hash,
+            "extended_by_us": self.extended_by_us,
         }
 
 
@@ -253,6 +291,17 @@ class GateStats:
             "latency_covers": "request journaled to deciding event journaled "
             "(not time to first look)",
         }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fault:
+    """Why the projection set an event aside for a reason of the message itself, not of its
+    chain's links: its sealed fields cannot be opened (``kind`` the error's
+    :attr:`~sagacity.errors.UnopenableError.reason`), or the database refused its values
+    (``refused_by_database``)."""
+
+    kind: str
+    detail: str
 
 
 @dataclass(frozen=True, kw_only=True)

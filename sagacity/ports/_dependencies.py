@@ -2,7 +2,8 @@
 (:mod:`sagacity.compose`) from the settings and handed to the service by the CLI.
 
 A service is written against this bundle and never builds an adapter itself: it takes its
-journal, its claim store, its request store, its key service and its read index from here, so
+journal (or journals, made on its topic), its claim store, its request store, its key
+service, its key store, its read index and its decoder of the topic's messages from here, so
 the same service runs on the in-memory fakes of :mod:`sagacity.testing` in a test.  A service
 uses the fields it needs; the others stay ``None``.
 """
@@ -15,10 +16,17 @@ from typing import TYPE_CHECKING, Protocol
 
 from sagacity.journal import Journal
 from sagacity.ports._claims import ClaimStore
+from sagacity.ports._erasure import ErasableArchive
 from sagacity.ports._index import SagaIndex
+from sagacity.ports._keys import KeyStore
+from sagacity.ports._reads import EntryDecoder, TopicJournals
+from sagacity.ports._service_tables import ServiceTables
 
 if TYPE_CHECKING:
+    from sagacity.ports import RequestStore
     from sagacity.privacy._keys import KeyService
+    from sagacity.signing._decision_signature import DecisionVerifier
+    from sagacity.signing._operator_signature import OperatorVerifier
 
 
 def _no_index() -> SagaIndex | None:
@@ -34,6 +42,22 @@ class ClaimStores(Protocol):
         ...
 
 
+class RequestStores(Protocol):
+    """Makes the request store of the approvals service, counting the approvals ``verifier``
+    verifies on the journal named ``journal`` and the deadline extensions ``operator``
+    verifies (all known once the service's core is made)."""
+
+    def __call__(
+        self,
+        *,
+        verifier: DecisionVerifier | None,
+        journal: str | None,
+        operator: OperatorVerifier | None = None,
+    ) -> RequestStore:
+        """The store; its tables are migrated by the receiver."""
+        ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class Dependencies:
     """What a service is handed.
@@ -41,6 +65,7 @@ class Dependencies:
     Attributes:
         journal: the shared journal (its reader included); the receiver closes it.
         claims: makes the claim store of a journal (:class:`ClaimStores`).
+        requests: makes the approvals service's request store (:class:`RequestStores`).
         keys: the key service that seals and opens the journal's fields (``None``: the data
             travels in clear, as the composition root allowed); the approvals server closes
             the one it is handed, the compensation and archive services leave it to the
@@ -49,10 +74,25 @@ class Dependencies:
             (``None``: the journal scans its topic).
         client: settings of the journal's transport (librdkafka's, from
             ``SAGACITY_KAFKA_*``) for a service's own consumers of the topic.
+        journals: makes new journals on the topic (:class:`~sagacity.ports.TopicJournals`:
+            the compensation service's worker journals, the erasure's journal); the receiver
+            closes each.
+        decode: the entry of one message value of the topic
+            (:class:`~sagacity.ports.EntryDecoder`; the receiver opens sealed fields with
+            :attr:`keys`).
+        key_store: the store of the wrapped data keys (an erasure); the receiver closes it.
+        service_tables: the services' tables as an erasure clears them.
+        archive: the archive as an erasure clears it.
     """
 
     journal: Journal | None = None
     claims: ClaimStores | None = None
+    requests: RequestStores | None = None
     keys: KeyService | None = None
     read_index: Callable[[], SagaIndex | None] = _no_index
     client: Mapping[str, str] = field(default_factory=dict)
+    journals: TopicJournals | None = None
+    decode: EntryDecoder | None = None
+    key_store: KeyStore | None = None
+    service_tables: ServiceTables | None = None
+    archive: ErasableArchive | None = None

@@ -51,6 +51,15 @@ class KeyStore(Protocol):
         """
         ...
 
+    def exists(self) -> bool:
+        """Whether the store has been made (:meth:`ensure_schema`); creates nothing, so a
+        dry run reads nothing it would have to make.
+
+        Raises:
+            PersistenceError: the store could not be reached.
+        """
+        ...
+
     def load(self, saga_id: str) -> StoredKey | None:
         """The saga's row, or ``None``."""
         ...

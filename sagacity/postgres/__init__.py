@@ -10,13 +10,25 @@ behind the ports (:mod:`sagacity.ports`) that live in Postgres.
 * :class:`PostgresClaimStore` (:class:`~sagacity.ports.ClaimStore`), :class:`PostgresSagaIndex`
   (:class:`~sagacity.ports.SagaIndex`, over the archive's tables), :class:`PostgresRequestStore`
   (:class:`~sagacity.ports.RequestStore`, the approvals service's tables),
-  :class:`PostgresKeyStore` (:class:`~sagacity.ports.KeyStore`, the per-saga data keys).
+  :class:`PostgresKeyStore` (:class:`~sagacity.ports.KeyStore`, the per-saga data keys),
+  :class:`PostgresServiceTables` (:class:`~sagacity.ports.ServiceTables`, as an erasure
+  clears them), :class:`ArchiveEraser` (:class:`~sagacity.ports.ErasableArchive`, the
+  archive's tables as an erasure clears them).
 """
 
 from __future__ import annotations
 
+from sagacity.postgres._archive_erasure import (
+    FORM_ONE_REFUSED,
+    ArchiveEraser,
+    ErasureRecord,
+    archived_count,
+    erase_in_archive,
+    erasure_records,
+)
 from sagacity.postgres._claims import PostgresClaimStore
 from sagacity.postgres._connect import connect, ping, transaction, with_search_path
+from sagacity.postgres._erasure import PostgresServiceTables
 from sagacity.postgres._errors import error_class, map_error, mapped_errors, retryable
 from sagacity.postgres._index import PostgresSagaIndex
 from sagacity.postgres._keys import PostgresKeyStore
@@ -25,14 +37,21 @@ from sagacity.postgres._positions import ensure_positions, positions, store_posi
 from sagacity.postgres._requests import PostgresRequestStore
 
 __all__ = [
+    "FORM_ONE_REFUSED",
+    "ArchiveEraser",
+    "ErasureRecord",
     "PostgresClaimStore",
     "PostgresKeyStore",
     "PostgresRequestStore",
     "PostgresSagaIndex",
+    "PostgresServiceTables",
     "applied_versions",
+    "archived_count",
     "connect",
     "current_schema",
     "ensure_positions",
+    "erase_in_archive",
+    "erasure_records",
     "error_class",
     "map_error",
     "mapped_errors",

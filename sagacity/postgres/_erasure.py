@@ -15,12 +15,12 @@ idempotent.  The erase command's lock (:func:`erasure_lock`) serialises erasures
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import psycopg
 
+from sagacity.ports import ServiceCopies
 from sagacity.postgres._connect import connect
 from sagacity.postgres._errors import mapped_errors
 
@@ -40,29 +40,6 @@ _DATA_ATTRIBUTES_OF = (
     " WHERE k NOT IN ('payload', 'result', 'error'))"
 )
 """The data attributes an event kept as JSON commits to (its commitments' other keys)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ServiceCopies:
-    """What the services' tables hold (or held) of one saga.
-
-    Attributes:
-        pending_requests: approval requests still pending.
-        pending_seqs: their seqs.
-        claims_in_flight: compensation claims whose undo may be in flight (``CLAIMED``).
-        requests: approval requests whose payload this call cleared.
-        events: kept approval events whose data this call cleared.
-        claims: compensation claims whose result or error this call cleared.
-        attention: attention rows whose detail this call replaced.
-    """
-
-    pending_requests: int = 0
-    pending_seqs: tuple[int, ...] = ()
-    claims_in_flight: int = 0
-    requests: int = 0
-    events: int = 0
-    claims: int = 0
-    attention: int = 0
 
 
 def table_exists(conn: psycopg.Connection[Any], table: str) -> bool:
@@ -179,3 +156,27 @@ def erasure_lock(conninfo: str, saga_id: str) -> Iterator[None]:
         finally:
             if not conn.closed and not conn.broken:
                 conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (ERASE_LOCK, saga_id))
+
+
+class PostgresServiceTables:
+    """The services' tables in the database at ``conninfo``
+    (:class:`sagacity.ports.ServiceTables`)."""
+
+    def __init__(self, conninfo: str) -> None:
+        self._conninfo = conninfo
+
+    def copies(self, saga_id: str) -> ServiceCopies:
+        """:func:`service_copies`."""
+        return service_copies(self._conninfo, saga_id)
+
+    def clear(self, saga_id: str) -> ServiceCopies:
+        """:func:`clear_service_copies`, then the cleared columns' statistics re-sampled."""
+        from sagacity.postgres._statistics import refresh_statistics  # it imports this module
+
+        cleared = clear_service_copies(self._conninfo, saga_id)
+        refresh_statistics(None, self._conninfo)  # no sample of the values
+        return cleared
+
+    def erasure_lock(self, saga_id: str) -> AbstractContextManager[None]:
+        """:func:`erasure_lock`."""
+        return erasure_lock(self._conninfo, saga_id)

@@ -20,19 +20,15 @@ from typing import Any
 
 import psycopg
 import psycopg.errors
-from psycopg.rows import dict_row, tuple_row
-from psycopg.types.json import Jsonb
+from psycopg.rows import dict_row
 
-from sagacity.chain._acceptance import QUIET, Refusal, Tail, admit
+from sagacity.chain._acceptance import Refusal, Tail
 from sagacity.config._defaults import DEFAULT_TOPIC
 from sagacity.entries._events import JournalEntry, now_micros
 from sagacity.errors import DecisionInProgressError, SerializationError
+from sagacity.gate._deadline_extension import counted_extensions
 from sagacity.gate._requests import (
-    Counts,
-    affects_requests,
     counted_approvals,
-    request_input,
-    request_states,
 )
 from sagacity.ports import (
     OPEN_STATES,
@@ -40,13 +36,13 @@ from sagacity.ports import (
     GateStats,
     QuarantinedEvent,
     RequestRow,
-    RowState,
 )
-from sagacity.postgres._attention import apply_attention, attention_rows
+from sagacity.postgres._attention import attention_rows
 from sagacity.postgres._connect import connect
 from sagacity.postgres._decision import PostgresDecision, deciding
 from sagacity.postgres._errors import map_error, refuses_the_row
 from sagacity.postgres._migrate import migrate
+from sagacity.postgres._request_fold import apply_entry, row_of
 from sagacity.postgres._requests_schema import COMPONENT, MIGRATIONS
 from sagacity.postgres._tails import (
     REFUSED_BY_DATABASE,
@@ -57,170 +53,7 @@ from sagacity.postgres._tails import (
     quarantined,
 )
 from sagacity.signing._decision_signature import DecisionVerifier
-
-_UPSERT = """
-INSERT INTO sagacity_approval_request (topic, saga_id, seq, tool, payload, payload_sha256,
-    requested_at_us, expires_at_us, signatures_required, policy_version, reversibility, state,
-    signed_by, decision, decided_by, decided_at_us, decision_policy_version, closed_at_us,
-    entry_hash, seen_at_us)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-ON CONFLICT (topic, saga_id, seq) DO UPDATE SET
-    tool = EXCLUDED.tool, payload = EXCLUDED.payload, payload_sha256 = EXCLUDED.payload_sha256,
-    requested_at_us = EXCLUDED.requested_at_us, expires_at_us = EXCLUDED.expires_at_us,
-    signatures_required = EXCLUDED.signatures_required,
-    policy_version = EXCLUDED.policy_version, reversibility = EXCLUDED.reversibility,
-    state = EXCLUDED.state, signed_by = EXCLUDED.signed_by, decision = EXCLUDED.decision,
-    decided_by = EXCLUDED.decided_by, decided_at_us = EXCLUDED.decided_at_us,
-    decision_policy_version = EXCLUDED.decision_policy_version,
-    closed_at_us = EXCLUDED.closed_at_us, entry_hash = EXCLUDED.entry_hash
-"""
-"""Write one request's row (see :func:`_values`); ``seen_at_us`` is set by the first write
-only."""
-
-
-def _row(record: dict[str, Any]) -> RequestRow:
-    return RequestRow(
-        saga_id=record["saga_id"],
-        seq=record["seq"],
-        tool=record["tool"],
-        payload=record["payload"],
-        payload_sha256=record["payload_sha256"],
-        requested_at_us=record["requested_at_us"],
-        expires_at_us=record["expires_at_us"],
-        signatures_required=record["signatures_required"],
-        policy_version=record["policy_version"],
-        reversibility=record["reversibility"],
-        state=RowState(record["state"]),
-        signed_by=tuple(record["signed_by"] or ()),
-        decision=record["decision"],
-        decided_by=record["decided_by"],
-        decided_at_us=record["decided_at_us"],
-        decision_policy_version=record["decision_policy_version"],
-        closed_at_us=record["closed_at_us"],
-        entry_hash=record.get("entry_hash"),  # absent before migration 4
-        seen_at_us=record.get("seen_at_us"),  # absent before migration 5
-    )
-
-
-def _kept(conn: psycopg.Connection[Any], topic: str, saga_id: str) -> list[JournalEntry]:
-    with conn.cursor(row_factory=tuple_row) as cursor:
-        records = cursor.execute(
-            """SELECT entry FROM sagacity_approval_event
-               WHERE topic = %s AND saga_id = %s ORDER BY seq""",
-            (topic, saga_id),
-        ).fetchall()
-    try:
-        return [JournalEntry.from_dict(record[0]) for record in records]
-    except SerializationError as exc:
-        raise SerializationError(
-            f"a kept event of saga {saga_id!r} on {topic!r} does not decode ({exc.message}); "
-            "rebuild the approvals' tables from the topic"
-        ) from exc
-
-
-def _kept_hash(conn: psycopg.Connection[Any], topic: str, saga_id: str, seq: int) -> str | None:
-    with conn.cursor(row_factory=tuple_row) as cursor:
-        record = cursor.execute(
-            """SELECT entry->>'hash' FROM sagacity_approval_event
-               WHERE topic = %s AND saga_id = %s AND seq = %s""",
-            (topic, saga_id, seq),
-        ).fetchone()
-    return None if record is None else record[0]
-
-
-def apply_entry(
-    conn: psycopg.Connection[Any],
-    entry: JournalEntry,
-    *,
-    topic: str,
-    counts: Counts | None,
-    tails: Tails,
-    saga_id: str | None = None,
-    placed: bool = True,
-    prefix: Callable[[], Tail | None] | None = None,
-    position: tuple[int, int] | None = None,
-    seen_at_us: int | None = None,
-) -> Refusal | None:
-    """Judge one journal event of ``topic`` by the acceptance rule, then fold it into the
-    tables; ``None`` when it was accepted (or was already), else why it was refused.
-
-    The event is accepted only when it is its saga's next linked event
-    (:func:`sagacity.chain._acceptance.admit` against the tail ``tails`` holds): a duplicate or an
-    event behind the tail is dropped, anything else is quarantined with its reason and folds
-    nothing.  An accepted event moves the tail, is folded into the attention queue and, when
-    the core's fold reads it (:func:`sagacity.gate._requests.request_input`), kept; then the saga's
-    kept events are folded by the core (:func:`sagacity.gate._requests.request_states` with
-    ``counts``, the approvals that sign) and the rows whose state changed are upserted.  Rows
-    are keyed by topic: two topics sharing a database never mix.
-
-    Args:
-        saga_id: the saga the message's key names (default: the one its body names).
-        placed: the message is on the partition its key maps to.
-        prefix: the saga's tail before this event read from the journal, for a saga first
-            seen past its first event.
-        position: ``(partition, offset)`` of the message, kept with a refusal.
-        seen_at_us: the service's clock now: a request row written for the first time
-            records it as when the service first saw the request (default: now).
-    """
-    saga = entry.saga_id if saga_id is None else saga_id
-    refusal = admit(
-        tails.get(saga),
-        saga,
-        entry,
-        placed=placed,
-        prefix=prefix,
-        known_hash=lambda seq: _kept_hash(conn, topic, saga, seq),
-    )
-    if refusal is not None:
-        if refusal.kind not in QUIET:
-            quarantine(conn, topic, saga, entry, refusal, position=position)
-        return refusal
-    tails.advance(saga, entry)
-    apply_attention(conn, entry, topic=topic)
-    if not affects_requests(entry):
-        return None
-    held = _kept(conn, topic, saga)
-    if not request_input(held, entry):
-        return None
-    conn.execute(
-        """INSERT INTO sagacity_approval_event (topic, saga_id, seq, entry)
-           VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING""",
-        (topic, saga, entry.seq, Jsonb(entry.to_dict())),
-    )
-    before = {s.request.seq: RequestRow.from_state(s) for s in request_states(held, counts=counts)}
-    chain = sorted([*held, entry], key=lambda e: e.seq)
-    seen = now_micros() if seen_at_us is None else seen_at_us
-    for state in request_states(chain, counts=counts):
-        row = RequestRow.from_state(state)
-        if before.get(row.seq) == row:
-            continue
-        conn.execute(_UPSERT, (*_values(topic, row), seen))
-    return None
-
-
-def _values(topic: str, row: RequestRow) -> tuple[Any, ...]:
-    return (
-        topic,
-        row.saga_id,
-        row.seq,
-        row.tool,
-        row.payload,
-        row.payload_sha256,
-        row.requested_at_us,
-        row.expires_at_us,
-        row.signatures_required,
-        row.policy_version,
-        row.reversibility,
-        row.state.value,
-        list(row.signed_by),
-        row.decision,
-        row.decided_by,
-        row.decided_at_us,
-        row.decision_policy_version,
-        row.closed_at_us,
-        row.entry_hash,
-    )
-
+from sagacity.signing._operator_signature import OperatorVerifier
 
 UNREADABLE_KEPT_EVENTS = "unreadable_kept_events"
 """The quarantine kind of an event of a saga whose kept events do not decode any more."""
@@ -261,11 +94,13 @@ class PostgresRequestStore:
         verifier: DecisionVerifier | None = None,
         journal: str | None = None,
         clock: Callable[[], int] = now_micros,
+        operator: OperatorVerifier | None = None,
     ) -> None:
         self._dsn = dsn
         self.topic = topic
         self._timeout = connect_timeout
         self._counts = counted_approvals(verifier, journal)
+        self._extends = counted_extensions(operator, journal=journal)
         self._clock = clock
 
     @contextmanager
@@ -338,6 +173,7 @@ class PostgresRequestStore:
             entry,
             topic=self.topic,
             counts=self._counts,
+            extends=self._extends,
             tails=tails,
             saga_id=saga_id,
             placed=placed,
@@ -462,7 +298,7 @@ class PostgresRequestStore:
             lock_saga(conn, self.topic, saga_id)
             query += " FOR UPDATE"
         record = conn.execute(query, (self.topic, saga_id, seq)).fetchone()
-        return _row(record) if record is not None else None
+        return row_of(record) if record is not None else None
 
     def deciding(
         self, *, lock_timeout_s: float | None = None
@@ -493,7 +329,7 @@ class PostgresRequestStore:
                        ORDER BY requested_at_us, saga_id, seq LIMIT %s""",
                     (self.topic, list(states), list(tools), limit),
                 ).fetchall()
-        return [_row(r) for r in records]
+        return [row_of(r) for r in records]
 
     def attention(self, *, limit: int = 500) -> list[AttentionRow]:
         """Sagas of this topic whose last run ended ``COMPENSATION_FAILED``, oldest first."""
@@ -509,7 +345,7 @@ class PostgresRequestStore:
                    WHERE topic = %s AND decided_at_us >= %s ORDER BY decided_at_us""",
                 (self.topic, since_us),
             ).fetchall()
-        return [_row(r) for r in records]
+        return [row_of(r) for r in records]
 
     def closed(self, states: Sequence[str], *, since_us: int, limit: int = 200) -> list[RequestRow]:
         """Requests of this topic closed in ``states`` at or after ``since_us``, newest
@@ -521,22 +357,24 @@ class PostgresRequestStore:
                    ORDER BY closed_at_us DESC LIMIT %s""",
                 (self.topic, list(states), since_us, limit),
             ).fetchall()
-        return [_row(r) for r in records]
+        return [row_of(r) for r in records]
 
     def overdue(self, now_us: int, ttl_us: int | None, *, limit: int = 100) -> list[RequestRow]:
-        """Open requests past their deadline: :func:`sagacity.gate._requests.deadline_us` in SQL,
-        in ``numeric`` so that no time a writer chose overflows the sum."""
+        """Open requests past their deadline: :func:`sagacity.gate._requests.deadline_us` in SQL
+        plus the verified extensions the fold counted, in ``numeric`` so that no time a writer
+        chose overflows the sum."""
         with self.connect() as conn:
             records = conn.execute(
                 """SELECT * FROM sagacity_approval_request
                    WHERE topic = %(topic)s AND state IN ('pending', 'approved')
                      AND LEAST(expires_at_us::numeric,
                                LEAST(requested_at_us, COALESCE(seen_at_us, requested_at_us))
-                                   ::numeric + %(ttl)s::numeric) < %(now)s
+                                   ::numeric + %(ttl)s::numeric)
+                         + GREATEST(extended_by_us, 0)::numeric < %(now)s
                    ORDER BY requested_at_us LIMIT %(limit)s""",
                 {"topic": self.topic, "ttl": ttl_us, "now": now_us, "limit": limit},
             ).fetchall()
-        return [_row(r) for r in records]
+        return [row_of(r) for r in records]
 
     def stats(self, *, now_us: int, window_s: float) -> GateStats:
         """Gate metrics for decisions journaled in the last ``window_s`` seconds."""

@@ -77,6 +77,15 @@ UPDATE sagacity_approval_request
 the earlier of this and the time the requester wrote
 (:func:`sagacity.gate._requests.deadline_us`)."""
 
+EXTENDED_SCHEMA = """
+ALTER TABLE sagacity_approval_request
+    ADD COLUMN IF NOT EXISTS extended_by_us bigint NOT NULL DEFAULT 0;
+"""
+"""Migration 6: the operator extensions of each request's deadline the fold counted (a
+schedule for the sweep, the inbox and the notices; an expiry re-derives it from the chain).
+Extensions journaled before it were not kept and stay out of the rows: such a request is still
+never expired early (the expiry reads the chain), only shown with its earlier deadline."""
+
 COMPONENT = "sagacity_approvals"
 """The tables' migrations are recorded in ``sagacity_approvals_schema_version``."""
 
@@ -86,7 +95,8 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (3, ATTENTION_TOPIC_SCHEMA),
     (4, TAILS_SCHEMA),
     (5, SEEN_SCHEMA),
+    (6, EXTENDED_SCHEMA),
 )
 """The request, offset and attention tables; the kept events; the attention queue keyed by
-topic; the sagas' tails and the quarantine; when the service first saw each request (each
-statement re-runnable)."""
+topic; the sagas' tails and the quarantine; when the service first saw each request; the
+verified extensions of its deadline (each statement re-runnable)."""

@@ -12,7 +12,6 @@ transaction, and written back when the transaction's batch is done
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -20,6 +19,7 @@ from psycopg.rows import tuple_row
 
 from sagacity.chain._acceptance import Refusal, Tail
 from sagacity.entries._events import JournalEntry
+from sagacity.ports import Fault as Fault  # the port's value, kept under its old name
 from sagacity.ports import QuarantinedEvent
 
 SCHEMA = """
@@ -61,17 +61,6 @@ DELETE FROM sagacity_approval_request WHERE state IN ('pending', 'approved');
 UPDATE sagacity_approval_offset SET next_offset = 0;
 """
 """Migration 4: tails and quarantine, and the refold under the acceptance rule."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Fault:
-    """Why the projection set an event aside for a reason of the message itself, not of its
-    chain's links: its sealed fields cannot be opened (``kind`` the error's
-    :attr:`~sagacity.errors.UnopenableError.reason`), or the database refused its values
-    (:data:`REFUSED_BY_DATABASE`)."""
-
-    kind: str
-    detail: str
 
 
 REFUSED_BY_DATABASE = "refused_by_database"

@@ -194,7 +194,7 @@ class KeyService:
 
     def material(self, saga_id: str) -> bytes:
         """The saga's raw data key (created on first use), for the compiled sealer of this
-        process (``schemas._codec.link_encoded_sealed``): it seals as :meth:`seal` does.
+        process (``schemas._hotpath.link_encoded_sealed``): it seals as :meth:`seal` does.
 
         Raises:
             as :meth:`seal`.

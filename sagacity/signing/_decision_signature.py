@@ -5,19 +5,22 @@ can produce to the journal topic.  The approvals service therefore signs each de
 key only it holds, and every resumer verifies the signature against a pinned public key before
 an approval counts (docs/adr/0014-signed-decisions-and-writers.md).  The signed message::
 
-    "SGCD2" || F(key_id) || F(event_type) || F(saga_id) || F(int64_be(ref_seq))
+    "SGCD3" || F(key_id) || F(event_type) || F(saga_id) || F(int64_be(ref_seq))
             || F(request_hash) || F(journal)
             || F(payload_sha256) || F(principal) || F(int64_be(decided_at_us))
-            || F(policy_version) || F(outcome) || F(phase)
+            || F(policy_version) || F(outcome) || F(phase) || F(signatures_required)
 
 with ``F`` the length-prefixed field of docs/adr/0002-hash-chain.md (``FF FF FF FF`` for an
 absent value).  ``request_hash`` is the hash of the entry decided on (the request, which chains
 to the whole saga before it) and ``journal`` the journal's name: a decision binds what was
-shown, on the journal it was made on (docs/adr/0025-trust-model.md).  The signature travels in
-the entry's ``decision_signature`` attribute as ``SGCD2:<key_id>:<128 hex>``; the attribute is
-hashed into the chain like any other.  Decisions of earlier releases (``SGCD1``, without the
-two bound fields) still verify as the service's (the archive attributes them), but no resume
-counts them.
+shown, on the journal it was made on (docs/adr/0025-trust-model.md).  ``signatures_required``
+is, on an ``APPROVED``, the signatures the service decided the request needs (the tool's
+declaration, raised by its route's "two of finance"): a resumer that does not know the route
+still waits for that many.  The signature travels in the entry's ``decision_signature``
+attribute as ``SGCD3:<key_id>:<128 hex>``; the attribute is hashed into the chain like any
+other.  Decisions of earlier releases still verify as the service's (the archive attributes
+them): ``SGCD2`` (no count) also counts at a resume, ``SGCD1`` (without the two bound fields)
+does not.
 
 ``cryptography`` is imported only when a key is loaded or a signature checked.
 """
@@ -41,11 +44,15 @@ from sagacity.signing._ed25519 import KeyHolder, PinnedKeys, signature_valid, wr
 if TYPE_CHECKING:
     pass
 
-DECISION_MAGIC = b"SGCD2"
+DECISION_MAGIC = b"SGCD3"
 """Leading bytes of the signed message; the version of its form."""
+UNCOUNTED_MAGIC = b"SGCD2"
+"""The form of the previous release: bound to the request and the journal, without the count
+of signatures the service required (verifies and counts; says nothing of the count)."""
 LEGACY_MAGIC = b"SGCD1"
 """The form of earlier releases: no request hash, no journal (verifies, binds nothing)."""
-_MAGICS = {DECISION_MAGIC.decode(): DECISION_MAGIC, LEGACY_MAGIC.decode(): LEGACY_MAGIC}
+_MAGICS = {m.decode(): m for m in (DECISION_MAGIC, UNCOUNTED_MAGIC, LEGACY_MAGIC)}
+_BOUND_FORMS = (DECISION_MAGIC.decode() + ":", UNCOUNTED_MAGIC.decode() + ":")
 PUBLIC_KEY_ENV = "SAGACITY_APPROVALS_PUBLIC_KEY"
 """The pinned public key(s) every resumer and the archive verify decisions against."""
 
@@ -94,11 +101,14 @@ def decision_message(
     phase: str | None = None,
     request_hash: str | None = None,
     journal: str | None = None,
+    signatures_required: str | None = None,
     magic: bytes = DECISION_MAGIC,
 ) -> bytes:
-    """The exact bytes a decision signature covers (``SGCD2``; ``magic=LEGACY_MAGIC``: the
-    earlier form, without ``request_hash`` and ``journal``)."""
-    bound = (_field(request_hash), _field(journal)) if magic == DECISION_MAGIC else ()
+    """The exact bytes a decision signature covers (``SGCD3``; ``magic=UNCOUNTED_MAGIC``: the
+    previous form, without ``signatures_required``; ``magic=LEGACY_MAGIC``: the earlier form,
+    without ``request_hash`` and ``journal`` either)."""
+    bound = (_field(request_hash), _field(journal)) if magic != LEGACY_MAGIC else ()
+    counted = (_field(signatures_required),) if magic == DECISION_MAGIC else ()
     return b"".join(
         (
             magic,
@@ -113,6 +123,7 @@ def decision_message(
             _field(policy_version),
             _field(outcome),
             _field(phase),
+            *counted,
         )
     )
 
@@ -136,6 +147,7 @@ def _message_of(entry: EntryDraft, key_id: str, magic: bytes = DECISION_MAGIC) -
             policy_version=attributes.get(attr.POLICY_VERSION),
             outcome=attributes.get(attr.OUTCOME),
             phase=attributes.get(attr.PHASE),
+            signatures_required=attributes.get(attr.SIGNATURES_REQUIRED),
         )
     except (ValueError, struct.error):
         return None
@@ -236,7 +248,7 @@ class DecisionVerifier(PinnedKeys):
         if reason is not None:
             return reason
         attributes = entry.attributes
-        if not (attributes.get(attr.DECISION_SIGNATURE) or "").startswith("SGCD2:"):
+        if not (attributes.get(attr.DECISION_SIGNATURE) or "").startswith(_BOUND_FORMS):
             return Reason.UNBOUND
         if attributes.get(attr.JOURNAL) != journal:
             return Reason.OTHER_JOURNAL
@@ -256,6 +268,14 @@ class DecisionVerifier(PinnedKeys):
         if kind not in AUTHORISING_EVENTS and attr.DECISION_SIGNATURE not in entry.attributes:
             return None
         return self.check(entry)
+
+
+def counts_required(entry: EntryDraft) -> bool:
+    """Whether ``entry``'s signature form covers its ``signatures_required`` attribute (what a
+    verified signature then vouches for)."""
+    return (entry.attributes.get(attr.DECISION_SIGNATURE) or "").startswith(
+        DECISION_MAGIC.decode() + ":"
+    )
 
 
 def _valid(public_raw: bytes, signature: bytes, message: bytes) -> bool:

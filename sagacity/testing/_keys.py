@@ -20,9 +20,15 @@ class InMemoryKeyStore:
     def __init__(self) -> None:
         self._rows: dict[str, StoredKey] = {}
         self._lock = threading.Lock()
+        self._made = False
 
     def ensure_schema(self) -> None:
-        """Nothing to create."""
+        """Nothing to create: the store exists from now on."""
+        self._made = True
+
+    def exists(self) -> bool:
+        """Whether :meth:`ensure_schema` was called (as the Postgres store's table)."""
+        return self._made or bool(self._rows)
 
     def load(self, saga_id: str) -> StoredKey | None:
         """The saga's row, or ``None``."""

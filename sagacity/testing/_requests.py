@@ -18,6 +18,7 @@ from sagacity.config._defaults import DEFAULT_TOPIC
 from sagacity.entries import _attributes as attr
 from sagacity.entries._events import EventType, JournalEntry, now_micros
 from sagacity.errors import DecisionInProgressError
+from sagacity.gate._deadline_extension import counted_extensions
 from sagacity.gate._requests import (
     RequestState,
     counted_approvals,
@@ -28,6 +29,7 @@ from sagacity.gate._requests import (
 from sagacity.ports import OPEN_STATES, AttentionRow, GateStats, QuarantinedEvent, RequestRow
 from sagacity.saga._result import SagaStatus
 from sagacity.signing._decision_signature import DecisionVerifier
+from sagacity.signing._operator_signature import OperatorVerifier
 
 _LEAVES = frozenset(
     {
@@ -69,6 +71,8 @@ class InMemoryRequestStore:
             approval names; required with ``verifier``.
         clock: the service's clock (microseconds): when a request is first folded
             (``seen_at_us``).
+        operator: the pinned operator key(s): a ``DEADLINE_EXTENDED`` moves a row's deadline
+            only when it verifies (``None``: none does).
     """
 
     def __init__(
@@ -78,10 +82,12 @@ class InMemoryRequestStore:
         verifier: DecisionVerifier | None = None,
         journal: str | None = None,
         clock: Callable[[], int] = now_micros,
+        operator: OperatorVerifier | None = None,
     ) -> None:
         self.topic = topic
         self._clock = clock
         self._counts = counted_approvals(verifier, journal)
+        self._extends = counted_extensions(operator, journal=journal)
         self._kept: dict[str, dict[int, JournalEntry]] = {}
         self._rows: dict[tuple[str, int], RequestRow] = {}
         self._attention: dict[str, AttentionRow] = {}
@@ -137,7 +143,7 @@ class InMemoryRequestStore:
                 kept[entry.seq] = entry
                 chain = [kept[seq] for seq in sorted(kept)]
                 seen = self._clock()
-                for state in request_states(chain, counts=self._counts):
+                for state in request_states(chain, counts=self._counts, extends=self._extends):
                     row_key = (saga_id, state.request.seq)
                     held = self._rows.get(row_key)
                     first = seen if held is None or held.seen_at_us is None else held.seen_at_us
@@ -209,15 +215,17 @@ class InMemoryRequestStore:
         return rows[:limit]
 
     def overdue(self, now_us: int, ttl_us: int | None, *, limit: int = 100) -> list[RequestRow]:
-        """Open requests past their deadline (:func:`sagacity.gate._requests.deadline_us`)."""
+        """Open requests past their deadline (:func:`sagacity.gate._requests.deadline_us`, plus
+        the verified extensions the fold counted)."""
 
         def deadline(row: RequestRow) -> int | None:
-            return deadline_us(
+            due = deadline_us(
                 row.requested_at_us,
                 seen_at_us=row.seen_at_us,
                 expires_at_us=row.expires_at_us,
                 ttl_us=ttl_us,
             )
+            return None if due is None else due + max(row.extended_by_us, 0)
 
         rows = []
         for row in self._all():

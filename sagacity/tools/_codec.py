@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sagacity.entries._events import EntryDraft, EventType
@@ -99,6 +99,9 @@ def _refuse_constant(name: str) -> Any:
 _JSON = json.JSONDecoder(parse_constant=_refuse_constant)
 """One decoder for every payload check (``json.loads`` would build one per call); it refuses
 ``NaN`` and ``Infinity``, which :func:`dumps` never writes."""
+_SCAN: Callable[[str, int], tuple[Any, int]] = vars(_JSON)["scan_once"]
+"""The scanner ``_JSON`` decodes with (its own, made from its settings): one JSON value from an
+index, and where it ends."""
 
 
 def check_json_payload(draft: EntryDraft) -> None:
@@ -110,10 +113,20 @@ def check_json_payload(draft: EntryDraft) -> None:
     Raises:
         SerializationError: the payload of an ``INTENT`` / ``AWAITING_APPROVAL`` is not JSON.
     """
-    if draft.event_type not in JSON_PAYLOAD_EVENTS or draft.payload is None:
+    payload = draft.payload
+    if draft.event_type not in JSON_PAYLOAD_EVENTS or payload is None:
         return
+    # The decoder's own scanner first (what decode runs, without its two Python frames and
+    # whitespace matches): a value that starts at 0 and ends at the end is JSON, as decode
+    # would find.  Anything else (leading or trailing text, an error) goes to decode, the rule,
+    # which accepts or says what is wrong.
     try:
-        _JSON.decode(draft.payload)
+        if _SCAN(payload, 0)[1] == len(payload):
+            return
+    except (StopIteration, ValueError):
+        pass
+    try:
+        _JSON.decode(payload)
     except ValueError as exc:
         raise SerializationError(
             f"the {draft.event_type.value} payload of tool {draft.tool!r} is not JSON: {exc}",

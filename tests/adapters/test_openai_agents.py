@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from agents import (
@@ -23,6 +23,7 @@ from agents import (
     Usage,
     function_tool,
 )
+from mcp.types import TextContent
 from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
@@ -289,3 +290,37 @@ def test_a_hand_made_function_tool_is_refused() -> None:
     )
     with pytest.raises(DeclarationError, match="not made by @function_tool"):
         wrap_tool(Sagacity(), hand_made, reversibility=Reversibility.READ)
+
+
+class _SnakeResult:
+    """An MCP SDK 2.x tool result in a process that also loaded FastMCP: reading the old
+    camelCase names warns (an error here)."""
+
+    is_error = False
+    structured_content = None
+    content: ClassVar[list[Any]] = [TextContent(type="text", text='{"price": 3}')]
+
+    @property
+    def isError(self) -> bool:
+        raise AssertionError("read the deprecated isError")
+
+    @property
+    def structuredContent(self) -> Any:
+        raise AssertionError("read the deprecated structuredContent")
+
+
+class _CamelResult:
+    """An MCP SDK 1.x tool result: camelCase names only."""
+
+    isError = True  # noqa: N815 - the SDK 1.x name
+    structuredContent: ClassVar[dict[str, int]] = {"price": 4}  # noqa: N815 - the SDK 1.x name
+    content: ClassVar[list[Any]] = []
+
+
+def test_an_mcp_result_is_read_by_the_names_its_sdk_has() -> None:
+    from sagacity.adapters.openai_agents import _is_error, _mcp_value
+
+    assert _is_error(_SnakeResult()) is False  # type: ignore[arg-type]
+    assert _mcp_value(_SnakeResult()) == {"price": 3}  # type: ignore[arg-type]
+    assert _is_error(_CamelResult()) is True  # type: ignore[arg-type]
+    assert _mcp_value(_CamelResult()) == {"price": 4}  # type: ignore[arg-type]

@@ -103,7 +103,7 @@ class LiveService:
     def __init__(self, dsn: str, auth_file: Path, **settings: object) -> None:
         import uvicorn
 
-        from sagacity import InMemoryJournal, Sagacity
+        from sagacity import InMemoryJournal, Sagacity, compose
         from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
         from sagacity.dev import pick_free_port
 
@@ -114,11 +114,12 @@ class LiveService:
         self.bank = self.agent.wrap(Bank())
         self.port = pick_free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        served = ApprovalsSettings(
+            database_url=dsn, auth_file=str(auth_file), port=self.port, **settings
+        )
         self.server = ApprovalsServer(
-            ApprovalsSettings(
-                database_url=dsn, auth_file=str(auth_file), port=self.port, **settings
-            ),
-            journal=self.journal,
+            served,
+            dependencies=compose.approvals_on(self.journal, served),
             consume=False,
             tools=[Bank()],
         )

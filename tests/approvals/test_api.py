@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from sagacity import EventType, InMemoryJournal, Sagacity, SagaStatus
+from sagacity import EventType, InMemoryJournal, Sagacity, SagaStatus, compose
 from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
 from sagacity.consumers.approvals._api_limits import INSECURE_HEADER
+from sagacity.schemas import decode_entry
 
 from .conftest import ALICE, MALLORY, bearer, principal_entry
 from .tools import Bank, StrictBank, calls
@@ -45,7 +46,10 @@ class Harness:
             **settings,
         )
         self.server = ApprovalsServer(
-            self.settings, journal=self.journal, consume=False, tools=tools
+            self.settings,
+            dependencies=compose.approvals_on(self.journal, self.settings),
+            consume=False,
+            tools=tools,
         )
         self.client = TestClient(self.server.app)
 
@@ -604,7 +608,9 @@ def test_a_consumer_whose_database_is_not_ready_retries_and_folds_everything(
         agent = Sagacity(journal, compensation="delegated")
         bank = agent.wrap(Bank())
         agent.saga("c-1", lambda: bank.send_wire_transfer("1", "a"))
-        consumer = RequestConsumer(store, bootstrap_servers=kafka_bootstrap, topic=topic)
+        consumer = RequestConsumer(
+            store, bootstrap_servers=kafka_bootstrap, topic=topic, decode=decode_entry
+        )
         consumer.start()
         try:
             deadline = time.monotonic() + 30
@@ -659,4 +665,4 @@ def test_a_forged_approval_does_not_block_a_rejection(
         )
         assert vetoed.status_code == 200, vetoed.text
         [rejection] = h.entries("t-veto", E.REJECTED)
-        assert rejection.attributes["decision_signature"].startswith("SGCD2:")
+        assert rejection.attributes["decision_signature"].startswith("SGCD3:")

@@ -110,7 +110,7 @@ def test_tool_specs_must_import() -> None:
 
 def test_every_error_family_maps_to_a_documented_status() -> None:
     from sagacity import errors
-    from sagacity.consumers.approvals._api import _status_for
+    from sagacity.consumers.approvals._statuses import status_for
 
     expected = {
         errors.AuthenticationError: 401,
@@ -135,7 +135,7 @@ def test_every_error_family_maps_to_a_documented_status() -> None:
         errors.PersistenceError: 503,
     }
     for error, status in expected.items():
-        assert _status_for(error("x")) == status, error
+        assert status_for(error("x")) == status, error
 
 
 class FakeClock:

@@ -202,7 +202,7 @@ def test_the_compensation_services_journals_forget_an_erased_saga(
         KeyRing.from_setting(d.env[KEK_SETTING]),
         cache_ttl=TTL_S,
     )
-    handed = compose.compensation(database_url=settings.database_url, keys=keys)
+    handed = compose.compensation_of(settings, keys=keys)
     service = CompensationService(settings, register=lambda s: s.wrap(Bank()), dependencies=handed)
     runner = threading.Thread(target=service.run, name="compensation-under-test")
     runner.start()

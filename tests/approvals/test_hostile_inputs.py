@@ -33,7 +33,7 @@ from sagacity.postgres import PostgresKeyStore, PostgresRequestStore
 from sagacity.privacy._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
 from sagacity.privacy._keys import KeyService
 from sagacity.producer import KafkaJournal
-from sagacity.schemas import encode_entry
+from sagacity.schemas import decode_entry, encode_entry
 from sagacity.signing._decision_signature import DecisionSigner
 
 from .tools import Bank
@@ -106,6 +106,7 @@ def _consumer(
         topic=topic,
         group_id=f"hostile-{uuid.uuid4().hex}",
         keys=keys,
+        decode=decode_entry,
     )
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from sagacity import EventType, Sagacity, SagaStatus
+from sagacity import EventType, Sagacity, SagaStatus, compose
 from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
 from sagacity.producer import KafkaJournal
 from sagacity.signing._decision_signature import generate_key
@@ -44,16 +44,17 @@ class Gate:
         )
         self.bank = self.agent.wrap(Bank())
         self.journal = KafkaJournal(bootstrap, topic=topic, writer_id="approvals")
+        settings = ApprovalsSettings(
+            database_url=dsn,
+            bootstrap_servers=bootstrap,
+            topic=topic,
+            auth_file=str(auth_file),
+            signing_key=str(tmp / "approvals.pem"),
+            sweep_interval_s=3600,
+        )
         self.server = ApprovalsServer(
-            ApprovalsSettings(
-                database_url=dsn,
-                bootstrap_servers=bootstrap,
-                topic=topic,
-                auth_file=str(auth_file),
-                signing_key=str(tmp / "approvals.pem"),
-                sweep_interval_s=3600,
-            ),
-            journal=self.journal,
+            settings,
+            dependencies=compose.approvals_on(self.journal, settings),
             consume=False,
             tools=[Bank()],
         )

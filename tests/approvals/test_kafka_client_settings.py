@@ -162,7 +162,9 @@ def test_the_server_closes_the_key_service_of_a_journal_it_made_only(
     given_keys = given.keys  # type: ignore[attr-defined]
     assert isinstance(given_keys, KeyService)
     counted(given_keys, "given")
-    server = ApprovalsServer(settings, journal=given, consume=False)
+    server = ApprovalsServer(
+        settings, dependencies=compose.approvals_on(given, settings), consume=False
+    )
     server.stop()
     assert closed == ["made"]  # the caller's journal is closed, its key service is not
     given_keys.close()

@@ -407,7 +407,7 @@ def test_a_forged_approval_on_the_topic_never_runs_the_tool(deployment: Deployme
     )
     assert approved.is_success, approved.text
     [signed] = deployment.entries("genuine", E.APPROVED)
-    assert signed.attributes[attr.DECISION_SIGNATURE].startswith("SGCD2:")
+    assert signed.attributes[attr.DECISION_SIGNATURE].startswith("SGCD3:")
     done = deployment.agent.resume_saga("genuine", genuine, ALICE)
     assert done.status is SagaStatus.COMPLETED
     assert deployment.wires() == [{"tool": "send_wire_transfer", "amount": "100", "to": "alice"}]

@@ -181,7 +181,11 @@ def _fold_until(store: PostgresRequestStore, topic: str, ends: dict[int, int]) -
 
 def _consumer(store: PostgresRequestStore, bootstrap: str, topic: str) -> RequestConsumer:
     return RequestConsumer(
-        store, bootstrap_servers=bootstrap, topic=topic, group_id=f"proj-{uuid.uuid4().hex}"
+        store,
+        bootstrap_servers=bootstrap,
+        topic=topic,
+        group_id=f"proj-{uuid.uuid4().hex}",
+        decode=decode_entry,
     )
 
 

@@ -18,11 +18,12 @@ from typing import Any
 import httpx
 import pytest
 
-from sagacity import EventType, Sagacity, SagaStatus
+from sagacity import EventType, Sagacity, SagaStatus, compose
 from sagacity.adapters import ModelLines
 from sagacity.consumers.approvals import ApprovalService, AuthFile, extend_deadline
 from sagacity.consumers.approvals._api import create_app
 from sagacity.consumers.approvals._auth import Principal
+from sagacity.consumers.approvals._deadline import row_deadline_us
 from sagacity.consumers.approvals._routing import FALLBACK_ACTOR, LiveRouting
 from sagacity.consumers.approvals.console._notify import ESCALATED, NEW_REQUEST, Notifier
 from sagacity.entries import _attributes as attr
@@ -32,6 +33,7 @@ from sagacity.errors import (
     ApprovalMissingError,
     ConfigurationError,
     PermissionDeniedError,
+    SelfApprovalError,
 )
 from sagacity.gate._requests import RequestStatus, request_state
 from sagacity.postgres import PostgresRequestStore
@@ -128,6 +130,7 @@ class Routed:
             verifier=self.sagacity.decision_verifier,
             journal=self.sagacity.journal_identity,
             clock=self.clock,
+            operator=self.sagacity.operator_verifier,
         )
         self.store.migrate()
         self.service = ApprovalService(self.sagacity, self.store, routing=self.routing)
@@ -210,7 +213,10 @@ def test_a_routed_request_is_decided_and_offered_only_to_its_group(
                     "/sagacity/approvals", headers={"Authorization": f"Bearer {TOKENS[name]}"}
                 )
                 assert answer.status_code == 200, answer.text
-                return [x["saga_id"] for x in answer.json()["requests"]]
+                shown = answer.json()["requests"]
+                # Whom the route offers it to now is said with it.
+                assert all(x["routed_to"] == ["group:finance"] for x in shown)
+                return [x["saga_id"] for x in shown]
 
         import asyncio
 
@@ -260,6 +266,9 @@ def test_escalation_after_the_delay_lets_the_next_group_decide_and_tells_it(
     assert escalated.attributes[attr.TIER] == "1"
     assert escalated.attributes[attr.ROUTED_TO] == "group:treasury"
     assert escalated.attributes[attr.REF_SEQ] == str(seq)
+    row = r.store.get("wire-escalated", seq)
+    assert row is not None
+    assert r.service.routed_to(row) == ["group:finance", "group:treasury"]
     told = [n for n in notifier.candidates() if n.kind == ESCALATED]
     assert [(n.urls, n.detail) for n in told] == [
         (("http://treasury.example/hook",), {"routed_to": ["group:treasury"], "tier": 1})
@@ -335,10 +344,11 @@ def test_a_fallback_of_approve_is_refused_when_the_service_starts(
     from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
 
     auth = principals_file(tmp_path / "approve.toml", ROUTES.format(fallback="approve"))
+    settings = ApprovalsSettings(database_url=pg_dsn, auth_file=str(auth), insecure_dev=False)
     with pytest.raises(ConfigurationError, match='fallback = "approve" is refused'):
         ApprovalsServer(
-            ApprovalsSettings(database_url=pg_dsn, auth_file=str(auth), insecure_dev=False),
-            journal=Sagacity().journal,
+            settings,
+            dependencies=compose.approvals_on(Sagacity().journal, settings),
             consume=False,
             tools=[Bank()],
         )
@@ -367,6 +377,10 @@ def test_a_forged_deadline_extension_extends_nothing(
     signer = operator_keygen(tmp_path / "mallory.pem") if forgery == "wrong_key" else None
     _forged_extension(r, f"wire-forged-{forgery}", seq, signer)
     assert "DEADLINE_EXTENDED" in r.kinds(f"wire-forged-{forgery}")
+    r.service.materialise(f"wire-forged-{forgery}")
+    row = r.store.get(f"wire-forged-{forgery}", seq)
+    assert row is not None
+    assert row.extended_by_us == 0
     r.clock.advance(4 * HOUR_US + 10)
     assert r.service.sweep() == [(f"wire-forged-{forgery}", seq)]
     assert r.kinds(f"wire-forged-{forgery}")[-3:] == [
@@ -390,7 +404,17 @@ def test_a_signed_deadline_extension_is_honoured(
         signer=operator_key,
     )
     assert entry.event_type is E.DEADLINE_EXTENDED
+    r.service.materialise("wire-extended")
+    row = r.store.get("wire-extended", seq)
+    assert row is not None
+    assert row.extended_by_us == 2 * HOUR_US
+    # What the API, the inbox and the notices show: the extended deadline.
+    unextended = r.sagacity.approval_deadline_us(row.request(), seen_at_us=row.seen_at_us)
+    assert unextended is not None
+    assert row_deadline_us(r.sagacity, row) == unextended + 2 * HOUR_US
     r.clock.advance(4 * HOUR_US + 10)
+    # The sweep does not take it up again before its extended deadline.
+    assert r.store.overdue(r.clock(), r.sagacity.approval_ttl_us) == []
     assert r.service.sweep() == []
     assert "EXPIRED" not in r.kinds("wire-extended")
     # A resumer pinning the operator key (Sagacity.from_env reads it) sees the same deadline;
@@ -570,3 +594,108 @@ def test_a_backdated_request_does_not_escalate_early(
         r.approve("tom", saga, seq)
     r.service.sweep()
     assert "APPROVAL_ESCALATED" not in r.kinds(saga)
+
+
+SETTLE_ROUTES = """
+[[routes]]
+tools = ["reserve_inventory"]
+groups = ["finance"]
+"""
+
+
+def test_a_suspect_step_is_settled_as_a_request_of_its_tool_is_decided(
+    kafka_bootstrap: str,
+    make_topic: Callable[..., str],
+    pg_dsn: str,
+    tmp_path: Path,
+    operator_key: Any,
+) -> None:
+    """Settling a step in doubt decides whether its undo runs: it follows the tool's route, the
+    tool is the one the step's own entry names (a SUSPECT naming another tool changes
+    nothing), and whoever made the call does not settle it."""
+    from sagacity import EntryDraft
+
+    auth = principals_file(tmp_path / "settle.toml", SETTLE_ROUTES)
+    # fay acts through the agent identity that made the call.
+    text = auth.read_text(encoding="utf-8").replace(
+        'name = "fay"\n', 'name = "fay"\nagents = ["agent:fay-bot"]\n'
+    )
+    auth.write_text(text, encoding="utf-8")
+    r = Routed(kafka_bootstrap, make_topic(), pg_dsn, auth, operator_key.public_raw)
+    try:
+        inline = Sagacity(r.agent_journal)
+        inline.wrap(Bank())
+        saga = "suspect-routed"
+        inline.saga(saga, lambda: None)
+        intent = r.agent_journal.append(
+            EntryDraft(
+                saga_id=saga,
+                event_type=E.INTENT,
+                tool="reserve_inventory",
+                actor="agent:fay-bot",
+                payload='{"sku":"SKU-2"}',
+                attributes={"reversibility": "REVERSIBLE"},
+            ),
+            durable=True,
+        )
+        # A SUSPECT worded by a writer: it names a tool nobody routed.
+        r.agent_journal.append(
+            EntryDraft(
+                saga_id=saga,
+                event_type=E.SUSPECT,
+                tool="lookup_price",
+                attributes={"ref_seq": str(intent.seq), "phase": "call"},
+            ),
+            durable=True,
+        )
+        # bob and tom decide every tool, but reserve_inventory is routed to finance.
+        for outsider in ("bob", "tom"):
+            with pytest.raises(PermissionDeniedError, match="routed to group:finance"):
+                r.service.settle(r.who(outsider), saga, intent.seq, outcome="executed", note="x")
+        with pytest.raises(SelfApprovalError, match="made by its agent"):
+            r.service.settle(r.who("fay"), saga, intent.seq, outcome="not_executed", note="x")
+        assert "SUSPECT_SETTLED" not in r.kinds(saga)
+        r.service.settle(r.who("ann"), saga, intent.seq, outcome="executed", note="held")
+        [settled] = [e for e in r.journal.entries(saga) if e.event_type is E.SUSPECT_SETTLED]
+        assert settled.actor == "ann"
+    finally:
+        r.close()
+
+
+TWO_OF_FINANCE = """
+[[routes]]
+tools = ["send_wire_transfer"]
+groups = ["finance"]
+approvers = { count = 2, groups = ["finance"] }
+"""
+
+
+def test_a_resumer_without_the_routes_waits_for_the_count_the_service_signed(
+    kafka_bootstrap: str,
+    make_topic: Callable[..., str],
+    pg_dsn: str,
+    tmp_path: Path,
+    operator_key: Any,
+) -> None:
+    """The wire is IRREVERSIBLE (one signature by its declaration) but routed to two of
+    finance: the agent's own Sagacity, which pins the service's key but has no principals
+    file, reads the count from the signed approvals and does not resume after one."""
+    auth = principals_file(tmp_path / "two.toml", TWO_OF_FINANCE)
+    r = Routed(kafka_bootstrap, make_topic(), pg_dsn, auth, operator_key.public_raw)
+    try:
+        seq = r.gate("wire-two")
+        first = r.approve("ann", "wire-two", seq)
+        assert first.request.signatures_required == 2
+        [approval] = [e for e in r.journal.entries("wire-two") if e.event_type is E.APPROVED]
+        assert approval.attributes[attr.SIGNATURES_REQUIRED] == "2"
+        assert approval.attributes[attr.DECISION_SIGNATURE].startswith("SGCD3:")
+        row = r.store.get("wire-two", seq)
+        assert row is not None
+        assert (row.state.value, row.signatures_required) == ("pending", 2)
+        with pytest.raises(ApprovalMissingError, match="only 1 of 2 required signatures"):
+            r.agent.resume_saga("wire-two", seq, ALICE)
+        assert "INTENT" not in r.kinds("wire-two")[seq:]
+        r.approve("fay", "wire-two", seq)
+        assert r.agent.resume_saga("wire-two", seq, ALICE).status is SagaStatus.COMPLETED
+    finally:
+        r.close()

@@ -25,7 +25,7 @@ from sagacity.postgres import PostgresKeyStore
 from sagacity.privacy._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
 from sagacity.privacy._keys import KeyService
 from sagacity.producer import KafkaJournal
-from sagacity.schemas._codec import decode_record
+from sagacity.schemas import decode_record
 
 from ._process import REPO
 from .conftest import ALICE, TOKENS, bearer, shown

@@ -23,6 +23,7 @@ from sagacity.consumers.approvals import ApprovalStore, RequestConsumer
 from sagacity.postgres._migrate import migrate
 from sagacity.postgres._requests import COMPONENT, MIGRATIONS
 from sagacity.producer import KafkaJournal
+from sagacity.schemas import decode_entry
 
 from .tools import Bank
 
@@ -38,7 +39,9 @@ def test_two_topics_in_one_database_never_mix(
         store.migrate()
     journals = {t: KafkaJournal(kafka_bootstrap, topic=t) for t in topics}
     consumers = {
-        t: RequestConsumer(stores[t], bootstrap_servers=kafka_bootstrap, topic=t, group_id=t)
+        t: RequestConsumer(
+            stores[t], bootstrap_servers=kafka_bootstrap, topic=t, group_id=t, decode=decode_entry
+        )
         for t in topics
     }
     try:

@@ -333,58 +333,34 @@ SERVICE_TO_SERVICE_ALLOWED: dict[tuple[str, str], str] = {
 
 _ARCHIVE = (
     "the archive is the Postgres archive: its tables' schema, rows and errors "
-    "(sagacity.postgres) and its readers of the topic (the partitioner, the chain reader, "
-    "the Kafka clients) are its own work, not a store behind a port"
+    "(sagacity.postgres and its archive modules) are the implementation of the ports it "
+    "offers the others (SagaIndex, ErasableArchive: both in sagacity.postgres), not a store "
+    "it could be handed; it reads the topic with Kafka clients of its own (catch-up, replay, "
+    "the partitioner's check at ingest) and checks archived messages against the wire format "
+    "(sagacity.schemas)"
 )
-_RUNTIME = "the shared consumer runtime is a Kafka consumer (ADR 0023): its clients' logging"
+_RUNTIME = (
+    "the shared consumer runtime is a Kafka consumer (ADR 0023): its clients' logging and "
+    "the refusals of their principal"
+)
 _APPROVALS = (
-    "the request consumer and the console run their own transactions on the request store's "
-    "tables (positions with the rows, sessions, notifications): not yet behind the port"
-)
-_COMPENSATION = (
-    "the compensation service's worker journals are Kafka journals (their identity, "
-    "forget, lease) and it decodes the topic's messages with their sealed fields"
-)
-_ERASURE = (
-    "an erasure clears the services' tables under their erasure lock and reads the chain "
-    "with the Kafka journal; not yet behind ports"
+    "the request store is handed (Dependencies.requests), but the request consumer and the "
+    "console run their own transactions on its tables (positions with the rows, sessions, "
+    "notifications), so the store handed must be the PostgreSQL one (_store.py checks it): "
+    "not yet behind the port"
 )
 
 # Adapter modules (a package or one private module) a service imports, each with its reason.
 # The entries only go: a new edge fails, an edge no longer there fails until removed.
 SERVICE_ADAPTERS_ALLOWED: dict[tuple[str, str], str] = {
-    (SHARED_RUNTIME, "sagacity.producer._clients"): _RUNTIME,
-    (SHARED_RUNTIME, "sagacity.producer._denied"): _RUNTIME,
+    (SHARED_RUNTIME, "sagacity.producer"): _RUNTIME,
     ("sagacity.consumers.approvals", "sagacity.postgres"): _APPROVALS,
-    ("sagacity.consumers.approvals", "sagacity.postgres._requests"): _APPROVALS,
-    ("sagacity.consumers.approvals", "sagacity.postgres._requests_schema"): _APPROVALS,
-    ("sagacity.consumers.approvals", "sagacity.postgres._tails"): _APPROVALS,
-    ("sagacity.consumers.approvals", "sagacity.producer"): _APPROVALS,
-    ("sagacity.consumers.approvals", "sagacity.schemas"): "the request consumer decodes messages",
-    ("sagacity.consumers.approvals", "sagacity.schemas._codec"): "the decoder of one message",
+    ("sagacity.consumers.archive", "sagacity.postgres"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.postgres._archive"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.postgres._archive_schema"): _ARCHIVE,
-    ("sagacity.consumers.archive", "sagacity.postgres._connect"): _ARCHIVE,
-    ("sagacity.consumers.archive", "sagacity.postgres._errors"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.postgres._rows"): _ARCHIVE,
-    ("sagacity.consumers.archive", "sagacity.postgres._statistics"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.producer"): _ARCHIVE,
-    ("sagacity.consumers.archive", "sagacity.producer._clients"): _ARCHIVE,
-    ("sagacity.consumers.archive", "sagacity.producer._denied"): _ARCHIVE,
-    ("sagacity.consumers.archive", "sagacity.producer._partition"): _ARCHIVE,
-    ("sagacity.consumers.archive", "sagacity.producer._reader"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.schemas"): _ARCHIVE,
-    ("sagacity.consumers.archive", "sagacity.schemas._codec"): _ARCHIVE,
-    ("sagacity.consumers.compensation", "sagacity.producer"): _COMPENSATION,
-    ("sagacity.consumers.compensation", "sagacity.producer._clients"): _COMPENSATION,
-    ("sagacity.consumers.compensation", "sagacity.producer._reader"): _COMPENSATION,
-    ("sagacity.consumers.compensation", "sagacity.schemas"): _COMPENSATION,
-    ("sagacity.consumers.compensation", "sagacity.schemas._sealed"): _COMPENSATION,
-    ("sagacity.consumers.erasure", "sagacity.postgres"): _ERASURE,
-    ("sagacity.consumers.erasure", "sagacity.postgres._erasure"): _ERASURE,
-    ("sagacity.consumers.erasure", "sagacity.postgres._statistics"): _ERASURE,
-    ("sagacity.consumers.erasure", "sagacity.producer"): _ERASURE,
-    ("sagacity.consumers.erasure", "sagacity.producer._reader"): _ERASURE,
 }
 
 SERVICE_EDGES = [(m, i, t) for m, i, t in EDGES if layer_of(m) == SERVICES]

@@ -37,16 +37,11 @@ CLI_COMMAND = (
 # Modules allowed past the budget: path -> (ceiling in lines, why).
 MODULES_ALLOWED: dict[str, tuple[int, str]] = {
     "consumers/archive/verify_bundle.py": (
-        1524,
+        1528,
         "the standalone verifier: one file an auditor copies and runs on the standard library "
         "alone (docs/adr/0006), so it cannot be split into modules; it grew by its copy of the "
         "grammar's rule for REPLAYED (docs/adr/0026) and for a call a standing grant covered "
-        "(GRANTED, GRANT_REVOKED: docs/operations/grants.md)",
-    ),
-    "sagacity/postgres/_requests.py": (
-        606,
-        "the request store's tables, fold storage and reads; its decision's unit of work is "
-        "in _decision.py, the fold storage (apply_entry) is the next cut",
+        "(GRANTED, GRANT_REVOKED: docs/operations/grants.md) and the gate's notes it must know",
     ),
     "producer/_journal.py": (
         796,
@@ -62,7 +57,7 @@ FUNCTIONS_ALLOWED: dict[str, tuple[int, str]] = {
     "sagacity/cli/archive.py::checkpoint": (98, CLI_COMMAND),
     "sagacity/cli/compensation.py::prune_claims": (88, CLI_COMMAND),
     "sagacity/cli/demo.py::demo": (82, CLI_COMMAND),
-    "sagacity/cli/erase.py::erase": (131, CLI_COMMAND),
+    "sagacity/cli/erase.py::erase": (89, CLI_COMMAND),
     "sagacity/cli/serve_approvals.py::approvals": (211, CLI_COMMAND),
     "sagacity/cli/serve_archive.py::archive": (106, CLI_COMMAND),
     "sagacity/cli/serve_compensation.py::compensation": (180, CLI_COMMAND),
@@ -137,7 +132,7 @@ def test_the_whole_production_tree_is_measured() -> None:
     assert "sagacity/saga/_saga.py" in MODULES
     assert "producer/_journal.py" in MODULES
     assert "consumers/archive/verify_bundle.py" in MODULES
-    assert "schemas/_codec.py" in MODULES
+    assert "schemas/_avro.py" in MODULES
     assert not any(
         name.startswith(("sagacity/producer/", "sagacity/consumers/")) for name in MODULES
     )

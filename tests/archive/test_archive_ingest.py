@@ -217,7 +217,8 @@ def test_sealed_events_are_archived_opened_with_the_keys_and_quarantined_when_al
     from sagacity.consumers.archive import BatchArchiver
     from sagacity.privacy._envelope import KeyEncryptionKey, KeyRing
     from sagacity.privacy._keys import KeyService
-    from sagacity.schemas._codec import decode_record, encode_sealed
+    from sagacity.schemas import decode_record
+    from sagacity.schemas._sealed import encode_sealed
     from sagacity.testing import InMemoryKeyStore
 
     keys = KeyService(InMemoryKeyStore(), KeyRing((KeyEncryptionKey.of(os.urandom(32)),)))
@@ -267,7 +268,7 @@ def test_sealed_events_archived_without_the_keys_keep_their_commitments(archiver
     from sagacity.consumers.archive import iter_audits
     from sagacity.privacy._envelope import KeyEncryptionKey, KeyRing
     from sagacity.privacy._keys import KeyService
-    from sagacity.schemas._codec import encode_sealed
+    from sagacity.schemas._sealed import encode_sealed
     from sagacity.testing import InMemoryKeyStore
 
     keys = KeyService(InMemoryKeyStore(), KeyRing((KeyEncryptionKey.of(os.urandom(32)),)))

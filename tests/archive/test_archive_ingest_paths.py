@@ -28,8 +28,7 @@ from sagacity.consumers.archive._ingest import (
     _Refusal,
 )
 from sagacity.entries._events import GENESIS_HASH, EntryDraft, EventType, UnknownEventType
-from sagacity.schemas import encode_entry
-from sagacity.schemas._codec import MAGIC, current_schema, entry_record
+from sagacity.schemas import MAGIC, current_schema, encode_entry, entry_record
 
 texts = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"))
 optional_texts = st.none() | texts
@@ -396,7 +395,8 @@ def test_a_sealed_form_2_event_is_archived_alike_with_and_without_the_compiled_m
     from sagacity.consumers.archive import _audit, iter_audits, migrate
     from sagacity.privacy._envelope import KeyEncryptionKey, KeyRing
     from sagacity.privacy._keys import KeyService
-    from sagacity.schemas._codec import decode_record, encode_sealed
+    from sagacity.schemas import decode_record
+    from sagacity.schemas._sealed import encode_sealed
     from sagacity.testing import InMemoryKeyStore
 
     keys = KeyService(InMemoryKeyStore(), KeyRing((KeyEncryptionKey.of(os.urandom(32)),)))

@@ -22,7 +22,8 @@ from sagacity.postgres import PostgresKeyStore
 from sagacity.privacy._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
 from sagacity.privacy._keys import KeyService
 from sagacity.producer import KafkaJournal
-from sagacity.schemas._codec import decode_record, encode_sealed
+from sagacity.schemas import decode_record
+from sagacity.schemas._sealed import encode_sealed
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 

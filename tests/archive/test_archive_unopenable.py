@@ -19,7 +19,7 @@ from sagacity.consumers.archive import BatchArchiver, RawEvent
 from sagacity.postgres import PostgresKeyStore
 from sagacity.privacy._envelope import KeyRing, write_key_encryption_key
 from sagacity.privacy._keys import KeyService
-from sagacity.schemas._codec import encode_sealed
+from sagacity.schemas._sealed import encode_sealed
 
 pytestmark = [pytest.mark.postgres]
 

@@ -211,3 +211,48 @@ def test_the_service_loads_a_tool_that_redacts_when_it_holds_a_key_service() -> 
     assert {"check_card", "pay_by_card"} <= set(service.tool_names)
     with pytest.raises(ConfigurationError, match="SAGACITY_KEY_ENCRYPTION_KEY_FILE"):
         CompensationService(settings)
+
+
+def test_the_service_takes_its_journals_from_what_it_is_handed() -> None:
+    """The service builds no Kafka journal itself: it asks the journals it is handed
+    (``Dependencies.journals``) for one writing as its writer id; handed none, its start
+    refuses, naming the composition root."""
+    import os
+    from dataclasses import replace
+
+    from sagacity.consumers.compensation import CompensationService, CompensationSettings
+    from sagacity.consumers.compensation._job import WRITER_PREFIX
+    from sagacity.errors import ConfigurationError
+    from sagacity.ports import Dependencies, TopicJournal
+    from sagacity.privacy._envelope import KeyEncryptionKey, KeyRing
+    from sagacity.privacy._keys import KeyService
+    from sagacity.schemas import decode_entry
+    from sagacity.testing import InMemoryClaimStore, InMemoryKeyStore
+
+    class NoBrokerError(Exception):
+        pass
+
+    asked: list[str | None] = []
+
+    def journals(*, writer_id: str | None = None, **_: object) -> TopicJournal:
+        asked.append(writer_id)
+        raise NoBrokerError
+
+    settings = CompensationSettings(
+        bootstrap_servers="127.0.0.1:9",
+        database_url="postgresql://nobody@127.0.0.1:9/none",
+        tools=("tests.compensation.svc_tools:CardShop",),
+        group_id="units",
+    )
+    keys = KeyService(InMemoryKeyStore(), KeyRing((KeyEncryptionKey.of(os.urandom(32)),)))
+    handed = Dependencies(
+        keys=keys,
+        claims=lambda *, instance, journal: InMemoryClaimStore(instance=instance),
+        decode=decode_entry,
+    )
+    service = CompensationService(settings, dependencies=replace(handed, journals=journals))
+    with pytest.raises(NoBrokerError):
+        service.start()
+    assert asked == [f"{WRITER_PREFIX}units"]
+    with pytest.raises(ConfigurationError, match="no journals handed"):
+        CompensationService(settings, dependencies=handed).start()

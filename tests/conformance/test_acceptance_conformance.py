@@ -153,9 +153,9 @@ RULE_CALLERS = {
     # Every function of the product that takes a saga's events through the acceptance rule,
     # and the reader of this module that runs it over the vectors.  Replay, the resumers, the
     # compensation service and the read index read through the journal reader.
-    "producer/_reads.py:SagaRead.feed": "journal reader",
+    "sagacity/ports/_reads.py:SagaRead.feed": "journal reader",
     "sagacity/testing/_requests.py:InMemoryRequestStore.apply_message": "in-memory request store",
-    "sagacity/postgres/_requests.py:apply_entry": "approvals projection (PostgreSQL)",
+    "sagacity/postgres/_request_fold.py:apply_entry": "approvals projection (PostgreSQL)",
 }
 
 

@@ -203,6 +203,14 @@ def test_every_case_is_a_hash_valid_chain() -> None:
         assert verdict.ok, (case["name"], verdict)
 
 
+def test_the_standalone_verifier_knows_every_event_type() -> None:
+    """An event type the copy does not know turns every open request "unknown" there, so it
+    would stay silent where the product's grammar finds an impossible story."""
+    from sagacity.entries._events import EventType
+
+    assert {t.value for t in EventType} == verify_bundle._KNOWN_TYPES
+
+
 def test_one_vocabulary() -> None:
     """The grammar's names are the core's, in every report: verify's reasons, the auditor's
     alerts and the standalone verifier's."""

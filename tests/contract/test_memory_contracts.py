@@ -5,6 +5,7 @@ from __future__ import annotations
 from sagacity.entries._events import JournalEntry
 from sagacity.ports import ClaimStatus, ClaimStore, KeyStore, RequestStore, SagaIndex
 from sagacity.signing._decision_signature import DecisionVerifier
+from sagacity.signing._operator_signature import OperatorVerifier
 from sagacity.testing import (
     InMemoryClaimStore,
     InMemoryKeyStore,
@@ -44,8 +45,13 @@ class TestInMemoryKeyStore(KeyStoreContract):
 
 
 class TestInMemoryRequestStore(RequestStoreContract):
-    def create_store(self, *, verifier: DecisionVerifier | None = None) -> RequestStore:
-        return InMemoryRequestStore(verifier=verifier, journal=JOURNAL)
+    def create_store(
+        self,
+        *,
+        verifier: DecisionVerifier | None = None,
+        operator: OperatorVerifier | None = None,
+    ) -> RequestStore:
+        return InMemoryRequestStore(verifier=verifier, journal=JOURNAL, operator=operator)
 
 
 class TestInMemorySagaIndex(SagaIndexContract):

@@ -19,6 +19,7 @@ from sagacity.postgres import (
     PostgresSagaIndex,
 )
 from sagacity.signing._decision_signature import DecisionVerifier
+from sagacity.signing._operator_signature import OperatorVerifier
 from sagacity.testing.contracts import (
     JOURNAL,
     ClaimStoreContract,
@@ -73,8 +74,13 @@ class TestPostgresRequestStore(RequestStoreContract):
     def _database(self, pg_dsn: str) -> None:
         self.dsn = pg_dsn
 
-    def create_store(self, *, verifier: DecisionVerifier | None = None) -> RequestStore:
-        return PostgresRequestStore(self.dsn, verifier=verifier, journal=JOURNAL)
+    def create_store(
+        self,
+        *,
+        verifier: DecisionVerifier | None = None,
+        operator: OperatorVerifier | None = None,
+    ) -> RequestStore:
+        return PostgresRequestStore(self.dsn, verifier=verifier, journal=JOURNAL, operator=operator)
 
 
 class TestPostgresSagaIndex(SagaIndexContract):

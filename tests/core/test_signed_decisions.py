@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -206,7 +207,7 @@ def test_signed_decisions_resume_and_cover_every_field(service_key: DecisionSign
     seq = _gate(agent, agent.wrap(bank))
     service.approve("wire-1", seq, "manager@company.com")
     approval = agent.entries("wire-1")[-1]
-    assert approval.attributes[attr.DECISION_SIGNATURE].startswith(f"SGCD2:{service_key.key_id}:")
+    assert approval.attributes[attr.DECISION_SIGNATURE].startswith(f"SGCD3:{service_key.key_id}:")
     request = agent.entries("wire-1")[seq - 1]
     assert approval.attributes[attr.REQUEST_HASH] == request.hash
     assert approval.attributes[attr.JOURNAL] == service.journal_identity == agent.journal_identity
@@ -225,7 +226,9 @@ def test_signed_decisions_resume_and_cover_every_field(service_key: DecisionSign
         "outcome": None,
         "request_hash": request.hash,
         "journal": service.journal_identity,
+        "signatures_required": "1",
     }
+    assert approval.attributes[attr.SIGNATURES_REQUIRED] == "1"
     base = decision_message(**fields)  # type: ignore[arg-type]
     for name, other in [
         ("event_type", "REJECTED"),
@@ -238,8 +241,14 @@ def test_signed_decisions_resume_and_cover_every_field(service_key: DecisionSign
         ("outcome", ""),
         ("request_hash", "0" * 64),
         ("journal", "another-journal"),
+        ("signatures_required", "2"),
     ]:
         assert decision_message(**{**fields, name: other}) != base, name  # type: ignore[arg-type]
+    # The count is covered: an approval whose count was lowered does not verify.
+    lowered = dataclasses.replace(
+        approval, attributes={**approval.attributes, attr.SIGNATURES_REQUIRED: "0"}
+    )
+    assert verifier.check(lowered) == "bad_decision_signature"
     assert agent.resume_saga("wire-1", seq, ALICE).status is SagaStatus.COMPLETED
     assert bank.wires == [("100", "alice")]
 

@@ -24,11 +24,11 @@ import json, sagacity, sagacity._native as n
 from sagacity import EntryDraft, EventType
 from sagacity.chain import GENESIS_HASH, link
 from sagacity.schemas import encode_entry, link_encoded
-from sagacity.schemas import _codec
+from sagacity.schemas import _hotpath
 draft = EntryDraft(saga_id="s-1", event_type=EventType.INTENT, actor="a", tool="t", payload="{}")
 entry, value = link_encoded(draft, seq=1, prev_hash=GENESIS_HASH)
 reference = link(draft, seq=1, prev_hash=GENESIS_HASH)
-print(json.dumps({"file": sagacity.__file__, "said": n.path_in_use()[1], "codec": _codec.NATIVE,
+print(json.dumps({"file": sagacity.__file__, "said": n.path_in_use()[1], "codec": _hotpath.NATIVE,
                   "same": entry == reference and value == encode_entry(reference)}))
 """
 

@@ -22,7 +22,12 @@ from psycopg import sql
 from sagacity import EntryDraft, EventType, JournalEntry
 from sagacity.cli import main
 from sagacity.consumers.archive import ArchiveEraser, BatchArchiver, RawEvent, migrate
-from sagacity.postgres import PostgresClaimStore, PostgresKeyStore, PostgresRequestStore
+from sagacity.postgres import (
+    PostgresClaimStore,
+    PostgresKeyStore,
+    PostgresRequestStore,
+    PostgresServiceTables,
+)
 from sagacity.privacy._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
 from sagacity.privacy._keys import KeyService
 from sagacity.producer import KafkaJournal
@@ -286,7 +291,7 @@ def test_a_dry_run_creates_no_key_table_where_there_is_none(stack: Stack) -> Non
             journal,
             SAGA,
             key_store=store,
-            services_database=elsewhere,
+            services=PostgresServiceTables(elsewhere),
             archive=ArchiveEraser(stack.dsn),
         )
         assert plan.key == "none"
@@ -578,7 +583,7 @@ def test_an_erased_event_the_topic_could_not_take_is_refused_before_anything_cha
             reason=reason,
             keys=keys,
             key_store=store,
-            services_database=stack.dsn,
+            services=PostgresServiceTables(stack.dsn),
             archive=ArchiveEraser(stack.dsn),
             signer=stack.operator,
         )
@@ -588,7 +593,7 @@ def test_an_erased_event_the_topic_could_not_take_is_refused_before_anything_cha
             journal,
             SAGA,
             key_store=store,
-            services_database=stack.dsn,
+            services=PostgresServiceTables(stack.dsn),
             archive=ArchiveEraser(stack.dsn),
         )
         assert plan.field_count == 4

@@ -26,6 +26,7 @@ from sagacity import EntryDraft, JournalEntry
 from sagacity.chain import committing, link, payload_sha256
 from sagacity.chain._grammar import check
 from sagacity.entries._events import GENESIS_HASH, event_type_of
+from sagacity.gate._deadline_extension import extension_reason
 from sagacity.privacy._withheld import DataAccount
 from sagacity.signing._operator_signature import OperatorSigner, OperatorVerifier
 
@@ -168,6 +169,21 @@ def covered(
         payload=payload,
         attributes={"reversibility": rev, "grant_id": grant_id, "grant_seq": str(grant_seq)},
     )
+
+
+def escalated(tool: str, ref: int, *, tier: int = 1) -> Event:
+    return ev(
+        "APPROVAL_ESCALATED",
+        tool=tool,
+        actor=APPROVALS,
+        attributes={"ref_seq": str(ref), "tier": str(tier), "routed_to": "group:finance-leads"},
+    )
+
+
+def extended(tool: str, ref: int, *, by_us: int) -> Event:
+    reason = extension_reason(ref, by_us)
+    attributes = {"ref_seq": str(ref), "extend_by_us": str(by_us), "reason": reason}
+    return ev("DEADLINE_EXTENDED", tool=tool, actor="operator", attributes=attributes)
 
 
 def ended(status: str, *, actor: str = AGENT, error: str | None = None) -> Event:
@@ -1097,6 +1113,51 @@ def case_events() -> list[dict[str, Any]]:
             done("reserve", 2),
             ended("COMPLETED"),
             granted("wire", "g1"),
+        ],
+    )
+    # --- the gate's own notes: escalations, extensions, refused approvals -----------------
+    noted = [
+        opened(),
+        request("wire", w),
+        ended("AWAITING_APPROVAL"),
+        escalated("wire", 2, tier=1),
+        extended("wire", 2, by_us=7_200_000_000),
+        decision("APPROVAL_REFUSED", "wire", 2, actor="eve@company.com", error="hash mismatch"),
+    ]
+    add(
+        "valid_escalated_extended_then_approved",
+        "a request escalated, its deadline extended, a decision refused (not the request shown),"
+        " then approved and resumed (tests/approvals/test_routing.py)",
+        [
+            *noted,
+            approved("wire", 2, "manager@company.com", w),
+            call("wire", w, rev="IRREVERSIBLE", ref=2),
+            done("wire", 8, rev="IRREVERSIBLE"),
+            ended("COMPLETED", actor=APPROVALS),
+        ],
+    )
+    add(
+        "resumed_twice_after_gate_notes",
+        "the gate's notes keep the request known: one approval, two resumes",
+        [
+            *noted,
+            approved("wire", 2, "manager@company.com", w),
+            call("wire", w, rev="IRREVERSIBLE", ref=2),
+            done("wire", 8, rev="IRREVERSIBLE"),
+            call("wire", w, rev="IRREVERSIBLE", ref=2),
+            done("wire", 10, rev="IRREVERSIBLE"),
+            ended("COMPLETED", actor=APPROVALS),
+        ],
+    )
+    add(
+        "escalated_after_end",
+        "an escalation after the saga ended COMPLETED",
+        [
+            opened(),
+            call("reserve", r),
+            done("reserve", 2),
+            ended("COMPLETED"),
+            escalated("wire", 2),
         ],
     )
     add(

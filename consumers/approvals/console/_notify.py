@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 import httpx
 
+from sagacity.consumers.approvals._deadline import row_deadline_us
 from sagacity.consumers.approvals._routing import Routing, age_us
 from sagacity.errors import SagacityError
 from sagacity.ports import OPEN_STATES, RequestRow
@@ -228,7 +229,7 @@ class Notifier:
         return self._base + "/ui/" + "/".join(quote(p, safe="") for p in parts)
 
     def _deadline(self, row: RequestRow) -> int | None:
-        return self._sagacity.approval_deadline_us(row.request(), seen_at_us=row.seen_at_us)
+        return row_deadline_us(self._sagacity, row)
 
     def candidates(self) -> list[Notice]:
         """Every notice the tables call for now (claimed or not)."""

@@ -20,20 +20,15 @@ from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
 from sagacity.consumers.approvals._auth import Principal, Role
+from sagacity.consumers.approvals._deadline import row_deadline_us
 from sagacity.consumers.approvals._service import ApprovalService
+from sagacity.consumers.approvals._statuses import status_for
 from sagacity.consumers.approvals.console._security import LoginLimiter, same_origin, tokens_match
 from sagacity.consumers.approvals.console._sessions import COOKIE, Session, SessionStore
 from sagacity.entries._events import JournalEntry
 from sagacity.errors import (
     ApprovalNotFound,
-    AuthenticationError,
-    ConfigurationError,
-    InvalidArgumentError,
-    JournalError,
-    PermissionDeniedError,
-    PersistenceError,
     SagacityError,
-    UnknownSagaError,
 )
 from sagacity.ports import RequestRow
 from sagacity.saga._saga import Sagacity
@@ -162,8 +157,11 @@ class Console:
     def deadline_of(
         self, row: RequestRow, entries: Sequence[JournalEntry] | None = None
     ) -> int | None:
-        """The request's approval deadline, by the service's own declarations and clock (with
-        the operator extensions on the saga's ``entries`` that verify, when given)."""
+        """The request's approval deadline, by the service's own declarations and clock, with
+        the operator extensions that verify: on the saga's ``entries`` when given, else those
+        the store's fold counted."""
+        if entries is None:
+            return row_deadline_us(self.sagacity, row)
         return self.sagacity.approval_deadline_us(
             row.request(), seen_at_us=row.seen_at_us, entries=entries
         )
@@ -212,21 +210,6 @@ def safe_next(value: object) -> str:
     ):
         return value
     return "/ui/"
-
-
-def status_for(exc: SagacityError) -> int:
-    """The HTTP status of a refusal."""
-    if isinstance(exc, AuthenticationError):
-        return 401
-    if isinstance(exc, PermissionDeniedError):
-        return 403
-    if isinstance(exc, UnknownSagaError | ApprovalNotFound):
-        return 404
-    if isinstance(exc, InvalidArgumentError):
-        return 422
-    if isinstance(exc, PersistenceError | JournalError | ConfigurationError):
-        return 503
-    return 409
 
 
 def parse_seq(raw: str) -> int:
@@ -295,9 +278,10 @@ def page(handler: Handler, *, post: bool = False) -> Endpoint:
             title = {
                 403: "Not allowed",
                 404: "Not found",
+                500: "Failed",
                 503: "Unavailable",
             }.get(status, "Refused")
-            if status == 503:
+            if status >= 500:
                 log.warning("console: %s: %s", request.url.path, str(exc))
             return console.error_page(request, viewer, status, title, str(exc))
 

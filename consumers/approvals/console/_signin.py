@@ -14,6 +14,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route, Router
 
 from sagacity.consumers.approvals._auth import Principal, token_sha256
+from sagacity.consumers.approvals._statuses import status_for
 from sagacity.consumers.approvals.console._page import (
     Console,
     Viewer,
@@ -21,7 +22,6 @@ from sagacity.consumers.approvals.console._page import (
     log,
     page,
     safe_next,
-    status_for,
 )
 from sagacity.consumers.approvals.console._security import same_origin, tokens_match
 from sagacity.consumers.approvals.console._sessions import COOKIE, Session

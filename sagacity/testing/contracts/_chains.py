@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 from sagacity import InMemoryJournal
 from sagacity.chain import payload_sha256
 from sagacity.entries._events import EntryDraft, EventType, JournalEntry
+from sagacity.gate._deadline_extension import extension_draft
 from sagacity.signing._decision_signature import DecisionSigner
+from sagacity.signing._operator_signature import OperatorSigner
 from sagacity.testing.contracts._claims import JOURNAL
 
 E = EventType
@@ -57,6 +60,19 @@ class _Chain:
             recorded_at_us=self.now_us,
         )
         entry = self._journal.append(signer.sign(draft) if signer is not None else draft)
+        self.entries.append(entry)
+        return entry
+
+    def extend(self, ref: int, by_us: int, signer: OperatorSigner) -> JournalEntry:
+        """A ``DEADLINE_EXTENDED`` of the request at ``ref``, signed by ``signer`` for the
+        journal named :data:`JOURNAL` at the chain's next place."""
+        self.now_us += 1_000_000
+        draft = extension_draft(
+            self.saga_id, ref, by_us, actor="operator", recorded_at_us=self.now_us, tool="wire"
+        )
+        draft = dataclasses.replace(draft, attributes={**draft.attributes, "journal": JOURNAL})
+        tail = self.entries[-1]
+        entry = self._journal.append(signer.sign(draft, seq=tail.seq + 1, prev_hash=tail.hash))
         self.entries.append(entry)
         return entry
 

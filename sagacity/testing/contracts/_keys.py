@@ -61,6 +61,16 @@ class KeyStoreContract(abc.ABC):
         assert store.kek_ids() == set()
         assert store.count_by_kek() == {}
 
+    def test_it_exists_once_its_schema_is_ensured(self) -> None:
+        store = self.create_store()
+        try:
+            assert store.exists() is False  # looking creates nothing
+            assert store.exists() is False
+            store.ensure_schema()
+            assert store.exists() is True
+        finally:
+            store.close()
+
     def test_the_first_creator_wins(self, store: KeyStore) -> None:
         first = store.create("s-1", kek_id="k1", wrapped=WRAPPED_A)
         second = store.create("s-1", kek_id="k2", wrapped=WRAPPED_B)

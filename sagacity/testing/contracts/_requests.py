@@ -13,12 +13,15 @@ import dataclasses
 from collections.abc import Sequence
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sagacity.chain import link, payload_sha256
 from sagacity.entries._events import EntryDraft, EventType, JournalEntry
+from sagacity.gate._deadline_extension import counted_extensions
 from sagacity.gate._requests import request_states, verified_by
 from sagacity.ports import RequestRow, RequestStore, RowState
 from sagacity.signing._decision_signature import DecisionSigner, DecisionVerifier
+from sagacity.signing._operator_signature import OperatorSigner, OperatorVerifier
 from sagacity.testing.contracts._chains import PAYLOAD, PAYLOAD_SHA, E, _Chain, _saga
 from sagacity.testing.contracts._claims import JOURNAL
 from sagacity.testing.contracts._decisions import RequestDecisionContract
@@ -28,10 +31,16 @@ class RequestStoreContract(RequestDecisionContract, abc.ABC):
     """Fold requests, signatures and closings idempotently; list, age and count them."""
 
     @abc.abstractmethod
-    def create_store(self, *, verifier: DecisionVerifier | None = None) -> RequestStore:
+    def create_store(
+        self,
+        *,
+        verifier: DecisionVerifier | None = None,
+        operator: OperatorVerifier | None = None,
+    ) -> RequestStore:
         """A store on a fresh database, its tables not yet created; ``verifier`` (the
-        approvals service's decision keys) decides which approvals sign, ``None``: all.  A
-        store with a verifier is made for the journal named :data:`JOURNAL`."""
+        approvals service's decision keys) decides which approvals sign, ``None``: all;
+        ``operator`` (the pinned operator keys) which deadline extensions count, ``None``:
+        none.  The store is made for the journal named :data:`JOURNAL`."""
 
     def fold(self, store: RequestStore, entries: Sequence[JournalEntry]) -> None:
         """Fold ``entries`` as a consumer would: one event at a time, each replayed once."""
@@ -245,6 +254,46 @@ class RequestStoreContract(RequestDecisionContract, abc.ABC):
             fresh.saga_id,
         }
         assert len(store.overdue(now, 2_000_000, limit=1)) == 1
+
+    def test_a_verified_extension_moves_the_rows_deadline(self) -> None:
+        """Only an extension the pinned operator key signed counts: the sweep's ``overdue``
+        leaves the extended request alone until its later deadline, and the row says by how
+        much (the inbox and the notices add it)."""
+        operator = OperatorSigner(Ed25519PrivateKey.generate())
+        other = OperatorSigner(Ed25519PrivateKey.generate())
+        store = self.create_store(operator=OperatorVerifier([operator.public_raw]))
+        store.migrate()
+        kept, forged, plain = _Chain(), _Chain(), _Chain()
+        base = kept.now_us
+        for chain in (kept, forged, plain):
+            chain.now_us = base
+            seq = chain.request(expires_at_us=base + 5_000_000)
+            assert seq == 1
+        kept.extend(1, 60_000_000, operator)
+        kept.extend(1, 30_000_000, operator)
+        forged.extend(1, 60_000_000, other)  # a key nobody pinned
+        for chain in (kept, forged, plain):
+            self.fold(store, chain.entries)
+        rows = {c.saga_id: store.get(c.saga_id, 1) for c in (kept, forged, plain)}
+        assert {k: r.extended_by_us if r else None for k, r in rows.items()} == {
+            kept.saga_id: 90_000_000,
+            forged.saga_id: 0,
+            plain.saga_id: 0,
+        }
+        now = base + 10_000_000
+        assert {r.saga_id for r in store.overdue(now, None)} == {forged.saga_id, plain.saga_id}
+        later = base + 96_000_000
+        assert {r.saga_id for r in store.overdue(later, None)} == {
+            kept.saga_id,
+            forged.saga_id,
+            plain.saga_id,
+        }
+        # The row is the core's fold, with the same rule the expiry counts by.
+        expected = request_states(
+            kept.entries,
+            extends=counted_extensions(OperatorVerifier([operator.public_raw]), journal=JOURNAL),
+        )
+        assert rows[kept.saga_id] == RequestRow.from_state(expected[0])
 
     def test_stats_over_a_window(self, store: RequestStore) -> None:
         chains = [_Chain() for _ in range(4)]

@@ -1,4 +1,6 @@
-"""What reading the journal topic gives: a saga's read, a partition's, and what was refused.
+"""The journal on a topic, as a service reads it: what a read gives (a saga's read, a
+partition's, and what was refused) and the port of a journal that reads its topic
+(:class:`TopicJournal`, implemented by ``sagacity.producer.KafkaJournal``).
 
 A read accepts, per saga and in offset order, only the first event at each seq whose
 ``prev_hash`` extends the accepted tail and whose content hashes to its ``hash`` (the acceptance
@@ -10,11 +12,16 @@ See docs/adr/0004-single-writer.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from sagacity.chain._acceptance import ForkKind, Tail, attributed, judge, writers_after
 from sagacity.entries._events import GENESIS_HASH, EventType, JournalEntry
+from sagacity.journal import ConditionalJournal
 from sagacity.signing._writer_roles import HANDOFF_EVENTS, SagaWriters
-from sagacity.signing._writer_signature import WriterRegistry
+from sagacity.signing._writer_signature import WriterKey, WriterRegistry
+
+if TYPE_CHECKING:
+    from sagacity.privacy._keys import KeyService
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,3 +223,78 @@ class PartitionRead:
     sagas: dict[str, SagaRead] = field(default_factory=dict)
     skipped: list[Skipped] = field(default_factory=list)
     end_offset: int = 0
+
+
+class PartitionMap(Protocol):
+    """Which partition of the topic a saga lives in."""
+
+    def partition_of(self, saga_id: str) -> int:
+        """The saga's partition (the topic's partitioner over its saga id)."""
+        ...
+
+    def placed(self, key: bytes | None, partition: int) -> bool:
+        """Whether a message with ``key`` belongs on ``partition`` (a message elsewhere was
+        written around the partitioner)."""
+        ...
+
+
+class TopicJournal(ConditionalJournal, Protocol):
+    """A journal on a partitioned topic, read saga by saga through the acceptance rule.
+
+    Attributes:
+        identity: the journal's name in signed decisions, settlements and claims.
+        topic: the topic.
+        max_event_bytes: the largest event the topic takes.
+        seals: the sagas it opens are sealed (it has a key service).
+        reader: where a saga lives on the topic.
+    """
+
+    @property
+    def identity(self) -> str: ...
+    @property
+    def topic(self) -> str: ...
+    @property
+    def max_event_bytes(self) -> int: ...
+    @property
+    def seals(self) -> bool: ...
+    @property
+    def reader(self) -> PartitionMap: ...
+
+    def read(self, saga_id: str) -> SagaRead:
+        """The saga's accepted chain and what was refused."""
+        ...
+
+    def forget(self, saga_id: str) -> None:
+        """Drop what the journal keeps opened of the saga (its ``ERASED`` was seen)."""
+        ...
+
+
+class EntryDecoder(Protocol):
+    """The entry one message value of the topic carries (the journal's wire format).
+
+    ``keys`` open its sealed fields (``None``: they are left out, the entry verifying by its
+    commitments).
+
+    Raises:
+        SerializationError: the value is not an entry.
+        UnopenableError: a sealed field cannot be opened with ``keys``.
+    """
+
+    def __call__(self, data: bytes, *, keys: KeyService | None = None) -> JournalEntry: ...
+
+
+class TopicJournals(Protocol):
+    """Makes a new journal on the topic (the receiver closes it).
+
+    ``writer_id`` / ``writer_key``: who it writes as and the key it signs with (``None``:
+    the composition root's settings); ``writers``: the writer registry its reads check
+    events against (``None``: the settings').
+    """
+
+    def __call__(
+        self,
+        *,
+        writer_id: str | None = None,
+        writer_key: WriterKey | None = None,
+        writers: WriterRegistry | None = None,
+    ) -> TopicJournal: ...

@@ -1,0 +1,56 @@
+"""The approvals server is handed its request store (``Dependencies.requests``); it builds
+none itself, and refuses one its other tables cannot live beside."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
+from sagacity.entries._memory import InMemoryJournal
+from sagacity.errors import ConfigurationError
+from sagacity.ports import Dependencies, RequestStore
+from sagacity.postgres import PostgresRequestStore
+from sagacity.schemas import decode_entry
+from sagacity.testing import InMemoryRequestStore
+
+NOWHERE = "postgresql://nobody@127.0.0.1:9/none"
+
+
+def _settings() -> ApprovalsSettings:
+    return ApprovalsSettings(database_url=NOWHERE, insecure_dev=True)
+
+
+def test_the_server_runs_on_the_store_it_is_handed_made_for_its_keys_and_journal() -> None:
+    asked: list[dict[str, Any]] = []
+
+    def requests(**given: Any) -> RequestStore:
+        asked.append(given)
+        return PostgresRequestStore(NOWHERE, **given)
+
+    handed = Dependencies(journal=InMemoryJournal(), requests=requests, decode=decode_entry)
+    server = ApprovalsServer(_settings(), dependencies=handed, consume=False)
+    assert len(asked) == 1
+    assert asked[0]["verifier"] is server.sagacity.decision_verifier
+    assert asked[0]["journal"] == server.sagacity.journal_identity
+    assert isinstance(server.store, PostgresRequestStore)
+
+
+def test_a_store_the_console_and_consumer_cannot_share_is_refused() -> None:
+    handed = Dependencies(
+        journal=InMemoryJournal(),
+        decode=decode_entry,
+        requests=lambda *, verifier, journal: InMemoryRequestStore(
+            verifier=verifier, journal=journal
+        ),
+    )
+    with pytest.raises(ConfigurationError, match="PostgreSQL request store"):
+        ApprovalsServer(_settings(), dependencies=handed, consume=False)
+
+
+def test_a_server_handed_no_store_says_where_to_build_one() -> None:
+    with pytest.raises(ConfigurationError, match=r"sagacity\.compose\.approvals"):
+        ApprovalsServer(
+            _settings(), dependencies=Dependencies(journal=InMemoryJournal()), consume=False
+        )
