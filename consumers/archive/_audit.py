@@ -22,8 +22,9 @@ A saga that passes records how many of its newest events no checkpoint covers
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,11 +36,12 @@ from sagacity.consumers.archive._auditstream import (
     bulk_verdicts,
     fetched,
     grouped,
-    merged_audits,
     merged_by_saga,
+    merged_told,
 )
+from sagacity.consumers.archive._chainstream import decoded_rows
 from sagacity.consumers.archive._db import check_schema, mapped_errors
-from sagacity.consumers.archive._judging import audit_one
+from sagacity.consumers.archive._judging import audit_one, saga_rows
 from sagacity.consumers.archive._reasons import AuditReason
 from sagacity.consumers.archive._retentionaudit import audit_retention
 from sagacity.consumers.archive._roundaudit import RoundAudit, audit_rounds
@@ -50,8 +52,7 @@ from sagacity.consumers.archive._schema import (
     ROUNDS_VERSION,
     checkpoint_round_columns,
 )
-from sagacity.consumers.archive._snapshots import Prefetched
-from sagacity.consumers.archive._story import read_stories, story_query, with_stories
+from sagacity.consumers.archive._story import read_stories, storied, story_query, story_rows
 from sagacity.consumers.archive._verdicts import (
     AuditSummary,
     RetentionAudit,
@@ -125,7 +126,9 @@ class _Scope:
 @dataclass(frozen=True, kw_only=True)
 class _JudgeBack:
     """One saga's audit from what the merge read for it (:func:`audit_one`), called with the
-    merge's ``(saga, verdict, rows, checkpoints, anchors, heads)``."""
+    merge's ``(saga, verdict, rows, checkpoints, anchors, heads)``; paired with the saga's rows
+    where they were read (a saga the bulk verifier refers to the reference path, or the column
+    check's), which its story is then told from."""
 
     conn: psycopg.Connection
     scope: _Scope
@@ -140,8 +143,12 @@ class _JudgeBack:
         cps: Sequence[Sequence[Any]] | None,
         anchors: Sequence[Sequence[Any]] | None,
         heads: Sequence[Sequence[Any]] | None,
-    ) -> SagaAudit:
-        return audit_one(
+    ) -> tuple[SagaAudit, Sequence[Sequence[Any]] | None]:
+        if verdict is not None and verdict.refer:
+            # A row the bulk verifier cannot judge (a form-2 row among them): the saga's rows,
+            # for the paths of audit_one and for its story.
+            rows, verdict = saga_rows(self.conn, saga, self.scope.columns), None
+        audit = audit_one(
             self.conn,
             saga,
             verdict=verdict,
@@ -156,6 +163,7 @@ class _JudgeBack:
             forms=self.scope.forms,
             columns=self.scope.columns,
         )
+        return audit, rows if verdict is None else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,20 +224,6 @@ class _Run:
         stream = (
             enter(contextlib.closing(RowStream(conn, forms=self.scope.forms))) if bulk else None
         )
-        story_sql = story_query(
-            where=self.scope.where.replace("saga_id", "j.saga_id"), forms=self.scope.forms
-        )
-        # Every saga's story is read like its rows: on a connection of its own, started now, so
-        # the server sorts it while the rounds are checked and the chains walked.
-        prefetched = (
-            enter(
-                contextlib.closing(
-                    Prefetched(conn, story_sql, self.scope.params, fetch=self.scope.fetch)
-                )
-            )
-            if bulk
-            else None
-        )
         checked_rounds = self.checked_rounds(known_rounds)
         if rounds is not None:
             rounds.rounds += checked_rounds.rounds
@@ -240,24 +234,34 @@ class _Run:
         if retention is not None:
             retention.records += checked_records.records
             retention.failed.update(checked_records.failed)
-        story_rows: Iterable[Sequence[Any]] = (
-            prefetched
-            if prefetched is not None and prefetched.connected()
-            else fetched(self.cursor("sgc_audit_story", story_sql), self.scope.fetch)
-        )
         judge = _JudgeBack(
             conn=conn, scope=self.scope, rounds=checked_rounds, records=checked_records
         )
         streamed = stream if stream is not None and stream.connected() else None
-        yield from with_stories(
-            self.chain_audits(streamed, judge),
-            read_stories(story_rows, operator=operator),
-            allow_unopened=allow_unopened,
-        )
+        # One read of the rows: each saga's story is told from the rows its chain was walked
+        # on (or, compiled, found clean on them); only a saga whose rows were not kept is read
+        # again, alone.
+        for audit, rows in self.chain_audits(streamed, judge):
+            if not audit.ok or (rows is not None and not rows):
+                yield audit
+                continue
+            told = story_rows(rows) if rows is not None else self.story_of(audit.saga_id)
+            story = next(read_stories(told, operator=operator), None)
+            yield storied(audit, story, allow_unopened=allow_unopened)
 
-    def chain_audits(self, stream: RowStream | None, judge: _JudgeBack) -> Iterator[SagaAudit]:
-        """Every saga's audit but its story: from the rows ``stream`` (bulk), or the rows read
-        on the audit's own connection."""
+    def story_of(self, saga: str) -> list[tuple[Any, ...]]:
+        """One saga's story rows (:func:`story_query`), read on the audit's connection: a saga
+        whose rows the chain walk did not keep and whose story the compiled grammar did not
+        find clean."""
+        query = story_query(where="WHERE j.saga_id = %(s)s", forms=self.scope.forms)
+        return self.conn.execute(query, {"s": saga}).fetchall()
+
+    def chain_audits(
+        self, stream: RowStream | None, judge: _JudgeBack
+    ) -> Iterator[tuple[SagaAudit, Sequence[Sequence[Any]] | None]]:
+        """Every saga's audit but its story, with the rows its story is told from (``None``:
+        to be read): from the rows ``stream`` (bulk), or the rows read on the audit's own
+        connection."""
         queries = self.scope.queries()
         streams: list[Iterator[tuple[str, Any]]] = []
         if stream is not None:
@@ -266,17 +270,22 @@ class _Run:
             if NATIVE_AUDITOR is not None and NATIVE:
                 yield from self.compiled(stream, anchor_rows, anchors_of, judge)
                 return
-            verdicts = bulk_verdicts(stream, anchors=anchors_of)
+            # The Python twin: the same blocks, verified and decoded for the stories.
+            checked, told = itertools.tee(stream)
+            verdicts = bulk_verdicts(checked, anchors=anchors_of)
             self.cursors.enter_context(contextlib.closing(verdicts))  # before the reader closes
-            streams.append(verdicts)
+            streams += [verdicts, grouped(iter(decoded_rows(told)))]
         for i, query in enumerate(queries):
             if i == 0 and stream is not None:
                 continue
             streams.append(grouped(fetched(self.cursor(f"sgc_audit_{i}", query), self.scope.fetch)))
-        for saga, (chain, cps, anchors, heads) in merged_by_saga(streams):
+        for saga, parts in merged_by_saga(streams):
             if stream is not None:
-                yield judge(saga, chain, [], cps, anchors, heads)
+                chain, rows, cps, anchors, heads = parts
+                audit, read = judge(saga, chain, [], cps, anchors, heads)
+                yield audit, read if read is not None else (rows or [])
             else:
+                chain, cps, anchors, heads = parts
                 yield judge(saga, None, chain or [], cps, anchors, heads)
 
     def compiled(
@@ -285,8 +294,9 @@ class _Run:
         anchor_rows: Mapping[str, Sequence[Any]],
         anchors_of: Mapping[str, tuple[int, str]],
         judge: _JudgeBack,
-    ) -> Iterator[SagaAudit]:
-        """Every saga's audit but its story by the compiled merge (:func:`merged_audits`)."""
+    ) -> Iterator[tuple[SagaAudit, Sequence[Sequence[Any]] | None]]:
+        """Every saga's audit but its story by the compiled merge (:func:`merged_audits`), with
+        what its story is told from (the compiled grammar ran on the same rows)."""
         assert NATIVE_AUDITOR is not None
         queries = self.scope.queries()
         named = [
@@ -296,11 +306,12 @@ class _Run:
             cur.itersize = self.scope.fetch
             cur.execute(queries[i], self.scope.params)
         failed_records = judge.records.failed
-        merged = merged_audits(
+        merged = merged_told(
             NATIVE_AUDITOR(
                 anchors=anchors_of,
                 failed_rounds=set(judge.rounds.failed),
                 refer={k for k, r in anchor_rows.items() if r[3] in failed_records},
+                stories=True,
             ),
             stream,
             checkpoints=named[0],
@@ -311,7 +322,13 @@ class _Run:
             judge_back=judge,
         )
         self.cursors.enter_context(contextlib.closing(merged))  # before the reader closes
-        yield from merged
+        for item, clean in merged:
+            if isinstance(item, SagaAudit):  # judged by the compiled merge, its story clean
+                yield item, ()
+                continue
+            audit, rows = item
+            # No rows kept: a clean story needs none, any other is read again.
+            yield audit, rows if rows is not None else (() if clean else None)
 
 
 def iter_audits(
@@ -352,7 +369,8 @@ def iter_audits(
 
     A saga whose chain, checkpoints and head pass is then judged by what its chain says
     (:mod:`~sagacity.consumers.archive._story`): an impossible event of the saga grammar
-    (``grammar:*``), then data withheld (``withheld``) unless ``allow_unopened``.
+    (``grammar:*``), then data withheld (``withheld``) unless ``allow_unopened``; read on the
+    rows the chain was walked on (compiled: by the grammar's twin, beside the chain check).
 
     Args:
         allow_unopened: the archive is known to store sealed events' commitments only (it

@@ -10,9 +10,10 @@ to the Python path.  Otherwise the Python merge (:func:`merged_by_saga`) runs.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -20,6 +21,8 @@ from sagacity.chain._fastverify import BatchVerdict, batch_verdict, chain_verifi
 from sagacity.consumers.archive._chainstream import chain_rows
 from sagacity.consumers.archive._snapshots import reader_of, shared_snapshot
 from sagacity.consumers.archive._verdicts import SagaAudit
+
+_T = TypeVar("_T")
 
 
 def fetched(cursor: psycopg.ServerCursor[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -74,13 +77,43 @@ def merged_audits(
     streamed in ``blocks``, checkpoints and heads a fetch at a time.  The sagas it judges come back
     as a few fields; the others, with what was read for them, go to ``judge_back`` (the Python
     path, which explains every finding)."""
+    merged = merged_told(
+        auditor,
+        blocks,
+        checkpoints=checkpoints,
+        heads=heads,
+        fetch=fetch,
+        anchors=anchors,
+        anchor_rows=anchor_rows,
+        judge_back=judge_back,
+    )
+    with contextlib.closing(merged):
+        for audit, _clean in merged:
+            yield audit
 
-    def drain() -> Iterator[SagaAudit]:
+
+def merged_told(
+    auditor: Any,
+    blocks: Iterable[bytes],
+    *,
+    checkpoints: psycopg.ServerCursor[Any],
+    heads: psycopg.ServerCursor[Any],
+    fetch: int,
+    anchors: Mapping[str, tuple[int, str]],
+    anchor_rows: Mapping[str, Sequence[Any]],
+    judge_back: Callable[..., _T],
+) -> Generator[tuple[SagaAudit | _T, bool]]:
+    """:func:`merged_audits`, each audit (a :class:`SagaAudit` judged by the compiled merge,
+    or what ``judge_back`` gave) paired with whether its story is known clean: the auditor
+    (made with ``stories=True``) read it on the same rows and found nothing, nor left anything
+    to the Python grammar.  A saga the compiled merge judges has a clean story."""
+
+    def drain() -> Iterator[tuple[SagaAudit | _T, bool]]:
         while True:
             out, need_checkpoints, need_heads = auditor.take()
             for t in out:
                 if t[1]:
-                    yield SagaAudit(
+                    audit = SagaAudit(
                         saga_id=t[0],
                         ok=True,
                         events=t[2],
@@ -90,10 +123,11 @@ def merged_audits(
                         signed_seq=t[6],
                         unsigned=t[7],
                     )
+                    yield audit, True
                 else:
                     saga, verdict, cps, head = t[0], t[2], t[3], t[4]
                     anchor = anchor_rows.get(saga)
-                    yield judge_back(
+                    back = judge_back(
                         saga,
                         None if verdict is None else batch_verdict(verdict, anchors),
                         [],
@@ -101,6 +135,7 @@ def merged_audits(
                         None if anchor is None else [anchor],
                         head or None,
                     )
+                    yield back, len(t) > 5 and t[5]
             if not (need_checkpoints or need_heads):
                 return
             if need_checkpoints:

@@ -247,6 +247,15 @@ def _checkpoint_of(row: Sequence[Any]) -> Checkpoint:
     )
 
 
+def saga_rows(conn: psycopg.Connection, saga: str, columns: str) -> list[tuple[Any, ...]]:
+    """One saga's archived rows (``columns``) in the order archived."""
+    return conn.execute(
+        f"SELECT {columns} FROM side_effect_journal"  # noqa: S608
+        " WHERE saga_id = %s ORDER BY archive_id",
+        (saga,),
+    ).fetchall()
+
+
 def audit_one(
     conn: psycopg.Connection,
     saga: str,
@@ -283,11 +292,7 @@ def audit_one(
     if verdict is not None and verdict.refer:
         # A row the bulk verifier cannot judge (a form-2 row among them): the saga's rows,
         # for the paths below.
-        rows = conn.execute(
-            f"SELECT {columns} FROM side_effect_journal"  # noqa: S608
-            " WHERE saga_id = %s ORDER BY archive_id",
-            (saga,),
-        ).fetchall()
+        rows = saga_rows(conn, saga, columns)
         verdict, events = None, len(rows)
     elif verdict is not None and not verdict.ok:
         return _chain_failed(saga, verdict, events=events)

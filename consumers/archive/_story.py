@@ -3,11 +3,14 @@
 (:mod:`sagacity.privacy._withheld`).
 
 ``verify`` judges a chain's links, checkpoints and head first (``_audit``); a saga that passes
-them is then read here, in the same snapshot and saga order, from a narrow select of its rows
-(no payload or result travels but a gated call's payload digest and an end's status).  The
+them is then judged by its story, read from the same rows the chain walk read (one read of the
+archive): with the compiled module the grammar's per-row step runs beside the chain check
+(``native/src/grammar.rs``, the twin of ``_grammar.py`` held to it by the vectors) and a saga it
+does not find clean is told here from its rows (:func:`story_rows`, :func:`storied`).  The
 first finding of its story fails it: an impossible event (``grammar:*``), then data withheld
 (``withheld``: a form-2 opening missing with no ``ERASED`` that counts on the chain), then an
 ``ERASED`` no operator signed (``forged_erasure``, docs/adr/0027-operator-signatures.md).
+``audit watch`` reads the stories of what a signing round signed by :func:`story_query`.
 """
 
 from __future__ import annotations
@@ -191,33 +194,41 @@ def story_failure(
     return None
 
 
-def with_stories(
-    audits: Iterable[Any], stories: Iterator[SagaStory], *, allow_unopened: bool = False
-) -> Iterator[Any]:
-    """Each audit of ``audits`` (``SagaAudit``, in saga order), failed by its saga's story
-    where the chain passed and the story has a finding; a passing chain's story is attached
-    where it counts an erasure or fails it (erasures are counted from accepted chains)."""
-    pending = next(stories, None)
-    for audit in audits:
-        while pending is not None and pending.saga_id < audit.saga_id:
-            pending = next(stories, None)
-        if pending is None or pending.saga_id != audit.saga_id or not audit.ok:
-            yield audit
-            continue
-        story = pending
-        failure = story_failure(story, allow_unopened=allow_unopened)
-        if failure is not None:
-            reason, seq, detail, writer = failure
-            audit = dataclasses.replace(
-                audit,
-                ok=False,
-                bad_seq=seq,
-                reason=reason,
-                detail=detail,
-                writer=writer,
-                unsigned=0,
-                story=story,
-            )
-        elif story.erased:
-            audit = dataclasses.replace(audit, story=story)
-        yield audit
+def story_rows(rows: Iterable[Sequence[Any]]) -> Iterator[tuple[Any, ...]]:
+    """Rows of :data:`~sagacity.consumers.archive._rows.ROW_COLUMNS` (with the form columns
+    or without) as :func:`story_query` selects them, for :func:`read_stories`.
+
+    The grammar reads a payload only on a request and its resume, and a result only on an
+    end, and compares payloads only for equality: each row's own travel here, not digests.
+    """
+    for r in rows:
+        form2 = len(r) > 12 and r[12] == 2
+        yield (
+            *(r[0], r[1], r[2], r[3], r[7], r[8], r[4], r[5], r[10], r[9]),
+            r[13] if form2 else None,
+            r[14] if form2 else None,
+        )
+
+
+def storied(audit: Any, story: SagaStory | None, *, allow_unopened: bool = False) -> Any:
+    """``audit`` (a ``SagaAudit`` whose chain passed) failed by its saga's ``story`` where the
+    story has a finding; the story attached where it counts an erasure (erasures are counted
+    from accepted chains)."""
+    if story is None or not audit.ok:
+        return audit
+    failure = story_failure(story, allow_unopened=allow_unopened)
+    if failure is not None:
+        reason, seq, detail, writer = failure
+        return dataclasses.replace(
+            audit,
+            ok=False,
+            bad_seq=seq,
+            reason=reason,
+            detail=detail,
+            writer=writer,
+            unsigned=0,
+            story=story,
+        )
+    if story.erased:
+        return dataclasses.replace(audit, story=story)
+    return audit

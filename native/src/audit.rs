@@ -87,6 +87,12 @@ fn saga_of(row: &Bound<'_, PyAny>, what: &str) -> PyResult<String> {
         .map_err(|_| PyTypeError::new_err(format!("a {what} row's saga id is not text")))
 }
 
+/// A saga whose rows have all been read, its story's state reduced to its verdict.
+fn settled(mut saga: Saga) -> Saga {
+    saga.grammar.settle();
+    saga
+}
+
 #[pyclass(module = "sagacity._sagacity_native")]
 pub struct ChainAuditor {
     verifier: CopyChainVerifier,
@@ -95,15 +101,18 @@ pub struct ChainAuditor {
     next_anchor: usize,
     failed_rounds: HashSet<i64>,
     refer: HashSet<String>,
+    stories: bool,
     ready: VecDeque<Saga>,
     chain_done: bool,
     checkpoints: Source<Cp>,
     heads: Source<Head>,
 }
 
-/// The audit of a saga judged here: (saga_id, True, events, head_seq, head_hash, checkpoints,
-/// signed_seq, unsigned); or one handed back: (saga_id, False, verdict or None, checkpoint
-/// rows, head rows).
+/// The audit of a saga judged here (its chain, checkpoints, head and story all pass):
+/// (saga_id, True, events, head_seq, head_hash, checkpoints, signed_seq, unsigned); or one
+/// handed back: (saga_id, False, verdict or None, checkpoint rows, head rows), followed, where
+/// the auditor reads stories, by `story_clean`: the grammar's twin found nothing in the saga's
+/// story and left nothing in it to the Python grammar.
 fn judged(
     py: Python<'_>,
     verdict: &Verdict,
@@ -173,19 +182,27 @@ impl ChainAuditor {
         cps: Vec<Cp>,
         heads: Vec<Head>,
     ) -> PyResult<PyObject> {
+        // The story read on the same rows (`grammar.rs`): clean, or the Python grammar's.
+        let story_clean = !self.stories || saga.as_ref().is_none_or(|s| s.grammar.clean());
         let verdict = saga.map(CopyChainVerifier::verdict);
         if let Some(v) = &verdict {
-            if let Some(done) = self.agree(v, &cps, &heads) {
+            if let Some(done) = self.agree(v, &cps, &heads).filter(|_| story_clean) {
                 let (checked, signed_seq, unsigned) = done;
                 return judged(py, v, checked, signed_seq, unsigned);
             }
         }
         let cp_rows: Vec<PyObject> = cps.into_iter().map(|c| c.row).collect();
         let head_rows: Vec<PyObject> = heads.into_iter().map(|h| h.row).collect();
-        Ok((key, false, verdict, cp_rows, head_rows)
-            .into_pyobject(py)?
-            .into_any()
-            .unbind())
+        let back = if self.stories {
+            (key, false, verdict, cp_rows, head_rows, story_clean)
+                .into_pyobject(py)?
+                .into_any()
+        } else {
+            (key, false, verdict, cp_rows, head_rows)
+                .into_pyobject(py)?
+                .into_any()
+        };
+        Ok(back.unbind())
     }
 
     /// (checkpoints, signed_seq, unsigned) when the saga passes as the Python path would pass
@@ -251,23 +268,29 @@ impl ChainAuditor {
 impl ChainAuditor {
     /// `anchors`: saga id -> (seq, hash) a saga's rows continue from (retention);
     /// `failed_rounds`: the signing rounds that did not verify; `refer`: sagas the Python path
-    /// judges whatever their rows (an anchor whose retention record failed).
+    /// judges whatever their rows (an anchor whose retention record failed); `stories`: each
+    /// saga's story is read on the same rows (`grammar.rs`), and a saga judged here has a clean
+    /// one too (without it, the story is the caller's to read).
     #[new]
-    #[pyo3(signature = (*, anchors, failed_rounds, refer))]
+    #[pyo3(signature = (*, anchors, failed_rounds, refer, stories=false))]
     fn new(
         anchors: HashMap<String, (i64, String)>,
         failed_rounds: HashSet<i64>,
         refer: HashSet<String>,
+        stories: bool,
     ) -> Self {
         let mut anchor_keys: Vec<String> = anchors.keys().cloned().collect();
         anchor_keys.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        let mut verifier = CopyChainVerifier::new(None, Some(anchors.clone()));
+        verifier.stories = stories;
         ChainAuditor {
-            verifier: CopyChainVerifier::new(None, Some(anchors.clone())),
+            verifier,
             anchors,
             anchor_keys,
             next_anchor: 0,
             failed_rounds,
             refer,
+            stories,
             ready: VecDeque::new(),
             chain_done: false,
             checkpoints: Source::new(),
@@ -279,7 +302,7 @@ impl ChainAuditor {
     fn feed(&mut self, chunk: &[u8]) -> PyResult<()> {
         let mut done = Vec::new();
         self.verifier.feed_sagas(chunk, &mut done)?;
-        self.ready.extend(done);
+        self.ready.extend(done.into_iter().map(settled));
         Ok(())
     }
 
@@ -287,7 +310,7 @@ impl ChainAuditor {
     fn finish(&mut self) -> PyResult<()> {
         let mut done = Vec::new();
         self.verifier.finish_sagas(&mut done)?;
-        self.ready.extend(done);
+        self.ready.extend(done.into_iter().map(settled));
         self.chain_done = true;
         Ok(())
     }

@@ -28,6 +28,8 @@ use std::collections::BTreeMap;
 mod audit;
 mod draft;
 mod entry;
+mod grammar;
+mod grammar_binding;
 mod ingest;
 pub(crate) mod seal;
 mod verify;
@@ -577,5 +579,7 @@ fn sagacity_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(leaf_hash, m)?)?;
     m.add_class::<verify::CopyChainVerifier>()?;
     m.add_class::<audit::ChainAuditor>()?;
+    m.add_function(wrap_pyfunction!(grammar_binding::grammar_findings, m)?)?;
+    m.add("GRAMMAR_EVENT_TYPES", grammar::event_types())?;
     Ok(())
 }

@@ -13,6 +13,8 @@ use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::collections::HashMap;
 
+use crate::grammar::{Event, Grammar};
+
 const SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0";
 const COLUMNS: i16 = 12;
 const GENESIS: [u8; 32] = [0u8; 32];
@@ -86,6 +88,8 @@ pub(crate) struct Saga {
     broken: Option<Break>,
     pending: Option<Pending>,
     digests: Vec<u8>,
+    /// The saga grammar over the rows linked so far.
+    pub(crate) grammar: Grammar,
 }
 
 fn hex_of(digest: &[u8]) -> String {
@@ -237,14 +241,15 @@ fn attribute_pairs(data: &[u8]) -> Option<Pairs> {
     Some(pairs)
 }
 
-/// `prev || C(entry)` for a row, written by the crate's one writer of the form
-/// (`crate::canonical_into`), or `None` when the row is not a valid entry.
-fn hash_input(row: &Row, prev: &[u8; 32], out: &mut Vec<u8>) -> Option<()> {
-    let pairs = attribute_pairs(row.attributes)?;
-    let pairs: Vec<(&[u8], &[u8])> = pairs
-        .iter()
-        .map(|(k, v)| (k.as_slice(), v.as_slice()))
-        .collect();
+/// `prev || C(entry)` for a row whose attributes are `pairs` (sorted by key), written by the
+/// crate's one writer of the form (`crate::canonical_into`), or `None` when the row is not a
+/// valid entry.
+fn hash_input(
+    row: &Row,
+    pairs: &[(&[u8], &[u8])],
+    prev: &[u8; 32],
+    out: &mut Vec<u8>,
+) -> Option<()> {
     out.clear();
     out.extend_from_slice(prev);
     crate::canonical_into(
@@ -255,7 +260,7 @@ fn hash_input(row: &Row, prev: &[u8; 32], out: &mut Vec<u8>) -> Option<()> {
         row.kind,
         row.texts,
         row.recorded_at_us,
-        &pairs,
+        pairs,
     );
     if out.len() - 32 >= u32::MAX as usize {
         return None;
@@ -285,6 +290,8 @@ pub struct CopyChainVerifier {
     pub(crate) current: Option<Saga>,
     last_saga: Option<String>,
     scratch: Vec<u8>,
+    /// Whether each saga's story is read on its rows too (`grammar.rs`; the audit's merge).
+    pub(crate) stories: bool,
 }
 
 impl CopyChainVerifier {
@@ -306,6 +313,7 @@ impl CopyChainVerifier {
             broken: None,
             pending: None,
             digests: Vec::new(),
+            grammar: Grammar::default(),
         };
         if prev.is_none() {
             saga.refer = true; // an anchor that is not a hash: the reference path explains
@@ -441,7 +449,7 @@ impl CopyChainVerifier {
                 self.current = Some(self.open(id));
             }
             let saga = self.current.as_mut().expect("opened");
-            Self::check(saga, &row, &mut self.scratch);
+            Self::check(saga, &row, &mut self.scratch, self.stories);
         }
         self.buf = data[at..].to_vec();
         Ok(())
@@ -521,7 +529,7 @@ impl CopyChainVerifier {
         }
     }
 
-    fn check(saga: &mut Saga, row: &Row, scratch: &mut Vec<u8>) {
+    fn check(saga: &mut Saga, row: &Row, scratch: &mut Vec<u8>, stories: bool) {
         saga.events += 1;
         if !well_formed(row) {
             saga.refer = true;
@@ -601,7 +609,15 @@ impl CopyChainVerifier {
             );
         } else {
             let prev = unhex(row.prev_hash).expect("checked well formed");
-            if hash_input(row, &prev, scratch).is_none() {
+            let Some(owned) = attribute_pairs(row.attributes) else {
+                saga.refer = true;
+                return;
+            };
+            let pairs: Vec<(&[u8], &[u8])> = owned
+                .iter()
+                .map(|(k, v)| (k.as_slice(), v.as_slice()))
+                .collect();
+            if hash_input(row, &pairs, &prev, scratch).is_none() {
                 saga.refer = true;
                 return;
             }
@@ -620,6 +636,19 @@ impl CopyChainVerifier {
                     "previous hash is not the preceding entry's".to_string(),
                 );
             } else {
+                if stories {
+                    // The story's step on the same row (`grammar.rs`): texts are tool,
+                    // payload, result, error, actor.
+                    saga.grammar.feed(&Event {
+                        seq: row.seq,
+                        kind: row.kind,
+                        tool: row.texts[0],
+                        actor: row.texts[4],
+                        attributes: &pairs,
+                        payload: row.texts[1],
+                        result: row.texts[2],
+                    });
+                }
                 saga.prev.copy_from_slice(&digest);
                 saga.digests.extend_from_slice(&digest);
                 saga.prev_hex = hex;
@@ -697,6 +726,7 @@ impl CopyChainVerifier {
             current: None,
             last_saga: None,
             scratch: Vec::with_capacity(1024),
+            stories: false,
         }
     }
 

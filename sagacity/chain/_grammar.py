@@ -8,8 +8,11 @@ what the chain itself proves; a story a writer can tell consistently (a tool jou
 reversibility it was not declared with, approvals by people who never approved) is beyond it.
 
 Every auditor's tool calls this one module (``verify``, ``replay``, ``audit watch``); the
-standalone bundle verifier keeps a copy, held to this one by the vectors
-``tests/vectors/grammar-v1.json`` (docs/adr/0017-audit-coverage.md).
+standalone bundle verifier keeps a copy, and ``verify``'s compiled path a twin that only tells
+a clean story from any other (``native/src/grammar.rs``, advanced on the rows the chain check
+streams; any other story is told here), both held to this one by the vectors
+``tests/vectors/grammar-v1.json`` (docs/adr/0017-audit-coverage.md): a rule changed here is
+changed there.
 
 The rules are written against every flow the product journals; a rule is relaxed wherever a
 legitimate flow could not be told from a forged one by the chain alone:

@@ -3,5 +3,6 @@
 //! is held to (docs/adr/0002-hash-chain.md; the Python side: `tests/conformance/`).
 
 mod codec;
+mod grammar;
 mod json;
 mod walker;
