@@ -98,6 +98,8 @@ def auth_entry(
     *,
     role: Role | str = Role.APPROVER,
     agents: Iterable[str] = (),
+    groups: Iterable[str] = (),
+    slack_user: str | None = None,
 ) -> str:
     """A TOML ``[[principals]]`` entry for ``name`` holding ``token``'s hash.
 
@@ -107,6 +109,8 @@ def auth_entry(
         role: ``approver``, ``agent`` or ``auditor``.
         agents: for an approver, the agent identities acting for it (it decides none of
             their requests).
+        groups: for an approver, the groups it is in (routes name them).
+        slack_user: for an approver, the Slack user id that decides as it in Slack.
 
     Raises:
         ConfigurationError: the entry would not load (see :meth:`AuthConfig.from_mapping`).
@@ -121,9 +125,11 @@ def auth_entry(
     ]
     if kind is not Role.AUDITOR or listed:
         lines.append(f"tools = [{', '.join(json.dumps(t) for t in listed)}]")
-    bound = list(agents)
-    if bound:
-        lines.append(f"agents = [{', '.join(json.dumps(a) for a in bound)}]")
+    for key, values in (("agents", list(agents)), ("groups", list(groups))):
+        if values:
+            lines.append(f"{key} = [{', '.join(json.dumps(v) for v in values)}]")
+    if slack_user is not None:
+        lines.append(f"slack_user = {json.dumps(slack_user)}")
     text = "\n".join(lines) + "\n"
     AuthConfig.from_mapping(tomllib.loads(text), source="auth_entry")  # refuse what won't load
     return text

@@ -412,6 +412,18 @@ def stats(client: _Client, window: str) -> None:
     help="An approver's own agent identity (an agent's name, a writer id): the approver "
     "decides none of its requests (repeat).",
 )
+@click.option(
+    "--group",
+    "groups",
+    multiple=True,
+    help="A group the approver is in, as routes name it (repeat; docs/operations/routing.md).",
+)
+@click.option(
+    "--slack-user",
+    default=None,
+    help="The approver's Slack user id (U…): it decides in Slack as this principal "
+    "(docs/operations/slack.md).",
+)
 @click.option("--generate", is_flag=True, help="Make a new random token (printed on stderr).")
 @click.option(
     "--save-token",
@@ -426,6 +438,8 @@ def token_hash(
     tools: tuple[str, ...],
     all_tools: bool,
     agents: tuple[str, ...],
+    groups: tuple[str, ...],
+    slack_user: str | None,
     generate: bool,
     save_token: Path | None,
 ) -> None:
@@ -437,7 +451,9 @@ def token_hash(
     from sagacity.consumers.approvals._auth import ANY_TOOL, auth_entry, new_token, token_sha256
     from sagacity.errors import ConfigurationError
 
-    _check_entry(name, role, tools, all_tools, agents)
+    _check_entry(
+        name, role, tools, all_tools, (*agents, *groups, *([slack_user] if slack_user else []))
+    )
     if save_token is not None and not generate:
         raise click.UsageError("--save-token writes a generated token: give --generate")
     if generate:
@@ -458,7 +474,13 @@ def token_hash(
         return
     try:
         entry = auth_entry(
-            name, token, [ANY_TOOL] if all_tools else list(tools), role=role, agents=agents
+            name,
+            token,
+            [ANY_TOOL] if all_tools else list(tools),
+            role=role,
+            agents=agents,
+            groups=groups,
+            slack_user=slack_user,
         )
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from exc
@@ -466,16 +488,22 @@ def token_hash(
 
 
 def _check_entry(
-    name: str | None, role: str, tools: tuple[str, ...], all_tools: bool, agents: tuple[str, ...]
+    name: str | None,
+    role: str,
+    tools: tuple[str, ...],
+    all_tools: bool,
+    approver_only: tuple[str, ...],
 ) -> None:
-    """Refuse the options of ``token-hash`` that do not make an entry.
+    """Refuse the options of ``token-hash`` that do not make an entry (``approver_only``: the
+    values of --agent, --group and --slack-user given).
 
     Raises:
         click.UsageError: naming what to give instead.
     """
-    if name is None and (tools or all_tools or agents or role != "approver"):
+    if name is None and (tools or all_tools or approver_only or role != "approver"):
         raise click.UsageError(
-            "--role, --tool, --all-tools and --agent describe an entry: give --name"
+            "--role, --tool, --all-tools, --agent, --group and --slack-user describe an entry: "
+            "give --name"
         )
     if name is None:
         return
@@ -487,8 +515,10 @@ def _check_entry(
         raise click.UsageError(
             f"an {role} needs its tools: --tool NAME (repeat), or --all-tools for every tool"
         )
-    if agents and role != "approver":
-        raise click.UsageError("--agent binds an approver's own agents: only with --role approver")
+    if approver_only and role != "approver":
+        raise click.UsageError(
+            "--agent, --group and --slack-user describe an approver: only with --role approver"
+        )
 
 
 def _save_token(path: Path, token: str) -> None:

@@ -150,6 +150,29 @@ def test_token_hash_writes_the_role_and_every_tool_only_when_asked(tmp_path: Pat
     assert auditor.role is Role.AUDITOR
 
 
+def test_token_hash_writes_an_approvers_groups_and_slack_user(tmp_path: Path) -> None:
+    made = _token_hash(
+        "--name",
+        "ann@example.com",
+        "--tool",
+        "send_wire",
+        "--group",
+        "finance",
+        "--group",
+        "treasury",
+        "--slack-user",
+        "U024BE7LH",
+    )
+    assert made.exit_code == 0, made.output
+    path = tmp_path / "auth.toml"
+    path.write_text(made.output)
+    config = AuthConfig.load(path)
+    ann = config.authenticate("secret-token")
+    assert ann is not None
+    assert ann.groups == {"finance", "treasury"}
+    assert config.by_slack_user("U024BE7LH") == ann
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -158,6 +181,10 @@ def test_token_hash_writes_the_role_and_every_tool_only_when_asked(tmp_path: Pat
         (["--name", "a", "--role", "auditor", "--tool", "x"], "an auditor reads every saga"),
         (["--name", "a", "--role", "agent", "--all-tools", "--agent", "b"], "only with --role"),
         (["--role", "agent"], "give --name"),
+        (["--name", "a", "--role", "agent", "--tool", "x", "--group", "g"], "only with --role"),
+        (["--name", "a", "--role", "auditor", "--slack-user", "U1"], "only with --role"),
+        (["--name", "a", "--all-tools", "--slack-user", "bob"], "must be a Slack user id"),
+        (["--slack-user", "U024BE7LH"], "give --name"),
     ],
 )
 def test_token_hash_refuses_an_entry_that_says_too_little_or_too_much(
