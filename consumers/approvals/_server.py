@@ -298,6 +298,8 @@ class ApprovalsServer:
             # Look at the file now (not only when a token is presented), so a broken edit shows.
             self.auth.current()
             details["auth_reloads"] = self.auth.reloads
+        if self.slack is not None:
+            details["slack"] = self.slack.health()
         return details
 
     def start(self) -> None:

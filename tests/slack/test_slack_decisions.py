@@ -227,3 +227,29 @@ def test_a_request_decided_in_the_console_loses_its_buttons_in_slack(world: Worl
     assert "Rejected by bob@example.com" in _texts(update.body)
     assert button(update.body, APPROVE) is None
     assert button(message, APPROVE) is not None
+
+
+def test_healthz_counts_what_slack_posted_decided_and_refused(world: World) -> None:
+    saga = saga_id("counted")
+    world.gate(saga)
+    value = json.dumps(shown_value(world.posted(saga)))
+
+    def counts() -> dict[str, int]:
+        health = world.server.health()
+        slack: dict[str, int] = health["slack"]
+        return slack
+
+    before = counts()
+    assert before["posted"] >= 1
+    forged = world.click(ALICE, APPROVE, value, secret="not-the-apps-signing-secret")
+    assert forged.status_code == 401
+    world.click("U0NOBODY", APPROVE, value)
+    world.click(ALICE, APPROVE, value)
+    assert [e.actor for e in world.of(saga, E.APPROVED)] == ["alice@example.com"]
+    after = counts()
+    assert {k: after[k] - before[k] for k in ("unauthenticated", "refused", "decided")} == {
+        "unauthenticated": 1,
+        "refused": 1,
+        "decided": 1,
+    }
+    assert after["post_failures"] == before["post_failures"]

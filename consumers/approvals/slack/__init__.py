@@ -86,6 +86,14 @@ class SlackIntegration:
         self.app = Starlette(
             routes=[Route(INTERACTIVITY_PATH, self._interactivity, methods=["POST"])]
         )
+        self.decided = 0
+        """Clicks that decided a request."""
+        self.refused = 0
+        """Clicks the decision path refused (unmapped user, scope, route, own request, a
+        changed request, a closed one): each told to the clicker."""
+        self.unauthenticated = 0
+        """Requests to the interactivity endpoint refused before their body was read (a bad
+        or missing signature, too old, seen before) or whose body did not parse."""
 
     def start(self) -> None:
         """Create the Slack tables and start posting."""
@@ -95,6 +103,16 @@ class SlackIntegration:
     def stop(self) -> None:
         """Stop posting."""
         self.poster.stop()
+
+    def health(self) -> dict[str, int]:
+        """This replica's Slack counts since it started, for ``/healthz``."""
+        return {
+            "posted": self.poster.posted,
+            "post_failures": self.poster.failed,
+            "decided": self.decided,
+            "refused": self.refused,
+            "unauthenticated": self.unauthenticated,
+        }
 
     async def _interactivity(self, request: Request) -> Response:
         body = await request.body()
@@ -108,14 +126,20 @@ class SlackIntegration:
                 headers.get("x-slack-signature"),
             )
         except AuthenticationError as exc:
+            self.unauthenticated += 1
             log.warning("slack: interactivity request refused: %s", exc)
             return JSONResponse({"detail": str(exc)}, status_code=401)
         try:
             click = parse_click(body)
         except InvalidArgumentError as exc:
+            self.unauthenticated += 1
             log.warning("slack: interactivity body refused: %s", exc)
             return JSONResponse({"detail": str(exc)}, status_code=400)
         if click is not None:
-            await run_in_threadpool(self.decisions.handle, click)
+            refusal = await run_in_threadpool(self.decisions.handle, click)
+            if refusal is None:
+                self.decided += 1
+            else:
+                self.refused += 1
         # Slack wants 200 within three seconds; what the clicker is told goes by the Web API.
         return Response(status_code=200)
