@@ -382,6 +382,9 @@ class ApprovalDesk:
             if refusal is not None:
                 self._refuse_approval(request, person, tail, refusal, shown)
                 raise UnderDeclaredRequestError(refusal, saga_id=saga_id, seq=seq)
+            # A count an earlier approval was signed with stands (a resumer waits for it) even
+            # if the route was loosened since: more approvals are taken until it is reached.
+            needed = max(needed, trust.signed_need(self._s, entries, request))
             outside = counts_toward(self._s.approver_groups, request.tool, person)
             if outside is not None:
                 # It would not count: refused and journaled, never signed.

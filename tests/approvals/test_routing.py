@@ -699,3 +699,31 @@ def test_a_resumer_without_the_routes_waits_for_the_count_the_service_signed(
         assert r.agent.resume_saga("wire-two", seq, ALICE).status is SagaStatus.COMPLETED
     finally:
         r.close()
+
+
+def test_a_count_signed_before_the_route_was_loosened_is_reached_not_stuck(
+    kafka_bootstrap: str,
+    make_topic: Callable[..., str],
+    pg_dsn: str,
+    tmp_path: Path,
+    operator_key: Any,
+) -> None:
+    """Two of finance when ann approved; the route loosened to one since: her approval says
+    two, every resumer waits for two, and the service takes the second instead of refusing
+    it as one too many."""
+    auth = principals_file(tmp_path / "loosened.toml", TWO_OF_FINANCE)
+    r = Routed(kafka_bootstrap, make_topic(), pg_dsn, auth, operator_key.public_raw)
+    try:
+        seq = r.gate("wire-loosened")
+        r.approve("ann", "wire-loosened", seq)
+        principals_file(
+            auth, TWO_OF_FINANCE.replace('approvers = { count = 2, groups = ["finance"] }\n', "")
+        )
+        assert r.routing().route("send_wire_transfer") is not None
+        assert r.routing().route("send_wire_transfer").approvers is None  # type: ignore[union-attr]
+        with pytest.raises(ApprovalMissingError, match="only 1 of 2 required signatures"):
+            r.service.resume(r.who("ann"), "wire-loosened", seq, ALICE)
+        r.approve("fay", "wire-loosened", seq)
+        assert r.service.resume(r.who("ann"), "wire-loosened", seq, ALICE).result is not None
+    finally:
+        r.close()
