@@ -12,6 +12,12 @@ re-exported here.  One module per port; every name is exported here.
   docs/adr/0010-saga-read-index.md).
 * :class:`ClaimStore`: the compensation service's claims and saga locks (:mod:`._claims`,
   docs/adr/0007-compensation-exactly-once.md).
+* :class:`ConsoleSessionTable`: the approvals console's sign-in sessions
+  (:mod:`._console_sessions`).
+* :class:`NoticeClaims`: the approvals console's notices, each claimed once
+  (:mod:`._notice_claims`).
+* :class:`SlackTables`: the approvals service's Slack messages and the signatures it has
+  seen (:mod:`._slack_tables`).
 * :class:`KeyStore`: the per-saga data keys, wrapped (:mod:`._keys`, docs/adr/0019-erasure.md).
 * :class:`RequestStore`: the approvals service's view of requests folded from the journal
   (here).
@@ -37,6 +43,7 @@ from sagacity.entries._events import JournalEntry
 from sagacity.gate._requests import RequestState, RequestStatus
 from sagacity.journal import ApprovalRequest, ConditionalJournal, Journal
 from sagacity.ports._claims import Claim, ClaimStatus, ClaimStore, check_claim_key
+from sagacity.ports._console_sessions import ConsoleSession, ConsoleSessionTable
 from sagacity.ports._dependencies import ClaimStores, Dependencies, RequestStores
 from sagacity.ports._erasure import ArchiveErasure, ErasableArchive
 from sagacity.ports._index import (
@@ -47,6 +54,7 @@ from sagacity.ports._index import (
     SagaIndex,
 )
 from sagacity.ports._keys import KeyStore, StoredKey
+from sagacity.ports._notice_claims import NoticeClaims
 from sagacity.ports._reads import (
     EntryDecoder,
     Ownership,
@@ -60,6 +68,7 @@ from sagacity.ports._reads import (
     ownership,
 )
 from sagacity.ports._service_tables import ServiceCopies, ServiceTables
+from sagacity.ports._slack_tables import SlackMessage, SlackTables
 
 __all__ = [
     "OPEN_STATES",
@@ -71,6 +80,8 @@ __all__ = [
     "ClaimStore",
     "ClaimStores",
     "ConditionalJournal",
+    "ConsoleSession",
+    "ConsoleSessionTable",
     "Dependencies",
     "EntryDecoder",
     "ErasableArchive",
@@ -81,6 +92,7 @@ __all__ = [
     "IndexedSaga",
     "Journal",
     "KeyStore",
+    "NoticeClaims",
     "Ownership",
     "PartitionMap",
     "PartitionRead",
@@ -97,6 +109,8 @@ __all__ = [
     "ServiceCopies",
     "ServiceTables",
     "Skipped",
+    "SlackMessage",
+    "SlackTables",
     "StoredKey",
     "TopicJournal",
     "TopicJournals",

@@ -16,11 +16,14 @@ from typing import TYPE_CHECKING, Protocol
 
 from sagacity.journal import Journal
 from sagacity.ports._claims import ClaimStore
+from sagacity.ports._console_sessions import ConsoleSessionTable
 from sagacity.ports._erasure import ErasableArchive
 from sagacity.ports._index import SagaIndex
 from sagacity.ports._keys import KeyStore
+from sagacity.ports._notice_claims import NoticeClaims
 from sagacity.ports._reads import EntryDecoder, TopicJournals
 from sagacity.ports._service_tables import ServiceTables
+from sagacity.ports._slack_tables import SlackTables
 
 if TYPE_CHECKING:
     from sagacity.ports import RequestStore
@@ -83,6 +86,9 @@ class Dependencies:
         key_store: the store of the wrapped data keys (an erasure); the receiver closes it.
         service_tables: the services' tables as an erasure clears them.
         archive: the archive as an erasure clears it.
+        console_sessions: the approvals console's sign-in sessions.
+        notice_claims: the approvals console's notifier's claims.
+        slack_tables: the approvals service's Slack messages and seen signatures.
     """
 
     journal: Journal | None = None
@@ -96,3 +102,6 @@ class Dependencies:
     key_store: KeyStore | None = None
     service_tables: ServiceTables | None = None
     archive: ErasableArchive | None = None
+    console_sessions: ConsoleSessionTable | None = None
+    notice_claims: NoticeClaims | None = None
+    slack_tables: SlackTables | None = None
