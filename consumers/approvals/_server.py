@@ -150,6 +150,12 @@ class ApprovalsServer:
         self._decode = handed.decode
         self._notice_claims = handed.notice_claims
         self._slack_tables = handed.slack_tables
+        self._archive_bundles = handed.archive_bundles
+        if settings.archive_database_url and self._archive_bundles is None:
+            raise ConfigurationError(
+                "the console reads the archive through the bundles it is handed "
+                "(Dependencies.archive_bundles): build them with the serve approvals command"
+            )
         self.journal = handed.journal
         self._client = dict(handed.client)
         # The key service handed is this server's to close (none is handed with a journal
@@ -243,11 +249,7 @@ class ApprovalsServer:
             auth=auth,
             sessions=self.sessions,
             limiter=self.login_limiter,
-            archive=ArchiveView(
-                settings.archive_database_url, operator=operator_verifier_from_env()
-            )
-            if settings.archive_database_url
-            else None,
+            archive=ArchiveView(self._archive_bundles) if self._archive_bundles else None,
         )
 
     def _notifier(self, settings: ApprovalsSettings) -> Notifier:

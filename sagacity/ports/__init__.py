@@ -21,6 +21,8 @@ re-exported here.  One module per port; every name is exported here.
 * :class:`KeyStore`: the per-saga data keys, wrapped (:mod:`._keys`, docs/adr/0019-erasure.md).
 * :class:`RequestStore`: the approvals service's view of requests folded from the journal
   (here).
+* :class:`ArchiveBundles`: the archive's audit bundles as the approvals console reads them
+  (:mod:`._archive_bundles`).
 * :class:`ErasableArchive`: the archive's side of an erasure (:mod:`._erasure`).
 * :class:`ServiceTables`: the services' tables as an erasure clears them
   (:mod:`._service_tables`).
@@ -42,6 +44,7 @@ from sagacity.entries import _attributes as attr
 from sagacity.entries._events import JournalEntry
 from sagacity.gate._requests import RequestState, RequestStatus
 from sagacity.journal import ApprovalRequest, ConditionalJournal, Journal
+from sagacity.ports._archive_bundles import ArchiveBundles
 from sagacity.ports._claims import Claim, ClaimStatus, ClaimStore, check_claim_key
 from sagacity.ports._console_sessions import ConsoleSession, ConsoleSessionTable
 from sagacity.ports._dependencies import ClaimStores, Dependencies, RequestStores
@@ -73,6 +76,7 @@ from sagacity.ports._slack_tables import SlackMessage, SlackTables
 __all__ = [
     "OPEN_STATES",
     "ApprovalRequest",
+    "ArchiveBundles",
     "ArchiveErasure",
     "AttentionRow",
     "Claim",

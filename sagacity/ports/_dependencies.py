@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from sagacity.journal import Journal
+from sagacity.ports._archive_bundles import ArchiveBundles
 from sagacity.ports._claims import ClaimStore
 from sagacity.ports._console_sessions import ConsoleSessionTable
 from sagacity.ports._erasure import ErasableArchive
@@ -89,6 +90,8 @@ class Dependencies:
         console_sessions: the approvals console's sign-in sessions.
         notice_claims: the approvals console's notifier's claims.
         slack_tables: the approvals service's Slack messages and seen signatures.
+        archive_bundles: the archive's audit bundles, for the approvals console's verdict
+            and download (``None``: the console shows no archive).
     """
 
     journal: Journal | None = None
@@ -105,3 +108,4 @@ class Dependencies:
     console_sessions: ConsoleSessionTable | None = None
     notice_claims: NoticeClaims | None = None
     slack_tables: SlackTables | None = None
+    archive_bundles: ArchiveBundles | None = None

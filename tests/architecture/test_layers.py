@@ -324,12 +324,7 @@ def service_of(module: str) -> str:
 
 
 # A service that reads another service's data, each with its reason (importer, imported).
-SERVICE_TO_SERVICE_ALLOWED: dict[tuple[str, str], str] = {
-    ("sagacity.consumers.approvals", "sagacity.consumers.archive"): (
-        "the console shows the archive's audit verdict and serves its audit bundle through "
-        "the archive's public export_bundle; not yet a port of the bundle"
-    ),
-}
+SERVICE_TO_SERVICE_ALLOWED: dict[tuple[str, str], str] = {}
 
 _ARCHIVE = (
     "the archive is the Postgres archive: its tables' schema, rows and errors "
