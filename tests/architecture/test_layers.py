@@ -339,10 +339,12 @@ _RUNTIME = (
     "the refusals of their principal"
 )
 _APPROVALS = (
-    "the request store is handed (Dependencies.requests), but the request consumer and the "
-    "console run their own transactions on its tables (positions with the rows, sessions, "
-    "notifications), so the store handed must be the PostgreSQL one (_store.py checks it): "
-    "not yet behind the port"
+    "only _store.py: the request store is handed (Dependencies.requests), but the request "
+    "consumer folds a batch and stores its positions in one transaction on the PostgreSQL "
+    "store's connection (tails, fold_message, quarantine_fault, store_offset), so the store "
+    "handed must be the PostgreSQL one (_store.py checks it): not yet a unit-of-work port of "
+    "the fold; the console's sessions, the notifier's claims, the Slack tables and the "
+    "archive's bundles are ports now"
 )
 
 # Adapter modules (a package or one private module) a service imports, each with its reason.
