@@ -35,11 +35,12 @@ re-exported here.  One module per port; every name is exported here.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from sagacity.chain._acceptance import Refusal, Tail
 from sagacity.entries import _attributes as attr
 from sagacity.entries._events import JournalEntry
 from sagacity.gate._requests import RequestState, RequestStatus
@@ -90,6 +91,7 @@ __all__ = [
     "EntryDecoder",
     "ErasableArchive",
     "Fault",
+    "FoldingRequestStore",
     "GateStats",
     "IndexedEvent",
     "IndexedPartition",
@@ -104,6 +106,7 @@ __all__ = [
     "RefusedMessage",
     "Rejected",
     "RequestDecision",
+    "RequestFold",
     "RequestRow",
     "RequestStore",
     "RequestStores",
@@ -497,4 +500,47 @@ class RequestStore(Protocol):
         Raises:
             PersistenceError: the store failed (the Postgres unit then keeps nothing).
         """
+        ...
+
+
+class RequestFold(Protocol):
+    """One batch of the approvals request consumer, in one transaction: what it folds and the
+    positions it stores commit together (:meth:`FoldingRequestStore.folding`)."""
+
+    def fold(
+        self,
+        entry: JournalEntry,
+        *,
+        saga_id: str,
+        placed: bool = True,
+        prefix: Callable[[], Tail | None] | None = None,
+        position: tuple[int, int] | None = None,
+    ) -> Refusal | Fault | None:
+        """Fold one message of the topic, isolated from the rest of the batch: a refusal or a
+        fault it is quarantined with (the batch goes on), ``None`` when applied."""
+        ...
+
+    def quarantine(
+        self, entry: JournalEntry, fault: Fault, *, saga_id: str, position: tuple[int, int] | None
+    ) -> bool:
+        """Keep ``entry`` in the quarantine with ``fault``; ``False`` when even that row is
+        refused (the caller logs and counts it)."""
+        ...
+
+    def store_offset(self, topic: str, partition: int, next_offset: int) -> None:
+        """Record the consumer's position on ``topic``, committed with what the batch folded."""
+        ...
+
+
+@runtime_checkable
+class FoldingRequestStore(RequestStore, Protocol):
+    """A request store the approvals request consumer folds the topic into."""
+
+    def offsets(self, topic: str) -> dict[int, int]:
+        """The positions stored for ``topic``'s partitions."""
+        ...
+
+    def folding(self) -> AbstractContextManager[RequestFold]:
+        """A batch in one transaction: committed when the block returns, rolled back when it
+        raises."""
         ...

@@ -338,20 +338,11 @@ _RUNTIME = (
     "the shared consumer runtime is a Kafka consumer (ADR 0023): its clients' logging and "
     "the refusals of their principal"
 )
-_APPROVALS = (
-    "only _store.py: the request store is handed (Dependencies.requests), but the request "
-    "consumer folds a batch and stores its positions in one transaction on the PostgreSQL "
-    "store's connection (tails, fold_message, quarantine_fault, store_offset), so the store "
-    "handed must be the PostgreSQL one (_store.py checks it): not yet a unit-of-work port of "
-    "the fold; the console's sessions, the notifier's claims, the Slack tables and the "
-    "archive's bundles are ports now"
-)
 
 # Adapter modules (a package or one private module) a service imports, each with its reason.
 # The entries only go: a new edge fails, an edge no longer there fails until removed.
 SERVICE_ADAPTERS_ALLOWED: dict[tuple[str, str], str] = {
     (SHARED_RUNTIME, "sagacity.producer"): _RUNTIME,
-    ("sagacity.consumers.approvals", "sagacity.postgres"): _APPROVALS,
     ("sagacity.consumers.archive", "sagacity.postgres"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.postgres._archive"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.postgres._archive_schema"): _ARCHIVE,
