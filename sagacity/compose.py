@@ -26,9 +26,12 @@ from sagacity.errors import ConfigurationError
 from sagacity.journal import Journal
 from sagacity.ports import (
     ClaimStore,
+    ConsoleSessionTable,
     Dependencies,
+    NoticeClaims,
     RequestStore,
     SagaIndex,
+    SlackTables,
     TopicJournal,
 )
 from sagacity.privacy._keys import KeyService
@@ -99,6 +102,24 @@ def _requests(
     return PostgresRequestStore(
         database_url, topic=topic, verifier=verifier, journal=journal, operator=operator
     )
+
+
+def _console_sessions(database_url: str) -> ConsoleSessionTable:
+    from sagacity.postgres import PostgresConsoleSessions  # the driver, only here
+
+    return PostgresConsoleSessions(database_url)
+
+
+def _notice_claims(database_url: str) -> NoticeClaims:
+    from sagacity.postgres import PostgresNoticeClaims  # the driver, only here
+
+    return PostgresNoticeClaims(database_url)
+
+
+def _slack_tables(database_url: str) -> SlackTables:
+    from sagacity.postgres import PostgresSlackTables  # the driver, only here
+
+    return PostgresSlackTables(database_url)
 
 
 def _index(settings: ReadIndexSettings) -> SagaIndex | None:
@@ -282,6 +303,9 @@ def approvals(*, bootstrap_servers: str | None, topic: str, database_url: str) -
         keys=keys,
         client=client_settings(),
         requests=partial(_requests, database_url, topic),
+        console_sessions=_console_sessions(database_url),
+        notice_claims=_notice_claims(database_url),
+        slack_tables=_slack_tables(database_url),
         decode=decode_entry,
     )
 
@@ -302,5 +326,8 @@ def approvals_on(journal: Journal, settings: ApprovalsWhere) -> Dependencies:
     return Dependencies(
         journal=journal,
         requests=partial(_requests, settings.database_url, settings.topic),
+        console_sessions=_console_sessions(settings.database_url),
+        notice_claims=_notice_claims(settings.database_url),
+        slack_tables=_slack_tables(settings.database_url),
         decode=decode_entry,
     )

@@ -21,13 +21,11 @@ from sagacity.consumers.approvals._routing import LiveRouting, Routing
 from sagacity.consumers.approvals._server import ApprovalsServer
 from sagacity.consumers.approvals._service import ApprovalService, Decided
 from sagacity.consumers.approvals._settings import ApprovalsSettings
-from sagacity.consumers.approvals._store import ApprovalStore
 from sagacity.ports import GateStats, RequestRow, RowState
 
 __all__ = [
     "SAGA_ID_PATTERN",
     "ApprovalService",
-    "ApprovalStore",
     "ApprovalsServer",
     "ApprovalsSettings",
     "AuthConfig",

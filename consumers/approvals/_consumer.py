@@ -27,7 +27,6 @@ from sagacity.consumers._runtime import (
     TablePositions,
     client_config,
 )
-from sagacity.consumers.approvals._store import ApprovalStore
 from sagacity.entries._events import EventType, JournalEntry
 from sagacity.errors import (
     KafkaAccessDeniedError,
@@ -35,7 +34,7 @@ from sagacity.errors import (
     SerializationError,
     UnopenableError,
 )
-from sagacity.ports import EntryDecoder, Fault
+from sagacity.ports import EntryDecoder, Fault, FoldingRequestStore
 from sagacity.privacy._keys import KeyService
 
 log = logging.getLogger("sagacity.approvals")
@@ -77,7 +76,7 @@ class RequestConsumer(Handler):
 
     def __init__(
         self,
-        store: ApprovalStore,
+        store: FoldingRequestStore,
         *,
         bootstrap_servers: str,
         topic: str,
@@ -179,8 +178,7 @@ class RequestConsumer(Handler):
         positions: dict[int, int] = {}
         poison: list[tuple[Message, str, str]] = []
         applied = quarantined = 0
-        with self._store.connect() as conn:
-            tails = self._store.tails(conn)
+        with self._store.folding() as batch:
             for message in messages:
                 partition = message.partition() or 0
                 offset = message.offset() or 0
@@ -200,9 +198,7 @@ class RequestConsumer(Handler):
                         poison.append((message, "undecodable", bad.message))
                         continue
                     fault = Fault(kind=exc.reason, detail=exc.message)
-                    if self._store.quarantine_fault(
-                        conn, sealed, fault, saga_id=saga_id, position=position
-                    ):
+                    if batch.quarantine(sealed, fault, saga_id=saga_id, position=position):
                         quarantined += 1
                         _log_quarantined(sealed, saga_id, position, fault.kind, fault.detail)
                     else:
@@ -210,10 +206,8 @@ class RequestConsumer(Handler):
                     continue
                 if entry.event_type is EventType.ERASED:
                     self._erased(saga_id, entry.saga_id)
-                outcome = self._store.fold_message(
-                    conn,
+                outcome = batch.fold(
                     entry,
-                    tails=tails,
                     saga_id=saga_id,
                     placed=self._placed is None or self._placed(key, partition),
                     prefix=self._prefix_of(saga_id, offset),
@@ -224,9 +218,8 @@ class RequestConsumer(Handler):
                 elif outcome.kind not in QUIET:
                     quarantined += 1
                     _log_quarantined(entry, saga_id, position, str(outcome.kind), outcome.detail)
-            tails.flush()
             for partition, next_offset in positions.items():
-                self._store.store_offset(conn, self._topic, partition, next_offset)
+                batch.store_offset(self._topic, partition, next_offset)
         # Counted once the transaction committed: a failed batch is folded again later.
         self.applied += applied
         self.quarantined += quarantined

@@ -135,12 +135,27 @@ class ApprovalsServer:
         self.settings = settings
         slack = slack_config(settings)  # a broken Slack setting stops it before it connects
         handed = dependencies
-        if handed.journal is None or handed.requests is None or handed.decode is None:
+        if (
+            handed.journal is None
+            or handed.requests is None
+            or handed.decode is None
+            or handed.console_sessions is None
+            or handed.notice_claims is None
+        ):
             raise ConfigurationError(
-                "the approvals service is handed its journal, its request store and its "
-                "decoder: build its dependencies with sagacity.compose.approvals"
+                "the approvals service is handed its journal, its request store, its console "
+                "sessions, its notice claims and its decoder: build its dependencies with "
+                "sagacity.compose.approvals"
             )
         self._decode = handed.decode
+        self._notice_claims = handed.notice_claims
+        self._slack_tables = handed.slack_tables
+        self._archive_bundles = handed.archive_bundles
+        if settings.archive_database_url and self._archive_bundles is None:
+            raise ConfigurationError(
+                "the console reads the archive through the bundles it is handed "
+                "(Dependencies.archive_bundles): build them with the serve approvals command"
+            )
         self.journal = handed.journal
         self._client = dict(handed.client)
         # The key service handed is this server's to close (none is handed with a journal
@@ -178,7 +193,7 @@ class ApprovalsServer:
         )
         self.consumer = self._request_consumer(settings) if consume else None
         self.app: FastAPI = self._api(settings)
-        self.sessions = SessionStore(self.store, ttl_s=settings.console_session_ttl_s)
+        self.sessions = SessionStore(handed.console_sessions, ttl_s=settings.console_session_ttl_s)
         self.login_limiter = LoginLimiter()
         if self.auth is not None:
             # The console needs signed-in principals; with --insecure-dev it is not served.
@@ -234,11 +249,7 @@ class ApprovalsServer:
             auth=auth,
             sessions=self.sessions,
             limiter=self.login_limiter,
-            archive=ArchiveView(
-                settings.archive_database_url, operator=operator_verifier_from_env()
-            )
-            if settings.archive_database_url
-            else None,
+            archive=ArchiveView(self._archive_bundles) if self._archive_bundles else None,
         )
 
     def _notifier(self, settings: ApprovalsSettings) -> Notifier:
@@ -246,6 +257,7 @@ class ApprovalsServer:
         return Notifier(
             self.store,
             self.sagacity,
+            claims=self._notice_claims,
             urls=settings.notify,
             fmt=settings.notify_format,
             public_url=settings.public_url or f"http://{settings.host}:{settings.port}",
@@ -257,10 +269,16 @@ class ApprovalsServer:
     def _slack(self, settings: ApprovalsSettings, config: SlackConfig) -> SlackIntegration:
         """Deciding in Slack (docs/operations/slack.md)."""
         assert self.auth is not None  # slack_config refuses a service without principals
+        if self._slack_tables is None:
+            raise ConfigurationError(
+                "the approvals service's Slack integration is handed its tables: build its "
+                "dependencies with sagacity.compose.approvals"
+            )
         slack = SlackIntegration(
             config,
             service=self.service,
             requests=self.store,
+            tables=self._slack_tables,
             auth=self.auth,
             public_url=settings.public_url or f"http://{settings.host}:{settings.port}",
         )

@@ -1,32 +1,31 @@
-"""The approvals service's request store: the PostgreSQL one (:class:`sagacity.postgres.
-PostgresRequestStore`), handed to the server by the composition root.
+"""The approvals service's request store, handed to the server by the composition root
+(:func:`sagacity.compose.approvals`: the PostgreSQL one).
 
 The server decides through the :class:`~sagacity.ports.RequestStore` port; its request
-consumer, console sessions, notifier and Slack integration keep their own rows in the same
-database (positions with the requests, sessions, notifications), so the store handed must be
-that one.
+consumer folds the topic through :class:`~sagacity.ports.FoldingRequestStore` (a batch and its
+positions in one transaction), and its console sessions, notifier and Slack integration keep
+their rows through ports of their own (:class:`~sagacity.ports.ConsoleSessionTable`,
+:class:`~sagacity.ports.NoticeClaims`, :class:`~sagacity.ports.SlackTables`).
 """
 
 from __future__ import annotations
 
 from sagacity.errors import ConfigurationError
-from sagacity.ports import RequestStore
-from sagacity.postgres import PostgresRequestStore as ApprovalStore
+from sagacity.ports import FoldingRequestStore, RequestStore
 
-__all__ = ["ApprovalStore", "approval_store"]
+__all__ = ["approval_store"]
 
 
-def approval_store(store: RequestStore) -> ApprovalStore:
-    """``store``, the PostgreSQL request store the service runs on.
+def approval_store(store: RequestStore) -> FoldingRequestStore:
+    """``store``, a request store the service's request consumer can fold the topic into.
 
     Raises:
-        ConfigurationError: another store was handed (the service's other tables live
-            beside the PostgreSQL one's).
+        ConfigurationError: another store was handed (one without the consumer's batches).
     """
-    if not isinstance(store, ApprovalStore):
+    if not isinstance(store, FoldingRequestStore):
         raise ConfigurationError(
-            "the approvals service runs on the PostgreSQL request store (its consumer, console "
-            f"and notifier keep their rows beside it), not on {type(store).__name__}: build its "
-            "dependencies with sagacity.compose.approvals"
+            "the approvals service runs on a request store its request consumer folds the topic "
+            "into (FoldingRequestStore: the PostgreSQL request store), not on "
+            f"{type(store).__name__}: build its dependencies with sagacity.compose.approvals"
         )
     return store

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from sagacity.cli._archive_bundles import approvals_dependencies
 from sagacity.cli._options import (
     group_option,
     host_option,
@@ -214,7 +215,7 @@ def approvals(
     if where := settings.bootstrap_servers:
         client = compose.client_settings(os.environ)
         check_reachable({**client, "bootstrap.servers": where}, timeout=startup_timeout())
-    server = ApprovalsServer(settings, dependencies=compose.approvals_of(settings))
+    server = ApprovalsServer(settings, dependencies=approvals_dependencies(settings))
     log_hot_path()
     web = uvicorn.Server(
         uvicorn.Config(

@@ -12,9 +12,17 @@ re-exported here.  One module per port; every name is exported here.
   docs/adr/0010-saga-read-index.md).
 * :class:`ClaimStore`: the compensation service's claims and saga locks (:mod:`._claims`,
   docs/adr/0007-compensation-exactly-once.md).
+* :class:`ConsoleSessionTable`: the approvals console's sign-in sessions
+  (:mod:`._console_sessions`).
+* :class:`NoticeClaims`: the approvals console's notices, each claimed once
+  (:mod:`._notice_claims`).
+* :class:`SlackTables`: the approvals service's Slack messages and the signatures it has
+  seen (:mod:`._slack_tables`).
 * :class:`KeyStore`: the per-saga data keys, wrapped (:mod:`._keys`, docs/adr/0019-erasure.md).
 * :class:`RequestStore`: the approvals service's view of requests folded from the journal
   (here).
+* :class:`ArchiveBundles`: the archive's audit bundles as the approvals console reads them
+  (:mod:`._archive_bundles`).
 * :class:`ErasableArchive`: the archive's side of an erasure (:mod:`._erasure`).
 * :class:`ServiceTables`: the services' tables as an erasure clears them
   (:mod:`._service_tables`).
@@ -27,16 +35,19 @@ re-exported here.  One module per port; every name is exported here.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from sagacity.chain._acceptance import Refusal, Tail
 from sagacity.entries import _attributes as attr
 from sagacity.entries._events import JournalEntry
 from sagacity.gate._requests import RequestState, RequestStatus
 from sagacity.journal import ApprovalRequest, ConditionalJournal, Journal
+from sagacity.ports._archive_bundles import ArchiveBundles
 from sagacity.ports._claims import Claim, ClaimStatus, ClaimStore, check_claim_key
+from sagacity.ports._console_sessions import ConsoleSession, ConsoleSessionTable
 from sagacity.ports._dependencies import ClaimStores, Dependencies, RequestStores
 from sagacity.ports._erasure import ArchiveErasure, ErasableArchive
 from sagacity.ports._index import (
@@ -47,6 +58,7 @@ from sagacity.ports._index import (
     SagaIndex,
 )
 from sagacity.ports._keys import KeyStore, StoredKey
+from sagacity.ports._notice_claims import NoticeClaims
 from sagacity.ports._reads import (
     EntryDecoder,
     Ownership,
@@ -60,10 +72,12 @@ from sagacity.ports._reads import (
     ownership,
 )
 from sagacity.ports._service_tables import ServiceCopies, ServiceTables
+from sagacity.ports._slack_tables import SlackMessage, SlackTables
 
 __all__ = [
     "OPEN_STATES",
     "ApprovalRequest",
+    "ArchiveBundles",
     "ArchiveErasure",
     "AttentionRow",
     "Claim",
@@ -71,16 +85,20 @@ __all__ = [
     "ClaimStore",
     "ClaimStores",
     "ConditionalJournal",
+    "ConsoleSession",
+    "ConsoleSessionTable",
     "Dependencies",
     "EntryDecoder",
     "ErasableArchive",
     "Fault",
+    "FoldingRequestStore",
     "GateStats",
     "IndexedEvent",
     "IndexedPartition",
     "IndexedSaga",
     "Journal",
     "KeyStore",
+    "NoticeClaims",
     "Ownership",
     "PartitionMap",
     "PartitionRead",
@@ -88,6 +106,7 @@ __all__ = [
     "RefusedMessage",
     "Rejected",
     "RequestDecision",
+    "RequestFold",
     "RequestRow",
     "RequestStore",
     "RequestStores",
@@ -97,6 +116,8 @@ __all__ = [
     "ServiceCopies",
     "ServiceTables",
     "Skipped",
+    "SlackMessage",
+    "SlackTables",
     "StoredKey",
     "TopicJournal",
     "TopicJournals",
@@ -479,4 +500,47 @@ class RequestStore(Protocol):
         Raises:
             PersistenceError: the store failed (the Postgres unit then keeps nothing).
         """
+        ...
+
+
+class RequestFold(Protocol):
+    """One batch of the approvals request consumer, in one transaction: what it folds and the
+    positions it stores commit together (:meth:`FoldingRequestStore.folding`)."""
+
+    def fold(
+        self,
+        entry: JournalEntry,
+        *,
+        saga_id: str,
+        placed: bool = True,
+        prefix: Callable[[], Tail | None] | None = None,
+        position: tuple[int, int] | None = None,
+    ) -> Refusal | Fault | None:
+        """Fold one message of the topic, isolated from the rest of the batch: a refusal or a
+        fault it is quarantined with (the batch goes on), ``None`` when applied."""
+        ...
+
+    def quarantine(
+        self, entry: JournalEntry, fault: Fault, *, saga_id: str, position: tuple[int, int] | None
+    ) -> bool:
+        """Keep ``entry`` in the quarantine with ``fault``; ``False`` when even that row is
+        refused (the caller logs and counts it)."""
+        ...
+
+    def store_offset(self, topic: str, partition: int, next_offset: int) -> None:
+        """Record the consumer's position on ``topic``, committed with what the batch folded."""
+        ...
+
+
+@runtime_checkable
+class FoldingRequestStore(RequestStore, Protocol):
+    """A request store the approvals request consumer folds the topic into."""
+
+    def offsets(self, topic: str) -> dict[int, int]:
+        """The positions stored for ``topic``'s partitions."""
+        ...
+
+    def folding(self) -> AbstractContextManager[RequestFold]:
+        """A batch in one transaction: committed when the block returns, rolled back when it
+        raises."""
         ...

@@ -15,12 +15,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from sagacity.journal import Journal
+from sagacity.ports._archive_bundles import ArchiveBundles
 from sagacity.ports._claims import ClaimStore
+from sagacity.ports._console_sessions import ConsoleSessionTable
 from sagacity.ports._erasure import ErasableArchive
 from sagacity.ports._index import SagaIndex
 from sagacity.ports._keys import KeyStore
+from sagacity.ports._notice_claims import NoticeClaims
 from sagacity.ports._reads import EntryDecoder, TopicJournals
 from sagacity.ports._service_tables import ServiceTables
+from sagacity.ports._slack_tables import SlackTables
 
 if TYPE_CHECKING:
     from sagacity.ports import RequestStore
@@ -83,6 +87,11 @@ class Dependencies:
         key_store: the store of the wrapped data keys (an erasure); the receiver closes it.
         service_tables: the services' tables as an erasure clears them.
         archive: the archive as an erasure clears it.
+        console_sessions: the approvals console's sign-in sessions.
+        notice_claims: the approvals console's notifier's claims.
+        slack_tables: the approvals service's Slack messages and seen signatures.
+        archive_bundles: the archive's audit bundles, for the approvals console's verdict
+            and download (``None``: the console shows no archive).
     """
 
     journal: Journal | None = None
@@ -96,3 +105,7 @@ class Dependencies:
     key_store: KeyStore | None = None
     service_tables: ServiceTables | None = None
     archive: ErasableArchive | None = None
+    console_sessions: ConsoleSessionTable | None = None
+    notice_claims: NoticeClaims | None = None
+    slack_tables: SlackTables | None = None
+    archive_bundles: ArchiveBundles | None = None

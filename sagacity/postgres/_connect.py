@@ -57,13 +57,17 @@ def transaction(
     timeout: float = 10.0,
     row_factory: RowFactory[Any] | None = None,
     action: str = "run a transaction",
+    connect_action: str | None = None,
 ) -> Iterator[psycopg.Connection[Any]]:
     """A fresh connection inside one transaction: committed when the block returns, rolled back
-    when it raises, closed either way; psycopg errors are mapped (:mod:`._errors`).
+    when it raises, closed either way; psycopg errors are mapped (:mod:`._errors`), a failed
+    connection's under ``connect_action`` when given (else ``action``).
 
     Errors the block raises that are not psycopg's pass through unchanged (and roll back).
     """
-    conn = connect(conninfo, timeout=timeout, row_factory=row_factory, action=action)
+    conn = connect(
+        conninfo, timeout=timeout, row_factory=row_factory, action=connect_action or action
+    )
     try:
         with mapped_errors(action), conn.transaction():
             yield conn

@@ -152,6 +152,15 @@ class PostgresRequestStore:
                 self.apply_in(conn, entry, tails=tails)
             tails.flush()
 
+    @contextmanager
+    def folding(self) -> Iterator[PostgresFold]:
+        """A batch of the request consumer in one transaction (:class:`~sagacity.ports.
+        RequestFold`): the sagas' tails are flushed before it commits."""
+        with self.connect() as conn:
+            batch = PostgresFold(self, conn, self.tails(conn))
+            yield batch
+            batch.tails.flush()
+
     def tails(self, conn: psycopg.Connection[Any]) -> Tails:
         """The sagas' tails as ``conn``'s transaction sees them (flush before it commits)."""
         return Tails(conn, self.topic)
@@ -442,3 +451,47 @@ class PostgresRequestStore:
                                           EXCLUDED.next_offset)""",
             (topic, partition, next_offset),
         )
+
+
+class PostgresFold:
+    """One batch of the request consumer on ``store``'s connection ``conn``
+    (:class:`~sagacity.ports.RequestFold`)."""
+
+    def __init__(
+        self, store: PostgresRequestStore, conn: psycopg.Connection[Any], tails: Tails
+    ) -> None:
+        self._store = store
+        self._conn = conn
+        self.tails = tails
+
+    def fold(
+        self,
+        entry: JournalEntry,
+        *,
+        saga_id: str,
+        placed: bool = True,
+        prefix: Callable[[], Tail | None] | None = None,
+        position: tuple[int, int] | None = None,
+    ) -> Refusal | Fault | None:
+        """:meth:`PostgresRequestStore.fold_message` in this batch."""
+        return self._store.fold_message(
+            self._conn,
+            entry,
+            tails=self.tails,
+            saga_id=saga_id,
+            placed=placed,
+            prefix=prefix,
+            position=position,
+        )
+
+    def quarantine(
+        self, entry: JournalEntry, fault: Fault, *, saga_id: str, position: tuple[int, int] | None
+    ) -> bool:
+        """:meth:`PostgresRequestStore.quarantine_fault` in this batch."""
+        return self._store.quarantine_fault(
+            self._conn, entry, fault, saga_id=saga_id, position=position
+        )
+
+    def store_offset(self, topic: str, partition: int, next_offset: int) -> None:
+        """The consumer's position on ``topic``, in this batch."""
+        self._store.store_offset(self._conn, topic, partition, next_offset)

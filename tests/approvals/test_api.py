@@ -596,7 +596,8 @@ def test_a_consumer_whose_database_is_not_ready_retries_and_folds_everything(
     import psycopg
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    from sagacity.consumers.approvals import ApprovalStore, RequestConsumer
+    from sagacity.consumers.approvals import RequestConsumer
+    from sagacity.postgres import PostgresRequestStore as ApprovalStore
     from sagacity.producer import KafkaJournal
 
     schema = f"late_{uuid.uuid4().hex[:12]}"

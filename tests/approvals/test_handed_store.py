@@ -13,7 +13,7 @@ from sagacity.errors import ConfigurationError
 from sagacity.ports import Dependencies, RequestStore
 from sagacity.postgres import PostgresRequestStore
 from sagacity.schemas import decode_entry
-from sagacity.testing import InMemoryRequestStore
+from sagacity.testing import InMemoryConsoleSessions, InMemoryNoticeClaims, InMemoryRequestStore
 
 NOWHERE = "postgresql://nobody@127.0.0.1:9/none"
 
@@ -29,7 +29,13 @@ def test_the_server_runs_on_the_store_it_is_handed_made_for_its_keys_and_journal
         asked.append(given)
         return PostgresRequestStore(NOWHERE, **given)
 
-    handed = Dependencies(journal=InMemoryJournal(), requests=requests, decode=decode_entry)
+    handed = Dependencies(
+        journal=InMemoryJournal(),
+        requests=requests,
+        console_sessions=InMemoryConsoleSessions(),
+        notice_claims=InMemoryNoticeClaims(),
+        decode=decode_entry,
+    )
     server = ApprovalsServer(_settings(), dependencies=handed, consume=False)
     assert len(asked) == 1
     assert asked[0]["verifier"] is server.sagacity.decision_verifier
@@ -41,6 +47,8 @@ def test_a_store_the_console_and_consumer_cannot_share_is_refused() -> None:
     handed = Dependencies(
         journal=InMemoryJournal(),
         decode=decode_entry,
+        console_sessions=InMemoryConsoleSessions(),
+        notice_claims=InMemoryNoticeClaims(),
         requests=lambda *, verifier, journal, operator=None: InMemoryRequestStore(
             verifier=verifier, journal=journal
         ),
@@ -54,3 +62,19 @@ def test_a_server_handed_no_store_says_where_to_build_one() -> None:
         ApprovalsServer(
             _settings(), dependencies=Dependencies(journal=InMemoryJournal()), consume=False
         )
+
+
+def test_the_console_keeps_its_sessions_on_the_table_it_is_handed() -> None:
+    table = InMemoryConsoleSessions()
+    handed = Dependencies(
+        journal=InMemoryJournal(),
+        requests=lambda **given: PostgresRequestStore(NOWHERE, **given),
+        console_sessions=table,
+        notice_claims=InMemoryNoticeClaims(),
+        decode=decode_entry,
+    )
+    server = ApprovalsServer(_settings(), dependencies=handed, consume=False)
+    session_id, session = server.sessions.create(token_sha256="t" * 64, principal="alice", now_us=1)
+    assert server.sessions.get(session_id, now_us=2) == session
+    server.sessions.delete(session_id)
+    assert server.sessions.get(session_id, now_us=2) is None

@@ -42,6 +42,7 @@ from sagacity.saga._outcome import outcome_from_chain
 from sagacity.signing._decision_signature import DecisionSigner
 from sagacity.signing._operator_signature import OperatorVerifier
 from sagacity.signing._operator_signature import generate_key as operator_keygen
+from sagacity.testing import InMemoryNoticeClaims
 
 from .conftest import ALICE
 from .tools import Bank
@@ -244,6 +245,7 @@ def test_escalation_after_the_delay_lets_the_next_group_decide_and_tells_it(
     notifier = Notifier(
         r.store,
         r.sagacity,
+        claims=InMemoryNoticeClaims(),
         urls=["http://all.example/hook"],
         public_url="http://console",
         post=post,

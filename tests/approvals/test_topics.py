@@ -19,7 +19,8 @@ from sagacity import (
     Sagacity,
     SagaStatus,
 )
-from sagacity.consumers.approvals import ApprovalStore, RequestConsumer
+from sagacity.consumers.approvals import RequestConsumer
+from sagacity.postgres import PostgresRequestStore as ApprovalStore
 from sagacity.postgres._migrate import migrate
 from sagacity.postgres._requests import COMPONENT, MIGRATIONS
 from sagacity.producer import KafkaJournal

@@ -324,12 +324,7 @@ def service_of(module: str) -> str:
 
 
 # A service that reads another service's data, each with its reason (importer, imported).
-SERVICE_TO_SERVICE_ALLOWED: dict[tuple[str, str], str] = {
-    ("sagacity.consumers.approvals", "sagacity.consumers.archive"): (
-        "the console shows the archive's audit verdict and serves its audit bundle through "
-        "the archive's public export_bundle; not yet a port of the bundle"
-    ),
-}
+SERVICE_TO_SERVICE_ALLOWED: dict[tuple[str, str], str] = {}
 
 _ARCHIVE = (
     "the archive is the Postgres archive: its tables' schema, rows and errors "
@@ -343,18 +338,11 @@ _RUNTIME = (
     "the shared consumer runtime is a Kafka consumer (ADR 0023): its clients' logging and "
     "the refusals of their principal"
 )
-_APPROVALS = (
-    "the request store is handed (Dependencies.requests), but the request consumer and the "
-    "console run their own transactions on its tables (positions with the rows, sessions, "
-    "notifications), so the store handed must be the PostgreSQL one (_store.py checks it): "
-    "not yet behind the port"
-)
 
 # Adapter modules (a package or one private module) a service imports, each with its reason.
 # The entries only go: a new edge fails, an edge no longer there fails until removed.
 SERVICE_ADAPTERS_ALLOWED: dict[tuple[str, str], str] = {
     (SHARED_RUNTIME, "sagacity.producer"): _RUNTIME,
-    ("sagacity.consumers.approvals", "sagacity.postgres"): _APPROVALS,
     ("sagacity.consumers.archive", "sagacity.postgres"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.postgres._archive"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.postgres._archive_schema"): _ARCHIVE,

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from archive_helpers import as_raw, make_chain
 
+from sagacity.cli._archive_bundles import ArchiveExports
 from sagacity.consumers.approvals.console._archive import ArchiveView
 
 pytestmark = pytest.mark.postgres
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.postgres
 def test_verdict_and_bundle_of_an_archived_saga(archiver, archive_dsn) -> None:
     chain = make_chain("saga-v", 5)
     archiver.archive(as_raw(chain))
-    view = ArchiveView(archive_dsn)
+    view = ArchiveView(ArchiveExports(archive_dsn))
     ok, detail = view.verdict("saga-v") or (False, "none")
     assert ok, detail
     assert "archive verifies 5 events" in detail
@@ -91,7 +92,9 @@ def test_the_consoles_bundle_withholds_redaction_salts_and_still_verifies(
         keys.close()
 
     out = tmp_path / "bundle"
-    zipfile.ZipFile(io.BytesIO(ArchiveView(archive_dsn).bundle("pay-c"))).extractall(out)
+    zipfile.ZipFile(
+        io.BytesIO(ArchiveView(ArchiveExports(archive_dsn)).bundle("pay-c"))
+    ).extractall(out)
     for path in out.rglob("*"):
         if path.is_file():
             data = path.read_bytes()

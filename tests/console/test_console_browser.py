@@ -15,6 +15,7 @@ from selenium.common.exceptions import NoAlertPresentException, StaleElementRefe
 from selenium.webdriver.common.by import By
 
 from sagacity import EventType, SagaStatus, verify
+from sagacity.postgres import PostgresConsoleSessions
 from tests.console.conftest import World, approve_in, saga_id, submit
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
@@ -294,9 +295,12 @@ def test_the_database_down_shows_an_error_page_and_decides_nothing(world: World)
     world.open_request("alice", saga, seq)
     cookie = driver.get_cookie("sagacity_session")
     assert cookie is not None
+    # The database is down for every table the service keeps there (requests and sessions).
     store = world.server.store
+    sessions = world.server.sessions._table
+    assert isinstance(sessions, PostgresConsoleSessions)
     real = store._dsn
-    store._dsn = f"postgresql://postgres@127.0.0.1:{free_port()}/nothing"
+    store._dsn = sessions._dsn = f"postgresql://postgres@127.0.0.1:{free_port()}/nothing"
     try:
         driver.get(f"{world.url}/ui/")
         assert driver.find_element(By.TAG_NAME, "h1").text == "Unavailable"
@@ -309,7 +313,7 @@ def test_the_database_down_shows_an_error_page_and_decides_nothing(world: World)
         )
         assert approve_in_page.status_code == 503
     finally:
-        store._dsn = real
+        store._dsn = sessions._dsn = real
     assert not [e for e in world.agent.entries(saga) if e.event_type is E.APPROVED]
     driver.get(f"{world.url}/ui/requests/{saga}/{seq}")
     assert "0 of 1" in driver.find_element(By.CSS_SELECTOR, ".state").text

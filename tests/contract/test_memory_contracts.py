@@ -3,21 +3,36 @@
 from __future__ import annotations
 
 from sagacity.entries._events import JournalEntry
-from sagacity.ports import ClaimStatus, ClaimStore, KeyStore, RequestStore, SagaIndex
+from sagacity.ports import (
+    ClaimStatus,
+    ClaimStore,
+    ConsoleSessionTable,
+    KeyStore,
+    NoticeClaims,
+    RequestStore,
+    SagaIndex,
+    SlackTables,
+)
 from sagacity.signing._decision_signature import DecisionVerifier
 from sagacity.signing._operator_signature import OperatorVerifier
 from sagacity.testing import (
     InMemoryClaimStore,
+    InMemoryConsoleSessions,
     InMemoryKeyStore,
+    InMemoryNoticeClaims,
     InMemoryRequestStore,
     InMemorySagaIndex,
+    InMemorySlackTables,
 )
 from sagacity.testing.contracts import (
     JOURNAL,
     ClaimStoreContract,
+    ConsoleSessionTableContract,
     KeyStoreContract,
+    NoticeClaimsContract,
     RequestStoreContract,
     SagaIndexContract,
+    SlackTablesContract,
 )
 
 
@@ -41,6 +56,25 @@ class TestInMemoryKeyStore(KeyStoreContract):
     def create_store(self) -> KeyStore:
         # One memory per test, shared by the test's stores (one database).
         self.shared = getattr(self, "shared", None) or InMemoryKeyStore()
+        return self.shared
+
+
+class TestInMemoryConsoleSessions(ConsoleSessionTableContract):
+    def create_table(self) -> ConsoleSessionTable:
+        return InMemoryConsoleSessions()
+
+
+class TestInMemoryNoticeClaims(NoticeClaimsContract):
+    def create_claims(self) -> NoticeClaims:
+        # One memory per test, shared by the test's claimers (one database).
+        self.shared = getattr(self, "shared", None) or InMemoryNoticeClaims()
+        return self.shared
+
+
+class TestInMemorySlackTables(SlackTablesContract):
+    def create_tables(self) -> SlackTables:
+        # One memory per test, shared by the test's replicas (one database).
+        self.shared = getattr(self, "shared", None) or InMemorySlackTables()
         return self.shared
 
 

@@ -11,21 +11,36 @@ import pytest
 from sagacity.config._defaults import DEFAULT_ARCHIVE_GROUP as DEFAULT_GROUP
 from sagacity.consumers.archive._db import migrate
 from sagacity.entries._events import JournalEntry
-from sagacity.ports import ClaimStatus, ClaimStore, KeyStore, RequestStore, SagaIndex
+from sagacity.ports import (
+    ClaimStatus,
+    ClaimStore,
+    ConsoleSessionTable,
+    KeyStore,
+    NoticeClaims,
+    RequestStore,
+    SagaIndex,
+    SlackTables,
+)
 from sagacity.postgres import (
     PostgresClaimStore,
+    PostgresConsoleSessions,
     PostgresKeyStore,
+    PostgresNoticeClaims,
     PostgresRequestStore,
     PostgresSagaIndex,
+    PostgresSlackTables,
 )
 from sagacity.signing._decision_signature import DecisionVerifier
 from sagacity.signing._operator_signature import OperatorVerifier
 from sagacity.testing.contracts import (
     JOURNAL,
     ClaimStoreContract,
+    ConsoleSessionTableContract,
     KeyStoreContract,
+    NoticeClaimsContract,
     RequestStoreContract,
     SagaIndexContract,
+    SlackTablesContract,
 )
 
 pytestmark = [pytest.mark.postgres]
@@ -67,6 +82,33 @@ class TestPostgresKeyStore(KeyStoreContract):
 
     def create_store(self) -> KeyStore:
         return PostgresKeyStore(self.dsn)
+
+
+class TestPostgresConsoleSessions(ConsoleSessionTableContract):
+    @pytest.fixture(autouse=True)
+    def _database(self, pg_dsn: str) -> None:
+        self.dsn = pg_dsn
+
+    def create_table(self) -> ConsoleSessionTable:
+        return PostgresConsoleSessions(self.dsn)
+
+
+class TestPostgresNoticeClaims(NoticeClaimsContract):
+    @pytest.fixture(autouse=True)
+    def _database(self, pg_dsn: str) -> None:
+        self.dsn = pg_dsn
+
+    def create_claims(self) -> NoticeClaims:
+        return PostgresNoticeClaims(self.dsn)
+
+
+class TestPostgresSlackTables(SlackTablesContract):
+    @pytest.fixture(autouse=True)
+    def _database(self, pg_dsn: str) -> None:
+        self.dsn = pg_dsn
+
+    def create_tables(self) -> SlackTables:
+        return PostgresSlackTables(self.dsn)
 
 
 class TestPostgresRequestStore(RequestStoreContract):

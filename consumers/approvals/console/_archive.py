@@ -10,35 +10,22 @@ import zipfile
 from pathlib import Path
 
 from sagacity.errors import UnknownSagaError
-from sagacity.postgres import connect, mapped_errors
+from sagacity.ports import ArchiveBundles
 from sagacity.privacy._disclosure import disclosed
-from sagacity.signing._operator_signature import OperatorVerifier
 
 
 class ArchiveView:
-    """Reads one archive database (``SAGACITY_ARCHIVE_DATABASE_URL``).
+    """The archive's bundles as the console shows them.
 
     Args:
-        dsn: the archive's PostgreSQL.
-        operator: the pinned operator keys an ``ERASED`` must be signed with to count in the
-            verdict (``None``: counted unverified, docs/adr/0027-operator-signatures.md).
+        bundles: the archive's audit bundles (:class:`~sagacity.ports.ArchiveBundles`).
     """
 
-    def __init__(self, dsn: str, *, operator: OperatorVerifier | None = None) -> None:
-        self._dsn = dsn
-        self._operator = operator
+    def __init__(self, bundles: ArchiveBundles) -> None:
+        self._bundles = bundles
 
     def _export(self, saga_id: str, out: Path) -> tuple[bool, str]:
-        from sagacity.consumers.archive import export_bundle
-
-        with (
-            connect(self._dsn, timeout=5, action="cannot read the archive") as conn,
-            mapped_errors("cannot read the archive"),
-        ):
-            audit = export_bundle(conn, saga_id, out, operator=self._operator)
-        if audit.ok:
-            return True, f"archive verifies {audit.events} events ({audit.checkpoints} signed)"
-        return False, f"archive does NOT verify at seq {audit.bad_seq}: {audit.detail}"
+        return self._bundles.export(saga_id, out)
 
     def verdict(self, saga_id: str) -> tuple[bool, str] | None:
         """``(ok, detail)`` of the archive's audit, ``None`` when it holds nothing of the saga."""

@@ -1,7 +1,8 @@
 """Webhook notifications: new requests, requests about to expire, sagas that need a person.
 
 A watcher thread looks at the working tables every few seconds and claims each notice once in
-PostgreSQL (``sagacity_console_notice``, so replicas and restarts do not repeat it); a small
+the table it is handed (:class:`~sagacity.ports.NoticeClaims`: PostgreSQL's
+``sagacity_console_notice`` in the service, so replicas and restarts do not repeat it); a small
 pool delivers it to every ``--notify`` URL, each attempt bounded by a timeout and retried with
 exponential backoff.  Nothing here runs on a decision's path: a hanging or refusing endpoint
 delays only its own notices, never an approval.
@@ -23,21 +24,10 @@ import httpx
 from sagacity.consumers.approvals._deadline import row_deadline_us
 from sagacity.consumers.approvals._routing import Routing, age_us
 from sagacity.errors import SagacityError
-from sagacity.ports import OPEN_STATES, RequestRow
-from sagacity.postgres import PostgresRequestStore, migrate
+from sagacity.ports import OPEN_STATES, NoticeClaims, RequestRow, RequestStore
 from sagacity.saga._saga import Sagacity
 
 log = logging.getLogger("sagacity.console.notify")
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS sagacity_console_notice (
-    kind       text    NOT NULL,
-    saga_id    text    NOT NULL,
-    seq        integer NOT NULL,
-    noticed_at_us bigint NOT NULL,
-    PRIMARY KEY (kind, saga_id, seq)
-);
-"""
 
 NEW_REQUEST = "request.new"
 EXPIRING = "request.expiring"
@@ -147,7 +137,9 @@ class Notifier:
     """Watches for notices and delivers them to webhooks.
 
     Args:
-        store: the approvals service's working tables.
+        store: the approvals service's working tables (the requests and the sagas that need
+            a person).
+        claims: where each notice is claimed once before it is sent.
         sagacity: the core (for each request's deadline).
         urls: the webhooks.
         fmt: ``json`` or ``slack``.
@@ -163,9 +155,10 @@ class Notifier:
 
     def __init__(
         self,
-        store: PostgresRequestStore,
+        store: RequestStore,
         sagacity: Sagacity,
         *,
+        claims: NoticeClaims,
         urls: Sequence[str],
         fmt: str = "json",
         public_url: str,
@@ -178,6 +171,7 @@ class Notifier:
         if fmt not in FORMATS:
             raise ValueError(f"notify format must be one of {FORMATS}, got {fmt!r}")
         self._store = store
+        self._claims = claims
         self._sagacity = sagacity
         self.urls = tuple(urls)
         self.fmt = fmt
@@ -199,8 +193,7 @@ class Notifier:
     # -- lifecycle --------------------------------------------------------------------------
     def migrate(self) -> None:
         """Create the notice table if it does not exist."""
-        with self._store.connect() as conn:
-            migrate(conn, "sagacity_console_notice", ((1, SCHEMA),))
+        self._claims.migrate()
 
     def start(self) -> None:
         """Start watching (in a daemon thread)."""
@@ -282,13 +275,9 @@ class Notifier:
         return notices
 
     def _claim(self, notice: Notice) -> bool:
-        with self._store.connect() as conn:
-            claimed = conn.execute(
-                """INSERT INTO sagacity_console_notice (kind, saga_id, seq, noticed_at_us)
-                   VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1""",
-                (notice.claim or notice.kind, notice.saga_id, notice.seq, self._sagacity.now_us()),
-            ).fetchone()
-        return claimed is not None
+        return self._claims.claim(
+            notice.claim or notice.kind, notice.saga_id, notice.seq, now_us=self._sagacity.now_us()
+        )
 
     def scan(self) -> list[Notice]:
         """Claim and send every notice not sent before; returns those claimed."""

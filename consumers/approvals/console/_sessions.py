@@ -1,4 +1,6 @@
-"""Console sign-in sessions, kept in PostgreSQL so every replica knows them.
+"""Console sign-in sessions, kept in the table the service is handed (the service's
+PostgreSQL database: :class:`sagacity.postgres.PostgresConsoleSessions`) so every replica knows
+them.
 
 Signing in exchanges a bearer token for a random session id in an HttpOnly, SameSite=Strict
 cookie.  The database keeps only the SHA-256 of the session id and of the token (never either
@@ -10,20 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from dataclasses import dataclass
 
-from sagacity.postgres import PostgresRequestStore, migrate
+from sagacity.ports import ConsoleSession, ConsoleSessionTable
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS sagacity_console_session (
-    id_sha256     text   PRIMARY KEY,
-    token_sha256  text   NOT NULL,
-    principal     text   NOT NULL,
-    csrf          text   NOT NULL,
-    created_at_us bigint NOT NULL,
-    expires_at_us bigint NOT NULL
-);
-"""
+__all__ = ["COOKIE", "Session", "SessionStore"]
+
+Session = ConsoleSession
+"""A signed-in session (:class:`~sagacity.ports.ConsoleSession`)."""
 
 COOKIE = "sagacity_session"
 
@@ -32,32 +27,21 @@ def _digest(value: str) -> str:
     return hashlib.sha256(value.encode("utf-8")).hexdigest()
 
 
-@dataclass(frozen=True, kw_only=True)
-class Session:
-    """A signed-in session (``token_sha256`` finds its principal in the auth file)."""
-
-    token_sha256: str
-    principal: str
-    csrf: str
-    expires_at_us: int
-
-
 class SessionStore:
-    """Sessions on the approvals service's database.
+    """Sessions on the table the service is handed (one database for every replica).
 
     Args:
-        store: the service's store (its connections and error mapping).
+        table: where the sessions are kept (:class:`~sagacity.ports.ConsoleSessionTable`).
         ttl_s: how long a session lasts after sign-in.
     """
 
-    def __init__(self, store: PostgresRequestStore, *, ttl_s: float) -> None:
-        self._store = store
+    def __init__(self, table: ConsoleSessionTable, *, ttl_s: float) -> None:
+        self._table = table
         self.ttl_s = ttl_s
 
     def migrate(self) -> None:
         """Create the table if it does not exist."""
-        with self._store.connect() as conn:
-            migrate(conn, "sagacity_console_session", ((1, SCHEMA),))
+        self._table.migrate()
 
     def create(self, *, token_sha256: str, principal: str, now_us: int) -> tuple[str, Session]:
         """A new session; returns the cookie value (the only copy of the id) and the session."""
@@ -68,44 +52,16 @@ class SessionStore:
             csrf=secrets.token_urlsafe(32),
             expires_at_us=now_us + int(self.ttl_s * 1_000_000),
         )
-        with self._store.connect() as conn:
-            conn.execute("DELETE FROM sagacity_console_session WHERE expires_at_us < %s", (now_us,))
-            conn.execute(
-                """INSERT INTO sagacity_console_session
-                   (id_sha256, token_sha256, principal, csrf, created_at_us, expires_at_us)
-                   VALUES (%s, %s, %s, %s, %s, %s)""",
-                (
-                    _digest(session_id),
-                    token_sha256,
-                    principal,
-                    session.csrf,
-                    now_us,
-                    session.expires_at_us,
-                ),
-            )
+        self._table.insert(_digest(session_id), session, now_us=now_us)
         return session_id, session
 
     def get(self, session_id: str, *, now_us: int) -> Session | None:
         """The live session with this cookie value (``None``: unknown or expired)."""
-        with self._store.connect() as conn:
-            record = conn.execute(
-                """SELECT token_sha256, principal, csrf, expires_at_us
-                   FROM sagacity_console_session WHERE id_sha256 = %s""",
-                (_digest(session_id),),
-            ).fetchone()
-        if record is None or record["expires_at_us"] <= now_us:
+        session = self._table.find(_digest(session_id))
+        if session is None or session.expires_at_us <= now_us:
             return None
-        return Session(
-            token_sha256=record["token_sha256"],
-            principal=record["principal"],
-            csrf=record["csrf"],
-            expires_at_us=record["expires_at_us"],
-        )
+        return session
 
     def delete(self, session_id: str) -> None:
         """End a session (sign out)."""
-        with self._store.connect() as conn:
-            conn.execute(
-                "DELETE FROM sagacity_console_session WHERE id_sha256 = %s",
-                (_digest(session_id),),
-            )
+        self._table.delete(_digest(session_id))

@@ -29,7 +29,7 @@ from sagacity.consumers.approvals.slack._signature import WINDOW_S, SlackSignatu
 from sagacity.consumers.approvals.slack._store import SlackStore
 from sagacity.consumers.approvals.slack._web import SlackWeb
 from sagacity.errors import AuthenticationError, InvalidArgumentError
-from sagacity.postgres import PostgresRequestStore
+from sagacity.ports import RequestStore
 
 __all__ = [
     "WINDOW_S",
@@ -50,7 +50,9 @@ class SlackIntegration:
     Args:
         config: the secrets, channel and Web API URL.
         service: the service's decision path.
-        requests: the service's request tables (where the Slack tables live beside them).
+        requests: the service's request store.
+        tables: where the Slack messages and the seen signatures are kept (every replica
+            shares them).
         auth: the principals file.
         public_url: the console's address as people reach it.
         interval_s: how often new requests are looked for.
@@ -61,13 +63,14 @@ class SlackIntegration:
         config: SlackConfig,
         *,
         service: ApprovalService,
-        requests: PostgresRequestStore,
+        requests: RequestStore,
+        tables: SlackStore,
         auth: AuthFile,
         public_url: str,
         interval_s: float = 2.0,
     ) -> None:
         now_us = service.sagacity.now_us
-        self.store = SlackStore(requests)
+        self.store = tables
         self.web = SlackWeb(config.bot_token, base_url=config.api_url)
         self.signature = SlackSignature(config.signing_secret, store=self.store, now_us=now_us)
         self.decisions = SlackDecisions(

@@ -1,8 +1,8 @@
 """Posting new requests to Slack and rewriting the messages of requests decided elsewhere.
 
 A watcher thread looks at the working table every few seconds.  Each pending request is
-claimed once in PostgreSQL (:meth:`SlackStore.claim`: replicas and restarts do not post it
-twice), then posted; a post that fails gives its claim back, to be tried on a later look.  A
+claimed once in the shared Slack tables (:meth:`SlackStore.claim`: replicas and restarts do not
+post it twice), then posted; a post that fails gives its claim back, to be tried on a later look.  A
 message whose request has since been decided (in the console, the API, the CLI, another click)
 or has expired is rewritten with the outcome, without its buttons.  Nothing here runs on a
 decision's path.
@@ -19,8 +19,7 @@ from sagacity.consumers.approvals.slack._decide import SlackDecisions
 from sagacity.consumers.approvals.slack._store import SlackStore
 from sagacity.consumers.approvals.slack._web import SlackCallError, SlackWeb
 from sagacity.errors import SagacityError
-from sagacity.ports import RowState
-from sagacity.postgres import PostgresRequestStore
+from sagacity.ports import RequestStore, RowState
 
 log = logging.getLogger("sagacity.approvals.slack")
 
@@ -41,7 +40,7 @@ class SlackPoster:
 
     def __init__(
         self,
-        requests: PostgresRequestStore,
+        requests: RequestStore,
         *,
         store: SlackStore,
         web: SlackWeb,

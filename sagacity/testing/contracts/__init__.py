@@ -8,16 +8,22 @@ each suite against its in-memory fake and its real adapter (Kafka, Postgres).
 from __future__ import annotations
 
 from sagacity.testing.contracts._claims import JOURNAL, ClaimStoreContract
+from sagacity.testing.contracts._console_sessions import ConsoleSessionTableContract
 from sagacity.testing.contracts._index import SagaIndexContract
 from sagacity.testing.contracts._journal import JournalContract
 from sagacity.testing.contracts._keys import KeyStoreContract
+from sagacity.testing.contracts._notice_claims import NoticeClaimsContract
 from sagacity.testing.contracts._requests import RequestStoreContract
+from sagacity.testing.contracts._slack_tables import SlackTablesContract
 
 __all__ = [
     "JOURNAL",
     "ClaimStoreContract",
+    "ConsoleSessionTableContract",
     "JournalContract",
     "KeyStoreContract",
+    "NoticeClaimsContract",
     "RequestStoreContract",
     "SagaIndexContract",
+    "SlackTablesContract",
 ]
