@@ -7,7 +7,6 @@ from typing import Any
 
 import click
 
-from sagacity.cli._archive_bundles import approvals_dependencies
 from sagacity.cli._options import (
     group_option,
     host_option,
@@ -215,6 +214,8 @@ def approvals(
     if where := settings.bootstrap_servers:
         client = compose.client_settings(os.environ)
         check_reachable({**client, "bootstrap.servers": where}, timeout=startup_timeout())
+    from sagacity.cli._archive_bundles import approvals_dependencies  # the driver: load late
+
     server = ApprovalsServer(settings, dependencies=approvals_dependencies(settings))
     log_hot_path()
     web = uvicorn.Server(

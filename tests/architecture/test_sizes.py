@@ -59,7 +59,7 @@ FUNCTIONS_ALLOWED: dict[str, tuple[int, str]] = {
     "sagacity/cli/compensation.py::prune_claims": (88, CLI_COMMAND),
     "sagacity/cli/demo.py::demo": (82, CLI_COMMAND),
     "sagacity/cli/erase.py::erase": (89, CLI_COMMAND),
-    "sagacity/cli/serve_approvals.py::approvals": (211, CLI_COMMAND),
+    "sagacity/cli/serve_approvals.py::approvals": (213, CLI_COMMAND),
     "sagacity/cli/serve_archive.py::archive": (106, CLI_COMMAND),
     "sagacity/cli/serve_compensation.py::compensation": (180, CLI_COMMAND),
     "sagacity/cli/serve_mcp.py::serving_options": (
