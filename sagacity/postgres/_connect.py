@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 import psycopg
@@ -73,6 +74,21 @@ def transaction(
             yield conn
     finally:
         conn.close()
+
+
+def table_transaction(
+    conninfo: str, *, timeout: float, row_factory: RowFactory[Any] | None = None
+) -> AbstractContextManager[psycopg.Connection[Any]]:
+    """:func:`transaction` in the words of a service's own small tables (console sessions,
+    notice claims, Slack's): ``cannot connect to PostgreSQL`` when the database is away,
+    ``PostgreSQL refused the operation`` when it refuses."""
+    return transaction(
+        conninfo,
+        timeout=timeout,
+        row_factory=row_factory,
+        action="PostgreSQL refused the operation",
+        connect_action="cannot connect to PostgreSQL",
+    )
 
 
 def ping(conninfo: str, *, timeout: float = 3.0) -> bool:

@@ -10,7 +10,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from sagacity.ports._console_sessions import ConsoleSession
-from sagacity.postgres._connect import transaction
+from sagacity.postgres._connect import table_transaction
 from sagacity.postgres._migrate import migrate
 
 COMPONENT = "sagacity_console_session"
@@ -26,9 +26,6 @@ CREATE TABLE IF NOT EXISTS sagacity_console_session (
 );
 """
 
-_ACTION = "PostgreSQL refused the operation"
-_CONNECT = "cannot connect to PostgreSQL"
-
 
 class PostgresConsoleSessions:
     """Console sessions on the database ``dsn`` names.
@@ -43,13 +40,7 @@ class PostgresConsoleSessions:
         self._timeout = connect_timeout
 
     def _transaction(self) -> AbstractContextManager[psycopg.Connection[Any]]:
-        return transaction(
-            self._dsn,
-            timeout=self._timeout,
-            row_factory=dict_row,
-            action=_ACTION,
-            connect_action=_CONNECT,
-        )
+        return table_transaction(self._dsn, timeout=self._timeout, row_factory=dict_row)
 
     def migrate(self) -> None:
         """Create the table if it does not exist."""

@@ -3,7 +3,7 @@ approvals service's database."""
 
 from __future__ import annotations
 
-from sagacity.postgres._connect import transaction
+from sagacity.postgres._connect import table_transaction
 from sagacity.postgres._migrate import migrate
 
 COMPONENT = "sagacity_console_notice"
@@ -17,9 +17,6 @@ CREATE TABLE IF NOT EXISTS sagacity_console_notice (
     PRIMARY KEY (kind, saga_id, seq)
 );
 """
-
-_ACTION = "PostgreSQL refused the operation"
-_CONNECT = "cannot connect to PostgreSQL"
 
 
 class PostgresNoticeClaims:
@@ -36,16 +33,12 @@ class PostgresNoticeClaims:
 
     def migrate(self) -> None:
         """Create the table if it does not exist."""
-        with transaction(
-            self._dsn, timeout=self._timeout, action=_ACTION, connect_action=_CONNECT
-        ) as conn:
+        with table_transaction(self._dsn, timeout=self._timeout) as conn:
             migrate(conn, COMPONENT, ((1, SCHEMA),))
 
     def claim(self, kind: str, saga_id: str, seq: int, *, now_us: int) -> bool:
         """``True`` for the first claim of this notice only."""
-        with transaction(
-            self._dsn, timeout=self._timeout, action=_ACTION, connect_action=_CONNECT
-        ) as conn:
+        with table_transaction(self._dsn, timeout=self._timeout) as conn:
             claimed = conn.execute(
                 """INSERT INTO sagacity_console_notice (kind, saga_id, seq, noticed_at_us)
                    VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1""",

@@ -14,15 +14,14 @@ timestamp anyway).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 
 from sagacity.ports._slack_tables import SlackMessage
-from sagacity.postgres._connect import transaction
+from sagacity.postgres._connect import table_transaction
 from sagacity.postgres._migrate import migrate
 
 COMPONENT = "sagacity_slack"
@@ -50,10 +49,6 @@ CREATE INDEX IF NOT EXISTS sagacity_slack_seen_ts ON sagacity_slack_seen (reques
 )
 
 
-_ACTION = "PostgreSQL refused the operation"
-_CONNECT = "cannot connect to PostgreSQL"
-
-
 class PostgresSlackTables:
     """The Slack tables on the approvals service's database.
 
@@ -66,16 +61,8 @@ class PostgresSlackTables:
         self._dsn = dsn
         self._timeout = connect_timeout
 
-    @contextmanager
-    def _connect(self) -> Iterator[psycopg.Connection[Any]]:
-        with transaction(
-            self._dsn,
-            timeout=self._timeout,
-            row_factory=dict_row,
-            action=_ACTION,
-            connect_action=_CONNECT,
-        ) as conn:
-            yield conn
+    def _connect(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        return table_transaction(self._dsn, timeout=self._timeout, row_factory=dict_row)
 
     def migrate(self) -> None:
         """Create the tables if they do not exist."""
