@@ -20,7 +20,8 @@ last line printed is one line a script can read.
 
 Durable against durable: ``--replication 3`` makes the journal's topic replicated three times
 with ``min.insync.replicas=2`` (the journal produces with ``acks=all``: an event is acknowledged
-once two brokers hold it), on a cluster such as ``sagacity dev up --brokers 3``;
+once every in-sync replica holds it, and refused while fewer than two are in sync), on a cluster
+such as ``sagacity dev up --brokers 3``;
 ``--dbos-database-url`` points DBOS at a PostgreSQL of its own (one with ``fsync`` and
 ``synchronous_commit`` on: the table prints both settings as the server reports them).
 Target (issue 36): the journaled call at least 3x faster than a DBOS step at p50 and in calls
