@@ -28,6 +28,9 @@ re-exported here.  One module per port; every name is exported here.
   (:mod:`._service_tables`).
 * :class:`TopicJournal` / :class:`TopicJournals`: the journal on its topic as a service reads
   it, and what a read gives (:class:`SagaRead`, :func:`ownership`: :mod:`._reads`).
+* :class:`Consumers`: the services' consumer runtime, running a :class:`Handler` over a
+  topic's :class:`Record` s with a :class:`PositionStore` and a :class:`PoisonPolicy`
+  (:mod:`._consume`, docs/adr/0023-consumer-runtime.md).
 * :class:`Dependencies`: every dependency a service is handed, built by the composition root
   (:mod:`._dependencies`, :mod:`sagacity.compose`).
 """
@@ -48,6 +51,18 @@ from sagacity.journal import ApprovalRequest, ConditionalJournal, Journal
 from sagacity.ports._archive_bundles import ArchiveBundles
 from sagacity.ports._claims import Claim, ClaimStatus, ClaimStore, check_claim_key
 from sagacity.ports._console_sessions import ConsoleSession, ConsoleSessionTable
+from sagacity.ports._consume import (
+    ConsumerLoop,
+    Consumers,
+    DeadLetterSender,
+    Handler,
+    PoisonPolicy,
+    PositionStore,
+    Record,
+    RecordHeaders,
+    Redeliver,
+    RuntimeOptions,
+)
 from sagacity.ports._dependencies import ClaimStores, Dependencies, RequestStores
 from sagacity.ports._erasure import ArchiveErasure, ErasableArchive
 from sagacity.ports._index import (
@@ -87,12 +102,16 @@ __all__ = [
     "ConditionalJournal",
     "ConsoleSession",
     "ConsoleSessionTable",
+    "ConsumerLoop",
+    "Consumers",
+    "DeadLetterSender",
     "Dependencies",
     "EntryDecoder",
     "ErasableArchive",
     "Fault",
     "FoldingRequestStore",
     "GateStats",
+    "Handler",
     "IndexedEvent",
     "IndexedPartition",
     "IndexedSaga",
@@ -102,7 +121,12 @@ __all__ = [
     "Ownership",
     "PartitionMap",
     "PartitionRead",
+    "PoisonPolicy",
+    "PositionStore",
     "QuarantinedEvent",
+    "Record",
+    "RecordHeaders",
+    "Redeliver",
     "RefusedMessage",
     "Rejected",
     "RequestDecision",
@@ -111,6 +135,7 @@ __all__ = [
     "RequestStore",
     "RequestStores",
     "RowState",
+    "RuntimeOptions",
     "SagaIndex",
     "SagaRead",
     "ServiceCopies",

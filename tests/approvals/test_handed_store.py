@@ -64,6 +64,20 @@ def test_a_server_handed_no_store_says_where_to_build_one() -> None:
         )
 
 
+def test_a_consuming_server_handed_no_consumer_runtime_says_where_to_build_one() -> None:
+    """The request consumer runs on the consumer runtime the server is handed
+    (``Dependencies.consumers``); the server never makes a Kafka consumer of its own."""
+    handed = Dependencies(
+        journal=InMemoryJournal(),
+        requests=lambda **given: PostgresRequestStore(NOWHERE, **given),
+        console_sessions=InMemoryConsoleSessions(),
+        notice_claims=InMemoryNoticeClaims(),
+        decode=decode_entry,
+    )
+    with pytest.raises(ConfigurationError, match=r"Dependencies\.consumers.*compose\.approvals"):
+        ApprovalsServer(_settings(), dependencies=handed)
+
+
 def test_the_console_keeps_its_sessions_on_the_table_it_is_handed() -> None:
     table = InMemoryConsoleSessions()
     handed = Dependencies(

@@ -334,15 +334,10 @@ _ARCHIVE = (
     "the partitioner's check at ingest) and checks archived messages against the wire format "
     "(sagacity.schemas)"
 )
-_RUNTIME = (
-    "the shared consumer runtime is a Kafka consumer (ADR 0023): its clients' logging and "
-    "the refusals of their principal"
-)
 
 # Adapter modules (a package or one private module) a service imports, each with its reason.
 # The entries only go: a new edge fails, an edge no longer there fails until removed.
 SERVICE_ADAPTERS_ALLOWED: dict[tuple[str, str], str] = {
-    (SHARED_RUNTIME, "sagacity.producer"): _RUNTIME,
     ("sagacity.consumers.archive", "sagacity.postgres"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.postgres._archive"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.postgres._archive_schema"): _ARCHIVE,
