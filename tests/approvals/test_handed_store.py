@@ -43,17 +43,29 @@ def test_the_server_runs_on_the_store_it_is_handed_made_for_its_keys_and_journal
     assert isinstance(server.store, PostgresRequestStore)
 
 
-def test_a_store_the_console_and_consumer_cannot_share_is_refused() -> None:
+class _NotFolding:
+    """A request store without the request consumer's batches (it only decides)."""
+
+    def __init__(self, store: InMemoryRequestStore) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("folding", "offsets"):
+            raise AttributeError(name)
+        return getattr(self._store, name)
+
+
+def test_a_store_the_consumer_cannot_fold_into_is_refused() -> None:
     handed = Dependencies(
         journal=InMemoryJournal(),
         decode=decode_entry,
         console_sessions=InMemoryConsoleSessions(),
         notice_claims=InMemoryNoticeClaims(),
-        requests=lambda *, verifier, journal, operator=None: InMemoryRequestStore(
-            verifier=verifier, journal=journal
+        requests=lambda *, verifier, journal, operator=None: _NotFolding(
+            InMemoryRequestStore(verifier=verifier, journal=journal)
         ),
     )
-    with pytest.raises(ConfigurationError, match="PostgreSQL request store"):
+    with pytest.raises(ConfigurationError, match="FoldingRequestStore"):
         ApprovalsServer(_settings(), dependencies=handed, consume=False)
 
 
