@@ -29,7 +29,7 @@ from sagacity.ports._service_tables import ServiceTables
 from sagacity.ports._slack_tables import SlackTables
 
 if TYPE_CHECKING:
-    from sagacity.ports import RequestStore
+    from sagacity.ports._requests import RequestStore
     from sagacity.privacy._keys import KeyService
     from sagacity.signing._decision_signature import DecisionVerifier
     from sagacity.signing._operator_signature import OperatorVerifier
