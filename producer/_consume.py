@@ -51,7 +51,7 @@ from confluent_kafka import (
 )
 
 from sagacity.errors import KafkaAccessDeniedError
-from sagacity.ports._consume import (
+from sagacity.ports import (
     DeadLetterSender,
     Handler,
     PoisonPolicy,

@@ -11,7 +11,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from sagacity.errors import JournalError, JournalUnavailableError
-from sagacity.ports._consume import Record
+from sagacity.ports import Record
 from sagacity.producer._clients import with_logger
 from sagacity.producer._denied import access_denied
 
