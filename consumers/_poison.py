@@ -2,7 +2,9 @@
 quarantine table, or a warning naming its position and a count.
 
 A poison message is never retried forever and never dropped silently; once parked its offset
-counts as done (the runtime: :mod:`._runtime`).
+counts as done.  These are the services' rules, written against the consumer runtime's port
+(:class:`~sagacity.ports.PoisonPolicy`, :class:`~sagacity.ports.Record`; the runtime itself is
+the transport's, handed as :class:`~sagacity.ports.Consumers`).
 """
 
 from __future__ import annotations
@@ -11,42 +13,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
-
-from confluent_kafka import Message
 
 from sagacity.errors import JournalError, PersistenceUnavailableError
+from sagacity.ports import DeadLetterSender, PoisonPolicy, Record
+
+__all__ = ["DeadLetterSender", "DeadLetterTopic", "PoisonPolicy", "QuarantineTable", "SkipAndCount"]
 
 log = logging.getLogger("sagacity.consumer")
-
-
-class PoisonPolicy(Protocol):
-    """Where a message the service cannot act on goes."""
-
-    def park(
-        self, message: Message, *, reason: str, detail: str, go_on: Callable[[], bool]
-    ) -> bool:
-        """Deal with ``message`` once; ``True`` when done (its offset may then count as done).
-
-        ``go_on`` is asked before every attempt; ``False`` from it abandons the message
-        (shutdown, partition revoked) and ``park`` returns ``False``.
-        """
-        ...
-
-
-class DeadLetterSender(Protocol):
-    """Publishes one message to a dead-letter topic and waits for the acknowledgement."""
-
-    def send(self, message: Message, *, reason: str, detail: str) -> None:
-        """Raises JournalError when the broker did not acknowledge."""
-        ...
 
 
 class DeadLetterTopic:
     """Poison goes to a dead-letter topic with its original bytes; retried until acknowledged.
 
     Args:
-        sender: the topic's producer (``sagacity.consumers._deadletter.DeadLetters``).
+        sender: the topic's publisher (``Consumers.dead_letters``).
         on_parked: told the reason of each message parked (a metric).
         retry_s: seconds between attempts while the broker does not acknowledge.
     """
@@ -62,10 +42,8 @@ class DeadLetterTopic:
         self._on_parked = on_parked
         self._retry_s = retry_s
 
-    def park(
-        self, message: Message, *, reason: str, detail: str, go_on: Callable[[], bool]
-    ) -> bool:
-        """Publish ``message`` to the dead-letter topic (see :meth:`PoisonPolicy.park`)."""
+    def park(self, message: Record, *, reason: str, detail: str, go_on: Callable[[], bool]) -> bool:
+        """Publish ``message`` to the dead-letter topic (see ``PoisonPolicy.park``)."""
         while go_on():
             try:
                 self.sender.send(message, reason=reason, detail=detail)
@@ -90,7 +68,7 @@ class QuarantineTable:
 
     def __init__(
         self,
-        write: Callable[[Message, str, str], None],
+        write: Callable[[Record, str, str], None],
         *,
         on_parked: Callable[[str], None] | None = None,
         retry_s: float = 1.0,
@@ -101,10 +79,8 @@ class QuarantineTable:
         self._retry_s = retry_s
         self._retry_on = retry_on
 
-    def park(
-        self, message: Message, *, reason: str, detail: str, go_on: Callable[[], bool]
-    ) -> bool:
-        """Write ``message``'s quarantine row (see :meth:`PoisonPolicy.park`).
+    def park(self, message: Record, *, reason: str, detail: str, go_on: Callable[[], bool]) -> bool:
+        """Write ``message``'s quarantine row (see ``PoisonPolicy.park``).
 
         Raises:
             PersistenceError: the table refused the row for a reason retrying cannot fix.
@@ -140,10 +116,8 @@ class SkipAndCount:
         self.skipped = 0
         self._lock = threading.Lock()
 
-    def park(
-        self, message: Message, *, reason: str, detail: str, go_on: Callable[[], bool]
-    ) -> bool:
-        """Log and count ``message`` (see :meth:`PoisonPolicy.park`)."""
+    def park(self, message: Record, *, reason: str, detail: str, go_on: Callable[[], bool]) -> bool:
+        """Log and count ``message`` (see ``PoisonPolicy.park``)."""
         del go_on
         log.warning(
             "skipping %s message at %s[%s]@%s: %s",

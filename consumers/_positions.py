@@ -2,7 +2,8 @@
 is done, or in the service's own table, written in the transaction of its effects.
 
 Either way a position moves only after the effect is durable, so a restart, a rebalance or a
-crash re-reads what was not done and loses nothing (the runtime: :mod:`._runtime`).
+crash re-reads what was not done and loses nothing.  Both are
+:class:`~sagacity.ports.PositionStore` s, read by the transport's consumer runtime.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
-
-from confluent_kafka import OFFSET_BEGINNING
 
 from sagacity.errors import PersistenceUnavailableError
 
@@ -59,6 +58,7 @@ class KafkaCommits:
     """
 
     in_kafka = True
+    from_beginning = False
 
     def __init__(
         self,
@@ -128,9 +128,7 @@ class TablePositions:
                     return {}
 
     @property
-    def unknown(self) -> int | None:
-        """The offset a partition the table does not name starts at (``None``: committed)."""
-        return OFFSET_BEGINNING if self._from_beginning else None
-
-
-PositionStore = KafkaCommits | TablePositions
+    def from_beginning(self) -> bool:
+        """A partition the table does not name starts at its first offset (``False``: at the
+        group's committed position)."""
+        return self._from_beginning

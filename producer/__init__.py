@@ -1,4 +1,6 @@
-"""The journal on Kafka: ``KafkaJournal``, its reader and the topic's management.
+"""The journal on Kafka: ``KafkaJournal``, its reader and the topic's management; and the
+services' consumer runtime on Kafka (``KafkaConsumers``: the loop, its client settings, the
+dead-letter topic; the port is :class:`sagacity.ports.Consumers`).
 
 ``Sagacity.from_env()`` builds a ``KafkaJournal`` from ``SAGACITY_*`` variables (with its
 Postgres read index) in the composition root, :mod:`sagacity._env`; this package reads no
@@ -18,6 +20,19 @@ from sagacity.producer._clients import (
     with_logger,
 )
 from sagacity.producer._config import DEFAULT_TOPIC, KafkaJournalSettings, ReadIndexSettings
+from sagacity.producer._consume import (
+    FIXED_SETTINGS,
+    LAG_INTERVAL_S,
+    ConsumerRuntime,
+    KafkaConsumers,
+    client_config,
+)
+from sagacity.producer._deadletter import (
+    REASON_HEADER,
+    DeadLetters,
+    ensure_dead_letter_topic,
+    ensure_topic,
+)
 from sagacity.producer._denied import access_denied
 from sagacity.producer._index import (
     IndexedEvent,
@@ -48,15 +63,21 @@ from sagacity.tools._codec import check_json_payload
 
 __all__ = [
     "DEFAULT_TOPIC",
+    "FIXED_SETTINGS",
     "HANDOFF_EVENTS",
+    "LAG_INTERVAL_S",
     "MIN_RETENTION_MS",
+    "REASON_HEADER",
     "RECORD_OVERHEAD",
     "WRONG_PARTITION",
     "BrokerCheck",
+    "ConsumerRuntime",
+    "DeadLetters",
     "ForkKind",
     "IndexedEvent",
     "IndexedPartition",
     "IndexedSaga",
+    "KafkaConsumers",
     "KafkaJournal",
     "KafkaJournalSettings",
     "LeaseView",
@@ -75,10 +96,13 @@ __all__ = [
     "check_json_payload",
     "check_reachable",
     "check_topic",
+    "client_config",
     "cluster_id",
     "create_topic",
     "current_traceparent",
     "describe_topic",
+    "ensure_dead_letter_topic",
+    "ensure_topic",
     "journal_identity",
     "kafka_reason",
     "misplaced",

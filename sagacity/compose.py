@@ -35,7 +35,7 @@ from sagacity.ports import (
     TopicJournal,
 )
 from sagacity.privacy._keys import KeyService
-from sagacity.producer import KafkaJournal, KafkaJournalSettings
+from sagacity.producer import KafkaConsumers, KafkaJournal, KafkaJournalSettings
 from sagacity.schemas import decode_entry
 from sagacity.signing._decision_signature import DecisionVerifier
 from sagacity.signing._operator_signature import OperatorVerifier
@@ -183,8 +183,9 @@ class _SettingsJournals:
 
 def archive(*, keys: KeyService | None = None) -> Dependencies:
     """The archive service's dependencies: the key service that opens sealed events (the
-    archive's own tables are its work, reached through its settings)."""
-    return Dependencies(keys=keys)
+    archive's own tables are its work, reached through its settings) and the consumer runtime
+    on Kafka."""
+    return Dependencies(keys=keys, consumers=KafkaConsumers())
 
 
 def compensation(
@@ -201,8 +202,8 @@ def compensation(
     journals on ``topic`` (Kafka at ``bootstrap_servers``, ``client`` its librdkafka
     settings, ``journal_name`` their name) and their read index (``read_index``, else the
     archive in ``database_url``; none when ``keys`` seal the data: the archive keeps no
-    sealed openings yet, so reads scan the topic), the decoder of the topic's messages, and
-    ``keys``, which the service is handed."""
+    sealed openings yet, so reads scan the topic), the decoder of the topic's messages, the
+    consumer runtime on Kafka, and ``keys``, which the service is handed."""
     index = read_index or ReadIndexSettings(database_url=database_url)
     if index.database_url is None:
         index = index.model_copy(update={"database_url": database_url})
@@ -221,6 +222,7 @@ def compensation(
             journal_name=journal_name,
         ),
         decode=decode_entry,
+        consumers=KafkaConsumers(),
     )
 
 
@@ -269,7 +271,7 @@ _APPROVALS = "APPROVALS"
 def approvals(*, bootstrap_servers: str | None, topic: str, database_url: str) -> Dependencies:
     """The approvals service's dependencies: the Kafka journal its settings name, opening
     sealed sagas with the key service ``SAGACITY_KEY_ENCRYPTION_KEY_FILE`` configures, and
-    the librdkafka settings of its request consumer.
+    the librdkafka settings and the Kafka consumer runtime of its request consumer.
 
     The journal's settings are read as every service's are (:func:`sagacity._env.
     kafka_settings_from_env` with the ``APPROVALS`` prefix): librdkafka settings from
@@ -307,6 +309,7 @@ def approvals(*, bootstrap_servers: str | None, topic: str, database_url: str) -
         notice_claims=_notice_claims(database_url),
         slack_tables=_slack_tables(database_url),
         decode=decode_entry,
+        consumers=KafkaConsumers(),
     )
 
 
@@ -322,7 +325,8 @@ def approvals_of(settings: ApprovalsWhere) -> Dependencies:
 def approvals_on(journal: Journal, settings: ApprovalsWhere) -> Dependencies:
     """The approvals service's dependencies on a journal its caller made (an in-memory one in
     a test, or a journal with its own key service): the request store in the settings'
-    database; the server closes the journal, never its key service (none is handed)."""
+    database, the Kafka consumer runtime; the server closes the journal, never its key
+    service (none is handed)."""
     return Dependencies(
         journal=journal,
         requests=partial(_requests, settings.database_url, settings.topic),
@@ -330,4 +334,5 @@ def approvals_on(journal: Journal, settings: ApprovalsWhere) -> Dependencies:
         notice_claims=_notice_claims(settings.database_url),
         slack_tables=_slack_tables(settings.database_url),
         decode=decode_entry,
+        consumers=KafkaConsumers(),
     )

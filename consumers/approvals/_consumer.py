@@ -15,17 +15,15 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
-from confluent_kafka import KafkaException, Message
-
 from sagacity.chain._acceptance import QUIET, Tail
 from sagacity.config._defaults import DEFAULT_APPROVALS_GROUP as DEFAULT_GROUP
 from sagacity.consumers._runtime import (
-    ConsumerRuntime,
+    Consumers,
     Handler,
+    Record,
     RuntimeOptions,
     SkipAndCount,
     TablePositions,
-    client_config,
 )
 from sagacity.entries._events import EventType, JournalEntry
 from sagacity.errors import (
@@ -43,7 +41,7 @@ RETRY_S = 2.0
 """Seconds between a failed batch and rejoining the group."""
 
 
-class RequestConsumer(Handler):
+class RequestConsumer(Handler[Record]):
     """Folds the journal topic into ``sagacity_approval_request`` on a background thread.
 
     Runs on the services' consumer runtime: positions in the table, poison skipped and counted,
@@ -52,6 +50,7 @@ class RequestConsumer(Handler):
 
     Args:
         store: the working table.
+        consumers: the consumer runtime on the topic's transport (``Dependencies.consumers``).
         bootstrap_servers / topic / group_id: where to read and as which group.
         client: extra librdkafka settings (TLS/SASL).
         keys: the key service opening sealed events (docs/adr/0019-erasure.md §3); an event
@@ -78,6 +77,7 @@ class RequestConsumer(Handler):
         self,
         store: FoldingRequestStore,
         *,
+        consumers: Consumers,
         bootstrap_servers: str,
         topic: str,
         group_id: str = DEFAULT_GROUP,
@@ -106,15 +106,15 @@ class RequestConsumer(Handler):
         self.on_refused: Callable[[], None] | None = None
         """Told (from the consumer's thread) when Kafka refused the principal."""
         self.applied = 0
-        self.runtime = ConsumerRuntime(
+        self.runtime = consumers.runtime(
             RuntimeOptions(
                 topic=topic,
-                config=client_config(
+                config=consumers.client_config(
                     bootstrap_servers=bootstrap_servers, group_id=group_id, client=client
                 ),
                 batch_size=500,
                 poll_timeout_s=0.2,
-                rejoin_on=(KafkaException, SagacityError),
+                rejoin_on=(*consumers.transport_errors, SagacityError),
                 rejoin_s=RETRY_S,
                 name="approvals consumer",
             ),
@@ -167,7 +167,7 @@ class RequestConsumer(Handler):
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def handle(self, messages: Sequence[Message]) -> None:
+    def handle(self, messages: Sequence[Record]) -> None:
         """Judge and fold ``messages`` and store their positions in one transaction.
 
         Whatever one message causes is that message's fate, never the batch's: undecodable
@@ -176,7 +176,7 @@ class RequestConsumer(Handler):
         database refuses are quarantined with their reason; the position moves past them.
         """
         positions: dict[int, int] = {}
-        poison: list[tuple[Message, str, str]] = []
+        poison: list[tuple[Record, str, str]] = []
         applied = quarantined = 0
         with self._store.folding() as batch:
             for message in messages:

@@ -29,7 +29,7 @@ from sagacity.consumers.approvals.slack import SlackConfig, SlackIntegration, sl
 from sagacity.entries._memory import InMemoryJournal
 from sagacity.errors import ConfigurationError, SagacityError, SigningKeyError
 from sagacity.journal import Journal
-from sagacity.ports import Dependencies
+from sagacity.ports import Consumers, Dependencies
 from sagacity.privacy._keys import KeyService
 from sagacity.saga._saga import Sagacity
 from sagacity.signing._decision_signature import DecisionSigner
@@ -108,6 +108,26 @@ def prefix_reader(journal: Journal) -> Callable[[str, int], Tail | None] | None:
     return prefix
 
 
+def _check_handed(handed: Dependencies, settings: ApprovalsSettings, *, consume: bool) -> None:
+    """Refuse a server handed no consumer runtime to consume with, or no archive bundles for
+    the archive its settings name.
+
+    Raises:
+        ConfigurationError: naming what to hand and where it is built.
+    """
+    if consume and handed.consumers is None:
+        raise ConfigurationError(
+            "the approvals service's request consumer runs on the consumer runtime it is "
+            "handed (Dependencies.consumers): build its dependencies with "
+            "sagacity.compose.approvals"
+        )
+    if settings.archive_database_url and handed.archive_bundles is None:
+        raise ConfigurationError(
+            "the console reads the archive through the bundles it is handed "
+            "(Dependencies.archive_bundles): build them with the serve approvals command"
+        )
+
+
 class ApprovalsServer:
     """Assembles one replica; :attr:`app` is the ASGI application.
 
@@ -117,8 +137,9 @@ class ApprovalsServer:
             them from the settings; :func:`sagacity.compose.approvals_on` on a journal its
             caller made): the shared journal, its key service, the request store (the
             PostgreSQL one: the console, the notifier and Slack keep their rows in its
-            database) and the request consumer's client settings; the server closes the
-            journal and the key service handed.
+            database), the request consumer's client settings and its consumer runtime
+            (``consumers``, needed with ``consume``); the server closes the journal and the
+            key service handed.
         consume: run the consumer group (needs Kafka); off, requests are materialised from the
             chain on first access only.
         tools: tool objects to register in addition to ``settings.tools``.
@@ -147,15 +168,11 @@ class ApprovalsServer:
                 "sessions, its notice claims and its decoder: build its dependencies with "
                 "sagacity.compose.approvals"
             )
+        _check_handed(handed, settings, consume=consume)
         self._decode = handed.decode
         self._notice_claims = handed.notice_claims
         self._slack_tables = handed.slack_tables
         self._archive_bundles = handed.archive_bundles
-        if settings.archive_database_url and self._archive_bundles is None:
-            raise ConfigurationError(
-                "the console reads the archive through the bundles it is handed "
-                "(Dependencies.archive_bundles): build them with the serve approvals command"
-            )
         self.journal = handed.journal
         self._client = dict(handed.client)
         # The key service handed is this server's to close (none is handed with a journal
@@ -191,7 +208,11 @@ class ApprovalsServer:
         self.service = ApprovalService(
             self.sagacity, self.store, lock_timeout_s=settings.lock_timeout_s, routing=self.routing
         )
-        self.consumer = self._request_consumer(settings) if consume else None
+        self.consumer = (
+            self._request_consumer(settings, handed.consumers)
+            if consume and handed.consumers is not None
+            else None
+        )
         self.app: FastAPI = self._api(settings)
         self.sessions = SessionStore(handed.console_sessions, ttl_s=settings.console_session_ttl_s)
         self.login_limiter = LoginLimiter()
@@ -205,10 +226,13 @@ class ApprovalsServer:
         self.app.router.on_startup.append(self.start)
         self.app.router.on_shutdown.append(self.stop)
 
-    def _request_consumer(self, settings: ApprovalsSettings) -> RequestConsumer:
+    def _request_consumer(
+        self, settings: ApprovalsSettings, consumers: Consumers
+    ) -> RequestConsumer:
         """The consumer group materialising requests from the journal topic."""
         return RequestConsumer(
             self.store,
+            consumers=consumers,
             bootstrap_servers=settings.bootstrap_servers or "",
             topic=settings.topic,
             group_id=settings.group_id,

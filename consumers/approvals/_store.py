@@ -1,5 +1,5 @@
 """The approvals service's request store, handed to the server by the composition root
-(:func:`sagacity.compose.approvals`: the PostgreSQL one).
+(:func:`sagacity.compose.approvals`: the PostgreSQL one; a test hands the in-memory one).
 
 The server decides through the :class:`~sagacity.ports.RequestStore` port; its request
 consumer folds the topic through :class:`~sagacity.ports.FoldingRequestStore` (a batch and its
@@ -25,7 +25,8 @@ def approval_store(store: RequestStore) -> FoldingRequestStore:
     if not isinstance(store, FoldingRequestStore):
         raise ConfigurationError(
             "the approvals service runs on a request store its request consumer folds the topic "
-            "into (FoldingRequestStore: the PostgreSQL request store), not on "
+            "into (FoldingRequestStore: the PostgreSQL request store, or sagacity.testing's "
+            "in memory), not on "
             f"{type(store).__name__}: build its dependencies with sagacity.compose.approvals"
         )
     return store

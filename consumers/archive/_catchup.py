@@ -20,11 +20,10 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
-from sagacity.consumers._runtime import client_config
 from sagacity.consumers.archive._checkpoints import SignedRound, Signer, sign_pending
 from sagacity.consumers.archive._ingest import BatchArchiver, RawEvent
 from sagacity.errors import JournalUnavailableError
-from sagacity.producer import topic_unreadable, with_logger
+from sagacity.producer import client_config, topic_unreadable, with_logger
 
 
 def _headers(message: Any) -> dict[str, bytes]:

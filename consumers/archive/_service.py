@@ -26,13 +26,11 @@ from sagacity.config._defaults import DEFAULT_ARCHIVE_GROUP as DEFAULT_GROUP
 from sagacity.config._defaults import DEFAULT_TOPIC
 from sagacity.config._settings import SagacitySettings
 from sagacity.consumers._runtime import (
-    ConsumerRuntime,
     Handler,
     Redeliver,
     RuntimeOptions,
     SkipAndCount,
     TablePositions,
-    client_config,
 )
 from sagacity.consumers.archive._authorship import Authorship
 from sagacity.consumers.archive._checkpoints import (
@@ -59,6 +57,7 @@ from sagacity.errors import (
 )
 from sagacity.ports import Dependencies
 from sagacity.privacy._keys import KeyService
+from sagacity.producer import ConsumerRuntime, client_config
 from sagacity.signing._decision_signature import DecisionVerifier
 from sagacity.signing._writer_signature import WriterRegistry
 from sagacity.telemetry import _tracing

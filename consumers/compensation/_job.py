@@ -19,8 +19,6 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from confluent_kafka import Message
-
 from sagacity.chain import verify
 from sagacity.chain._acceptance import ForkKind
 from sagacity.consumers.compensation import _failpoints
@@ -36,7 +34,7 @@ from sagacity.errors import (
     PersistenceError,
     UnopenableError,
 )
-from sagacity.ports import Claim, ClaimStatus, ClaimStore, SagaRead
+from sagacity.ports import Claim, ClaimStatus, ClaimStore, Record, SagaRead
 from sagacity.saga._result import SagaResult
 from sagacity.saga._saga import Sagacity
 from sagacity.signing._operator_signature import OperatorVerifier
@@ -184,7 +182,7 @@ class JobContext:
     drop_thread_journal: Callable[[], None]
     may_write: Callable[[str], bool]
     saga_lock: Callable[[str], AbstractContextManager[None]]
-    dead_letter: Callable[[Message, str, str, Callable[[], bool]], bool]
+    dead_letter: Callable[[Record, str, str, Callable[[], bool]], bool]
     first_call: dict[str, int]
     ended: Callable[[SagaResult], None]
     operator: OperatorVerifier | None = None
@@ -207,7 +205,7 @@ class SagaJob:
         self,
         context: JobContext,
         *,
-        message: Message,
+        message: Record,
         request: JournalEntry,
         offset: int,
         deadline: float,

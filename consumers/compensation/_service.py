@@ -5,8 +5,8 @@ On each ``COMPENSATION_REQUESTED`` the service waits for the requesting run's ``
 saga's lock, its chain checked, claims, undo calls, the outcome journaled).  Offsets are
 committed only once the work of every earlier message of the partition is done
 (``enable.auto.commit=false``).  See docs/adr/0007-compensation-exactly-once.md.  The loop is
-the services' consumer runtime (``sagacity.consumers._runtime``) with Kafka positions and the
-dead-letter topic for poison.
+the services' consumer runtime (handed as ``Dependencies.consumers``; its rules in
+``sagacity.consumers._runtime``) with Kafka positions and the dead-letter topic for poison.
 """
 
 from __future__ import annotations
@@ -23,17 +23,16 @@ import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
-from confluent_kafka import Message
-
-from sagacity.consumers._deadletter import DeadLetters, ensure_dead_letter_topic
 from sagacity.consumers._runtime import (
-    ConsumerRuntime,
+    ConsumerLoop,
+    Consumers,
+    DeadLetterSender,
     DeadLetterTopic,
     Handler,
     KafkaCommits,
     Ledger,
+    Record,
     RuntimeOptions,
-    client_config,
 )
 from sagacity.consumers._tools import register_tools
 from sagacity.consumers.compensation._invoker import ClaimingInvoker
@@ -77,7 +76,7 @@ class _Partition(Ledger):
 
 @dataclass(frozen=True, kw_only=True)
 class _Work:
-    message: Message
+    message: Record
     entry: JournalEntry
     partition: _Partition
     deadline: float
@@ -88,7 +87,7 @@ class _Work:
         return -1 if offset is None else offset
 
 
-class CompensationService(Handler):
+class CompensationService(Handler[Record]):
     """Runs the compensation consumer until :meth:`stop` (SIGTERM) is called.
 
     Args:
@@ -167,9 +166,9 @@ class CompensationService(Handler):
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=settings.concurrency, thread_name_prefix="compensation"
         )
-        self._runtime: ConsumerRuntime | None = None
+        self._runtime: ConsumerLoop | None = None
         self._jobs: JobContext | None = None
-        self._dead: DeadLetters | None = None
+        self._dead: DeadLetterSender | None = None
         self._http: HealthServer | None = None
 
     def _register_tools(self, sagacity: Sagacity) -> tuple[str, ...]:
@@ -206,6 +205,8 @@ class CompensationService(Handler):
             raise ConfigurationError("no claim store handed (sagacity.compose.compensation)")
         if self._dependencies.decode is None:
             raise ConfigurationError("no decoder handed (sagacity.compose.compensation)")
+        if (consumers := self._dependencies.consumers) is None:
+            raise ConfigurationError("no consumer runtime handed (sagacity.compose.compensation)")
         self._kafka = self._journals.new()
         self._claims = claims(instance=self.instance, journal=self._kafka.identity)
         self._claims.ensure_schema()
@@ -222,9 +223,8 @@ class CompensationService(Handler):
         )
         self._register_tools(self._sagacity)
         dlq = s.dlq_topic or f"{s.topic}.dlq"
-        ensure_dead_letter_topic(self._base_config(), dlq, timeout=15)
-        self._dead = DeadLetters(self._base_config(), dlq)
-        self._runtime = self._consumer_runtime(self._dead)
+        self._dead = consumers.dead_letters(self._base_config(), dlq, timeout_s=15)
+        self._runtime = self._consumer_runtime(consumers, self._dead)
         self._jobs = self._job_context(invoker, self._runtime)
         if s.http_port is not None:
             self._http = HealthServer(
@@ -245,7 +245,7 @@ class CompensationService(Handler):
                 "requested after a saga ended is refused (dead-lettered), never acted on"
             )
 
-    def _consumer_runtime(self, dead: DeadLetters) -> ConsumerRuntime:
+    def _consumer_runtime(self, consumers: Consumers, dead: DeadLetterSender) -> ConsumerLoop:
         """The consumer loop: Kafka positions, poison to the dead-letter topic ``dead``."""
         s = self.settings
         tuning: dict[str, str | int | float | bool] = {
@@ -256,10 +256,10 @@ class CompensationService(Handler):
         }
         if s.instance_id:
             tuning["group.instance.id"] = s.instance_id
-        return ConsumerRuntime(
+        return consumers.runtime(
             RuntimeOptions(
                 topic=s.topic,
-                config=client_config(
+                config=consumers.client_config(
                     bootstrap_servers=s.bootstrap_servers,
                     group_id=s.group_id,
                     client=s.client,
@@ -288,7 +288,7 @@ class CompensationService(Handler):
             on_start=self._starting,
         )
 
-    def _job_context(self, invoker: ClaimingInvoker, runtime: ConsumerRuntime) -> JobContext:
+    def _job_context(self, invoker: ClaimingInvoker, runtime: ConsumerLoop) -> JobContext:
         """What every saga's job runs with (the service's journals, claims and hooks)."""
         assert self._claims is not None
         assert self._journal is not None
@@ -327,7 +327,7 @@ class CompensationService(Handler):
         if self._runtime is not None:
             self._runtime.hold(self._in_flight() >= self.settings.concurrency * 8)
 
-    def handle(self, messages: Sequence[Message]) -> None:
+    def handle(self, messages: Sequence[Record]) -> None:
         """Take ``messages`` on (the work runs on the pool; offsets commit when it is done)."""
         for message in messages:
             self._handle(message)
@@ -462,7 +462,7 @@ class CompensationService(Handler):
         return part.commit_at if part.commit_at is not None else part.committed
 
     # --- messages ------------------------------------------------------------------------
-    def _handle(self, message: Message) -> None:
+    def _handle(self, message: Record) -> None:
         number = message.partition()
         offset = message.offset()
         if number is None or offset is None:
@@ -539,9 +539,7 @@ class CompensationService(Handler):
             part.jobs.add(job)
         job.add_done_callback(lambda f: self._finished(work, f))
 
-    def _dead_letter_now(
-        self, message: Message, part: _Partition, reason: str, detail: str
-    ) -> None:
+    def _dead_letter_now(self, message: Record, part: _Partition, reason: str, detail: str) -> None:
         assert self._runtime is not None
         offset = message.offset() or 0
         if self._runtime.poison(message, reason=reason, detail=detail):

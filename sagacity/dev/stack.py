@@ -324,9 +324,8 @@ def _secure_topics(security: _secure.Security, bootstrap: str, topic: str) -> No
     topic (each made only when missing; no principal of a role may create topics)."""
     from confluent_kafka.admin import AdminClient
 
-    from sagacity.consumers._deadletter import ensure_topic
     from sagacity.dev._acls import apply_acls
-    from sagacity.producer import TopicSpec, create_topic, describe_topic, with_logger
+    from sagacity.producer import TopicSpec, create_topic, describe_topic, ensure_topic, with_logger
 
     config = {**security.client_settings(_secure.ADMIN), "bootstrap.servers": bootstrap}
     apply_acls(config, topic)

@@ -3,7 +3,8 @@
 
 A service is written against this bundle and never builds an adapter itself: it takes its
 journal (or journals, made on its topic), its claim store, its request store, its key
-service, its key store, its read index and its decoder of the topic's messages from here, so
+service, its key store, its read index, its decoder of the topic's messages and the consumer
+runtime that hands it the topic's records from here, so
 the same service runs on the in-memory fakes of :mod:`sagacity.testing` in a test.  A service
 uses the fields it needs; the others stay ``None``.
 """
@@ -18,6 +19,7 @@ from sagacity.journal import Journal
 from sagacity.ports._archive_bundles import ArchiveBundles
 from sagacity.ports._claims import ClaimStore
 from sagacity.ports._console_sessions import ConsoleSessionTable
+from sagacity.ports._consume import Consumers
 from sagacity.ports._erasure import ErasableArchive
 from sagacity.ports._index import SagaIndex
 from sagacity.ports._keys import KeyStore
@@ -27,7 +29,7 @@ from sagacity.ports._service_tables import ServiceTables
 from sagacity.ports._slack_tables import SlackTables
 
 if TYPE_CHECKING:
-    from sagacity.ports import RequestStore
+    from sagacity.ports._requests import RequestStore
     from sagacity.privacy._keys import KeyService
     from sagacity.signing._decision_signature import DecisionVerifier
     from sagacity.signing._operator_signature import OperatorVerifier
@@ -92,6 +94,9 @@ class Dependencies:
         slack_tables: the approvals service's Slack messages and seen signatures.
         archive_bundles: the archive's audit bundles, for the approvals console's verdict
             and download (``None``: the console shows no archive).
+        consumers: the consumer runtime on the topic's transport (:class:`~sagacity.ports.
+            Consumers`): runs a service's handler over the topic's records and publishes to
+            its dead-letter topic.
     """
 
     journal: Journal | None = None
@@ -109,3 +114,4 @@ class Dependencies:
     notice_claims: NoticeClaims | None = None
     slack_tables: SlackTables | None = None
     archive_bundles: ArchiveBundles | None = None
+    consumers: Consumers | None = None

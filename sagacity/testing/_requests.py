@@ -1,8 +1,10 @@
-"""The approvals' request store in memory: :class:`~sagacity.ports.RequestStore` for tests.
+"""The approvals' request store in memory: :class:`~sagacity.ports.FoldingRequestStore` for
+tests (the request consumer's batches included, so the approvals server runs on it).
 
 Rows are derived from each saga's kept entries by the core's fold (:func:`sagacity.gate._requests.
 request_states`, the entries kept by :func:`sagacity.gate._requests.request_input`), as the
-Postgres projection derives them; the contract suite holds both to the same rows.
+Postgres projection derives them; the contract suites hold both to the same rows, and to the
+same batches (:class:`~sagacity.testing.contracts.FoldingRequestStoreContract`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from sagacity.chain._acceptance import QUIET, Refusal, Tail, admit
 from sagacity.config._defaults import DEFAULT_TOPIC
@@ -26,7 +28,14 @@ from sagacity.gate._requests import (
     request_input,
     request_states,
 )
-from sagacity.ports import OPEN_STATES, AttentionRow, GateStats, QuarantinedEvent, RequestRow
+from sagacity.ports import (
+    OPEN_STATES,
+    AttentionRow,
+    Fault,
+    GateStats,
+    QuarantinedEvent,
+    RequestRow,
+)
 from sagacity.saga._result import SagaStatus
 from sagacity.signing._decision_signature import DecisionVerifier
 from sagacity.signing._operator_signature import OperatorVerifier
@@ -93,7 +102,9 @@ class InMemoryRequestStore:
         self._attention: dict[str, AttentionRow] = {}
         self._tails: dict[str, Tail] = {}
         self._quarantine: list[QuarantinedEvent] = []
-        self._lock = threading.Lock()
+        self._offsets: dict[str, dict[int, int]] = {}
+        # Reentrant: a batch (folding) holds it from its first fold to its end.
+        self._lock = threading.RLock()
         self._saga_locks: dict[str, threading.Lock] = {}
 
     def migrate(self) -> None:
@@ -109,11 +120,19 @@ class InMemoryRequestStore:
             self.apply_message(entry)
 
     def apply_message(
-        self, entry: JournalEntry, *, key: str | None = None, placed: bool = True
+        self,
+        entry: JournalEntry,
+        *,
+        key: str | None = None,
+        placed: bool = True,
+        prefix: Callable[[], Tail | None] | None = None,
+        position: tuple[int, int] | None = None,
     ) -> Refusal | None:
         """Judge and fold one message of the topic as the consumer does: ``key`` names its
         saga (default: the one its body names), ``placed`` says it is on its key's
-        partition.  ``None`` when it was accepted, else why it was refused."""
+        partition, ``prefix`` reads the saga's tail before it (a saga first seen past its
+        first event), ``position`` is where it is on the topic (kept with a refusal).
+        ``None`` when it was accepted, else why it was refused."""
         saga_id = entry.saga_id if key is None else key
         with self._lock:
             kept = self._kept.setdefault(saga_id, {})
@@ -122,20 +141,12 @@ class InMemoryRequestStore:
                 saga_id,
                 entry,
                 placed=placed,
+                prefix=prefix,
                 known_hash=lambda seq: kept[seq].hash if seq in kept else None,
             )
             if refusal is not None:
                 if refusal.kind not in QUIET:
-                    self._quarantine.append(
-                        QuarantinedEvent(
-                            saga_id=saga_id,
-                            seq=entry.seq,
-                            event_type=entry.event_type.value,
-                            kind=refusal.kind.value,
-                            detail=refusal.detail,
-                            entry_hash=entry.hash,
-                        )
-                    )
+                    self._set_aside(saga_id, entry, refusal.kind.value, refusal.detail, position)
                 return refusal
             self._tails[saga_id] = Tail(seq=entry.seq, hash=entry.hash)
             self._fold_attention(entry)
@@ -149,6 +160,33 @@ class InMemoryRequestStore:
                     first = seen if held is None or held.seen_at_us is None else held.seen_at_us
                     self._rows[row_key] = replace(RequestRow.from_state(state), seen_at_us=first)
             return None
+
+    def _set_aside(
+        self,
+        saga_id: str,
+        entry: JournalEntry,
+        kind: str,
+        detail: str,
+        position: tuple[int, int] | None,
+    ) -> None:
+        """Keep a refused event with its reason, once per position of the topic."""
+        partition, offset = position if position is not None else (None, None)
+        if position is not None and any(
+            (q.partition, q.offset) == position for q in self._quarantine
+        ):
+            return
+        self._quarantine.append(
+            QuarantinedEvent(
+                saga_id=saga_id,
+                seq=entry.seq,
+                event_type=entry.event_type.value,
+                kind=kind,
+                detail=detail,
+                entry_hash=entry.hash,
+                partition=partition,
+                offset=offset,
+            )
+        )
 
     def quarantined(
         self, *, saga_id: str | None = None, limit: int = 500
@@ -275,6 +313,30 @@ class InMemoryRequestStore:
         finally:
             unit.release()
 
+    # -- the request consumer's batches (FoldingRequestStore) -------------------------------
+    def offsets(self, topic: str) -> dict[int, int]:
+        """The positions stored for ``topic``'s partitions."""
+        with self._lock:
+            return dict(self._offsets.get(topic, {}))
+
+    @contextmanager
+    def folding(self) -> Iterator[InMemoryFold]:
+        """A batch of the request consumer (:class:`~sagacity.ports.RequestFold`), kept when
+        the block returns and undone entirely when it raises; the batch holds the store
+        until it ends (other threads wait), as one transaction would."""
+        with self._lock:
+            before = _Snapshot.of(self)
+            try:
+                yield InMemoryFold(self)
+            except BaseException:
+                before.restore(self)
+                raise
+
+    def _store_offset(self, topic: str, partition: int, next_offset: int) -> None:
+        with self._lock:
+            stored = self._offsets.setdefault(topic, {})
+            stored[partition] = max(stored.get(partition, next_offset), next_offset)
+
     def _saga_lock(self, saga_id: str) -> threading.Lock:
         with self._lock:
             return self._saga_locks.setdefault(saga_id, threading.Lock())
@@ -332,3 +394,69 @@ class InMemoryDecision:
         held, self._held = self._held, {}
         for lock in held.values():
             lock.release()
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """What an :class:`InMemoryRequestStore` holds, to undo a batch that raised."""
+
+    kept: dict[str, dict[int, JournalEntry]]
+    rows: dict[tuple[str, int], RequestRow]
+    attention: dict[str, AttentionRow]
+    tails: dict[str, Tail]
+    quarantine: list[QuarantinedEvent]
+    offsets: dict[str, dict[int, int]]
+
+    @classmethod
+    def of(cls, store: InMemoryRequestStore) -> _Snapshot:
+        return cls(
+            kept={saga: dict(kept) for saga, kept in store._kept.items()},
+            rows=dict(store._rows),
+            attention=dict(store._attention),
+            tails=dict(store._tails),
+            quarantine=list(store._quarantine),
+            offsets={topic: dict(held) for topic, held in store._offsets.items()},
+        )
+
+    def restore(self, store: InMemoryRequestStore) -> None:
+        store._kept = self.kept
+        store._rows = self.rows
+        store._attention = self.attention
+        store._tails = self.tails
+        store._quarantine = self.quarantine
+        store._offsets = self.offsets
+
+
+class InMemoryFold:
+    """:class:`~sagacity.ports.RequestFold` of an :class:`InMemoryRequestStore`: one batch of
+    the request consumer, kept or undone as one."""
+
+    def __init__(self, store: InMemoryRequestStore) -> None:
+        self._store = store
+
+    def fold(
+        self,
+        entry: JournalEntry,
+        *,
+        saga_id: str,
+        placed: bool = True,
+        prefix: Callable[[], Tail | None] | None = None,
+        position: tuple[int, int] | None = None,
+    ) -> Refusal | Fault | None:
+        """Judge and fold one message (:meth:`InMemoryRequestStore.apply_message`); memory
+        refuses no value, so a fault never comes of it."""
+        return self._store.apply_message(
+            entry, key=saga_id, placed=placed, prefix=prefix, position=position
+        )
+
+    def quarantine(
+        self, entry: JournalEntry, fault: Fault, *, saga_id: str, position: tuple[int, int] | None
+    ) -> bool:
+        """Keep ``entry`` in the quarantine with ``fault`` (once per position)."""
+        with self._store._lock:
+            self._store._set_aside(saga_id, entry, fault.kind, fault.detail, position)
+        return True
+
+    def store_offset(self, topic: str, partition: int, next_offset: int) -> None:
+        """The consumer's position on ``topic``, kept with the batch (never moved back)."""
+        self._store._store_offset(topic, partition, next_offset)

@@ -598,7 +598,7 @@ def test_a_consumer_whose_database_is_not_ready_retries_and_folds_everything(
 
     from sagacity.consumers.approvals import RequestConsumer
     from sagacity.postgres import PostgresRequestStore as ApprovalStore
-    from sagacity.producer import KafkaJournal
+    from sagacity.producer import KafkaConsumers, KafkaJournal
 
     schema = f"late_{uuid.uuid4().hex[:12]}"
     params = conninfo_to_dict(postgres_dsn)
@@ -610,7 +610,11 @@ def test_a_consumer_whose_database_is_not_ready_retries_and_folds_everything(
         bank = agent.wrap(Bank())
         agent.saga("c-1", lambda: bank.send_wire_transfer("1", "a"))
         consumer = RequestConsumer(
-            store, bootstrap_servers=kafka_bootstrap, topic=topic, decode=decode_entry
+            store,
+            consumers=KafkaConsumers(),
+            bootstrap_servers=kafka_bootstrap,
+            topic=topic,
+            decode=decode_entry,
         )
         consumer.start()
         try:

@@ -43,17 +43,29 @@ def test_the_server_runs_on_the_store_it_is_handed_made_for_its_keys_and_journal
     assert isinstance(server.store, PostgresRequestStore)
 
 
-def test_a_store_the_console_and_consumer_cannot_share_is_refused() -> None:
+class _NotFolding:
+    """A request store without the request consumer's batches (it only decides)."""
+
+    def __init__(self, store: InMemoryRequestStore) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("folding", "offsets"):
+            raise AttributeError(name)
+        return getattr(self._store, name)
+
+
+def test_a_store_the_consumer_cannot_fold_into_is_refused() -> None:
     handed = Dependencies(
         journal=InMemoryJournal(),
         decode=decode_entry,
         console_sessions=InMemoryConsoleSessions(),
         notice_claims=InMemoryNoticeClaims(),
-        requests=lambda *, verifier, journal, operator=None: InMemoryRequestStore(
-            verifier=verifier, journal=journal
+        requests=lambda *, verifier, journal, operator=None: _NotFolding(
+            InMemoryRequestStore(verifier=verifier, journal=journal)
         ),
     )
-    with pytest.raises(ConfigurationError, match="PostgreSQL request store"):
+    with pytest.raises(ConfigurationError, match="FoldingRequestStore"):
         ApprovalsServer(_settings(), dependencies=handed, consume=False)
 
 
@@ -62,6 +74,20 @@ def test_a_server_handed_no_store_says_where_to_build_one() -> None:
         ApprovalsServer(
             _settings(), dependencies=Dependencies(journal=InMemoryJournal()), consume=False
         )
+
+
+def test_a_consuming_server_handed_no_consumer_runtime_says_where_to_build_one() -> None:
+    """The request consumer runs on the consumer runtime the server is handed
+    (``Dependencies.consumers``); the server never makes a Kafka consumer of its own."""
+    handed = Dependencies(
+        journal=InMemoryJournal(),
+        requests=lambda **given: PostgresRequestStore(NOWHERE, **given),
+        console_sessions=InMemoryConsoleSessions(),
+        notice_claims=InMemoryNoticeClaims(),
+        decode=decode_entry,
+    )
+    with pytest.raises(ConfigurationError, match=r"Dependencies\.consumers.*compose\.approvals"):
+        ApprovalsServer(_settings(), dependencies=handed)
 
 
 def test_the_console_keeps_its_sessions_on_the_table_it_is_handed() -> None:

@@ -32,7 +32,7 @@ from sagacity.ports import RequestRow, RowState
 from sagacity.postgres import PostgresKeyStore, PostgresRequestStore
 from sagacity.privacy._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
 from sagacity.privacy._keys import KeyService
-from sagacity.producer import KafkaJournal
+from sagacity.producer import KafkaConsumers, KafkaJournal
 from sagacity.schemas import decode_entry, encode_entry
 from sagacity.signing._decision_signature import DecisionSigner
 
@@ -102,6 +102,7 @@ def _consumer(
 ) -> RequestConsumer:
     return RequestConsumer(
         store,
+        consumers=KafkaConsumers(),
         bootstrap_servers=bootstrap,
         topic=topic,
         group_id=f"hostile-{uuid.uuid4().hex}",

@@ -27,6 +27,7 @@ from sagacity.ports import RequestRow, RowState
 from sagacity.postgres import PostgresRequestStore
 from sagacity.postgres import migrate as run_migrations
 from sagacity.postgres._requests import COMPONENT, MIGRATIONS
+from sagacity.producer import KafkaConsumers
 from sagacity.schemas import decode_entry
 from sagacity.signing._decision_signature import DecisionVerifier
 from sagacity.testing import InMemoryRequestStore
@@ -182,6 +183,7 @@ def _fold_until(store: PostgresRequestStore, topic: str, ends: dict[int, int]) -
 def _consumer(store: PostgresRequestStore, bootstrap: str, topic: str) -> RequestConsumer:
     return RequestConsumer(
         store,
+        consumers=KafkaConsumers(),
         bootstrap_servers=bootstrap,
         topic=topic,
         group_id=f"proj-{uuid.uuid4().hex}",

@@ -23,7 +23,7 @@ from sagacity.consumers.approvals import RequestConsumer
 from sagacity.postgres import PostgresRequestStore as ApprovalStore
 from sagacity.postgres._migrate import migrate
 from sagacity.postgres._requests import COMPONENT, MIGRATIONS
-from sagacity.producer import KafkaJournal
+from sagacity.producer import KafkaConsumers, KafkaJournal
 from sagacity.schemas import decode_entry
 
 from .tools import Bank
@@ -41,7 +41,12 @@ def test_two_topics_in_one_database_never_mix(
     journals = {t: KafkaJournal(kafka_bootstrap, topic=t) for t in topics}
     consumers = {
         t: RequestConsumer(
-            stores[t], bootstrap_servers=kafka_bootstrap, topic=t, group_id=t, decode=decode_entry
+            stores[t],
+            consumers=KafkaConsumers(),
+            bootstrap_servers=kafka_bootstrap,
+            topic=t,
+            group_id=t,
+            decode=decode_entry,
         )
         for t in topics
     }

@@ -334,15 +334,10 @@ _ARCHIVE = (
     "the partitioner's check at ingest) and checks archived messages against the wire format "
     "(sagacity.schemas)"
 )
-_RUNTIME = (
-    "the shared consumer runtime is a Kafka consumer (ADR 0023): its clients' logging and "
-    "the refusals of their principal"
-)
 
 # Adapter modules (a package or one private module) a service imports, each with its reason.
 # The entries only go: a new edge fails, an edge no longer there fails until removed.
 SERVICE_ADAPTERS_ALLOWED: dict[tuple[str, str], str] = {
-    (SHARED_RUNTIME, "sagacity.producer"): _RUNTIME,
     ("sagacity.consumers.archive", "sagacity.postgres"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.postgres._archive"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.postgres._archive_schema"): _ARCHIVE,
@@ -432,3 +427,89 @@ def test_postgres_is_reached_through_the_one_plumbing() -> None:
         if any(map(_opens_a_connection, ast.walk(ast.parse(path.read_text(encoding="utf-8")))))
     }
     assert set(OWN_CONNECTIONS_ALLOWED) <= used, "remove the entries no longer needed"
+
+
+# --- services: no database or broker driver of their own (issue 33) ------------------------
+DRIVERS = ("confluent_kafka", "psycopg", "psycopg_pool")
+"""The third-party clients of Kafka and PostgreSQL: the adapters' business, never a service's."""
+
+_ARCHIVE_SPLIT = (
+    "the archive's split is under way: its Postgres and Kafka work moves under the adapters"
+)
+
+# Modules of a service importing a driver, each with the drivers it imports and its reason.
+# The entries only go: a new module or driver fails, one no longer imported fails until removed.
+SERVICE_DRIVERS_ALLOWED: dict[str, tuple[tuple[str, ...], str]] = {
+    "sagacity.consumers.archive._abandoned": (("psycopg",), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._attest": (("psycopg",), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._audit": (("psycopg",), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._auditstream": (("psycopg",), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._batchplan": (("psycopg",), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._catchup": (("confluent_kafka",), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._chainstream": (("psycopg",), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._checkpoints": (("psycopg",), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._db": (("psycopg",), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._erasure": (("psycopg",), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._export": (("psycopg",), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._findings": (("psycopg",), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._ingest": (("psycopg",), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._ingestsql": (("psycopg",), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._judging": (("psycopg",), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._owners": (("psycopg",), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._replay": (("confluent_kafka", "psycopg"), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._retention": (("psycopg",), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._retentionaudit": (("psycopg",), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._roundaudit": (("psycopg",), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._roundlog": (("psycopg",), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._service": (("confluent_kafka",), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._snapshots": (("psycopg",), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._sweep": (("psycopg",), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._watch": (("psycopg",), _ARCHIVE_SPLIT),
+}
+
+
+def service_drivers() -> dict[str, tuple[str, ...]]:
+    """The drivers each module of the services imports (lazy, ``TYPE_CHECKING`` and
+    ``importlib`` imports included), by module."""
+    found: dict[str, set[str]] = {}
+    for module, path in sorted(MODULES.items()):
+        if layer_of(module) != SERVICES:
+            continue
+        for imp in _imports(module, path):
+            driver = imp.target.split(".")[0]
+            if driver in DRIVERS:
+                found.setdefault(module, set()).add(driver)
+    return {module: tuple(sorted(drivers)) for module, drivers in found.items()}
+
+
+def test_services_import_no_driver_beyond_the_named_ones() -> None:
+    """A service reaches Kafka and PostgreSQL through the ports it is handed: no module of a
+    service (the shared runtime included) imports ``confluent_kafka``, ``psycopg`` or
+    ``psycopg_pool`` but the ones listed, each with its reason; the list only shrinks."""
+    found = service_drivers()
+    allowed = {module: drivers for module, (drivers, _reason) in SERVICE_DRIVERS_ALLOWED.items()}
+    beyond = {
+        module: drivers
+        for module, drivers in found.items()
+        if not set(drivers) <= set(allowed.get(module, ()))
+    }
+    assert beyond == {}
+    assert {m: d for m, d in allowed.items() if found.get(m) != d} == {}, (
+        "remove the entries (or drivers) no longer imported"
+    )
+
+
+def test_the_driver_rule_sees_every_kind_of_import(tmp_path: Path) -> None:
+    """Lazy, ``TYPE_CHECKING``, submodule and ``importlib`` imports of a driver all count."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "import importlib\n"
+        "if TYPE_CHECKING:\n"
+        "    from psycopg.rows import dict_row\n"
+        "def lazy() -> None:\n"
+        "    import confluent_kafka.admin\n"
+        "    importlib.import_module('psycopg_pool')\n"
+    )
+    seen = {imp.target.split(".")[0] for imp in _imports("sagacity.consumers.probe", probe)}
+    assert set(DRIVERS) <= seen

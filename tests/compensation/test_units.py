@@ -226,6 +226,7 @@ def test_the_service_takes_its_journals_from_what_it_is_handed() -> None:
     from sagacity.ports import Dependencies, TopicJournal
     from sagacity.privacy._envelope import KeyEncryptionKey, KeyRing
     from sagacity.privacy._keys import KeyService
+    from sagacity.producer import KafkaConsumers
     from sagacity.schemas import decode_entry
     from sagacity.testing import InMemoryClaimStore, InMemoryKeyStore
 
@@ -249,6 +250,7 @@ def test_the_service_takes_its_journals_from_what_it_is_handed() -> None:
         keys=keys,
         claims=lambda *, instance, journal: InMemoryClaimStore(instance=instance),
         decode=decode_entry,
+        consumers=KafkaConsumers(),
     )
     service = CompensationService(settings, dependencies=replace(handed, journals=journals))
     with pytest.raises(NoBrokerError):
@@ -256,3 +258,10 @@ def test_the_service_takes_its_journals_from_what_it_is_handed() -> None:
     assert asked == [f"{WRITER_PREFIX}units"]
     with pytest.raises(ConfigurationError, match="no journals handed"):
         CompensationService(settings, dependencies=handed).start()
+    # Nor does it make its own Kafka consumer: handed no consumer runtime, it refuses to start
+    # before it makes a journal, naming the composition root.
+    asked.clear()
+    bare = replace(handed, journals=journals, consumers=None)
+    with pytest.raises(ConfigurationError, match=r"no consumer runtime handed .*compose"):
+        CompensationService(settings, dependencies=bare).start()
+    assert asked == []

@@ -7,6 +7,7 @@ from sagacity.ports import (
     ClaimStatus,
     ClaimStore,
     ConsoleSessionTable,
+    FoldingRequestStore,
     KeyStore,
     NoticeClaims,
     RequestStore,
@@ -28,6 +29,7 @@ from sagacity.testing.contracts import (
     JOURNAL,
     ClaimStoreContract,
     ConsoleSessionTableContract,
+    FoldingRequestStoreContract,
     KeyStoreContract,
     NoticeClaimsContract,
     RequestStoreContract,
@@ -112,3 +114,8 @@ class TestInMemorySagaIndex(SagaIndexContract):
 
     def cover(self, *, topic: str, partition: int, next_offset: int) -> None:
         self.fake.cover(topic=topic, partition=partition, next_offset=next_offset)
+
+
+class TestInMemoryFoldingRequestStore(FoldingRequestStoreContract):
+    def create_store(self) -> FoldingRequestStore:
+        return InMemoryRequestStore()

@@ -15,6 +15,7 @@ from sagacity.ports import (
     ClaimStatus,
     ClaimStore,
     ConsoleSessionTable,
+    FoldingRequestStore,
     KeyStore,
     NoticeClaims,
     RequestStore,
@@ -36,6 +37,7 @@ from sagacity.testing.contracts import (
     JOURNAL,
     ClaimStoreContract,
     ConsoleSessionTableContract,
+    FoldingRequestStoreContract,
     KeyStoreContract,
     NoticeClaimsContract,
     RequestStoreContract,
@@ -123,6 +125,15 @@ class TestPostgresRequestStore(RequestStoreContract):
         operator: OperatorVerifier | None = None,
     ) -> RequestStore:
         return PostgresRequestStore(self.dsn, verifier=verifier, journal=JOURNAL, operator=operator)
+
+
+class TestPostgresFoldingRequestStore(FoldingRequestStoreContract):
+    @pytest.fixture(autouse=True)
+    def _database(self, pg_dsn: str) -> None:
+        self.dsn = pg_dsn
+
+    def create_store(self) -> FoldingRequestStore:
+        return PostgresRequestStore(self.dsn, journal=JOURNAL)
 
 
 class TestPostgresSagaIndex(SagaIndexContract):

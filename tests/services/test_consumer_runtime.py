@@ -11,26 +11,31 @@ from typing import Any
 
 import psycopg
 import pytest
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from sagacity.consumers._deadletter import REASON_HEADER, DeadLetters, ensure_topic
 from sagacity.consumers._runtime import (
-    FIXED_SETTINGS,
-    ConsumerRuntime,
     DeadLetterTopic,
     Handler,
     KafkaCommits,
     Ledger,
     PoisonPolicy,
     QuarantineTable,
+    Record,
     Redeliver,
     RuntimeOptions,
     SkipAndCount,
     TablePositions,
-    client_config,
 )
 from sagacity.errors import PersistenceError
+from sagacity.producer import (
+    FIXED_SETTINGS,
+    REASON_HEADER,
+    ConsumerRuntime,
+    DeadLetters,
+    client_config,
+    ensure_topic,
+)
 
 pytestmark = [pytest.mark.kafka]
 
@@ -60,7 +65,7 @@ def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[
         consumer.close()
 
 
-class Recorder(Handler):
+class Recorder(Handler[Record]):
     """Keeps what it is given; offsets are done once handled (or parked)."""
 
     def __init__(self, *, poison_prefix: bytes = b"bad") -> None:
@@ -75,7 +80,7 @@ class Recorder(Handler):
         self.redeliver = 0
         self.closed = False
 
-    def handle(self, messages: Sequence[Message]) -> None:
+    def handle(self, messages: Sequence[Record]) -> None:
         assert self.runtime is not None
         if self.fail_with is not None:
             failure, self.fail_with = self.fail_with, None
@@ -291,7 +296,7 @@ def test_table_positions_archive_each_message_exactly_once_across_a_rebalance(
     stale.close()
 
     class Archiver(Recorder):
-        def handle(self, messages: Sequence[Message]) -> None:
+        def handle(self, messages: Sequence[Record]) -> None:
             with psycopg.connect(pg_dsn) as conn, conn.transaction():
                 for m in messages:
                     conn.execute(
@@ -394,7 +399,7 @@ def test_poison_goes_to_a_quarantine_table_and_a_refusal_stops_the_member(
             "CREATE TABLE quarantine (p int, o bigint, reason text, detail text, raw bytea)"
         )
 
-    def write(message: Message, reason: str, detail: str) -> None:
+    def write(message: Record, reason: str, detail: str) -> None:
         try:
             with psycopg.connect(pg_dsn) as conn:
                 conn.execute(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sagacity.testing.contracts._claims import JOURNAL, ClaimStoreContract
 from sagacity.testing.contracts._console_sessions import ConsoleSessionTableContract
+from sagacity.testing.contracts._folding import FoldingRequestStoreContract
 from sagacity.testing.contracts._index import SagaIndexContract
 from sagacity.testing.contracts._journal import JournalContract
 from sagacity.testing.contracts._keys import KeyStoreContract
@@ -20,6 +21,7 @@ __all__ = [
     "JOURNAL",
     "ClaimStoreContract",
     "ConsoleSessionTableContract",
+    "FoldingRequestStoreContract",
     "JournalContract",
     "KeyStoreContract",
     "NoticeClaimsContract",

@@ -1,5 +1,6 @@
-"""The dead-letter topic: poison input is parked there with its original bytes and a reason
-(the runtime's :class:`~sagacity.consumers._poison.DeadLetterTopic` policy)."""
+"""The dead-letter topic on Kafka: poison input is parked there with its original bytes and a
+reason (the services' ``DeadLetterTopic`` policy, ``sagacity.consumers._poison``, sends through
+:class:`DeadLetters`, a :class:`~sagacity.ports.DeadLetterSender`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from sagacity.errors import JournalError, JournalUnavailableError
-from sagacity.producer import access_denied, with_logger
+from sagacity.ports import Record
+from sagacity.producer._clients import with_logger
+from sagacity.producer._denied import access_denied
 
 log = logging.getLogger("sagacity.consumer")
 
@@ -83,7 +86,7 @@ class DeadLetters:
             with_logger({**config, "acks": "all", "enable.idempotence": True, "linger.ms": 0})
         )
 
-    def send(self, message: Message, *, reason: str, detail: str) -> None:
+    def send(self, message: Record, *, reason: str, detail: str) -> None:
         """Park ``message`` (its key, value and headers unchanged) with ``reason``.
 
         Raises:
@@ -91,7 +94,7 @@ class DeadLetters:
                 the message's offset uncommitted and tries again).
         """
         original = message.headers() or []
-        items = original.items() if isinstance(original, dict) else original
+        items = original.items() if isinstance(original, Mapping) else original
         headers: list[tuple[str, str | bytes | None]] = list(items)
         headers += [
             (REASON_HEADER, reason.encode()),
