@@ -43,7 +43,14 @@ from sagacity.producer._index import (
 )
 from sagacity.producer._journal import RECORD_OVERHEAD, KafkaJournal
 from sagacity.producer._lease import LeaseView, Takeover
-from sagacity.producer._partition import WRONG_PARTITION, misplaced, murmur2, partition_for
+from sagacity.producer._partition import (
+    KAFKA_PARTITIONER,
+    WRONG_PARTITION,
+    KafkaPartitioner,
+    misplaced,
+    murmur2,
+    partition_for,
+)
 from sagacity.producer._reader import (
     HANDOFF_EVENTS,
     Ownership,
@@ -58,6 +65,7 @@ from sagacity.producer._topic import MIN_RETENTION_MS, TopicSpec, journal_identi
 from sagacity.producer._topic import check as check_topic
 from sagacity.producer._topic import create as create_topic
 from sagacity.producer._topic import describe as describe_topic
+from sagacity.producer._topic_pass import KafkaTopicPass, KafkaTopicPasses
 from sagacity.producer._trace import current_traceparent, traced, valid_traceparent
 from sagacity.tools._codec import check_json_payload
 
@@ -65,6 +73,7 @@ __all__ = [
     "DEFAULT_TOPIC",
     "FIXED_SETTINGS",
     "HANDOFF_EVENTS",
+    "KAFKA_PARTITIONER",
     "LAG_INTERVAL_S",
     "MIN_RETENTION_MS",
     "REASON_HEADER",
@@ -80,6 +89,9 @@ __all__ = [
     "KafkaConsumers",
     "KafkaJournal",
     "KafkaJournalSettings",
+    "KafkaPartitioner",
+    "KafkaTopicPass",
+    "KafkaTopicPasses",
     "LeaseView",
     "Ownership",
     "PartitionRead",

@@ -71,3 +71,20 @@ def misplaced(key: bytes | None, partition: int, partitions: int) -> str | None:
         f"the message is on partition {partition}, but its key belongs on partition "
         f"{expected} of {partitions} (murmur2): no reader of the saga sees it there"
     )
+
+
+class KafkaPartitioner:
+    """The journal's partitioner as the :class:`sagacity.ports.Partitioner` port: the
+    composition root hands it to the archive, which checks each message's placement."""
+
+    def partition_for(self, key: bytes, partitions: int) -> int:
+        """:func:`partition_for`."""
+        return partition_for(key, partitions)
+
+    def misplaced(self, key: bytes | None, partition: int, partitions: int) -> str | None:
+        """:func:`misplaced`."""
+        return misplaced(key, partition, partitions)
+
+
+KAFKA_PARTITIONER = KafkaPartitioner()
+"""The journal's partitioner (murmur2 of the key)."""

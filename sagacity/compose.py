@@ -35,8 +35,14 @@ from sagacity.ports import (
     TopicJournal,
 )
 from sagacity.privacy._keys import KeyService
-from sagacity.producer import KafkaConsumers, KafkaJournal, KafkaJournalSettings
-from sagacity.schemas import decode_entry
+from sagacity.producer import (
+    KAFKA_PARTITIONER,
+    KafkaConsumers,
+    KafkaJournal,
+    KafkaJournalSettings,
+    KafkaTopicPasses,
+)
+from sagacity.schemas import JOURNAL_WIRE, decode_entry
 from sagacity.signing._decision_signature import DecisionVerifier
 from sagacity.signing._operator_signature import OperatorVerifier
 from sagacity.signing._writer_signature import WriterKey, WriterRegistry
@@ -182,10 +188,19 @@ class _SettingsJournals:
 
 
 def archive(*, keys: KeyService | None = None) -> Dependencies:
-    """The archive service's dependencies: the key service that opens sealed events (the
-    archive's own tables are its work, reached through its settings) and the consumer runtime
-    on Kafka."""
-    return Dependencies(keys=keys, consumers=KafkaConsumers())
+    """The archive service's dependencies: the consumer runtime on Kafka, the journal's wire
+    format, its partitioner, the passes over the topic of the archive's own readers (the
+    placement check's partition count, catch-up, replay), the decoder of the topic's messages
+    (opening with ``keys``) and the key service that opens sealed events (the archive's own
+    tables are its work, reached through its settings)."""
+    return Dependencies(
+        keys=keys,
+        consumers=KafkaConsumers(),
+        wire=JOURNAL_WIRE,
+        partitioner=KAFKA_PARTITIONER,
+        topic_passes=KafkaTopicPasses(),
+        decode=decode_entry if keys is None else partial(decode_entry, keys=keys),
+    )
 
 
 def compensation(

@@ -21,11 +21,14 @@ from sagacity.schemas._avro import (
 )
 from sagacity.schemas._hotpath import link_encoded
 from sagacity.schemas._sealed import decode_entry
+from sagacity.schemas._wire import JOURNAL_WIRE, AvroWire
 
 __all__ = [
     "HEADER_SIZE",
+    "JOURNAL_WIRE",
     "MAGIC",
     "SCHEMA_VERSION",
+    "AvroWire",
     "WriterSchema",
     "current_schema",
     "decode_entry",

@@ -2,8 +2,9 @@
 
 The archive only *proposes* candidates: sagas whose archived head is older than a threshold and
 is not an event after which no writer holds the saga (docs/adr/0011-writer-lease.md).  Each
-candidate is then judged on the topic by :meth:`KafkaJournal.take_over`, on the broker's
-timestamp of the saga's last accepted event and the lease its writer recorded; an archive that
+candidate is then judged on the topic by the journal's lease
+(:meth:`~sagacity.ports.WriterLeases.take_over`), on the broker's timestamp of the saga's last
+accepted event and the lease its writer recorded; an archive that
 lags or was tampered with can delay a takeover or propose a saga that is not abandoned, never
 cause one the lease forbids.
 """
@@ -23,7 +24,7 @@ from sagacity.errors import LeaseHeldError, SagaNotLiveError, TailMovedError
 from sagacity.signing._writer_roles import HANDOFF_EVENTS
 
 if TYPE_CHECKING:
-    from sagacity.producer import KafkaJournal
+    from sagacity.ports import WriterLeases
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,7 +95,7 @@ class SweepResult:
 
 
 def sweep(
-    journal: KafkaJournal,
+    journal: WriterLeases,
     candidates: Sequence[str],
     *,
     apply: bool,

@@ -13,21 +13,16 @@ duplicate).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
-
 from sagacity.consumers.archive._checkpoints import SignedRound, Signer, sign_pending
 from sagacity.consumers.archive._ingest import BatchArchiver, RawEvent
-from sagacity.errors import JournalUnavailableError
-from sagacity.producer import client_config, topic_unreadable, with_logger
-
-
-def _headers(message: Any) -> dict[str, bytes]:
-    return {k: v for k, v in (message.headers() or ()) if isinstance(v, bytes)}
+from sagacity.consumers.archive._service import ArchiveSettings, archiver_of
+from sagacity.errors import ConfigurationError, JournalUnavailableError, TopicNotFoundError
+from sagacity.ports import Dependencies, PartitionBounds, TopicMessage, TopicPasses
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,121 +35,103 @@ class CatchUp:
     signed: int
 
 
-def _assigned_from_signed(
-    consumer: Consumer,
-    archiver: BatchArchiver,
-    topic: str,
-    numbers: Sequence[int],
-    *,
-    timeout_s: float,
-) -> dict[int, int]:
-    """Assign ``consumer`` each partition from the archiver's signed offset (its start when
-    none) where messages remain; the end offset of each."""
-    starts = archiver.start_offsets(topic)
+def _from_signed(
+    archiver: BatchArchiver, topic: str, bounds: list[PartitionBounds]
+) -> tuple[dict[int, int | None], dict[int, int]]:
+    """Where each partition holding messages past the archiver's signed offset starts (its
+    beginning when none is stored), and where it ends."""
+    stored = archiver.start_offsets(topic)
+    starts: dict[int, int | None] = {}
     ends: dict[int, int] = {}
-    assignment = []
-    for number in numbers:
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, number), timeout=min(timeout_s, 30.0)
-        )
-        start = max(starts.get(number, low), low)
-        if start < high:
-            ends[number] = high
-            assignment.append(
-                TopicPartition(topic, number, start if number in starts else OFFSET_BEGINNING)
-            )
-    consumer.assign(assignment)
-    return ends
+    for b in bounds:
+        start = max(stored.get(b.partition, b.low), b.low)
+        if start < b.high:
+            starts[b.partition] = start if b.partition in stored else None
+            ends[b.partition] = b.high
+    return starts, ends
 
 
-def _batch(messages: Sequence[Any], topic: str, ends: dict[int, int]) -> list[RawEvent]:
-    """The messages before their partition's end, as the archiver takes them; a partition
-    whose end is reached leaves ``ends``."""
-    batch = []
-    for m in messages:
-        if m.error() is not None or m.partition() not in ends:
-            continue
-        partition, offset = m.partition() or 0, m.offset() or 0
-        if offset >= ends[partition]:
-            continue
-        batch.append(
-            RawEvent(
-                topic=topic,
-                partition=partition,
-                offset=offset,
-                key=m.key(),
-                value=m.value(),
-                headers=_headers(m),
-            )
+def _raw(topic: str, messages: list[TopicMessage]) -> list[RawEvent]:
+    return [
+        RawEvent(
+            topic=topic,
+            partition=m.partition,
+            offset=m.offset,
+            key=m.key,
+            value=m.value,
+            headers=dict(m.headers),
         )
-        if offset + 1 >= ends[partition]:
-            del ends[partition]
-    return batch
+        for m in messages
+    ]
 
 
 def catch_up_and_sign(
+    settings: ArchiveSettings,
     *,
-    bootstrap_servers: str,
-    topic: str,
-    group_id: str,
-    archiver: BatchArchiver,
     signer: Signer,
-    kafka_config: Mapping[str, str] | None = None,
+    dependencies: Dependencies,
     on_round: Callable[[SignedRound], None] | None = None,
     timeout_s: float = 300.0,
 ) -> CatchUp:
-    """Read ``topic`` from each partition's signed offset to its end into ``archiver``, then sign
-    every head read (see the module).
+    """Read ``settings.topic`` from each partition's signed offset to its end into an
+    archiver as the service's (``settings``, ``dependencies``: :func:`archiver_of`), then sign
+    every head read with ``signer`` (see the module), the topic read through
+    ``dependencies.topic_passes``.
 
     Raises:
         JournalUnavailableError: the topic could not be read to its end within ``timeout_s``.
+        ConfigurationError: ``dependencies`` lack the passes over the topic or the consumer
+            runtime (its client settings), or what :func:`archiver_of` needs.
     """
-    consumer = Consumer(
-        with_logger(
-            client_config(
-                bootstrap_servers=bootstrap_servers, group_id=group_id, client=kafka_config
-            )
-        )
+    if dependencies.topic_passes is None or dependencies.consumers is None:
+        raise ConfigurationError("the catch-up is handed its passes over the topic")
+    config = dependencies.consumers.client_config(
+        bootstrap_servers=settings.bootstrap_servers,
+        group_id=settings.group_id,
+        client=settings.kafka_config,
     )
-    read = again = archived = 0
+    archiver = archiver_of(settings, signer=signer, dependencies=dependencies)
     try:
+        done = _catch_up(archiver, settings.topic, (dependencies.topic_passes, config), timeout_s)
+        signed = sign_pending(
+            archiver.connection(),
+            signer,
+            archiver.ledger,
+            on_round=on_round,
+            consumer_group=settings.group_id,
+        )
+    finally:
+        archiver.close()
+    return dataclasses.replace(done, signed=signed)
+
+
+def _catch_up(
+    archiver: BatchArchiver,
+    topic: str,
+    reading: tuple[TopicPasses, Mapping[str, Any]],
+    timeout_s: float,
+) -> CatchUp:
+    """Read ``topic`` to its end into ``archiver`` (nothing signed yet) with a pass opened on
+    the client settings given."""
+    passes, config = reading
+    read = again = archived = 0
+    with passes(topic, config=config, timeout_s=min(timeout_s, 30.0)) as scan:
         try:
-            metadata = consumer.list_topics(topic, timeout=min(timeout_s, 30.0))
-        except KafkaException as exc:
-            raise topic_unreadable(topic, bootstrap_servers, exc) from exc
-        found = metadata.topics.get(topic)
-        if found is None or found.error is not None or not found.partitions:
-            raise JournalUnavailableError(f"topic {topic!r} does not exist or cannot be read")
-        numbers = sorted(found.partitions)
-        archiver.partitions[topic] = len(numbers)
-        ends = _assigned_from_signed(consumer, archiver, topic, numbers, timeout_s=timeout_s)
-        deadline = time.monotonic() + timeout_s
-        while ends:
-            if time.monotonic() > deadline:
-                raise JournalUnavailableError(
-                    f"partitions {sorted(ends)} of {topic!r} were not read to their end in "
-                    f"{timeout_s:g} s; nothing was signed"
-                )
-            batch = _batch(consumer.consume(num_messages=2_000, timeout=0.5), topic, ends)
-            if batch:
-                report = archiver.archive(batch)
-                read += len(batch)
+            bounds = scan.bounds()
+        except TopicNotFoundError as exc:
+            raise JournalUnavailableError(
+                f"topic {topic!r} does not exist or cannot be read"
+            ) from exc
+        archiver.partitions[topic] = len(bounds)
+        starts, ends = _from_signed(archiver, topic, bounds)
+        try:
+            for messages in scan.read(starts, ends, within_s=timeout_s):
+                report = archiver.archive(_raw(topic, messages))
+                read += len(messages)
                 again += report.again
                 archived += report.archived
-            # A transaction's commit marker takes an offset but is never delivered: a
-            # partition is read to its end once the consumer's position reaches it.
-            if ends:
-                positions = consumer.position([TopicPartition(topic, p) for p in ends])
-                for tp in positions:
-                    if tp.offset is not None and tp.offset >= ends.get(tp.partition, tp.offset + 1):
-                        del ends[tp.partition]
-    finally:
-        consumer.close()
-    signed = sign_pending(
-        archiver.connection(),
-        signer,
-        archiver.ledger,
-        on_round=on_round,
-        consumer_group=group_id,
-    )
-    return CatchUp(read=read, again=again, archived=archived, signed=signed)
+        except JournalUnavailableError as exc:
+            if type(exc) is not JournalUnavailableError:  # a refusal says it itself
+                raise
+            raise JournalUnavailableError(f"{exc.message}; nothing was signed") from exc
+    return CatchUp(read=read, again=again, archived=archived, signed=0)

@@ -45,13 +45,11 @@ from sagacity.consumers.archive._rowcheck import (
     Decoder,
     NativeRow,
     RecordDecoder,
-    _avro_decoder,
-    _avro_record_decoder,
     _Checked,
     _checked_from_record,
-    _current_prefix,
     _journal_row,
     _native_archive_row,
+    _wire_decoder,
 )
 from sagacity.consumers.archive._sweep import moved_heads
 from sagacity.consumers.archive._timewindow import TimeWindow
@@ -62,9 +60,9 @@ from sagacity.errors import (
     SagacityError,
     UnopenableError,
 )
-from sagacity.producer import misplaced, partition_for
 
 if TYPE_CHECKING:
+    from sagacity.ports import JournalWire, Partitioner
     from sagacity.privacy._keys import KeyService
 
 __all__ = [
@@ -76,12 +74,10 @@ __all__ = [
     "QuarantineReason",
     "RawEvent",
     "RecordDecoder",
-    "_avro_decoder",
-    "_avro_record_decoder",
     "_checked_from_record",
-    "_current_prefix",
     "_journal_row",
     "_native_archive_row",
+    "_wire_decoder",
 ]
 
 _COPY_JOURNAL = f"COPY side_effect_journal ({', '.join(JOURNAL_COLUMNS)}) FROM STDIN"
@@ -102,7 +98,9 @@ class BatchArchiver:
     Args:
         conninfo: libpq connection string of the archive (its search_path picks the schema).
         consumer_group: the name offsets are stored under.
-        decode: bytes to entry; defaults to the journal's Avro wire format.
+        wire / partitioner: the journal's wire format and where its partitioner puts a key
+            (the ports :class:`~sagacity.ports.JournalWire`, :class:`~sagacity.ports.Partitioner`).
+        decode: bytes to entry, instead of ``wire`` (the reference path only).
         retries: attempts per batch when the database goes away (then the error is raised).
         retry_delay: seconds between attempts (doubling, capped at 5 s).
         authorship: who may write (decision signatures, the writer registry and its roles);
@@ -126,6 +124,8 @@ class BatchArchiver:
         conninfo: str,
         *,
         consumer_group: str,
+        partitioner: Partitioner,
+        wire: JournalWire | None = None,
         decode: Decoder | None = None,
         retries: int = 20,
         retry_delay: float = 0.2,
@@ -141,13 +141,19 @@ class BatchArchiver:
         self._conninfo = conninfo
         self._authorship = authorship
         self.consumer_group = consumer_group
-        self._decode = decode if decode is not None else _avro_decoder(keys)
+        self._partitioner = partitioner
+        own = wire if decode is None else None
+        if own is not None:
+            decode = _wire_decoder(own, keys)
+        if decode is None:
+            raise ValueError("give the journal's wire format (wire) or a decoder (decode)")
+        self._decode = decode
         # The journal's own wire format is checked from its decoded record's fields; a
         # decoder given by the caller goes through JournalEntry (the reference path).
-        self._fields = _avro_record_decoder() if decode is None else None
+        self._fields = own.record if own is not None else None
         # And first, where it is installed, by the compiled module, for the current schema.
-        self._native_row = _native_archive_row() if decode is None else None
-        self._prefix = _current_prefix() if self._native_row is not None else b""
+        self._native_row = _native_archive_row() if own is not None else None
+        self._prefix = own.prefix if own is not None and self._native_row is not None else b""
         self._retries = retries
         self._retry_delay = retry_delay
         self._conn: psycopg.Connection | None = None
@@ -233,7 +239,7 @@ class BatchArchiver:
         return moved_heads(
             self.connection(),
             self.ledger,
-            partition_of=lambda saga_id: partition_for(
+            partition_of=lambda saga_id: self._partitioner.partition_for(
                 saga_id.encode("utf-8", "surrogatepass"), count
             ),
             ready=ready,
@@ -320,7 +326,7 @@ class BatchArchiver:
             checked = _Checked(_journal_row(item, ev.topic, ev.partition, ev.offset))
         partitions = self.partitions.get(ev.topic)
         if partitions is not None:
-            wrong = misplaced(ev.key, ev.partition, partitions)
+            wrong = self._partitioner.misplaced(ev.key, ev.partition, partitions)
             if wrong is not None:
                 return _Refusal(
                     QuarantineReason.WRONG_PARTITION, wrong, ev, checked.saga_id, checked.seq

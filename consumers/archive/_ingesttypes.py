@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 
 from sagacity.chain import BreakReason
 from sagacity.chain._acceptance import ForkKind
-from sagacity.producer import WRONG_PARTITION as _WRONG_PARTITION
 
 
 class QuarantineReason(enum.StrEnum):
@@ -70,9 +69,9 @@ class QuarantineReason(enum.StrEnum):
     WRITER_NOT_OWNER = ForkKind.WRITER_NOT_OWNER.value
     """A registered writer wrote an event it may not write in that saga: not its owner, and
     not a service role registered for that event (docs/adr/0014 §5)."""
-    WRONG_PARTITION = _WRONG_PARTITION
+    WRONG_PARTITION = ForkKind.WRONG_PARTITION.value
     """The message is not on the partition its key belongs on: no reader of the saga sees it
-    (``sagacity.producer.misplaced``)."""
+    (:meth:`sagacity.ports.Partitioner.misplaced`)."""
     PARTITION_UNAVAILABLE = "partition_unavailable"
     """The database refused to make the partition of the event's month (out of shared
     memory, a limit …): the event is kept here instead of stopping the archive."""

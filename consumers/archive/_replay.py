@@ -17,21 +17,19 @@ for a topic or a saga, not a service.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from sagacity.chain._acceptance import ForkKind
 from sagacity.chain._grammar import GrammarFinding, check
 from sagacity.consumers.archive._db import check_schema, mapped_errors
-from sagacity.consumers.archive._ingest import Decoder, _avro_decoder
+from sagacity.consumers.archive._ingest import Decoder
 from sagacity.entries._events import JournalEntry
-from sagacity.errors import JournalUnavailableError, SagacityError, TopicNotFoundError
-from sagacity.ports import Rejected, SagaRead
-from sagacity.producer import access_denied, topic_unreadable, with_logger
+from sagacity.errors import SagacityError
+from sagacity.ports import Rejected, SagaRead, TopicPasses
 
 
 @dataclass(kw_only=True)
@@ -93,20 +91,26 @@ def read_topic(
     bootstrap_servers: str,
     topic: str,
     *,
+    passes: TopicPasses,
+    decode: Decoder,
     saga_id: str | None = None,
-    decode: Decoder | None = None,
     kafka_config: Mapping[str, str] | None = None,
     timeout: float = 30.0,
 ) -> tuple[ReplayReport, dict[str, list[JournalEntry]]]:
     """Read ``topic`` up to its current end; return the report and each saga's accepted chain.
 
     Args:
+        passes: opens the pass over the topic (:class:`~sagacity.ports.TopicPasses`, from
+            :func:`sagacity.compose.archive`).
+        decode: a message value to its entry (the journal's wire format).
         saga_id: replay only the messages keyed with this saga id.
+        timeout: the longest wait for the broker, and without a message.
 
     Raises:
         JournalUnavailableError: the topic cannot be read within ``timeout``.
+        TopicNotFoundError: the topic does not exist.
+        KafkaAccessDeniedError: the principal may not read the topic.
     """
-    decoder = decode if decode is not None else _avro_decoder()
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap_servers,
         # A readers' group (never commits): the ACL auditors hold is on this prefix.
@@ -117,39 +121,22 @@ def read_topic(
         **(kafka_config or {}),
     }
     wanted = saga_id.encode("utf-8") if saga_id is not None else None
-    consumer = Consumer(with_logger(config))
     report = ReplayReport(topic=topic)
     reads: dict[str, SagaRead] = {}
-    try:
-        try:
-            metadata = consumer.list_topics(topic, timeout=timeout)
-        except KafkaException as exc:
-            raise topic_unreadable(topic, bootstrap_servers, exc) from exc
-        info = metadata.topics.get(topic)
-        if info is None or info.error is not None or not info.partitions:
-            raise TopicNotFoundError(
-                f"topic {topic!r} does not exist or has no partitions", topic=topic
-            )
-        ends, trimmed = _assigned_to_ends(consumer, topic, sorted(info.partitions), timeout)
-        report.trimmed = report.trimmed or bool(trimmed)
-
-        def offer(partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
-            if wanted is not None and key != wanted:
-                return
-            report.messages += 1
-            _offer(
-                report,
-                reads,
-                decoder,
-                (partition, offset),
-                key,
-                value,
-                trimmed=partition in trimmed,
-            )
-
-        _read_to_ends(consumer, topic, ends, config=config, timeout=timeout, offer=offer)
-    finally:
-        consumer.close()
+    with passes(topic, config=config, timeout_s=timeout) as scan:
+        bounds = scan.bounds()
+        trimmed = {b.partition for b in bounds if b.low > 0}
+        report.trimmed = bool(trimmed)
+        held = [b for b in bounds if b.high > b.low]
+        starts: dict[int, int | None] = {b.partition: b.low for b in held}
+        for messages in scan.read(starts, {b.partition: b.high for b in held}, idle_s=timeout):
+            for m in messages:
+                if wanted is not None and m.key != wanted:
+                    continue
+                report.messages += 1
+                at = (m.partition, m.offset)
+                trim = m.partition in trimmed
+                _offer(report, reads, decode, at, m.key, m.value, trimmed=trim)
     for sid, read in reads.items():
         report.sagas[sid] = SagaReplay(
             saga_id=sid,
@@ -159,63 +146,6 @@ def read_topic(
             grammar=check(read.entries, after_seq=read.base_seq),
         )
     return report, {sid: read.entries for sid, read in reads.items()}
-
-
-def _assigned_to_ends(
-    consumer: Consumer, topic: str, partitions: Sequence[int], timeout: float
-) -> tuple[dict[int, int], set[int]]:
-    """Assign ``consumer`` every partition of ``topic`` holding messages, from its start; the
-    end offset of each, and the partitions whose start retention removed."""
-    ends: dict[int, int] = {}
-    trimmed: set[int] = set()
-    assignment = []
-    for p in partitions:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
-        if low > 0:
-            trimmed.add(p)
-        if high > low:
-            ends[p] = high
-            assignment.append(TopicPartition(topic, p, low))
-    consumer.assign(assignment)
-    return ends, trimmed
-
-
-def _read_to_ends(
-    consumer: Consumer,
-    topic: str,
-    ends: dict[int, int],
-    *,
-    config: Mapping[str, Any],
-    timeout: float,
-    offer: Callable[[int, int, bytes | None, bytes | None], None],
-) -> None:
-    """Each message up to ``ends`` (by partition; emptied as each is reached) to ``offer``.
-
-    Raises:
-        JournalUnavailableError: reading failed, or the ends were not reached in ``timeout``.
-        KafkaAccessDeniedError: the principal may not read the topic.
-    """
-    idle = 0.0
-    while ends and idle < timeout:
-        messages = consumer.consume(num_messages=1000, timeout=1.0)
-        if not messages:
-            idle += 1.0
-            continue
-        idle = 0.0
-        for m in messages:
-            err = m.error()
-            if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF:
-                    doing = f"reading topic {topic!r}"
-                    denied = access_denied(err, config, doing=doing)
-                    raise denied or JournalUnavailableError(f"reading {topic!r} failed: {err}")
-                continue
-            partition, offset = m.partition() or 0, m.offset() or 0
-            if partition in ends and offset + 1 >= ends[partition]:
-                del ends[partition]
-            offer(partition, offset, m.key(), m.value())
-    if ends:
-        raise JournalUnavailableError(f"topic {topic!r} not read to its end in {timeout} s")
 
 
 def _offer(

@@ -18,6 +18,7 @@ from sagacity.entries._events import JournalEntry
 
 if TYPE_CHECKING:
     from sagacity.consumers.archive._ingest import RawEvent
+    from sagacity.ports import JournalWire
     from sagacity.privacy._keys import KeyService
 
 Decoder = Callable[[bytes], JournalEntry]
@@ -93,12 +94,11 @@ class _Checked:
         self.row = row
 
 
-def _avro_decoder(keys: KeyService | None = None) -> Decoder:
-    from sagacity.schemas import decode_entry
-
+def _wire_decoder(wire: JournalWire, keys: KeyService | None = None) -> Decoder:
+    """The reference decoder of the journal's own wire format, opening with ``keys``."""
     if keys is None:
-        return decode_entry
-    return functools.partial(decode_entry, keys=keys)
+        return wire.decode
+    return functools.partial(wire.decode, keys=keys)
 
 
 RecordDecoder = Callable[[bytes], dict[str, Any]]
@@ -113,19 +113,6 @@ def _native_archive_row() -> NativeRow | None:
     installed or ``SAGACITY_NATIVE=0``."""
     function: NativeRow | None = native("archive_row")
     return function
-
-
-def _current_prefix() -> bytes:
-    """The first bytes of a message of the current schema: marker and fingerprint."""
-    from sagacity.schemas import MAGIC, current_schema
-
-    return MAGIC + current_schema().fingerprint
-
-
-def _avro_record_decoder() -> RecordDecoder:
-    from sagacity.schemas import decode_record
-
-    return decode_record
 
 
 def _plain_fields(record: Mapping[str, Any], key: bytes | None) -> tuple[Any, ...] | None:

@@ -18,7 +18,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
-from confluent_kafka import KafkaException, Message
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pydantic import Field
 
@@ -27,6 +26,7 @@ from sagacity.config._defaults import DEFAULT_TOPIC
 from sagacity.config._settings import SagacitySettings
 from sagacity.consumers._runtime import (
     Handler,
+    Record,
     Redeliver,
     RuntimeOptions,
     SkipAndCount,
@@ -50,14 +50,14 @@ from sagacity.consumers.archive._timewindow import (
 )
 from sagacity.consumers.archive._witness import publish
 from sagacity.errors import (
+    ConfigurationError,
+    JournalError,
     PersistenceError,
     PersistenceUnavailableError,
     RoundLogError,
     WitnessError,
 )
 from sagacity.ports import Dependencies
-from sagacity.privacy._keys import KeyService
-from sagacity.producer import ConsumerRuntime, client_config
 from sagacity.signing._decision_signature import DecisionVerifier
 from sagacity.signing._writer_signature import WriterRegistry
 from sagacity.telemetry import _tracing
@@ -221,17 +221,24 @@ def archiver_of(
     settings: ArchiveSettings,
     *,
     signer: Signer | None,
+    dependencies: Dependencies,
     authorship: Authorship | None = None,
     decode: Decoder | None = None,
-    keys: KeyService | None = None,
 ) -> BatchArchiver:
     """The batch archiver ``settings`` ask for, signing (or not) with ``signer``: the service's,
-    and ``sagacity archive checkpoint``'s.
+    and ``sagacity archive checkpoint``'s.  ``dependencies`` (:func:`sagacity.compose.archive`)
+    give the journal's wire format, its partitioner and the key service.
 
     Raises:
-        ConfigurationError: the approvals key or the writer registry is unusable.
+        ConfigurationError: the approvals key or the writer registry is unusable, or
+            ``dependencies`` lack the wire format or the partitioner.
         SigningKeyError: a previous public key is not one.
     """
+    if dependencies.partitioner is None or (dependencies.wire is None and decode is None):
+        raise ConfigurationError(
+            "the archive is handed the journal's wire format and partitioner "
+            "(sagacity.compose.archive)"
+        )
     signed_keys = [
         *([signer.public_raw] if signer else []),
         *(
@@ -243,26 +250,34 @@ def archiver_of(
     return BatchArchiver(
         settings.database_url,
         consumer_group=settings.group_id,
+        partitioner=dependencies.partitioner,
+        wire=dependencies.wire,
         decode=decode,
         authorship=authorship if authorship is not None else authorship_of(settings),
-        keys=keys,
+        keys=dependencies.keys,
         time_window=TimeWindow(max_future_s=settings.max_future_s, max_age_s=settings.max_age_s),
         signed_keys=signed_keys,
         ledger=IngestLedger(signing=signer is not None),
     )
 
 
-class ArchiveService(Handler):
+class ArchiveService(Handler[Record]):
     """Runs the archive consumer until :meth:`stop` (or a signal handler) is called.
 
     Args:
         settings: see :class:`ArchiveSettings`.
         decode: the message decoder (default: the journal's wire format).
         metrics: the counters to serve (default: new ones).
-        dependencies: what the service is handed (:func:`sagacity.compose.archive`): the key
-            service filling the value columns of sealed events (its caller closes it); a
-            sealed field that fails authentication is quarantined, reason
-            ``authentication failed`` (docs/adr/0019-erasure.md §3).
+        dependencies: what the service is handed (:func:`sagacity.compose.archive`): the
+            consumer runtime on the topic's transport, the passes over the topic (the
+            partition count of the placement check), the journal's wire format and
+            partitioner, and the key service filling the value columns of sealed events (its
+            caller closes it); a sealed field that fails authentication is quarantined,
+            reason ``authentication failed`` (docs/adr/0019-erasure.md §3).
+
+    Raises:
+        ConfigurationError: ``dependencies`` lack the consumer runtime, the passes over the
+            topic, the wire format or the partitioner.
     """
 
     def __init__(
@@ -271,28 +286,39 @@ class ArchiveService(Handler):
         *,
         decode: Decoder | None = None,
         metrics: ArchiveMetrics | None = None,
-        dependencies: Dependencies | None = None,
+        dependencies: Dependencies,
     ) -> None:
-        keys: KeyService | None = (dependencies or Dependencies()).keys
         self.settings = settings
         self.metrics = metrics if metrics is not None else ArchiveMetrics()
         self._authorship = authorship_of(settings)
         self._signer = Signer.from_file(settings.signing_key) if settings.signing_key else None
         self._archiver = archiver_of(
-            settings, signer=self._signer, authorship=self._authorship, decode=decode, keys=keys
+            settings,
+            signer=self._signer,
+            dependencies=dependencies,
+            authorship=self._authorship,
+            decode=decode,
         )
         self._stop = threading.Event()
         self._healthy = False
         self._http: ThreadingHTTPServer | None = None
         self._last_checkpoint = time.monotonic()
-        self.runtime = ConsumerRuntime(
+        consumers, passes = dependencies.consumers, dependencies.topic_passes
+        if consumers is None or passes is None:
+            raise ConfigurationError(
+                "the archive is handed its consumer runtime and passes over the topic "
+                "(sagacity.compose.archive)"
+            )
+        self._passes = passes
+        self._client = consumers.client_config(
+            bootstrap_servers=settings.bootstrap_servers,
+            group_id=settings.group_id,
+            client=settings.kafka_config,
+        )
+        self.runtime = consumers.runtime(
             RuntimeOptions(
                 topic=settings.topic,
-                config=client_config(
-                    bootstrap_servers=settings.bootstrap_servers,
-                    group_id=settings.group_id,
-                    client=settings.kafka_config,
-                ),
+                config=self._client,
                 batch_size=settings.batch_size,
                 poll_timeout_s=settings.poll_timeout,
                 name="archive consumer",
@@ -337,7 +363,7 @@ class ArchiveService(Handler):
 
         Raises:
             PersistenceError: the database refused a batch for a reason retrying cannot fix.
-            KafkaException: a fatal Kafka error.
+            one of the consumer runtime's transport errors: a fatal client error.
         """
         if self.settings.metrics_port is not None:
             self._start_http(self.settings.metrics_port)
@@ -375,22 +401,17 @@ class ArchiveService(Handler):
         self._archiver.ledger.forget(self.settings.topic, partitions)
 
     def _partitions(self, topic: str) -> None:
-        """Learn ``topic``'s partition count (the placement check) once."""
+        """Learn ``topic``'s partition count (the placement check) once, from a pass over it."""
         if topic in self._archiver.partitions:
             return
-        consumer = self.runtime.consumer
-        if consumer is None:
-            return
         try:
-            metadata = consumer.list_topics(topic, timeout=10)
-        except KafkaException as exc:
+            with self._passes(topic, config=self._client, timeout_s=10.0) as scan:
+                count = len(scan.bounds())
+        except JournalError as exc:
             raise Redeliver(f"cannot read the partition count of {topic}: {exc}") from exc
-        found = metadata.topics.get(topic)
-        if found is None or found.error is not None or not found.partitions:
-            raise Redeliver(f"cannot read the partition count of {topic}")
-        self._archiver.partitions[topic] = len(found.partitions)
+        self._archiver.partitions[topic] = count
 
-    def handle(self, messages: Sequence[Message]) -> None:
+    def handle(self, messages: Sequence[Record]) -> None:
         """Archive ``messages`` in one transaction with their positions.
 
         Raises:
@@ -425,7 +446,7 @@ class ArchiveService(Handler):
             self._checkpoint()
             self._last_checkpoint = time.monotonic()
 
-    def _archive(self, batch: list[RawEvent], messages: Sequence[Message]) -> BatchReport:
+    def _archive(self, batch: list[RawEvent], messages: Sequence[Record]) -> BatchReport:
         """Archive ``batch`` in its span, linked to the traces its events carry."""
         links = _tracing.message_traceparents(messages)
         attributes = {"sagacity.archive.events": len(batch)}

@@ -160,12 +160,12 @@ def checkpoint(
     """
     import os
 
+    from sagacity import compose
     from sagacity._env import client_settings, starting_keys
     from sagacity.consumers.archive import (
         ArchiveSettings,
         SignedRound,
         Signer,
-        archiver_of,
         catch_up_and_sign,
         connect,
         ensure_schema,
@@ -189,20 +189,15 @@ def checkpoint(
                 signing_key=signing_key,
                 kafka_config=kafka_config,
             )
-            archiver = archiver_of(settings, signer=signer, keys=keys)
             try:
                 done = catch_up_and_sign(
-                    bootstrap_servers=bootstrap_servers,
-                    topic=topic,
-                    group_id=group,
-                    archiver=archiver,
+                    settings,
                     signer=signer,
-                    kafka_config=kafka_config,
+                    dependencies=compose.archive(keys=keys),
                     on_round=rounds.append,
                     timeout_s=timeout,
                 )
             finally:
-                archiver.close()
                 if keys is not None:
                     keys.close()
         if rounds and witness is not None:

@@ -341,23 +341,26 @@ def replay(
     configures (a field that fails authentication is reported undecodable); without it their
     chains verify by their commitments and the output says how many events stayed sealed.
     """
-    import functools
     import os
 
+    from sagacity import compose
     from sagacity._env import client_settings, key_service_from_env
     from sagacity.consumers.archive import connect, diff_with_archive, read_topic
     from sagacity.errors import SagacityError
     from sagacity.keys import KEK_SETTING
-    from sagacity.schemas import decode_entry
 
     keys = None
     try:
         keys = key_service_from_env({"SAGACITY_DATABASE_URL": database_url, **os.environ})
+        dependencies = compose.archive(keys=keys)
+        assert dependencies.topic_passes is not None
+        assert dependencies.decode is not None
         report, chains = read_topic(
             bootstrap_servers,
             topic,
+            passes=dependencies.topic_passes,
+            decode=dependencies.decode,
             saga_id=saga_id,
-            decode=functools.partial(decode_entry, keys=keys) if keys is not None else None,
             kafka_config=client_settings(os.environ),
             timeout=timeout,
         )

@@ -33,6 +33,11 @@ re-exported here.  One module per port; every name is exported here.
 * :class:`Consumers`: the services' consumer runtime, running a :class:`Handler` over a
   topic's :class:`Record` s with a :class:`PositionStore` and a :class:`PoisonPolicy`
   (:mod:`._consume`, docs/adr/0023-consumer-runtime.md).
+* :class:`JournalWire`: the journal's wire format as the archive's ingest checks it
+  (:mod:`._wire`); :class:`Partitioner`: where the journal's partitioner puts a key
+  (:mod:`._partitioner`); :class:`TopicPasses`: one pass over the topic outside any consumer
+  group (:mod:`._topic_pass`); :class:`WriterLeases`: live sagas' writer leases as a sweep
+  takes them over (:mod:`._leases`).
 * :class:`Dependencies`: every dependency a service is handed, built by the composition root
   (:mod:`._dependencies`, :mod:`sagacity.compose`).
 """
@@ -65,7 +70,9 @@ from sagacity.ports._index import (
     SagaIndex,
 )
 from sagacity.ports._keys import KeyStore, StoredKey
+from sagacity.ports._leases import LeaseState, TakenOver, WriterLeases
 from sagacity.ports._notice_claims import NoticeClaims
+from sagacity.ports._partitioner import Partitioner
 from sagacity.ports._reads import (
     EntryDecoder,
     Ownership,
@@ -91,6 +98,8 @@ from sagacity.ports._requests import (
 )
 from sagacity.ports._service_tables import ServiceCopies, ServiceTables
 from sagacity.ports._slack_tables import SlackMessage, SlackTables
+from sagacity.ports._topic_pass import PartitionBounds, TopicMessage, TopicPass, TopicPasses
+from sagacity.ports._wire import JournalWire
 
 __all__ = [
     "OPEN_STATES",
@@ -119,11 +128,15 @@ __all__ = [
     "IndexedPartition",
     "IndexedSaga",
     "Journal",
+    "JournalWire",
     "KeyStore",
+    "LeaseState",
     "NoticeClaims",
     "Ownership",
+    "PartitionBounds",
     "PartitionMap",
     "PartitionRead",
+    "Partitioner",
     "PoisonPolicy",
     "PositionStore",
     "QuarantinedEvent",
@@ -147,8 +160,13 @@ __all__ = [
     "SlackMessage",
     "SlackTables",
     "StoredKey",
+    "TakenOver",
     "TopicJournal",
     "TopicJournals",
+    "TopicMessage",
+    "TopicPass",
+    "TopicPasses",
+    "WriterLeases",
     "check_claim_key",
     "ownership",
 ]

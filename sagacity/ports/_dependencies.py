@@ -24,9 +24,12 @@ from sagacity.ports._erasure import ErasableArchive
 from sagacity.ports._index import SagaIndex
 from sagacity.ports._keys import KeyStore
 from sagacity.ports._notice_claims import NoticeClaims
+from sagacity.ports._partitioner import Partitioner
 from sagacity.ports._reads import EntryDecoder, TopicJournals
 from sagacity.ports._service_tables import ServiceTables
 from sagacity.ports._slack_tables import SlackTables
+from sagacity.ports._topic_pass import TopicPasses
+from sagacity.ports._wire import JournalWire
 
 if TYPE_CHECKING:
     from sagacity.ports._requests import RequestStore
@@ -97,6 +100,12 @@ class Dependencies:
         consumers: the consumer runtime on the topic's transport (:class:`~sagacity.ports.
             Consumers`): runs a service's handler over the topic's records and publishes to
             its dead-letter topic.
+        wire: the journal's wire format as the archive's ingest checks it
+            (:class:`~sagacity.ports.JournalWire`).
+        partitioner: where the journal's partitioner puts a key: the archive quarantines a
+            message that is not there (:class:`~sagacity.ports.Partitioner`).
+        topic_passes: opens a pass over the topic outside any consumer group (the archive's
+            partition count, catch-up and replay: :class:`~sagacity.ports.TopicPasses`).
     """
 
     journal: Journal | None = None
@@ -115,3 +124,6 @@ class Dependencies:
     slack_tables: SlackTables | None = None
     archive_bundles: ArchiveBundles | None = None
     consumers: Consumers | None = None
+    wire: JournalWire | None = None
+    partitioner: Partitioner | None = None
+    topic_passes: TopicPasses | None = None

@@ -330,9 +330,7 @@ _ARCHIVE = (
     "the archive is the Postgres archive: its tables' schema, rows and errors "
     "(sagacity.postgres and its archive modules) are the implementation of the ports it "
     "offers the others (SagaIndex, ErasableArchive: both in sagacity.postgres), not a store "
-    "it could be handed; it reads the topic with Kafka clients of its own (catch-up, replay, "
-    "the partitioner's check at ingest) and checks archived messages against the wire format "
-    "(sagacity.schemas)"
+    "it could be handed"
 )
 
 # Adapter modules (a package or one private module) a service imports, each with its reason.
@@ -342,8 +340,6 @@ SERVICE_ADAPTERS_ALLOWED: dict[tuple[str, str], str] = {
     ("sagacity.consumers.archive", "sagacity.postgres._archive"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.postgres._archive_schema"): _ARCHIVE,
     ("sagacity.consumers.archive", "sagacity.postgres._rows"): _ARCHIVE,
-    ("sagacity.consumers.archive", "sagacity.producer"): _ARCHIVE,
-    ("sagacity.consumers.archive", "sagacity.schemas"): _ARCHIVE,
 }
 
 SERVICE_EDGES = [(m, i, t) for m, i, t in EDGES if layer_of(m) == SERVICES]
@@ -445,7 +441,6 @@ SERVICE_DRIVERS_ALLOWED: dict[str, tuple[tuple[str, ...], str]] = {
     "sagacity.consumers.archive._audit": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._auditstream": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._batchplan": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._catchup": (("confluent_kafka",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._chainstream": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._checkpoints": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._db": (("psycopg",), _ARCHIVE_SPLIT),
@@ -456,12 +451,11 @@ SERVICE_DRIVERS_ALLOWED: dict[str, tuple[tuple[str, ...], str]] = {
     "sagacity.consumers.archive._ingestsql": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._judging": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._owners": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._replay": (("confluent_kafka", "psycopg"), _ARCHIVE_SPLIT),
+    "sagacity.consumers.archive._replay": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._retention": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._retentionaudit": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._roundaudit": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._roundlog": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._service": (("confluent_kafka",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._snapshots": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._sweep": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._watch": (("psycopg",), _ARCHIVE_SPLIT),

@@ -9,6 +9,8 @@ import pytest
 from archive_helpers import decode
 
 from sagacity.consumers.archive import BatchArchiver, migrate
+from sagacity.producer import KAFKA_PARTITIONER
+from sagacity.schemas import JOURNAL_WIRE
 
 
 @pytest.fixture
@@ -25,6 +27,13 @@ def archiver(archive_dsn: str, request: pytest.FixtureRequest) -> Iterator[Batch
     journal's wire format), and with a decoder given (every event through JournalEntry, the
     reference path): every test using it runs on both."""
     given = decode if request.param == "entry" else None
-    a = BatchArchiver(archive_dsn, consumer_group="g", decode=given, retry_delay=0.05)
+    a = BatchArchiver(
+        archive_dsn,
+        consumer_group="g",
+        decode=given,
+        retry_delay=0.05,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
+    )
     yield a
     a.close()

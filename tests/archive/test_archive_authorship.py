@@ -27,6 +27,7 @@ from sagacity import (
     SagaStatus,
     compensable,
     compensation,
+    compose,
 )
 from sagacity.chain import link
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
@@ -88,7 +89,8 @@ def archive_of(kafka_bootstrap: str, archive_dsn: str) -> Iterator[Callable[...,
                 batch_size=50,
                 poll_timeout=0.2,
                 **settings,
-            )
+            ),
+            dependencies=compose.archive(),
         )
         runner = threading.Thread(target=service.run)
         runner.start()

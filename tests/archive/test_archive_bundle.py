@@ -18,6 +18,8 @@ from sagacity.chain import link
 from sagacity.consumers.archive import BatchArchiver, Signer, generate_key, sign_pending
 from sagacity.consumers.archive._export import export_bundle
 from sagacity.consumers.archive.verify_bundle import ed25519_verify
+from sagacity.producer import KAFKA_PARTITIONER
+from sagacity.schemas import JOURNAL_WIRE
 
 pytestmark = pytest.mark.postgres
 
@@ -26,7 +28,13 @@ pytestmark = pytest.mark.postgres
 def archiver(archive_dsn: str) -> Iterator[BatchArchiver]:
     """One archiver: bundles are about export and the verifier; the ingest paths are compared
     elsewhere."""
-    a = BatchArchiver(archive_dsn, consumer_group="g", retry_delay=0.05)
+    a = BatchArchiver(
+        archive_dsn,
+        consumer_group="g",
+        retry_delay=0.05,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
+    )
     yield a
     a.close()
 

@@ -16,6 +16,8 @@ from archive_helpers import as_raw, make_chain
 
 from sagacity.cli._archive_bundles import ArchiveExports
 from sagacity.consumers.approvals.console._archive import ArchiveView
+from sagacity.producer import KAFKA_PARTITIONER
+from sagacity.schemas import JOURNAL_WIRE
 
 pytestmark = pytest.mark.postgres
 
@@ -80,7 +82,9 @@ def test_the_consoles_bundle_withholds_redaction_salts_and_still_verifies(
     finally:
         journal.close()
     messages = _raw(kafka_bootstrap, topic)
-    archiver = BatchArchiver(archive_dsn, consumer_group="g", keys=keys)
+    archiver = BatchArchiver(
+        archive_dsn, consumer_group="g", keys=keys, partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+    )
     try:
         raw = [
             RawEvent(topic=topic, partition=0, offset=m.offset(), key=m.key(), value=m.value())

@@ -23,6 +23,8 @@ from sagacity.consumers.archive import (
     generate_key,
     sign_pending,
 )
+from sagacity.producer import KAFKA_PARTITIONER
+from sagacity.schemas import JOURNAL_WIRE
 
 pytestmark = pytest.mark.postgres
 
@@ -30,7 +32,13 @@ pytestmark = pytest.mark.postgres
 @pytest.fixture
 def archiver(archive_dsn: str) -> Iterator[BatchArchiver]:
     """One archiver (the ingest paths are compared elsewhere)."""
-    a = BatchArchiver(archive_dsn, consumer_group="g", retry_delay=0.05)
+    a = BatchArchiver(
+        archive_dsn,
+        consumer_group="g",
+        retry_delay=0.05,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
+    )
     yield a
     a.close()
 

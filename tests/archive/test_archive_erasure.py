@@ -27,6 +27,8 @@ from sagacity.consumers.archive import (
 )
 from sagacity.entries._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
 from sagacity.errors import ErasureRefusedError
+from sagacity.producer import KAFKA_PARTITIONER
+from sagacity.schemas import JOURNAL_WIRE
 from sagacity.signing._operator_signature import OperatorSigner
 
 pytestmark = pytest.mark.postgres
@@ -88,7 +90,13 @@ def journal_rows(dsn: str, saga_id: str) -> list[tuple[object, ...]]:
 def archived(archive_dsn: str) -> str:
     """Two form-2 sagas and a form-1 one archived (with their values: the archiver got them
     in clear), and a quarantined message of the first."""
-    archiver = BatchArchiver(archive_dsn, consumer_group="g", retry_delay=0.05)
+    archiver = BatchArchiver(
+        archive_dsn,
+        consumer_group="g",
+        retry_delay=0.05,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
+    )
     try:
         events = as_raw(form_two_chain("gone") + form_two_chain("kept") + make_chain("old", 3))
         bad = RawEvent(topic="t", partition=0, offset=len(events), key=b"gone", value=b"junk")
@@ -227,7 +235,9 @@ def _record_erasure(dsn: str, saga_id: str, *, sign: OperatorSigner | None = OPE
     if sign is not None:
         draft = sign.sign(draft, seq=seq + 1, prev_hash=prev)
     erased = link(draft, seq=seq + 1, prev_hash=prev)
-    archiver = BatchArchiver(dsn, consumer_group="g", retry_delay=0.05)
+    archiver = BatchArchiver(
+        dsn, consumer_group="g", retry_delay=0.05, partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+    )
     try:
         assert archiver.archive(as_raw([erased], first_offset=100)).archived == 1
     finally:

@@ -9,6 +9,8 @@ from archive_helpers import as_raw, make_chain, rows
 
 from sagacity.chain import link
 from sagacity.consumers.archive import QuarantineReason, RawEvent
+from sagacity.producer import KAFKA_PARTITIONER
+from sagacity.schemas import JOURNAL_WIRE
 
 pytestmark = pytest.mark.postgres
 
@@ -238,7 +240,9 @@ def test_sealed_events_are_archived_opened_with_the_keys_and_quarantined_when_al
     altered = bytearray(values[3])
     altered[values[3].index(box) + 3] ^= 1
     raw.append(RawEvent(topic="t", partition=0, offset=4, key=b"sealed-1", value=bytes(altered)))
-    archiver = BatchArchiver(archive_dsn, consumer_group="g", keys=keys)
+    archiver = BatchArchiver(
+        archive_dsn, consumer_group="g", keys=keys, partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+    )
     try:
         report = archiver.archive(raw)
     finally:
@@ -257,7 +261,14 @@ def test_sealed_events_are_archived_opened_with_the_keys_and_quarantined_when_al
         ("authentication failed",)
     ]
     with pytest.raises(ValueError, match="give keys or decode"):
-        BatchArchiver(archive_dsn, consumer_group="g", keys=keys, decode=lambda v: chain[0])
+        BatchArchiver(
+            archive_dsn,
+            consumer_group="g",
+            keys=keys,
+            decode=lambda v: chain[0],
+            partitioner=KAFKA_PARTITIONER,
+            wire=JOURNAL_WIRE,
+        )
 
 
 def test_sealed_events_archived_without_the_keys_keep_their_commitments(archiver, archive_dsn):

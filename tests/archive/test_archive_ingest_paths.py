@@ -21,14 +21,14 @@ from hypothesis import strategies as st
 from sagacity.chain import canonical_layout, hash_of, link
 from sagacity.consumers.archive import BatchArchiver, QuarantineReason, RawEvent
 from sagacity.consumers.archive._ingest import (
-    _avro_record_decoder,
     _checked_from_record,
     _journal_row,
     _native_archive_row,
     _Refusal,
 )
 from sagacity.entries._events import GENESIS_HASH, EntryDraft, EventType, UnknownEventType
-from sagacity.schemas import MAGIC, current_schema, encode_entry, entry_record
+from sagacity.producer import KAFKA_PARTITIONER
+from sagacity.schemas import JOURNAL_WIRE, MAGIC, current_schema, encode_entry, entry_record
 
 texts = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"))
 optional_texts = st.none() | texts
@@ -47,7 +47,13 @@ drafts = st.builds(
     | st.integers(min_value=-(2**63), max_value=2**63 - 1),
 )
 
-REFERENCE = BatchArchiver("host=unused", consumer_group="g", decode=lambda b: _decode(b))
+REFERENCE = BatchArchiver(
+    "host=unused",
+    consumer_group="g",
+    decode=lambda b: _decode(b),
+    partitioner=KAFKA_PARTITIONER,
+    wire=JOURNAL_WIRE,
+)
 
 
 def _decode(data: bytes):
@@ -58,7 +64,7 @@ def _decode(data: bytes):
 
 def both(ev: RawEvent) -> tuple[tuple[Any, ...] | None, Any]:
     """(the record path's row or None, the reference path's row or refusal)."""
-    checked = _checked_from_record(ev, _avro_record_decoder())
+    checked = _checked_from_record(ev, JOURNAL_WIRE.record)
     reference = REFERENCE._decode_entry(ev)
     if not isinstance(reference, _Refusal):
         reference = _journal_row(reference, ev.topic, ev.partition, ev.offset)
@@ -175,7 +181,11 @@ def test_a_mixed_batch_gives_the_same_reports_and_rows_on_both_paths(pg_dsn):
         with connect(dsn, autocommit=True) as conn:
             migrate(conn)
         archiver = BatchArchiver(
-            dsn, consumer_group="g", decode=None if mode == "record" else _decode
+            dsn,
+            consumer_group="g",
+            decode=None if mode == "record" else _decode,
+            partitioner=KAFKA_PARTITIONER,
+            wire=JOURNAL_WIRE,
         )
         reports = [archiver.archive(events[:5]), archiver.archive(events[5:] + extra)]
         archiver.close()
@@ -232,7 +242,7 @@ def native_and_record(ev: RawEvent) -> tuple[tuple[Any, ...] | None, tuple[Any, 
     """(the compiled check's row or None, the record path's row or None), asserted to agree:
     the compiled check accepts only what the record path accepts, with the same row."""
     native = _native_or_skip()(PREFIX, ev.key, ev.value, ev.topic, ev.partition, ev.offset)
-    checked = _checked_from_record(ev, _avro_record_decoder())
+    checked = _checked_from_record(ev, JOURNAL_WIRE.record)
     record = None if checked is None else checked.row
     if native is not None:
         assert native == record
@@ -446,7 +456,9 @@ def test_a_sealed_form_2_event_is_archived_alike_with_and_without_the_compiled_m
         dsn = make_conninfo(**params)
         with connect(dsn, autocommit=True) as conn:
             migrate(conn)
-        archiver = BatchArchiver(dsn, consumer_group="g", keys=keys)
+        archiver = BatchArchiver(
+            dsn, consumer_group="g", keys=keys, partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+        )
         assert (archiver._native_row is not None) == (mode == "compiled" and NATIVE_ROW is not None)
         try:
             report = archiver.archive(events)

@@ -16,12 +16,13 @@ from archive_helpers import encode, make_chain, rows
 from click.testing import CliRunner
 from confluent_kafka import Producer
 
-from sagacity import EntryDraft, EventType, Reversibility, Sagacity, compensable
+from sagacity import EntryDraft, EventType, Reversibility, Sagacity, compensable, compose
 from sagacity.chain import link
 from sagacity.cli import main
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
 from sagacity.entries import _attributes as attr
-from sagacity.producer import KafkaJournal, partition_for
+from sagacity.producer import KAFKA_PARTITIONER, KafkaJournal, partition_for
+from sagacity.schemas import JOURNAL_WIRE
 from sagacity.signing._decision_signature import generate_key
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
@@ -73,7 +74,8 @@ def archive_of(kafka_bootstrap: str, archive_dsn: str) -> Iterator[Callable[...,
                 batch_size=50,
                 poll_timeout=0.2,
                 **settings,
-            )
+            ),
+            dependencies=compose.archive(),
         )
         runner = threading.Thread(target=service.run)
         runner.start()
@@ -212,7 +214,13 @@ def test_a_partition_the_database_refuses_is_the_events_fate(archive_dsn: str) -
     from sagacity.consumers.archive import BatchArchiver
     from sagacity.consumers.archive._ingest import QuarantineReason
 
-    archiver = BatchArchiver(archive_dsn, consumer_group="g", retry_delay=0.01)
+    archiver = BatchArchiver(
+        archive_dsn,
+        consumer_group="g",
+        retry_delay=0.01,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
+    )
     try:
         assert archiver.archive(as_raw(make_chain("earlier", 1))).archived == 1  # its month made
         with psycopg.connect(archive_dsn) as conn:

@@ -18,7 +18,8 @@ from sagacity.chain import link
 from sagacity.cli import main
 from sagacity.consumers.archive import BatchArchiver
 from sagacity.consumers.archive._replay import diff_with_archive, read_topic
-from sagacity.producer import ForkKind
+from sagacity.producer import KAFKA_PARTITIONER, ForkKind, KafkaTopicPasses
+from sagacity.schemas import JOURNAL_WIRE, decode_entry
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
@@ -26,7 +27,13 @@ pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 @pytest.fixture
 def archiver(archive_dsn: str) -> Iterator[BatchArchiver]:
     """One archiver: replay reads the topic; the ingest paths are compared elsewhere."""
-    a = BatchArchiver(archive_dsn, consumer_group="g", retry_delay=0.05)
+    a = BatchArchiver(
+        archive_dsn,
+        consumer_group="g",
+        retry_delay=0.05,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
+    )
     yield a
     a.close()
 
@@ -83,7 +90,9 @@ def test_replay_reports_missing_extra_and_differing(
             (forged.result, forged.hash),
         )
         conn.commit()
-        report, chains = read_topic(kafka_bootstrap, topic)
+        report, chains = read_topic(
+            kafka_bootstrap, topic, passes=KafkaTopicPasses(), decode=decode_entry
+        )
         diff_with_archive(conn, report, chains)
     assert report.messages == 8
     assert [u[:2] for u in report.undecodable] == [(0, 7)]
@@ -132,7 +141,9 @@ def test_replay_reports_an_event_past_a_gap_on_the_topic(kafka_bootstrap, make_t
     topic = make_topic(partitions=1)
     a = make_chain("saga-a", 4)
     produce(kafka_bootstrap, topic, [a[0], a[1], a[3]])
-    report, chains = read_topic(kafka_bootstrap, topic, saga_id="saga-a")
+    report, chains = read_topic(
+        kafka_bootstrap, topic, saga_id="saga-a", passes=KafkaTopicPasses(), decode=decode_entry
+    )
     saga = report.sagas["saga-a"]
     assert [e.seq for e in chains["saga-a"]] == [1, 2]
     (rejected,) = saga.rejected
@@ -172,7 +183,9 @@ def test_a_writer_conflict_fork_is_reported_as_a_fork_not_a_difference(
     produce(kafka_bootstrap, topic, on_topic)
     batch = archiver.archive(as_raw(on_topic, topic=topic))
     assert batch.quarantined_total == 1  # the archive refused the loser, as every reader does
-    report, chains = read_topic(kafka_bootstrap, topic)
+    report, chains = read_topic(
+        kafka_bootstrap, topic, passes=KafkaTopicPasses(), decode=decode_entry
+    )
     with psycopg.connect(archive_dsn) as conn:
         diff_with_archive(conn, report, chains)
     saga = report.sagas["saga-a"]
@@ -197,7 +210,9 @@ def test_an_archive_holding_the_losing_fork_differs(
     loser = link(dataclasses.replace(a[2], actor="writer-2"), seq=3, prev_hash=a[1].hash)
     produce(kafka_bootstrap, topic, [*a, loser])
     archiver.archive(as_raw([a[0], a[1], loser], topic=topic))  # not what a reader accepts
-    report, chains = read_topic(kafka_bootstrap, topic)
+    report, chains = read_topic(
+        kafka_bootstrap, topic, passes=KafkaTopicPasses(), decode=decode_entry
+    )
     with psycopg.connect(archive_dsn) as conn:
         diff_with_archive(conn, report, chains)
     saga = report.sagas["saga-a"]
@@ -213,7 +228,9 @@ def test_a_foreign_event_is_reported_under_its_key_and_not_compared(
     a, c = make_chain("saga-a", 3), make_chain("saga-c", 1)
     produce(kafka_bootstrap, topic, a, extra=[(b"saga-a", encode(c[0])), (None, encode(c[0]))])
     archiver.archive(as_raw(a, topic=topic))
-    report, chains = read_topic(kafka_bootstrap, topic)
+    report, chains = read_topic(
+        kafka_bootstrap, topic, passes=KafkaTopicPasses(), decode=decode_entry
+    )
     with psycopg.connect(archive_dsn) as conn:
         diff_with_archive(conn, report, chains)
     assert set(report.sagas) == {"saga-a"}  # grouped by key: no saga-c was ever on the topic
@@ -240,7 +257,9 @@ def test_replay_compares_only_its_own_topics_rows(
     produce(kafka_bootstrap, second, b)
     archiver.archive(as_raw(a, topic=first) + as_raw(b, topic=second))
     for topic, expected in ((first, {"saga-a"}), (second, {"saga-b"})):
-        report, chains = read_topic(kafka_bootstrap, topic)
+        report, chains = read_topic(
+            kafka_bootstrap, topic, passes=KafkaTopicPasses(), decode=decode_entry
+        )
         with psycopg.connect(archive_dsn) as conn:
             diff_with_archive(conn, report, chains)
         assert set(report.sagas) == expected
@@ -280,7 +299,9 @@ def test_a_trimmed_topic_is_replayed_from_the_first_event_it_keeps(
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     (future,) = admin.delete_records([TopicPartition(topic, 0, 2)]).values()
     future.result(timeout=30)  # as Kafka retention would: seqs 1 and 2 are gone from the topic
-    report, chains = read_topic(kafka_bootstrap, topic)
+    report, chains = read_topic(
+        kafka_bootstrap, topic, passes=KafkaTopicPasses(), decode=decode_entry
+    )
     with psycopg.connect(archive_dsn) as conn:
         diff_with_archive(conn, report, chains)
     assert report.trimmed
@@ -290,3 +311,24 @@ def test_a_trimmed_topic_is_replayed_from_the_first_event_it_keeps(
     assert (saga.missing, saga.extra, saga.differing) == ([], [], [])
     assert [r.entry.hash for r in saga.of_kind(ForkKind.FORK)] == [loser.hash]
     assert report.ok
+
+
+def test_replay_reads_a_transactional_topic_to_its_end(kafka_bootstrap, make_topic):
+    """A transaction's commit marker takes the partition's last offset and is never
+    delivered: the replay ends once the consumer's position passes it, not when the idle
+    timeout runs out."""
+    topic = make_topic(partitions=1)
+    a = make_chain("saga-tx", 3)
+    producer = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"replay-{topic}"}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for e in a:
+        producer.produce(topic, key=e.saga_id.encode(), value=encode(e))
+    producer.commit_transaction(30)
+    report, chains = read_topic(
+        kafka_bootstrap, topic, passes=KafkaTopicPasses(), decode=decode_entry, timeout=3
+    )
+    assert report.messages == 3
+    assert [e.seq for e in chains["saga-tx"]] == [1, 2, 3]

@@ -32,6 +32,8 @@ from sagacity.consumers.archive._retention import (
     sign_records,
 )
 from sagacity.errors import PersistenceError, RetentionError
+from sagacity.producer import KAFKA_PARTITIONER
+from sagacity.schemas import JOURNAL_WIRE
 
 pytestmark = pytest.mark.postgres
 
@@ -167,7 +169,13 @@ def test_archiver_role_cannot_drop_months(spanning, archive_dsn, tmp_path, signe
 
 
 def test_archiver_recreates_a_month_dropped_under_it(spanning, archive_dsn, tmp_path, signer):
-    archiver = BatchArchiver(archive_dsn, consumer_group="g2", decode=decode)
+    archiver = BatchArchiver(
+        archive_dsn,
+        consumer_group="g2",
+        decode=decode,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
+    )
     try:
         late = make_chain("saga-late", 1, start_us=OCT_2024)
         archiver.archive(as_raw(late, topic="x"))  # caches October 2024 as existing

@@ -13,6 +13,7 @@ import pytest
 from archive_helpers import encode, make_chain, rows
 from confluent_kafka import Producer
 
+from sagacity import compose
 from sagacity.consumers.archive import audit
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
 
@@ -67,7 +68,8 @@ def test_two_instances_archive_everything_once_across_rebalances(
                 poll_timeout=0.1,
                 # A member that leaves says so; one that joins waits for the others' next poll.
                 kafka_config={"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"},
-            )
+            ),
+            dependencies=compose.archive(),
         )
         thread = threading.Thread(target=service.run)
         thread.start()

@@ -21,8 +21,8 @@ from sagacity.consumers.archive import BatchArchiver, RawEvent
 from sagacity.postgres import PostgresKeyStore
 from sagacity.privacy._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
 from sagacity.privacy._keys import KeyService
-from sagacity.producer import KafkaJournal
-from sagacity.schemas import decode_record
+from sagacity.producer import KAFKA_PARTITIONER, KafkaJournal
+from sagacity.schemas import JOURNAL_WIRE, decode_record
 from sagacity.schemas._sealed import encode_sealed
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
@@ -208,7 +208,9 @@ def test_an_export_of_a_saga_archived_sealed_says_its_data_is_sealed(
         ]
     finally:
         keys.close()
-    archiver = BatchArchiver(archive_dsn, consumer_group="g")
+    archiver = BatchArchiver(
+        archive_dsn, consumer_group="g", partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+    )
     try:
         assert archiver.archive(raw).archived == 2
     finally:

@@ -17,6 +17,7 @@ import pytest
 from archive_helpers import encode, make_chain, rows
 from confluent_kafka import Producer
 
+from sagacity import compose
 from sagacity.consumers.archive import audit
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
 
@@ -87,7 +88,8 @@ def test_service_archives_quarantines_dedups_and_signs(
             checkpoint_interval=0.5,
             metrics_port=port,
             witness=str(tmp_path / "witness" / "latest.json"),
-        )
+        ),
+        dependencies=compose.archive(),
     )
     runner = threading.Thread(target=service.run)
     runner.start()

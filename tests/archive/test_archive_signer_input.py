@@ -19,6 +19,7 @@ from archive_helpers import as_raw, encode, make_chain, rows
 from click.testing import CliRunner
 from confluent_kafka import Producer
 
+from sagacity import compose
 from sagacity.chain import link
 from sagacity.cli import main
 from sagacity.consumers.archive import (
@@ -30,6 +31,8 @@ from sagacity.consumers.archive import (
 )
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
 from sagacity.entries._events import EntryDraft, EventType, JournalEntry
+from sagacity.producer import KAFKA_PARTITIONER
+from sagacity.schemas import JOURNAL_WIRE
 
 pytestmark = [pytest.mark.postgres]
 
@@ -136,7 +139,8 @@ class Services:
                 poll_timeout=0.2,
                 checkpoint_interval=0.3,
                 **settings,
-            )
+            ),
+            dependencies=compose.archive(),
         )
         runner = threading.Thread(target=service.run)
         runner.start()
@@ -236,13 +240,24 @@ def test_a_new_process_resumes_a_saga_from_its_verified_checkpoint(
     the checkpoint under its key instead of trusting the table."""
     signer = generate_key(tmp_path / "archive.key")
     chain = make_chain("long", 5)
-    earlier = BatchArchiver(archive_dsn, consumer_group="g", retry_delay=0.05)
+    earlier = BatchArchiver(
+        archive_dsn,
+        consumer_group="g",
+        retry_delay=0.05,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
+    )
     earlier.archive(as_raw(chain[:3]))
     with psycopg.connect(archive_dsn) as conn:
         assert sign_pending(conn, signer, earlier.ledger) == 1
     earlier.close()
     later = BatchArchiver(
-        archive_dsn, consumer_group="g", retry_delay=0.05, signed_keys=[signer.public_raw]
+        archive_dsn,
+        consumer_group="g",
+        retry_delay=0.05,
+        signed_keys=[signer.public_raw],
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
     )
     report = later.archive(as_raw(chain[3:], first_offset=3))
     assert (report.archived, report.findings) == (2, {})
@@ -258,7 +273,13 @@ def test_a_checkpoint_the_key_did_not_sign_is_no_base(archive_dsn: str, tmp_path
     let the next process sign what follows it: the saga is reported ``unattested``."""
     signer = generate_key(tmp_path / "archive.key")
     chain = make_chain("planted", 4)
-    earlier = BatchArchiver(archive_dsn, consumer_group="g", retry_delay=0.05)
+    earlier = BatchArchiver(
+        archive_dsn,
+        consumer_group="g",
+        retry_delay=0.05,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
+    )
     earlier.archive(as_raw(chain[:3]))
     earlier.close()
     with psycopg.connect(archive_dsn) as conn:
@@ -268,7 +289,12 @@ def test_a_checkpoint_the_key_did_not_sign_is_no_base(archive_dsn: str, tmp_path
             (chain[2].hash, signer.key_id),
         )
     later = BatchArchiver(
-        archive_dsn, consumer_group="g", retry_delay=0.05, signed_keys=[signer.public_raw]
+        archive_dsn,
+        consumer_group="g",
+        retry_delay=0.05,
+        signed_keys=[signer.public_raw],
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
     )
     report = later.archive(as_raw(chain[3:], first_offset=3))
     assert (report.archived, report.findings) == (1, {"unattested": 1})
@@ -286,10 +312,22 @@ def test_the_signer_signs_what_its_ledger_holds_and_nothing_the_table_adds(
     """A saga written into the tables alone (rows and a head, never read from the topic) is not
     signed, however it looks; the sagas the process read are."""
     signer = generate_key(tmp_path / "archive.key")
-    archiver = BatchArchiver(archive_dsn, consumer_group="g", retry_delay=0.05)
+    archiver = BatchArchiver(
+        archive_dsn,
+        consumer_group="g",
+        retry_delay=0.05,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
+    )
     archiver.archive(as_raw(make_chain("read", 2)))
     planted = make_chain("planted", 2)
-    helper = BatchArchiver(archive_dsn, consumer_group="other", retry_delay=0.05)
+    helper = BatchArchiver(
+        archive_dsn,
+        consumer_group="other",
+        retry_delay=0.05,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
+    )
     helper.archive(as_raw(planted, partition=5))  # rows and head, by another hand
     helper.close()
     with psycopg.connect(archive_dsn) as conn:
@@ -358,12 +396,23 @@ def test_reading_again_attests_the_topics_chain_not_the_tables(
         prev_hash=winner[0].hash,
     )
     messages = as_raw([*winner, loser], topic="t")
-    earlier = BatchArchiver(archive_dsn, consumer_group="g", retry_delay=0.05)
+    earlier = BatchArchiver(
+        archive_dsn,
+        consumer_group="g",
+        retry_delay=0.05,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
+    )
     assert earlier.archive(messages).quarantined_total == 1  # the loser: a fork
     earlier.close()
     _rewrite_row(archive_dsn, winner[1], loser)
     later = BatchArchiver(
-        archive_dsn, consumer_group="g", retry_delay=0.05, signed_keys=[signer.public_raw]
+        archive_dsn,
+        consumer_group="g",
+        retry_delay=0.05,
+        signed_keys=[signer.public_raw],
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
     )
     assert later.start_offsets("t") == {0: 0}
     report = later.archive(messages)
@@ -437,7 +486,12 @@ def test_reading_again_does_not_attest_an_event_its_writer_may_not_write(
         for i, e in enumerate((opened, intruding))
     ]
     earlier = BatchArchiver(
-        archive_dsn, consumer_group="g", retry_delay=0.05, authorship=authorship
+        archive_dsn,
+        consumer_group="g",
+        retry_delay=0.05,
+        authorship=authorship,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
     )
     report = earlier.archive(messages)
     earlier.close()
@@ -474,6 +528,8 @@ def test_reading_again_does_not_attest_an_event_its_writer_may_not_write(
         retry_delay=0.05,
         authorship=authorship,
         signed_keys=[signer.public_raw],
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
     )
     later.start_offsets("t")
     report = later.archive(messages)

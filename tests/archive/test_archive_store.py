@@ -18,6 +18,8 @@ from sagacity.consumers.archive import (
 )
 from sagacity.consumers.archive._schema import MIGRATIONS
 from sagacity.errors import ArchiveSchemaError, PersistenceError, PersistenceUnavailableError
+from sagacity.producer import KAFKA_PARTITIONER
+from sagacity.schemas import JOURNAL_WIRE
 
 pytestmark = pytest.mark.postgres
 
@@ -96,7 +98,11 @@ def test_archiver_role_may_insert_and_read_but_not_update_or_delete(archive_dsn,
         conn.execute(f'GRANT "{role}" TO current_user')
     try:
         archiver = BatchArchiver(
-            with_option(archive_dsn, f"-c role={role}"), consumer_group="g", decode=decode
+            with_option(archive_dsn, f"-c role={role}"),
+            consumer_group="g",
+            decode=decode,
+            partitioner=KAFKA_PARTITIONER,
+            wire=JOURNAL_WIRE,
         )
         # The role can archive (including creating a month partition through the function) and
         # sign its heads in a round.
@@ -142,7 +148,12 @@ class _DroppingArchiver(BatchArchiver):
 def test_database_lost_mid_batch_is_retried_without_loss_or_doubles(archive_dsn):
     chain = make_chain("saga-lost", 6)
     archiver = _DroppingArchiver(
-        archive_dsn, consumer_group="g", decode=decode, retry_delay=0.01, drops=2
+        archive_dsn,
+        consumer_group="g",
+        decode=decode,
+        retry_delay=0.01,
+        drops=2,
+        partitioner=KAFKA_PARTITIONER,
     )
     try:
         report = archiver.archive(as_raw(chain[:4]))
@@ -163,7 +174,13 @@ def test_database_lost_mid_batch_is_retried_without_loss_or_doubles(archive_dsn)
 
 def test_database_that_stays_away_raises_a_typed_error(archive_dsn):
     archiver = _DroppingArchiver(
-        archive_dsn, consumer_group="g", decode=decode, retries=2, retry_delay=0.01, drops=5
+        archive_dsn,
+        consumer_group="g",
+        decode=decode,
+        retries=2,
+        retry_delay=0.01,
+        drops=5,
+        partitioner=KAFKA_PARTITIONER,
     )
     try:
         with pytest.raises(PersistenceUnavailableError):
@@ -175,7 +192,12 @@ def test_database_that_stays_away_raises_a_typed_error(archive_dsn):
 
 def test_unreachable_database_is_a_persistence_error():
     archiver = BatchArchiver(
-        "host=127.0.0.1 port=1 connect_timeout=1", consumer_group="g", decode=decode, retries=1
+        "host=127.0.0.1 port=1 connect_timeout=1",
+        consumer_group="g",
+        decode=decode,
+        retries=1,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
     )
     with pytest.raises(PersistenceError, match="unavailable"):
         archiver.archive(as_raw(make_chain("saga-none", 1)))
@@ -187,7 +209,14 @@ def test_two_archivers_racing_on_the_same_events_archive_each_once(archive_dsn):
     chains = [make_chain(f"saga-race-{i}", 8) for i in range(20)]
     events = as_raw([e for c in chains for e in c])
     archivers = [
-        BatchArchiver(archive_dsn, consumer_group="g", decode=decode, retry_delay=0.01)
+        BatchArchiver(
+            archive_dsn,
+            consumer_group="g",
+            decode=decode,
+            retry_delay=0.01,
+            partitioner=KAFKA_PARTITIONER,
+            wire=JOURNAL_WIRE,
+        )
         for _ in range(2)
     ]
     reports = []

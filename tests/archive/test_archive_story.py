@@ -30,6 +30,7 @@ from sagacity import (
     SagaStatus,
     compensable,
     compensation,
+    compose,
 )
 from sagacity.chain import committing, link
 from sagacity.cli import main
@@ -38,7 +39,8 @@ from sagacity.consumers.archive._export import export_bundle
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
 from sagacity.entries import _attributes as attr
 from sagacity.errors import ApprovalError
-from sagacity.producer import KafkaJournal
+from sagacity.producer import KAFKA_PARTITIONER, KafkaJournal
+from sagacity.schemas import JOURNAL_WIRE
 from sagacity.signing._operator_signature import OperatorSigner
 from sagacity.signing._writer_signature import WriterKey
 
@@ -89,7 +91,8 @@ def _archive(
             poll_timeout=0.2,
             checkpoint_interval=3600,
             **settings,
-        )
+        ),
+        dependencies=compose.archive(),
     )
     runner = threading.Thread(target=service.run)
     runner.start()
@@ -300,7 +303,13 @@ def test_the_flows_the_product_journals_pass_every_auditor_tool(
 
 @pytest.fixture
 def archiver(archive_dsn: str) -> Iterator[BatchArchiver]:
-    a = BatchArchiver(archive_dsn, consumer_group="g", retry_delay=0.05)
+    a = BatchArchiver(
+        archive_dsn,
+        consumer_group="g",
+        retry_delay=0.05,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
+    )
     yield a
     a.close()
 

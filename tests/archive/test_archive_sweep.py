@@ -12,7 +12,7 @@ import pytest
 from archive_helpers import rows
 from click.testing import CliRunner
 
-from sagacity import EntryDraft, EventType
+from sagacity import EntryDraft, EventType, compose
 from sagacity.cli import main
 from sagacity.consumers.archive._abandoned import SweepOutcome, quiet_sagas, sweep
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
@@ -33,7 +33,8 @@ def _archive(bootstrap: str, dsn: str, topic: str, total: int) -> None:
             topic=topic,
             group_id=f"g-{uuid.uuid4().hex[:6]}",
             poll_timeout=0.2,
-        )
+        ),
+        dependencies=compose.archive(),
     )
     runner = threading.Thread(target=service.run)
     runner.start()

@@ -21,6 +21,8 @@ from sagacity.consumers.archive import (
     iter_audits,
     sign_pending,
 )
+from sagacity.producer import KAFKA_PARTITIONER
+from sagacity.schemas import JOURNAL_WIRE
 
 pytestmark = pytest.mark.postgres
 
@@ -533,7 +535,13 @@ def test_concurrent_signers_make_one_chain_of_rounds(archiver, archive_dsn, sign
 
     # Two archivers, each signing what it ingested itself, at once.
     sagas = [f"c-{n:03d}" for n in range(120)]
-    other = BatchArchiver(archive_dsn, consumer_group="g", retry_delay=0.05)
+    other = BatchArchiver(
+        archive_dsn,
+        consumer_group="g",
+        retry_delay=0.05,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
+    )
     archiver.archive(as_raw([e for s in sagas[:60] for e in make_chain(s, 2)]))
     other.archive(as_raw([e for s in sagas[60:] for e in make_chain(s, 2)], partition=1))
     other.close()

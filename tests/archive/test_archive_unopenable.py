@@ -19,6 +19,8 @@ from sagacity.consumers.archive import BatchArchiver, RawEvent
 from sagacity.postgres import PostgresKeyStore
 from sagacity.privacy._envelope import KeyRing, write_key_encryption_key
 from sagacity.privacy._keys import KeyService
+from sagacity.producer import KAFKA_PARTITIONER
+from sagacity.schemas import JOURNAL_WIRE
 from sagacity.schemas._sealed import encode_sealed
 
 pytestmark = [pytest.mark.postgres]
@@ -75,7 +77,13 @@ def test_sealed_events_whose_key_cannot_be_had_are_quarantined_with_their_reason
             *_sealed_saga("key-foreign", foreign_here, 2),
             *_sealed_saga("legit", keys, 4),
         ]
-        archiver = BatchArchiver(archive_dsn, consumer_group="g", keys=keys)
+        archiver = BatchArchiver(
+            archive_dsn,
+            consumer_group="g",
+            keys=keys,
+            partitioner=KAFKA_PARTITIONER,
+            wire=JOURNAL_WIRE,
+        )
         try:
             report = archiver.archive(raw)
         finally:

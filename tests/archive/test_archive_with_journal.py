@@ -21,6 +21,7 @@ from sagacity import (
     SagaStatus,
     compensable,
     compensation,
+    compose,
 )
 from sagacity.consumers.archive import audit, generate_key
 from sagacity.consumers.archive._export import export_bundle
@@ -91,7 +92,8 @@ def test_sagas_journaled_on_kafka_are_archived_exactly_and_verify(
             poll_timeout=0.2,
             signing_key=key,
             checkpoint_interval=3600,
-        )
+        ),
+        dependencies=compose.archive(),
     )
     runner = threading.Thread(target=service.run)
     runner.start()

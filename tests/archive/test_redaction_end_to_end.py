@@ -26,7 +26,8 @@ from sagacity.postgres import PostgresKeyStore
 from sagacity.privacy._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
 from sagacity.privacy._keys import KeyService
 from sagacity.privacy._redaction import REDACTED, stored_salts
-from sagacity.producer import KafkaJournal
+from sagacity.producer import KAFKA_PARTITIONER, KafkaJournal
+from sagacity.schemas import JOURNAL_WIRE
 from sagacity.signing._decision_signature import DecisionSigner
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
@@ -146,7 +147,9 @@ def test_a_redacted_card_number_is_never_journaled_and_the_binding_holds(
     assert not any(s.encode() in (m.value() or b"") for m in messages for s in salts.values())
 
     # The archive, opening the sealed events with the keys, stores none of them either.
-    archiver = BatchArchiver(archive_dsn, consumer_group="g", keys=keys)
+    archiver = BatchArchiver(
+        archive_dsn, consumer_group="g", keys=keys, partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+    )
     try:
         raw = [
             RawEvent(topic=topic, partition=0, offset=m.offset(), key=m.key(), value=m.value())

@@ -30,6 +30,8 @@ from sagacity.consumers.archive._merkle import consistency_proof, verify_consist
 from sagacity.consumers.archive._roundlog import consistency_proof_between, rounds_after
 from sagacity.consumers.archive._watch import AlertReason, AuditorState, watch_once
 from sagacity.consumers.archive._witness import publish, read
+from sagacity.producer import KAFKA_PARTITIONER
+from sagacity.schemas import JOURNAL_WIRE
 
 pytestmark = pytest.mark.postgres
 
@@ -38,7 +40,13 @@ SAGAS = ("l-1", "l-2", "l-3")
 
 @pytest.fixture
 def archiver(archive_dsn: str) -> Iterator[BatchArchiver]:
-    a = BatchArchiver(archive_dsn, consumer_group="g", retry_delay=0.05)
+    a = BatchArchiver(
+        archive_dsn,
+        consumer_group="g",
+        retry_delay=0.05,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
+    )
     yield a
     a.close()
 

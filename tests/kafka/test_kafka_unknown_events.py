@@ -26,6 +26,7 @@ from sagacity import (
     Sagacity,
     SagaStatus,
     UnknownEventType,
+    compose,
     verify,
 )
 from sagacity.chain import link
@@ -209,7 +210,8 @@ def test_the_archive_ingests_and_verifies_a_chain_with_an_unknown_event_type(
             poll_timeout=0.2,
             signing_key=key,
             checkpoint_interval=3600,
-        )
+        ),
+        dependencies=compose.archive(),
     )
     runner = threading.Thread(target=service.run)
     runner.start()

@@ -30,8 +30,8 @@ from sagacity.postgres import (
 )
 from sagacity.privacy._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
 from sagacity.privacy._keys import KeyService
-from sagacity.producer import KafkaJournal
-from sagacity.schemas import decode_entry
+from sagacity.producer import KAFKA_PARTITIONER, KafkaJournal
+from sagacity.schemas import JOURNAL_WIRE, decode_entry
 from sagacity.signing._operator_signature import OperatorSigner
 from sagacity.signing._operator_signature import generate_key as generate_operator_key
 
@@ -122,7 +122,14 @@ class Stack:
     def archive_topic(self) -> None:
         """Archive every message of the topic (again: the archiver skips what it has)."""
         keys = self.keys()
-        archiver = BatchArchiver(self.dsn, consumer_group="g", keys=keys, retry_delay=0.05)
+        archiver = BatchArchiver(
+            self.dsn,
+            consumer_group="g",
+            keys=keys,
+            retry_delay=0.05,
+            partitioner=KAFKA_PARTITIONER,
+            wire=JOURNAL_WIRE,
+        )
         try:
             archiver.archive(_raw(self.bootstrap, self.topic))
         finally:
@@ -231,7 +238,13 @@ def stack(
             " VALUES (%s, %s, 3, %s, 'unsend', 'k', 'test', 'COMPENSATED', %s)",
             (claims.journal, SAGA, "0" * 64, f"unsent {MARKER}"),
         )
-    archiver = BatchArchiver(pg_dsn, consumer_group="quarantine", retry_delay=0.05)
+    archiver = BatchArchiver(
+        pg_dsn,
+        consumer_group="quarantine",
+        retry_delay=0.05,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
+    )
     try:
         bad = f"not an event: {MARKER}".encode()
         archiver.archive(
