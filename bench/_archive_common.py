@@ -16,8 +16,9 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from sagacity.chain import link
-from sagacity.consumers.archive import RawEvent, migrate
+from sagacity.consumers.archive import RawEvent
 from sagacity.entries._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
+from sagacity.postgres.archive import migrate
 from sagacity.schemas import encode_entry
 
 BASE_US = 1_780_000_000_000_000  # 2026-05-28

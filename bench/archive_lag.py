@@ -23,6 +23,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # NewTopic: n
     NewTopic,
 )
 
+from sagacity import compose
+
 if __package__ in (None, ""):  # run as a script: the checkout's root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._archive_common import database_url, machine, scratch_schema, server_version, table
@@ -55,7 +57,8 @@ def main() -> None:
                     topic=topic,
                     group_id=f"bench-{uuid.uuid4().hex[:6]}",
                     poll_timeout=0.05,
-                )
+                ),
+                dependencies=compose.archive(),
             )
             runner = threading.Thread(target=service.run)
             runner.start()

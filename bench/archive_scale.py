@@ -18,6 +18,9 @@ from pathlib import Path
 
 import psycopg
 
+from sagacity.producer import KAFKA_PARTITIONER
+from sagacity.schemas import JOURNAL_WIRE
+
 if __package__ in (None, ""):  # run as a script: the checkout's root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._archive_common import (
@@ -45,7 +48,9 @@ def main() -> None:
     step = max(args.events // 10, args.batch)
     archive_seconds = 0.0
     with scratch_schema(dsn) as scoped, tempfile.TemporaryDirectory() as keys:
-        archiver = BatchArchiver(scoped, consumer_group="bench")
+        archiver = BatchArchiver(
+            scoped, consumer_group="bench", partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+        )
         stream = entries(args.events, args.sagas)
         done, offset, next_sample = 0, 0, step
         while True:

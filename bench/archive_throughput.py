@@ -19,6 +19,9 @@ from pathlib import Path
 
 import psycopg
 
+from sagacity.producer import KAFKA_PARTITIONER
+from sagacity.schemas import JOURNAL_WIRE
+
 if __package__ in (None, ""):  # run as a script: the checkout's root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._archive_common import (
@@ -58,7 +61,9 @@ def raw_copy(
 def archive(dsn: str, raw: list[RawEvent], batch: int) -> tuple[float, float]:
     """Seconds for the archiver to archive ``raw``: whole path, and its transactions only."""
     with scratch_schema(dsn) as scoped:
-        archiver = BatchArchiver(scoped, consumer_group="bench")
+        archiver = BatchArchiver(
+            scoped, consumer_group="bench", partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+        )
         check_seconds = 0.0
         with Timer() as t:
             for i in range(0, len(raw), batch):

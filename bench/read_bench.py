@@ -23,6 +23,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from sagacity.producer import KAFKA_PARTITIONER
+from sagacity.schemas import JOURNAL_WIRE
+
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -46,9 +49,10 @@ from sagacity import (
     compensable,
 )
 from sagacity.chain import link
-from sagacity.consumers.archive import BatchArchiver, RawEvent, migrate
+from sagacity.consumers.archive import BatchArchiver, RawEvent
 from sagacity.entries._events import GENESIS_HASH
 from sagacity.postgres import PostgresSagaIndex
+from sagacity.postgres.archive import migrate
 from sagacity.producer import KafkaJournal, SagaReader
 from sagacity.schemas import encode_entry
 
@@ -83,7 +87,9 @@ def _background(bootstrap: str, topic: str, events: int) -> None:
 
 
 def _archive(bootstrap: str, topic: str, dsn: str) -> None:
-    archiver = BatchArchiver(dsn, consumer_group=GROUP)
+    archiver = BatchArchiver(
+        dsn, consumer_group=GROUP, partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+    )
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-read"})
     try:
         _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)

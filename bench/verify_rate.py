@@ -22,6 +22,9 @@ from pathlib import Path
 
 import psycopg
 
+from sagacity.producer import KAFKA_PARTITIONER
+from sagacity.schemas import JOURNAL_WIRE
+
 if __package__ in (None, ""):  # run as a script: the checkout's root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._archive_common import (
@@ -37,8 +40,7 @@ from bench._archive_common import (
 from sagacity.chain import canonical_bytes
 from sagacity.chain._fastverify import NATIVE, chain_verifier
 from sagacity.consumers.archive import BatchArchiver, audit, generate_key, sign_pending
-from sagacity.consumers.archive._chainstream import chain_rows, copy_blocks
-from sagacity.consumers.archive._rows import ROW_COLUMNS
+from sagacity.postgres.archive import ROW_COLUMNS, chain_rows, copy_blocks
 
 
 def _copy_out_seconds(conn: psycopg.Connection, order: str, *, binary: bool = False) -> float:
@@ -97,7 +99,9 @@ def main() -> None:
 
     before = raw_sha()
     with scratch_schema(dsn) as scoped, tempfile.TemporaryDirectory() as keys:
-        archiver = BatchArchiver(scoped, consumer_group="bench")
+        archiver = BatchArchiver(
+            scoped, consumer_group="bench", partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+        )
         raw = raw_events(chain)
         for i in range(0, len(raw), 2_000):
             archiver.archive(raw[i : i + 2_000])

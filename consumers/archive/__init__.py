@@ -4,7 +4,9 @@ retained and exported for auditors (docs/adr/0006-archive-and-checkpoints.md).
 Names are imported from their modules on first use, so a process that needs one part does not
 import the others (the signing code needs the ``services`` extra's ``cryptography`` and
 ``pynacl``).  The agents' read index over the archive is the Postgres adapter's
-(:class:`sagacity.postgres.PostgresSagaIndex`).
+(:class:`sagacity.postgres.PostgresSagaIndex`), and so are the archive's tables: connections,
+migrations, the archiver's role, the erasure's side and the SQL the service runs are
+:mod:`sagacity.postgres.archive`'s (the command layer imports them from there).
 """
 
 from __future__ import annotations
@@ -27,31 +29,13 @@ if TYPE_CHECKING:
         sign_pending,
         signature_valid,
     )
-    from sagacity.consumers.archive._db import (
-        ARCHIVER_ROLE,
-        check_schema,
-        connect,
-        ensure_schema,
-        grant_archiver,
-        mapped_errors,
-        migrate,
-    )
     from sagacity.consumers.archive._erasure import (
-        ArchiveEraser,
         ArchiveErasure,
         ErasureAudit,
-        ErasureRecord,
         audit_erasures,
-        erase_in_archive,
-        erasure_records,
     )
     from sagacity.consumers.archive._export import export_bundle
-    from sagacity.consumers.archive._findings import (
-        Finding,
-        FindingReason,
-        SagaRefusals,
-        saga_refusals,
-    )
+    from sagacity.consumers.archive._findings import Finding, FindingReason
     from sagacity.consumers.archive._ingest import (
         BatchArchiver,
         BatchReport,
@@ -82,9 +66,7 @@ if TYPE_CHECKING:
 
 # Public name → its module (``module:attribute`` when exported under another name).
 _MODULE_OF = {
-    "ARCHIVER_ROLE": "_db",
     "ArchiveErasure": "_erasure",
-    "ArchiveEraser": "_erasure",
     "ArchiveService": "_service",
     "ArchiveSettings": "_service",
     "AuditReason": "_reasons",
@@ -101,32 +83,21 @@ _MODULE_OF = {
     "archiver_of": "_service",
     "catch_up_and_sign": "_catchup",
     "ErasureAudit": "_erasure",
-    "ErasureRecord": "_erasure",
     "Checkpoint": "_checkpoints",
     "QuarantineReason": "_ingest",
     "RawEvent": "_ingest",
     "ReplayReport": "_replay",
     "RetentionAudit": "_verdicts",
     "RoundAudit": "_roundaudit",
-    "SagaRefusals": "_findings",
-    "saga_refusals": "_findings",
     "SagaAudit": "_verdicts",
     "SignedRound": "_checkpoints",
     "Signer": "_checkpoints",
     "audit": "_audit",
-    "check_schema": "_db",
-    "connect": "_db",
     "audit_erasures": "_erasure",
     "diff_with_archive": "_replay",
-    "ensure_schema": "_db",
-    "erase_in_archive": "_erasure",
-    "erasure_records": "_erasure",
     "export_bundle": "_export",
     "generate_key": "_checkpoints",
-    "grant_archiver": "_db",
     "iter_audits": "_audit",
-    "mapped_errors": "_db",
-    "migrate": "_db",
     "parse_keep": "_retention",
     "parse_public_key": "_checkpoints",
     "post_alerts": "_watch",
@@ -146,8 +117,6 @@ _MODULE_OF = {
 }
 
 __all__ = [
-    "ARCHIVER_ROLE",
-    "ArchiveEraser",
     "ArchiveErasure",
     "ArchiveService",
     "ArchiveSettings",
@@ -160,7 +129,6 @@ __all__ = [
     "CatchUp",
     "Checkpoint",
     "ErasureAudit",
-    "ErasureRecord",
     "Finding",
     "FindingReason",
     "IngestLedger",
@@ -170,7 +138,6 @@ __all__ = [
     "RetentionAudit",
     "RoundAudit",
     "SagaAudit",
-    "SagaRefusals",
     "SignedRound",
     "Signer",
     "TimeWindow",
@@ -179,18 +146,10 @@ __all__ = [
     "audit",
     "audit_erasures",
     "catch_up_and_sign",
-    "check_schema",
-    "connect",
     "diff_with_archive",
-    "ensure_schema",
-    "erase_in_archive",
-    "erasure_records",
     "export_bundle",
     "generate_key",
-    "grant_archiver",
     "iter_audits",
-    "mapped_errors",
-    "migrate",
     "parse_keep",
     "parse_public_key",
     "post_alerts",
@@ -199,7 +158,6 @@ __all__ = [
     "read_topic",
     "read_witness",
     "run_retention",
-    "saga_refusals",
     "sign_pending",
     "sign_records",
     "signature_valid",

@@ -17,14 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import psycopg
-
-from sagacity.consumers.archive._db import check_schema, mapped_errors
 from sagacity.errors import LeaseHeldError, SagaNotLiveError, TailMovedError
 from sagacity.signing._writer_roles import HANDOFF_EVENTS
 
 if TYPE_CHECKING:
-    from sagacity.ports import WriterLeases
+    from sagacity.ports import ArchivedHeads, WriterLeases
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,7 +35,7 @@ class QuietSaga:
 
 
 def quiet_sagas(
-    conn: psycopg.Connection,
+    heads: ArchivedHeads,
     *,
     topic: str,
     older_than_s: float,
@@ -46,32 +43,29 @@ def quiet_sagas(
     now_s: float | None = None,
 ) -> list[QuietSaga]:
     """Sagas of ``topic`` whose last archived event is older than ``older_than_s`` and leaves
-    the saga with its writer (oldest first, at most ``limit``).
+    the saga with its writer (not a hand-off or an end: the core's ``HANDOFF_EVENTS``), oldest
+    first, at most ``limit``; ``heads`` (:class:`~sagacity.ports.ArchivedHeads`, the Postgres
+    archive's ``PostgresArchiveReads``) reads them.
 
     Raises:
-        ArchiveSchemaError: the connection does not reach an archive.
+        ArchiveSchemaError: the store is not an archive.
         PersistenceError: the database failed.
     """
-    check_schema(conn)
     now_us = int((time.time() if now_s is None else now_s) * 1_000_000)
-    cutoff = now_us - int(older_than_s * 1_000_000)
-    with mapped_errors("find quiet sagas"):
-        rows = conn.execute(
-            "SELECT h.saga_id, h.head_seq, j.event_type, j.recorded_at_us"
-            " FROM archive_saga_head h JOIN side_effect_journal j"
-            "   ON j.saga_id = h.saga_id AND j.seq = h.head_seq"
-            " WHERE j.topic = %s AND j.recorded_at_us < %s AND NOT (j.event_type = ANY(%s))"
-            " ORDER BY j.recorded_at_us LIMIT %s",
-            (topic, cutoff, sorted(t.value for t in HANDOFF_EVENTS), limit),
-        ).fetchall()
+    found = heads.quiet_heads(
+        topic=topic,
+        recorded_before_us=now_us - int(older_than_s * 1_000_000),
+        excluding={t.value for t in HANDOFF_EVENTS},
+        limit=limit,
+    )
     return [
         QuietSaga(
-            saga_id=saga,
-            head_seq=int(seq),
-            head_event=kind,
-            head_age_s=(now_us - int(at)) / 1_000_000,
+            saga_id=h.saga_id,
+            head_seq=h.seq,
+            head_event=h.event_type,
+            head_age_s=(now_us - h.recorded_at_us) / 1_000_000,
         )
-        for saga, seq, kind, at in rows
+        for h in found
     ]
 
 

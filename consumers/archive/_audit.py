@@ -39,25 +39,27 @@ from sagacity.consumers.archive._auditstream import (
     merged_by_saga,
     merged_told,
 )
-from sagacity.consumers.archive._chainstream import decoded_rows
-from sagacity.consumers.archive._db import check_schema, mapped_errors
 from sagacity.consumers.archive._judging import audit_one, saga_rows
 from sagacity.consumers.archive._reasons import AuditReason
 from sagacity.consumers.archive._retentionaudit import audit_retention
 from sagacity.consumers.archive._roundaudit import RoundAudit, audit_rounds
-from sagacity.consumers.archive._rows import FORM_COLUMNS, ROW_COLUMNS
-from sagacity.consumers.archive._schema import (
-    FORMS_VERSION,
-    LOG_VERSION,
-    ROUNDS_VERSION,
-    checkpoint_round_columns,
-)
 from sagacity.consumers.archive._story import read_stories, storied, story_query, story_rows
 from sagacity.consumers.archive._verdicts import (
     AuditSummary,
     RetentionAudit,
     SagaAudit,
     unsigned_as_failure,
+)
+from sagacity.postgres.archive import (
+    FORM_COLUMNS,
+    FORMS_VERSION,
+    LOG_VERSION,
+    ROUNDS_VERSION,
+    ROW_COLUMNS,
+    check_schema,
+    checkpoint_round_columns,
+    decoded_rows,
+    mapped_errors,
 )
 from sagacity.signing._operator_signature import OperatorVerifier
 

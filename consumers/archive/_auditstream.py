@@ -18,9 +18,8 @@ from typing import Any, TypeVar
 import psycopg
 
 from sagacity.chain._fastverify import BatchVerdict, batch_verdict, chain_verifier
-from sagacity.consumers.archive._chainstream import chain_rows
-from sagacity.consumers.archive._snapshots import reader_of, shared_snapshot
 from sagacity.consumers.archive._verdicts import SagaAudit
+from sagacity.postgres.archive import chain_rows, reader_of, shared_snapshot
 
 _T = TypeVar("_T")
 

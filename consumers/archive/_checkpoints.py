@@ -33,14 +33,7 @@ from pathlib import Path
 
 import psycopg
 
-from sagacity.consumers.archive._db import mapped_errors
-from sagacity.consumers.archive._findings import (
-    Finding,
-    FindingReason,
-    describe,
-    log_findings,
-    write_findings,
-)
+from sagacity.consumers.archive._findings import Finding, FindingReason, describe, log_findings
 from sagacity.consumers.archive._ledger import IngestLedger, LedgerEntry
 from sagacity.consumers.archive._merkle import RootBuilder as RootBuilder
 from sagacity.consumers.archive._merkle import decode_frontier, encode_frontier
@@ -49,6 +42,7 @@ from sagacity.consumers.archive._merkle import merkle_root as merkle_root
 from sagacity.consumers.archive._merkle import root_from_proof as root_from_proof
 from sagacity.entries._events import now_micros
 from sagacity.errors import RoundLogError
+from sagacity.postgres.archive import mapped_errors, write_findings
 from sagacity.signing._ed25519 import KeyHolder, write_private_key
 from sagacity.signing._ed25519 import key_id_of as key_id_of
 from sagacity.signing._ed25519 import parse_public_key as _parse_public_key

@@ -5,8 +5,7 @@ The archive's rows are append-only; ``sgc_erase_saga`` (archive schema 7) is the
 clears a form-2 saga's openings — the data values that have a commitment, the data
 attributes, the salts — and its quarantined bytes, leaving every hash recomputable from the
 commitments, and logs the erasure in ``archive_erasure``: its caller is the Postgres
-adapter's :class:`sagacity.postgres.ArchiveEraser` (the ``ErasableArchive`` port), re-exported
-here.
+adapter's :class:`sagacity.postgres.archive.ArchiveEraser` (the ``ErasableArchive`` port).
 """
 
 from __future__ import annotations
@@ -18,16 +17,9 @@ from typing import Any
 
 import psycopg
 
-from sagacity.consumers.archive._db import check_schema, mapped_errors
 from sagacity.consumers.archive._story import ErasureRow, json_map
 from sagacity.ports import ArchiveErasure as ArchiveErasure  # the port's value, exported
-
-# The archive's side of an erasure is the Postgres adapter's (sagacity.postgres, the
-# ErasableArchive port's implementation); the archive's public names keep them.
-from sagacity.postgres import ArchiveEraser as ArchiveEraser
-from sagacity.postgres import ErasureRecord as ErasureRecord
-from sagacity.postgres import erase_in_archive as erase_in_archive
-from sagacity.postgres import erasure_records as erasure_records
+from sagacity.postgres.archive import check_schema, mapped_errors
 from sagacity.privacy._withheld import ERASURE_EVENT, erasure_verdict
 from sagacity.signing._operator_signature import OperatorVerifier
 

@@ -20,21 +20,22 @@ from sagacity.consumers.archive._checkpoints import (
     inclusion_proof,
     leaf_hash,
 )
-from sagacity.consumers.archive._db import check_schema, mapped_errors
 from sagacity.consumers.archive._retention import RECORD_COLUMNS, anchor_leaf, record_of_row
 from sagacity.consumers.archive._roundlog import (
     inclusion_proof_in_log,
     round_by_id,
     round_to_dict,
 )
-from sagacity.consumers.archive._schema import (
-    FORMS_VERSION,
-    LOG_VERSION,
-    checkpoint_round_columns,
-)
 from sagacity.consumers.archive._verdicts import SagaAudit
 from sagacity.consumers.archive.verify_bundle import UNSIGNED_FIELDS
 from sagacity.errors import RoundLogError, UnknownSagaError
+from sagacity.postgres.archive import (
+    FORMS_VERSION,
+    LOG_VERSION,
+    check_schema,
+    checkpoint_round_columns,
+    mapped_errors,
+)
 from sagacity.signing._operator_signature import OperatorVerifier
 
 BUNDLE_FORMAT = "sagacity-audit-bundle/3"

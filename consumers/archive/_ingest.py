@@ -16,21 +16,7 @@ from sagacity.chain import compute_hash, link_break
 from sagacity.consumers.archive._attest import CheckpointVerifier
 from sagacity.consumers.archive._authorship import Authorship
 from sagacity.consumers.archive._batchplan import BatchPlan, Table
-from sagacity.consumers.archive._db import connect, mapped_errors
-from sagacity.consumers.archive._findings import (
-    Finding,
-    log_findings,
-    write_findings,
-)
-from sagacity.consumers.archive._ingestsql import (
-    HeadConflictError,
-    archived_hashes,
-    copy_quarantine,
-    make_months,
-    move_heads,
-    read_heads,
-    store_offsets,
-)
+from sagacity.consumers.archive._findings import Finding, log_findings
 from sagacity.consumers.archive._ingesttypes import (
     BatchReport,
     QuarantineReason,
@@ -59,6 +45,18 @@ from sagacity.errors import (
     PersistenceUnavailableError,
     SagacityError,
     UnopenableError,
+)
+from sagacity.postgres.archive import (
+    HeadConflictError,
+    archived_hashes,
+    connect,
+    copy_quarantine,
+    make_months,
+    mapped_errors,
+    move_heads,
+    read_heads,
+    store_offsets,
+    write_findings,
 )
 
 if TYPE_CHECKING:

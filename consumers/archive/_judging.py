@@ -23,10 +23,10 @@ from sagacity.consumers.archive._checkpoints import Checkpoint, signature_valid
 from sagacity.consumers.archive._columncheck import verified_head
 from sagacity.consumers.archive._reasons import AuditReason
 from sagacity.consumers.archive._roundaudit import RoundAudit
-from sagacity.consumers.archive._rows import ROW_COLUMNS, entry_of_row
 from sagacity.consumers.archive._verdicts import RetentionAudit, SagaAudit
 from sagacity.entries._events import GENESIS_HASH, JournalEntry
 from sagacity.errors import SerializationError
+from sagacity.postgres.archive import ROW_COLUMNS, entry_of_row
 
 _Finding = tuple[int, AuditReason, str]
 """A failure: the bad seq, its reason and the detail."""

@@ -11,7 +11,7 @@ import psycopg
 from sagacity.chain import verify
 from sagacity.entries._events import EventType, JournalEntry
 from sagacity.errors import SerializationError
-from sagacity.postgres._rows import FORM_COLUMNS, ROW_COLUMNS, entry_of_row
+from sagacity.postgres.archive import FORM_COLUMNS, ROW_COLUMNS, entry_of_row
 from sagacity.signing._writer_roles import HANDOFF_EVENTS, SagaWriters
 
 _STATE_EVENTS = sorted({EventType.SAGA_OPENED.value, *(e.value for e in HANDOFF_EVENTS)})

@@ -21,15 +21,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import psycopg
-
 from sagacity.chain._acceptance import ForkKind
 from sagacity.chain._grammar import GrammarFinding, check
-from sagacity.consumers.archive._db import check_schema, mapped_errors
 from sagacity.consumers.archive._ingest import Decoder
 from sagacity.entries._events import JournalEntry
 from sagacity.errors import SagacityError
-from sagacity.ports import Rejected, SagaRead, TopicPasses
+from sagacity.ports import ArchivedHashes, Rejected, SagaRead, TopicPasses
 
 
 @dataclass(kw_only=True)
@@ -191,31 +188,24 @@ def _offer(
 
 
 def diff_with_archive(
-    conn: psycopg.Connection,
+    archive: ArchivedHashes,
     report: ReplayReport,
     chains: Mapping[str, list[JournalEntry]],
     *,
     saga_id: str | None = None,
 ) -> ReplayReport:
     """Fill each saga's missing / extra / differing seqs from the archive rows of the report's
-    topic; return ``report``.
+    topic (``archive``: :class:`~sagacity.ports.ArchivedHashes`, the Postgres archive's
+    ``PostgresArchiveReads``); return ``report``.
 
     Raises:
         ArchiveSchemaError / PersistenceError: the database is not an archive or failed.
     """
     if not report.topic:
         raise ValueError("the report names no topic (make it with read_topic)")
-    check_schema(conn)
-    # Only the replayed topic's rows: several journal topics may share one archive.
-    where = "WHERE topic = %s" + (" AND saga_id = %s" if saga_id is not None else "")
-    with mapped_errors("read the archive for replay"), conn.transaction():
-        archived: dict[str, dict[int, str]] = {}
-        rows = conn.execute(
-            f"SELECT saga_id, seq, hash FROM side_effect_journal {where}",  # noqa: S608 - constant
-            (report.topic, saga_id) if saga_id is not None else (report.topic,),
-        )
-        for sid, seq, h in rows:
-            archived.setdefault(sid, {})[int(seq)] = h
+    archived: dict[str, dict[int, str]] = {}
+    for sid, seq, h in archive.archived_hashes(topic=report.topic, saga_id=saga_id):
+        archived.setdefault(sid, {})[seq] = h
     for sid in sorted(set(archived) | set(chains)):
         replay = report.sagas.setdefault(sid, SagaReplay(saga_id=sid))
         on_topic = {e.seq: e.hash for e in chains.get(sid, [])}

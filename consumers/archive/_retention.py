@@ -37,10 +37,10 @@ from psycopg import sql
 
 from sagacity.config._duration import parse_retention
 from sagacity.consumers.archive._checkpoints import Signer
-from sagacity.consumers.archive._db import check_schema, current_schema, mapped_errors
 from sagacity.consumers.archive._merkle import RootBuilder
 from sagacity.entries._events import now_micros
 from sagacity.errors import DurationError, RetentionError
+from sagacity.postgres.archive import check_schema, current_schema, mapped_errors
 
 MIN_RETENTION_MONTHS = 6
 """The shortest retention accepted without ``force`` (EU AI Act Art. 19: at least six months)."""

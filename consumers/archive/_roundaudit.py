@@ -27,7 +27,7 @@ from sagacity.consumers.archive._checkpoints import (
 from sagacity.consumers.archive._merkle import RootBuilder, decode_frontier
 from sagacity.consumers.archive._reasons import AuditReason
 from sagacity.consumers.archive._roundlog import round_of_row
-from sagacity.consumers.archive._schema import LOG_VERSION
+from sagacity.postgres.archive import LOG_VERSION
 
 
 def _python_leaf(saga_id: Any, seq: Any, hash: Any) -> bytes | None:

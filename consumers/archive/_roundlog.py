@@ -21,7 +21,6 @@ from sagacity.consumers.archive._checkpoints import (
     leaf_hash,
     leaves_in_order,
 )
-from sagacity.consumers.archive._db import check_schema, mapped_errors
 from sagacity.consumers.archive._merkle import (
     RootBuilder,
     consistency_ranges,
@@ -29,8 +28,8 @@ from sagacity.consumers.archive._merkle import (
     inclusion_ranges,
     range_roots,
 )
-from sagacity.consumers.archive._schema import LOG_VERSION, ROUNDS_VERSION
 from sagacity.errors import RoundLogError
+from sagacity.postgres.archive import LOG_VERSION, ROUNDS_VERSION, check_schema, mapped_errors
 
 _FORMATS = {"SGCR1": ROUND_FORMAT, "SGCR2": LOG_ROUND_FORMAT}
 _COLUMNS = "round_id, leaf_count, root, prev_root, signed_at_us, key_id, signature"

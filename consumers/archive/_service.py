@@ -39,7 +39,6 @@ from sagacity.consumers.archive._checkpoints import (
     parse_public_key,
     sign_pending,
 )
-from sagacity.consumers.archive._db import connect, ensure_schema
 from sagacity.consumers.archive._findings import Finding
 from sagacity.consumers.archive._ingest import BatchArchiver, BatchReport, Decoder, RawEvent
 from sagacity.consumers.archive._ledger import IngestLedger
@@ -58,6 +57,7 @@ from sagacity.errors import (
     WitnessError,
 )
 from sagacity.ports import Dependencies
+from sagacity.postgres.archive import connect, ensure_schema
 from sagacity.signing._decision_signature import DecisionVerifier
 from sagacity.signing._writer_signature import WriterRegistry
 from sagacity.telemetry import _tracing

@@ -195,7 +195,7 @@ def story_failure(
 
 
 def story_rows(rows: Iterable[Sequence[Any]]) -> Iterator[tuple[Any, ...]]:
-    """Rows of :data:`~sagacity.consumers.archive._rows.ROW_COLUMNS` (with the form columns
+    """Rows of :data:`~sagacity.postgres.archive.ROW_COLUMNS` (with the form columns
     or without) as :func:`story_query` selects them, for :func:`read_stories`.
 
     The grammar reads a payload only on a request and its resume, and a result only on an

@@ -8,15 +8,9 @@ from collections.abc import Callable, Collection
 
 import psycopg
 
-from sagacity.consumers.archive._db import mapped_errors
-from sagacity.consumers.archive._findings import (
-    Finding,
-    FindingReason,
-    describe,
-    log_findings,
-    write_findings,
-)
+from sagacity.consumers.archive._findings import Finding, FindingReason, describe, log_findings
 from sagacity.consumers.archive._ledger import IngestLedger
+from sagacity.postgres.archive import mapped_errors, write_findings
 
 Head = tuple[int, str]
 

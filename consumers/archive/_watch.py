@@ -37,7 +37,6 @@ from sagacity.consumers.archive._checkpoints import (
     SignedRound,
     signature_valid,
 )
-from sagacity.consumers.archive._db import check_schema
 from sagacity.consumers.archive._erasure import audit_erasures
 from sagacity.consumers.archive._merkle import verify_consistency
 from sagacity.consumers.archive._roundlog import (
@@ -47,10 +46,10 @@ from sagacity.consumers.archive._roundlog import (
     round_to_dict,
     rounds_after,
 )
-from sagacity.consumers.archive._schema import FORMS_VERSION
 from sagacity.consumers.archive._story import impossible_signed
 from sagacity.consumers.archive._witness import read as read_witness
 from sagacity.errors import AuditorStateError, RoundLogError
+from sagacity.postgres.archive import FORMS_VERSION, check_schema
 from sagacity.privacy._withheld import FORGED_ERASURE
 from sagacity.signing._operator_signature import OperatorVerifier
 

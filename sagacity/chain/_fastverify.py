@@ -1,8 +1,8 @@
 """Verifying archived chains in bulk: a binary ``COPY`` stream of rows in, a verdict per saga out.
 
 The audit's chain check without one Python object per row: the rows ``verify`` reads
-(:data:`sagacity.consumers.archive._rows.ROW_COLUMNS`, in chain order, as
-:func:`sagacity.consumers.archive._chainstream.chain_rows` streams them) go in as the bytes
+(:data:`sagacity.postgres.archive.ROW_COLUMNS`, in chain order, as
+:func:`sagacity.postgres.archive.chain_rows` streams them) go in as the bytes
 PostgreSQL sends (``COPY ... TO STDOUT (FORMAT BINARY)``), and each saga's verdict comes out
 when its last row has been read: memory holds one saga's state (a few hashes), never its rows.
 
@@ -18,7 +18,7 @@ is installed and not turned off with ``SAGACITY_NATIVE=0`` (:data:`NATIVE`); oth
 same bytes).
 
 How ``verify`` uses it (:func:`sagacity.consumers.archive._audit.iter_audits`, every saga):
-:func:`~sagacity.consumers.archive._chainstream.chain_rows`, on a second connection reading
+:func:`~sagacity.postgres.archive.chain_rows`, on a second connection reading
 the audit's REPEATABLE READ snapshot, into ``chain_verifier(anchors=...)`` (the retention
 anchors, read before), its verdicts merged by saga id with the checkpoints and heads.  An
 ``ok`` verdict's head and :meth:`BatchVerdict.hashes_by_seq` go to the checkpoint check; a

@@ -11,12 +11,8 @@ import click
 from sagacity.cli._operator_key import unverified_note
 
 if TYPE_CHECKING:
-    from sagacity.consumers.archive import (
-        AuditSummary,
-        ErasureAudit,
-        ReplayReport,
-        SagaRefusals,
-    )
+    from sagacity.consumers.archive import AuditSummary, ErasureAudit, ReplayReport
+    from sagacity.postgres.archive import SagaRefusals
 
 
 def print_verified(

@@ -103,9 +103,9 @@ def writer_keygen(writer_id: str, out: Path, use_hmac: bool, role: str) -> None:
 @click.option("--grant", "grant_role", default=None, help="Also grant the archiver role.")
 def migrate(database_url: str, schema: str | None, grant_role: str | None) -> None:
     """Create or upgrade the archive schema (the archiver also does this at start)."""
-    from sagacity.consumers.archive import connect, grant_archiver
-    from sagacity.consumers.archive import migrate as run_migrations
     from sagacity.errors import SagacityError
+    from sagacity.postgres.archive import connect, grant_archiver
+    from sagacity.postgres.archive import migrate as run_migrations
 
     try:
         with connect(conninfo(database_url, schema)) as conn:
@@ -162,16 +162,10 @@ def checkpoint(
 
     from sagacity import compose
     from sagacity._env import client_settings, starting_keys
-    from sagacity.consumers.archive import (
-        ArchiveSettings,
-        SignedRound,
-        Signer,
-        catch_up_and_sign,
-        connect,
-        ensure_schema,
-    )
+    from sagacity.consumers.archive import ArchiveSettings, SignedRound, Signer, catch_up_and_sign
     from sagacity.consumers.archive import publish_witness as publish
     from sagacity.errors import SagacityError
+    from sagacity.postgres.archive import connect, ensure_schema
 
     rounds: list[SignedRound] = []
     kafka_config = client_settings(os.environ)
@@ -210,6 +204,13 @@ def checkpoint(
     )
     if rounds:
         click.echo(f"latest signing round: {rounds[-1].round_id}:{rounds[-1].root}")
+
+
+def _day(us: int) -> str:
+    """The UTC day of a time in microseconds, ``YYYY-MM-DD``."""
+    import datetime
+
+    return datetime.datetime.fromtimestamp(us / 1e6, datetime.UTC).strftime("%Y-%m-%d")
 
 
 @archive.command()
@@ -251,9 +252,10 @@ def retention(
     sign_records: bool,
 ) -> None:
     """Export, then drop, whole months older than the retention (a dry run by default)."""
-    from sagacity.consumers.archive import Signer, connect, parse_keep, run_retention
+    from sagacity.consumers.archive import Signer, parse_keep, run_retention
     from sagacity.consumers.archive import sign_records as sign_existing
     from sagacity.errors import SagacityError
+    from sagacity.postgres.archive import connect
 
     if sign_records and signing_key is None:
         fail("--sign-records needs --signing-key")
@@ -278,17 +280,12 @@ def retention(
     if not actions:
         click.echo(f"nothing older than {months} months")
         return
-    import datetime
-
-    def day(us: int) -> str:
-        return datetime.datetime.fromtimestamp(us / 1e6, datetime.UTC).strftime("%Y-%m-%d")
-
     click.echo(f"{'partition':<30} {'from':<10}  {'to':<10}  {'rows':>10}  action")
     for a in actions:
         p = a.partition
         what = f"exported to {a.export_file} and dropped" if a.dropped else "would export and drop"
         click.echo(
-            f"{p.name:<30} {day(p.range_from_us)}  {day(p.range_to_us)}  {a.rows:>10,}  {what}"
+            f"{p.name:<30} {_day(p.range_from_us)}  {_day(p.range_to_us)}  {a.rows:>10,}  {what}"
         )
     if not apply:
         click.echo("dry run: pass --apply --export-dir DIR to export and drop these months")
@@ -299,8 +296,8 @@ def retention(
 @click.option("--limit", default=50, show_default=True, help="Most recent entries shown.")
 def quarantine(database_url: str, schema: str | None, limit: int) -> None:
     """List events refused on ingest (reason, position, saga); exit 1 if there are any."""
-    from sagacity.consumers.archive import check_schema, connect, mapped_errors
     from sagacity.errors import SagacityError
+    from sagacity.postgres.archive import check_schema, connect, mapped_errors
 
     try:
         with connect(conninfo(database_url, schema)) as conn:

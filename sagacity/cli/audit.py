@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     import psycopg
 
     from sagacity import JournalEntry
-    from sagacity.consumers.archive import AuditSummary, ErasureAudit, SagaRefusals, WatchReport
+    from sagacity.consumers.archive import AuditSummary, ErasureAudit, WatchReport
+    from sagacity.postgres.archive import SagaRefusals
     from sagacity.signing._operator_signature import OperatorVerifier
 
 
@@ -106,8 +107,9 @@ def verify(
 
     With --public-key, a run in which nothing verified under the key fails too.
     """
-    from sagacity.consumers.archive import AuditSummary, connect
+    from sagacity.consumers.archive import AuditSummary
     from sagacity.errors import SagacityError
+    from sagacity.postgres.archive import connect
 
     if saga_id is not None and all_sagas:
         fail("--saga and --all exclude each other")
@@ -163,12 +165,8 @@ def _audit_into(
 ) -> tuple[ErasureAudit, SagaRefusals | None]:
     """Audit the saga (or every saga) into ``summary``, with a progress bar on stderr; then
     its erasures, and for one saga what was kept out of its chain."""
-    from sagacity.consumers.archive import (
-        audit_erasures,
-        iter_audits,
-        saga_refusals,
-        unsigned_as_failure,
-    )
+    from sagacity.consumers.archive import audit_erasures, iter_audits, unsigned_as_failure
+    from sagacity.postgres.archive import saga_refusals
 
     total = 1 if saga_id is not None else _estimate_sagas(conn)
     started = time.perf_counter()
@@ -235,7 +233,7 @@ def _known_rounds(values: tuple[str, ...]) -> dict[int, str]:
 
 def _estimate_sagas(conn: psycopg.Connection) -> int:
     """Sagas in the archive, for the progress bar (the head table has one row per saga)."""
-    from sagacity.consumers.archive import check_schema, mapped_errors
+    from sagacity.postgres.archive import check_schema, mapped_errors
 
     check_schema(conn)
     with mapped_errors("count sagas"):
@@ -270,8 +268,9 @@ def export(
     operator_public_keys: tuple[str, ...],
 ) -> None:
     """Write an audit bundle: events.jsonl, manifest.json, README.md, verify_bundle.py."""
-    from sagacity.consumers.archive import connect, export_bundle
+    from sagacity.consumers.archive import export_bundle
     from sagacity.errors import SagacityError
+    from sagacity.postgres.archive import connect
 
     operator = pinned_operator(operator_public_keys)
     try:
@@ -345,9 +344,10 @@ def replay(
 
     from sagacity import compose
     from sagacity._env import client_settings, key_service_from_env
-    from sagacity.consumers.archive import connect, diff_with_archive, read_topic
+    from sagacity.consumers.archive import diff_with_archive, read_topic
     from sagacity.errors import SagacityError
     from sagacity.keys import KEK_SETTING
+    from sagacity.postgres.archive import PostgresArchiveReads, connect
 
     keys = None
     try:
@@ -365,7 +365,7 @@ def replay(
             timeout=timeout,
         )
         with connect(conninfo(database_url, schema)) as conn:
-            diff_with_archive(conn, report, chains, saga_id=saga_id)
+            diff_with_archive(PostgresArchiveReads(conn), report, chains, saga_id=saga_id)
     except SagacityError as exc:
         fail(exc)
     finally:
@@ -462,8 +462,9 @@ def watch(
     """Record every signing round, check each extends the last one recorded (RFC 9162
     consistency proof) and alert on a fork: exit 1, a log line, the webhook.  A data key
     destroyed without an archived ERASED event is an alert too (erasure_unrecorded)."""
-    from sagacity.consumers.archive import AuditorState, connect, trusted_keys, watch_once
+    from sagacity.consumers.archive import AuditorState, trusted_keys, watch_once
     from sagacity.errors import SagacityError
+    from sagacity.postgres.archive import connect
 
     if interval <= 0:
         fail("--interval must be positive")

@@ -142,14 +142,16 @@ def sweep_cmd(
     """
     from sagacity._env import kafka_journal
     from sagacity.cli._db_options import conninfo
-    from sagacity.consumers.archive import connect, quiet_sagas
+    from sagacity.consumers.archive import quiet_sagas
     from sagacity.consumers.archive import sweep_abandoned as sweep
+    from sagacity.postgres.archive import PostgresArchiveReads, connect
 
     seconds = parse_duration(older_than)
     _, settings = kafka_env(bootstrap, topic)
     try:
         with connect(conninfo(database_url, schema)) as conn:
-            candidates = quiet_sagas(conn, topic=settings.topic, older_than_s=seconds, limit=limit)
+            heads = PostgresArchiveReads(conn)
+            candidates = quiet_sagas(heads, topic=settings.topic, older_than_s=seconds, limit=limit)
     except SagacityError as exc:
         fail(exc)
     if not candidates:

@@ -25,6 +25,8 @@ re-exported here.  One module per port; every name is exported here.
   folds, quarantines (:class:`Fault`) and positions, kept together: :mod:`._request_fold`).
 * :class:`ArchiveBundles`: the archive's audit bundles as the approvals console reads them
   (:mod:`._archive_bundles`).
+* :class:`ArchivedHeads` / :class:`ArchivedHashes`: the archived chains as the archive's
+  tools read them (:mod:`._archive_reads`).
 * :class:`ErasableArchive`: the archive's side of an erasure (:mod:`._erasure`).
 * :class:`ServiceTables`: the services' tables as an erasure clears them
   (:mod:`._service_tables`).
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 from sagacity.journal import ApprovalRequest, ConditionalJournal, Journal
 from sagacity.ports._archive_bundles import ArchiveBundles
+from sagacity.ports._archive_reads import ArchivedHashes, ArchivedHead, ArchivedHeads
 from sagacity.ports._claims import Claim, ClaimStatus, ClaimStore, check_claim_key
 from sagacity.ports._console_sessions import ConsoleSession, ConsoleSessionTable
 from sagacity.ports._consume import (
@@ -106,6 +109,9 @@ __all__ = [
     "ApprovalRequest",
     "ArchiveBundles",
     "ArchiveErasure",
+    "ArchivedHashes",
+    "ArchivedHead",
+    "ArchivedHeads",
     "AttentionRow",
     "Claim",
     "ClaimStatus",

@@ -26,9 +26,9 @@ from click.testing import CliRunner
 
 from sagacity import Sagacity, SagaStatus, compose
 from sagacity.cli import main
-from sagacity.consumers.archive import migrate
 from sagacity.consumers.compensation import CompensationService, CompensationSettings
 from sagacity.postgres import PostgresKeyStore
+from sagacity.postgres.archive import migrate
 from sagacity.privacy._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
 from sagacity.privacy._keys import KEY_CACHE_TTL_SETTING, KeyService
 from sagacity.producer import KafkaJournal

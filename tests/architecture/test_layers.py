@@ -327,19 +327,16 @@ def service_of(module: str) -> str:
 SERVICE_TO_SERVICE_ALLOWED: dict[tuple[str, str], str] = {}
 
 _ARCHIVE = (
-    "the archive is the Postgres archive: its tables' schema, rows and errors "
-    "(sagacity.postgres and its archive modules) are the implementation of the ports it "
-    "offers the others (SagaIndex, ErasableArchive: both in sagacity.postgres), not a store "
-    "it could be handed"
+    "the archive service still runs its own SQL on the Postgres archive's connections, "
+    "errors, schema versions and statements (sagacity.postgres.archive, by its public "
+    "names: the adapter package holding everything that knows the archive's tables) until "
+    "the archive's store is declared as ports (issue 33)"
 )
 
 # Adapter modules (a package or one private module) a service imports, each with its reason.
 # The entries only go: a new edge fails, an edge no longer there fails until removed.
 SERVICE_ADAPTERS_ALLOWED: dict[tuple[str, str], str] = {
-    ("sagacity.consumers.archive", "sagacity.postgres"): _ARCHIVE,
-    ("sagacity.consumers.archive", "sagacity.postgres._archive"): _ARCHIVE,
-    ("sagacity.consumers.archive", "sagacity.postgres._archive_schema"): _ARCHIVE,
-    ("sagacity.consumers.archive", "sagacity.postgres._rows"): _ARCHIVE,
+    ("sagacity.consumers.archive", "sagacity.postgres.archive"): _ARCHIVE,
 }
 
 SERVICE_EDGES = [(m, i, t) for m, i, t in EDGES if layer_of(m) == SERVICES]
@@ -436,27 +433,20 @@ _ARCHIVE_SPLIT = (
 # Modules of a service importing a driver, each with the drivers it imports and its reason.
 # The entries only go: a new module or driver fails, one no longer imported fails until removed.
 SERVICE_DRIVERS_ALLOWED: dict[str, tuple[tuple[str, ...], str]] = {
-    "sagacity.consumers.archive._abandoned": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._attest": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._audit": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._auditstream": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._batchplan": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._chainstream": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._checkpoints": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._db": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._erasure": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._export": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._findings": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._ingest": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._ingestsql": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._judging": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._owners": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._replay": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._retention": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._retentionaudit": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._roundaudit": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._roundlog": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._snapshots": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._sweep": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._watch": (("psycopg",), _ARCHIVE_SPLIT),
 }

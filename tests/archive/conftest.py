@@ -8,7 +8,8 @@ import psycopg
 import pytest
 from archive_helpers import decode
 
-from sagacity.consumers.archive import BatchArchiver, migrate
+from sagacity.consumers.archive import BatchArchiver
+from sagacity.postgres.archive import migrate
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 

@@ -146,7 +146,7 @@ def test_keygen_refuses_to_overwrite(key):
 def test_migrate_command_creates_the_schema(pg_dsn):
     code, out, _ = run("archive", "migrate", "--database-url", pg_dsn)
     assert code == 0
-    from sagacity.consumers.archive._schema import MIGRATIONS
+    from sagacity.postgres.archive import MIGRATIONS
 
     assert f"version {max(v for v, _ in MIGRATIONS)}" in out
     code, out, _ = run("verify", "--database-url", pg_dsn)

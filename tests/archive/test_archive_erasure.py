@@ -19,14 +19,10 @@ from psycopg import sql
 
 from sagacity.chain import committing, link
 from sagacity.cli import main
-from sagacity.consumers.archive import (
-    BatchArchiver,
-    RawEvent,
-    erase_in_archive,
-    erasure_records,
-)
+from sagacity.consumers.archive import BatchArchiver, RawEvent
 from sagacity.entries._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
 from sagacity.errors import ErasureRefusedError
+from sagacity.postgres.archive import erase_in_archive, erasure_records
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 from sagacity.signing._operator_signature import OperatorSigner

@@ -159,7 +159,7 @@ def test_a_mixed_batch_gives_the_same_reports_and_rows_on_both_paths(pg_dsn):
     from psycopg import connect
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    from sagacity.consumers.archive import migrate
+    from sagacity.postgres.archive import migrate
 
     chain = make_chain("saga-a", 5) + make_chain("saga-b", 3, start_us=BASE_US + 17)
     fork = dataclasses.replace(chain[2], payload="forked")
@@ -402,7 +402,8 @@ def test_a_sealed_form_2_event_is_archived_alike_with_and_without_the_compiled_m
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     from sagacity.chain import committing
-    from sagacity.consumers.archive import _audit, iter_audits, migrate
+    from sagacity.consumers.archive import _audit, iter_audits
+    from sagacity.postgres.archive import migrate
     from sagacity.privacy._envelope import KeyEncryptionKey, KeyRing
     from sagacity.privacy._keys import KeyService
     from sagacity.schemas import decode_record

@@ -456,8 +456,7 @@ def test_sagacity_from_env_reads_through_the_archive(
 def test_migration_3_marks_rows_archived_before_it_as_unchecked(pg_dsn):
     from psycopg import sql
 
-    from sagacity.consumers.archive import migrate
-    from sagacity.consumers.archive._schema import MIGRATIONS
+    from sagacity.postgres.archive import MIGRATIONS, migrate
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         schema = conn.execute("SELECT current_schema()").fetchone()[0]

@@ -18,6 +18,7 @@ from sagacity.chain import link
 from sagacity.cli import main
 from sagacity.consumers.archive import BatchArchiver
 from sagacity.consumers.archive._replay import diff_with_archive, read_topic
+from sagacity.postgres.archive import PostgresArchiveReads
 from sagacity.producer import KAFKA_PARTITIONER, ForkKind, KafkaTopicPasses
 from sagacity.schemas import JOURNAL_WIRE, decode_entry
 
@@ -93,7 +94,7 @@ def test_replay_reports_missing_extra_and_differing(
         report, chains = read_topic(
             kafka_bootstrap, topic, passes=KafkaTopicPasses(), decode=decode_entry
         )
-        diff_with_archive(conn, report, chains)
+        diff_with_archive(PostgresArchiveReads(conn), report, chains)
     assert report.messages == 8
     assert [u[:2] for u in report.undecodable] == [(0, 7)]
     assert report.sagas["saga-a"].missing == [5]
@@ -187,7 +188,7 @@ def test_a_writer_conflict_fork_is_reported_as_a_fork_not_a_difference(
         kafka_bootstrap, topic, passes=KafkaTopicPasses(), decode=decode_entry
     )
     with psycopg.connect(archive_dsn) as conn:
-        diff_with_archive(conn, report, chains)
+        diff_with_archive(PostgresArchiveReads(conn), report, chains)
     saga = report.sagas["saga-a"]
     assert (saga.missing, saga.extra, saga.differing) == ([], [], [])
     assert saga.ok
@@ -214,7 +215,7 @@ def test_an_archive_holding_the_losing_fork_differs(
         kafka_bootstrap, topic, passes=KafkaTopicPasses(), decode=decode_entry
     )
     with psycopg.connect(archive_dsn) as conn:
-        diff_with_archive(conn, report, chains)
+        diff_with_archive(PostgresArchiveReads(conn), report, chains)
     saga = report.sagas["saga-a"]
     assert saga.differing == [3]
     assert [r.entry.hash for r in saga.of_kind(ForkKind.FORK)] == [loser.hash]
@@ -232,7 +233,7 @@ def test_a_foreign_event_is_reported_under_its_key_and_not_compared(
         kafka_bootstrap, topic, passes=KafkaTopicPasses(), decode=decode_entry
     )
     with psycopg.connect(archive_dsn) as conn:
-        diff_with_archive(conn, report, chains)
+        diff_with_archive(PostgresArchiveReads(conn), report, chains)
     assert set(report.sagas) == {"saga-a"}  # grouped by key: no saga-c was ever on the topic
     (foreign,) = report.sagas["saga-a"].of_kind(ForkKind.FOREIGN)
     assert (foreign.entry.saga_id, foreign.offset) == ("saga-c", 3)
@@ -261,7 +262,7 @@ def test_replay_compares_only_its_own_topics_rows(
             kafka_bootstrap, topic, passes=KafkaTopicPasses(), decode=decode_entry
         )
         with psycopg.connect(archive_dsn) as conn:
-            diff_with_archive(conn, report, chains)
+            diff_with_archive(PostgresArchiveReads(conn), report, chains)
         assert set(report.sagas) == expected
         assert report.ok, report.sagas
     result = replay_cli(archive_dsn, kafka_bootstrap, first)
@@ -303,7 +304,7 @@ def test_a_trimmed_topic_is_replayed_from_the_first_event_it_keeps(
         kafka_bootstrap, topic, passes=KafkaTopicPasses(), decode=decode_entry
     )
     with psycopg.connect(archive_dsn) as conn:
-        diff_with_archive(conn, report, chains)
+        diff_with_archive(PostgresArchiveReads(conn), report, chains)
     assert report.trimmed
     saga = report.sagas["saga-a"]
     assert saga.topic_starts_at == 3

@@ -16,14 +16,7 @@ from archive_helpers import as_raw, decode, make_chain, rows, with_option
 from click.testing import CliRunner
 
 from sagacity.cli import main
-from sagacity.consumers.archive import (
-    BatchArchiver,
-    Signer,
-    audit,
-    generate_key,
-    grant_archiver,
-    sign_pending,
-)
+from sagacity.consumers.archive import BatchArchiver, Signer, audit, generate_key, sign_pending
 from sagacity.consumers.archive._export import export_bundle
 from sagacity.consumers.archive._retention import (
     cutoff_us,
@@ -32,6 +25,7 @@ from sagacity.consumers.archive._retention import (
     sign_records,
 )
 from sagacity.errors import PersistenceError, RetentionError
+from sagacity.postgres.archive import grant_archiver
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 

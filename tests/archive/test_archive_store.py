@@ -8,16 +8,9 @@ import psycopg
 import pytest
 from archive_helpers import as_raw, decode, make_chain, rows, with_option
 
-from sagacity.consumers.archive import (
-    BatchArchiver,
-    check_schema,
-    generate_key,
-    grant_archiver,
-    migrate,
-    sign_pending,
-)
-from sagacity.consumers.archive._schema import MIGRATIONS
+from sagacity.consumers.archive import BatchArchiver, generate_key, sign_pending
 from sagacity.errors import ArchiveSchemaError, PersistenceError, PersistenceUnavailableError
+from sagacity.postgres.archive import MIGRATIONS, check_schema, grant_archiver, migrate
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -241,7 +234,7 @@ def test_two_archivers_racing_on_the_same_events_archive_each_once(archive_dsn):
 
 
 def test_archiver_role_starts_on_a_migrated_archive_but_cannot_migrate(archive_dsn):
-    from sagacity.consumers.archive import ensure_schema
+    from sagacity.postgres.archive import ensure_schema
 
     role = "sgc_test_" + uuid.uuid4().hex[:8]
     with psycopg.connect(archive_dsn, autocommit=True) as conn:
@@ -259,7 +252,7 @@ def test_archiver_role_starts_on_a_migrated_archive_but_cannot_migrate(archive_d
 
 
 def test_ensure_schema_creates_a_missing_archive(pg_dsn):
-    from sagacity.consumers.archive import ensure_schema
+    from sagacity.postgres.archive import ensure_schema
 
     with psycopg.connect(pg_dsn) as conn:
         assert ensure_schema(conn) == LATEST

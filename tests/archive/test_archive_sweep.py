@@ -16,6 +16,7 @@ from sagacity import EntryDraft, EventType, compose
 from sagacity.cli import main
 from sagacity.consumers.archive._abandoned import SweepOutcome, quiet_sagas, sweep
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
+from sagacity.postgres.archive import PostgresArchiveReads
 from sagacity.producer import KafkaJournal
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
@@ -70,10 +71,20 @@ def test_only_sagas_whose_lease_expired_are_taken_over(kafka_bootstrap, make_top
     _archive(kafka_bootstrap, archive_dsn, topic, total=7)
 
     with psycopg.connect(archive_dsn) as conn:
-        assert quiet_sagas(conn, topic=topic, older_than_s=30) == []  # nothing is quiet yet
-        later = quiet_sagas(conn, topic=topic, older_than_s=30, now_s=time.time() + 40)
         assert (
-            quiet_sagas(conn, topic="another.topic", older_than_s=30, now_s=time.time() + 40) == []
+            quiet_sagas(PostgresArchiveReads(conn), topic=topic, older_than_s=30) == []
+        )  # nothing is quiet yet
+        later = quiet_sagas(
+            PostgresArchiveReads(conn), topic=topic, older_than_s=30, now_s=time.time() + 40
+        )
+        assert (
+            quiet_sagas(
+                PostgresArchiveReads(conn),
+                topic="another.topic",
+                older_than_s=30,
+                now_s=time.time() + 40,
+            )
+            == []
         )
     assert sorted(c.saga_id for c in later) == sorted([abandoned, held])  # the ended one is not
     assert {c.head_event for c in later} == {"INTENT"}

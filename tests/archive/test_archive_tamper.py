@@ -16,11 +16,11 @@ from sagacity.consumers.archive import (
     IngestLedger,
     Signer,
     audit,
-    check_schema,
     generate_key,
     iter_audits,
     sign_pending,
 )
+from sagacity.postgres.archive import check_schema
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 

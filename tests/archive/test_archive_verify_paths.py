@@ -29,7 +29,6 @@ from sagacity.consumers.archive import (
 from sagacity.consumers.archive._auditstream import snapshot_reader
 from sagacity.consumers.archive._columncheck import verified_head
 from sagacity.consumers.archive._retention import sign_records
-from sagacity.consumers.archive._rows import ROW_COLUMNS
 from sagacity.entries._events import (
     GENESIS_HASH,
     EntryDraft,
@@ -37,6 +36,7 @@ from sagacity.entries._events import (
     JournalEntry,
     UnknownEventType,
 )
+from sagacity.postgres.archive import ROW_COLUMNS
 
 pytestmark = pytest.mark.postgres
 

@@ -12,14 +12,15 @@ from archive_helpers import as_raw, make_chain
 
 from sagacity.chain import BreakReason, link, verify
 from sagacity.chain._fastverify import NATIVE, chain_verifier
-from sagacity.consumers.archive._chainstream import (
+from sagacity.entries._events import GENESIS_HASH, EntryDraft, EventType
+from sagacity.postgres.archive import (
     CHAIN_ORDER,
+    ROW_COLUMNS,
     chain_rows,
     copy_messages,
     decoded_rows,
+    entry_of_row,
 )
-from sagacity.consumers.archive._rows import ROW_COLUMNS, entry_of_row
-from sagacity.entries._events import GENESIS_HASH, EntryDraft, EventType
 
 pytestmark = pytest.mark.postgres
 

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from sagacity.chain import _fastverify, link, verify
 from sagacity.chain._fastverify import BatchVerdict, chain_verifier
-from sagacity.consumers.archive._rows import entry_of_row
 from sagacity.entries._events import GENESIS_HASH, EntryDraft, EventType
+from sagacity.postgres.archive import entry_of_row
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS = json.loads((ROOT / "tests/vectors/verdicts-v1.json").read_text(encoding="utf-8"))

@@ -42,9 +42,9 @@ from sagacity.chain import (
 )
 from sagacity.chain._acceptance import ForkKind
 from sagacity.consumers.archive import _audit, _columncheck, _judging, verify_bundle
-from sagacity.consumers.archive._rows import entry_of_row
 from sagacity.entries._events import event_type_of
 from sagacity.errors import SerializationError
+from sagacity.postgres.archive import entry_of_row
 from sagacity.schemas import _hotpath, decode_entry
 
 ROOT = Path(__file__).resolve().parents[2]

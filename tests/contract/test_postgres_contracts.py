@@ -9,7 +9,6 @@ import psycopg
 import pytest
 
 from sagacity.config._defaults import DEFAULT_ARCHIVE_GROUP as DEFAULT_GROUP
-from sagacity.consumers.archive._db import migrate
 from sagacity.entries._events import JournalEntry
 from sagacity.ports import (
     ClaimStatus,
@@ -31,6 +30,7 @@ from sagacity.postgres import (
     PostgresSagaIndex,
     PostgresSlackTables,
 )
+from sagacity.postgres.archive import migrate
 from sagacity.signing._decision_signature import DecisionVerifier
 from sagacity.signing._operator_signature import OperatorVerifier
 from sagacity.testing.contracts import (

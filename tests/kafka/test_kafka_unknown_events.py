@@ -189,9 +189,10 @@ def test_a_resume_after_an_unknown_event_is_refused_and_the_tool_not_called(
 def test_the_archive_ingests_and_verifies_a_chain_with_an_unknown_event_type(
     kafka_bootstrap: str, make_topic: Callable[..., str], pg_dsn: str, tmp_path: Path
 ) -> None:
-    from sagacity.consumers.archive import audit, generate_key, migrate
+    from sagacity.consumers.archive import audit, generate_key
     from sagacity.consumers.archive._export import export_bundle
     from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
+    from sagacity.postgres.archive import migrate
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         migrate(conn)

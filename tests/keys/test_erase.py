@@ -21,13 +21,14 @@ from psycopg import sql
 
 from sagacity import EntryDraft, EventType, JournalEntry
 from sagacity.cli import main
-from sagacity.consumers.archive import ArchiveEraser, BatchArchiver, RawEvent, migrate
+from sagacity.consumers.archive import BatchArchiver, RawEvent
 from sagacity.postgres import (
     PostgresClaimStore,
     PostgresKeyStore,
     PostgresRequestStore,
     PostgresServiceTables,
 )
+from sagacity.postgres.archive import ArchiveEraser, migrate
 from sagacity.privacy._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
 from sagacity.privacy._keys import KeyService
 from sagacity.producer import KAFKA_PARTITIONER, KafkaJournal

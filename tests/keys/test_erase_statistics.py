@@ -15,9 +15,9 @@ import pytest
 from psycopg import sql
 
 from sagacity import EntryDraft, EventType
-from sagacity.consumers.archive import migrate
 from sagacity.postgres import PostgresClaimStore
 from sagacity.postgres._statistics import refresh_statistics
+from sagacity.postgres.archive import migrate
 from sagacity.privacy._envelope import write_key_encryption_key
 from sagacity.producer import KafkaJournal
 from sagacity.signing._operator_signature import generate_key as generate_operator_key

@@ -1,17 +1,29 @@
 """The SQL of one archived batch: the heads it reads and moves, the hashes it compares, its
-quarantine rows and its stored offsets (:mod:`._ingest` decides; this writes)."""
+quarantine rows and its stored offsets (the archive service's ingest decides; this writes)."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import psycopg
 
 from sagacity.postgres import retryable
 
-if TYPE_CHECKING:
-    from sagacity.consumers.archive._ingest import RawEvent
+
+class Message(Protocol):
+    """A message read from the topic, as the quarantine and the offsets store it."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
 
 
 class Refusal(Protocol):
@@ -22,7 +34,7 @@ class Refusal(Protocol):
     @property
     def detail(self) -> str: ...
     @property
-    def event(self) -> RawEvent: ...
+    def event(self) -> Message: ...
     @property
     def saga_id(self) -> str | None: ...
     @property
@@ -155,7 +167,7 @@ def move_heads(
             raise HeadConflictError
 
 
-def store_offsets(cur: psycopg.Cursor, group: str, batch: Sequence[RawEvent]) -> None:
+def store_offsets(cur: psycopg.Cursor, group: str, batch: Sequence[Message]) -> None:
     """Store the next offset of each partition of ``batch`` (in the batch's transaction)."""
     top: dict[tuple[str, int], int] = {}
     first: dict[tuple[str, int], int] = {}

@@ -19,8 +19,8 @@ import psycopg
 from psycopg import pq
 
 from sagacity.chain._fastverify import SIGNATURE
-from sagacity.consumers.archive._db import mapped_errors
-from sagacity.consumers.archive._rows import ROW_COLUMNS
+from sagacity.postgres._rows import ROW_COLUMNS
+from sagacity.postgres.archive._db import mapped_errors
 
 CHAIN_ORDER = 'saga_id COLLATE "C", archive_id'
 """Chain order: sagas by the bytes of their id, each saga's rows in the order archived."""
@@ -40,7 +40,7 @@ def chain_rows(
     block_size: int = 65_536,
     forms_only_first: bool = False,
 ) -> Generator[bytes]:
-    """The blocks of a binary ``COPY`` of :data:`~sagacity.consumers.archive._rows.ROW_COLUMNS`
+    """The blocks of a binary ``COPY`` of :data:`~sagacity.postgres._rows.ROW_COLUMNS`
     for ``saga_ids`` (every saga when ``None``), in :data:`CHAIN_ORDER`.
 
     The server sends one message per row; they are joined into blocks of about

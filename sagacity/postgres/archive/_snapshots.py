@@ -12,8 +12,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from sagacity.consumers.archive._db import connect
 from sagacity.errors import PersistenceError
+from sagacity.postgres.archive._db import connect
 
 
 def shared_snapshot(conn: psycopg.Connection) -> tuple[str, str | None, str, str]:
