@@ -23,6 +23,7 @@ from sagacity.consumers.archive._findings import Finding, FindingReason, describ
 from sagacity.consumers.archive._ledger import IngestLedger, LedgerEntry
 from sagacity.consumers.archive._owners import writers_of, writers_up_to
 from sagacity.entries._events import GENESIS_HASH
+from sagacity.postgres.archive import PostgresArchiveReads
 from sagacity.signing._writer_roles import SagaWriters
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ class BatchPlan:
                     if found is not None:
                         self.table_writers[saga_id] = found
             rest = {s: heads[s] for s in places if s in heads and s not in self.table_writers}
-            self.table_writers.update(writers_of(conn, rest))
+            self.table_writers.update(writers_of(PostgresArchiveReads(conn), rest))
             for saga_id in places:
                 self.table_writers.setdefault(saga_id, SagaWriters())
 
@@ -152,7 +153,7 @@ class BatchPlan:
         if self._roles is None:
             return
         at_base = {s: self.bases[s] for s in unknown if self.bases[s][0] > 0}
-        folded = writers_up_to(conn, at_base)
+        folded = writers_up_to(PostgresArchiveReads(conn), at_base)
         for saga_id in unknown:
             writers = folded.get(saga_id, SagaWriters())
             if writers is None:

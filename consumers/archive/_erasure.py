@@ -10,17 +10,14 @@ adapter's :class:`sagacity.postgres.archive.ArchiveEraser` (the ``ErasableArchiv
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
-
-import psycopg
 
 from sagacity.consumers.archive._story import ErasureRow, json_map
 from sagacity.ports import ArchiveErasure as ArchiveErasure  # the port's value, exported
-from sagacity.postgres.archive import check_schema, mapped_errors
-from sagacity.privacy._withheld import ERASURE_EVENT, erasure_verdict
+from sagacity.ports import DestroyedKeyReads, ErasedEvent
+from sagacity.privacy._withheld import erasure_verdict
 from sagacity.signing._operator_signature import OperatorVerifier
 
 
@@ -54,13 +51,8 @@ class ErasureAudit:
     keys_unreadable: bool = False
 
 
-KEY_TABLE = "sagacity_data_keys"
-"""The key store's table (:mod:`sagacity.postgres._keys`), read when it is in the same
-schema as the archive."""
-
-
 def audit_erasures(
-    conn: psycopg.Connection[Any],
+    keys: DestroyedKeyReads,
     saga_id: str | None = None,
     *,
     recorded: Collection[str] | None = None,
@@ -68,7 +60,9 @@ def audit_erasures(
     fields: int = 0,
     operator: OperatorVerifier | None = None,
 ) -> ErasureAudit:
-    """Every destroyed data key (of one saga, or all) whose saga's chain records no erasure.
+    """Every destroyed data key (of one saga, or all) whose saga's chain records no erasure;
+    ``keys`` (:class:`~sagacity.ports.DestroyedKeyReads`, the Postgres archive's
+    ``PostgresArchiveReads``) reads them.
 
     Args:
         recorded: the sagas whose verified chain counts an erasure (``verify`` collects them
@@ -77,63 +71,34 @@ def audit_erasures(
             ``operator``, the pinned operator keys).
         sagas / fields: the erasures counted on the chains, reported as they are.
     """
-    check_schema(conn)
-    # Only constant fragments are interpolated; the saga id is a bound parameter.
-    one = "AND k.saga_id = %(s)s" if saga_id is not None else ""
-    with mapped_errors("read the data keys"):
-        found = conn.execute(
-            "SELECT t IS NOT NULL, t IS NOT NULL AND has_table_privilege(t, 'SELECT') FROM"
-            " (SELECT to_regclass(format('%%I.%%I', current_schema(), %(t)s::text)) t) k",
-            {"t": KEY_TABLE},
-        ).fetchone()
-        unrecorded: list[UnrecordedErasure] = []
-        keys_checked = found is not None and bool(found[1])
-        keys_hidden = found is not None and bool(found[0]) and not keys_checked
-        if keys_checked:
-            rows = conn.execute(
-                "SELECT k.saga_id, k.erased_at, k.erased_by FROM sagacity_data_keys k"  # noqa: S608
-                f' WHERE k.erased_at IS NOT NULL {one} ORDER BY k.saga_id COLLATE "C"',
-                {"s": saga_id},
-            ).fetchall()
-            destroyed = [
-                UnrecordedErasure(saga_id=r[0], erased_at=r[1], erased_by=r[2]) for r in rows
-            ]
-            erased = (
-                set(recorded)
-                if recorded is not None
-                else _erasures_on_record(conn, [d.saga_id for d in destroyed], operator)
-            )
-            unrecorded = [d for d in destroyed if d.saga_id not in erased]
-    if not conn.autocommit:
-        conn.rollback()
+    found = keys.destroyed_keys(saga_id, with_erased=recorded is None)
+    destroyed = [
+        UnrecordedErasure(saga_id=k.saga_id, erased_at=k.erased_at, erased_by=k.erased_by)
+        for k in found.keys
+    ]
+    erased = set(recorded) if recorded is not None else _on_record(found.erased, operator)
     return ErasureAudit(
-        sagas=sagas, fields=fields, unrecorded=tuple(unrecorded), keys_unreadable=keys_hidden
+        sagas=sagas,
+        fields=fields,
+        unrecorded=tuple(d for d in destroyed if d.saga_id not in erased),
+        keys_unreadable=found.hidden,
     )
 
 
-def _erasures_on_record(
-    conn: psycopg.Connection[Any], saga_ids: list[str], operator: OperatorVerifier | None
-) -> set[str]:
-    """Those of ``saga_ids`` whose archived ``ERASED`` rows count as an erasure."""
-    if not saga_ids:
-        return set()
-    rows = conn.execute(
-        "SELECT saga_id, seq, event_type, prev_hash, actor, recorded_at_us, attributes::text"
-        " FROM side_effect_journal WHERE saga_id = ANY(%s) AND event_type = %s",
-        (saga_ids, ERASURE_EVENT.value),
-    ).fetchall()
+def _on_record(rows: Sequence[ErasedEvent], operator: OperatorVerifier | None) -> set[str]:
+    """The sagas of ``rows`` (archived ``ERASED`` rows) whose erasure counts."""
     return {
-        str(row[0])
+        row.saga_id
         for row in rows
         if erasure_verdict(
             ErasureRow(
-                saga_id=str(row[0]),
-                seq=int(row[1]),
-                event_type=str(row[2]),
-                prev_hash=str(row[3]),
-                actor=row[4],
-                recorded_at_us=int(row[5]),
-                attributes=json_map(row[6]),
+                saga_id=row.saga_id,
+                seq=row.seq,
+                event_type=row.event_type,
+                prev_hash=row.prev_hash,
+                actor=row.actor,
+                recorded_at_us=row.recorded_at_us,
+                attributes=json_map(row.attributes),
             ),
             operator,
         ).counts

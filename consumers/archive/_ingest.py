@@ -48,6 +48,7 @@ from sagacity.errors import (
 )
 from sagacity.postgres.archive import (
     HeadConflictError,
+    PostgresArchiveReads,
     archived_hashes,
     connect,
     copy_quarantine,
@@ -235,7 +236,7 @@ class BatchArchiver:
             or handled.get((topic, p), -1) >= self._again[(topic, p)]
         }
         return moved_heads(
-            self.connection(),
+            PostgresArchiveReads(self.connection()),
             self.ledger,
             partition_of=lambda saga_id: self._partitioner.partition_for(
                 saga_id.encode("utf-8", "surrogatepass"), count

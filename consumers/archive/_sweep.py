@@ -6,17 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-import psycopg
-
 from sagacity.consumers.archive._findings import Finding, FindingReason, describe, log_findings
 from sagacity.consumers.archive._ledger import IngestLedger
-from sagacity.postgres.archive import mapped_errors, write_findings
+from sagacity.ports import HeadFindings
 
 Head = tuple[int, str]
 
 
 def moved_heads(
-    conn: psycopg.Connection,
+    store: HeadFindings,
     ledger: IngestLedger,
     *,
     partition_of: Callable[[str], int],
@@ -24,17 +22,14 @@ def moved_heads(
     reported: set[tuple[str, Head]],
 ) -> list[Finding]:
     """The unsigned heads of sagas on ``ready`` partitions that ``ledger`` did not attest
-    (each reported once: ``reported`` remembers them), written, logged and returned."""
+    (each reported once: ``reported`` remembers them), written to ``store`` (in the transaction
+    that read the heads), logged and returned."""
     findings: list[Finding] = []
     if not ready:
         return findings
-    with mapped_errors("look for heads moved by others"), conn.transaction():
-        rows = conn.execute(
-            "SELECT saga_id, head_seq, head_hash FROM archive_saga_head"
-            " WHERE head_seq > checkpointed_seq"
-        ).fetchall()
-        for saga_id, seq, hash in rows:
-            table = (int(seq), hash)
+    with store.finding("look for heads moved by others") as unit:
+        for saga_id, seq, hash in unit.unsigned_heads():
+            table = (seq, hash)
             if (saga_id, table) in reported or partition_of(saga_id) not in ready:
                 continue
             entry = ledger.get(saga_id)
@@ -57,6 +52,6 @@ def moved_heads(
             if len(reported) > 100_000:
                 reported.clear()
             reported.add((saga_id, table))
-        write_findings(conn.cursor(), findings)
+        unit.write_findings(findings)
     log_findings(findings)
     return findings

@@ -49,7 +49,7 @@ from sagacity.consumers.archive._roundlog import (
 from sagacity.consumers.archive._story import impossible_signed
 from sagacity.consumers.archive._witness import read as read_witness
 from sagacity.errors import AuditorStateError, RoundLogError
-from sagacity.postgres.archive import FORMS_VERSION, check_schema
+from sagacity.postgres.archive import FORMS_VERSION, PostgresArchiveReads, check_schema
 from sagacity.privacy._withheld import FORGED_ERASURE
 from sagacity.signing._operator_signature import OperatorVerifier
 
@@ -335,7 +335,7 @@ def _impossible_stories(
 def _unrecorded_erasures(
     conn: psycopg.Connection, grace_s: float, operator: OperatorVerifier | None
 ) -> list[Alert]:
-    erasures = audit_erasures(conn, operator=operator)
+    erasures = audit_erasures(PostgresArchiveReads(conn), operator=operator)
     cutoff = datetime.now(UTC) - timedelta(seconds=grace_s)
     return [
         Alert(

@@ -166,7 +166,7 @@ def _audit_into(
     """Audit the saga (or every saga) into ``summary``, with a progress bar on stderr; then
     its erasures, and for one saga what was kept out of its chain."""
     from sagacity.consumers.archive import audit_erasures, iter_audits, unsigned_as_failure
-    from sagacity.postgres.archive import saga_refusals
+    from sagacity.postgres.archive import PostgresArchiveReads, saga_refusals
 
     total = 1 if saga_id is not None else _estimate_sagas(conn)
     started = time.perf_counter()
@@ -187,7 +187,7 @@ def _audit_into(
             bar.update(1)
     summary.seconds = time.perf_counter() - started
     erasures = audit_erasures(
-        conn,
+        PostgresArchiveReads(conn),
         saga_id,
         recorded=summary.erased_sagas,
         sagas=len(summary.erased_sagas),

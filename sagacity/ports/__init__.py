@@ -25,8 +25,10 @@ re-exported here.  One module per port; every name is exported here.
   folds, quarantines (:class:`Fault`) and positions, kept together: :mod:`._request_fold`).
 * :class:`ArchiveBundles`: the archive's audit bundles as the approvals console reads them
   (:mod:`._archive_bundles`).
-* :class:`ArchivedHeads` / :class:`ArchivedHashes`: the archived chains as the archive's
-  tools read them (:mod:`._archive_reads`).
+* :class:`ArchivedHeads` / :class:`ArchivedHashes` / :class:`ArchivedEvents` /
+  :class:`DestroyedKeyReads` / :class:`HeadFindings`: the archived chains (and the destroyed
+  data keys beside them) as the archive service and its tools read them, and the archiver's
+  findings (:mod:`._archive_reads`).
 * :class:`ErasableArchive`: the archive's side of an erasure (:mod:`._erasure`).
 * :class:`ServiceTables`: the services' tables as an erasure clears them
   (:mod:`._service_tables`).
@@ -48,7 +50,20 @@ from __future__ import annotations
 
 from sagacity.journal import ApprovalRequest, ConditionalJournal, Journal
 from sagacity.ports._archive_bundles import ArchiveBundles
-from sagacity.ports._archive_reads import ArchivedHashes, ArchivedHead, ArchivedHeads
+from sagacity.ports._archive_reads import (
+    ArchivedEvents,
+    ArchivedHashes,
+    ArchivedHead,
+    ArchivedHeads,
+    DestroyedKey,
+    DestroyedKeyReads,
+    DestroyedKeys,
+    ErasedEvent,
+    FindingsUnit,
+    HeadFindings,
+    StoredFinding,
+    WriterEvent,
+)
 from sagacity.ports._claims import Claim, ClaimStatus, ClaimStore, check_claim_key
 from sagacity.ports._console_sessions import ConsoleSession, ConsoleSessionTable
 from sagacity.ports._consume import (
@@ -109,6 +124,7 @@ __all__ = [
     "ApprovalRequest",
     "ArchiveBundles",
     "ArchiveErasure",
+    "ArchivedEvents",
     "ArchivedHashes",
     "ArchivedHead",
     "ArchivedHeads",
@@ -124,12 +140,18 @@ __all__ = [
     "Consumers",
     "DeadLetterSender",
     "Dependencies",
+    "DestroyedKey",
+    "DestroyedKeyReads",
+    "DestroyedKeys",
     "EntryDecoder",
     "ErasableArchive",
+    "ErasedEvent",
     "Fault",
+    "FindingsUnit",
     "FoldingRequestStore",
     "GateStats",
     "Handler",
+    "HeadFindings",
     "IndexedEvent",
     "IndexedPartition",
     "IndexedSaga",
@@ -165,6 +187,7 @@ __all__ = [
     "Skipped",
     "SlackMessage",
     "SlackTables",
+    "StoredFinding",
     "StoredKey",
     "TakenOver",
     "TopicJournal",
@@ -172,6 +195,7 @@ __all__ = [
     "TopicMessage",
     "TopicPass",
     "TopicPasses",
+    "WriterEvent",
     "WriterLeases",
     "check_claim_key",
     "ownership",

@@ -1,6 +1,9 @@
-"""What the archive's tools read of the archived chains, whichever store holds them: the heads
-a sweep of abandoned sagas proposes (:class:`ArchivedHeads`) and the hashes a replay compares
-with the topic (:class:`ArchivedHashes`).  The Postgres archive implements both
+"""What the archive service and its tools read of the archived chains, whichever store holds
+them: the heads a sweep of abandoned sagas proposes (:class:`ArchivedHeads`), the hashes a
+replay compares with the topic (:class:`ArchivedHashes`), the events a saga's writers are
+folded from (:class:`ArchivedEvents`) and the destroyed data keys an audit of erasures
+compares with the chains (:class:`DestroyedKeyReads`); and the archiver's findings of heads moved
+by others (:class:`HeadFindings`).  The Postgres archive implements them
 (``sagacity.postgres.archive.PostgresArchiveReads``).
 
 Both read what a database operator could have written: the sweep only proposes (each
@@ -10,9 +13,13 @@ the chains it read from the topic itself.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
-from dataclasses import dataclass
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol
+
+from sagacity.entries._events import JournalEntry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,4 +61,136 @@ class ArchivedHashes(Protocol):
     ) -> Iterator[tuple[str, int, str]]:
         """``(saga_id, seq, hash)`` of every archived event of ``topic`` (of one saga with
         ``saga_id``), in one snapshot."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriterEvent:
+    """What the writers' rule reads of an archived event (``sagacity.signing``'s
+    ``WrittenEvent``): its saga, type, actor and the attributes the rule reads."""
+
+    saga_id: str
+    event_type: str
+    actor: str | None
+    attributes: Mapping[str, str] = field(default_factory=dict)
+
+
+class ArchivedEvents(Protocol):
+    """The archived events of sagas, as the archive's ingest folds their writers.
+
+    Raises (each method):
+        PersistenceError: the store failed.
+    """
+
+    def writer_events(
+        self, saga_ids: Collection[str], event_types: Collection[str]
+    ) -> list[WriterEvent]:
+        """The archived events of ``saga_ids`` whose type is in ``event_types``, by saga,
+        each saga's in seq order."""
+        ...
+
+    def archived_entries(self, up_to: Mapping[str, int]) -> list[JournalEntry]:
+        """The archived entries of each saga of ``up_to`` with a seq at most its bound, by
+        saga, each saga's in seq then archive order (a saga may hold several at a seq).
+
+        Raises:
+            SerializationError: a row is not an entry.
+        """
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class DestroyedKey:
+    """A saga's data key the key store destroyed: when and by whom it says."""
+
+    saga_id: str
+    erased_at: datetime
+    erased_by: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErasedEvent:
+    """An archived ``ERASED`` row, as its operator signature covers it (``attributes``: the
+    column's JSON text, read by the service)."""
+
+    saga_id: str
+    seq: int
+    event_type: str
+    prev_hash: str
+    actor: str | None
+    recorded_at_us: int
+    attributes: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DestroyedKeys:
+    """What the store says of the destroyed data keys.
+
+    Attributes:
+        readable: the key table is beside the archive and may be read (else ``keys`` is
+            empty).
+        hidden: the key table is there but may not be read: destroyed keys are not known.
+        keys: the destroyed keys (of one saga, or all), by saga id.
+        erased: the archived ``ERASED`` rows of those keys' sagas, when asked for.
+    """
+
+    readable: bool = False
+    hidden: bool = False
+    keys: tuple[DestroyedKey, ...] = ()
+    erased: tuple[ErasedEvent, ...] = ()
+
+
+class DestroyedKeyReads(Protocol):
+    """The destroyed data keys beside the archive, and their sagas' archived erasures."""
+
+    def destroyed_keys(
+        self, saga_id: str | None = None, *, with_erased: bool = False
+    ) -> DestroyedKeys:
+        """The destroyed keys (of ``saga_id``, or all); with ``with_erased``, the archived
+        ``ERASED`` rows of their sagas too, read in the same transaction.
+
+        Raises:
+            ArchiveSchemaError: the store is not an archive.
+            PersistenceError: the store failed.
+        """
+        ...
+
+
+class StoredFinding(Protocol):
+    """A finding as the store keeps it (the archive service's ``Finding``): its reason, the
+    saga, a sentence, the head the archiver attested and the table's."""
+
+    @property
+    def reason(self) -> str: ...
+    @property
+    def saga_id(self) -> str: ...
+    @property
+    def detail(self) -> str: ...
+    @property
+    def ingested(self) -> tuple[int, str] | None: ...
+    @property
+    def table(self) -> tuple[int, str] | None: ...
+
+
+class FindingsUnit(Protocol):
+    """One transaction of :class:`HeadFindings`."""
+
+    def unsigned_heads(self) -> list[tuple[str, int, str]]:
+        """``(saga_id, seq, hash)`` of every archived head past the last signed one."""
+        ...
+
+    def write_findings(self, findings: Sequence[StoredFinding]) -> None:
+        """Keep ``findings`` (append-only), committed with the transaction."""
+        ...
+
+
+class HeadFindings(Protocol):
+    """The archived heads and the archiver's findings, read and written in one transaction."""
+
+    def finding(self, action: str) -> AbstractContextManager[FindingsUnit]:
+        """A transaction (``action`` names it in an error), committed on leaving.
+
+        Raises:
+            PersistenceError: the store failed (nothing is kept).
+        """
         ...

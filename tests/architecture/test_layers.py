@@ -438,16 +438,13 @@ SERVICE_DRIVERS_ALLOWED: dict[str, tuple[tuple[str, ...], str]] = {
     "sagacity.consumers.archive._auditstream": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._batchplan": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._checkpoints": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._erasure": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._export": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._ingest": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._judging": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._owners": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._retention": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._retentionaudit": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._roundaudit": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._roundlog": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._sweep": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._watch": (("psycopg",), _ARCHIVE_SPLIT),
 }
 

@@ -5,8 +5,10 @@ Connections, the schema check and migrations, the archiver's role (:mod:`._db`);
 archived batch (:mod:`._ingestsql`); the rows a verifier streams by binary ``COPY``
 (:mod:`._chainstream`) on a second connection sharing the audit's snapshot (:mod:`._snapshots`);
 the archiver's findings and a saga's refusals (:mod:`._findings`); the reads of the archive's
-tools behind the ports :class:`~sagacity.ports.ArchivedHeads` and
-:class:`~sagacity.ports.ArchivedHashes` (:class:`PostgresArchiveReads`, :mod:`._reads`).
+tools behind the ports :class:`~sagacity.ports.ArchivedHeads`,
+:class:`~sagacity.ports.ArchivedHashes`, :class:`~sagacity.ports.ArchivedEvents`,
+:class:`~sagacity.ports.DestroyedKeyReads` and :class:`~sagacity.ports.HeadFindings`
+(:class:`PostgresArchiveReads`, :mod:`._reads`).
 The schema itself (:mod:`sagacity.postgres._archive_schema`), archived rows read back as
 entries (:mod:`sagacity.postgres._rows`) and the archive's side of an erasure
 (:mod:`sagacity.postgres._archive_erasure`, the ``ErasableArchive`` port) are the Postgres
@@ -53,12 +55,7 @@ from sagacity.postgres.archive._db import (
     mapped_errors,
     migrate,
 )
-from sagacity.postgres.archive._findings import (
-    SagaRefusals,
-    StoredFinding,
-    saga_refusals,
-    write_findings,
-)
+from sagacity.postgres.archive._findings import SagaRefusals, saga_refusals, write_findings
 from sagacity.postgres.archive._ingestsql import (
     HeadConflictError,
     archived_hashes,
@@ -90,7 +87,6 @@ __all__ = [
     "HeadConflictError",
     "PostgresArchiveReads",
     "SagaRefusals",
-    "StoredFinding",
     "archived_hashes",
     "chain_rows",
     "check_schema",

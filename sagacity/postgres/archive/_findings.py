@@ -6,27 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import psycopg
 
+from sagacity.ports import StoredFinding
 from sagacity.postgres._archive_schema import INGEST_VERSION
 from sagacity.postgres.archive._db import check_schema, mapped_errors
-
-
-class StoredFinding(Protocol):
-    """A finding as ``archive_finding`` stores it (the archive service's ``Finding``)."""
-
-    @property
-    def reason(self) -> str: ...
-    @property
-    def saga_id(self) -> str: ...
-    @property
-    def detail(self) -> str: ...
-    @property
-    def ingested(self) -> tuple[int, str] | None: ...
-    @property
-    def table(self) -> tuple[int, str] | None: ...
 
 
 def write_findings(cur: psycopg.Cursor, findings: Sequence[StoredFinding]) -> None:
