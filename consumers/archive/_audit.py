@@ -39,7 +39,7 @@ from sagacity.consumers.archive._auditstream import (
     merged_by_saga,
     merged_told,
 )
-from sagacity.consumers.archive._judging import audit_one, saga_rows
+from sagacity.consumers.archive._judging import audit_one
 from sagacity.consumers.archive._reasons import AuditReason
 from sagacity.consumers.archive._retentionaudit import audit_retention
 from sagacity.consumers.archive._roundaudit import RoundAudit, audit_rounds
@@ -56,6 +56,7 @@ from sagacity.postgres.archive import (
     LOG_VERSION,
     ROUNDS_VERSION,
     ROW_COLUMNS,
+    PostgresArchiveReads,
     check_schema,
     checkpoint_round_columns,
     decoded_rows,
@@ -149,9 +150,10 @@ class _JudgeBack:
         if verdict is not None and verdict.refer:
             # A row the bulk verifier cannot judge (a form-2 row among them): the saga's rows,
             # for the paths of audit_one and for its story.
-            rows, verdict = saga_rows(self.conn, saga, self.scope.columns), None
+            rows = PostgresArchiveReads(self.conn).saga_rows(saga, forms=self.scope.forms)
+            verdict = None
         audit = audit_one(
-            self.conn,
+            PostgresArchiveReads(self.conn),
             saga,
             verdict=verdict,
             rows=rows,
@@ -163,7 +165,6 @@ class _JudgeBack:
             records=self.records,
             reference=self.scope.reference,
             forms=self.scope.forms,
-            columns=self.scope.columns,
         )
         return audit, rows if verdict is None else None
 

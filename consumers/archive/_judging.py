@@ -15,8 +15,6 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import psycopg
-
 from sagacity.chain import verify
 from sagacity.chain._fastverify import BatchVerdict
 from sagacity.consumers.archive._checkpoints import Checkpoint, signature_valid
@@ -26,7 +24,8 @@ from sagacity.consumers.archive._roundaudit import RoundAudit
 from sagacity.consumers.archive._verdicts import RetentionAudit, SagaAudit
 from sagacity.entries._events import GENESIS_HASH, JournalEntry
 from sagacity.errors import SerializationError
-from sagacity.postgres.archive import ROW_COLUMNS, entry_of_row
+from sagacity.ports import SagaRows
+from sagacity.postgres.archive import entry_of_row
 
 _Finding = tuple[int, AuditReason, str]
 """A failure: the bad seq, its reason and the detail."""
@@ -247,17 +246,8 @@ def _checkpoint_of(row: Sequence[Any]) -> Checkpoint:
     )
 
 
-def saga_rows(conn: psycopg.Connection, saga: str, columns: str) -> list[tuple[Any, ...]]:
-    """One saga's archived rows (``columns``) in the order archived."""
-    return conn.execute(
-        f"SELECT {columns} FROM side_effect_journal"  # noqa: S608
-        " WHERE saga_id = %s ORDER BY archive_id",
-        (saga,),
-    ).fetchall()
-
-
 def audit_one(
-    conn: psycopg.Connection,
+    archive: SagaRows,
     saga: str,
     *,
     verdict: BatchVerdict | None,
@@ -270,13 +260,12 @@ def audit_one(
     records: RetentionAudit,
     reference: bool,
     forms: bool = False,
-    columns: str = ROW_COLUMNS,
 ) -> SagaAudit:
     """One saga's audit in :func:`~sagacity.consumers.archive._audit.iter_audits`, from what
     the merge read for it: the bulk verifier's ``verdict`` (or, without it, the saga's
     ``rows``, of ``columns``), its checkpoint rows, its retention anchor row and its recorded
     head row.  With ``forms`` (an archive holding chain forms) the rows end with the form
-    columns."""
+    columns.  ``archive`` reads the saga's rows again when the bulk verifier refers it."""
     events = len(rows) if verdict is None else verdict.events
     checkpoints = [_checkpoint_of(c) for c in cps or ()]
     anchor = (int(anchors[0][1]), anchors[0][2]) if anchors else None
@@ -292,7 +281,7 @@ def audit_one(
     if verdict is not None and verdict.refer:
         # A row the bulk verifier cannot judge (a form-2 row among them): the saga's rows,
         # for the paths below.
-        rows = saga_rows(conn, saga, columns)
+        rows = archive.saga_rows(saga, forms=forms)
         verdict, events = None, len(rows)
     elif verdict is not None and not verdict.ok:
         return _chain_failed(saga, verdict, events=events)

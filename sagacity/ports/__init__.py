@@ -26,9 +26,9 @@ re-exported here.  One module per port; every name is exported here.
 * :class:`ArchiveBundles`: the archive's audit bundles as the approvals console reads them
   (:mod:`._archive_bundles`).
 * :class:`ArchivedHeads` / :class:`ArchivedHashes` / :class:`ArchivedEvents` /
-  :class:`DestroyedKeyReads` / :class:`HeadFindings`: the archived chains (and the destroyed
-  data keys beside them) as the archive service and its tools read them, and the archiver's
-  findings (:mod:`._archive_reads`).
+  :class:`DestroyedKeyReads` / :class:`HeadFindings` / :class:`SagaRows`: the archived
+  chains (and the destroyed data keys beside them) as the archive service and its tools read
+  them, and the archiver's findings (:mod:`._archive_reads`).
 * :class:`ErasableArchive`: the archive's side of an erasure (:mod:`._erasure`).
 * :class:`ServiceTables`: the services' tables as an erasure clears them
   (:mod:`._service_tables`).
@@ -61,6 +61,7 @@ from sagacity.ports._archive_reads import (
     ErasedEvent,
     FindingsUnit,
     HeadFindings,
+    SagaRows,
     StoredFinding,
     WriterEvent,
 )
@@ -182,6 +183,7 @@ __all__ = [
     "RuntimeOptions",
     "SagaIndex",
     "SagaRead",
+    "SagaRows",
     "ServiceCopies",
     "ServiceTables",
     "Skipped",

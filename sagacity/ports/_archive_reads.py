@@ -2,8 +2,9 @@
 them: the heads a sweep of abandoned sagas proposes (:class:`ArchivedHeads`), the hashes a
 replay compares with the topic (:class:`ArchivedHashes`), the events a saga's writers are
 folded from (:class:`ArchivedEvents`) and the destroyed data keys an audit of erasures
-compares with the chains (:class:`DestroyedKeyReads`); and the archiver's findings of heads moved
-by others (:class:`HeadFindings`).  The Postgres archive implements them
+compares with the chains (:class:`DestroyedKeyReads`); the archiver's findings of heads moved
+by others (:class:`HeadFindings`); and one saga's rows, which an audit judges by the reference
+path (:class:`SagaRows`).  The Postgres archive implements them
 (``sagacity.postgres.archive.PostgresArchiveReads``).
 
 Both read what a database operator could have written: the sweep only proposes (each
@@ -17,7 +18,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from sagacity.entries._events import JournalEntry
 
@@ -192,5 +193,18 @@ class HeadFindings(Protocol):
 
         Raises:
             PersistenceError: the store failed (nothing is kept).
+        """
+        ...
+
+
+class SagaRows(Protocol):
+    """One saga's archived rows, as an audit reads them again for the reference path."""
+
+    def saga_rows(self, saga_id: str, *, forms: bool) -> list[tuple[Any, ...]]:
+        """The saga's rows in the order archived: the row columns (``sagacity.postgres.
+        archive.ROW_COLUMNS``), followed with ``forms`` by the form columns.
+
+        Raises:
+            PersistenceError: the store failed.
         """
         ...

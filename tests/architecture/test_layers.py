@@ -440,7 +440,6 @@ SERVICE_DRIVERS_ALLOWED: dict[str, tuple[tuple[str, ...], str]] = {
     "sagacity.consumers.archive._checkpoints": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._export": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._ingest": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._judging": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._retention": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._retentionaudit": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._roundaudit": (("psycopg",), _ARCHIVE_SPLIT),

@@ -3,7 +3,8 @@
 :class:`~sagacity.ports.ArchivedHashes` (a replay's comparison) and
 :class:`~sagacity.ports.ArchivedEvents` (the events a saga's writers are folded from) and
 :class:`~sagacity.ports.DestroyedKeyReads` (the destroyed data keys beside the archive) and
-:class:`~sagacity.ports.HeadFindings` (the archiver's findings of heads moved by others) on one
+:class:`~sagacity.ports.HeadFindings` (the archiver's findings of heads moved by others) and
+:class:`~sagacity.ports.SagaRows` (a saga's rows for an audit's reference path) on one
 connection (or the cursor of the caller's transaction)."""
 
 from __future__ import annotations
@@ -183,6 +184,16 @@ class PostgresArchiveReads:
         conn = self._conn
         with mapped_errors(action), conn.transaction():
             yield _FindingsUnit(conn)
+
+    def saga_rows(self, saga_id: str, *, forms: bool) -> list[tuple[Any, ...]]:
+        """The saga's rows (:data:`ROW_COLUMNS`, then with ``forms`` :data:`FORM_COLUMNS`) in
+        the order archived, in the caller's transaction."""
+        columns = ROW_COLUMNS + (FORM_COLUMNS if forms else "")
+        return self._on.execute(
+            f"SELECT {columns} FROM side_effect_journal"  # noqa: S608
+            " WHERE saga_id = %s ORDER BY archive_id",
+            (saga_id,),
+        ).fetchall()
 
 
 class _FindingsUnit:
