@@ -208,7 +208,12 @@ class _Run:
         if self.scope.version < LOG_VERSION:
             return RetentionAudit()
         scope = self.scope
-        return audit_retention(self.conn, saga_id=scope.saga_id, keys=scope.keys, fetch=scope.fetch)
+        return audit_retention(
+            PostgresArchiveReads(self.conn),
+            saga_id=scope.saga_id,
+            keys=scope.keys,
+            fetch=scope.fetch,
+        )
 
     def audits(
         self,

@@ -20,7 +20,7 @@ from sagacity.consumers.archive._checkpoints import (
     inclusion_proof,
     leaf_hash,
 )
-from sagacity.consumers.archive._retention import RECORD_COLUMNS, anchor_leaf, record_of_row
+from sagacity.consumers.archive._retention import anchor_leaf, record_of_row
 from sagacity.consumers.archive._roundlog import (
     inclusion_proof_in_log,
     round_by_id,
@@ -32,6 +32,7 @@ from sagacity.errors import RoundLogError, UnknownSagaError
 from sagacity.postgres.archive import (
     FORMS_VERSION,
     LOG_VERSION,
+    RECORD_COLUMNS,
     check_schema,
     checkpoint_round_columns,
     mapped_errors,

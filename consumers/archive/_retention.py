@@ -152,15 +152,9 @@ class RetentionRecord:
         )
 
 
-RECORD_COLUMNS = (
-    "partition_name, range_from_us, range_to_us, row_count, export_sha256, anchor_count,"
-    " anchors_root, signed_at_us, key_id, signature"
-)
-"""The select list :func:`record_of_row` reads from ``archive_retention``."""
-
-
 def record_of_row(row: Sequence[Any]) -> RetentionRecord | None:
-    """A record from :data:`RECORD_COLUMNS`, or ``None`` for one never signed."""
+    """A record from the Postgres archive's ``RECORD_COLUMNS``, or ``None`` for one never
+    signed."""
     if row[9] is None or row[5] is None or row[7] is None:
         return None
     return RetentionRecord(

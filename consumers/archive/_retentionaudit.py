@@ -11,17 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import psycopg
-
 from sagacity.consumers.archive._checkpoints import bytes_signature_valid
 from sagacity.consumers.archive._merkle import RootBuilder
-from sagacity.consumers.archive._retention import (
-    NO_ANCHORS_ROOT,
-    RECORD_COLUMNS,
-    anchor_leaf,
-    record_of_row,
-)
+from sagacity.consumers.archive._retention import NO_ANCHORS_ROOT, anchor_leaf, record_of_row
 from sagacity.consumers.archive._verdicts import RetentionAudit
+from sagacity.ports import RetentionStreams
 
 
 def judge_record(
@@ -58,38 +52,17 @@ def judge_record(
 
 
 def audit_retention(
-    conn: psycopg.Connection,
+    archive: RetentionStreams,
     *,
     saga_id: str | None,
     keys: Mapping[str, bytes],
     fetch: int,
 ) -> RetentionAudit:
     """Check every signed retention record (or those of one saga's anchors) against its
-    anchors, streamed in leaf order, inside the caller's snapshot."""
+    anchors, streamed in leaf order, inside the caller's snapshot (``archive``:
+    :class:`~sagacity.ports.RetentionStreams`)."""
     audit = RetentionAudit()
-    scope = (
-        " WHERE partition_name IN (SELECT partition_name FROM archive_retention_anchor"
-        " WHERE saga_id = %(s)s)"
-        if saga_id is not None
-        else ""
-    )
-    with (
-        conn.cursor(name="sgc_audit_records") as record_cur,
-        conn.cursor(name="sgc_audit_anchors") as anchor_cur,
-    ):
-        record_cur.itersize = anchor_cur.itersize = fetch
-        record_cur.execute(
-            f"SELECT {RECORD_COLUMNS} FROM archive_retention{scope}"  # noqa: S608
-            ' ORDER BY partition_name COLLATE "C"',
-            {"s": saga_id},
-        )
-        anchor_cur.execute(
-            "SELECT partition_name, leaf_index, saga_id, seq, hash"  # noqa: S608
-            f' FROM archive_retention_anchor{scope} ORDER BY partition_name COLLATE "C",'
-            " leaf_index",
-            {"s": saga_id},
-        )
-        records, anchors = iter(record_cur), iter(anchor_cur)
+    with archive.retention_streams(saga_id=saga_id, fetch=fetch) as (records, anchors):
         row, anchor = next(records, None), next(anchors, None)
         while row is not None or anchor is not None:
             name = min(str(r[0]) for r in (row, anchor) if r is not None)

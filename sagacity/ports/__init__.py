@@ -26,7 +26,8 @@ re-exported here.  One module per port; every name is exported here.
 * :class:`ArchiveBundles`: the archive's audit bundles as the approvals console reads them
   (:mod:`._archive_bundles`).
 * :class:`ArchivedHeads` / :class:`ArchivedHashes` / :class:`ArchivedEvents` /
-  :class:`DestroyedKeyReads` / :class:`HeadFindings` / :class:`SagaRows`: the archived
+  :class:`DestroyedKeyReads` / :class:`HeadFindings` / :class:`SagaRows` /
+  :class:`RetentionStreams`: the archived
   chains (and the destroyed data keys beside them) as the archive service and its tools read
   them, and the archiver's findings (:mod:`._archive_reads`).
 * :class:`ErasableArchive`: the archive's side of an erasure (:mod:`._erasure`).
@@ -61,6 +62,7 @@ from sagacity.ports._archive_reads import (
     ErasedEvent,
     FindingsUnit,
     HeadFindings,
+    RetentionStreams,
     SagaRows,
     StoredFinding,
     WriterEvent,
@@ -179,6 +181,7 @@ __all__ = [
     "RequestRow",
     "RequestStore",
     "RequestStores",
+    "RetentionStreams",
     "RowState",
     "RuntimeOptions",
     "SagaIndex",

@@ -3,8 +3,9 @@ them: the heads a sweep of abandoned sagas proposes (:class:`ArchivedHeads`), th
 replay compares with the topic (:class:`ArchivedHashes`), the events a saga's writers are
 folded from (:class:`ArchivedEvents`) and the destroyed data keys an audit of erasures
 compares with the chains (:class:`DestroyedKeyReads`); the archiver's findings of heads moved
-by others (:class:`HeadFindings`); and one saga's rows, which an audit judges by the reference
-path (:class:`SagaRows`).  The Postgres archive implements them
+by others (:class:`HeadFindings`); one saga's rows, which an audit judges by the reference
+path (:class:`SagaRows`); and the signed retention records with their anchors
+(:class:`RetentionStreams`).  The Postgres archive implements them
 (``sagacity.postgres.archive.PostgresArchiveReads``).
 
 Both read what a database operator could have written: the sweep only proposes (each
@@ -203,6 +204,23 @@ class SagaRows(Protocol):
     def saga_rows(self, saga_id: str, *, forms: bool) -> list[tuple[Any, ...]]:
         """The saga's rows in the order archived: the row columns (``sagacity.postgres.
         archive.ROW_COLUMNS``), followed with ``forms`` by the form columns.
+
+        Raises:
+            PersistenceError: the store failed.
+        """
+        ...
+
+
+class RetentionStreams(Protocol):
+    """The signed retention records and their anchors, as an audit checks them."""
+
+    def retention_streams(
+        self, *, saga_id: str | None, fetch: int
+    ) -> AbstractContextManager[tuple[Iterator[tuple[Any, ...]], Iterator[tuple[Any, ...]]]]:
+        """Two streams read in one snapshot, ``fetch`` rows a fetch: the records (the
+        Postgres archive's ``RECORD_COLUMNS``) by partition name, and their anchors
+        ``(partition_name, leaf_index, saga_id, seq, hash)`` by partition name then leaf
+        index; those of one saga's partitions with ``saga_id``.
 
         Raises:
             PersistenceError: the store failed.

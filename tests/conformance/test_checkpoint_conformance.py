@@ -45,8 +45,9 @@ from sagacity.consumers.archive._merkle import (
     root_from_proof,
     verify_consistency,
 )
-from sagacity.consumers.archive._retention import RECORD_COLUMNS, anchor_leaf, anchors_root
+from sagacity.consumers.archive._retention import anchor_leaf, anchors_root
 from sagacity.consumers.archive._roundlog import round_from_dict, round_to_dict
+from sagacity.postgres.archive import RECORD_COLUMNS
 from sagacity.signing._ed25519 import key_id_of
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,8 @@ archived batch (:mod:`._ingestsql`); the rows a verifier streams by binary ``COP
 the archiver's findings and a saga's refusals (:mod:`._findings`); the reads of the archive's
 tools behind the ports :class:`~sagacity.ports.ArchivedHeads`,
 :class:`~sagacity.ports.ArchivedHashes`, :class:`~sagacity.ports.ArchivedEvents`,
-:class:`~sagacity.ports.DestroyedKeyReads` and :class:`~sagacity.ports.HeadFindings`
+:class:`~sagacity.ports.DestroyedKeyReads`, :class:`~sagacity.ports.HeadFindings`,
+:class:`~sagacity.ports.SagaRows` and :class:`~sagacity.ports.RetentionStreams`
 (:class:`PostgresArchiveReads`, :mod:`._reads`).
 The schema itself (:mod:`sagacity.postgres._archive_schema`), archived rows read back as
 entries (:mod:`sagacity.postgres._rows`) and the archive's side of an erasure
@@ -65,7 +66,7 @@ from sagacity.postgres.archive._ingestsql import (
     read_heads,
     store_offsets,
 )
-from sagacity.postgres.archive._reads import PostgresArchiveReads
+from sagacity.postgres.archive._reads import RECORD_COLUMNS, PostgresArchiveReads
 from sagacity.postgres.archive._snapshots import reader_of, shared_snapshot
 
 __all__ = [
@@ -79,6 +80,7 @@ __all__ = [
     "INGEST_VERSION",
     "LOG_VERSION",
     "MIGRATIONS",
+    "RECORD_COLUMNS",
     "ROUNDS_VERSION",
     "ROW_COLUMNS",
     "TABLES_ADDED_IN",

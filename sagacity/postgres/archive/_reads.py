@@ -3,14 +3,15 @@
 :class:`~sagacity.ports.ArchivedHashes` (a replay's comparison) and
 :class:`~sagacity.ports.ArchivedEvents` (the events a saga's writers are folded from) and
 :class:`~sagacity.ports.DestroyedKeyReads` (the destroyed data keys beside the archive) and
-:class:`~sagacity.ports.HeadFindings` (the archiver's findings of heads moved by others) and
-:class:`~sagacity.ports.SagaRows` (a saga's rows for an audit's reference path) on one
-connection (or the cursor of the caller's transaction)."""
+:class:`~sagacity.ports.HeadFindings` (the archiver's findings of heads moved by others) ,
+:class:`~sagacity.ports.SagaRows` (a saga's rows for an audit's reference path) and
+:class:`~sagacity.ports.RetentionStreams` (the signed retention records and their anchors) on
+one connection (or the cursor of the caller's transaction)."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import psycopg
@@ -28,6 +29,13 @@ from sagacity.postgres._rows import FORM_COLUMNS, ROW_COLUMNS, entry_of_row
 from sagacity.postgres.archive._db import check_schema, mapped_errors
 from sagacity.postgres.archive._findings import write_findings
 from sagacity.privacy._withheld import ERASURE_EVENT
+
+RECORD_COLUMNS = (
+    "partition_name, range_from_us, range_to_us, row_count, export_sha256, anchor_count,"
+    " anchors_root, signed_at_us, key_id, signature"
+)
+"""The select list of a retention record (``archive_retention``), as the archive service's
+``record_of_row`` reads it."""
 
 KEY_TABLE = "sagacity_data_keys"
 """The key store's table (:mod:`sagacity.postgres._keys`), read when it is in the same
@@ -194,6 +202,38 @@ class PostgresArchiveReads:
             " WHERE saga_id = %s ORDER BY archive_id",
             (saga_id,),
         ).fetchall()
+
+    @contextmanager
+    def retention_streams(
+        self, *, saga_id: str | None, fetch: int
+    ) -> Iterator[tuple[Iterator[tuple[Any, ...]], Iterator[tuple[Any, ...]]]]:
+        """The retention records (:data:`RECORD_COLUMNS`) by partition name, and their anchors
+        ``(partition_name, leaf_index, saga_id, seq, hash)`` by partition name then leaf index
+        (of one saga's partitions with ``saga_id``): two streams of ``fetch`` rows a fetch,
+        read in the caller's snapshot, closed on leaving."""
+        conn = self._conn
+        scope = (
+            " WHERE partition_name IN (SELECT partition_name FROM archive_retention_anchor"
+            " WHERE saga_id = %(s)s)"
+            if saga_id is not None
+            else ""
+        )
+        with ExitStack() as stack:
+            record_cur = stack.enter_context(conn.cursor(name="sgc_audit_records"))
+            anchor_cur = stack.enter_context(conn.cursor(name="sgc_audit_anchors"))
+            record_cur.itersize = anchor_cur.itersize = fetch
+            record_cur.execute(
+                f"SELECT {RECORD_COLUMNS} FROM archive_retention{scope}"  # noqa: S608
+                ' ORDER BY partition_name COLLATE "C"',
+                {"s": saga_id},
+            )
+            anchor_cur.execute(
+                "SELECT partition_name, leaf_index, saga_id, seq, hash"  # noqa: S608
+                f' FROM archive_retention_anchor{scope} ORDER BY partition_name COLLATE "C",'
+                " leaf_index",
+                {"s": saga_id},
+            )
+            yield iter(record_cur), iter(anchor_cur)
 
 
 class _FindingsUnit:
