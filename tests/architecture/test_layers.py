@@ -427,7 +427,10 @@ DRIVERS = ("confluent_kafka", "psycopg", "psycopg_pool")
 """The third-party clients of Kafka and PostgreSQL: the adapters' business, never a service's."""
 
 _ARCHIVE_SPLIT = (
-    "the archive's split is under way: its Postgres and Kafka work moves under the adapters"
+    "the archive's split is under way: these modules still run their SQL on a psycopg "
+    "connection or cursor they are handed (the rounds' log and checkpoints, retention, the "
+    "audit's run and streams, the export, the auditor, the ingest's batch) until the "
+    "archive's store is declared as ports and the statements move to sagacity.postgres.archive"
 )
 
 # Modules of a service importing a driver, each with the drivers it imports and its reason.
