@@ -15,9 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol
-
-from typing_extensions import TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 RecordHeaders = Mapping[str, str | bytes | None] | Sequence[tuple[str, str | bytes | None]]
 """A record's headers as its transport gives them: pairs in order, or a mapping."""
@@ -51,7 +49,7 @@ class Record(Protocol):
         ...
 
 
-RecordT = TypeVar("RecordT", bound=Record, default=Any)
+RecordT = TypeVar("RecordT", bound=Record)
 """The record type a :class:`Handler` reads (a service names :class:`Record`)."""
 
 
