@@ -29,7 +29,6 @@ mod audit;
 mod draft;
 mod entry;
 mod grammar;
-mod grammar_binding;
 mod ingest;
 pub(crate) mod seal;
 mod verify;
@@ -579,7 +578,7 @@ fn sagacity_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(leaf_hash, m)?)?;
     m.add_class::<verify::CopyChainVerifier>()?;
     m.add_class::<audit::ChainAuditor>()?;
-    m.add_function(wrap_pyfunction!(grammar_binding::grammar_findings, m)?)?;
+    m.add_function(wrap_pyfunction!(grammar::binding::grammar_findings, m)?)?;
     m.add("GRAMMAR_EVENT_TYPES", grammar::event_types())?;
     Ok(())
 }

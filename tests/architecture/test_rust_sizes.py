@@ -29,7 +29,6 @@ NATIVE = ROOT / "native" / "src"
 
 # Files allowed past the budget: path -> (ceiling in lines, why).
 FILES_ALLOWED: Allowed = {
-    "native/src/grammar.rs": (630, "measured only now; not cut yet"),
     "native/src/verify.rs": (747, "measured only now; not cut yet"),
 }
 
