@@ -28,17 +28,13 @@ ROOT = Path(__file__).resolve().parents[2]
 NATIVE = ROOT / "native" / "src"
 
 # Files allowed past the budget: path -> (ceiling in lines, why).
-FILES_ALLOWED: Allowed = {
-    "native/src/verify.rs": (747, "measured only now; not cut yet"),
-}
+FILES_ALLOWED: Allowed = {}
 
 # Functions allowed past the budget: "path::Type::name" -> (ceiling in lines, why).
 FUNCTIONS_ALLOWED: Allowed = {
     "native/src/ingest.rs::archive_row": (82, "measured only now; not cut yet"),
     "native/src/lib.rs::link_encode_fields": (86, "measured only now; not cut yet"),
     "native/src/seal.rs::seal_event": (133, "measured only now; not cut yet"),
-    "native/src/verify.rs::CopyChainVerifier::feed_sagas": (132, "measured only now; not cut yet"),
-    "native/src/verify.rs::CopyChainVerifier::check": (132, "measured only now; not cut yet"),
 }
 
 
