@@ -134,6 +134,8 @@ def _starts_word(code: str, i: int) -> bool:
 def _impl_name(header: str) -> str:
     """``Type`` or ``Trait for Type`` of an ``impl`` header, generic parameters dropped."""
     header = re.split(r"\bwhere\b", header)[0]
-    while "<" in header:  # innermost first: `Source<Vec<T>>` -> `Source<Vec>` -> `Source`
-        header = re.sub(r"<[^<>]*>", "", header)
-    return " ".join(header.split())
+    while True:  # innermost first: `Source<Vec<T>>` -> `Source<Vec>` -> `Source`
+        dropped = re.sub(r"<[^<>]*>", "", header)
+        if dropped == header:
+            return " ".join(header.split())
+        header = dropped

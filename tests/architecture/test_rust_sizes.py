@@ -58,6 +58,8 @@ def test_the_whole_native_tree_is_measured() -> None:
     assert "native/src/tests/mod.rs" in FILES
     assert "native/src/lib.rs::sagacity_native" in FUNCTIONS
     assert "native/src/audit.rs::ChainAuditor::judge" in FUNCTIONS
+    assert "native/src/verify/saga.rs::Saga::check" in FUNCTIONS  # module directories too
+    assert "native/src/grammar/gate.rs::Grammar::intent" in FUNCTIONS
     assert len(FILES) >= 14
     assert len(FUNCTIONS) > 140
 
@@ -167,3 +169,10 @@ def test_a_method_is_named_after_its_impl_and_a_declaration_has_no_body() -> Non
         "Walk::twice": 1,
         "inline::case": 2,
     }
+
+
+def test_a_brace_the_scan_cannot_match_fails_the_measure() -> None:
+    with pytest.raises(ValueError, match="without its opening one"):
+        list(functions("fn f() {\n}\n}\n"))
+    with pytest.raises(ValueError, match="left open"):
+        list(functions("fn f() {\n    let s = '{';\n    {\n}\n"))
