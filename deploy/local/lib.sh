@@ -57,11 +57,13 @@ sagacity_system_packages() {
     # server on a free port, so the packaged one is not needed (left as the package set it up).
 }
 
-# What .venv must hold: the inputs' hash and whether native/ is built ($1: 1 or 0).
+# What .venv must hold: the inputs' hash and whether native/ is built ($1: 1 or 0). Every
+# native/src/**/*.rs, its modules' directories too (native/src/grammar/, native/src/verify/).
 _sagacity_want() {
-    printf '%s-native%s\n' "$(cat "$SAGACITY_ROOT/pyproject.toml" "$SAGACITY_ROOT/setup.py" \
-        "$SAGACITY_ROOT"/native/Cargo.* "$SAGACITY_ROOT"/native/src/*.rs \
-        | sha256sum | cut -d' ' -f1)" "$1"
+    printf '%s-native%s\n' "$({
+        cat "$SAGACITY_ROOT/pyproject.toml" "$SAGACITY_ROOT/setup.py" "$SAGACITY_ROOT"/native/Cargo.*
+        find "$SAGACITY_ROOT/native/src" -name '*.rs' -print0 | LC_ALL=C sort -z | xargs -0 cat
+    } | sha256sum | cut -d' ' -f1)" "$1"
 }
 
 sagacity_cargo_path() {

@@ -184,7 +184,7 @@ impl ChainAuditor {
     ) -> PyResult<PyObject> {
         // The story read on the same rows (`grammar.rs`): clean, or the Python grammar's.
         let story_clean = !self.stories || saga.as_ref().is_none_or(|s| s.grammar.clean());
-        let verdict = saga.map(CopyChainVerifier::verdict);
+        let verdict = saga.map(Saga::verdict);
         if let Some(v) = &verdict {
             if let Some(done) = self.agree(v, &cps, &heads).filter(|_| story_clean) {
                 let (checked, signed_seq, unsigned) = done;

@@ -177,6 +177,25 @@ fn decode<'a>(prefix: &[u8], key: Option<&[u8]>, value: &'a [u8]) -> Option<Even
     })
 }
 
+/// The attributes as a JSON object's text, in the order the message holds them.
+fn attributes_json(attributes: &[(&str, &str)]) -> String {
+    if attributes.is_empty() {
+        return String::from("{}");
+    }
+    let mut out = String::with_capacity(2 + 8 * attributes.len());
+    out.push('{');
+    for (i, (k, v)) in attributes.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        json_text(&mut out, k);
+        out.push_str(": ");
+        json_text(&mut out, v);
+    }
+    out.push('}');
+    out
+}
+
 /// Check one journal message for the archive.
 ///
 /// `prefix`: the single-object marker and the current schema's fingerprint (a message of
@@ -224,22 +243,7 @@ pub fn archive_row<'py>(
     if hex != event.hash.as_bytes() {
         return Ok(None);
     }
-    let attributes = if event.attributes.is_empty() {
-        String::from("{}")
-    } else {
-        let mut out = String::with_capacity(2 + 8 * event.attributes.len());
-        out.push('{');
-        for (i, (k, v)) in event.attributes.iter().enumerate() {
-            if i > 0 {
-                out.push_str(", ");
-            }
-            json_text(&mut out, k);
-            out.push_str(": ");
-            json_text(&mut out, v);
-        }
-        out.push('}');
-        out
-    };
+    let attributes = attributes_json(&event.attributes);
     let text = |t: Option<&str>| -> Bound<'py, PyAny> {
         match t {
             None => py.None().into_bound(py),

@@ -29,7 +29,6 @@ mod audit;
 mod draft;
 mod entry;
 mod grammar;
-mod grammar_binding;
 mod ingest;
 pub(crate) mod seal;
 mod verify;
@@ -385,6 +384,40 @@ pub(crate) fn committed_fields<'a>(
     Some((data, hashed_pairs))
 }
 
+/// A form-2 event's hash (hex): the data fields and data attributes as hashed (their
+/// commitments, `committed_fields`); `body` is the length of its fields.
+fn committed_hex(
+    prev: &[u8],
+    e: &Fields<'_>,
+    commitments: &BTreeMap<String, String>,
+    salts: &BTreeMap<String, String>,
+    body: usize,
+) -> Option<[u8; 64]> {
+    let texts = e.texts;
+    let (data, hashed_pairs) = committed_fields(e, commitments, salts)?;
+    let committed_pairs: Vec<(&[u8], &[u8])> =
+        hashed_pairs.iter().map(|(k, v)| (*k, &v[..])).collect();
+    let hashed_texts = [
+        texts[0],
+        data[0].as_ref().map(|d| &d[..]),
+        data[1].as_ref().map(|d| &d[..]),
+        data[2].as_ref().map(|d| &d[..]),
+        texts[4],
+    ];
+    let capacity = 96 + body + 40 * committed_pairs.len();
+    Some(canonical_hex(
+        2,
+        prev,
+        e.saga,
+        e.seq,
+        e.kind,
+        hashed_texts,
+        e.recorded_at_us,
+        &committed_pairs,
+        capacity,
+    ))
+}
+
 /// `link_encode`'s work on fields already read: the hash (hex) and the message value, or `None`
 /// for anything the Python path must judge (a text rule broken, a field too long, a seq below
 /// 1, `prev` not 32 bytes, a form other than 1 or 2, a form-1 event with commitments or salts,
@@ -415,29 +448,7 @@ pub(crate) fn link_encode_fields(
             .sum::<usize>()
         + pairs.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
     let hex = if v2 {
-        // Form 2: the data fields and data attributes as hashed (their commitments).
-        let (data, hashed_pairs) = committed_fields(e, commitments, salts)?;
-        let committed_pairs: Vec<(&[u8], &[u8])> =
-            hashed_pairs.iter().map(|(k, v)| (*k, &v[..])).collect();
-        let hashed_texts = [
-            texts[0],
-            data[0].as_ref().map(|d| &d[..]),
-            data[1].as_ref().map(|d| &d[..]),
-            data[2].as_ref().map(|d| &d[..]),
-            texts[4],
-        ];
-        let capacity = 96 + body + 40 * committed_pairs.len();
-        canonical_hex(
-            2,
-            prev,
-            saga,
-            seq,
-            kind,
-            hashed_texts,
-            e.recorded_at_us,
-            &committed_pairs,
-            capacity,
-        )
+        committed_hex(prev, e, commitments, salts, body)?
     } else {
         let capacity = 96 + body + 8 * pairs.len();
         canonical_hex(
@@ -579,7 +590,7 @@ fn sagacity_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(leaf_hash, m)?)?;
     m.add_class::<verify::CopyChainVerifier>()?;
     m.add_class::<audit::ChainAuditor>()?;
-    m.add_function(wrap_pyfunction!(grammar_binding::grammar_findings, m)?)?;
+    m.add_function(wrap_pyfunction!(grammar::binding::grammar_findings, m)?)?;
     m.add("GRAMMAR_EVENT_TYPES", grammar::event_types())?;
     Ok(())
 }

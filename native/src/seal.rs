@@ -102,6 +102,105 @@ pub(crate) struct SealedEvent<'a> {
     pub(crate) by_name: Vec<Opened<'a>>,
 }
 
+/// The event's data fields and data attributes, each committed to and sealed, and its
+/// attributes as the form hashes them and as they travel.
+struct Committed<'a> {
+    /// The openings: the data fields' in `DATA_FIELDS` order, then the data attributes'.
+    opened: Vec<Opened<'a>>,
+    /// Each data field's commitment, in `DATA_FIELDS` order.
+    data: [Option<[u8; 32]>; 3],
+    /// The attributes hashed, sorted by key (a data attribute as its commitment).
+    hashed: Vec<(&'a [u8], Vec<u8>)>,
+    /// The attributes that travel in clear.
+    clear: Vec<(&'a [u8], &'a [u8])>,
+}
+
+/// Commit to and seal each data field and data attribute of an event (`None`: the Python path
+/// must judge it).
+fn commit_all<'a>(
+    cipher: &Aes256Gcm,
+    saga: &[u8],
+    seq: i64,
+    texts: &[Option<&[u8]>; 5],
+    pairs: &[(&'a [u8], &'a [u8])],
+) -> PyResult<Option<Committed<'a>>> {
+    // Each data field present, in order: a salt and nonce drawn, its commitment made, its
+    // opening (salt, then value) sealed.
+    let fields = DATA_FIELDS
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| texts[i + 1].is_some())
+        .count()
+        + pairs
+            .iter()
+            .filter(|(k, _)| DATA_ATTRIBUTES.iter().any(|d| d.as_bytes() == *k))
+            .count();
+    let mut random = vec![0u8; DRAW * fields];
+    getrandom::fill(&mut random).map_err(|e| {
+        pyo3::exceptions::PyOSError::new_err(format!("the system's generator: {e}"))
+    })?;
+    let mut draws = random.chunks_exact(DRAW);
+    let mut opened: Vec<Opened> = Vec::new();
+    let mut data: [Option<[u8; 32]>; 3] = [None; 3];
+    for (i, name) in DATA_FIELDS.iter().enumerate() {
+        if let Some(value) = texts[i + 1] {
+            let Some(one) = commit(cipher, draws.next(), saga, seq, name.as_bytes(), value) else {
+                return Ok(None);
+            };
+            data[i] = Some(one.commitment);
+            opened.push(one);
+        }
+    }
+    // The attributes are sorted by key, so the hashed pairs (a data attribute as its
+    // commitment) are too; the clear ones travel in `attributes`, the data ones sealed.
+    let mut hashed: Vec<(&[u8], Vec<u8>)> = Vec::with_capacity(pairs.len());
+    let mut clear: Vec<(&[u8], &[u8])> = Vec::with_capacity(pairs.len());
+    for &(k, v) in pairs {
+        if DATA_ATTRIBUTES.iter().any(|d| d.as_bytes() == k) {
+            let Some(one) = commit(cipher, draws.next(), saga, seq, k, v) else {
+                return Ok(None);
+            };
+            hashed.push((k, one.commitment.to_vec()));
+            opened.push(one);
+        } else {
+            hashed.push((k, v.to_vec()));
+            clear.push((k, v));
+        }
+    }
+    Ok(Some(Committed {
+        opened,
+        data,
+        hashed,
+        clear,
+    }))
+}
+
+/// The message value's tail after its head: form 2, the commitments, the salts (none) and the
+/// sealed openings.
+fn write_openings(value: &mut Vec<u8>, opened: &[Opened]) {
+    avro_long(value, 2);
+    // The commitments, sorted by name as the Python writer sorts them.
+    let mut by_name: Vec<&Opened> = opened.iter().collect();
+    by_name.sort_by(|a, b| a.name.cmp(b.name));
+    if !by_name.is_empty() {
+        avro_long(value, by_name.len() as i64);
+        for one in &by_name {
+            avro_bytes(value, one.name);
+            avro_bytes(value, hex(&one.commitment).as_bytes());
+        }
+    }
+    value.push(0);
+    value.push(0); // no salts: they travel inside the sealed openings
+    if !opened.is_empty() {
+        avro_long(value, opened.len() as i64);
+        for one in opened {
+            avro_bytes(value, one.name);
+            avro_bytes(value, &one.sealed);
+        }
+    }
+    value.push(0);
+}
+
 /// The work of `entry::seal_link_entry` on fields already read (`pairs` sorted by key): `None` for
 /// anything the Python path must judge.
 #[allow(clippy::too_many_arguments)]
@@ -124,49 +223,15 @@ pub(crate) fn seal_event<'a>(
         return Ok(None);
     };
 
-    // Each data field present, in order: a salt and nonce drawn, its commitment made, its
-    // opening (salt, then value) sealed.
-    let fields = DATA_FIELDS
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| texts[i + 1].is_some())
-        .count()
-        + pairs
-            .iter()
-            .filter(|(k, _)| DATA_ATTRIBUTES.iter().any(|d| d.as_bytes() == *k))
-            .count();
-    let mut random = vec![0u8; DRAW * fields];
-    getrandom::fill(&mut random).map_err(|e| {
-        pyo3::exceptions::PyOSError::new_err(format!("the system's generator: {e}"))
-    })?;
-    let mut draws = random.chunks_exact(DRAW);
-    let mut opened: Vec<Opened> = Vec::new();
-    let mut data: [Option<[u8; 32]>; 3] = [None; 3];
-    for (i, name) in DATA_FIELDS.iter().enumerate() {
-        if let Some(value) = texts[i + 1] {
-            let Some(one) = commit(&cipher, draws.next(), saga, seq, name.as_bytes(), value) else {
-                return Ok(None);
-            };
-            data[i] = Some(one.commitment);
-            opened.push(one);
-        }
-    }
-    // The attributes are sorted by key, so the hashed pairs (a data attribute as its
-    // commitment) are too; the clear ones travel in `attributes`, the data ones sealed.
-    let mut hashed: Vec<(&[u8], Vec<u8>)> = Vec::with_capacity(pairs.len());
-    let mut clear: Vec<(&[u8], &[u8])> = Vec::with_capacity(pairs.len());
-    for &(k, v) in pairs {
-        if DATA_ATTRIBUTES.iter().any(|d| d.as_bytes() == k) {
-            let Some(one) = commit(&cipher, draws.next(), saga, seq, k, v) else {
-                return Ok(None);
-            };
-            hashed.push((k, one.commitment.to_vec()));
-            opened.push(one);
-        } else {
-            hashed.push((k, v.to_vec()));
-            clear.push((k, v));
-        }
-    }
+    let Some(Committed {
+        mut opened,
+        data,
+        hashed,
+        clear,
+    }) = commit_all(&cipher, saga, seq, &texts, pairs)?
+    else {
+        return Ok(None);
+    };
 
     let body: usize = saga.len()
         + kind.len()
@@ -209,27 +274,7 @@ pub(crate) fn seal_event<'a>(
         &digest,
         header.len() + 400 + body + sealed_size,
     );
-    avro_long(&mut value, 2);
-    // The commitments, sorted by name as the Python writer sorts them.
-    let mut by_name: Vec<&Opened> = opened.iter().collect();
-    by_name.sort_by(|a, b| a.name.cmp(b.name));
-    if !by_name.is_empty() {
-        avro_long(&mut value, by_name.len() as i64);
-        for one in &by_name {
-            avro_bytes(&mut value, one.name);
-            avro_bytes(&mut value, hex(&one.commitment).as_bytes());
-        }
-    }
-    value.push(0);
-    value.push(0); // no salts: they travel inside the sealed openings
-    if !opened.is_empty() {
-        avro_long(&mut value, opened.len() as i64);
-        for one in &opened {
-            avro_bytes(&mut value, one.name);
-            avro_bytes(&mut value, &one.sealed);
-        }
-    }
-    value.push(0);
+    write_openings(&mut value, &opened);
 
     opened.sort_by(|a, b| a.name.cmp(b.name));
     Ok(Some(SealedEvent {

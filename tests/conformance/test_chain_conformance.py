@@ -608,11 +608,11 @@ BREAK_NAMERS = {
     # twin, the audit and replay call the reference, the compiled audit the compiled walker.
     "sagacity/chain/_walk.py:link_break": "reference",
     "consumers/archive/verify_bundle.py:check_link": "standalone",
-    "native/src/verify.rs": "fastverify-native",
+    "native/src/verify/saga.rs": "fastverify-native",
 }
 THE_WALKERS = {
     "sagacity/chain/_walk.py",
-    "native/src/verify.rs",
+    "native/src/verify/saga.rs",
     "consumers/archive/verify_bundle.py",
 }
 BREAK_NAMERS_ELSEWHERE = {
@@ -755,7 +755,7 @@ def test_one_set_of_reason_codes() -> None:
     assert breaks <= standalone
     # The compiled walker names every break; a word it gives that is not one fails where its
     # verdicts are read (``_fastverify.batch_verdict``: ``BreakReason(word)``) on the vectors.
-    compiled = (ROOT / "native" / "src" / "verify.rs").read_text(encoding="utf-8")
+    compiled = (ROOT / "native" / "src" / "verify" / "saga.rs").read_text(encoding="utf-8")
     assert breaks <= set(re.findall(r'"([a-z_]+)"', compiled))
 
 

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use super::json::{quote, vectors, Json};
-use crate::verify::{CopyChainVerifier, StreamError, Verdict};
+use crate::verify::{CopyChainVerifier, Saga, StreamError, Verdict};
 
 const GENESIS_HEX: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -49,7 +49,7 @@ fn walk(
         verifier.feed_sagas(piece, &mut sagas)?;
     }
     verifier.finish_sagas(&mut sagas)?;
-    Ok(sagas.into_iter().map(CopyChainVerifier::verdict).collect())
+    Ok(sagas.into_iter().map(Saga::verdict).collect())
 }
 
 fn optional_int(value: &Json) -> Option<i64> {
