@@ -30,6 +30,8 @@ re-exported here.  One module per port; every name is exported here.
   :class:`RetentionStreams`: the archived
   chains (and the destroyed data keys beside them) as the archive service and its tools read
   them, and the archiver's findings (:mod:`._archive_reads`).
+* :class:`RetentionMonths`: the archive's months as retention exports, signs and drops them
+  (:class:`ArchiveMonth`, :class:`RetentionUnit`, :class:`RecordSigning`: :mod:`._retention`).
 * :class:`ErasableArchive`: the archive's side of an erasure (:mod:`._erasure`).
 * :class:`ServiceTables`: the services' tables as an erasure clears them
   (:mod:`._service_tables`).
@@ -117,6 +119,14 @@ from sagacity.ports._requests import (
     RequestStore,
     RowState,
 )
+from sagacity.ports._retention import (
+    ArchiveMonth,
+    RecordSigning,
+    RetentionMonths,
+    RetentionUnit,
+    SignedRecordFields,
+    UnsignedMonth,
+)
 from sagacity.ports._service_tables import ServiceCopies, ServiceTables
 from sagacity.ports._slack_tables import SlackMessage, SlackTables
 from sagacity.ports._topic_pass import PartitionBounds, TopicMessage, TopicPass, TopicPasses
@@ -127,6 +137,7 @@ __all__ = [
     "ApprovalRequest",
     "ArchiveBundles",
     "ArchiveErasure",
+    "ArchiveMonth",
     "ArchivedEvents",
     "ArchivedHashes",
     "ArchivedHead",
@@ -173,6 +184,7 @@ __all__ = [
     "QuarantinedEvent",
     "Record",
     "RecordHeaders",
+    "RecordSigning",
     "Redeliver",
     "RefusedMessage",
     "Rejected",
@@ -181,7 +193,9 @@ __all__ = [
     "RequestRow",
     "RequestStore",
     "RequestStores",
+    "RetentionMonths",
     "RetentionStreams",
+    "RetentionUnit",
     "RowState",
     "RuntimeOptions",
     "SagaIndex",
@@ -189,6 +203,7 @@ __all__ = [
     "SagaRows",
     "ServiceCopies",
     "ServiceTables",
+    "SignedRecordFields",
     "Skipped",
     "SlackMessage",
     "SlackTables",
@@ -200,6 +215,7 @@ __all__ = [
     "TopicMessage",
     "TopicPass",
     "TopicPasses",
+    "UnsignedMonth",
     "WriterEvent",
     "WriterLeases",
     "check_claim_key",

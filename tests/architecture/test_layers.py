@@ -443,7 +443,6 @@ SERVICE_DRIVERS_ALLOWED: dict[str, tuple[tuple[str, ...], str]] = {
     "sagacity.consumers.archive._checkpoints": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._export": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._ingest": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._retention": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._roundaudit": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._roundlog": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._watch": (("psycopg",), _ARCHIVE_SPLIT),

@@ -36,7 +36,7 @@ from sagacity.entries._events import (
     JournalEntry,
     UnknownEventType,
 )
-from sagacity.postgres.archive import ROW_COLUMNS
+from sagacity.postgres.archive import ROW_COLUMNS, PostgresRetention
 
 pytestmark = pytest.mark.postgres
 
@@ -249,7 +249,7 @@ def _anchor(seq: int, hash: str) -> tuple[str, tuple[object, ...]]:
 def _sign(dsn: str, signer) -> None:
     """Sign the retention records (anchors count only as leaves of a signed record)."""
     with psycopg.connect(dsn) as conn:
-        assert sign_records(conn, signer) == 1
+        assert sign_records(PostgresRetention(conn), signer) == 1
 
 
 def _drop_below(seq: int) -> tuple[str, tuple[object, ...]]:

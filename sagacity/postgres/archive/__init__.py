@@ -67,6 +67,7 @@ from sagacity.postgres.archive._ingestsql import (
     store_offsets,
 )
 from sagacity.postgres.archive._reads import RECORD_COLUMNS, PostgresArchiveReads
+from sagacity.postgres.archive._retention import PostgresRetention
 from sagacity.postgres.archive._snapshots import reader_of, shared_snapshot
 
 __all__ = [
@@ -88,6 +89,7 @@ __all__ = [
     "ErasureRecord",
     "HeadConflictError",
     "PostgresArchiveReads",
+    "PostgresRetention",
     "SagaRefusals",
     "archived_hashes",
     "chain_rows",
