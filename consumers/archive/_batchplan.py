@@ -23,7 +23,7 @@ from sagacity.consumers.archive._findings import Finding, FindingReason, describ
 from sagacity.consumers.archive._ledger import IngestLedger, LedgerEntry
 from sagacity.consumers.archive._owners import writers_of, writers_up_to
 from sagacity.entries._events import GENESIS_HASH
-from sagacity.postgres.archive import PostgresArchiveReads
+from sagacity.postgres.archive import PostgresArchiveReads, PostgresRoundLog
 from sagacity.signing._writer_roles import SagaWriters
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ class BatchPlan:
     ) -> None:
         """Sagas this process has not read: from their last head signed under the archive's
         key (verified), else from the genesis hash."""
-        signed = verifier.signed_heads(conn, unknown) if verifier else {}
+        signed = verifier.signed_heads(PostgresRoundLog(conn), unknown) if verifier else {}
         for saga_id in unknown:
             base = signed.get(saga_id, _GENESIS)
             self.bases[saga_id], self.signed[saga_id] = base, base[0]

@@ -42,7 +42,8 @@ from sagacity.consumers.archive._merkle import merkle_root as merkle_root
 from sagacity.consumers.archive._merkle import root_from_proof as root_from_proof
 from sagacity.entries._events import now_micros
 from sagacity.errors import RoundLogError
-from sagacity.postgres.archive import mapped_errors, write_findings
+from sagacity.ports import RoundLog
+from sagacity.postgres.archive import PostgresRoundLog, mapped_errors, write_findings
 from sagacity.signing._ed25519 import KeyHolder, write_private_key
 from sagacity.signing._ed25519 import key_id_of as key_id_of
 from sagacity.signing._ed25519 import parse_public_key as _parse_public_key
@@ -322,19 +323,11 @@ def signature_valid(public_raw: bytes, signed: Checkpoint | SignedRound) -> bool
     return _signature_valid(public_raw, signed.signature, signed.message())
 
 
-def leaves_in_order(
-    conn: psycopg.Connection, *, up_to_round: int, fetch: int = 10_000
-) -> Iterator[bytes]:
+def leaves_in_order(log: RoundLog, *, up_to_round: int, fetch: int = 10_000) -> Iterator[bytes]:
     """Every leaf of the rounds up to ``up_to_round``, in log order (round, then leaf)."""
-    with conn.cursor(name="sgc_log_leaves") as cur:
-        cur.itersize = fetch
-        cur.execute(
-            "SELECT saga_id, seq, hash FROM archive_checkpoint"
-            " WHERE round_id IS NOT NULL AND round_id <= %s ORDER BY round_id, leaf_index",
-            (up_to_round,),
-        )
-        for saga_id, seq, hash in cur:
-            yield leaf_hash(saga_id=saga_id, seq=int(seq), hash=hash)
+    with log.log_leaves(after=None, upto=up_to_round, fetch=fetch) as rows:
+        for saga_id, seq, hash in rows:
+            yield leaf_hash(saga_id=saga_id, seq=seq, hash=hash)
 
 
 def log_tail(conn: psycopg.Connection) -> tuple[RootBuilder, str]:
@@ -365,7 +358,7 @@ def log_tail(conn: psycopg.Connection) -> tuple[RootBuilder, str]:
             if got is not None and got.hex() == root:
                 return builder, root
     builder = RootBuilder()
-    for leaf in leaves_in_order(conn, up_to_round=int(round_id)):
+    for leaf in leaves_in_order(PostgresRoundLog(conn), up_to_round=int(round_id)):
         builder.add(leaf)
     if fmt == LOG_ROUND_FORMAT and (
         builder.count != tree_size or (builder.root() or b"").hex() != root

@@ -33,6 +33,7 @@ from sagacity.postgres.archive import (
     FORMS_VERSION,
     LOG_VERSION,
     RECORD_COLUMNS,
+    PostgresRoundLog,
     check_schema,
     checkpoint_round_columns,
     mapped_errors,
@@ -113,12 +114,12 @@ def _checkpoint(conn: psycopg.Connection, row: Sequence[Any]) -> dict[str, Any]:
     if round_id is None:
         out["signature"] = signature
         return out
-    signed = round_by_id(conn, round_id)
+    signed = round_by_id(PostgresRoundLog(conn), round_id)
     proof: list[bytes] = []
     if signed is not None and signed.format == LOG_ROUND_FORMAT:
         # A tampered log may not give a proof; the bundle then fails its own verification.
         with contextlib.suppress(RoundLogError):
-            proof = inclusion_proof_in_log(conn, signed, leaf_index)
+            proof = inclusion_proof_in_log(PostgresRoundLog(conn), signed, leaf_index)
     else:
         leaves = [
             leaf_hash(saga_id=s, seq=int(n), hash=h)

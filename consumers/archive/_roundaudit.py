@@ -27,7 +27,7 @@ from sagacity.consumers.archive._checkpoints import (
 from sagacity.consumers.archive._merkle import RootBuilder, decode_frontier
 from sagacity.consumers.archive._reasons import AuditReason
 from sagacity.consumers.archive._roundlog import round_of_row
-from sagacity.postgres.archive import LOG_VERSION
+from sagacity.postgres.archive import LOG_VERSION, PostgresRoundLog
 
 
 def _python_leaf(saga_id: Any, seq: Any, hash: Any) -> bytes | None:
@@ -150,7 +150,7 @@ def _log_before(
 
 def _log_from_leaves(conn: psycopg.Connection, up_to_round: int) -> RootBuilder:
     builder = RootBuilder()
-    for leaf in leaves_in_order(conn, up_to_round=up_to_round):
+    for leaf in leaves_in_order(PostgresRoundLog(conn), up_to_round=up_to_round):
         builder.add(leaf)
     return builder
 

@@ -49,7 +49,12 @@ from sagacity.consumers.archive._roundlog import (
 from sagacity.consumers.archive._story import impossible_signed
 from sagacity.consumers.archive._witness import read as read_witness
 from sagacity.errors import AuditorStateError, RoundLogError
-from sagacity.postgres.archive import FORMS_VERSION, PostgresArchiveReads, check_schema
+from sagacity.postgres.archive import (
+    FORMS_VERSION,
+    PostgresArchiveReads,
+    PostgresRoundLog,
+    check_schema,
+)
 from sagacity.privacy._withheld import FORGED_ERASURE
 from sagacity.signing._operator_signature import OperatorVerifier
 
@@ -216,7 +221,7 @@ def _consistency_alert(
     assert old.tree_size is not None
     assert new.tree_size is not None
     try:
-        proof = consistency_proof_between(conn, old, new)
+        proof = consistency_proof_between(PostgresRoundLog(conn), old, new)
     except RoundLogError as exc:
         proof, why = None, exc.message
     else:
@@ -264,7 +269,7 @@ def watch_once(
     last, last_log = state.last()
     report.latest = last
     if last is not None:
-        held = round_by_id(conn, last.round_id)
+        held = round_by_id(PostgresRoundLog(conn), last.round_id)
         if held is None:
             report.alerts.append(
                 Alert(
@@ -360,7 +365,9 @@ def _record_new(
     keys: Mapping[str, bytes],
     limit: int,
 ) -> None:
-    for signed in rounds_after(conn, previous.round_id if previous else 0, limit=limit):
+    for signed in rounds_after(
+        PostgresRoundLog(conn), previous.round_id if previous else 0, limit=limit
+    ):
         alert = _signature_alert(signed, keys, "the archive's")
         expected = previous.root if previous is not None else FIRST_PREV_ROOT
         if alert is None and signed.prev_root.lower() != expected.lower():
@@ -406,7 +413,7 @@ def _compare_peer(conn: psycopg.Connection, state: AuditorState, peer: AuditorSt
                 )
                 return alerts
             continue
-        held = round_by_id(conn, theirs.round_id)
+        held = round_by_id(PostgresRoundLog(conn), theirs.round_id)
         if held is None:
             alerts.append(
                 Alert(
@@ -440,7 +447,7 @@ def _check_witness(
     alert = _signature_alert(witnessed, keys, "the witnessed")
     if alert is not None:
         return [alert]
-    held = round_by_id(conn, witnessed.round_id)
+    held = round_by_id(PostgresRoundLog(conn), witnessed.round_id)
     if held is None:
         return [
             Alert(

@@ -32,6 +32,8 @@ re-exported here.  One module per port; every name is exported here.
   them, and the archiver's findings (:mod:`._archive_reads`).
 * :class:`RetentionMonths`: the archive's months as retention exports, signs and drops them
   (:class:`ArchiveMonth`, :class:`RetentionUnit`, :class:`RecordSigning`: :mod:`._retention`).
+* :class:`RoundLog`: the archive's signing rounds and checkpoints as stored
+  (:class:`RoundRow`, :class:`CheckpointRow`: :mod:`._rounds`).
 * :class:`ErasableArchive`: the archive's side of an erasure (:mod:`._erasure`).
 * :class:`ServiceTables`: the services' tables as an erasure clears them
   (:mod:`._service_tables`).
@@ -127,6 +129,7 @@ from sagacity.ports._retention import (
     SignedRecordFields,
     UnsignedMonth,
 )
+from sagacity.ports._rounds import CheckpointRow, RoundLog, RoundRow
 from sagacity.ports._service_tables import ServiceCopies, ServiceTables
 from sagacity.ports._slack_tables import SlackMessage, SlackTables
 from sagacity.ports._topic_pass import PartitionBounds, TopicMessage, TopicPass, TopicPasses
@@ -143,6 +146,7 @@ __all__ = [
     "ArchivedHead",
     "ArchivedHeads",
     "AttentionRow",
+    "CheckpointRow",
     "Claim",
     "ClaimStatus",
     "ClaimStore",
@@ -196,6 +200,8 @@ __all__ = [
     "RetentionMonths",
     "RetentionStreams",
     "RetentionUnit",
+    "RoundLog",
+    "RoundRow",
     "RowState",
     "RuntimeOptions",
     "SagaIndex",

@@ -30,6 +30,7 @@ from sagacity.consumers.archive._merkle import consistency_proof, verify_consist
 from sagacity.consumers.archive._roundlog import consistency_proof_between, rounds_after
 from sagacity.consumers.archive._watch import AlertReason, AuditorState, watch_once
 from sagacity.consumers.archive._witness import publish, read
+from sagacity.postgres.archive import PostgresRoundLog
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -195,7 +196,7 @@ def test_resigning_a_rewritten_round_breaks_every_later_round(archiver, archive_
     _rounds(archiver, archive_dsn, signer, 4, first_format=0 if log else 4)
     keys = [signer.public_raw]
     with psycopg.connect(archive_dsn) as conn:
-        ids = [r.round_id for r in rounds_after(conn)]
+        ids = [r.round_id for r in rounds_after(PostgresRoundLog(conn))]
         assert audit(conn, pinned_keys=keys).all_ok
     assert len(ids) == 4
     _rewrite_leaf(archive_dsn, ids[1])
@@ -230,12 +231,12 @@ def test_first_format_rounds_verify_and_the_log_continues_after_them(
     keys = [signer.public_raw]
     with psycopg.connect(archive_dsn) as conn:
         summary = audit(conn, pinned_keys=keys)
-        rounds = rounds_after(conn)
+        rounds = rounds_after(PostgresRoundLog(conn))
         assert [r.format for r in rounds] == [1, 1, 2, 2, 2]
         assert [r.tree_size for r in rounds] == [None, None, 9, 12, 15]
         assert rounds[2].prev_root == rounds[1].root
         for old, new in [(rounds[2], rounds[4]), (rounds[3], rounds[4]), (rounds[2], rounds[3])]:
-            proof = consistency_proof_between(conn, old, new)
+            proof = consistency_proof_between(PostgresRoundLog(conn), old, new)
             leaves = _all_leaves(archive_dsn, new.round_id)
             assert proof == consistency_proof(leaves, old.tree_size)
             assert verify_consistency(
@@ -320,7 +321,7 @@ def test_two_histories_shown_to_two_auditors_are_caught(
     witness = tmp_path / "witness.json"
     _rounds(archiver, archive_dsn, signer, 2)
     with psycopg.connect(archive_dsn) as conn:
-        publish(str(witness), rounds_after(conn)[-1], public_hex=public)
+        publish(str(witness), rounds_after(PostgresRoundLog(conn))[-1], public_hex=public)
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     code, out, err = _watch(archive_dsn, a, "--public-key", public, "--witness", str(witness))
     assert code == 0, err
@@ -329,7 +330,7 @@ def test_two_histories_shown_to_two_auditors_are_caught(
     assert (code, out.count("recorded")) == (0, 0)  # nothing new: consistent
 
     with psycopg.connect(archive_dsn) as conn:
-        second = rounds_after(conn)[-1].round_id
+        second = rounds_after(PostgresRoundLog(conn))[-1].round_id
     _rewrite_leaf(archive_dsn, second)
     _resign(archive_dsn, signer, second, log=True)
     archiver.archive(as_raw([c[2] for c in (make_chain(s, 3) for s in SAGAS)], first_offset=6))
@@ -363,7 +364,7 @@ def test_the_auditor_catches_removed_rounds_and_bad_signatures(
     state = AuditorState(tmp_path / "s.jsonl")
     with psycopg.connect(archive_dsn) as conn:
         assert watch_once(conn, state, keys=keys).ok
-        ids = [r.round_id for r in rounds_after(conn)]
+        ids = [r.round_id for r in rounds_after(PostgresRoundLog(conn))]
     tamper(
         archive_dsn,
         ("DELETE FROM archive_checkpoint WHERE round_id = %s", (ids[-1],)),
