@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psycopg
 
+from sagacity.postgres.archive import PostgresCheckpointSigning
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -77,7 +78,7 @@ def main() -> None:
         signer = generate_key(Path(keys) / "k.pem")
         with psycopg.connect(scoped) as conn:
             with Timer() as sign_time:
-                signed = sign_pending(conn, signer, archiver.ledger)
+                signed = sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger)
             with Timer() as verify_time:
                 summary = audit(conn, pinned_keys=[signer.public_raw])
             size = conn.execute(

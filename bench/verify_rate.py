@@ -22,6 +22,7 @@ from pathlib import Path
 
 import psycopg
 
+from sagacity.postgres.archive import PostgresCheckpointSigning
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -108,7 +109,7 @@ def main() -> None:
         archiver.close()
         signer = generate_key(Path(keys) / "k.pem")
         with psycopg.connect(scoped) as conn:
-            signed = sign_pending(conn, signer, archiver.ledger)
+            signed = sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger)
             verify_runs = []
             for _ in range(3):
                 with Timer() as verify_time:

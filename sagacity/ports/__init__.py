@@ -34,6 +34,8 @@ re-exported here.  One module per port; every name is exported here.
   (:class:`ArchiveMonth`, :class:`RetentionUnit`, :class:`RecordSigning`: :mod:`._retention`).
 * :class:`RoundLog`: the archive's signing rounds and checkpoints as stored
   (:class:`RoundRow`, :class:`CheckpointRow`: :mod:`._rounds`).
+* :class:`CheckpointSigning`: the archive's signing rounds, one transaction a round
+  (:class:`SigningUnit`: :mod:`._signing`).
 * :class:`ErasableArchive`: the archive's side of an erasure (:mod:`._erasure`).
 * :class:`ServiceTables`: the services' tables as an erasure clears them
   (:mod:`._service_tables`).
@@ -131,6 +133,7 @@ from sagacity.ports._retention import (
 )
 from sagacity.ports._rounds import CheckpointRow, RoundLog, RoundRow
 from sagacity.ports._service_tables import ServiceCopies, ServiceTables
+from sagacity.ports._signing import CheckpointSigning, SignedRoundFields, SigningUnit
 from sagacity.ports._slack_tables import SlackMessage, SlackTables
 from sagacity.ports._topic_pass import PartitionBounds, TopicMessage, TopicPass, TopicPasses
 from sagacity.ports._wire import JournalWire
@@ -147,6 +150,7 @@ __all__ = [
     "ArchivedHeads",
     "AttentionRow",
     "CheckpointRow",
+    "CheckpointSigning",
     "Claim",
     "ClaimStatus",
     "ClaimStore",
@@ -210,6 +214,8 @@ __all__ = [
     "ServiceCopies",
     "ServiceTables",
     "SignedRecordFields",
+    "SignedRoundFields",
+    "SigningUnit",
     "Skipped",
     "SlackMessage",
     "SlackTables",

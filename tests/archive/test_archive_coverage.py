@@ -23,6 +23,7 @@ from sagacity.consumers.archive import (
     generate_key,
     sign_pending,
 )
+from sagacity.postgres.archive import PostgresCheckpointSigning
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -54,7 +55,7 @@ def archived(archiver, archive_dsn, signer):
     chains = {s: make_chain(s, 6) for s in ("saga-1", "saga-2", "saga-3")}
     archiver.archive(as_raw([e for c in chains.values() for e in c[:5]]))
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer, archiver.ledger) == 3
+        assert sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger) == 3
     archiver.archive(as_raw([c[5] for c in chains.values()], first_offset=15))
     return chains
 
@@ -156,7 +157,7 @@ def test_unsigned_tails_and_sagas_are_counted_and_fail_when_signatures_are_requi
     assert found["saga-1"] == (6, "seqs 6..6 follow the last checkpoint (seq 5)")
     assert found["saga-new"] == (1, "no checkpoint covers any of seqs 1..2")
     with psycopg.connect(archive_dsn) as conn:
-        sign_pending(conn, signer, archiver.ledger)
+        sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger)
     signed = audits(archive_dsn, signer, require_signed=True)
     assert signed.all_ok, signed.failures
     assert (signed.unsigned_tails, signed.unsigned_sagas) == (0, 0)

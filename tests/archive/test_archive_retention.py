@@ -25,7 +25,7 @@ from sagacity.consumers.archive._retention import (
     sign_records,
 )
 from sagacity.errors import PersistenceError, RetentionError
-from sagacity.postgres.archive import PostgresRetention, grant_archiver
+from sagacity.postgres.archive import PostgresCheckpointSigning, PostgresRetention, grant_archiver
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -370,7 +370,7 @@ def test_a_bundle_proves_its_anchor_and_refuses_a_forged_one(
     inclusion proof travel with it, and the standalone verifier checks both."""
     with psycopg.connect(archive_dsn) as conn:
         # the head is signed: the bundle covers it
-        assert sign_pending(conn, signer, archiver.ledger) == 2
+        assert sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger) == 2
         run_retention(
             PostgresRetention(conn),
             keep_months=24,

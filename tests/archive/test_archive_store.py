@@ -10,7 +10,13 @@ from archive_helpers import as_raw, decode, make_chain, rows, with_option
 
 from sagacity.consumers.archive import BatchArchiver, generate_key, sign_pending
 from sagacity.errors import ArchiveSchemaError, PersistenceError, PersistenceUnavailableError
-from sagacity.postgres.archive import MIGRATIONS, check_schema, grant_archiver, migrate
+from sagacity.postgres.archive import (
+    MIGRATIONS,
+    PostgresCheckpointSigning,
+    check_schema,
+    grant_archiver,
+    migrate,
+)
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -102,7 +108,14 @@ def test_archiver_role_may_insert_and_read_but_not_update_or_delete(archive_dsn,
         assert archiver.archive(as_raw(make_chain("saga-p", 3))).archived == 3
         archiver.close()
         with psycopg.connect(with_option(archive_dsn, f"-c role={role}")) as conn:
-            assert sign_pending(conn, generate_key(tmp_path / "k.pem"), archiver.ledger) == 1
+            assert (
+                sign_pending(
+                    PostgresCheckpointSigning(conn),
+                    generate_key(tmp_path / "k.pem"),
+                    archiver.ledger,
+                )
+                == 1
+            )
         with psycopg.connect(archive_dsn, autocommit=True) as conn:
             conn.execute(f'SET ROLE "{role}"')
             assert conn.execute("SELECT count(*) FROM side_effect_journal").fetchone() == (3,)

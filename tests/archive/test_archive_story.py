@@ -39,6 +39,7 @@ from sagacity.consumers.archive._export import export_bundle
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
 from sagacity.entries import _attributes as attr
 from sagacity.errors import ApprovalError
+from sagacity.postgres.archive import PostgresCheckpointSigning
 from sagacity.producer import KAFKA_PARTITIONER, KafkaJournal
 from sagacity.schemas import JOURNAL_WIRE
 from sagacity.signing._operator_signature import OperatorSigner
@@ -384,7 +385,7 @@ def test_openings_stripped_without_an_erasure_are_withheld_and_a_forged_log_row_
     erased = _erased_saga("erased")
     archiver.archive(as_raw(stripped + bypassed + erased))
     with psycopg.connect(archive_dsn, autocommit=True) as conn:
-        sign_pending(conn, signer, archiver.ledger)
+        sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger)
         conn.execute("SELECT sgc_erase_saga('stripped', 'operator:eve', 'tidy up', NULL)")
         conn.execute("SELECT sgc_erase_saga('erased', 'operator:ana', 'art. 17', NULL)")
         conn.execute("SET session_replication_role = replica")
@@ -418,7 +419,7 @@ def test_a_forged_erased_counts_in_no_auditors_tool_and_the_data_is_withheld(
     forged = _erased_saga("forged", sign=None if forgery == "unsigned" else other)
     archiver.archive(as_raw(forged + _erased_saga("honest")))
     with psycopg.connect(archive_dsn, autocommit=True) as conn:
-        sign_pending(conn, signer, archiver.ledger)
+        sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger)
         for saga in ("forged", "honest"):
             conn.execute("SELECT sgc_erase_saga(%s, 'operator:eve', 'art. 17', NULL)", (saga,))
     store = PostgresKeyStore(archive_dsn)

@@ -20,7 +20,7 @@ from sagacity.consumers.archive import (
     iter_audits,
     sign_pending,
 )
-from sagacity.postgres.archive import check_schema
+from sagacity.postgres.archive import PostgresCheckpointSigning, check_schema
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -38,7 +38,7 @@ def archived(archiver, archive_dsn, signer):
     chains = {s: make_chain(s, 6) for s in ("saga-1", "saga-2", "saga-3")}
     archiver.archive(as_raw([e for c in chains.values() for e in c[:5]]))
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer, archiver.ledger) == 3
+        assert sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger) == 3
     archiver.archive(as_raw([c[5] for c in chains.values()], first_offset=15))
     return chains
 
@@ -361,7 +361,9 @@ def test_per_head_checkpoints_of_earlier_releases_still_verify(archiver, archive
         assert (summary.ok, summary.checkpoints, summary.rounds.rounds) == (2, 2, 0)
     archiver.archive(as_raw([e for c in chains.values() for e in c[2:]], first_offset=4))
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer, archiver.ledger) == 2  # the new heads only, in one round
+        assert (
+            sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger) == 2
+        )  # the new heads only, in one round
         summary = audit(conn, pinned_keys=[signer.public_raw])
     assert (summary.sagas, summary.ok, summary.checkpoints, summary.rounds.rounds) == (2, 2, 4, 1)
     tamper(
@@ -399,10 +401,14 @@ def test_tampered_rounds_among_many_sagas_are_found_where_they_are(archiver, arc
     chains = {s: make_chain(s, 4) for s in sagas}
     archiver.archive(as_raw([e for c in chains.values() for e in c[:2]]))
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer, archiver.ledger, chunk=100) == 400
+        assert (
+            sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger, chunk=100) == 400
+        )
     archiver.archive(as_raw([e for c in chains.values() for e in c[2:]], first_offset=800))
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer, archiver.ledger, chunk=100) == 400
+        assert (
+            sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger, chunk=100) == 400
+        )
         assert conn.execute("SELECT count(*) FROM archive_checkpoint_round").fetchone() == (8,)
     forged_signature = _round_of(archive_dsn, "w-000", 2)
     edited_leaf = _round_of(archive_dsn, "w-255", 4)
@@ -475,7 +481,7 @@ def test_a_signing_round_removed_whole_breaks_the_chain_of_rounds(archiver, arch
     for seq in range(3):
         archiver.archive(as_raw([c[seq] for c in chains.values()], first_offset=2 * seq))
         with psycopg.connect(archive_dsn) as conn:
-            assert sign_pending(conn, signer, archiver.ledger) == 2
+            assert sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger) == 2
     with psycopg.connect(archive_dsn) as conn:
         summary = audit(conn, pinned_keys=[signer.public_raw])
         rounds = [r[0] for r in conn.execute("SELECT round_id FROM archive_checkpoint_round")]
@@ -513,7 +519,7 @@ def test_concurrent_signers_make_one_chain_of_rounds(archiver, archive_dsn, sign
     so two archivers signing at once make one chain: every round follows the one before."""
     import threading
 
-    from sagacity.consumers.archive._checkpoints import _SIGNING_LOCK
+    from sagacity.postgres.archive._signing import _SIGNING_LOCK
 
     archiver.archive(as_raw(make_chain("held", 1)))
     done = threading.Event()
@@ -524,7 +530,7 @@ def test_concurrent_signers_make_one_chain_of_rounds(archiver, archive_dsn, sign
 
         def waiting_signer() -> None:
             with psycopg.connect(archive_dsn) as conn:
-                sign_pending(conn, signer, archiver.ledger)
+                sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger)
             done.set()
 
         thread = threading.Thread(target=waiting_signer)
@@ -549,7 +555,7 @@ def test_concurrent_signers_make_one_chain_of_rounds(archiver, archive_dsn, sign
 
     def sign(ledger: IngestLedger) -> None:
         with psycopg.connect(archive_dsn) as conn:
-            signed.append(sign_pending(conn, signer, ledger, chunk=7))
+            signed.append(sign_pending(PostgresCheckpointSigning(conn), signer, ledger, chunk=7))
 
     threads = [threading.Thread(target=sign, args=(a.ledger,)) for a in (archiver, other)]
     for t in threads:
@@ -570,7 +576,7 @@ def test_rounds_removed_at_the_end_are_caught_by_a_recorded_round(archiver, arch
     for seq in range(2):
         archiver.archive(as_raw([c[seq] for c in chains.values()], first_offset=2 * seq))
         with psycopg.connect(archive_dsn) as conn:
-            assert sign_pending(conn, signer, archiver.ledger) == 2
+            assert sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger) == 2
     keys = [signer.public_raw]
     with psycopg.connect(archive_dsn) as conn:
         published = audit(conn, pinned_keys=keys).rounds.latest

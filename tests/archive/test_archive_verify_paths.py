@@ -36,7 +36,7 @@ from sagacity.entries._events import (
     JournalEntry,
     UnknownEventType,
 )
-from sagacity.postgres.archive import ROW_COLUMNS, PostgresRetention
+from sagacity.postgres.archive import ROW_COLUMNS, PostgresCheckpointSigning, PostgresRetention
 
 pytestmark = pytest.mark.postgres
 
@@ -108,7 +108,7 @@ def archived(archiver, archive_dsn, signer) -> list[JournalEntry]:
     report = archiver.archive(as_raw(events))
     assert report.archived == len(events)
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer, archiver.ledger) == 2
+        assert sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger) == 2
     return chain
 
 

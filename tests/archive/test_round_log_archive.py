@@ -30,7 +30,7 @@ from sagacity.consumers.archive._merkle import consistency_proof, verify_consist
 from sagacity.consumers.archive._roundlog import consistency_proof_between, rounds_after
 from sagacity.consumers.archive._watch import AlertReason, AuditorState, watch_once
 from sagacity.consumers.archive._witness import publish, read
-from sagacity.postgres.archive import PostgresRoundLog
+from sagacity.postgres.archive import PostgresCheckpointSigning, PostgresRoundLog
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -118,7 +118,7 @@ def _rounds(archiver, dsn: str, signer: Signer, count: int, *, first_format: int
             if seq < first_format:
                 _sign_first_format(conn, signer)
             else:
-                assert sign_pending(conn, signer, archiver.ledger) == 3
+                assert sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger) == 3
     return chains
 
 
@@ -336,7 +336,7 @@ def test_two_histories_shown_to_two_auditors_are_caught(
     archiver.archive(as_raw([c[2] for c in (make_chain(s, 3) for s in SAGAS)], first_offset=6))
     with psycopg.connect(archive_dsn) as conn:
         # the operator's archiver goes on signing
-        assert sign_pending(conn, signer, archiver.ledger) == 3
+        assert sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger) == 3
 
     code, out, err = _watch(archive_dsn, b, "--public-key", public)
     assert code == 0, err  # B alone sees nothing wrong: the forged history is self-consistent

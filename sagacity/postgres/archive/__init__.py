@@ -69,6 +69,7 @@ from sagacity.postgres.archive._ingestsql import (
 from sagacity.postgres.archive._reads import RECORD_COLUMNS, PostgresArchiveReads
 from sagacity.postgres.archive._retention import PostgresRetention
 from sagacity.postgres.archive._rounds import PostgresRoundLog
+from sagacity.postgres.archive._signing import PostgresCheckpointSigning
 from sagacity.postgres.archive._snapshots import reader_of, shared_snapshot
 
 __all__ = [
@@ -90,6 +91,7 @@ __all__ = [
     "ErasureRecord",
     "HeadConflictError",
     "PostgresArchiveReads",
+    "PostgresCheckpointSigning",
     "PostgresRetention",
     "PostgresRoundLog",
     "SagaRefusals",
