@@ -57,6 +57,7 @@ from sagacity.postgres.archive import (
     ROUNDS_VERSION,
     ROW_COLUMNS,
     PostgresArchiveReads,
+    PostgresRoundLog,
     check_schema,
     checkpoint_round_columns,
     decoded_rows,
@@ -188,8 +189,10 @@ class _Run:
     def checked_rounds(self, known_rounds: Mapping[int, str] | None) -> RoundAudit:
         """The signing rounds' audit (none held: every known round is missing)."""
         if self.scope.version >= ROUNDS_VERSION:
+            rounds = PostgresRoundLog(self.conn)
             return audit_rounds(
-                self.conn,
+                rounds,
+                rounds,
                 saga_id=self.scope.saga_id,
                 keys=self.scope.keys,
                 fetch=self.scope.fetch,

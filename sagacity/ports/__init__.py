@@ -33,7 +33,8 @@ re-exported here.  One module per port; every name is exported here.
 * :class:`RetentionMonths`: the archive's months as retention exports, signs and drops them
   (:class:`ArchiveMonth`, :class:`RetentionUnit`, :class:`RecordSigning`: :mod:`._retention`).
 * :class:`RoundLog`: the archive's signing rounds and checkpoints as stored
-  (:class:`RoundRow`, :class:`CheckpointRow`: :mod:`._rounds`).
+  (:class:`RoundRow`, :class:`CheckpointRow`), and as an audit walks them
+  (:class:`RoundStreams`: :mod:`._rounds`).
 * :class:`CheckpointSigning`: the archive's signing rounds, one transaction a round
   (:class:`SigningUnit`: :mod:`._signing`).
 * :class:`ErasableArchive`: the archive's side of an erasure (:mod:`._erasure`).
@@ -131,7 +132,7 @@ from sagacity.ports._retention import (
     SignedRecordFields,
     UnsignedMonth,
 )
-from sagacity.ports._rounds import CheckpointRow, RoundLog, RoundRow
+from sagacity.ports._rounds import CheckpointRow, RoundLog, RoundRow, RoundStreams
 from sagacity.ports._service_tables import ServiceCopies, ServiceTables
 from sagacity.ports._signing import CheckpointSigning, SignedRoundFields, SigningUnit
 from sagacity.ports._slack_tables import SlackMessage, SlackTables
@@ -206,6 +207,7 @@ __all__ = [
     "RetentionUnit",
     "RoundLog",
     "RoundRow",
+    "RoundStreams",
     "RowState",
     "RuntimeOptions",
     "SagaIndex",

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,4 +90,23 @@ class RoundLog(Protocol):
 
     def transaction(self, action: str) -> AbstractContextManager[None]:
         """The reads inside it in one transaction (``action`` names it in an error)."""
+        ...
+
+
+class RoundStreams(Protocol):
+    """The signing rounds and their leaves as an audit walks them, in the caller's snapshot."""
+
+    def round_streams(
+        self, *, saga_id: str | None, fetch: int, version: int
+    ) -> AbstractContextManager[tuple[Iterator[tuple[Any, ...]], Iterator[tuple[Any, ...]]]]:
+        """Two streams, ``fetch`` rows a fetch, of an archive at schema ``version``: the rounds
+        in id order (``round_id, leaf_count, root, prev_root, signed_at_us, key_id,
+        signature, format, tree_size``, then for one saga the round before each: ``round_id,
+        root, format, tree_size, frontier``, else five ``NULL`` s), and their checkpoints
+        (``round_id, leaf_index, saga_id, seq, hash, signed_at_us, key_id``) in round and leaf
+        order; with ``saga_id``, only the rounds its checkpoints belong to.
+
+        Raises:
+            PersistenceError: the store failed.
+        """
         ...

@@ -441,7 +441,6 @@ SERVICE_DRIVERS_ALLOWED: dict[str, tuple[tuple[str, ...], str]] = {
     "sagacity.consumers.archive._batchplan": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._export": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._ingest": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._roundaudit": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._watch": (("psycopg",), _ARCHIVE_SPLIT),
 }
 

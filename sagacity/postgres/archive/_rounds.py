@@ -23,6 +23,57 @@ def _select(version: int) -> str:
     return f"{_COLUMNS}, {log}"
 
 
+def round_select(version: int, alias: str = "") -> str:
+    """The select list of a round as the archive service's ``round_of_row`` reads it, for an
+    archive at ``version``."""
+    a = f"{alias}." if alias else ""
+    log = f"{a}format, {a}tree_size" if version >= LOG_VERSION else "1, NULL::bigint"
+    return (
+        f"{a}round_id, {a}leaf_count, {a}root, {a}prev_root, {a}signed_at_us, {a}key_id,"
+        f" {a}signature, {log}"
+    )
+
+
+def _audit_queries(saga_id: str | None, version: int) -> tuple[str, str]:
+    """The rounds in id order (for one saga, its rounds, each with the round before it and
+    that round's log columns), and their leaves in round and leaf order."""
+    columns = round_select(version, "r")
+    if saga_id is None:
+        rounds = (
+            f"SELECT {columns}, NULL, NULL, NULL, NULL, NULL"  # noqa: S608
+            " FROM archive_checkpoint_round r ORDER BY r.round_id"
+        )
+        scope = ""
+    else:
+        log_columns = (
+            "b.format, b.tree_size, b.frontier" if version >= LOG_VERSION else "1, NULL, NULL"
+        )
+        # One saga's rounds come with the round before each (whatever sagas it signed), so
+        # that their links are checked as the whole-archive pass checks them.
+        rounds = (
+            f"SELECT {columns}, b.round_id, b.root, {log_columns}"  # noqa: S608
+            " FROM archive_checkpoint_round r LEFT JOIN LATERAL (SELECT *"
+            " FROM archive_checkpoint_round q WHERE q.round_id < r.round_id"
+            " ORDER BY q.round_id DESC LIMIT 1) b ON true WHERE r.round_id IN"
+            " (SELECT round_id FROM archive_checkpoint WHERE saga_id = %(s)s)"
+            " ORDER BY r.round_id"
+        )
+        scope = " AND round_id IN (SELECT round_id FROM archive_checkpoint WHERE saga_id = %(s)s)"
+    leaves = (
+        "SELECT round_id, leaf_index, saga_id, seq, hash, signed_at_us, key_id"  # noqa: S608
+        f" FROM archive_checkpoint WHERE round_id IS NOT NULL{scope}"
+        " ORDER BY round_id, leaf_index"
+    )
+    return rounds, leaves
+
+
+def _fetched(cursor: psycopg.ServerCursor[Any], size: int) -> Iterator[tuple[Any, ...]]:
+    """The rows of a named cursor, ``size`` a fetch (psycopg's iteration costs a call into
+    its cursor per row; this, one per fetch)."""
+    while rows := cursor.fetchmany(size):
+        yield from rows
+
+
 def _round_of_row(row: Sequence[Any]) -> RoundRow:
     return RoundRow(
         round_id=int(row[0]),
@@ -134,6 +185,22 @@ class PostgresRoundLog:
             )
             for saga_id, seq, hash, signed_at_us, key_id, signature, round_id, leaf_index in rows
         ]
+
+    @contextmanager
+    def round_streams(
+        self, *, saga_id: str | None, fetch: int, version: int
+    ) -> Iterator[tuple[Iterator[tuple[Any, ...]], Iterator[tuple[Any, ...]]]]:
+        """The rounds and their leaves by two server-side cursors, in the caller's
+        transaction."""
+        round_query, leaf_query = _audit_queries(saga_id, version)
+        with (
+            self._conn.cursor(name="sgc_audit_rounds") as round_cur,
+            self._conn.cursor(name="sgc_audit_leaves") as leaf_cur,
+        ):
+            round_cur.itersize = leaf_cur.itersize = fetch
+            round_cur.execute(round_query, {"s": saga_id})
+            leaf_cur.execute(leaf_query, {"s": saga_id})
+            yield _fetched(round_cur, fetch), _fetched(leaf_cur, fetch)
 
     @contextmanager
     def transaction(self, action: str) -> Iterator[None]:
