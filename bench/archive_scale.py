@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psycopg
 
-from sagacity.postgres.archive import PostgresCheckpointSigning
+from sagacity.postgres.archive import PostgresArchiveAudits, PostgresCheckpointSigning
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -80,7 +80,7 @@ def main() -> None:
             with Timer() as sign_time:
                 signed = sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger)
             with Timer() as verify_time:
-                summary = audit(conn, pinned_keys=[signer.public_raw])
+                summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
             size = conn.execute(
                 "SELECT pg_size_pretty(sum(pg_total_relation_size(c.oid))) FROM pg_inherits i"
                 " JOIN pg_class c ON c.oid = i.inhrelid"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psycopg
 
-from sagacity.postgres.archive import PostgresCheckpointSigning
+from sagacity.postgres.archive import PostgresArchiveAudits, PostgresCheckpointSigning
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -113,7 +113,7 @@ def main() -> None:
             verify_runs = []
             for _ in range(3):
                 with Timer() as verify_time:
-                    summary = audit(conn, pinned_keys=[signer.public_raw])
+                    summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
                 verify_runs.append(verify_time.seconds)
             verify_seconds = statistics.median(verify_runs)
             ordered = _copy_out_seconds(conn, 'ORDER BY saga_id COLLATE "C", archive_id')

@@ -33,6 +33,7 @@ from sagacity.postgres.archive import (
     FORMS_VERSION,
     LOG_VERSION,
     RECORD_COLUMNS,
+    PostgresArchiveAudits,
     PostgresRoundLog,
     check_schema,
     checkpoint_round_columns,
@@ -206,7 +207,7 @@ def export_bundle(
         )
     audits = list(
         iter_audits(
-            conn,
+            PostgresArchiveAudits(conn),
             saga_id=saga_id,
             pinned_keys=pinned_keys,
             allow_unopened=allow_unopened,
@@ -214,7 +215,7 @@ def export_bundle(
         )
     )
     verdict = audits[0]
-    keys = trusted_keys(conn)
+    keys = trusted_keys(PostgresArchiveAudits(conn))
     out.mkdir(parents=True, exist_ok=True)
     events, form_2 = _events_jsonl(rows)
     (out / "events.jsonl").write_bytes(events)

@@ -53,6 +53,7 @@ from sagacity.postgres.archive import (
     FORMS_VERSION,
     PostgresArchiveReads,
     PostgresRoundLog,
+    PostgresSignedStories,
     check_schema,
 )
 from sagacity.privacy._withheld import FORGED_ERASURE
@@ -314,7 +315,7 @@ def _impossible_stories(
     rounds = f"round {first}" if first == last else f"rounds {first}..{last}"
     alerts = []
     stories = impossible_signed(
-        conn, [r.round_id for r in recorded], forms=forms, operator=operator
+        PostgresSignedStories(conn), [r.round_id for r in recorded], forms=forms, operator=operator
     )
     for story in stories:
         if story.findings:

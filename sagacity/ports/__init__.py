@@ -37,6 +37,9 @@ re-exported here.  One module per port; every name is exported here.
   (:class:`RoundStreams`: :mod:`._rounds`).
 * :class:`CheckpointSigning`: the archive's signing rounds, one transaction a round
   (:class:`SigningUnit`: :mod:`._signing`).
+* :class:`ArchiveAudits`: the archive as an audit reads it, one snapshot
+  (:class:`AuditSnapshot`, :class:`ChainBlocks`, :class:`RowBatches`), and the stories of what
+  signing rounds signed (:class:`SignedStories`: :mod:`._audit`).
 * :class:`ErasableArchive`: the archive's side of an erasure (:mod:`._erasure`).
 * :class:`ServiceTables`: the services' tables as an erasure clears them
   (:mod:`._service_tables`).
@@ -73,6 +76,13 @@ from sagacity.ports._archive_reads import (
     SagaRows,
     StoredFinding,
     WriterEvent,
+)
+from sagacity.ports._audit import (
+    ArchiveAudits,
+    AuditSnapshot,
+    ChainBlocks,
+    RowBatches,
+    SignedStories,
 )
 from sagacity.ports._claims import Claim, ClaimStatus, ClaimStore, check_claim_key
 from sagacity.ports._console_sessions import ConsoleSession, ConsoleSessionTable
@@ -142,6 +152,7 @@ from sagacity.ports._wire import JournalWire
 __all__ = [
     "OPEN_STATES",
     "ApprovalRequest",
+    "ArchiveAudits",
     "ArchiveBundles",
     "ArchiveErasure",
     "ArchiveMonth",
@@ -150,6 +161,8 @@ __all__ = [
     "ArchivedHead",
     "ArchivedHeads",
     "AttentionRow",
+    "AuditSnapshot",
+    "ChainBlocks",
     "CheckpointRow",
     "CheckpointSigning",
     "Claim",
@@ -208,6 +221,7 @@ __all__ = [
     "RoundLog",
     "RoundRow",
     "RoundStreams",
+    "RowBatches",
     "RowState",
     "RuntimeOptions",
     "SagaIndex",
@@ -217,6 +231,7 @@ __all__ = [
     "ServiceTables",
     "SignedRecordFields",
     "SignedRoundFields",
+    "SignedStories",
     "SigningUnit",
     "Skipped",
     "SlackMessage",

@@ -436,8 +436,6 @@ _ARCHIVE_SPLIT = (
 # Modules of a service importing a driver, each with the drivers it imports and its reason.
 # The entries only go: a new module or driver fails, one no longer imported fails until removed.
 SERVICE_DRIVERS_ALLOWED: dict[str, tuple[tuple[str, ...], str]] = {
-    "sagacity.consumers.archive._audit": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._auditstream": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._batchplan": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._export": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._ingest": (("psycopg",), _ARCHIVE_SPLIT),

@@ -18,7 +18,7 @@ from sagacity.chain import link
 from sagacity.consumers.archive import BatchArchiver, Signer, generate_key, sign_pending
 from sagacity.consumers.archive._export import export_bundle
 from sagacity.consumers.archive.verify_bundle import ed25519_verify
-from sagacity.postgres.archive import PostgresCheckpointSigning
+from sagacity.postgres.archive import PostgresArchiveAudits, PostgresCheckpointSigning
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -483,7 +483,7 @@ def test_a_form_2_saga_is_audited_exported_and_verified(archiver, archive_dsn, t
     archiver.archive(as_raw(chain))
     with psycopg.connect(archive_dsn) as conn:
         sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger)
-        (audit,) = list(iter_audits(conn, saga_id="saga-v2"))
+        (audit,) = list(iter_audits(PostgresArchiveAudits(conn), saga_id="saga-v2"))
         assert audit.ok, audit
         assert audit.head_seq == 5
         verdict = export_bundle(conn, "saga-v2", tmp_path / "bundle")

@@ -23,7 +23,7 @@ from sagacity.consumers.archive import (
     generate_key,
     sign_pending,
 )
-from sagacity.postgres.archive import PostgresCheckpointSigning
+from sagacity.postgres.archive import PostgresArchiveAudits, PostgresCheckpointSigning
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -89,8 +89,10 @@ def insert_rows(dsn: str, entries) -> None:
 def audits(dsn: str, signer: Signer, **kwargs):
     """The audit straight from the columns and the reference path's (they must agree)."""
     with psycopg.connect(dsn) as conn:
-        fast = audit(conn, pinned_keys=[signer.public_raw], **kwargs)
-        reference = audit(conn, pinned_keys=[signer.public_raw], reference=True, **kwargs)
+        fast = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw], **kwargs)
+        reference = audit(
+            PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw], reference=True, **kwargs
+        )
     assert fast.failures == reference.failures
     return fast
 
@@ -166,8 +168,8 @@ def test_unsigned_tails_and_sagas_are_counted_and_fail_when_signatures_are_requi
 def test_a_pinned_key_with_nothing_signed_fails(archiver, archive_dsn, signer):
     archiver.archive(as_raw(make_chain("saga-1", 3)))
     with psycopg.connect(archive_dsn) as conn:
-        pinned = audit(conn, pinned_keys=[signer.public_raw])
-        unpinned = audit(conn)
+        pinned = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
+        unpinned = audit(PostgresArchiveAudits(conn))
     assert pinned.ok == pinned.sagas == 1
     assert pinned.nothing_signed
     assert not pinned.all_ok

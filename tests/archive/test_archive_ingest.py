@@ -9,6 +9,7 @@ from archive_helpers import as_raw, make_chain, rows
 
 from sagacity.chain import link
 from sagacity.consumers.archive import QuarantineReason, RawEvent
+from sagacity.postgres.archive import PostgresArchiveAudits
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -300,8 +301,10 @@ def test_sealed_events_archived_without_the_keys_keep_their_commitments(archiver
     with psycopg.connect(archive_dsn) as conn:
         # Commitments only and no ERASED: withheld, unless the auditor knows the archive
         # ingests without the key-encryption key.
-        (withheld,) = list(iter_audits(conn, saga_id="sealed-2"))
-        (audit,) = list(iter_audits(conn, saga_id="sealed-2", allow_unopened=True))
+        (withheld,) = list(iter_audits(PostgresArchiveAudits(conn), saga_id="sealed-2"))
+        (audit,) = list(
+            iter_audits(PostgresArchiveAudits(conn), saga_id="sealed-2", allow_unopened=True)
+        )
     assert (withheld.ok, withheld.reason, withheld.bad_seq) == (False, "withheld", 2)
     assert audit.ok
     assert verify([dataclasses.replace(e, payload=None, result=None, salts={}) for e in chain]).ok

@@ -25,7 +25,12 @@ from sagacity.consumers.archive._retention import (
     sign_records,
 )
 from sagacity.errors import PersistenceError, RetentionError
-from sagacity.postgres.archive import PostgresCheckpointSigning, PostgresRetention, grant_archiver
+from sagacity.postgres.archive import (
+    PostgresArchiveAudits,
+    PostgresCheckpointSigning,
+    PostgresRetention,
+    grant_archiver,
+)
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -117,7 +122,7 @@ def test_apply_exports_then_drops_and_chains_still_verify(spanning, archive_dsn,
         (action.export_sha256, 5)
     ]
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn)
+        summary = audit(PostgresArchiveAudits(conn))
     # saga-old survives as anchors only; saga-span verifies from its anchor at seq 3.
     assert (summary.sagas, summary.ok) == (2, 2), summary.failures
 
@@ -137,7 +142,7 @@ def test_deleting_the_rest_of_a_retained_chain_is_still_detected(
         conn.execute("SET session_replication_role = replica")
         conn.execute("DELETE FROM side_effect_journal WHERE seq = 4")
         conn.commit()
-        summary = audit(conn)
+        summary = audit(PostgresArchiveAudits(conn))
     (failure,) = summary.failures
     assert (failure.saga_id, failure.bad_seq, failure.reason) == ("saga-span", 4, "gap")
 
@@ -275,7 +280,7 @@ def test_a_forged_anchor_is_reported(spanning, archiver, archive_dsn, tmp_path, 
             now=NOW,
             signer=signer,
         )
-        summary = audit(conn, pinned_keys=keys)
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=keys)
     assert (summary.sagas, summary.ok, summary.retention.records) == (3, 3, 1)
     assert rows(archive_dsn, "SELECT anchor_count FROM archive_retention") == [(2,)]
     _forge_anchor(
@@ -290,7 +295,7 @@ def test_a_forged_anchor_is_reported(spanning, archiver, archive_dsn, tmp_path, 
         ],
     )
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=keys)
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=keys)
     assert not summary.all_ok
     assert list(summary.retention.failed) == ["side_effect_journal_p202410"]
     assert (
@@ -301,7 +306,7 @@ def test_a_forged_anchor_is_reported(spanning, archiver, archive_dsn, tmp_path, 
         (s, "forged_anchor") for s in ("saga-kept", "saga-old", "saga-span")
     }
     with psycopg.connect(archive_dsn) as conn:
-        alone = audit(conn, saga_id="saga-kept", pinned_keys=keys)
+        alone = audit(PostgresArchiveAudits(conn), saga_id="saga-kept", pinned_keys=keys)
     assert [(f.bad_seq, f.reason) for f in alone.failures] == [(2, "forged_anchor")]
     result = CliRunner().invoke(
         main, ["verify", "--database-url", archive_dsn, "--public-key", signer.public_hex]
@@ -338,16 +343,16 @@ def test_anchors_of_unsigned_records_fail_until_the_records_are_signed(
         ],
     )
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=keys)
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=keys)
         assert "is not signed" in summary.retention.failed["side_effect_journal_p202410"]
         assert {f.reason for f in summary.failures} == {"forged_anchor"}
         assert sign_records(PostgresRetention(conn), signer) == 1
         assert sign_records(PostgresRetention(conn), signer) == 0
-        after = audit(conn, pinned_keys=keys)
+        after = audit(PostgresArchiveAudits(conn), pinned_keys=keys)
         assert (after.retention.records, after.retention.failed, after.failures) == (1, {}, [])
     _forge_anchor(archive_dsn, [("UPDATE archive_retention SET row_count = row_count - 1", ())])
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=keys)
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=keys)
     assert "does not verify" in summary.retention.failed["side_effect_journal_p202410"]
 
 

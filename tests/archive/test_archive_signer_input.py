@@ -31,7 +31,7 @@ from sagacity.consumers.archive import (
 )
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
 from sagacity.entries._events import EntryDraft, EventType, JournalEntry
-from sagacity.postgres.archive import PostgresCheckpointSigning
+from sagacity.postgres.archive import PostgresArchiveAudits, PostgresCheckpointSigning
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -264,7 +264,7 @@ def test_a_new_process_resumes_a_saga_from_its_verified_checkpoint(
     assert (report.archived, report.findings) == (2, {})
     with psycopg.connect(archive_dsn) as conn:
         assert sign_pending(PostgresCheckpointSigning(conn), signer, later.ledger) == 1
-        summary = audit(conn, pinned_keys=[signer.public_raw])
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
     later.close()
     assert (summary.ok, summary.unsigned_sagas, summary.unsigned_tails) == (1, 0, 0)
 

@@ -14,7 +14,7 @@ from test_archive_tamper import both_paths_agree, only_failure, tamper
 
 from sagacity.chain import committing, link
 from sagacity.consumers.archive import AuditReason, Signer, audit, generate_key, sign_pending
-from sagacity.postgres.archive import PostgresCheckpointSigning
+from sagacity.postgres.archive import PostgresArchiveAudits, PostgresCheckpointSigning
 
 pytestmark = pytest.mark.postgres
 
@@ -43,7 +43,7 @@ def _at(statement: str) -> tuple[str, tuple[object, ...]]:
 def test_untouched_form_2_archive_verifies(archived, archive_dsn, signer):
     both_paths_agree(archive_dsn, signer)
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=[signer.public_raw])
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
     assert (summary.sagas, summary.ok, summary.events, summary.checkpoints) == (3, 3, 18, 3)
 
 

@@ -30,7 +30,11 @@ from sagacity.consumers.archive._merkle import consistency_proof, verify_consist
 from sagacity.consumers.archive._roundlog import consistency_proof_between, rounds_after
 from sagacity.consumers.archive._watch import AlertReason, AuditorState, watch_once
 from sagacity.consumers.archive._witness import publish, read
-from sagacity.postgres.archive import PostgresCheckpointSigning, PostgresRoundLog
+from sagacity.postgres.archive import (
+    PostgresArchiveAudits,
+    PostgresCheckpointSigning,
+    PostgresRoundLog,
+)
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -197,17 +201,17 @@ def test_resigning_a_rewritten_round_breaks_every_later_round(archiver, archive_
     keys = [signer.public_raw]
     with psycopg.connect(archive_dsn) as conn:
         ids = [r.round_id for r in rounds_after(PostgresRoundLog(conn))]
-        assert audit(conn, pinned_keys=keys).all_ok
+        assert audit(PostgresArchiveAudits(conn), pinned_keys=keys).all_ok
     assert len(ids) == 4
     _rewrite_leaf(archive_dsn, ids[1])
     _resign(archive_dsn, signer, ids[1], log=log)
     with psycopg.connect(archive_dsn) as conn:
-        failed = audit(conn, pinned_keys=keys).rounds.failed
+        failed = audit(PostgresArchiveAudits(conn), pinned_keys=keys).rounds.failed
     # The next round's link breaks; in the log, every later root too.
     assert sorted(failed) == (ids[2:] if log else [ids[2]])
     _resign(archive_dsn, signer, ids[2], log=log)
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=keys)
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=keys)
     if not log:
         # The weakness of the first format: two signatures make every round verify again
         # (the rewritten checkpoint then only has to match a chain rewritten to fit it).
@@ -230,7 +234,7 @@ def test_first_format_rounds_verify_and_the_log_continues_after_them(
     _rounds(archiver, archive_dsn, signer, 5, first_format=2)
     keys = [signer.public_raw]
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=keys)
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=keys)
         rounds = rounds_after(PostgresRoundLog(conn))
         assert [r.format for r in rounds] == [1, 1, 2, 2, 2]
         assert [r.tree_size for r in rounds] == [None, None, 9, 12, 15]
@@ -482,7 +486,7 @@ def test_a_checkpoint_showing_another_time_or_key_than_its_round_fails(
         (f"UPDATE archive_checkpoint SET {column} = %s WHERE saga_id = 'l-2'", (value,)),
     )
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=[signer.public_raw])
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
     ((reason, detail),) = summary.rounds.failed.values()
     assert reason == "bad_signature"
     assert "leaf 1 shows a signing time or key other than its round's" in detail

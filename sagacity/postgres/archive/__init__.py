@@ -39,6 +39,7 @@ from sagacity.postgres._archive_schema import (
     checkpoint_round_columns,
 )
 from sagacity.postgres._rows import FORM_COLUMNS, ROW_COLUMNS, entry_of_row
+from sagacity.postgres.archive._audits import PostgresArchiveAudits
 from sagacity.postgres.archive._chainstream import (
     CHAIN_ORDER,
     chain_rows,
@@ -71,6 +72,7 @@ from sagacity.postgres.archive._retention import PostgresRetention
 from sagacity.postgres.archive._rounds import PostgresRoundLog
 from sagacity.postgres.archive._signing import PostgresCheckpointSigning
 from sagacity.postgres.archive._snapshots import reader_of, shared_snapshot
+from sagacity.postgres.archive._stories import PostgresSignedStories, story_query
 
 __all__ = [
     "APPEND_ONLY_TABLES",
@@ -90,10 +92,12 @@ __all__ = [
     "ArchiveEraser",
     "ErasureRecord",
     "HeadConflictError",
+    "PostgresArchiveAudits",
     "PostgresArchiveReads",
     "PostgresCheckpointSigning",
     "PostgresRetention",
     "PostgresRoundLog",
+    "PostgresSignedStories",
     "SagaRefusals",
     "archived_hashes",
     "chain_rows",
@@ -119,5 +123,6 @@ __all__ = [
     "saga_refusals",
     "shared_snapshot",
     "store_offsets",
+    "story_query",
     "write_findings",
 ]
