@@ -271,14 +271,14 @@ def export(
     """Write an audit bundle: events.jsonl, manifest.json, README.md, verify_bundle.py."""
     from sagacity.consumers.archive import export_bundle
     from sagacity.errors import SagacityError
-    from sagacity.postgres.archive import connect
+    from sagacity.postgres.archive import PostgresSagaBundles, connect
 
     operator = pinned_operator(operator_public_keys)
     try:
         pinned = _pinned(public_keys)
         with connect(conninfo(database_url, schema)) as conn:
             verdict = export_bundle(
-                conn,
+                PostgresSagaBundles(conn),
                 saga_id,
                 out,
                 pinned_keys=pinned,

@@ -40,6 +40,8 @@ re-exported here.  One module per port; every name is exported here.
 * :class:`ArchiveAudits`: the archive as an audit reads it, one snapshot
   (:class:`AuditSnapshot`, :class:`ChainBlocks`, :class:`RowBatches`), and the stories of what
   signing rounds signed (:class:`SignedStories`: :mod:`._audit`).
+* :class:`SagaBundleReads`: one saga's evidence as an audit bundle exports it, in one
+  snapshot (:class:`BundleSnapshot`: :mod:`._bundle_reads`).
 * :class:`ErasableArchive`: the archive's side of an erasure (:mod:`._erasure`).
 * :class:`ServiceTables`: the services' tables as an erasure clears them
   (:mod:`._service_tables`).
@@ -84,6 +86,7 @@ from sagacity.ports._audit import (
     RowBatches,
     SignedStories,
 )
+from sagacity.ports._bundle_reads import BundleSnapshot, SagaBundleReads
 from sagacity.ports._claims import Claim, ClaimStatus, ClaimStore, check_claim_key
 from sagacity.ports._console_sessions import ConsoleSession, ConsoleSessionTable
 from sagacity.ports._consume import (
@@ -162,6 +165,7 @@ __all__ = [
     "ArchivedHeads",
     "AttentionRow",
     "AuditSnapshot",
+    "BundleSnapshot",
     "ChainBlocks",
     "CheckpointRow",
     "CheckpointSigning",
@@ -224,6 +228,7 @@ __all__ = [
     "RowBatches",
     "RowState",
     "RuntimeOptions",
+    "SagaBundleReads",
     "SagaIndex",
     "SagaRead",
     "SagaRows",

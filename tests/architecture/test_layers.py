@@ -437,7 +437,6 @@ _ARCHIVE_SPLIT = (
 # The entries only go: a new module or driver fails, one no longer imported fails until removed.
 SERVICE_DRIVERS_ALLOWED: dict[str, tuple[tuple[str, ...], str]] = {
     "sagacity.consumers.archive._batchplan": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._export": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._ingest": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._watch": (("psycopg",), _ARCHIVE_SPLIT),
 }

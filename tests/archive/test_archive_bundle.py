@@ -18,7 +18,11 @@ from sagacity.chain import link
 from sagacity.consumers.archive import BatchArchiver, Signer, generate_key, sign_pending
 from sagacity.consumers.archive._export import export_bundle
 from sagacity.consumers.archive.verify_bundle import ed25519_verify
-from sagacity.postgres.archive import PostgresArchiveAudits, PostgresCheckpointSigning
+from sagacity.postgres.archive import (
+    PostgresArchiveAudits,
+    PostgresCheckpointSigning,
+    PostgresSagaBundles,
+)
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -66,7 +70,7 @@ def exported(archiver, archive_dsn, tmp_path) -> tuple[Path, Signer, list]:
         sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger)
         archiver.archive(as_raw([e for c in chains for e in c[3:]], first_offset=12))
         sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger)
-        verdict = export_bundle(conn, "saga-b", tmp_path / "bundle")
+        verdict = export_bundle(PostgresSagaBundles(conn), "saga-b", tmp_path / "bundle")
     assert verdict.ok
     return tmp_path / "bundle", signer, chain
 
@@ -486,7 +490,7 @@ def test_a_form_2_saga_is_audited_exported_and_verified(archiver, archive_dsn, t
         (audit,) = list(iter_audits(PostgresArchiveAudits(conn), saga_id="saga-v2"))
         assert audit.ok, audit
         assert audit.head_seq == 5
-        verdict = export_bundle(conn, "saga-v2", tmp_path / "bundle")
+        verdict = export_bundle(PostgresSagaBundles(conn), "saga-v2", tmp_path / "bundle")
     assert verdict.ok
     bundle = tmp_path / "bundle"
     manifest = json.loads((bundle / "manifest.json").read_text())

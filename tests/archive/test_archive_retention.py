@@ -29,6 +29,7 @@ from sagacity.postgres.archive import (
     PostgresArchiveAudits,
     PostgresCheckpointSigning,
     PostgresRetention,
+    PostgresSagaBundles,
     grant_archiver,
 )
 from sagacity.producer import KAFKA_PARTITIONER
@@ -384,7 +385,7 @@ def test_a_bundle_proves_its_anchor_and_refuses_a_forged_one(
             now=NOW,
             signer=signer,
         )
-        assert export_bundle(conn, "saga-span", tmp_path / "b").ok
+        assert export_bundle(PostgresSagaBundles(conn), "saga-span", tmp_path / "b").ok
     manifest_path = tmp_path / "b" / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
     anchor = manifest["anchor"]

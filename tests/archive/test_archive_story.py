@@ -39,7 +39,7 @@ from sagacity.consumers.archive._export import export_bundle
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
 from sagacity.entries import _attributes as attr
 from sagacity.errors import ApprovalError
-from sagacity.postgres.archive import PostgresCheckpointSigning
+from sagacity.postgres.archive import PostgresCheckpointSigning, PostgresSagaBundles
 from sagacity.producer import KAFKA_PARTITIONER, KafkaJournal
 from sagacity.schemas import JOURNAL_WIRE
 from sagacity.signing._operator_signature import OperatorSigner
@@ -217,7 +217,12 @@ def test_a_forged_executed_without_intent_is_reported_by_every_auditor_tool(
     assert f"grammar:executed_without_intent at seq {forged.seq}" in shown
 
     with psycopg.connect(archive_dsn) as conn:
-        export_bundle(conn, "grant-1", tmp_path / "bundle", pinned_keys=[signer.public_raw])
+        export_bundle(
+            PostgresSagaBundles(conn),
+            "grant-1",
+            tmp_path / "bundle",
+            pinned_keys=[signer.public_raw],
+        )
     checked = _standalone(tmp_path / "bundle", "--public-key", signer.public_hex)
     assert checked.returncode == 1, checked.stdout + checked.stderr
     assert checked.stdout.startswith(
@@ -291,7 +296,9 @@ def test_the_flows_the_product_journals_pass_every_auditor_tool(
     assert code == 0, shown
     with psycopg.connect(archive_dsn) as conn:
         for saga in sagas:
-            export_bundle(conn, saga, tmp_path / saga, pinned_keys=[signer.public_raw])
+            export_bundle(
+                PostgresSagaBundles(conn), saga, tmp_path / saga, pinned_keys=[signer.public_raw]
+            )
     for saga in sagas:
         checked = _standalone(tmp_path / saga, "--public-key", signer.public_hex)
         assert checked.returncode == 0, (saga, checked.stdout + checked.stderr)
@@ -451,7 +458,7 @@ def test_a_forged_erased_counts_in_no_auditors_tool_and_the_data_is_withheld(
 
     with psycopg.connect(archive_dsn) as conn:
         verdict = export_bundle(
-            conn,
+            PostgresSagaBundles(conn),
             "forged",
             tmp_path / "bundle",
             pinned_keys=(signer.public_raw,),

@@ -26,7 +26,7 @@ from sagacity import (
 from sagacity.consumers.archive import audit, generate_key
 from sagacity.consumers.archive._export import export_bundle
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
-from sagacity.postgres.archive import PostgresArchiveAudits
+from sagacity.postgres.archive import PostgresArchiveAudits, PostgresSagaBundles
 from sagacity.producer import KafkaJournal
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
@@ -122,7 +122,7 @@ def test_sagas_journaled_on_kafka_are_archived_exactly_and_verify(
             keys = list(entries[0])
             assert [dict(zip(keys, r, strict=True)) for r in archived] == entries
         bundle = tmp_path / "bundle"
-        assert export_bundle(conn, "order-2", bundle).ok
+        assert export_bundle(PostgresSagaBundles(conn), "order-2", bundle).ok
     check = subprocess.run(
         [
             sys.executable,

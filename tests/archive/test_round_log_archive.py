@@ -34,6 +34,7 @@ from sagacity.postgres.archive import (
     PostgresArchiveAudits,
     PostgresCheckpointSigning,
     PostgresRoundLog,
+    PostgresSagaBundles,
 )
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
@@ -258,7 +259,7 @@ def test_first_format_rounds_verify_and_the_log_continues_after_them(
     assert [r.round_id for r in report.recorded] == [r.round_id for r in rounds]
     # A bundle mixing both formats: the package and the standalone verifier agree.
     with psycopg.connect(archive_dsn) as conn:
-        verdict = export_bundle(conn, "l-2", tmp_path / "bundle")
+        verdict = export_bundle(PostgresSagaBundles(conn), "l-2", tmp_path / "bundle")
     assert verdict.ok
     manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
     assert [c["round"]["format"] for c in manifest["checkpoints"]] == [

@@ -31,7 +31,7 @@ from sagacity import (
 )
 from sagacity.chain import link
 from sagacity.errors import SagacityError, UnverifiableApprovalError
-from sagacity.postgres.archive import PostgresArchiveAudits
+from sagacity.postgres.archive import PostgresArchiveAudits, PostgresSagaBundles
 from sagacity.producer import KafkaJournal
 from sagacity.producer._reader import ownership
 from sagacity.schemas import encode_entry
@@ -237,7 +237,7 @@ def test_the_archive_ingests_and_verifies_a_chain_with_an_unknown_event_type(
         summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
         assert (summary.sagas, summary.ok, summary.events) == (1, 1, len(chain))
         bundle = tmp_path / "bundle"
-        assert export_bundle(conn, saga, bundle).ok
+        assert export_bundle(PostgresSagaBundles(conn), saga, bundle).ok
     check = subprocess.run(
         [
             sys.executable,

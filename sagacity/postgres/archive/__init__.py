@@ -40,6 +40,7 @@ from sagacity.postgres._archive_schema import (
 )
 from sagacity.postgres._rows import FORM_COLUMNS, ROW_COLUMNS, entry_of_row
 from sagacity.postgres.archive._audits import PostgresArchiveAudits
+from sagacity.postgres.archive._bundles import PostgresSagaBundles
 from sagacity.postgres.archive._chainstream import (
     CHAIN_ORDER,
     chain_rows,
@@ -97,6 +98,7 @@ __all__ = [
     "PostgresCheckpointSigning",
     "PostgresRetention",
     "PostgresRoundLog",
+    "PostgresSagaBundles",
     "PostgresSignedStories",
     "SagaRefusals",
     "archived_hashes",
