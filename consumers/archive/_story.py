@@ -37,7 +37,6 @@ def impossible_signed(
     stories: SignedStories,
     round_ids: Sequence[int],
     *,
-    forms: bool,
     operator: OperatorVerifier | None = None,
 ) -> list[SagaStory]:
     """The sagas the signing rounds ``round_ids`` signed whose chain, up to the highest seq
@@ -45,7 +44,7 @@ def impossible_signed(
     ``ERASED`` that does not count (``operator``: the pinned operator keys).  Every row held
     up to that seq is read in seq order; a chain the rounds did not sign as held is
     ``verify``'s to report, not this."""
-    with stories.signed_story_rows(round_ids, forms=forms) as rows:
+    with stories.signed_story_rows(round_ids) as rows:
         return [
             story
             for story in read_stories(rows, operator=operator)

@@ -465,7 +465,7 @@ def watch(
     destroyed without an archived ERASED event is an alert too (erasure_unrecorded)."""
     from sagacity.consumers.archive import AuditorState, trusted_keys, watch_once
     from sagacity.errors import SagacityError
-    from sagacity.postgres.archive import PostgresArchiveAudits, connect
+    from sagacity.postgres.archive import PostgresArchiveAudits, PostgresWatchedArchive, connect
 
     if interval <= 0:
         fail("--interval must be positive")
@@ -478,7 +478,7 @@ def watch(
             with connect(conninfo(database_url, schema)) as conn:
                 keys = trusted_keys(PostgresArchiveAudits(conn), pinned)
                 report = watch_once(
-                    conn,
+                    PostgresWatchedArchive(conn),
                     record,
                     keys=keys,
                     peers=others,

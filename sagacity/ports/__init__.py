@@ -39,7 +39,8 @@ re-exported here.  One module per port; every name is exported here.
   (:class:`SigningUnit`: :mod:`._signing`).
 * :class:`ArchiveAudits`: the archive as an audit reads it, one snapshot
   (:class:`AuditSnapshot`, :class:`ChainBlocks`, :class:`RowBatches`), and the stories of what
-  signing rounds signed (:class:`SignedStories`: :mod:`._audit`).
+  signing rounds signed (:class:`SignedStories`), and as ``audit watch`` reads it
+  (:class:`WatchedArchive`: :mod:`._audit`).
 * :class:`SagaBundleReads`: one saga's evidence as an audit bundle exports it, in one
   snapshot (:class:`BundleSnapshot`: :mod:`._bundle_reads`).
 * :class:`ErasableArchive`: the archive's side of an erasure (:mod:`._erasure`).
@@ -85,6 +86,7 @@ from sagacity.ports._audit import (
     ChainBlocks,
     RowBatches,
     SignedStories,
+    WatchedArchive,
 )
 from sagacity.ports._bundle_reads import BundleSnapshot, SagaBundleReads
 from sagacity.ports._claims import Claim, ClaimStatus, ClaimStore, check_claim_key
@@ -250,6 +252,7 @@ __all__ = [
     "TopicPass",
     "TopicPasses",
     "UnsignedMonth",
+    "WatchedArchive",
     "WriterEvent",
     "WriterLeases",
     "check_claim_key",

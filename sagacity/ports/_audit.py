@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from sagacity.ports._archive_reads import RetentionStreams, SagaRows
+from sagacity.ports._archive_reads import DestroyedKeyReads, RetentionStreams, SagaRows
 from sagacity.ports._rounds import RoundLog, RoundStreams
 
 
@@ -128,12 +128,19 @@ class SignedStories(Protocol):
     """The rows the stories of what signing rounds signed are told from."""
 
     def signed_story_rows(
-        self, round_ids: Sequence[int], *, forms: bool
+        self, round_ids: Sequence[int]
     ) -> AbstractContextManager[Iterator[tuple[Any, ...]]]:
         """The story rows (as :meth:`AuditSnapshot.story_rows`) of every saga ``round_ids``
-        signed, up to the highest seq they signed, in saga then seq order.
+        signed, up to the highest seq they signed, in saga then seq order, in a transaction
+        of their own.
 
         Raises:
+            ArchiveSchemaError: the store is not an archive.
             PersistenceError: the store failed.
         """
         ...
+
+
+class WatchedArchive(RoundLog, SignedStories, DestroyedKeyReads, Protocol):
+    """The archive as ``audit watch`` reads it: its rounds, the stories of what they signed
+    and the destroyed data keys beside it."""

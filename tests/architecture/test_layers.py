@@ -438,7 +438,6 @@ _ARCHIVE_SPLIT = (
 SERVICE_DRIVERS_ALLOWED: dict[str, tuple[tuple[str, ...], str]] = {
     "sagacity.consumers.archive._batchplan": (("psycopg",), _ARCHIVE_SPLIT),
     "sagacity.consumers.archive._ingest": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._watch": (("psycopg",), _ARCHIVE_SPLIT),
 }
 
 

@@ -35,6 +35,7 @@ from sagacity.postgres.archive import (
     PostgresCheckpointSigning,
     PostgresRoundLog,
     PostgresSagaBundles,
+    PostgresWatchedArchive,
 )
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
@@ -252,7 +253,9 @@ def test_first_format_rounds_verify_and_the_log_continues_after_them(
                 proof,
             )
         report = watch_once(
-            conn, AuditorState(tmp_path / "a.jsonl"), keys={signer.key_id: signer.public_raw}
+            PostgresWatchedArchive(conn),
+            AuditorState(tmp_path / "a.jsonl"),
+            keys={signer.key_id: signer.public_raw},
         )
     assert (summary.all_ok, summary.rounds.rounds, summary.checkpoints) == (True, 5, 15)
     assert report.ok, report.alerts
@@ -368,7 +371,7 @@ def test_the_auditor_catches_removed_rounds_and_bad_signatures(
     keys = {signer.key_id: signer.public_raw}
     state = AuditorState(tmp_path / "s.jsonl")
     with psycopg.connect(archive_dsn) as conn:
-        assert watch_once(conn, state, keys=keys).ok
+        assert watch_once(PostgresWatchedArchive(conn), state, keys=keys).ok
         ids = [r.round_id for r in rounds_after(PostgresRoundLog(conn))]
     tamper(
         archive_dsn,
@@ -376,16 +379,18 @@ def test_the_auditor_catches_removed_rounds_and_bad_signatures(
         ("DELETE FROM archive_checkpoint_round WHERE round_id = %s", (ids[-1],)),
     )
     with psycopg.connect(archive_dsn) as conn:
-        (alert,) = watch_once(conn, state, keys=keys).alerts
+        (alert,) = watch_once(PostgresWatchedArchive(conn), state, keys=keys).alerts
         assert alert.reason is AlertReason.ROLLBACK
         # An auditor starting now sees a consistent archive, until it compares with the first.
         late = AuditorState(tmp_path / "late.jsonl")
-        assert watch_once(conn, late, keys=keys).ok
-        (alert,) = watch_once(conn, late, keys=keys, peers=[state]).alerts
+        assert watch_once(PostgresWatchedArchive(conn), late, keys=keys).ok
+        (alert,) = watch_once(PostgresWatchedArchive(conn), late, keys=keys, peers=[state]).alerts
         assert (alert.reason, alert.round_id) == (AlertReason.ROLLBACK, ids[-1])
         fresh = AuditorState(tmp_path / "fresh.jsonl")
         stranger = generate_key(tmp_path / "other.key")
-        (alert,) = watch_once(conn, fresh, keys={stranger.key_id: stranger.public_raw}).alerts
+        (alert,) = watch_once(
+            PostgresWatchedArchive(conn), fresh, keys={stranger.key_id: stranger.public_raw}
+        ).alerts
         assert alert.reason is AlertReason.UNKNOWN_KEY
         assert list(fresh.rounds()) == []
     (tmp_path / "bad.jsonl").write_text("not json\n")
@@ -395,7 +400,7 @@ def test_the_auditor_catches_removed_rounds_and_bad_signatures(
         psycopg.connect(archive_dsn) as conn,
         pytest.raises(AuditorStateError, match=r"bad\.jsonl:1"),
     ):
-        watch_once(conn, AuditorState(tmp_path / "bad.jsonl"), keys=keys)
+        watch_once(PostgresWatchedArchive(conn), AuditorState(tmp_path / "bad.jsonl"), keys=keys)
 
 
 @pytest.mark.kafka

@@ -74,6 +74,7 @@ from sagacity.postgres.archive._rounds import PostgresRoundLog
 from sagacity.postgres.archive._signing import PostgresCheckpointSigning
 from sagacity.postgres.archive._snapshots import reader_of, shared_snapshot
 from sagacity.postgres.archive._stories import PostgresSignedStories, story_query
+from sagacity.postgres.archive._watched import PostgresWatchedArchive
 
 __all__ = [
     "APPEND_ONLY_TABLES",
@@ -100,6 +101,7 @@ __all__ = [
     "PostgresRoundLog",
     "PostgresSagaBundles",
     "PostgresSignedStories",
+    "PostgresWatchedArchive",
     "SagaRefusals",
     "archived_hashes",
     "chain_rows",

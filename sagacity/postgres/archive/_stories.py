@@ -11,6 +11,9 @@ from typing import Any
 
 import psycopg
 
+from sagacity.postgres._archive_schema import FORMS_VERSION
+from sagacity.postgres.archive._db import check_schema
+
 
 def story_query(*, where: str, forms: bool, join: str = "") -> str:
     """The select of every row's story (``side_effect_journal j``), in saga order; ``where``
@@ -44,11 +47,12 @@ class PostgresSignedStories:
         self._conn = conn
 
     @contextmanager
-    def signed_story_rows(
-        self, round_ids: Sequence[int], *, forms: bool
-    ) -> Iterator[Iterator[tuple[Any, ...]]]:
+    def signed_story_rows(self, round_ids: Sequence[int]) -> Iterator[Iterator[tuple[Any, ...]]]:
         """The story rows of every saga ``round_ids`` signed, up to the highest seq they
         signed, in saga then seq order, by a server-side cursor in a transaction of its own."""
+        forms = check_schema(self._conn) >= FORMS_VERSION
+        if not self._conn.autocommit:
+            self._conn.rollback()
         signed = (
             "JOIN (SELECT saga_id, max(seq) AS seq FROM archive_checkpoint"
             " WHERE round_id = ANY(%(r)s) GROUP BY saga_id) c"
