@@ -35,8 +35,14 @@ from bench._archive_common import (
     table,
 )
 from sagacity.consumers.archive import BatchArchiver, RawEvent
-from sagacity.consumers.archive._ingest import _COPY_JOURNAL, _journal_row, _native_archive_row
+from sagacity.consumers.archive._ingest import (
+    JOURNAL_COLUMNS,
+    _journal_row,
+    _native_archive_row,
+)
 from sagacity.entries._events import JournalEntry
+
+_COPY_JOURNAL = f"COPY side_effect_journal ({', '.join(JOURNAL_COLUMNS)}) FROM STDIN"
 
 NATIVE_CHECK = _native_archive_row() is not None
 

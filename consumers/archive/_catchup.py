@@ -23,7 +23,6 @@ from sagacity.consumers.archive._ingest import BatchArchiver, RawEvent
 from sagacity.consumers.archive._service import ArchiveSettings, archiver_of
 from sagacity.errors import ConfigurationError, JournalUnavailableError, TopicNotFoundError
 from sagacity.ports import Dependencies, PartitionBounds, TopicMessage, TopicPasses
-from sagacity.postgres.archive import PostgresCheckpointSigning
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,7 +94,7 @@ def catch_up_and_sign(
     try:
         done = _catch_up(archiver, settings.topic, (dependencies.topic_passes, config), timeout_s)
         signed = sign_pending(
-            PostgresCheckpointSigning(archiver.connection()),
+            archiver.signing(),
             signer,
             archiver.ledger,
             on_round=on_round,

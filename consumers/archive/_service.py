@@ -57,7 +57,7 @@ from sagacity.errors import (
     WitnessError,
 )
 from sagacity.ports import Dependencies
-from sagacity.postgres.archive import PostgresCheckpointSigning, connect, ensure_schema
+from sagacity.postgres.archive import connect, ensure_schema
 from sagacity.signing._decision_signature import DecisionVerifier
 from sagacity.signing._writer_signature import WriterRegistry
 from sagacity.telemetry import _tracing
@@ -477,7 +477,7 @@ class ArchiveService(Handler[Record]):
 
         try:
             signed = sign_pending(
-                PostgresCheckpointSigning(self._archiver.connection()),
+                self._archiver.signing(),
                 self._signer,
                 self._archiver.ledger,
                 on_round=signed_round,

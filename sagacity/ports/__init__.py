@@ -43,6 +43,8 @@ re-exported here.  One module per port; every name is exported here.
   (:class:`WatchedArchive`: :mod:`._audit`).
 * :class:`SagaBundleReads`: one saga's evidence as an audit bundle exports it, in one
   snapshot (:class:`BundleSnapshot`: :mod:`._bundle_reads`).
+* :class:`ArchiveIngest`: the archiver's store, one transaction a batch
+  (:class:`IngestBatch`, :class:`IngestRetry`: :mod:`._ingest`).
 * :class:`ErasableArchive`: the archive's side of an erasure (:mod:`._erasure`).
 * :class:`ServiceTables`: the services' tables as an erasure clears them
   (:mod:`._service_tables`).
@@ -112,6 +114,13 @@ from sagacity.ports._index import (
     RefusedMessage,
     SagaIndex,
 )
+from sagacity.ports._ingest import (
+    ArchiveIngest,
+    IngestBatch,
+    IngestRetry,
+    QuarantinedMessage,
+    ReadMessage,
+)
 from sagacity.ports._keys import KeyStore, StoredKey
 from sagacity.ports._leases import LeaseState, TakenOver, WriterLeases
 from sagacity.ports._notice_claims import NoticeClaims
@@ -160,6 +169,7 @@ __all__ = [
     "ArchiveAudits",
     "ArchiveBundles",
     "ArchiveErasure",
+    "ArchiveIngest",
     "ArchiveMonth",
     "ArchivedEvents",
     "ArchivedHashes",
@@ -197,6 +207,8 @@ __all__ = [
     "IndexedEvent",
     "IndexedPartition",
     "IndexedSaga",
+    "IngestBatch",
+    "IngestRetry",
     "Journal",
     "JournalWire",
     "KeyStore",
@@ -210,6 +222,8 @@ __all__ = [
     "PoisonPolicy",
     "PositionStore",
     "QuarantinedEvent",
+    "QuarantinedMessage",
+    "ReadMessage",
     "Record",
     "RecordHeaders",
     "RecordSigning",

@@ -435,10 +435,7 @@ _ARCHIVE_SPLIT = (
 
 # Modules of a service importing a driver, each with the drivers it imports and its reason.
 # The entries only go: a new module or driver fails, one no longer imported fails until removed.
-SERVICE_DRIVERS_ALLOWED: dict[str, tuple[tuple[str, ...], str]] = {
-    "sagacity.consumers.archive._batchplan": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._ingest": (("psycopg",), _ARCHIVE_SPLIT),
-}
+SERVICE_DRIVERS_ALLOWED: dict[str, tuple[tuple[str, ...], str]] = {}
 
 
 def service_drivers() -> dict[str, tuple[str, ...]]:

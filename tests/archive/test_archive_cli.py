@@ -25,7 +25,7 @@ def sign(archiver, path) -> str:
     from sagacity.consumers.archive import SignedRound, Signer, sign_pending
 
     rounds: list[SignedRound] = []
-    with psycopg.connect(archiver._conninfo) as conn:
+    with psycopg.connect(archiver._store.conninfo) as conn:
         sign_pending(
             PostgresCheckpointSigning(conn),
             Signer.from_file(path),

@@ -142,13 +142,13 @@ class _DroppingArchiver(BatchArchiver):
         super().__init__(*args, **kwargs)
         self.drops = drops
 
-    def _store_offsets(self, cur, batch):
+    def _store_offsets(self, unit, batch):
         if self.drops:
             self.drops -= 1
-            pid = cur.connection.info.backend_pid
-            with psycopg.connect(self._conninfo, autocommit=True) as other:
+            pid = unit.cur.connection.info.backend_pid
+            with psycopg.connect(self._store.conninfo, autocommit=True) as other:
                 other.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        super()._store_offsets(cur, batch)
+        super()._store_offsets(unit, batch)
 
 
 def test_database_lost_mid_batch_is_retried_without_loss_or_doubles(archive_dsn):

@@ -59,6 +59,7 @@ from sagacity.postgres.archive._db import (
     migrate,
 )
 from sagacity.postgres.archive._findings import SagaRefusals, saga_refusals, write_findings
+from sagacity.postgres.archive._ingest import PostgresArchiveIngest
 from sagacity.postgres.archive._ingestsql import (
     HeadConflictError,
     archived_hashes,
@@ -95,6 +96,7 @@ __all__ = [
     "ErasureRecord",
     "HeadConflictError",
     "PostgresArchiveAudits",
+    "PostgresArchiveIngest",
     "PostgresArchiveReads",
     "PostgresCheckpointSigning",
     "PostgresRetention",

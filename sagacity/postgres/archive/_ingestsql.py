@@ -124,8 +124,8 @@ def copy_quarantine(cur: psycopg.Cursor, refusals: Sequence[Refusal]) -> dict[st
 
 def move_heads(
     cur: psycopg.Cursor,
-    before: dict[str, tuple[int, str]],
-    after: dict[str, tuple[int, str]],
+    before: Mapping[str, tuple[int, str]],
+    after: Mapping[str, tuple[int, str]],
 ) -> None:
     """Move the heads from ``before`` to ``after`` (compare-and-set on each old seq).
 
