@@ -18,7 +18,11 @@ from pathlib import Path
 
 import psycopg
 
-from sagacity.postgres.archive import PostgresArchiveAudits, PostgresCheckpointSigning
+from sagacity.postgres.archive import (
+    PostgresArchiveAudits,
+    PostgresArchiveIngest,
+    PostgresCheckpointSigning,
+)
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -50,7 +54,10 @@ def main() -> None:
     archive_seconds = 0.0
     with scratch_schema(dsn) as scoped, tempfile.TemporaryDirectory() as keys:
         archiver = BatchArchiver(
-            scoped, consumer_group="bench", partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+            PostgresArchiveIngest(scoped),
+            consumer_group="bench",
+            partitioner=KAFKA_PARTITIONER,
+            wire=JOURNAL_WIRE,
         )
         stream = entries(args.events, args.sagas)
         done, offset, next_sample = 0, 0, step

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psycopg
 
+from sagacity.postgres.archive import PostgresArchiveIngest
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -68,7 +69,10 @@ def archive(dsn: str, raw: list[RawEvent], batch: int) -> tuple[float, float]:
     """Seconds for the archiver to archive ``raw``: whole path, and its transactions only."""
     with scratch_schema(dsn) as scoped:
         archiver = BatchArchiver(
-            scoped, consumer_group="bench", partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+            PostgresArchiveIngest(scoped),
+            consumer_group="bench",
+            partitioner=KAFKA_PARTITIONER,
+            wire=JOURNAL_WIRE,
         )
         check_seconds = 0.0
         with Timer() as t:

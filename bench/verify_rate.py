@@ -22,7 +22,11 @@ from pathlib import Path
 
 import psycopg
 
-from sagacity.postgres.archive import PostgresArchiveAudits, PostgresCheckpointSigning
+from sagacity.postgres.archive import (
+    PostgresArchiveAudits,
+    PostgresArchiveIngest,
+    PostgresCheckpointSigning,
+)
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -101,7 +105,10 @@ def main() -> None:
     before = raw_sha()
     with scratch_schema(dsn) as scoped, tempfile.TemporaryDirectory() as keys:
         archiver = BatchArchiver(
-            scoped, consumer_group="bench", partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+            PostgresArchiveIngest(scoped),
+            consumer_group="bench",
+            partitioner=KAFKA_PARTITIONER,
+            wire=JOURNAL_WIRE,
         )
         raw = raw_events(chain)
         for i in range(0, len(raw), 2_000):

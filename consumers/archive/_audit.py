@@ -47,8 +47,7 @@ from sagacity.consumers.archive._verdicts import (
     SagaAudit,
     unsigned_as_failure,
 )
-from sagacity.ports import ArchiveAudits, AuditSnapshot, ChainBlocks
-from sagacity.postgres.archive import FORMS_VERSION, LOG_VERSION, ROUNDS_VERSION
+from sagacity.ports import ArchiveAudits, ArchiveSchema, AuditSnapshot, ChainBlocks
 from sagacity.signing._operator_signature import OperatorVerifier
 
 
@@ -70,7 +69,7 @@ class _Scope:
     """What one audit run reads: a saga or every saga, at the archive's schema version."""
 
     saga_id: str | None
-    version: int
+    schema: ArchiveSchema
     fetch: int
     keys: Mapping[str, bytes]
     reference: bool
@@ -78,7 +77,7 @@ class _Scope:
     @property
     def forms(self) -> bool:
         """The archive holds chain forms (its rows end with the form columns)."""
-        return self.version >= FORMS_VERSION
+        return self.schema.forms
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,7 +134,7 @@ class _Run:
 
     def checked_rounds(self, known_rounds: Mapping[int, str] | None) -> RoundAudit:
         """The signing rounds' audit (none held: every known round is missing)."""
-        if self.scope.version >= ROUNDS_VERSION:
+        if self.scope.schema.rounds:
             return audit_rounds(
                 self.snapshot.round_streams,
                 self.snapshot.round_log,
@@ -143,7 +142,7 @@ class _Run:
                 keys=self.scope.keys,
                 fetch=self.scope.fetch,
                 known=known_rounds or {},
-                version=self.scope.version,
+                version=self.scope.schema.version,
             )
         return RoundAudit(
             failed={
@@ -154,7 +153,7 @@ class _Run:
 
     def checked_records(self) -> RetentionAudit:
         """The signed retention records' audit."""
-        if self.scope.version < LOG_VERSION:
+        if not self.scope.schema.signed_records:
             return RetentionAudit()
         scope = self.scope
         return audit_retention(
@@ -337,11 +336,11 @@ def iter_audits(
         raise ValueError("known rounds are checked when every saga is audited, not one")
     if bulk is None:
         bulk = NATIVE and saga_id is None
-    version = store.schema_version()
+    schema = store.schema()
     keys = trusted_keys(store, pinned_keys)
-    scope = _Scope(saga_id=saga_id, version=version, fetch=fetch, keys=keys, reference=reference)
+    scope = _Scope(saga_id=saga_id, schema=schema, fetch=fetch, keys=keys, reference=reference)
     with (
-        store.audit_snapshot(saga_id=saga_id, fetch=fetch, version=version) as snapshot,
+        store.audit_snapshot(saga_id=saga_id, fetch=fetch, version=schema.version) as snapshot,
         contextlib.ExitStack() as cursors,
     ):
         yield from _Run(snapshot=snapshot, cursors=cursors, scope=scope).audits(

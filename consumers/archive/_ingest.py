@@ -43,8 +43,13 @@ from sagacity.errors import (
     SagacityError,
     UnopenableError,
 )
-from sagacity.ports import ArchiveIngest, CheckpointSigning, IngestBatch, IngestRetry
-from sagacity.postgres.archive import HeadConflictError, PostgresArchiveIngest
+from sagacity.ports import (
+    ArchiveIngest,
+    CheckpointSigning,
+    HeadConflictError,
+    IngestBatch,
+    IngestRetry,
+)
 
 if TYPE_CHECKING:
     from sagacity.ports import JournalWire, Partitioner
@@ -79,8 +84,8 @@ class BatchArchiver:
     topic, the only input its signer signs.
 
     Args:
-        store: the archive (the port :class:`~sagacity.ports.ArchiveIngest`), or the libpq
-            connection string of a Postgres archive (its search_path picks the schema).
+        store: the archive (the port :class:`~sagacity.ports.ArchiveIngest`; the Postgres
+            archive's ``PostgresArchiveIngest``, made by the composition root).
         consumer_group: the name offsets are stored under.
         wire / partitioner: the journal's wire format and where its partitioner puts a key
             (the ports :class:`~sagacity.ports.JournalWire`, :class:`~sagacity.ports.Partitioner`).
@@ -105,7 +110,7 @@ class BatchArchiver:
 
     def __init__(
         self,
-        store: ArchiveIngest | str,
+        store: ArchiveIngest,
         *,
         consumer_group: str,
         partitioner: Partitioner,
@@ -122,7 +127,7 @@ class BatchArchiver:
     ) -> None:
         if keys is not None and decode is not None:
             raise ValueError("keys open the journal's own wire format: give keys or decode")
-        self._store = PostgresArchiveIngest(store) if isinstance(store, str) else store
+        self._store = store
         self._authorship = authorship
         self.consumer_group = consumer_group
         self._partitioner = partitioner
@@ -153,6 +158,10 @@ class BatchArchiver:
     def signing(self) -> CheckpointSigning:
         """The archive's signing rounds, on the archiver's store."""
         return self._store.signing()
+
+    def prepare(self) -> None:
+        """Create or upgrade the archive's schema where it is older than this release."""
+        self._store.prepare()
 
     def close(self) -> None:
         """Close the store's connection."""

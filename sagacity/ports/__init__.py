@@ -84,6 +84,7 @@ from sagacity.ports._archive_reads import (
 )
 from sagacity.ports._audit import (
     ArchiveAudits,
+    ArchiveSchema,
     AuditSnapshot,
     ChainBlocks,
     RowBatches,
@@ -116,6 +117,7 @@ from sagacity.ports._index import (
 )
 from sagacity.ports._ingest import (
     ArchiveIngest,
+    HeadConflictError,
     IngestBatch,
     IngestRetry,
     QuarantinedMessage,
@@ -171,6 +173,7 @@ __all__ = [
     "ArchiveErasure",
     "ArchiveIngest",
     "ArchiveMonth",
+    "ArchiveSchema",
     "ArchivedEvents",
     "ArchivedHashes",
     "ArchivedHead",
@@ -203,6 +206,7 @@ __all__ = [
     "FoldingRequestStore",
     "GateStats",
     "Handler",
+    "HeadConflictError",
     "HeadFindings",
     "IndexedEvent",
     "IndexedPartition",

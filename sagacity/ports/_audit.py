@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sagacity.ports._archive_reads import DestroyedKeyReads, RetentionStreams, SagaRows
@@ -100,6 +101,23 @@ class AuditSnapshot(Protocol):
         ...
 
 
+@dataclass(frozen=True, kw_only=True)
+class ArchiveSchema:
+    """What an archive's schema holds, as an audit reads it.
+
+    Attributes:
+        version: the schema version (handed back to the store's reads).
+        forms: the rows carry chain forms (form, commitments, salts).
+        rounds: the archive holds signing rounds.
+        signed_records: the retention records are signed (their anchors are leaves).
+    """
+
+    version: int
+    forms: bool
+    rounds: bool
+    signed_records: bool
+
+
 class ArchiveAudits(Protocol):
     """The archive as an audit reads it.
 
@@ -108,8 +126,8 @@ class ArchiveAudits(Protocol):
         PersistenceError: the store failed.
     """
 
-    def schema_version(self) -> int:
-        """The archive's schema version."""
+    def schema(self) -> ArchiveSchema:
+        """What the archive's schema holds."""
         ...
 
     def signing_keys(self) -> list[tuple[str, str]]:

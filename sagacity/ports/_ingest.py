@@ -51,6 +51,11 @@ class QuarantinedMessage(Protocol):
     def seq(self) -> int | None: ...
 
 
+class HeadConflictError(Exception):
+    """Another archiver moved a head this batch read; the batch is re-classified and
+    retried (raised by :meth:`IngestBatch.move_heads`)."""
+
+
 class IngestRetry(enum.Enum):
     """A refused batch a retry may cure."""
 
@@ -118,13 +123,19 @@ class IngestBatch(Protocol):
 
 
 class ArchiveIngest(Protocol):
-    """The store the archiver writes (one connection, made again after a loss).
+    """The store the archiver writes (one connection, made again after a loss), made by the
+    composition root from the archive's database URL (``Dependencies.archive_store``).
 
     Raises (each method):
         ArchiveSchemaError: the store is not an archive.
         PersistenceUnavailableError: the store went away (retryable).
         PersistenceError: the store refused or failed.
     """
+
+    def prepare(self) -> None:
+        """Create or upgrade the archive's schema where it is older than this release (on a
+        connection of its own, closed after)."""
+        ...
 
     def batch(self) -> AbstractContextManager[IngestBatch]:
         """One batch's transaction, committed on leaving."""

@@ -20,6 +20,7 @@ from sagacity.consumers.archive._export import export_bundle
 from sagacity.consumers.archive.verify_bundle import ed25519_verify
 from sagacity.postgres.archive import (
     PostgresArchiveAudits,
+    PostgresArchiveIngest,
     PostgresCheckpointSigning,
     PostgresSagaBundles,
 )
@@ -34,7 +35,7 @@ def archiver(archive_dsn: str) -> Iterator[BatchArchiver]:
     """One archiver: bundles are about export and the verifier; the ingest paths are compared
     elsewhere."""
     a = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         partitioner=KAFKA_PARTITIONER,

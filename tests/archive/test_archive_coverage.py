@@ -23,7 +23,11 @@ from sagacity.consumers.archive import (
     generate_key,
     sign_pending,
 )
-from sagacity.postgres.archive import PostgresArchiveAudits, PostgresCheckpointSigning
+from sagacity.postgres.archive import (
+    PostgresArchiveAudits,
+    PostgresArchiveIngest,
+    PostgresCheckpointSigning,
+)
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -34,7 +38,7 @@ pytestmark = pytest.mark.postgres
 def archiver(archive_dsn: str) -> Iterator[BatchArchiver]:
     """One archiver (the ingest paths are compared elsewhere)."""
     a = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         partitioner=KAFKA_PARTITIONER,

@@ -27,7 +27,7 @@ from sagacity.consumers.archive._ingest import (
     _Refusal,
 )
 from sagacity.entries._events import GENESIS_HASH, EntryDraft, EventType, UnknownEventType
-from sagacity.postgres.archive import PostgresArchiveAudits
+from sagacity.postgres.archive import PostgresArchiveAudits, PostgresArchiveIngest
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE, MAGIC, current_schema, encode_entry, entry_record
 
@@ -49,7 +49,7 @@ drafts = st.builds(
 )
 
 REFERENCE = BatchArchiver(
-    "host=unused",
+    PostgresArchiveIngest("host=unused"),
     consumer_group="g",
     decode=lambda b: _decode(b),
     partitioner=KAFKA_PARTITIONER,
@@ -182,7 +182,7 @@ def test_a_mixed_batch_gives_the_same_reports_and_rows_on_both_paths(pg_dsn):
         with connect(dsn, autocommit=True) as conn:
             migrate(conn)
         archiver = BatchArchiver(
-            dsn,
+            PostgresArchiveIngest(dsn),
             consumer_group="g",
             decode=None if mode == "record" else _decode,
             partitioner=KAFKA_PARTITIONER,
@@ -459,7 +459,11 @@ def test_a_sealed_form_2_event_is_archived_alike_with_and_without_the_compiled_m
         with connect(dsn, autocommit=True) as conn:
             migrate(conn)
         archiver = BatchArchiver(
-            dsn, consumer_group="g", keys=keys, partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+            PostgresArchiveIngest(dsn),
+            consumer_group="g",
+            keys=keys,
+            partitioner=KAFKA_PARTITIONER,
+            wire=JOURNAL_WIRE,
         )
         assert (archiver._native_row is not None) == (mode == "compiled" and NATIVE_ROW is not None)
         try:

@@ -17,7 +17,7 @@ from sagacity.consumers.archive import BatchArchiver, RawEvent, generate_key
 from sagacity.consumers.archive._retention import run_retention
 from sagacity.errors import SagaExistsError
 from sagacity.postgres import PostgresSagaIndex
-from sagacity.postgres.archive import PostgresRetention
+from sagacity.postgres.archive import PostgresArchiveIngest, PostgresRetention
 from sagacity.producer import KAFKA_PARTITIONER, KafkaJournal, SagaReader, partition_for
 from sagacity.schemas import JOURNAL_WIRE, encode_entry
 from tests.kafka.saga_mix import accepted, reported, write_mix
@@ -32,7 +32,10 @@ def archive_topic(
     """Archive the first ``upto`` of each partition (from where the archive stopped), in
     batches of 97 messages, the way the archiver service does."""
     archiver = BatchArchiver(
-        dsn, consumer_group=GROUP, partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+        PostgresArchiveIngest(dsn),
+        consumer_group=GROUP,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
     )
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": "t", "enable.auto.commit": False}

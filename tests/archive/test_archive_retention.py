@@ -27,6 +27,7 @@ from sagacity.consumers.archive._retention import (
 from sagacity.errors import PersistenceError, RetentionError
 from sagacity.postgres.archive import (
     PostgresArchiveAudits,
+    PostgresArchiveIngest,
     PostgresCheckpointSigning,
     PostgresRetention,
     PostgresSagaBundles,
@@ -192,7 +193,7 @@ def test_archiver_role_cannot_drop_months(spanning, archive_dsn, tmp_path, signe
 
 def test_archiver_recreates_a_month_dropped_under_it(spanning, archive_dsn, tmp_path, signer):
     archiver = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g2",
         decode=decode,
         partitioner=KAFKA_PARTITIONER,

@@ -31,7 +31,11 @@ from sagacity.consumers.archive import (
 )
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
 from sagacity.entries._events import EntryDraft, EventType, JournalEntry
-from sagacity.postgres.archive import PostgresArchiveAudits, PostgresCheckpointSigning
+from sagacity.postgres.archive import (
+    PostgresArchiveAudits,
+    PostgresArchiveIngest,
+    PostgresCheckpointSigning,
+)
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -242,7 +246,7 @@ def test_a_new_process_resumes_a_saga_from_its_verified_checkpoint(
     signer = generate_key(tmp_path / "archive.key")
     chain = make_chain("long", 5)
     earlier = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         partitioner=KAFKA_PARTITIONER,
@@ -253,7 +257,7 @@ def test_a_new_process_resumes_a_saga_from_its_verified_checkpoint(
         assert sign_pending(PostgresCheckpointSigning(conn), signer, earlier.ledger) == 1
     earlier.close()
     later = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         signed_keys=[signer.public_raw],
@@ -275,7 +279,7 @@ def test_a_checkpoint_the_key_did_not_sign_is_no_base(archive_dsn: str, tmp_path
     signer = generate_key(tmp_path / "archive.key")
     chain = make_chain("planted", 4)
     earlier = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         partitioner=KAFKA_PARTITIONER,
@@ -290,7 +294,7 @@ def test_a_checkpoint_the_key_did_not_sign_is_no_base(archive_dsn: str, tmp_path
             (chain[2].hash, signer.key_id),
         )
     later = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         signed_keys=[signer.public_raw],
@@ -314,7 +318,7 @@ def test_the_signer_signs_what_its_ledger_holds_and_nothing_the_table_adds(
     signed, however it looks; the sagas the process read are."""
     signer = generate_key(tmp_path / "archive.key")
     archiver = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         partitioner=KAFKA_PARTITIONER,
@@ -323,7 +327,7 @@ def test_the_signer_signs_what_its_ledger_holds_and_nothing_the_table_adds(
     archiver.archive(as_raw(make_chain("read", 2)))
     planted = make_chain("planted", 2)
     helper = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="other",
         retry_delay=0.05,
         partitioner=KAFKA_PARTITIONER,
@@ -398,7 +402,7 @@ def test_reading_again_attests_the_topics_chain_not_the_tables(
     )
     messages = as_raw([*winner, loser], topic="t")
     earlier = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         partitioner=KAFKA_PARTITIONER,
@@ -408,7 +412,7 @@ def test_reading_again_attests_the_topics_chain_not_the_tables(
     earlier.close()
     _rewrite_row(archive_dsn, winner[1], loser)
     later = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         signed_keys=[signer.public_raw],
@@ -487,7 +491,7 @@ def test_reading_again_does_not_attest_an_event_its_writer_may_not_write(
         for i, e in enumerate((opened, intruding))
     ]
     earlier = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         authorship=authorship,
@@ -524,7 +528,7 @@ def test_reading_again_does_not_attest_an_event_its_writer_may_not_write(
             (intruding.hash,),
         )
     later = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         authorship=authorship,

@@ -12,6 +12,7 @@ from sagacity.consumers.archive import BatchArchiver, generate_key, sign_pending
 from sagacity.errors import ArchiveSchemaError, PersistenceError, PersistenceUnavailableError
 from sagacity.postgres.archive import (
     MIGRATIONS,
+    PostgresArchiveIngest,
     PostgresCheckpointSigning,
     check_schema,
     grant_archiver,
@@ -97,7 +98,7 @@ def test_archiver_role_may_insert_and_read_but_not_update_or_delete(archive_dsn,
         conn.execute(f'GRANT "{role}" TO current_user')
     try:
         archiver = BatchArchiver(
-            with_option(archive_dsn, f"-c role={role}"),
+            PostgresArchiveIngest(with_option(archive_dsn, f"-c role={role}")),
             consumer_group="g",
             decode=decode,
             partitioner=KAFKA_PARTITIONER,
@@ -154,7 +155,7 @@ class _DroppingArchiver(BatchArchiver):
 def test_database_lost_mid_batch_is_retried_without_loss_or_doubles(archive_dsn):
     chain = make_chain("saga-lost", 6)
     archiver = _DroppingArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         decode=decode,
         retry_delay=0.01,
@@ -180,7 +181,7 @@ def test_database_lost_mid_batch_is_retried_without_loss_or_doubles(archive_dsn)
 
 def test_database_that_stays_away_raises_a_typed_error(archive_dsn):
     archiver = _DroppingArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         decode=decode,
         retries=2,
@@ -198,7 +199,7 @@ def test_database_that_stays_away_raises_a_typed_error(archive_dsn):
 
 def test_unreachable_database_is_a_persistence_error():
     archiver = BatchArchiver(
-        "host=127.0.0.1 port=1 connect_timeout=1",
+        PostgresArchiveIngest("host=127.0.0.1 port=1 connect_timeout=1"),
         consumer_group="g",
         decode=decode,
         retries=1,
@@ -216,7 +217,7 @@ def test_two_archivers_racing_on_the_same_events_archive_each_once(archive_dsn):
     events = as_raw([e for c in chains for e in c])
     archivers = [
         BatchArchiver(
-            archive_dsn,
+            PostgresArchiveIngest(archive_dsn),
             consumer_group="g",
             decode=decode,
             retry_delay=0.01,

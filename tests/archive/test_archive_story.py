@@ -39,7 +39,11 @@ from sagacity.consumers.archive._export import export_bundle
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
 from sagacity.entries import _attributes as attr
 from sagacity.errors import ApprovalError
-from sagacity.postgres.archive import PostgresCheckpointSigning, PostgresSagaBundles
+from sagacity.postgres.archive import (
+    PostgresArchiveIngest,
+    PostgresCheckpointSigning,
+    PostgresSagaBundles,
+)
 from sagacity.producer import KAFKA_PARTITIONER, KafkaJournal
 from sagacity.schemas import JOURNAL_WIRE
 from sagacity.signing._operator_signature import OperatorSigner
@@ -312,7 +316,7 @@ def test_the_flows_the_product_journals_pass_every_auditor_tool(
 @pytest.fixture
 def archiver(archive_dsn: str) -> Iterator[BatchArchiver]:
     a = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         partitioner=KAFKA_PARTITIONER,

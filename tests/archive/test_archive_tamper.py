@@ -20,7 +20,12 @@ from sagacity.consumers.archive import (
     iter_audits,
     sign_pending,
 )
-from sagacity.postgres.archive import PostgresArchiveAudits, PostgresCheckpointSigning, check_schema
+from sagacity.postgres.archive import (
+    PostgresArchiveAudits,
+    PostgresArchiveIngest,
+    PostgresCheckpointSigning,
+    check_schema,
+)
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -554,7 +559,7 @@ def test_concurrent_signers_make_one_chain_of_rounds(archiver, archive_dsn, sign
     # Two archivers, each signing what it ingested itself, at once.
     sagas = [f"c-{n:03d}" for n in range(120)]
     other = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         partitioner=KAFKA_PARTITIONER,

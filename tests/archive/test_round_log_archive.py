@@ -32,6 +32,7 @@ from sagacity.consumers.archive._watch import AlertReason, AuditorState, watch_o
 from sagacity.consumers.archive._witness import publish, read
 from sagacity.postgres.archive import (
     PostgresArchiveAudits,
+    PostgresArchiveIngest,
     PostgresCheckpointSigning,
     PostgresRoundLog,
     PostgresSagaBundles,
@@ -48,7 +49,7 @@ SAGAS = ("l-1", "l-2", "l-3")
 @pytest.fixture
 def archiver(archive_dsn: str) -> Iterator[BatchArchiver]:
     a = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         partitioner=KAFKA_PARTITIONER,

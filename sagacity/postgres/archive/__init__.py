@@ -61,7 +61,6 @@ from sagacity.postgres.archive._db import (
 from sagacity.postgres.archive._findings import SagaRefusals, saga_refusals, write_findings
 from sagacity.postgres.archive._ingest import PostgresArchiveIngest
 from sagacity.postgres.archive._ingestsql import (
-    HeadConflictError,
     archived_hashes,
     copy_quarantine,
     make_months,
@@ -94,7 +93,6 @@ __all__ = [
     "TABLES_ADDED_IN",
     "ArchiveEraser",
     "ErasureRecord",
-    "HeadConflictError",
     "PostgresArchiveAudits",
     "PostgresArchiveIngest",
     "PostgresArchiveReads",

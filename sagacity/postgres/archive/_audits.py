@@ -15,7 +15,13 @@ from typing import Any
 
 import psycopg
 
-from sagacity.postgres._archive_schema import FORMS_VERSION, checkpoint_round_columns
+from sagacity.ports import ArchiveSchema
+from sagacity.postgres._archive_schema import (
+    FORMS_VERSION,
+    LOG_VERSION,
+    ROUNDS_VERSION,
+    checkpoint_round_columns,
+)
 from sagacity.postgres._rows import FORM_COLUMNS, ROW_COLUMNS
 from sagacity.postgres.archive._chainstream import chain_rows, decoded_rows
 from sagacity.postgres.archive._db import check_schema, mapped_errors
@@ -155,9 +161,15 @@ class PostgresArchiveAudits:
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
 
-    def schema_version(self) -> int:
-        """The archive's schema version."""
-        return check_schema(self._conn)
+    def schema(self) -> ArchiveSchema:
+        """What the archive's schema holds, from its version."""
+        version = check_schema(self._conn)
+        return ArchiveSchema(
+            version=version,
+            forms=version >= FORMS_VERSION,
+            rounds=version >= ROUNDS_VERSION,
+            signed_records=version >= LOG_VERSION,
+        )
 
     def signing_keys(self) -> list[tuple[str, str]]:
         """``(key_id, public key hex)`` of every recorded signing key."""

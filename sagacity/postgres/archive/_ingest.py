@@ -14,7 +14,7 @@ from psycopg import sql
 
 from sagacity.errors import PersistenceError
 from sagacity.ports import IngestRetry, QuarantinedMessage, ReadMessage, StoredFinding
-from sagacity.postgres.archive._db import connect, mapped_errors
+from sagacity.postgres.archive._db import connect, ensure_schema, mapped_errors
 from sagacity.postgres.archive._findings import write_findings
 from sagacity.postgres.archive._ingestsql import (
     archived_hashes,
@@ -94,6 +94,12 @@ class PostgresArchiveIngest:
             self._conn = connect(self.conninfo)
             self._months.clear()
         return self._conn
+
+    def prepare(self) -> None:
+        """Migrate the archive only if it is missing or older than this release, on a
+        connection of its own."""
+        with connect(self.conninfo) as conn:
+            ensure_schema(conn)
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[_Batch]:

@@ -8,6 +8,7 @@ from typing import Protocol
 
 import psycopg
 
+from sagacity.ports import HeadConflictError
 from sagacity.postgres import retryable
 
 
@@ -45,10 +46,6 @@ _COPY_QUARANTINE = (
     "COPY archive_quarantine (reason, detail, saga_id, seq, topic, kafka_partition,"
     " kafka_offset, raw_key, raw_value) FROM STDIN"
 )
-
-
-class HeadConflictError(Exception):
-    """Another archiver moved a head we read; the batch is re-classified and retried."""
 
 
 SEP = "\x1f"
