@@ -18,6 +18,11 @@ from pathlib import Path
 
 import psycopg
 
+from sagacity.postgres.archive import (
+    PostgresArchiveAudits,
+    PostgresArchiveIngest,
+    PostgresCheckpointSigning,
+)
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -49,7 +54,10 @@ def main() -> None:
     archive_seconds = 0.0
     with scratch_schema(dsn) as scoped, tempfile.TemporaryDirectory() as keys:
         archiver = BatchArchiver(
-            scoped, consumer_group="bench", partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+            PostgresArchiveIngest(scoped),
+            consumer_group="bench",
+            partitioner=KAFKA_PARTITIONER,
+            wire=JOURNAL_WIRE,
         )
         stream = entries(args.events, args.sagas)
         done, offset, next_sample = 0, 0, step
@@ -77,9 +85,9 @@ def main() -> None:
         signer = generate_key(Path(keys) / "k.pem")
         with psycopg.connect(scoped) as conn:
             with Timer() as sign_time:
-                signed = sign_pending(conn, signer, archiver.ledger)
+                signed = sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger)
             with Timer() as verify_time:
-                summary = audit(conn, pinned_keys=[signer.public_raw])
+                summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
             size = conn.execute(
                 "SELECT pg_size_pretty(sum(pg_total_relation_size(c.oid))) FROM pg_inherits i"
                 " JOIN pg_class c ON c.oid = i.inhrelid"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psycopg
 
+from sagacity.postgres.archive import PostgresArchiveIngest
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -35,8 +36,14 @@ from bench._archive_common import (
     table,
 )
 from sagacity.consumers.archive import BatchArchiver, RawEvent
-from sagacity.consumers.archive._ingest import _COPY_JOURNAL, _journal_row, _native_archive_row
+from sagacity.consumers.archive._ingest import (
+    JOURNAL_COLUMNS,
+    _journal_row,
+    _native_archive_row,
+)
 from sagacity.entries._events import JournalEntry
+
+_COPY_JOURNAL = f"COPY side_effect_journal ({', '.join(JOURNAL_COLUMNS)}) FROM STDIN"
 
 NATIVE_CHECK = _native_archive_row() is not None
 
@@ -62,7 +69,10 @@ def archive(dsn: str, raw: list[RawEvent], batch: int) -> tuple[float, float]:
     """Seconds for the archiver to archive ``raw``: whole path, and its transactions only."""
     with scratch_schema(dsn) as scoped:
         archiver = BatchArchiver(
-            scoped, consumer_group="bench", partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+            PostgresArchiveIngest(scoped),
+            consumer_group="bench",
+            partitioner=KAFKA_PARTITIONER,
+            wire=JOURNAL_WIRE,
         )
         check_seconds = 0.0
         with Timer() as t:

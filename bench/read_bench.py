@@ -23,6 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from sagacity.postgres.archive import PostgresArchiveIngest
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -88,7 +89,10 @@ def _background(bootstrap: str, topic: str, events: int) -> None:
 
 def _archive(bootstrap: str, topic: str, dsn: str) -> None:
     archiver = BatchArchiver(
-        dsn, consumer_group=GROUP, partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+        PostgresArchiveIngest(dsn),
+        consumer_group=GROUP,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
     )
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-read"})
     try:

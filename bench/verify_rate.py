@@ -22,6 +22,11 @@ from pathlib import Path
 
 import psycopg
 
+from sagacity.postgres.archive import (
+    PostgresArchiveAudits,
+    PostgresArchiveIngest,
+    PostgresCheckpointSigning,
+)
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -100,7 +105,10 @@ def main() -> None:
     before = raw_sha()
     with scratch_schema(dsn) as scoped, tempfile.TemporaryDirectory() as keys:
         archiver = BatchArchiver(
-            scoped, consumer_group="bench", partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+            PostgresArchiveIngest(scoped),
+            consumer_group="bench",
+            partitioner=KAFKA_PARTITIONER,
+            wire=JOURNAL_WIRE,
         )
         raw = raw_events(chain)
         for i in range(0, len(raw), 2_000):
@@ -108,11 +116,11 @@ def main() -> None:
         archiver.close()
         signer = generate_key(Path(keys) / "k.pem")
         with psycopg.connect(scoped) as conn:
-            signed = sign_pending(conn, signer, archiver.ledger)
+            signed = sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger)
             verify_runs = []
             for _ in range(3):
                 with Timer() as verify_time:
-                    summary = audit(conn, pinned_keys=[signer.public_raw])
+                    summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
                 verify_runs.append(verify_time.seconds)
             verify_seconds = statistics.median(verify_runs)
             ordered = _copy_out_seconds(conn, 'ORDER BY saga_id COLLATE "C", archive_id')

@@ -191,8 +191,10 @@ def archive(*, keys: KeyService | None = None) -> Dependencies:
     """The archive service's dependencies: the consumer runtime on Kafka, the journal's wire
     format, its partitioner, the passes over the topic of the archive's own readers (the
     placement check's partition count, catch-up, replay), the decoder of the topic's messages
-    (opening with ``keys``) and the key service that opens sealed events (the archive's own
-    tables are its work, reached through its settings)."""
+    (opening with ``keys``), the key service that opens sealed events and the archiver's store
+    (the Postgres archive at the database URL of its settings)."""
+    from sagacity.postgres.archive import PostgresArchiveIngest  # the driver, only here
+
     return Dependencies(
         keys=keys,
         consumers=KafkaConsumers(),
@@ -200,6 +202,7 @@ def archive(*, keys: KeyService | None = None) -> Dependencies:
         partitioner=KAFKA_PARTITIONER,
         topic_passes=KafkaTopicPasses(),
         decode=decode_entry if keys is None else partial(decode_entry, keys=keys),
+        archive_store=PostgresArchiveIngest,
     )
 
 

@@ -5,8 +5,9 @@ Names are imported from their modules on first use, so a process that needs one 
 import the others (the signing code needs the ``services`` extra's ``cryptography`` and
 ``pynacl``).  The agents' read index over the archive is the Postgres adapter's
 (:class:`sagacity.postgres.PostgresSagaIndex`), and so are the archive's tables: connections,
-migrations, the archiver's role, the erasure's side and the SQL the service runs are
-:mod:`sagacity.postgres.archive`'s (the command layer imports them from there).
+migrations, the archiver's role, the erasure's side and every statement are
+:mod:`sagacity.postgres.archive`'s, which the command layer and the composition root build and
+hand to the service as the archive's ports (:mod:`sagacity.ports`).
 """
 
 from __future__ import annotations

@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-import psycopg
-
 from sagacity.consumers.archive._checkpoints import (
     LOG_ROUND_FORMAT,
     Checkpoint,
@@ -23,7 +21,8 @@ from sagacity.consumers.archive._checkpoints import (
     merkle_root,
     signature_valid,
 )
-from sagacity.consumers.archive._roundlog import _previous_round_id, log_after, round_by_id
+from sagacity.consumers.archive._roundlog import log_after, round_by_id
+from sagacity.ports import RoundLog
 
 Head = tuple[int, str]
 
@@ -44,77 +43,67 @@ class CheckpointVerifier:
     def __bool__(self) -> bool:
         return bool(self._keys)
 
-    def signed_heads(self, conn: psycopg.Connection, saga_ids: Sequence[str]) -> dict[str, Head]:
+    def signed_heads(self, log: RoundLog, saga_ids: Sequence[str]) -> dict[str, Head]:
         """Per saga of ``saga_ids``, its highest checkpoint that verifies (absent: none)."""
         if not saga_ids or not self._keys:
             return {}
-        rows = conn.execute(
-            "SELECT saga_id, seq, hash, signed_at_us, key_id, signature, round_id, leaf_index"
-            " FROM archive_checkpoint WHERE saga_id = ANY(%s) AND key_id = ANY(%s)"
-            " ORDER BY saga_id, seq DESC",
-            (list(saga_ids), list(self._keys)),
-        ).fetchall()
         found: dict[str, Head] = {}
-        for saga_id, seq, hash, signed_at_us, key_id, signature, round_id, leaf_index in rows:
-            if saga_id in found:
+        for row in log.checkpoints_of(saga_ids, list(self._keys)):
+            if row.saga_id in found:
                 continue
             checkpoint = Checkpoint(
-                saga_id=saga_id,
-                seq=int(seq),
-                hash=hash,
-                signed_at_us=int(signed_at_us),
-                key_id=key_id,
-                signature=signature,
-                round_id=None if round_id is None else int(round_id),
-                leaf_index=None if leaf_index is None else int(leaf_index),
+                saga_id=row.saga_id,
+                seq=row.seq,
+                hash=row.hash,
+                signed_at_us=row.signed_at_us,
+                key_id=row.key_id,
+                signature=row.signature,
+                round_id=row.round_id,
+                leaf_index=row.leaf_index,
             )
-            if self._verified(conn, checkpoint):
-                found[saga_id] = (checkpoint.seq, checkpoint.hash)
+            if self._verified(log, checkpoint):
+                found[row.saga_id] = (checkpoint.seq, checkpoint.hash)
         return found
 
-    def _verified(self, conn: psycopg.Connection, cp: Checkpoint) -> bool:
+    def _verified(self, log: RoundLog, cp: Checkpoint) -> bool:
         if cp.round_id is None:
             key = self._keys.get(cp.key_id)
             return key is not None and signature_valid(key, cp)
         if cp.leaf_index is None:
             return False
-        leaves = self._round(conn, cp.round_id)
+        leaves = self._round(log, cp.round_id)
         return (
             leaves is not None
             and 0 <= cp.leaf_index < len(leaves)
             and leaves[cp.leaf_index] == leaf_hash(saga_id=cp.saga_id, seq=cp.seq, hash=cp.hash)
         )
 
-    def _round(self, conn: psycopg.Connection, round_id: int) -> list[bytes] | None:
+    def _round(self, log: RoundLog, round_id: int) -> list[bytes] | None:
         if round_id in self._rounds:
             self._rounds.move_to_end(round_id)
             return self._rounds[round_id]
-        leaves = self._verify_round(conn, round_id)
+        leaves = self._verify_round(log, round_id)
         self._rounds[round_id] = leaves
         while len(self._rounds) > self._cached:
             self._rounds.popitem(last=False)
         return leaves
 
-    def _verify_round(self, conn: psycopg.Connection, round_id: int) -> list[bytes] | None:
+    def _verify_round(self, log: RoundLog, round_id: int) -> list[bytes] | None:
         """The round's leaves in order when its signature and root verify, else ``None``."""
-        signed = round_by_id(conn, round_id)
+        signed = round_by_id(log, round_id)
         if signed is None:
             return None
         key = self._keys.get(signed.key_id)
         if key is None or not signature_valid(key, signed):
             return None
-        rows = conn.execute(
-            "SELECT leaf_index, saga_id, seq, hash FROM archive_checkpoint WHERE round_id = %s"
-            " ORDER BY leaf_index",
-            (round_id,),
-        ).fetchall()
-        if [int(r[0]) for r in rows] != list(range(signed.leaf_count)):
+        rows = log.round_leaves(round_id)
+        if [r[0] for r in rows] != list(range(signed.leaf_count)):
             return None
-        leaves = [leaf_hash(saga_id=s, seq=int(n), hash=h) for _i, s, n, h in rows]
+        leaves = [leaf_hash(saga_id=s, seq=n, hash=h) for _i, s, n, h in rows]
         if signed.format == LOG_ROUND_FORMAT:
             if signed.first_leaf is None:
                 return None
-            builder = log_after(conn, _previous_round_id(conn, round_id))
+            builder = log_after(log, log.previous_round_id(round_id))
             if builder.count != signed.first_leaf:
                 return None
             for leaf in leaves:

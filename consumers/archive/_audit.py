@@ -28,11 +28,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
-
 from sagacity.chain._fastverify import NATIVE, NATIVE_AUDITOR, BatchVerdict
 from sagacity.consumers.archive._auditstream import (
-    RowStream,
     bulk_verdicts,
     fetched,
     grouped,
@@ -43,29 +40,18 @@ from sagacity.consumers.archive._judging import audit_one
 from sagacity.consumers.archive._reasons import AuditReason
 from sagacity.consumers.archive._retentionaudit import audit_retention
 from sagacity.consumers.archive._roundaudit import RoundAudit, audit_rounds
-from sagacity.consumers.archive._story import read_stories, storied, story_query, story_rows
+from sagacity.consumers.archive._story import read_stories, storied, story_rows
 from sagacity.consumers.archive._verdicts import (
     AuditSummary,
     RetentionAudit,
     SagaAudit,
     unsigned_as_failure,
 )
-from sagacity.postgres.archive import (
-    FORM_COLUMNS,
-    FORMS_VERSION,
-    LOG_VERSION,
-    ROUNDS_VERSION,
-    ROW_COLUMNS,
-    PostgresArchiveReads,
-    check_schema,
-    checkpoint_round_columns,
-    decoded_rows,
-    mapped_errors,
-)
+from sagacity.ports import ArchiveAudits, ArchiveSchema, AuditSnapshot, ChainBlocks
 from sagacity.signing._operator_signature import OperatorVerifier
 
 
-def trusted_keys(conn: psycopg.Connection, pinned: Sequence[bytes] = ()) -> dict[str, bytes]:
+def trusted_keys(store: ArchiveAudits, pinned: Sequence[bytes] = ()) -> dict[str, bytes]:
     """Keys to verify checkpoints with: ``pinned`` if given, else those the archive recorded.
 
     Keys read from the database protect only against someone who cannot also write the key
@@ -75,9 +61,7 @@ def trusted_keys(conn: psycopg.Connection, pinned: Sequence[bytes] = ()) -> dict
 
     if pinned:
         return {key_id_of(k): k for k in pinned}
-    with mapped_errors("read signing keys"):
-        rows = conn.execute("SELECT key_id, public_key FROM archive_signing_key").fetchall()
-    return {str(k): bytes.fromhex(p) for k, p in rows}
+    return {k: bytes.fromhex(p) for k, p in store.signing_keys()}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,7 +69,7 @@ class _Scope:
     """What one audit run reads: a saga or every saga, at the archive's schema version."""
 
     saga_id: str | None
-    version: int
+    schema: ArchiveSchema
     fetch: int
     keys: Mapping[str, bytes]
     reference: bool
@@ -93,37 +77,7 @@ class _Scope:
     @property
     def forms(self) -> bool:
         """The archive holds chain forms (its rows end with the form columns)."""
-        return self.version >= FORMS_VERSION
-
-    @property
-    def columns(self) -> str:
-        """The row columns read."""
-        return ROW_COLUMNS + (FORM_COLUMNS if self.forms else "")
-
-    @property
-    def where(self) -> str:
-        """The saga filter (the saga id a bound parameter, :attr:`params`)."""
-        return "WHERE saga_id = %(s)s" if self.saga_id is not None else ""
-
-    @property
-    def params(self) -> dict[str, Any]:
-        """The queries' parameters."""
-        return {"s": self.saga_id}
-
-    def queries(self) -> tuple[str, str, str, str]:
-        """The four streams by saga id: rows, checkpoints, retention anchors, heads."""
-        where, order = self.where, 'ORDER BY saga_id COLLATE "C"'
-        round_columns = checkpoint_round_columns(self.version)
-        # Only constant fragments are interpolated; the saga id is a bound parameter.
-        return (
-            f"SELECT {self.columns} FROM side_effect_journal {where} {order}, archive_id",  # noqa: S608
-            "SELECT saga_id, seq, hash, signed_at_us, key_id, signature,"  # noqa: S608
-            f" {round_columns} FROM archive_checkpoint {where} {order}",
-            f"SELECT saga_id, max(seq), (array_agg(hash ORDER BY seq DESC))[1],"  # noqa: S608
-            " (array_agg(partition_name ORDER BY seq DESC))[1]"
-            f" FROM archive_retention_anchor {where} GROUP BY saga_id {order}",
-            f"SELECT saga_id, head_seq, head_hash FROM archive_saga_head {where} {order}",  # noqa: S608
-        )
+        return self.schema.forms
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,7 +87,7 @@ class _JudgeBack:
     where they were read (a saga the bulk verifier refers to the reference path, or the column
     check's), which its story is then told from."""
 
-    conn: psycopg.Connection
+    snapshot: AuditSnapshot
     scope: _Scope
     rounds: RoundAudit
     records: RetentionAudit
@@ -150,10 +104,10 @@ class _JudgeBack:
         if verdict is not None and verdict.refer:
             # A row the bulk verifier cannot judge (a form-2 row among them): the saga's rows,
             # for the paths of audit_one and for its story.
-            rows = PostgresArchiveReads(self.conn).saga_rows(saga, forms=self.scope.forms)
+            rows = self.snapshot.saga_rows.saga_rows(saga, forms=self.scope.forms)
             verdict = None
         audit = audit_one(
-            PostgresArchiveReads(self.conn),
+            self.snapshot.saga_rows,
             saga,
             verdict=verdict,
             rows=rows,
@@ -174,27 +128,21 @@ class _Run:
     """One audit run inside its snapshot transaction; its cursors, streams and second
     connections are closed by ``cursors`` (the last opened first)."""
 
-    conn: psycopg.Connection
+    snapshot: AuditSnapshot
     cursors: contextlib.ExitStack
     scope: _Scope
 
-    def cursor(self, name: str, query: str) -> psycopg.ServerCursor[Any]:
-        """A server cursor over ``query``, read :attr:`_Scope.fetch` rows at a time."""
-        cur = self.cursors.enter_context(self.conn.cursor(name=name))
-        cur.itersize = self.scope.fetch
-        cur.execute(query, self.scope.params)
-        return cur
-
     def checked_rounds(self, known_rounds: Mapping[int, str] | None) -> RoundAudit:
         """The signing rounds' audit (none held: every known round is missing)."""
-        if self.scope.version >= ROUNDS_VERSION:
+        if self.scope.schema.rounds:
             return audit_rounds(
-                self.conn,
+                self.snapshot.round_streams,
+                self.snapshot.round_log,
                 saga_id=self.scope.saga_id,
                 keys=self.scope.keys,
                 fetch=self.scope.fetch,
                 known=known_rounds or {},
-                version=self.scope.version,
+                version=self.scope.schema.version,
             )
         return RoundAudit(
             failed={
@@ -205,11 +153,11 @@ class _Run:
 
     def checked_records(self) -> RetentionAudit:
         """The signed retention records' audit."""
-        if self.scope.version < LOG_VERSION:
+        if not self.scope.schema.signed_records:
             return RetentionAudit()
         scope = self.scope
         return audit_retention(
-            PostgresArchiveReads(self.conn),
+            self.snapshot.retention,
             saga_id=scope.saga_id,
             keys=scope.keys,
             fetch=scope.fetch,
@@ -226,12 +174,9 @@ class _Run:
         operator: OperatorVerifier | None,
     ) -> Iterator[SagaAudit]:
         """Every saga's audit (see :func:`iter_audits`)."""
-        conn, enter = self.conn, self.cursors.enter_context
-        # The second connection is made, and the server sorts the rows for the stream, while
-        # the rounds are audited below.
-        stream = (
-            enter(contextlib.closing(RowStream(conn, forms=self.scope.forms))) if bulk else None
-        )
+        # The second reader is made, and the store sorts the rows for the stream, while the
+        # rounds are audited below.
+        stream = self.snapshot.chain_blocks() if bulk else None
         checked_rounds = self.checked_rounds(known_rounds)
         if rounds is not None:
             rounds.rounds += checked_rounds.rounds
@@ -243,7 +188,7 @@ class _Run:
             retention.records += checked_records.records
             retention.failed.update(checked_records.failed)
         judge = _JudgeBack(
-            conn=conn, scope=self.scope, rounds=checked_rounds, records=checked_records
+            snapshot=self.snapshot, scope=self.scope, rounds=checked_rounds, records=checked_records
         )
         streamed = stream if stream is not None and stream.connected() else None
         # One read of the rows: each saga's story is told from the rows its chain was walked
@@ -258,22 +203,19 @@ class _Run:
             yield storied(audit, story, allow_unopened=allow_unopened)
 
     def story_of(self, saga: str) -> list[tuple[Any, ...]]:
-        """One saga's story rows (:func:`story_query`), read on the audit's connection: a saga
-        whose rows the chain walk did not keep and whose story the compiled grammar did not
-        find clean."""
-        query = story_query(where="WHERE j.saga_id = %(s)s", forms=self.scope.forms)
-        return self.conn.execute(query, {"s": saga}).fetchall()
+        """One saga's story rows, read in the audit's snapshot: a saga whose rows the chain
+        walk did not keep and whose story the compiled grammar did not find clean."""
+        return self.snapshot.story_rows(saga)
 
     def chain_audits(
-        self, stream: RowStream | None, judge: _JudgeBack
+        self, stream: ChainBlocks | None, judge: _JudgeBack
     ) -> Iterator[tuple[SagaAudit, Sequence[Sequence[Any]] | None]]:
         """Every saga's audit but its story, with the rows its story is told from (``None``:
         to be read): from the rows ``stream`` (bulk), or the rows read on the audit's own
         connection."""
-        queries = self.scope.queries()
         streams: list[Iterator[tuple[str, Any]]] = []
         if stream is not None:
-            anchor_rows = {str(r[0]): r for r in self.conn.execute(queries[2], self.scope.params)}
+            anchor_rows = {str(r[0]): r for r in self.snapshot.anchor_rows()}
             anchors_of = {k: (int(r[1]), str(r[2])) for k, r in anchor_rows.items()}
             if NATIVE_AUDITOR is not None and NATIVE:
                 yield from self.compiled(stream, anchor_rows, anchors_of, judge)
@@ -282,11 +224,11 @@ class _Run:
             checked, told = itertools.tee(stream)
             verdicts = bulk_verdicts(checked, anchors=anchors_of)
             self.cursors.enter_context(contextlib.closing(verdicts))  # before the reader closes
-            streams += [verdicts, grouped(iter(decoded_rows(told)))]
-        for i, query in enumerate(queries):
+            streams += [verdicts, grouped(self.snapshot.decoded(told))]
+        for i in range(4):
             if i == 0 and stream is not None:
                 continue
-            streams.append(grouped(fetched(self.cursor(f"sgc_audit_{i}", query), self.scope.fetch)))
+            streams.append(grouped(fetched(self.snapshot.batches(i), self.scope.fetch)))
         for saga, parts in merged_by_saga(streams):
             if stream is not None:
                 chain, rows, cps, anchors, heads = parts
@@ -298,7 +240,7 @@ class _Run:
 
     def compiled(
         self,
-        stream: RowStream,
+        stream: ChainBlocks,
         anchor_rows: Mapping[str, Sequence[Any]],
         anchors_of: Mapping[str, tuple[int, str]],
         judge: _JudgeBack,
@@ -306,13 +248,7 @@ class _Run:
         """Every saga's audit but its story by the compiled merge (:func:`merged_audits`), with
         what its story is told from (the compiled grammar ran on the same rows)."""
         assert NATIVE_AUDITOR is not None
-        queries = self.scope.queries()
-        named = [
-            self.cursors.enter_context(self.conn.cursor(name=f"sgc_audit_{i}")) for i in (1, 3)
-        ]
-        for cur, i in zip(named, (1, 3), strict=True):
-            cur.itersize = self.scope.fetch
-            cur.execute(queries[i], self.scope.params)
+        named = [self.snapshot.batches(i) for i in (1, 3)]
         failed_records = judge.records.failed
         merged = merged_told(
             NATIVE_AUDITOR(
@@ -340,7 +276,7 @@ class _Run:
 
 
 def iter_audits(
-    conn: psycopg.Connection,
+    store: ArchiveAudits,
     *,
     saga_id: str | None = None,
     pinned_keys: Sequence[bytes] = (),
@@ -400,18 +336,14 @@ def iter_audits(
         raise ValueError("known rounds are checked when every saga is audited, not one")
     if bulk is None:
         bulk = NATIVE and saga_id is None
-    version = check_schema(conn)
-    keys = trusted_keys(conn, pinned_keys)
-    scope = _Scope(saga_id=saga_id, version=version, fetch=fetch, keys=keys, reference=reference)
-    if not conn.autocommit:
-        conn.rollback()  # the snapshot transaction below must be the first statement's
+    schema = store.schema()
+    keys = trusted_keys(store, pinned_keys)
+    scope = _Scope(saga_id=saga_id, schema=schema, fetch=fetch, keys=keys, reference=reference)
     with (
-        mapped_errors("audit the archive"),
-        conn.transaction(),
+        store.audit_snapshot(saga_id=saga_id, fetch=fetch, version=schema.version) as snapshot,
         contextlib.ExitStack() as cursors,
     ):
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        yield from _Run(conn=conn, cursors=cursors, scope=scope).audits(
+        yield from _Run(snapshot=snapshot, cursors=cursors, scope=scope).audits(
             bulk=bulk and not reference,
             rounds=rounds,
             known_rounds=known_rounds,
@@ -422,7 +354,7 @@ def iter_audits(
 
 
 def audit(
-    conn: psycopg.Connection,
+    store: ArchiveAudits,
     *,
     saga_id: str | None = None,
     pinned_keys: Sequence[bytes] = (),
@@ -442,7 +374,7 @@ def audit(
     started = time.perf_counter()
     summary = AuditSummary(pinned=bool(pinned_keys))
     for result in iter_audits(
-        conn,
+        store,
         saga_id=saga_id,
         pinned_keys=pinned_keys,
         reference=reference,

@@ -2,8 +2,8 @@
 
 Four streams ordered by saga id (the chains' rows or their bulk verdicts, checkpoints,
 retention anchors, heads) are merged so memory holds one saga at a time however large the
-archive.  The rows go by binary ``COPY`` on a second connection reading the audit's snapshot
-(:class:`RowStream`) into the bulk verifier (:func:`bulk_verdicts`); with the compiled module
+archive.  The rows go in bulk blocks read on a second reader of the audit's snapshot (the
+store's, ``ChainBlocks``) into the bulk verifier (:func:`bulk_verdicts`); with the compiled module
 the merge itself runs there (:func:`merged_audits`), handing back every saga it does not pass
 to the Python path.  Otherwise the Python merge (:func:`merged_by_saga`) runs.
 """
@@ -11,21 +11,18 @@ to the Python path.  Otherwise the Python merge (:func:`merged_by_saga`) runs.
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-import psycopg
-
 from sagacity.chain._fastverify import BatchVerdict, batch_verdict, chain_verifier
 from sagacity.consumers.archive._verdicts import SagaAudit
-from sagacity.postgres.archive import chain_rows, reader_of, shared_snapshot
+from sagacity.ports import RowBatches
 
 _T = TypeVar("_T")
 
 
-def fetched(cursor: psycopg.ServerCursor[Any], size: int) -> Iterator[Sequence[Any]]:
-    """The rows of a named cursor, ``size`` a fetch (one call per fetch, not per row)."""
+def fetched(cursor: RowBatches, size: int) -> Iterator[Sequence[Any]]:
+    """The rows of a stream, ``size`` a fetch (one call per fetch, not per row)."""
     while rows := cursor.fetchmany(size):
         yield from rows
 
@@ -65,8 +62,8 @@ def merged_audits(
     auditor: Any,
     blocks: Iterable[bytes],
     *,
-    checkpoints: psycopg.ServerCursor[Any],
-    heads: psycopg.ServerCursor[Any],
+    checkpoints: RowBatches,
+    heads: RowBatches,
     fetch: int,
     anchors: Mapping[str, tuple[int, str]],
     anchor_rows: Mapping[str, Sequence[Any]],
@@ -95,8 +92,8 @@ def merged_told(
     auditor: Any,
     blocks: Iterable[bytes],
     *,
-    checkpoints: psycopg.ServerCursor[Any],
-    heads: psycopg.ServerCursor[Any],
+    checkpoints: RowBatches,
+    heads: RowBatches,
     fetch: int,
     anchors: Mapping[str, tuple[int, str]],
     anchor_rows: Mapping[str, Sequence[Any]],
@@ -149,82 +146,13 @@ def merged_told(
     yield from drain()
 
 
-def snapshot_reader(conn: psycopg.Connection) -> psycopg.Connection | None:
-    """A second connection to the archive reading ``conn``'s snapshot (exported: the same rows,
-    whatever is committed meanwhile) and search path; ``None`` where it cannot connect (a
-    connection limit, a pooler), and the caller then reads the rows on ``conn``."""
-    return reader_of(*shared_snapshot(conn))
-
-
 def bulk_verdicts(
     blocks: Iterable[bytes], *, anchors: Mapping[str, tuple[int, str]]
 ) -> Generator[tuple[str, BatchVerdict]]:
-    """The bulk verifier's verdicts on the blocks of :func:`chain_rows`, by saga id order."""
+    """The bulk verifier's verdicts on the rows' bulk blocks, by saga id order."""
     verifier = chain_verifier(anchors=anchors)
     for block in blocks:
         for verdict in verifier.feed(block):
             yield verdict.saga_id, verdict
     for verdict in verifier.finish():
         yield verdict.saga_id, verdict
-
-
-class RowStream:
-    """Every saga's rows by binary ``COPY`` (:func:`chain_rows`) on a second connection reading
-    ``conn``'s snapshot (:func:`snapshot_reader`), opened and started in a thread of its own:
-    the connection is made, and the server sorts the rows and sends the first of them, while
-    the caller reads other things on ``conn`` (psycopg and ``select`` release the GIL while
-    they wait).
-
-    :meth:`connected` says whether the second connection could be made (if not, the caller
-    reads the rows on ``conn``); then iterate the blocks once.  :meth:`close` waits for the
-    thread, then closes the stream (read or not) and the connection.
-    """
-
-    def __init__(self, conn: psycopg.Connection, *, forms: bool = False) -> None:
-        shared = shared_snapshot(conn)
-        self._forms = forms
-        self._reader: psycopg.Connection | None = None
-        self._blocks: Generator[bytes] | None = None
-        self._first: bytes | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(
-            target=self._start, args=shared, name="sagacity-audit-stream"
-        )
-        self._thread.start()
-
-    def _start(self, dsn: str, password: str | None, snapshot: str, search_path: str) -> None:
-        try:
-            self._reader = reader_of(dsn, password, snapshot, search_path)
-            if self._reader is not None:
-                self._blocks = chain_rows(self._reader, forms_only_first=self._forms)
-                self._first = next(self._blocks, None)
-        except BaseException as exc:  # raised to the caller by connected()
-            self._error = exc
-
-    def connected(self) -> bool:
-        """Whether the rows are streamed on a second connection (waits for the first block).
-
-        Raises:
-            PersistenceError: the database failed opening or starting the stream.
-        """
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._reader is not None
-
-    def __iter__(self) -> Iterator[bytes]:
-        if not self.connected() or self._blocks is None:
-            raise RuntimeError("no second connection: the rows are read on the audit's")
-        if self._first is not None:
-            yield self._first
-        yield from self._blocks
-
-    def close(self) -> None:
-        """Wait for the thread; then close the stream and the second connection."""
-        self._thread.join()
-        try:
-            if self._blocks is not None:
-                self._blocks.close()
-        finally:
-            if self._reader is not None:
-                self._reader.close()

@@ -17,13 +17,11 @@ import enum
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-import psycopg
-
 from sagacity.consumers.archive._findings import Finding, FindingReason, describe
 from sagacity.consumers.archive._ledger import IngestLedger, LedgerEntry
 from sagacity.consumers.archive._owners import writers_of, writers_up_to
 from sagacity.entries._events import GENESIS_HASH
-from sagacity.postgres.archive import PostgresArchiveReads
+from sagacity.ports import IngestBatch
 from sagacity.signing._writer_roles import SagaWriters
 
 if TYPE_CHECKING:
@@ -52,7 +50,7 @@ class BatchPlan:
     Args:
         ledger: what this process attested before the batch.
         verifier: heads signed under the archive's own key, for sagas the ledger lacks.
-        conn: the batch's connection (inside its transaction).
+        unit: the batch's transaction.
         heads: the table's head of each saga of the batch (absent: no row yet).
         places: each saga's (topic, partition), from its messages.
         authorship: with a writer registry, the writers of each saga are followed.
@@ -63,7 +61,7 @@ class BatchPlan:
         *,
         ledger: IngestLedger,
         verifier: CheckpointVerifier,
-        conn: psycopg.Connection,
+        unit: IngestBatch,
         heads: Mapping[str, Head],
         places: Mapping[str, tuple[str, int]],
         authorship: Authorship | None,
@@ -112,7 +110,7 @@ class BatchPlan:
                     entry.attested,
                     table,
                 )
-        self._resume(conn, verifier, unknown, heads)
+        self._resume(unit, verifier, unknown, heads)
         if self._roles is not None:
             # Where the table's head is the attested one, its writers are the attested ones.
             for saga_id in places:
@@ -123,20 +121,20 @@ class BatchPlan:
                     if found is not None:
                         self.table_writers[saga_id] = found
             rest = {s: heads[s] for s in places if s in heads and s not in self.table_writers}
-            self.table_writers.update(writers_of(PostgresArchiveReads(conn), rest))
+            self.table_writers.update(writers_of(unit.events, rest))
             for saga_id in places:
                 self.table_writers.setdefault(saga_id, SagaWriters())
 
     def _resume(
         self,
-        conn: psycopg.Connection,
+        unit: IngestBatch,
         verifier: CheckpointVerifier,
         unknown: list[str],
         heads: Mapping[str, Head],
     ) -> None:
         """Sagas this process has not read: from their last head signed under the archive's
         key (verified), else from the genesis hash."""
-        signed = verifier.signed_heads(conn, unknown) if verifier else {}
+        signed = verifier.signed_heads(unit.round_log, unknown) if verifier else {}
         for saga_id in unknown:
             base = signed.get(saga_id, _GENESIS)
             self.bases[saga_id], self.signed[saga_id] = base, base[0]
@@ -153,7 +151,7 @@ class BatchPlan:
         if self._roles is None:
             return
         at_base = {s: self.bases[s] for s in unknown if self.bases[s][0] > 0}
-        folded = writers_up_to(PostgresArchiveReads(conn), at_base)
+        folded = writers_up_to(unit.events, at_base)
         for saga_id in unknown:
             writers = folded.get(saga_id, SagaWriters())
             if writers is None:

@@ -94,7 +94,7 @@ def catch_up_and_sign(
     try:
         done = _catch_up(archiver, settings.topic, (dependencies.topic_passes, config), timeout_s)
         signed = sign_pending(
-            archiver.connection(),
+            archiver.signing(),
             signer,
             archiver.ledger,
             on_round=on_round,

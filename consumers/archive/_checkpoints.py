@@ -31,8 +31,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import psycopg
-
 from sagacity.consumers.archive._findings import Finding, FindingReason, describe, log_findings
 from sagacity.consumers.archive._ledger import IngestLedger, LedgerEntry
 from sagacity.consumers.archive._merkle import RootBuilder as RootBuilder
@@ -42,7 +40,7 @@ from sagacity.consumers.archive._merkle import merkle_root as merkle_root
 from sagacity.consumers.archive._merkle import root_from_proof as root_from_proof
 from sagacity.entries._events import now_micros
 from sagacity.errors import RoundLogError
-from sagacity.postgres.archive import mapped_errors, write_findings
+from sagacity.ports import CheckpointSigning, RoundLog, SigningUnit
 from sagacity.signing._ed25519 import KeyHolder, write_private_key
 from sagacity.signing._ed25519 import key_id_of as key_id_of
 from sagacity.signing._ed25519 import parse_public_key as _parse_public_key
@@ -54,7 +52,6 @@ ROUND_MAGIC = b"SGCR1"
 LOG_ROUND_MAGIC = b"SGCR2"
 FIRST_PREV_ROOT = "0" * 64
 """The previous root of an archive's first signing round."""
-_SIGNING_LOCK = 0x53474352  # with the schema's hash: one signer at a time per archive
 SIGNING_KEY_ENV = "SAGACITY_ARCHIVE_SIGNING_KEY"
 """Environment variable naming the signing key file."""
 
@@ -322,24 +319,16 @@ def signature_valid(public_raw: bytes, signed: Checkpoint | SignedRound) -> bool
     return _signature_valid(public_raw, signed.signature, signed.message())
 
 
-def leaves_in_order(
-    conn: psycopg.Connection, *, up_to_round: int, fetch: int = 10_000
-) -> Iterator[bytes]:
+def leaves_in_order(log: RoundLog, *, up_to_round: int, fetch: int = 10_000) -> Iterator[bytes]:
     """Every leaf of the rounds up to ``up_to_round``, in log order (round, then leaf)."""
-    with conn.cursor(name="sgc_log_leaves") as cur:
-        cur.itersize = fetch
-        cur.execute(
-            "SELECT saga_id, seq, hash FROM archive_checkpoint"
-            " WHERE round_id IS NOT NULL AND round_id <= %s ORDER BY round_id, leaf_index",
-            (up_to_round,),
-        )
-        for saga_id, seq, hash in cur:
-            yield leaf_hash(saga_id=saga_id, seq=int(seq), hash=hash)
+    with log.log_leaves(after=None, upto=up_to_round, fetch=fetch) as rows:
+        for saga_id, seq, hash in rows:
+            yield leaf_hash(saga_id=saga_id, seq=seq, hash=hash)
 
 
-def log_tail(conn: psycopg.Connection) -> tuple[RootBuilder, str]:
+def log_tail(unit: SigningUnit) -> tuple[RootBuilder, str]:
     """The log as the last round left it (a builder over every leaf so far) and that round's
-    root, inside the caller's transaction.
+    root, inside the round's transaction ``unit``.
 
     The last round's stored frontier is used when it leads to its signed root; otherwise (the
     first round of the log after rounds of the first format, or a frontier that was altered)
@@ -348,16 +337,14 @@ def log_tail(conn: psycopg.Connection) -> tuple[RootBuilder, str]:
     Raises:
         RoundLogError: the leaves no longer hash to the last round's signed root.
     """
-    last = conn.execute(
-        "SELECT round_id, format, root, tree_size, frontier FROM archive_checkpoint_round"
-        " ORDER BY round_id DESC LIMIT 1"
-    ).fetchone()
+    last = unit.last_round()
     if last is None:
         return RootBuilder(), FIRST_PREV_ROOT
-    round_id, fmt, root, tree_size, frontier = last
+    round_id, fmt, root = last.round_id, last.format, last.root
+    tree_size, frontier = last.tree_size, last.frontier
     if fmt == LOG_ROUND_FORMAT and frontier is not None and tree_size is not None:
         try:
-            builder = RootBuilder.from_frontier(int(tree_size), decode_frontier(frontier))
+            builder = RootBuilder.from_frontier(tree_size, decode_frontier(frontier))
         except ValueError:
             pass
         else:
@@ -365,7 +352,7 @@ def log_tail(conn: psycopg.Connection) -> tuple[RootBuilder, str]:
             if got is not None and got.hex() == root:
                 return builder, root
     builder = RootBuilder()
-    for leaf in leaves_in_order(conn, up_to_round=int(round_id)):
+    for leaf in leaves_in_order(unit.log, up_to_round=round_id):
         builder.add(leaf)
     if fmt == LOG_ROUND_FORMAT and (
         builder.count != tree_size or (builder.root() or b"").hex() != root
@@ -378,7 +365,7 @@ def log_tail(conn: psycopg.Connection) -> tuple[RootBuilder, str]:
 
 
 def sign_pending(
-    conn: psycopg.Connection,
+    store: CheckpointSigning,
     signer: Signer,
     ledger: IngestLedger,
     *,
@@ -409,18 +396,13 @@ def sign_pending(
     """
     if chunk < 1:
         raise ValueError("chunk must be at least 1")
-    with mapped_errors("register the signing key"), conn.transaction():
-        conn.execute(
-            "INSERT INTO archive_signing_key (key_id, public_key) VALUES (%s, %s)"
-            " ON CONFLICT (key_id) DO NOTHING",
-            (signer.key_id, signer.public_hex),
-        )
+    store.register_key(signer.key_id, signer.public_hex)
     pending = ledger.pending()
     handled = ledger.handled_offsets()
     total = 0
     for start in range(0, len(pending), chunk):
         heads = pending[start : start + chunk]
-        signed, findings = _sign_round(conn, signer, ledger, heads)
+        signed, findings = _sign_round(store, signer, ledger, heads)
         ledger.mark_signed(heads)
         log_findings(findings)
         if on_finding is not None:
@@ -432,20 +414,7 @@ def sign_pending(
         if on_round is not None:
             on_round(signed)
     if consumer_group is not None and handled:
-        with mapped_errors("record signed offsets"), conn.transaction():
-            conn.execute(
-                "UPDATE archive_consumer_offset o SET signed_offset = GREATEST("
-                "coalesce(o.signed_offset, 0), u.signed) FROM unnest(%s::text[], %s::int[],"
-                " %s::bigint[]) AS u(topic, kafka_partition, signed)"
-                " WHERE o.consumer_group = %s AND o.topic = u.topic"
-                " AND o.kafka_partition = u.kafka_partition",
-                (
-                    [k[0] for k in handled],
-                    [k[1] for k in handled],
-                    list(handled.values()),
-                    consumer_group,
-                ),
-            )
+        store.record_signed_offsets(consumer_group, handled)
     return total
 
 
@@ -456,65 +425,45 @@ def _where(entry: LedgerEntry | None) -> str:
 
 
 def _sign_round(
-    conn: psycopg.Connection,
+    store: CheckpointSigning,
     signer: Signer,
     ledger: IngestLedger,
     pending: list[tuple[str, int, str]],
 ) -> tuple[SignedRound | None, list[Finding]]:
     """Sign ``pending`` (attested heads, saga id order) as one round, leaving out those this
     key signed already (a round an earlier process committed before it could record so)."""
-    with mapped_errors("sign archived heads"), conn.transaction():
-        conn.execute(
-            "SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))", (_SIGNING_LOCK,)
-        )
-        sagas = [h[0] for h in pending]
-        findings = _moved_heads(conn, ledger, pending)
-        done = {
-            (s, int(n))
-            for s, n in conn.execute(
-                "SELECT c.saga_id, c.seq FROM archive_checkpoint c"
-                " JOIN unnest(%s::text[], %s::bigint[]) AS p(saga_id, seq)"
-                " ON c.saga_id = p.saga_id AND c.seq = p.seq WHERE c.key_id = %s",
-                (sagas, [h[1] for h in pending], signer.key_id),
-            )
-        }
-        write_findings(conn.cursor(), findings)
+    with store.signing_round() as unit:
+        findings = _moved_heads(unit, ledger, pending)
+        done = unit.signed_by(pending, signer.key_id)
+        unit.write_findings(findings)
         heads = [h for h in pending if (h[0], h[1]) not in done]
         if not heads:
             return None, findings
-        builder, prev_root = log_tail(conn)
-        row = conn.execute("SELECT nextval('archive_checkpoint_round_id_seq')").fetchone()
-        assert row is not None
+        builder, prev_root = log_tail(unit)
+        round_id = unit.next_round_id()
         for s, n, h in heads:
             builder.add(leaf_hash(saga_id=s, seq=n, hash=h))
         root = builder.root()
         assert root is not None
         signed = signer.sign_log_round(
-            round_id=int(row[0]),
+            round_id=round_id,
             tree_size=builder.count,
             leaf_count=len(heads),
             root=root.hex(),
             prev_root=prev_root,
             signed_at_us=now_micros(),
         )
-        _record_round(conn, signed, frontier=encode_frontier(builder.frontier()), heads=heads)
+        unit.record_round(signed, frontier=encode_frontier(builder.frontier()), heads=heads)
     return signed, findings
 
 
 def _moved_heads(
-    conn: psycopg.Connection, ledger: IngestLedger, pending: list[tuple[str, int, str]]
+    unit: SigningUnit, ledger: IngestLedger, pending: list[tuple[str, int, str]]
 ) -> list[Finding]:
     """A ``head_moved`` finding for each head of ``pending`` the head table no longer shows
     (its rows locked for the round), the saga stopped in ``ledger``; one per saga."""
     findings: list[Finding] = []
-    table = {
-        s: (int(n), h)
-        for s, n, h in conn.execute(
-            "SELECT saga_id, head_seq, head_hash FROM archive_saga_head"
-            " WHERE saga_id = ANY(%s) FOR UPDATE",
-            ([h[0] for h in pending],),
-        )
-    }
+    table = unit.table_heads([h[0] for h in pending])
     for saga_id, seq, hash in pending:
         entry = ledger.get(saga_id)
         shown = table.get(saga_id)
@@ -533,45 +482,3 @@ def _moved_heads(
                 )
             )
     return findings
-
-
-def _record_round(
-    conn: psycopg.Connection,
-    signed: SignedRound,
-    *,
-    frontier: str,
-    heads: list[tuple[str, int, str]],
-) -> None:
-    """Store the signed round, its checkpoints (one per head, in leaf order) and each
-    saga's checkpointed seq, in the caller's transaction."""
-    conn.execute(
-        "INSERT INTO archive_checkpoint_round (round_id, leaf_count, root, prev_root,"
-        " signed_at_us, key_id, signature, format, tree_size, frontier)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        (
-            signed.round_id,
-            signed.leaf_count,
-            signed.root,
-            signed.prev_root,
-            signed.signed_at_us,
-            signed.key_id,
-            signed.signature,
-            signed.format,
-            signed.tree_size,
-            frontier,
-        ),
-    )
-    with conn.cursor().copy(
-        "COPY archive_checkpoint (saga_id, seq, hash, signed_at_us, key_id, round_id,"
-        " leaf_index) FROM STDIN"
-    ) as copy:
-        for index, (saga_id, seq, hash) in enumerate(heads):
-            copy.write_row(
-                (saga_id, seq, hash, signed.signed_at_us, signed.key_id, signed.round_id, index)
-            )
-    conn.execute(
-        "UPDATE archive_saga_head h SET checkpointed_seq = GREATEST(h.checkpointed_seq, u.seq)"
-        " FROM unnest(%s::text[], %s::bigint[]) AS u(saga_id, seq)"
-        " WHERE h.saga_id = u.saga_id",
-        ([h[0] for h in heads], [h[1] for h in heads]),
-    )

@@ -12,8 +12,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
 from sagacity.consumers.archive._audit import iter_audits, trusted_keys
 from sagacity.consumers.archive._checkpoints import (
     LOG_ROUND_FORMAT,
@@ -29,14 +27,7 @@ from sagacity.consumers.archive._roundlog import (
 from sagacity.consumers.archive._verdicts import SagaAudit
 from sagacity.consumers.archive.verify_bundle import UNSIGNED_FIELDS
 from sagacity.errors import RoundLogError, UnknownSagaError
-from sagacity.postgres.archive import (
-    FORMS_VERSION,
-    LOG_VERSION,
-    RECORD_COLUMNS,
-    check_schema,
-    checkpoint_round_columns,
-    mapped_errors,
-)
+from sagacity.ports import BundleSnapshot, SagaBundleReads
 from sagacity.signing._operator_signature import OperatorVerifier
 
 BUNDLE_FORMAT = "sagacity-audit-bundle/3"
@@ -99,7 +90,7 @@ full.
 """
 
 
-def _checkpoint(conn: psycopg.Connection, row: Sequence[Any]) -> dict[str, Any]:
+def _checkpoint(snapshot: BundleSnapshot, row: Sequence[Any]) -> dict[str, Any]:
     """A checkpoint for the manifest: per-head (``SGCP1``) with its signature, or a leaf of a
     signing round with the round and the leaf's inclusion proof: to the round's own root
     (``SGCR1``), or to the log's root at that round (``SGCR2``: docs/adr/0015-round-log.md)."""
@@ -113,20 +104,16 @@ def _checkpoint(conn: psycopg.Connection, row: Sequence[Any]) -> dict[str, Any]:
     if round_id is None:
         out["signature"] = signature
         return out
-    signed = round_by_id(conn, round_id)
+    signed = round_by_id(snapshot.round_log, round_id)
     proof: list[bytes] = []
     if signed is not None and signed.format == LOG_ROUND_FORMAT:
         # A tampered log may not give a proof; the bundle then fails its own verification.
         with contextlib.suppress(RoundLogError):
-            proof = inclusion_proof_in_log(conn, signed, leaf_index)
+            proof = inclusion_proof_in_log(snapshot.round_log, signed, leaf_index)
     else:
         leaves = [
-            leaf_hash(saga_id=s, seq=int(n), hash=h)
-            for s, n, h in conn.execute(
-                "SELECT saga_id, seq, hash FROM archive_checkpoint WHERE round_id = %s"
-                " ORDER BY leaf_index",
-                (round_id,),
-            )
+            leaf_hash(saga_id=s, seq=n, hash=h)
+            for _i, s, n, h in snapshot.round_log.round_leaves(round_id)
         ]
         proof = inclusion_proof(leaves, leaf_index) if 0 <= leaf_index < len(leaves) else []
     out["round"] = round_to_dict(signed) if signed is not None else {"round_id": round_id}
@@ -135,40 +122,21 @@ def _checkpoint(conn: psycopg.Connection, row: Sequence[Any]) -> dict[str, Any]:
     return out
 
 
-def _anchor(conn: psycopg.Connection, saga_id: str, version: int) -> dict[str, Any] | None:
+def _anchor(snapshot: BundleSnapshot) -> dict[str, Any] | None:
     """The saga's retention anchor for the manifest, with its signed retention record and
     its inclusion proof to the record's anchors root (docs/adr/0015-round-log.md)."""
-    if version < LOG_VERSION:
-        row = conn.execute(
-            "SELECT seq, hash FROM archive_retention_anchor WHERE saga_id = %s"
-            " ORDER BY seq DESC LIMIT 1",
-            (saga_id,),
-        ).fetchone()
-        return None if row is None else {"seq": row[0], "hash": row[1]}
-    row = conn.execute(
-        "SELECT seq, hash, partition_name, leaf_index FROM archive_retention_anchor"
-        " WHERE saga_id = %s ORDER BY seq DESC LIMIT 1",
-        (saga_id,),
-    ).fetchone()
-    if row is None:
+    found = snapshot.last_anchor()
+    if found is None:
         return None
-    seq, hash, name, leaf_index = row
+    seq, hash, name, leaf_index = found
     out: dict[str, Any] = {"seq": seq, "hash": hash}
-    held = conn.execute(
-        f"SELECT {RECORD_COLUMNS} FROM archive_retention WHERE partition_name = %s",  # noqa: S608
-        (name,),
-    ).fetchone()
+    if name is None:
+        return out  # an archive older than signed records
+    held = snapshot.retention_record(name)
     record = record_of_row(held) if held is not None else None
     if record is None or leaf_index is None:
         return out  # unsigned: the bundle's verifier refuses it
-    leaves = [
-        anchor_leaf(saga_id=s, seq=int(n), hash=h)
-        for s, n, h in conn.execute(
-            "SELECT saga_id, seq, hash FROM archive_retention_anchor WHERE partition_name = %s"
-            " ORDER BY leaf_index",
-            (name,),
-        )
-    ]
+    leaves = [anchor_leaf(saga_id=s, seq=n, hash=h) for s, n, h in snapshot.anchors_of(name)]
     out["record"] = dataclasses.asdict(record)
     out["leaf_index"] = leaf_index
     out["proof"] = (
@@ -180,7 +148,7 @@ def _anchor(conn: psycopg.Connection, saga_id: str, version: int) -> dict[str, A
 
 
 def export_bundle(
-    conn: psycopg.Connection,
+    store: SagaBundleReads,
     saga_id: str,
     out: Path,
     *,
@@ -198,14 +166,14 @@ def export_bundle(
         UnknownSagaError: the archive holds nothing for ``saga_id``.
         ArchiveSchemaError / PersistenceError: the database is not an archive or failed.
     """
-    rows, checkpoints, anchor = _read_saga(conn, saga_id)
+    rows, checkpoints, anchor = _read_saga(store, saga_id)
     if not rows and not checkpoints:
         raise UnknownSagaError(
             f"the archive holds no entries for saga {saga_id!r}", saga_id=saga_id
         )
     audits = list(
         iter_audits(
-            conn,
+            store,
             saga_id=saga_id,
             pinned_keys=pinned_keys,
             allow_unopened=allow_unopened,
@@ -213,7 +181,7 @@ def export_bundle(
         )
     )
     verdict = audits[0]
-    keys = trusted_keys(conn)
+    keys = trusted_keys(store)
     out.mkdir(parents=True, exist_ok=True)
     events, form_2 = _events_jsonl(rows)
     (out / "events.jsonl").write_bytes(events)
@@ -248,33 +216,13 @@ def export_bundle(
 
 
 def _read_saga(
-    conn: psycopg.Connection, saga_id: str
+    store: SagaBundleReads, saga_id: str
 ) -> tuple[list[Any], list[dict[str, Any]], dict[str, Any] | None]:
     """The saga's rows, checkpoints and retention anchor, read in one snapshot."""
-    version = check_schema(conn)
-    round_columns = checkpoint_round_columns(version)
-    if not conn.autocommit:
-        conn.rollback()  # the snapshot transaction below must be the first statement's
-    with mapped_errors("export a saga"), conn.transaction():
-        # One snapshot: rows, checkpoints, rounds and anchor of the same moment (a round signed
-        # between two reads would show a checkpoint past the exported head).
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        forms = ", form, commitments, salts" if version >= FORMS_VERSION else ""
-        rows = conn.execute(
-            "SELECT saga_id, seq, event_type, tool, payload, result, error, actor, attributes,"  # noqa: S608
-            f" recorded_at_us, prev_hash, hash{forms} FROM side_effect_journal"
-            " WHERE saga_id = %s ORDER BY archive_id",
-            (saga_id,),
-        ).fetchall()
-        checkpoints = [
-            _checkpoint(conn, row)
-            for row in conn.execute(
-                f"SELECT seq, hash, signed_at_us, key_id, signature, {round_columns}"  # noqa: S608
-                " FROM archive_checkpoint WHERE saga_id = %s ORDER BY seq, signed_at_us",
-                (saga_id,),
-            ).fetchall()
-        ]
-        anchor = _anchor(conn, saga_id, version)
+    with store.bundle_snapshot(saga_id) as snapshot:
+        rows = snapshot.rows()
+        checkpoints = [_checkpoint(snapshot, row) for row in snapshot.checkpoints()]
+        anchor = _anchor(snapshot)
     return rows, checkpoints, anchor
 
 

@@ -4,13 +4,10 @@ transaction."""
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Collection, Mapping, Sequence
 from types import NoneType
 from typing import TYPE_CHECKING
-
-import psycopg
 
 from sagacity.chain import compute_hash, link_break
 from sagacity.consumers.archive._attest import CheckpointVerifier
@@ -46,18 +43,12 @@ from sagacity.errors import (
     SagacityError,
     UnopenableError,
 )
-from sagacity.postgres.archive import (
+from sagacity.ports import (
+    ArchiveIngest,
+    CheckpointSigning,
     HeadConflictError,
-    PostgresArchiveReads,
-    archived_hashes,
-    connect,
-    copy_quarantine,
-    make_months,
-    mapped_errors,
-    move_heads,
-    read_heads,
-    store_offsets,
-    write_findings,
+    IngestBatch,
+    IngestRetry,
 )
 
 if TYPE_CHECKING:
@@ -79,8 +70,6 @@ __all__ = [
     "_wire_decoder",
 ]
 
-_COPY_JOURNAL = f"COPY side_effect_journal ({', '.join(JOURNAL_COLUMNS)}) FROM STDIN"
-
 
 def _month_key(us: int) -> int:
     t = time.gmtime(us // 1_000_000)
@@ -90,12 +79,13 @@ def _month_key(us: int) -> int:
 class BatchArchiver:
     """Archives batches of raw journal events into one Postgres archive.
 
-    Holds one connection (reopened after a loss) and, per batch only, the heads of the sagas
-    in the batch, plus its :class:`IngestLedger` (bounded): what it read from the topic, the
-    only input its signer signs.
+    Holds its store (one connection, reopened after a loss) and, per batch only, the heads of
+    the sagas in the batch, plus its :class:`IngestLedger` (bounded): what it read from the
+    topic, the only input its signer signs.
 
     Args:
-        conninfo: libpq connection string of the archive (its search_path picks the schema).
+        store: the archive (the port :class:`~sagacity.ports.ArchiveIngest`; the Postgres
+            archive's ``PostgresArchiveIngest``, made by the composition root).
         consumer_group: the name offsets are stored under.
         wire / partitioner: the journal's wire format and where its partitioner puts a key
             (the ports :class:`~sagacity.ports.JournalWire`, :class:`~sagacity.ports.Partitioner`).
@@ -120,7 +110,7 @@ class BatchArchiver:
 
     def __init__(
         self,
-        conninfo: str,
+        store: ArchiveIngest,
         *,
         consumer_group: str,
         partitioner: Partitioner,
@@ -137,7 +127,7 @@ class BatchArchiver:
     ) -> None:
         if keys is not None and decode is not None:
             raise ValueError("keys open the journal's own wire format: give keys or decode")
-        self._conninfo = conninfo
+        self._store = store
         self._authorship = authorship
         self.consumer_group = consumer_group
         self._partitioner = partitioner
@@ -155,8 +145,6 @@ class BatchArchiver:
         self._prefix = own.prefix if own is not None and self._native_row is not None else b""
         self._retries = retries
         self._retry_delay = retry_delay
-        self._conn: psycopg.Connection | None = None
-        self._months: set[int] = set()
         self._window = time_window
         self.partitions: dict[str, int] = dict(partitions or {})
         """Per topic, its partition count (the placement check)."""
@@ -166,26 +154,21 @@ class BatchArchiver:
         self._again: dict[tuple[str, int], int] = {}
         self._reported: set[tuple[str, tuple[int, str]]] = set()
 
-    # --- connection ---------------------------------------------------------------------------
-    def connection(self) -> psycopg.Connection:
-        """The open connection, reconnecting if it was lost."""
-        if self._conn is None or self._conn.closed:
-            self._conn = connect(self._conninfo)
-            self._months.clear()
-        return self._conn
+    # --- store ------------------------------------------------------------------------------
+    def signing(self) -> CheckpointSigning:
+        """The archive's signing rounds, on the archiver's store."""
+        return self._store.signing()
+
+    def prepare(self) -> None:
+        """Create or upgrade the archive's schema where it is older than this release."""
+        self._store.prepare()
 
     def close(self) -> None:
-        """Close the connection."""
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        """Close the store's connection."""
+        self._store.close()
 
     def _drop_connection(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(psycopg.Error):
-                self._conn.close()
-        self._conn = None
-        self._months.clear()
+        self._store.reset()
 
     # --- offsets ------------------------------------------------------------------------------
     def stored_offsets(self, topic: str) -> dict[int, int]:
@@ -208,14 +191,7 @@ class BatchArchiver:
         return {p: min(nxt, signed) for p, (nxt, signed) in positions.items()}
 
     def _offsets(self, topic: str) -> dict[int, tuple[int, int]]:
-        conn = self.connection()
-        with mapped_errors("read stored offsets"), conn.transaction():
-            rows = conn.execute(
-                "SELECT kafka_partition, next_offset, coalesce(signed_offset, next_offset)"
-                " FROM archive_consumer_offset WHERE consumer_group = %s AND topic = %s",
-                (self.consumer_group, topic),
-            ).fetchall()
-        return {int(p): (int(n), int(s)) for p, n, s in rows}
+        return self._store.offsets(self.consumer_group, topic)
 
     def moved_heads(self, topic: str, held: Collection[int]) -> list[Finding]:
         """Report the sagas of ``held`` partitions whose table head moved past what this
@@ -236,7 +212,7 @@ class BatchArchiver:
             or handled.get((topic, p), -1) >= self._again[(topic, p)]
         }
         return moved_heads(
-            PostgresArchiveReads(self.connection()),
+            self._store.head_findings(),
             self.ledger,
             partition_of=lambda saga_id: self._partitioner.partition_for(
                 saga_id.encode("utf-8", "surrogatepass"), count
@@ -284,14 +260,12 @@ class BatchArchiver:
                 continue
             except PersistenceError as exc:
                 self._drop_connection()
-                if isinstance(exc.__cause__, psycopg.errors.CheckViolation) and attempt == 1:
+                retry = self._store.retry_of(exc)
+                if retry is IngestRetry.MONTH_DROPPED and attempt == 1:
                     # "no partition for row": retention dropped a month this process had
                     # cached as existing.  The cache is gone with the connection; retry.
                     continue
-                if (
-                    isinstance(exc.__cause__, psycopg.errors.UniqueViolation)
-                    and attempt < self._retries
-                ):
+                if retry is IngestRetry.ROW_CONFLICT and attempt < self._retries:
                     # Another archiver committed some of these rows first; re-classifying
                     # finds them archived (duplicates).
                     time.sleep(delay)
@@ -399,22 +373,20 @@ class BatchArchiver:
     def _archive_once(
         self, batch: Sequence[RawEvent], decoded: Sequence[_Checked | _Refusal]
     ) -> tuple[BatchReport, BatchPlan | None, dict[str, tuple[int, str]]]:
-        conn = self.connection()
         report = BatchReport()
-        with mapped_errors("archive a batch"), conn.transaction():
-            cur = conn.cursor()
+        with self._store.batch() as unit:
             places = {
                 d.saga_id: (ev.topic, ev.partition)
                 for ev, d in zip(batch, decoded, strict=True)
                 if isinstance(d, _Checked)
             }
-            heads = read_heads(cur, sorted(places))
+            heads = unit.read_heads(sorted(places))
             known = dict(heads)
             plan = (
                 BatchPlan(
                     ledger=self.ledger,
                     verifier=self._verifier,
-                    conn=conn,
+                    unit=unit,
                     heads=heads,
                     places=places,
                     authorship=self._authorship,
@@ -424,31 +396,28 @@ class BatchArchiver:
             )
             again = self._read_again(batch)
             report.again = sum(again)
-            unmade = self._make_months(conn, cur, decoded, again)
+            unmade = self._make_months(unit, decoded, again)
             accepted, refusals, report.duplicates = self._sort(
-                cur, batch, decoded, again, heads, plan, unmade
+                unit, batch, decoded, again, heads, plan, unmade
             )
             if accepted:
                 # The months were made before the events were sorted (_make_months).
-                with cur.copy(_COPY_JOURNAL) as copy:
-                    write_row = copy.write_row
-                    for e in accepted:
-                        write_row(e.row)
-                move_heads(cur, known, heads)
+                unit.write_rows(JOURNAL_COLUMNS, (e.row for e in accepted))
+                unit.move_heads(known, heads)
             if refusals:
-                for reason, times in copy_quarantine(cur, refusals).items():
+                for reason, times in unit.quarantine(refusals).items():
                     report.quarantined[QuarantineReason(reason)] = times
             if plan is not None and plan.findings:
-                write_findings(cur, plan.findings)
+                unit.write_findings(plan.findings)
                 for f in plan.findings:
                     report.findings[f.reason.value] = report.findings.get(f.reason.value, 0) + 1
-            self._store_offsets(cur, batch)
+            self._store_offsets(unit, batch)
         report.archived = len(accepted)
         return report, plan, heads
 
     def _sort(
         self,
-        cur: psycopg.Cursor,
+        unit: IngestBatch,
         batch: Sequence[RawEvent],
         decoded: Sequence[_Checked | _Refusal],
         read_again: Sequence[bool],
@@ -459,8 +428,7 @@ class BatchArchiver:
         """Classify the batch's events in order against the table's heads (moved in
         ``heads`` as events are accepted), beside the plan's walk: the events to write and
         the refusals to quarantine, and how many were duplicates."""
-        archived = archived_hashes(
-            cur,
+        archived = unit.archived_hashes(
             {
                 (d.saga_id, d.seq)
                 for d in decoded
@@ -486,7 +454,7 @@ class BatchArchiver:
                     refusals.append(item)
                 continue
             assert plan is not None
-            verdict = self._classify(cur, item, heads, archived)
+            verdict = self._classify(unit, item, heads, archived)
             if verdict is _DUPLICATE:
                 duplicates += 1
                 plan.observe(item, Table.HOLDS, again=again)
@@ -510,13 +478,13 @@ class BatchArchiver:
             refusals.append(_Refusal(reason, detail, ev, item.saga_id, item.seq))
         return accepted, refusals, duplicates
 
-    def _store_offsets(self, cur: psycopg.Cursor, batch: Sequence[RawEvent]) -> None:
+    def _store_offsets(self, unit: IngestBatch, batch: Sequence[RawEvent]) -> None:
         """Store the batch's positions (the last statement of its transaction)."""
-        store_offsets(cur, self.consumer_group, batch)
+        unit.store_offsets(self.consumer_group, batch)
 
     def _classify(
         self,
-        cur: psycopg.Cursor,
+        unit: IngestBatch,
         entry: _Checked,
         heads: dict[str, tuple[int, str]],
         archived: dict[tuple[str, int], str],
@@ -530,11 +498,7 @@ class BatchArchiver:
             elif (entry.saga_id, entry.seq) in archived:
                 archived_hash = archived[(entry.saga_id, entry.seq)]
             else:
-                row = cur.execute(
-                    "SELECT hash FROM side_effect_journal WHERE saga_id = %s AND seq = %s",
-                    (entry.saga_id, entry.seq),
-                ).fetchone()
-                archived_hash = row[0] if row else None
+                archived_hash = unit.archived_hash(entry.saga_id, entry.seq)
             if archived_hash == entry.hash:
                 return _DUPLICATE
             return (
@@ -569,8 +533,7 @@ class BatchArchiver:
 
     def _make_months(
         self,
-        conn: psycopg.Connection,
-        cur: psycopg.Cursor,
+        unit: IngestBatch,
         decoded: Sequence[_Checked | _Refusal],
         read_again: Sequence[bool],
     ) -> dict[int, str]:
@@ -584,7 +547,7 @@ class BatchArchiver:
         for d, again in zip(decoded, read_again, strict=True):
             if isinstance(d, _Checked) and not again:
                 seconds.setdefault(d.recorded_at_us // 1_000_000, d.recorded_at_us)
-        return make_months(conn, cur, {_month_key(us): us for us in seconds.values()}, self._months)
+        return unit.make_months({_month_key(us): us for us in seconds.values()})
 
 
 _DUPLICATE = object()

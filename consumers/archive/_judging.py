@@ -25,7 +25,6 @@ from sagacity.consumers.archive._verdicts import RetentionAudit, SagaAudit
 from sagacity.entries._events import GENESIS_HASH, JournalEntry
 from sagacity.errors import SerializationError
 from sagacity.ports import SagaRows
-from sagacity.postgres.archive import entry_of_row
 
 _Finding = tuple[int, AuditReason, str]
 """A failure: the bad seq, its reason and the detail."""
@@ -308,6 +307,7 @@ def audit_one(
             rounds=rounds,
         )
     return _judged_by_reference(
+        archive,
         saga,
         rows,
         forms=forms,
@@ -349,6 +349,7 @@ def _chain_failed(saga: str, verdict: BatchVerdict, *, events: int) -> SagaAudit
 
 
 def _judged_by_reference(
+    archive: SagaRows,
     saga: str,
     rows: Sequence[Sequence[Any]],
     *,
@@ -365,7 +366,7 @@ def _judged_by_reference(
     entries: list[JournalEntry] = []
     for row in rows:
         try:
-            entries.append(entry_of_row(row, forms=forms))
+            entries.append(archive.entry_of(row, forms=forms))
         except SerializationError as exc:
             # A row that is no entry at all: reported at its seq, after the rows before it
             # (whose own fault, if any, comes first).

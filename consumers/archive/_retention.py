@@ -25,22 +25,18 @@ import dataclasses
 import datetime
 import hashlib
 import os
-import re
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psycopg
-from psycopg import sql
-
 from sagacity.config._duration import parse_retention
 from sagacity.consumers.archive._checkpoints import Signer
 from sagacity.consumers.archive._merkle import RootBuilder
 from sagacity.entries._events import now_micros
 from sagacity.errors import DurationError, RetentionError
-from sagacity.postgres.archive import check_schema, current_schema, mapped_errors
+from sagacity.ports import ArchiveMonth, RetentionMonths, RetentionUnit
 
 MIN_RETENTION_MONTHS = 6
 """The shortest retention accepted without ``force`` (EU AI Act Art. 19: at least six months)."""
@@ -49,8 +45,6 @@ RECORD_MAGIC = b"SGRT1"
 ANCHOR_MAGIC = b"SGRA1"
 NO_ANCHORS_ROOT = "0" * 64
 """The anchors root of a month that left no anchors."""
-
-_BOUND = re.compile(r"FROM \('?(-?\d+)'?\) TO \('?(-?\d+)'?\)")
 
 
 def parse_keep(text: str) -> int:
@@ -75,13 +69,8 @@ def cutoff_us(keep_months: int, now: datetime.datetime) -> int:
     return int(then.timestamp()) * 1_000_000 + then.microsecond
 
 
-@dataclass(frozen=True, kw_only=True)
-class Partition:
-    """One month of the journal."""
-
-    name: str
-    range_from_us: int
-    range_to_us: int
+Partition = ArchiveMonth
+"""One month of the journal (the store's :class:`~sagacity.ports.ArchiveMonth`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,14 +160,6 @@ def record_of_row(row: Sequence[Any]) -> RetentionRecord | None:
     )
 
 
-def _register_key(conn: psycopg.Connection, signer: Signer) -> None:
-    conn.execute(
-        "INSERT INTO archive_signing_key (key_id, public_key) VALUES (%s, %s)"
-        " ON CONFLICT (key_id) DO NOTHING",
-        (signer.key_id, signer.public_hex),
-    )
-
-
 def _signed_record(signer: Signer, **fields: object) -> RetentionRecord:
     unsigned = RetentionRecord(
         signed_at_us=now_micros(),
@@ -188,7 +169,7 @@ def _signed_record(signer: Signer, **fields: object) -> RetentionRecord:
     return dataclasses.replace(unsigned, signature=signer.sign_hex(unsigned.message()))
 
 
-def sign_records(conn: psycopg.Connection, signer: Signer) -> int:
+def sign_records(store: RetentionMonths, signer: Signer) -> int:
     """Sign every retention record not signed yet (months dropped before records were
     signed); return how many.  The operator attests, with the archive's key, the anchors those
     months left as they now are: run it once after upgrading, before the database could have
@@ -198,70 +179,29 @@ def sign_records(conn: psycopg.Connection, signer: Signer) -> int:
         PersistenceError: the database failed.
     """
     signed = 0
-    with mapped_errors("sign retention records"), conn.transaction():
-        check_schema(conn)
-        unsigned = conn.execute(
-            "SELECT partition_name, range_from_us, range_to_us, row_count, export_sha256"
-            " FROM archive_retention WHERE signature IS NULL ORDER BY partition_name"
-        ).fetchall()
+    with store.signing() as unit:
+        unsigned = unit.unsigned_months()
         if unsigned:
-            _register_key(conn, signer)
-        for name, range_from, range_to, row_count, sha256 in unsigned:
-            conn.execute(
-                "UPDATE archive_retention_anchor a SET leaf_index = o.n FROM (SELECT saga_id,"
-                ' seq, row_number() OVER (ORDER BY saga_id COLLATE "C", seq) - 1 AS n'
-                " FROM archive_retention_anchor WHERE partition_name = %s) o"
-                " WHERE a.saga_id = o.saga_id AND a.seq = o.seq",
-                (name,),
-            )
-            count, root = anchors_root(
-                conn.execute(
-                    "SELECT saga_id, seq, hash FROM archive_retention_anchor"
-                    " WHERE partition_name = %s ORDER BY leaf_index",
-                    (name,),
-                )
-            )
+            unit.register_key(signer.key_id, signer.public_hex)
+        for month in unsigned:
+            count, root = anchors_root(unit.leaf_ordered_anchors(month.name))
             record = _signed_record(
                 signer,
-                partition_name=name,
-                range_from_us=int(range_from),
-                range_to_us=int(range_to),
-                row_count=int(row_count),
-                export_sha256=sha256,
+                partition_name=month.name,
+                range_from_us=month.range_from_us,
+                range_to_us=month.range_to_us,
+                row_count=month.row_count,
+                export_sha256=month.export_sha256,
                 anchor_count=count,
                 anchors_root=root,
             )
-            conn.execute(
-                "UPDATE archive_retention SET anchor_count = %s, anchors_root = %s,"
-                " signed_at_us = %s, key_id = %s, signature = %s WHERE partition_name = %s",
-                (count, root, record.signed_at_us, record.key_id, record.signature, name),
-            )
+            unit.store_signature(record)
             signed += 1
     return signed
 
 
-def partitions(conn: psycopg.Connection) -> list[Partition]:
-    """The journal's month partitions, oldest first."""
-    with mapped_errors("list partitions"):
-        found = conn.execute(
-            "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i"
-            " JOIN pg_class c ON c.oid = i.inhrelid"
-            " WHERE i.inhparent = 'side_effect_journal'::regclass"
-        ).fetchall()
-    out = []
-    for name, bound in found:
-        match = _BOUND.search(bound or "")
-        if match:
-            out.append(
-                Partition(
-                    name=name, range_from_us=int(match.group(1)), range_to_us=int(match.group(2))
-                )
-            )
-    return sorted(out, key=lambda p: p.range_from_us)
-
-
 def run_retention(
-    conn: psycopg.Connection,
+    store: RetentionMonths,
     *,
     keep_months: int,
     export_dir: Path | None = None,
@@ -295,22 +235,14 @@ def run_retention(
         )
     moment = now if now is not None else datetime.datetime.now(datetime.UTC)
     cutoff = cutoff_us(keep_months, moment)
-    # In a transaction of its own, so that each month's below is a real one (committed by
-    # itself), not a savepoint of an implicit transaction these reads would have opened.
-    with mapped_errors("list expired months"), conn.transaction():
-        check_schema(conn)
-        schema = current_schema(conn)
-        expired = [p for p in partitions(conn) if p.range_to_us <= cutoff]
+    expired = [p for p in store.months() if p.range_to_us <= cutoff]
     actions = []
     for part in expired:
-        table = sql.Identifier(schema, part.name)
         if not apply:
-            with mapped_errors("count an expired month"), conn.transaction():
-                row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()
             actions.append(
                 RetentionAction(
                     partition=part,
-                    rows=int(row[0]) if row else 0,
+                    rows=store.row_count(part),
                     export_file=None,
                     export_sha256=None,
                     dropped=False,
@@ -319,16 +251,12 @@ def run_retention(
             continue
         assert export_dir is not None
         assert signer is not None
-        actions.append(_export_and_drop(conn, part, table, export_dir, signer))
+        actions.append(_export_and_drop(store, part, export_dir, signer))
     return actions
 
 
 def _export_and_drop(
-    conn: psycopg.Connection,
-    part: Partition,
-    table: sql.Composable,
-    export_dir: Path,
-    signer: Signer,
+    store: RetentionMonths, part: Partition, export_dir: Path, signer: Signer
 ) -> RetentionAction:
     try:
         export_dir.mkdir(parents=True, exist_ok=True)
@@ -337,18 +265,11 @@ def _export_and_drop(
     target = export_dir / f"{part.name}.jsonl"
     partial = target.with_suffix(".jsonl.partial")
     try:
-        with mapped_errors("export and drop an expired month"), conn.transaction():
-            conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(table))
-            rows, digest = _exported(conn, table, partial=partial, target=target)
-            anchors = sql.SQL(
-                'SELECT DISTINCT ON (saga_id COLLATE "C") saga_id, seq, hash FROM {}'
-                ' ORDER BY saga_id COLLATE "C", seq DESC'
-            ).format(table)
-            with conn.cursor(name="sgc_retention_anchors") as cur:
-                cur.itersize = 5_000
-                cur.execute(anchors)
-                count, root = anchors_root(cur)
-            _register_key(conn, signer)
+        with store.dropping(part) as unit:
+            rows, digest = _exported(unit, partial=partial, target=target)
+            with unit.anchors() as anchors:
+                count, root = anchors_root(anchors)
+            unit.register_key(signer.key_id, signer.public_hex)
             record = _signed_record(
                 signer,
                 partition_name=part.name,
@@ -359,10 +280,8 @@ def _export_and_drop(
                 anchor_count=count,
                 anchors_root=root,
             )
-            _store_record(conn, part, record, rows=rows, target=target, anchors=anchors)
-            # DDL, not a row change: the append-only row and TRUNCATE triggers do not apply,
-            # and only the table's owner may do it.
-            conn.execute(sql.SQL("DROP TABLE {}").format(table))
+            unit.store_record(record, export_file=str(target))
+            unit.drop()
     except BaseException:
         # The finished export is kept even then: if the commit's answer was lost the month
         # may be gone and the file is its only copy.  A later run overwrites it.
@@ -377,9 +296,7 @@ def _export_and_drop(
     )
 
 
-def _exported(
-    conn: psycopg.Connection, table: sql.Composable, *, partial: Path, target: Path
-) -> tuple[int, str]:
+def _exported(unit: RetentionUnit, *, partial: Path, target: Path) -> tuple[int, str]:
     """Write the month's rows, one JSON object a line, to ``partial``, synced, then renamed
     to ``target``; how many rows, and the file's SHA-256.
 
@@ -389,14 +306,8 @@ def _exported(
     digest = hashlib.sha256()
     rows = 0
     try:
-        with partial.open("wb") as out, conn.cursor(name="sgc_retention") as cur:
-            cur.itersize = 5_000
-            cur.execute(
-                sql.SQL(
-                    "SELECT row_to_json(t)::text FROM {} t ORDER BY saga_id, archive_id"
-                ).format(table)
-            )
-            for (line,) in cur:
+        with partial.open("wb") as out, unit.export_lines() as lines:
+            for line in lines:
                 data = line.encode("utf-8") + b"\n"
                 out.write(data)
                 digest.update(data)
@@ -407,42 +318,3 @@ def _exported(
     except OSError as exc:
         raise RetentionError(f"cannot write {target}: {exc.strerror}") from exc
     return rows, digest.hexdigest()
-
-
-def _store_record(
-    conn: psycopg.Connection,
-    part: Partition,
-    record: RetentionRecord,
-    *,
-    rows: int,
-    target: Path,
-    anchors: sql.Composable,
-) -> None:
-    """Store the month's signed retention record and its anchors (the last seq and hash of
-    each saga it holds, in leaf order), in the caller's transaction."""
-    conn.execute(
-        "INSERT INTO archive_retention (partition_name, range_from_us, range_to_us,"
-        " row_count, export_file, export_sha256, anchor_count, anchors_root,"
-        " signed_at_us, key_id, signature)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        (
-            part.name,
-            part.range_from_us,
-            part.range_to_us,
-            rows,
-            str(target),
-            record.export_sha256,
-            record.anchor_count,
-            record.anchors_root,
-            record.signed_at_us,
-            record.key_id,
-            record.signature,
-        ),
-    )
-    conn.execute(
-        sql.SQL(
-            "INSERT INTO archive_retention_anchor (saga_id, seq, hash, partition_name,"
-            " leaf_index) SELECT saga_id, seq, hash, {},"
-            ' row_number() OVER (ORDER BY saga_id COLLATE "C") - 1 FROM ({}) a'
-        ).format(sql.Literal(part.name), anchors)
-    )

@@ -13,8 +13,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import psycopg
-
 from sagacity._native import native
 from sagacity.consumers.archive._checkpoints import (
     FIRST_PREV_ROOT,
@@ -27,7 +25,7 @@ from sagacity.consumers.archive._checkpoints import (
 from sagacity.consumers.archive._merkle import RootBuilder, decode_frontier
 from sagacity.consumers.archive._reasons import AuditReason
 from sagacity.consumers.archive._roundlog import round_of_row
-from sagacity.postgres.archive import LOG_VERSION
+from sagacity.ports import RoundLog, RoundStreams
 
 
 def _python_leaf(saga_id: Any, seq: Any, hash: Any) -> bytes | None:
@@ -116,41 +114,23 @@ def _judge_round(
     return None
 
 
-def _fetched(cursor: psycopg.ServerCursor[Any], size: int) -> Iterator[Sequence[Any]]:
-    """The rows of a named cursor, ``size`` a fetch (psycopg's iteration costs a call into
-    its cursor per row; this, one per fetch)."""
-    while rows := cursor.fetchmany(size):
-        yield from rows
-
-
-def round_select(version: int, alias: str = "") -> str:
-    """The select list :func:`round_of_row` reads, for an archive at ``version``."""
-    a = f"{alias}." if alias else ""
-    log = f"{a}format, {a}tree_size" if version >= LOG_VERSION else "1, NULL::bigint"
-    return (
-        f"{a}round_id, {a}leaf_count, {a}root, {a}prev_root, {a}signed_at_us, {a}key_id,"
-        f" {a}signature, {log}"
-    )
-
-
-def _log_before(
-    conn: psycopg.Connection, previous: Sequence[Any] | None, version: int
-) -> RootBuilder:
+def _log_before(log: RoundLog, previous: Sequence[Any] | None) -> RootBuilder:
     """The log as it stood before a round, from the round before it (``round_id, format,
     tree_size, frontier``; ``None``: no round before): its frontier when that is well formed,
     else every leaf up to it, read once (the frontier is not signed; a wrong one only makes the
     round fail, so a failure is re-checked from the leaves)."""
     if previous is None:
         return RootBuilder()
-    if version >= LOG_VERSION and previous[1] == LOG_ROUND_FORMAT and previous[3] is not None:
+    # An archive older than the log gives format 1 and no frontier (the store's columns).
+    if previous[1] == LOG_ROUND_FORMAT and previous[3] is not None:
         with contextlib.suppress(ValueError, TypeError):
             return RootBuilder.from_frontier(int(previous[2]), decode_frontier(previous[3]))
-    return _log_from_leaves(conn, int(previous[0]))
+    return _log_from_leaves(log, int(previous[0]))
 
 
-def _log_from_leaves(conn: psycopg.Connection, up_to_round: int) -> RootBuilder:
+def _log_from_leaves(log: RoundLog, up_to_round: int) -> RootBuilder:
     builder = RootBuilder()
-    for leaf in leaves_in_order(conn, up_to_round=up_to_round):
+    for leaf in leaves_in_order(log, up_to_round=up_to_round):
         builder.add(leaf)
     return builder
 
@@ -174,39 +154,6 @@ def _leaf_problem(
             " (those fields are covered by the round's signature only)"
         )
     return None
-
-
-def _queries(saga_id: str | None, version: int) -> tuple[str, str]:
-    """The rounds in id order (for one saga, its rounds, each with the round before it and
-    that round's log columns), and their leaves in round and leaf order."""
-    columns = round_select(version, "r")
-    if saga_id is None:
-        rounds = (
-            f"SELECT {columns}, NULL, NULL, NULL, NULL, NULL"  # noqa: S608
-            " FROM archive_checkpoint_round r ORDER BY r.round_id"
-        )
-        scope = ""
-    else:
-        log_columns = (
-            "b.format, b.tree_size, b.frontier" if version >= LOG_VERSION else "1, NULL, NULL"
-        )
-        # One saga's rounds come with the round before each (whatever sagas it signed), so
-        # that their links are checked as the whole-archive pass checks them.
-        rounds = (
-            f"SELECT {columns}, b.round_id, b.root, {log_columns}"  # noqa: S608
-            " FROM archive_checkpoint_round r LEFT JOIN LATERAL (SELECT *"
-            " FROM archive_checkpoint_round q WHERE q.round_id < r.round_id"
-            " ORDER BY q.round_id DESC LIMIT 1) b ON true WHERE r.round_id IN"
-            " (SELECT round_id FROM archive_checkpoint WHERE saga_id = %(s)s)"
-            " ORDER BY r.round_id"
-        )
-        scope = " AND round_id IN (SELECT round_id FROM archive_checkpoint WHERE saga_id = %(s)s)"
-    leaves = (
-        "SELECT round_id, leaf_index, saga_id, seq, hash, signed_at_us, key_id"  # noqa: S608
-        f" FROM archive_checkpoint WHERE round_id IS NOT NULL{scope}"
-        " ORDER BY round_id, leaf_index"
-    )
-    return rounds, leaves
 
 
 @dataclass(kw_only=True)
@@ -264,7 +211,8 @@ class _Leaves:
 
 
 def audit_rounds(
-    conn: psycopg.Connection,
+    rounds: RoundStreams,
+    log: RoundLog,
     *,
     saga_id: str | None,
     keys: Mapping[str, bytes],
@@ -283,16 +231,12 @@ def audit_rounds(
     from the log's frontier before it (docs/adr/0015-round-log.md)."""
     audit = RoundAudit()
     unseen = {round_id: root.lower() for round_id, root in known.items()}
-    round_query, leaf_query = _queries(saga_id, version)
-    with (
-        conn.cursor(name="sgc_audit_rounds") as round_cur,
-        conn.cursor(name="sgc_audit_leaves") as leaf_cur,
+    with rounds.round_streams(saga_id=saga_id, fetch=fetch, version=version) as (
+        round_rows,
+        leaf_rows,
     ):
-        round_cur.itersize = leaf_cur.itersize = fetch
-        round_cur.execute(round_query, {"s": saga_id})
-        leaf_cur.execute(leaf_query, {"s": saga_id})
-        passed = _RoundPass(conn, saga_id=saga_id, keys=keys, version=version, unseen=unseen)
-        passed.run(_fetched(round_cur, fetch), _Leaves(_fetched(leaf_cur, fetch)), audit)
+        passed = _RoundPass(log, saga_id=saga_id, keys=keys, unseen=unseen)
+        passed.run(round_rows, _Leaves(leaf_rows), audit)
         audit.latest = passed.previous
     if saga_id is None:
         for round_id, root in sorted(unseen.items()):
@@ -312,17 +256,15 @@ class _RoundPass:
 
     def __init__(
         self,
-        conn: psycopg.Connection,
+        log: RoundLog,
         *,
         saga_id: str | None,
         keys: Mapping[str, bytes],
-        version: int,
         unseen: dict[int, str],
     ) -> None:
-        self._conn = conn
+        self._rounds_log = log
         self._saga_id = saga_id
         self._keys = keys
-        self._version = version
         self._unseen = unseen
         self.previous: tuple[int, str] | None = None
         """The last round walked (id, root)."""
@@ -368,7 +310,7 @@ class _RoundPass:
         """One round's finding, from its leaves (read here) and the round before it."""
         in_log = signed is not None and signed.format == LOG_ROUND_FORMAT
         if self._saga_id is not None and in_log:
-            self._log = _log_before(self._conn, before, self._version)
+            self._log = _log_before(self._rounds_log, before)
         own = None if in_log else RootBuilder()  # a first-format round's own root
         builders = [self._log] if own is None else [self._log, own]
         read = leaves.of_round(
@@ -377,7 +319,7 @@ class _RoundPass:
         finding = self._judged(round_id, signed, read, root_of=self._log if own is None else own)
         if finding is not None and read.kept is not None and before is not None:
             # The stored frontier is not evidence: judge again from the leaves themselves.
-            self._log = _log_from_leaves(self._conn, int(before[0]))
+            self._log = _log_from_leaves(self._rounds_log, int(before[0]))
             for hashed in read.kept:
                 self._log.add(hashed)
             finding = self._judged(round_id, signed, read, root_of=self._log)

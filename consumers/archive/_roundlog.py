@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import psycopg
-
 from sagacity.consumers.archive._checkpoints import (
     LOG_ROUND_FORMAT,
     ROUND_FORMAT,
@@ -29,15 +27,24 @@ from sagacity.consumers.archive._merkle import (
     range_roots,
 )
 from sagacity.errors import RoundLogError
-from sagacity.postgres.archive import LOG_VERSION, ROUNDS_VERSION, check_schema, mapped_errors
+from sagacity.ports import RoundLog, RoundRow
 
 _FORMATS = {"SGCR1": ROUND_FORMAT, "SGCR2": LOG_ROUND_FORMAT}
-_COLUMNS = "round_id, leaf_count, root, prev_root, signed_at_us, key_id, signature"
 
 
-def _select(version: int) -> str:
-    log = "format, tree_size, frontier" if version >= LOG_VERSION else "1, NULL, NULL"
-    return f"{_COLUMNS}, {log}"
+def round_of_stored(row: RoundRow) -> SignedRound:
+    """The round a stored row says was signed (its frontier is not signed: left out)."""
+    return SignedRound(
+        round_id=row.round_id,
+        leaf_count=row.leaf_count,
+        root=row.root,
+        prev_root=row.prev_root,
+        signed_at_us=row.signed_at_us,
+        key_id=row.key_id,
+        signature=row.signature,
+        format=row.format,
+        tree_size=row.tree_size,
+    )
 
 
 def round_of_row(row: Sequence[Any]) -> SignedRound:
@@ -57,85 +64,57 @@ def round_of_row(row: Sequence[Any]) -> SignedRound:
 
 
 def rounds_after(
-    conn: psycopg.Connection, round_id: int = 0, *, limit: int | None = None
+    log: RoundLog, round_id: int = 0, *, limit: int | None = None
 ) -> list[SignedRound]:
     """The rounds after ``round_id``, oldest first (every round for 0)."""
-    version = check_schema(conn)
-    if version < ROUNDS_VERSION:
-        return []
-    with mapped_errors("read signing rounds"):
-        rows = conn.execute(
-            f"SELECT {_select(version)} FROM archive_checkpoint_round"  # noqa: S608
-            " WHERE round_id > %s ORDER BY round_id LIMIT %s",
-            (round_id, limit),
-        ).fetchall()
-    return [round_of_row(r) for r in rows]
+    return [round_of_stored(r) for r in log.rounds_after(round_id, limit=limit)]
 
 
-def round_by_id(conn: psycopg.Connection, round_id: int) -> SignedRound | None:
+def round_by_id(log: RoundLog, round_id: int) -> SignedRound | None:
     """One round, or ``None`` when the archive does not hold it."""
-    version = check_schema(conn)
-    if version < ROUNDS_VERSION:
-        return None
-    with mapped_errors("read a signing round"):
-        row = conn.execute(
-            f"SELECT {_select(version)} FROM archive_checkpoint_round"  # noqa: S608
-            " WHERE round_id = %s",
-            (round_id,),
-        ).fetchone()
-    return None if row is None else round_of_row(row)
+    row = log.round(round_id)
+    return None if row is None else round_of_stored(row)
 
 
-def log_after(conn: psycopg.Connection, round_id: int | None) -> RootBuilder:
+def log_after(log: RoundLog, round_id: int | None) -> RootBuilder:
     """The log as round ``round_id`` left it (``None``: empty): from the round's stored
     frontier when it leads to the round's signed root, else from every leaf up to it."""
     if round_id is None:
         return RootBuilder()
-    version = check_schema(conn)
-    with mapped_errors("read the log of signing rounds"):
-        row = conn.execute(
-            f"SELECT {_select(version)} FROM archive_checkpoint_round"  # noqa: S608
-            " WHERE round_id = %s",
-            (round_id,),
-        ).fetchone()
-        if row is not None and int(row[7]) == LOG_ROUND_FORMAT and row[9] is not None:
-            try:
-                builder = RootBuilder.from_frontier(int(row[8]), decode_frontier(row[9]))
-            except (ValueError, TypeError):
-                pass
-            else:
-                root = builder.root()
-                if root is not None and root.hex() == row[2]:
-                    return builder
-        builder = RootBuilder()
-        for leaf in leaves_in_order(conn, up_to_round=round_id):
-            builder.add(leaf)
+    row = log.round(round_id)
+    if (
+        row is not None
+        and row.format == LOG_ROUND_FORMAT
+        and row.frontier is not None
+        and row.tree_size is not None
+    ):
+        try:
+            builder = RootBuilder.from_frontier(row.tree_size, decode_frontier(row.frontier))
+        except (ValueError, TypeError):
+            pass
+        else:
+            root = builder.root()
+            if root is not None and root.hex() == row.root:
+                return builder
+    builder = RootBuilder()
+    for leaf in leaves_in_order(log, up_to_round=round_id):
+        builder.add(leaf)
     return builder
 
 
-def _previous_round_id(conn: psycopg.Connection, round_id: int) -> int | None:
-    row = conn.execute(
-        "SELECT max(round_id) FROM archive_checkpoint_round WHERE round_id < %s", (round_id,)
-    ).fetchone()
-    return None if row is None or row[0] is None else int(row[0])
+def previous_round_id(log: RoundLog, round_id: int) -> int | None:
+    """The round before ``round_id`` (``None``: it is the first)."""
+    return log.previous_round_id(round_id)
 
 
-def _leaves_between(conn: psycopg.Connection, after: int, upto: int) -> Iterator[bytes]:
+def _leaves_between(log: RoundLog, after: int, upto: int) -> Iterator[bytes]:
     """The leaves of rounds ``after`` < round <= ``upto`` in log order."""
-    with conn.cursor(name="sgc_log_span") as cur:
-        cur.itersize = 10_000
-        cur.execute(
-            "SELECT saga_id, seq, hash FROM archive_checkpoint WHERE round_id > %s"
-            " AND round_id <= %s ORDER BY round_id, leaf_index",
-            (after, upto),
-        )
-        for saga_id, seq, hash in cur:
-            yield leaf_hash(saga_id=saga_id, seq=int(seq), hash=hash)
+    with log.log_leaves(after=after, upto=upto) as rows:
+        for saga_id, seq, hash in rows:
+            yield leaf_hash(saga_id=saga_id, seq=seq, hash=hash)
 
 
-def inclusion_proof_in_log(
-    conn: psycopg.Connection, signed: SignedRound, leaf_index: int
-) -> list[bytes]:
+def inclusion_proof_in_log(log: RoundLog, signed: SignedRound, leaf_index: int) -> list[bytes]:
     """The audit path of leaf ``leaf_index`` of round ``signed`` (a round of the log) to the
     round's root, in RFC 9162 order; only that round's leaves are read.
 
@@ -145,8 +124,8 @@ def inclusion_proof_in_log(
     if signed.format != LOG_ROUND_FORMAT or signed.tree_size is None:
         raise RoundLogError(f"round {signed.round_id} is not a round of the log")
     first = signed.tree_size - signed.leaf_count
-    with mapped_errors("prove a checkpoint's inclusion"), conn.transaction():
-        before = log_after(conn, _previous_round_id(conn, signed.round_id))
+    with log.transaction("prove a checkpoint's inclusion"):
+        before = log_after(log, log.previous_round_id(signed.round_id))
         if before.count != first:
             raise RoundLogError(
                 f"round {signed.round_id} starts at leaf {first}; the archive holds "
@@ -156,7 +135,7 @@ def inclusion_proof_in_log(
         try:
             roots = range_roots(
                 ranges,
-                _leaves_between(conn, signed.round_id - 1, signed.round_id),
+                _leaves_between(log, signed.round_id - 1, signed.round_id),
                 base=first,
                 frontier=before.frontier(),
             )
@@ -165,9 +144,7 @@ def inclusion_proof_in_log(
     return [roots[r] for r in ranges]
 
 
-def consistency_proof_between(
-    conn: psycopg.Connection, old: SignedRound, new: SignedRound
-) -> list[bytes]:
+def consistency_proof_between(log: RoundLog, old: SignedRound, new: SignedRound) -> list[bytes]:
     """The RFC 9162 consistency proof from round ``old``'s log to round ``new``'s (both rounds
     of the log), built from ``old``'s frontier and the leaves signed after it.
 
@@ -187,8 +164,8 @@ def consistency_proof_between(
             f"{old.round_id} ({old.tree_size} leaves)"
         )
     ranges = consistency_ranges(old.tree_size, new.tree_size)
-    with mapped_errors("prove the log's consistency"), conn.transaction():
-        before = log_after(conn, old.round_id)
+    with log.transaction("prove the log's consistency"):
+        before = log_after(log, old.round_id)
         if before.count != old.tree_size:
             raise RoundLogError(
                 f"round {old.round_id} signed {old.tree_size} leaves; the archive holds "
@@ -197,7 +174,7 @@ def consistency_proof_between(
         try:
             roots = range_roots(
                 ranges,
-                _leaves_between(conn, old.round_id, new.round_id),
+                _leaves_between(log, old.round_id, new.round_id),
                 base=old.tree_size,
                 frontier=before.frontier(),
             )

@@ -57,7 +57,6 @@ from sagacity.errors import (
     WitnessError,
 )
 from sagacity.ports import Dependencies
-from sagacity.postgres.archive import connect, ensure_schema
 from sagacity.signing._decision_signature import DecisionVerifier
 from sagacity.signing._writer_signature import WriterRegistry
 from sagacity.telemetry import _tracing
@@ -239,6 +238,8 @@ def archiver_of(
             "the archive is handed the journal's wire format and partitioner "
             "(sagacity.compose.archive)"
         )
+    if dependencies.archive_store is None:
+        raise ConfigurationError("the archive is handed its store (sagacity.compose.archive)")
     signed_keys = [
         *([signer.public_raw] if signer else []),
         *(
@@ -248,7 +249,7 @@ def archiver_of(
         ),
     ]
     return BatchArchiver(
-        settings.database_url,
+        dependencies.archive_store(settings.database_url),
         consumer_group=settings.group_id,
         partitioner=dependencies.partitioner,
         wire=dependencies.wire,
@@ -351,8 +352,7 @@ class ArchiveService(Handler[Record]):
     def _prepare(self) -> None:
         while not self._stop.is_set():
             try:
-                with connect(self.settings.database_url) as conn:
-                    ensure_schema(conn)
+                self._archiver.prepare()
                 return
             except PersistenceUnavailableError as exc:
                 log.warning("archive database unavailable, retrying: %s", exc.message)
@@ -477,7 +477,7 @@ class ArchiveService(Handler[Record]):
 
         try:
             signed = sign_pending(
-                self._archiver.connection(),
+                self._archiver.signing(),
                 self._signer,
                 self._archiver.ledger,
                 on_round=signed_round,

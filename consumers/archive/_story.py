@@ -10,7 +10,8 @@ does not find clean is told here from its rows (:func:`story_rows`, :func:`stori
 first finding of its story fails it: an impossible event (``grammar:*``), then data withheld
 (``withheld``: a form-2 opening missing with no ``ERASED`` that counts on the chain), then an
 ``ERASED`` no operator signed (``forged_erasure``, docs/adr/0027-operator-signatures.md).
-``audit watch`` reads the stories of what a signing round signed by :func:`story_query`.
+``audit watch`` reads the stories of what a signing round signed (:func:`impossible_signed`,
+through the port ``SignedStories``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 from sagacity.chain._grammar import GrammarFinding, Row, SagaGrammar
 from sagacity.consumers.archive._reasons import AuditReason
+from sagacity.ports import SignedStories
 from sagacity.privacy._withheld import ERASURE_EVENT, DataAccount
 from sagacity.signing._operator_signature import OperatorVerifier
 
@@ -31,36 +33,10 @@ _NONE: Mapping[str, str] = MappingProxyType({})
 _ERASED = ERASURE_EVENT.value
 
 
-def story_query(*, where: str, forms: bool, join: str = "") -> str:
-    """The select of every row's story (``side_effect_journal j``), in saga order; ``where``
-    and ``join`` are constant fragments."""
-    form_columns = (
-        ", CASE WHEN j.form = 2 THEN j.commitments::text END,"
-        " CASE WHEN j.form = 2 THEN j.salts::text END"
-        if forms
-        else ", NULL, NULL"
-    )
-    return (
-        "SELECT j.saga_id, j.seq, j.event_type, j.tool, j.actor, j.attributes::text,"  # noqa: S608
-        # The grammar compares a resume's payload with its request's: only theirs travel,
-        # as digests.
-        " CASE WHEN j.payload IS NOT NULL AND (j.event_type = 'AWAITING_APPROVAL'"
-        " OR (j.event_type = 'INTENT' AND j.attributes ? 'ref_seq'))"
-        " THEN encode(sha256(convert_to(j.payload, 'UTF8')), 'hex') END,"
-        " CASE WHEN j.event_type = 'SAGA_ENDED' THEN j.result END"
-        # An erasure's operator signature covers its place in the chain and its time.
-        " , CASE WHEN j.event_type = 'ERASED' THEN j.prev_hash END,"
-        " CASE WHEN j.event_type = 'ERASED' THEN j.recorded_at_us END"
-        f"{form_columns} FROM side_effect_journal j {join} {where}"
-        ' ORDER BY j.saga_id COLLATE "C", j.seq'
-    )
-
-
 def impossible_signed(
-    conn: Any,
+    stories: SignedStories,
     round_ids: Sequence[int],
     *,
-    forms: bool,
     operator: OperatorVerifier | None = None,
 ) -> list[SagaStory]:
     """The sagas the signing rounds ``round_ids`` signed whose chain, up to the highest seq
@@ -68,18 +44,10 @@ def impossible_signed(
     ``ERASED`` that does not count (``operator``: the pinned operator keys).  Every row held
     up to that seq is read in seq order; a chain the rounds did not sign as held is
     ``verify``'s to report, not this."""
-    signed = (
-        "JOIN (SELECT saga_id, max(seq) AS seq FROM archive_checkpoint"
-        " WHERE round_id = ANY(%(r)s) GROUP BY saga_id) c"
-        " ON c.saga_id = j.saga_id AND j.seq <= c.seq"
-    )
-    query = story_query(where="", forms=forms, join=signed)
-    with conn.transaction(), conn.cursor(name="sgc_watch_story") as cursor:
-        cursor.itersize = 5_000
-        cursor.execute(query, {"r": list(round_ids)})
+    with stories.signed_story_rows(round_ids) as rows:
         return [
             story
-            for story in read_stories(cursor, operator=operator)
+            for story in read_stories(rows, operator=operator)
             if story.findings or story.data.forged
         ]
 
@@ -111,7 +79,7 @@ class ErasureRow:
 def read_stories(
     rows: Iterable[Sequence[Any]], *, operator: OperatorVerifier | None = None
 ) -> Iterator[SagaStory]:
-    """Each saga's story from the rows of :func:`story_query`, in their order.
+    """Each saga's story from the rows of the store's story query, in their order.
 
     A saga's chain is judged from its first row held (a retention anchor before it leaves
     what came earlier unjudged).  Rows that are not entries (a chain the audit fails anyway)
@@ -196,7 +164,7 @@ def story_failure(
 
 def story_rows(rows: Iterable[Sequence[Any]]) -> Iterator[tuple[Any, ...]]:
     """Rows of :data:`~sagacity.postgres.archive.ROW_COLUMNS` (with the form columns
-    or without) as :func:`story_query` selects them, for :func:`read_stories`.
+    or without) as the store's story query selects them, for :func:`read_stories`.
 
     The grammar reads a payload only on a request and its resume, and a result only on an
     end, and compares payloads only for equality: each row's own travel here, not digests.

@@ -26,8 +26,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
 from sagacity.chain import BreakReason
 from sagacity.chain._acceptance import ForkKind
 from sagacity.chain._grammar import GrammarRule
@@ -49,7 +47,7 @@ from sagacity.consumers.archive._roundlog import (
 from sagacity.consumers.archive._story import impossible_signed
 from sagacity.consumers.archive._witness import read as read_witness
 from sagacity.errors import AuditorStateError, RoundLogError
-from sagacity.postgres.archive import FORMS_VERSION, PostgresArchiveReads, check_schema
+from sagacity.ports import WatchedArchive
 from sagacity.privacy._withheld import FORGED_ERASURE
 from sagacity.signing._operator_signature import OperatorVerifier
 
@@ -209,14 +207,12 @@ def _signature_alert(signed: SignedRound, keys: Mapping[str, bytes], where: str)
     return None
 
 
-def _consistency_alert(
-    conn: psycopg.Connection, old: SignedRound, new: SignedRound
-) -> Alert | None:
+def _consistency_alert(archive: WatchedArchive, old: SignedRound, new: SignedRound) -> Alert | None:
     """An alert unless the archive proves round ``new``'s log extends round ``old``'s."""
     assert old.tree_size is not None
     assert new.tree_size is not None
     try:
-        proof = consistency_proof_between(conn, old, new)
+        proof = consistency_proof_between(archive, old, new)
     except RoundLogError as exc:
         proof, why = None, exc.message
     else:
@@ -237,7 +233,7 @@ def _consistency_alert(
 
 
 def watch_once(
-    conn: psycopg.Connection,
+    archive: WatchedArchive,
     state: AuditorState,
     *,
     keys: Mapping[str, bytes],
@@ -264,7 +260,7 @@ def watch_once(
     last, last_log = state.last()
     report.latest = last
     if last is not None:
-        held = round_by_id(conn, last.round_id)
+        held = round_by_id(archive, last.round_id)
         if held is None:
             report.alerts.append(
                 Alert(
@@ -284,33 +280,28 @@ def watch_once(
                 )
             )
     if not report.alerts:
-        _record_new(conn, state, report, last, last_log, keys=keys, limit=limit)
-        report.alerts.extend(_impossible_stories(conn, report.recorded, operator))
+        _record_new(archive, state, report, last, last_log, keys=keys, limit=limit)
+        report.alerts.extend(_impossible_stories(archive, report.recorded, operator))
     for peer in peers:
-        report.alerts.extend(_compare_peer(conn, state, peer))
+        report.alerts.extend(_compare_peer(archive, state, peer))
     if witness is not None:
-        report.alerts.extend(_check_witness(conn, state, witness, keys=keys))
+        report.alerts.extend(_check_witness(archive, state, witness, keys=keys))
     if erasure_grace_s is not None:
-        report.alerts.extend(_unrecorded_erasures(conn, erasure_grace_s, operator))
+        report.alerts.extend(_unrecorded_erasures(archive, erasure_grace_s, operator))
     return report
 
 
 def _impossible_stories(
-    conn: psycopg.Connection, recorded: Sequence[SignedRound], operator: OperatorVerifier | None
+    archive: WatchedArchive, recorded: Sequence[SignedRound], operator: OperatorVerifier | None
 ) -> list[Alert]:
     """An alert for each saga the newly recorded rounds signed whose chain tells an impossible
     story (its first finding), or holds an ``ERASED`` that does not count."""
     if not recorded:
         return []
-    forms = check_schema(conn) >= FORMS_VERSION
-    if not conn.autocommit:
-        conn.rollback()
     first, last = recorded[0].round_id, recorded[-1].round_id
     rounds = f"round {first}" if first == last else f"rounds {first}..{last}"
     alerts = []
-    stories = impossible_signed(
-        conn, [r.round_id for r in recorded], forms=forms, operator=operator
-    )
+    stories = impossible_signed(archive, [r.round_id for r in recorded], operator=operator)
     for story in stories:
         if story.findings:
             finding = story.findings[0]
@@ -333,9 +324,9 @@ def _impossible_stories(
 
 
 def _unrecorded_erasures(
-    conn: psycopg.Connection, grace_s: float, operator: OperatorVerifier | None
+    archive: WatchedArchive, grace_s: float, operator: OperatorVerifier | None
 ) -> list[Alert]:
-    erasures = audit_erasures(PostgresArchiveReads(conn), operator=operator)
+    erasures = audit_erasures(archive, operator=operator)
     cutoff = datetime.now(UTC) - timedelta(seconds=grace_s)
     return [
         Alert(
@@ -351,7 +342,7 @@ def _unrecorded_erasures(
 
 
 def _record_new(
-    conn: psycopg.Connection,
+    archive: WatchedArchive,
     state: AuditorState,
     report: WatchReport,
     previous: SignedRound | None,
@@ -360,7 +351,7 @@ def _record_new(
     keys: Mapping[str, bytes],
     limit: int,
 ) -> None:
-    for signed in rounds_after(conn, previous.round_id if previous else 0, limit=limit):
+    for signed in rounds_after(archive, previous.round_id if previous else 0, limit=limit):
         alert = _signature_alert(signed, keys, "the archive's")
         expected = previous.root if previous is not None else FIRST_PREV_ROOT
         if alert is None and signed.prev_root.lower() != expected.lower():
@@ -372,7 +363,7 @@ def _record_new(
                 + " (its previous root differs)",
             )
         if alert is None and signed.format == LOG_ROUND_FORMAT and last_log is not None:
-            alert = _consistency_alert(conn, last_log, signed)
+            alert = _consistency_alert(archive, last_log, signed)
         if alert is not None:
             report.alerts.append(alert)
             return
@@ -383,7 +374,7 @@ def _record_new(
             last_log = signed
 
 
-def _compare_peer(conn: psycopg.Connection, state: AuditorState, peer: AuditorState) -> list[Alert]:
+def _compare_peer(archive: WatchedArchive, state: AuditorState, peer: AuditorState) -> list[Alert]:
     """Every round ``peer`` recorded must be the one this auditor recorded with that id, or
     (one it did not record) the one the archive holds: a peer shown another history differs,
     and a round a peer saw that the archive no longer holds was removed."""
@@ -406,7 +397,7 @@ def _compare_peer(conn: psycopg.Connection, state: AuditorState, peer: AuditorSt
                 )
                 return alerts
             continue
-        held = round_by_id(conn, theirs.round_id)
+        held = round_by_id(archive, theirs.round_id)
         if held is None:
             alerts.append(
                 Alert(
@@ -432,7 +423,7 @@ def _compare_peer(conn: psycopg.Connection, state: AuditorState, peer: AuditorSt
 
 
 def _check_witness(
-    conn: psycopg.Connection, state: AuditorState, witness: str, *, keys: Mapping[str, bytes]
+    archive: WatchedArchive, state: AuditorState, witness: str, *, keys: Mapping[str, bytes]
 ) -> list[Alert]:
     witnessed = read_witness(witness)
     if witnessed is None:
@@ -440,7 +431,7 @@ def _check_witness(
     alert = _signature_alert(witnessed, keys, "the witnessed")
     if alert is not None:
         return [alert]
-    held = round_by_id(conn, witnessed.round_id)
+    held = round_by_id(archive, witnessed.round_id)
     if held is None:
         return [
             Alert(

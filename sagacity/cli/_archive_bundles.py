@@ -35,9 +35,10 @@ class ArchiveExports:
     def export(self, saga_id: str, out: Path) -> tuple[bool, str]:
         """Write the bundle; ``(ok, detail)`` of the archive's audit."""
         from sagacity.consumers.archive import export_bundle
+        from sagacity.postgres.archive import PostgresSagaBundles
 
         with connect(self._dsn, timeout=5, action=_ACTION) as conn, mapped_errors(_ACTION):
-            audit = export_bundle(conn, saga_id, out, operator=self._operator)
+            audit = export_bundle(PostgresSagaBundles(conn), saga_id, out, operator=self._operator)
         if audit.ok:
             return True, f"archive verifies {audit.events} events ({audit.checkpoints} signed)"
         return False, f"archive does NOT verify at seq {audit.bad_seq}: {audit.detail}"

@@ -255,7 +255,7 @@ def retention(
     from sagacity.consumers.archive import Signer, parse_keep, run_retention
     from sagacity.consumers.archive import sign_records as sign_existing
     from sagacity.errors import SagacityError
-    from sagacity.postgres.archive import connect
+    from sagacity.postgres.archive import PostgresRetention, connect
 
     if sign_records and signing_key is None:
         fail("--sign-records needs --signing-key")
@@ -263,12 +263,13 @@ def retention(
         months = parse_keep(keep)
         signer = Signer.from_file(signing_key) if signing_key is not None else None
         with connect(conninfo(database_url, schema)) as conn:
+            store = PostgresRetention(conn)
             if sign_records:
                 assert signer is not None
-                click.echo(f"signed {sign_existing(conn, signer)} retention record(s)")
+                click.echo(f"signed {sign_existing(store, signer)} retention record(s)")
                 return
             actions = run_retention(
-                conn,
+                store,
                 keep_months=months,
                 export_dir=export_dir,
                 apply=apply,

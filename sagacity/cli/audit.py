@@ -166,13 +166,13 @@ def _audit_into(
     """Audit the saga (or every saga) into ``summary``, with a progress bar on stderr; then
     its erasures, and for one saga what was kept out of its chain."""
     from sagacity.consumers.archive import audit_erasures, iter_audits, unsigned_as_failure
-    from sagacity.postgres.archive import PostgresArchiveReads, saga_refusals
+    from sagacity.postgres.archive import PostgresArchiveAudits, PostgresArchiveReads, saga_refusals
 
     total = 1 if saga_id is not None else _estimate_sagas(conn)
     started = time.perf_counter()
     with click.progressbar(length=total, label="verifying", file=sys.stderr) as bar:
         for result in iter_audits(
-            conn,
+            PostgresArchiveAudits(conn),
             saga_id=saga_id,
             pinned_keys=pinned,
             rounds=summary.rounds,
@@ -200,11 +200,12 @@ def _witnessed(conn: psycopg.Connection, witness: str, pinned: tuple[bytes, ...]
     """The witnessed round as a known round (id: root), once its signature verifies."""
     from sagacity.consumers.archive import read_witness as read
     from sagacity.consumers.archive import signature_valid, trusted_keys
+    from sagacity.postgres.archive import PostgresArchiveAudits
 
     signed = read(witness)
     if signed is None:
         fail(f"the witness {witness} holds no round yet")
-    public = trusted_keys(conn, pinned).get(signed.key_id)
+    public = trusted_keys(PostgresArchiveAudits(conn), pinned).get(signed.key_id)
     if public is None or not signature_valid(public, signed):
         click.echo(
             f"witness: round {signed.round_id} at {witness} is not signed by a trusted key",
@@ -270,14 +271,14 @@ def export(
     """Write an audit bundle: events.jsonl, manifest.json, README.md, verify_bundle.py."""
     from sagacity.consumers.archive import export_bundle
     from sagacity.errors import SagacityError
-    from sagacity.postgres.archive import connect
+    from sagacity.postgres.archive import PostgresSagaBundles, connect
 
     operator = pinned_operator(operator_public_keys)
     try:
         pinned = _pinned(public_keys)
         with connect(conninfo(database_url, schema)) as conn:
             verdict = export_bundle(
-                conn,
+                PostgresSagaBundles(conn),
                 saga_id,
                 out,
                 pinned_keys=pinned,
@@ -464,7 +465,7 @@ def watch(
     destroyed without an archived ERASED event is an alert too (erasure_unrecorded)."""
     from sagacity.consumers.archive import AuditorState, trusted_keys, watch_once
     from sagacity.errors import SagacityError
-    from sagacity.postgres.archive import connect
+    from sagacity.postgres.archive import PostgresArchiveAudits, PostgresWatchedArchive, connect
 
     if interval <= 0:
         fail("--interval must be positive")
@@ -475,9 +476,9 @@ def watch(
         try:
             pinned = _pinned(public_keys)
             with connect(conninfo(database_url, schema)) as conn:
-                keys = trusted_keys(conn, pinned)
+                keys = trusted_keys(PostgresArchiveAudits(conn), pinned)
                 report = watch_once(
-                    conn,
+                    PostgresWatchedArchive(conn),
                     record,
                     keys=keys,
                     peers=others,

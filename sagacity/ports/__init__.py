@@ -30,6 +30,21 @@ re-exported here.  One module per port; every name is exported here.
   :class:`RetentionStreams`: the archived
   chains (and the destroyed data keys beside them) as the archive service and its tools read
   them, and the archiver's findings (:mod:`._archive_reads`).
+* :class:`RetentionMonths`: the archive's months as retention exports, signs and drops them
+  (:class:`ArchiveMonth`, :class:`RetentionUnit`, :class:`RecordSigning`: :mod:`._retention`).
+* :class:`RoundLog`: the archive's signing rounds and checkpoints as stored
+  (:class:`RoundRow`, :class:`CheckpointRow`), and as an audit walks them
+  (:class:`RoundStreams`: :mod:`._rounds`).
+* :class:`CheckpointSigning`: the archive's signing rounds, one transaction a round
+  (:class:`SigningUnit`: :mod:`._signing`).
+* :class:`ArchiveAudits`: the archive as an audit reads it, one snapshot
+  (:class:`AuditSnapshot`, :class:`ChainBlocks`, :class:`RowBatches`), and the stories of what
+  signing rounds signed (:class:`SignedStories`), and as ``audit watch`` reads it
+  (:class:`WatchedArchive`: :mod:`._audit`).
+* :class:`SagaBundleReads`: one saga's evidence as an audit bundle exports it, in one
+  snapshot (:class:`BundleSnapshot`: :mod:`._bundle_reads`).
+* :class:`ArchiveIngest`: the archiver's store, one transaction a batch
+  (:class:`IngestBatch`, :class:`IngestRetry`: :mod:`._ingest`).
 * :class:`ErasableArchive`: the archive's side of an erasure (:mod:`._erasure`).
 * :class:`ServiceTables`: the services' tables as an erasure clears them
   (:mod:`._service_tables`).
@@ -67,6 +82,16 @@ from sagacity.ports._archive_reads import (
     StoredFinding,
     WriterEvent,
 )
+from sagacity.ports._audit import (
+    ArchiveAudits,
+    ArchiveSchema,
+    AuditSnapshot,
+    ChainBlocks,
+    RowBatches,
+    SignedStories,
+    WatchedArchive,
+)
+from sagacity.ports._bundle_reads import BundleSnapshot, SagaBundleReads
 from sagacity.ports._claims import Claim, ClaimStatus, ClaimStore, check_claim_key
 from sagacity.ports._console_sessions import ConsoleSession, ConsoleSessionTable
 from sagacity.ports._consume import (
@@ -89,6 +114,14 @@ from sagacity.ports._index import (
     IndexedSaga,
     RefusedMessage,
     SagaIndex,
+)
+from sagacity.ports._ingest import (
+    ArchiveIngest,
+    HeadConflictError,
+    IngestBatch,
+    IngestRetry,
+    QuarantinedMessage,
+    ReadMessage,
 )
 from sagacity.ports._keys import KeyStore, StoredKey
 from sagacity.ports._leases import LeaseState, TakenOver, WriterLeases
@@ -117,7 +150,17 @@ from sagacity.ports._requests import (
     RequestStore,
     RowState,
 )
+from sagacity.ports._retention import (
+    ArchiveMonth,
+    RecordSigning,
+    RetentionMonths,
+    RetentionUnit,
+    SignedRecordFields,
+    UnsignedMonth,
+)
+from sagacity.ports._rounds import CheckpointRow, RoundLog, RoundRow, RoundStreams
 from sagacity.ports._service_tables import ServiceCopies, ServiceTables
+from sagacity.ports._signing import CheckpointSigning, SignedRoundFields, SigningUnit
 from sagacity.ports._slack_tables import SlackMessage, SlackTables
 from sagacity.ports._topic_pass import PartitionBounds, TopicMessage, TopicPass, TopicPasses
 from sagacity.ports._wire import JournalWire
@@ -125,13 +168,22 @@ from sagacity.ports._wire import JournalWire
 __all__ = [
     "OPEN_STATES",
     "ApprovalRequest",
+    "ArchiveAudits",
     "ArchiveBundles",
     "ArchiveErasure",
+    "ArchiveIngest",
+    "ArchiveMonth",
+    "ArchiveSchema",
     "ArchivedEvents",
     "ArchivedHashes",
     "ArchivedHead",
     "ArchivedHeads",
     "AttentionRow",
+    "AuditSnapshot",
+    "BundleSnapshot",
+    "ChainBlocks",
+    "CheckpointRow",
+    "CheckpointSigning",
     "Claim",
     "ClaimStatus",
     "ClaimStore",
@@ -154,10 +206,13 @@ __all__ = [
     "FoldingRequestStore",
     "GateStats",
     "Handler",
+    "HeadConflictError",
     "HeadFindings",
     "IndexedEvent",
     "IndexedPartition",
     "IndexedSaga",
+    "IngestBatch",
+    "IngestRetry",
     "Journal",
     "JournalWire",
     "KeyStore",
@@ -171,8 +226,11 @@ __all__ = [
     "PoisonPolicy",
     "PositionStore",
     "QuarantinedEvent",
+    "QuarantinedMessage",
+    "ReadMessage",
     "Record",
     "RecordHeaders",
+    "RecordSigning",
     "Redeliver",
     "RefusedMessage",
     "Rejected",
@@ -181,14 +239,25 @@ __all__ = [
     "RequestRow",
     "RequestStore",
     "RequestStores",
+    "RetentionMonths",
     "RetentionStreams",
+    "RetentionUnit",
+    "RoundLog",
+    "RoundRow",
+    "RoundStreams",
+    "RowBatches",
     "RowState",
     "RuntimeOptions",
+    "SagaBundleReads",
     "SagaIndex",
     "SagaRead",
     "SagaRows",
     "ServiceCopies",
     "ServiceTables",
+    "SignedRecordFields",
+    "SignedRoundFields",
+    "SignedStories",
+    "SigningUnit",
     "Skipped",
     "SlackMessage",
     "SlackTables",
@@ -200,6 +269,8 @@ __all__ = [
     "TopicMessage",
     "TopicPass",
     "TopicPasses",
+    "UnsignedMonth",
+    "WatchedArchive",
     "WriterEvent",
     "WriterLeases",
     "check_claim_key",

@@ -199,7 +199,16 @@ class HeadFindings(Protocol):
 
 
 class SagaRows(Protocol):
-    """One saga's archived rows, as an audit reads them again for the reference path."""
+    """One saga's archived rows, as an audit reads them again for the reference path, and
+    each such row rebuilt as the entry it stores."""
+
+    def entry_of(self, row: Sequence[Any], *, forms: bool) -> JournalEntry:
+        """The entry a row of :meth:`saga_rows` (or of an audit's row stream) stores.
+
+        Raises:
+            SerializationError: the row is not an entry.
+        """
+        ...
 
     def saga_rows(self, saga_id: str, *, forms: bool) -> list[tuple[Any, ...]]:
         """The saga's rows in the order archived: the row columns (``sagacity.postgres.

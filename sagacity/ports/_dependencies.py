@@ -22,6 +22,7 @@ from sagacity.ports._console_sessions import ConsoleSessionTable
 from sagacity.ports._consume import Consumers
 from sagacity.ports._erasure import ErasableArchive
 from sagacity.ports._index import SagaIndex
+from sagacity.ports._ingest import ArchiveIngest
 from sagacity.ports._keys import KeyStore
 from sagacity.ports._notice_claims import NoticeClaims
 from sagacity.ports._partitioner import Partitioner
@@ -97,6 +98,8 @@ class Dependencies:
         slack_tables: the approvals service's Slack messages and seen signatures.
         archive_bundles: the archive's audit bundles, for the approvals console's verdict
             and download (``None``: the console shows no archive).
+        archive_store: makes the archiver's store from the archive's database URL
+            (:class:`~sagacity.ports.ArchiveIngest`).
         consumers: the consumer runtime on the topic's transport (:class:`~sagacity.ports.
             Consumers`): runs a service's handler over the topic's records and publishes to
             its dead-letter topic.
@@ -123,6 +126,7 @@ class Dependencies:
     notice_claims: NoticeClaims | None = None
     slack_tables: SlackTables | None = None
     archive_bundles: ArchiveBundles | None = None
+    archive_store: Callable[[str], ArchiveIngest] | None = None
     consumers: Consumers | None = None
     wire: JournalWire | None = None
     partitioner: Partitioner | None = None

@@ -326,18 +326,9 @@ def service_of(module: str) -> str:
 # A service that reads another service's data, each with its reason (importer, imported).
 SERVICE_TO_SERVICE_ALLOWED: dict[tuple[str, str], str] = {}
 
-_ARCHIVE = (
-    "the archive service still runs its own SQL on the Postgres archive's connections, "
-    "errors, schema versions and statements (sagacity.postgres.archive, by its public "
-    "names: the adapter package holding everything that knows the archive's tables) until "
-    "the archive's store is declared as ports (issue 33)"
-)
-
 # Adapter modules (a package or one private module) a service imports, each with its reason.
 # The entries only go: a new edge fails, an edge no longer there fails until removed.
-SERVICE_ADAPTERS_ALLOWED: dict[tuple[str, str], str] = {
-    ("sagacity.consumers.archive", "sagacity.postgres.archive"): _ARCHIVE,
-}
+SERVICE_ADAPTERS_ALLOWED: dict[tuple[str, str], str] = {}
 
 SERVICE_EDGES = [(m, i, t) for m, i, t in EDGES if layer_of(m) == SERVICES]
 
@@ -426,28 +417,9 @@ def test_postgres_is_reached_through_the_one_plumbing() -> None:
 DRIVERS = ("confluent_kafka", "psycopg", "psycopg_pool")
 """The third-party clients of Kafka and PostgreSQL: the adapters' business, never a service's."""
 
-_ARCHIVE_SPLIT = (
-    "the archive's split is under way: these modules still run their SQL on a psycopg "
-    "connection or cursor they are handed (the rounds' log and checkpoints, retention, the "
-    "audit's run and streams, the export, the auditor, the ingest's batch) until the "
-    "archive's store is declared as ports and the statements move to sagacity.postgres.archive"
-)
-
 # Modules of a service importing a driver, each with the drivers it imports and its reason.
 # The entries only go: a new module or driver fails, one no longer imported fails until removed.
-SERVICE_DRIVERS_ALLOWED: dict[str, tuple[tuple[str, ...], str]] = {
-    "sagacity.consumers.archive._attest": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._audit": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._auditstream": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._batchplan": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._checkpoints": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._export": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._ingest": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._retention": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._roundaudit": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._roundlog": (("psycopg",), _ARCHIVE_SPLIT),
-    "sagacity.consumers.archive._watch": (("psycopg",), _ARCHIVE_SPLIT),
-}
+SERVICE_DRIVERS_ALLOWED: dict[str, tuple[tuple[str, ...], str]] = {}
 
 
 def service_drivers() -> dict[str, tuple[str, ...]]:

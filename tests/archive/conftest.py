@@ -9,7 +9,7 @@ import pytest
 from archive_helpers import decode
 
 from sagacity.consumers.archive import BatchArchiver
-from sagacity.postgres.archive import migrate
+from sagacity.postgres.archive import PostgresArchiveIngest, migrate
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -29,7 +29,7 @@ def archiver(archive_dsn: str, request: pytest.FixtureRequest) -> Iterator[Batch
     reference path): every test using it runs on both."""
     given = decode if request.param == "entry" else None
     a = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         decode=given,
         retry_delay=0.05,

@@ -18,6 +18,12 @@ from sagacity.chain import link
 from sagacity.consumers.archive import BatchArchiver, Signer, generate_key, sign_pending
 from sagacity.consumers.archive._export import export_bundle
 from sagacity.consumers.archive.verify_bundle import ed25519_verify
+from sagacity.postgres.archive import (
+    PostgresArchiveAudits,
+    PostgresArchiveIngest,
+    PostgresCheckpointSigning,
+    PostgresSagaBundles,
+)
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -29,7 +35,7 @@ def archiver(archive_dsn: str) -> Iterator[BatchArchiver]:
     """One archiver: bundles are about export and the verifier; the ingest paths are compared
     elsewhere."""
     a = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         partitioner=KAFKA_PARTITIONER,
@@ -62,10 +68,10 @@ def exported(archiver, archive_dsn, tmp_path) -> tuple[Path, Signer, list]:
     chain = chains[1]
     archiver.archive(as_raw([e for c in chains for e in c[:3]]))
     with psycopg.connect(archive_dsn) as conn:
-        sign_pending(conn, signer, archiver.ledger)
+        sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger)
         archiver.archive(as_raw([e for c in chains for e in c[3:]], first_offset=12))
-        sign_pending(conn, signer, archiver.ledger)
-        verdict = export_bundle(conn, "saga-b", tmp_path / "bundle")
+        sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger)
+        verdict = export_bundle(PostgresSagaBundles(conn), "saga-b", tmp_path / "bundle")
     assert verdict.ok
     return tmp_path / "bundle", signer, chain
 
@@ -350,7 +356,7 @@ def test_an_exported_unsigned_tail_is_refused_unless_allowed(archiver, archive_d
     chain = make_chain("saga-t", 5)
     archiver.archive(as_raw(chain[:3]))
     with psycopg.connect(archive_dsn) as conn:
-        sign_pending(conn, signer, archiver.ledger)
+        sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger)
     archiver.archive(as_raw(chain[3:], first_offset=3))
     bundle = tmp_path / "bundle"
     result = CliRunner().invoke(
@@ -481,11 +487,11 @@ def test_a_form_2_saga_is_audited_exported_and_verified(archiver, archive_dsn, t
     chain = _committed_chain("saga-v2", 5)
     archiver.archive(as_raw(chain))
     with psycopg.connect(archive_dsn) as conn:
-        sign_pending(conn, signer, archiver.ledger)
-        (audit,) = list(iter_audits(conn, saga_id="saga-v2"))
+        sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger)
+        (audit,) = list(iter_audits(PostgresArchiveAudits(conn), saga_id="saga-v2"))
         assert audit.ok, audit
         assert audit.head_seq == 5
-        verdict = export_bundle(conn, "saga-v2", tmp_path / "bundle")
+        verdict = export_bundle(PostgresSagaBundles(conn), "saga-v2", tmp_path / "bundle")
     assert verdict.ok
     bundle = tmp_path / "bundle"
     manifest = json.loads((bundle / "manifest.json").read_text())

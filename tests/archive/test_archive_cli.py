@@ -10,6 +10,7 @@ from archive_helpers import as_raw, make_chain
 from click.testing import CliRunner
 
 from sagacity.cli import main
+from sagacity.postgres.archive import PostgresCheckpointSigning
 
 pytestmark = pytest.mark.postgres
 
@@ -24,8 +25,13 @@ def sign(archiver, path) -> str:
     from sagacity.consumers.archive import SignedRound, Signer, sign_pending
 
     rounds: list[SignedRound] = []
-    with psycopg.connect(archiver._conninfo) as conn:
-        sign_pending(conn, Signer.from_file(path), archiver.ledger, on_round=rounds.append)
+    with psycopg.connect(archiver._store.conninfo) as conn:
+        sign_pending(
+            PostgresCheckpointSigning(conn),
+            Signer.from_file(path),
+            archiver.ledger,
+            on_round=rounds.append,
+        )
     return f"{rounds[-1].round_id}:{rounds[-1].root}"
 
 

@@ -16,6 +16,7 @@ from archive_helpers import as_raw, make_chain
 
 from sagacity.cli._archive_bundles import ArchiveExports
 from sagacity.consumers.approvals.console._archive import ArchiveView
+from sagacity.postgres.archive import PostgresArchiveIngest
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -83,7 +84,11 @@ def test_the_consoles_bundle_withholds_redaction_salts_and_still_verifies(
         journal.close()
     messages = _raw(kafka_bootstrap, topic)
     archiver = BatchArchiver(
-        archive_dsn, consumer_group="g", keys=keys, partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+        PostgresArchiveIngest(archive_dsn),
+        consumer_group="g",
+        keys=keys,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
     )
     try:
         raw = [

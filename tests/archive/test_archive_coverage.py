@@ -23,6 +23,11 @@ from sagacity.consumers.archive import (
     generate_key,
     sign_pending,
 )
+from sagacity.postgres.archive import (
+    PostgresArchiveAudits,
+    PostgresArchiveIngest,
+    PostgresCheckpointSigning,
+)
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -33,7 +38,7 @@ pytestmark = pytest.mark.postgres
 def archiver(archive_dsn: str) -> Iterator[BatchArchiver]:
     """One archiver (the ingest paths are compared elsewhere)."""
     a = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         partitioner=KAFKA_PARTITIONER,
@@ -54,7 +59,7 @@ def archived(archiver, archive_dsn, signer):
     chains = {s: make_chain(s, 6) for s in ("saga-1", "saga-2", "saga-3")}
     archiver.archive(as_raw([e for c in chains.values() for e in c[:5]]))
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer, archiver.ledger) == 3
+        assert sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger) == 3
     archiver.archive(as_raw([c[5] for c in chains.values()], first_offset=15))
     return chains
 
@@ -88,8 +93,10 @@ def insert_rows(dsn: str, entries) -> None:
 def audits(dsn: str, signer: Signer, **kwargs):
     """The audit straight from the columns and the reference path's (they must agree)."""
     with psycopg.connect(dsn) as conn:
-        fast = audit(conn, pinned_keys=[signer.public_raw], **kwargs)
-        reference = audit(conn, pinned_keys=[signer.public_raw], reference=True, **kwargs)
+        fast = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw], **kwargs)
+        reference = audit(
+            PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw], reference=True, **kwargs
+        )
     assert fast.failures == reference.failures
     return fast
 
@@ -156,7 +163,7 @@ def test_unsigned_tails_and_sagas_are_counted_and_fail_when_signatures_are_requi
     assert found["saga-1"] == (6, "seqs 6..6 follow the last checkpoint (seq 5)")
     assert found["saga-new"] == (1, "no checkpoint covers any of seqs 1..2")
     with psycopg.connect(archive_dsn) as conn:
-        sign_pending(conn, signer, archiver.ledger)
+        sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger)
     signed = audits(archive_dsn, signer, require_signed=True)
     assert signed.all_ok, signed.failures
     assert (signed.unsigned_tails, signed.unsigned_sagas) == (0, 0)
@@ -165,8 +172,8 @@ def test_unsigned_tails_and_sagas_are_counted_and_fail_when_signatures_are_requi
 def test_a_pinned_key_with_nothing_signed_fails(archiver, archive_dsn, signer):
     archiver.archive(as_raw(make_chain("saga-1", 3)))
     with psycopg.connect(archive_dsn) as conn:
-        pinned = audit(conn, pinned_keys=[signer.public_raw])
-        unpinned = audit(conn)
+        pinned = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
+        unpinned = audit(PostgresArchiveAudits(conn))
     assert pinned.ok == pinned.sagas == 1
     assert pinned.nothing_signed
     assert not pinned.all_ok

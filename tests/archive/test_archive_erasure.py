@@ -22,7 +22,7 @@ from sagacity.cli import main
 from sagacity.consumers.archive import BatchArchiver, RawEvent
 from sagacity.entries._events import GENESIS_HASH, EntryDraft, EventType, JournalEntry
 from sagacity.errors import ErasureRefusedError
-from sagacity.postgres.archive import erase_in_archive, erasure_records
+from sagacity.postgres.archive import PostgresArchiveIngest, erase_in_archive, erasure_records
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 from sagacity.signing._operator_signature import OperatorSigner
@@ -87,7 +87,7 @@ def archived(archive_dsn: str) -> str:
     """Two form-2 sagas and a form-1 one archived (with their values: the archiver got them
     in clear), and a quarantined message of the first."""
     archiver = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         partitioner=KAFKA_PARTITIONER,
@@ -232,7 +232,11 @@ def _record_erasure(dsn: str, saga_id: str, *, sign: OperatorSigner | None = OPE
         draft = sign.sign(draft, seq=seq + 1, prev_hash=prev)
     erased = link(draft, seq=seq + 1, prev_hash=prev)
     archiver = BatchArchiver(
-        dsn, consumer_group="g", retry_delay=0.05, partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+        PostgresArchiveIngest(dsn),
+        consumer_group="g",
+        retry_delay=0.05,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
     )
     try:
         assert archiver.archive(as_raw([erased], first_offset=100)).archived == 1

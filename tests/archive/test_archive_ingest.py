@@ -9,6 +9,7 @@ from archive_helpers import as_raw, make_chain, rows
 
 from sagacity.chain import link
 from sagacity.consumers.archive import QuarantineReason, RawEvent
+from sagacity.postgres.archive import PostgresArchiveAudits, PostgresArchiveIngest
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -241,7 +242,11 @@ def test_sealed_events_are_archived_opened_with_the_keys_and_quarantined_when_al
     altered[values[3].index(box) + 3] ^= 1
     raw.append(RawEvent(topic="t", partition=0, offset=4, key=b"sealed-1", value=bytes(altered)))
     archiver = BatchArchiver(
-        archive_dsn, consumer_group="g", keys=keys, partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+        PostgresArchiveIngest(archive_dsn),
+        consumer_group="g",
+        keys=keys,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
     )
     try:
         report = archiver.archive(raw)
@@ -262,7 +267,7 @@ def test_sealed_events_are_archived_opened_with_the_keys_and_quarantined_when_al
     ]
     with pytest.raises(ValueError, match="give keys or decode"):
         BatchArchiver(
-            archive_dsn,
+            PostgresArchiveIngest(archive_dsn),
             consumer_group="g",
             keys=keys,
             decode=lambda v: chain[0],
@@ -300,8 +305,10 @@ def test_sealed_events_archived_without_the_keys_keep_their_commitments(archiver
     with psycopg.connect(archive_dsn) as conn:
         # Commitments only and no ERASED: withheld, unless the auditor knows the archive
         # ingests without the key-encryption key.
-        (withheld,) = list(iter_audits(conn, saga_id="sealed-2"))
-        (audit,) = list(iter_audits(conn, saga_id="sealed-2", allow_unopened=True))
+        (withheld,) = list(iter_audits(PostgresArchiveAudits(conn), saga_id="sealed-2"))
+        (audit,) = list(
+            iter_audits(PostgresArchiveAudits(conn), saga_id="sealed-2", allow_unopened=True)
+        )
     assert (withheld.ok, withheld.reason, withheld.bad_seq) == (False, "withheld", 2)
     assert audit.ok
     assert verify([dataclasses.replace(e, payload=None, result=None, salts={}) for e in chain]).ok

@@ -27,6 +27,7 @@ from sagacity.consumers.archive._ingest import (
     _Refusal,
 )
 from sagacity.entries._events import GENESIS_HASH, EntryDraft, EventType, UnknownEventType
+from sagacity.postgres.archive import PostgresArchiveAudits, PostgresArchiveIngest
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE, MAGIC, current_schema, encode_entry, entry_record
 
@@ -48,7 +49,7 @@ drafts = st.builds(
 )
 
 REFERENCE = BatchArchiver(
-    "host=unused",
+    PostgresArchiveIngest("host=unused"),
     consumer_group="g",
     decode=lambda b: _decode(b),
     partitioner=KAFKA_PARTITIONER,
@@ -181,7 +182,7 @@ def test_a_mixed_batch_gives_the_same_reports_and_rows_on_both_paths(pg_dsn):
         with connect(dsn, autocommit=True) as conn:
             migrate(conn)
         archiver = BatchArchiver(
-            dsn,
+            PostgresArchiveIngest(dsn),
             consumer_group="g",
             decode=None if mode == "record" else _decode,
             partitioner=KAFKA_PARTITIONER,
@@ -402,8 +403,8 @@ def test_a_sealed_form_2_event_is_archived_alike_with_and_without_the_compiled_m
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     from sagacity.chain import committing
-    from sagacity.consumers.archive import _audit, iter_audits
-    from sagacity.postgres.archive import migrate
+    from sagacity.consumers.archive import iter_audits
+    from sagacity.postgres.archive import _audits, migrate
     from sagacity.privacy._envelope import KeyEncryptionKey, KeyRing
     from sagacity.privacy._keys import KeyService
     from sagacity.schemas import decode_record
@@ -436,13 +437,13 @@ def test_a_sealed_form_2_event_is_archived_alike_with_and_without_the_compiled_m
             got = NATIVE_ROW(PREFIX, ev.key, ev.value, ev.topic, ev.partition, ev.offset)
             assert (got is None) == (ev.key == b"sealed-n"), ev
     streamed: list[bool] = []
-    stream_class = _audit.RowStream
+    stream_class = _audits.RowStream
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         streamed.append(kwargs["forms"])
         return stream_class(*args, **kwargs)
 
-    monkeypatch.setattr(_audit, "RowStream", counted)
+    monkeypatch.setattr(_audits, "RowStream", counted)
     outcomes = []
     for mode in ("compiled", "python"):
         monkeypatch.setenv(
@@ -458,7 +459,11 @@ def test_a_sealed_form_2_event_is_archived_alike_with_and_without_the_compiled_m
         with connect(dsn, autocommit=True) as conn:
             migrate(conn)
         archiver = BatchArchiver(
-            dsn, consumer_group="g", keys=keys, partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+            PostgresArchiveIngest(dsn),
+            consumer_group="g",
+            keys=keys,
+            partitioner=KAFKA_PARTITIONER,
+            wire=JOURNAL_WIRE,
         )
         assert (archiver._native_row is not None) == (mode == "compiled" and NATIVE_ROW is not None)
         try:
@@ -468,7 +473,10 @@ def test_a_sealed_form_2_event_is_archived_alike_with_and_without_the_compiled_m
         streamed.clear()
         with connect(dsn) as conn:
             audits = {
-                bulk: [(a.saga_id, a.ok, a.events) for a in iter_audits(conn, bulk=bulk)]
+                bulk: [
+                    (a.saga_id, a.ok, a.events)
+                    for a in iter_audits(PostgresArchiveAudits(conn), bulk=bulk)
+                ]
                 for bulk in (True, False)
             }
         assert streamed == [True]  # the bulk audit streamed the rows, form-2 ones referred

@@ -21,6 +21,7 @@ from sagacity.chain import link
 from sagacity.cli import main
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
 from sagacity.entries import _attributes as attr
+from sagacity.postgres.archive import PostgresArchiveIngest
 from sagacity.producer import KAFKA_PARTITIONER, KafkaJournal, partition_for
 from sagacity.schemas import JOURNAL_WIRE
 from sagacity.signing._decision_signature import generate_key
@@ -215,7 +216,7 @@ def test_a_partition_the_database_refuses_is_the_events_fate(archive_dsn: str) -
     from sagacity.consumers.archive._ingest import QuarantineReason
 
     archiver = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.01,
         partitioner=KAFKA_PARTITIONER,

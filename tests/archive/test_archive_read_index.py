@@ -17,6 +17,7 @@ from sagacity.consumers.archive import BatchArchiver, RawEvent, generate_key
 from sagacity.consumers.archive._retention import run_retention
 from sagacity.errors import SagaExistsError
 from sagacity.postgres import PostgresSagaIndex
+from sagacity.postgres.archive import PostgresArchiveIngest, PostgresRetention
 from sagacity.producer import KAFKA_PARTITIONER, KafkaJournal, SagaReader, partition_for
 from sagacity.schemas import JOURNAL_WIRE, encode_entry
 from tests.kafka.saga_mix import accepted, reported, write_mix
@@ -31,7 +32,10 @@ def archive_topic(
     """Archive the first ``upto`` of each partition (from where the archive stopped), in
     batches of 97 messages, the way the archiver service does."""
     archiver = BatchArchiver(
-        dsn, consumer_group=GROUP, partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+        PostgresArchiveIngest(dsn),
+        consumer_group=GROUP,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
     )
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": "t", "enable.auto.commit": False}
@@ -197,7 +201,12 @@ def test_a_chain_whose_oldest_months_retention_dropped_starts_at_its_anchor(
     with psycopg.connect(archive_dsn) as conn:
         signer = generate_key(tmp_path / "archive.key")
         (action,) = run_retention(
-            conn, keep_months=24, export_dir=tmp_path / "x", apply=True, now=NOW, signer=signer
+            PostgresRetention(conn),
+            keep_months=24,
+            export_dir=tmp_path / "x",
+            apply=True,
+            now=NOW,
+            signer=signer,
         )
     assert action.dropped
     plain, indexed = reader_pair(topic, 1)

@@ -18,7 +18,7 @@ from sagacity.chain import link
 from sagacity.cli import main
 from sagacity.consumers.archive import BatchArchiver
 from sagacity.consumers.archive._replay import diff_with_archive, read_topic
-from sagacity.postgres.archive import PostgresArchiveReads
+from sagacity.postgres.archive import PostgresArchiveIngest, PostgresArchiveReads
 from sagacity.producer import KAFKA_PARTITIONER, ForkKind, KafkaTopicPasses
 from sagacity.schemas import JOURNAL_WIRE, decode_entry
 
@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 def archiver(archive_dsn: str) -> Iterator[BatchArchiver]:
     """One archiver: replay reads the topic; the ingest paths are compared elsewhere."""
     a = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         partitioner=KAFKA_PARTITIONER,

@@ -25,7 +25,14 @@ from sagacity.consumers.archive._retention import (
     sign_records,
 )
 from sagacity.errors import PersistenceError, RetentionError
-from sagacity.postgres.archive import grant_archiver
+from sagacity.postgres.archive import (
+    PostgresArchiveAudits,
+    PostgresArchiveIngest,
+    PostgresCheckpointSigning,
+    PostgresRetention,
+    PostgresSagaBundles,
+    grant_archiver,
+)
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -79,7 +86,7 @@ def _retime(chain, at_us):
 
 def test_dry_run_reports_without_dropping(spanning, archive_dsn):
     with psycopg.connect(archive_dsn) as conn:
-        actions = run_retention(conn, keep_months=24, now=NOW)
+        actions = run_retention(PostgresRetention(conn), keep_months=24, now=NOW)
     assert [(a.partition.name, a.rows, a.dropped) for a in actions] == [
         ("side_effect_journal_p202410", 5, False)
     ]
@@ -89,7 +96,12 @@ def test_dry_run_reports_without_dropping(spanning, archive_dsn):
 def test_apply_exports_then_drops_and_chains_still_verify(spanning, archive_dsn, tmp_path, signer):
     with psycopg.connect(archive_dsn) as conn:
         (action,) = run_retention(
-            conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW, signer=signer
+            PostgresRetention(conn),
+            keep_months=24,
+            export_dir=tmp_path,
+            apply=True,
+            now=NOW,
+            signer=signer,
         )
     assert action.dropped
     assert action.rows == 5
@@ -112,7 +124,7 @@ def test_apply_exports_then_drops_and_chains_still_verify(spanning, archive_dsn,
         (action.export_sha256, 5)
     ]
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn)
+        summary = audit(PostgresArchiveAudits(conn))
     # saga-old survives as anchors only; saga-span verifies from its anchor at seq 3.
     assert (summary.sagas, summary.ok) == (2, 2), summary.failures
 
@@ -121,11 +133,18 @@ def test_deleting_the_rest_of_a_retained_chain_is_still_detected(
     spanning, archive_dsn, tmp_path, signer
 ):
     with psycopg.connect(archive_dsn) as conn:
-        run_retention(conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW, signer=signer)
+        run_retention(
+            PostgresRetention(conn),
+            keep_months=24,
+            export_dir=tmp_path,
+            apply=True,
+            now=NOW,
+            signer=signer,
+        )
         conn.execute("SET session_replication_role = replica")
         conn.execute("DELETE FROM side_effect_journal WHERE seq = 4")
         conn.commit()
-        summary = audit(conn)
+        summary = audit(PostgresArchiveAudits(conn))
     (failure,) = summary.failures
     assert (failure.saga_id, failure.bad_seq, failure.reason) == ("saga-span", 4, "gap")
 
@@ -133,12 +152,17 @@ def test_deleting_the_rest_of_a_retained_chain_is_still_detected(
 def test_short_retention_is_refused_unless_forced(spanning, archive_dsn, tmp_path):
     with psycopg.connect(archive_dsn) as conn:
         with pytest.raises(RetentionError, match="shorter than the 6 months"):
-            run_retention(conn, keep_months=5, now=NOW)
-        assert run_retention(conn, keep_months=5, force=True, now=NOW)[0].dropped is False
+            run_retention(PostgresRetention(conn), keep_months=5, now=NOW)
+        assert (
+            run_retention(PostgresRetention(conn), keep_months=5, force=True, now=NOW)[0].dropped
+            is False
+        )
         with pytest.raises(RetentionError, match="--export-dir"):
-            run_retention(conn, keep_months=24, apply=True, now=NOW)
+            run_retention(PostgresRetention(conn), keep_months=24, apply=True, now=NOW)
         with pytest.raises(RetentionError, match="--signing-key"):
-            run_retention(conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW)
+            run_retention(
+                PostgresRetention(conn), keep_months=24, export_dir=tmp_path, apply=True, now=NOW
+            )
 
 
 def test_archiver_role_cannot_drop_months(spanning, archive_dsn, tmp_path, signer):
@@ -152,7 +176,12 @@ def test_archiver_role_cannot_drop_months(spanning, archive_dsn, tmp_path, signe
             pytest.raises(PersistenceError, match="permission denied"),
         ):
             run_retention(
-                conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW, signer=signer
+                PostgresRetention(conn),
+                keep_months=24,
+                export_dir=tmp_path,
+                apply=True,
+                now=NOW,
+                signer=signer,
             )
         assert rows(archive_dsn, "SELECT count(*) FROM side_effect_journal") == [(7,)]
         assert list(tmp_path.iterdir()) == []
@@ -164,7 +193,7 @@ def test_archiver_role_cannot_drop_months(spanning, archive_dsn, tmp_path, signe
 
 def test_archiver_recreates_a_month_dropped_under_it(spanning, archive_dsn, tmp_path, signer):
     archiver = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g2",
         decode=decode,
         partitioner=KAFKA_PARTITIONER,
@@ -175,7 +204,12 @@ def test_archiver_recreates_a_month_dropped_under_it(spanning, archive_dsn, tmp_
         archiver.archive(as_raw(late, topic="x"))  # caches October 2024 as existing
         with psycopg.connect(archive_dsn) as conn:
             run_retention(
-                conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW, signer=signer
+                PostgresRetention(conn),
+                keep_months=24,
+                export_dir=tmp_path,
+                apply=True,
+                now=NOW,
+                signer=signer,
             )
         again = make_chain("saga-later", 1, start_us=OCT_2024)
         assert archiver.archive(as_raw(again, topic="x", first_offset=1)).archived == 1
@@ -214,7 +248,12 @@ def test_export_that_cannot_be_written_drops_nothing(spanning, archive_dsn, tmp_
     blocker.write_text("x")
     with psycopg.connect(archive_dsn) as conn, pytest.raises(RetentionError, match="cannot"):
         run_retention(
-            conn, keep_months=24, export_dir=blocker / "exports", apply=True, now=NOW, signer=signer
+            PostgresRetention(conn),
+            keep_months=24,
+            export_dir=blocker / "exports",
+            apply=True,
+            now=NOW,
+            signer=signer,
         )
     assert rows(archive_dsn, "SELECT count(*) FROM side_effect_journal") == [(7,)]
     assert rows(archive_dsn, "SELECT count(*) FROM archive_retention") == [(0,)]
@@ -235,8 +274,15 @@ def test_a_forged_anchor_is_reported(spanning, archiver, archive_dsn, tmp_path, 
     archiver.archive(as_raw(kept, first_offset=7))
     keys = [signer.public_raw]
     with psycopg.connect(archive_dsn) as conn:
-        run_retention(conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW, signer=signer)
-        summary = audit(conn, pinned_keys=keys)
+        run_retention(
+            PostgresRetention(conn),
+            keep_months=24,
+            export_dir=tmp_path,
+            apply=True,
+            now=NOW,
+            signer=signer,
+        )
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=keys)
     assert (summary.sagas, summary.ok, summary.retention.records) == (3, 3, 1)
     assert rows(archive_dsn, "SELECT anchor_count FROM archive_retention") == [(2,)]
     _forge_anchor(
@@ -251,7 +297,7 @@ def test_a_forged_anchor_is_reported(spanning, archiver, archive_dsn, tmp_path, 
         ],
     )
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=keys)
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=keys)
     assert not summary.all_ok
     assert list(summary.retention.failed) == ["side_effect_journal_p202410"]
     assert (
@@ -262,7 +308,7 @@ def test_a_forged_anchor_is_reported(spanning, archiver, archive_dsn, tmp_path, 
         (s, "forged_anchor") for s in ("saga-kept", "saga-old", "saga-span")
     }
     with psycopg.connect(archive_dsn) as conn:
-        alone = audit(conn, saga_id="saga-kept", pinned_keys=keys)
+        alone = audit(PostgresArchiveAudits(conn), saga_id="saga-kept", pinned_keys=keys)
     assert [(f.bad_seq, f.reason) for f in alone.failures] == [(2, "forged_anchor")]
     result = CliRunner().invoke(
         main, ["verify", "--database-url", archive_dsn, "--public-key", signer.public_hex]
@@ -279,7 +325,14 @@ def test_anchors_of_unsigned_records_fail_until_the_records_are_signed(
     until the operator signs the records once (and an edited record fails again)."""
     keys = [signer.public_raw]
     with psycopg.connect(archive_dsn) as conn:
-        run_retention(conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW, signer=signer)
+        run_retention(
+            PostgresRetention(conn),
+            keep_months=24,
+            export_dir=tmp_path,
+            apply=True,
+            now=NOW,
+            signer=signer,
+        )
     _forge_anchor(
         archive_dsn,
         [
@@ -292,16 +345,16 @@ def test_anchors_of_unsigned_records_fail_until_the_records_are_signed(
         ],
     )
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=keys)
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=keys)
         assert "is not signed" in summary.retention.failed["side_effect_journal_p202410"]
         assert {f.reason for f in summary.failures} == {"forged_anchor"}
-        assert sign_records(conn, signer) == 1
-        assert sign_records(conn, signer) == 0
-        after = audit(conn, pinned_keys=keys)
+        assert sign_records(PostgresRetention(conn), signer) == 1
+        assert sign_records(PostgresRetention(conn), signer) == 0
+        after = audit(PostgresArchiveAudits(conn), pinned_keys=keys)
         assert (after.retention.records, after.retention.failed, after.failures) == (1, {}, [])
     _forge_anchor(archive_dsn, [("UPDATE archive_retention SET row_count = row_count - 1", ())])
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=keys)
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=keys)
     assert "does not verify" in summary.retention.failed["side_effect_journal_p202410"]
 
 
@@ -324,9 +377,16 @@ def test_a_bundle_proves_its_anchor_and_refuses_a_forged_one(
     inclusion proof travel with it, and the standalone verifier checks both."""
     with psycopg.connect(archive_dsn) as conn:
         # the head is signed: the bundle covers it
-        assert sign_pending(conn, signer, archiver.ledger) == 2
-        run_retention(conn, keep_months=24, export_dir=tmp_path, apply=True, now=NOW, signer=signer)
-        assert export_bundle(conn, "saga-span", tmp_path / "b").ok
+        assert sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger) == 2
+        run_retention(
+            PostgresRetention(conn),
+            keep_months=24,
+            export_dir=tmp_path,
+            apply=True,
+            now=NOW,
+            signer=signer,
+        )
+        assert export_bundle(PostgresSagaBundles(conn), "saga-span", tmp_path / "b").ok
     manifest_path = tmp_path / "b" / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
     anchor = manifest["anchor"]

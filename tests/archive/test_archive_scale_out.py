@@ -16,6 +16,7 @@ from confluent_kafka import Producer
 from sagacity import compose
 from sagacity.consumers.archive import audit
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
+from sagacity.postgres.archive import PostgresArchiveAudits
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
@@ -123,5 +124,5 @@ def test_two_instances_archive_everything_once_across_rebalances(
         (12, len(events))
     ]
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn)
+        summary = audit(PostgresArchiveAudits(conn))
     assert (summary.sagas, summary.ok, summary.events) == (120, 120, len(events))

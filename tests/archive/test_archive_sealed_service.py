@@ -19,6 +19,7 @@ from sagacity import EntryDraft, EventType, JournalEntry
 from sagacity.chain import committing, link
 from sagacity.consumers.archive import BatchArchiver, RawEvent
 from sagacity.postgres import PostgresKeyStore
+from sagacity.postgres.archive import PostgresArchiveIngest
 from sagacity.privacy._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
 from sagacity.privacy._keys import KeyService
 from sagacity.producer import KAFKA_PARTITIONER, KafkaJournal
@@ -209,7 +210,10 @@ def test_an_export_of_a_saga_archived_sealed_says_its_data_is_sealed(
     finally:
         keys.close()
     archiver = BatchArchiver(
-        archive_dsn, consumer_group="g", partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+        PostgresArchiveIngest(archive_dsn),
+        consumer_group="g",
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
     )
     try:
         assert archiver.archive(raw).archived == 2

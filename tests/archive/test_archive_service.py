@@ -20,6 +20,7 @@ from confluent_kafka import Producer
 from sagacity import compose
 from sagacity.consumers.archive import audit
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
+from sagacity.postgres.archive import PostgresArchiveAudits
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
@@ -121,7 +122,7 @@ def test_service_archives_quarantines_dedups_and_signs(
     q = rows(archive_dsn, "SELECT reason, raw_value FROM archive_quarantine")
     assert q == [("undecodable", b"\x00garbage")]
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=[signer.public_raw])
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
     assert (summary.sagas, summary.ok, summary.events) == (5, 5, 50)
     assert summary.checkpoints >= 5  # every head at seq 10, maybe earlier heads too
     # Each round is logged as the line to publish, and it is the archive's latest round.
@@ -220,5 +221,5 @@ def test_sigkill_mid_stream_then_restart_archives_every_event_exactly_once(
         (len(events),)
     ]
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn)
+        summary = audit(PostgresArchiveAudits(conn))
     assert (summary.sagas, summary.ok, summary.events) == (250, 250, len(events))

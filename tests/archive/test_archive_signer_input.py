@@ -31,6 +31,11 @@ from sagacity.consumers.archive import (
 )
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
 from sagacity.entries._events import EntryDraft, EventType, JournalEntry
+from sagacity.postgres.archive import (
+    PostgresArchiveAudits,
+    PostgresArchiveIngest,
+    PostgresCheckpointSigning,
+)
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -241,7 +246,7 @@ def test_a_new_process_resumes_a_saga_from_its_verified_checkpoint(
     signer = generate_key(tmp_path / "archive.key")
     chain = make_chain("long", 5)
     earlier = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         partitioner=KAFKA_PARTITIONER,
@@ -249,10 +254,10 @@ def test_a_new_process_resumes_a_saga_from_its_verified_checkpoint(
     )
     earlier.archive(as_raw(chain[:3]))
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer, earlier.ledger) == 1
+        assert sign_pending(PostgresCheckpointSigning(conn), signer, earlier.ledger) == 1
     earlier.close()
     later = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         signed_keys=[signer.public_raw],
@@ -262,8 +267,8 @@ def test_a_new_process_resumes_a_saga_from_its_verified_checkpoint(
     report = later.archive(as_raw(chain[3:], first_offset=3))
     assert (report.archived, report.findings) == (2, {})
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer, later.ledger) == 1
-        summary = audit(conn, pinned_keys=[signer.public_raw])
+        assert sign_pending(PostgresCheckpointSigning(conn), signer, later.ledger) == 1
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
     later.close()
     assert (summary.ok, summary.unsigned_sagas, summary.unsigned_tails) == (1, 0, 0)
 
@@ -274,7 +279,7 @@ def test_a_checkpoint_the_key_did_not_sign_is_no_base(archive_dsn: str, tmp_path
     signer = generate_key(tmp_path / "archive.key")
     chain = make_chain("planted", 4)
     earlier = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         partitioner=KAFKA_PARTITIONER,
@@ -289,7 +294,7 @@ def test_a_checkpoint_the_key_did_not_sign_is_no_base(archive_dsn: str, tmp_path
             (chain[2].hash, signer.key_id),
         )
     later = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         signed_keys=[signer.public_raw],
@@ -299,7 +304,7 @@ def test_a_checkpoint_the_key_did_not_sign_is_no_base(archive_dsn: str, tmp_path
     report = later.archive(as_raw(chain[3:], first_offset=3))
     assert (report.archived, report.findings) == (1, {"unattested": 1})
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer, later.ledger) == 0
+        assert sign_pending(PostgresCheckpointSigning(conn), signer, later.ledger) == 0
     later.close()
     assert rows(archive_dsn, "SELECT reason, ingested_seq, table_seq FROM archive_finding") == [
         ("unattested", 0, 3)
@@ -313,7 +318,7 @@ def test_the_signer_signs_what_its_ledger_holds_and_nothing_the_table_adds(
     signed, however it looks; the sagas the process read are."""
     signer = generate_key(tmp_path / "archive.key")
     archiver = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         partitioner=KAFKA_PARTITIONER,
@@ -322,7 +327,7 @@ def test_the_signer_signs_what_its_ledger_holds_and_nothing_the_table_adds(
     archiver.archive(as_raw(make_chain("read", 2)))
     planted = make_chain("planted", 2)
     helper = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="other",
         retry_delay=0.05,
         partitioner=KAFKA_PARTITIONER,
@@ -331,7 +336,7 @@ def test_the_signer_signs_what_its_ledger_holds_and_nothing_the_table_adds(
     helper.archive(as_raw(planted, partition=5))  # rows and head, by another hand
     helper.close()
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer, archiver.ledger) == 1
+        assert sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger) == 1
     archiver.close()
     assert _signed(archive_dsn, "read", 2)
     assert not _signed(archive_dsn, "planted", 2)
@@ -397,7 +402,7 @@ def test_reading_again_attests_the_topics_chain_not_the_tables(
     )
     messages = as_raw([*winner, loser], topic="t")
     earlier = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         partitioner=KAFKA_PARTITIONER,
@@ -407,7 +412,7 @@ def test_reading_again_attests_the_topics_chain_not_the_tables(
     earlier.close()
     _rewrite_row(archive_dsn, winner[1], loser)
     later = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         signed_keys=[signer.public_raw],
@@ -418,7 +423,7 @@ def test_reading_again_attests_the_topics_chain_not_the_tables(
     report = later.archive(messages)
     assert (report.again, report.archived, report.quarantined_total) == (3, 0, 0)
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer, later.ledger) == 1
+        assert sign_pending(PostgresCheckpointSigning(conn), signer, later.ledger) == 1
     later.close()
     assert _signed(archive_dsn, "forked", 1)
     assert not _signed(archive_dsn, "forked", 2)
@@ -486,7 +491,7 @@ def test_reading_again_does_not_attest_an_event_its_writer_may_not_write(
         for i, e in enumerate((opened, intruding))
     ]
     earlier = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         authorship=authorship,
@@ -523,7 +528,7 @@ def test_reading_again_does_not_attest_an_event_its_writer_may_not_write(
             (intruding.hash,),
         )
     later = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         authorship=authorship,
@@ -535,7 +540,8 @@ def test_reading_again_does_not_attest_an_event_its_writer_may_not_write(
     report = later.archive(messages)
     assert (report.again, report.findings) == (2, {"unattested": 1})
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer, later.ledger) == 1  # seq 1, read again
+        # seq 1, read again
+        assert sign_pending(PostgresCheckpointSigning(conn), signer, later.ledger) == 1
     later.close()
     assert _signed(archive_dsn, "owned", 1)
     assert not _signed(archive_dsn, "owned", 2)

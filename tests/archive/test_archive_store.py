@@ -10,7 +10,14 @@ from archive_helpers import as_raw, decode, make_chain, rows, with_option
 
 from sagacity.consumers.archive import BatchArchiver, generate_key, sign_pending
 from sagacity.errors import ArchiveSchemaError, PersistenceError, PersistenceUnavailableError
-from sagacity.postgres.archive import MIGRATIONS, check_schema, grant_archiver, migrate
+from sagacity.postgres.archive import (
+    MIGRATIONS,
+    PostgresArchiveIngest,
+    PostgresCheckpointSigning,
+    check_schema,
+    grant_archiver,
+    migrate,
+)
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -91,7 +98,7 @@ def test_archiver_role_may_insert_and_read_but_not_update_or_delete(archive_dsn,
         conn.execute(f'GRANT "{role}" TO current_user')
     try:
         archiver = BatchArchiver(
-            with_option(archive_dsn, f"-c role={role}"),
+            PostgresArchiveIngest(with_option(archive_dsn, f"-c role={role}")),
             consumer_group="g",
             decode=decode,
             partitioner=KAFKA_PARTITIONER,
@@ -102,7 +109,14 @@ def test_archiver_role_may_insert_and_read_but_not_update_or_delete(archive_dsn,
         assert archiver.archive(as_raw(make_chain("saga-p", 3))).archived == 3
         archiver.close()
         with psycopg.connect(with_option(archive_dsn, f"-c role={role}")) as conn:
-            assert sign_pending(conn, generate_key(tmp_path / "k.pem"), archiver.ledger) == 1
+            assert (
+                sign_pending(
+                    PostgresCheckpointSigning(conn),
+                    generate_key(tmp_path / "k.pem"),
+                    archiver.ledger,
+                )
+                == 1
+            )
         with psycopg.connect(archive_dsn, autocommit=True) as conn:
             conn.execute(f'SET ROLE "{role}"')
             assert conn.execute("SELECT count(*) FROM side_effect_journal").fetchone() == (3,)
@@ -129,19 +143,19 @@ class _DroppingArchiver(BatchArchiver):
         super().__init__(*args, **kwargs)
         self.drops = drops
 
-    def _store_offsets(self, cur, batch):
+    def _store_offsets(self, unit, batch):
         if self.drops:
             self.drops -= 1
-            pid = cur.connection.info.backend_pid
-            with psycopg.connect(self._conninfo, autocommit=True) as other:
+            pid = unit.cur.connection.info.backend_pid
+            with psycopg.connect(self._store.conninfo, autocommit=True) as other:
                 other.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        super()._store_offsets(cur, batch)
+        super()._store_offsets(unit, batch)
 
 
 def test_database_lost_mid_batch_is_retried_without_loss_or_doubles(archive_dsn):
     chain = make_chain("saga-lost", 6)
     archiver = _DroppingArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         decode=decode,
         retry_delay=0.01,
@@ -167,7 +181,7 @@ def test_database_lost_mid_batch_is_retried_without_loss_or_doubles(archive_dsn)
 
 def test_database_that_stays_away_raises_a_typed_error(archive_dsn):
     archiver = _DroppingArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         decode=decode,
         retries=2,
@@ -185,7 +199,7 @@ def test_database_that_stays_away_raises_a_typed_error(archive_dsn):
 
 def test_unreachable_database_is_a_persistence_error():
     archiver = BatchArchiver(
-        "host=127.0.0.1 port=1 connect_timeout=1",
+        PostgresArchiveIngest("host=127.0.0.1 port=1 connect_timeout=1"),
         consumer_group="g",
         decode=decode,
         retries=1,
@@ -203,7 +217,7 @@ def test_two_archivers_racing_on_the_same_events_archive_each_once(archive_dsn):
     events = as_raw([e for c in chains for e in c])
     archivers = [
         BatchArchiver(
-            archive_dsn,
+            PostgresArchiveIngest(archive_dsn),
             consumer_group="g",
             decode=decode,
             retry_delay=0.01,

@@ -39,6 +39,11 @@ from sagacity.consumers.archive._export import export_bundle
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
 from sagacity.entries import _attributes as attr
 from sagacity.errors import ApprovalError
+from sagacity.postgres.archive import (
+    PostgresArchiveIngest,
+    PostgresCheckpointSigning,
+    PostgresSagaBundles,
+)
 from sagacity.producer import KAFKA_PARTITIONER, KafkaJournal
 from sagacity.schemas import JOURNAL_WIRE
 from sagacity.signing._operator_signature import OperatorSigner
@@ -216,7 +221,12 @@ def test_a_forged_executed_without_intent_is_reported_by_every_auditor_tool(
     assert f"grammar:executed_without_intent at seq {forged.seq}" in shown
 
     with psycopg.connect(archive_dsn) as conn:
-        export_bundle(conn, "grant-1", tmp_path / "bundle", pinned_keys=[signer.public_raw])
+        export_bundle(
+            PostgresSagaBundles(conn),
+            "grant-1",
+            tmp_path / "bundle",
+            pinned_keys=[signer.public_raw],
+        )
     checked = _standalone(tmp_path / "bundle", "--public-key", signer.public_hex)
     assert checked.returncode == 1, checked.stdout + checked.stderr
     assert checked.stdout.startswith(
@@ -290,7 +300,9 @@ def test_the_flows_the_product_journals_pass_every_auditor_tool(
     assert code == 0, shown
     with psycopg.connect(archive_dsn) as conn:
         for saga in sagas:
-            export_bundle(conn, saga, tmp_path / saga, pinned_keys=[signer.public_raw])
+            export_bundle(
+                PostgresSagaBundles(conn), saga, tmp_path / saga, pinned_keys=[signer.public_raw]
+            )
     for saga in sagas:
         checked = _standalone(tmp_path / saga, "--public-key", signer.public_hex)
         assert checked.returncode == 0, (saga, checked.stdout + checked.stderr)
@@ -304,7 +316,7 @@ def test_the_flows_the_product_journals_pass_every_auditor_tool(
 @pytest.fixture
 def archiver(archive_dsn: str) -> Iterator[BatchArchiver]:
     a = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         partitioner=KAFKA_PARTITIONER,
@@ -384,7 +396,7 @@ def test_openings_stripped_without_an_erasure_are_withheld_and_a_forged_log_row_
     erased = _erased_saga("erased")
     archiver.archive(as_raw(stripped + bypassed + erased))
     with psycopg.connect(archive_dsn, autocommit=True) as conn:
-        sign_pending(conn, signer, archiver.ledger)
+        sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger)
         conn.execute("SELECT sgc_erase_saga('stripped', 'operator:eve', 'tidy up', NULL)")
         conn.execute("SELECT sgc_erase_saga('erased', 'operator:ana', 'art. 17', NULL)")
         conn.execute("SET session_replication_role = replica")
@@ -418,7 +430,7 @@ def test_a_forged_erased_counts_in_no_auditors_tool_and_the_data_is_withheld(
     forged = _erased_saga("forged", sign=None if forgery == "unsigned" else other)
     archiver.archive(as_raw(forged + _erased_saga("honest")))
     with psycopg.connect(archive_dsn, autocommit=True) as conn:
-        sign_pending(conn, signer, archiver.ledger)
+        sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger)
         for saga in ("forged", "honest"):
             conn.execute("SELECT sgc_erase_saga(%s, 'operator:eve', 'art. 17', NULL)", (saga,))
     store = PostgresKeyStore(archive_dsn)
@@ -450,7 +462,7 @@ def test_a_forged_erased_counts_in_no_auditors_tool_and_the_data_is_withheld(
 
     with psycopg.connect(archive_dsn) as conn:
         verdict = export_bundle(
-            conn,
+            PostgresSagaBundles(conn),
             "forged",
             tmp_path / "bundle",
             pinned_keys=(signer.public_raw,),

@@ -20,7 +20,12 @@ from sagacity.consumers.archive import (
     iter_audits,
     sign_pending,
 )
-from sagacity.postgres.archive import check_schema
+from sagacity.postgres.archive import (
+    PostgresArchiveAudits,
+    PostgresArchiveIngest,
+    PostgresCheckpointSigning,
+    check_schema,
+)
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -38,7 +43,7 @@ def archived(archiver, archive_dsn, signer):
     chains = {s: make_chain(s, 6) for s in ("saga-1", "saga-2", "saga-3")}
     archiver.archive(as_raw([e for c in chains.values() for e in c[:5]]))
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer, archiver.ledger) == 3
+        assert sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger) == 3
     archiver.archive(as_raw([c[5] for c in chains.values()], first_offset=15))
     return chains
 
@@ -54,10 +59,16 @@ def tamper(dsn: str, *statements: tuple[str, tuple[object, ...]]) -> None:
 def both_paths_agree(dsn: str, signer: Signer) -> None:
     """The audit straight from the columns equals the reference path's, saga by saga."""
     with psycopg.connect(dsn) as conn:
-        fast = list(iter_audits(conn, pinned_keys=[signer.public_raw]))
+        fast = list(iter_audits(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw]))
         # One row a fetch: the merge of chains, checkpoints and heads waits on every source.
-        fetched_one_by_one = list(iter_audits(conn, pinned_keys=[signer.public_raw], fetch=1))
-        reference = list(iter_audits(conn, pinned_keys=[signer.public_raw], reference=True))
+        fetched_one_by_one = list(
+            iter_audits(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw], fetch=1)
+        )
+        reference = list(
+            iter_audits(
+                PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw], reference=True
+            )
+        )
     assert fast == reference
     assert fetched_one_by_one == reference
     assert len(fast) == 3
@@ -66,7 +77,7 @@ def both_paths_agree(dsn: str, signer: Signer) -> None:
 def only_failure(dsn: str, signer: Signer, **kwargs):
     both_paths_agree(dsn, signer)
     with psycopg.connect(dsn) as conn:
-        summary = audit(conn, pinned_keys=[signer.public_raw], **kwargs)
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw], **kwargs)
     assert summary.sagas == 3
     assert summary.ok == 2, summary.failures
     (failure,) = summary.failures
@@ -77,7 +88,7 @@ def only_failure(dsn: str, signer: Signer, **kwargs):
 def test_untouched_archive_verifies(archived, archive_dsn, signer):
     both_paths_agree(archive_dsn, signer)
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=[signer.public_raw])
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
     assert (summary.sagas, summary.ok, summary.events, summary.checkpoints) == (3, 3, 18, 3)
 
 
@@ -194,7 +205,7 @@ def all_fail_at(dsn: str, signer: Signer, seq: int, reason: AuditReason) -> list
     """Every saga fails at ``seq`` for ``reason`` (the three share one signing round)."""
     both_paths_agree(dsn, signer)
     with psycopg.connect(dsn) as conn:
-        summary = audit(conn, pinned_keys=[signer.public_raw])
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
     assert (summary.sagas, summary.ok) == (3, 0), summary.failures
     assert {(f.bad_seq, f.reason) for f in summary.failures} == {(seq, reason)}
     assert not summary.all_ok
@@ -231,7 +242,7 @@ def test_a_removed_checkpoint_fails_its_round(archived, archive_dsn, signer):
         ),
     )
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=[signer.public_raw])
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
     failures = {f.saga_id: (f.bad_seq, f.reason, f.detail) for f in summary.failures}
     assert set(failures) == {"saga-1", "saga-3"}
     assert {f[:2] for f in failures.values()} == {(5, AuditReason.BAD_SIGNATURE)}
@@ -242,7 +253,7 @@ def test_a_removed_checkpoint_fails_its_round(archived, archive_dsn, signer):
 def test_a_round_whose_checkpoints_were_all_removed_fails_the_audit(archived, archive_dsn, signer):
     tamper(archive_dsn, ("DELETE FROM archive_checkpoint", ()))
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=[signer.public_raw])
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
     # No saga has a checkpoint left to fail, but the signed round counts three heads.
     assert (summary.sagas, summary.ok) == (3, 3)
     ((reason, detail),) = summary.rounds.failed.values()
@@ -325,8 +336,8 @@ def test_rewritten_chain_resigned_with_another_key_is_caught_by_the_pinned_key(
     )
     both_paths_agree(archive_dsn, signer)
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=[signer.public_raw])
-        trusting_the_database = audit(conn)
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
+        trusting_the_database = audit(PostgresArchiveAudits(conn))
     failures = {f.saga_id: (f.bad_seq, f.reason) for f in summary.failures}
     # The forged checkpoint is signed by a key the auditor does not trust, and removing the
     # genuine one broke the round the other two sagas were signed in.
@@ -357,12 +368,14 @@ def test_per_head_checkpoints_of_earlier_releases_still_verify(archiver, archive
             )
         conn.execute("UPDATE archive_saga_head SET checkpointed_seq = 2")
         conn.commit()
-        summary = audit(conn, pinned_keys=[signer.public_raw])
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
         assert (summary.ok, summary.checkpoints, summary.rounds.rounds) == (2, 2, 0)
     archiver.archive(as_raw([e for c in chains.values() for e in c[2:]], first_offset=4))
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer, archiver.ledger) == 2  # the new heads only, in one round
-        summary = audit(conn, pinned_keys=[signer.public_raw])
+        assert (
+            sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger) == 2
+        )  # the new heads only, in one round
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
     assert (summary.sagas, summary.ok, summary.checkpoints, summary.rounds.rounds) == (2, 2, 4, 1)
     tamper(
         archive_dsn,
@@ -372,7 +385,7 @@ def test_per_head_checkpoints_of_earlier_releases_still_verify(archiver, archive
         ),
     )
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=[signer.public_raw])
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
     assert [(f.saga_id, f.bad_seq, f.reason) for f in summary.failures] == [
         ("old-2", 2, AuditReason.BAD_SIGNATURE)
     ]
@@ -399,10 +412,14 @@ def test_tampered_rounds_among_many_sagas_are_found_where_they_are(archiver, arc
     chains = {s: make_chain(s, 4) for s in sagas}
     archiver.archive(as_raw([e for c in chains.values() for e in c[:2]]))
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer, archiver.ledger, chunk=100) == 400
+        assert (
+            sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger, chunk=100) == 400
+        )
     archiver.archive(as_raw([e for c in chains.values() for e in c[2:]], first_offset=800))
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer, archiver.ledger, chunk=100) == 400
+        assert (
+            sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger, chunk=100) == 400
+        )
         assert conn.execute("SELECT count(*) FROM archive_checkpoint_round").fetchone() == (8,)
     forged_signature = _round_of(archive_dsn, "w-000", 2)
     edited_leaf = _round_of(archive_dsn, "w-255", 4)
@@ -424,9 +441,12 @@ def test_tampered_rounds_among_many_sagas_are_found_where_they_are(archiver, arc
     )
     keys = [signer.public_raw]
     with psycopg.connect(archive_dsn) as conn:
-        together = list(iter_audits(conn, pinned_keys=keys))
-        alone = [next(iter_audits(conn, saga_id=s, pinned_keys=keys)) for s in sagas]
-        summary = audit(conn, pinned_keys=keys)
+        together = list(iter_audits(PostgresArchiveAudits(conn), pinned_keys=keys))
+        alone = [
+            next(iter_audits(PostgresArchiveAudits(conn), saga_id=s, pinned_keys=keys))
+            for s in sagas
+        ]
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=keys)
     expected = {
         **{f"w-{n:03d}": (2, AuditReason.BAD_SIGNATURE) for n in range(0, 100)},
         **{f"w-{n:03d}": (2, AuditReason.UNKNOWN_KEY) for n in range(100, 200)},
@@ -464,7 +484,7 @@ def test_an_archive_not_yet_migrated_to_rounds_is_still_verified(archiver, archi
     )
     with psycopg.connect(archive_dsn) as conn:
         assert check_schema(conn) == 3
-        summary = audit(conn, pinned_keys=[signer.public_raw])
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
     assert (summary.sagas, summary.ok, summary.checkpoints, summary.all_ok) == (1, 1, 1, True)
 
 
@@ -475,9 +495,9 @@ def test_a_signing_round_removed_whole_breaks_the_chain_of_rounds(archiver, arch
     for seq in range(3):
         archiver.archive(as_raw([c[seq] for c in chains.values()], first_offset=2 * seq))
         with psycopg.connect(archive_dsn) as conn:
-            assert sign_pending(conn, signer, archiver.ledger) == 2
+            assert sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger) == 2
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=[signer.public_raw])
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
         rounds = [r[0] for r in conn.execute("SELECT round_id FROM archive_checkpoint_round")]
     assert (summary.ok, summary.rounds.rounds, summary.all_ok) == (2, 3, True)
     first, middle, last = sorted(rounds)
@@ -487,7 +507,7 @@ def test_a_signing_round_removed_whole_breaks_the_chain_of_rounds(archiver, arch
         ("DELETE FROM archive_checkpoint_round WHERE round_id = %s", (middle,)),
     )
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=[signer.public_raw])
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
     assert list(summary.rounds.failed) == [last]
     reason, detail = summary.rounds.failed[last]
     assert reason is AuditReason.BAD_SIGNATURE
@@ -495,8 +515,11 @@ def test_a_signing_round_removed_whole_breaks_the_chain_of_rounds(archiver, arch
     assert {(f.saga_id, f.bad_seq) for f in summary.failures} == {("r-1", 3), ("r-2", 3)}
     with psycopg.connect(archive_dsn) as conn:
         keys = [signer.public_raw]
-        together = list(iter_audits(conn, pinned_keys=keys))
-        alone = [next(iter_audits(conn, saga_id=s, pinned_keys=keys)) for s in chains]
+        together = list(iter_audits(PostgresArchiveAudits(conn), pinned_keys=keys))
+        alone = [
+            next(iter_audits(PostgresArchiveAudits(conn), saga_id=s, pinned_keys=keys))
+            for s in chains
+        ]
     assert together == alone  # one saga's verify (and its export) checks its rounds' links too
     tamper(
         archive_dsn,
@@ -504,7 +527,7 @@ def test_a_signing_round_removed_whole_breaks_the_chain_of_rounds(archiver, arch
         ("DELETE FROM archive_checkpoint_round WHERE round_id = %s", (first,)),
     )
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=[signer.public_raw])
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
     assert "earlier signing rounds were removed" in summary.rounds.failed[last][1]
 
 
@@ -513,7 +536,7 @@ def test_concurrent_signers_make_one_chain_of_rounds(archiver, archive_dsn, sign
     so two archivers signing at once make one chain: every round follows the one before."""
     import threading
 
-    from sagacity.consumers.archive._checkpoints import _SIGNING_LOCK
+    from sagacity.postgres.archive._signing import _SIGNING_LOCK
 
     archiver.archive(as_raw(make_chain("held", 1)))
     done = threading.Event()
@@ -524,7 +547,7 @@ def test_concurrent_signers_make_one_chain_of_rounds(archiver, archive_dsn, sign
 
         def waiting_signer() -> None:
             with psycopg.connect(archive_dsn) as conn:
-                sign_pending(conn, signer, archiver.ledger)
+                sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger)
             done.set()
 
         thread = threading.Thread(target=waiting_signer)
@@ -536,7 +559,7 @@ def test_concurrent_signers_make_one_chain_of_rounds(archiver, archive_dsn, sign
     # Two archivers, each signing what it ingested itself, at once.
     sagas = [f"c-{n:03d}" for n in range(120)]
     other = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         partitioner=KAFKA_PARTITIONER,
@@ -549,7 +572,7 @@ def test_concurrent_signers_make_one_chain_of_rounds(archiver, archive_dsn, sign
 
     def sign(ledger: IngestLedger) -> None:
         with psycopg.connect(archive_dsn) as conn:
-            signed.append(sign_pending(conn, signer, ledger, chunk=7))
+            signed.append(sign_pending(PostgresCheckpointSigning(conn), signer, ledger, chunk=7))
 
     threads = [threading.Thread(target=sign, args=(a.ledger,)) for a in (archiver, other)]
     for t in threads:
@@ -558,7 +581,7 @@ def test_concurrent_signers_make_one_chain_of_rounds(archiver, archive_dsn, sign
         t.join(60)
     assert sum(signed) == 120
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=[signer.public_raw])
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
     assert (summary.ok, summary.checkpoints, summary.rounds.rounds) == (121, 121, 19)
     assert summary.all_ok, summary.rounds.failed
 
@@ -570,14 +593,20 @@ def test_rounds_removed_at_the_end_are_caught_by_a_recorded_round(archiver, arch
     for seq in range(2):
         archiver.archive(as_raw([c[seq] for c in chains.values()], first_offset=2 * seq))
         with psycopg.connect(archive_dsn) as conn:
-            assert sign_pending(conn, signer, archiver.ledger) == 2
+            assert sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger) == 2
     keys = [signer.public_raw]
     with psycopg.connect(archive_dsn) as conn:
-        published = audit(conn, pinned_keys=keys).rounds.latest
+        published = audit(PostgresArchiveAudits(conn), pinned_keys=keys).rounds.latest
         assert published is not None
-        assert audit(conn, pinned_keys=keys, known_rounds=dict([published])).all_ok
+        assert audit(
+            PostgresArchiveAudits(conn), pinned_keys=keys, known_rounds=dict([published])
+        ).all_ok
         with pytest.raises(ValueError, match="every saga"):
-            list(iter_audits(conn, saga_id="e-1", known_rounds=dict([published])))
+            list(
+                iter_audits(
+                    PostgresArchiveAudits(conn), saga_id="e-1", known_rounds=dict([published])
+                )
+            )
     last, root = published
     tamper(
         archive_dsn,
@@ -587,9 +616,11 @@ def test_rounds_removed_at_the_end_are_caught_by_a_recorded_round(archiver, arch
         ("UPDATE archive_saga_head SET checkpointed_seq = 1", ()),
     )
     with psycopg.connect(archive_dsn) as conn:
-        unaware = audit(conn, pinned_keys=keys)
-        aware = audit(conn, pinned_keys=keys, known_rounds={last: root})
-        replaced = audit(conn, pinned_keys=keys, known_rounds={last - 1: "ab" * 32})
+        unaware = audit(PostgresArchiveAudits(conn), pinned_keys=keys)
+        aware = audit(PostgresArchiveAudits(conn), pinned_keys=keys, known_rounds={last: root})
+        replaced = audit(
+            PostgresArchiveAudits(conn), pinned_keys=keys, known_rounds={last - 1: "ab" * 32}
+        )
     assert unaware.all_ok  # the end of the round chain is gone without a trace ...
     assert aware.rounds.failed == {
         last: (

@@ -14,6 +14,7 @@ from test_archive_tamper import both_paths_agree, only_failure, tamper
 
 from sagacity.chain import committing, link
 from sagacity.consumers.archive import AuditReason, Signer, audit, generate_key, sign_pending
+from sagacity.postgres.archive import PostgresArchiveAudits, PostgresCheckpointSigning
 
 pytestmark = pytest.mark.postgres
 
@@ -30,7 +31,7 @@ def archived(archiver, archive_dsn, signer):
     assert all(e.form == 2 and e.salts for c in chains.values() for e in c[1:])
     archiver.archive(as_raw([e for c in chains.values() for e in c[:5]]))
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer, archiver.ledger) == 3
+        assert sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger) == 3
     archiver.archive(as_raw([c[5] for c in chains.values()], first_offset=15))
     return chains
 
@@ -42,7 +43,7 @@ def _at(statement: str) -> tuple[str, tuple[object, ...]]:
 def test_untouched_form_2_archive_verifies(archived, archive_dsn, signer):
     both_paths_agree(archive_dsn, signer)
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=[signer.public_raw])
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
     assert (summary.sagas, summary.ok, summary.events, summary.checkpoints) == (3, 3, 18, 3)
 
 

@@ -17,6 +17,7 @@ from sagacity import EntryDraft, EventType, JournalEntry
 from sagacity.chain import GENESIS_HASH, committing, link
 from sagacity.consumers.archive import BatchArchiver, RawEvent
 from sagacity.postgres import PostgresKeyStore
+from sagacity.postgres.archive import PostgresArchiveIngest
 from sagacity.privacy._envelope import KeyRing, write_key_encryption_key
 from sagacity.privacy._keys import KeyService
 from sagacity.producer import KAFKA_PARTITIONER
@@ -78,7 +79,7 @@ def test_sealed_events_whose_key_cannot_be_had_are_quarantined_with_their_reason
             *_sealed_saga("legit", keys, 4),
         ]
         archiver = BatchArchiver(
-            archive_dsn,
+            PostgresArchiveIngest(archive_dsn),
             consumer_group="g",
             keys=keys,
             partitioner=KAFKA_PARTITIONER,

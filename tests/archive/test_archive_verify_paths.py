@@ -20,13 +20,11 @@ from sagacity.consumers.archive import (
     AuditReason,
     SagaAudit,
     Signer,
-    _audit,
     _judging,
     generate_key,
     iter_audits,
     sign_pending,
 )
-from sagacity.consumers.archive._auditstream import snapshot_reader
 from sagacity.consumers.archive._columncheck import verified_head
 from sagacity.consumers.archive._retention import sign_records
 from sagacity.entries._events import (
@@ -36,7 +34,14 @@ from sagacity.entries._events import (
     JournalEntry,
     UnknownEventType,
 )
-from sagacity.postgres.archive import ROW_COLUMNS
+from sagacity.postgres.archive import (
+    ROW_COLUMNS,
+    PostgresArchiveAudits,
+    PostgresCheckpointSigning,
+    PostgresRetention,
+    reader_of,
+    shared_snapshot,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -108,7 +113,7 @@ def archived(archiver, archive_dsn, signer) -> list[JournalEntry]:
     report = archiver.archive(as_raw(events))
     assert report.archived == len(events)
     with psycopg.connect(archive_dsn) as conn:
-        assert sign_pending(conn, signer, archiver.ledger) == 2
+        assert sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger) == 2
     return chain
 
 
@@ -123,11 +128,21 @@ def audits(dsn: str, signer: Signer) -> list[SagaAudit]:
     """Every path's audits, asserted equal; returned once.  The bulk verifier is the compiled
     one where it is installed, its Python twin under SAGACITY_NATIVE=0 (the suite runs both)."""
     with psycopg.connect(dsn) as conn:
-        fast = list(iter_audits(conn, pinned_keys=[signer.public_raw]))
-        bulk = list(iter_audits(conn, pinned_keys=[signer.public_raw], bulk=True))
-        columns = list(iter_audits(conn, pinned_keys=[signer.public_raw], bulk=False))
-        reference = list(iter_audits(conn, pinned_keys=[signer.public_raw], reference=True))
-        one = list(iter_audits(conn, saga_id=RICH, pinned_keys=[signer.public_raw]))
+        fast = list(iter_audits(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw]))
+        bulk = list(
+            iter_audits(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw], bulk=True)
+        )
+        columns = list(
+            iter_audits(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw], bulk=False)
+        )
+        reference = list(
+            iter_audits(
+                PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw], reference=True
+            )
+        )
+        one = list(
+            iter_audits(PostgresArchiveAudits(conn), saga_id=RICH, pinned_keys=[signer.public_raw])
+        )
     assert fast == reference
     assert bulk == reference
     assert columns == reference
@@ -249,7 +264,7 @@ def _anchor(seq: int, hash: str) -> tuple[str, tuple[object, ...]]:
 def _sign(dsn: str, signer) -> None:
     """Sign the retention records (anchors count only as leaves of a signed record)."""
     with psycopg.connect(dsn) as conn:
-        assert sign_records(conn, signer) == 1
+        assert sign_records(PostgresRetention(conn), signer) == 1
 
 
 def _drop_below(seq: int) -> tuple[str, tuple[object, ...]]:
@@ -351,7 +366,7 @@ def test_the_bulk_reader_sees_the_audits_snapshot(archived, archive_dsn):
     with psycopg.connect(archive_dsn) as conn, conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         before = conn.execute("SELECT count(*) FROM side_effect_journal").fetchone()
-        reader = snapshot_reader(conn)
+        reader = reader_of(*shared_snapshot(conn))
         assert reader is not None
         with reader:
             tamper(archive_dsn, ("DELETE FROM side_effect_journal WHERE saga_id = %s", (RICH,)))
@@ -369,9 +384,11 @@ def test_without_a_second_connection_the_columns_are_checked(
 
     tamper(archive_dsn, _set("payload", "", 1))
     expected = audits(archive_dsn, signer)
-    monkeypatch.setattr(_audit.psycopg, "connect", refused)
+    monkeypatch.setattr(psycopg, "connect", refused)
     with psycopg.Connection.connect(archive_dsn) as conn:
-        got = list(iter_audits(conn, pinned_keys=[signer.public_raw], bulk=True))
+        got = list(
+            iter_audits(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw], bulk=True)
+        )
     assert got == expected
     assert [a.reason for a in got if not a.ok] == [AuditReason.EDITED]
 
@@ -381,8 +398,10 @@ import json, sys
 import psycopg
 from sagacity.consumers.archive import iter_audits
 from sagacity.chain._fastverify import NATIVE
+from sagacity.postgres.archive import PostgresArchiveAudits
 with psycopg.connect(sys.argv[1]) as conn:
-    found = [repr(a) for a in iter_audits(conn, pinned_keys=[bytes.fromhex(sys.argv[2])])]
+    store = PostgresArchiveAudits(conn)
+    found = [repr(a) for a in iter_audits(store, pinned_keys=[bytes.fromhex(sys.argv[2])])]
 print(json.dumps({"native": NATIVE, "audits": found}))
 """
 
@@ -423,6 +442,8 @@ def test_the_bulk_verifier_judges_intact_sagas_alone(archived, archive_dsn, sign
     monkeypatch.setattr(_judging, "verified_head", unused)
     monkeypatch.setattr(_judging, "judge", unused)
     with psycopg.connect(archive_dsn) as conn:
-        got = list(iter_audits(conn, pinned_keys=[signer.public_raw], bulk=True))
+        got = list(
+            iter_audits(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw], bulk=True)
+        )
     assert got == expected
     assert all(a.ok for a in got)

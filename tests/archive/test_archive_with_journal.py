@@ -26,6 +26,7 @@ from sagacity import (
 from sagacity.consumers.archive import audit, generate_key
 from sagacity.consumers.archive._export import export_bundle
 from sagacity.consumers.archive._service import ArchiveService, ArchiveSettings
+from sagacity.postgres.archive import PostgresArchiveAudits, PostgresSagaBundles
 from sagacity.producer import KafkaJournal
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
@@ -108,7 +109,7 @@ def test_sagas_journaled_on_kafka_are_archived_exactly_and_verify(
         runner.join(30)
     assert rows(archive_dsn, "SELECT count(*) FROM archive_quarantine") == [(0,)]
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=[signer.public_raw])
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
         assert (summary.sagas, summary.ok, summary.events) == (2, 2, total)
         assert summary.checkpoints == 2  # signed at shutdown
         for saga_id, entries in expected.items():
@@ -121,7 +122,7 @@ def test_sagas_journaled_on_kafka_are_archived_exactly_and_verify(
             keys = list(entries[0])
             assert [dict(zip(keys, r, strict=True)) for r in archived] == entries
         bundle = tmp_path / "bundle"
-        assert export_bundle(conn, "order-2", bundle).ok
+        assert export_bundle(PostgresSagaBundles(conn), "order-2", bundle).ok
     check = subprocess.run(
         [
             sys.executable,

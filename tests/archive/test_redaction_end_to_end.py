@@ -23,6 +23,7 @@ from sagacity.chain import payload_sha256
 from sagacity.consumers.archive import BatchArchiver, RawEvent
 from sagacity.errors import ConfigurationError, PayloadMismatchError
 from sagacity.postgres import PostgresKeyStore
+from sagacity.postgres.archive import PostgresArchiveIngest
 from sagacity.privacy._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
 from sagacity.privacy._keys import KeyService
 from sagacity.privacy._redaction import REDACTED, stored_salts
@@ -148,7 +149,11 @@ def test_a_redacted_card_number_is_never_journaled_and_the_binding_holds(
 
     # The archive, opening the sealed events with the keys, stores none of them either.
     archiver = BatchArchiver(
-        archive_dsn, consumer_group="g", keys=keys, partitioner=KAFKA_PARTITIONER, wire=JOURNAL_WIRE
+        PostgresArchiveIngest(archive_dsn),
+        consumer_group="g",
+        keys=keys,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
     )
     try:
         raw = [

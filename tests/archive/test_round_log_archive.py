@@ -30,6 +30,14 @@ from sagacity.consumers.archive._merkle import consistency_proof, verify_consist
 from sagacity.consumers.archive._roundlog import consistency_proof_between, rounds_after
 from sagacity.consumers.archive._watch import AlertReason, AuditorState, watch_once
 from sagacity.consumers.archive._witness import publish, read
+from sagacity.postgres.archive import (
+    PostgresArchiveAudits,
+    PostgresArchiveIngest,
+    PostgresCheckpointSigning,
+    PostgresRoundLog,
+    PostgresSagaBundles,
+    PostgresWatchedArchive,
+)
 from sagacity.producer import KAFKA_PARTITIONER
 from sagacity.schemas import JOURNAL_WIRE
 
@@ -41,7 +49,7 @@ SAGAS = ("l-1", "l-2", "l-3")
 @pytest.fixture
 def archiver(archive_dsn: str) -> Iterator[BatchArchiver]:
     a = BatchArchiver(
-        archive_dsn,
+        PostgresArchiveIngest(archive_dsn),
         consumer_group="g",
         retry_delay=0.05,
         partitioner=KAFKA_PARTITIONER,
@@ -117,7 +125,7 @@ def _rounds(archiver, dsn: str, signer: Signer, count: int, *, first_format: int
             if seq < first_format:
                 _sign_first_format(conn, signer)
             else:
-                assert sign_pending(conn, signer, archiver.ledger) == 3
+                assert sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger) == 3
     return chains
 
 
@@ -195,18 +203,18 @@ def test_resigning_a_rewritten_round_breaks_every_later_round(archiver, archive_
     _rounds(archiver, archive_dsn, signer, 4, first_format=0 if log else 4)
     keys = [signer.public_raw]
     with psycopg.connect(archive_dsn) as conn:
-        ids = [r.round_id for r in rounds_after(conn)]
-        assert audit(conn, pinned_keys=keys).all_ok
+        ids = [r.round_id for r in rounds_after(PostgresRoundLog(conn))]
+        assert audit(PostgresArchiveAudits(conn), pinned_keys=keys).all_ok
     assert len(ids) == 4
     _rewrite_leaf(archive_dsn, ids[1])
     _resign(archive_dsn, signer, ids[1], log=log)
     with psycopg.connect(archive_dsn) as conn:
-        failed = audit(conn, pinned_keys=keys).rounds.failed
+        failed = audit(PostgresArchiveAudits(conn), pinned_keys=keys).rounds.failed
     # The next round's link breaks; in the log, every later root too.
     assert sorted(failed) == (ids[2:] if log else [ids[2]])
     _resign(archive_dsn, signer, ids[2], log=log)
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=keys)
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=keys)
     if not log:
         # The weakness of the first format: two signatures make every round verify again
         # (the rewritten checkpoint then only has to match a chain rewritten to fit it).
@@ -229,13 +237,13 @@ def test_first_format_rounds_verify_and_the_log_continues_after_them(
     _rounds(archiver, archive_dsn, signer, 5, first_format=2)
     keys = [signer.public_raw]
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=keys)
-        rounds = rounds_after(conn)
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=keys)
+        rounds = rounds_after(PostgresRoundLog(conn))
         assert [r.format for r in rounds] == [1, 1, 2, 2, 2]
         assert [r.tree_size for r in rounds] == [None, None, 9, 12, 15]
         assert rounds[2].prev_root == rounds[1].root
         for old, new in [(rounds[2], rounds[4]), (rounds[3], rounds[4]), (rounds[2], rounds[3])]:
-            proof = consistency_proof_between(conn, old, new)
+            proof = consistency_proof_between(PostgresRoundLog(conn), old, new)
             leaves = _all_leaves(archive_dsn, new.round_id)
             assert proof == consistency_proof(leaves, old.tree_size)
             assert verify_consistency(
@@ -246,14 +254,16 @@ def test_first_format_rounds_verify_and_the_log_continues_after_them(
                 proof,
             )
         report = watch_once(
-            conn, AuditorState(tmp_path / "a.jsonl"), keys={signer.key_id: signer.public_raw}
+            PostgresWatchedArchive(conn),
+            AuditorState(tmp_path / "a.jsonl"),
+            keys={signer.key_id: signer.public_raw},
         )
     assert (summary.all_ok, summary.rounds.rounds, summary.checkpoints) == (True, 5, 15)
     assert report.ok, report.alerts
     assert [r.round_id for r in report.recorded] == [r.round_id for r in rounds]
     # A bundle mixing both formats: the package and the standalone verifier agree.
     with psycopg.connect(archive_dsn) as conn:
-        verdict = export_bundle(conn, "l-2", tmp_path / "bundle")
+        verdict = export_bundle(PostgresSagaBundles(conn), "l-2", tmp_path / "bundle")
     assert verdict.ok
     manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
     assert [c["round"]["format"] for c in manifest["checkpoints"]] == [
@@ -320,7 +330,7 @@ def test_two_histories_shown_to_two_auditors_are_caught(
     witness = tmp_path / "witness.json"
     _rounds(archiver, archive_dsn, signer, 2)
     with psycopg.connect(archive_dsn) as conn:
-        publish(str(witness), rounds_after(conn)[-1], public_hex=public)
+        publish(str(witness), rounds_after(PostgresRoundLog(conn))[-1], public_hex=public)
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     code, out, err = _watch(archive_dsn, a, "--public-key", public, "--witness", str(witness))
     assert code == 0, err
@@ -329,13 +339,13 @@ def test_two_histories_shown_to_two_auditors_are_caught(
     assert (code, out.count("recorded")) == (0, 0)  # nothing new: consistent
 
     with psycopg.connect(archive_dsn) as conn:
-        second = rounds_after(conn)[-1].round_id
+        second = rounds_after(PostgresRoundLog(conn))[-1].round_id
     _rewrite_leaf(archive_dsn, second)
     _resign(archive_dsn, signer, second, log=True)
     archiver.archive(as_raw([c[2] for c in (make_chain(s, 3) for s in SAGAS)], first_offset=6))
     with psycopg.connect(archive_dsn) as conn:
         # the operator's archiver goes on signing
-        assert sign_pending(conn, signer, archiver.ledger) == 3
+        assert sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger) == 3
 
     code, out, err = _watch(archive_dsn, b, "--public-key", public)
     assert code == 0, err  # B alone sees nothing wrong: the forged history is self-consistent
@@ -362,24 +372,26 @@ def test_the_auditor_catches_removed_rounds_and_bad_signatures(
     keys = {signer.key_id: signer.public_raw}
     state = AuditorState(tmp_path / "s.jsonl")
     with psycopg.connect(archive_dsn) as conn:
-        assert watch_once(conn, state, keys=keys).ok
-        ids = [r.round_id for r in rounds_after(conn)]
+        assert watch_once(PostgresWatchedArchive(conn), state, keys=keys).ok
+        ids = [r.round_id for r in rounds_after(PostgresRoundLog(conn))]
     tamper(
         archive_dsn,
         ("DELETE FROM archive_checkpoint WHERE round_id = %s", (ids[-1],)),
         ("DELETE FROM archive_checkpoint_round WHERE round_id = %s", (ids[-1],)),
     )
     with psycopg.connect(archive_dsn) as conn:
-        (alert,) = watch_once(conn, state, keys=keys).alerts
+        (alert,) = watch_once(PostgresWatchedArchive(conn), state, keys=keys).alerts
         assert alert.reason is AlertReason.ROLLBACK
         # An auditor starting now sees a consistent archive, until it compares with the first.
         late = AuditorState(tmp_path / "late.jsonl")
-        assert watch_once(conn, late, keys=keys).ok
-        (alert,) = watch_once(conn, late, keys=keys, peers=[state]).alerts
+        assert watch_once(PostgresWatchedArchive(conn), late, keys=keys).ok
+        (alert,) = watch_once(PostgresWatchedArchive(conn), late, keys=keys, peers=[state]).alerts
         assert (alert.reason, alert.round_id) == (AlertReason.ROLLBACK, ids[-1])
         fresh = AuditorState(tmp_path / "fresh.jsonl")
         stranger = generate_key(tmp_path / "other.key")
-        (alert,) = watch_once(conn, fresh, keys={stranger.key_id: stranger.public_raw}).alerts
+        (alert,) = watch_once(
+            PostgresWatchedArchive(conn), fresh, keys={stranger.key_id: stranger.public_raw}
+        ).alerts
         assert alert.reason is AlertReason.UNKNOWN_KEY
         assert list(fresh.rounds()) == []
     (tmp_path / "bad.jsonl").write_text("not json\n")
@@ -389,7 +401,7 @@ def test_the_auditor_catches_removed_rounds_and_bad_signatures(
         psycopg.connect(archive_dsn) as conn,
         pytest.raises(AuditorStateError, match=r"bad\.jsonl:1"),
     ):
-        watch_once(conn, AuditorState(tmp_path / "bad.jsonl"), keys=keys)
+        watch_once(PostgresWatchedArchive(conn), AuditorState(tmp_path / "bad.jsonl"), keys=keys)
 
 
 @pytest.mark.kafka
@@ -481,7 +493,7 @@ def test_a_checkpoint_showing_another_time_or_key_than_its_round_fails(
         (f"UPDATE archive_checkpoint SET {column} = %s WHERE saga_id = 'l-2'", (value,)),
     )
     with psycopg.connect(archive_dsn) as conn:
-        summary = audit(conn, pinned_keys=[signer.public_raw])
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
     ((reason, detail),) = summary.rounds.failed.values()
     assert reason == "bad_signature"
     assert "leaf 1 shows a signing time or key other than its round's" in detail

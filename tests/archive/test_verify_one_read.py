@@ -17,8 +17,9 @@ import pytest
 from archive_helpers import as_raw, make_chain
 
 from sagacity.consumers.archive import BatchArchiver, iter_audits
-from sagacity.consumers.archive._story import read_stories, story_failure, story_query
+from sagacity.consumers.archive._story import read_stories, story_failure
 from sagacity.entries._events import JournalEntry
+from sagacity.postgres.archive import PostgresArchiveAudits, story_query
 from sagacity.signing._operator_signature import OperatorVerifier
 
 pytestmark = pytest.mark.postgres
@@ -66,7 +67,7 @@ def test_verify_reads_the_events_once(
     the events in one statement; before, a second select read every row's story."""
     reads = Reads(monkeypatch)
     with psycopg.connect(archive_dsn) as conn:
-        audits = list(iter_audits(conn, bulk=bulk))
+        audits = list(iter_audits(PostgresArchiveAudits(conn), bulk=bulk))
     assert len(audits) == 40
     assert all(a.ok for a in audits), [a for a in audits if not a.ok][:2]
     assert len(reads.statements) == 1, reads.statements
@@ -104,7 +105,12 @@ def test_one_read_finds_what_the_two_reads_found(
     with psycopg.connect(archive_dsn) as conn:
         expected = _two_reads(conn, operator=operator, allow_unopened=allow_unopened)
         audits = list(
-            iter_audits(conn, bulk=bulk, operator=operator, allow_unopened=allow_unopened)
+            iter_audits(
+                PostgresArchiveAudits(conn),
+                bulk=bulk,
+                operator=operator,
+                allow_unopened=allow_unopened,
+            )
         )
     assert len(audits) == len(expected) >= 60
     got = {

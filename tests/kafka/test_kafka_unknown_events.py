@@ -31,6 +31,7 @@ from sagacity import (
 )
 from sagacity.chain import link
 from sagacity.errors import SagacityError, UnverifiableApprovalError
+from sagacity.postgres.archive import PostgresArchiveAudits, PostgresSagaBundles
 from sagacity.producer import KafkaJournal
 from sagacity.producer._reader import ownership
 from sagacity.schemas import encode_entry
@@ -233,10 +234,10 @@ def test_the_archive_ingests_and_verifies_a_chain_with_an_unknown_event_type(
             "SELECT event_type FROM side_effect_journal WHERE saga_id = %s ORDER BY seq", (saga,)
         ).fetchall()
         assert [r[0] for r in stored] == [e.event_type.value for e in chain]
-        summary = audit(conn, pinned_keys=[signer.public_raw])
+        summary = audit(PostgresArchiveAudits(conn), pinned_keys=[signer.public_raw])
         assert (summary.sagas, summary.ok, summary.events) == (1, 1, len(chain))
         bundle = tmp_path / "bundle"
-        assert export_bundle(conn, saga, bundle).ok
+        assert export_bundle(PostgresSagaBundles(conn), saga, bundle).ok
     check = subprocess.run(
         [
             sys.executable,

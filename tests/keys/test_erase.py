@@ -28,7 +28,7 @@ from sagacity.postgres import (
     PostgresRequestStore,
     PostgresServiceTables,
 )
-from sagacity.postgres.archive import ArchiveEraser, migrate
+from sagacity.postgres.archive import ArchiveEraser, PostgresArchiveIngest, migrate
 from sagacity.privacy._envelope import KEK_SETTING, KeyRing, write_key_encryption_key
 from sagacity.privacy._keys import KeyService
 from sagacity.producer import KAFKA_PARTITIONER, KafkaJournal
@@ -124,7 +124,7 @@ class Stack:
         """Archive every message of the topic (again: the archiver skips what it has)."""
         keys = self.keys()
         archiver = BatchArchiver(
-            self.dsn,
+            PostgresArchiveIngest(self.dsn),
             consumer_group="g",
             keys=keys,
             retry_delay=0.05,
@@ -240,7 +240,7 @@ def stack(
             (claims.journal, SAGA, "0" * 64, f"unsent {MARKER}"),
         )
     archiver = BatchArchiver(
-        pg_dsn,
+        PostgresArchiveIngest(pg_dsn),
         consumer_group="quarantine",
         retry_delay=0.05,
         partitioner=KAFKA_PARTITIONER,

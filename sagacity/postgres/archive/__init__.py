@@ -39,6 +39,8 @@ from sagacity.postgres._archive_schema import (
     checkpoint_round_columns,
 )
 from sagacity.postgres._rows import FORM_COLUMNS, ROW_COLUMNS, entry_of_row
+from sagacity.postgres.archive._audits import PostgresArchiveAudits
+from sagacity.postgres.archive._bundles import PostgresSagaBundles
 from sagacity.postgres.archive._chainstream import (
     CHAIN_ORDER,
     chain_rows,
@@ -57,8 +59,8 @@ from sagacity.postgres.archive._db import (
     migrate,
 )
 from sagacity.postgres.archive._findings import SagaRefusals, saga_refusals, write_findings
+from sagacity.postgres.archive._ingest import PostgresArchiveIngest
 from sagacity.postgres.archive._ingestsql import (
-    HeadConflictError,
     archived_hashes,
     copy_quarantine,
     make_months,
@@ -67,7 +69,12 @@ from sagacity.postgres.archive._ingestsql import (
     store_offsets,
 )
 from sagacity.postgres.archive._reads import RECORD_COLUMNS, PostgresArchiveReads
+from sagacity.postgres.archive._retention import PostgresRetention
+from sagacity.postgres.archive._rounds import PostgresRoundLog
+from sagacity.postgres.archive._signing import PostgresCheckpointSigning
 from sagacity.postgres.archive._snapshots import reader_of, shared_snapshot
+from sagacity.postgres.archive._stories import PostgresSignedStories, story_query
+from sagacity.postgres.archive._watched import PostgresWatchedArchive
 
 __all__ = [
     "APPEND_ONLY_TABLES",
@@ -86,8 +93,15 @@ __all__ = [
     "TABLES_ADDED_IN",
     "ArchiveEraser",
     "ErasureRecord",
-    "HeadConflictError",
+    "PostgresArchiveAudits",
+    "PostgresArchiveIngest",
     "PostgresArchiveReads",
+    "PostgresCheckpointSigning",
+    "PostgresRetention",
+    "PostgresRoundLog",
+    "PostgresSagaBundles",
+    "PostgresSignedStories",
+    "PostgresWatchedArchive",
     "SagaRefusals",
     "archived_hashes",
     "chain_rows",
@@ -113,5 +127,6 @@ __all__ = [
     "saga_refusals",
     "shared_snapshot",
     "store_offsets",
+    "story_query",
     "write_findings",
 ]

@@ -8,6 +8,7 @@ from typing import Protocol
 
 import psycopg
 
+from sagacity.ports import HeadConflictError
 from sagacity.postgres import retryable
 
 
@@ -45,10 +46,6 @@ _COPY_QUARANTINE = (
     "COPY archive_quarantine (reason, detail, saga_id, seq, topic, kafka_partition,"
     " kafka_offset, raw_key, raw_value) FROM STDIN"
 )
-
-
-class HeadConflictError(Exception):
-    """Another archiver moved a head we read; the batch is re-classified and retried."""
 
 
 SEP = "\x1f"
@@ -124,8 +121,8 @@ def copy_quarantine(cur: psycopg.Cursor, refusals: Sequence[Refusal]) -> dict[st
 
 def move_heads(
     cur: psycopg.Cursor,
-    before: dict[str, tuple[int, str]],
-    after: dict[str, tuple[int, str]],
+    before: Mapping[str, tuple[int, str]],
+    after: Mapping[str, tuple[int, str]],
 ) -> None:
     """Move the heads from ``before`` to ``after`` (compare-and-set on each old seq).
 

@@ -115,6 +115,10 @@ class PostgresArchiveReads:
             for saga_id, event_type, actor, writer, handoff in rows
         ]
 
+    def entry_of(self, row: Sequence[Any], *, forms: bool) -> JournalEntry:
+        """The entry an archived row stores (:func:`sagacity.postgres._rows.entry_of_row`)."""
+        return entry_of_row(row, forms=forms)
+
     def archived_entries(self, up_to: Mapping[str, int]) -> list[JournalEntry]:
         """The archived entries of each saga of ``up_to`` with a seq at most its bound, by
         saga, each saga's in seq then archive order.
