@@ -4,43 +4,11 @@ quarantine rows and its stored offsets (the archive service's ingest decides; th
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Protocol
 
 import psycopg
 
-from sagacity.ports import HeadConflictError
+from sagacity.ports import HeadConflictError, QuarantinedMessage, ReadMessage
 from sagacity.postgres import retryable
-
-
-class Message(Protocol):
-    """A message read from the topic, as the quarantine and the offsets store it."""
-
-    @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def key(self) -> bytes | None: ...
-    @property
-    def value(self) -> bytes | None: ...
-
-
-class Refusal(Protocol):
-    """A refused message as the quarantine stores it."""
-
-    @property
-    def reason(self) -> str: ...
-    @property
-    def detail(self) -> str: ...
-    @property
-    def event(self) -> Message: ...
-    @property
-    def saga_id(self) -> str | None: ...
-    @property
-    def seq(self) -> int | None: ...
-
 
 _COPY_QUARANTINE = (
     "COPY archive_quarantine (reason, detail, saga_id, seq, topic, kafka_partition,"
@@ -97,7 +65,7 @@ def archived_hashes(
     return {(saga_id, int(seq)): hash for saga_id, seq, hash in rows}
 
 
-def copy_quarantine(cur: psycopg.Cursor, refusals: Sequence[Refusal]) -> dict[str, int]:
+def copy_quarantine(cur: psycopg.Cursor, refusals: Sequence[QuarantinedMessage]) -> dict[str, int]:
     """COPY ``refusals`` into the quarantine; their count by reason."""
     counts: dict[str, int] = {}
     with cur.copy(_COPY_QUARANTINE) as copy:
@@ -164,7 +132,7 @@ def move_heads(
             raise HeadConflictError
 
 
-def store_offsets(cur: psycopg.Cursor, group: str, batch: Sequence[Message]) -> None:
+def store_offsets(cur: psycopg.Cursor, group: str, batch: Sequence[ReadMessage]) -> None:
     """Store the next offset of each partition of ``batch`` (in the batch's transaction)."""
     top: dict[tuple[str, int], int] = {}
     first: dict[tuple[str, int], int] = {}

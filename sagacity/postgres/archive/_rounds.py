@@ -74,7 +74,7 @@ def _fetched(cursor: psycopg.ServerCursor[Any], size: int) -> Iterator[tuple[Any
         yield from rows
 
 
-def _round_of_row(row: Sequence[Any]) -> RoundRow:
+def round_of_row(row: Sequence[Any]) -> RoundRow:
     return RoundRow(
         round_id=int(row[0]),
         leaf_count=int(row[1]),
@@ -106,7 +106,7 @@ class PostgresRoundLog:
                 " WHERE round_id > %s ORDER BY round_id LIMIT %s",
                 (round_id, limit),
             ).fetchall()
-        return [_round_of_row(r) for r in rows]
+        return [round_of_row(r) for r in rows]
 
     def round(self, round_id: int) -> RoundRow | None:
         """One round, or ``None`` when the archive does not hold it."""
@@ -119,7 +119,7 @@ class PostgresRoundLog:
                 " WHERE round_id = %s",
                 (round_id,),
             ).fetchone()
-        return None if row is None else _round_of_row(row)
+        return None if row is None else round_of_row(row)
 
     def previous_round_id(self, round_id: int) -> int | None:
         """The id of the round before ``round_id``."""

@@ -14,7 +14,7 @@ import psycopg
 from sagacity.ports import RoundRow, SignedRoundFields, StoredFinding
 from sagacity.postgres.archive._db import mapped_errors
 from sagacity.postgres.archive._findings import write_findings
-from sagacity.postgres.archive._rounds import PostgresRoundLog
+from sagacity.postgres.archive._rounds import PostgresRoundLog, round_of_row
 
 _SIGNING_LOCK = 0x53474352  # with the schema's hash: one signer at a time per archive
 
@@ -66,18 +66,7 @@ class _Round:
         ).fetchone()
         if row is None:
             return None
-        return RoundRow(
-            round_id=int(row[0]),
-            leaf_count=int(row[1]),
-            root=row[2],
-            prev_root=row[3],
-            signed_at_us=int(row[4]),
-            key_id=row[5],
-            signature=row[6],
-            format=int(row[7]),
-            tree_size=None if row[8] is None else int(row[8]),
-            frontier=row[9],
-        )
+        return round_of_row(row)
 
     def next_round_id(self) -> int:
         row = self._conn.execute("SELECT nextval('archive_checkpoint_round_id_seq')").fetchone()
