@@ -14,6 +14,7 @@ from sagacity.testing.contracts._index import SagaIndexContract
 from sagacity.testing.contracts._journal import JournalContract
 from sagacity.testing.contracts._keys import KeyStoreContract
 from sagacity.testing.contracts._notice_claims import NoticeClaimsContract
+from sagacity.testing.contracts._partitioner import PartitionerContract
 from sagacity.testing.contracts._requests import RequestStoreContract
 from sagacity.testing.contracts._slack_tables import SlackTablesContract
 
@@ -25,6 +26,7 @@ __all__ = [
     "JournalContract",
     "KeyStoreContract",
     "NoticeClaimsContract",
+    "PartitionerContract",
     "RequestStoreContract",
     "SagaIndexContract",
     "SlackTablesContract",
