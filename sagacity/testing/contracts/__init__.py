@@ -17,6 +17,7 @@ from sagacity.testing.contracts._notice_claims import NoticeClaimsContract
 from sagacity.testing.contracts._partitioner import PartitionerContract
 from sagacity.testing.contracts._requests import RequestStoreContract
 from sagacity.testing.contracts._slack_tables import SlackTablesContract
+from sagacity.testing.contracts._wire import JournalWireContract
 
 __all__ = [
     "JOURNAL",
@@ -24,6 +25,7 @@ __all__ = [
     "ConsoleSessionTableContract",
     "FoldingRequestStoreContract",
     "JournalContract",
+    "JournalWireContract",
     "KeyStoreContract",
     "NoticeClaimsContract",
     "PartitionerContract",
