@@ -17,6 +17,7 @@ from sagacity.testing.contracts._notice_claims import NoticeClaimsContract
 from sagacity.testing.contracts._partitioner import PartitionerContract
 from sagacity.testing.contracts._requests import RequestStoreContract
 from sagacity.testing.contracts._slack_tables import SlackTablesContract
+from sagacity.testing.contracts._topic_pass import OutgoingMessage, TopicPassesContract
 from sagacity.testing.contracts._wire import JournalWireContract
 
 __all__ = [
@@ -28,8 +29,10 @@ __all__ = [
     "JournalWireContract",
     "KeyStoreContract",
     "NoticeClaimsContract",
+    "OutgoingMessage",
     "PartitionerContract",
     "RequestStoreContract",
     "SagaIndexContract",
     "SlackTablesContract",
+    "TopicPassesContract",
 ]
