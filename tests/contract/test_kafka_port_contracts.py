@@ -1,24 +1,30 @@
 """The journal's Kafka-side adapters meet their ports' contracts: the partitioner, the wire
-format and the passes over the topic (on a real broker)."""
+format, and on a real broker the passes over the topic and the writer leases."""
 
 from __future__ import annotations
 
+import contextlib
+import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 
 from sagacity.entries._events import JournalEntry
+from sagacity.errors import SagacityError
 from sagacity.ports import JournalWire, Partitioner, TopicMessage, TopicPasses
-from sagacity.producer import KAFKA_PARTITIONER, KafkaTopicPasses
+from sagacity.producer import KAFKA_PARTITIONER, KafkaJournal, KafkaTopicPasses
 from sagacity.schemas import JOURNAL_WIRE, encode_entry
 from sagacity.testing.contracts import (
+    LEASE_CLOCK_SKEW_S,
+    LEASE_TTL_S,
     JournalWireContract,
     OutgoingMessage,
     PartitionerContract,
     TopicPassesContract,
+    WriterLeasesContract,
 )
 
 
@@ -95,3 +101,28 @@ class TestKafkaTopicPasses(TopicPassesContract):
         assert producer.flush(30) == 0
         assert all(p is not None for p in placed)
         return [p for p in placed if p is not None]
+
+
+@pytest.mark.kafka
+class TestKafkaWriterLeases(WriterLeasesContract):
+    @pytest.fixture(autouse=True)
+    def _broker(self, kafka_bootstrap: str, make_topic: Callable[..., str]) -> Iterator[None]:
+        self.bootstrap, self.topic = kafka_bootstrap, make_topic(partitions=3)
+        self.made: list[KafkaJournal] = []
+        yield
+        for journal in self.made:
+            with contextlib.suppress(SagacityError):
+                journal.close()
+
+    def _journal(self, **options: Any) -> KafkaJournal:
+        journal = KafkaJournal(self.bootstrap, topic=self.topic, ack_timeout_s=10.0, **options)
+        self.made.append(journal)
+        return journal
+
+    def create_writer(self) -> KafkaJournal:
+        return self._journal(lease_ttl_s=LEASE_TTL_S)
+
+    def create_leases(self, *, ahead_s: float = 0.0) -> KafkaJournal:
+        return self._journal(
+            max_clock_skew_s=LEASE_CLOCK_SKEW_S, wall_clock=lambda: time.time() + ahead_s
+        )

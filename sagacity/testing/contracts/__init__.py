@@ -13,6 +13,7 @@ from sagacity.testing.contracts._folding import FoldingRequestStoreContract
 from sagacity.testing.contracts._index import SagaIndexContract
 from sagacity.testing.contracts._journal import JournalContract
 from sagacity.testing.contracts._keys import KeyStoreContract
+from sagacity.testing.contracts._leases import LEASE_CLOCK_SKEW_S, LEASE_TTL_S, WriterLeasesContract
 from sagacity.testing.contracts._notice_claims import NoticeClaimsContract
 from sagacity.testing.contracts._partitioner import PartitionerContract
 from sagacity.testing.contracts._requests import RequestStoreContract
@@ -22,6 +23,8 @@ from sagacity.testing.contracts._wire import JournalWireContract
 
 __all__ = [
     "JOURNAL",
+    "LEASE_CLOCK_SKEW_S",
+    "LEASE_TTL_S",
     "ClaimStoreContract",
     "ConsoleSessionTableContract",
     "FoldingRequestStoreContract",
@@ -35,4 +38,5 @@ __all__ = [
     "SagaIndexContract",
     "SlackTablesContract",
     "TopicPassesContract",
+    "WriterLeasesContract",
 ]
