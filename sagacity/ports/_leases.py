@@ -54,5 +54,6 @@ class WriterLeases(Protocol):
         Raises:
             LeaseHeldError: the lease has not expired and not ``force``.
             TailMovedError: the chain moved while taking over.
+            SerializationError: ``reason`` is empty or not text.
         """
         ...

@@ -14,7 +14,11 @@ class Partitioner(Protocol):
     """The topic's partitioner, for a topic of ``partitions`` partitions."""
 
     def partition_for(self, key: bytes, partitions: int) -> int:
-        """The partition the journal produces a message keyed ``key`` to."""
+        """The partition the journal produces a message keyed ``key`` to.
+
+        Raises:
+            ValueError: ``partitions`` is less than one.
+        """
         ...
 
     def misplaced(self, key: bytes | None, partition: int, partitions: int) -> str | None:

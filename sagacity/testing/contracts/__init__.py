@@ -13,19 +13,30 @@ from sagacity.testing.contracts._folding import FoldingRequestStoreContract
 from sagacity.testing.contracts._index import SagaIndexContract
 from sagacity.testing.contracts._journal import JournalContract
 from sagacity.testing.contracts._keys import KeyStoreContract
+from sagacity.testing.contracts._leases import LEASE_CLOCK_SKEW_S, LEASE_TTL_S, WriterLeasesContract
 from sagacity.testing.contracts._notice_claims import NoticeClaimsContract
+from sagacity.testing.contracts._partitioner import PartitionerContract
 from sagacity.testing.contracts._requests import RequestStoreContract
 from sagacity.testing.contracts._slack_tables import SlackTablesContract
+from sagacity.testing.contracts._topic_pass import OutgoingMessage, TopicPassesContract
+from sagacity.testing.contracts._wire import JournalWireContract
 
 __all__ = [
     "JOURNAL",
+    "LEASE_CLOCK_SKEW_S",
+    "LEASE_TTL_S",
     "ClaimStoreContract",
     "ConsoleSessionTableContract",
     "FoldingRequestStoreContract",
     "JournalContract",
+    "JournalWireContract",
     "KeyStoreContract",
     "NoticeClaimsContract",
+    "OutgoingMessage",
+    "PartitionerContract",
     "RequestStoreContract",
     "SagaIndexContract",
     "SlackTablesContract",
+    "TopicPassesContract",
+    "WriterLeasesContract",
 ]
