@@ -7,6 +7,7 @@ each suite against its in-memory fake and its real adapter (Kafka, Postgres).
 
 from __future__ import annotations
 
+from sagacity.testing.contracts._archive_ingest import ArchiveIngestContract
 from sagacity.testing.contracts._claims import JOURNAL, ClaimStoreContract
 from sagacity.testing.contracts._console_sessions import ConsoleSessionTableContract
 from sagacity.testing.contracts._folding import FoldingRequestStoreContract
@@ -19,6 +20,7 @@ from sagacity.testing.contracts._slack_tables import SlackTablesContract
 
 __all__ = [
     "JOURNAL",
+    "ArchiveIngestContract",
     "ClaimStoreContract",
     "ConsoleSessionTableContract",
     "FoldingRequestStoreContract",
