@@ -12,7 +12,7 @@ import pytest
 from sagacity.consumers.archive._rowcheck import JOURNAL_COLUMNS
 from sagacity.ports import ArchiveIngest
 from sagacity.postgres.archive import PostgresArchiveIngest
-from sagacity.testing.contracts import ArchiveIngestContract
+from sagacity.testing.contracts import ArchiveIngestContract, CheckpointSigningContract
 from sagacity.testing.contracts._archive_ingest import Message, Refusal
 
 pytestmark = [pytest.mark.postgres]
@@ -56,3 +56,12 @@ class TestPostgresArchiveIngest(ArchiveIngestContract):
             Refusal(reason, detail, Message(topic, part, off, key, value), saga_id, seq)
             for reason, detail, saga_id, seq, topic, part, off, key, value in rows
         ]
+
+
+class TestPostgresCheckpointSigning(CheckpointSigningContract):
+    @pytest.fixture(autouse=True)
+    def _database(self, pg_dsn: str) -> None:
+        self.dsn = pg_dsn
+
+    def create_ingest(self) -> ArchiveIngest:
+        return PostgresArchiveIngest(self.dsn)

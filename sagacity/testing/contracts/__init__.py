@@ -16,11 +16,13 @@ from sagacity.testing.contracts._journal import JournalContract
 from sagacity.testing.contracts._keys import KeyStoreContract
 from sagacity.testing.contracts._notice_claims import NoticeClaimsContract
 from sagacity.testing.contracts._requests import RequestStoreContract
+from sagacity.testing.contracts._signing import CheckpointSigningContract
 from sagacity.testing.contracts._slack_tables import SlackTablesContract
 
 __all__ = [
     "JOURNAL",
     "ArchiveIngestContract",
+    "CheckpointSigningContract",
     "ClaimStoreContract",
     "ConsoleSessionTableContract",
     "FoldingRequestStoreContract",
