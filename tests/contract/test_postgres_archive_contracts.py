@@ -3,25 +3,37 @@ schema per test)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
 import pytest
 
 from sagacity.consumers.archive._rowcheck import JOURNAL_COLUMNS
-from sagacity.ports import ArchiveIngest
-from sagacity.postgres.archive import PostgresArchiveIngest
-from sagacity.testing.contracts import ArchiveIngestContract, CheckpointSigningContract
+from sagacity.ports import ArchiveIngest, RetentionMonths
+from sagacity.postgres.archive import PostgresArchiveIngest, PostgresRetention
+from sagacity.testing.contracts import (
+    ArchiveIngestContract,
+    CheckpointSigningContract,
+    RetentionMonthsContract,
+)
 from sagacity.testing.contracts._archive_ingest import Message, Refusal
 
 pytestmark = [pytest.mark.postgres]
 
 
-class TestPostgresArchiveIngest(ArchiveIngestContract):
+class _OnTheArchive:
+    """The archive in the test's schema, its store and the archiver's journal row."""
+
+    dsn: str
+
     @pytest.fixture(autouse=True)
-    def _database(self, pg_dsn: str) -> None:
+    def _database(self, pg_dsn: str) -> Iterator[None]:
         self.dsn = pg_dsn
+        self.conns: list[psycopg.Connection[Any]] = []
+        yield
+        for conn in self.conns:
+            conn.close()
 
     def create_ingest(self) -> ArchiveIngest:
         return PostgresArchiveIngest(self.dsn)
@@ -46,6 +58,8 @@ class TestPostgresArchiveIngest(ArchiveIngestContract):
         }
         return JOURNAL_COLUMNS, tuple(values.get(c) for c in JOURNAL_COLUMNS)
 
+
+class TestPostgresArchiveIngest(_OnTheArchive, ArchiveIngestContract):
     def quarantined(self, ingest: ArchiveIngest) -> list[Refusal]:
         with psycopg.connect(self.dsn) as conn:
             rows = conn.execute(
@@ -58,10 +72,12 @@ class TestPostgresArchiveIngest(ArchiveIngestContract):
         ]
 
 
-class TestPostgresCheckpointSigning(CheckpointSigningContract):
-    @pytest.fixture(autouse=True)
-    def _database(self, pg_dsn: str) -> None:
-        self.dsn = pg_dsn
+class TestPostgresCheckpointSigning(_OnTheArchive, CheckpointSigningContract):
+    pass
 
-    def create_ingest(self) -> ArchiveIngest:
-        return PostgresArchiveIngest(self.dsn)
+
+class TestPostgresRetention(_OnTheArchive, RetentionMonthsContract):
+    def create_retention(self) -> RetentionMonths:
+        conn = psycopg.connect(self.dsn)
+        self.conns.append(conn)
+        return PostgresRetention(conn)

@@ -16,6 +16,7 @@ from sagacity.testing.contracts._journal import JournalContract
 from sagacity.testing.contracts._keys import KeyStoreContract
 from sagacity.testing.contracts._notice_claims import NoticeClaimsContract
 from sagacity.testing.contracts._requests import RequestStoreContract
+from sagacity.testing.contracts._retention import RetentionMonthsContract
 from sagacity.testing.contracts._signing import CheckpointSigningContract
 from sagacity.testing.contracts._slack_tables import SlackTablesContract
 
@@ -30,6 +31,7 @@ __all__ = [
     "KeyStoreContract",
     "NoticeClaimsContract",
     "RequestStoreContract",
+    "RetentionMonthsContract",
     "SagaIndexContract",
     "SlackTablesContract",
 ]
