@@ -83,7 +83,9 @@ class IngestBatch(Protocol):
         ...
 
     def archived_hashes(self, pairs: Collection[tuple[str, int]]) -> dict[tuple[str, int], str]:
-        """The archived hash at each ``(saga_id, seq)`` of ``pairs`` the store holds."""
+        """The archived hash at each ``(saga_id, seq)`` of ``pairs`` the store holds, read
+        together when there are many; for a few it may give none (the caller asks
+        :meth:`archived_hash` for each one missing)."""
         ...
 
     def archived_hash(self, saga_id: str, seq: int) -> str | None:

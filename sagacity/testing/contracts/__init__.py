@@ -7,6 +7,7 @@ each suite against its in-memory fake and its real adapter (Kafka, Postgres).
 
 from __future__ import annotations
 
+from sagacity.testing.contracts._archive_ingest import ArchiveIngestContract
 from sagacity.testing.contracts._claims import JOURNAL, ClaimStoreContract
 from sagacity.testing.contracts._console_sessions import ConsoleSessionTableContract
 from sagacity.testing.contracts._folding import FoldingRequestStoreContract
@@ -17,6 +18,8 @@ from sagacity.testing.contracts._leases import LEASE_CLOCK_SKEW_S, LEASE_TTL_S, 
 from sagacity.testing.contracts._notice_claims import NoticeClaimsContract
 from sagacity.testing.contracts._partitioner import PartitionerContract
 from sagacity.testing.contracts._requests import RequestStoreContract
+from sagacity.testing.contracts._retention import RetentionMonthsContract
+from sagacity.testing.contracts._signing import CheckpointSigningContract
 from sagacity.testing.contracts._slack_tables import SlackTablesContract
 from sagacity.testing.contracts._topic_pass import OutgoingMessage, TopicPassesContract
 from sagacity.testing.contracts._wire import JournalWireContract
@@ -25,6 +28,8 @@ __all__ = [
     "JOURNAL",
     "LEASE_CLOCK_SKEW_S",
     "LEASE_TTL_S",
+    "ArchiveIngestContract",
+    "CheckpointSigningContract",
     "ClaimStoreContract",
     "ConsoleSessionTableContract",
     "FoldingRequestStoreContract",
@@ -35,6 +40,7 @@ __all__ = [
     "OutgoingMessage",
     "PartitionerContract",
     "RequestStoreContract",
+    "RetentionMonthsContract",
     "SagaIndexContract",
     "SlackTablesContract",
     "TopicPassesContract",
