@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import pytest
 
 from sagacity.entries._events import EventType, JournalEntry
+from sagacity.errors import SerializationError
 from sagacity.ports import (
     ArchivedEvents,
     ArchivedHashes,
@@ -176,6 +177,13 @@ class ArchiveReadsContract(abc.ABC):
             (e.seq, e.event_type, e.hash, e.prev_hash, e.attributes) for e in chain.entries
         ]
         assert reads.saga_rows("s-9", forms=True) == []
+
+    def test_a_row_that_is_no_entry_is_refused(self, ingest: ArchiveIngest) -> None:
+        self.archive(ingest, self.chain("s-1", E.SAGA_OPENED).entries)
+        reads = self.create_reads()
+        (row,) = reads.saga_rows("s-1", forms=True)
+        with pytest.raises(SerializationError):
+            reads.entry_of((None,) * len(row), forms=True)
 
     # ArchivedEvents
 
