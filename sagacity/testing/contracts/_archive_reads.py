@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import pytest
 
 from sagacity.entries._events import EventType, JournalEntry
-from sagacity.errors import SerializationError
+from sagacity.errors import ArchiveSchemaError, SerializationError
 from sagacity.ports import (
     ArchivedEvents,
     ArchivedHashes,
@@ -69,17 +69,23 @@ class ArchiveReadsContract(abc.ABC):
         ingest.close()
 
     def archive(
-        self, ingest: ArchiveIngest, entries: Sequence[JournalEntry], *, topic: str = TOPIC
+        self,
+        ingest: ArchiveIngest,
+        entries: Sequence[JournalEntry],
+        *,
+        topic: str = TOPIC,
+        head: bool = True,
     ) -> None:
         """Archive ``entries`` (one saga's, in order) in one batch, moving its head to the
-        last."""
+        last (unless not ``head``)."""
         rows = [self.entry_row(e, topic=topic, offset=e.seq) for e in entries]
         last = entries[-1]
         with ingest.batch() as batch:
             assert batch.make_months({MONTH: AT_US}) == {}
             batch.write_rows(rows[0][0], [values for _, values in rows])
-            known = batch.read_heads([last.saga_id])
-            batch.move_heads(known, {last.saga_id: (last.seq, last.hash)})
+            if head:
+                known = batch.read_heads([last.saga_id])
+                batch.move_heads(known, {last.saga_id: (last.seq, last.hash)})
 
     def chain(self, saga_id: str, *kinds: EventType, start_us: int = AT_US) -> _Chain:
         """A saga's chain of ``kinds``, a second apart from ``start_us``."""
@@ -229,6 +235,27 @@ class ArchiveReadsContract(abc.ABC):
         assert reads.archived_entries({"s-2": 5, "s-1": 2}) == one.entries[:2] + two.entries
         assert reads.archived_entries({"s-1": 0, "s-9": 3}) == []
         assert reads.archived_entries({}) == []
+
+    def test_archived_entries_at_one_seq_are_in_archive_order(self, ingest: ArchiveIngest) -> None:
+        chain = self.chain("s-1", E.SAGA_OPENED, E.INTENT, E.EXECUTED)
+        # Another entry at seq 2 (another time), as a database operator could write it.
+        fork = self.chain("s-1", E.SAGA_OPENED, E.EXECUTED, start_us=AT_US + 30 * SECOND_US)
+        self.archive(ingest, chain.entries)
+        self.archive(ingest, fork.entries[1:], head=False)
+        reads = self.create_reads()
+        assert reads.archived_entries({"s-1": 3}) == [
+            chain.entries[0],
+            chain.entries[1],
+            fork.entries[1],
+            chain.entries[2],
+        ]
+
+    def test_a_store_that_is_no_archive_is_refused(self) -> None:
+        reads = self.create_reads()
+        with pytest.raises(ArchiveSchemaError):
+            reads.quiet_heads(topic=TOPIC, recorded_before_us=AT_US, excluding=(), limit=1)
+        with pytest.raises(ArchiveSchemaError):
+            list(reads.archived_hashes(topic=TOPIC))
 
     # HeadFindings (the findings it writes no port reads back)
 
