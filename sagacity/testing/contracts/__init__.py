@@ -8,6 +8,7 @@ each suite against its in-memory fake and its real adapter (Kafka, Postgres).
 from __future__ import annotations
 
 from sagacity.testing.contracts._archive_ingest import ArchiveIngestContract
+from sagacity.testing.contracts._archive_reads import ArchiveReadsContract
 from sagacity.testing.contracts._claims import JOURNAL, ClaimStoreContract
 from sagacity.testing.contracts._console_sessions import ConsoleSessionTableContract
 from sagacity.testing.contracts._folding import FoldingRequestStoreContract
@@ -29,6 +30,7 @@ __all__ = [
     "LEASE_CLOCK_SKEW_S",
     "LEASE_TTL_S",
     "ArchiveIngestContract",
+    "ArchiveReadsContract",
     "CheckpointSigningContract",
     "ClaimStoreContract",
     "ConsoleSessionTableContract",

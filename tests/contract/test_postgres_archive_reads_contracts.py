@@ -1,0 +1,43 @@
+"""The Postgres archive's reads meet their ports' contracts, on a real server (a schema per
+test), the archive written by the archiver's own rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import psycopg
+import pytest
+
+from sagacity.consumers.archive._rowcheck import JOURNAL_COLUMNS, _journal_row
+from sagacity.entries._events import JournalEntry
+from sagacity.ports import ArchiveIngest
+from sagacity.postgres.archive import PostgresArchiveIngest, PostgresArchiveReads
+from sagacity.testing.contracts import ArchiveReadsContract
+from sagacity.testing.contracts._archive_reads import ArchiveReads
+
+pytestmark = [pytest.mark.postgres]
+
+
+class TestPostgresArchiveReads(ArchiveReadsContract):
+    @pytest.fixture(autouse=True)
+    def _database(self, pg_dsn: str) -> Iterator[None]:
+        self.dsn = pg_dsn
+        self.conns: list[psycopg.Connection[Any]] = []
+        yield
+        for conn in self.conns:
+            conn.close()
+
+    def create_ingest(self) -> ArchiveIngest:
+        return PostgresArchiveIngest(self.dsn)
+
+    def entry_row(
+        self, entry: JournalEntry, *, topic: str, offset: int
+    ) -> tuple[Sequence[str], Sequence[Any]]:
+        return JOURNAL_COLUMNS, _journal_row(entry, topic, 0, offset)
+
+    def create_reads(self) -> ArchiveReads:
+        # In autocommit: a read holds no lock the archiver's next batch waits on.
+        conn = psycopg.connect(self.dsn, autocommit=True)
+        self.conns.append(conn)
+        return PostgresArchiveReads(conn)
