@@ -7,7 +7,8 @@
 //!
 //! `entry.rs`: the same for a form-1 draft, its `JournalEntry` made here too
 //! (`sagacity.schemas._hotpath.link_encoded`).
-//! `draft.rs`: the text rule of a draft's fields (`sagacity.entries._events.EntryDraft`).
+//! `draft.rs`: the text rule of a draft's fields and the common draft's checks
+//! (`sagacity.entries._events.EntryDraft`).
 //! `verify.rs`: the archive's chain check over a binary `COPY` stream of archived rows
 //! (`sagacity.chain._fastverify`; docs/adr/0013-compiled-hot-path.md).
 //! `audit.rs`: the audit's merge of those verdicts with each saga's checkpoints and head
@@ -584,6 +585,8 @@ fn leaf_hash<'py>(
 fn sagacity_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(link_encode, m)?)?;
     m.add_function(wrap_pyfunction!(draft::valid_texts, m)?)?;
+    m.add_function(wrap_pyfunction!(draft::draft_fields, m)?)?;
+    m.add_function(wrap_pyfunction!(draft::draft_shapes, m)?)?;
     m.add_function(wrap_pyfunction!(entry::link_entry, m)?)?;
     m.add_function(wrap_pyfunction!(entry::seal_link_entry, m)?)?;
     m.add_function(wrap_pyfunction!(ingest::archive_row, m)?)?;

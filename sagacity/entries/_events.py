@@ -234,6 +234,13 @@ _NOW: Any = object()
 """``EntryDraft``'s default ``recorded_at_us``: the time the draft is made (only omitted means
 now; an explicit ``None`` is refused as before)."""
 
+_draft_fields: Callable[..., tuple[Mapping[str, str], int] | None] | None = native("draft_fields")
+"""The compiled checks of the common draft (``native/src/draft.rs``): given the constructor's
+arguments, the attributes and the time the draft keeps when :meth:`EntryDraft.__post_init__`
+would accept them as given, or ``None`` (it declines anything but the common case, and
+``__post_init__`` judges it); ``None`` without the compiled module.
+tests/core/test_draft_checked.py holds the two paths to equal drafts and equal refusals."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True, init=False)
 class EntryDraft:
@@ -288,10 +295,37 @@ class EntryDraft:
         commitments: Mapping[str, str] = _NO_COMMITMENTS,
         salts: Mapping[str, str] = _NO_COMMITMENTS,
     ) -> None:
+        # The common draft (form 1, a known type, text fields, a dict of texts or no
+        # attributes) is checked by the compiled module in one call, which gives the two fields
+        # kept otherwise than given (the attributes frozen, the time); it declines anything
+        # else, and __post_init__ judges it.
+        checked = _draft_fields
+        kept = (
+            None
+            if checked is None
+            else checked(
+                saga_id,
+                event_type,
+                tool,
+                payload,
+                result,
+                error,
+                actor,
+                attributes,
+                recorded_at_us,
+                form,
+                commitments,
+                salts,
+            )
+        )
+        if kept is not None:
+            attributes, recorded_at_us = kept
+        elif recorded_at_us is _NOW:
+            recorded_at_us = now_micros()
         # Written out, not generated: a frozen dataclass's __init__ sets each field through
         # object.__setattr__, the slot descriptors here set them directly (about a third of a
         # draft's cost, once per event on the journal's hot path).  The defaults are the
-        # fields' (a test pins them); the checks are __post_init__'s, as before.
+        # fields' (a test pins them).
         _SET_SAGA_ID(self, saga_id)
         _SET_EVENT_TYPE(self, event_type)
         _SET_TOOL(self, tool)
@@ -300,11 +334,12 @@ class EntryDraft:
         _SET_ERROR(self, error)
         _SET_ACTOR(self, actor)
         _SET_ATTRIBUTES(self, attributes)
-        _SET_RECORDED_AT_US(self, now_micros() if recorded_at_us is _NOW else recorded_at_us)
+        _SET_RECORDED_AT_US(self, recorded_at_us)
         _SET_FORM(self, form)
         _SET_COMMITMENTS(self, commitments)
         _SET_SALTS(self, salts)
-        self.__post_init__()
+        if kept is None:
+            self.__post_init__()
 
     def __post_init__(self) -> None:
         if self.form != 1 or self.commitments or self.salts:
@@ -501,6 +536,11 @@ _SET_SEQ = vars(JournalEntry)["seq"].__set__
 _SET_PREV_HASH = vars(JournalEntry)["prev_hash"].__set__
 _SET_HASH = vars(JournalEntry)["hash"].__set__
 _NEW = object.__new__
+
+_draft_shapes = native("draft_shapes")
+if _draft_shapes is not None:
+    # What the compiled checks compare with and give (the draft's defaults and types).
+    _draft_shapes(EventType, _NO_ATTRIBUTES, _NO_COMMITMENTS, _NOW, SAGA_ID_MAX_BYTES)
 
 
 def _copy_draft(draft: EntryDraft, cls: type[Any]) -> Any:
