@@ -15,6 +15,7 @@ A pass reads only what it was told to, up to the ends it is given: the tests tak
 from __future__ import annotations
 
 import abc
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -139,8 +140,14 @@ class TopicPassesContract(abc.ABC):
         topic = self.create_topic(2)
         written = self.produce(topic, _messages(1, 3), transactional=True)
         with self._open(passes, topic) as scan:
+            # The coordinator writes the commit marker after the commit returns: the bounds
+            # are read until they hold it (the marker is then the last offset).
+            deadline = time.monotonic() + 15.0
             bounds = {b.partition: b for b in scan.bounds()}
-            assert bounds[1].high > written[-1].offset + 1  # the marker is the last offset
+            while bounds[1].high <= written[-1].offset + 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+                bounds = {b.partition: b for b in scan.bounds()}
+            assert bounds[1].high > written[-1].offset + 1, "no commit marker within 15 s"
             got = self._read_all(scan, {1: None}, {1: bounds[1].high})
         assert got == written
 
