@@ -5,6 +5,7 @@
 //! cannot take (a field too long for the canonical form) it hands back to the Python path, which
 //! raises the documented error.
 //!
+//! `avro.rs`: the Avro body every compiled writer writes.
 //! `entry.rs`: the same for a form-1 draft, its `JournalEntry` made here too
 //! (`sagacity.schemas._hotpath.link_encoded`).
 //! `draft.rs`: the text rule of a draft's fields and the common draft's checks
@@ -27,6 +28,7 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
 mod audit;
+mod avro;
 mod draft;
 mod entry;
 mod grammar;
@@ -36,6 +38,8 @@ mod verify;
 
 #[cfg(test)]
 mod tests;
+
+pub(crate) use avro::{avro_bytes, avro_head, avro_hex_map, avro_long};
 
 const CANONICAL_MAGIC: &[u8] = b"SGC1";
 /// Form 2 (docs/adr/0019-erasure.md §1): the data fields committed to, not hashed in clear.
@@ -68,70 +72,6 @@ fn optional_field(out: &mut Vec<u8>, data: Option<&[u8]>) {
 fn int_field(out: &mut Vec<u8>, value: i64) {
     out.extend_from_slice(&8u32.to_be_bytes());
     out.extend_from_slice(&value.to_be_bytes());
-}
-
-/// Avro `long`: zig-zag, then little-endian base-128 groups.
-pub(crate) fn avro_long(out: &mut Vec<u8>, value: i64) {
-    let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
-    while zigzag > 0x7f {
-        out.push(((zigzag & 0x7f) | 0x80) as u8);
-        zigzag >>= 7;
-    }
-    out.push(zigzag as u8);
-}
-
-pub(crate) fn avro_bytes(out: &mut Vec<u8>, data: &[u8]) {
-    avro_long(out, data.len() as i64);
-    out.extend_from_slice(data);
-}
-
-pub(crate) fn avro_optional(out: &mut Vec<u8>, data: Option<&[u8]>) {
-    match data {
-        None => out.push(0),
-        Some(d) => {
-            out.push(2);
-            avro_bytes(out, d);
-        }
-    }
-}
-
-/// An event's Avro value up to its hash, the part every writer writes alike: `header`, then
-/// saga, seq, kind, the five texts (`None`: null, as a sealed writer writes its data fields),
-/// the time, the attributes (`pairs`, sorted), the previous hash's text and `hash`.  The caller
-/// appends the form's tail; `capacity` is the value's expected size.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn avro_head(
-    header: &[u8],
-    saga: &[u8],
-    seq: i64,
-    kind: &[u8],
-    texts: [Option<&[u8]>; 5],
-    recorded_at_us: i64,
-    pairs: &[(&[u8], &[u8])],
-    prev_text: &[u8],
-    hash: &[u8],
-    capacity: usize,
-) -> Vec<u8> {
-    let mut value = Vec::with_capacity(capacity);
-    value.extend_from_slice(header);
-    avro_bytes(&mut value, saga);
-    avro_long(&mut value, seq);
-    avro_bytes(&mut value, kind);
-    for t in texts {
-        avro_optional(&mut value, t);
-    }
-    avro_long(&mut value, recorded_at_us);
-    if !pairs.is_empty() {
-        avro_long(&mut value, pairs.len() as i64);
-        for (k, v) in pairs {
-            avro_bytes(&mut value, k);
-            avro_bytes(&mut value, v);
-        }
-    }
-    value.push(0);
-    avro_bytes(&mut value, prev_text);
-    avro_bytes(&mut value, hash);
-    value
 }
 
 pub(crate) fn unhex(text: &str) -> Option<[u8; 32]> {
@@ -187,17 +127,6 @@ fn committed(
             }
         }
     }
-}
-
-pub(crate) fn avro_hex_map(out: &mut Vec<u8>, map: &BTreeMap<String, String>) {
-    if !map.is_empty() {
-        avro_long(out, map.len() as i64);
-        for (k, v) in map {
-            avro_bytes(out, k.as_bytes());
-            avro_bytes(out, v.as_bytes());
-        }
-    }
-    out.push(0);
 }
 
 /// A draft's attributes (a mapping sorted by key) as its items.
