@@ -298,11 +298,12 @@ class EntryDraft:
         # The common draft (form 1, a known type, text fields, a dict of texts or no
         # attributes) is checked by the compiled module in one call, which gives the two fields
         # kept otherwise than given (the attributes frozen, the time); it declines anything
-        # else, and __post_init__ judges it.
+        # else, and __post_init__ judges it.  A subclass's draft always runs its
+        # __post_init__ (it may check more).
         checked = _draft_fields
         kept = (
             None
-            if checked is None
+            if checked is None or type(self) is not EntryDraft
             else checked(
                 saga_id,
                 event_type,

@@ -195,6 +195,23 @@ def test_the_compiled_checks_decline_the_rest(
     assert _call(compiled, fields) is None
 
 
+def test_a_subclass_draft_runs_its_own_post_init(compiled: Callable[..., Any]) -> None:
+    """The compiled checks stand for ``EntryDraft.__post_init__`` only: a subclass that checks
+    more is always asked."""
+    checked: list[str] = []
+
+    class Checked(EntryDraft):
+        __slots__ = ()
+
+        def __post_init__(self) -> None:
+            EntryDraft.__post_init__(self)
+            checked.append(self.saga_id)
+
+    Checked(saga_id="sub", event_type=EventType.INTENT, attributes={"b": "2", "a": "1"})
+    assert checked == ["sub"]
+    assert _call(compiled, {}) is not None  # the same arguments the compiled checks take
+
+
 def test_the_frozen_attributes_are_a_copy(compiled: Callable[..., Any]) -> None:
     given_attributes = {"b": "2", "a": "1"}
     draft = EntryDraft(saga_id="s", event_type=EventType.INTENT, attributes=given_attributes)
