@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 
 from tests._loops import close_default_event_loop
+from tests._topics import wait_for_topic
 
 KAFKA_IMAGE = "confluentinc/cp-kafka:7.9.0"
 POSTGRES_IMAGE = "postgres:16"
@@ -266,6 +267,7 @@ def make_topic(kafka_bootstrap: str) -> Iterator[Callable[..., str]]:
         )
         admin.create_topics([topic], operation_timeout=30)[name].result(timeout=30)
         created.append(name)
+        wait_for_topic(admin, name, partitions)
         return name
 
     yield create

@@ -28,6 +28,7 @@ import pytest
 from sagacity import Sagacity, SagaStatus, compose
 from sagacity.consumers.approvals import ApprovalsServer, ApprovalsSettings
 from sagacity.producer import KafkaJournal
+from tests._topics import wait_for_topic
 from tests.approvals.conftest import entry_text
 from tests.compensation import svc_tools
 from tests.compensation.conftest import ServiceProcess, free_port
@@ -153,6 +154,7 @@ def topic_and_schema(
     admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])[topic].result(
         timeout=30
     )
+    wait_for_topic(admin, topic, 3)
     schema = f"{name}_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
