@@ -1,0 +1,185 @@
+"""The archive on a database that does not sort text byte by byte (real PostgreSQL).
+
+The test suite's database is C-collated; a user's production database usually is not (an
+ICU or libc locale such as en-US, where ``"alpha" < "Zeta"`` and punctuation is ignored at
+first). The audit merges streams that must come in one order — the chains, the signed
+checkpoints, the heads, the retention anchors, the stories — and Python compares saga ids by
+their bytes, so every ordered read names ``COLLATE "C"``. Here an archive lives in a database
+of its own whose default collation is ICU's en-US, with saga ids whose two orders differ, and
+goes through ingest, signing, every audit path, retention, verify and the watch. Without
+``COLLATE "C"`` in the chain stream's order or in the audit's reads these tests fail (seen);
+retention's anchors and the watch's stories are read and checked in one order on both sides,
+so their ``COLLATE "C"`` is not what these tests hold.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from archive_helpers import as_raw, make_chain
+from click.testing import CliRunner
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from sagacity.cli import main
+from sagacity.consumers.archive import (
+    BatchArchiver,
+    Signer,
+    generate_key,
+    iter_audits,
+    sign_pending,
+)
+from sagacity.entries._events import JournalEntry
+from sagacity.postgres.archive import (
+    PostgresArchiveAudits,
+    PostgresArchiveIngest,
+    PostgresCheckpointSigning,
+    migrate,
+)
+from sagacity.producer import KAFKA_PARTITIONER
+from sagacity.schemas import JOURNAL_WIRE
+
+pytestmark = pytest.mark.postgres
+
+SAGAS = ["Zeta-1", "alpha-2", "_under-3", "a-b-4", "ab-5", "é-6", "E-7", "a b-8", "B-9", "b-10"]
+"""Saga ids whose en-US order is not their byte order."""
+
+
+@pytest.fixture
+def icu_dsn(postgres_dsn: str) -> Iterator[str]:
+    """A fresh database whose default collation is ICU's en-US, the archive migrated in it;
+    dropped after the test."""
+    name = f"sagacity_icu_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "CREATE DATABASE {} TEMPLATE template0 ENCODING 'UTF8'"
+                " LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C'"
+            ).format(sql.Identifier(name))
+        )
+    params = conninfo_to_dict(postgres_dsn)
+    params["dbname"] = name
+    dsn = make_conninfo(**params)  # type: ignore[arg-type]
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            migrate(conn)
+        yield dsn
+    finally:
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+def _archived_and_signed(dsn: str, events: list[JournalEntry], key: Path) -> Signer:
+    """``events`` archived at ``dsn`` and every saga's head signed with a new key at ``key``."""
+    archiver = BatchArchiver(
+        PostgresArchiveIngest(dsn),
+        consumer_group="g",
+        retry_delay=0.05,
+        partitioner=KAFKA_PARTITIONER,
+        wire=JOURNAL_WIRE,
+    )
+    try:
+        assert archiver.archive(as_raw(events)).archived == len(events)
+        signer = generate_key(key)
+        with psycopg.connect(dsn) as conn:
+            signed = sign_pending(PostgresCheckpointSigning(conn), signer, archiver.ledger)
+        assert signed == len({e.saga_id for e in events})
+    finally:
+        archiver.close()
+    return signer
+
+
+def test_the_database_sorts_these_ids_otherwise_than_by_bytes(icu_dsn: str) -> None:
+    with psycopg.connect(icu_dsn) as conn:
+        (ordered,) = conn.execute(
+            "SELECT array_agg(s ORDER BY s) FROM unnest(%s::text[]) AS s", (SAGAS,)
+        ).fetchone()  # type: ignore[misc]
+    assert ordered != sorted(SAGAS, key=str.encode)  # else this file proves nothing
+    assert sorted(ordered, key=str.encode) == sorted(SAGAS, key=str.encode)
+
+
+def test_every_audit_path_passes_on_an_archive_in_another_collation(
+    icu_dsn: str, tmp_path: Path
+) -> None:
+    events = [e for n, saga in enumerate(SAGAS) for e in make_chain(saga, 3 + n % 4)]
+    signer = _archived_and_signed(icu_dsn, events, tmp_path / "archive.key")
+    pinned = [signer.public_raw]
+    with psycopg.connect(icu_dsn) as conn:
+        paths = {
+            "fast": list(iter_audits(PostgresArchiveAudits(conn), pinned_keys=pinned)),
+            "bulk": list(iter_audits(PostgresArchiveAudits(conn), pinned_keys=pinned, bulk=True)),
+            "columns": list(
+                iter_audits(PostgresArchiveAudits(conn), pinned_keys=pinned, bulk=False)
+            ),
+            "reference": list(
+                iter_audits(PostgresArchiveAudits(conn), pinned_keys=pinned, reference=True)
+            ),
+        }
+    for path, audits in paths.items():
+        assert [a.saga_id for a in audits] == sorted(SAGAS, key=str.encode), path
+        assert all(a.ok and a.checkpoints == 1 for a in audits), (path, audits)
+    result = CliRunner().invoke(
+        main,
+        ["verify", "--all", "--database-url", icu_dsn, "--public-key", signer.public_hex],
+    )
+    assert result.exit_code == 0, result.stdout
+    (ok_line,) = [line for line in result.stdout.splitlines() if line.startswith("sagas ok")]
+    assert ok_line.split()[-1] == str(len(SAGAS))
+
+
+def test_retention_and_the_watch_on_an_archive_in_another_collation(
+    icu_dsn: str, tmp_path: Path
+) -> None:
+    """Months dropped by retention leave signed anchors (read in saga order) that verify
+    merges with the chains; the watch reads the signed stories in saga order too."""
+    two_months = 61 * 24 * 3600 * 1_000_000
+    # Five events two months apart from March 2026: the first two fall in months a six-month
+    # retention drops, the last three stay.
+    events = [e for saga in SAGAS for e in make_chain(saga, 5, step_us=two_months)]
+    signer = _archived_and_signed(icu_dsn, events, tmp_path / "archive.key")
+    runner = CliRunner()
+    dropped = runner.invoke(
+        main,
+        [
+            "archive",
+            "retention",
+            "--database-url",
+            icu_dsn,
+            "--keep",
+            "6mo",
+            "--apply",
+            "--export-dir",
+            str(tmp_path / "export"),
+            "--signing-key",
+            str(tmp_path / "archive.key"),
+        ],
+    )
+    assert dropped.exit_code == 0, (dropped.stdout, dropped.stderr)
+    with psycopg.connect(icu_dsn) as conn:
+        (anchors,) = conn.execute("SELECT count(*) FROM archive_retention_anchor").fetchone()  # type: ignore[misc]
+    assert anchors == len(SAGAS)
+    verified = runner.invoke(
+        main, ["verify", "--all", "--database-url", icu_dsn, "--public-key", signer.public_hex]
+    )
+    assert verified.exit_code == 0, verified.stdout
+    watched = runner.invoke(
+        main,
+        [
+            "audit",
+            "watch",
+            "--once",
+            "--database-url",
+            icu_dsn,
+            "--state",
+            str(tmp_path / "auditor.jsonl"),
+            "--public-key",
+            signer.public_hex,
+        ],
+    )
+    assert watched.exit_code == 0, (watched.stdout, watched.stderr)
