@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import psycopg
 
@@ -17,11 +17,18 @@ BASE_US = 1_773_576_000_000_000
 
 
 def make_chain(
-    saga_id: str, n: int, *, start_us: int = BASE_US, step_us: int = 1_000, form: int = 1
+    saga_id: str,
+    n: int,
+    *,
+    start_us: int = BASE_US,
+    step_us: int = 1_000,
+    form: int = 1,
+    times_us: Sequence[int] | None = None,
 ) -> list[JournalEntry]:
     """A valid chain of ``n`` entries for ``saga_id``, in chain ``form`` 1 or 2 (salted
     commitments to the data, docs/adr/0019-erasure.md): a saga opened, then calls, each
-    ``INTENT`` (even seqs) followed by its ``EXECUTED`` (a story the saga grammar accepts)."""
+    ``INTENT`` (even seqs) followed by its ``EXECUTED`` (a story the saga grammar accepts).
+    Entry ``seq`` is recorded at ``start_us + seq * step_us``, or at ``times_us[seq - 1]``."""
     out: list[JournalEntry] = []
     prev = GENESIS_HASH
     for seq in range(1, n + 1):
@@ -42,7 +49,7 @@ def make_chain(
             result="ok" if kind is EventType.EXECUTED else None,
             actor="writer-1" if seq == 1 else None,
             attributes={"ref_seq": str(seq - 1)} if kind is EventType.EXECUTED else {},
-            recorded_at_us=start_us + seq * step_us,
+            recorded_at_us=start_us + seq * step_us if times_us is None else times_us[seq - 1],
         )
         entry = link(committing(draft) if form == 2 else draft, seq=seq, prev_hash=prev)
         out.append(entry)

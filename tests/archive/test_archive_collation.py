@@ -14,6 +14,7 @@ so their ``COLLATE "C"`` is not what these tests hold.
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,8 +52,8 @@ SAGAS = ["Zeta-1", "alpha-2", "_under-3", "a-b-4", "ab-5", "é-6", "E-7", "a b-8
 
 @pytest.fixture
 def icu_dsn(postgres_dsn: str) -> Iterator[str]:
-    """A fresh database whose default collation is ICU's en-US, the archive migrated in it;
-    dropped after the test."""
+    """A fresh database as users' often are: its default collation ICU's en-US, its time zone
+    not UTC; the archive migrated in it; dropped after the test."""
     name = f"sagacity_icu_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         conn.execute(
@@ -60,6 +61,12 @@ def icu_dsn(postgres_dsn: str) -> Iterator[str]:
                 "CREATE DATABASE {} TEMPLATE template0 ENCODING 'UTF8'"
                 " LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C'"
             ).format(sql.Identifier(name))
+        )
+        # Sessions here run in a time zone 12:45 or 13:45 ahead of UTC.
+        conn.execute(
+            sql.SQL("ALTER DATABASE {} SET TimeZone = 'Pacific/Chatham'").format(
+                sql.Identifier(name)
+            )
         )
     params = conninfo_to_dict(postgres_dsn)
     params["dbname"] = name
@@ -133,15 +140,31 @@ def test_every_audit_path_passes_on_an_archive_in_another_collation(
     assert ok_line.split()[-1] == str(len(SAGAS))
 
 
+def _month(offset: int) -> dt.datetime:
+    """The first instant (UTC) of the month ``offset`` months from this one."""
+    today = dt.datetime.now(dt.UTC)
+    year, month = divmod(today.year * 12 + today.month - 1 + offset, 12)
+    return dt.datetime(year, month + 1, 1, tzinfo=dt.UTC)
+
+
+def _us(at: dt.datetime) -> int:
+    return int(at.timestamp()) * 1_000_000
+
+
 def test_retention_and_the_watch_on_an_archive_in_another_collation(
     icu_dsn: str, tmp_path: Path
 ) -> None:
     """Months dropped by retention leave signed anchors (read in saga order) that verify
-    merges with the chains; the watch reads the signed stories in saga order too."""
-    two_months = 61 * 24 * 3600 * 1_000_000
-    # Five events two months apart from March 2026: the first two fall in months a six-month
-    # retention drops, the last three stay.
-    events = [e for saga in SAGAS for e in make_chain(saga, 5, step_us=two_months)]
+    merges with the chains; the watch reads the signed stories in saga order too.  The
+    database's time zone is far from UTC: an event at 23:30 UTC on a month's last day is in
+    that month (in Chatham it is already the next), and retention drops it with its month."""
+    # Months 9 and 7 before this one fall to a six-month retention; 5, 3 and 1 stay.
+    mid = dt.timedelta(days=14, hours=12)
+    times = [_us(_month(m) + mid) for m in (-9, -7, -5, -3, -1)]
+    last_half_hour = _month(-6) - dt.timedelta(minutes=30)  # month -7's, in UTC
+    edge = [times[0], _us(last_half_hour), times[3]]
+    events = [e for saga in SAGAS for e in make_chain(saga, 5, times_us=times)]
+    events += make_chain("tz-edge", 3, times_us=edge)
     signer = _archived_and_signed(icu_dsn, events, tmp_path / "archive.key")
     runner = CliRunner()
     dropped = runner.invoke(
@@ -162,8 +185,11 @@ def test_retention_and_the_watch_on_an_archive_in_another_collation(
     )
     assert dropped.exit_code == 0, (dropped.stdout, dropped.stderr)
     with psycopg.connect(icu_dsn) as conn:
-        (anchors,) = conn.execute("SELECT count(*) FROM archive_retention_anchor").fetchone()  # type: ignore[misc]
-    assert anchors == len(SAGAS)
+        anchors: dict[str, int] = dict(
+            conn.execute("SELECT saga_id, seq FROM archive_retention_anchor").fetchall()
+        )
+    # Every saga's first two events are gone, the edge's second with its UTC month.
+    assert anchors == {**dict.fromkeys(SAGAS, 2), "tz-edge": 2}
     verified = runner.invoke(
         main, ["verify", "--all", "--database-url", icu_dsn, "--public-key", signer.public_hex]
     )
