@@ -306,6 +306,60 @@ def pg_dsn(postgres_dsn: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def users_postgres_dsn(postgres_dsn: str) -> Iterator[str]:
+    """A database set up as users' often are, unlike ``postgres_dsn``'s (C-collated, UTC): its
+    default collation ICU's en-US (``"alpha" < "Zeta"``, punctuation ignored at first) and its
+    time zone ``Pacific/Chatham`` (12:45 or 13:45 ahead of UTC); made for the session (each
+    test process its own), dropped after it."""
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    name = f"sagacity_users_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "CREATE DATABASE {} TEMPLATE template0 ENCODING 'UTF8'"
+                " LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C'"
+            ).format(sql.Identifier(name))
+        )
+        conn.execute(
+            sql.SQL("ALTER DATABASE {} SET TimeZone = 'Pacific/Chatham'").format(
+                sql.Identifier(name)
+            )
+        )
+    params: dict[str, Any] = conninfo_to_dict(postgres_dsn)
+    params["dbname"] = name
+    try:
+        yield make_conninfo(**params)
+    finally:
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@pytest.fixture
+def users_pg_dsn(users_postgres_dsn: str) -> Iterator[str]:
+    """``pg_dsn`` on ``users_postgres_dsn``'s database: a fresh schema of its own."""
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    schema = f"test_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(users_postgres_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    params: dict[str, Any] = conninfo_to_dict(users_postgres_dsn)
+    options = params.get("options") or ""
+    params["options"] = f"{options} -c search_path={schema}".strip()
+    try:
+        yield make_conninfo(**params)
+    finally:
+        with psycopg.connect(users_postgres_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+@pytest.fixture(scope="session")
 def approvals_key(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """An approvals decision key: on a shared journal (Kafka) a process that approves and
     resumes must sign its decisions (docs/adr/0014-signed-decisions-and-writers.md)."""

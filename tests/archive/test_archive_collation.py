@@ -15,16 +15,12 @@ so their ``COLLATE "C"`` is not what these tests hold.
 from __future__ import annotations
 
 import datetime as dt
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 from archive_helpers import as_raw, make_chain
 from click.testing import CliRunner
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from sagacity.cli import main
 from sagacity.consumers.archive import (
@@ -51,35 +47,12 @@ SAGAS = ["Zeta-1", "alpha-2", "_under-3", "a-b-4", "ab-5", "é-6", "E-7", "a b-8
 
 
 @pytest.fixture
-def icu_dsn(postgres_dsn: str) -> Iterator[str]:
-    """A fresh database as users' often are: its default collation ICU's en-US, its time zone
-    not UTC; the archive migrated in it; dropped after the test."""
-    name = f"sagacity_icu_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL(
-                "CREATE DATABASE {} TEMPLATE template0 ENCODING 'UTF8'"
-                " LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C'"
-            ).format(sql.Identifier(name))
-        )
-        # Sessions here run in a time zone 12:45 or 13:45 ahead of UTC.
-        conn.execute(
-            sql.SQL("ALTER DATABASE {} SET TimeZone = 'Pacific/Chatham'").format(
-                sql.Identifier(name)
-            )
-        )
-    params = conninfo_to_dict(postgres_dsn)
-    params["dbname"] = name
-    dsn = make_conninfo(**params)  # type: ignore[arg-type]
-    try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            migrate(conn)
-        yield dsn
-    finally:
-        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+def icu_dsn(users_pg_dsn: str) -> str:
+    """A schema of its own in a database set up as users' often are (``users_postgres_dsn``:
+    ICU's en-US collation, a time zone far from UTC), the archive migrated in it."""
+    with psycopg.connect(users_pg_dsn, autocommit=True) as conn:
+        migrate(conn)
+    return users_pg_dsn
 
 
 def _archived_and_signed(dsn: str, events: list[JournalEntry], key: Path) -> Signer:

@@ -81,3 +81,30 @@ class TestPostgresRetention(_OnTheArchive, RetentionMonthsContract):
         conn = psycopg.connect(self.dsn)
         self.conns.append(conn)
         return PostgresRetention(conn)
+
+
+class _OnAUsersDatabase:
+    """The archive in a schema of a database set up as users' often are (``users_pg_dsn``:
+    ICU's en-US collation, a time zone far from UTC)."""
+
+    @pytest.fixture(autouse=True)
+    def _database(self, users_pg_dsn: str) -> Iterator[None]:
+        self.dsn = users_pg_dsn
+        self.conns: list[psycopg.Connection[Any]] = []
+        yield
+        for conn in self.conns:
+            conn.close()
+
+
+class TestPostgresArchiveIngestOnAUsersDatabase(_OnAUsersDatabase, TestPostgresArchiveIngest):
+    pass
+
+
+class TestPostgresCheckpointSigningOnAUsersDatabase(
+    _OnAUsersDatabase, TestPostgresCheckpointSigning
+):
+    pass
+
+
+class TestPostgresRetentionOnAUsersDatabase(_OnAUsersDatabase, TestPostgresRetention):
+    pass

@@ -41,3 +41,16 @@ class TestPostgresArchiveReads(ArchiveReadsContract):
         conn = psycopg.connect(self.dsn, autocommit=True)
         self.conns.append(conn)
         return PostgresArchiveReads(conn)
+
+
+class TestPostgresArchiveReadsOnAUsersDatabase(TestPostgresArchiveReads):
+    """The same, in a database set up as users' often are (``users_pg_dsn``: ICU's en-US
+    collation, a time zone far from UTC)."""
+
+    @pytest.fixture(autouse=True)
+    def _database(self, users_pg_dsn: str) -> Iterator[None]:
+        self.dsn = users_pg_dsn
+        self.conns: list[psycopg.Connection[Any]] = []
+        yield
+        for conn in self.conns:
+            conn.close()

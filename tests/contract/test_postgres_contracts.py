@@ -141,10 +141,13 @@ class TestPostgresSagaIndex(SagaIndexContract):
 
     @pytest.fixture(autouse=True)
     def _archive(self, pg_dsn: str) -> Iterator[None]:
-        self.dsn = pg_dsn
-        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        yield from self._archive_at(pg_dsn)
+
+    def _archive_at(self, dsn: str) -> Iterator[None]:
+        self.dsn = dsn
+        with psycopg.connect(dsn, autocommit=True) as conn:
             migrate(conn)
-        self.conn = psycopg.connect(pg_dsn, autocommit=True)
+        self.conn = psycopg.connect(dsn, autocommit=True)
         try:
             yield
         finally:
@@ -209,3 +212,37 @@ class TestPostgresSagaIndex(SagaIndexContract):
             " DO UPDATE SET next_offset = EXCLUDED.next_offset",
             (DEFAULT_GROUP, topic, partition, next_offset),
         )
+
+
+# The same contracts on a database set up as users' often are (``users_pg_dsn``: ICU's en-US
+# collation, a time zone far from UTC), where the suite's own database is C-collated in UTC.
+
+
+class TestPostgresClaimStoreOnAUsersDatabase(TestPostgresClaimStore):
+    @pytest.fixture(autouse=True)
+    def _database(self, users_pg_dsn: str) -> None:
+        self.dsn = users_pg_dsn
+
+
+class TestPostgresKeyStoreOnAUsersDatabase(TestPostgresKeyStore):
+    @pytest.fixture(autouse=True)
+    def _database(self, users_pg_dsn: str) -> None:
+        self.dsn = users_pg_dsn
+
+
+class TestPostgresRequestStoreOnAUsersDatabase(TestPostgresRequestStore):
+    @pytest.fixture(autouse=True)
+    def _database(self, users_pg_dsn: str) -> None:
+        self.dsn = users_pg_dsn
+
+
+class TestPostgresFoldingRequestStoreOnAUsersDatabase(TestPostgresFoldingRequestStore):
+    @pytest.fixture(autouse=True)
+    def _database(self, users_pg_dsn: str) -> None:
+        self.dsn = users_pg_dsn
+
+
+class TestPostgresSagaIndexOnAUsersDatabase(TestPostgresSagaIndex):
+    @pytest.fixture(autouse=True)
+    def _archive(self, users_pg_dsn: str) -> Iterator[None]:
+        yield from self._archive_at(users_pg_dsn)

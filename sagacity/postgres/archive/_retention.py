@@ -68,7 +68,9 @@ class _Dropping:
             cur.itersize = _FETCH
             cur.execute(
                 sql.SQL(
-                    "SELECT row_to_json(t)::text FROM {} t ORDER BY saga_id, archive_id"
+                    # Saga id byte order whatever the database's collation: the port's
+                    # promise, and one export for one month on every archive.
+                    'SELECT row_to_json(t)::text FROM {} t ORDER BY saga_id COLLATE "C", archive_id'
                 ).format(self._table)
             )
             yield (str(line) for (line,) in cur)
