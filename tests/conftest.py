@@ -285,24 +285,30 @@ def postgres_dsn(_infrastructure: _Infrastructure) -> str:
     return _infrastructure.database_url()
 
 
-@pytest.fixture
-def pg_dsn(postgres_dsn: str) -> Iterator[str]:
-    """A conninfo whose ``search_path`` is a fresh schema of its own, dropped after the test."""
+def _schema_of_its_own(database_dsn: str) -> Iterator[str]:
+    """A conninfo on ``database_dsn``'s database whose ``search_path`` is a fresh schema of its
+    own, dropped after the test."""
     import psycopg
     from psycopg import sql
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     schema = f"test_{uuid.uuid4().hex[:16]}"
-    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+    with psycopg.connect(database_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    params: dict[str, Any] = conninfo_to_dict(postgres_dsn)
+    params: dict[str, Any] = conninfo_to_dict(database_dsn)
     options = params.get("options") or ""
     params["options"] = f"{options} -c search_path={schema}".strip()
     try:
         yield make_conninfo(**params)
     finally:
-        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        with psycopg.connect(database_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+@pytest.fixture
+def pg_dsn(postgres_dsn: str) -> Iterator[str]:
+    """A conninfo whose ``search_path`` is a fresh schema of its own, dropped after the test."""
+    yield from _schema_of_its_own(postgres_dsn)
 
 
 @pytest.fixture(scope="session")
@@ -342,21 +348,7 @@ def users_postgres_dsn(postgres_dsn: str) -> Iterator[str]:
 @pytest.fixture
 def users_pg_dsn(users_postgres_dsn: str) -> Iterator[str]:
     """``pg_dsn`` on ``users_postgres_dsn``'s database: a fresh schema of its own."""
-    import psycopg
-    from psycopg import sql
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    schema = f"test_{uuid.uuid4().hex[:16]}"
-    with psycopg.connect(users_postgres_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    params: dict[str, Any] = conninfo_to_dict(users_postgres_dsn)
-    options = params.get("options") or ""
-    params["options"] = f"{options} -c search_path={schema}".strip()
-    try:
-        yield make_conninfo(**params)
-    finally:
-        with psycopg.connect(users_postgres_dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+    yield from _schema_of_its_own(users_postgres_dsn)
 
 
 @pytest.fixture(scope="session")
