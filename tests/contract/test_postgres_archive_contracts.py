@@ -18,22 +18,17 @@ from sagacity.testing.contracts import (
     RetentionMonthsContract,
 )
 from sagacity.testing.contracts._archive_ingest import Message, Refusal
+from tests.contract._archive_database import ArchiveDatabase
 
 pytestmark = [pytest.mark.postgres]
 
 
-class _OnTheArchive:
+class _OnTheArchive(ArchiveDatabase):
     """The archive in the test's schema, its store and the archiver's journal row."""
-
-    dsn: str
 
     @pytest.fixture(autouse=True)
     def _database(self, pg_dsn: str) -> Iterator[None]:
-        self.dsn = pg_dsn
-        self.conns: list[psycopg.Connection[Any]] = []
-        yield
-        for conn in self.conns:
-            conn.close()
+        yield from self.on_database(pg_dsn)
 
     def create_ingest(self) -> ArchiveIngest:
         return PostgresArchiveIngest(self.dsn)
@@ -83,17 +78,13 @@ class TestPostgresRetention(_OnTheArchive, RetentionMonthsContract):
         return PostgresRetention(conn)
 
 
-class _OnAUsersDatabase:
+class _OnAUsersDatabase(ArchiveDatabase):
     """The archive in a schema of a database set up as users' often are (``users_pg_dsn``:
     ICU's en-US collation, a time zone far from UTC)."""
 
     @pytest.fixture(autouse=True)
     def _database(self, users_pg_dsn: str) -> Iterator[None]:
-        self.dsn = users_pg_dsn
-        self.conns: list[psycopg.Connection[Any]] = []
-        yield
-        for conn in self.conns:
-            conn.close()
+        yield from self.on_database(users_pg_dsn)
 
 
 class TestPostgresArchiveIngestOnAUsersDatabase(_OnAUsersDatabase, TestPostgresArchiveIngest):

@@ -15,18 +15,15 @@ from sagacity.ports import ArchiveIngest
 from sagacity.postgres.archive import PostgresArchiveIngest, PostgresArchiveReads
 from sagacity.testing.contracts import ArchiveReadsContract
 from sagacity.testing.contracts._archive_reads import ArchiveReads
+from tests.contract._archive_database import ArchiveDatabase
 
 pytestmark = [pytest.mark.postgres]
 
 
-class TestPostgresArchiveReads(ArchiveReadsContract):
+class TestPostgresArchiveReads(ArchiveDatabase, ArchiveReadsContract):
     @pytest.fixture(autouse=True)
     def _database(self, pg_dsn: str) -> Iterator[None]:
-        self.dsn = pg_dsn
-        self.conns: list[psycopg.Connection[Any]] = []
-        yield
-        for conn in self.conns:
-            conn.close()
+        yield from self.on_database(pg_dsn)
 
     def create_ingest(self) -> ArchiveIngest:
         return PostgresArchiveIngest(self.dsn)
@@ -49,8 +46,4 @@ class TestPostgresArchiveReadsOnAUsersDatabase(TestPostgresArchiveReads):
 
     @pytest.fixture(autouse=True)
     def _database(self, users_pg_dsn: str) -> Iterator[None]:
-        self.dsn = users_pg_dsn
-        self.conns: list[psycopg.Connection[Any]] = []
-        yield
-        for conn in self.conns:
-            conn.close()
+        yield from self.on_database(users_pg_dsn)
